@@ -1,0 +1,173 @@
+//! The wasm32 adapter: the component's exports, converting between the WIT types that
+//! wit-bindgen generates and this crate's plain types. No decision is made here.
+//!
+//! The crate is `no_std` on wasm32, so it brings its own allocator and panic handler; a panic
+//! becomes a wasm trap, which the host reports as a typed error for that one decision.
+
+// The generated glue lifts and lowers through raw pointers; that is its job, and the only
+// unsafe code in the guest.
+#![allow(unsafe_code)]
+
+use alloc::vec::Vec;
+
+use crate::types as plain;
+
+wit_bindgen::generate!({
+    world: "policy",
+    path: "../wit",
+});
+
+use mend::policy::types as wit;
+
+#[global_allocator]
+static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+
+/// The canonical ABI's allocator entry point. On wasm32-wasip2 the standard library would
+/// export it; this crate is `no_std` there, so it exports its own, backed by the allocator above.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cabi_realloc(
+    old_ptr: *mut u8,
+    old_len: usize,
+    align: usize,
+    new_len: usize,
+) -> *mut u8 {
+    use alloc::alloc::{Layout, alloc, realloc};
+    if new_len == 0 {
+        return align as *mut u8;
+    }
+    // SAFETY: the canonical ABI passes a power-of-two alignment and, for a reallocation, the
+    // pointer and size of an allocation it made through this same function.
+    let ptr = unsafe {
+        if old_len == 0 {
+            alloc(Layout::from_size_align_unchecked(new_len, align))
+        } else {
+            realloc(
+                old_ptr,
+                Layout::from_size_align_unchecked(old_len, align),
+                new_len,
+            )
+        }
+    };
+    if ptr.is_null() {
+        // Out of memory: trap, and let the host report it for this one decision.
+        core::arch::wasm32::unreachable()
+    }
+    ptr
+}
+
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
+    core::arch::wasm32::unreachable()
+}
+
+struct DefaultPolicy;
+
+impl Guest for DefaultPolicy {
+    fn describe() -> wit::PolicyDescription {
+        let description = crate::describe();
+        wit::PolicyDescription {
+            name: description.name,
+            version: description.version,
+            abi_major: description.abi_major,
+            abi_minor: description.abi_minor,
+            semantics_revision: description.semantics_revision,
+            required_capabilities: description.required_capabilities,
+        }
+    }
+
+    fn plan_stage(input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
+        let input = plain::StagePlanInput {
+            dataset_id: input.dataset_id,
+            mode: match input.mode {
+                wit::StageMode::Upsert => plain::StageMode::Upsert,
+                wit::StageMode::CreateOnly => plain::StageMode::CreateOnly,
+            },
+            split_ids: input.split_ids,
+            existing: input.existing.into_iter().map(existing_row).collect(),
+        };
+        crate::plan_stage(&input)
+            .into_iter()
+            .map(|planned| wit::PlannedSplit {
+                split_id: planned.split_id,
+                request_index: planned.request_index,
+                action: match planned.action {
+                    plain::StageAction::Insert => wit::StageAction::Insert,
+                    plain::StageAction::Overwrite => wit::StageAction::Overwrite,
+                    plain::StageAction::Skip(state) => wit::StageAction::Skip(wit_state(state)),
+                    plain::StageAction::Reject(reason) => wit::StageAction::Reject(reason),
+                },
+            })
+            .collect()
+    }
+
+    fn validate_publish(input: wit::PublishInput) -> Vec<wit::PublishViolation> {
+        let input = plain::PublishInput {
+            dataset_id: input.dataset_id,
+            staged_split_ids: input.staged_split_ids,
+            replaced_split_ids: input.replaced_split_ids,
+            checkpoint_delta: input.checkpoint_delta.map(|delta| plain::CheckpointDelta {
+                source: delta.source,
+                partitions: delta
+                    .partitions
+                    .into_iter()
+                    .map(|p| plain::PartitionDelta {
+                        partition: p.partition,
+                        from_position: p.from_position,
+                        to_position: p.to_position,
+                    })
+                    .collect(),
+            }),
+            publish_token: input.publish_token,
+            rows: input.rows.into_iter().map(existing_row).collect(),
+            checkpoint: input
+                .checkpoint
+                .into_iter()
+                .map(|p| plain::PartitionPosition {
+                    partition: p.partition,
+                    position: p.position,
+                })
+                .collect(),
+            current_publish_token: input.current_publish_token,
+        };
+        crate::validate_publish(&input)
+            .into_iter()
+            .map(|violation| wit::PublishViolation {
+                kind: match violation.kind {
+                    plain::ViolationKind::SplitMissing => wit::ViolationKind::SplitMissing,
+                    plain::ViolationKind::NotStaged => wit::ViolationKind::NotStaged,
+                    plain::ViolationKind::NotPublished => wit::ViolationKind::NotPublished,
+                    plain::ViolationKind::SplitInBoth => wit::ViolationKind::SplitInBoth,
+                    plain::ViolationKind::CheckpointMismatch => {
+                        wit::ViolationKind::CheckpointMismatch
+                    }
+                    plain::ViolationKind::StalePublishToken => {
+                        wit::ViolationKind::StalePublishToken
+                    }
+                },
+                subjects: violation.subjects,
+                message: violation.message,
+            })
+            .collect()
+    }
+}
+
+fn existing_row(row: wit::ExistingRow) -> plain::ExistingRow {
+    plain::ExistingRow {
+        split_id: row.split_id,
+        state: match row.state {
+            wit::SplitState::Staged => plain::SplitState::Staged,
+            wit::SplitState::Published => plain::SplitState::Published,
+            wit::SplitState::MarkedForDeletion => plain::SplitState::MarkedForDeletion,
+        },
+    }
+}
+
+fn wit_state(state: plain::SplitState) -> wit::SplitState {
+    match state {
+        plain::SplitState::Staged => wit::SplitState::Staged,
+        plain::SplitState::Published => wit::SplitState::Published,
+        plain::SplitState::MarkedForDeletion => wit::SplitState::MarkedForDeletion,
+    }
+}
+
+export!(DefaultPolicy);

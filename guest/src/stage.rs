@@ -1,0 +1,177 @@
+//! Stage planning: what happens to each split of a stage request.
+//!
+//! | mode        | no row  | staged row         | published / marked row        |
+//! |-------------|---------|--------------------|-------------------------------|
+//! | upsert      | insert  | overwrite          | reject (the whole batch)      |
+//! | create-only | insert  | skip (staged)      | skip (published / marked)     |
+//!
+//! Duplicate ids in one request are folded into one decision, with the outcome the entries
+//! would have had one after another: in create-only mode the first entry wins (the later ones
+//! would find it and skip), in upsert mode the last one does (each overwrites the one before).
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::vec::Vec;
+
+use crate::types::{PlannedSplit, SplitState, StageAction, StageMode, StagePlanInput};
+
+/// One decision per distinct split id, sorted by id.
+pub fn plan_stage(input: &StagePlanInput) -> Vec<PlannedSplit> {
+    let existing: BTreeMap<&str, SplitState> = input
+        .existing
+        .iter()
+        .map(|row| (row.split_id.as_str(), row.state))
+        .collect();
+
+    // For each distinct id, the index of the request entry that supplies its content.
+    let mut source_index: BTreeMap<&str, u32> = BTreeMap::new();
+    for (index, split_id) in input.split_ids.iter().enumerate() {
+        let index = index as u32;
+        match input.mode {
+            StageMode::CreateOnly => {
+                source_index.entry(split_id.as_str()).or_insert(index);
+            }
+            StageMode::Upsert => {
+                source_index.insert(split_id.as_str(), index);
+            }
+        }
+    }
+
+    source_index
+        .into_iter()
+        .map(|(split_id, request_index)| PlannedSplit {
+            split_id: split_id.into(),
+            request_index,
+            action: decide(input.mode, existing.get(split_id).copied()),
+        })
+        .collect()
+}
+
+fn decide(mode: StageMode, existing: Option<SplitState>) -> StageAction {
+    match (mode, existing) {
+        (_, None) => StageAction::Insert,
+        (StageMode::CreateOnly, Some(state)) => StageAction::Skip(state),
+        (StageMode::Upsert, Some(SplitState::Staged)) => StageAction::Overwrite,
+        (StageMode::Upsert, Some(state)) => StageAction::Reject(format!(
+            "split is {state}; upsert overwrites only staged splits"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::ExistingRow;
+    use alloc::string::String;
+
+    fn input(mode: StageMode, ids: &[&str], existing: &[(&str, SplitState)]) -> StagePlanInput {
+        StagePlanInput {
+            dataset_id: "ds".into(),
+            mode,
+            split_ids: ids.iter().map(|id| String::from(*id)).collect(),
+            existing: existing
+                .iter()
+                .map(|(id, state)| ExistingRow {
+                    split_id: (*id).into(),
+                    state: *state,
+                })
+                .collect(),
+        }
+    }
+
+    fn actions(plan: &[PlannedSplit]) -> Vec<(&str, u32, StageAction)> {
+        plan.iter()
+            .map(|p| (p.split_id.as_str(), p.request_index, p.action.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn create_only_inserts_missing_and_skips_every_existing_state() {
+        let plan = plan_stage(&input(
+            StageMode::CreateOnly,
+            &["new", "s", "p", "m"],
+            &[
+                ("s", SplitState::Staged),
+                ("p", SplitState::Published),
+                ("m", SplitState::MarkedForDeletion),
+            ],
+        ));
+        assert_eq!(
+            actions(&plan),
+            [
+                ("m", 3, StageAction::Skip(SplitState::MarkedForDeletion)),
+                ("new", 0, StageAction::Insert),
+                ("p", 2, StageAction::Skip(SplitState::Published)),
+                ("s", 1, StageAction::Skip(SplitState::Staged)),
+            ]
+        );
+    }
+
+    #[test]
+    fn upsert_overwrites_staged_and_rejects_published_and_marked() {
+        let plan = plan_stage(&input(
+            StageMode::Upsert,
+            &["new", "s", "p", "m"],
+            &[
+                ("s", SplitState::Staged),
+                ("p", SplitState::Published),
+                ("m", SplitState::MarkedForDeletion),
+            ],
+        ));
+        let got = actions(&plan);
+        assert_eq!(got[1], ("new", 0, StageAction::Insert));
+        assert_eq!(got[3], ("s", 1, StageAction::Overwrite));
+        assert!(matches!(got[0].2, StageAction::Reject(ref why) if why.contains("marked_for_deletion")));
+        assert!(matches!(got[2].2, StageAction::Reject(ref why) if why.contains("published")));
+    }
+
+    #[test]
+    fn duplicates_fold_first_wins_in_create_only_last_wins_in_upsert() {
+        let ids = ["a", "b", "a", "a"];
+        let create_only = plan_stage(&input(StageMode::CreateOnly, &ids, &[]));
+        assert_eq!(
+            actions(&create_only),
+            [("a", 0, StageAction::Insert), ("b", 1, StageAction::Insert)]
+        );
+        let upsert = plan_stage(&input(StageMode::Upsert, &ids, &[]));
+        assert_eq!(
+            actions(&upsert),
+            [("a", 3, StageAction::Insert), ("b", 1, StageAction::Insert)]
+        );
+    }
+
+    #[test]
+    fn empty_request_plans_nothing() {
+        assert!(plan_stage(&input(StageMode::Upsert, &[], &[])).is_empty());
+    }
+
+    proptest::proptest! {
+        /// Whatever the input, the plan has one entry per distinct id, points at an entry
+        /// with that id, and never overwrites or rejects in create-only mode.
+        #[test]
+        fn plan_covers_each_distinct_id_once(
+            ids in proptest::collection::vec("[a-e]", 0..12),
+            states in proptest::collection::vec(0u8..4, 5),
+            create_only: bool,
+        ) {
+            let names = ["a", "b", "c", "d", "e"];
+            let existing: Vec<(&str, SplitState)> = names.iter().zip(&states)
+                .filter_map(|(id, s)| SplitState::ALL.get(*s as usize).map(|st| (*id, *st)))
+                .collect();
+            let mode = if create_only { StageMode::CreateOnly } else { StageMode::Upsert };
+            let id_refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+            let plan = plan_stage(&input(mode, &id_refs, &existing));
+            let mut distinct = ids.clone();
+            distinct.sort();
+            distinct.dedup();
+            let planned: Vec<String> = plan.iter().map(|p| p.split_id.clone()).collect();
+            proptest::prop_assert_eq!(planned, distinct);
+            for p in &plan {
+                proptest::prop_assert_eq!(&ids[p.request_index as usize], &p.split_id);
+                if create_only {
+                    proptest::prop_assert!(matches!(p.action, StageAction::Insert | StageAction::Skip(_)));
+                }
+            }
+        }
+    }
+}

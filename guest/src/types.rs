@@ -1,0 +1,181 @@
+//! The plain data that crosses the policy boundary, mirroring `wit/policy.wit` one to one.
+//!
+//! The host uses these same types on its side of the boundary, so a decision made natively
+//! and one made by the component compare with `==`.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+
+/// The lifecycle state of a split row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum SplitState {
+    Staged,
+    Published,
+    MarkedForDeletion,
+}
+
+impl SplitState {
+    pub const ALL: [SplitState; 3] = [Self::Staged, Self::Published, Self::MarkedForDeletion];
+
+    /// The stable name used in storage, JSON and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Staged => "staged",
+            Self::Published => "published",
+            Self::MarkedForDeletion => "marked_for_deletion",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|state| state.as_str() == name)
+    }
+}
+
+impl fmt::Display for SplitState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a stage request treats rows that already exist. There is deliberately no `Default`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
+pub enum StageMode {
+    /// Insert missing rows; overwrite rows that are still staged; any other state rejects the batch.
+    Upsert,
+    /// Insert missing rows only; every existing row stays exactly as it was.
+    CreateOnly,
+}
+
+impl StageMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Upsert => "upsert",
+            Self::CreateOnly => "create-only",
+        }
+    }
+}
+
+impl fmt::Display for StageMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct PolicyDescription {
+    pub name: String,
+    pub version: String,
+    pub abi_major: u32,
+    pub abi_minor: u32,
+    pub semantics_revision: u32,
+    pub required_capabilities: Vec<String>,
+}
+
+/// A catalog row the host read before asking for a decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct ExistingRow {
+    pub split_id: String,
+    pub state: SplitState,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct StagePlanInput {
+    pub dataset_id: String,
+    pub mode: StageMode,
+    /// As the caller sent them, in order; may hold duplicates.
+    pub split_ids: Vec<String>,
+    pub existing: Vec<ExistingRow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum StageAction {
+    /// Insert if no row exists at write time.
+    Insert,
+    /// Replace if the row is still staged at write time.
+    Overwrite,
+    /// Leave the existing row, in this state, untouched.
+    Skip(SplitState),
+    /// Refuse the whole batch, for this reason.
+    Reject(String),
+}
+
+/// The decision for one distinct split id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct PlannedSplit {
+    pub split_id: String,
+    /// The entry of `StagePlanInput::split_ids` whose content the row gets.
+    pub request_index: u32,
+    pub action: StageAction,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct PartitionDelta {
+    pub partition: String,
+    /// The position the publisher read; `None` when the partition had none.
+    pub from_position: Option<u64>,
+    pub to_position: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct CheckpointDelta {
+    pub source: String,
+    pub partitions: Vec<PartitionDelta>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct PartitionPosition {
+    pub partition: String,
+    pub position: u64,
+}
+
+/// A publish request with what the host observed under the dataset's lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct PublishInput {
+    pub dataset_id: String,
+    pub staged_split_ids: Vec<String>,
+    pub replaced_split_ids: Vec<String>,
+    pub checkpoint_delta: Option<CheckpointDelta>,
+    pub publish_token: Option<String>,
+    /// Rows of the staged and replaced ids that exist.
+    pub rows: Vec<ExistingRow>,
+    /// Current positions of the delta's source.
+    pub checkpoint: Vec<PartitionPosition>,
+    pub current_publish_token: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum ViolationKind {
+    SplitMissing,
+    NotStaged,
+    NotPublished,
+    SplitInBoth,
+    CheckpointMismatch,
+    StalePublishToken,
+}
+
+/// One reason a publish must not happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct PublishViolation {
+    pub kind: ViolationKind,
+    /// The split ids or partitions concerned, sorted.
+    pub subjects: Vec<String>,
+    pub message: String,
+}

@@ -1,0 +1,218 @@
+//! The catalog: one small trait, one module per backend, chosen by URL.
+//!
+//! | URL                  | backend                                                         |
+//! |----------------------|-----------------------------------------------------------------|
+//! | `file:///DIR` or DIR | [`ObjectStoreCatalog`] on a local directory (the default)        |
+//! | `memory://`          | [`ObjectStoreCatalog`] in memory, for tests and demos           |
+//! | `s3://BUCKET/PREFIX` | [`ObjectStoreCatalog`] on an S3-compatible store (`AWS_*` env)   |
+//! | `postgres://...`     | [`PostgresCatalog`]                                             |
+//!
+//! A backend stores and enforces; it does not decide. Where a write depends on a decision
+//! (which rows to insert, whether a publish may happen), the engine passes the decision in as
+//! a closure that the backend calls with what it observed *inside* its atomic step (a
+//! transaction, or one optimistic commit attempt), so the decision and the write see the same
+//! state. A backend calls it again if it retries the step.
+
+pub mod object_store;
+pub mod postgres;
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use async_trait::async_trait;
+use mend_policy::ExistingRow;
+
+use crate::error::Result;
+use crate::model::{
+    Checkpoint, Dataset, DatasetConfig, ListQuery, MarkResult, NewSplit, PublishRequest,
+    PublishResult, SplitPage, SplitState, StageMode, StagedSplit, TimestampMs,
+};
+
+pub use self::object_store::ObjectStoreCatalog;
+pub use self::postgres::PostgresCatalog;
+
+/// Named features a backend or host provides, such as `stage.create-only`. A policy lists the
+/// ones it requires; a request needing one that is missing fails loudly and changes nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Capabilities(BTreeSet<String>);
+
+impl Capabilities {
+    pub fn new<'a>(names: impl IntoIterator<Item = &'a str>) -> Self {
+        Self(names.into_iter().map(str::to_string).collect())
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.0.contains(name)
+    }
+
+    pub fn without(&self, name: &str) -> Self {
+        let mut names = self.0.clone();
+        names.remove(name);
+        Self(names)
+    }
+
+    pub fn intersection(&self, other: &Capabilities) -> Self {
+        Self(self.0.intersection(&other.0).cloned().collect())
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(String::as_str)
+    }
+
+    /// The capabilities every complete backend provides.
+    pub fn full_backend() -> Self {
+        use mend_policy::capability::*;
+        Self::new([
+            STAGE_UPSERT,
+            STAGE_CREATE_ONLY,
+            PUBLISH_CHECKPOINT,
+            PUBLISH_TOKEN,
+        ])
+    }
+}
+
+impl fmt::Display for Capabilities {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.iter().cloned().collect::<Vec<_>>().join(", "))
+    }
+}
+
+/// What to do with one split, decided by the policy and checked by the engine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PlannedAction {
+    /// Insert if no row exists at write time; in create-only mode a row that appeared since
+    /// the read makes this split `Skipped`, in upsert mode it makes the backend retry.
+    Insert,
+    /// Replace the row if it is still staged at write time.
+    Overwrite,
+    /// Leave the existing row, in this state, untouched.
+    Skip(SplitState),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedStage {
+    pub split: NewSplit,
+    pub action: PlannedAction,
+}
+
+/// The whole plan of a stage request: one entry per distinct split id, sorted by id.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StagePlan {
+    pub entries: Vec<PlannedStage>,
+}
+
+impl StagePlan {
+    /// Whether applying the plan writes anything at all.
+    pub fn writes_nothing(&self) -> bool {
+        self.entries
+            .iter()
+            .all(|entry| matches!(entry.action, PlannedAction::Skip(_)))
+    }
+}
+
+/// Called by a backend inside its atomic step with the rows that exist for the requested ids.
+pub type StagePlanner<'a> = dyn Fn(&[ExistingRow]) -> Result<StagePlan> + Send + Sync + 'a;
+
+/// What a backend observed for a publish, under the dataset's lock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PublishObservation {
+    /// Rows of the staged and replaced ids that exist.
+    pub rows: Vec<ExistingRow>,
+    pub checkpoint: Checkpoint,
+    pub publish_token: Option<String>,
+}
+
+/// Called by a backend inside its atomic step; an error aborts the publish with nothing written.
+pub type PublishValidator<'a> = dyn Fn(&PublishObservation) -> Result<()> + Send + Sync + 'a;
+
+/// A catalog backend. Implementations are [`PostgresCatalog`] and [`ObjectStoreCatalog`]; the
+/// conformance suite in `tests/` holds both to the same behaviour.
+///
+/// Every mutation is atomic: it happens whole or not at all, and an error says which
+/// ([`MendError::certainly_not_applied`](crate::MendError::certainly_not_applied)). A mutation
+/// that would change nothing writes nothing.
+#[async_trait]
+pub trait Catalog: Send + Sync + fmt::Debug {
+    /// What this backend provides. The engine refuses requests needing anything else.
+    fn capabilities(&self) -> Capabilities;
+
+    /// A short description for logs and `status`, without credentials.
+    fn describe(&self) -> String;
+
+    /// Creates a dataset; `AlreadyExists` if the id is taken.
+    async fn create_dataset(
+        &self,
+        dataset_id: &str,
+        uid: &str,
+        config: &DatasetConfig,
+        now_ms: TimestampMs,
+    ) -> Result<Dataset>;
+
+    /// All datasets, sorted by id.
+    async fn list_datasets(&self) -> Result<Vec<Dataset>>;
+
+    /// One dataset; `NotFound` if it does not exist.
+    async fn dataset(&self, dataset_id: &str) -> Result<Dataset>;
+
+    /// Replaces the config if its version is still `expected_config_version`
+    /// (`FailedPrecondition` otherwise); bumps the config and manifest versions.
+    async fn update_config(
+        &self,
+        dataset_id: &str,
+        expected_config_version: u64,
+        config: &DatasetConfig,
+        now_ms: TimestampMs,
+    ) -> Result<Dataset>;
+
+    /// Sets the token every later publish must present (fencing).
+    async fn set_publish_token(
+        &self,
+        dataset_id: &str,
+        publish_token: Option<&str>,
+        now_ms: TimestampMs,
+    ) -> Result<Dataset>;
+
+    /// Reads the rows of `split_ids` (distinct, sorted), asks `planner` for the plan and
+    /// applies it atomically with conditional writes. Returns the actual outcome per split,
+    /// sorted by id. `mode` is passed so that the backend can refuse a mode it lacks; a
+    /// create-only stage never executes anything that could modify an existing row.
+    async fn stage(
+        &self,
+        dataset_id: &str,
+        mode: StageMode,
+        split_ids: &[String],
+        planner: &StagePlanner<'_>,
+        now_ms: TimestampMs,
+    ) -> Result<Vec<StagedSplit>>;
+
+    /// Locks the dataset, observes, calls `validate`, then publishes atomically: staged ids
+    /// become published, replaced ids marked, the checkpoint delta applied, the manifest
+    /// version bumped.
+    async fn publish(
+        &self,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now_ms: TimestampMs,
+    ) -> Result<PublishResult>;
+
+    /// Marks splits for deletion; idempotent. `NotFound` naming unknown ids, nothing written.
+    async fn mark_for_deletion(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+        now_ms: TimestampMs,
+    ) -> Result<MarkResult>;
+
+    /// Deletes the rows of splits marked for deletion. `NotFound` naming unknown ids,
+    /// `FailedPrecondition` naming ids in another state; nothing written in either case.
+    /// The engine deletes the objects before calling this.
+    async fn delete_splits(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+        now_ms: TimestampMs,
+    ) -> Result<()>;
+
+    /// Splits matching `query`, sorted by id, one page at a time.
+    async fn list_splits(&self, dataset_id: &str, query: &ListQuery) -> Result<SplitPage>;
+}

@@ -1,0 +1,24 @@
+//! mend: the recovery engine that keeps a catalog of immutable data objects ("splits")
+//! consistent with the object storage that holds them.
+//!
+//! The host observes and executes; the policy component decides:
+//!
+//! - [`runtime`] loads the policy component (wasmtime) and calls it, one fresh sandbox per
+//!   decision, with memory, fuel and output limits;
+//! - [`catalog`] is the storage trait and its backends (Postgres, object storage);
+//! - [`engine`] is the one driver: it validates requests, observes the catalog, asks the
+//!   policy, checks the answer against [`invariants`] and has the backend execute it;
+//! - [`model`] and [`error`] are the data and the typed errors everything shares.
+
+pub mod catalog;
+pub mod clock;
+pub mod engine;
+pub mod error;
+pub mod invariants;
+pub mod model;
+pub mod runtime;
+pub mod validate;
+
+pub use catalog::{Capabilities, Catalog};
+pub use engine::{Engine, EngineOptions};
+pub use error::{EntityKind, MendError, PolicyError, Result};

@@ -1,0 +1,239 @@
+//! The catalog's data model: datasets, split rows, requests and results.
+//!
+//! Times are milliseconds since the Unix epoch, always handed in by the caller (the engine's
+//! [`Clock`](crate::clock::Clock)); no backend reads a clock inside a mutation.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub use mend_policy::{CheckpointDelta, PartitionDelta, SplitState, StageMode};
+
+/// Milliseconds since the Unix epoch.
+pub type TimestampMs = i64;
+
+/// Source, then partition, then the position published up to.
+pub type Checkpoint = BTreeMap<String, BTreeMap<String, u64>>;
+
+/// A dataset's configuration. Each change bumps `Dataset::config_version`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetConfig {
+    /// A staged split untouched this long is abandoned (garbage collection marks it).
+    pub staged_grace_period_ms: u64,
+    /// A marked split's object and row are removed this long after the mark.
+    pub deletion_grace_period_ms: u64,
+    /// Parameters the policy may read; opaque to the host.
+    #[serde(default)]
+    pub policy_params: BTreeMap<String, String>,
+}
+
+impl Default for DatasetConfig {
+    fn default() -> Self {
+        Self {
+            staged_grace_period_ms: 60 * 60 * 1000,
+            deletion_grace_period_ms: 10 * 60 * 1000,
+            policy_params: BTreeMap::new(),
+        }
+    }
+}
+
+/// A named collection of splits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dataset {
+    pub dataset_id: String,
+    /// Unique per incarnation: a dataset deleted and created again under the same name has a
+    /// different uid.
+    pub uid: String,
+    pub config: DatasetConfig,
+    pub config_version: u64,
+    pub checkpoint: Checkpoint,
+    /// Grows with every change to the published view (publish, mark, delete, config, token).
+    pub manifest_version: u64,
+    /// A publish must present exactly this token (fencing); `None` means publishes carry none.
+    pub publish_token: Option<String>,
+    pub created_at_ms: TimestampMs,
+    pub updated_at_ms: TimestampMs,
+}
+
+/// A split's time range, taken from its metadata's `time_range` (inclusive bounds, ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimeRange {
+    pub start: i64,
+    pub end: i64,
+}
+
+impl TimeRange {
+    pub fn overlaps(&self, other: &TimeRange) -> bool {
+        self.start <= other.end && other.start <= self.end
+    }
+}
+
+/// A split's catalog row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SplitRow {
+    pub split_id: String,
+    pub state: SplitState,
+    /// The node that staged the split.
+    pub node: String,
+    /// A JSON object: docs, bytes, time range, tags, parent splits, whatever the writer adds.
+    pub metadata: serde_json::Value,
+    pub time_range: Option<TimeRange>,
+    pub created_at_ms: TimestampMs,
+    pub updated_at_ms: TimestampMs,
+    pub published_at_ms: Option<TimestampMs>,
+}
+
+/// One split of a stage request, as a caller sends it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageSplit {
+    pub split_id: String,
+    /// The metadata as JSON text; it must parse to a JSON object.
+    pub metadata_json: String,
+}
+
+/// A stage request. The mode is required: there is no default.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageRequest {
+    pub dataset_id: String,
+    pub mode: StageMode,
+    pub node: String,
+    pub splits: Vec<StageSplit>,
+}
+
+/// A validated split ready to be written, as the engine hands it to a backend.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewSplit {
+    pub split_id: String,
+    pub node: String,
+    pub metadata: serde_json::Value,
+    pub time_range: Option<TimeRange>,
+}
+
+/// What a stage request did to one split: the actual outcome at write time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", content = "existing_state", rename_all = "snake_case")]
+pub enum StageOutcome {
+    /// This request created the row: the caller owns it.
+    Inserted,
+    /// The row was staged and now holds this request's content (upsert only).
+    Overwritten,
+    /// A row existed and was left exactly as it was (create-only only).
+    Skipped(SplitState),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StagedSplit {
+    pub split_id: String,
+    #[serde(flatten)]
+    pub outcome: StageOutcome,
+}
+
+/// The result of a stage request: one entry per distinct split id, sorted by id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageResult {
+    pub dataset_id: String,
+    pub mode: StageMode,
+    pub splits: Vec<StagedSplit>,
+}
+
+impl StageResult {
+    /// The ids this request inserted: the rows the caller now owns.
+    pub fn inserted(&self) -> impl Iterator<Item = &str> {
+        self.splits
+            .iter()
+            .filter(|split| split.outcome == StageOutcome::Inserted)
+            .map(|split| split.split_id.as_str())
+    }
+}
+
+/// A publish: staged ids become published, replaced ids become marked for deletion and the
+/// checkpoint delta is applied, all at once or not at all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishRequest {
+    pub dataset_id: String,
+    #[serde(default)]
+    pub staged_split_ids: Vec<String>,
+    #[serde(default)]
+    pub replaced_split_ids: Vec<String>,
+    #[serde(default)]
+    pub checkpoint_delta: Option<CheckpointDelta>,
+    #[serde(default)]
+    pub publish_token: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishResult {
+    pub dataset_id: String,
+    pub manifest_version: u64,
+    pub published: Vec<String>,
+    pub marked: Vec<String>,
+}
+
+/// What a mark-for-deletion request did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarkResult {
+    /// Ids that this request moved to MarkedForDeletion.
+    pub marked: Vec<String>,
+    /// Ids that were already marked; marking is idempotent.
+    pub already_marked: Vec<String>,
+}
+
+/// Filters and paging for listing splits. Results are sorted by split id.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListQuery {
+    /// Only these states; empty means all.
+    #[serde(default)]
+    pub states: Vec<SplitState>,
+    /// Only these ids.
+    #[serde(default)]
+    pub split_ids: Option<Vec<String>>,
+    /// Only splits whose time range overlaps this one (splits without a range never match).
+    #[serde(default)]
+    pub time_range: Option<TimeRange>,
+    /// Only splits updated at or after this time.
+    #[serde(default)]
+    pub updated_since_ms: Option<TimestampMs>,
+    /// Only splits updated strictly before this time.
+    #[serde(default)]
+    pub updated_before_ms: Option<TimestampMs>,
+    /// Paging: only ids strictly greater than this one.
+    #[serde(default)]
+    pub after_split_id: Option<String>,
+    /// Page size; `None` means every match.
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+impl ListQuery {
+    /// Whether `row` passes every filter (not the paging cursor).
+    pub fn matches(&self, row: &SplitRow) -> bool {
+        (self.states.is_empty() || self.states.contains(&row.state))
+            && self
+                .split_ids
+                .as_ref()
+                .is_none_or(|ids| ids.contains(&row.split_id))
+            && self.time_range.is_none_or(|range| {
+                row.time_range
+                    .is_some_and(|row_range| row_range.overlaps(&range))
+            })
+            && self
+                .updated_since_ms
+                .is_none_or(|since| row.updated_at_ms >= since)
+            && self
+                .updated_before_ms
+                .is_none_or(|before| row.updated_at_ms < before)
+            && self
+                .after_split_id
+                .as_ref()
+                .is_none_or(|after| row.split_id.as_str() > after.as_str())
+    }
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SplitPage {
+    pub splits: Vec<SplitRow>,
+    /// Pass as `after_split_id` to fetch the next page; `None` on the last page.
+    pub next_after_split_id: Option<String>,
+}
