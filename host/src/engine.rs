@@ -1,1 +1,329 @@
-//! todo
+//! The engine: the one place that talks both to the policy and to the storage.
+//!
+//! Each request goes through the same steps: validate the input (`InvalidArgument`, nothing
+//! read), check that the backend provides what the request needs (`CapabilityMissing`, never
+//! a fallback), let the backend observe inside its atomic step, ask the policy, check its
+//! answer against the [`invariants`](crate::invariants), and have the backend execute it.
+
+use std::sync::Arc;
+
+use mend_policy::capability::{
+    PUBLISH_CHECKPOINT, PUBLISH_TOKEN, STAGE_CREATE_ONLY, STAGE_UPSERT,
+};
+use mend_policy::{ExistingRow, PartitionPosition, PublishInput, StagePlanInput};
+
+use crate::catalog::{Capabilities, Catalog, PublishObservation, StagePlan};
+use crate::clock::{Clock, SystemClock};
+use crate::error::{MendError, Result};
+use crate::invariants;
+use crate::model::{
+    Dataset, DatasetConfig, ListQuery, MarkResult, PublishRequest, PublishResult, SplitPage,
+    SplitState, StageMode, StageRequest, StageResult, StagedSplit,
+};
+use crate::objects::SplitObjects;
+use crate::runtime::PolicyRuntime;
+use crate::validate;
+
+/// Host-side settings of an engine.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Most splits one stage request may carry.
+    pub max_stage_batch: usize,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            max_stage_batch: 10_000,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+/// What this host implements, before intersecting with a backend.
+pub fn host_capabilities() -> Capabilities {
+    Capabilities::new([
+        STAGE_UPSERT,
+        STAGE_CREATE_ONLY,
+        PUBLISH_CHECKPOINT,
+        PUBLISH_TOKEN,
+    ])
+}
+
+/// A catalog, its split objects and the policy that decides for them.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    catalog: Arc<dyn Catalog>,
+    objects: SplitObjects,
+    policy: PolicyRuntime,
+    capabilities: Capabilities,
+    options: EngineOptions,
+}
+
+impl Engine {
+    /// Refuses a policy that requires a capability the host and backend do not both provide.
+    pub fn new(
+        catalog: Arc<dyn Catalog>,
+        objects: SplitObjects,
+        policy: PolicyRuntime,
+        options: EngineOptions,
+    ) -> Result<Self> {
+        let capabilities = host_capabilities().intersection(&catalog.capabilities());
+        for required in &policy.description().required_capabilities {
+            if !capabilities.contains(required) {
+                return Err(MendError::CapabilityMissing {
+                    capability: required.clone(),
+                    detail: format!(
+                        "policy {} {} ({}) requires it, but {} provides only [{capabilities}]",
+                        policy.description().name,
+                        policy.description().version,
+                        policy.digest(),
+                        catalog.describe()
+                    ),
+                });
+            }
+        }
+        Ok(Self {
+            catalog,
+            objects,
+            policy,
+            capabilities,
+            options,
+        })
+    }
+
+    pub fn catalog(&self) -> &Arc<dyn Catalog> {
+        &self.catalog
+    }
+
+    pub fn objects(&self) -> &SplitObjects {
+        &self.objects
+    }
+
+    pub fn policy(&self) -> &PolicyRuntime {
+        &self.policy
+    }
+
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.options.clock.now_ms()
+    }
+
+    fn require(&self, capability: &str, why: &str) -> Result<()> {
+        if self.capabilities.contains(capability) {
+            return Ok(());
+        }
+        Err(MendError::CapabilityMissing {
+            capability: capability.to_string(),
+            detail: format!(
+                "{why}, but {} provides only [{}]; the request was not executed",
+                self.catalog.describe(),
+                self.capabilities
+            ),
+        })
+    }
+
+    pub async fn create_dataset(&self, dataset_id: &str, config: &DatasetConfig) -> Result<Dataset> {
+        validate::dataset_id(dataset_id)?;
+        validate::config(config)?;
+        let uid = uuid::Uuid::new_v4().to_string();
+        self.catalog
+            .create_dataset(dataset_id, &uid, config, self.now_ms())
+            .await
+    }
+
+    pub async fn datasets(&self) -> Result<Vec<Dataset>> {
+        self.catalog.list_datasets().await
+    }
+
+    pub async fn dataset(&self, dataset_id: &str) -> Result<Dataset> {
+        validate::dataset_id(dataset_id)?;
+        self.catalog.dataset(dataset_id).await
+    }
+
+    pub async fn update_config(
+        &self,
+        dataset_id: &str,
+        expected_config_version: u64,
+        config: &DatasetConfig,
+    ) -> Result<Dataset> {
+        validate::dataset_id(dataset_id)?;
+        validate::config(config)?;
+        self.catalog
+            .update_config(dataset_id, expected_config_version, config, self.now_ms())
+            .await
+    }
+
+    pub async fn set_publish_token(
+        &self,
+        dataset_id: &str,
+        publish_token: Option<&str>,
+    ) -> Result<Dataset> {
+        validate::dataset_id(dataset_id)?;
+        self.require(PUBLISH_TOKEN, "setting a publish token needs fencing")?;
+        if publish_token.is_some_and(str::is_empty) {
+            return Err(MendError::invalid("a publish token cannot be empty"));
+        }
+        self.catalog
+            .set_publish_token(dataset_id, publish_token, self.now_ms())
+            .await
+    }
+
+    /// Stages splits in the request's mode. The result names, per distinct id, what actually
+    /// happened at write time: in create-only mode `Inserted` is the claim on the row.
+    pub async fn stage(&self, request: &StageRequest) -> Result<StageResult> {
+        let requested = validate::stage_request(request, self.options.max_stage_batch)?;
+        match request.mode {
+            StageMode::CreateOnly => self.require(
+                STAGE_CREATE_ONLY,
+                "a create-only stage must never run as an upsert",
+            )?,
+            StageMode::Upsert => self.require(STAGE_UPSERT, "an upsert stage needs upsert")?,
+        }
+        let mut split_ids: Vec<String> = requested.iter().map(|s| s.split_id.clone()).collect();
+        split_ids.sort();
+        split_ids.dedup();
+
+        let request_ids: Vec<String> = requested.iter().map(|s| s.split_id.clone()).collect();
+        let planner = |existing: &[ExistingRow]| -> Result<StagePlan> {
+            let input = StagePlanInput {
+                dataset_id: request.dataset_id.clone(),
+                mode: request.mode,
+                split_ids: request_ids.clone(),
+                existing: existing.to_vec(),
+            };
+            let planned = self.policy.plan_stage(&input)?;
+            invariants::checked_stage_plan(request.mode, &requested, existing, planned)
+        };
+        let splits: Vec<StagedSplit> = self
+            .catalog
+            .stage(
+                &request.dataset_id,
+                request.mode,
+                &split_ids,
+                &planner,
+                self.now_ms(),
+            )
+            .await?;
+        Ok(StageResult {
+            dataset_id: request.dataset_id.clone(),
+            mode: request.mode,
+            splits,
+        })
+    }
+
+    /// Publishes staged splits, marks replaced ones and applies the checkpoint delta, all at
+    /// once or not at all.
+    pub async fn publish(&self, request: &PublishRequest) -> Result<PublishResult> {
+        validate::publish_request(request)?;
+        if request.checkpoint_delta.is_some() {
+            self.require(PUBLISH_CHECKPOINT, "the publish carries a checkpoint delta")?;
+        }
+        if request.publish_token.is_some() {
+            self.require(PUBLISH_TOKEN, "the publish carries a publish token")?;
+        }
+        let validator = |observation: &PublishObservation| -> Result<()> {
+            let input = publish_input(request, observation);
+            let violations = self.policy.validate_publish(&input)?;
+            invariants::checked_publish(request, observation, violations)
+        };
+        self.catalog
+            .publish(request, &validator, self.now_ms())
+            .await
+    }
+
+    /// Marks splits for deletion; marking a marked split again is a no-op.
+    pub async fn mark_for_deletion(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+    ) -> Result<MarkResult> {
+        validate::split_id_list(dataset_id, split_ids)?;
+        self.catalog
+            .mark_for_deletion(dataset_id, split_ids, self.now_ms())
+            .await
+    }
+
+    /// Deletes splits marked for deletion: their objects first, then their rows, so that a
+    /// crash in between leaves a marked row whose delete can simply be repeated.
+    pub async fn delete_splits(&self, dataset_id: &str, split_ids: &[String]) -> Result<()> {
+        validate::split_id_list(dataset_id, split_ids)?;
+        let query = ListQuery {
+            split_ids: Some(split_ids.to_vec()),
+            ..ListQuery::default()
+        };
+        let rows = self.catalog.list_splits(dataset_id, &query).await?.splits;
+        let missing: Vec<String> = split_ids
+            .iter()
+            .filter(|id| !rows.iter().any(|row| &row.split_id == *id))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            return Err(MendError::splits_not_found(missing));
+        }
+        let not_marked: Vec<String> = rows
+            .iter()
+            .filter(|row| row.state != SplitState::MarkedForDeletion)
+            .map(|row| row.split_id.clone())
+            .collect();
+        if !not_marked.is_empty() {
+            return Err(MendError::failed_precondition(
+                format!(
+                    "only splits marked for deletion can be deleted; mark these first: {}",
+                    not_marked.join(", ")
+                ),
+                not_marked,
+            ));
+        }
+        // A marked split never returns to a live state, so its object can go before the row.
+        for row in &rows {
+            self.objects.delete(dataset_id, &row.split_id).await?;
+        }
+        self.catalog
+            .delete_splits(dataset_id, split_ids, self.now_ms())
+            .await
+    }
+
+    pub async fn list_splits(&self, dataset_id: &str, query: &ListQuery) -> Result<SplitPage> {
+        validate::dataset_id(dataset_id)?;
+        if let Some(ids) = &query.split_ids {
+            ids.iter().try_for_each(|id| validate::split_id(id))?;
+        }
+        if query.limit == Some(0) {
+            return Err(MendError::invalid("a page limit must be positive"));
+        }
+        self.catalog.list_splits(dataset_id, query).await
+    }
+}
+
+/// What the policy sees of a publish: the request and the observation, in WIT's shapes.
+fn publish_input(request: &PublishRequest, observation: &PublishObservation) -> PublishInput {
+    let checkpoint = request
+        .checkpoint_delta
+        .as_ref()
+        .and_then(|delta| observation.checkpoint.get(&delta.source))
+        .map(|positions| {
+            positions
+                .iter()
+                .map(|(partition, position)| PartitionPosition {
+                    partition: partition.clone(),
+                    position: *position,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    PublishInput {
+        dataset_id: request.dataset_id.clone(),
+        staged_split_ids: request.staged_split_ids.clone(),
+        replaced_split_ids: request.replaced_split_ids.clone(),
+        checkpoint_delta: request.checkpoint_delta.clone(),
+        publish_token: request.publish_token.clone(),
+        rows: observation.rows.clone(),
+        checkpoint,
+        current_publish_token: observation.publish_token.clone(),
+    }
+}

@@ -176,7 +176,7 @@ pub enum PolicyError {
     #[error("policy call {function} exceeded its memory limit of {limit_bytes} bytes")]
     MemoryExhausted { function: &'static str, limit_bytes: usize },
 
-    #[error("policy call {function} returned {size} entries, over the limit of {limit}")]
+    #[error("policy call {function} returned {size} bytes, over the limit of {limit}")]
     OutputTooLarge {
         function: &'static str,
         size: usize,

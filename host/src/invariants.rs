@@ -1,1 +1,279 @@
-//! todo
+//! The checks no policy may get past. The engine runs every policy answer through these
+//! before a backend executes it; a decision that fails one is refused with
+//! `PolicyRejected` and nothing is written.
+//!
+//! The numbers refer to the invariants in DESIGN.md: (3) create-only staging never modifies
+//! an existing row, (4) checkpoints never move backwards and a delta applies exactly once,
+//! (5) transitions follow the lifecycle, (7) a stale publish token cannot publish.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use mend_policy::{ExistingRow, PlannedSplit, PublishViolation, StageAction, ViolationKind};
+
+use crate::catalog::{PlannedAction, PlannedStage, PublishObservation, StagePlan};
+use crate::error::{MendError, Result};
+use crate::model::{NewSplit, PublishRequest, SplitState, StageMode};
+
+/// Turns the policy's stage plan into the plan a backend applies.
+///
+/// `requested` is the request's splits in request order; `existing` the rows the backend read.
+/// The plan must cover each distinct requested id exactly once, point at a request entry with
+/// that id, and match what was observed: insert only where no row exists, overwrite only a
+/// staged row and only in upsert mode, skip only with the state actually observed. If the
+/// plan is sound but rejects some splits, the whole batch fails with `FailedPrecondition`
+/// naming them.
+pub fn checked_stage_plan(
+    mode: StageMode,
+    requested: &[NewSplit],
+    existing: &[ExistingRow],
+    planned: Vec<PlannedSplit>,
+) -> Result<StagePlan> {
+    let observed: BTreeMap<&str, SplitState> = existing
+        .iter()
+        .map(|row| (row.split_id.as_str(), row.state))
+        .collect();
+    let mut remaining: BTreeSet<&str> = requested.iter().map(|s| s.split_id.as_str()).collect();
+    let mut entries = Vec::with_capacity(planned.len());
+    let mut rejected: Vec<(String, String)> = Vec::new();
+
+    for decision in planned {
+        let id = decision.split_id.as_str();
+        if !remaining.remove(id) {
+            return Err(rejected_plan(format!(
+                "the plan names split {id:?} that the request does not, or names it twice"
+            )));
+        }
+        let source = requested
+            .get(decision.request_index as usize)
+            .filter(|source| source.split_id == decision.split_id)
+            .ok_or_else(|| {
+                rejected_plan(format!(
+                    "the plan takes split {id:?} from request entry {}, which is another split",
+                    decision.request_index
+                ))
+            })?;
+        let state = observed.get(id).copied();
+        let action = match (decision.action, state) {
+            (StageAction::Insert, None) => PlannedAction::Insert,
+            (StageAction::Insert, Some(state)) => {
+                return Err(rejected_plan(format!(
+                    "the plan inserts split {id:?} over an existing {state} row"
+                )));
+            }
+            (StageAction::Overwrite, Some(SplitState::Staged)) if mode == StageMode::Upsert => {
+                PlannedAction::Overwrite
+            }
+            (StageAction::Overwrite, state) => {
+                return Err(rejected_plan(format!(
+                    "the plan overwrites split {id:?} (row {}) in {mode} mode; only a staged row may be overwritten, and only in upsert mode (invariant 3)",
+                    state.map_or("missing", SplitState::as_str)
+                )));
+            }
+            (StageAction::Skip(claimed), Some(state)) if claimed == state => {
+                PlannedAction::Skip(state)
+            }
+            (StageAction::Skip(claimed), state) => {
+                return Err(rejected_plan(format!(
+                    "the plan skips split {id:?} as {claimed}, but its row is {}",
+                    state.map_or("missing", SplitState::as_str)
+                )));
+            }
+            (StageAction::Reject(reason), _) => {
+                rejected.push((decision.split_id.clone(), reason));
+                continue;
+            }
+        };
+        entries.push(PlannedStage {
+            split: source.clone(),
+            action,
+        });
+    }
+    if let Some(missing) = remaining.first() {
+        return Err(rejected_plan(format!(
+            "the plan has no decision for split {missing:?}"
+        )));
+    }
+    if !rejected.is_empty() {
+        let message = rejected
+            .iter()
+            .map(|(id, reason)| format!("{id}: {reason}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(MendError::failed_precondition(
+            format!("the stage batch is rejected, nothing was written: {message}"),
+            rejected.into_iter().map(|(id, _)| id).collect(),
+        ));
+    }
+    entries.sort_by(|a, b| a.split.split_id.cmp(&b.split.split_id));
+    Ok(StagePlan { entries })
+}
+
+/// Maps the policy's publish verdict to an error, and refuses a verdict of "allowed" when
+/// the observation breaks an invariant.
+pub fn checked_publish(
+    request: &PublishRequest,
+    observation: &PublishObservation,
+    violations: Vec<PublishViolation>,
+) -> Result<()> {
+    if !violations.is_empty() {
+        return Err(violation_error(violations));
+    }
+    match broken_invariant(request, observation) {
+        Some(broken) => Err(rejected_plan(format!(
+            "the policy allowed a publish that breaks an invariant: {broken}"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The host's own reading of the publish preconditions, independent of the policy.
+fn broken_invariant(request: &PublishRequest, observation: &PublishObservation) -> Option<String> {
+    let rows: BTreeMap<&str, SplitState> = observation
+        .rows
+        .iter()
+        .map(|row| (row.split_id.as_str(), row.state))
+        .collect();
+    for id in &request.staged_split_ids {
+        if rows.get(id.as_str()) != Some(&SplitState::Staged) {
+            return Some(format!("split {id} is not staged (invariant 5)"));
+        }
+    }
+    for id in &request.replaced_split_ids {
+        if rows.get(id.as_str()) != Some(&SplitState::Published) {
+            return Some(format!("split {id} is not published (invariant 5)"));
+        }
+    }
+    if let Some(delta) = &request.checkpoint_delta {
+        let positions = observation.checkpoint.get(&delta.source);
+        for partition in &delta.partitions {
+            let current = positions.and_then(|p| p.get(&partition.partition)).copied();
+            if current != partition.from_position
+                || current.is_some_and(|at| partition.to_position <= at)
+            {
+                return Some(format!(
+                    "partition {} of source {} is at {current:?}, the delta starts at {:?} (invariant 4)",
+                    partition.partition, delta.source, partition.from_position
+                ));
+            }
+        }
+    }
+    if request.publish_token != observation.publish_token {
+        return Some("the publish token is not the dataset's current one (invariant 7)".into());
+    }
+    None
+}
+
+fn violation_error(violations: Vec<PublishViolation>) -> MendError {
+    let missing: Vec<String> = violations
+        .iter()
+        .filter(|v| v.kind == ViolationKind::SplitMissing)
+        .flat_map(|v| v.subjects.iter().cloned())
+        .collect();
+    if !missing.is_empty() {
+        return MendError::splits_not_found(missing);
+    }
+    let message = violations
+        .iter()
+        .map(|v| v.message.as_str())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let ids = violations
+        .into_iter()
+        .filter(|v| {
+            matches!(
+                v.kind,
+                ViolationKind::NotStaged | ViolationKind::NotPublished | ViolationKind::SplitInBoth
+            )
+        })
+        .flat_map(|v| v.subjects)
+        .collect();
+    MendError::failed_precondition(format!("publish refused: {message}"), ids)
+}
+
+fn rejected_plan(message: String) -> MendError {
+    MendError::PolicyRejected { message }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(id: &str) -> NewSplit {
+        NewSplit {
+            split_id: id.into(),
+            node: "n".into(),
+            metadata: serde_json::json!({}),
+            time_range: None,
+        }
+    }
+
+    fn planned(id: &str, index: u32, action: StageAction) -> PlannedSplit {
+        PlannedSplit {
+            split_id: id.into(),
+            request_index: index,
+            action,
+        }
+    }
+
+    fn row(id: &str, state: SplitState) -> ExistingRow {
+        ExistingRow {
+            split_id: id.into(),
+            state,
+        }
+    }
+
+    #[test]
+    fn create_only_plan_may_not_overwrite_or_insert_over_a_row() {
+        let requested = [split("a")];
+        let existing = [row("a", SplitState::Staged)];
+        for action in [StageAction::Overwrite, StageAction::Insert] {
+            let result = checked_stage_plan(
+                StageMode::CreateOnly,
+                &requested,
+                &existing,
+                vec![planned("a", 0, action)],
+            );
+            assert!(matches!(result, Err(MendError::PolicyRejected { .. })));
+        }
+    }
+
+    #[test]
+    fn plan_must_cover_each_id_once_and_report_true_states() {
+        let requested = [split("a"), split("b")];
+        let existing = [row("a", SplitState::Published)];
+        let cases = [
+            vec![planned("a", 0, StageAction::Skip(SplitState::Published))],
+            vec![
+                planned("a", 0, StageAction::Skip(SplitState::Published)),
+                planned("b", 1, StageAction::Insert),
+                planned("b", 1, StageAction::Insert),
+            ],
+            vec![
+                planned("a", 0, StageAction::Skip(SplitState::Staged)),
+                planned("b", 1, StageAction::Insert),
+            ],
+            vec![
+                planned("a", 0, StageAction::Skip(SplitState::Published)),
+                planned("b", 0, StageAction::Insert),
+            ],
+        ];
+        for plan in cases {
+            let result = checked_stage_plan(StageMode::CreateOnly, &requested, &existing, plan);
+            assert!(matches!(result, Err(MendError::PolicyRejected { .. })));
+        }
+    }
+
+    #[test]
+    fn rejections_fail_the_batch_naming_the_ids() {
+        let requested = [split("a"), split("b")];
+        let existing = [row("a", SplitState::Published)];
+        let plan = vec![
+            planned("a", 0, StageAction::Reject("published".into())),
+            planned("b", 1, StageAction::Insert),
+        ];
+        match checked_stage_plan(StageMode::Upsert, &requested, &existing, plan) {
+            Err(MendError::FailedPrecondition { ids, .. }) => assert_eq!(ids, ["a"]),
+            other => panic!("expected FailedPrecondition, got {other:?}"),
+        }
+    }
+}

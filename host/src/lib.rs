@@ -16,6 +16,7 @@ pub mod engine;
 pub mod error;
 pub mod invariants;
 pub mod model;
+pub mod objects;
 pub mod runtime;
 pub mod validate;
 

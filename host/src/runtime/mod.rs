@@ -1,1 +1,339 @@
-//! todo
+//! The policy runtime: loads a policy component once and calls it, one sandbox per decision.
+//!
+//! Loading checks, in order, that the bytes compile as a component, that the component
+//! imports nothing outside [`ALLOWED_IMPORTS`] (which is empty: a policy gets no WASI at all),
+//! and that `describe()` reports an ABI and semantics revision this host implements. A call
+//! instantiates the pre-linked component in a fresh store with a memory limit and a fuel
+//! budget; a trap, an exhausted limit or an oversized answer becomes a [`PolicyError`] for
+//! that call alone, and the runtime keeps serving.
+//!
+//! The capabilities a policy requires are checked by the engine, which knows what its
+//! backend provides.
+
+mod bindings;
+mod sandbox;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use mend_policy::{
+    PlannedSplit, PolicyDescription, PublishInput, PublishViolation, StagePlanInput,
+};
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, Store};
+
+use crate::error::PolicyError;
+
+pub use sandbox::PolicyLimits;
+
+use self::bindings::{Policy, PolicyPre};
+use self::sandbox::SandboxState;
+
+/// The interfaces a policy component may import: none. Listing one here grants every policy
+/// that authority, so each entry needs a reason.
+pub const ALLOWED_IMPORTS: &[&str] = &[];
+
+/// The ABI this host implements (the `mend:policy` WIT package version).
+pub const HOST_ABI_MAJOR: u32 = mend_policy::ABI_MAJOR;
+pub const HOST_ABI_MINOR: u32 = mend_policy::ABI_MINOR;
+
+/// Semantics revisions this host knows how to run. A policy reporting another one is refused:
+/// the host cannot know what its decisions mean.
+pub const KNOWN_SEMANTICS_REVISIONS: &[u32] = &[1];
+
+/// The default policy component, built from `guest/` by the build script.
+pub const DEFAULT_POLICY_WASM: &[u8] = include_bytes!(env!("MEND_DEFAULT_POLICY_WASM"));
+
+/// A loaded, checked policy, ready to decide. Cheap to clone and share between tasks.
+#[derive(Clone)]
+pub struct PolicyRuntime {
+    inner: Arc<Loaded>,
+}
+
+struct Loaded {
+    engine: Engine,
+    pre: PolicyPre<SandboxState>,
+    digest: String,
+    description: PolicyDescription,
+    limits: PolicyLimits,
+}
+
+impl fmt::Debug for PolicyRuntime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyRuntime")
+            .field("digest", &self.inner.digest)
+            .field("name", &self.inner.description.name)
+            .field("version", &self.inner.description.version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PolicyRuntime {
+    /// Loads the policy that ships with this host.
+    pub fn default_policy() -> Result<Self, PolicyError> {
+        Self::load(DEFAULT_POLICY_WASM, PolicyLimits::default())
+    }
+
+    /// Compiles (or reuses the compiled form of) `bytes`, checks its imports and its
+    /// `describe()`, and returns it ready to call.
+    pub fn load(bytes: &[u8], limits: PolicyLimits) -> Result<Self, PolicyError> {
+        let engine = shared_engine()?;
+        let digest = digest_of(bytes);
+        let component = compiled(engine, &digest, bytes)?;
+
+        let component_type = component.component_type();
+        for (import, _) in component_type.imports(engine) {
+            if !ALLOWED_IMPORTS.contains(&import) {
+                return Err(PolicyError::ForbiddenImport {
+                    import: import.to_string(),
+                });
+            }
+        }
+        drop(component_type);
+
+        let linker = Linker::<SandboxState>::new(engine);
+        let instance_pre = linker
+            .instantiate_pre(&component)
+            .map_err(|error| PolicyError::Incompatible {
+                reason: format!("{error:#}"),
+            })?;
+        let pre = PolicyPre::new(instance_pre).map_err(|error| PolicyError::Incompatible {
+            reason: format!("the component does not export the mend:policy world: {error:#}"),
+        })?;
+
+        let mut runtime = Loaded {
+            engine: engine.clone(),
+            pre,
+            digest,
+            description: PolicyDescription {
+                name: String::new(),
+                version: String::new(),
+                abi_major: 0,
+                abi_minor: 0,
+                semantics_revision: 0,
+                required_capabilities: Vec::new(),
+            },
+            limits,
+        };
+        let description = runtime.call("describe", |policy, store| {
+            policy.call_describe(store).map(bindings::description)
+        })?;
+        check_description(&description)?;
+        runtime.description = description;
+        Ok(Self {
+            inner: Arc::new(runtime),
+        })
+    }
+
+    /// `sha256:<hex>` of the component's bytes: the name audit rows and operators use.
+    pub fn digest(&self) -> &str {
+        &self.inner.digest
+    }
+
+    pub fn description(&self) -> &PolicyDescription {
+        &self.inner.description
+    }
+
+    pub fn limits(&self) -> &PolicyLimits {
+        &self.inner.limits
+    }
+
+    /// One decision per distinct split id of the request.
+    pub fn plan_stage(&self, input: &StagePlanInput) -> Result<Vec<PlannedSplit>, PolicyError> {
+        let wit_input = bindings::stage_plan_input(input);
+        let planned = self.inner.call("plan-stage", |policy, store| {
+            policy.call_plan_stage(store, &wit_input)
+        })?;
+        let size = planned
+            .iter()
+            .map(|p| {
+                16 + p.split_id.len()
+                    + match &p.action {
+                        bindings::mend::policy::types::StageAction::Reject(why) => why.len(),
+                        _ => 0,
+                    }
+            })
+            .sum();
+        sandbox::check_output_size("plan-stage", size, &self.inner.limits)?;
+        Ok(planned.into_iter().map(bindings::planned_split).collect())
+    }
+
+    /// Every reason the publish must not happen; empty allows it.
+    pub fn validate_publish(
+        &self,
+        input: &PublishInput,
+    ) -> Result<Vec<PublishViolation>, PolicyError> {
+        let wit_input = bindings::publish_input(input);
+        let violations = self.inner.call("validate-publish", |policy, store| {
+            policy.call_validate_publish(store, &wit_input)
+        })?;
+        let size = violations
+            .iter()
+            .map(|v| 16 + v.message.len() + v.subjects.iter().map(String::len).sum::<usize>())
+            .sum();
+        sandbox::check_output_size("validate-publish", size, &self.inner.limits)?;
+        Ok(violations
+            .into_iter()
+            .map(bindings::publish_violation)
+            .collect())
+    }
+}
+
+impl Loaded {
+    /// Instantiates the component in a fresh sandbox and runs `body` against it.
+    fn call<T>(
+        &self,
+        function: &'static str,
+        body: impl FnOnce(&Policy, &mut Store<SandboxState>) -> wasmtime::Result<T>,
+    ) -> Result<T, PolicyError> {
+        let mut store = Store::new(&self.engine, SandboxState::new(&self.limits));
+        store.limiter(|state| state);
+        store
+            .set_fuel(self.limits.fuel_per_call)
+            .expect("fuel is enabled on the shared engine");
+        let result = self
+            .pre
+            .instantiate(&mut store)
+            .and_then(|policy| body(&policy, &mut store));
+        result.map_err(|error| sandbox::call_error(function, error, store.data(), &self.limits))
+    }
+}
+
+/// Refuses a policy whose ABI or semantics this host does not implement.
+fn check_description(description: &PolicyDescription) -> Result<(), PolicyError> {
+    if description.abi_major != HOST_ABI_MAJOR {
+        return Err(PolicyError::Incompatible {
+            reason: format!(
+                "policy {} {} implements ABI {}.{}, this host implements ABI {}.{}: the major versions differ",
+                description.name,
+                description.version,
+                description.abi_major,
+                description.abi_minor,
+                HOST_ABI_MAJOR,
+                HOST_ABI_MINOR
+            ),
+        });
+    }
+    if description.abi_minor > HOST_ABI_MINOR {
+        return Err(PolicyError::Incompatible {
+            reason: format!(
+                "policy {} {} needs ABI {}.{}, newer than this host's {}.{}: upgrade mend first",
+                description.name,
+                description.version,
+                description.abi_major,
+                description.abi_minor,
+                HOST_ABI_MAJOR,
+                HOST_ABI_MINOR
+            ),
+        });
+    }
+    if !KNOWN_SEMANTICS_REVISIONS.contains(&description.semantics_revision) {
+        return Err(PolicyError::Incompatible {
+            reason: format!(
+                "policy {} {} has semantics revision {}, which this host does not know (it knows {:?}): upgrade mend first",
+                description.name,
+                description.version,
+                description.semantics_revision,
+                KNOWN_SEMANTICS_REVISIONS
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The names of the interfaces and functions a component imports.
+pub fn imports_of(bytes: &[u8]) -> Result<Vec<String>, PolicyError> {
+    let engine = shared_engine()?;
+    let component = compiled(engine, &digest_of(bytes), bytes)?;
+    let component_type = component.component_type();
+    Ok(component_type
+        .imports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect())
+}
+
+pub fn digest_of(bytes: &[u8]) -> String {
+    let hash = Sha256::digest(bytes);
+    let hex: String = hash.iter().map(|byte| format!("{byte:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// One engine per process: compiled components are tied to the engine that compiled them.
+fn shared_engine() -> Result<&'static Engine, PolicyError> {
+    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let mut config = Config::new();
+            config.consume_fuel(true);
+            config.wasm_component_model(true);
+            Engine::new(&config).map_err(|error| format!("{error:#}"))
+        })
+        .as_ref()
+        .map_err(|message| PolicyError::Compile {
+            message: message.clone(),
+        })
+}
+
+/// Compiles a component once per process, keyed by digest.
+fn compiled(engine: &Engine, digest: &str, bytes: &[u8]) -> Result<Component, PolicyError> {
+    // A std mutex: the critical section never awaits, and compiling under it keeps two
+    // threads from compiling the same component at once.
+    static COMPILED: OnceLock<Mutex<HashMap<String, Component>>> = OnceLock::new();
+    let mut compiled = COMPILED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(component) = compiled.get(digest) {
+        return Ok(component.clone());
+    }
+    let component = Component::new(engine, bytes).map_err(|error| PolicyError::Compile {
+        message: format!("{error:#}"),
+    })?;
+    compiled.insert(digest.to_string(), component.clone());
+    Ok(component)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mend_policy::{StageAction, StageMode};
+
+    #[test]
+    fn default_policy_loads_describes_itself_and_decides() {
+        let policy = PolicyRuntime::default_policy().expect("the default policy loads");
+        assert_eq!(policy.description(), &mend_policy::describe());
+        assert!(policy.digest().starts_with("sha256:"));
+        let input = StagePlanInput {
+            dataset_id: "ds".into(),
+            mode: StageMode::CreateOnly,
+            split_ids: vec!["b".into(), "a".into(), "b".into()],
+            existing: vec![],
+        };
+        let plan = policy.plan_stage(&input).unwrap();
+        assert_eq!(plan, mend_policy::plan_stage(&input));
+        assert_eq!(plan[0].action, StageAction::Insert);
+    }
+
+    #[test]
+    fn the_default_policy_imports_nothing() {
+        assert_eq!(imports_of(DEFAULT_POLICY_WASM).unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn bytes_that_are_not_a_component_are_a_compile_error() {
+        let error = PolicyRuntime::load(b"not wasm", PolicyLimits::default()).unwrap_err();
+        assert!(matches!(error, PolicyError::Compile { .. }), "{error}");
+    }
+
+    #[test]
+    fn a_tiny_fuel_budget_is_reported_as_fuel_exhaustion() {
+        let limits = PolicyLimits {
+            fuel_per_call: 1_000,
+            ..PolicyLimits::default()
+        };
+        let error = PolicyRuntime::load(DEFAULT_POLICY_WASM, limits).unwrap_err();
+        assert!(matches!(error, PolicyError::FuelExhausted { .. }), "{error}");
+    }
+}

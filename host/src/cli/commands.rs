@@ -1,0 +1,278 @@
+//! What each command does: open the engine, call it, print the result.
+
+use std::io::Read;
+
+use anyhow::{Context, bail};
+use mend::catalog;
+use mend::model::{
+    CheckpointDelta, DatasetConfig, ListQuery, PublishRequest, SplitState, StageMode,
+    StageRequest, StageSplit, TimeRange,
+};
+use mend::runtime::PolicyRuntime;
+use mend::{Engine, EngineOptions};
+use serde::Deserialize;
+
+use super::output;
+use super::{Args, Command, DatasetCommand, ModeArg};
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let engine = open_engine(&args).await?;
+    let json = args.json;
+    match args.command {
+        Command::Dataset { command } => dataset(&engine, command, json).await,
+        Command::Stage {
+            dataset,
+            mode,
+            splits,
+            node,
+        } => {
+            let text = if splits.as_os_str() == "-" {
+                let mut text = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut text)
+                    .context("read splits from stdin")?;
+                text
+            } else {
+                std::fs::read_to_string(&splits)
+                    .with_context(|| format!("read splits from {}", splits.display()))?
+            };
+            let request = StageRequest {
+                dataset_id: dataset,
+                mode: match mode {
+                    ModeArg::Upsert => StageMode::Upsert,
+                    ModeArg::CreateOnly => StageMode::CreateOnly,
+                },
+                node,
+                splits: parse_splits(&text)?,
+            };
+            let result = engine.stage(&request).await.context("stage")?;
+            output::stage_result(&result, json)
+        }
+        Command::Publish {
+            dataset,
+            splits,
+            replaced,
+            checkpoint_delta,
+            publish_token,
+        } => {
+            let checkpoint_delta = checkpoint_delta
+                .map(|text| {
+                    serde_json::from_str::<CheckpointDelta>(&text)
+                        .context("parse --checkpoint-delta")
+                })
+                .transpose()?;
+            let request = PublishRequest {
+                dataset_id: dataset,
+                staged_split_ids: splits,
+                replaced_split_ids: replaced,
+                checkpoint_delta,
+                publish_token,
+            };
+            let result = engine.publish(&request).await.context("publish")?;
+            output::json_or(&result, json, || {
+                format!(
+                    "published {} split(s), marked {} for deletion; manifest version {}",
+                    result.published.len(),
+                    result.marked.len(),
+                    result.manifest_version
+                )
+            })
+        }
+        Command::Mark { dataset, split_ids } => {
+            let result = engine
+                .mark_for_deletion(&dataset, &split_ids)
+                .await
+                .context("mark for deletion")?;
+            output::json_or(&result, json, || {
+                format!(
+                    "marked {} split(s) for deletion; {} already marked",
+                    result.marked.len(),
+                    result.already_marked.len()
+                )
+            })
+        }
+        Command::Delete { dataset, split_ids } => {
+            engine
+                .delete_splits(&dataset, &split_ids)
+                .await
+                .context("delete")?;
+            let deleted = serde_json::json!({ "deleted": split_ids });
+            output::json_or(&deleted, json, || {
+                format!("deleted {} split(s): objects, then rows", split_ids.len())
+            })
+        }
+        Command::List {
+            dataset,
+            state,
+            splits,
+            time_range,
+            updated_since,
+            limit,
+            after,
+        } => {
+            let states = state
+                .iter()
+                .map(|name| {
+                    SplitState::parse(name).with_context(|| {
+                        format!(
+                            "unknown state {name:?}; use staged, published or marked_for_deletion"
+                        )
+                    })
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let query = ListQuery {
+                states,
+                split_ids: (!splits.is_empty()).then_some(splits),
+                time_range: time_range.as_deref().map(parse_time_range).transpose()?,
+                updated_since_ms: updated_since,
+                updated_before_ms: None,
+                after_split_id: after,
+                limit,
+            };
+            let page = engine.list_splits(&dataset, &query).await.context("list")?;
+            output::split_page(&page, json)
+        }
+        Command::Demo => super::demo::run(&engine, json).await,
+    }
+}
+
+async fn open_engine(args: &Args) -> anyhow::Result<Engine> {
+    let (catalog, objects) = catalog::open(&args.catalog, args.objects.as_deref())
+        .await
+        .with_context(|| format!("open catalog {}", args.catalog))?;
+    let policy = PolicyRuntime::default_policy().context("load the default policy")?;
+    Engine::new(catalog, objects, policy, EngineOptions::default()).context("start the engine")
+}
+
+async fn dataset(engine: &Engine, command: DatasetCommand, json: bool) -> anyhow::Result<()> {
+    match command {
+        DatasetCommand::Create {
+            dataset,
+            staged_grace_period_ms,
+            deletion_grace_period_ms,
+        } => {
+            let mut config = DatasetConfig::default();
+            if let Some(ms) = staged_grace_period_ms {
+                config.staged_grace_period_ms = ms;
+            }
+            if let Some(ms) = deletion_grace_period_ms {
+                config.deletion_grace_period_ms = ms;
+            }
+            let created = engine
+                .create_dataset(&dataset, &config)
+                .await
+                .with_context(|| format!("create dataset {dataset}"))?;
+            output::datasets(std::slice::from_ref(&created), json)
+        }
+        DatasetCommand::List => {
+            let datasets = engine.datasets().await.context("list datasets")?;
+            output::datasets(&datasets, json)
+        }
+        DatasetCommand::Show { dataset } => {
+            let found = engine
+                .dataset(&dataset)
+                .await
+                .with_context(|| format!("show dataset {dataset}"))?;
+            output::dataset(&found, json)
+        }
+        DatasetCommand::Config { dataset, set } => {
+            let current = engine
+                .dataset(&dataset)
+                .await
+                .with_context(|| format!("read dataset {dataset}"))?;
+            let result = if set.is_empty() {
+                current
+            } else {
+                let mut config = current.config.clone();
+                for assignment in &set {
+                    apply_setting(&mut config, assignment)?;
+                }
+                engine
+                    .update_config(&dataset, current.config_version, &config)
+                    .await
+                    .with_context(|| format!("update the config of dataset {dataset}"))?
+            };
+            output::json_or(&result.config, json, || {
+                format!(
+                    "config version {}\n{}",
+                    result.config_version,
+                    serde_json::to_string_pretty(&result.config).unwrap_or_default()
+                )
+            })
+        }
+        DatasetCommand::Fence {
+            dataset,
+            token,
+            clear,
+        } => {
+            if token.is_none() && !clear {
+                bail!("give --token TOKEN to set the publish token, or --clear to remove it");
+            }
+            let result = engine
+                .set_publish_token(&dataset, token.as_deref())
+                .await
+                .with_context(|| format!("set the publish token of dataset {dataset}"))?;
+            output::dataset(&result, json)
+        }
+    }
+}
+
+fn apply_setting(config: &mut DatasetConfig, assignment: &str) -> anyhow::Result<()> {
+    let (key, value) = assignment
+        .split_once('=')
+        .with_context(|| format!("--set {assignment:?}: expected KEY=VALUE"))?;
+    let number = || -> anyhow::Result<u64> {
+        value
+            .parse()
+            .with_context(|| format!("--set {key}: {value:?} is not a whole number of milliseconds"))
+    };
+    match key {
+        "staged_grace_period_ms" => config.staged_grace_period_ms = number()?,
+        "deletion_grace_period_ms" => config.deletion_grace_period_ms = number()?,
+        _ => match key.strip_prefix("policy.") {
+            Some(name) if !name.is_empty() => {
+                config.policy_params.insert(name.into(), value.into());
+            }
+            _ => bail!(
+                "--set {key}: unknown setting; use staged_grace_period_ms, deletion_grace_period_ms or policy.NAME"
+            ),
+        },
+    }
+    Ok(())
+}
+
+/// One entry of a splits file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SplitEntry {
+    split_id: String,
+    #[serde(default = "empty_object")]
+    metadata: serde_json::Value,
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::json!({})
+}
+
+fn parse_splits(text: &str) -> anyhow::Result<Vec<StageSplit>> {
+    let entries: Vec<SplitEntry> = serde_json::from_str(text)
+        .context("parse splits: expected a JSON array of {\"split_id\": ..., \"metadata\": {...}}")?;
+    Ok(entries
+        .into_iter()
+        .map(|entry| StageSplit {
+            split_id: entry.split_id,
+            metadata_json: entry.metadata.to_string(),
+        })
+        .collect())
+}
+
+fn parse_time_range(text: &str) -> anyhow::Result<TimeRange> {
+    let (start, end) = text
+        .split_once("..")
+        .context("--time-range: expected START..END in milliseconds")?;
+    Ok(TimeRange {
+        start: start.trim().parse().context("--time-range start")?,
+        end: end.trim().parse().context("--time-range end")?,
+    })
+}
+

@@ -1,0 +1,211 @@
+//! The command line: flags, the commands behind them and how results and errors are shown.
+//!
+//! Every command prints a readable table by default and JSON with `--json`. Exit codes say
+//! what kind of failure happened, so scripts can tell "fix the request" from "retry":
+//!
+//! | code | meaning                                                       |
+//! |------|---------------------------------------------------------------|
+//! | 0    | success                                                       |
+//! | 1    | any other failure                                             |
+//! | 2    | invalid argument or input (nothing happened)                  |
+//! | 3    | not found (nothing happened)                                  |
+//! | 4    | already exists, failed precondition or conflict (nothing happened) |
+//! | 5    | unavailable or transient: the outcome is unknown, retry        |
+//! | 6    | the policy failed, was rejected or lacks a capability          |
+
+mod commands;
+mod demo;
+mod output;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use mend::MendError;
+
+pub use commands::run;
+
+/// The catalog used when none is given: a local directory, no server needed.
+pub const DEFAULT_CATALOG: &str = "./mend-data";
+
+#[derive(Debug, Parser)]
+#[command(name = "mend", version, about = "Keeps a catalog of immutable splits consistent with the object storage under it")]
+pub struct Args {
+    /// Catalog URL: file://DIR (or a plain path), memory://, s3://BUCKET/PREFIX or postgres://...
+    #[arg(long, global = true, env = "MEND_CATALOG", default_value = DEFAULT_CATALOG)]
+    pub catalog: String,
+
+    /// Where split objects live. Defaults to the catalog's own store; required with Postgres.
+    #[arg(long, global = true, env = "MEND_OBJECTS")]
+    pub objects: Option<String>,
+
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create, list, show and configure datasets.
+    Dataset {
+        #[command(subcommand)]
+        command: DatasetCommand,
+    },
+    /// Stage splits from a JSON file (or - for stdin): [{"split_id": "...", "metadata": {...}}].
+    Stage {
+        dataset: String,
+        /// upsert overwrites rows that are still staged; create-only never touches an existing row.
+        #[arg(long, value_enum)]
+        mode: ModeArg,
+        /// The JSON file of splits; - reads stdin.
+        #[arg(long, default_value = "-")]
+        splits: PathBuf,
+        /// The node staging the splits.
+        #[arg(long, default_value = "cli")]
+        node: String,
+    },
+    /// Publish staged splits, replace published ones, apply a checkpoint delta.
+    Publish {
+        dataset: String,
+        /// Split ids to publish (comma-separated or repeated).
+        #[arg(long = "split", value_delimiter = ',')]
+        splits: Vec<String>,
+        /// Published split ids this publish replaces (they become marked for deletion).
+        #[arg(long = "replace", value_delimiter = ',')]
+        replaced: Vec<String>,
+        /// A checkpoint delta as JSON: {"source": "...", "partitions": [{"partition": "0", "from_position": null, "to_position": 10}]}
+        #[arg(long)]
+        checkpoint_delta: Option<String>,
+        /// The publish token (fencing) the dataset expects.
+        #[arg(long)]
+        publish_token: Option<String>,
+    },
+    /// Mark splits for deletion (idempotent).
+    Mark {
+        dataset: String,
+        #[arg(required = true, value_delimiter = ',')]
+        split_ids: Vec<String>,
+    },
+    /// Delete splits marked for deletion: their objects, then their rows.
+    Delete {
+        dataset: String,
+        #[arg(required = true, value_delimiter = ',')]
+        split_ids: Vec<String>,
+    },
+    /// List splits, filtered and paged.
+    List {
+        dataset: String,
+        /// Only these states (comma-separated): staged, published, marked_for_deletion.
+        #[arg(long, value_delimiter = ',')]
+        state: Vec<String>,
+        /// Only these split ids.
+        #[arg(long = "split", value_delimiter = ',')]
+        splits: Vec<String>,
+        /// Only splits whose time range overlaps [START,END] (ms), as START..END.
+        #[arg(long)]
+        time_range: Option<String>,
+        /// Only splits updated at or after this time (ms since the epoch).
+        #[arg(long)]
+        updated_since: Option<i64>,
+        /// Page size.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Start after this split id (from the previous page).
+        #[arg(long)]
+        after: Option<String>,
+    },
+    /// Stage, publish and list a few splits on the catalog, to see mend work end to end.
+    Demo,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DatasetCommand {
+    /// Create a dataset.
+    Create {
+        dataset: String,
+        /// Staged splits untouched this long (ms) are abandoned.
+        #[arg(long)]
+        staged_grace_period_ms: Option<u64>,
+        /// Marked splits are removed this long (ms) after the mark.
+        #[arg(long)]
+        deletion_grace_period_ms: Option<u64>,
+    },
+    /// List datasets.
+    List,
+    /// Show one dataset.
+    Show { dataset: String },
+    /// Show a dataset's config, or change it with --set KEY=VALUE.
+    Config {
+        dataset: String,
+        /// staged_grace_period_ms=N, deletion_grace_period_ms=N or policy.NAME=VALUE.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
+    /// Set (or with --clear, remove) the token every publish must present.
+    Fence {
+        dataset: String,
+        #[arg(long, conflicts_with = "clear")]
+        token: Option<String>,
+        #[arg(long)]
+        clear: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ModeArg {
+    Upsert,
+    CreateOnly,
+}
+
+fn mend_error(error: &anyhow::Error) -> Option<&MendError> {
+    error.chain().find_map(|cause| cause.downcast_ref::<MendError>())
+}
+
+/// The error and its causes on one line.
+pub fn one_line(error: &anyhow::Error) -> String {
+    format!("{error:#}")
+}
+
+pub fn hint(error: &anyhow::Error) -> Option<&'static str> {
+    Some(match mend_error(error)? {
+        MendError::NotFound { kind: mend::EntityKind::Dataset, .. } => {
+            "list datasets with `mend dataset list`, create one with `mend dataset create NAME`"
+        }
+        MendError::NotFound { .. } => "list splits with `mend list DATASET`",
+        MendError::Unavailable { .. } | MendError::Transient { .. } => {
+            "the outcome is unknown; the request is safe to retry"
+        }
+        MendError::Conflict { .. } => "another writer changed the catalog first; retry",
+        MendError::CapabilityMissing { .. } => {
+            "use a backend that provides it, or a policy that does not require it"
+        }
+        _ => return None,
+    })
+}
+
+pub fn exit_code(error: &anyhow::Error) -> u8 {
+    match mend_error(error) {
+        None => {
+            if error.chain().any(|cause| cause.is::<serde_json::Error>()) {
+                2
+            } else {
+                1
+            }
+        }
+        Some(error) => match error {
+            MendError::InvalidArgument { .. } => 2,
+            MendError::NotFound { .. } => 3,
+            MendError::AlreadyExists { .. }
+            | MendError::FailedPrecondition { .. }
+            | MendError::Conflict { .. }
+            | MendError::RecoveryRequired { .. } => 4,
+            MendError::Unavailable { .. } | MendError::Transient { .. } => 5,
+            MendError::Policy(_)
+            | MendError::PolicyRejected { .. }
+            | MendError::CapabilityMissing { .. } => 6,
+            _ => 1,
+        },
+    }
+}

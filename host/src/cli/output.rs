@@ -1,0 +1,126 @@
+//! How results look: a table for people, JSON for programs.
+
+use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
+use mend::model::{Dataset, SplitPage, StageOutcome, StageResult};
+use serde::Serialize;
+
+fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// JSON with `--json`, else the line `text` makes.
+pub fn json_or(value: &impl Serialize, json: bool, text: impl FnOnce() -> String) -> anyhow::Result<()> {
+    if json {
+        print_json(value)
+    } else {
+        println!("{}", text());
+        Ok(())
+    }
+}
+
+fn table(header: &[&str]) -> Table {
+    let mut table = Table::new();
+    table.load_preset(UTF8_BORDERS_ONLY).set_header(header.to_vec());
+    table
+}
+
+pub fn datasets(datasets: &[Dataset], json: bool) -> anyhow::Result<()> {
+    if json {
+        return print_json(&datasets);
+    }
+    let mut table = table(&["dataset", "uid", "manifest", "config", "token", "updated (ms)"]);
+    for dataset in datasets {
+        table.add_row(vec![
+            dataset.dataset_id.clone(),
+            dataset.uid.clone(),
+            dataset.manifest_version.to_string(),
+            dataset.config_version.to_string(),
+            dataset.publish_token.clone().unwrap_or_else(|| "-".into()),
+            dataset.updated_at_ms.to_string(),
+        ]);
+    }
+    println!("{table}");
+    Ok(())
+}
+
+pub fn dataset(dataset: &Dataset, json: bool) -> anyhow::Result<()> {
+    if json {
+        return print_json(dataset);
+    }
+    let mut table = table(&["field", "value"]);
+    let checkpoint = serde_json::to_string(&dataset.checkpoint)?;
+    let config = serde_json::to_string(&dataset.config)?;
+    for (field, value) in [
+        ("dataset", dataset.dataset_id.clone()),
+        ("uid", dataset.uid.clone()),
+        ("manifest version", dataset.manifest_version.to_string()),
+        ("config version", dataset.config_version.to_string()),
+        ("config", config),
+        ("checkpoint", checkpoint),
+        (
+            "publish token",
+            dataset.publish_token.clone().unwrap_or_else(|| "-".into()),
+        ),
+        ("created (ms)", dataset.created_at_ms.to_string()),
+        ("updated (ms)", dataset.updated_at_ms.to_string()),
+    ] {
+        table.add_row(vec![field.to_string(), value]);
+    }
+    println!("{table}");
+    Ok(())
+}
+
+pub fn stage_result(result: &StageResult, json: bool) -> anyhow::Result<()> {
+    if json {
+        return print_json(result);
+    }
+    let mut table = table(&["split", "outcome"]);
+    for split in &result.splits {
+        let outcome = match split.outcome {
+            StageOutcome::Inserted => "inserted".to_string(),
+            StageOutcome::Overwritten => "overwritten".to_string(),
+            StageOutcome::Skipped(state) => format!("skipped ({state})"),
+        };
+        table.add_row(vec![split.split_id.clone(), outcome]);
+    }
+    println!("{table}");
+    println!(
+        "{} mode: {} inserted, {} split(s) in the request",
+        result.mode,
+        result.inserted().count(),
+        result.splits.len()
+    );
+    Ok(())
+}
+
+pub fn split_page(page: &SplitPage, json: bool) -> anyhow::Result<()> {
+    if json {
+        return print_json(page);
+    }
+    let mut table = table(&["split", "state", "node", "docs", "updated (ms)", "published (ms)"]);
+    for split in &page.splits {
+        let docs = split
+            .metadata
+            .get("num_docs")
+            .map(|docs| docs.to_string())
+            .unwrap_or_else(|| "-".into());
+        table.add_row(vec![
+            split.split_id.clone(),
+            split.state.to_string(),
+            split.node.clone(),
+            docs,
+            split.updated_at_ms.to_string(),
+            split
+                .published_at_ms
+                .map(|at| at.to_string())
+                .unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    println!("{table}");
+    match &page.next_after_split_id {
+        Some(after) => println!("more splits: continue with --after {after}"),
+        None => println!("{} split(s)", page.splits.len()),
+    }
+    Ok(())
+}
