@@ -8,10 +8,27 @@ use std::process::Command;
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
-    let workspace = manifest_dir.parent().expect("host/ sits in the workspace").to_path_buf();
-    for watched in ["guest/src", "guest/Cargo.toml", "guest/build.rs", "wit", "Cargo.lock"] {
-        println!("cargo:rerun-if-changed={}", workspace.join(watched).display());
+    let workspace = manifest_dir
+        .parent()
+        .expect("host/ sits in the workspace")
+        .to_path_buf();
+    for watched in [
+        "guest/src",
+        "guest/Cargo.toml",
+        "guest/build.rs",
+        "wit",
+        "Cargo.lock",
+    ] {
+        println!(
+            "cargo:rerun-if-changed={}",
+            workspace.join(watched).display()
+        );
     }
+    // `sqlx::migrate!` embeds this folder; a new migration must rebuild the host.
+    println!(
+        "cargo:rerun-if-changed={}",
+        manifest_dir.join("migrations").display()
+    );
 
     let target_dir = env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -37,7 +54,9 @@ fn main() {
     ] {
         command.env_remove(inherited);
     }
-    let output = command.output().expect("run cargo to build the policy component");
+    let output = command
+        .output()
+        .expect("run cargo to build the policy component");
     if !output.status.success() {
         panic!(
             "building the policy component failed (is the wasm32-wasip2 target installed? \

@@ -22,8 +22,15 @@ pub fn validate_publish(input: &PublishInput) -> Vec<PublishViolation> {
     let mut violations = Vec::new();
 
     let staged: BTreeSet<&str> = input.staged_split_ids.iter().map(String::as_str).collect();
-    let replaced: BTreeSet<&str> = input.replaced_split_ids.iter().map(String::as_str).collect();
-    let in_both: Vec<String> = staged.intersection(&replaced).map(|id| (*id).into()).collect();
+    let replaced: BTreeSet<&str> = input
+        .replaced_split_ids
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let in_both: Vec<String> = staged
+        .intersection(&replaced)
+        .map(|id| (*id).into())
+        .collect();
     if !in_both.is_empty() {
         violations.push(PublishViolation {
             kind: ViolationKind::SplitInBoth,
@@ -84,7 +91,9 @@ pub fn validate_publish(input: &PublishInput) -> Vec<PublishViolation> {
         let mut mismatched = Vec::new();
         for partition in &delta.partitions {
             let position = current.get(partition.partition.as_str()).copied();
-            let moves_forward = partition.from_position.is_none_or(|from| partition.to_position > from);
+            let moves_forward = partition
+                .from_position
+                .is_none_or(|from| partition.to_position > from);
             if position != partition.from_position || !moves_forward {
                 mismatched.push(partition.partition.clone());
             }
@@ -155,7 +164,10 @@ mod tests {
                 }],
             }),
             publish_token: Some("t1".into()),
-            rows: vec![row("s1", SplitState::Staged), row("p1", SplitState::Published)],
+            rows: vec![
+                row("s1", SplitState::Staged),
+                row("p1", SplitState::Published),
+            ],
             checkpoint: vec![PartitionPosition {
                 partition: "0".into(),
                 position: 10,
@@ -165,7 +177,10 @@ mod tests {
     }
 
     fn kinds(input: &PublishInput) -> Vec<ViolationKind> {
-        validate_publish(input).into_iter().map(|v| v.kind).collect()
+        validate_publish(input)
+            .into_iter()
+            .map(|v| v.kind)
+            .collect()
     }
 
     #[test]
@@ -203,7 +218,12 @@ mod tests {
         let mut fresh_partition = input();
         fresh_partition.checkpoint.clear();
         assert_eq!(kinds(&fresh_partition), [ViolationKind::CheckpointMismatch]);
-        fresh_partition.checkpoint_delta.as_mut().unwrap().partitions[0].from_position = None;
+        fresh_partition
+            .checkpoint_delta
+            .as_mut()
+            .unwrap()
+            .partitions[0]
+            .from_position = None;
         assert!(kinds(&fresh_partition).is_empty());
 
         let mut stale = input();

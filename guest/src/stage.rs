@@ -121,7 +121,9 @@ mod tests {
         let got = actions(&plan);
         assert_eq!(got[1], ("new", 0, StageAction::Insert));
         assert_eq!(got[3], ("s", 1, StageAction::Overwrite));
-        assert!(matches!(got[0].2, StageAction::Reject(ref why) if why.contains("marked_for_deletion")));
+        assert!(
+            matches!(got[0].2, StageAction::Reject(ref why) if why.contains("marked_for_deletion"))
+        );
         assert!(matches!(got[2].2, StageAction::Reject(ref why) if why.contains("published")));
     }
 

@@ -7,9 +7,7 @@
 
 use std::sync::Arc;
 
-use mend_policy::capability::{
-    PUBLISH_CHECKPOINT, PUBLISH_TOKEN, STAGE_CREATE_ONLY, STAGE_UPSERT,
-};
+use mend_policy::capability::{PUBLISH_CHECKPOINT, PUBLISH_TOKEN, STAGE_CREATE_ONLY, STAGE_UPSERT};
 use mend_policy::{ExistingRow, PartitionPosition, PublishInput, StagePlanInput};
 
 use crate::catalog::{Capabilities, Catalog, PublishObservation, StagePlan};
@@ -127,7 +125,11 @@ impl Engine {
         })
     }
 
-    pub async fn create_dataset(&self, dataset_id: &str, config: &DatasetConfig) -> Result<Dataset> {
+    pub async fn create_dataset(
+        &self,
+        dataset_id: &str,
+        config: &DatasetConfig,
+    ) -> Result<Dataset> {
         validate::dataset_id(dataset_id)?;
         validate::config(config)?;
         let uid = uuid::Uuid::new_v4().to_string();
@@ -325,5 +327,64 @@ fn publish_input(request: &PublishRequest, observation: &PublishObservation) -> 
         rows: observation.rows.clone(),
         checkpoint,
         current_publish_token: observation.publish_token.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::ObjectStoreCatalog;
+    use crate::model::StageSplit;
+
+    async fn engine() -> Engine {
+        let catalog = ObjectStoreCatalog::open_url("memory://").unwrap();
+        let objects = SplitObjects::new(catalog.store().clone(), catalog.prefix().clone());
+        Engine::new(
+            Arc::new(catalog),
+            objects,
+            PolicyRuntime::default_policy().unwrap(),
+            EngineOptions::default(),
+        )
+        .unwrap()
+    }
+
+    /// A backend without create-only must refuse a create-only request loudly and write
+    /// nothing; running it as an upsert is exactly the failure mend exists to rule out.
+    #[tokio::test]
+    async fn create_only_without_the_capability_fails_loudly_and_writes_nothing() {
+        let mut engine = engine().await;
+        engine
+            .create_dataset("ds", &DatasetConfig::default())
+            .await
+            .unwrap();
+        engine.capabilities = engine.capabilities.without(STAGE_CREATE_ONLY);
+        let request = StageRequest {
+            dataset_id: "ds".into(),
+            mode: StageMode::CreateOnly,
+            node: "n".into(),
+            splits: vec![StageSplit {
+                split_id: "a".into(),
+                metadata_json: "{}".into(),
+            }],
+        };
+        let error = engine.stage(&request).await.unwrap_err();
+        assert!(
+            matches!(&error, MendError::CapabilityMissing { capability, .. } if capability == STAGE_CREATE_ONLY),
+            "{error:?}"
+        );
+        let rows = engine
+            .list_splits("ds", &ListQuery::default())
+            .await
+            .unwrap();
+        assert!(rows.splits.is_empty());
+
+        let upsert = StageRequest {
+            mode: StageMode::Upsert,
+            ..request
+        };
+        assert!(
+            engine.stage(&upsert).await.is_ok(),
+            "other modes still work"
+        );
     }
 }

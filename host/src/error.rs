@@ -161,20 +161,30 @@ pub enum PolicyError {
     #[error("policy component could not be compiled: {message}")]
     Compile { message: String },
 
-    #[error("policy component imports {import}, which is not allowed: a policy gets no files, network, environment, clock or randomness")]
+    #[error(
+        "policy component imports {import}, which is not allowed: a policy gets no files, network, environment, clock or randomness"
+    )]
     ForbiddenImport { import: String },
 
     #[error("policy component is incompatible with this host: {reason}")]
     Incompatible { reason: String },
 
     #[error("policy call {function} trapped: {message}")]
-    Trap { function: &'static str, message: String },
+    Trap {
+        function: &'static str,
+        message: String,
+    },
 
-    #[error("policy call {function} ran out of fuel (limit {fuel}); the policy is looping or too slow")]
+    #[error(
+        "policy call {function} ran out of fuel (limit {fuel}); the policy is looping or too slow"
+    )]
     FuelExhausted { function: &'static str, fuel: u64 },
 
     #[error("policy call {function} exceeded its memory limit of {limit_bytes} bytes")]
-    MemoryExhausted { function: &'static str, limit_bytes: usize },
+    MemoryExhausted {
+        function: &'static str,
+        limit_bytes: usize,
+    },
 
     #[error("policy call {function} returned {size} bytes, over the limit of {limit}")]
     OutputTooLarge {

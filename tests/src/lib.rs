@@ -1,1 +1,13 @@
-//! placeholder
+//! Shared pieces of mend's integration tests: a harness that builds an engine on each backend,
+//! a counting object store, and the backend conformance suite.
+//!
+//! Postgres is always a real server. Tests read `MEND_TEST_DATABASE_URL`; the README's test
+//! command (`scripts/test`) starts a throwaway server and sets it. A test that needs Postgres
+//! and does not find it fails with instructions; it never skips.
+
+pub mod conformance;
+pub mod counting_store;
+pub mod harness;
+
+pub use counting_store::CountingStore;
+pub use harness::{Backend, Harness};

@@ -216,3 +216,35 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     /// Splits matching `query`, sorted by id, one page at a time.
     async fn list_splits(&self, dataset_id: &str, query: &ListQuery) -> Result<SplitPage>;
 }
+
+/// Opens the catalog at `catalog_url` and the store of split objects.
+///
+/// Split objects live in the catalog's own store for object-storage catalogs unless
+/// `objects_url` names another; a Postgres catalog needs `objects_url`.
+pub async fn open(
+    catalog_url: &str,
+    objects_url: Option<&str>,
+) -> Result<(std::sync::Arc<dyn Catalog>, crate::objects::SplitObjects)> {
+    use crate::objects::SplitObjects;
+    use std::sync::Arc;
+
+    let separate_objects = objects_url
+        .map(|url| {
+            self::object_store::open_store(url)
+                .map(|(store, prefix)| SplitObjects::new(store, prefix))
+        })
+        .transpose()?;
+    if catalog_url.starts_with("postgres://") || catalog_url.starts_with("postgresql://") {
+        let objects = separate_objects.ok_or_else(|| {
+            crate::MendError::invalid(
+                "a Postgres catalog keeps rows only: give --objects URL (file://DIR, s3://...) for the split objects",
+            )
+        })?;
+        let catalog = PostgresCatalog::connect(catalog_url).await?;
+        return Ok((Arc::new(catalog), objects));
+    }
+    let catalog = ObjectStoreCatalog::open_url(catalog_url)?;
+    let objects = separate_objects
+        .unwrap_or_else(|| SplitObjects::new(catalog.store().clone(), catalog.prefix().clone()));
+    Ok((Arc::new(catalog), objects))
+}

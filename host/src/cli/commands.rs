@@ -5,8 +5,8 @@ use std::io::Read;
 use anyhow::{Context, bail};
 use mend::catalog;
 use mend::model::{
-    CheckpointDelta, DatasetConfig, ListQuery, PublishRequest, SplitState, StageMode,
-    StageRequest, StageSplit, TimeRange,
+    CheckpointDelta, DatasetConfig, ListQuery, PublishRequest, SplitState, StageMode, StageRequest,
+    StageSplit, TimeRange,
 };
 use mend::runtime::PolicyRuntime;
 use mend::{Engine, EngineOptions};
@@ -222,9 +222,9 @@ fn apply_setting(config: &mut DatasetConfig, assignment: &str) -> anyhow::Result
         .split_once('=')
         .with_context(|| format!("--set {assignment:?}: expected KEY=VALUE"))?;
     let number = || -> anyhow::Result<u64> {
-        value
-            .parse()
-            .with_context(|| format!("--set {key}: {value:?} is not a whole number of milliseconds"))
+        value.parse().with_context(|| {
+            format!("--set {key}: {value:?} is not a whole number of milliseconds")
+        })
     };
     match key {
         "staged_grace_period_ms" => config.staged_grace_period_ms = number()?,
@@ -255,8 +255,9 @@ fn empty_object() -> serde_json::Value {
 }
 
 fn parse_splits(text: &str) -> anyhow::Result<Vec<StageSplit>> {
-    let entries: Vec<SplitEntry> = serde_json::from_str(text)
-        .context("parse splits: expected a JSON array of {\"split_id\": ..., \"metadata\": {...}}")?;
+    let entries: Vec<SplitEntry> = serde_json::from_str(text).context(
+        "parse splits: expected a JSON array of {\"split_id\": ..., \"metadata\": {...}}",
+    )?;
     Ok(entries
         .into_iter()
         .map(|entry| StageSplit {
@@ -275,4 +276,3 @@ fn parse_time_range(text: &str) -> anyhow::Result<TimeRange> {
         end: end.trim().parse().context("--time-range end")?,
     })
 }
-

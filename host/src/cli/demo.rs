@@ -12,7 +12,13 @@ use super::output;
 
 pub async fn run(engine: &Engine, json: bool) -> anyhow::Result<()> {
     let dataset = format!("demo-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    say(json, &format!("creating dataset {dataset} in {}", engine.catalog().describe()));
+    say(
+        json,
+        &format!(
+            "creating dataset {dataset} in {}",
+            engine.catalog().describe()
+        ),
+    );
     engine
         .create_dataset(&dataset, &DatasetConfig::default())
         .await
@@ -26,15 +32,24 @@ pub async fn run(engine: &Engine, json: bool) -> anyhow::Result<()> {
             .iter()
             .map(|id| StageSplit {
                 split_id: (*id).into(),
-                metadata_json: serde_json::json!({"num_docs": 1000, "time_range": {"start": 0, "end": 60000}}).to_string(),
+                metadata_json:
+                    serde_json::json!({"num_docs": 1000, "time_range": {"start": 0, "end": 60000}})
+                        .to_string(),
             })
             .collect(),
     };
 
     say(json, "writer-a stages split-1 and split-2, create-only");
-    engine.stage(&splits(&["split-1", "split-2"], "writer-a")).await?;
-    say(json, "writer-b retries with split-2 and split-3, create-only: it must not take split-2");
-    let second = engine.stage(&splits(&["split-2", "split-3"], "writer-b")).await?;
+    engine
+        .stage(&splits(&["split-1", "split-2"], "writer-a"))
+        .await?;
+    say(
+        json,
+        "writer-b retries with split-2 and split-3, create-only: it must not take split-2",
+    );
+    let second = engine
+        .stage(&splits(&["split-2", "split-3"], "writer-b"))
+        .await?;
     if !json {
         output::stage_result(&second, false)?;
     }
@@ -44,7 +59,10 @@ pub async fn run(engine: &Engine, json: bool) -> anyhow::Result<()> {
         "create-only must never take an existing row, but writer-b inserted {claimed_by_b:?}"
     );
 
-    say(json, "writer-a publishes split-1 and split-2 with a checkpoint delta");
+    say(
+        json,
+        "writer-a publishes split-1 and split-2 with a checkpoint delta",
+    );
     let publish = engine
         .publish(&PublishRequest {
             dataset_id: dataset.clone(),
@@ -62,13 +80,17 @@ pub async fn run(engine: &Engine, json: bool) -> anyhow::Result<()> {
         })
         .await?;
 
-    say(json, "an upsert over the published split-1 is refused, and nothing is written");
+    say(
+        json,
+        "an upsert over the published split-1 is refused, and nothing is written",
+    );
     let mut upsert = splits(&["split-1", "split-4"], "writer-c");
     upsert.mode = StageMode::Upsert;
     match engine.stage(&upsert).await {
-        Err(MendError::FailedPrecondition { ids, .. }) => {
-            say(json, &format!("refused as expected, naming {}", ids.join(", ")))
-        }
+        Err(MendError::FailedPrecondition { ids, .. }) => say(
+            json,
+            &format!("refused as expected, naming {}", ids.join(", ")),
+        ),
         other => anyhow::bail!("the upsert over a published split was not refused: {other:?}"),
     }
 

@@ -28,7 +28,11 @@ pub use commands::run;
 pub const DEFAULT_CATALOG: &str = "./mend-data";
 
 #[derive(Debug, Parser)]
-#[command(name = "mend", version, about = "Keeps a catalog of immutable splits consistent with the object storage under it")]
+#[command(
+    name = "mend",
+    version,
+    about = "Keeps a catalog of immutable splits consistent with the object storage under it"
+)]
 pub struct Args {
     /// Catalog URL: file://DIR (or a plain path), memory://, s3://BUCKET/PREFIX or postgres://...
     #[arg(long, global = true, env = "MEND_CATALOG", default_value = DEFAULT_CATALOG)]
@@ -160,7 +164,9 @@ pub enum ModeArg {
 }
 
 fn mend_error(error: &anyhow::Error) -> Option<&MendError> {
-    error.chain().find_map(|cause| cause.downcast_ref::<MendError>())
+    error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<MendError>())
 }
 
 /// The error and its causes on one line.
@@ -170,9 +176,10 @@ pub fn one_line(error: &anyhow::Error) -> String {
 
 pub fn hint(error: &anyhow::Error) -> Option<&'static str> {
     Some(match mend_error(error)? {
-        MendError::NotFound { kind: mend::EntityKind::Dataset, .. } => {
-            "list datasets with `mend dataset list`, create one with `mend dataset create NAME`"
-        }
+        MendError::NotFound {
+            kind: mend::EntityKind::Dataset,
+            ..
+        } => "list datasets with `mend dataset list`, create one with `mend dataset create NAME`",
         MendError::NotFound { .. } => "list splits with `mend list DATASET`",
         MendError::Unavailable { .. } | MendError::Transient { .. } => {
             "the outcome is unknown; the request is safe to retry"

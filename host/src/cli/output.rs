@@ -10,7 +10,11 @@ fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
 }
 
 /// JSON with `--json`, else the line `text` makes.
-pub fn json_or(value: &impl Serialize, json: bool, text: impl FnOnce() -> String) -> anyhow::Result<()> {
+pub fn json_or(
+    value: &impl Serialize,
+    json: bool,
+    text: impl FnOnce() -> String,
+) -> anyhow::Result<()> {
     if json {
         print_json(value)
     } else {
@@ -21,7 +25,9 @@ pub fn json_or(value: &impl Serialize, json: bool, text: impl FnOnce() -> String
 
 fn table(header: &[&str]) -> Table {
     let mut table = Table::new();
-    table.load_preset(UTF8_BORDERS_ONLY).set_header(header.to_vec());
+    table
+        .load_preset(UTF8_BORDERS_ONLY)
+        .set_header(header.to_vec());
     table
 }
 
@@ -29,7 +35,14 @@ pub fn datasets(datasets: &[Dataset], json: bool) -> anyhow::Result<()> {
     if json {
         return print_json(&datasets);
     }
-    let mut table = table(&["dataset", "uid", "manifest", "config", "token", "updated (ms)"]);
+    let mut table = table(&[
+        "dataset",
+        "uid",
+        "manifest",
+        "config",
+        "token",
+        "updated (ms)",
+    ]);
     for dataset in datasets {
         table.add_row(vec![
             dataset.dataset_id.clone(),
@@ -98,7 +111,14 @@ pub fn split_page(page: &SplitPage, json: bool) -> anyhow::Result<()> {
     if json {
         return print_json(page);
     }
-    let mut table = table(&["split", "state", "node", "docs", "updated (ms)", "published (ms)"]);
+    let mut table = table(&[
+        "split",
+        "state",
+        "node",
+        "docs",
+        "updated (ms)",
+        "published (ms)",
+    ]);
     for split in &page.splits {
         let docs = split
             .metadata

@@ -21,6 +21,7 @@ use mend_policy::{
     PlannedSplit, PolicyDescription, PublishInput, PublishViolation, StagePlanInput,
 };
 use sha2::{Digest, Sha256};
+use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, Store};
 
@@ -31,9 +32,13 @@ pub use sandbox::PolicyLimits;
 use self::bindings::{Policy, PolicyPre};
 use self::sandbox::SandboxState;
 
-/// The interfaces a policy component may import: none. Listing one here grants every policy
-/// that authority, so each entry needs a reason.
-pub const ALLOWED_IMPORTS: &[&str] = &[];
+/// The interfaces a policy component may import. Listing one here grants every policy that
+/// authority, so each entry needs a reason.
+///
+/// - `mend:policy/types`: the contract's own data types. A world that `use`s an interface's
+///   types imports that interface, but it carries types only; [`check_imports`] refuses it if
+///   a component declares a function in it. It grants nothing.
+pub const ALLOWED_IMPORTS: &[&str] = &["mend:policy/types@1.0.0"];
 
 /// The ABI this host implements (the `mend:policy` WIT package version).
 pub const HOST_ABI_MAJOR: u32 = mend_policy::ABI_MAJOR;
@@ -83,22 +88,15 @@ impl PolicyRuntime {
         let digest = digest_of(bytes);
         let component = compiled(engine, &digest, bytes)?;
 
-        let component_type = component.component_type();
-        for (import, _) in component_type.imports(engine) {
-            if !ALLOWED_IMPORTS.contains(&import) {
-                return Err(PolicyError::ForbiddenImport {
-                    import: import.to_string(),
-                });
-            }
-        }
-        drop(component_type);
+        check_imports(engine, &component)?;
 
         let linker = Linker::<SandboxState>::new(engine);
-        let instance_pre = linker
-            .instantiate_pre(&component)
-            .map_err(|error| PolicyError::Incompatible {
-                reason: format!("{error:#}"),
-            })?;
+        let instance_pre =
+            linker
+                .instantiate_pre(&component)
+                .map_err(|error| PolicyError::Incompatible {
+                    reason: format!("{error:#}"),
+                })?;
         let pre = PolicyPre::new(instance_pre).map_err(|error| PolicyError::Incompatible {
             reason: format!("the component does not export the mend:policy world: {error:#}"),
         })?;
@@ -199,6 +197,27 @@ impl Loaded {
             .and_then(|policy| body(&policy, &mut store));
         result.map_err(|error| sandbox::call_error(function, error, store.data(), &self.limits))
     }
+}
+
+/// Refuses a component that imports anything outside [`ALLOWED_IMPORTS`], or any function at
+/// all: the linker provides none, and a policy has no authority to ask for.
+fn check_imports(engine: &Engine, component: &Component) -> Result<(), PolicyError> {
+    let component_type = component.component_type();
+    for (import, item) in component_type.imports(engine) {
+        let types_only = match &item.ty {
+            ComponentItem::ComponentInstance(instance) => instance
+                .exports(engine)
+                .all(|(_, export)| matches!(export.ty, ComponentItem::Type(_))),
+            ComponentItem::Type(_) => true,
+            _ => false,
+        };
+        if !ALLOWED_IMPORTS.contains(&import) || !types_only {
+            return Err(PolicyError::ForbiddenImport {
+                import: import.to_string(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a policy whose ABI or semantics this host does not implement.
@@ -317,8 +336,11 @@ mod tests {
     }
 
     #[test]
-    fn the_default_policy_imports_nothing() {
-        assert_eq!(imports_of(DEFAULT_POLICY_WASM).unwrap(), Vec::<String>::new());
+    fn the_default_policy_imports_only_its_own_types() {
+        assert_eq!(
+            imports_of(DEFAULT_POLICY_WASM).unwrap(),
+            ["mend:policy/types@1.0.0"]
+        );
     }
 
     #[test]
@@ -334,6 +356,9 @@ mod tests {
             ..PolicyLimits::default()
         };
         let error = PolicyRuntime::load(DEFAULT_POLICY_WASM, limits).unwrap_err();
-        assert!(matches!(error, PolicyError::FuelExhausted { .. }), "{error}");
+        assert!(
+            matches!(error, PolicyError::FuelExhausted { .. }),
+            "{error}"
+        );
     }
 }

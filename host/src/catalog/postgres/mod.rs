@@ -1,1 +1,301 @@
-//! todo
+//! The Postgres catalog backend (sqlx), with its schema as numbered migrations embedded from
+//! `host/migrations/`.
+//!
+//! Every mutation runs as one transaction, retried from its first read when Postgres aborts
+//! it for a deadlock or a serialization failure, or when a concurrent insert made what the
+//! step read stale; after `MAX_ATTEMPTS` it fails with `Conflict`, having written nothing.
+//! Create-only staging runs in a transaction too, although its single insert would be atomic
+//! alone: a retry is only safe after an attempt that left nothing behind, and one that
+//! inserted and then failed would otherwise report the caller's own rows back as skipped.
+//!
+//! Writes lock in one order everywhere: the dataset row (`FOR NO KEY UPDATE`, which does not
+//! block the foreign-key check of concurrent split inserts), then split rows sorted by id.
+//! Create-only staging never locks or updates a row it does not insert.
+//!
+//! Times come from the caller; no statement reads the server's clock. The SQL lives in `sql/`,
+//! the SQLSTATE mapping in `errors.rs`. What to write is decided by the engine and the policy;
+//! this module stores it and refuses what it cannot apply as asked.
+
+mod datasets;
+mod errors;
+mod lifecycle;
+mod list;
+mod queries;
+mod rows;
+mod sql;
+mod stage;
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgPool, Postgres, Transaction};
+
+use crate::catalog::{Capabilities, Catalog, PublishValidator, StagePlanner};
+use crate::error::{MendError, Result};
+use crate::model::{
+    Dataset, DatasetConfig, ListQuery, MarkResult, PublishRequest, PublishResult, SplitPage,
+    StageMode, StagedSplit, TimestampMs,
+};
+
+use self::errors::{Resolution, StepError, commit_error, connect_error, migrate_error};
+
+/// How many times a step runs before concurrent writers make it give up with `Conflict`.
+const MAX_ATTEMPTS: u32 = 16;
+const MAX_CONNECTIONS: u32 = 16;
+/// How long a request waits for a pooled connection before it fails as `Unavailable`.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+
+type PgTransaction = Transaction<'static, Postgres>;
+
+/// A catalog in a Postgres database.
+#[derive(Debug, Clone)]
+pub struct PostgresCatalog {
+    pool: PgPool,
+    /// `postgres://host:port/database`, without credentials.
+    description: String,
+}
+
+impl PostgresCatalog {
+    /// Connects to the database at `url` (`postgres://user:password@host:port/database`) and
+    /// brings its schema up to date. Several processes may do this at once: the migrations
+    /// run under an advisory lock.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|error| MendError::invalid(format!("invalid postgres url: {error}")))?
+            .application_name("mend");
+        let target = format!(
+            "{}:{}/{}",
+            options.get_host(),
+            options.get_port(),
+            options.get_database().unwrap_or_default()
+        );
+        let pool = match PgPoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options.clone())
+            .await
+        {
+            Ok(pool) => pool,
+            // The pool retries refused connections until its timeout and then reports only the
+            // timeout; one direct attempt tells the operator why.
+            Err(sqlx::Error::PoolTimedOut) => {
+                let reason = match options.connect().await {
+                    Err(reason) => reason,
+                    Ok(connection) => {
+                        let _ = connection.close().await;
+                        sqlx::Error::PoolTimedOut
+                    }
+                };
+                return Err(connect_error(reason, &target));
+            }
+            Err(error) => return Err(connect_error(error, &target)),
+        };
+        MIGRATOR
+            .run(&pool)
+            .await
+            .map_err(|error| migrate_error(error, &target))?;
+        Ok(Self {
+            pool,
+            description: format!("postgres://{target}"),
+        })
+    }
+
+    /// Runs `step` in a transaction, committed if it succeeds and rolled back if it fails; runs
+    /// it again, in a new transaction, when a concurrent writer got in the way.
+    ///
+    /// `step` gets the transaction and hands it back with its result, so that this one place
+    /// decides between commit and rollback.
+    async fn in_transaction<T, F, Fut>(&self, dataset_id: &str, mut step: F) -> Result<T>
+    where
+        F: FnMut(PgTransaction) -> Fut,
+        Fut: Future<Output = (PgTransaction, Result<T, StepError>)>,
+    {
+        let mut last_reason = String::new();
+        for attempt in 0..MAX_ATTEMPTS {
+            if attempt > 0 {
+                // Deadlock victims that retry at once tend to meet again; a short, growing
+                // pause lets the winner finish first.
+                tokio::time::sleep(Duration::from_millis(u64::from(attempt) * 2)).await;
+            }
+            let outcome = match self.pool.begin().await {
+                Ok(transaction) => {
+                    let (transaction, result) = step(transaction).await;
+                    finish(transaction, result).await
+                }
+                Err(error) => Err(StepError::Database(error)),
+            };
+            match outcome.map_err(|error| error.resolve(dataset_id)) {
+                Ok(value) => return Ok(value),
+                Err(Resolution::Fail(error)) => return Err(error),
+                Err(Resolution::Retry(reason)) => last_reason = reason,
+            }
+        }
+        Err(MendError::Conflict {
+            message: format!(
+                "concurrent writers on dataset {dataset_id} aborted this request \
+                 {MAX_ATTEMPTS} times; last: {last_reason}"
+            ),
+        })
+    }
+}
+
+#[async_trait]
+impl Catalog for PostgresCatalog {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::full_backend()
+    }
+
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+
+    async fn create_dataset(
+        &self,
+        dataset_id: &str,
+        uid: &str,
+        config: &DatasetConfig,
+        now_ms: TimestampMs,
+    ) -> Result<Dataset> {
+        datasets::create(&self.pool, dataset_id, uid, config, now_ms).await
+    }
+
+    async fn list_datasets(&self) -> Result<Vec<Dataset>> {
+        datasets::list(&self.pool).await
+    }
+
+    async fn dataset(&self, dataset_id: &str) -> Result<Dataset> {
+        datasets::show(&self.pool, dataset_id).await
+    }
+
+    async fn update_config(
+        &self,
+        dataset_id: &str,
+        expected_config_version: u64,
+        config: &DatasetConfig,
+        now_ms: TimestampMs,
+    ) -> Result<Dataset> {
+        self.in_transaction(dataset_id, |mut transaction| async move {
+            let result = datasets::update_config(
+                &mut transaction,
+                dataset_id,
+                expected_config_version,
+                config,
+                now_ms,
+            )
+            .await;
+            (transaction, result)
+        })
+        .await
+    }
+
+    async fn set_publish_token(
+        &self,
+        dataset_id: &str,
+        publish_token: Option<&str>,
+        now_ms: TimestampMs,
+    ) -> Result<Dataset> {
+        self.in_transaction(dataset_id, |mut transaction| async move {
+            let result =
+                datasets::set_publish_token(&mut transaction, dataset_id, publish_token, now_ms)
+                    .await;
+            (transaction, result)
+        })
+        .await
+    }
+
+    async fn stage(
+        &self,
+        dataset_id: &str,
+        mode: StageMode,
+        split_ids: &[String],
+        planner: &StagePlanner<'_>,
+        now_ms: TimestampMs,
+    ) -> Result<Vec<StagedSplit>> {
+        self.in_transaction(dataset_id, |mut transaction| async move {
+            let result = stage::stage(
+                &mut transaction,
+                dataset_id,
+                mode,
+                split_ids,
+                planner,
+                now_ms,
+            )
+            .await;
+            (transaction, result)
+        })
+        .await
+    }
+
+    async fn publish(
+        &self,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now_ms: TimestampMs,
+    ) -> Result<PublishResult> {
+        self.in_transaction(&request.dataset_id, |mut transaction| async move {
+            let result = lifecycle::publish(&mut transaction, request, validate, now_ms).await;
+            (transaction, result)
+        })
+        .await
+    }
+
+    async fn mark_for_deletion(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+        now_ms: TimestampMs,
+    ) -> Result<MarkResult> {
+        self.in_transaction(dataset_id, |mut transaction| async move {
+            let result =
+                lifecycle::mark_for_deletion(&mut transaction, dataset_id, split_ids, now_ms).await;
+            (transaction, result)
+        })
+        .await
+    }
+
+    async fn delete_splits(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+        now_ms: TimestampMs,
+    ) -> Result<()> {
+        self.in_transaction(dataset_id, |mut transaction| async move {
+            let result =
+                lifecycle::delete_splits(&mut transaction, dataset_id, split_ids, now_ms).await;
+            (transaction, result)
+        })
+        .await
+    }
+
+    async fn list_splits(&self, dataset_id: &str, query: &ListQuery) -> Result<SplitPage> {
+        list::list_splits(&self.pool, dataset_id, query).await
+    }
+}
+
+/// Commits the transaction if `result` is a success and rolls it back otherwise.
+async fn finish<T>(
+    transaction: PgTransaction,
+    result: Result<T, StepError>,
+) -> Result<T, StepError> {
+    match result {
+        Ok(value) => {
+            transaction.commit().await.map_err(commit_error)?;
+            Ok(value)
+        }
+        Err(error) => {
+            // A rollback that fails leaves nothing behind either: nothing was committed, and
+            // the server aborts the transaction when its connection goes. The step's error is
+            // the one that says what happened.
+            let _ = transaction.rollback().await;
+            Err(error)
+        }
+    }
+}

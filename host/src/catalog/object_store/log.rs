@@ -1,0 +1,384 @@
+//! The commit log on the store: where its files live, what they hold, and the reads and
+//! put-if-absent writes that move it forward.
+//!
+//! Layout under the catalog's prefix, per dataset:
+//!
+//! ```text
+//! datasets/{dataset_id}/catalog/log/{version:020}.json          one commit per version
+//! datasets/{dataset_id}/catalog/checkpoints/{version:020}.json  the whole state at a version
+//! ```
+//!
+//! A commit file is `{"format_version", "version", "commit_id", "committed_at_ms",
+//! "actions"}`; actions carry post-images (see [`Action`]), so applying a commit never
+//! depends on a clock or on anything outside the file. This module knows nothing about what
+//! the actions mean; [`super::state`] applies them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use object_store::path::{Path, PathPart};
+use object_store::{ObjectStore, PutMode, PutPayload};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{MendError, Result};
+use crate::model::{Dataset, SplitRow, TimestampMs};
+
+/// The newest file format this code reads and the one it writes.
+pub(super) const FORMAT_VERSION: u32 = 1;
+
+/// One change inside a commit, as a post-image.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(super) enum Action {
+    /// The dataset as created; only ever the single action of version 0.
+    CreateDataset { dataset: Dataset },
+    /// The dataset record after the commit (config, checkpoint, token, manifest version).
+    SetDataset { dataset: Dataset },
+    /// Rows after the commit, inserted or replaced whole.
+    PutSplits { rows: Vec<SplitRow> },
+    /// Rows removed by the commit.
+    DeleteSplits { split_ids: Vec<String> },
+}
+
+/// One version of a dataset's log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(super) struct Commit {
+    pub format_version: u32,
+    pub version: u64,
+    /// Tells our own commit apart from another writer's when a put's outcome is unclear.
+    pub commit_id: String,
+    pub committed_at_ms: TimestampMs,
+    pub actions: Vec<Action>,
+}
+
+impl Commit {
+    pub fn new(version: u64, committed_at_ms: TimestampMs, actions: Vec<Action>) -> Self {
+        Self {
+            format_version: FORMAT_VERSION,
+            version,
+            commit_id: uuid::Uuid::new_v4().to_string(),
+            committed_at_ms,
+            actions,
+        }
+    }
+}
+
+/// The whole state of a dataset at one version: what a checkpoint file holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(super) struct Snapshot {
+    pub format_version: u32,
+    pub version: u64,
+    pub dataset: Dataset,
+    pub splits: Vec<SplitRow>,
+}
+
+/// What a put-if-absent of the next version came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PutOutcome {
+    Committed,
+    /// Another writer holds this version; refresh and try again.
+    Lost,
+}
+
+/// Counts of store calls, for tests and for the live-handle work that wants refreshes cheap.
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub log_reads: AtomicU64,
+    pub checkpoint_reads: AtomicU64,
+    pub commits: AtomicU64,
+    pub lost_races: AtomicU64,
+    pub checkpoints_written: AtomicU64,
+    pub checkpoint_failures: AtomicU64,
+}
+
+impl Counters {
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The store, the prefix and the file layout.
+#[derive(Debug)]
+pub(super) struct Log {
+    pub store: Arc<dyn ObjectStore>,
+    pub prefix: Path,
+    pub counters: Counters,
+}
+
+impl Log {
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: Path) -> Self {
+        Self {
+            store,
+            prefix,
+            counters: Counters::default(),
+        }
+    }
+
+    fn datasets_dir(&self) -> Path {
+        self.prefix.child("datasets")
+    }
+
+    fn catalog_dir(&self, dataset_id: &str) -> Path {
+        self.datasets_dir().child(dataset_id).child("catalog")
+    }
+
+    pub fn commit_path(&self, dataset_id: &str, version: u64) -> Path {
+        self.catalog_dir(dataset_id)
+            .child("log")
+            .child(version_file_name(version))
+    }
+
+    fn checkpoints_dir(&self, dataset_id: &str) -> Path {
+        self.catalog_dir(dataset_id).child("checkpoints")
+    }
+
+    pub fn checkpoint_path(&self, dataset_id: &str, version: u64) -> Path {
+        self.checkpoints_dir(dataset_id)
+            .child(version_file_name(version))
+    }
+
+    /// The ids of every dataset directory under the prefix, unsorted.
+    pub async fn dataset_ids(&self) -> Result<Vec<String>> {
+        let listing = self
+            .store
+            .list_with_delimiter(Some(&self.datasets_dir()))
+            .await
+            .map_err(|err| store_error("listing datasets", err))?;
+        Ok(listing
+            .common_prefixes
+            .iter()
+            .filter_map(|dir| dir.filename().and_then(decode_path_part))
+            .collect())
+    }
+
+    /// The commit at `version`, or `None` if no writer has committed it yet.
+    pub async fn read_commit(&self, dataset_id: &str, version: u64) -> Result<Option<Commit>> {
+        Counters::bump(&self.counters.log_reads);
+        let path = self.commit_path(dataset_id, version);
+        let Some(bytes) = self.read(&path).await? else {
+            return Ok(None);
+        };
+        let commit: Commit = decode(&path, &bytes)?;
+        if commit.version != version {
+            return Err(corrupt(&path, format!("holds version {}", commit.version)));
+        }
+        Ok(Some(commit))
+    }
+
+    /// Writes `commit` as the next version if nobody has. When the store's answer is
+    /// ambiguous (a timeout, a retried request answered "exists"), reads the version back:
+    /// our commit id there means it landed.
+    pub async fn put_commit(&self, dataset_id: &str, commit: &Commit) -> Result<PutOutcome> {
+        let path = self.commit_path(dataset_id, commit.version);
+        let payload = encode(commit)?;
+        let put_error = match self
+            .store
+            .put_opts(&path, payload, PutMode::Create.into())
+            .await
+        {
+            Ok(_) => {
+                Counters::bump(&self.counters.commits);
+                return Ok(PutOutcome::Committed);
+            }
+            Err(
+                err @ (object_store::Error::NotImplemented
+                | object_store::Error::NotSupported { .. }),
+            ) => {
+                return Err(MendError::CapabilityMissing {
+                    capability: "put-if-absent".to_string(),
+                    detail: format!(
+                        "store {} cannot write {path} only if absent ({err}); the object-storage \
+                         catalog needs conditional puts",
+                        self.store
+                    ),
+                });
+            }
+            Err(err) => err,
+        };
+        let lost_race = matches!(put_error, object_store::Error::AlreadyExists { .. });
+        match self.read_commit(dataset_id, commit.version).await {
+            Ok(Some(found)) if found.commit_id == commit.commit_id => {
+                Counters::bump(&self.counters.commits);
+                Ok(PutOutcome::Committed)
+            }
+            Ok(Some(_)) => {
+                Counters::bump(&self.counters.lost_races);
+                Ok(PutOutcome::Lost)
+            }
+            // The store said the version exists but it reads as absent: our commit is not
+            // there, so a retry on a fresh read is safe.
+            Ok(None) if lost_race => {
+                Counters::bump(&self.counters.lost_races);
+                Ok(PutOutcome::Lost)
+            }
+            // Something unreadable holds the version, so ours never will: it did not land.
+            Err(err @ MendError::Corrupt { .. }) => Err(err),
+            Ok(None) | Err(_) => Err(MendError::unavailable(
+                format!(
+                    "writing {path} failed ({put_error}) and reading it back did not settle \
+                     whether it landed; read the dataset again before retrying"
+                ),
+                put_error,
+            )),
+        }
+    }
+
+    /// The newest checkpoint, if any has been written.
+    pub async fn latest_checkpoint(&self, dataset_id: &str) -> Result<Option<Snapshot>> {
+        let dir = self.checkpoints_dir(dataset_id);
+        let listing = self
+            .store
+            .list_with_delimiter(Some(&dir))
+            .await
+            .map_err(|err| store_error("listing checkpoints", err))?;
+        let Some(version) = listing
+            .objects
+            .iter()
+            .filter_map(|object| object.location.filename().and_then(parse_version_file_name))
+            .max()
+        else {
+            return Ok(None);
+        };
+        Counters::bump(&self.counters.checkpoint_reads);
+        let path = self.checkpoint_path(dataset_id, version);
+        let bytes = self
+            .read(&path)
+            .await?
+            .ok_or_else(|| corrupt(&path, "was listed but cannot be read".to_string()))?;
+        let snapshot: Snapshot = decode(&path, &bytes)?;
+        if snapshot.version != version {
+            return Err(corrupt(
+                &path,
+                format!("holds version {}", snapshot.version),
+            ));
+        }
+        Ok(Some(snapshot))
+    }
+
+    /// Writes a checkpoint. It only shortens later replays, so a failure is counted and
+    /// otherwise ignored: the commit it follows has already landed.
+    pub async fn write_checkpoint(&self, dataset_id: &str, snapshot: &Snapshot) {
+        let path = self.checkpoint_path(dataset_id, snapshot.version);
+        let Ok(payload) = encode(snapshot) else {
+            Counters::bump(&self.counters.checkpoint_failures);
+            return;
+        };
+        match self
+            .store
+            .put_opts(&path, payload, PutMode::Create.into())
+            .await
+        {
+            Ok(_) => Counters::bump(&self.counters.checkpoints_written),
+            // Another writer or reader wrote the same state first.
+            Err(object_store::Error::AlreadyExists { .. }) => {}
+            Err(_) => Counters::bump(&self.counters.checkpoint_failures),
+        }
+    }
+
+    async fn read(&self, path: &Path) -> Result<Option<Bytes>> {
+        let result = match self.store.get(path).await {
+            Ok(result) => result,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(err) => return Err(store_error(&format!("reading {path}"), err)),
+        };
+        result
+            .bytes()
+            .await
+            .map(Some)
+            .map_err(|err| store_error(&format!("reading {path}"), err))
+    }
+}
+
+fn version_file_name(version: u64) -> String {
+    format!("{version:020}.json")
+}
+
+fn parse_version_file_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".json")?;
+    if digits.len() != 20 || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Undoes the percent-encoding `PathPart` applies to a dataset id. A name that does not
+/// round-trip is not a directory this catalog made, and is skipped.
+fn decode_path_part(raw: &str) -> Option<String> {
+    let bytes = raw.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        if bytes[index] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(index + 1..index + 3)?).ok()?;
+            decoded.push(u8::from_str_radix(hex, 16).ok()?);
+            index += 3;
+        } else {
+            decoded.push(bytes[index]);
+            index += 1;
+        }
+    }
+    let id = String::from_utf8(decoded).ok()?;
+    (PathPart::from(id.as_str()).as_ref() == raw).then_some(id)
+}
+
+fn encode(value: &impl Serialize) -> Result<PutPayload> {
+    let mut bytes = serde_json::to_vec(value)
+        .map_err(|err| MendError::invalid(format!("catalog entry cannot be encoded: {err}")))?;
+    bytes.push(b'\n');
+    Ok(PutPayload::from(bytes))
+}
+
+/// Parses a log or checkpoint file, refusing one that a newer mend wrote rather than
+/// guessing at fields this code does not know.
+fn decode<T: serde::de::DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T> {
+    #[derive(Deserialize)]
+    struct Header {
+        format_version: u32,
+    }
+    let header: Header = serde_json::from_slice(bytes)
+        .map_err(|err| corrupt(path, format!("is not a catalog file: {err}")))?;
+    if header.format_version > FORMAT_VERSION {
+        return Err(corrupt(
+            path,
+            format!(
+                "was written by a newer mend (format version {}, this mend reads up to {}); \
+                 upgrade mend to read this catalog",
+                header.format_version, FORMAT_VERSION
+            ),
+        ));
+    }
+    serde_json::from_slice(bytes).map_err(|err| corrupt(path, format!("cannot be parsed: {err}")))
+}
+
+pub(super) fn corrupt(path: &Path, what: String) -> MendError {
+    MendError::Corrupt {
+        message: format!("{path} {what}"),
+    }
+}
+
+fn store_error(context: &str, err: object_store::Error) -> MendError {
+    MendError::unavailable(format!("{context}: {err}"), err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_file_names_sort_and_parse() {
+        assert_eq!(version_file_name(42), "00000000000000000042.json");
+        assert_eq!(parse_version_file_name(&version_file_name(42)), Some(42));
+        assert_eq!(parse_version_file_name("42.json"), None);
+        assert_eq!(parse_version_file_name("0000000000000000004x.json"), None);
+    }
+
+    #[test]
+    fn dataset_directory_names_round_trip() {
+        for id in ["logs", "a b", "100%", "x#y", "..", "é"] {
+            let part = PathPart::from(id);
+            assert_eq!(decode_path_part(part.as_ref()).as_deref(), Some(id));
+        }
+        assert_eq!(decode_path_part("%zz"), None);
+    }
+}

@@ -1,0 +1,411 @@
+//! What each catalog mutation commits, decided against one [`DatasetState`]: pure functions
+//! with no IO and no clock (time comes in as `now_ms`).
+//!
+//! Each returns a [`Change`]: nothing to write, or the actions to commit as the next version.
+//! The commit loop in `mod.rs` calls them once per attempt, always on the exact
+//! state the commit will sit on top of, so a planner or validator never answers for a stale
+//! read.
+
+use crate::catalog::{PlannedAction, PublishObservation, PublishValidator, StagePlanner};
+use crate::error::{MendError, Result};
+use crate::model::{
+    Checkpoint, CheckpointDelta, Dataset, DatasetConfig, MarkResult, PublishRequest, PublishResult,
+    SplitRow, SplitState, StageMode, StageOutcome, StagedSplit, TimestampMs,
+};
+
+use super::log::Action;
+use super::state::DatasetState;
+
+pub(super) enum Change<T> {
+    /// Nothing to write; the answer stands on the state as read.
+    Unchanged(T),
+    /// Commit these actions as the next version; the answer holds once they persist.
+    Commit { actions: Vec<Action>, output: T },
+}
+
+/// The dataset as created: config and manifest both start at version 1, as in Postgres.
+pub(super) fn new_dataset(
+    dataset_id: &str,
+    uid: &str,
+    config: &DatasetConfig,
+    now_ms: TimestampMs,
+) -> Dataset {
+    Dataset {
+        dataset_id: dataset_id.to_string(),
+        uid: uid.to_string(),
+        config: config.clone(),
+        config_version: 1,
+        checkpoint: Default::default(),
+        manifest_version: 1,
+        publish_token: None,
+        created_at_ms: now_ms,
+        updated_at_ms: now_ms,
+    }
+}
+
+/// Applies the planner's plan to the exact state the commit follows. A plan that cannot be
+/// applied as written (an id twice or unrequested, an overwrite in create-only mode, an insert
+/// over a row or an overwrite of a row that is not staged in upsert mode) is refused with
+/// `PolicyRejected` and nothing written: the planner saw these very rows, so re-planning would
+/// give the same answer.
+pub(super) fn stage(
+    state: &DatasetState,
+    mode: StageMode,
+    split_ids: &[String],
+    planner: &StagePlanner<'_>,
+    now_ms: TimestampMs,
+) -> Result<Change<Vec<StagedSplit>>> {
+    let requested = distinct_sorted(split_ids);
+    let mut entries = planner(&state.existing_rows(&requested))?.entries;
+    entries.sort_by(|left, right| left.split.split_id.cmp(&right.split.split_id));
+    let rejected = |message: String| Err(MendError::PolicyRejected { message });
+    for pair in entries.windows(2) {
+        if pair[0].split.split_id == pair[1].split.split_id {
+            let split_id = &pair[0].split.split_id;
+            return rejected(format!("the stage plan names split {split_id} twice"));
+        }
+    }
+
+    let mut rows = Vec::new();
+    let mut results = Vec::with_capacity(entries.len());
+    for entry in &entries {
+        let split_id = &entry.split.split_id;
+        if requested.binary_search(split_id).is_err() {
+            return rejected(format!(
+                "the stage plan names split {split_id}, which the request does not"
+            ));
+        }
+        let current = state.splits.get(split_id);
+        let outcome = match (mode, &entry.action, current) {
+            (StageMode::CreateOnly, PlannedAction::Overwrite, _) => {
+                return rejected(format!(
+                    "the create-only stage plan overwrites split {split_id}"
+                ));
+            }
+            (StageMode::Upsert, PlannedAction::Insert, Some(row)) => {
+                return rejected(format!(
+                    "the stage plan inserts split {split_id}, which exists as {}",
+                    row.state
+                ));
+            }
+            (_, PlannedAction::Insert, None) => {
+                rows.push(SplitRow {
+                    split_id: split_id.clone(),
+                    state: SplitState::Staged,
+                    node: entry.split.node.clone(),
+                    metadata: entry.split.metadata.clone(),
+                    time_range: entry.split.time_range,
+                    created_at_ms: now_ms,
+                    updated_at_ms: now_ms,
+                    published_at_ms: None,
+                });
+                StageOutcome::Inserted
+            }
+            // Create-only leaves every existing row exactly as it is, whatever was planned.
+            (StageMode::CreateOnly, PlannedAction::Insert, Some(row)) => {
+                StageOutcome::Skipped(row.state)
+            }
+            (StageMode::Upsert, PlannedAction::Overwrite, Some(row))
+                if row.state == SplitState::Staged =>
+            {
+                rows.push(SplitRow {
+                    node: entry.split.node.clone(),
+                    metadata: entry.split.metadata.clone(),
+                    time_range: entry.split.time_range,
+                    updated_at_ms: now_ms,
+                    ..row.clone()
+                });
+                StageOutcome::Overwritten
+            }
+            (StageMode::Upsert, PlannedAction::Overwrite, _) => {
+                return rejected(format!(
+                    "the stage plan overwrites split {split_id}, which is not staged"
+                ));
+            }
+            (_, PlannedAction::Skip(planned_state), _) => StageOutcome::Skipped(*planned_state),
+        };
+        results.push(StagedSplit {
+            split_id: split_id.clone(),
+            outcome,
+        });
+    }
+    if rows.is_empty() {
+        return Ok(Change::Unchanged(results));
+    }
+    Ok(Change::Commit {
+        actions: vec![Action::PutSplits { rows }],
+        output: results,
+    })
+}
+
+pub(super) fn publish(
+    state: &DatasetState,
+    request: &PublishRequest,
+    validate: &PublishValidator<'_>,
+    now_ms: TimestampMs,
+) -> Result<Change<PublishResult>> {
+    let staged = distinct_sorted(&request.staged_split_ids);
+    let replaced = distinct_sorted(&request.replaced_split_ids);
+    let observed: Vec<String> = distinct_sorted(&[staged.clone(), replaced.clone()].concat());
+    validate(&PublishObservation {
+        rows: state.existing_rows(&observed),
+        checkpoint: state.dataset.checkpoint.clone(),
+        publish_token: state.dataset.publish_token.clone(),
+    })?;
+
+    // Defense in depth, in the Postgres backend's order: the validator checks all of this,
+    // but a publish must not break the lifecycle or move a checkpoint even if it has a bug.
+    let in_both: Vec<String> = staged
+        .iter()
+        .filter(|id| replaced.binary_search(id).is_ok())
+        .cloned()
+        .collect();
+    if !in_both.is_empty() {
+        return Err(MendError::failed_precondition(
+            "splits cannot be both published and replaced",
+            in_both,
+        ));
+    }
+    let checkpoint = match &request.checkpoint_delta {
+        Some(delta) => applied(&state.dataset.checkpoint, delta)?,
+        None => state.dataset.checkpoint.clone(),
+    };
+    if staged.is_empty() && replaced.is_empty() && checkpoint == state.dataset.checkpoint {
+        return Ok(Change::Unchanged(PublishResult {
+            dataset_id: state.dataset.dataset_id.clone(),
+            manifest_version: state.dataset.manifest_version,
+            published: Vec::new(),
+            marked: Vec::new(),
+        }));
+    }
+    let not_in = |ids: &[String], wanted: SplitState| -> Vec<String> {
+        ids.iter()
+            .filter(|id| state.splits.get(*id).is_none_or(|row| row.state != wanted))
+            .cloned()
+            .collect()
+    };
+    let not_staged = not_in(&staged, SplitState::Staged);
+    if !not_staged.is_empty() {
+        return Err(MendError::failed_precondition(
+            "splits to publish are not staged",
+            not_staged,
+        ));
+    }
+    let not_published = not_in(&replaced, SplitState::Published);
+    if !not_published.is_empty() {
+        return Err(MendError::failed_precondition(
+            "splits to replace are not published",
+            not_published,
+        ));
+    }
+
+    let mut rows = Vec::with_capacity(staged.len() + replaced.len());
+    for split_id in &staged {
+        rows.push(SplitRow {
+            state: SplitState::Published,
+            published_at_ms: Some(now_ms),
+            updated_at_ms: now_ms,
+            ..state.splits[split_id].clone()
+        });
+    }
+    for split_id in &replaced {
+        rows.push(SplitRow {
+            state: SplitState::MarkedForDeletion,
+            updated_at_ms: now_ms,
+            ..state.splits[split_id].clone()
+        });
+    }
+    let mut dataset = bumped(&state.dataset, now_ms);
+    dataset.checkpoint = checkpoint;
+    let output = PublishResult {
+        dataset_id: dataset.dataset_id.clone(),
+        manifest_version: dataset.manifest_version,
+        published: staged,
+        marked: replaced,
+    };
+    let mut actions = vec![Action::SetDataset { dataset }];
+    if !rows.is_empty() {
+        actions.insert(0, Action::PutSplits { rows });
+    }
+    Ok(Change::Commit { actions, output })
+}
+
+pub(super) fn mark_for_deletion(
+    state: &DatasetState,
+    split_ids: &[String],
+    now_ms: TimestampMs,
+) -> Result<Change<MarkResult>> {
+    let split_ids = distinct_sorted(split_ids);
+    require_known(state, &split_ids)?;
+    let mut result = MarkResult {
+        marked: Vec::new(),
+        already_marked: Vec::new(),
+    };
+    let mut rows = Vec::new();
+    for split_id in split_ids {
+        let row = &state.splits[&split_id];
+        if row.state == SplitState::MarkedForDeletion {
+            result.already_marked.push(split_id);
+        } else {
+            rows.push(SplitRow {
+                state: SplitState::MarkedForDeletion,
+                updated_at_ms: now_ms,
+                ..row.clone()
+            });
+            result.marked.push(split_id);
+        }
+    }
+    if rows.is_empty() {
+        return Ok(Change::Unchanged(result));
+    }
+    Ok(Change::Commit {
+        actions: vec![
+            Action::PutSplits { rows },
+            Action::SetDataset {
+                dataset: bumped(&state.dataset, now_ms),
+            },
+        ],
+        output: result,
+    })
+}
+
+pub(super) fn delete_splits(
+    state: &DatasetState,
+    split_ids: &[String],
+    now_ms: TimestampMs,
+) -> Result<Change<()>> {
+    let split_ids = distinct_sorted(split_ids);
+    require_known(state, &split_ids)?;
+    let not_marked: Vec<String> = split_ids
+        .iter()
+        .filter(|id| state.splits[*id].state != SplitState::MarkedForDeletion)
+        .cloned()
+        .collect();
+    if !not_marked.is_empty() {
+        return Err(MendError::failed_precondition(
+            "only splits marked for deletion can be deleted; mark them first",
+            not_marked,
+        ));
+    }
+    if split_ids.is_empty() {
+        return Ok(Change::Unchanged(()));
+    }
+    Ok(Change::Commit {
+        actions: vec![
+            Action::DeleteSplits { split_ids },
+            Action::SetDataset {
+                dataset: bumped(&state.dataset, now_ms),
+            },
+        ],
+        output: (),
+    })
+}
+
+pub(super) fn update_config(
+    state: &DatasetState,
+    expected_config_version: u64,
+    config: &DatasetConfig,
+    now_ms: TimestampMs,
+) -> Result<Change<Dataset>> {
+    let current = &state.dataset;
+    if current.config_version != expected_config_version {
+        return Err(MendError::failed_precondition(
+            format!(
+                "config of dataset {} is at version {}, not {expected_config_version}; read it \
+                 again and retry",
+                current.dataset_id, current.config_version
+            ),
+            Vec::new(),
+        ));
+    }
+    if current.config == *config {
+        return Ok(Change::Unchanged(current.clone()));
+    }
+    let mut dataset = bumped(current, now_ms);
+    dataset.config = config.clone();
+    dataset.config_version += 1;
+    Ok(set_dataset(dataset))
+}
+
+pub(super) fn set_publish_token(
+    state: &DatasetState,
+    publish_token: Option<&str>,
+    now_ms: TimestampMs,
+) -> Result<Change<Dataset>> {
+    let current = &state.dataset;
+    if current.publish_token.as_deref() == publish_token {
+        return Ok(Change::Unchanged(current.clone()));
+    }
+    let mut dataset = bumped(current, now_ms);
+    dataset.publish_token = publish_token.map(str::to_string);
+    Ok(set_dataset(dataset))
+}
+
+/// `checkpoint` with `delta` applied. Each partition must start at its current position and
+/// not move backwards, so a delta applies exactly once.
+fn applied(checkpoint: &Checkpoint, delta: &CheckpointDelta) -> Result<Checkpoint> {
+    let mut next = checkpoint.clone();
+    let positions = next.entry(delta.source.clone()).or_default();
+    let mut stale = Vec::new();
+    for partition in &delta.partitions {
+        let current = positions.get(&partition.partition).copied();
+        let backwards = current.is_some_and(|current| partition.to_position < current);
+        if current != partition.from_position || backwards {
+            stale.push(partition.partition.clone());
+        } else {
+            positions.insert(partition.partition.clone(), partition.to_position);
+        }
+    }
+    if !stale.is_empty() {
+        return Err(MendError::failed_precondition(
+            format!(
+                "the checkpoint delta of source {} does not start at the current positions",
+                delta.source
+            ),
+            stale,
+        ));
+    }
+    if positions.is_empty() {
+        // An empty delta must not leave an empty source behind.
+        next.remove(&delta.source);
+    }
+    Ok(next)
+}
+
+/// The dataset after a change to its published view.
+fn bumped(dataset: &Dataset, now_ms: TimestampMs) -> Dataset {
+    Dataset {
+        manifest_version: dataset.manifest_version + 1,
+        updated_at_ms: now_ms,
+        ..dataset.clone()
+    }
+}
+
+fn set_dataset(dataset: Dataset) -> Change<Dataset> {
+    Change::Commit {
+        actions: vec![Action::SetDataset {
+            dataset: dataset.clone(),
+        }],
+        output: dataset,
+    }
+}
+
+fn require_known(state: &DatasetState, split_ids: &[String]) -> Result<()> {
+    let unknown: Vec<String> = split_ids
+        .iter()
+        .filter(|id| !state.splits.contains_key(*id))
+        .cloned()
+        .collect();
+    if unknown.is_empty() {
+        Ok(())
+    } else {
+        Err(MendError::splits_not_found(unknown))
+    }
+}
+
+pub(super) fn distinct_sorted(split_ids: &[String]) -> Vec<String> {
+    let mut split_ids = split_ids.to_vec();
+    split_ids.sort();
+    split_ids.dedup();
+    split_ids
+}

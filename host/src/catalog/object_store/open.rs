@@ -1,0 +1,98 @@
+//! Opening an [`ObjectStoreCatalog`] from a catalog URL: `file:///DIR` or a bare directory
+//! path, `memory://`, or `s3://BUCKET/PREFIX`. `postgres://` is the Postgres backend's, and
+//! choosing between backends is the caller's. [`open_store`] is public because split objects
+//! may live on a store named the same way.
+
+use std::sync::Arc;
+
+use ::object_store::ObjectStore;
+use ::object_store::aws::{AmazonS3Builder, S3ConditionalPut};
+use ::object_store::local::LocalFileSystem;
+use ::object_store::memory::InMemory;
+use ::object_store::path::Path;
+use url::Url;
+
+use super::{ObjectStoreCatalog, ObjectStoreCatalogOptions};
+use crate::error::{MendError, Result};
+
+const SUPPORTED: &str = "file:///DIR, a directory path, memory:// or s3://BUCKET/PREFIX";
+
+impl ObjectStoreCatalog {
+    /// Opens the catalog at `url` with default options.
+    pub fn open_url(url: &str) -> Result<Self> {
+        Self::open_url_with(url, ObjectStoreCatalogOptions::default())
+    }
+
+    /// Opens the catalog at `url`. A local directory is created if missing. S3 takes its
+    /// credentials and region from the `AWS_*` environment and writes commits with
+    /// `If-None-Match: *`, which S3 and most compatible stores honour.
+    pub fn open_url_with(url: &str, options: ObjectStoreCatalogOptions) -> Result<Self> {
+        let (store, prefix) = open_store(url)?;
+        Ok(Self::new(store, prefix, options))
+    }
+}
+
+/// The store and prefix a URL names, for the catalog or for split objects kept elsewhere.
+pub fn open_store(url: &str) -> Result<(Arc<dyn ObjectStore>, Path)> {
+    let Some((scheme, _)) = url.split_once("://") else {
+        return local_directory(std::path::Path::new(url));
+    };
+    let parsed =
+        Url::parse(url).map_err(|err| MendError::invalid(format!("catalog url {url}: {err}")))?;
+    match scheme {
+        "file" => {
+            let directory = parsed.to_file_path().map_err(|()| {
+                MendError::invalid(format!(
+                    "catalog url {url} is not an absolute local path; use file:///DIR"
+                ))
+            })?;
+            local_directory(&directory)
+        }
+        "memory" => Ok((Arc::new(InMemory::new()), url_prefix(&parsed)?)),
+        "s3" => {
+            let bucket = parsed.host_str().unwrap_or_default();
+            if bucket.is_empty() {
+                return Err(MendError::invalid(format!(
+                    "catalog url {url} names no bucket; use s3://BUCKET/PREFIX"
+                )));
+            }
+            let store = AmazonS3Builder::from_env()
+                .with_url(format!("s3://{bucket}"))
+                .with_conditional_put(S3ConditionalPut::ETagMatch)
+                .build()
+                .map_err(|err| {
+                    MendError::invalid(format!("catalog url {url}: cannot configure s3: {err}"))
+                })?;
+            Ok((Arc::new(store), url_prefix(&parsed)?))
+        }
+        other => Err(MendError::invalid(format!(
+            "catalog url scheme {other}:// is not an object store; use {SUPPORTED}"
+        ))),
+    }
+}
+
+fn local_directory(directory: &std::path::Path) -> Result<(Arc<dyn ObjectStore>, Path)> {
+    if directory.as_os_str().is_empty() {
+        return Err(MendError::invalid(format!(
+            "the catalog url is empty; use {SUPPORTED}"
+        )));
+    }
+    std::fs::create_dir_all(directory).map_err(|err| {
+        MendError::invalid(format!(
+            "catalog directory {} cannot be created: {err}",
+            directory.display()
+        ))
+    })?;
+    let store = LocalFileSystem::new_with_prefix(directory).map_err(|err| {
+        MendError::invalid(format!(
+            "catalog directory {} cannot be opened: {err}",
+            directory.display()
+        ))
+    })?;
+    Ok((Arc::new(store), Path::default()))
+}
+
+fn url_prefix(url: &Url) -> Result<Path> {
+    Path::parse(url.path().trim_matches('/'))
+        .map_err(|err| MendError::invalid(format!("catalog url prefix {}: {err}", url.path())))
+}

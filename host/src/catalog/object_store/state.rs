@@ -1,0 +1,147 @@
+//! A dataset's catalog as the log describes it at one version, and how a commit moves it on.
+//!
+//! Readers and writers share [`DatasetState::apply`], so the state a writer caches after its
+//! own commit is exactly what any other process replays from the same file. Deciding what to
+//! commit is [`super::mutations`]' job; reading and writing files is [`super::log`]'s.
+
+use std::collections::BTreeMap;
+
+use mend_policy::ExistingRow;
+
+use super::log::{Action, Commit, FORMAT_VERSION, Snapshot};
+use crate::error::{MendError, Result};
+use crate::model::{Dataset, ListQuery, SplitPage, SplitRow};
+
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct DatasetState {
+    /// The last log version applied.
+    pub version: u64,
+    pub dataset: Dataset,
+    pub splits: BTreeMap<String, SplitRow>,
+}
+
+impl DatasetState {
+    /// The state at version 0, from the commit that created dataset `dataset_id`.
+    pub fn from_creation(dataset_id: &str, commit: &Commit) -> Result<Self> {
+        match commit.actions.as_slice() {
+            [Action::CreateDataset { dataset }]
+                if commit.version == 0 && dataset.dataset_id == dataset_id =>
+            {
+                Ok(Self {
+                    version: 0,
+                    dataset: dataset.clone(),
+                    splits: BTreeMap::new(),
+                })
+            }
+            _ => Err(contradiction(
+                dataset_id,
+                commit.version,
+                "must hold exactly one create_dataset action for this dataset",
+            )),
+        }
+    }
+
+    pub fn from_snapshot(snapshot: Snapshot) -> Self {
+        Self {
+            version: snapshot.version,
+            dataset: snapshot.dataset,
+            splits: snapshot
+                .splits
+                .into_iter()
+                .map(|row| (row.split_id.clone(), row))
+                .collect(),
+        }
+    }
+
+    pub fn to_snapshot(&self) -> Snapshot {
+        Snapshot {
+            format_version: FORMAT_VERSION,
+            version: self.version,
+            dataset: self.dataset.clone(),
+            splits: self.splits.values().cloned().collect(),
+        }
+    }
+
+    /// Applies the next commit. A commit that contradicts the state is corruption, never
+    /// something to paper over: an operator must look.
+    pub fn apply(&mut self, commit: &Commit) -> Result<()> {
+        if commit.version != self.version + 1 {
+            return Err(contradiction(
+                &self.dataset.dataset_id,
+                commit.version,
+                &format!("follows version {}", self.version),
+            ));
+        }
+        for action in &commit.actions {
+            match action {
+                Action::CreateDataset { .. } => {
+                    return Err(contradiction(
+                        &self.dataset.dataset_id,
+                        commit.version,
+                        "creates the dataset again",
+                    ));
+                }
+                Action::SetDataset { dataset } => {
+                    if dataset.dataset_id != self.dataset.dataset_id {
+                        return Err(contradiction(
+                            &self.dataset.dataset_id,
+                            commit.version,
+                            &format!("sets dataset {}", dataset.dataset_id),
+                        ));
+                    }
+                    self.dataset = dataset.clone();
+                }
+                Action::PutSplits { rows } => {
+                    for row in rows {
+                        self.splits.insert(row.split_id.clone(), row.clone());
+                    }
+                }
+                Action::DeleteSplits { split_ids } => {
+                    for split_id in split_ids {
+                        if self.splits.remove(split_id).is_none() {
+                            return Err(contradiction(
+                                &self.dataset.dataset_id,
+                                commit.version,
+                                &format!("deletes split {split_id}, which does not exist"),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        self.version = commit.version;
+        Ok(())
+    }
+
+    /// The rows among `split_ids` that exist, in the order of `split_ids`.
+    pub fn existing_rows(&self, split_ids: &[String]) -> Vec<ExistingRow> {
+        split_ids
+            .iter()
+            .filter_map(|split_id| self.splits.get(split_id))
+            .map(|row| ExistingRow {
+                split_id: row.split_id.clone(),
+                state: row.state,
+            })
+            .collect()
+    }
+
+    pub fn list_splits(&self, query: &ListQuery) -> SplitPage {
+        let mut matching = self.splits.values().filter(|row| query.matches(row));
+        let limit = query.limit.unwrap_or(usize::MAX);
+        let splits: Vec<SplitRow> = matching.by_ref().take(limit).cloned().collect();
+        let next_after_split_id = match matching.next() {
+            Some(_) => splits.last().map(|row| row.split_id.clone()),
+            None => None,
+        };
+        SplitPage {
+            splits,
+            next_after_split_id,
+        }
+    }
+}
+
+fn contradiction(dataset_id: &str, version: u64, what: &str) -> MendError {
+    MendError::Corrupt {
+        message: format!("dataset {dataset_id}: catalog log version {version} {what}"),
+    }
+}

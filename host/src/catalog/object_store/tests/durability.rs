@@ -1,0 +1,386 @@
+//! The commit log under stress: checkpoints that bound replay, files from a newer mend,
+//! writers racing from several instances, puts whose outcome is unclear, and opening by URL.
+
+use super::*;
+use crate::catalog::object_store::log::Log;
+use crate::catalog::object_store::state::DatasetState;
+use crate::model::{ListQuery, StageOutcome};
+use ::object_store::local::LocalFileSystem;
+
+#[tokio::test]
+async fn a_file_from_a_newer_mend_is_refused_not_guessed_at() {
+    let (catalog, store) = catalog_with_dataset("logs").await;
+    catalog
+        .create_dataset("other", "uid-2", &DatasetConfig::default(), T0)
+        .await
+        .unwrap();
+    let log = Log::new(store.clone(), Path::from("mend"));
+    let future = r#"{"format_version": 2, "version": 1, "commit_id": "x", "committed_at_ms": 0,
+        "actions": [{"type": "rename_everything"}]}"#;
+    store
+        .put(&log.commit_path("logs", 1), future.into())
+        .await
+        .unwrap();
+    store
+        .put(&log.commit_path("other", 1), "not json".into())
+        .await
+        .unwrap();
+
+    let err = catalog.dataset("logs").await.unwrap_err();
+    assert!(matches!(err, MendError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains("newer mend"), "{err}");
+    let puts = store.puts();
+    assert!(
+        stage(&catalog, StageMode::CreateOnly, "n", &ids(&["a"]), T0)
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        store.puts(),
+        puts,
+        "nothing is written on top of an unreadable log"
+    );
+
+    let err = sibling(&catalog).dataset("other").await.unwrap_err();
+    assert!(matches!(err, MendError::Corrupt { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("mend/datasets/other/catalog/log/00000000000000000001.json"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_fresh_reader_starts_from_the_newest_checkpoint() {
+    let options = ObjectStoreCatalogOptions {
+        checkpoint_interval: 5,
+        ..Default::default()
+    };
+    let (writer, store) = counted_catalog(options);
+    writer
+        .create_dataset("logs", "uid-1", &DatasetConfig::default(), T0)
+        .await
+        .unwrap();
+    for index in 0..23 {
+        let split_id = format!("split-{index:02}");
+        stage(
+            &writer,
+            StageMode::CreateOnly,
+            "n",
+            std::slice::from_ref(&split_id),
+            T0 + index,
+        )
+        .await
+        .unwrap();
+        if index % 3 == 0 {
+            writer
+                .mark_for_deletion("logs", &[split_id], T0 + index)
+                .await
+                .unwrap();
+        }
+    }
+    let version = writer.probe_version("logs").await.unwrap();
+    assert_eq!(version, 31);
+    assert_eq!(writer.stats().checkpoints_written, 6);
+
+    let log = Log::new(store.clone(), Path::from("mend"));
+    let mut replayed =
+        DatasetState::from_creation("logs", &log.read_commit("logs", 0).await.unwrap().unwrap())
+            .unwrap();
+    for version in 1..=version {
+        replayed
+            .apply(&log.read_commit("logs", version).await.unwrap().unwrap())
+            .unwrap();
+    }
+
+    store.take_gets();
+    let reader = sibling(&writer);
+    let loaded = reader.load("logs").await.unwrap();
+    assert_eq!(*loaded, replayed);
+    let gets = store.take_gets();
+    let expected: Vec<String> = [
+        log.checkpoint_path("logs", 30),
+        log.commit_path("logs", 31),
+        log.commit_path("logs", 32),
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    assert_eq!(
+        gets, expected,
+        "no log version before the checkpoint is read"
+    );
+    assert_eq!(
+        (reader.stats().checkpoint_reads, reader.stats().log_reads),
+        (1, 2)
+    );
+}
+
+#[tokio::test]
+async fn a_cached_reader_probes_only_the_next_version() {
+    let (writer, store) = catalog_with_dataset("logs").await;
+    let reader = sibling(&writer);
+    assert_eq!(reader.probe_version("logs").await.unwrap(), 0);
+
+    store.take_gets();
+    let reads = reader.stats().log_reads;
+    assert_eq!(reader.probe_version("logs").await.unwrap(), 0);
+    assert_eq!(reader.stats().log_reads, reads + 1);
+    assert_eq!(store.take_gets().len(), 1);
+
+    stage(&writer, StageMode::CreateOnly, "n", &ids(&["a"]), T0)
+        .await
+        .unwrap();
+    assert_eq!(reader.probe_version("logs").await.unwrap(), 1);
+    assert_eq!(
+        reader
+            .list_splits("logs", &ListQuery::default())
+            .await
+            .unwrap()
+            .splits
+            .len(),
+        1
+    );
+}
+
+/// Instances on one store, two tasks each, all staging distinct ids into one dataset.
+async fn race_instances(store: Arc<dyn ObjectStore>, batches_per_instance: usize) {
+    let options = ObjectStoreCatalogOptions {
+        checkpoint_interval: 16,
+        ..Default::default()
+    };
+    let instances: Vec<Arc<ObjectStoreCatalog>> = (0..2)
+        .map(|_| {
+            Arc::new(ObjectStoreCatalog::new(
+                store.clone(),
+                Path::from("mend"),
+                options.clone(),
+            ))
+        })
+        .collect();
+    instances[0]
+        .create_dataset("logs", "uid-1", &DatasetConfig::default(), T0)
+        .await
+        .unwrap();
+
+    let mut tasks = Vec::new();
+    for (instance_index, instance) in instances.iter().enumerate() {
+        for worker in 0..2 {
+            let instance = Arc::clone(instance);
+            tasks.push(tokio::spawn(async move {
+                for batch in 0..batches_per_instance / 2 {
+                    let split_ids: Vec<String> = (0..2)
+                        .map(|k| format!("i{instance_index}-w{worker}-b{batch:03}-{k}"))
+                        .collect();
+                    let result = stage(&instance, StageMode::CreateOnly, "n", &split_ids, T0)
+                        .await
+                        .unwrap();
+                    assert!(
+                        result
+                            .iter()
+                            .all(|split| split.outcome == StageOutcome::Inserted)
+                    );
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+
+    let reader = ObjectStoreCatalog::new(store, Path::from("mend"), options);
+    let rows = reader
+        .list_splits("logs", &ListQuery::default())
+        .await
+        .unwrap()
+        .splits;
+    assert_eq!(
+        rows.len(),
+        batches_per_instance * 2 * 2,
+        "every staged row survives"
+    );
+    let batches = (batches_per_instance * 2) as u64;
+    assert_eq!(reader.probe_version("logs").await.unwrap(), batches);
+    let commits: u64 = instances
+        .iter()
+        .map(|instance| instance.stats().commits)
+        .sum();
+    assert_eq!(
+        commits,
+        1 + batches,
+        "one commit per batch, none duplicated"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_racing_in_memory_lose_no_commit() {
+    race_instances(Arc::new(InMemory::new()), 100).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_racing_on_a_local_directory_lose_no_commit() {
+    let directory = tempfile::tempdir().unwrap();
+    race_instances(
+        Arc::new(LocalFileSystem::new_with_prefix(directory.path()).unwrap()),
+        40,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_marks_each_bump_the_manifest_once() {
+    let (first, _) = catalog_with_dataset("logs").await;
+    let split_ids: Vec<String> = (0..100).map(|index| format!("s{index:03}")).collect();
+    stage(&first, StageMode::CreateOnly, "n", &split_ids, T0)
+        .await
+        .unwrap();
+    let first = Arc::new(first);
+    let instances = [Arc::clone(&first), Arc::new(sibling(&first))];
+    let mut tasks = Vec::new();
+    for (worker, chunk) in split_ids.chunks(25).enumerate() {
+        let (instance, chunk) = (Arc::clone(&instances[worker % 2]), chunk.to_vec());
+        tasks.push(tokio::spawn(async move {
+            for split_id in chunk {
+                let result = instance
+                    .mark_for_deletion("logs", &[split_id], T0 + 1)
+                    .await
+                    .unwrap();
+                assert_eq!(result.marked.len(), 1);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let dataset = sibling(&first).dataset("logs").await.unwrap();
+    assert_eq!(dataset.manifest_version, 1 + 100, "no manifest bump lost");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_create_only_stages_claim_each_split_once() {
+    let (first, _) = catalog_with_dataset("logs").await;
+    let first = Arc::new(first);
+    let second = Arc::new(sibling(&first));
+    for round in 0..30 {
+        let split_ids: Vec<String> = (0..4).map(|k| format!("r{round:02}-{k}")).collect();
+        let claims = [("node-1", &first), ("node-2", &second)].map(|(node, instance)| {
+            let (instance, split_ids) = (Arc::clone(instance), split_ids.clone());
+            tokio::spawn(async move {
+                stage(&instance, StageMode::CreateOnly, node, &split_ids, T0)
+                    .await
+                    .unwrap()
+            })
+        });
+        let mut owners = std::collections::BTreeMap::new();
+        for (claim, node) in claims.into_iter().zip(["node-1", "node-2"]) {
+            for split in claim.await.unwrap() {
+                if split.outcome == StageOutcome::Inserted {
+                    assert!(
+                        owners.insert(split.split_id, node).is_none(),
+                        "claimed twice"
+                    );
+                }
+            }
+        }
+        let query = ListQuery {
+            split_ids: Some(split_ids),
+            ..Default::default()
+        };
+        let rows = first.list_splits("logs", &query).await.unwrap().splits;
+        assert_eq!(rows.len(), 4);
+        for row in rows {
+            assert_eq!(
+                owners.get(&row.split_id),
+                Some(&row.node.as_str()),
+                "the row is its claimer's"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_unclear_put_is_settled_by_reading_the_version_back() {
+    let (catalog, store) = catalog_with_dataset("logs").await;
+    store
+        .fail_next_put_after_write
+        .store(true, Ordering::SeqCst);
+    let result = stage(&catalog, StageMode::CreateOnly, "n", &ids(&["a"]), T0)
+        .await
+        .unwrap();
+    assert_eq!(result[0].outcome, StageOutcome::Inserted);
+    assert_eq!(sibling(&catalog).probe_version("logs").await.unwrap(), 1);
+
+    store
+        .fail_next_put_before_write
+        .store(true, Ordering::SeqCst);
+    let err = stage(&catalog, StageMode::CreateOnly, "n", &ids(&["b"]), T0)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, MendError::Unavailable { .. }), "{err}");
+    assert!(!err.certainly_not_applied());
+    assert_eq!(sibling(&catalog).probe_version("logs").await.unwrap(), 1);
+    let retried = stage(&catalog, StageMode::CreateOnly, "n", &ids(&["b"]), T0)
+        .await
+        .unwrap();
+    assert_eq!(retried[0].outcome, StageOutcome::Inserted);
+}
+
+#[tokio::test]
+async fn a_writer_that_always_loses_gives_up_with_conflict() {
+    let options = ObjectStoreCatalogOptions {
+        max_commit_attempts: 3,
+        ..Default::default()
+    };
+    let (catalog, store) = counted_catalog(options);
+    catalog
+        .create_dataset("logs", "uid-1", &DatasetConfig::default(), T0)
+        .await
+        .unwrap();
+    store.refuse_puts.store(true, Ordering::SeqCst);
+    let err = stage(&catalog, StageMode::CreateOnly, "n", &ids(&["a"]), T0)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, MendError::Conflict { .. }), "{err}");
+    assert!(err.certainly_not_applied());
+    assert_eq!(catalog.stats().lost_races, 3);
+    assert_eq!(sibling(&catalog).probe_version("logs").await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn catalogs_open_by_url() {
+    let memory = ObjectStoreCatalog::open_url("memory://").unwrap();
+    memory
+        .create_dataset("logs", "uid-1", &DatasetConfig::default(), T0)
+        .await
+        .unwrap();
+    assert!(
+        memory.describe().contains("InMemory"),
+        "{}",
+        memory.describe()
+    );
+
+    let root = tempfile::tempdir().unwrap();
+    let directory = root.path().join("nested/catalog");
+    let bare = ObjectStoreCatalog::open_url(directory.to_str().unwrap()).unwrap();
+    bare.create_dataset("logs", "uid-1", &DatasetConfig::default(), T0)
+        .await
+        .unwrap();
+    let by_url = ObjectStoreCatalog::open_url(&format!("file://{}", directory.display())).unwrap();
+    assert_eq!(by_url.dataset("logs").await.unwrap().uid, "uid-1");
+    assert!(
+        directory
+            .join("datasets/logs/catalog/log/00000000000000000000.json")
+            .exists()
+    );
+
+    let s3 = ObjectStoreCatalog::open_url("s3://bucket/some/prefix").unwrap();
+    assert!(
+        s3.describe().contains("bucket") && s3.describe().contains("some/prefix"),
+        "{}",
+        s3.describe()
+    );
+
+    let err = ObjectStoreCatalog::open_url("ftp://host/dir").unwrap_err();
+    assert!(matches!(err, MendError::InvalidArgument { .. }));
+    assert!(err.to_string().contains("memory://"), "{err}");
+}

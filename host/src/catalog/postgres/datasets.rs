@@ -1,0 +1,102 @@
+//! Dataset rows: create, read, and the two changes that are not publishes (config and
+//! publish token). Each change bumps the manifest version; one that would change nothing
+//! writes nothing.
+
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
+
+use crate::error::{MendError, Result};
+use crate::model::{Dataset, DatasetConfig, TimestampMs};
+
+use super::errors::{StepError, database_error};
+use super::queries;
+use super::rows;
+use super::sql;
+
+pub(super) async fn create(
+    pool: &PgPool,
+    dataset_id: &str,
+    uid: &str,
+    config: &DatasetConfig,
+    now_ms: TimestampMs,
+) -> Result<Dataset> {
+    let row = sqlx::query(sql::DATASET_INSERT)
+        .bind(dataset_id)
+        .bind(uid)
+        .bind(Json(config))
+        .bind(now_ms)
+        .fetch_one(pool)
+        .await
+        .map_err(|error| database_error(error, dataset_id))?;
+    rows::dataset(&row)
+}
+
+pub(super) async fn list(pool: &PgPool) -> Result<Vec<Dataset>> {
+    sqlx::query(sql::DATASET_LIST)
+        .fetch_all(pool)
+        .await
+        .map_err(|error| database_error(error, "*"))?
+        .iter()
+        .map(rows::dataset)
+        .collect()
+}
+
+pub(super) async fn show(pool: &PgPool, dataset_id: &str) -> Result<Dataset> {
+    let row = sqlx::query(sql::DATASET_SELECT)
+        .bind(dataset_id)
+        .fetch_optional(pool)
+        .await
+        .map_err(|error| database_error(error, dataset_id))?
+        .ok_or_else(|| MendError::dataset_not_found(dataset_id))?;
+    rows::dataset(&row)
+}
+
+pub(super) async fn update_config(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    expected_config_version: u64,
+    config: &DatasetConfig,
+    now_ms: TimestampMs,
+) -> Result<Dataset, StepError> {
+    let current = queries::lock_dataset(conn, dataset_id).await?;
+    if current.config_version != expected_config_version {
+        return Err(MendError::failed_precondition(
+            format!(
+                "the config of dataset {dataset_id} is at version {}, not {expected_config_version}; \
+                 read it again and retry",
+                current.config_version
+            ),
+            Vec::new(),
+        )
+        .into());
+    }
+    if current.config == *config {
+        return Ok(current);
+    }
+    let row = sqlx::query(sql::DATASET_UPDATE_CONFIG)
+        .bind(dataset_id)
+        .bind(Json(config))
+        .bind(now_ms)
+        .fetch_one(conn)
+        .await?;
+    Ok(rows::dataset(&row)?)
+}
+
+pub(super) async fn set_publish_token(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    publish_token: Option<&str>,
+    now_ms: TimestampMs,
+) -> Result<Dataset, StepError> {
+    let current = queries::lock_dataset(conn, dataset_id).await?;
+    if current.publish_token.as_deref() == publish_token {
+        return Ok(current);
+    }
+    let row = sqlx::query(sql::DATASET_UPDATE_PUBLISH_TOKEN)
+        .bind(dataset_id)
+        .bind(publish_token)
+        .bind(now_ms)
+        .fetch_one(conn)
+        .await?;
+    Ok(rows::dataset(&row)?)
+}

@@ -1,0 +1,199 @@
+//! The statements that the stage and lifecycle steps compose, each as a typed function:
+//! locking a dataset, reading split states, the conditional split writes (each returning the
+//! ids it changed, so the caller can check it changed all it meant to), bumping the manifest.
+
+use std::collections::BTreeSet;
+
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
+use sqlx::types::Json;
+use sqlx::{PgConnection, Postgres};
+
+use mend_policy::ExistingRow;
+
+use crate::error::MendError;
+use crate::model::{Checkpoint, Dataset, NewSplit, SplitState, TimestampMs};
+
+use super::errors::StepError;
+use super::rows::{self, SplitColumns};
+use super::sql;
+
+/// Whether reading split rows also locks them until the transaction ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RowLock {
+    None,
+    ForUpdate,
+}
+
+/// Locks the dataset's row for the rest of the transaction; `NotFound` if there is none.
+pub(super) async fn lock_dataset(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+) -> Result<Dataset, StepError> {
+    let row = sqlx::query(sql::DATASET_LOCK)
+        .bind(dataset_id)
+        .fetch_optional(conn)
+        .await?
+        .ok_or_else(|| MendError::dataset_not_found(dataset_id))?;
+    Ok(rows::dataset(&row)?)
+}
+
+/// `NotFound` unless the dataset exists.
+pub(super) async fn require_dataset(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+) -> Result<(), StepError> {
+    let exists: bool = sqlx::query_scalar(sql::DATASET_EXISTS)
+        .bind(dataset_id)
+        .fetch_one(conn)
+        .await?;
+    if exists {
+        Ok(())
+    } else {
+        Err(MendError::dataset_not_found(dataset_id).into())
+    }
+}
+
+/// The rows that exist among `split_ids`, sorted by id.
+pub(super) async fn split_states(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    split_ids: &[String],
+    lock: RowLock,
+) -> Result<Vec<ExistingRow>, StepError> {
+    let statement = match lock {
+        RowLock::None => sql::SPLIT_STATES,
+        RowLock::ForUpdate => sql::SPLIT_STATES_FOR_UPDATE,
+    };
+    let found = sqlx::query(statement)
+        .bind(dataset_id)
+        .bind(split_ids)
+        .fetch_all(conn)
+        .await?;
+    Ok(found.iter().map(rows::existing).collect::<Result<_, _>>()?)
+}
+
+/// Inserts `splits` as staged rows where no row exists yet; returns the ids it inserted.
+/// `splits` must be sorted by id: that order is what keeps concurrent batches from deadlocking.
+pub(super) async fn insert_staged(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    splits: &[&NewSplit],
+    now_ms: TimestampMs,
+) -> Result<BTreeSet<String>, StepError> {
+    debug_assert!(splits.is_sorted_by(|a, b| a.split_id < b.split_id));
+    let columns = SplitColumns::new(splits.iter().copied());
+    let query = sqlx::query(sql::SPLIT_INSERT_STAGED)
+        .bind(dataset_id)
+        .bind(&columns.split_ids)
+        .bind(&columns.nodes)
+        .bind(&columns.metadata)
+        .bind(&columns.time_range_starts)
+        .bind(&columns.time_range_ends)
+        .bind(now_ms);
+    returned_ids(conn, query).await
+}
+
+/// Replaces the content of the rows of `splits` that are still staged; returns their ids.
+pub(super) async fn overwrite_staged(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    splits: &[&NewSplit],
+    now_ms: TimestampMs,
+) -> Result<BTreeSet<String>, StepError> {
+    let columns = SplitColumns::new(splits.iter().copied());
+    let query = sqlx::query(sql::SPLIT_OVERWRITE_STAGED)
+        .bind(dataset_id)
+        .bind(&columns.split_ids)
+        .bind(&columns.nodes)
+        .bind(&columns.metadata)
+        .bind(&columns.time_range_starts)
+        .bind(&columns.time_range_ends)
+        .bind(now_ms);
+    returned_ids(conn, query).await
+}
+
+/// Moves the staged rows among `split_ids` to published; returns the ids it moved.
+pub(super) async fn publish_staged(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    split_ids: &[String],
+    now_ms: TimestampMs,
+) -> Result<BTreeSet<String>, StepError> {
+    let query = sqlx::query(sql::SPLIT_PUBLISH)
+        .bind(dataset_id)
+        .bind(split_ids)
+        .bind(now_ms);
+    returned_ids(conn, query).await
+}
+
+/// Marks the rows among `split_ids` that are in one of `from_states`; returns the ids it
+/// marked.
+pub(super) async fn mark(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    split_ids: &[String],
+    from_states: &[SplitState],
+    now_ms: TimestampMs,
+) -> Result<BTreeSet<String>, StepError> {
+    let from_states: Vec<&str> = from_states.iter().map(|state| state.as_str()).collect();
+    let query = sqlx::query(sql::SPLIT_MARK)
+        .bind(dataset_id)
+        .bind(split_ids)
+        .bind(now_ms)
+        .bind(from_states);
+    returned_ids(conn, query).await
+}
+
+/// Deletes the rows among `split_ids` that are marked for deletion; returns their ids.
+pub(super) async fn delete_marked(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    split_ids: &[String],
+) -> Result<BTreeSet<String>, StepError> {
+    let query = sqlx::query(sql::SPLIT_DELETE)
+        .bind(dataset_id)
+        .bind(split_ids);
+    returned_ids(conn, query).await
+}
+
+/// Runs a statement that returns the `split_id` of every row it changed.
+async fn returned_ids(
+    conn: &mut PgConnection,
+    query: Query<'_, Postgres, PgArguments>,
+) -> Result<BTreeSet<String>, StepError> {
+    let changed = query.fetch_all(conn).await?;
+    Ok(changed
+        .iter()
+        .map(rows::split_id)
+        .collect::<Result<_, _>>()?)
+}
+
+/// Bumps the manifest version, replacing the checkpoint if one is given; returns the new
+/// version.
+pub(super) async fn bump_manifest(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    checkpoint: Option<&Checkpoint>,
+    now_ms: TimestampMs,
+) -> Result<u64, StepError> {
+    let version: i64 = sqlx::query_scalar(sql::DATASET_BUMP_MANIFEST)
+        .bind(dataset_id)
+        .bind(checkpoint.map(Json))
+        .bind(now_ms)
+        .fetch_optional(conn)
+        .await?
+        // The caller holds the dataset's lock, so the row is there.
+        .ok_or_else(|| MendError::dataset_not_found(dataset_id))?;
+    u64::try_from(version)
+        .map_err(|_| StepError::corrupt(format!("manifest_version is negative: {version}")))
+}
+
+/// The ids of `wanted` that are not in `got`, in the order of `wanted`.
+pub(super) fn missing(wanted: &[String], got: &BTreeSet<String>) -> Vec<String> {
+    wanted
+        .iter()
+        .filter(|id| !got.contains(*id))
+        .cloned()
+        .collect()
+}

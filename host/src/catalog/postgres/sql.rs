@@ -1,0 +1,23 @@
+//! Every statement the backend runs, each kept in its own file under `sql/` and compiled in.
+//!
+//! The statements are checked at run time (`sqlx::query`), not by the compile-time macros:
+//! there is no database at build time. The parameters each one takes are listed at its top.
+
+pub(super) const DATASET_INSERT: &str = include_str!("sql/dataset_insert.sql");
+pub(super) const DATASET_LIST: &str = include_str!("sql/dataset_list.sql");
+pub(super) const DATASET_SELECT: &str = include_str!("sql/dataset_select.sql");
+pub(super) const DATASET_LOCK: &str = include_str!("sql/dataset_lock.sql");
+pub(super) const DATASET_EXISTS: &str = include_str!("sql/dataset_exists.sql");
+pub(super) const DATASET_UPDATE_CONFIG: &str = include_str!("sql/dataset_update_config.sql");
+pub(super) const DATASET_UPDATE_PUBLISH_TOKEN: &str =
+    include_str!("sql/dataset_update_publish_token.sql");
+pub(super) const DATASET_BUMP_MANIFEST: &str = include_str!("sql/dataset_bump_manifest.sql");
+
+pub(super) const SPLIT_STATES: &str = include_str!("sql/split_states.sql");
+pub(super) const SPLIT_STATES_FOR_UPDATE: &str = include_str!("sql/split_states_for_update.sql");
+pub(super) const SPLIT_INSERT_STAGED: &str = include_str!("sql/split_insert_staged.sql");
+pub(super) const SPLIT_OVERWRITE_STAGED: &str = include_str!("sql/split_overwrite_staged.sql");
+pub(super) const SPLIT_PUBLISH: &str = include_str!("sql/split_publish.sql");
+pub(super) const SPLIT_MARK: &str = include_str!("sql/split_mark.sql");
+pub(super) const SPLIT_DELETE: &str = include_str!("sql/split_delete.sql");
+pub(super) const SPLIT_LIST: &str = include_str!("sql/split_list.sql");

@@ -1,0 +1,341 @@
+//! Staging in both modes: inserts, skips, overwrites, lost races and refused plans.
+
+use super::*;
+
+#[tokio::test]
+async fn create_only_inserts_missing_rows_and_leaves_existing_rows_untouched() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+
+    let first = [
+        new_split("a", "node-1", None),
+        new_split("b", "node-1", Some((1, 2))),
+    ];
+    let staged = stage(&catalog, &dataset_id, StageMode::CreateOnly, &first, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes(&staged),
+        [("a", StageOutcome::Inserted), ("b", StageOutcome::Inserted)]
+    );
+    let before = row(&catalog, &dataset_id, "b").await;
+    assert_eq!(before.state, SplitState::Staged);
+    assert_eq!(before.time_range, Some(TimeRange { start: 1, end: 2 }));
+    assert_eq!((before.created_at_ms, before.updated_at_ms), (10, 10));
+
+    let second = [
+        new_split("c", "node-2", None),
+        new_split("b", "node-2", None),
+    ];
+    let staged = stage(&catalog, &dataset_id, StageMode::CreateOnly, &second, 20)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes(&staged),
+        [
+            ("b", StageOutcome::Skipped(SplitState::Staged)),
+            ("c", StageOutcome::Inserted)
+        ]
+    );
+    assert_eq!(row(&catalog, &dataset_id, "b").await, before);
+    assert_eq!(row(&catalog, &dataset_id, "c").await.node, "node-2");
+
+    // A batch that inserts nothing writes nothing, whatever state the rows are in.
+    catalog
+        .publish(&publish_request(&dataset_id, &["b"], &[]), &accept_all, 30)
+        .await
+        .unwrap();
+    let rows_before = all_rows(&catalog, &dataset_id).await;
+    let version_before = manifest_version(&catalog, &dataset_id).await;
+    let staged = stage(&catalog, &dataset_id, StageMode::CreateOnly, &second, 40)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes(&staged),
+        [
+            ("b", StageOutcome::Skipped(SplitState::Published)),
+            ("c", StageOutcome::Skipped(SplitState::Staged))
+        ]
+    );
+    assert_eq!(all_rows(&catalog, &dataset_id).await, rows_before);
+    assert_eq!(
+        manifest_version(&catalog, &dataset_id).await,
+        version_before
+    );
+
+    let missing = stage(
+        &catalog,
+        "no-such-dataset",
+        StageMode::CreateOnly,
+        &first,
+        50,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            missing,
+            MendError::NotFound {
+                kind: EntityKind::Dataset,
+                ..
+            }
+        ),
+        "{missing:?}"
+    );
+}
+
+#[tokio::test]
+async fn create_only_reports_a_lost_insert_as_skipped_with_the_winners_state() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    stage(
+        &catalog,
+        &dataset_id,
+        StageMode::CreateOnly,
+        &[new_split("a", "winner", None)],
+        10,
+    )
+    .await
+    .unwrap();
+    catalog
+        .publish(&publish_request(&dataset_id, &["a"], &[]), &accept_all, 20)
+        .await
+        .unwrap();
+    let winner = row(&catalog, &dataset_id, "a").await;
+
+    // The planner plans as if it had read before the winner inserted "a".
+    let splits = [new_split("a", "loser", None), new_split("b", "loser", None)];
+    let stale_planner = |_: &[ExistingRow]| plan(StageMode::CreateOnly, &splits, &[]);
+    let staged = catalog
+        .stage(
+            &dataset_id,
+            StageMode::CreateOnly,
+            &ids(&["a", "b"]),
+            &stale_planner,
+            30,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes(&staged),
+        [
+            ("a", StageOutcome::Skipped(SplitState::Published)),
+            ("b", StageOutcome::Inserted)
+        ]
+    );
+    assert_eq!(row(&catalog, &dataset_id, "a").await, winner);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_create_only_batches_claim_each_split_exactly_once() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    let batches: Vec<Vec<NewSplit>> = (0..8)
+        .map(|writer| {
+            // Overlapping ranges of ids, so every id is contended by several writers.
+            (writer..writer + 16)
+                .map(|index| {
+                    new_split(
+                        &format!("split-{index:03}"),
+                        &format!("node-{writer}"),
+                        None,
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    let results = futures::future::join_all(
+        batches
+            .iter()
+            .map(|batch| stage(&catalog, &dataset_id, StageMode::CreateOnly, batch, 10)),
+    )
+    .await;
+
+    let mut owners: BTreeMap<String, usize> = BTreeMap::new();
+    for (writer, result) in results.into_iter().enumerate() {
+        for split in result.unwrap() {
+            if split.outcome == StageOutcome::Inserted {
+                assert!(
+                    owners.insert(split.split_id.clone(), writer).is_none(),
+                    "{} inserted twice",
+                    split.split_id
+                );
+            } else {
+                assert_eq!(split.outcome, StageOutcome::Skipped(SplitState::Staged));
+            }
+        }
+    }
+    let rows = all_rows(&catalog, &dataset_id).await;
+    assert_eq!(rows.len(), owners.len());
+    for row in rows {
+        // The row holds the content of the writer that was told it inserted it.
+        assert_eq!(row.node, format!("node-{}", owners[&row.split_id]));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_upserts_retry_lost_inserts_and_all_succeed() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    let batches: Vec<Vec<NewSplit>> = (0..6)
+        .map(|writer| {
+            (0..10)
+                .map(|index| {
+                    new_split(
+                        &format!("split-{index:03}"),
+                        &format!("node-{writer}"),
+                        None,
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    let results = futures::future::join_all(
+        batches
+            .iter()
+            .map(|batch| stage(&catalog, &dataset_id, StageMode::Upsert, batch, 10)),
+    )
+    .await;
+
+    let mut inserted: BTreeMap<String, usize> = BTreeMap::new();
+    for result in results {
+        for split in result.unwrap() {
+            match split.outcome {
+                StageOutcome::Inserted => *inserted.entry(split.split_id).or_default() += 1,
+                StageOutcome::Overwritten => {}
+                other => panic!("unexpected outcome {other:?}"),
+            }
+        }
+    }
+    // Every id was inserted by exactly one writer and overwritten by the others.
+    assert_eq!(inserted.len(), 10);
+    assert!(inserted.values().all(|count| *count == 1), "{inserted:?}");
+    assert_eq!(all_rows(&catalog, &dataset_id).await.len(), 10);
+}
+
+#[tokio::test]
+async fn upsert_overwrites_staged_rows_and_a_rejected_plan_writes_nothing() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+
+    let staged = stage(
+        &catalog,
+        &dataset_id,
+        StageMode::Upsert,
+        &[new_split("a", "node-1", None)],
+        10,
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcomes(&staged), [("a", StageOutcome::Inserted)]);
+
+    let staged = stage(
+        &catalog,
+        &dataset_id,
+        StageMode::Upsert,
+        &[new_split("a", "node-2", Some((5, 6)))],
+        20,
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcomes(&staged), [("a", StageOutcome::Overwritten)]);
+    let overwritten = row(&catalog, &dataset_id, "a").await;
+    assert_eq!(overwritten.node, "node-2");
+    assert_eq!(overwritten.metadata["written_by"], "node-2");
+    assert_eq!(overwritten.time_range, Some(TimeRange { start: 5, end: 6 }));
+    assert_eq!(
+        (overwritten.created_at_ms, overwritten.updated_at_ms),
+        (10, 20)
+    );
+
+    catalog
+        .publish(&publish_request(&dataset_id, &["a"], &[]), &accept_all, 30)
+        .await
+        .unwrap();
+    let rows_before = all_rows(&catalog, &dataset_id).await;
+    let version_before = manifest_version(&catalog, &dataset_id).await;
+    let rejected = stage(
+        &catalog,
+        &dataset_id,
+        StageMode::Upsert,
+        &[
+            new_split("a", "node-3", None),
+            new_split("b", "node-3", None),
+        ],
+        40,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&rejected, MendError::FailedPrecondition { ids, .. } if *ids == ["a"]),
+        "{rejected:?}"
+    );
+    assert_eq!(all_rows(&catalog, &dataset_id).await, rows_before);
+    assert_eq!(
+        manifest_version(&catalog, &dataset_id).await,
+        version_before
+    );
+}
+
+#[tokio::test]
+async fn a_plan_the_backend_cannot_apply_as_written_is_refused() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    stage(
+        &catalog,
+        &dataset_id,
+        StageMode::CreateOnly,
+        &[new_split("a", "node-1", None)],
+        10,
+    )
+    .await
+    .unwrap();
+    let before = all_rows(&catalog, &dataset_id).await;
+
+    let overwrite = |_: &[ExistingRow]| {
+        Ok(StagePlan {
+            entries: vec![PlannedStage {
+                split: new_split("a", "node-2", None),
+                action: PlannedAction::Overwrite,
+            }],
+        })
+    };
+    let refused = catalog
+        .stage(
+            &dataset_id,
+            StageMode::CreateOnly,
+            &ids(&["a"]),
+            &overwrite,
+            20,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, MendError::PolicyRejected { .. }),
+        "{refused:?}"
+    );
+
+    let unrequested = |_: &[ExistingRow]| {
+        Ok(StagePlan {
+            entries: vec![PlannedStage {
+                split: new_split("z", "node-2", None),
+                action: PlannedAction::Insert,
+            }],
+        })
+    };
+    let refused = catalog
+        .stage(
+            &dataset_id,
+            StageMode::Upsert,
+            &ids(&["b"]),
+            &unrequested,
+            20,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, MendError::PolicyRejected { .. }),
+        "{refused:?}"
+    );
+    assert_eq!(all_rows(&catalog, &dataset_id).await, before);
+}

@@ -1,0 +1,200 @@
+//! Builds an engine on a chosen backend, with a manual clock, and gives tests a way to see
+//! whether an operation wrote anything to storage.
+
+use std::fmt;
+use std::sync::Arc;
+
+use mend::catalog::{Catalog, ObjectStoreCatalog, PostgresCatalog};
+use mend::clock::ManualClock;
+use mend::model::DatasetConfig;
+use mend::objects::SplitObjects;
+use mend::runtime::PolicyRuntime;
+use mend::{Engine, EngineOptions};
+use object_store::ObjectStore;
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use sqlx::PgPool;
+use tempfile::TempDir;
+
+use crate::CountingStore;
+
+/// The most splits a stage batch may carry in tests, so the limit itself can be tested.
+pub const TEST_MAX_STAGE_BATCH: usize = 2_000;
+
+/// The clock's start: an arbitrary fixed instant, so timestamps in failures are readable.
+pub const TEST_EPOCH_MS: i64 = 1_700_000_000_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    LocalDirectory,
+    Memory,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 3] = [Self::Postgres, Self::LocalDirectory, Self::Memory];
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Postgres => "postgres",
+            Self::LocalDirectory => "local-directory",
+            Self::Memory => "memory",
+        })
+    }
+}
+
+/// The Postgres server the tests use; fails, with instructions, when there is none.
+pub fn postgres_url() -> String {
+    std::env::var("MEND_TEST_DATABASE_URL").unwrap_or_else(|_| {
+        panic!(
+            "MEND_TEST_DATABASE_URL is not set. The Postgres tests need a real server: run them \
+             through `scripts/test` (which starts a throwaway one), or \
+             `scripts/with-postgres cargo test ...`, or point MEND_TEST_DATABASE_URL at a server \
+             you own"
+        )
+    })
+}
+
+/// A fresh engine on one backend.
+pub struct Harness {
+    pub backend: Backend,
+    pub engine: Engine,
+    pub clock: Arc<ManualClock>,
+    /// Every write of an object-storage catalog and its split objects goes through this.
+    pub store: Option<Arc<CountingStore>>,
+    /// A separate pool for inspecting the Postgres catalog's rows.
+    pub pg: Option<PgPool>,
+    _directory: Option<TempDir>,
+}
+
+impl fmt::Debug for Harness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Harness")
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What tells whether storage was written: a write count for object storage, row versions
+/// (`ctid`, `xmin`) of the dataset's rows for Postgres.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteFingerprint {
+    ObjectWrites(u64),
+    RowVersions(Vec<(String, String, String)>),
+}
+
+impl Harness {
+    pub async fn new(backend: Backend) -> Self {
+        Self::with_policy(
+            backend,
+            PolicyRuntime::default_policy().expect("default policy loads"),
+        )
+        .await
+    }
+
+    pub async fn with_policy(backend: Backend, policy: PolicyRuntime) -> Self {
+        let clock = Arc::new(ManualClock::new(TEST_EPOCH_MS));
+        let options = EngineOptions {
+            max_stage_batch: TEST_MAX_STAGE_BATCH,
+            clock: clock.clone(),
+        };
+        let (catalog, objects, store, pg, directory): (Arc<dyn Catalog>, SplitObjects, _, _, _) =
+            match backend {
+                Backend::Postgres => {
+                    let url = postgres_url();
+                    let catalog = PostgresCatalog::connect(&url)
+                        .await
+                        .unwrap_or_else(|error| panic!("connect to {url}: {error}"));
+                    let pool = PgPool::connect(&url).await.expect("inspection pool");
+                    let objects_store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+                    let counting = Arc::new(CountingStore::new(objects_store));
+                    let objects = SplitObjects::new(counting.clone(), Path::default());
+                    (Arc::new(catalog), objects, Some(counting), Some(pool), None)
+                }
+                Backend::LocalDirectory | Backend::Memory => {
+                    let (inner, directory): (Arc<dyn ObjectStore>, _) =
+                        if backend == Backend::Memory {
+                            (Arc::new(InMemory::new()), None)
+                        } else {
+                            let directory = tempfile::tempdir().expect("temporary directory");
+                            let store = LocalFileSystem::new_with_prefix(directory.path())
+                                .expect("local store");
+                            (Arc::new(store), Some(directory))
+                        };
+                    let counting = Arc::new(CountingStore::new(inner));
+                    let catalog = ObjectStoreCatalog::new(
+                        counting.clone(),
+                        Path::default(),
+                        Default::default(),
+                    );
+                    let objects = SplitObjects::new(counting.clone(), Path::default());
+                    (Arc::new(catalog), objects, Some(counting), None, directory)
+                }
+            };
+        let engine = Engine::new(catalog, objects, policy, options).expect("engine starts");
+        Self {
+            backend,
+            engine,
+            clock,
+            store,
+            pg,
+            _directory: directory,
+        }
+    }
+
+    /// The manual clock's current time.
+    pub fn clock_now(&self) -> i64 {
+        use mend::clock::Clock;
+        self.clock.now_ms()
+    }
+
+    /// A dataset id no other test uses, even on a shared Postgres server.
+    pub fn unique_dataset_id(&self, label: &str) -> String {
+        format!("{label}-{}", uuid::Uuid::new_v4().simple())
+    }
+
+    /// Creates a dataset with the default config and returns its id.
+    pub async fn create_dataset(&self, label: &str) -> String {
+        let dataset_id = self.unique_dataset_id(label);
+        self.engine
+            .create_dataset(&dataset_id, &DatasetConfig::default())
+            .await
+            .expect("create dataset");
+        dataset_id
+    }
+
+    /// A fingerprint that changes whenever storage is written for `dataset_id`.
+    pub async fn write_fingerprint(&self, dataset_id: &str) -> WriteFingerprint {
+        match &self.pg {
+            Some(pool) => {
+                let mut versions: Vec<(String, String, String)> = sqlx::query_as(
+                    "SELECT split_id, ctid::text, xmin::text FROM splits WHERE dataset_id = $1 ORDER BY split_id",
+                )
+                .bind(dataset_id)
+                .fetch_all(pool)
+                .await
+                .expect("read split row versions");
+                let dataset: (String, String) = sqlx::query_as(
+                    "SELECT ctid::text, xmin::text FROM datasets WHERE dataset_id = $1",
+                )
+                .bind(dataset_id)
+                .fetch_one(pool)
+                .await
+                .expect("read dataset row version");
+                versions.push(("<dataset>".into(), dataset.0, dataset.1));
+                let object_writes = self.store.as_ref().map_or(0, |s| s.writes());
+                versions.push(("<objects>".into(), object_writes.to_string(), String::new()));
+                WriteFingerprint::RowVersions(versions)
+            }
+            None => WriteFingerprint::ObjectWrites(
+                self.store
+                    .as_ref()
+                    .expect("object-store backends count writes")
+                    .writes(),
+            ),
+        }
+    }
+}
