@@ -176,9 +176,12 @@ pub enum PolicyError {
     },
 
     #[error(
-        "policy call {function} ran out of fuel (limit {fuel}); the policy is looping or too slow"
+        "policy call {function} ran past its deadline of {limit:?}; the policy is looping or too slow"
     )]
-    FuelExhausted { function: &'static str, fuel: u64 },
+    DeadlineExceeded {
+        function: &'static str,
+        limit: std::time::Duration,
+    },
 
     #[error("policy call {function} exceeded its memory limit of {limit_bytes} bytes")]
     MemoryExhausted {

@@ -7,6 +7,7 @@
 //! (5) transitions follow the lifecycle, (7) a stale publish token cannot publish.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use mend_policy::{ExistingRow, PlannedSplit, PublishViolation, StageAction, ViolationKind};
 
@@ -24,7 +25,7 @@ use crate::model::{NewSplit, PublishRequest, SplitState, StageMode};
 /// naming them.
 pub fn checked_stage_plan(
     mode: StageMode,
-    requested: &[NewSplit],
+    requested: &[Arc<NewSplit>],
     existing: &[ExistingRow],
     planned: Vec<PlannedSplit>,
 ) -> Result<StagePlan> {
@@ -198,13 +199,13 @@ fn rejected_plan(message: String) -> MendError {
 mod tests {
     use super::*;
 
-    fn split(id: &str) -> NewSplit {
-        NewSplit {
+    fn split(id: &str) -> Arc<NewSplit> {
+        Arc::new(NewSplit {
             split_id: id.into(),
             node: "n".into(),
             metadata: serde_json::json!({}),
             time_range: None,
-        }
+        })
     }
 
     fn planned(id: &str, index: u32, action: StageAction) -> PlannedSplit {

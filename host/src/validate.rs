@@ -2,6 +2,7 @@
 //! is read or written.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use crate::error::{MendError, Result};
 use crate::model::{DatasetConfig, NewSplit, PublishRequest, StageRequest, TimeRange};
@@ -56,7 +57,7 @@ fn split_ids<'a>(ids: impl IntoIterator<Item = &'a String>) -> Result<()> {
 }
 
 /// Checks a stage request and turns each split into a [`NewSplit`] (request order kept).
-pub fn stage_request(request: &StageRequest, max_batch: usize) -> Result<Vec<NewSplit>> {
+pub fn stage_request(request: &StageRequest, max_batch: usize) -> Result<Vec<Arc<NewSplit>>> {
     dataset_id(&request.dataset_id)?;
     if request.splits.is_empty() {
         return Err(MendError::invalid("the stage batch is empty"));
@@ -82,12 +83,12 @@ pub fn stage_request(request: &StageRequest, max_batch: usize) -> Result<Vec<New
         .map(|split| {
             split_id(&split.split_id)?;
             let (metadata, time_range) = metadata(&split.split_id, &split.metadata_json)?;
-            Ok(NewSplit {
+            Ok(Arc::new(NewSplit {
                 split_id: split.split_id.clone(),
                 node: request.node.clone(),
                 metadata,
                 time_range,
-            })
+            }))
         })
         .collect()
 }

@@ -91,7 +91,8 @@ pub enum PlannedAction {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlannedStage {
-    pub split: NewSplit,
+    /// Shared with the request: a plan of thousands of splits copies no metadata.
+    pub split: std::sync::Arc<NewSplit>,
     pub action: PlannedAction,
 }
 

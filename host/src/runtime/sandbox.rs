@@ -1,5 +1,7 @@
-//! The sandbox one decision runs in: a fresh store with a memory limiter and a fuel budget,
+//! The sandbox one decision runs in: a fresh store with a memory limiter and an epoch deadline,
 //! and the translation of whatever goes wrong inside it into a typed [`PolicyError`].
+
+use std::time::Duration;
 
 use wasmtime::{ResourceLimiter, Trap};
 
@@ -10,8 +12,10 @@ use crate::error::PolicyError;
 pub struct PolicyLimits {
     /// Largest linear memory the component may grow to, in bytes.
     pub max_memory_bytes: usize,
-    /// Fuel (roughly, wasm instructions) one call may burn before it is stopped.
-    pub fuel_per_call: u64,
+    /// Time one call may run before it is interrupted. Enforced in epoch ticks of
+    /// [`EPOCH_TICK`](super::EPOCH_TICK), so the bound is rounded up to a whole tick; zero
+    /// interrupts a call at its first instruction.
+    pub cpu_time_per_call: Duration,
     /// Largest output one call may return, in bytes of strings plus entries.
     pub max_output_bytes: usize,
 }
@@ -20,7 +24,7 @@ impl Default for PolicyLimits {
     fn default() -> Self {
         Self {
             max_memory_bytes: 64 << 20,
-            fuel_per_call: 2_000_000_000,
+            cpu_time_per_call: Duration::from_secs(1),
             max_output_bytes: 32 << 20,
         }
     }
@@ -85,10 +89,10 @@ pub(crate) fn call_error(
     state: &SandboxState,
     limits: &PolicyLimits,
 ) -> PolicyError {
-    if let Some(Trap::OutOfFuel) = error.downcast_ref::<Trap>() {
-        return PolicyError::FuelExhausted {
+    if let Some(Trap::Interrupt) = error.downcast_ref::<Trap>() {
+        return PolicyError::DeadlineExceeded {
             function,
-            fuel: limits.fuel_per_call,
+            limit: limits.cpu_time_per_call,
         };
     }
     if state.memory_refused {

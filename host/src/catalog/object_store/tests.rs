@@ -219,7 +219,7 @@ fn plan(
             }
         };
         entries.push(PlannedStage {
-            split: new_split(&split_id, node),
+            split: new_split(&split_id, node).into(),
             action,
         });
     }

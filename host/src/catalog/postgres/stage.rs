@@ -185,7 +185,7 @@ fn checked_plan(
 fn splits_with(plan: &[PlannedStage], action: PlannedAction) -> Vec<&NewSplit> {
     plan.iter()
         .filter(|entry| entry.action == action)
-        .map(|entry| &entry.split)
+        .map(|entry| entry.split.as_ref())
         .collect()
 }
 

@@ -249,7 +249,7 @@ async fn a_plan_that_does_not_fit_the_rows_it_was_given_is_refused() {
     publish_unchecked(&catalog, &["b"], T0 + 1).await;
     let puts = store.puts();
     let entry = |split_id: &str, action: PlannedAction| PlannedStage {
-        split: new_split(split_id, "node-2"),
+        split: new_split(split_id, "node-2").into(),
         action,
     };
     let refused = [

@@ -87,7 +87,7 @@ fn plan(mode: StageMode, splits: &[NewSplit], existing: &[ExistingRow]) -> Resul
             }
         };
         entries.push(PlannedStage {
-            split: split.clone(),
+            split: split.clone().into(),
             action,
         });
     }

@@ -295,7 +295,7 @@ async fn a_plan_the_backend_cannot_apply_as_written_is_refused() {
     let overwrite = |_: &[ExistingRow]| {
         Ok(StagePlan {
             entries: vec![PlannedStage {
-                split: new_split("a", "node-2", None),
+                split: new_split("a", "node-2", None).into(),
                 action: PlannedAction::Overwrite,
             }],
         })
@@ -318,7 +318,7 @@ async fn a_plan_the_backend_cannot_apply_as_written_is_refused() {
     let unrequested = |_: &[ExistingRow]| {
         Ok(StagePlan {
             entries: vec![PlannedStage {
-                split: new_split("z", "node-2", None),
+                split: new_split("z", "node-2", None).into(),
                 action: PlannedAction::Insert,
             }],
         })
