@@ -203,7 +203,7 @@ mod tests {
         Arc::new(NewSplit {
             split_id: id.into(),
             node: "n".into(),
-            metadata: serde_json::json!({}),
+            metadata: serde_json::value::to_raw_value(&serde_json::json!({})).unwrap(),
             time_range: None,
         })
     }

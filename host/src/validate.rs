@@ -4,6 +4,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use serde_json::value::RawValue;
+
 use crate::error::{MendError, Result};
 use crate::model::{DatasetConfig, NewSplit, PublishRequest, StageRequest, TimeRange};
 
@@ -93,37 +95,41 @@ pub fn stage_request(request: &StageRequest, max_batch: usize) -> Result<Vec<Arc
         .collect()
 }
 
-/// Parses split metadata: a JSON object, whose optional `time_range` is
+/// Checks split metadata without building it: a JSON object, whose optional `time_range` is
 /// `{"start": <ms>, "end": <ms>}` with `start <= end`.
-pub fn metadata(
-    split_id: &str,
-    metadata_json: &str,
-) -> Result<(serde_json::Value, Option<TimeRange>)> {
-    let metadata: serde_json::Value = serde_json::from_str(metadata_json).map_err(|error| {
+pub fn metadata(split_id: &str, metadata_json: &str) -> Result<(Box<RawValue>, Option<TimeRange>)> {
+    /// Reads only `time_range`; every other field is skipped without being allocated.
+    #[derive(serde::Deserialize)]
+    struct Fields {
+        #[serde(default)]
+        time_range: Option<serde_json::Value>,
+    }
+    let not_json = |error: serde_json::Error| {
         MendError::invalid(format!(
             "metadata of split {split_id:?} is not valid JSON: {error}"
         ))
-    })?;
-    let Some(object) = metadata.as_object() else {
+    };
+    let raw: Box<RawValue> = serde_json::from_str(metadata_json).map_err(not_json)?;
+    if !raw.get().starts_with('{') {
         return Err(MendError::invalid(format!(
             "metadata of split {split_id:?} must be a JSON object"
         )));
-    };
-    let time_range = match object.get("time_range") {
-        None | Some(serde_json::Value::Null) => None,
-        Some(value) => {
-            let range: TimeRange = serde_json::from_value(value.clone())
+    }
+    let fields: Fields = serde_json::from_str(raw.get()).map_err(not_json)?;
+    let time_range = match fields.time_range {
+        None => None,
+        Some(value) => Some(
+            serde_json::from_value::<TimeRange>(value)
                 .ok()
-                .filter(|range: &TimeRange| range.start <= range.end)
+                .filter(|range| range.start <= range.end)
                 .ok_or_else(|| {
                     MendError::invalid(format!(
                         "metadata of split {split_id:?} has an invalid time_range: expected {{\"start\": <ms>, \"end\": <ms>}} with start <= end"
                     ))
-                })?;
-            Some(range)
-        }
+                })?,
+        ),
     };
-    Ok((metadata, time_range))
+    Ok((raw, time_range))
 }
 
 pub fn publish_request(request: &PublishRequest) -> Result<()> {

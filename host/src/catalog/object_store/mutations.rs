@@ -93,7 +93,7 @@ pub(super) fn stage(
                     split_id: split_id.clone(),
                     state: SplitState::Staged,
                     node: entry.split.node.clone(),
-                    metadata: entry.split.metadata.clone(),
+                    metadata: entry.split.metadata_value(),
                     time_range: entry.split.time_range,
                     created_at_ms: now_ms,
                     updated_at_ms: now_ms,
@@ -110,7 +110,7 @@ pub(super) fn stage(
             {
                 rows.push(SplitRow {
                     node: entry.split.node.clone(),
-                    metadata: entry.split.metadata.clone(),
+                    metadata: entry.split.metadata_value(),
                     time_range: entry.split.time_range,
                     updated_at_ms: now_ms,
                     ..row.clone()

@@ -101,7 +101,8 @@ fn corrupt(message: String) -> MendError {
 pub(super) struct SplitColumns<'a> {
     pub(super) split_ids: Vec<&'a str>,
     pub(super) nodes: Vec<&'a str>,
-    pub(super) metadata: Vec<Json<&'a Value>>,
+    /// JSON text; the statements cast it to `jsonb`, so Postgres parses it once.
+    pub(super) metadata: Vec<&'a str>,
     pub(super) time_range_starts: Vec<Option<i64>>,
     pub(super) time_range_ends: Vec<Option<i64>>,
 }
@@ -112,7 +113,7 @@ impl<'a> SplitColumns<'a> {
         for split in splits {
             columns.split_ids.push(&split.split_id);
             columns.nodes.push(&split.node);
-            columns.metadata.push(Json(&split.metadata));
+            columns.metadata.push(split.metadata.get());
             columns
                 .time_range_starts
                 .push(split.time_range.map(|range| range.start));

@@ -8,9 +8,9 @@ INSERT INTO splits (
     dataset_id, split_id, state, node, metadata, time_range_start_ms, time_range_end_ms,
     created_at_ms, updated_at_ms, published_at_ms
 )
-SELECT $1, input.split_id, 'staged', input.node, input.metadata, input.time_range_start_ms,
+SELECT $1, input.split_id, 'staged', input.node, input.metadata::jsonb, input.time_range_start_ms,
        input.time_range_end_ms, $7, $7, NULL
-FROM UNNEST($2::text[], $3::text[], $4::jsonb[], $5::int8[], $6::int8[])
+FROM UNNEST($2::text[], $3::text[], $4::text[], $5::int8[], $6::int8[])
      AS input (split_id, node, metadata, time_range_start_ms, time_range_end_ms)
 ORDER BY input.split_id
 ON CONFLICT (dataset_id, split_id) DO NOTHING

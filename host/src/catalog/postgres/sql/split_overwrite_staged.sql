@@ -6,11 +6,11 @@
 -- changed.
 UPDATE splits
 SET node = input.node,
-    metadata = input.metadata,
+    metadata = input.metadata::jsonb,
     time_range_start_ms = input.time_range_start_ms,
     time_range_end_ms = input.time_range_end_ms,
     updated_at_ms = $7
-FROM UNNEST($2::text[], $3::text[], $4::jsonb[], $5::int8[], $6::int8[])
+FROM UNNEST($2::text[], $3::text[], $4::text[], $5::int8[], $6::int8[])
      AS input (split_id, node, metadata, time_range_start_ms, time_range_end_ms)
 WHERE splits.dataset_id = $1
   AND splits.split_id = input.split_id
