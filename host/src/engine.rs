@@ -199,7 +199,7 @@ impl Engine {
                 existing: existing.to_vec(),
             };
             let planned = self.policy.plan_stage(&input)?;
-            invariants::checked_stage_plan(request.mode, &requested, existing, planned)
+            invariants::checked_stage_plan(request.mode, &requested, &split_ids, existing, planned)
         };
         let splits: Vec<StagedSplit> = self
             .catalog

@@ -6,7 +6,7 @@
 //! an existing row, (4) checkpoints never move backwards and a delta applies exactly once,
 //! (5) transitions follow the lifecycle, (7) a stale publish token cannot publish.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use mend_policy::{ExistingRow, PlannedSplit, PublishViolation, StageAction, ViolationKind};
@@ -26,24 +26,25 @@ use crate::model::{NewSplit, PublishRequest, SplitState, StageMode};
 pub fn checked_stage_plan(
     mode: StageMode,
     requested: &[Arc<NewSplit>],
+    distinct_ids: &[String],
     existing: &[ExistingRow],
-    planned: Vec<PlannedSplit>,
+    mut planned: Vec<PlannedSplit>,
 ) -> Result<StagePlan> {
     let observed: BTreeMap<&str, SplitState> = existing
         .iter()
         .map(|row| (row.split_id.as_str(), row.state))
         .collect();
-    let mut remaining: BTreeSet<&str> = requested.iter().map(|s| s.split_id.as_str()).collect();
+    // Sorted, the plan must list exactly the sorted distinct requested ids: one linear pass,
+    // where a set of thousands of ids would cost more than the policy's decision.
+    planned.sort_by(|a, b| a.split_id.cmp(&b.split_id));
+    if let Some(problem) = coverage_problem(&planned, distinct_ids) {
+        return Err(rejected_plan(problem));
+    }
     let mut entries = Vec::with_capacity(planned.len());
     let mut rejected: Vec<(String, String)> = Vec::new();
 
     for decision in planned {
         let id = decision.split_id.as_str();
-        if !remaining.remove(id) {
-            return Err(rejected_plan(format!(
-                "the plan names split {id:?} that the request does not, or names it twice"
-            )));
-        }
         let source = requested
             .get(decision.request_index as usize)
             .filter(|source| source.split_id == decision.split_id)
@@ -89,11 +90,6 @@ pub fn checked_stage_plan(
             action,
         });
     }
-    if let Some(missing) = remaining.first() {
-        return Err(rejected_plan(format!(
-            "the plan has no decision for split {missing:?}"
-        )));
-    }
     if !rejected.is_empty() {
         let message = rejected
             .iter()
@@ -105,8 +101,28 @@ pub fn checked_stage_plan(
             rejected.into_iter().map(|(id, _)| id).collect(),
         ));
     }
-    entries.sort_by(|a, b| a.split.split_id.cmp(&b.split.split_id));
     Ok(StagePlan { entries })
+}
+
+/// Why a sorted plan does not hold exactly one decision per requested id, if it does not.
+fn coverage_problem(planned: &[PlannedSplit], distinct_ids: &[String]) -> Option<String> {
+    for (index, decision) in planned.iter().enumerate() {
+        match distinct_ids.get(index) {
+            Some(id) if *id == decision.split_id => continue,
+            Some(id) if *id < decision.split_id => {
+                return Some(format!("the plan has no decision for split {id:?}"));
+            }
+            _ => {
+                return Some(format!(
+                    "the plan names split {:?} that the request does not, or names it twice",
+                    decision.split_id
+                ));
+            }
+        }
+    }
+    distinct_ids
+        .get(planned.len())
+        .map(|missing| format!("the plan has no decision for split {missing:?}"))
 }
 
 /// Maps the policy's publish verdict to an error, and refuses a verdict of "allowed" when
@@ -198,14 +214,20 @@ fn rejected_plan(message: String) -> MendError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     fn split(id: &str) -> Arc<NewSplit> {
         Arc::new(NewSplit {
             split_id: id.into(),
             node: "n".into(),
-            metadata: serde_json::value::to_raw_value(&serde_json::json!({})).unwrap(),
+            metadata_json: "{}".into(),
             time_range: None,
         })
+    }
+
+    fn distinct(requested: &[Arc<NewSplit>]) -> Vec<String> {
+        let ids: BTreeSet<String> = requested.iter().map(|s| s.split_id.clone()).collect();
+        ids.into_iter().collect()
     }
 
     fn planned(id: &str, index: u32, action: StageAction) -> PlannedSplit {
@@ -231,6 +253,7 @@ mod tests {
             let result = checked_stage_plan(
                 StageMode::CreateOnly,
                 &requested,
+                &distinct(&requested),
                 &existing,
                 vec![planned("a", 0, action)],
             );
@@ -259,7 +282,13 @@ mod tests {
             ],
         ];
         for plan in cases {
-            let result = checked_stage_plan(StageMode::CreateOnly, &requested, &existing, plan);
+            let result = checked_stage_plan(
+                StageMode::CreateOnly,
+                &requested,
+                &distinct(&requested),
+                &existing,
+                plan,
+            );
             assert!(matches!(result, Err(MendError::PolicyRejected { .. })));
         }
     }
@@ -272,7 +301,13 @@ mod tests {
             planned("a", 0, StageAction::Reject("published".into())),
             planned("b", 1, StageAction::Insert),
         ];
-        match checked_stage_plan(StageMode::Upsert, &requested, &existing, plan) {
+        match checked_stage_plan(
+            StageMode::Upsert,
+            &requested,
+            &distinct(&requested),
+            &existing,
+            plan,
+        ) {
             Err(MendError::FailedPrecondition { ids, .. }) => assert_eq!(ids, ["a"]),
             other => panic!("expected FailedPrecondition, got {other:?}"),
         }

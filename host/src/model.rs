@@ -102,30 +102,21 @@ pub struct StageRequest {
 }
 
 /// A validated split ready to be written, as the engine hands it to a backend.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct NewSplit {
     pub split_id: String,
     pub node: String,
     /// The caller's metadata text, checked to be a JSON object. It stays text on the write
     /// path: a batch of thousands of splits is neither built into trees nor serialised again.
-    pub metadata: Box<serde_json::value::RawValue>,
+    pub metadata_json: String,
     pub time_range: Option<TimeRange>,
 }
 
 impl NewSplit {
     /// The metadata as a JSON value.
     pub fn metadata_value(&self) -> serde_json::Value {
-        serde_json::from_str(self.metadata.get())
+        serde_json::from_str(&self.metadata_json)
             .expect("NewSplit metadata is checked to be JSON when the split is validated")
-    }
-}
-
-impl PartialEq for NewSplit {
-    fn eq(&self, other: &Self) -> bool {
-        self.split_id == other.split_id
-            && self.node == other.node
-            && self.metadata.get() == other.metadata.get()
-            && self.time_range == other.time_range
     }
 }
 

@@ -4,8 +4,6 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use serde_json::value::RawValue;
-
 use crate::error::{MendError, Result};
 use crate::model::{DatasetConfig, NewSplit, PublishRequest, StageRequest, TimeRange};
 
@@ -84,41 +82,44 @@ pub fn stage_request(request: &StageRequest, max_batch: usize) -> Result<Vec<Arc
         .iter()
         .map(|split| {
             split_id(&split.split_id)?;
-            let (metadata, time_range) = metadata(&split.split_id, &split.metadata_json)?;
+            let time_range = metadata(&split.split_id, &split.metadata_json)?;
             Ok(Arc::new(NewSplit {
                 split_id: split.split_id.clone(),
                 node: request.node.clone(),
-                metadata,
+                metadata_json: split.metadata_json.clone(),
                 time_range,
             }))
         })
         .collect()
 }
 
-/// Checks split metadata without building it: a JSON object, whose optional `time_range` is
-/// `{"start": <ms>, "end": <ms>}` with `start <= end`.
-pub fn metadata(split_id: &str, metadata_json: &str) -> Result<(Box<RawValue>, Option<TimeRange>)> {
-    /// Reads only `time_range`; every other field is skipped without being allocated.
+/// Checks split metadata in one pass without building it: a JSON object, whose optional
+/// `time_range` is `{"start": <ms>, "end": <ms>}` with `start <= end`.
+pub fn metadata(split_id: &str, metadata_json: &str) -> Result<Option<TimeRange>> {
+    /// Reads only `time_range`; every other field is checked and skipped, not allocated.
     #[derive(serde::Deserialize)]
     struct Fields {
         #[serde(default)]
         time_range: Option<serde_json::Value>,
     }
-    let not_json = |error: serde_json::Error| {
+    // A struct also deserialises from a JSON array; only an object is metadata.
+    if !metadata_json.trim_start().starts_with('{') {
+        let problem = match serde_json::from_str::<serde::de::IgnoredAny>(metadata_json) {
+            Ok(_) => "must be a JSON object".to_string(),
+            Err(error) => format!("is not valid JSON: {error}"),
+        };
+        return Err(MendError::invalid(format!(
+            "metadata of split {split_id:?} {problem}"
+        )));
+    }
+    let fields: Fields = serde_json::from_str(metadata_json).map_err(|error| {
         MendError::invalid(format!(
             "metadata of split {split_id:?} is not valid JSON: {error}"
         ))
-    };
-    let raw: Box<RawValue> = serde_json::from_str(metadata_json).map_err(not_json)?;
-    if !raw.get().starts_with('{') {
-        return Err(MendError::invalid(format!(
-            "metadata of split {split_id:?} must be a JSON object"
-        )));
-    }
-    let fields: Fields = serde_json::from_str(raw.get()).map_err(not_json)?;
-    let time_range = match fields.time_range {
-        None => None,
-        Some(value) => Some(
+    })?;
+    fields
+        .time_range
+        .map(|value| {
             serde_json::from_value::<TimeRange>(value)
                 .ok()
                 .filter(|range| range.start <= range.end)
@@ -126,10 +127,9 @@ pub fn metadata(split_id: &str, metadata_json: &str) -> Result<(Box<RawValue>, O
                     MendError::invalid(format!(
                         "metadata of split {split_id:?} has an invalid time_range: expected {{\"start\": <ms>, \"end\": <ms>}} with start <= end"
                     ))
-                })?,
-        ),
-    };
-    Ok((raw, time_range))
+                })
+        })
+        .transpose()
 }
 
 pub fn publish_request(request: &PublishRequest) -> Result<()> {
@@ -233,8 +233,12 @@ mod tests {
 
     #[test]
     fn metadata_must_be_an_object_with_a_sane_time_range() {
-        assert!(metadata("s", r#"{"docs": 3}"#).unwrap().1.is_none());
-        let (_, range) = metadata("s", r#"{"time_range": {"start": 1, "end": 2}}"#).unwrap();
+        assert!(
+            metadata("s", r#" {"docs": 3, "nested": {"time_range": 5}}"#)
+                .unwrap()
+                .is_none()
+        );
+        let range = metadata("s", r#"{"time_range": {"start": 1, "end": 2}}"#).unwrap();
         assert_eq!(range, Some(TimeRange { start: 1, end: 2 }));
         for bad in [
             "not json",
@@ -242,6 +246,8 @@ mod tests {
             "3",
             r#"{"time_range": {"start": 2, "end": 1}}"#,
             r#"{"time_range": "soon"}"#,
+            r#"{"docs": 3"#,
+            r#"{"docs": 3} trailing"#,
         ] {
             assert!(metadata("s", bad).is_err(), "{bad}");
         }

@@ -178,10 +178,7 @@ fn new_split(split_id: &str, node: &str) -> NewSplit {
     NewSplit {
         split_id: split_id.to_string(),
         node: node.to_string(),
-        metadata: serde_json::value::to_raw_value(
-            &serde_json::json!({ "docs": 10, "written_by": node }),
-        )
-        .unwrap(),
+        metadata_json: serde_json::json!({ "docs": 10, "written_by": node }).to_string(),
         time_range: Some(TimeRange {
             start: 100,
             end: 200,

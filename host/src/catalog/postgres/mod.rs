@@ -1,12 +1,13 @@
 //! The Postgres catalog backend (sqlx), with its schema as numbered migrations embedded from
 //! `host/migrations/`.
 //!
-//! Every mutation runs as one transaction, retried from its first read when Postgres aborts
-//! it for a deadlock or a serialization failure, or when a concurrent insert made what the
-//! step read stale; after `MAX_ATTEMPTS` it fails with `Conflict`, having written nothing.
-//! Create-only staging runs in a transaction too, although its single insert would be atomic
-//! alone: a retry is only safe after an attempt that left nothing behind, and one that
-//! inserted and then failed would otherwise report the caller's own rows back as skipped.
+//! Every mutation but one runs as one transaction, retried from its first read when Postgres
+//! aborts it for a deadlock or a serialization failure, or when a concurrent insert made what
+//! the step read stale; after `MAX_ATTEMPTS` it fails with `Conflict`, having written nothing.
+//! The exception is create-only staging, whose only write is one `INSERT ... ON CONFLICT DO
+//! NOTHING`, atomic by itself: it runs on a plain connection, two round trips cheaper, and is
+//! never retried here, because an attempt that inserted and then lost its connection must not
+//! come back reporting the caller's own rows as skipped. It fails as `Unavailable` instead.
 //!
 //! Writes lock in one order everywhere: the dataset row (`FOR NO KEY UPDATE`, which does not
 //! block the foreign-key check of concurrent split inserts), then split rows sorted by id.
@@ -219,6 +220,26 @@ impl Catalog for PostgresCatalog {
         planner: &StagePlanner<'_>,
         now_ms: TimestampMs,
     ) -> Result<Vec<StagedSplit>> {
+        if mode == StageMode::CreateOnly {
+            let mut connection = self
+                .pool
+                .acquire()
+                .await
+                .map_err(|error| errors::database_error(error, dataset_id))?;
+            return stage::stage(
+                &mut connection,
+                dataset_id,
+                mode,
+                split_ids,
+                planner,
+                now_ms,
+            )
+            .await
+            .map_err(|error| match error.resolve(dataset_id) {
+                Resolution::Fail(error) => error,
+                Resolution::Retry(reason) => MendError::Transient { message: reason },
+            });
+        }
         self.in_transaction(dataset_id, |mut transaction| async move {
             let result = stage::stage(
                 &mut transaction,

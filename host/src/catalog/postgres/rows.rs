@@ -113,7 +113,7 @@ impl<'a> SplitColumns<'a> {
         for split in splits {
             columns.split_ids.push(&split.split_id);
             columns.nodes.push(&split.node);
-            columns.metadata.push(split.metadata.get());
+            columns.metadata.push(&split.metadata_json);
             columns
                 .time_range_starts
                 .push(split.time_range.map(|range| range.start));

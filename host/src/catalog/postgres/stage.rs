@@ -35,11 +35,17 @@ pub(super) async fn stage(
     planner: &StagePlanner<'_>,
     now_ms: TimestampMs,
 ) -> Result<Vec<StagedSplit>, StepError> {
-    queries::require_dataset(conn, dataset_id).await?;
-    match mode {
+    // No separate existence check up front: it would cost a round trip per batch. Rows found
+    // for the ids prove the dataset exists, and an insert into a missing dataset fails on the
+    // foreign key (mapped to NotFound). Only a refused plan asks, so that NotFound wins.
+    let staged = match mode {
         StageMode::CreateOnly => create_only(conn, dataset_id, split_ids, planner, now_ms).await,
         StageMode::Upsert => upsert(conn, dataset_id, split_ids, planner, now_ms).await,
+    };
+    if let Err(StepError::Failed(_)) = &staged {
+        queries::require_dataset(conn, dataset_id).await?;
     }
+    staged
 }
 
 async fn create_only(

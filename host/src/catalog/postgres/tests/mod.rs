@@ -61,8 +61,7 @@ fn new_split(split_id: &str, node: &str, time_range: Option<(i64, i64)>) -> NewS
     NewSplit {
         split_id: split_id.to_string(),
         node: node.to_string(),
-        metadata: serde_json::value::to_raw_value(&json!({ "written_by": node, "docs": 10 }))
-            .unwrap(),
+        metadata_json: json!({ "written_by": node, "docs": 10 }).to_string(),
         time_range: time_range.map(|(start, end)| TimeRange { start, end }),
     }
 }
