@@ -24,8 +24,8 @@ use mend_policy::ExistingRow;
 
 use crate::error::Result;
 use crate::model::{
-    Checkpoint, Dataset, DatasetConfig, ListQuery, MarkResult, NewSplit, PublishRequest,
-    PublishResult, SplitPage, SplitState, StageMode, StagedSplit, TimestampMs,
+    Checkpoint, CheckpointDelta, Dataset, DatasetConfig, ListQuery, MarkResult, NewSplit,
+    PublishRequest, PublishResult, SplitPage, SplitState, StageMode, StagedSplit, TimestampMs,
 };
 
 pub use self::object_store::ObjectStoreCatalog;
@@ -103,6 +103,55 @@ pub struct StagePlan {
 }
 
 impl StagePlan {
+    /// The entries sorted by id, if a backend can apply them as written to the rows it
+    /// observed (`split_ids` sorted and distinct, `existing` what it read for them); otherwise
+    /// `PolicyRejected`, with nothing written. The engine has checked the plan against the
+    /// policy's invariants already; this is the backend's own line, in one place for all
+    /// backends: one decision per requested id, no overwrite in create-only mode, in upsert
+    /// mode no insert over a row and no overwrite of a row that is not staged.
+    pub fn into_applicable(
+        self,
+        mode: StageMode,
+        split_ids: &[String],
+        existing: &[ExistingRow],
+    ) -> Result<Vec<PlannedStage>> {
+        let rejected = |message: String| Err(crate::MendError::PolicyRejected { message });
+        let mut entries = self.entries;
+        entries.sort_by(|a, b| a.split.split_id.cmp(&b.split.split_id));
+        let ids: Vec<&str> = entries.iter().map(|e| e.split.split_id.as_str()).collect();
+        if ids.len() != split_ids.len() || ids.iter().zip(split_ids).any(|(a, b)| a != b) {
+            return rejected(format!(
+                "the stage plan does not hold exactly one decision per requested split: it names {}",
+                ids.join(", ")
+            ));
+        }
+        let mut observed = existing.iter().peekable();
+        for entry in &entries {
+            let id = entry.split.split_id.as_str();
+            // Both lists are sorted by id, so one merge pass pairs each entry with its row.
+            while observed.next_if(|row| row.split_id.as_str() < id).is_some() {}
+            let state = observed
+                .next_if(|row| row.split_id == id)
+                .map(|row| row.state);
+            let problem = match (mode, &entry.action, state) {
+                (StageMode::CreateOnly, PlannedAction::Overwrite, _) => {
+                    "overwrites it in create-only mode"
+                }
+                (StageMode::Upsert, PlannedAction::Insert, Some(_)) => {
+                    "inserts it over an existing row"
+                }
+                (StageMode::Upsert, PlannedAction::Overwrite, state)
+                    if state != Some(SplitState::Staged) =>
+                {
+                    "overwrites it, but it is not staged"
+                }
+                _ => continue,
+            };
+            return rejected(format!("the stage plan for split {id} {problem}"));
+        }
+        Ok(entries)
+    }
+
     /// Whether applying the plan writes anything at all.
     pub fn writes_nothing(&self) -> bool {
         self.entries
@@ -216,6 +265,42 @@ pub trait Catalog: Send + Sync + fmt::Debug {
 
     /// Splits matching `query`, sorted by id, one page at a time.
     async fn list_splits(&self, dataset_id: &str, query: &ListQuery) -> Result<SplitPage>;
+}
+
+/// `checkpoint` with `delta` applied, for backends to store. Each partition's from-position
+/// must be its current position and its to-position must not be behind it, so a delta applies
+/// exactly once and positions never move backwards (invariant 4); otherwise
+/// `FailedPrecondition` naming the partitions.
+pub(crate) fn checkpoint_after(
+    checkpoint: &Checkpoint,
+    delta: &CheckpointDelta,
+) -> Result<Checkpoint> {
+    let mut next = checkpoint.clone();
+    let positions = next.entry(delta.source.clone()).or_default();
+    let mut stale = Vec::new();
+    for partition in &delta.partitions {
+        let current = positions.get(&partition.partition).copied();
+        let backwards = current.is_some_and(|current| partition.to_position < current);
+        if current != partition.from_position || backwards {
+            stale.push(partition.partition.clone());
+        } else {
+            positions.insert(partition.partition.clone(), partition.to_position);
+        }
+    }
+    if !stale.is_empty() {
+        return Err(crate::MendError::failed_precondition(
+            format!(
+                "the checkpoint delta of source {} does not start at the current positions",
+                delta.source
+            ),
+            stale,
+        ));
+    }
+    if positions.is_empty() {
+        // An empty delta must not leave an empty source behind.
+        next.remove(&delta.source);
+    }
+    Ok(next)
 }
 
 /// Opens the catalog at `catalog_url` and the store of split objects.

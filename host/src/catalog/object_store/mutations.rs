@@ -9,8 +9,8 @@
 use crate::catalog::{PlannedAction, PublishObservation, PublishValidator, StagePlanner};
 use crate::error::{MendError, Result};
 use crate::model::{
-    Checkpoint, CheckpointDelta, Dataset, DatasetConfig, MarkResult, PublishRequest, PublishResult,
-    SplitRow, SplitState, StageMode, StageOutcome, StagedSplit, TimestampMs,
+    Dataset, DatasetConfig, MarkResult, PublishRequest, PublishResult, SplitRow, SplitState,
+    StageMode, StageOutcome, StagedSplit, TimestampMs,
 };
 
 use super::log::Action;
@@ -56,38 +56,15 @@ pub(super) fn stage(
     now_ms: TimestampMs,
 ) -> Result<Change<Vec<StagedSplit>>> {
     let requested = distinct_sorted(split_ids);
-    let mut entries = planner(&state.existing_rows(&requested))?.entries;
-    entries.sort_by(|left, right| left.split.split_id.cmp(&right.split.split_id));
-    let rejected = |message: String| Err(MendError::PolicyRejected { message });
-    for pair in entries.windows(2) {
-        if pair[0].split.split_id == pair[1].split.split_id {
-            let split_id = &pair[0].split.split_id;
-            return rejected(format!("the stage plan names split {split_id} twice"));
-        }
-    }
+    let existing = state.existing_rows(&requested);
+    let entries = planner(&existing)?.into_applicable(mode, &requested, &existing)?;
 
     let mut rows = Vec::new();
     let mut results = Vec::with_capacity(entries.len());
     for entry in &entries {
         let split_id = &entry.split.split_id;
-        if requested.binary_search(split_id).is_err() {
-            return rejected(format!(
-                "the stage plan names split {split_id}, which the request does not"
-            ));
-        }
         let current = state.splits.get(split_id);
         let outcome = match (mode, &entry.action, current) {
-            (StageMode::CreateOnly, PlannedAction::Overwrite, _) => {
-                return rejected(format!(
-                    "the create-only stage plan overwrites split {split_id}"
-                ));
-            }
-            (StageMode::Upsert, PlannedAction::Insert, Some(row)) => {
-                return rejected(format!(
-                    "the stage plan inserts split {split_id}, which exists as {}",
-                    row.state
-                ));
-            }
             (_, PlannedAction::Insert, None) => {
                 rows.push(SplitRow {
                     split_id: split_id.clone(),
@@ -117,10 +94,11 @@ pub(super) fn stage(
                 });
                 StageOutcome::Overwritten
             }
-            (StageMode::Upsert, PlannedAction::Overwrite, _) => {
-                return rejected(format!(
-                    "the stage plan overwrites split {split_id}, which is not staged"
-                ));
+            (_, PlannedAction::Overwrite, _)
+            | (StageMode::Upsert, PlannedAction::Insert, Some(_)) => {
+                return Err(MendError::PolicyRejected {
+                    message: format!("the stage plan for split {split_id} cannot be applied"),
+                });
             }
             (_, PlannedAction::Skip(planned_state), _) => StageOutcome::Skipped(*planned_state),
         };
@@ -167,7 +145,7 @@ pub(super) fn publish(
         ));
     }
     let checkpoint = match &request.checkpoint_delta {
-        Some(delta) => applied(&state.dataset.checkpoint, delta)?,
+        Some(delta) => crate::catalog::checkpoint_after(&state.dataset.checkpoint, delta)?,
         None => state.dataset.checkpoint.clone(),
     };
     if staged.is_empty() && replaced.is_empty() && checkpoint == state.dataset.checkpoint {
@@ -339,37 +317,6 @@ pub(super) fn set_publish_token(
     let mut dataset = bumped(current, now_ms);
     dataset.publish_token = publish_token.map(str::to_string);
     Ok(set_dataset(dataset))
-}
-
-/// `checkpoint` with `delta` applied. Each partition must start at its current position and
-/// not move backwards, so a delta applies exactly once.
-fn applied(checkpoint: &Checkpoint, delta: &CheckpointDelta) -> Result<Checkpoint> {
-    let mut next = checkpoint.clone();
-    let positions = next.entry(delta.source.clone()).or_default();
-    let mut stale = Vec::new();
-    for partition in &delta.partitions {
-        let current = positions.get(&partition.partition).copied();
-        let backwards = current.is_some_and(|current| partition.to_position < current);
-        if current != partition.from_position || backwards {
-            stale.push(partition.partition.clone());
-        } else {
-            positions.insert(partition.partition.clone(), partition.to_position);
-        }
-    }
-    if !stale.is_empty() {
-        return Err(MendError::failed_precondition(
-            format!(
-                "the checkpoint delta of source {} does not start at the current positions",
-                delta.source
-            ),
-            stale,
-        ));
-    }
-    if positions.is_empty() {
-        // An empty delta must not leave an empty source behind.
-        next.remove(&delta.source);
-    }
-    Ok(next)
 }
 
 /// The dataset after a change to its published view.

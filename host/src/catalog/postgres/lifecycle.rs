@@ -11,9 +11,7 @@ use sqlx::PgConnection;
 
 use crate::catalog::{PublishObservation, PublishValidator};
 use crate::error::MendError;
-use crate::model::{
-    Checkpoint, CheckpointDelta, MarkResult, PublishRequest, PublishResult, SplitState, TimestampMs,
-};
+use crate::model::{MarkResult, PublishRequest, PublishResult, SplitState, TimestampMs};
 
 use super::errors::StepError;
 use super::queries::{self, RowLock};
@@ -52,7 +50,10 @@ pub(super) async fn publish(
         .into());
     }
     let checkpoint = match &request.checkpoint_delta {
-        Some(delta) => Some(applied(&dataset.checkpoint, delta)?),
+        Some(delta) => Some(crate::catalog::checkpoint_after(
+            &dataset.checkpoint,
+            delta,
+        )?),
         None => None,
     };
     if staged.is_empty()
@@ -189,38 +190,6 @@ pub(super) async fn delete_splits(
     }
     queries::bump_manifest(conn, dataset_id, None, now_ms).await?;
     Ok(())
-}
-
-/// `checkpoint` with `delta` applied. Each partition's from-position must be its current
-/// position and its to-position must not be behind it: a delta applies exactly once and
-/// positions never move backwards.
-fn applied(checkpoint: &Checkpoint, delta: &CheckpointDelta) -> Result<Checkpoint, MendError> {
-    let mut next = checkpoint.clone();
-    let positions = next.entry(delta.source.clone()).or_default();
-    let mut stale = Vec::new();
-    for partition in &delta.partitions {
-        let current = positions.get(&partition.partition).copied();
-        let backwards = current.is_some_and(|current| partition.to_position < current);
-        if current != partition.from_position || backwards {
-            stale.push(partition.partition.clone());
-        } else {
-            positions.insert(partition.partition.clone(), partition.to_position);
-        }
-    }
-    if !stale.is_empty() {
-        return Err(MendError::failed_precondition(
-            format!(
-                "the checkpoint delta of source {} does not start at the current positions",
-                delta.source
-            ),
-            stale,
-        ));
-    }
-    if positions.is_empty() {
-        // An empty delta must not leave an empty source behind.
-        next.remove(&delta.source);
-    }
-    Ok(next)
 }
 
 fn sorted_distinct<'a>(ids: impl IntoIterator<Item = &'a String>) -> Vec<String> {

@@ -18,8 +18,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use sqlx::PgConnection;
 
-use mend_policy::ExistingRow;
-
 use crate::catalog::{PlannedAction, PlannedStage, StagePlanner};
 use crate::error::MendError;
 use crate::model::{NewSplit, SplitState, StageMode, StageOutcome, StagedSplit, TimestampMs};
@@ -56,12 +54,7 @@ async fn create_only(
     now_ms: TimestampMs,
 ) -> Result<Vec<StagedSplit>, StepError> {
     let existing = queries::split_states(conn, dataset_id, split_ids, RowLock::None).await?;
-    let plan = checked_plan(
-        planner(&existing)?,
-        StageMode::CreateOnly,
-        split_ids,
-        &existing,
-    )?;
+    let plan = planner(&existing)?.into_applicable(StageMode::CreateOnly, split_ids, &existing)?;
     let inserts = splits_with(&plan, PlannedAction::Insert);
     if inserts.is_empty() {
         return Ok(outcomes(&plan, &BTreeSet::new(), &BTreeMap::new()));
@@ -95,7 +88,7 @@ async fn upsert(
     now_ms: TimestampMs,
 ) -> Result<Vec<StagedSplit>, StepError> {
     let existing = queries::split_states(conn, dataset_id, split_ids, RowLock::ForUpdate).await?;
-    let plan = checked_plan(planner(&existing)?, StageMode::Upsert, split_ids, &existing)?;
+    let plan = planner(&existing)?.into_applicable(StageMode::Upsert, split_ids, &existing)?;
 
     let overwrites = splits_with(&plan, PlannedAction::Overwrite);
     if !overwrites.is_empty() {
@@ -130,62 +123,6 @@ async fn upsert(
         .map(|entry| entry.split.split_id.clone())
         .collect();
     Ok(outcomes(&plan, &applied, &BTreeMap::new()))
-}
-
-/// The plan's entries sorted by id, or an error if the plan cannot be applied as written.
-fn checked_plan(
-    plan: crate::catalog::StagePlan,
-    mode: StageMode,
-    split_ids: &[String],
-    existing: &[ExistingRow],
-) -> Result<Vec<PlannedStage>, MendError> {
-    let requested: BTreeSet<&str> = split_ids.iter().map(String::as_str).collect();
-    let existing: BTreeMap<&str, SplitState> = existing
-        .iter()
-        .map(|row| (row.split_id.as_str(), row.state))
-        .collect();
-    let mut entries = plan.entries;
-    entries.sort_by(|a, b| a.split.split_id.cmp(&b.split.split_id));
-    let rejected = |message: String| MendError::PolicyRejected { message };
-
-    for pair in entries.windows(2) {
-        if pair[0].split.split_id == pair[1].split.split_id {
-            return Err(rejected(format!(
-                "the stage plan names split {} twice",
-                pair[0].split.split_id
-            )));
-        }
-    }
-    for entry in &entries {
-        let id = entry.split.split_id.as_str();
-        if !requested.contains(id) {
-            return Err(rejected(format!(
-                "the stage plan names split {id}, which the request does not"
-            )));
-        }
-        match (mode, &entry.action, existing.get(id)) {
-            (StageMode::CreateOnly, PlannedAction::Overwrite, _) => {
-                return Err(rejected(format!(
-                    "the create-only stage plan overwrites split {id}"
-                )));
-            }
-            // Inserting over a row that is already there would fail at every retry.
-            (StageMode::Upsert, PlannedAction::Insert, Some(state)) => {
-                return Err(rejected(format!(
-                    "the stage plan inserts split {id}, which exists as {state}"
-                )));
-            }
-            (StageMode::Upsert, PlannedAction::Overwrite, found)
-                if found != Some(&SplitState::Staged) =>
-            {
-                return Err(rejected(format!(
-                    "the stage plan overwrites split {id}, which is not staged"
-                )));
-            }
-            _ => {}
-        }
-    }
-    Ok(entries)
 }
 
 fn splits_with(plan: &[PlannedStage], action: PlannedAction) -> Vec<&NewSplit> {
