@@ -30,10 +30,12 @@ pub enum Backend {
     Postgres,
     LocalDirectory,
     Memory,
+    /// The object-storage catalog on an S3-compatible server, opened by `s3://` URL.
+    S3,
 }
 
 impl Backend {
-    pub const ALL: [Backend; 3] = [Self::Postgres, Self::LocalDirectory, Self::Memory];
+    pub const ALL: [Backend; 4] = [Self::Postgres, Self::LocalDirectory, Self::Memory, Self::S3];
 }
 
 impl fmt::Display for Backend {
@@ -42,6 +44,7 @@ impl fmt::Display for Backend {
             Self::Postgres => "postgres",
             Self::LocalDirectory => "local-directory",
             Self::Memory => "memory",
+            Self::S3 => "s3",
         })
     }
 }
@@ -54,6 +57,19 @@ pub fn postgres_url() -> String {
              through `scripts/test` (which starts a throwaway one), or \
              `scripts/with-postgres cargo test ...`, or point MEND_TEST_DATABASE_URL at a server \
              you own"
+        )
+    })
+}
+
+/// The S3-compatible store the tests use (`s3://BUCKET`, endpoint and credentials in the usual
+/// `AWS_*` variables); fails, with instructions, when there is none.
+pub fn s3_url() -> String {
+    std::env::var("MEND_TEST_S3_URL").unwrap_or_else(|_| {
+        panic!(
+            "MEND_TEST_S3_URL is not set. The S3 tests need an S3-compatible server: run them \
+             through `scripts/test` (which starts a throwaway one), or \
+             `scripts/with-s3 cargo test ...`, or set MEND_TEST_S3_URL=s3://BUCKET and the \
+             AWS_* variables for a store you own"
         )
     })
 }
@@ -114,23 +130,31 @@ impl Harness {
                     let objects = SplitObjects::new(counting.clone(), Path::default());
                     (Arc::new(catalog), objects, Some(counting), Some(pool), None)
                 }
-                Backend::LocalDirectory | Backend::Memory => {
-                    let (inner, directory): (Arc<dyn ObjectStore>, _) =
-                        if backend == Backend::Memory {
-                            (Arc::new(InMemory::new()), None)
-                        } else {
+                Backend::LocalDirectory | Backend::Memory | Backend::S3 => {
+                    let (inner, prefix, directory): (Arc<dyn ObjectStore>, Path, _) = match backend
+                    {
+                        Backend::Memory => (Arc::new(InMemory::new()), Path::default(), None),
+                        Backend::S3 => {
+                            // Each harness gets its own prefix of the shared bucket.
+                            let url = format!("{}/{}", s3_url(), uuid::Uuid::new_v4().simple());
+                            let (store, prefix) = mend::catalog::object_store::open_store(&url)
+                                .unwrap_or_else(|error| panic!("open {url}: {error}"));
+                            (store, prefix, None)
+                        }
+                        _ => {
                             let directory = tempfile::tempdir().expect("temporary directory");
                             let store = LocalFileSystem::new_with_prefix(directory.path())
                                 .expect("local store");
-                            (Arc::new(store), Some(directory))
-                        };
+                            (Arc::new(store), Path::default(), Some(directory))
+                        }
+                    };
                     let counting = Arc::new(CountingStore::new(inner));
                     let catalog = ObjectStoreCatalog::new(
                         counting.clone(),
-                        Path::default(),
+                        prefix.clone(),
                         Default::default(),
                     );
-                    let objects = SplitObjects::new(counting.clone(), Path::default());
+                    let objects = SplitObjects::new(counting.clone(), prefix);
                     (Arc::new(catalog), objects, Some(counting), None, directory)
                 }
             };

@@ -16,3 +16,8 @@ async fn local_directory() {
 async fn memory() {
     conformance::run_all(Backend::Memory).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3() {
+    conformance::run_all(Backend::S3).await;
+}

@@ -1,28 +1,31 @@
 //! Two object-storage catalog instances (each with its own cache, as two processes would have)
-//! commit to one dataset at once, round after round: every commit lands, none is lost.
+//! commit to one dataset at once, round after round: every commit lands, none is lost. Run on a
+//! local directory and on an S3-compatible server.
 
 use std::sync::Arc;
 
 use mend::catalog::ObjectStoreCatalog;
+use mend::catalog::object_store::open_store;
 use mend::model::{
     DatasetConfig, ListQuery, PublishRequest, SplitState, StageMode, StageRequest, StageSplit,
 };
 use mend::objects::SplitObjects;
 use mend::runtime::PolicyRuntime;
 use mend::{Engine, EngineOptions};
+use mend_tests::harness::s3_url;
 use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 
-fn engine_on(store: Arc<dyn ObjectStore>) -> (Engine, Arc<ObjectStoreCatalog>) {
+fn engine_on(store: Arc<dyn ObjectStore>, prefix: Path) -> (Engine, Arc<ObjectStoreCatalog>) {
     let catalog = Arc::new(ObjectStoreCatalog::new(
         store.clone(),
-        Path::default(),
+        prefix.clone(),
         Default::default(),
     ));
     let engine = Engine::new(
         catalog.clone(),
-        SplitObjects::new(store, Path::default()),
+        SplitObjects::new(store, prefix),
         PolicyRuntime::default_policy().expect("policy"),
         EngineOptions::default(),
     )
@@ -31,13 +34,28 @@ fn engine_on(store: Arc<dyn ObjectStore>) -> (Engine, Arc<ObjectStoreCatalog>) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_instances_committing_to_one_dataset_lose_no_commit() {
-    const ROUNDS: usize = 60;
+async fn two_instances_on_a_local_directory_lose_no_commit() {
     let directory = tempfile::tempdir().unwrap();
     let store: Arc<dyn ObjectStore> =
         Arc::new(LocalFileSystem::new_with_prefix(directory.path()).unwrap());
-    let (first, first_catalog) = engine_on(store.clone());
-    let (second, second_catalog) = engine_on(store.clone());
+    two_instances_lose_no_commit("local-directory", store, Path::default(), 60).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_on_s3_lose_no_commit() {
+    let url = format!("{}/{}", s3_url(), uuid::Uuid::new_v4().simple());
+    let (store, prefix) = open_store(&url).expect("open the s3 store");
+    two_instances_lose_no_commit("s3", store, prefix, 25).await;
+}
+
+async fn two_instances_lose_no_commit(
+    backend: &str,
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+    rounds: usize,
+) {
+    let (first, first_catalog) = engine_on(store.clone(), prefix.clone());
+    let (second, second_catalog) = engine_on(store.clone(), prefix.clone());
     first
         .create_dataset("shared", &DatasetConfig::default())
         .await
@@ -45,7 +63,7 @@ async fn two_instances_committing_to_one_dataset_lose_no_commit() {
 
     let writer = |engine: Engine, name: &'static str| {
         tokio::spawn(async move {
-            for round in 0..ROUNDS {
+            for round in 0..rounds {
                 let split_id = format!("{name}-{round:03}");
                 let stage = StageRequest {
                     dataset_id: "shared".into(),
@@ -81,24 +99,24 @@ async fn two_instances_committing_to_one_dataset_lose_no_commit() {
     b.unwrap();
 
     // A third instance with no cache reads the log from the store alone.
-    let (reader, _) = engine_on(store);
+    let (reader, _) = engine_on(store, prefix);
     let rows = reader
         .list_splits("shared", &ListQuery::default())
         .await
         .unwrap()
         .splits;
-    assert_eq!(rows.len(), 2 * ROUNDS, "a commit was lost");
+    assert_eq!(rows.len(), 2 * rounds, "a commit was lost");
     assert!(rows.iter().all(|row| row.state == SplitState::Published));
     let dataset = reader.dataset("shared").await.unwrap();
-    let created = 1;
+    let at_creation = 1;
     assert_eq!(
         dataset.manifest_version,
-        created + 2 * ROUNDS as u64,
+        at_creation + 2 * rounds as u64,
         "a publish was lost"
     );
     let races = first_catalog.stats().lost_races + second_catalog.stats().lost_races;
     println!(
-        "2 instances x {ROUNDS} rounds of stage + publish: {} rows, manifest version {}, {races} lost races retried, 0 commits lost",
+        "{backend}: 2 instances x {rounds} rounds of stage + publish: {} rows, manifest version {}, {races} lost races retried, 0 commits lost",
         rows.len(),
         dataset.manifest_version
     );
