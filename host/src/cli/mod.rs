@@ -169,9 +169,20 @@ fn mend_error(error: &anyhow::Error) -> Option<&MendError> {
         .find_map(|cause| cause.downcast_ref::<MendError>())
 }
 
-/// The error and its causes on one line.
+/// The error and its causes on one line, each cause once: many messages already quote their
+/// source, and repeating it would bury the point.
 pub fn one_line(error: &anyhow::Error) -> String {
-    format!("{error:#}")
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    line
 }
 
 pub fn hint(error: &anyhow::Error) -> Option<&'static str> {
