@@ -186,6 +186,73 @@ impl Guest for DefaultPolicy {
             })
             .collect()
     }
+
+    fn decide_recovery(input: wit::RecoveryInput) -> Vec<wit::IntentDecision> {
+        let input = plain::RecoveryInput {
+            dataset_id: input.dataset_id,
+            mode: match input.mode {
+                wit::RecoveryMode::Probe => plain::RecoveryMode::Probe,
+                wit::RecoveryMode::RollForward => plain::RecoveryMode::RollForward,
+                wit::RecoveryMode::Exclusive => plain::RecoveryMode::Exclusive,
+                wit::RecoveryMode::Verify => plain::RecoveryMode::Verify,
+            },
+            now_ms: input.now_ms,
+            intents: input.intents.into_iter().map(intent_observation).collect(),
+        };
+        crate::decide_recovery(&input)
+            .into_iter()
+            .map(|decision| wit::IntentDecision {
+                operation_id: decision.operation_id,
+                decision: match decision.decision {
+                    plain::RecoveryDecision::RollForward => wit::RecoveryDecision::RollForward,
+                    plain::RecoveryDecision::RollBack => wit::RecoveryDecision::RollBack,
+                    plain::RecoveryDecision::Defer(why) => wit::RecoveryDecision::Defer(why),
+                    plain::RecoveryDecision::Blocked(reason) => {
+                        wit::RecoveryDecision::Blocked(wit::BlockedReason {
+                            why: reason.why,
+                            operator_action: reason.operator_action,
+                        })
+                    }
+                    plain::RecoveryDecision::Stale => wit::RecoveryDecision::Stale,
+                },
+            })
+            .collect()
+    }
+}
+
+fn intent_observation(intent: wit::IntentObservation) -> plain::IntentObservation {
+    plain::IntentObservation {
+        operation_id: intent.operation_id,
+        kind: match intent.kind {
+            wit::OperationKind::Commit => plain::OperationKind::Commit,
+            wit::OperationKind::Merge => plain::OperationKind::Merge,
+            wit::OperationKind::Gc => plain::OperationKind::Gc,
+            wit::OperationKind::ConfigApply => plain::OperationKind::ConfigApply,
+            wit::OperationKind::Reconcile => plain::OperationKind::Reconcile,
+        },
+        phase: match intent.phase {
+            wit::IntentPhase::Armed => plain::IntentPhase::Armed,
+            wit::IntentPhase::EffectsConfirmed => plain::IntentPhase::EffectsConfirmed,
+        },
+        owner_lease_live: intent.owner_lease_live,
+        planned_rows: intent.planned_rows,
+        rows: intent.rows.into_iter().map(existing_row).collect(),
+        objects: intent
+            .objects
+            .into_iter()
+            .map(|object| plain::ObjectObservation {
+                split_id: object.split_id,
+                present: object.present,
+                matches: object.matches,
+            })
+            .collect(),
+        publish_staged: intent.publish_staged,
+        publish_replaced: intent.publish_replaced,
+        has_checkpoint_delta: intent.has_checkpoint_delta,
+        checkpoint_at_from: intent.checkpoint_at_from,
+        checkpoint_at_to: intent.checkpoint_at_to,
+        gc_splits: intent.gc_splits,
+    }
 }
 
 fn existing_row(row: wit::ExistingRow) -> plain::ExistingRow {

@@ -17,6 +17,7 @@
 extern crate alloc;
 
 pub mod publish;
+pub mod recovery;
 pub mod stage;
 pub mod types;
 
@@ -24,12 +25,14 @@ pub mod types;
 mod bindings;
 
 pub use publish::validate_publish;
+pub use recovery::decide_recovery;
 pub use stage::plan_stage;
 pub use types::*;
 
 /// The ABI this crate implements: the major and minor of the `mend:policy` WIT package.
+/// 1.1 added `decide-recovery`.
 pub const ABI_MAJOR: u32 = 1;
-pub const ABI_MINOR: u32 = 0;
+pub const ABI_MINOR: u32 = 1;
 
 /// The revision of the decision semantics. Bump it whenever the same inputs could produce
 /// different decisions, so that a host never runs new semantics believing they are old ones.

@@ -179,3 +179,96 @@ pub struct PublishViolation {
     pub subjects: Vec<String>,
     pub message: String,
 }
+
+/// How much a recovery sweep may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
+pub enum RecoveryMode {
+    Probe,
+    RollForward,
+    Exclusive,
+    Verify,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum OperationKind {
+    Commit,
+    Merge,
+    Gc,
+    ConfigApply,
+    Reconcile,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum IntentPhase {
+    Armed,
+    EffectsConfirmed,
+}
+
+/// What the host found of one object an intent planned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct ObjectObservation {
+    pub split_id: String,
+    pub present: bool,
+    /// Present with the size and payload checksum the intent recorded.
+    pub matches: bool,
+}
+
+/// Everything the host observed about one intent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct IntentObservation {
+    pub operation_id: String,
+    pub kind: OperationKind,
+    pub phase: IntentPhase,
+    pub owner_lease_live: bool,
+    pub planned_rows: Vec<String>,
+    pub rows: Vec<ExistingRow>,
+    pub objects: Vec<ObjectObservation>,
+    pub publish_staged: Vec<String>,
+    pub publish_replaced: Vec<String>,
+    pub has_checkpoint_delta: bool,
+    pub checkpoint_at_from: bool,
+    pub checkpoint_at_to: bool,
+    pub gc_splits: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct RecoveryInput {
+    pub dataset_id: String,
+    pub mode: RecoveryMode,
+    pub now_ms: i64,
+    pub intents: Vec<IntentObservation>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct BlockedReason {
+    pub why: String,
+    pub operator_action: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum RecoveryDecision {
+    RollForward,
+    RollBack,
+    Defer(String),
+    Blocked(BlockedReason),
+    Stale,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct IntentDecision {
+    pub operation_id: String,
+    pub decision: RecoveryDecision,
+}

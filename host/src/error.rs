@@ -11,6 +11,8 @@ use std::fmt;
 pub enum EntityKind {
     Dataset,
     Split,
+    /// An operation's intent, named by its operation id.
+    Intent,
 }
 
 impl fmt::Display for EntityKind {
@@ -18,6 +20,7 @@ impl fmt::Display for EntityKind {
         f.write_str(match self {
             Self::Dataset => "dataset",
             Self::Split => "split",
+            Self::Intent => "intent",
         })
     }
 }

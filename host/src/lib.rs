@@ -14,6 +14,8 @@ pub mod catalog;
 pub mod clock;
 pub mod engine;
 pub mod error;
+pub mod gates;
+pub mod intent;
 pub mod invariants;
 pub mod model;
 pub mod objects;

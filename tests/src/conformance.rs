@@ -9,6 +9,10 @@ use std::panic::AssertUnwindSafe;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use mend::intent::{
+    ExpectedState, INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, PlannedEffects,
+    PlannedRow,
+};
 use mend::model::{
     CheckpointDelta, DatasetConfig, ListQuery, PartitionDelta, PublishRequest, SplitRow,
     SplitState, StageMode, StageOutcome, StageRequest, StageResult, StageSplit, TimeRange,
@@ -68,6 +72,14 @@ pub fn cases() -> Vec<(&'static str, Case)> {
         ("concurrent_create_only_batches_claim_each_id_once", |h| {
             Box::pin(concurrent_create_only_batches_claim_each_id_once(h))
         }),
+        (
+            "intents_are_created_once_advanced_conditionally_and_deleted",
+            |h| {
+                Box::pin(intents_are_created_once_advanced_conditionally_and_deleted(
+                    h,
+                ))
+            },
+        ),
     ]
 }
 
@@ -1247,5 +1259,128 @@ pub async fn concurrent_create_only_batches_claim_each_id_once(h: &Harness) {
     println!(
         "conformance[{}]: {workers} workers x {rounds} rounds: {total_inserted} ids each inserted exactly once, 0 errors",
         h.backend
+    );
+}
+
+fn intent(dataset_id: &str, operation_id: &str, created_at_ms: i64) -> Intent {
+    Intent {
+        format_version: INTENT_FORMAT_VERSION,
+        operation_id: operation_id.into(),
+        dataset_id: dataset_id.into(),
+        kind: OperationKind::Commit,
+        phase: IntentPhase::Armed,
+        owner: "node-a".into(),
+        lease_expires_at_ms: created_at_ms + 30_000,
+        created_at_ms,
+        updated_at_ms: created_at_ms,
+        effects: PlannedEffects {
+            stage: vec![PlannedRow {
+                split_id: format!("{operation_id}-split"),
+                metadata_json: "{}".into(),
+            }],
+            ..Default::default()
+        },
+        expected: ExpectedState::default(),
+    }
+}
+
+pub async fn intents_are_created_once_advanced_conditionally_and_deleted(h: &Harness) {
+    let ds = h.create_dataset("intents").await;
+    let catalog = h.engine.catalog();
+    let manifest = h.engine.dataset(&ds).await.unwrap().manifest_version;
+    let first = intent(&ds, "op-b", 1_000);
+    let second = intent(&ds, "op-a", 2_000);
+    catalog.put_intent(&first).await.expect("put");
+    catalog.put_intent(&second).await.expect("put");
+    assert_eq!(
+        catalog.list_intents(&ds).await.unwrap(),
+        [first.clone(), second.clone()],
+        "oldest first"
+    );
+    assert_eq!(
+        h.engine.dataset(&ds).await.unwrap().manifest_version,
+        manifest,
+        "an intent is not part of the published view"
+    );
+
+    let again = catalog.put_intent(&first).await.unwrap_err();
+    assert!(
+        matches!(&again, MendError::AlreadyExists { kind: EntityKind::Intent, id } if id == "op-b"),
+        "{again:?}"
+    );
+    let nowhere = catalog
+        .put_intent(&intent("no-such-dataset", "op-x", 1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            nowhere,
+            MendError::NotFound {
+                kind: EntityKind::Dataset,
+                ..
+            }
+        ),
+        "{nowhere:?}"
+    );
+
+    let confirmed = Intent {
+        phase: IntentPhase::EffectsConfirmed,
+        updated_at_ms: 1_500,
+        ..first.clone()
+    };
+    catalog
+        .update_intent(&confirmed, IntentPhase::Armed)
+        .await
+        .expect("confirm");
+    let stale = catalog
+        .update_intent(&confirmed, IntentPhase::Armed)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(stale, MendError::FailedPrecondition { .. }),
+        "{stale:?}"
+    );
+    assert_eq!(
+        catalog.list_intents(&ds).await.unwrap(),
+        [confirmed.clone(), second.clone()]
+    );
+
+    catalog.delete_intent(&ds, "op-b", 0).await.expect("delete");
+    let gone = catalog.delete_intent(&ds, "op-b", 0).await.unwrap_err();
+    assert!(
+        matches!(
+            gone,
+            MendError::NotFound {
+                kind: EntityKind::Intent,
+                ..
+            }
+        ),
+        "{gone:?}"
+    );
+    let gone = catalog
+        .update_intent(&confirmed, IntentPhase::EffectsConfirmed)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            gone,
+            MendError::NotFound {
+                kind: EntityKind::Intent,
+                ..
+            }
+        ),
+        "{gone:?}"
+    );
+    assert_eq!(catalog.list_intents(&ds).await.unwrap(), [second]);
+    let missing = catalog.list_intents("no-such-dataset").await.unwrap_err();
+    assert!(
+        matches!(
+            missing,
+            MendError::NotFound {
+                kind: EntityKind::Dataset,
+                ..
+            }
+        ),
+        "{missing:?}"
     );
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use mend::catalog::{Capabilities, Catalog, ObjectStoreCatalog, PublishValidator, StagePlanner};
+use mend::intent::{Intent, IntentPhase};
 use mend::model::{
     Dataset, DatasetConfig, ListQuery, MarkResult, PublishRequest, PublishResult, SplitPage,
     StageMode, StagedSplit, TimestampMs,
@@ -91,6 +92,18 @@ impl Catalog for OlderBackend {
     }
     async fn list_splits(&self, id: &str, query: &ListQuery) -> Result<SplitPage> {
         self.inner.list_splits(id, query).await
+    }
+    async fn put_intent(&self, intent: &Intent) -> Result<()> {
+        self.inner.put_intent(intent).await
+    }
+    async fn update_intent(&self, intent: &Intent, expected: IntentPhase) -> Result<()> {
+        self.inner.update_intent(intent, expected).await
+    }
+    async fn delete_intent(&self, id: &str, operation_id: &str, now: TimestampMs) -> Result<()> {
+        self.inner.delete_intent(id, operation_id, now).await
+    }
+    async fn list_intents(&self, id: &str) -> Result<Vec<Intent>> {
+        self.inner.list_intents(id).await
     }
 }
 

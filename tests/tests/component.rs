@@ -8,7 +8,8 @@ use mend::runtime::{
     ALLOWED_IMPORTS, DEFAULT_POLICY_WASM, PolicyLimits, PolicyRuntime, imports_of,
 };
 use mend_policy::{
-    CheckpointDelta, ExistingRow, PartitionDelta, PartitionPosition, PublishInput, SplitState,
+    CheckpointDelta, ExistingRow, IntentObservation, IntentPhase, ObjectObservation, OperationKind,
+    PartitionDelta, PartitionPosition, PublishInput, RecoveryInput, RecoveryMode, SplitState,
     StageMode, StagePlanInput,
 };
 use proptest::prelude::*;
@@ -188,6 +189,85 @@ fn publish_input() -> impl Strategy<Value = PublishInput> {
         )
 }
 
+fn intent_observation() -> impl Strategy<Value = IntentObservation> {
+    (
+        (
+            "op-[0-9]{1,3}",
+            prop_oneof![
+                Just(OperationKind::Commit),
+                Just(OperationKind::Merge),
+                Just(OperationKind::Gc),
+                Just(OperationKind::ConfigApply),
+                Just(OperationKind::Reconcile),
+            ],
+            prop_oneof![
+                Just(IntentPhase::Armed),
+                Just(IntentPhase::EffectsConfirmed)
+            ],
+            any::<bool>(),
+        ),
+        proptest::collection::vec("s[0-5]", 0..5),
+        proptest::collection::vec(("s[0-5]", state()), 0..6),
+        proptest::collection::vec(("s[0-5]", any::<bool>(), any::<bool>()), 0..4),
+        (
+            proptest::collection::vec("s[0-5]", 0..4),
+            proptest::collection::vec("s[0-5]", 0..3),
+            any::<(bool, bool, bool)>(),
+            proptest::collection::vec("s[0-5]", 0..3),
+        ),
+    )
+        .prop_map(
+            |((operation_id, kind, phase, live), planned_rows, rows, objects, publish)| {
+                let (publish_staged, publish_replaced, (delta, at_from, at_to), gc_splits) =
+                    publish;
+                IntentObservation {
+                    operation_id,
+                    kind,
+                    phase,
+                    owner_lease_live: live,
+                    planned_rows,
+                    rows: rows
+                        .into_iter()
+                        .map(|(split_id, state)| ExistingRow { split_id, state })
+                        .collect(),
+                    objects: objects
+                        .into_iter()
+                        .map(|(split_id, present, matches)| ObjectObservation {
+                            split_id,
+                            present,
+                            matches: present && matches,
+                        })
+                        .collect(),
+                    publish_staged,
+                    publish_replaced,
+                    has_checkpoint_delta: delta,
+                    checkpoint_at_from: at_from,
+                    checkpoint_at_to: at_to,
+                    gc_splits,
+                }
+            },
+        )
+}
+
+fn recovery_input() -> impl Strategy<Value = RecoveryInput> {
+    (
+        prop_oneof![
+            Just(RecoveryMode::Probe),
+            Just(RecoveryMode::RollForward),
+            Just(RecoveryMode::Exclusive),
+            Just(RecoveryMode::Verify),
+        ],
+        any::<i64>(),
+        proptest::collection::vec(intent_observation(), 0..6),
+    )
+        .prop_map(|(mode, now_ms, intents)| RecoveryInput {
+            dataset_id: "dataset".into(),
+            mode,
+            now_ms,
+            intents,
+        })
+}
+
 /// The same vectors through the wasm component and through the native build must give the
 /// same decisions.
 #[test]
@@ -212,7 +292,14 @@ fn component_and_native_build_decide_identically() {
             Ok(())
         })
         .unwrap();
+    runner
+        .run(&recovery_input(), |input| {
+            let wasm = policy.decide_recovery(&input).expect("component decides");
+            prop_assert_eq!(wasm, mend_policy::decide_recovery(&input));
+            Ok(())
+        })
+        .unwrap();
     println!(
-        "differential: {VECTORS} stage vectors and {VECTORS} publish vectors identical in wasm and native"
+        "differential: {VECTORS} stage, {VECTORS} publish and {VECTORS} recovery vectors identical in wasm and native"
     );
 }

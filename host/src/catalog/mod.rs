@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use mend_policy::ExistingRow;
 
 use crate::error::Result;
+use crate::intent::{Intent, IntentPhase};
 use crate::model::{
     Checkpoint, CheckpointDelta, Dataset, DatasetConfig, ListQuery, MarkResult, NewSplit,
     PublishRequest, PublishResult, SplitPage, SplitState, StageMode, StagedSplit, TimestampMs,
@@ -265,6 +266,28 @@ pub trait Catalog: Send + Sync + fmt::Debug {
 
     /// Splits matching `query`, sorted by id, one page at a time.
     async fn list_splits(&self, dataset_id: &str, query: &ListQuery) -> Result<SplitPage>;
+
+    /// Records a new operation's intent, before its first effect. `AlreadyExists` if the
+    /// operation id is taken in this dataset, `NotFound` if the dataset does not exist. Intents
+    /// are not part of the published view: the manifest version does not move.
+    async fn put_intent(&self, intent: &Intent) -> Result<()>;
+
+    /// Replaces the stored intent of `intent.operation_id` with `intent` if the stored one is
+    /// still in `expected_phase`: `FailedPrecondition` if it is not, `NotFound` if it is gone.
+    /// Confirms effects (`Armed` to `EffectsConfirmed`) and renews the owner's lease.
+    async fn update_intent(&self, intent: &Intent, expected_phase: IntentPhase) -> Result<()>;
+
+    /// Deletes an intent; `NotFound` if it is gone.
+    async fn delete_intent(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+        now_ms: TimestampMs,
+    ) -> Result<()>;
+
+    /// The dataset's intents, oldest first (by creation time, then operation id). An intent
+    /// in a format newer than this host's is refused with `Corrupt`, never guessed at.
+    async fn list_intents(&self, dataset_id: &str) -> Result<Vec<Intent>>;
 }
 
 /// `checkpoint` with `delta` applied, for backends to store. Each partition's from-position

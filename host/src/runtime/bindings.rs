@@ -114,3 +114,70 @@ fn split_state(state: wit::SplitState) -> plain::SplitState {
         wit::SplitState::MarkedForDeletion => plain::SplitState::MarkedForDeletion,
     }
 }
+
+pub(crate) fn recovery_input(input: &plain::RecoveryInput) -> wit::RecoveryInput {
+    wit::RecoveryInput {
+        dataset_id: input.dataset_id.clone(),
+        mode: match input.mode {
+            plain::RecoveryMode::Probe => wit::RecoveryMode::Probe,
+            plain::RecoveryMode::RollForward => wit::RecoveryMode::RollForward,
+            plain::RecoveryMode::Exclusive => wit::RecoveryMode::Exclusive,
+            plain::RecoveryMode::Verify => wit::RecoveryMode::Verify,
+        },
+        now_ms: input.now_ms,
+        intents: input
+            .intents
+            .iter()
+            .map(|intent| wit::IntentObservation {
+                operation_id: intent.operation_id.clone(),
+                kind: match intent.kind {
+                    plain::OperationKind::Commit => wit::OperationKind::Commit,
+                    plain::OperationKind::Merge => wit::OperationKind::Merge,
+                    plain::OperationKind::Gc => wit::OperationKind::Gc,
+                    plain::OperationKind::ConfigApply => wit::OperationKind::ConfigApply,
+                    plain::OperationKind::Reconcile => wit::OperationKind::Reconcile,
+                },
+                phase: match intent.phase {
+                    plain::IntentPhase::Armed => wit::IntentPhase::Armed,
+                    plain::IntentPhase::EffectsConfirmed => wit::IntentPhase::EffectsConfirmed,
+                },
+                owner_lease_live: intent.owner_lease_live,
+                planned_rows: intent.planned_rows.clone(),
+                rows: intent.rows.iter().map(existing_row).collect(),
+                objects: intent
+                    .objects
+                    .iter()
+                    .map(|object| wit::ObjectObservation {
+                        split_id: object.split_id.clone(),
+                        present: object.present,
+                        matches: object.matches,
+                    })
+                    .collect(),
+                publish_staged: intent.publish_staged.clone(),
+                publish_replaced: intent.publish_replaced.clone(),
+                has_checkpoint_delta: intent.has_checkpoint_delta,
+                checkpoint_at_from: intent.checkpoint_at_from,
+                checkpoint_at_to: intent.checkpoint_at_to,
+                gc_splits: intent.gc_splits.clone(),
+            })
+            .collect(),
+    }
+}
+
+pub(crate) fn intent_decision(decision: wit::IntentDecision) -> plain::IntentDecision {
+    plain::IntentDecision {
+        operation_id: decision.operation_id,
+        decision: match decision.decision {
+            wit::RecoveryDecision::RollForward => plain::RecoveryDecision::RollForward,
+            wit::RecoveryDecision::RollBack => plain::RecoveryDecision::RollBack,
+            wit::RecoveryDecision::Defer(why) => plain::RecoveryDecision::Defer(why),
+            wit::RecoveryDecision::Blocked(reason) => {
+                plain::RecoveryDecision::Blocked(plain::BlockedReason {
+                    why: reason.why,
+                    operator_action: reason.operator_action,
+                })
+            }
+            wit::RecoveryDecision::Stale => plain::RecoveryDecision::Stale,
+        },
+    }
+}

@@ -24,7 +24,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use mend_policy::{
-    PlannedSplit, PolicyDescription, PublishInput, PublishViolation, StagePlanInput,
+    IntentDecision, PlannedSplit, PolicyDescription, PublishInput, PublishViolation, RecoveryInput,
+    StagePlanInput,
 };
 use sha2::{Digest, Sha256};
 use wasmtime::component::types::ComponentItem;
@@ -44,7 +45,7 @@ use self::sandbox::SandboxState;
 /// - `mend:policy/types`: the contract's own data types. A world that `use`s an interface's
 ///   types imports that interface, but it carries types only; [`check_imports`] refuses it if
 ///   a component declares a function in it. It grants nothing.
-pub const ALLOWED_IMPORTS: &[&str] = &["mend:policy/types@1.0.0"];
+pub const ALLOWED_IMPORTS: &[&str] = &["mend:policy/types@1.1.0"];
 
 /// The ABI this host implements (the `mend:policy` WIT package version).
 pub const HOST_ABI_MAJOR: u32 = mend_policy::ABI_MAJOR;
@@ -184,6 +185,37 @@ impl PolicyRuntime {
         Ok(violations
             .into_iter()
             .map(bindings::publish_violation)
+            .collect())
+    }
+}
+
+impl PolicyRuntime {
+    /// One decision per intent of a recovery sweep, in the input's order.
+    pub fn decide_recovery(
+        &self,
+        input: &RecoveryInput,
+    ) -> Result<Vec<IntentDecision>, PolicyError> {
+        let wit_input = bindings::recovery_input(input);
+        let decisions = self.inner.call("decide-recovery", |policy, store| {
+            policy.call_decide_recovery(store, &wit_input)
+        })?;
+        let size = decisions
+            .iter()
+            .map(|d| {
+                16 + d.operation_id.len()
+                    + match &d.decision {
+                        bindings::mend::policy::types::RecoveryDecision::Defer(why) => why.len(),
+                        bindings::mend::policy::types::RecoveryDecision::Blocked(reason) => {
+                            reason.why.len() + reason.operator_action.len()
+                        }
+                        _ => 0,
+                    }
+            })
+            .sum();
+        sandbox::check_output_size("decide-recovery", size, &self.inner.limits)?;
+        Ok(decisions
+            .into_iter()
+            .map(bindings::intent_decision)
             .collect())
     }
 }
@@ -369,7 +401,9 @@ mod tests {
     fn the_default_policy_imports_only_its_own_types() {
         assert_eq!(
             imports_of(DEFAULT_POLICY_WASM).unwrap(),
-            ["mend:policy/types@1.0.0"]
+            [format!(
+                "mend:policy/types@{HOST_ABI_MAJOR}.{HOST_ABI_MINOR}.0"
+            )]
         );
     }
 

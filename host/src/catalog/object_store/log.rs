@@ -22,6 +22,7 @@ use object_store::{ObjectStore, PutMode, PutPayload};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{MendError, Result};
+use crate::intent::Intent;
 use crate::model::{Dataset, SplitRow, TimestampMs};
 
 /// The newest file format this code reads and the one it writes.
@@ -39,6 +40,10 @@ pub(super) enum Action {
     PutSplits { rows: Vec<SplitRow> },
     /// Rows removed by the commit.
     DeleteSplits { split_ids: Vec<String> },
+    /// An operation's intent after the commit, written or replaced whole.
+    PutIntent { intent: Box<Intent> },
+    /// An intent removed by the commit.
+    DeleteIntent { operation_id: String },
 }
 
 /// One version of a dataset's log.
@@ -71,6 +76,9 @@ pub(super) struct Snapshot {
     pub version: u64,
     pub dataset: Dataset,
     pub splits: Vec<SplitRow>,
+    /// Absent in checkpoints written before intents existed.
+    #[serde(default)]
+    pub intents: Vec<Intent>,
 }
 
 /// What a put-if-absent of the next version came to.

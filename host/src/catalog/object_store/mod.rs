@@ -41,6 +41,7 @@ pub use self::open::open_store;
 use self::state::DatasetState;
 use super::{Capabilities, Catalog, PublishValidator, StagePlanner};
 use crate::error::{EntityKind, MendError, Result};
+use crate::intent::{Intent, IntentPhase, check_written_format};
 use crate::model::{
     Dataset, DatasetConfig, ListQuery, MarkResult, PublishRequest, PublishResult, SplitPage,
     StageMode, StagedSplit, TimestampMs,
@@ -166,7 +167,7 @@ impl ObjectStoreCatalog {
                     format!("holds dataset {}", snapshot.dataset.dataset_id),
                 ));
             }
-            return Ok(DatasetState::from_snapshot(snapshot));
+            return DatasetState::from_snapshot(snapshot);
         }
         match self.log.read_commit(dataset_id, 0).await? {
             Some(creation) => DatasetState::from_creation(dataset_id, &creation),
@@ -402,5 +403,42 @@ impl Catalog for ObjectStoreCatalog {
 
     async fn list_splits(&self, dataset_id: &str, query: &ListQuery) -> Result<SplitPage> {
         Ok(self.load(dataset_id).await?.list_splits(query))
+    }
+
+    async fn put_intent(&self, intent: &Intent) -> Result<()> {
+        check_written_format(intent)?;
+        self.mutate(&intent.dataset_id, intent.updated_at_ms, |state| {
+            mutations::put_intent(state, intent)
+        })
+        .await
+    }
+
+    async fn update_intent(&self, intent: &Intent, expected_phase: IntentPhase) -> Result<()> {
+        check_written_format(intent)?;
+        self.mutate(&intent.dataset_id, intent.updated_at_ms, |state| {
+            mutations::update_intent(state, intent, expected_phase)
+        })
+        .await
+    }
+
+    async fn delete_intent(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+        now_ms: TimestampMs,
+    ) -> Result<()> {
+        self.mutate(dataset_id, now_ms, |state| {
+            mutations::delete_intent(state, operation_id)
+        })
+        .await
+    }
+
+    async fn list_intents(&self, dataset_id: &str) -> Result<Vec<Intent>> {
+        let state = self.load(dataset_id).await?;
+        let mut intents: Vec<Intent> = state.intents.values().cloned().collect();
+        intents.sort_by(|a, b| {
+            (a.created_at_ms, &a.operation_id).cmp(&(b.created_at_ms, &b.operation_id))
+        });
+        Ok(intents)
     }
 }

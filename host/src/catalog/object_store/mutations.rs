@@ -7,7 +7,8 @@
 //! read.
 
 use crate::catalog::{PlannedAction, PublishObservation, PublishValidator, StagePlanner};
-use crate::error::{MendError, Result};
+use crate::error::{EntityKind, MendError, Result};
+use crate::intent::{Intent, IntentPhase};
 use crate::model::{
     Dataset, DatasetConfig, MarkResult, PublishRequest, PublishResult, SplitRow, SplitState,
     StageMode, StageOutcome, StagedSplit, TimestampMs,
@@ -317,6 +318,70 @@ pub(super) fn set_publish_token(
     let mut dataset = bumped(current, now_ms);
     dataset.publish_token = publish_token.map(str::to_string);
     Ok(set_dataset(dataset))
+}
+
+/// Records a new intent; intents are not part of the published view, so the dataset record
+/// does not change.
+pub(super) fn put_intent(state: &DatasetState, intent: &Intent) -> Result<Change<()>> {
+    if state.intents.contains_key(&intent.operation_id) {
+        return Err(MendError::AlreadyExists {
+            kind: EntityKind::Intent,
+            id: intent.operation_id.clone(),
+        });
+    }
+    Ok(Change::Commit {
+        actions: vec![Action::PutIntent {
+            intent: Box::new(intent.clone()),
+        }],
+        output: (),
+    })
+}
+
+/// Replaces an intent that is still in `expected_phase`.
+pub(super) fn update_intent(
+    state: &DatasetState,
+    intent: &Intent,
+    expected_phase: IntentPhase,
+) -> Result<Change<()>> {
+    let stored = stored_intent(state, &intent.operation_id)?;
+    if stored.phase != expected_phase {
+        return Err(MendError::failed_precondition(
+            format!(
+                "intent {} is {:?}, not {expected_phase:?}",
+                intent.operation_id, stored.phase
+            ),
+            vec![intent.operation_id.clone()],
+        ));
+    }
+    if stored == intent {
+        return Ok(Change::Unchanged(()));
+    }
+    Ok(Change::Commit {
+        actions: vec![Action::PutIntent {
+            intent: Box::new(intent.clone()),
+        }],
+        output: (),
+    })
+}
+
+pub(super) fn delete_intent(state: &DatasetState, operation_id: &str) -> Result<Change<()>> {
+    stored_intent(state, operation_id)?;
+    Ok(Change::Commit {
+        actions: vec![Action::DeleteIntent {
+            operation_id: operation_id.to_string(),
+        }],
+        output: (),
+    })
+}
+
+fn stored_intent<'a>(state: &'a DatasetState, operation_id: &str) -> Result<&'a Intent> {
+    state
+        .intents
+        .get(operation_id)
+        .ok_or_else(|| MendError::NotFound {
+            kind: EntityKind::Intent,
+            ids: vec![operation_id.to_string()],
+        })
 }
 
 /// The dataset after a change to its published view.

@@ -10,6 +10,7 @@ use mend_policy::ExistingRow;
 
 use super::log::{Action, Commit, FORMAT_VERSION, Snapshot};
 use crate::error::{MendError, Result};
+use crate::intent::{Intent, check_format};
 use crate::model::{Dataset, ListQuery, SplitPage, SplitRow};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -18,6 +19,8 @@ pub(super) struct DatasetState {
     pub version: u64,
     pub dataset: Dataset,
     pub splits: BTreeMap<String, SplitRow>,
+    /// Unresolved operations, by operation id.
+    pub intents: BTreeMap<String, Intent>,
 }
 
 impl DatasetState {
@@ -31,6 +34,7 @@ impl DatasetState {
                     version: 0,
                     dataset: dataset.clone(),
                     splits: BTreeMap::new(),
+                    intents: BTreeMap::new(),
                 })
             }
             _ => Err(contradiction(
@@ -41,8 +45,12 @@ impl DatasetState {
         }
     }
 
-    pub fn from_snapshot(snapshot: Snapshot) -> Self {
-        Self {
+    /// The state a checkpoint holds; an intent in a format newer than this host's is refused.
+    pub fn from_snapshot(snapshot: Snapshot) -> Result<Self> {
+        for intent in &snapshot.intents {
+            check_format(intent.format_version)?;
+        }
+        Ok(Self {
             version: snapshot.version,
             dataset: snapshot.dataset,
             splits: snapshot
@@ -50,7 +58,12 @@ impl DatasetState {
                 .into_iter()
                 .map(|row| (row.split_id.clone(), row))
                 .collect(),
-        }
+            intents: snapshot
+                .intents
+                .into_iter()
+                .map(|intent| (intent.operation_id.clone(), intent))
+                .collect(),
+        })
     }
 
     pub fn to_snapshot(&self) -> Snapshot {
@@ -59,6 +72,7 @@ impl DatasetState {
             version: self.version,
             dataset: self.dataset.clone(),
             splits: self.splits.values().cloned().collect(),
+            intents: self.intents.values().cloned().collect(),
         }
     }
 
@@ -94,6 +108,20 @@ impl DatasetState {
                 Action::PutSplits { rows } => {
                     for row in rows {
                         self.splits.insert(row.split_id.clone(), row.clone());
+                    }
+                }
+                Action::PutIntent { intent } => {
+                    check_format(intent.format_version)?;
+                    self.intents
+                        .insert(intent.operation_id.clone(), intent.as_ref().clone());
+                }
+                Action::DeleteIntent { operation_id } => {
+                    if self.intents.remove(operation_id).is_none() {
+                        return Err(contradiction(
+                            &self.dataset.dataset_id,
+                            commit.version,
+                            &format!("deletes intent {operation_id}, which does not exist"),
+                        ));
                     }
                 }
                 Action::DeleteSplits { split_ids } => {

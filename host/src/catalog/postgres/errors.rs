@@ -14,8 +14,9 @@ const SERIALIZATION_FAILURE: &str = "40001";
 const DEADLOCK_DETECTED: &str = "40P01";
 const UNIQUE_VIOLATION: &str = "23505";
 const FOREIGN_KEY_VIOLATION: &str = "23503";
-/// The primary key of `datasets`, named by Postgres' default convention.
+/// The primary keys of `datasets` and `intents`, named by Postgres' default convention.
 const DATASETS_PRIMARY_KEY: &str = "datasets_pkey";
+const INTENTS_PRIMARY_KEY: &str = "intents_pkey";
 
 /// Why one attempt at an atomic step failed.
 #[derive(Debug)]
@@ -91,7 +92,7 @@ pub(super) fn database_error(error: sqlx::Error, dataset_id: &str) -> MendError 
                     id: dataset_id.to_string(),
                 }
             }
-            // The only foreign key is splits -> datasets: the dataset is gone.
+            // Both foreign keys (splits and intents) reference datasets: the dataset is gone.
             Some(FOREIGN_KEY_VIOLATION) => MendError::dataset_not_found(dataset_id),
             _ => unavailable(error),
         },
@@ -104,6 +105,21 @@ pub(super) fn database_error(error: sqlx::Error, dataset_id: &str) -> MendError 
         },
         _ => unavailable(error),
     }
+}
+
+/// Maps a failed statement writing intent `operation_id` of `dataset_id`. A taken primary key
+/// names the operation, which [`database_error`] does not know.
+pub(super) fn intent_error(error: sqlx::Error, dataset_id: &str, operation_id: &str) -> MendError {
+    if let sqlx::Error::Database(database) = &error
+        && database.code().as_deref() == Some(UNIQUE_VIOLATION)
+        && database.constraint() == Some(INTENTS_PRIMARY_KEY)
+    {
+        return MendError::AlreadyExists {
+            kind: EntityKind::Intent,
+            id: operation_id.to_string(),
+        };
+    }
+    database_error(error, dataset_id)
 }
 
 fn unavailable(error: sqlx::Error) -> MendError {

@@ -1,10 +1,11 @@
 //! The Postgres catalog backend (sqlx), with its schema as numbered migrations embedded from
 //! `host/migrations/`.
 //!
-//! Every mutation but one runs as one transaction, retried from its first read when Postgres
-//! aborts it for a deadlock or a serialization failure, or when a concurrent insert made what
-//! the step read stale; after `MAX_ATTEMPTS` it fails with `Conflict`, having written nothing.
-//! The exception is create-only staging, whose only write is one `INSERT ... ON CONFLICT DO
+//! Every mutation that reads before it writes runs as one transaction, retried from its first
+//! read when Postgres aborts it for a deadlock or a serialization failure, or when a concurrent
+//! insert made what the step read stale; after `MAX_ATTEMPTS` it fails with `Conflict`, having
+//! written nothing. Intent writes are single conditional statements. Create-only staging,
+//! whose only write is one `INSERT ... ON CONFLICT DO
 //! NOTHING`, atomic by itself: it runs on a plain connection, two round trips cheaper, and is
 //! never retried here, because an attempt that inserted and then lost its connection must not
 //! come back reporting the caller's own rows as skipped. It fails as `Unavailable` instead.
@@ -19,6 +20,7 @@
 
 mod datasets;
 mod errors;
+mod intents;
 mod lifecycle;
 mod list;
 mod queries;
@@ -39,6 +41,7 @@ use sqlx::{ConnectOptions, Connection, PgPool, Postgres, Transaction};
 
 use crate::catalog::{Capabilities, Catalog, PublishValidator, StagePlanner};
 use crate::error::{MendError, Result};
+use crate::intent::{Intent, IntentPhase};
 use crate::model::{
     Dataset, DatasetConfig, ListQuery, MarkResult, PublishRequest, PublishResult, SplitPage,
     StageMode, StagedSplit, TimestampMs,
@@ -298,6 +301,27 @@ impl Catalog for PostgresCatalog {
 
     async fn list_splits(&self, dataset_id: &str, query: &ListQuery) -> Result<SplitPage> {
         list::list_splits(&self.pool, dataset_id, query).await
+    }
+
+    async fn put_intent(&self, intent: &Intent) -> Result<()> {
+        intents::put(&self.pool, intent).await
+    }
+
+    async fn update_intent(&self, intent: &Intent, expected_phase: IntentPhase) -> Result<()> {
+        intents::update(&self.pool, intent, expected_phase).await
+    }
+
+    async fn delete_intent(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+        _now_ms: TimestampMs,
+    ) -> Result<()> {
+        intents::delete(&self.pool, dataset_id, operation_id).await
+    }
+
+    async fn list_intents(&self, dataset_id: &str) -> Result<Vec<Intent>> {
+        intents::list(&self.pool, dataset_id).await
     }
 }
 

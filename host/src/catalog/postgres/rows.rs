@@ -83,7 +83,7 @@ fn version(row: &PgRow, name: &str) -> Result<u64> {
     u64::try_from(value).map_err(|_| corrupt(format!("{name} is negative: {value}")))
 }
 
-fn column<'r, T>(row: &'r PgRow, name: &str) -> Result<T>
+pub(super) fn column<'r, T>(row: &'r PgRow, name: &str) -> Result<T>
 where
     T: Decode<'r, Postgres> + Type<Postgres>,
 {

@@ -21,3 +21,9 @@ pub(super) const SPLIT_PUBLISH: &str = include_str!("sql/split_publish.sql");
 pub(super) const SPLIT_MARK: &str = include_str!("sql/split_mark.sql");
 pub(super) const SPLIT_DELETE: &str = include_str!("sql/split_delete.sql");
 pub(super) const SPLIT_LIST: &str = include_str!("sql/split_list.sql");
+
+pub(super) const INTENT_INSERT: &str = include_str!("sql/intent_insert.sql");
+pub(super) const INTENT_UPDATE: &str = include_str!("sql/intent_update.sql");
+pub(super) const INTENT_SELECT_PHASE: &str = include_str!("sql/intent_select_phase.sql");
+pub(super) const INTENT_DELETE: &str = include_str!("sql/intent_delete.sql");
+pub(super) const INTENT_LIST: &str = include_str!("sql/intent_list.sql");

@@ -7,6 +7,7 @@
 //! batches, the SQL filters) and that nothing is written when a step is refused.
 
 mod datasets;
+mod intents;
 mod lifecycle;
 mod list;
 mod stage;

@@ -1,0 +1,297 @@
+//! Recovery decisions: what to do with each intent an interrupted operation left behind.
+//!
+//! For every intent the host observed, in order:
+//!
+//! 1. **Stale** when its effects are already visible: the publish happened (every split it
+//!    publishes is published or since replaced, every split it replaces is marked or gone,
+//!    and the checkpoint stands at the delta's end), or every split a gc deletes is gone.
+//! 2. **Defer** while the owner's lease is live, except in exclusive mode: it may still be
+//!    working, and nothing may race it.
+//! 3. A gc is always rolled **forward**: marking a marked split and deleting what is gone are
+//!    no-ops, and the host only marks and deletes what is still eligible.
+//! 4. A commit, merge, config apply or reconcile whose effects are all in place (confirmed, or
+//!    every planned row and object found as planned) and whose publish still applies is
+//!    rolled **forward**.
+//! 5. Anything else needs its effects undone: **roll back** in exclusive mode; otherwise
+//!    **blocked**, saying why and that exclusive recovery resolves it. Roll-forward mode never
+//!    compensates another writer's work.
+//!
+//! Probe and verify receive the same decisions; the host reports rather than executes them.
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::types::{
+    BlockedReason, IntentDecision, IntentObservation, IntentPhase, OperationKind, RecoveryDecision,
+    RecoveryInput, RecoveryMode, SplitState,
+};
+
+/// One decision per intent, in the input's order.
+pub fn decide_recovery(input: &RecoveryInput) -> Vec<IntentDecision> {
+    input
+        .intents
+        .iter()
+        .map(|intent| IntentDecision {
+            operation_id: intent.operation_id.clone(),
+            decision: decide(input.mode, intent),
+        })
+        .collect()
+}
+
+fn decide(mode: RecoveryMode, intent: &IntentObservation) -> RecoveryDecision {
+    let rows: BTreeMap<&str, SplitState> = intent
+        .rows
+        .iter()
+        .map(|row| (row.split_id.as_str(), row.state))
+        .collect();
+    let state = |id: &String| rows.get(id.as_str()).copied();
+
+    if settled(intent, &state) {
+        return RecoveryDecision::Stale;
+    }
+    if intent.owner_lease_live && mode != RecoveryMode::Exclusive {
+        return RecoveryDecision::Defer(
+            "the owner's lease is live: it may still be working".into(),
+        );
+    }
+    if intent.kind == OperationKind::Gc {
+        return RecoveryDecision::RollForward;
+    }
+
+    let missing_rows: Vec<&str> = intent
+        .planned_rows
+        .iter()
+        .filter(|id| state(id).is_none())
+        .map(String::as_str)
+        .collect();
+    let bad_objects: Vec<&str> = intent
+        .objects
+        .iter()
+        .filter(|object| !object.matches)
+        .map(|object| object.split_id.as_str())
+        .collect();
+    let effects_in_place = intent.phase == IntentPhase::EffectsConfirmed
+        || (missing_rows.is_empty() && bad_objects.is_empty());
+    let publish_applies = intent
+        .publish_staged
+        .iter()
+        .all(|id| state(id) == Some(SplitState::Staged))
+        && intent
+            .publish_replaced
+            .iter()
+            .all(|id| state(id) == Some(SplitState::Published))
+        && (!intent.has_checkpoint_delta || intent.checkpoint_at_from);
+
+    if effects_in_place && publish_applies {
+        return RecoveryDecision::RollForward;
+    }
+    if mode == RecoveryMode::Exclusive {
+        return RecoveryDecision::RollBack;
+    }
+    let why = if !effects_in_place {
+        let mut missing: Vec<String> = missing_rows.iter().map(|id| format!("row {id}")).collect();
+        missing.extend(bad_objects.iter().map(|id| format!("object {id}")));
+        format!(
+            "the operation stopped before its effects were in place (missing or different: {})",
+            missing.join(", ")
+        )
+    } else {
+        String::from(
+            "its publish no longer applies: a split changed state or the checkpoint moved on",
+        )
+    };
+    RecoveryDecision::Blocked(BlockedReason {
+        why,
+        operator_action: String::from(
+            "run `mend recover --mode exclusive` to roll it back; until then its staged rows stay invisible",
+        ),
+    })
+}
+
+/// Whether the operation's visible effects already happened.
+fn settled(intent: &IntentObservation, state: &impl Fn(&String) -> Option<SplitState>) -> bool {
+    if intent.kind == OperationKind::Gc {
+        return !intent.gc_splits.is_empty()
+            && intent.gc_splits.iter().all(|id| state(id).is_none());
+    }
+    if intent.publish_staged.is_empty() && intent.publish_replaced.is_empty() {
+        return intent.has_checkpoint_delta && intent.checkpoint_at_to;
+    }
+    intent.publish_staged.iter().all(|id| {
+        matches!(
+            state(id),
+            Some(SplitState::Published | SplitState::MarkedForDeletion)
+        )
+    }) && intent
+        .publish_replaced
+        .iter()
+        .all(|id| matches!(state(id), None | Some(SplitState::MarkedForDeletion)))
+        && (!intent.has_checkpoint_delta || intent.checkpoint_at_to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{ExistingRow, ObjectObservation};
+
+    fn commit(
+        phase: IntentPhase,
+        rows: &[(&str, SplitState)],
+        objects: &[(&str, bool)],
+    ) -> IntentObservation {
+        IntentObservation {
+            operation_id: "op".into(),
+            kind: OperationKind::Commit,
+            phase,
+            owner_lease_live: false,
+            planned_rows: vec!["s1".into(), "s2".into()],
+            rows: rows
+                .iter()
+                .map(|(id, state)| ExistingRow {
+                    split_id: (*id).into(),
+                    state: *state,
+                })
+                .collect(),
+            objects: objects
+                .iter()
+                .map(|(id, matches)| ObjectObservation {
+                    split_id: (*id).into(),
+                    present: *matches,
+                    matches: *matches,
+                })
+                .collect(),
+            publish_staged: vec!["s1".into(), "s2".into()],
+            publish_replaced: vec![],
+            has_checkpoint_delta: true,
+            checkpoint_at_from: true,
+            checkpoint_at_to: false,
+            gc_splits: vec![],
+        }
+    }
+
+    fn decide_one(mode: RecoveryMode, intent: IntentObservation) -> RecoveryDecision {
+        let input = RecoveryInput {
+            dataset_id: "ds".into(),
+            mode,
+            now_ms: 0,
+            intents: vec![intent],
+        };
+        decide_recovery(&input).remove(0).decision
+    }
+
+    const STAGED: SplitState = SplitState::Staged;
+    const PUBLISHED: SplitState = SplitState::Published;
+
+    #[test]
+    fn a_commit_with_every_effect_in_place_rolls_forward() {
+        let intent = commit(
+            IntentPhase::Armed,
+            &[("s1", STAGED), ("s2", STAGED)],
+            &[("s1", true), ("s2", true)],
+        );
+        for mode in [
+            RecoveryMode::RollForward,
+            RecoveryMode::Exclusive,
+            RecoveryMode::Probe,
+        ] {
+            assert_eq!(
+                decide_one(mode, intent.clone()),
+                RecoveryDecision::RollForward
+            );
+        }
+    }
+
+    #[test]
+    fn a_published_commit_is_stale() {
+        let mut intent = commit(
+            IntentPhase::EffectsConfirmed,
+            &[("s1", PUBLISHED), ("s2", PUBLISHED)],
+            &[],
+        );
+        intent.checkpoint_at_from = false;
+        intent.checkpoint_at_to = true;
+        assert_eq!(
+            decide_one(RecoveryMode::RollForward, intent),
+            RecoveryDecision::Stale
+        );
+    }
+
+    #[test]
+    fn a_live_owner_is_deferred_to_except_in_exclusive_mode() {
+        let mut intent = commit(IntentPhase::Armed, &[("s1", STAGED)], &[("s1", true)]);
+        intent.owner_lease_live = true;
+        assert!(matches!(
+            decide_one(RecoveryMode::RollForward, intent.clone()),
+            RecoveryDecision::Defer(_)
+        ));
+        assert_eq!(
+            decide_one(RecoveryMode::Exclusive, intent),
+            RecoveryDecision::RollBack
+        );
+    }
+
+    #[test]
+    fn incomplete_effects_are_blocked_in_roll_forward_and_rolled_back_in_exclusive() {
+        let intent = commit(
+            IntentPhase::Armed,
+            &[("s1", STAGED)],
+            &[("s1", true), ("s2", false)],
+        );
+        match decide_one(RecoveryMode::RollForward, intent.clone()) {
+            RecoveryDecision::Blocked(reason) => {
+                assert!(
+                    reason.why.contains("row s2") && reason.why.contains("object s2"),
+                    "{}",
+                    reason.why
+                );
+                assert!(reason.operator_action.contains("exclusive"));
+            }
+            other => panic!("expected blocked, got {other:?}"),
+        }
+        assert_eq!(
+            decide_one(RecoveryMode::Exclusive, intent),
+            RecoveryDecision::RollBack
+        );
+    }
+
+    #[test]
+    fn a_publish_that_no_longer_applies_is_never_rolled_forward() {
+        let mut moved = commit(
+            IntentPhase::EffectsConfirmed,
+            &[("s1", STAGED), ("s2", STAGED)],
+            &[],
+        );
+        moved.checkpoint_at_from = false;
+        assert!(matches!(
+            decide_one(RecoveryMode::RollForward, moved.clone()),
+            RecoveryDecision::Blocked(_)
+        ));
+        assert_eq!(
+            decide_one(RecoveryMode::Exclusive, moved),
+            RecoveryDecision::RollBack
+        );
+    }
+
+    #[test]
+    fn gc_rolls_forward_until_its_splits_are_gone() {
+        let mut gc = commit(
+            IntentPhase::Armed,
+            &[("g1", SplitState::MarkedForDeletion)],
+            &[],
+        );
+        gc.kind = OperationKind::Gc;
+        gc.publish_staged.clear();
+        gc.gc_splits = vec!["g1".into(), "g2".into()];
+        assert_eq!(
+            decide_one(RecoveryMode::RollForward, gc.clone()),
+            RecoveryDecision::RollForward
+        );
+        gc.rows.clear();
+        assert_eq!(
+            decide_one(RecoveryMode::RollForward, gc),
+            RecoveryDecision::Stale
+        );
+    }
+}

@@ -1,0 +1,196 @@
+//! Intents: one row per operation in flight, holding the whole intent as JSON.
+//!
+//! Each write is one statement on the pool, atomic by itself, so none runs in a transaction or
+//! is retried here: a statement that may have landed fails as `Unavailable`, and the caller
+//! decides. No write locks the dataset's row or moves its manifest version; an intent is not
+//! part of the published view. When a conditional write changes nothing, a plain read
+//! afterwards says why, so the failure path costs a round trip or two and success none.
+//!
+//! What an intent plans, and when its phase may move, is the engine's business; this module
+//! stores what it is given in this host's format and refuses to read a newer one.
+
+use sqlx::PgPool;
+use sqlx::postgres::PgRow;
+
+use crate::error::{EntityKind, MendError, Result};
+use crate::intent::{INTENT_FORMAT_VERSION, Intent, IntentPhase, check_written_format};
+
+use super::errors::{database_error, intent_error};
+use super::rows::column;
+use super::sql;
+
+pub(super) async fn put(pool: &PgPool, intent: &Intent) -> Result<()> {
+    let format_version = own_format(intent)?;
+    sqlx::query(sql::INTENT_INSERT)
+        .bind(&intent.dataset_id)
+        .bind(&intent.operation_id)
+        .bind(format_version)
+        .bind(phase_name(intent.phase))
+        .bind(intent.to_json())
+        .bind(intent.created_at_ms)
+        .execute(pool)
+        .await
+        .map_err(|error| intent_error(error, &intent.dataset_id, &intent.operation_id))?;
+    Ok(())
+}
+
+pub(super) async fn update(
+    pool: &PgPool,
+    intent: &Intent,
+    expected_phase: IntentPhase,
+) -> Result<()> {
+    let format_version = own_format(intent)?;
+    let (dataset_id, operation_id) = (&intent.dataset_id, &intent.operation_id);
+    let body = intent.to_json();
+    let replaced = sqlx::query(sql::INTENT_UPDATE)
+        .bind(dataset_id)
+        .bind(operation_id)
+        .bind(phase_name(expected_phase))
+        .bind(phase_name(intent.phase))
+        .bind(format_version)
+        .bind(&body)
+        .bind(intent.created_at_ms)
+        .fetch_optional(pool)
+        .await
+        .map_err(|error| database_error(error, dataset_id))?;
+    if replaced.is_some() {
+        return Ok(());
+    }
+
+    // Nothing replaced. This read runs after the update, so it sees whatever a concurrent
+    // writer committed first; the update took no lock for it to hold.
+    let found = sqlx::query(sql::INTENT_SELECT_PHASE)
+        .bind(dataset_id)
+        .bind(operation_id)
+        .bind(&body)
+        .fetch_optional(pool)
+        .await
+        .map_err(|error| database_error(error, dataset_id))?;
+    let Some(row) = found else {
+        return Err(intent_not_found(pool, dataset_id, operation_id).await);
+    };
+    let phase = stored_phase(&row, operation_id)?;
+    let unchanged: bool = column(&row, "unchanged")?;
+    if phase != expected_phase {
+        Err(MendError::failed_precondition(
+            format!(
+                "intent {operation_id} of dataset {dataset_id} is {}, not {}; read it again \
+                 before changing it",
+                phase_name(phase),
+                phase_name(expected_phase)
+            ),
+            vec![operation_id.clone()],
+        ))
+    } else if unchanged {
+        // Already exactly this intent: a replacement that changes nothing writes nothing.
+        Ok(())
+    } else {
+        // In the expected phase with another body now, yet not updated a moment ago: it was
+        // deleted and written again, or moved away and back, between the two statements.
+        Err(MendError::Conflict {
+            message: format!(
+                "intent {operation_id} of dataset {dataset_id} changed while it was being \
+                 updated"
+            ),
+        })
+    }
+}
+
+pub(super) async fn delete(pool: &PgPool, dataset_id: &str, operation_id: &str) -> Result<()> {
+    let deleted = sqlx::query(sql::INTENT_DELETE)
+        .bind(dataset_id)
+        .bind(operation_id)
+        .fetch_optional(pool)
+        .await
+        .map_err(|error| database_error(error, dataset_id))?;
+    match deleted {
+        Some(_) => Ok(()),
+        None => Err(intent_not_found(pool, dataset_id, operation_id).await),
+    }
+}
+
+pub(super) async fn list(pool: &PgPool, dataset_id: &str) -> Result<Vec<Intent>> {
+    require_dataset(pool, dataset_id).await?;
+    let found = sqlx::query(sql::INTENT_LIST)
+        .bind(dataset_id)
+        .fetch_all(pool)
+        .await
+        .map_err(|error| database_error(error, dataset_id))?;
+    found.iter().map(|row| intent(row, dataset_id)).collect()
+}
+
+/// Decodes a row of `intent_list.sql`. A body in a newer format fails in `Intent::from_json`
+/// with the `Corrupt` that tells the operator to upgrade, passed on as it is.
+fn intent(row: &PgRow, dataset_id: &str) -> Result<Intent> {
+    let operation_id: String = column(row, "operation_id")?;
+    let phase = stored_phase(row, &operation_id)?;
+    let intent = Intent::from_json(&column::<String>(row, "body")?)?;
+    // Updates and deletes find the row by its columns and test its phase column; a body that
+    // disagrees with them would be changed under the wrong condition.
+    if intent.dataset_id != dataset_id
+        || intent.operation_id != operation_id
+        || intent.phase != phase
+    {
+        return Err(MendError::Corrupt {
+            message: format!(
+                "intent {operation_id} of dataset {dataset_id} holds a body of intent {} of \
+                 dataset {} in phase {}, not {}",
+                intent.operation_id,
+                intent.dataset_id,
+                phase_name(intent.phase),
+                phase_name(phase)
+            ),
+        });
+    }
+    Ok(intent)
+}
+
+/// A host writes only its own format; returns the version as the `INT` column stores it.
+fn own_format(intent: &Intent) -> Result<i32> {
+    check_written_format(intent)?;
+    Ok(i32::try_from(INTENT_FORMAT_VERSION).expect("format versions are small numbers"))
+}
+
+/// The `NotFound` for an intent that is not there: of the dataset if that is gone too, as
+/// every other request about a missing dataset says.
+async fn intent_not_found(pool: &PgPool, dataset_id: &str, operation_id: &str) -> MendError {
+    match require_dataset(pool, dataset_id).await {
+        Ok(()) => MendError::NotFound {
+            kind: EntityKind::Intent,
+            ids: vec![operation_id.to_string()],
+        },
+        Err(error) => error,
+    }
+}
+
+async fn require_dataset(pool: &PgPool, dataset_id: &str) -> Result<()> {
+    let exists: bool = sqlx::query_scalar(sql::DATASET_EXISTS)
+        .bind(dataset_id)
+        .fetch_one(pool)
+        .await
+        .map_err(|error| database_error(error, dataset_id))?;
+    if exists {
+        Ok(())
+    } else {
+        Err(MendError::dataset_not_found(dataset_id))
+    }
+}
+
+/// The name of a phase in the `phase` column, as its CHECK constraint lists them.
+fn phase_name(phase: IntentPhase) -> &'static str {
+    match phase {
+        IntentPhase::Armed => "armed",
+        IntentPhase::EffectsConfirmed => "effects_confirmed",
+    }
+}
+
+fn stored_phase(row: &PgRow, operation_id: &str) -> Result<IntentPhase> {
+    let name: String = column(row, "phase")?;
+    match name.as_str() {
+        "armed" => Ok(IntentPhase::Armed),
+        "effects_confirmed" => Ok(IntentPhase::EffectsConfirmed),
+        _ => Err(MendError::Corrupt {
+            message: format!("intent {operation_id} has unknown phase {name:?}"),
+        }),
+    }
+}

@@ -1,0 +1,399 @@
+//! Intents: put, conditional update, delete and list; the refusals that write nothing; a body
+//! in a newer format; and that intents leave the published view alone.
+
+use super::*;
+use crate::intent::{
+    ExpectedState, INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, PlannedEffects,
+    PlannedRow,
+};
+
+fn intent(dataset_id: &str, operation_id: &str, created_at_ms: TimestampMs) -> Intent {
+    Intent {
+        format_version: INTENT_FORMAT_VERSION,
+        operation_id: operation_id.to_string(),
+        dataset_id: dataset_id.to_string(),
+        kind: OperationKind::Commit,
+        phase: IntentPhase::Armed,
+        owner: "node-1".to_string(),
+        lease_expires_at_ms: created_at_ms + 30_000,
+        created_at_ms,
+        updated_at_ms: created_at_ms,
+        effects: PlannedEffects {
+            stage: vec![PlannedRow {
+                split_id: "a".to_string(),
+                metadata_json: json!({ "docs": 10 }).to_string(),
+            }],
+            ..PlannedEffects::default()
+        },
+        expected: ExpectedState {
+            manifest_version: 1,
+            split_states: vec![("a".to_string(), None)],
+            config_version: None,
+        },
+    }
+}
+
+/// The same intent with its effects confirmed and its lease renewed at `now_ms`.
+fn confirmed(intent: &Intent, now_ms: TimestampMs) -> Intent {
+    Intent {
+        phase: IntentPhase::EffectsConfirmed,
+        lease_expires_at_ms: now_ms + 30_000,
+        updated_at_ms: now_ms,
+        ..intent.clone()
+    }
+}
+
+async fn intents(catalog: &PostgresCatalog, dataset_id: &str) -> Vec<Intent> {
+    catalog
+        .list_intents(dataset_id)
+        .await
+        .expect("list intents")
+}
+
+fn is_intent_not_found(error: &MendError, operation_id: &str) -> bool {
+    matches!(
+        error,
+        MendError::NotFound { kind: EntityKind::Intent, ids } if *ids == [operation_id]
+    )
+}
+
+fn is_dataset_not_found(error: &MendError) -> bool {
+    matches!(
+        error,
+        MendError::NotFound {
+            kind: EntityKind::Dataset,
+            ..
+        }
+    )
+}
+
+#[tokio::test]
+async fn a_put_intent_is_listed_and_its_operation_id_is_taken() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    assert!(intents(&catalog, &dataset_id).await.is_empty());
+
+    let first = intent(&dataset_id, "op-1", 2_000);
+    catalog.put_intent(&first).await.unwrap();
+    assert_eq!(
+        intents(&catalog, &dataset_id).await,
+        std::slice::from_ref(&first)
+    );
+
+    let again = Intent {
+        owner: "node-2".to_string(),
+        ..intent(&dataset_id, "op-1", 3_000)
+    };
+    let taken = catalog.put_intent(&again).await.unwrap_err();
+    assert!(
+        matches!(&taken, MendError::AlreadyExists { kind: EntityKind::Intent, id } if id == "op-1"),
+        "{taken:?}"
+    );
+    assert_eq!(
+        intents(&catalog, &dataset_id).await,
+        std::slice::from_ref(&first)
+    );
+
+    // The same operation id in another dataset is another intent.
+    let other_dataset_id = new_dataset(&catalog).await;
+    let elsewhere = intent(&other_dataset_id, "op-1", 2_000);
+    catalog.put_intent(&elsewhere).await.unwrap();
+    assert_eq!(intents(&catalog, &other_dataset_id).await, [elsewhere]);
+    assert_eq!(intents(&catalog, &dataset_id).await, [first]);
+}
+
+#[tokio::test]
+async fn intents_are_listed_oldest_first_then_by_operation_id() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    // Written out of order; "B" sorts before "a" in byte order, as Rust compares strings.
+    for (operation_id, created_at_ms) in [("c", 3_000), ("a", 2_000), ("B", 2_000), ("d", 1_000)] {
+        catalog
+            .put_intent(&intent(&dataset_id, operation_id, created_at_ms))
+            .await
+            .unwrap();
+    }
+    let order: Vec<String> = intents(&catalog, &dataset_id)
+        .await
+        .into_iter()
+        .map(|intent| intent.operation_id)
+        .collect();
+    assert_eq!(order, ids(&["d", "B", "a", "c"]));
+}
+
+#[tokio::test]
+async fn intents_of_an_unknown_dataset_are_not_found() {
+    let catalog = catalog().await;
+    let dataset_id = unique_id("no-such-dataset");
+    let put = catalog
+        .put_intent(&intent(&dataset_id, "op-1", 2_000))
+        .await
+        .unwrap_err();
+    assert!(is_dataset_not_found(&put), "{put:?}");
+    let listed = catalog.list_intents(&dataset_id).await.unwrap_err();
+    assert!(is_dataset_not_found(&listed), "{listed:?}");
+    let updated = catalog
+        .update_intent(&intent(&dataset_id, "op-1", 2_000), IntentPhase::Armed)
+        .await
+        .unwrap_err();
+    assert!(is_dataset_not_found(&updated), "{updated:?}");
+    let deleted = catalog
+        .delete_intent(&dataset_id, "op-1", 0)
+        .await
+        .unwrap_err();
+    assert!(is_dataset_not_found(&deleted), "{deleted:?}");
+}
+
+#[tokio::test]
+async fn an_intent_in_another_format_is_not_written() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    let stored = intent(&dataset_id, "op-1", 2_000);
+    catalog.put_intent(&stored).await.unwrap();
+
+    for format_version in [0, INTENT_FORMAT_VERSION + 1] {
+        let put = catalog
+            .put_intent(&Intent {
+                format_version,
+                ..intent(&dataset_id, "op-2", 2_000)
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(put, MendError::InvalidArgument { .. }), "{put:?}");
+        let updated = catalog
+            .update_intent(
+                &Intent {
+                    format_version,
+                    ..confirmed(&stored, 3_000)
+                },
+                IntentPhase::Armed,
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(updated, MendError::InvalidArgument { .. }),
+            "{updated:?}"
+        );
+    }
+    assert_eq!(intents(&catalog, &dataset_id).await, [stored]);
+}
+
+#[tokio::test]
+async fn an_update_replaces_the_intent_only_from_the_expected_phase() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    let armed = intent(&dataset_id, "op-1", 2_000);
+    catalog.put_intent(&armed).await.unwrap();
+
+    // Renewing the lease keeps the phase.
+    let renewed = Intent {
+        lease_expires_at_ms: 40_000,
+        updated_at_ms: 2_500,
+        ..armed.clone()
+    };
+    catalog
+        .update_intent(&renewed, IntentPhase::Armed)
+        .await
+        .unwrap();
+    assert_eq!(
+        intents(&catalog, &dataset_id).await,
+        std::slice::from_ref(&renewed)
+    );
+
+    let effects_confirmed = confirmed(&armed, 3_000);
+    catalog
+        .update_intent(&effects_confirmed, IntentPhase::Armed)
+        .await
+        .unwrap();
+    assert_eq!(
+        intents(&catalog, &dataset_id).await,
+        std::slice::from_ref(&effects_confirmed)
+    );
+
+    // A second writer still believing the intent armed is refused, and changes nothing.
+    let stale = Intent {
+        owner: "node-2".to_string(),
+        ..renewed
+    };
+    let refused = catalog
+        .update_intent(&stale, IntentPhase::Armed)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &refused,
+            MendError::FailedPrecondition { message, ids }
+                if *ids == ["op-1"] && message.contains("effects_confirmed")
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        intents(&catalog, &dataset_id).await,
+        std::slice::from_ref(&effects_confirmed)
+    );
+
+    // Replacing an intent with itself succeeds and writes nothing: the row keeps the id of
+    // the transaction that wrote it.
+    let written_by = row_version(&catalog, &dataset_id, "op-1").await;
+    catalog
+        .update_intent(&effects_confirmed, IntentPhase::EffectsConfirmed)
+        .await
+        .unwrap();
+    assert_eq!(intents(&catalog, &dataset_id).await, [effects_confirmed]);
+    assert_eq!(row_version(&catalog, &dataset_id, "op-1").await, written_by);
+}
+
+/// The id of the transaction that last wrote the intent's row (`xmin`).
+async fn row_version(catalog: &PostgresCatalog, dataset_id: &str, operation_id: &str) -> String {
+    sqlx::query_scalar("SELECT xmin::text FROM intents WHERE dataset_id = $1 AND operation_id = $2")
+        .bind(dataset_id)
+        .bind(operation_id)
+        .fetch_one(&catalog.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_missing_intent_cannot_be_updated_or_deleted() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    let missing = intent(&dataset_id, "op-missing", 2_000);
+    let updated = catalog
+        .update_intent(&missing, IntentPhase::Armed)
+        .await
+        .unwrap_err();
+    assert!(is_intent_not_found(&updated, "op-missing"), "{updated:?}");
+    let deleted = catalog
+        .delete_intent(&dataset_id, "op-missing", 0)
+        .await
+        .unwrap_err();
+    assert!(is_intent_not_found(&deleted, "op-missing"), "{deleted:?}");
+    assert!(intents(&catalog, &dataset_id).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_deleted_intent_is_gone() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    let stored = intent(&dataset_id, "op-1", 2_000);
+    catalog.put_intent(&stored).await.unwrap();
+    catalog.delete_intent(&dataset_id, "op-1", 0).await.unwrap();
+    assert!(intents(&catalog, &dataset_id).await.is_empty());
+
+    let again = catalog
+        .delete_intent(&dataset_id, "op-1", 0)
+        .await
+        .unwrap_err();
+    assert!(is_intent_not_found(&again, "op-1"), "{again:?}");
+    let updated = catalog
+        .update_intent(&confirmed(&stored, 3_000), IntentPhase::Armed)
+        .await
+        .unwrap_err();
+    assert!(is_intent_not_found(&updated, "op-1"), "{updated:?}");
+
+    // The operation id is free again.
+    catalog.put_intent(&stored).await.unwrap();
+    assert_eq!(intents(&catalog, &dataset_id).await, [stored]);
+}
+
+#[tokio::test]
+async fn an_intent_in_a_newer_format_is_refused_when_listed() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    catalog
+        .put_intent(&intent(&dataset_id, "op-1", 2_000))
+        .await
+        .unwrap();
+
+    // As a newer mend would write it: a higher version and a field this host does not know.
+    let mut body = serde_json::to_value(intent(&dataset_id, "op-2", 3_000)).unwrap();
+    body["format_version"] = json!(INTENT_FORMAT_VERSION + 1);
+    body["some_future_field"] = json!({ "meaning": "unknown" });
+    sqlx::query(
+        "INSERT INTO intents (dataset_id, operation_id, format_version, phase, body, created_at_ms) \
+         VALUES ($1, 'op-2', $2, 'armed', $3, 3000)",
+    )
+    .bind(&dataset_id)
+    .bind(i32::try_from(INTENT_FORMAT_VERSION + 1).unwrap())
+    .bind(sqlx::types::Json(&body))
+    .execute(&catalog.pool)
+    .await
+    .unwrap();
+
+    let error = catalog.list_intents(&dataset_id).await.unwrap_err();
+    assert!(
+        matches!(&error, MendError::Corrupt { message } if message.contains("newer mend")),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn intents_leave_the_published_view_alone() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    let before = catalog.dataset(&dataset_id).await.unwrap();
+
+    let armed = intent(&dataset_id, "op-1", 2_000);
+    catalog.put_intent(&armed).await.unwrap();
+    catalog
+        .update_intent(&confirmed(&armed, 3_000), IntentPhase::Armed)
+        .await
+        .unwrap();
+    assert_eq!(catalog.dataset(&dataset_id).await.unwrap(), before);
+    catalog.delete_intent(&dataset_id, "op-1", 0).await.unwrap();
+    assert_eq!(catalog.dataset(&dataset_id).await.unwrap(), before);
+}
+
+#[tokio::test]
+async fn racing_writers_of_one_intent_have_exactly_one_winner() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    let writers: Vec<String> = (0..8).map(|node| format!("node-{node}")).collect();
+
+    let puts = writers.iter().map(|owner| {
+        let intent = Intent {
+            owner: owner.clone(),
+            ..intent(&dataset_id, "op-1", 2_000)
+        };
+        let catalog = &catalog;
+        async move { catalog.put_intent(&intent).await }
+    });
+    let put_results = futures::future::join_all(puts).await;
+    let put_winners = put_results.iter().filter(|result| result.is_ok()).count();
+    assert_eq!(put_winners, 1, "{put_results:?}");
+    assert!(
+        put_results.iter().all(|result| match result {
+            Ok(()) => true,
+            Err(error) => matches!(error, MendError::AlreadyExists { .. }),
+        }),
+        "{put_results:?}"
+    );
+    let armed = intents(&catalog, &dataset_id).await.remove(0);
+
+    let confirms = writers.iter().map(|owner| {
+        let intent = Intent {
+            owner: owner.clone(),
+            ..confirmed(&armed, 3_000)
+        };
+        let catalog = &catalog;
+        async move {
+            let result = catalog.update_intent(&intent, IntentPhase::Armed).await;
+            (intent, result)
+        }
+    });
+    let confirm_results = futures::future::join_all(confirms).await;
+    let winners: Vec<&Intent> = confirm_results
+        .iter()
+        .filter(|(_, result)| result.is_ok())
+        .map(|(intent, _)| intent)
+        .collect();
+    assert_eq!(winners.len(), 1, "{confirm_results:?}");
+    assert!(
+        confirm_results.iter().all(|(_, result)| match result {
+            Ok(()) => true,
+            Err(error) => matches!(error, MendError::FailedPrecondition { .. }),
+        }),
+        "{confirm_results:?}"
+    );
+    assert_eq!(intents(&catalog, &dataset_id).await, [winners[0].clone()]);
+}

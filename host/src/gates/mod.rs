@@ -1,0 +1,588 @@
+//! Gates: named, non-reentrant locks that serialize the writers and recoverers of a dataset,
+//! within one process and across processes.
+//!
+//! - **Names and order.** A [`GateName`] is the config gate of a dataset, its dataset gate, or
+//!   one of its keyed gates (one per split, per source, ...). There is one global acquisition
+//!   order, by kind first: every config gate, then every dataset gate, then every keyed gate;
+//!   within a kind by dataset id, then by key. (A snapshot lock comes last of all; it is
+//!   in-memory only and lives with the live handles, not here.)
+//! - **Sessions.** A caller is a [`GateSession`], one per task or operation. A session takes
+//!   gates only in that order: asking for a gate it holds, or for one that sorts before a gate
+//!   it holds, fails at once with `FailedPrecondition` instead of deadlocking. Several gates
+//!   are asked for together as a [`GateSet`], which [`Gates::acquire`] takes in order.
+//! - **Waiting.** Every acquisition has a timeout; when it runs out the call fails with
+//!   `Conflict` and the session holds none of the set (a zero timeout is a try).
+//! - **Release.** A [`GateGuard`] (or a [`HeldGates`] of several) releases its gate when
+//!   dropped, best-effort and in the background; `release().await` does it now and says how
+//!   it went.
+//! - **Fencing.** A guard carries the gate's fencing epoch, which grows with every acquisition
+//!   of that gate where the implementation can count ([`Gates::has_fencing_epochs`]). An
+//!   expired lease can make two holders believe they hold one gate; the epoch is what lets a
+//!   later write (publish) refuse the stale one.
+//!
+//! | implementation       | across                       | waiting                       | fencing epoch         |
+//! |----------------------|------------------------------|-------------------------------|-----------------------|
+//! | [`InProcessGates`]   | the tasks of one process     | tokio mutex, FIFO             | yes                   |
+//! | [`PostgresGates`]    | processes sharing a database | advisory lock, `lock_timeout` | no: the publish token |
+//! | [`ObjectStoreGates`] | processes sharing a store    | leases, polled                | yes                   |
+//!
+//! Errors: re-acquiring or acquiring out of order is a bug in the caller, not a state that
+//! retrying fixes, so it is `FailedPrecondition` (not retryable, nothing happened) naming the
+//! gate. A timeout is `Conflict`: another session holds the gate, nothing was taken, and a
+//! retry may succeed. A store or database that does not answer is `Unavailable`.
+
+mod in_process;
+mod object_store;
+mod postgres;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::error::{MendError, Result};
+use crate::model::TimestampMs;
+
+pub use self::in_process::InProcessGates;
+pub use self::object_store::{DEFAULT_MAX_CLOCK_SKEW, DEFAULT_POLL_INTERVAL, ObjectStoreGates};
+pub use self::postgres::PostgresGates;
+
+/// The name of one gate. The derived order *is* the global lock order: variants first, in
+/// declaration order, then fields in declaration order. Do not reorder them.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum GateName {
+    /// The config gate of a dataset: staging and promoting a config.
+    Config { dataset_id: String },
+    /// The dataset gate: the writers and recoverers of a dataset's catalog state.
+    Dataset { dataset_id: String },
+    /// A keyed gate of a dataset, such as one per split or per source.
+    Key { dataset_id: String, key: String },
+}
+
+impl GateName {
+    pub fn config(dataset_id: impl Into<String>) -> Self {
+        Self::Config {
+            dataset_id: dataset_id.into(),
+        }
+    }
+
+    pub fn dataset(dataset_id: impl Into<String>) -> Self {
+        Self::Dataset {
+            dataset_id: dataset_id.into(),
+        }
+    }
+
+    pub fn key(dataset_id: impl Into<String>, key: impl Into<String>) -> Self {
+        Self::Key {
+            dataset_id: dataset_id.into(),
+            key: key.into(),
+        }
+    }
+
+    pub fn dataset_id(&self) -> &str {
+        match self {
+            Self::Config { dataset_id }
+            | Self::Dataset { dataset_id }
+            | Self::Key { dataset_id, .. } => dataset_id,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.dataset_id().is_empty() {
+            return Err(MendError::invalid(format!(
+                "{self} names no dataset; a gate belongs to a dataset"
+            )));
+        }
+        if let Self::Key { key, .. } = self
+            && key.is_empty()
+        {
+            return Err(MendError::invalid(format!("{self} has an empty key")));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for GateName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config { dataset_id } => write!(f, "config gate of dataset {dataset_id:?}"),
+            Self::Dataset { dataset_id } => write!(f, "dataset gate of dataset {dataset_id:?}"),
+            Self::Key { dataset_id, key } => {
+                write!(f, "gate {key:?} of dataset {dataset_id:?}")
+            }
+        }
+    }
+}
+
+/// Gates asked for together: sorted in the lock order, without duplicates.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GateSet(BTreeSet<GateName>);
+
+impl GateSet {
+    pub fn new(names: impl IntoIterator<Item = GateName>) -> Self {
+        Self(names.into_iter().collect())
+    }
+
+    pub fn with(mut self, name: GateName) -> Self {
+        self.0.insert(name);
+        self
+    }
+
+    /// The names in acquisition order.
+    pub fn iter(&self) -> impl Iterator<Item = &GateName> {
+        self.0.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl FromIterator<GateName> for GateSet {
+    fn from_iter<I: IntoIterator<Item = GateName>>(names: I) -> Self {
+        Self::new(names)
+    }
+}
+
+impl From<GateName> for GateSet {
+    fn from(name: GateName) -> Self {
+        Self::new([name])
+    }
+}
+
+/// One caller of the gates: a task or an operation. It knows which gates it holds (or is
+/// taking), which is what makes re-acquisition and out-of-order acquisition fail at once.
+/// Implementations cannot tell this themselves: Postgres advisory locks, for one, are
+/// reentrant within a connection.
+///
+/// Not `Clone`: a session is one line of work. Two tasks sharing one would still be refused
+/// rather than deadlock, because a gate counts as held from the moment it is asked for.
+#[derive(Debug)]
+pub struct GateSession {
+    state: Arc<SessionState>,
+}
+
+#[derive(Debug)]
+struct SessionState {
+    id: String,
+    /// Gates held, or being taken, by this session. A std mutex: only held to check and
+    /// update the set, never across an await.
+    held: Mutex<BTreeSet<GateName>>,
+}
+
+impl GateSession {
+    /// A session with a fresh random id.
+    pub fn new() -> Self {
+        Self::with_id(uuid::Uuid::new_v4().to_string())
+    }
+
+    /// A session named after the operation it serves, for leases and error messages. Ids need
+    /// not be unique; nothing but diagnostics reads them.
+    pub fn with_id(id: impl Into<String>) -> Self {
+        Self {
+            state: Arc::new(SessionState {
+                id: id.into(),
+                held: Mutex::new(BTreeSet::new()),
+            }),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.state.id
+    }
+
+    /// The gates this session holds or is taking, in lock order.
+    pub fn held(&self) -> Vec<GateName> {
+        self.state.held().iter().cloned().collect()
+    }
+
+    /// Marks every gate of `gates` as held by this session, or fails without marking any if
+    /// one is held already or sorts before one that is.
+    fn reserve(&self, gates: &GateSet) -> Result<Reservation> {
+        let mut held = self.state.held();
+        if let Some(name) = gates.iter().find(|name| held.contains(*name)) {
+            return Err(MendError::failed_precondition(
+                format!(
+                    "session {} already holds the {name}; gates are not reentrant, so use the \
+                     guard it holds",
+                    self.state.id
+                ),
+                vec![name.to_string()],
+            ));
+        }
+        if let (Some(last_held), Some(first_asked)) = (held.last(), gates.iter().next())
+            && first_asked < last_held
+        {
+            return Err(MendError::failed_precondition(
+                format!(
+                    "session {} holds the {last_held} and asks for the {first_asked}, which \
+                     comes before it in the lock order (config gates, dataset gates, keyed \
+                     gates, each by dataset and key); waiting there could deadlock: take both \
+                     in one set, or release the later one first",
+                    self.state.id
+                ),
+                vec![first_asked.to_string()],
+            ));
+        }
+        held.extend(gates.iter().cloned());
+        Ok(Reservation {
+            session: Arc::clone(&self.state),
+            pending: gates.0.clone(),
+        })
+    }
+}
+
+impl Default for GateSession {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SessionState {
+    fn held(&self) -> MutexGuard<'_, BTreeSet<GateName>> {
+        // The set is updated in single calls that cannot panic half-way, so a poisoned lock
+        // still guards a consistent set.
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn forget(&self, name: &GateName) {
+        self.held().remove(name);
+    }
+}
+
+/// Gates a session has asked for and not yet been handed a guard for; dropping it (the
+/// acquisition failed or was cancelled) takes them off the session.
+struct Reservation {
+    session: Arc<SessionState>,
+    pending: BTreeSet<GateName>,
+}
+
+impl Reservation {
+    fn hand_over(&mut self, name: &GateName) -> Arc<SessionState> {
+        self.pending.remove(name);
+        Arc::clone(&self.session)
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut held = self.session.held();
+        for name in &self.pending {
+            held.remove(name);
+        }
+    }
+}
+
+/// One gate being taken, as an implementation sees it. Only [`Gates::acquire`] makes one, after
+/// the session's bookkeeping has passed.
+#[derive(Debug)]
+pub struct LockRequest<'a> {
+    name: &'a GateName,
+    session_id: &'a str,
+    timeout: Duration,
+    deadline: Instant,
+}
+
+impl LockRequest<'_> {
+    pub fn name(&self) -> &GateName {
+        self.name
+    }
+
+    pub fn session_id(&self) -> &str {
+        self.session_id
+    }
+
+    /// When to give up waiting: the timeout of the whole set, counted from its start.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// The error for a gate still held by someone else at the deadline.
+    pub fn timed_out(&self) -> MendError {
+        MendError::Conflict {
+            message: format!(
+                "the {} is held by another session; gave up after waiting {:?}",
+                self.name, self.timeout
+            ),
+        }
+    }
+}
+
+/// One gate as an implementation holds it. Dropping it releases the gate best-effort (in a
+/// background task where that takes IO); [`GateLock::release`] releases it now.
+#[async_trait]
+pub trait GateLock: Send + Sync + fmt::Debug {
+    /// The gate's fencing epoch at this acquisition; 0 where the implementation has none.
+    fn fencing_epoch(&self) -> u64;
+
+    /// When the hold ends unless renewed (lease-based implementations only).
+    fn expires_at_ms(&self) -> Option<TimestampMs> {
+        None
+    }
+
+    /// Extends a lease; holds that never expire have nothing to do.
+    async fn renew(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    async fn release(self: Box<Self>) -> Result<()>;
+}
+
+/// An implementation of the gates. Callers use [`Gates::acquire`] and
+/// [`Gates::acquire_one`]; implementations provide [`Gates::lock`].
+#[async_trait]
+pub trait Gates: Send + Sync + fmt::Debug {
+    /// Whether guards carry fencing epochs that grow with every acquisition of a gate.
+    fn has_fencing_epochs(&self) -> bool;
+
+    /// Takes one gate, waiting until the request's deadline, then failing with
+    /// [`LockRequest::timed_out`]. The session's bookkeeping is done already: this is never
+    /// asked for a gate the session holds. Must be cancel-safe: dropping the future leaves
+    /// the gate free (at the latest once a lease expires).
+    async fn lock(&self, request: &LockRequest<'_>) -> Result<Box<dyn GateLock>>;
+
+    /// Takes every gate of `gates` for `session`, in lock order, waiting at most `timeout` in
+    /// all. On any error the session holds none of them: those already taken are released
+    /// before this returns. Not meant to be overridden.
+    async fn acquire(
+        &self,
+        session: &GateSession,
+        gates: &GateSet,
+        timeout: Duration,
+    ) -> Result<HeldGates> {
+        for name in gates.iter() {
+            name.check()?;
+        }
+        let deadline = deadline_after(timeout);
+        let mut reservation = session.reserve(gates)?;
+        let mut held = HeldGates::default();
+        for name in gates.iter() {
+            let request = LockRequest {
+                name,
+                session_id: session.id(),
+                timeout,
+                deadline,
+            };
+            match self.lock(&request).await {
+                Ok(lock) => held.guards.push(GateGuard {
+                    name: name.clone(),
+                    lock: Some(lock),
+                    session: reservation.hand_over(name),
+                }),
+                Err(error) => {
+                    // A failed release still ends the hold: the connection is closed or the
+                    // lease expires. The error that stopped the acquisition is the one to
+                    // report.
+                    let _ = held.release().await;
+                    return Err(error);
+                }
+            }
+        }
+        Ok(held)
+    }
+
+    /// Takes one gate; see [`Gates::acquire`].
+    async fn acquire_one(
+        &self,
+        session: &GateSession,
+        name: GateName,
+        timeout: Duration,
+    ) -> Result<GateGuard> {
+        let held = self.acquire(session, &GateSet::from(name), timeout).await?;
+        let mut guards = held.into_guards();
+        Ok(guards.pop().expect("a set of one gate yields one guard"))
+    }
+}
+
+/// `now + timeout`, or a century away for timeouts too long to add (`Duration::MAX`).
+fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
+/// One held gate. Dropping it releases the gate (in the background where that takes IO);
+/// [`GateGuard::release`] releases it now.
+#[derive(Debug)]
+pub struct GateGuard {
+    name: GateName,
+    /// `None` only once released.
+    lock: Option<Box<dyn GateLock>>,
+    session: Arc<SessionState>,
+}
+
+impl GateGuard {
+    pub fn name(&self) -> &GateName {
+        &self.name
+    }
+
+    /// The gate's fencing epoch at this acquisition: higher than that of every earlier holder
+    /// of the gate, where [`Gates::has_fencing_epochs`]; 0 otherwise.
+    pub fn fencing_epoch(&self) -> u64 {
+        self.lock().fencing_epoch()
+    }
+
+    /// When the hold ends unless renewed, for lease-based gates; `None` when it lasts until
+    /// released.
+    pub fn expires_at_ms(&self) -> Option<TimestampMs> {
+        self.lock().expires_at_ms()
+    }
+
+    /// Extends a lease before it expires; a no-op for gates that do not expire. An error
+    /// means the hold may be lost: stop working under the gate.
+    pub async fn renew(&mut self) -> Result<()> {
+        self.lock
+            .as_mut()
+            .expect("a guard holds its lock until released")
+            .renew()
+            .await
+    }
+
+    /// Releases the gate now. An error says the release could not be confirmed; the hold
+    /// still ends, when the connection closes or the lease expires.
+    pub async fn release(mut self) -> Result<()> {
+        let lock = self
+            .lock
+            .take()
+            .expect("a guard holds its lock until released");
+        lock.release().await
+        // Dropping `self` now takes the gate off the session, after the release.
+    }
+
+    fn lock(&self) -> &dyn GateLock {
+        self.lock
+            .as_deref()
+            .expect("a guard holds its lock until released")
+    }
+}
+
+impl Drop for GateGuard {
+    fn drop(&mut self) {
+        // The lock first: it releases (or starts releasing) the gate before the session may
+        // ask for it again.
+        drop(self.lock.take());
+        self.session.forget(&self.name);
+    }
+}
+
+/// Gates held together, in lock order. Dropping it releases them in reverse order.
+#[derive(Debug, Default)]
+pub struct HeldGates {
+    guards: Vec<GateGuard>,
+}
+
+impl HeldGates {
+    /// The guards in lock order.
+    pub fn guards(&self) -> &[GateGuard] {
+        &self.guards
+    }
+
+    pub fn guard(&self, name: &GateName) -> Option<&GateGuard> {
+        self.guards
+            .binary_search_by(|guard| guard.name.cmp(name))
+            .ok()
+            .map(|index| &self.guards[index])
+    }
+
+    pub fn fencing_epoch(&self, name: &GateName) -> Option<u64> {
+        self.guard(name).map(GateGuard::fencing_epoch)
+    }
+
+    /// The guards, to release them one by one.
+    pub fn into_guards(mut self) -> Vec<GateGuard> {
+        std::mem::take(&mut self.guards)
+    }
+
+    /// Renews every lease; stops at the first error.
+    pub async fn renew(&mut self) -> Result<()> {
+        for guard in &mut self.guards {
+            guard.renew().await?;
+        }
+        Ok(())
+    }
+
+    /// Releases every gate now, in reverse order; the first error, if any, after trying all.
+    pub async fn release(mut self) -> Result<()> {
+        let mut outcome = Ok(());
+        while let Some(guard) = self.guards.pop() {
+            let released = guard.release().await;
+            if outcome.is_ok() {
+                outcome = released;
+            }
+        }
+        outcome
+    }
+}
+
+impl Drop for HeldGates {
+    fn drop(&mut self) {
+        while let Some(guard) = self.guards.pop() {
+            drop(guard);
+        }
+    }
+}
+
+/// The permit of exclusive recovery: the config gate and the dataset gate of one dataset,
+/// taken in order, and so a fencing epoch of the dataset gate newer than any earlier holder's.
+///
+/// "Every gate of the dataset" means these two. Config changes hold the config gate, and every
+/// writer and recoverer of the dataset's catalog state (commit, merge, GC, reconcile, and
+/// recovery in any mode) holds the dataset gate, so the permit waits for all of them and keeps
+/// them out. Keyed gates are not taken: the set of keys in use cannot be listed on every
+/// implementation (a Postgres advisory lock key is a hash), and work under a keyed gate alone
+/// does not reach the dataset's published state without publishing. Such work is fenced
+/// instead of waited for: exclusive recovery bumps the dataset's fencing token (the publish
+/// token, or this permit's epoch), so a keyed writer that started before the permit cannot
+/// publish after it.
+#[derive(Debug)]
+pub struct ExclusivePermit {
+    dataset_id: String,
+    gates: HeldGates,
+}
+
+impl ExclusivePermit {
+    pub async fn acquire(
+        gates: &(impl Gates + ?Sized),
+        session: &GateSession,
+        dataset_id: &str,
+        timeout: Duration,
+    ) -> Result<Self> {
+        let set = GateSet::new([GateName::config(dataset_id), GateName::dataset(dataset_id)]);
+        Ok(Self {
+            dataset_id: dataset_id.to_string(),
+            gates: gates.acquire(session, &set, timeout).await?,
+        })
+    }
+
+    pub fn dataset_id(&self) -> &str {
+        &self.dataset_id
+    }
+
+    /// The dataset gate's fencing epoch (0 where the implementation has none).
+    pub fn fencing_epoch(&self) -> u64 {
+        self.gates
+            .fencing_epoch(&GateName::dataset(&self.dataset_id))
+            .expect("a permit holds the dataset gate")
+    }
+
+    pub fn gates(&self) -> &HeldGates {
+        &self.gates
+    }
+
+    pub async fn renew(&mut self) -> Result<()> {
+        self.gates.renew().await
+    }
+
+    pub async fn release(self) -> Result<()> {
+        self.gates.release().await
+    }
+}

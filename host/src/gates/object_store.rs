@@ -1,0 +1,684 @@
+//! Gates across processes that share an object store: leases with fencing epochs, written only
+//! with put-if-absent. No file is ever overwritten, so this works on any store that supports
+//! `PutMode::Create` (a local directory, memory, S3-compatible).
+//!
+//! Layout under the prefix, one directory per gate:
+//!
+//! ```text
+//! datasets/{dataset_id}/gates/config/                     the config gate
+//! datasets/{dataset_id}/gates/dataset/                    the dataset gate
+//! datasets/{dataset_id}/gates/keys/{key}/                 a keyed gate
+//!     {epoch:020}.json                                    the lease of one acquisition
+//!     {epoch:020}.renewal-{expires_at_ms:020}.json        a renewal of that lease
+//!     {epoch:020}.released.json                           its holder let it go
+//! ```
+//!
+//! - **Acquire.** List the gate's directory and find the newest epoch. The gate is free if
+//!   there is none, if it is released, or if its lease (with its latest renewal) has expired
+//!   by this process's clock, plus the clock-skew allowance. Then write the next epoch's
+//!   lease with put-if-absent: winning the put (and a listing after it that shows no newer
+//!   epoch, see Epochs) is taking the gate; losing it means another session did, and the
+//!   wait goes on. A held gate is polled with a growing, jittered pause
+//!   (up to the poll interval); a release by this same instance wakes its waiters at once.
+//! - **Renew.** The holder writes a renewal file, put-if-absent as well, whose name carries
+//!   the new expiry, so that a contender learns it from the listing alone (rather than from
+//!   numbered renewals it would have to read), then deletes the renewal before it. A renewal
+//!   counts only if it landed before the lease expired, by the holder's clock; afterwards a
+//!   contender may already have looked and taken the next epoch.
+//! - **Release.** Put-if-absent of the release marker, by `release().await` or in the
+//!   background when a guard is dropped. When that fails the lease simply expires.
+//! - **Epochs.** Epochs grow by one per acquisition and start at 1, so a guard's
+//!   [`fencing_epoch`](super::GateGuard::fencing_epoch) is higher than every earlier holder's,
+//!   and [`ObjectStoreGates::current_epoch`] tells a stale holder that it has been superseded.
+//!   The winner of an epoch deletes the files of epochs older than the one before it, so the
+//!   newest two are never deleted and the newest epoch never goes back. A deleted name can
+//!   be written again, though, by a contender whose look predates the deletion: so a won put
+//!   counts only if a listing after it shows no newer epoch (the newest never goes back, so
+//!   a newer one cannot hide), and otherwise the contender holds nothing and looks again.
+//! - **Clocks.** Time comes from the [`Clock`]. Processes sharing a store must keep their
+//!   clocks within `max_clock_skew` of each other, and a holder must renew before its lease
+//!   expires and stop working under the gate when it cannot (an error from `renew`). A holder
+//!   that stalls past its expiry without noticing (a long pause, a clock further off than the
+//!   allowance) can overlap with the next holder: the fencing epoch, checked where it
+//!   publishes, is what stops it from doing harm.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::object_store::path::Path;
+use ::object_store::{ObjectStore, PutMode, PutPayload};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::{GateLock, GateName, Gates, LockRequest};
+use crate::clock::Clock;
+use crate::error::{MendError, Result};
+use crate::model::TimestampMs;
+
+/// The clock-skew allowance unless [`ObjectStoreGates::with_max_clock_skew`] says otherwise.
+pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_secs(1);
+/// The longest pause between two looks at a held gate, unless
+/// [`ObjectStoreGates::with_poll_interval`] says otherwise.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// The first pause; pauses double up to the poll interval.
+const FIRST_PAUSE: Duration = Duration::from_millis(2);
+/// The newest lease format this code reads, and the one it writes.
+const FORMAT_VERSION: u32 = 1;
+
+/// Gates kept as leases on an object store; see the module doc.
+#[derive(Clone)]
+pub struct ObjectStoreGates {
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+    lease_duration: Duration,
+    max_clock_skew: Duration,
+    poll_interval: Duration,
+    clock: Arc<dyn Clock>,
+    /// Names this instance in the leases it writes, for whoever reads them.
+    holder: String,
+    /// Notified when a lease of this instance is released, so that a hand-over between two of
+    /// its own sessions does not wait for the next poll.
+    released: Arc<Notify>,
+}
+
+impl ObjectStoreGates {
+    /// Gates under `prefix` of `store`, which must support `PutMode::Create`. A lease lasts
+    /// `lease_duration` from its acquisition or latest renewal.
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        prefix: Path,
+        lease_duration: Duration,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            store,
+            prefix,
+            lease_duration,
+            max_clock_skew: DEFAULT_MAX_CLOCK_SKEW,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            clock,
+            holder: format!(
+                "process {} instance {}",
+                std::process::id(),
+                uuid::Uuid::new_v4()
+            ),
+            released: Arc::new(Notify::new()),
+        }
+    }
+
+    /// How far apart the clocks of the processes sharing the store may be: an expired lease is
+    /// taken over only this much after its expiry.
+    pub fn with_max_clock_skew(mut self, max_clock_skew: Duration) -> Self {
+        self.max_clock_skew = max_clock_skew;
+        self
+    }
+
+    /// The longest pause between two looks at a held gate.
+    pub fn with_poll_interval(mut self, poll_interval: Duration) -> Self {
+        self.poll_interval = poll_interval.max(FIRST_PAUSE);
+        self
+    }
+
+    pub fn lease_duration(&self) -> Duration {
+        self.lease_duration
+    }
+
+    /// The newest epoch of a gate: that of its current or latest holder, 0 if it was never
+    /// taken. A holder whose guard's epoch is lower has been superseded.
+    pub async fn current_epoch(&self, name: &GateName) -> Result<u64> {
+        let view = view(&self.store, &self.gate_dir(name)).await?;
+        Ok(view.newest.map_or(0, |newest| newest.epoch))
+    }
+
+    fn gate_dir(&self, name: &GateName) -> Path {
+        let gates = self
+            .prefix
+            .child("datasets")
+            .child(name.dataset_id())
+            .child("gates");
+        match name {
+            GateName::Config { .. } => gates.child("config"),
+            GateName::Dataset { .. } => gates.child("dataset"),
+            GateName::Key { key, .. } => gates.child("keys").child(key.as_str()),
+        }
+    }
+
+    /// The lease of `epoch`, or `None` if it is gone (the gate moved on and a newer holder
+    /// cleaned it up).
+    async fn read_lease(&self, dir: &Path, epoch: u64) -> Result<Option<LeaseRecord>> {
+        let path = dir.child(GateFile::Lease { epoch }.file_name());
+        let bytes = match self.store.get(&path).await {
+            Ok(result) => result.bytes().await,
+            Err(::object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(error) => Err(error),
+        }
+        .map_err(|error| store_error(format!("reading {path}"), error))?;
+        let lease: LeaseRecord = decode(&path, &bytes)?;
+        if lease.epoch != epoch {
+            return Err(corrupt(&path, format!("holds epoch {}", lease.epoch)));
+        }
+        Ok(Some(lease))
+    }
+
+    /// Writes the lease of `epoch` if nobody has: `Some` if this session won it.
+    async fn claim(
+        &self,
+        dir: &Path,
+        request: &LockRequest<'_>,
+        epoch: u64,
+    ) -> Result<Option<ObjectStoreLease>> {
+        let name = request.name();
+        let now = self.clock.now_ms();
+        let record = LeaseRecord {
+            format_version: FORMAT_VERSION,
+            epoch,
+            gate: name.to_string(),
+            holder: self.holder.clone(),
+            session: request.session_id().to_string(),
+            lease_id: uuid::Uuid::new_v4().to_string(),
+            acquired_at_ms: now,
+            expires_at_ms: now.saturating_add(duration_ms(self.lease_duration)),
+        };
+        let path = dir.child(GateFile::Lease { epoch }.file_name());
+        let won = match self
+            .store
+            .put_opts(&path, encode(&record)?, PutMode::Create.into())
+            .await
+        {
+            Ok(_) => true,
+            Err(::object_store::Error::AlreadyExists { .. }) => false,
+            Err(
+                error @ (::object_store::Error::NotImplemented
+                | ::object_store::Error::NotSupported { .. }),
+            ) => {
+                return Err(MendError::CapabilityMissing {
+                    capability: "put-if-absent".to_string(),
+                    detail: format!(
+                        "store {} cannot write {path} only if absent ({error}); gates on object \
+                         storage need conditional puts",
+                        self.store
+                    ),
+                });
+            }
+            // The answer was lost (a timeout, a retried request): whose lease holds the
+            // epoch says whether the put landed.
+            Err(error) => match self.read_lease(dir, epoch).await {
+                Ok(Some(found)) => found.lease_id == record.lease_id,
+                Ok(None) | Err(_) => {
+                    return Err(MendError::unavailable(
+                        format!(
+                            "taking the {name}: writing {path} failed ({error}) and reading it \
+                             back did not settle whether it landed; if it did, the lease \
+                             expires at {} ms",
+                            record.expires_at_ms
+                        ),
+                        error,
+                    ));
+                }
+            },
+        };
+        Ok(won.then(|| ObjectStoreLease {
+            store: Arc::clone(&self.store),
+            clock: Arc::clone(&self.clock),
+            released_notice: Arc::clone(&self.released),
+            dir: dir.clone(),
+            name: name.clone(),
+            session_id: record.session,
+            epoch,
+            lease_duration: self.lease_duration,
+            expires_at_ms: record.expires_at_ms,
+            last_renewal: None,
+            lost: false,
+            released: false,
+        }))
+    }
+
+    /// Deletes, best-effort, the files of epochs before the one preceding `epoch`. Only the
+    /// winner of `epoch` calls this, so the two newest epochs always survive.
+    async fn clean_up(&self, files: &[(GateFile, Path)], epoch: u64) {
+        let stale = files
+            .iter()
+            .filter(|(file, _)| file.epoch().saturating_add(1) < epoch)
+            .map(|(_, path)| self.store.delete(path));
+        // A file left behind costs a line in later listings, nothing more.
+        let _ = futures::future::join_all(stale).await;
+    }
+}
+
+impl fmt::Debug for ObjectStoreGates {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectStoreGates")
+            .field("store", &self.store.to_string())
+            .field("prefix", &self.prefix.as_ref())
+            .field("lease_duration", &self.lease_duration)
+            .field("max_clock_skew", &self.max_clock_skew)
+            .field("poll_interval", &self.poll_interval)
+            .field("holder", &self.holder)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Gates for ObjectStoreGates {
+    fn has_fencing_epochs(&self) -> bool {
+        true
+    }
+
+    async fn lock(&self, request: &LockRequest<'_>) -> Result<Box<dyn GateLock>> {
+        let dir = self.gate_dir(request.name());
+        let skew_ms = duration_ms(self.max_clock_skew);
+        let mut pause = FIRST_PAUSE;
+        loop {
+            // Registered before looking, so that a release by this instance after the look
+            // still ends the pause below.
+            let released_here = self.released.notified();
+            let look = view(&self.store, &dir).await?;
+            let free_epoch = match look.newest {
+                None => Some(1),
+                Some(newest) if newest.released => Some(newest.epoch + 1),
+                Some(newest) => {
+                    let Some(lease) = self.read_lease(&dir, newest.epoch).await? else {
+                        continue;
+                    };
+                    let expires_at_ms = lease
+                        .expires_at_ms
+                        .max(newest.renewed_until.unwrap_or(TimestampMs::MIN));
+                    let now = self.clock.now_ms();
+                    (now >= expires_at_ms.saturating_add(skew_ms)).then_some(newest.epoch + 1)
+                }
+            };
+            if let Some(epoch) = free_epoch {
+                let Some(mut lease) = self.claim(&dir, request, epoch).await? else {
+                    // Another session won this epoch: look again, it holds the gate now.
+                    continue;
+                };
+                // Winning the put is not yet proof: if this look was old enough, the epoch's
+                // earlier file may have been cleaned up since, and the put re-created it
+                // behind a newer holder. Then a newer epoch shows, and this one holds nothing.
+                let after = view(&self.store, &dir).await?;
+                if after.newest.map(|newest| newest.epoch) == Some(epoch) {
+                    self.clean_up(&after.files, epoch).await;
+                    return Ok(Box::new(lease));
+                }
+                // Nobody reads an epoch below the newest: no release marker is needed.
+                lease.released = true;
+                continue;
+            }
+            let now = Instant::now();
+            if now >= request.deadline() {
+                return Err(request.timed_out());
+            }
+            let _ =
+                tokio::time::timeout(jittered(pause).min(request.deadline() - now), released_here)
+                    .await;
+            pause = (pause * 2).min(self.poll_interval);
+        }
+    }
+}
+
+/// The files of a gate's directory, and what they say about its newest epoch.
+async fn view(store: &Arc<dyn ObjectStore>, dir: &Path) -> Result<GateView> {
+    let listing = store
+        .list_with_delimiter(Some(dir))
+        .await
+        .map_err(|error| store_error(format!("listing {dir}"), error))?;
+    let files: Vec<(GateFile, Path)> = listing
+        .objects
+        .into_iter()
+        .filter_map(|object| {
+            let file = object.location.filename().and_then(GateFile::parse)?;
+            Some((file, object.location))
+        })
+        .collect();
+    let newest = files
+        .iter()
+        .filter_map(|(file, _)| match file {
+            GateFile::Lease { epoch } => Some(*epoch),
+            _ => None,
+        })
+        .max()
+        .map(|epoch| Newest {
+            epoch,
+            released: files
+                .iter()
+                .any(|(file, _)| *file == GateFile::Released { epoch }),
+            renewed_until: files
+                .iter()
+                .filter_map(|(file, _)| match file {
+                    GateFile::Renewal {
+                        epoch: renewed,
+                        expires_at_ms,
+                    } if *renewed == epoch => Some(*expires_at_ms),
+                    _ => None,
+                })
+                .max(),
+        });
+    Ok(GateView { newest, files })
+}
+
+/// What a gate's directory holds.
+struct GateView {
+    newest: Option<Newest>,
+    files: Vec<(GateFile, Path)>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Newest {
+    epoch: u64,
+    released: bool,
+    /// The latest expiry among the renewals of this epoch.
+    renewed_until: Option<TimestampMs>,
+}
+
+/// The files of a gate's directory, by name; anything else there is ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GateFile {
+    Lease {
+        epoch: u64,
+    },
+    Renewal {
+        epoch: u64,
+        expires_at_ms: TimestampMs,
+    },
+    Released {
+        epoch: u64,
+    },
+}
+
+impl GateFile {
+    fn epoch(&self) -> u64 {
+        match *self {
+            Self::Lease { epoch } | Self::Renewal { epoch, .. } | Self::Released { epoch } => epoch,
+        }
+    }
+
+    fn file_name(&self) -> String {
+        match *self {
+            Self::Lease { epoch } => format!("{epoch:020}.json"),
+            // Clocks before 1970 are not supported; clamping keeps the name parseable.
+            Self::Renewal {
+                epoch,
+                expires_at_ms,
+            } => format!("{epoch:020}.renewal-{:020}.json", expires_at_ms.max(0)),
+            Self::Released { epoch } => format!("{epoch:020}.released.json"),
+        }
+    }
+
+    fn parse(file_name: &str) -> Option<Self> {
+        let (epoch, rest) = file_name.split_at_checked(20)?;
+        let epoch = parse_digits(epoch)?;
+        match rest {
+            ".json" => Some(Self::Lease { epoch }),
+            ".released.json" => Some(Self::Released { epoch }),
+            _ => {
+                let expires = rest.strip_prefix(".renewal-")?.strip_suffix(".json")?;
+                let expires_at_ms = TimestampMs::try_from(parse_digits(expires)?).ok()?;
+                Some(Self::Renewal {
+                    epoch,
+                    expires_at_ms,
+                })
+            }
+        }
+    }
+}
+
+fn parse_digits(digits: &str) -> Option<u64> {
+    if digits.len() != 20 || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// A lease file: who took which epoch of which gate, and until when.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct LeaseRecord {
+    format_version: u32,
+    epoch: u64,
+    /// The gate's name, for people reading the store.
+    gate: String,
+    holder: String,
+    session: String,
+    /// Tells this acquisition apart from any other when a put's outcome is unclear.
+    lease_id: String,
+    acquired_at_ms: TimestampMs,
+    expires_at_ms: TimestampMs,
+}
+
+/// A renewal or release file; its name says what it is, the body who wrote it and when.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct MarkRecord {
+    format_version: u32,
+    epoch: u64,
+    session: String,
+    written_at_ms: TimestampMs,
+}
+
+/// A held lease.
+struct ObjectStoreLease {
+    store: Arc<dyn ObjectStore>,
+    clock: Arc<dyn Clock>,
+    released_notice: Arc<Notify>,
+    dir: Path,
+    name: GateName,
+    session_id: String,
+    epoch: u64,
+    lease_duration: Duration,
+    expires_at_ms: TimestampMs,
+    /// The file of the latest renewal, which the next one replaces.
+    last_renewal: Option<Path>,
+    /// A renewal found the lease expired or superseded.
+    lost: bool,
+    released: bool,
+}
+
+impl ObjectStoreLease {
+    fn lost(&mut self, now_ms: TimestampMs) -> MendError {
+        self.lost = true;
+        MendError::failed_precondition(
+            format!(
+                "the lease on the {} (fencing epoch {}) ran out at {} ms (now {now_ms} ms) or \
+                 was taken over before it was renewed; another session may hold the gate: stop \
+                 working under it and acquire it again",
+                self.name, self.epoch, self.expires_at_ms
+            ),
+            vec![self.name.to_string()],
+        )
+    }
+
+    fn mark(&self, file: GateFile) -> (Path, MarkRecord) {
+        let record = MarkRecord {
+            format_version: FORMAT_VERSION,
+            epoch: self.epoch,
+            session: self.session_id.clone(),
+            written_at_ms: self.clock.now_ms(),
+        };
+        (self.dir.child(file.file_name()), record)
+    }
+}
+
+impl fmt::Debug for ObjectStoreLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectStoreLease")
+            .field("store", &self.store.to_string())
+            .field("dir", &self.dir.as_ref())
+            .field("session_id", &self.session_id)
+            .field("epoch", &self.epoch)
+            .field("expires_at_ms", &self.expires_at_ms)
+            .field("lost", &self.lost)
+            .field("released", &self.released)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl GateLock for ObjectStoreLease {
+    fn fencing_epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    fn expires_at_ms(&self) -> Option<TimestampMs> {
+        Some(self.expires_at_ms)
+    }
+
+    async fn renew(&mut self) -> Result<()> {
+        let now = self.clock.now_ms();
+        if self.lost || now >= self.expires_at_ms {
+            return Err(self.lost(now));
+        }
+        let expires_at_ms = now.saturating_add(duration_ms(self.lease_duration));
+        let (path, record) = self.mark(GateFile::Renewal {
+            epoch: self.epoch,
+            expires_at_ms,
+        });
+        put_if_absent(&self.store, &path, &record)
+            .await
+            .map_err(|error| {
+                MendError::unavailable(
+                    format!(
+                        "renewing the lease on the {} failed; it still runs out at {} ms: {error}",
+                        self.name, self.expires_at_ms
+                    ),
+                    error,
+                )
+            })?;
+        // A contender looks only after the expiry (plus the skew allowance), so a renewal
+        // that landed before it is in every listing from then on; one that landed later may
+        // have been missed.
+        let landed = self.clock.now_ms();
+        if landed >= self.expires_at_ms {
+            return Err(self.lost(landed));
+        }
+        // Clocks further apart than the allowance could still let a contender in: a newer
+        // epoch settles it. (A listing, not a look at the next epoch's name: that one may be
+        // cleaned up already.)
+        let newest = view(&self.store, &self.dir)
+            .await?
+            .newest
+            .map(|newest| newest.epoch);
+        if newest != Some(self.epoch) {
+            return Err(self.lost(landed));
+        }
+        self.expires_at_ms = expires_at_ms;
+        // The older renewal says less than this one, which is in place: deleting it keeps a
+        // long-held lease from growing its directory with every renewal.
+        if let Some(older) = self.last_renewal.replace(path.clone())
+            && older != path
+        {
+            let _ = self.store.delete(&older).await;
+        }
+        Ok(())
+    }
+
+    async fn release(mut self: Box<Self>) -> Result<()> {
+        let (path, record) = self.mark(GateFile::Released { epoch: self.epoch });
+        let written = put_if_absent(&self.store, &path, &record).await;
+        self.released_notice.notify_waiters();
+        match written {
+            Ok(()) => {
+                self.released = true;
+                Ok(())
+            }
+            // `released` stays false: dropping `self` tries once more in the background.
+            Err(error) => Err(MendError::unavailable(
+                format!(
+                    "releasing the {} failed; the lease runs out at {} ms anyway: {error}",
+                    self.name, self.expires_at_ms
+                ),
+                error,
+            )),
+        }
+    }
+}
+
+impl Drop for ObjectStoreLease {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        // Without a runtime there is nothing to write with: the lease runs out.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (path, record) = self.mark(GateFile::Released { epoch: self.epoch });
+        let store = Arc::clone(&self.store);
+        let notice = Arc::clone(&self.released_notice);
+        runtime.spawn(async move {
+            let _ = put_if_absent(&store, &path, &record).await;
+            notice.notify_waiters();
+        });
+    }
+}
+
+/// Writes `record` at `path` unless something is there already, which counts as done: the
+/// same holder wrote the same mark before.
+async fn put_if_absent(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    record: &MarkRecord,
+) -> Result<(), ::object_store::Error> {
+    let payload = match serde_json::to_vec(record) {
+        Ok(bytes) => PutPayload::from(bytes),
+        Err(error) => {
+            return Err(::object_store::Error::Generic {
+                store: "gates",
+                source: Box::new(error),
+            });
+        }
+    };
+    match store.put_opts(path, payload, PutMode::Create.into()).await {
+        Ok(_) | Err(::object_store::Error::AlreadyExists { .. }) => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+fn encode(record: &LeaseRecord) -> Result<PutPayload> {
+    serde_json::to_vec(record)
+        .map(PutPayload::from)
+        .map_err(|error| MendError::invalid(format!("a lease cannot be encoded: {error}")))
+}
+
+/// Parses a lease, refusing one that a newer mend wrote rather than guessing at its fields.
+fn decode(path: &Path, bytes: &[u8]) -> Result<LeaseRecord> {
+    #[derive(Deserialize)]
+    struct Header {
+        format_version: u32,
+    }
+    let header: Header = serde_json::from_slice(bytes)
+        .map_err(|error| corrupt(path, format!("is not a lease: {error}")))?;
+    if header.format_version > FORMAT_VERSION {
+        return Err(corrupt(
+            path,
+            format!(
+                "was written by a newer mend (lease format {}, this mend reads up to {}); \
+                 upgrade mend",
+                header.format_version, FORMAT_VERSION
+            ),
+        ));
+    }
+    serde_json::from_slice(bytes)
+        .map_err(|error| corrupt(path, format!("cannot be parsed: {error}")))
+}
+
+fn corrupt(path: &Path, what: String) -> MendError {
+    MendError::Corrupt {
+        message: format!("gate lease {path} {what}"),
+    }
+}
+
+fn store_error(context: String, error: ::object_store::Error) -> MendError {
+    MendError::unavailable(format!("{context}: {error}"), error)
+}
+
+fn duration_ms(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// `pause` scaled by a random factor in [0.5, 1), so that waiters of several processes do not
+/// look in lockstep.
+fn jittered(pause: Duration) -> Duration {
+    let fraction = (uuid::Uuid::new_v4().as_u128() % 1024) as u32;
+    pause / 2 + pause * fraction / 2048
+}

@@ -1,0 +1,216 @@
+//! Intents: the durable record an operation writes before its first durable effect.
+//!
+//! An operation with more than one durable effect (a commit stages rows, uploads objects and
+//! publishes; a gc marks, deletes objects, then deletes rows) first writes an intent naming
+//! every effect it plans and the state each one expects to find. It moves the intent from
+//! `Armed` to `EffectsConfirmed` once its effects are all in place, and deletes it after the
+//! publish. Whatever is left behind by a crash or a retry is thus described by an intent, which
+//! recovery reads, hands to the policy, and resolves.
+//!
+//! The stored form carries [`INTENT_FORMAT_VERSION`]. A backend refuses to load an intent
+//! written in a newer format with `Corrupt` naming the version: a host never guesses at
+//! semantics it does not know.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{MendError, Result};
+use crate::model::{CheckpointDelta, DatasetConfig, SplitState, TimestampMs};
+
+/// The intent format this host writes and the newest it reads.
+pub const INTENT_FORMAT_VERSION: u32 = 1;
+
+/// What kind of operation an intent belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationKind {
+    /// Stage, upload objects put-if-absent, publish with a checkpoint delta.
+    Commit,
+    /// Publish new splits replacing old ones.
+    Merge,
+    /// Mark abandoned staged splits, delete marked splits' objects, then their rows.
+    Gc,
+    /// Stage a new config, then promote it.
+    ConfigApply,
+    /// Stage rows for orphan objects from their embedded metadata, then adopt or discard them.
+    Reconcile,
+}
+
+/// How far an operation got. The operation's last step deletes the intent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IntentPhase {
+    /// Written before the first effect; any subset of the effects may have happened.
+    Armed,
+    /// Every planned effect is in place; only the publish (or promotion) remains.
+    EffectsConfirmed,
+}
+
+/// One split row an operation stages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedRow {
+    pub split_id: String,
+    pub metadata_json: String,
+}
+
+/// One object an operation uploads, as it must be found: recovery checks size and checksum.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedObject {
+    pub split_id: String,
+    /// The whole object's size, header included.
+    pub size: u64,
+    /// `sha256:<hex>` of the payload, as the object's embedded header records it.
+    pub checksum: String,
+}
+
+/// Every durable effect an operation plans, in the order it performs them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedEffects {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stage: Vec<PlannedRow>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<PlannedObject>,
+    /// Splits to publish, splits they replace, and the checkpoint delta, as one publish.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publish: Option<PlannedPublish>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mark: Vec<String>,
+    /// Splits whose objects, then rows, are deleted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delete: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<DatasetConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedPublish {
+    pub staged_split_ids: Vec<String>,
+    #[serde(default)]
+    pub replaced_split_ids: Vec<String>,
+    #[serde(default)]
+    pub checkpoint_delta: Option<CheckpointDelta>,
+    #[serde(default)]
+    pub publish_token: Option<String>,
+}
+
+/// The state the operation expects to find before its effects: recovery compares it with
+/// what it observes to tell an operation that never started from one that finished.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpectedState {
+    pub manifest_version: u64,
+    /// Each split the operation touches, and its state before (`None`: no row).
+    #[serde(default)]
+    pub split_states: Vec<(String, Option<SplitState>)>,
+    /// The config version a config apply expects to replace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_version: Option<u64>,
+}
+
+/// An operation's intent, as stored in the catalog backend.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Intent {
+    pub format_version: u32,
+    pub operation_id: String,
+    pub dataset_id: String,
+    pub kind: OperationKind,
+    pub phase: IntentPhase,
+    /// The node running the operation.
+    pub owner: String,
+    /// Until then the owner may still be working: recovery outside exclusive mode defers.
+    pub lease_expires_at_ms: TimestampMs,
+    pub created_at_ms: TimestampMs,
+    pub updated_at_ms: TimestampMs,
+    pub effects: PlannedEffects,
+    pub expected: ExpectedState,
+}
+
+impl Intent {
+    /// Parses a stored intent, refusing a format newer than this host's.
+    pub fn from_json(text: &str) -> Result<Self> {
+        #[derive(Deserialize)]
+        struct Version {
+            format_version: u32,
+        }
+        let version: Version = serde_json::from_str(text).map_err(|error| MendError::Corrupt {
+            message: format!("an intent is unreadable: {error}"),
+        })?;
+        check_format(version.format_version)?;
+        serde_json::from_str(text).map_err(|error| MendError::Corrupt {
+            message: format!(
+                "an intent of format {} is unreadable: {error}",
+                version.format_version
+            ),
+        })
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("an intent is plain data and always serialises")
+    }
+}
+
+/// Refuses to write an intent in any format but this host's own.
+pub fn check_written_format(intent: &Intent) -> Result<()> {
+    if intent.format_version != INTENT_FORMAT_VERSION {
+        return Err(MendError::invalid(format!(
+            "intent {} has format version {}; this mend writes only version {INTENT_FORMAT_VERSION}",
+            intent.operation_id, intent.format_version
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses an intent format this host does not know.
+pub fn check_format(format_version: u32) -> Result<()> {
+    if format_version == 0 || format_version > INTENT_FORMAT_VERSION {
+        return Err(MendError::Corrupt {
+            message: format!(
+                "an intent has format version {format_version}, but this mend reads only versions 1 to {INTENT_FORMAT_VERSION}: a newer mend wrote it; upgrade before recovering this dataset"
+            ),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn intent() -> Intent {
+        Intent {
+            format_version: INTENT_FORMAT_VERSION,
+            operation_id: "op-1".into(),
+            dataset_id: "ds".into(),
+            kind: OperationKind::Commit,
+            phase: IntentPhase::Armed,
+            owner: "node-a".into(),
+            lease_expires_at_ms: 2_000,
+            created_at_ms: 1_000,
+            updated_at_ms: 1_000,
+            effects: PlannedEffects {
+                stage: vec![PlannedRow {
+                    split_id: "s1".into(),
+                    metadata_json: "{}".into(),
+                }],
+                ..Default::default()
+            },
+            expected: ExpectedState::default(),
+        }
+    }
+
+    #[test]
+    fn intents_round_trip_through_json() {
+        let intent = intent();
+        assert_eq!(Intent::from_json(&intent.to_json()).unwrap(), intent);
+    }
+
+    #[test]
+    fn a_newer_format_is_refused_not_guessed_at() {
+        let mut value: serde_json::Value = serde_json::from_str(&intent().to_json()).unwrap();
+        value["format_version"] = serde_json::json!(INTENT_FORMAT_VERSION + 1);
+        value["some_future_field"] = serde_json::json!({"meaning": "unknown"});
+        let error = Intent::from_json(&value.to_string()).unwrap_err();
+        assert!(
+            matches!(&error, MendError::Corrupt { message } if message.contains("newer mend")),
+            "{error:?}"
+        );
+    }
+}

@@ -1,0 +1,145 @@
+//! Split objects: the immutable data files at `datasets/{dataset}/splits/{split_id}`.
+//!
+//! Objects are written put-if-absent and never overwritten. Deleting an object that is already
+//! gone succeeds, so a delete interrupted between its object and its row can be repeated. Each
+//! object written by [`SplitObjects::put_split`] embeds its recovery metadata ([`format`]).
+
+pub mod format;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use object_store::path::Path;
+use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
+
+use crate::error::{MendError, Result};
+
+/// What an intent records of an object it plans: recovery finds the object by them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectSummary {
+    /// The whole object's size.
+    pub size: u64,
+    /// `sha256:<hex>` of the payload, as the object's header records it: recovery compares it
+    /// by reading the header only.
+    pub checksum: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct SplitObjects {
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+}
+
+impl SplitObjects {
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: Path) -> Self {
+        Self { store, prefix }
+    }
+
+    pub fn path(&self, dataset_id: &str, split_id: &str) -> Path {
+        self.prefix
+            .child("datasets")
+            .child(dataset_id)
+            .child("splits")
+            .child(split_id)
+    }
+
+    /// Writes a split's object if no object is there yet. An identical object already in place
+    /// counts as written; a different one is `AlreadyExists`.
+    pub async fn put(&self, dataset_id: &str, split_id: &str, bytes: Bytes) -> Result<()> {
+        let path = self.path(dataset_id, split_id);
+        let options = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        match self
+            .store
+            .put_opts(&path, PutPayload::from(bytes.clone()), options)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                let existing = self
+                    .store
+                    .get(&path)
+                    .await
+                    .map_err(|e| MendError::unavailable(format!("read {path}"), e))?
+                    .bytes()
+                    .await
+                    .map_err(|e| MendError::unavailable(format!("read {path}"), e))?;
+                if existing == bytes {
+                    Ok(())
+                } else {
+                    Err(MendError::AlreadyExists {
+                        kind: crate::EntityKind::Split,
+                        id: split_id.to_string(),
+                    })
+                }
+            }
+            Err(error) => Err(MendError::unavailable(format!("write {path}"), error)),
+        }
+    }
+
+    /// Writes a split's object with its recovery metadata embedded, put-if-absent; returns the
+    /// object's size and checksum as an intent records them.
+    pub async fn put_split(
+        &self,
+        header: &format::SplitObjectHeader,
+        payload: &[u8],
+    ) -> Result<ObjectSummary> {
+        let bytes = format::encode(header, payload);
+        let summary = ObjectSummary {
+            size: bytes.len() as u64,
+            checksum: header.payload_sha256.clone(),
+        };
+        self.put(&header.dataset_id, &header.split_id, bytes)
+            .await?;
+        Ok(summary)
+    }
+
+    /// The recovery metadata embedded in a split's object and the object's size, reading only
+    /// its first bytes; `None` if there is no object.
+    pub async fn read_header(
+        &self,
+        dataset_id: &str,
+        split_id: &str,
+    ) -> Result<Option<(format::SplitObjectHeader, u64)>> {
+        let path = self.path(dataset_id, split_id);
+        let unavailable = |error| MendError::unavailable(format!("read {path}"), error);
+        let size = match self.store.head(&path).await {
+            Ok(meta) => meta.size,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(error) => return Err(unavailable(error)),
+        };
+        if size < format::PREFIX_LEN as u64 {
+            return Err(MendError::Corrupt {
+                message: format!("{path} is {size} bytes, too short to be a split object"),
+            });
+        }
+        let prefix = self
+            .store
+            .get_range(&path, 0..format::PREFIX_LEN as u64)
+            .await
+            .map_err(unavailable)?;
+        let header_end = format::PREFIX_LEN as u64 + u64::from(format::header_len(&prefix)?);
+        if header_end > size {
+            return Err(MendError::Corrupt {
+                message: format!("{path} is shorter than its header"),
+            });
+        }
+        let json = self
+            .store
+            .get_range(&path, format::PREFIX_LEN as u64..header_end)
+            .await
+            .map_err(unavailable)?;
+        Ok(Some((format::decode_header(&json)?, size)))
+    }
+
+    /// Deletes a split's object; an object already gone is fine.
+    pub async fn delete(&self, dataset_id: &str, split_id: &str) -> Result<()> {
+        let path = self.path(dataset_id, split_id);
+        match self.store.delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(error) => Err(MendError::unavailable(format!("delete {path}"), error)),
+        }
+    }
+}
