@@ -14,6 +14,7 @@ pub mod catalog;
 pub mod clock;
 pub mod engine;
 pub mod error;
+pub mod faults;
 pub mod gates;
 pub mod intent;
 pub mod invariants;

@@ -116,6 +116,7 @@ impl Harness {
         let options = EngineOptions {
             max_stage_batch: TEST_MAX_STAGE_BATCH,
             clock: clock.clone(),
+            ..EngineOptions::default()
         };
         let (catalog, objects, store, pg, directory): (Arc<dyn Catalog>, SplitObjects, _, _, _) =
             match backend {

@@ -62,6 +62,12 @@ pub fn encode(header: &SplitObjectHeader, payload: &[u8]) -> Bytes {
     bytes.freeze()
 }
 
+/// The size of the object `encode` makes from `header` and a payload of `payload_len` bytes.
+pub fn encoded_len(header: &SplitObjectHeader, payload_len: usize) -> u64 {
+    let json = serde_json::to_vec(header).expect("a header is plain data and always serialises");
+    (PREFIX_LEN + json.len() + payload_len) as u64
+}
+
 /// The header length announced by an object's first `PREFIX_LEN` bytes.
 pub fn header_len(prefix: &[u8]) -> Result<u32> {
     if prefix.len() < PREFIX_LEN || &prefix[..8] != MAGIC {

@@ -4,6 +4,16 @@
 //! read), check that the backend provides what the request needs (`CapabilityMissing`, never
 //! a fallback), let the backend observe inside its atomic step, ask the policy, check its
 //! answer against the [`invariants`](crate::invariants), and have the backend execute it.
+//!
+//! Operations with several durable effects (a commit) write an intent first and go through
+//! the fault seam at every durable step ([`commit`]); [`recovery`] resolves what crashed
+//! operations leave behind.
+
+mod commit;
+mod recovery;
+
+pub use commit::{CommitRequest, CommitResult, CommitSplit};
+pub use recovery::{IntentReport, IntentStatus, Outcome, RecoveryReport};
 
 use std::sync::Arc;
 
@@ -13,6 +23,7 @@ use mend_policy::{ExistingRow, PartitionPosition, PublishInput, StagePlanInput};
 use crate::catalog::{Capabilities, Catalog, PublishObservation, StagePlan};
 use crate::clock::{Clock, SystemClock};
 use crate::error::{MendError, Result};
+use crate::faults::{Faults, NoFaults};
 use crate::invariants;
 use crate::model::{
     Dataset, DatasetConfig, ListQuery, MarkResult, PublishRequest, PublishResult, SplitPage,
@@ -28,6 +39,11 @@ pub struct EngineOptions {
     /// Most splits one stage request may carry.
     pub max_stage_batch: usize,
     pub clock: Arc<dyn Clock>,
+    /// How long an operation's intent says its owner may still be working; recovery outside
+    /// exclusive mode leaves the intent alone until then.
+    pub intent_lease_ms: i64,
+    /// The seam every durable step passes through; tests crash operations with it.
+    pub faults: Arc<dyn Faults>,
 }
 
 impl Default for EngineOptions {
@@ -35,6 +51,8 @@ impl Default for EngineOptions {
         Self {
             max_stage_batch: 10_000,
             clock: Arc::new(SystemClock),
+            intent_lease_ms: 60_000,
+            faults: Arc::new(NoFaults),
         }
     }
 }
@@ -89,6 +107,13 @@ impl Engine {
             capabilities,
             options,
         })
+    }
+
+    /// The same engine with another fault seam: tests crash operations with it.
+    pub fn with_faults(&self, faults: Arc<dyn Faults>) -> Engine {
+        let mut engine = self.clone();
+        engine.options.faults = faults;
+        engine
     }
 
     pub fn catalog(&self) -> &Arc<dyn Catalog> {

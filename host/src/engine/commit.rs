@@ -1,0 +1,262 @@
+//! The commit operation: stage rows, upload their objects, publish them with a checkpoint
+//! delta, with an intent written before the first effect.
+//!
+//! Steps, each a durable write passing through the fault seam:
+//!
+//! 1. write the intent (`Armed`): every row, object (size and payload checksum) and the
+//!    publish it plans, and the state it expects;
+//! 2. stage the rows, create-only: a row someone else holds fails the commit, after undoing
+//!    only this commit's own rows;
+//! 3. upload each object put-if-absent, with its recovery metadata embedded;
+//! 4. confirm the intent (`EffectsConfirmed`);
+//! 5. publish;
+//! 6. delete the intent.
+//!
+//! A crash anywhere leaves an intent that [`recovery`](super::recovery) resolves: rolled
+//! forward when every effect is in place, otherwise rolled back in exclusive mode.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::Engine;
+use crate::error::{MendError, Result};
+use crate::faults::DurableStep;
+use crate::intent::{
+    ExpectedState, INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, PlannedEffects,
+    PlannedObject, PlannedPublish, PlannedRow,
+};
+use crate::model::{
+    CheckpointDelta, PublishRequest, PublishResult, StageMode, StageOutcome, StageRequest,
+    StageSplit,
+};
+use crate::objects::format::{HEADER_FORMAT_VERSION, SplitObjectHeader, sha256};
+use crate::validate;
+
+/// One split of a commit: its row and the bytes of its object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitSplit {
+    pub split_id: String,
+    pub metadata_json: String,
+    pub payload: Bytes,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitRequest {
+    pub dataset_id: String,
+    pub node: String,
+    pub splits: Vec<CommitSplit>,
+    pub checkpoint_delta: Option<CheckpointDelta>,
+    pub publish_token: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitResult {
+    pub operation_id: String,
+    pub publish: PublishResult,
+}
+
+impl Engine {
+    /// Runs a commit to the end, or fails leaving an intent for recovery (or, when the commit
+    /// certainly did nothing, no trace at all).
+    pub async fn commit(&self, request: &CommitRequest) -> Result<CommitResult> {
+        let stage = StageRequest {
+            dataset_id: request.dataset_id.clone(),
+            mode: StageMode::CreateOnly,
+            node: request.node.clone(),
+            splits: request
+                .splits
+                .iter()
+                .map(|split| StageSplit {
+                    split_id: split.split_id.clone(),
+                    metadata_json: split.metadata_json.clone(),
+                })
+                .collect(),
+        };
+        validate::stage_request(&stage, self.options.max_stage_batch)?;
+        let mut ids: Vec<&str> = request.splits.iter().map(|s| s.split_id.as_str()).collect();
+        ids.sort_unstable();
+        if let Some(pair) = ids.windows(2).find(|pair| pair[0] == pair[1]) {
+            return Err(MendError::invalid(format!(
+                "split {} appears twice in one commit",
+                pair[0]
+            )));
+        }
+        let publish = PublishRequest {
+            dataset_id: request.dataset_id.clone(),
+            staged_split_ids: request.splits.iter().map(|s| s.split_id.clone()).collect(),
+            replaced_split_ids: Vec::new(),
+            checkpoint_delta: request.checkpoint_delta.clone(),
+            publish_token: request.publish_token.clone(),
+        };
+        validate::publish_request(&publish)?;
+        let dataset = self.catalog.dataset(&request.dataset_id).await?;
+
+        let operation_id = uuid::Uuid::new_v4().to_string();
+        let objects: Vec<(SplitObjectHeader, &Bytes)> = request
+            .splits
+            .iter()
+            .map(|split| {
+                let header = SplitObjectHeader {
+                    format_version: HEADER_FORMAT_VERSION,
+                    dataset_id: request.dataset_id.clone(),
+                    dataset_uid: dataset.uid.clone(),
+                    split_id: split.split_id.clone(),
+                    node: request.node.clone(),
+                    metadata_json: split.metadata_json.clone(),
+                    operation_id: Some(operation_id.clone()),
+                    payload_size: split.payload.len() as u64,
+                    payload_sha256: sha256(&split.payload),
+                };
+                (header, &split.payload)
+            })
+            .collect();
+        let now = self.now_ms();
+        let mut intent = Intent {
+            format_version: INTENT_FORMAT_VERSION,
+            operation_id: operation_id.clone(),
+            dataset_id: request.dataset_id.clone(),
+            kind: OperationKind::Commit,
+            phase: IntentPhase::Armed,
+            owner: request.node.clone(),
+            lease_expires_at_ms: now + self.options.intent_lease_ms,
+            created_at_ms: now,
+            updated_at_ms: now,
+            effects: PlannedEffects {
+                stage: request
+                    .splits
+                    .iter()
+                    .map(|split| PlannedRow {
+                        split_id: split.split_id.clone(),
+                        metadata_json: split.metadata_json.clone(),
+                    })
+                    .collect(),
+                objects: objects
+                    .iter()
+                    .map(|(header, payload)| PlannedObject {
+                        split_id: header.split_id.clone(),
+                        size: crate::objects::format::encoded_len(header, payload.len()),
+                        checksum: header.payload_sha256.clone(),
+                    })
+                    .collect(),
+                publish: Some(PlannedPublish {
+                    staged_split_ids: publish.staged_split_ids.clone(),
+                    replaced_split_ids: Vec::new(),
+                    checkpoint_delta: publish.checkpoint_delta.clone(),
+                    publish_token: publish.publish_token.clone(),
+                }),
+                ..PlannedEffects::default()
+            },
+            expected: ExpectedState {
+                manifest_version: dataset.manifest_version,
+                split_states: request
+                    .splits
+                    .iter()
+                    .map(|split| (split.split_id.clone(), None))
+                    .collect(),
+                config_version: None,
+            },
+        };
+
+        self.durably(DurableStep::WriteIntent, self.catalog.put_intent(&intent))
+            .await?;
+
+        let staged = self
+            .durably(DurableStep::StageRows, self.stage(&stage))
+            .await?;
+        let taken: Vec<String> = staged
+            .splits
+            .iter()
+            .filter(|split| split.outcome != StageOutcome::Inserted)
+            .map(|split| split.split_id.clone())
+            .collect();
+        if !taken.is_empty() {
+            return Err(self
+                .abandon_commit(
+                    &intent,
+                    staged.inserted().map(str::to_string).collect(),
+                    taken,
+                )
+                .await);
+        }
+
+        for (header, payload) in &objects {
+            let step = DurableStep::PutObject {
+                split_id: header.split_id.clone(),
+            };
+            self.durably(step, self.objects.put_split(header, payload))
+                .await?;
+        }
+
+        intent.phase = IntentPhase::EffectsConfirmed;
+        intent.updated_at_ms = self.now_ms();
+        self.durably(
+            DurableStep::ConfirmIntent,
+            self.catalog.update_intent(&intent, IntentPhase::Armed),
+        )
+        .await?;
+
+        let published = self
+            .durably(DurableStep::Publish, self.publish(&publish))
+            .await?;
+
+        self.durably(
+            DurableStep::DeleteIntent,
+            self.catalog
+                .delete_intent(&request.dataset_id, &operation_id, self.now_ms()),
+        )
+        .await?;
+        Ok(CommitResult {
+            operation_id,
+            publish: published,
+        })
+    }
+
+    /// Another writer holds some of the commit's splits: undo this commit's own rows (they
+    /// have no objects yet) and its intent, and report the splits it could not take.
+    async fn abandon_commit(
+        &self,
+        intent: &Intent,
+        own: Vec<String>,
+        taken: Vec<String>,
+    ) -> MendError {
+        let refused = MendError::failed_precondition(
+            format!(
+                "the commit cannot own splits another writer staged first: {}",
+                taken.join(", ")
+            ),
+            taken,
+        );
+        let undo = async {
+            if !own.is_empty() {
+                self.mark_for_deletion(&intent.dataset_id, &own).await?;
+                self.delete_splits(&intent.dataset_id, &own).await?;
+            }
+            self.catalog
+                .delete_intent(&intent.dataset_id, &intent.operation_id, self.now_ms())
+                .await
+        };
+        match undo.await {
+            Ok(()) => refused,
+            // The intent is still there; recovery finishes the undo.
+            Err(error) => MendError::Unavailable {
+                message: format!(
+                    "{refused}; undoing the commit's own rows failed ({error}): operation {} is left for recovery",
+                    intent.operation_id
+                ),
+                source: None,
+            },
+        }
+    }
+
+    /// Runs one durable step through the fault seam.
+    pub(super) async fn durably<T>(
+        &self,
+        step: DurableStep,
+        write: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        self.options.faults.before(&step)?;
+        let value = write.await?;
+        self.options.faults.after(&step)?;
+        Ok(value)
+    }
+}

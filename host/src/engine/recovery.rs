@@ -1,0 +1,396 @@
+//! The recovery sweep: observe every intent of a dataset, ask the policy, check each decision
+//! against the mode and the invariants, execute, report.
+//!
+//! | mode           | executes                                  |
+//! |----------------|-------------------------------------------|
+//! | `probe`        | nothing: reports each intent's status     |
+//! | `verify`       | nothing                                   |
+//! | `roll-forward` | stale intents, roll-forwards              |
+//! | `exclusive`    | stale intents, roll-forwards, roll-backs  |
+//!
+//! A decision the host refuses (a roll-back outside exclusive mode, invariant 6; a
+//! roll-forward that would publish a split whose object is missing, invariant 1) is reported
+//! with the reason and nothing is executed for it. Only commit intents are executed so far;
+//! other kinds are reported as refused, never guessed at.
+
+use std::collections::BTreeSet;
+
+use mend_policy::{
+    ExistingRow, IntentDecision, IntentObservation, ObjectObservation, RecoveryDecision,
+    RecoveryInput, RecoveryMode,
+};
+use serde::{Deserialize, Serialize};
+
+use super::Engine;
+use crate::error::{MendError, Result};
+use crate::faults::DurableStep;
+use crate::intent::{Intent, OperationKind};
+use crate::model::{Dataset, ListQuery, PublishRequest, SplitState};
+use crate::validate;
+
+/// What an intent needs, as a probe reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IntentStatus {
+    /// Already settled: only the intent itself is left.
+    Clean,
+    RollForwardRequired,
+    NeedsCompensation,
+    Blocked,
+    /// Its owner may still be working.
+    Deferred,
+}
+
+/// What the sweep did about one intent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", content = "detail", rename_all = "snake_case")]
+pub enum Outcome {
+    /// Nothing was to be executed (probe, verify, defer, blocked).
+    Reported,
+    Executed,
+    /// The host refused the decision; nothing was executed.
+    Refused(String),
+    /// Execution failed part way; the intent stays for the next sweep.
+    Failed(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IntentReport {
+    pub operation_id: String,
+    pub kind: OperationKind,
+    pub status: IntentStatus,
+    pub decision: RecoveryDecision,
+    pub outcome: Outcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveryReport {
+    pub dataset_id: String,
+    pub mode: RecoveryMode,
+    /// The policy that decided, by digest.
+    pub policy_digest: String,
+    pub intents: Vec<IntentReport>,
+}
+
+impl RecoveryReport {
+    pub fn count(&self, status: IntentStatus) -> usize {
+        self.intents.iter().filter(|i| i.status == status).count()
+    }
+}
+
+impl Engine {
+    /// Sweeps the dataset's intents in `mode`.
+    pub async fn recover(&self, dataset_id: &str, mode: RecoveryMode) -> Result<RecoveryReport> {
+        validate::dataset_id(dataset_id)?;
+        let intents = self.catalog.list_intents(dataset_id).await?;
+        let dataset = self.catalog.dataset(dataset_id).await?;
+        let now_ms = self.now_ms();
+        let mut observations = Vec::with_capacity(intents.len());
+        for intent in &intents {
+            observations.push(self.observe(intent, &dataset, now_ms).await?);
+        }
+        let input = RecoveryInput {
+            dataset_id: dataset_id.to_string(),
+            mode,
+            now_ms,
+            intents: observations.clone(),
+        };
+        let decisions = self.policy.decide_recovery(&input)?;
+        check_one_decision_each(&intents, &decisions)?;
+
+        let mut reports = Vec::with_capacity(intents.len());
+        for ((intent, observation), decision) in intents.iter().zip(&observations).zip(decisions) {
+            let status = match &decision.decision {
+                RecoveryDecision::Stale => IntentStatus::Clean,
+                RecoveryDecision::RollForward => IntentStatus::RollForwardRequired,
+                RecoveryDecision::RollBack => IntentStatus::NeedsCompensation,
+                RecoveryDecision::Blocked(_) => IntentStatus::Blocked,
+                RecoveryDecision::Defer(_) => IntentStatus::Deferred,
+            };
+            let outcome = match refusal(mode, intent, observation, &decision.decision) {
+                Some(reason) => Outcome::Refused(reason),
+                None if matches!(mode, RecoveryMode::Probe | RecoveryMode::Verify) => {
+                    Outcome::Reported
+                }
+                None => match self.execute(intent, &decision.decision).await {
+                    Ok(true) => Outcome::Executed,
+                    Ok(false) => Outcome::Reported,
+                    Err(error) => Outcome::Failed(error.to_string()),
+                },
+            };
+            reports.push(IntentReport {
+                operation_id: intent.operation_id.clone(),
+                kind: intent.kind,
+                status,
+                decision: decision.decision,
+                outcome,
+            });
+        }
+        Ok(RecoveryReport {
+            dataset_id: dataset_id.to_string(),
+            mode,
+            policy_digest: self.policy.digest().to_string(),
+            intents: reports,
+        })
+    }
+
+    /// Everything the policy needs to know about one intent.
+    async fn observe(
+        &self,
+        intent: &Intent,
+        dataset: &Dataset,
+        now_ms: i64,
+    ) -> Result<IntentObservation> {
+        let effects = &intent.effects;
+        let publish = effects
+            .publish
+            .clone()
+            .unwrap_or_else(|| crate::intent::PlannedPublish {
+                staged_split_ids: Vec::new(),
+                replaced_split_ids: Vec::new(),
+                checkpoint_delta: None,
+                publish_token: None,
+            });
+        let touched: BTreeSet<String> = effects
+            .stage
+            .iter()
+            .map(|row| row.split_id.clone())
+            .chain(publish.staged_split_ids.iter().cloned())
+            .chain(publish.replaced_split_ids.iter().cloned())
+            .chain(effects.mark.iter().cloned())
+            .chain(effects.delete.iter().cloned())
+            .collect();
+        let rows = if touched.is_empty() {
+            Vec::new()
+        } else {
+            let query = ListQuery {
+                split_ids: Some(touched.into_iter().collect()),
+                ..ListQuery::default()
+            };
+            self.catalog
+                .list_splits(&intent.dataset_id, &query)
+                .await?
+                .splits
+        };
+        let mut objects = Vec::with_capacity(effects.objects.len());
+        for planned in &effects.objects {
+            let found = self
+                .objects
+                .read_header(&intent.dataset_id, &planned.split_id)
+                .await?;
+            let matches = found.as_ref().is_some_and(|(header, size)| {
+                *size == planned.size
+                    && header.payload_sha256 == planned.checksum
+                    && header.operation_id.as_deref() == Some(intent.operation_id.as_str())
+            });
+            objects.push(ObjectObservation {
+                split_id: planned.split_id.clone(),
+                present: found.is_some(),
+                matches,
+            });
+        }
+        let (at_from, at_to) = match &publish.checkpoint_delta {
+            None => (true, true),
+            Some(delta) => {
+                let positions = dataset.checkpoint.get(&delta.source);
+                let current = |partition: &str| positions.and_then(|p| p.get(partition)).copied();
+                (
+                    delta
+                        .partitions
+                        .iter()
+                        .all(|p| current(&p.partition) == p.from_position),
+                    delta
+                        .partitions
+                        .iter()
+                        .all(|p| current(&p.partition) == Some(p.to_position)),
+                )
+            }
+        };
+        Ok(IntentObservation {
+            operation_id: intent.operation_id.clone(),
+            kind: policy_kind(intent.kind),
+            phase: match intent.phase {
+                crate::intent::IntentPhase::Armed => mend_policy::IntentPhase::Armed,
+                crate::intent::IntentPhase::EffectsConfirmed => {
+                    mend_policy::IntentPhase::EffectsConfirmed
+                }
+            },
+            owner_lease_live: now_ms < intent.lease_expires_at_ms,
+            planned_rows: effects
+                .stage
+                .iter()
+                .map(|row| row.split_id.clone())
+                .collect(),
+            rows: rows
+                .iter()
+                .map(|row| ExistingRow {
+                    split_id: row.split_id.clone(),
+                    state: row.state,
+                })
+                .collect(),
+            objects,
+            publish_staged: publish.staged_split_ids,
+            publish_replaced: publish.replaced_split_ids,
+            has_checkpoint_delta: publish.checkpoint_delta.is_some(),
+            checkpoint_at_from: at_from,
+            checkpoint_at_to: at_to,
+            gc_splits: effects.delete.clone(),
+        })
+    }
+
+    /// Carries out a checked decision; `false` when there was nothing to execute.
+    async fn execute(&self, intent: &Intent, decision: &RecoveryDecision) -> Result<bool> {
+        match decision {
+            RecoveryDecision::Defer(_) | RecoveryDecision::Blocked(_) => return Ok(false),
+            RecoveryDecision::Stale => {}
+            RecoveryDecision::RollForward => {
+                if let Some(planned) = &intent.effects.publish {
+                    let publish = PublishRequest {
+                        dataset_id: intent.dataset_id.clone(),
+                        staged_split_ids: planned.staged_split_ids.clone(),
+                        replaced_split_ids: planned.replaced_split_ids.clone(),
+                        checkpoint_delta: planned.checkpoint_delta.clone(),
+                        publish_token: planned.publish_token.clone(),
+                    };
+                    self.durably(DurableStep::Publish, self.publish(&publish))
+                        .await?;
+                }
+            }
+            RecoveryDecision::RollBack => self.roll_back_commit(intent).await?,
+        }
+        self.durably(
+            DurableStep::DeleteIntent,
+            self.catalog
+                .delete_intent(&intent.dataset_id, &intent.operation_id, self.now_ms()),
+        )
+        .await?;
+        Ok(true)
+    }
+
+    /// Undoes a commit that never published: its staged rows are marked, their objects
+    /// deleted, then the rows. A published row is never touched.
+    async fn roll_back_commit(&self, intent: &Intent) -> Result<()> {
+        let planned: Vec<String> = intent
+            .effects
+            .stage
+            .iter()
+            .map(|row| row.split_id.clone())
+            .collect();
+        let query = ListQuery {
+            split_ids: Some(planned.clone()),
+            ..ListQuery::default()
+        };
+        let rows = self
+            .catalog
+            .list_splits(&intent.dataset_id, &query)
+            .await?
+            .splits;
+        let staged: Vec<String> = rows
+            .iter()
+            .filter(|row| row.state == SplitState::Staged)
+            .map(|row| row.split_id.clone())
+            .collect();
+        if !staged.is_empty() {
+            self.durably(
+                DurableStep::MarkRows,
+                self.mark_for_deletion(&intent.dataset_id, &staged),
+            )
+            .await?;
+        }
+        let marked: Vec<String> = rows
+            .iter()
+            .filter(|row| row.state != SplitState::Published)
+            .map(|row| row.split_id.clone())
+            .collect();
+        // Objects without a row are this commit's own leftovers; objects of marked rows may go
+        // now that no live row references them (invariant 2).
+        for split_id in planned
+            .iter()
+            .filter(|id| marked.contains(id) || !rows.iter().any(|row| &row.split_id == *id))
+        {
+            let object_is_ours = self
+                .objects
+                .read_header(&intent.dataset_id, split_id)
+                .await?
+                .is_some_and(|(header, _)| {
+                    header.operation_id.as_deref() == Some(intent.operation_id.as_str())
+                });
+            if object_is_ours {
+                self.durably(
+                    DurableStep::DeleteObject {
+                        split_id: split_id.clone(),
+                    },
+                    self.objects.delete(&intent.dataset_id, split_id),
+                )
+                .await?;
+            }
+        }
+        if !marked.is_empty() {
+            self.durably(
+                DurableStep::DeleteRows,
+                self.catalog
+                    .delete_splits(&intent.dataset_id, &marked, self.now_ms()),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// Why the host refuses a decision, if it does.
+fn refusal(
+    mode: RecoveryMode,
+    intent: &Intent,
+    observation: &IntentObservation,
+    decision: &RecoveryDecision,
+) -> Option<String> {
+    match decision {
+        RecoveryDecision::RollBack if mode == RecoveryMode::RollForward => Some(
+            "a roll-back compensates another writer's effects, which only exclusive mode may do (invariant 6)".into(),
+        ),
+        RecoveryDecision::RollForward | RecoveryDecision::RollBack
+            if intent.kind != OperationKind::Commit =>
+        {
+            Some(format!(
+                "this host does not yet execute recovery of {:?} intents; it leaves them in place",
+                intent.kind
+            ))
+        }
+        RecoveryDecision::RollForward
+            if observation.objects.iter().any(|object| !object.matches) =>
+        {
+            Some(
+                "rolling forward would publish splits whose objects are missing or different (invariant 1)".into(),
+            )
+        }
+        _ => None,
+    }
+}
+
+fn check_one_decision_each(intents: &[Intent], decisions: &[IntentDecision]) -> Result<()> {
+    let same = intents.len() == decisions.len()
+        && intents
+            .iter()
+            .zip(decisions)
+            .all(|(intent, decision)| intent.operation_id == decision.operation_id);
+    if !same {
+        return Err(MendError::PolicyRejected {
+            message: format!(
+                "the policy returned {} decisions for {} intents, or in another order; nothing was executed",
+                decisions.len(),
+                intents.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn policy_kind(kind: OperationKind) -> mend_policy::OperationKind {
+    match kind {
+        OperationKind::Commit => mend_policy::OperationKind::Commit,
+        OperationKind::Merge => mend_policy::OperationKind::Merge,
+        OperationKind::Gc => mend_policy::OperationKind::Gc,
+        OperationKind::ConfigApply => mend_policy::OperationKind::ConfigApply,
+        OperationKind::Reconcile => mend_policy::OperationKind::Reconcile,
+    }
+}

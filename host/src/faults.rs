@@ -1,0 +1,113 @@
+//! The fault seam: every durable step of an operation passes through it, so that tests can
+//! crash an operation at any step, cleanly or ambiguously, and prove that recovery converges.
+//!
+//! Production engines use [`NoFaults`]. A crash is an `Unavailable` error returned from the
+//! seam: the operation stops where it is, as a process would, with no cleanup.
+
+use std::fmt;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::error::{MendError, Result};
+
+/// One durable write of an operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DurableStep {
+    WriteIntent,
+    StageRows,
+    PutObject { split_id: String },
+    ConfirmIntent,
+    Publish,
+    DeleteIntent,
+    MarkRows,
+    DeleteObject { split_id: String },
+    DeleteRows,
+}
+
+impl fmt::Display for DurableStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::PutObject { split_id } => write!(f, "put object {split_id}"),
+            Self::DeleteObject { split_id } => write!(f, "delete object {split_id}"),
+            other => write!(f, "{other:?}"),
+        }
+    }
+}
+
+/// Consulted around every durable step.
+pub trait Faults: Send + Sync + fmt::Debug {
+    /// Before the write: an error means the write never happens.
+    fn before(&self, step: &DurableStep) -> Result<()>;
+    /// After the write landed: an error means it happened but the caller is told otherwise
+    /// (an ambiguous outcome).
+    fn after(&self, step: &DurableStep) -> Result<()>;
+}
+
+/// No faults: what every production engine uses.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoFaults;
+
+impl Faults for NoFaults {
+    fn before(&self, _step: &DurableStep) -> Result<()> {
+        Ok(())
+    }
+
+    fn after(&self, _step: &DurableStep) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Crashes at the `k`-th durable step (counting from 1): before its write, or, when
+/// `ambiguous`, after the write landed. Every step seen is recorded.
+#[derive(Debug)]
+pub struct CrashAt {
+    k: usize,
+    ambiguous: bool,
+    seen: AtomicUsize,
+    // A std mutex: only pushed to, never held across an await.
+    steps: Mutex<Vec<DurableStep>>,
+}
+
+impl CrashAt {
+    pub fn new(k: usize, ambiguous: bool) -> Self {
+        Self {
+            k,
+            ambiguous,
+            seen: AtomicUsize::new(0),
+            steps: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The steps reached so far, the crashing one included.
+    pub fn steps(&self) -> Vec<DurableStep> {
+        self.steps.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn crash(step: &DurableStep, how: &str) -> MendError {
+        MendError::Unavailable {
+            message: format!("injected crash {how} {step}"),
+            source: None,
+        }
+    }
+}
+
+impl Faults for CrashAt {
+    fn before(&self, step: &DurableStep) -> Result<()> {
+        self.steps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(step.clone());
+        let count = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
+        if count == self.k && !self.ambiguous {
+            return Err(Self::crash(step, "before"));
+        }
+        Ok(())
+    }
+
+    fn after(&self, step: &DurableStep) -> Result<()> {
+        if self.seen.load(Ordering::SeqCst) == self.k && self.ambiguous {
+            return Err(Self::crash(step, "after"));
+        }
+        Ok(())
+    }
+}

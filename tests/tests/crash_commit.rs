@@ -1,0 +1,176 @@
+//! Crash schedules for the commit operation: crash it at its k-th durable write, for every k,
+//! cleanly (the write never happens) and ambiguously (the write lands but the writer is told
+//! it failed); then run recovery. Every schedule must converge to the commit having fully
+//! happened or never happened, with invariants 1 to 7 intact, and no intent left.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use mend::engine::{CommitRequest, CommitSplit};
+use mend::faults::CrashAt;
+use mend::model::{CheckpointDelta, ListQuery, PartitionDelta, SplitState};
+use mend_policy::RecoveryMode;
+use mend_tests::{Backend, Harness};
+
+const SPLITS: [&str; 2] = ["c-1", "c-2"];
+/// Intent, stage, two objects, confirm, publish, delete intent.
+const DURABLE_STEPS: usize = 7;
+
+fn request(dataset_id: &str) -> CommitRequest {
+    CommitRequest {
+        dataset_id: dataset_id.into(),
+        node: "writer".into(),
+        splits: SPLITS
+            .iter()
+            .map(|id| CommitSplit {
+                split_id: (*id).into(),
+                metadata_json: r#"{"num_docs": 10}"#.into(),
+                payload: Bytes::from(format!("payload of {id}")),
+            })
+            .collect(),
+        checkpoint_delta: Some(CheckpointDelta {
+            source: "events".into(),
+            partitions: vec![PartitionDelta {
+                partition: "0".into(),
+                from_position: None,
+                to_position: 100,
+            }],
+        }),
+        publish_token: None,
+    }
+}
+
+/// Whether the commit fully happened (true) or never happened (false); panics on anything in
+/// between or on a broken invariant.
+async fn settled_outcome(h: &Harness, dataset_id: &str, schedule: &str) -> bool {
+    let engine = &h.engine;
+    assert!(
+        engine
+            .catalog()
+            .list_intents(dataset_id)
+            .await
+            .unwrap()
+            .is_empty(),
+        "{schedule}: an intent is left"
+    );
+    let rows = engine
+        .list_splits(dataset_id, &ListQuery::default())
+        .await
+        .unwrap()
+        .splits;
+    let checkpoint = engine.dataset(dataset_id).await.unwrap().checkpoint;
+    let position = checkpoint.get("events").and_then(|p| p.get("0")).copied();
+    // Invariant 1 and 2: every staged or published row's object is there.
+    for row in &rows {
+        if row.state != SplitState::MarkedForDeletion {
+            let header = engine
+                .objects()
+                .read_header(dataset_id, &row.split_id)
+                .await
+                .unwrap();
+            assert!(
+                header.is_some(),
+                "{schedule}: {} is {} without its object",
+                row.split_id,
+                row.state
+            );
+        }
+    }
+    let published = rows
+        .iter()
+        .filter(|r| r.state == SplitState::Published)
+        .count();
+    if published == SPLITS.len() {
+        assert_eq!(
+            position,
+            Some(100),
+            "{schedule}: published without its checkpoint delta"
+        );
+        true
+    } else {
+        assert_eq!(published, 0, "{schedule}: half published: {rows:?}");
+        assert_eq!(
+            position, None,
+            "{schedule}: the checkpoint moved without the publish"
+        );
+        assert!(
+            rows.iter().all(|r| r.state != SplitState::Staged),
+            "{schedule}: a staged row of the abandoned commit is left: {rows:?}"
+        );
+        false
+    }
+}
+
+async fn run_schedules(backend: Backend) {
+    let mut schedules = 0;
+    let mut happened = 0;
+    for ambiguous in [false, true] {
+        for k in 1..=DURABLE_STEPS {
+            let schedule = format!(
+                "{backend} crash {} step {k}",
+                if ambiguous { "after" } else { "before" }
+            );
+            let h = Harness::new(backend).await;
+            let dataset_id = h.create_dataset("crash").await;
+            let crash = Arc::new(CrashAt::new(k, ambiguous));
+            let crashing = h.engine.with_faults(crash.clone());
+            let result = crashing.commit(&request(&dataset_id)).await;
+            assert!(result.is_err(), "{schedule}: the commit did not crash");
+            assert_eq!(
+                crash.steps().len(),
+                k,
+                "{schedule}: steps {:?}",
+                crash.steps()
+            );
+
+            // The writer is gone: its lease runs out, then recovery runs.
+            h.clock.advance_ms(120_000);
+            let report = h
+                .engine
+                .recover(&dataset_id, RecoveryMode::RollForward)
+                .await
+                .unwrap();
+            if report
+                .intents
+                .iter()
+                .any(|i| i.outcome == mend::engine::Outcome::Reported)
+            {
+                let exclusive = h
+                    .engine
+                    .recover(&dataset_id, RecoveryMode::Exclusive)
+                    .await
+                    .unwrap();
+                assert!(
+                    exclusive
+                        .intents
+                        .iter()
+                        .all(|i| i.outcome == mend::engine::Outcome::Executed),
+                    "{schedule}: exclusive recovery left {exclusive:?}"
+                );
+            }
+            if settled_outcome(&h, &dataset_id, &schedule).await {
+                happened += 1;
+            }
+            schedules += 1;
+        }
+    }
+    println!(
+        "crash schedules [commit, {backend}]: {schedules} run, {happened} converged to fully happened, {} to never happened, 0 in between",
+        schedules - happened
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_crash_schedules_converge_on_memory() {
+    run_schedules(Backend::Memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_crash_schedules_converge_on_a_local_directory() {
+    run_schedules(Backend::LocalDirectory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_crash_schedules_converge_on_postgres() {
+    run_schedules(Backend::Postgres).await;
+}
