@@ -12,11 +12,10 @@
 //! 4. A commit, merge, config apply or reconcile whose effects are all in place (confirmed, or
 //!    every planned row and object found as planned) and whose publish still applies is
 //!    rolled **forward**.
-//! 5. Anything else needs its effects undone: **roll back** in exclusive mode; otherwise
-//!    **blocked**, saying why and that exclusive recovery resolves it. Roll-forward mode never
-//!    compensates another writer's work.
-//!
-//! Probe and verify receive the same decisions; the host reports rather than executes them.
+//! 5. Anything else needs its effects undone: **roll back** in exclusive mode (and in probe
+//!    and verify, which report what exclusive recovery would do and execute nothing); in
+//!    roll-forward mode **blocked**, saying why and that exclusive recovery resolves it.
+//!    Roll-forward mode never compensates another writer's work.
 
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -87,7 +86,8 @@ fn decide(mode: RecoveryMode, intent: &IntentObservation) -> RecoveryDecision {
     if effects_in_place && publish_applies {
         return RecoveryDecision::RollForward;
     }
-    if mode == RecoveryMode::Exclusive {
+    // Probe and verify execute nothing: they report what exclusive recovery would do.
+    if mode != RecoveryMode::RollForward {
         return RecoveryDecision::RollBack;
     }
     let why = if !effects_in_place {

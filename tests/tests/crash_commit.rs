@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use mend::engine::{CommitRequest, CommitSplit};
+use mend::engine::{CommitRequest, CommitSplit, Outcome};
 use mend::faults::CrashAt;
 use mend::model::{CheckpointDelta, ListQuery, PartitionDelta, SplitState};
 use mend_policy::RecoveryMode;
@@ -101,6 +101,51 @@ async fn settled_outcome(h: &Harness, dataset_id: &str, schedule: &str) -> bool 
     }
 }
 
+/// Recovers, first with a crash at the `j`-th durable write of the sweeps (when `j` is given;
+/// odd `j` crash before the write, even ones after it), then cleanly: roll-forward, and
+/// exclusive for what roll-forward leaves. Returns how many durable writes the crashing sweeps
+/// reached.
+async fn recover_with_crash(
+    h: &Harness,
+    dataset_id: &str,
+    j: Option<usize>,
+    schedule: &str,
+) -> usize {
+    let mut reached = 0;
+    if let Some(j) = j {
+        let crash = Arc::new(CrashAt::new(j, j % 2 == 0));
+        let crashing = h.engine.with_faults(crash.clone());
+        for mode in [RecoveryMode::RollForward, RecoveryMode::Exclusive] {
+            let _ = crashing.recover(dataset_id, mode).await;
+        }
+        reached = crash.steps().len();
+    }
+    let report = h
+        .engine
+        .recover(dataset_id, RecoveryMode::RollForward)
+        .await
+        .unwrap();
+    if report
+        .intents
+        .iter()
+        .any(|i| i.outcome != Outcome::Executed)
+    {
+        let exclusive = h
+            .engine
+            .recover(dataset_id, RecoveryMode::Exclusive)
+            .await
+            .unwrap();
+        assert!(
+            exclusive
+                .intents
+                .iter()
+                .all(|i| i.outcome == Outcome::Executed),
+            "{schedule}: exclusive recovery left {exclusive:?}"
+        );
+    }
+    reached
+}
+
 async fn run_schedules(backend: Backend) {
     let mut schedules = 0;
     let mut happened = 0;
@@ -125,29 +170,7 @@ async fn run_schedules(backend: Backend) {
 
             // The writer is gone: its lease runs out, then recovery runs.
             h.clock.advance_ms(120_000);
-            let report = h
-                .engine
-                .recover(&dataset_id, RecoveryMode::RollForward)
-                .await
-                .unwrap();
-            if report
-                .intents
-                .iter()
-                .any(|i| i.outcome == mend::engine::Outcome::Reported)
-            {
-                let exclusive = h
-                    .engine
-                    .recover(&dataset_id, RecoveryMode::Exclusive)
-                    .await
-                    .unwrap();
-                assert!(
-                    exclusive
-                        .intents
-                        .iter()
-                        .all(|i| i.outcome == mend::engine::Outcome::Executed),
-                    "{schedule}: exclusive recovery left {exclusive:?}"
-                );
-            }
+            recover_with_crash(&h, &dataset_id, None, &schedule).await;
             if settled_outcome(&h, &dataset_id, &schedule).await {
                 happened += 1;
             }
@@ -157,6 +180,34 @@ async fn run_schedules(backend: Backend) {
     println!(
         "crash schedules [commit, {backend}]: {schedules} run, {happened} converged to fully happened, {} to never happened, 0 in between",
         schedules - happened
+    );
+
+    // Again, with a second crash during recovery, at each of its durable writes in turn.
+    let mut double = 0;
+    for ambiguous in [false, true] {
+        for k in 1..=DURABLE_STEPS {
+            for j in 1.. {
+                let schedule = format!(
+                    "{backend} crash {} step {k}, then a recovery crash at its step {j}",
+                    if ambiguous { "after" } else { "before" }
+                );
+                let h = Harness::new(backend).await;
+                let dataset_id = h.create_dataset("crash2").await;
+                let crashing = h.engine.with_faults(Arc::new(CrashAt::new(k, ambiguous)));
+                assert!(crashing.commit(&request(&dataset_id)).await.is_err());
+                h.clock.advance_ms(120_000);
+                let reached = recover_with_crash(&h, &dataset_id, Some(j), &schedule).await;
+                settled_outcome(&h, &dataset_id, &schedule).await;
+                double += 1;
+                // Once the crashing sweeps no longer reach step j, every step has had its crash.
+                if reached < j {
+                    break;
+                }
+            }
+        }
+    }
+    println!(
+        "crash schedules [commit, {backend}]: {double} run with a second crash during recovery, all converged"
     );
 }
 
@@ -173,4 +224,9 @@ async fn commit_crash_schedules_converge_on_a_local_directory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commit_crash_schedules_converge_on_postgres() {
     run_schedules(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_crash_schedules_converge_on_s3() {
+    run_schedules(Backend::S3).await;
 }
