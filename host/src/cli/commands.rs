@@ -10,10 +10,11 @@ use mend::model::{
 };
 use mend::runtime::PolicyRuntime;
 use mend::{Engine, EngineOptions};
+use mend_policy::RecoveryMode;
 use serde::Deserialize;
 
 use super::output;
-use super::{Args, Command, DatasetCommand, ModeArg};
+use super::{Args, Command, DatasetCommand, ModeArg, RecoverModeArg};
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let engine = open_engine(&args).await?;
@@ -131,6 +132,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             };
             let page = engine.list_splits(&dataset, &query).await.context("list")?;
             output::split_page(&page, json)
+        }
+        Command::Recover { dataset, mode } => {
+            let mode = match mode {
+                RecoverModeArg::Probe => RecoveryMode::Probe,
+                RecoverModeArg::RollForward => RecoveryMode::RollForward,
+                RecoverModeArg::Exclusive => RecoveryMode::Exclusive,
+                RecoverModeArg::Verify => RecoveryMode::Verify,
+            };
+            let report = engine
+                .recover(&dataset, mode)
+                .await
+                .with_context(|| format!("recover dataset {dataset}"))?;
+            output::recovery_report(&report, json)
         }
         Command::Demo => super::demo::run(&engine, json).await,
     }

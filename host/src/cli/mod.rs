@@ -120,6 +120,14 @@ pub enum Command {
         #[arg(long)]
         after: Option<String>,
     },
+    /// Resolve the in-doubt work crashed operations left in a dataset.
+    Recover {
+        dataset: String,
+        /// probe and verify only report; roll-forward completes what it can; exclusive may
+        /// also roll back other writers' unfinished work.
+        #[arg(long, value_enum)]
+        mode: RecoverModeArg,
+    },
     /// Stage, publish and list a few splits on the catalog, to see mend work end to end.
     Demo,
 }
@@ -155,6 +163,14 @@ pub enum DatasetCommand {
         #[arg(long)]
         clear: bool,
     },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum RecoverModeArg {
+    Probe,
+    RollForward,
+    Exclusive,
+    Verify,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -1,7 +1,9 @@
 //! How results look: a table for people, JSON for programs.
 
 use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
+use mend::engine::{Outcome, RecoveryReport};
 use mend::model::{Dataset, SplitPage, StageOutcome, StageResult};
+use mend_policy::RecoveryDecision;
 use serde::Serialize;
 
 fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
@@ -142,5 +144,45 @@ pub fn split_page(page: &SplitPage, json: bool) -> anyhow::Result<()> {
         Some(after) => println!("more splits: continue with --after {after}"),
         None => println!("{} split(s)", page.splits.len()),
     }
+    Ok(())
+}
+
+pub fn recovery_report(report: &RecoveryReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        return print_json(report);
+    }
+    let mut table = table(&["operation", "kind", "status", "decision", "outcome"]);
+    for intent in &report.intents {
+        let decision = match &intent.decision {
+            RecoveryDecision::RollForward => "roll forward".to_string(),
+            RecoveryDecision::RollBack => "roll back".to_string(),
+            RecoveryDecision::Stale => "stale".to_string(),
+            RecoveryDecision::Defer(why) => format!("defer: {why}"),
+            RecoveryDecision::Blocked(reason) => {
+                format!("blocked: {} ({})", reason.why, reason.operator_action)
+            }
+        };
+        let outcome = match &intent.outcome {
+            Outcome::Reported => "reported".to_string(),
+            Outcome::Executed => "executed".to_string(),
+            Outcome::Refused(why) => format!("refused: {why}"),
+            Outcome::Failed(why) => format!("failed: {why}"),
+        };
+        table.add_row(vec![
+            intent.operation_id.clone(),
+            format!("{:?}", intent.kind).to_lowercase(),
+            format!("{:?}", intent.status),
+            decision,
+            outcome,
+        ]);
+    }
+    println!("{table}");
+    println!(
+        "{} intent(s) in dataset {}, mode {:?}, policy {}",
+        report.intents.len(),
+        report.dataset_id,
+        report.mode,
+        report.policy_digest
+    );
     Ok(())
 }
