@@ -146,6 +146,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 .with_context(|| format!("recover dataset {dataset}"))?;
             output::recovery_report(&report, json)
         }
+        Command::Verify { dataset } => {
+            let report = engine
+                .verify(&dataset)
+                .await
+                .with_context(|| format!("verify dataset {dataset}"))?;
+            output::verify_report(&report, json)?;
+            if !report.violations.is_empty() {
+                bail!(
+                    "{} invariant violation(s) in dataset {dataset}",
+                    report.violations.len()
+                );
+            }
+            Ok(())
+        }
         Command::Demo => super::demo::run(&engine, json).await,
     }
 }

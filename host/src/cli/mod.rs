@@ -128,6 +128,8 @@ pub enum Command {
         #[arg(long, value_enum)]
         mode: RecoverModeArg,
     },
+    /// Check a dataset's invariants, bucket included; writes nothing. Exits 1 on a violation.
+    Verify { dataset: String },
     /// Stage, publish and list a few splits on the catalog, to see mend work end to end.
     Demo,
 }

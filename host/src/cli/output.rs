@@ -1,7 +1,7 @@
 //! How results look: a table for people, JSON for programs.
 
 use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
-use mend::engine::{Outcome, RecoveryReport};
+use mend::engine::{Outcome, RecoveryReport, VerifyReport};
 use mend::model::{Dataset, SplitPage, StageOutcome, StageResult};
 use mend_policy::RecoveryDecision;
 use serde::Serialize;
@@ -183,6 +183,33 @@ pub fn recovery_report(report: &RecoveryReport, json: bool) -> anyhow::Result<()
         report.dataset_id,
         report.mode,
         report.policy_digest
+    );
+    Ok(())
+}
+
+pub fn verify_report(report: &VerifyReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        return print_json(report);
+    }
+    if !report.violations.is_empty() {
+        let mut table = table(&["invariant", "split", "problem"]);
+        for violation in &report.violations {
+            table.add_row(vec![
+                violation.invariant.to_string(),
+                violation.split_id.clone(),
+                violation.message.clone(),
+            ]);
+        }
+        println!("{table}");
+    }
+    println!(
+        "dataset {}: {} rows and {} objects checked, {} pending intent(s), {} orphan object(s), {} violation(s)",
+        report.dataset_id,
+        report.rows_checked,
+        report.objects_checked,
+        report.pending_intents,
+        report.orphan_objects.len(),
+        report.violations.len()
     );
     Ok(())
 }

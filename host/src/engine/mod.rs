@@ -11,9 +11,11 @@
 
 mod commit;
 mod recovery;
+mod verify;
 
 pub use commit::{CommitRequest, CommitResult, CommitSplit};
 pub use recovery::{IntentReport, IntentStatus, Outcome, RecoveryReport};
+pub use verify::{VerifyReport, Violation};
 
 use std::sync::Arc;
 

@@ -134,6 +134,32 @@ impl SplitObjects {
         Ok(Some((format::decode_header(&json)?, size)))
     }
 
+    /// The split ids that have an object in `dataset_id`, with the objects' sizes, sorted.
+    pub async fn list(&self, dataset_id: &str) -> Result<Vec<(String, u64)>> {
+        use futures::TryStreamExt;
+        let prefix = self
+            .prefix
+            .child("datasets")
+            .child(dataset_id)
+            .child("splits");
+        let mut objects: Vec<(String, u64)> = self
+            .store
+            .list(Some(&prefix))
+            .map_ok(|meta| {
+                let split_id = meta
+                    .location
+                    .filename()
+                    .map(str::to_string)
+                    .unwrap_or_default();
+                (split_id, meta.size)
+            })
+            .try_collect()
+            .await
+            .map_err(|error| MendError::unavailable(format!("list {prefix}"), error))?;
+        objects.sort();
+        Ok(objects)
+    }
+
     /// Deletes a split's object; an object already gone is fine.
     pub async fn delete(&self, dataset_id: &str, split_id: &str) -> Result<()> {
         let path = self.path(dataset_id, split_id);
