@@ -10,6 +10,7 @@
 //!   policy, checks the answer against [`invariants`] and has the backend execute it;
 //! - [`model`] and [`error`] are the data and the typed errors everything shares.
 
+pub mod audit;
 pub mod catalog;
 pub mod clock;
 pub mod engine;

@@ -9,6 +9,7 @@ use std::panic::AssertUnwindSafe;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use mend::audit::{AUDIT_FORMAT_VERSION, AuditRecord};
 use mend::intent::{
     ExpectedState, INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, PlannedEffects,
     PlannedRow,
@@ -80,6 +81,9 @@ pub fn cases() -> Vec<(&'static str, Case)> {
                 ))
             },
         ),
+        ("audit_records_append_in_order_and_list_the_newest", |h| {
+            Box::pin(audit_records_append_in_order_and_list_the_newest(h))
+        }),
     ]
 }
 
@@ -1373,6 +1377,90 @@ pub async fn intents_are_created_once_advanced_conditionally_and_deleted(h: &Har
     );
     assert_eq!(catalog.list_intents(&ds).await.unwrap(), [second]);
     let missing = catalog.list_intents("no-such-dataset").await.unwrap_err();
+    assert!(
+        matches!(
+            missing,
+            MendError::NotFound {
+                kind: EntityKind::Dataset,
+                ..
+            }
+        ),
+        "{missing:?}"
+    );
+}
+
+fn audit(dataset_id: &str, operation_id: &str, recorded_at_ms: i64) -> AuditRecord {
+    AuditRecord {
+        format_version: AUDIT_FORMAT_VERSION,
+        dataset_id: dataset_id.into(),
+        operation_id: operation_id.into(),
+        recorded_at_ms,
+        mode: "roll-forward".into(),
+        policy_digest: "sha256:00".into(),
+        semantics_revision: 1,
+        inputs_hash: "sha256:11".into(),
+        decision: serde_json::json!("roll_forward"),
+        outcome: serde_json::json!({"outcome": "executed"}),
+    }
+}
+
+pub async fn audit_records_append_in_order_and_list_the_newest(h: &Harness) {
+    let ds = h.create_dataset("audit").await;
+    let catalog = h.engine.catalog();
+    let first = vec![audit(&ds, "op-1", 100), audit(&ds, "op-2", 100)];
+    let second = vec![audit(&ds, "op-3", 200)];
+    catalog.append_audit(&ds, &first).await.expect("append");
+    catalog.append_audit(&ds, &second).await.expect("append");
+    catalog
+        .append_audit(&ds, &[])
+        .await
+        .expect("an empty append");
+    let all = catalog.list_audit(&ds, None).await.unwrap();
+    assert_eq!(all, [first.clone(), second.clone()].concat());
+    assert_eq!(
+        catalog.list_audit(&ds, Some(2)).await.unwrap(),
+        [first[1].clone(), second[0].clone()]
+    );
+
+    let foreign = catalog
+        .append_audit(&ds, &[audit("other", "op-9", 300)])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(foreign, MendError::InvalidArgument { .. }),
+        "{foreign:?}"
+    );
+    let mut future = audit(&ds, "op-9", 300);
+    future.format_version = AUDIT_FORMAT_VERSION + 1;
+    let newer = catalog.append_audit(&ds, &[future]).await.unwrap_err();
+    assert!(
+        matches!(newer, MendError::InvalidArgument { .. }),
+        "{newer:?}"
+    );
+    assert_eq!(
+        catalog.list_audit(&ds, None).await.unwrap().len(),
+        3,
+        "a refused append wrote"
+    );
+
+    let missing = catalog
+        .list_audit("no-such-dataset", None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            missing,
+            MendError::NotFound {
+                kind: EntityKind::Dataset,
+                ..
+            }
+        ),
+        "{missing:?}"
+    );
+    let missing = catalog
+        .append_audit("no-such-dataset", &[audit("no-such-dataset", "op", 1)])
+        .await
+        .unwrap_err();
     assert!(
         matches!(
             missing,

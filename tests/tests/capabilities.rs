@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use mend::audit::AuditRecord;
 use mend::catalog::{Capabilities, Catalog, ObjectStoreCatalog, PublishValidator, StagePlanner};
 use mend::intent::{Intent, IntentPhase};
 use mend::model::{
@@ -104,6 +105,12 @@ impl Catalog for OlderBackend {
     }
     async fn list_intents(&self, id: &str) -> Result<Vec<Intent>> {
         self.inner.list_intents(id).await
+    }
+    async fn append_audit(&self, id: &str, records: &[AuditRecord]) -> Result<()> {
+        self.inner.append_audit(id, records).await
+    }
+    async fn list_audit(&self, id: &str, limit: Option<usize>) -> Result<Vec<AuditRecord>> {
+        self.inner.list_audit(id, limit).await
     }
 }
 

@@ -98,6 +98,28 @@ async fn check_modes(backend: Backend) {
         .recover(&dataset_id, RecoveryMode::Exclusive)
         .await
         .unwrap();
+    let audit = h
+        .engine
+        .catalog()
+        .list_audit(&dataset_id, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        audit.len(),
+        1,
+        "only the executed decision is audited: {audit:?}"
+    );
+    let record = &audit[0];
+    assert_eq!(record.operation_id, intents[0].operation_id);
+    assert_eq!(record.mode, "exclusive");
+    assert_eq!(record.policy_digest, h.engine.policy().digest());
+    assert_eq!(
+        record.semantics_revision,
+        h.engine.policy().description().semantics_revision
+    );
+    assert!(record.inputs_hash.starts_with("sha256:"));
+    assert_eq!(record.decision, serde_json::json!("roll_back"));
+    assert_eq!(record.outcome, serde_json::json!({"outcome": "executed"}));
     assert_eq!(exclusive.count(IntentStatus::NeedsCompensation), 1);
     assert!(
         exclusive

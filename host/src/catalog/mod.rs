@@ -22,6 +22,7 @@ use std::fmt;
 use async_trait::async_trait;
 use mend_policy::ExistingRow;
 
+use crate::audit::AuditRecord;
 use crate::error::Result;
 use crate::intent::{Intent, IntentPhase};
 use crate::model::{
@@ -288,6 +289,14 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     /// The dataset's intents, oldest first (by creation time, then operation id). An intent
     /// in a format newer than this host's is refused with `Corrupt`, never guessed at.
     async fn list_intents(&self, dataset_id: &str) -> Result<Vec<Intent>>;
+
+    /// Appends audit records of one dataset (all of `records` name it); append-only, never
+    /// rewritten. `NotFound` if the dataset does not exist.
+    async fn append_audit(&self, dataset_id: &str, records: &[AuditRecord]) -> Result<()>;
+
+    /// The dataset's audit records, oldest first (by recorded time, then in append order),
+    /// at most `limit` of the newest when given.
+    async fn list_audit(&self, dataset_id: &str, limit: Option<usize>) -> Result<Vec<AuditRecord>>;
 }
 
 /// `checkpoint` with `delta` applied, for backends to store. Each partition's from-position

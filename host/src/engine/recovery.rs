@@ -10,7 +10,9 @@
 //!
 //! A decision the host refuses (a roll-back outside exclusive mode, invariant 6; a
 //! roll-forward that would publish a split whose object is missing, invariant 1) is reported
-//! with the reason and nothing is executed for it. Only commit intents are executed so far;
+//! with the reason and nothing is executed for it. Every decision executed or refused is
+//! audited ([`AuditRecord`]): policy digest, semantics revision, a hash of the observation,
+//! the decision and the outcome. Only commit intents are executed so far;
 //! other kinds are reported as refused, never guessed at.
 
 use std::collections::BTreeSet;
@@ -22,10 +24,12 @@ use mend_policy::{
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
+use crate::audit::{AUDIT_FORMAT_VERSION, AuditRecord};
 use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
 use crate::intent::{Intent, OperationKind};
 use crate::model::{Dataset, ListQuery, PublishRequest, SplitState};
+use crate::objects::format::sha256;
 use crate::validate;
 
 /// What an intent needs, as a probe reports it.
@@ -126,12 +130,46 @@ impl Engine {
                 outcome,
             });
         }
+        // Every decision the host acted on or refused is audited. Merely reported ones are not
+        // (probe and verify write nothing at all, and a supervisor deferring to a live owner
+        // every few seconds would only flood the trail).
+        let records: Vec<AuditRecord> = reports
+            .iter()
+            .zip(&observations)
+            .filter(|(report, _)| report.outcome != Outcome::Reported)
+            .map(|(report, observation)| self.audit_record(dataset_id, mode, report, observation))
+            .collect();
+        if !records.is_empty() {
+            self.catalog.append_audit(dataset_id, &records).await?;
+        }
         Ok(RecoveryReport {
             dataset_id: dataset_id.to_string(),
             mode,
             policy_digest: self.policy.digest().to_string(),
             intents: reports,
         })
+    }
+
+    fn audit_record(
+        &self,
+        dataset_id: &str,
+        mode: RecoveryMode,
+        report: &IntentReport,
+        observation: &IntentObservation,
+    ) -> AuditRecord {
+        let canonical = serde_json::to_vec(observation).expect("observations always serialise");
+        AuditRecord {
+            format_version: AUDIT_FORMAT_VERSION,
+            dataset_id: dataset_id.to_string(),
+            operation_id: report.operation_id.clone(),
+            recorded_at_ms: self.now_ms(),
+            mode: mode_name(mode).to_string(),
+            policy_digest: self.policy.digest().to_string(),
+            semantics_revision: self.policy.description().semantics_revision,
+            inputs_hash: sha256(&canonical),
+            decision: serde_json::to_value(&report.decision).expect("decisions always serialise"),
+            outcome: serde_json::to_value(&report.outcome).expect("outcomes always serialise"),
+        }
     }
 
     /// Everything the policy needs to know about one intent.
@@ -383,6 +421,15 @@ fn check_one_decision_each(intents: &[Intent], decisions: &[IntentDecision]) -> 
         });
     }
     Ok(())
+}
+
+fn mode_name(mode: RecoveryMode) -> &'static str {
+    match mode {
+        RecoveryMode::Probe => "probe",
+        RecoveryMode::RollForward => "roll-forward",
+        RecoveryMode::Exclusive => "exclusive",
+        RecoveryMode::Verify => "verify",
+    }
 }
 
 fn policy_kind(kind: OperationKind) -> mend_policy::OperationKind {

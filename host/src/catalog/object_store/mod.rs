@@ -17,6 +17,7 @@
 //! Opening a catalog from a URL lives in `open.rs`; policy decisions stay with the engine,
 //! which passes them in as planner and validator closures.
 
+mod audit;
 mod log;
 mod mutations;
 mod open;
@@ -40,6 +41,7 @@ use self::mutations::Change;
 pub use self::open::open_store;
 use self::state::DatasetState;
 use super::{Capabilities, Catalog, PublishValidator, StagePlanner};
+use crate::audit::AuditRecord;
 use crate::error::{EntityKind, MendError, Result};
 use crate::intent::{Intent, IntentPhase, check_written_format};
 use crate::model::{
@@ -440,5 +442,13 @@ impl Catalog for ObjectStoreCatalog {
             (a.created_at_ms, &a.operation_id).cmp(&(b.created_at_ms, &b.operation_id))
         });
         Ok(intents)
+    }
+
+    async fn append_audit(&self, dataset_id: &str, records: &[AuditRecord]) -> Result<()> {
+        self.append_audit_records(dataset_id, records).await
+    }
+
+    async fn list_audit(&self, dataset_id: &str, limit: Option<usize>) -> Result<Vec<AuditRecord>> {
+        self.list_audit_records(dataset_id, limit).await
     }
 }

@@ -92,7 +92,7 @@ pub(super) fn database_error(error: sqlx::Error, dataset_id: &str) -> MendError 
                     id: dataset_id.to_string(),
                 }
             }
-            // Both foreign keys (splits and intents) reference datasets: the dataset is gone.
+            // Every foreign key (splits, intents, audit) references datasets: the dataset is gone.
             Some(FOREIGN_KEY_VIOLATION) => MendError::dataset_not_found(dataset_id),
             _ => unavailable(error),
         },

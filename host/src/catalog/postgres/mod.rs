@@ -18,6 +18,7 @@
 //! the SQLSTATE mapping in `errors.rs`. What to write is decided by the engine and the policy;
 //! this module stores it and refuses what it cannot apply as asked.
 
+mod audit;
 mod datasets;
 mod errors;
 mod intents;
@@ -322,6 +323,22 @@ impl Catalog for PostgresCatalog {
 
     async fn list_intents(&self, dataset_id: &str) -> Result<Vec<Intent>> {
         intents::list(&self.pool, dataset_id).await
+    }
+
+    async fn append_audit(
+        &self,
+        dataset_id: &str,
+        records: &[crate::audit::AuditRecord],
+    ) -> Result<()> {
+        audit::append(&self.pool, dataset_id, records).await
+    }
+
+    async fn list_audit(
+        &self,
+        dataset_id: &str,
+        limit: Option<usize>,
+    ) -> Result<Vec<crate::audit::AuditRecord>> {
+        audit::list(&self.pool, dataset_id, limit).await
     }
 }
 

@@ -27,3 +27,6 @@ pub(super) const INTENT_UPDATE: &str = include_str!("sql/intent_update.sql");
 pub(super) const INTENT_SELECT_PHASE: &str = include_str!("sql/intent_select_phase.sql");
 pub(super) const INTENT_DELETE: &str = include_str!("sql/intent_delete.sql");
 pub(super) const INTENT_LIST: &str = include_str!("sql/intent_list.sql");
+
+pub(super) const AUDIT_INSERT: &str = include_str!("sql/audit_insert.sql");
+pub(super) const AUDIT_LIST: &str = include_str!("sql/audit_list.sql");

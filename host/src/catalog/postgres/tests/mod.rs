@@ -6,6 +6,7 @@
 //! the full behaviour; these check the Postgres-specific paths (lost inserts, concurrent
 //! batches, the SQL filters) and that nothing is written when a step is refused.
 
+mod audit;
 mod datasets;
 mod intents;
 mod lifecycle;

@@ -1,0 +1,79 @@
+//! Audit records: one per recovery decision a sweep acts on, so that every decision can be
+//! traced to the policy that made it and replayed from the inputs it saw.
+//!
+//! A record names the policy by digest and semantics revision, hashes the observation the
+//! policy was given (sha256 of its canonical JSON), and keeps the decision and what the host
+//! did with it. Probe and verify sweeps write no records: they write nothing at all.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{MendError, Result};
+use crate::model::TimestampMs;
+
+/// The audit format this host writes and the newest it reads.
+pub const AUDIT_FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    pub format_version: u32,
+    pub dataset_id: String,
+    pub operation_id: String,
+    pub recorded_at_ms: TimestampMs,
+    /// `probe`, `roll-forward`, `exclusive` or `verify`.
+    pub mode: String,
+    pub policy_digest: String,
+    pub semantics_revision: u32,
+    /// `sha256:<hex>` of the canonical JSON of the observation the policy decided on.
+    pub inputs_hash: String,
+    /// The decision, as JSON.
+    pub decision: serde_json::Value,
+    /// What the host did with it, as JSON.
+    pub outcome: serde_json::Value,
+}
+
+/// Refuses a whole append, before anything is written, unless every record names
+/// `dataset_id` and is in this host's format.
+pub fn check_append(dataset_id: &str, records: &[AuditRecord]) -> Result<()> {
+    for record in records {
+        if record.dataset_id != dataset_id {
+            return Err(MendError::invalid(format!(
+                "audit record of operation {} names dataset {}, not {dataset_id}; append it with the records of its own dataset",
+                record.operation_id, record.dataset_id
+            )));
+        }
+        if record.format_version != AUDIT_FORMAT_VERSION {
+            return Err(MendError::invalid(format!(
+                "audit record of operation {} has format version {}; this mend writes only version {AUDIT_FORMAT_VERSION}",
+                record.operation_id, record.format_version
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Parses a stored record, reading its version first so that a record from a newer mend is
+/// refused as such rather than as whatever field it happens to have changed. `what` names
+/// the record in errors.
+pub fn parse_stored(body: &[u8], what: &str) -> Result<AuditRecord> {
+    #[derive(Deserialize)]
+    struct Version {
+        format_version: u32,
+    }
+    let unreadable = |error: serde_json::Error| MendError::Corrupt {
+        message: format!("{what} is unreadable: {error}"),
+    };
+    let Version { format_version } = serde_json::from_slice(body).map_err(unreadable)?;
+    if format_version == 0 || format_version > AUDIT_FORMAT_VERSION {
+        let origin = if format_version == 0 {
+            "no mend writes it"
+        } else {
+            "a newer mend wrote it; upgrade before reading this dataset's audit trail"
+        };
+        return Err(MendError::Corrupt {
+            message: format!(
+                "{what} has format version {format_version}, but this mend reads only versions 1 to {AUDIT_FORMAT_VERSION}: {origin}"
+            ),
+        });
+    }
+    serde_json::from_slice(body).map_err(unreadable)
+}
