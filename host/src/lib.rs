@@ -19,6 +19,7 @@ pub mod faults;
 pub mod gates;
 pub mod intent;
 pub mod invariants;
+pub mod live;
 pub mod model;
 pub mod objects;
 pub mod runtime;

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use mend::audit::AuditRecord;
-use mend::catalog::{Capabilities, Catalog, ObjectStoreCatalog, PublishValidator, StagePlanner};
+use mend::catalog::{
+    Capabilities, Catalog, ManifestProbe, ObjectStoreCatalog, PublishValidator, StagePlanner,
+};
 use mend::intent::{Intent, IntentPhase};
 use mend::model::{
     Dataset, DatasetConfig, ListQuery, MarkResult, PublishRequest, PublishResult, SplitPage,
@@ -44,6 +46,9 @@ impl Catalog for OlderBackend {
     }
     async fn dataset(&self, id: &str) -> Result<Dataset> {
         self.inner.dataset(id).await
+    }
+    async fn probe_manifest(&self, id: &str) -> Result<ManifestProbe> {
+        self.inner.probe_manifest(id).await
     }
     async fn update_config(
         &self,

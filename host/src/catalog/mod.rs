@@ -165,6 +165,14 @@ impl StagePlan {
 /// Called by a backend inside its atomic step with the rows that exist for the requested ids.
 pub type StagePlanner<'a> = dyn Fn(&[ExistingRow]) -> Result<StagePlan> + Send + Sync + 'a;
 
+/// What a live handle's refresh learns from one probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ManifestProbe {
+    pub manifest_version: u64,
+    /// Unresolved operations exist: a read-write handle sweeps them.
+    pub pending_intents: bool,
+}
+
 /// What a backend observed for a publish, under the dataset's lock.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PublishObservation {
@@ -205,6 +213,11 @@ pub trait Catalog: Send + Sync + fmt::Debug {
 
     /// One dataset; `NotFound` if it does not exist.
     async fn dataset(&self, dataset_id: &str) -> Result<Dataset>;
+
+    /// The dataset's manifest version and whether intents are pending, as cheaply as the
+    /// backend can tell: one small read (one row in Postgres; in object storage, one probe for
+    /// the log's next version). Live handles call it on every refresh.
+    async fn probe_manifest(&self, dataset_id: &str) -> Result<ManifestProbe>;
 
     /// Replaces the config if its version is still `expected_config_version`
     /// (`FailedPrecondition` otherwise); bumps the config and manifest versions.

@@ -40,7 +40,7 @@ use self::log::{Action, Commit, Log, PutOutcome};
 use self::mutations::Change;
 pub use self::open::open_store;
 use self::state::DatasetState;
-use super::{Capabilities, Catalog, PublishValidator, StagePlanner};
+use super::{Capabilities, Catalog, ManifestProbe, PublishValidator, StagePlanner};
 use crate::audit::AuditRecord;
 use crate::error::{EntityKind, MendError, Result};
 use crate::intent::{Intent, IntentPhase, check_written_format};
@@ -326,6 +326,14 @@ impl Catalog for ObjectStoreCatalog {
 
     async fn dataset(&self, dataset_id: &str) -> Result<Dataset> {
         Ok(self.load(dataset_id).await?.dataset.clone())
+    }
+
+    async fn probe_manifest(&self, dataset_id: &str) -> Result<ManifestProbe> {
+        let state = self.load(dataset_id).await?;
+        Ok(ManifestProbe {
+            manifest_version: state.dataset.manifest_version,
+            pending_intents: !state.intents.is_empty(),
+        })
     }
 
     async fn update_config(

@@ -5,6 +5,7 @@
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
+use crate::catalog::ManifestProbe;
 use crate::error::{MendError, Result};
 use crate::model::{Dataset, DatasetConfig, TimestampMs};
 
@@ -49,6 +50,23 @@ pub(super) async fn show(pool: &PgPool, dataset_id: &str) -> Result<Dataset> {
         .map_err(|error| database_error(error, dataset_id))?
         .ok_or_else(|| MendError::dataset_not_found(dataset_id))?;
     rows::dataset(&row)
+}
+
+/// The manifest version and whether intents are pending, in one small read.
+pub(super) async fn probe_manifest(pool: &PgPool, dataset_id: &str) -> Result<ManifestProbe> {
+    let (version, pending_intents): (i64, bool) = sqlx::query_as(sql::DATASET_PROBE)
+        .bind(dataset_id)
+        .fetch_optional(pool)
+        .await
+        .map_err(|error| database_error(error, dataset_id))?
+        .ok_or_else(|| MendError::dataset_not_found(dataset_id))?;
+    let manifest_version = u64::try_from(version).map_err(|_| MendError::Corrupt {
+        message: format!("dataset {dataset_id} has a negative manifest version {version}"),
+    })?;
+    Ok(ManifestProbe {
+        manifest_version,
+        pending_intents,
+    })
 }
 
 pub(super) async fn update_config(

@@ -180,6 +180,10 @@ impl Catalog for PostgresCatalog {
         datasets::show(&self.pool, dataset_id).await
     }
 
+    async fn probe_manifest(&self, dataset_id: &str) -> Result<crate::catalog::ManifestProbe> {
+        datasets::probe_manifest(&self.pool, dataset_id).await
+    }
+
     async fn update_config(
         &self,
         dataset_id: &str,

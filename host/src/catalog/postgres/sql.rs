@@ -12,6 +12,7 @@ pub(super) const DATASET_UPDATE_CONFIG: &str = include_str!("sql/dataset_update_
 pub(super) const DATASET_UPDATE_PUBLISH_TOKEN: &str =
     include_str!("sql/dataset_update_publish_token.sql");
 pub(super) const DATASET_BUMP_MANIFEST: &str = include_str!("sql/dataset_bump_manifest.sql");
+pub(super) const DATASET_PROBE: &str = include_str!("sql/dataset_probe.sql");
 
 pub(super) const SPLIT_STATES: &str = include_str!("sql/split_states.sql");
 pub(super) const SPLIT_STATES_FOR_UPDATE: &str = include_str!("sql/split_states_for_update.sql");

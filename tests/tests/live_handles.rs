@@ -1,0 +1,191 @@
+//! Live handles: a refresh with nothing new costs one probe and no scan whatever the history;
+//! a failed preparation publishes nothing; a read-only handle never runs recovery, a
+//! read-write one resolves pending intents.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use mend::MendError;
+use mend::engine::{CommitRequest, CommitSplit};
+use mend::faults::CrashAt;
+use mend::live::{HandleMode, LiveHandle, PrepareFault, Refresh};
+use mend::model::{PublishRequest, StageMode, StageRequest, StageSplit};
+use mend_tests::{Backend, Harness};
+
+async fn history(h: &Harness, dataset_id: &str, commits: usize) {
+    for i in 0..commits {
+        let token = if i % 2 == 0 { "a" } else { "b" };
+        h.engine
+            .set_publish_token(dataset_id, Some(token))
+            .await
+            .unwrap();
+    }
+}
+
+async fn refresh_cost_stays_flat(backend: Backend, sizes: &[usize]) {
+    let h = Harness::new(backend).await;
+    for &commits in sizes {
+        let dataset_id = h.create_dataset("flat").await;
+        history(&h, &dataset_id, commits).await;
+        let handle = LiveHandle::open(h.engine.clone(), &dataset_id, HandleMode::ReadWrite)
+            .await
+            .unwrap();
+        let before = handle.stats();
+        for _ in 0..10 {
+            assert_eq!(handle.refresh().await.unwrap(), Refresh::Unchanged);
+        }
+        let after = handle.stats();
+        assert_eq!(after.probes - before.probes, 10, "one probe per refresh");
+        assert_eq!(after.scans, before.scans, "no scan when nothing changed");
+        assert_eq!(after.sweeps, 0);
+        println!(
+            "live handle [{backend}]: {commits} commits of history: 10 unchanged refreshes cost 10 probes, 0 scans"
+        );
+    }
+}
+
+#[tokio::test]
+async fn refresh_cost_is_flat_on_memory() {
+    refresh_cost_stays_flat(Backend::Memory, &[1, 1_000, 10_000]).await;
+}
+
+#[tokio::test]
+async fn refresh_cost_is_flat_on_postgres() {
+    refresh_cost_stays_flat(Backend::Postgres, &[1, 1_000, 10_000]).await;
+}
+
+async fn stage_and_publish(h: &Harness, dataset_id: &str, split_id: &str) {
+    h.engine
+        .stage(&StageRequest {
+            dataset_id: dataset_id.into(),
+            mode: StageMode::CreateOnly,
+            node: "n".into(),
+            splits: vec![StageSplit {
+                split_id: split_id.into(),
+                metadata_json: "{}".into(),
+            }],
+        })
+        .await
+        .unwrap();
+    h.engine
+        .publish(&PublishRequest {
+            dataset_id: dataset_id.into(),
+            staged_split_ids: vec![split_id.into()],
+            replaced_split_ids: vec![],
+            checkpoint_delta: None,
+            publish_token: None,
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_preparation_publishes_nothing_and_the_next_refresh_converges() {
+    for backend in [Backend::Memory, Backend::Postgres] {
+        let h = Harness::new(backend).await;
+        let dataset_id = h.create_dataset("prepare").await;
+        stage_and_publish(&h, &dataset_id, "first").await;
+        let failing = Arc::new(AtomicBool::new(false));
+        let switch = failing.clone();
+        let fault: PrepareFault = Arc::new(move || {
+            if switch.load(Ordering::SeqCst) {
+                Err(MendError::Transient {
+                    message: "injected preparation failure".into(),
+                })
+            } else {
+                Ok(())
+            }
+        });
+        let handle = LiveHandle::open_with_fault(
+            h.engine.clone(),
+            &dataset_id,
+            HandleMode::ReadOnly,
+            Some(fault),
+        )
+        .await
+        .unwrap();
+        let old = handle.current();
+        assert_eq!(old.published.len(), 1);
+
+        stage_and_publish(&h, &dataset_id, "second").await;
+        failing.store(true, Ordering::SeqCst);
+        assert!(handle.refresh().await.is_err());
+        assert_eq!(
+            handle.current(),
+            old,
+            "a failed refresh published something"
+        );
+
+        failing.store(false, Ordering::SeqCst);
+        assert!(matches!(
+            handle.refresh().await.unwrap(),
+            Refresh::Published { .. }
+        ));
+        let new = handle.current();
+        assert_eq!(new.published.len(), 2);
+        assert!(new.manifest_version > old.manifest_version);
+        println!(
+            "live handle [{backend}]: failed preparation kept generation {}, next refresh published {}",
+            old.number, new.number
+        );
+    }
+}
+
+#[tokio::test]
+async fn read_only_handles_never_recover_and_read_write_handles_do() {
+    for backend in [Backend::Memory, Backend::Postgres] {
+        let h = Harness::new(backend).await;
+        let dataset_id = h.create_dataset("handles").await;
+        let commit = CommitRequest {
+            dataset_id: dataset_id.clone(),
+            node: "writer".into(),
+            splits: vec![CommitSplit {
+                split_id: "pending".into(),
+                metadata_json: "{}".into(),
+                payload: Bytes::from_static(b"bytes"),
+            }],
+            checkpoint_delta: None,
+            publish_token: None,
+        };
+        // Crash after the object landed and before the intent was confirmed: roll-forward
+        // can finish it.
+        let crashing = h.engine.with_faults(Arc::new(CrashAt::new(4, false)));
+        assert!(crashing.commit(&commit).await.is_err());
+        h.clock.advance_ms(120_000);
+        let pending = h.engine.catalog().list_intents(&dataset_id).await.unwrap();
+        assert_eq!(pending.len(), 1);
+
+        let reader = LiveHandle::open(h.engine.clone(), &dataset_id, HandleMode::ReadOnly)
+            .await
+            .unwrap();
+        reader.refresh().await.unwrap();
+        assert_eq!(reader.stats().sweeps, 0);
+        assert_eq!(
+            h.engine.catalog().list_intents(&dataset_id).await.unwrap(),
+            pending,
+            "a read-only refresh touched the pending intent"
+        );
+
+        let writer = LiveHandle::open(h.engine.clone(), &dataset_id, HandleMode::ReadWrite)
+            .await
+            .unwrap();
+        assert!(matches!(
+            writer.refresh().await.unwrap(),
+            Refresh::Published { .. }
+        ));
+        assert_eq!(writer.stats().sweeps, 1);
+        assert!(
+            h.engine
+                .catalog()
+                .list_intents(&dataset_id)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(writer.current().published.len(), 1);
+        println!(
+            "live handle [{backend}]: read-only refresh left the intent in place; read-write refresh resolved it and published"
+        );
+    }
+}
