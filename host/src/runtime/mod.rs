@@ -56,7 +56,7 @@ pub const HOST_ABI_MINOR: u32 = mend_policy::ABI_MINOR;
 pub const KNOWN_SEMANTICS_REVISIONS: &[u32] = &[1];
 
 /// The default policy component, built from `guest/` by the build script.
-pub const DEFAULT_POLICY_WASM: &[u8] = include_bytes!(env!("MEND_DEFAULT_POLICY_WASM"));
+pub const DEFAULT_POLICY_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_WASM"));
 
 /// How often the engine's epoch advances; the unit of [`PolicyLimits::cpu_time_per_call`].
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);

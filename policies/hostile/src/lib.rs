@@ -1,0 +1,145 @@
+//! A hostile policy, for tests only: it describes itself like the default policy, then
+//! returns decisions that break the invariants, so that tests can prove the host refuses
+//! every one and executes nothing.
+//!
+//! - stage planning overwrites existing rows even in create-only mode (invariant 3);
+//! - publish validation allows everything: stale tokens, checkpoints moving backwards (4, 7);
+//! - recovery rolls back in every mode (6) and rolls forward intents whose objects are
+//!   missing (1).
+//!
+//! It builds only for wasm32; natively it is empty.
+
+#![cfg_attr(target_arch = "wasm32", no_std)]
+#![cfg(target_arch = "wasm32")]
+// The generated glue lifts and lowers through raw pointers.
+#![allow(unsafe_code)]
+
+extern crate alloc;
+
+use alloc::vec::Vec;
+
+wit_bindgen::generate!({
+    world: "policy",
+    path: "../../wit",
+});
+
+use mend::policy::types as wit;
+
+#[global_allocator]
+static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cabi_realloc(
+    old_ptr: *mut u8,
+    old_len: usize,
+    align: usize,
+    new_len: usize,
+) -> *mut u8 {
+    use alloc::alloc::{Layout, alloc, realloc};
+    if new_len == 0 {
+        return align as *mut u8;
+    }
+    // SAFETY: the canonical ABI passes a power-of-two alignment and, for a reallocation, an
+    // allocation it made through this function.
+    let ptr = unsafe {
+        if old_len == 0 {
+            alloc(Layout::from_size_align_unchecked(new_len, align))
+        } else {
+            realloc(
+                old_ptr,
+                Layout::from_size_align_unchecked(old_len, align),
+                new_len,
+            )
+        }
+    };
+    if ptr.is_null() {
+        core::arch::wasm32::unreachable()
+    }
+    ptr
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn memcmp(left: *const u8, right: *const u8, len: usize) -> i32 {
+    // SAFETY: memcmp's contract: two readable regions of `len` bytes.
+    let (left, right) = unsafe {
+        (
+            core::slice::from_raw_parts(left, len),
+            core::slice::from_raw_parts(right, len),
+        )
+    };
+    for (a, b) in left.iter().zip(right) {
+        if a != b {
+            return i32::from(*a) - i32::from(*b);
+        }
+    }
+    0
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn bcmp(left: *const u8, right: *const u8, len: usize) -> i32 {
+    // SAFETY: as for memcmp.
+    unsafe { memcmp(left, right, len) }
+}
+
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
+    core::arch::wasm32::unreachable()
+}
+
+struct HostilePolicy;
+
+impl Guest for HostilePolicy {
+    /// Claims exactly what the default policy claims, so that the host loads it.
+    fn describe() -> wit::PolicyDescription {
+        wit::PolicyDescription {
+            name: "hostile".into(),
+            version: "0.0.0".into(),
+            abi_major: 1,
+            abi_minor: 1,
+            semantics_revision: 1,
+            required_capabilities: Vec::new(),
+        }
+    }
+
+    fn plan_stage(input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
+        let mut ids: Vec<(usize, alloc::string::String)> =
+            input.split_ids.into_iter().enumerate().collect();
+        ids.sort_by(|a, b| a.1.cmp(&b.1));
+        ids.dedup_by(|a, b| a.1 == b.1);
+        ids.into_iter()
+            .map(|(index, split_id)| {
+                let exists = input.existing.iter().any(|row| row.split_id == split_id);
+                wit::PlannedSplit {
+                    split_id,
+                    request_index: index as u32,
+                    action: if exists {
+                        wit::StageAction::Overwrite
+                    } else {
+                        wit::StageAction::Insert
+                    },
+                }
+            })
+            .collect()
+    }
+
+    fn validate_publish(_input: wit::PublishInput) -> Vec<wit::PublishViolation> {
+        Vec::new()
+    }
+
+    fn decide_recovery(input: wit::RecoveryInput) -> Vec<wit::IntentDecision> {
+        input
+            .intents
+            .into_iter()
+            .map(|intent| wit::IntentDecision {
+                decision: if intent.objects.iter().any(|object| !object.matches) {
+                    wit::RecoveryDecision::RollForward
+                } else {
+                    wit::RecoveryDecision::RollBack
+                },
+                operation_id: intent.operation_id,
+            })
+            .collect()
+    }
+}
+
+export!(HostilePolicy);

@@ -1,0 +1,175 @@
+//! A policy component that returns unsafe decisions (`policies/hostile`): the host refuses each
+//! one, audits what it refused, and executes nothing.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use mend::MendError;
+use mend::engine::{CommitRequest, CommitSplit, Outcome};
+use mend::faults::CrashAt;
+use mend::model::{ListQuery, PublishRequest, StageMode, StageRequest, StageSplit};
+use mend::runtime::{PolicyLimits, PolicyRuntime};
+use mend_policy::RecoveryMode;
+use mend_tests::{Backend, Harness};
+
+const HOSTILE_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_HOSTILE_WASM"));
+
+fn stage(dataset_id: &str, mode: StageMode, ids: &[&str]) -> StageRequest {
+    StageRequest {
+        dataset_id: dataset_id.into(),
+        mode,
+        node: "n".into(),
+        splits: ids
+            .iter()
+            .map(|id| StageSplit {
+                split_id: (*id).into(),
+                metadata_json: "{}".into(),
+            })
+            .collect(),
+    }
+}
+
+fn commit(dataset_id: &str, ids: &[&str]) -> CommitRequest {
+    CommitRequest {
+        dataset_id: dataset_id.into(),
+        node: "writer".into(),
+        splits: ids
+            .iter()
+            .map(|id| CommitSplit {
+                split_id: (*id).into(),
+                metadata_json: "{}".into(),
+                payload: Bytes::from_static(b"bytes"),
+            })
+            .collect(),
+        checkpoint_delta: None,
+        publish_token: None,
+    }
+}
+
+async fn check_hostile(backend: Backend) {
+    let hostile = PolicyRuntime::load(HOSTILE_WASM, PolicyLimits::default()).expect("loads");
+    let h = Harness::with_policy(backend, hostile).await;
+    let dataset_id = h.create_dataset("hostile").await;
+    let mut refused = 0;
+
+    // Invariant 3: create-only never modifies an existing row.
+    h.engine
+        .stage(&stage(&dataset_id, StageMode::Upsert, &["existing"]))
+        .await
+        .unwrap();
+    let rows = h
+        .engine
+        .list_splits(&dataset_id, &ListQuery::default())
+        .await
+        .unwrap();
+    let error = h
+        .engine
+        .stage(&stage(
+            &dataset_id,
+            StageMode::CreateOnly,
+            &["existing", "new"],
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, MendError::PolicyRejected { .. }),
+        "{error:?}"
+    );
+    assert_eq!(
+        h.engine
+            .list_splits(&dataset_id, &ListQuery::default())
+            .await
+            .unwrap(),
+        rows
+    );
+    refused += 1;
+
+    // Invariant 7: a stale publish token cannot publish, whatever the policy says.
+    h.engine
+        .set_publish_token(&dataset_id, Some("current"))
+        .await
+        .unwrap();
+    let error = h
+        .engine
+        .publish(&PublishRequest {
+            dataset_id: dataset_id.clone(),
+            staged_split_ids: vec!["existing".into()],
+            replaced_split_ids: vec![],
+            checkpoint_delta: None,
+            publish_token: Some("stale".into()),
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, MendError::PolicyRejected { .. }),
+        "{error:?}"
+    );
+    assert_eq!(
+        h.engine
+            .list_splits(&dataset_id, &ListQuery::default())
+            .await
+            .unwrap(),
+        rows
+    );
+    refused += 1;
+    h.engine.set_publish_token(&dataset_id, None).await.unwrap();
+
+    // Invariant 6: compensation in roll-forward mode; invariant 1: a roll-forward that would
+    // publish splits whose objects are missing.
+    for (crash_at, label) in [(5, "complete effects"), (3, "a missing object")] {
+        let ds = h.create_dataset("hostile-recovery").await;
+        let crashing = h
+            .engine
+            .with_faults(Arc::new(CrashAt::new(crash_at, false)));
+        assert!(crashing.commit(&commit(&ds, &["a", "b"])).await.is_err());
+        h.clock.advance_ms(120_000);
+        let intents = h.engine.catalog().list_intents(&ds).await.unwrap();
+        let rows = h
+            .engine
+            .list_splits(&ds, &ListQuery::default())
+            .await
+            .unwrap();
+        let report = h
+            .engine
+            .recover(&ds, RecoveryMode::RollForward)
+            .await
+            .unwrap();
+        assert!(
+            report
+                .intents
+                .iter()
+                .all(|i| matches!(i.outcome, Outcome::Refused(_))),
+            "{label}: {report:?}"
+        );
+        assert_eq!(
+            h.engine.catalog().list_intents(&ds).await.unwrap(),
+            intents,
+            "{label}"
+        );
+        assert_eq!(
+            h.engine
+                .list_splits(&ds, &ListQuery::default())
+                .await
+                .unwrap(),
+            rows,
+            "{label}"
+        );
+        let audit = h.engine.catalog().list_audit(&ds, None).await.unwrap();
+        assert_eq!(audit.len(), 1, "{label}: the refusal is audited");
+        assert_eq!(audit[0].policy_digest, h.engine.policy().digest());
+        refused += 1;
+    }
+    println!(
+        "hostile policy [{backend}]: {refused} unsafe decisions refused (the recovery ones audited), nothing executed"
+    );
+}
+
+#[tokio::test]
+async fn hostile_decisions_are_refused_on_memory() {
+    check_hostile(Backend::Memory).await;
+}
+
+#[tokio::test]
+async fn hostile_decisions_are_refused_on_postgres() {
+    check_hostile(Backend::Postgres).await;
+}
