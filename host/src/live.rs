@@ -12,7 +12,12 @@
 //! 3. publishes it with one swap of an `Arc`, after which nothing can fail.
 //!
 //! A failed preparation publishes nothing; the next refresh starts over and converges.
+//!
+//! The write path ([`LiveHandle::replace`]) refreshes the snapshot only when its read set
+//! changed, and returns `RecoveryRequired` for an unresolved operation in its way rather than
+//! resolving it inline.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -20,7 +25,7 @@ use mend_policy::RecoveryMode;
 
 use crate::engine::Engine;
 use crate::error::{MendError, Result};
-use crate::model::{DatasetConfig, ListQuery, SplitRow, SplitState};
+use crate::model::{DatasetConfig, ListQuery, PublishRequest, PublishResult, SplitRow, SplitState};
 
 /// One consistent view of a dataset.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +55,8 @@ pub struct HandleStats {
     pub probes: u64,
     pub scans: u64,
     pub sweeps: u64,
+    /// Snapshot-only refreshes made by the write path.
+    pub snapshot_refreshes: u64,
     pub generations: u64,
 }
 
@@ -75,6 +82,7 @@ pub struct LiveHandle {
     probes: AtomicU64,
     scans: AtomicU64,
     sweeps: AtomicU64,
+    snapshot_refreshes: AtomicU64,
     prepare_fault: Option<PrepareFault>,
 }
 
@@ -118,6 +126,7 @@ impl LiveHandle {
             probes: AtomicU64::new(0),
             scans: AtomicU64::new(0),
             sweeps: AtomicU64::new(0),
+            snapshot_refreshes: AtomicU64::new(0),
             prepare_fault: None,
         };
         let first = handle.prepare(1).await?;
@@ -141,6 +150,7 @@ impl LiveHandle {
             probes: self.probes.load(Ordering::Relaxed),
             scans: self.scans.load(Ordering::Relaxed),
             sweeps: self.sweeps.load(Ordering::Relaxed),
+            snapshot_refreshes: self.snapshot_refreshes.load(Ordering::Relaxed),
             generations: self.current().number,
         }
     }
@@ -178,6 +188,79 @@ impl LiveHandle {
         };
         self.publish(next);
         Ok(published)
+    }
+
+    /// Publishes `staged` replacing `replaced` through the handle: the write path.
+    ///
+    /// The replaced splits are the write's read set: they must be published in the handle's
+    /// snapshot. When they are not, the handle refreshes its snapshot only, never running a
+    /// sweep, and checks again. An unresolved operation touching any of the splits is not
+    /// resolved inline: the call fails with `RecoveryRequired` naming it, for the dataset's
+    /// supervisor to handle.
+    pub async fn replace(
+        &self,
+        staged: &[String],
+        replaced: &[String],
+        publish_token: Option<String>,
+    ) -> Result<PublishResult> {
+        let in_snapshot = |generation: &Generation| {
+            replaced
+                .iter()
+                .all(|id| generation.published.iter().any(|row| &row.split_id == id))
+        };
+        if !in_snapshot(&self.current()) {
+            let _one_at_a_time = self.refreshing.lock().await;
+            self.snapshot_refreshes.fetch_add(1, Ordering::Relaxed);
+            let next = self.prepare(self.current().number + 1).await?;
+            self.publish(next);
+        }
+        let current = self.current();
+        if !in_snapshot(&current) {
+            let missing: Vec<String> = replaced
+                .iter()
+                .filter(|id| !current.published.iter().any(|row| &row.split_id == *id))
+                .cloned()
+                .collect();
+            return Err(MendError::failed_precondition(
+                format!(
+                    "splits to replace are not published in dataset {}: {}",
+                    self.dataset_id,
+                    missing.join(", ")
+                ),
+                missing,
+            ));
+        }
+        let touched: BTreeSet<&String> = staged.iter().chain(replaced).collect();
+        for intent in self.engine.catalog().list_intents(&self.dataset_id).await? {
+            let effects = &intent.effects;
+            let in_the_way = effects
+                .stage
+                .iter()
+                .map(|row| &row.split_id)
+                .chain(effects.mark.iter())
+                .chain(effects.delete.iter())
+                .chain(
+                    effects
+                        .publish
+                        .iter()
+                        .flat_map(|p| p.staged_split_ids.iter().chain(&p.replaced_split_ids)),
+                )
+                .any(|id| touched.contains(id));
+            if in_the_way {
+                return Err(MendError::RecoveryRequired {
+                    operation_id: intent.operation_id,
+                });
+            }
+        }
+        self.engine
+            .publish(&PublishRequest {
+                dataset_id: self.dataset_id.clone(),
+                staged_split_ids: staged.to_vec(),
+                replaced_split_ids: replaced.to_vec(),
+                checkpoint_delta: None,
+                publish_token,
+            })
+            .await
     }
 
     /// Reads the next generation; touches nothing the readers see.

@@ -249,3 +249,70 @@ async fn config_changes_during_refreshes_never_mix_generations() {
         );
     }
 }
+
+/// The write path refreshes its snapshot only when its read set changed, never sweeps, and
+/// hands an unresolved operation in its way back as RecoveryRequired.
+#[tokio::test]
+async fn the_write_path_refreshes_its_snapshot_only_and_never_sweeps() {
+    for backend in [Backend::Memory, Backend::Postgres] {
+        let h = Harness::new(backend).await;
+        let dataset_id = h.create_dataset("write-path").await;
+        let handle = LiveHandle::open(h.engine.clone(), &dataset_id, HandleMode::ReadWrite)
+            .await
+            .unwrap();
+        // Another writer publishes `old` after the handle took its snapshot.
+        stage_and_publish(&h, &dataset_id, "old").await;
+        h.engine
+            .stage(&StageRequest {
+                dataset_id: dataset_id.clone(),
+                mode: StageMode::CreateOnly,
+                node: "n".into(),
+                splits: vec![StageSplit {
+                    split_id: "merged".into(),
+                    metadata_json: "{}".into(),
+                }],
+            })
+            .await
+            .unwrap();
+        handle
+            .replace(&["merged".into()], &["old".into()], None)
+            .await
+            .expect("the replace finds `old` after a snapshot refresh");
+        assert_eq!(handle.stats().snapshot_refreshes, 1);
+        assert_eq!(handle.stats().sweeps, 0);
+
+        // A crashed commit stands in the way of a write touching its split.
+        let commit = CommitRequest {
+            dataset_id: dataset_id.clone(),
+            node: "writer".into(),
+            splits: vec![CommitSplit {
+                split_id: "contested".into(),
+                metadata_json: "{}".into(),
+                payload: Bytes::from_static(b"bytes"),
+            }],
+            checkpoint_delta: None,
+            publish_token: None,
+        };
+        let crashing = h.engine.with_faults(Arc::new(CrashAt::new(5, false)));
+        assert!(crashing.commit(&commit).await.is_err());
+        let pending = h.engine.catalog().list_intents(&dataset_id).await.unwrap();
+        let error = handle
+            .replace(&["contested".into()], &[], None)
+            .await
+            .unwrap_err();
+        match error {
+            MendError::RecoveryRequired { operation_id } => {
+                assert_eq!(operation_id, pending[0].operation_id)
+            }
+            other => panic!("expected RecoveryRequired, got {other:?}"),
+        }
+        assert_eq!(handle.stats().sweeps, 0, "the write path ran a sweep");
+        assert_eq!(
+            h.engine.catalog().list_intents(&dataset_id).await.unwrap(),
+            pending
+        );
+        println!(
+            "live handle [{backend}]: the write path refreshed its snapshot once, ran 0 sweeps, and returned RecoveryRequired for the operation in its way"
+        );
+    }
+}
