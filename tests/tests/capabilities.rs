@@ -93,6 +93,15 @@ impl Catalog for OlderBackend {
     ) -> Result<MarkResult> {
         self.inner.mark_for_deletion(id, ids, now).await
     }
+    async fn mark_stale_staged(
+        &self,
+        id: &str,
+        ids: &[String],
+        before: TimestampMs,
+        now: TimestampMs,
+    ) -> Result<Vec<String>> {
+        self.inner.mark_stale_staged(id, ids, before, now).await
+    }
     async fn delete_splits(&self, id: &str, ids: &[String], now: TimestampMs) -> Result<()> {
         self.inner.delete_splits(id, ids, now).await
     }

@@ -268,6 +268,18 @@ pub trait Catalog: Send + Sync + fmt::Debug {
         now_ms: TimestampMs,
     ) -> Result<MarkResult>;
 
+    /// Marks for deletion those of `split_ids` that are still staged and untouched since
+    /// before `untouched_before_ms`, checked at write time: a split published or restaged
+    /// meanwhile is left alone. Returns the ids it marked; unknown ids are skipped. This is how
+    /// garbage collection abandons staged splits without ever hiding a published one.
+    async fn mark_stale_staged(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+        untouched_before_ms: TimestampMs,
+        now_ms: TimestampMs,
+    ) -> Result<Vec<String>>;
+
     /// Deletes the rows of splits marked for deletion. `NotFound` naming unknown ids,
     /// `FailedPrecondition` naming ids in another state; nothing written in either case.
     /// The engine deletes the objects before calling this.

@@ -10,10 +10,12 @@
 //! operations leave behind.
 
 mod commit;
+mod gc;
 mod recovery;
 mod verify;
 
 pub use commit::{CommitRequest, CommitResult, CommitSplit};
+pub use gc::GcResult;
 pub use recovery::{IntentReport, IntentStatus, Outcome, RecoveryReport};
 pub use verify::{VerifyReport, Violation};
 

@@ -10,7 +10,8 @@
 //!
 //! A decision the host refuses (a roll-back outside exclusive mode, invariant 6; a
 //! roll-forward that would publish a split whose object is missing, invariant 1) is reported
-//! with the reason and nothing is executed for it. Every decision executed or refused is
+//! with the reason and nothing is executed for it. Commit and gc intents are executed; other
+//! kinds are reported as refused, never guessed at. Every decision executed or refused is
 //! audited ([`AuditRecord`]): policy digest, semantics revision, a hash of the observation,
 //! the decision and the outcome. Only commit intents are executed so far;
 //! other kinds are reported as refused, never guessed at.
@@ -281,6 +282,7 @@ impl Engine {
         match decision {
             RecoveryDecision::Defer(_) | RecoveryDecision::Blocked(_) => return Ok(false),
             RecoveryDecision::Stale => {}
+            RecoveryDecision::RollForward if intent.kind == OperationKind::Gc => {}
             RecoveryDecision::RollForward => {
                 if let Some(planned) = &intent.effects.publish {
                     let publish = PublishRequest {
@@ -295,6 +297,11 @@ impl Engine {
                 }
             }
             RecoveryDecision::RollBack => self.roll_back_commit(intent).await?,
+        }
+        if intent.kind == OperationKind::Gc && *decision == RecoveryDecision::RollForward {
+            let dataset = self.catalog.dataset(&intent.dataset_id).await?;
+            let staged_cutoff = intent.created_at_ms - dataset.config.staged_grace_period_ms as i64;
+            self.run_gc(intent, staged_cutoff).await?;
         }
         self.durably(
             DurableStep::DeleteIntent,
@@ -386,8 +393,11 @@ fn refusal(
         RecoveryDecision::RollBack if mode == RecoveryMode::RollForward => Some(
             "a roll-back compensates another writer's effects, which only exclusive mode may do (invariant 6)".into(),
         ),
+        RecoveryDecision::RollBack if intent.kind == OperationKind::Gc => Some(
+            "a gc cannot be rolled back: a mark is final; it can only be rolled forward".into(),
+        ),
         RecoveryDecision::RollForward | RecoveryDecision::RollBack
-            if intent.kind != OperationKind::Commit =>
+            if !matches!(intent.kind, OperationKind::Commit | OperationKind::Gc) =>
         {
             Some(format!(
                 "this host does not yet execute recovery of {:?} intents; it leaves them in place",

@@ -399,6 +399,19 @@ impl Catalog for ObjectStoreCatalog {
         .await
     }
 
+    async fn mark_stale_staged(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+        untouched_before_ms: TimestampMs,
+        now_ms: TimestampMs,
+    ) -> Result<Vec<String>> {
+        self.mutate(dataset_id, now_ms, |state| {
+            mutations::mark_stale_staged(state, split_ids, untouched_before_ms, now_ms)
+        })
+        .await
+    }
+
     async fn delete_splits(
         &self,
         dataset_id: &str,

@@ -248,6 +248,41 @@ pub(super) fn mark_for_deletion(
     })
 }
 
+/// Marks the still-staged, untouched-since-the-cutoff rows among `split_ids`.
+pub(super) fn mark_stale_staged(
+    state: &DatasetState,
+    split_ids: &[String],
+    untouched_before_ms: TimestampMs,
+    now_ms: TimestampMs,
+) -> Result<Change<Vec<String>>> {
+    let mut rows = Vec::new();
+    for split_id in distinct_sorted(split_ids) {
+        if let Some(row) = state.splits.get(&split_id)
+            && row.state == SplitState::Staged
+            && row.updated_at_ms < untouched_before_ms
+        {
+            rows.push(SplitRow {
+                state: SplitState::MarkedForDeletion,
+                updated_at_ms: now_ms,
+                ..row.clone()
+            });
+        }
+    }
+    let marked: Vec<String> = rows.iter().map(|row| row.split_id.clone()).collect();
+    if rows.is_empty() {
+        return Ok(Change::Unchanged(marked));
+    }
+    Ok(Change::Commit {
+        actions: vec![
+            Action::PutSplits { rows },
+            Action::SetDataset {
+                dataset: bumped(&state.dataset, now_ms),
+            },
+        ],
+        output: marked,
+    })
+}
+
 pub(super) fn delete_splits(
     state: &DatasetState,
     split_ids: &[String],

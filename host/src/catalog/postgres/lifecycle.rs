@@ -15,6 +15,7 @@ use crate::model::{MarkResult, PublishRequest, PublishResult, SplitState, Timest
 
 use super::errors::StepError;
 use super::queries::{self, RowLock};
+use super::sql;
 
 pub(super) async fn publish(
     conn: &mut PgConnection,
@@ -147,6 +148,30 @@ pub(super) async fn mark_for_deletion(
         marked: to_mark,
         already_marked,
     })
+}
+
+/// Marks the rows among `split_ids` still staged and untouched since the cutoff.
+pub(super) async fn mark_stale_staged(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    split_ids: &[String],
+    untouched_before_ms: TimestampMs,
+    now_ms: TimestampMs,
+) -> Result<Vec<String>, StepError> {
+    queries::lock_dataset(conn, dataset_id).await?;
+    let ids = sorted_distinct(split_ids);
+    let mut marked: Vec<String> = sqlx::query_scalar(sql::SPLIT_MARK_STALE_STAGED)
+        .bind(dataset_id)
+        .bind(&ids)
+        .bind(now_ms)
+        .bind(untouched_before_ms)
+        .fetch_all(&mut *conn)
+        .await?;
+    if !marked.is_empty() {
+        queries::bump_manifest(conn, dataset_id, None, now_ms).await?;
+    }
+    marked.sort();
+    Ok(marked)
 }
 
 pub(super) async fn delete_splits(

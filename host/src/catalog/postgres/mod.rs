@@ -290,6 +290,27 @@ impl Catalog for PostgresCatalog {
         .await
     }
 
+    async fn mark_stale_staged(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+        untouched_before_ms: TimestampMs,
+        now_ms: TimestampMs,
+    ) -> Result<Vec<String>> {
+        self.in_transaction(dataset_id, |mut transaction| async move {
+            let result = lifecycle::mark_stale_staged(
+                &mut transaction,
+                dataset_id,
+                split_ids,
+                untouched_before_ms,
+                now_ms,
+            )
+            .await;
+            (transaction, result)
+        })
+        .await
+    }
+
     async fn delete_splits(
         &self,
         dataset_id: &str,

@@ -20,6 +20,7 @@ pub(super) const SPLIT_INSERT_STAGED: &str = include_str!("sql/split_insert_stag
 pub(super) const SPLIT_OVERWRITE_STAGED: &str = include_str!("sql/split_overwrite_staged.sql");
 pub(super) const SPLIT_PUBLISH: &str = include_str!("sql/split_publish.sql");
 pub(super) const SPLIT_MARK: &str = include_str!("sql/split_mark.sql");
+pub(super) const SPLIT_MARK_STALE_STAGED: &str = include_str!("sql/split_mark_stale_staged.sql");
 pub(super) const SPLIT_DELETE: &str = include_str!("sql/split_delete.sql");
 pub(super) const SPLIT_LIST: &str = include_str!("sql/split_list.sql");
 
