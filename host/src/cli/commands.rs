@@ -146,6 +146,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 .with_context(|| format!("recover dataset {dataset}"))?;
             output::recovery_report(&report, json)
         }
+        Command::Gc { dataset, node } => {
+            let result = engine
+                .gc(&dataset, &node)
+                .await
+                .with_context(|| format!("collect the garbage of dataset {dataset}"))?;
+            output::json_or(&result, json, || {
+                format!(
+                    "marked {} abandoned staged split(s); deleted {} expired split(s), objects then rows",
+                    result.marked.len(),
+                    result.deleted.len()
+                )
+            })
+        }
         Command::Verify { dataset } => {
             let report = engine
                 .verify(&dataset)

@@ -128,6 +128,14 @@ pub enum Command {
         #[arg(long, value_enum)]
         mode: RecoverModeArg,
     },
+    /// Collect a dataset's garbage: mark staged splits abandoned past the staged grace period,
+    /// delete the objects, then the rows, of splits marked past the deletion grace period.
+    Gc {
+        dataset: String,
+        /// The node running the collection, recorded in its intent.
+        #[arg(long, default_value = "cli")]
+        node: String,
+    },
     /// Check a dataset's invariants, bucket included; writes nothing. Exits 1 on a violation.
     Verify { dataset: String },
     /// Stage, publish and list a few splits on the catalog, to see mend work end to end.
