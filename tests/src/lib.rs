@@ -7,6 +7,7 @@
 
 pub mod conformance;
 pub mod counting_store;
+pub mod crash;
 pub mod harness;
 
 pub use counting_store::CountingStore;

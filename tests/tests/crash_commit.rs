@@ -6,15 +6,18 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use mend::engine::{CommitRequest, CommitSplit, Outcome};
+use mend::engine::{CommitRequest, CommitSplit};
 use mend::faults::CrashAt;
 use mend::model::{CheckpointDelta, ListQuery, PartitionDelta, SplitState};
 use mend_policy::RecoveryMode;
+use mend_tests::crash::recover_after_crash;
 use mend_tests::{Backend, Harness};
 
 const SPLITS: [&str; 2] = ["c-1", "c-2"];
 /// Intent, stage, two objects, confirm, publish, delete intent.
 const DURABLE_STEPS: usize = 7;
+/// Roll-forward first; what it cannot finish, exclusive rolls back.
+const MODES: &[RecoveryMode] = &[RecoveryMode::RollForward, RecoveryMode::Exclusive];
 
 fn request(dataset_id: &str) -> CommitRequest {
     CommitRequest {
@@ -101,51 +104,6 @@ async fn settled_outcome(h: &Harness, dataset_id: &str, schedule: &str) -> bool 
     }
 }
 
-/// Recovers, first with a crash at the `j`-th durable write of the sweeps (when `j` is given;
-/// odd `j` crash before the write, even ones after it), then cleanly: roll-forward, and
-/// exclusive for what roll-forward leaves. Returns how many durable writes the crashing sweeps
-/// reached.
-async fn recover_with_crash(
-    h: &Harness,
-    dataset_id: &str,
-    j: Option<usize>,
-    schedule: &str,
-) -> usize {
-    let mut reached = 0;
-    if let Some(j) = j {
-        let crash = Arc::new(CrashAt::new(j, j % 2 == 0));
-        let crashing = h.engine.with_faults(crash.clone());
-        for mode in [RecoveryMode::RollForward, RecoveryMode::Exclusive] {
-            let _ = crashing.recover(dataset_id, mode).await;
-        }
-        reached = crash.steps().len();
-    }
-    let report = h
-        .engine
-        .recover(dataset_id, RecoveryMode::RollForward)
-        .await
-        .unwrap();
-    if report
-        .intents
-        .iter()
-        .any(|i| i.outcome != Outcome::Executed)
-    {
-        let exclusive = h
-            .engine
-            .recover(dataset_id, RecoveryMode::Exclusive)
-            .await
-            .unwrap();
-        assert!(
-            exclusive
-                .intents
-                .iter()
-                .all(|i| i.outcome == Outcome::Executed),
-            "{schedule}: exclusive recovery left {exclusive:?}"
-        );
-    }
-    reached
-}
-
 async fn run_schedules(backend: Backend) {
     let mut schedules = 0;
     let mut happened = 0;
@@ -170,7 +128,7 @@ async fn run_schedules(backend: Backend) {
 
             // The writer is gone: its lease runs out, then recovery runs.
             h.clock.advance_ms(120_000);
-            recover_with_crash(&h, &dataset_id, None, &schedule).await;
+            recover_after_crash(&h, &dataset_id, None, MODES).await;
             if settled_outcome(&h, &dataset_id, &schedule).await {
                 happened += 1;
             }
@@ -196,7 +154,7 @@ async fn run_schedules(backend: Backend) {
                 let crashing = h.engine.with_faults(Arc::new(CrashAt::new(k, ambiguous)));
                 assert!(crashing.commit(&request(&dataset_id)).await.is_err());
                 h.clock.advance_ms(120_000);
-                let reached = recover_with_crash(&h, &dataset_id, Some(j), &schedule).await;
+                let reached = recover_after_crash(&h, &dataset_id, Some(j), MODES).await;
                 settled_outcome(&h, &dataset_id, &schedule).await;
                 double += 1;
                 // Once the crashing sweeps no longer reach step j, every step has had its crash.

@@ -6,10 +6,11 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use mend::engine::{CommitRequest, CommitSplit, Outcome};
+use mend::engine::{CommitRequest, CommitSplit};
 use mend::faults::CrashAt;
 use mend::model::{ListQuery, SplitState, StageMode, StageRequest, StageSplit};
 use mend_policy::RecoveryMode;
+use mend_tests::crash::recover_after_crash;
 use mend_tests::{Backend, Harness};
 
 /// Intent, mark, two object deletes, the row delete, the intent delete.
@@ -110,32 +111,6 @@ async fn check_collected(h: &Harness, dataset_id: &str, schedule: &str) {
     );
 }
 
-async fn recover(h: &Harness, dataset_id: &str, crash_at: Option<usize>) -> usize {
-    let mut reached = 0;
-    if let Some(j) = crash_at {
-        let crash = Arc::new(CrashAt::new(j, j % 2 == 0));
-        let _ = h
-            .engine
-            .with_faults(crash.clone())
-            .recover(dataset_id, RecoveryMode::RollForward)
-            .await;
-        reached = crash.steps().len();
-    }
-    let report = h
-        .engine
-        .recover(dataset_id, RecoveryMode::RollForward)
-        .await
-        .unwrap();
-    assert!(
-        report
-            .intents
-            .iter()
-            .all(|i| i.outcome == Outcome::Executed),
-        "{report:?}"
-    );
-    reached
-}
-
 async fn run_schedules(backend: Backend) {
     let (mut single, mut double) = (0, 0);
     for ambiguous in [false, true] {
@@ -159,7 +134,13 @@ async fn run_schedules(backend: Backend) {
                     .list_splits(&dataset_id, &ListQuery::default())
                     .await
                     .unwrap();
-                let reached = recover(&h, &dataset_id, (j > 0).then_some(j)).await;
+                let reached = recover_after_crash(
+                    &h,
+                    &dataset_id,
+                    (j > 0).then_some(j),
+                    &[RecoveryMode::RollForward],
+                )
+                .await;
                 if k == 1 && !ambiguous {
                     // The intent was never written: the gc never happened, and recovery has
                     // nothing to do. The next gc run collects.
