@@ -44,6 +44,8 @@ pub mod capability {
     pub const STAGE_CREATE_ONLY: &str = "stage.create-only";
     pub const PUBLISH_CHECKPOINT: &str = "publish.checkpoint";
     pub const PUBLISH_TOKEN: &str = "publish.token";
+    /// Publishes refuse a writer whose fencing epoch exclusive recovery has moved past.
+    pub const PUBLISH_FENCING_EPOCH: &str = "publish.fencing-epoch";
 }
 
 /// The default policy's description, as `describe()` reports it.
