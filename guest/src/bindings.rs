@@ -218,6 +218,34 @@ impl Guest for DefaultPolicy {
             })
             .collect()
     }
+
+    fn plan_reconcile(input: wit::ReconcileInput) -> Vec<wit::ReconcileDecision> {
+        let input = plain::ReconcileInput {
+            dataset_id: input.dataset_id,
+            now_ms: input.now_ms,
+            orphans: input
+                .orphans
+                .into_iter()
+                .map(|orphan| plain::OrphanObject {
+                    split_id: orphan.split_id,
+                    same_incarnation: orphan.same_incarnation,
+                    intact: orphan.intact,
+                    metadata_json: orphan.metadata_json,
+                    age_ms: orphan.age_ms,
+                })
+                .collect(),
+        };
+        crate::plan_reconcile(&input)
+            .into_iter()
+            .map(|decision| wit::ReconcileDecision {
+                split_id: decision.split_id,
+                action: match decision.action {
+                    plain::ReconcileAction::Adopt => wit::ReconcileAction::Adopt,
+                    plain::ReconcileAction::Discard(why) => wit::ReconcileAction::Discard(why),
+                },
+            })
+            .collect()
+    }
 }
 
 fn intent_observation(intent: wit::IntentObservation) -> plain::IntentObservation {
@@ -252,6 +280,9 @@ fn intent_observation(intent: wit::IntentObservation) -> plain::IntentObservatio
         checkpoint_at_from: intent.checkpoint_at_from,
         checkpoint_at_to: intent.checkpoint_at_to,
         gc_splits: intent.gc_splits,
+        mark_splits: intent.mark_splits,
+        config_at_expected: intent.config_at_expected,
+        config_applied: intent.config_applied,
     }
 }
 

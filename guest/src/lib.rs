@@ -17,6 +17,7 @@
 extern crate alloc;
 
 pub mod publish;
+pub mod reconcile;
 pub mod recovery;
 pub mod stage;
 pub mod types;
@@ -25,14 +26,16 @@ pub mod types;
 mod bindings;
 
 pub use publish::validate_publish;
+pub use reconcile::plan_reconcile;
 pub use recovery::decide_recovery;
 pub use stage::plan_stage;
 pub use types::*;
 
 /// The ABI this crate implements: the major and minor of the `mend:policy` WIT package.
-/// 1.1 added `decide-recovery`.
+/// 1.1 added `decide-recovery`; 1.2 added `plan-reconcile` and the mark and config
+/// observations of an intent.
 pub const ABI_MAJOR: u32 = 1;
-pub const ABI_MINOR: u32 = 1;
+pub const ABI_MINOR: u32 = 2;
 
 /// The revision of the decision semantics. Bump it whenever the same inputs could produce
 /// different decisions, so that a host never runs new semantics believing they are old ones.

@@ -9,9 +9,12 @@
 //!    working, and nothing may race it.
 //! 3. A gc is always rolled **forward**: marking a marked split and deleting what is gone are
 //!    no-ops, and the host only marks and deletes what is still eligible.
-//! 4. A commit, merge, config apply or reconcile whose effects are all in place (confirmed, or
-//!    every planned row and object found as planned) and whose publish still applies is
-//!    rolled **forward**.
+//! 4. A config apply is rolled **forward** (promoted) while the dataset is still at the config
+//!    version it expects to replace. A reconcile is rolled **forward** while every object it
+//!    planned is still there as it found it: staging its rows again is create-only, and the
+//!    host then publishes or marks only rows still staged that no other intent names.
+//!    A commit or merge whose effects are all in place (confirmed, or every planned row and
+//!    object found as planned) and whose publish still applies is rolled **forward**.
 //! 5. Anything else needs its effects undone: **roll back** in exclusive mode (and in probe
 //!    and verify, which report what exclusive recovery would do and execute nothing); in
 //!    roll-forward mode **blocked**, saying why and that exclusive recovery resolves it.
@@ -55,8 +58,32 @@ fn decide(mode: RecoveryMode, intent: &IntentObservation) -> RecoveryDecision {
             "the owner's lease is live: it may still be working".into(),
         );
     }
-    if intent.kind == OperationKind::Gc {
-        return RecoveryDecision::RollForward;
+    match intent.kind {
+        OperationKind::Gc => return RecoveryDecision::RollForward,
+        OperationKind::ConfigApply if intent.config_at_expected => {
+            return RecoveryDecision::RollForward;
+        }
+        OperationKind::ConfigApply => {
+            return undo_or_block(
+                mode,
+                String::from(
+                    "another config change was promoted first: its promotion no longer applies",
+                ),
+            );
+        }
+        OperationKind::Reconcile => {
+            return match missing_objects(intent).as_slice() {
+                [] => RecoveryDecision::RollForward,
+                missing => undo_or_block(
+                    mode,
+                    format!(
+                        "objects it planned to adopt or discard are gone or changed: {}",
+                        missing.join(", ")
+                    ),
+                ),
+            };
+        }
+        OperationKind::Commit | OperationKind::Merge => {}
     }
 
     let missing_rows: Vec<&str> = intent
@@ -65,12 +92,7 @@ fn decide(mode: RecoveryMode, intent: &IntentObservation) -> RecoveryDecision {
         .filter(|id| state(id).is_none())
         .map(String::as_str)
         .collect();
-    let bad_objects: Vec<&str> = intent
-        .objects
-        .iter()
-        .filter(|object| !object.matches)
-        .map(|object| object.split_id.as_str())
-        .collect();
+    let bad_objects = missing_objects(intent);
     let effects_in_place = intent.phase == IntentPhase::EffectsConfirmed
         || (missing_rows.is_empty() && bad_objects.is_empty());
     let publish_applies = intent
@@ -86,10 +108,6 @@ fn decide(mode: RecoveryMode, intent: &IntentObservation) -> RecoveryDecision {
     if effects_in_place && publish_applies {
         return RecoveryDecision::RollForward;
     }
-    // Probe and verify execute nothing: they report what exclusive recovery would do.
-    if mode != RecoveryMode::RollForward {
-        return RecoveryDecision::RollBack;
-    }
     let why = if !effects_in_place {
         let mut missing: Vec<String> = missing_rows.iter().map(|id| format!("row {id}")).collect();
         missing.extend(bad_objects.iter().map(|id| format!("object {id}")));
@@ -102,6 +120,16 @@ fn decide(mode: RecoveryMode, intent: &IntentObservation) -> RecoveryDecision {
             "its publish no longer applies: a split changed state or the checkpoint moved on",
         )
     };
+    undo_or_block(mode, why)
+}
+
+/// An operation that cannot be completed: roll it back where compensation is allowed (and in
+/// probe and verify, which execute nothing and report what exclusive recovery would do);
+/// in roll-forward mode, blocked, saying why.
+fn undo_or_block(mode: RecoveryMode, why: String) -> RecoveryDecision {
+    if mode != RecoveryMode::RollForward {
+        return RecoveryDecision::RollBack;
+    }
     RecoveryDecision::Blocked(BlockedReason {
         why,
         operator_action: String::from(
@@ -110,11 +138,37 @@ fn decide(mode: RecoveryMode, intent: &IntentObservation) -> RecoveryDecision {
     })
 }
 
+/// The planned objects not found as planned.
+fn missing_objects(intent: &IntentObservation) -> Vec<&str> {
+    intent
+        .objects
+        .iter()
+        .filter(|object| !object.matches)
+        .map(|object| object.split_id.as_str())
+        .collect()
+}
+
 /// Whether the operation's visible effects already happened.
 fn settled(intent: &IntentObservation, state: &impl Fn(&String) -> Option<SplitState>) -> bool {
-    if intent.kind == OperationKind::Gc {
-        return !intent.gc_splits.is_empty()
-            && intent.gc_splits.iter().all(|id| state(id).is_none());
+    match intent.kind {
+        OperationKind::Gc => {
+            return !intent.gc_splits.is_empty()
+                && intent.gc_splits.iter().all(|id| state(id).is_none());
+        }
+        OperationKind::ConfigApply => return intent.config_applied,
+        OperationKind::Reconcile => {
+            // Every adopted split published (or since marked), every discarded one marked.
+            return intent.publish_staged.iter().all(|id| {
+                matches!(
+                    state(id),
+                    Some(SplitState::Published | SplitState::MarkedForDeletion)
+                )
+            }) && intent
+                .mark_splits
+                .iter()
+                .all(|id| state(id) == Some(SplitState::MarkedForDeletion));
+        }
+        OperationKind::Commit | OperationKind::Merge => {}
     }
     if intent.publish_staged.is_empty() && intent.publish_replaced.is_empty() {
         return intent.has_checkpoint_delta && intent.checkpoint_at_to;
@@ -168,6 +222,9 @@ mod tests {
             checkpoint_at_from: true,
             checkpoint_at_to: false,
             gc_splits: vec![],
+            mark_splits: vec![],
+            config_at_expected: false,
+            config_applied: false,
         }
     }
 
@@ -291,6 +348,66 @@ mod tests {
         gc.rows.clear();
         assert_eq!(
             decide_one(RecoveryMode::RollForward, gc),
+            RecoveryDecision::Stale
+        );
+    }
+
+    #[test]
+    fn a_config_apply_is_promoted_while_its_expected_version_stands() {
+        let mut apply = commit(IntentPhase::Armed, &[], &[]);
+        apply.kind = OperationKind::ConfigApply;
+        apply.planned_rows.clear();
+        apply.publish_staged.clear();
+        apply.has_checkpoint_delta = false;
+        apply.config_at_expected = true;
+        assert_eq!(
+            decide_one(RecoveryMode::RollForward, apply.clone()),
+            RecoveryDecision::RollForward
+        );
+        apply.config_at_expected = false;
+        assert!(matches!(
+            decide_one(RecoveryMode::RollForward, apply.clone()),
+            RecoveryDecision::Blocked(_)
+        ));
+        assert_eq!(
+            decide_one(RecoveryMode::Exclusive, apply.clone()),
+            RecoveryDecision::RollBack
+        );
+        apply.config_applied = true;
+        assert_eq!(
+            decide_one(RecoveryMode::RollForward, apply),
+            RecoveryDecision::Stale
+        );
+    }
+
+    #[test]
+    fn a_reconcile_rolls_forward_while_its_objects_stand_and_is_stale_once_settled() {
+        let mut reconcile = commit(IntentPhase::Armed, &[], &[("s1", true), ("s2", true)]);
+        reconcile.kind = OperationKind::Reconcile;
+        reconcile.publish_staged = vec!["s1".into()];
+        reconcile.mark_splits = vec!["s2".into()];
+        reconcile.has_checkpoint_delta = false;
+        assert_eq!(
+            decide_one(RecoveryMode::RollForward, reconcile.clone()),
+            RecoveryDecision::RollForward
+        );
+        reconcile.objects[1].matches = false;
+        assert!(matches!(
+            decide_one(RecoveryMode::RollForward, reconcile.clone()),
+            RecoveryDecision::Blocked(_)
+        ));
+        reconcile.rows = vec![
+            ExistingRow {
+                split_id: "s1".into(),
+                state: PUBLISHED,
+            },
+            ExistingRow {
+                split_id: "s2".into(),
+                state: SplitState::MarkedForDeletion,
+            },
+        ];
+        assert_eq!(
+            decide_one(RecoveryMode::RollForward, reconcile),
             RecoveryDecision::Stale
         );
     }

@@ -237,6 +237,9 @@ pub struct IntentObservation {
     pub checkpoint_at_from: bool,
     pub checkpoint_at_to: bool,
     pub gc_splits: Vec<String>,
+    pub mark_splits: Vec<String>,
+    pub config_at_expected: bool,
+    pub config_applied: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -271,4 +274,38 @@ pub enum RecoveryDecision {
 pub struct IntentDecision {
     pub operation_id: String,
     pub decision: RecoveryDecision,
+}
+
+/// An object with no row, named by no intent, older than the staged grace period.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct OrphanObject {
+    pub split_id: String,
+    pub same_incarnation: bool,
+    pub intact: bool,
+    pub metadata_json: String,
+    pub age_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct ReconcileInput {
+    pub dataset_id: String,
+    pub now_ms: i64,
+    pub orphans: Vec<OrphanObject>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum ReconcileAction {
+    Adopt,
+    Discard(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct ReconcileDecision {
+    pub split_id: String,
+    pub action: ReconcileAction,
 }

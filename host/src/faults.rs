@@ -15,13 +15,19 @@ use crate::error::{MendError, Result};
 pub enum DurableStep {
     WriteIntent,
     StageRows,
-    PutObject { split_id: String },
+    PutObject {
+        split_id: String,
+    },
     ConfirmIntent,
     Publish,
     DeleteIntent,
     MarkRows,
-    DeleteObject { split_id: String },
+    DeleteObject {
+        split_id: String,
+    },
     DeleteRows,
+    /// A config apply's promotion of its staged config.
+    PromoteConfig,
 }
 
 impl fmt::Display for DurableStep {

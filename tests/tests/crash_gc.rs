@@ -209,3 +209,8 @@ async fn gc_crash_schedules_converge_on_a_local_directory() {
 async fn gc_crash_schedules_converge_on_postgres() {
     run_schedules(Backend::Postgres).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_crash_schedules_converge_on_s3() {
+    run_schedules(Backend::S3).await;
+}

@@ -1,5 +1,7 @@
 //! The commit operation: stage rows, upload their objects, publish them with a checkpoint
-//! delta, with an intent written before the first effect.
+//! delta, with an intent written before the first effect. A merge is the same operation
+//! publishing its new splits in place of the splits it replaces (which become marked), with
+//! no checkpoint delta.
 //!
 //! Steps, each a durable write passing through the fault seam:
 //!
@@ -26,8 +28,8 @@ use crate::intent::{
     PlannedObject, PlannedPublish, PlannedRow,
 };
 use crate::model::{
-    CheckpointDelta, PublishRequest, PublishResult, StageMode, StageOutcome, StageRequest,
-    StageSplit,
+    CheckpointDelta, PublishRequest, PublishResult, SplitState, StageMode, StageOutcome,
+    StageRequest, StageSplit,
 };
 use crate::objects::format::{HEADER_FORMAT_VERSION, SplitObjectHeader, sha256};
 use crate::validate;
@@ -49,6 +51,17 @@ pub struct CommitRequest {
     pub publish_token: Option<String>,
 }
 
+/// A merge: new splits, built from `replaced_split_ids`, published in their place in one step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeRequest {
+    pub dataset_id: String,
+    pub node: String,
+    pub splits: Vec<CommitSplit>,
+    /// Published splits the new ones replace; they become marked for deletion.
+    pub replaced_split_ids: Vec<String>,
+    pub publish_token: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommitResult {
     pub operation_id: String,
@@ -59,6 +72,34 @@ impl Engine {
     /// Runs a commit to the end, or fails leaving an intent for recovery (or, when the commit
     /// certainly did nothing, no trace at all).
     pub async fn commit(&self, request: &CommitRequest) -> Result<CommitResult> {
+        self.run_commit(OperationKind::Commit, request, &[]).await
+    }
+
+    /// Runs a merge to the end, like a commit: the replaced splits must be published, and
+    /// become marked for deletion in the same step that publishes the new ones.
+    pub async fn merge(&self, request: &MergeRequest) -> Result<CommitResult> {
+        if request.replaced_split_ids.is_empty() {
+            return Err(MendError::invalid(
+                "a merge replaces at least one split; publish new splits with a commit",
+            ));
+        }
+        let commit = CommitRequest {
+            dataset_id: request.dataset_id.clone(),
+            node: request.node.clone(),
+            splits: request.splits.clone(),
+            checkpoint_delta: None,
+            publish_token: request.publish_token.clone(),
+        };
+        self.run_commit(OperationKind::Merge, &commit, &request.replaced_split_ids)
+            .await
+    }
+
+    async fn run_commit(
+        &self,
+        kind: OperationKind,
+        request: &CommitRequest,
+        replaced_split_ids: &[String],
+    ) -> Result<CommitResult> {
         let stage = StageRequest {
             dataset_id: request.dataset_id.clone(),
             mode: StageMode::CreateOnly,
@@ -84,7 +125,7 @@ impl Engine {
         let publish = PublishRequest {
             dataset_id: request.dataset_id.clone(),
             staged_split_ids: request.splits.iter().map(|s| s.split_id.clone()).collect(),
-            replaced_split_ids: Vec::new(),
+            replaced_split_ids: replaced_split_ids.to_vec(),
             checkpoint_delta: request.checkpoint_delta.clone(),
             publish_token: request.publish_token.clone(),
         };
@@ -115,7 +156,7 @@ impl Engine {
             format_version: INTENT_FORMAT_VERSION,
             operation_id: operation_id.clone(),
             dataset_id: request.dataset_id.clone(),
-            kind: OperationKind::Commit,
+            kind,
             phase: IntentPhase::Armed,
             owner: request.node.clone(),
             lease_expires_at_ms: now + self.options.intent_lease_ms,
@@ -140,7 +181,7 @@ impl Engine {
                     .collect(),
                 publish: Some(PlannedPublish {
                     staged_split_ids: publish.staged_split_ids.clone(),
-                    replaced_split_ids: Vec::new(),
+                    replaced_split_ids: publish.replaced_split_ids.clone(),
                     checkpoint_delta: publish.checkpoint_delta.clone(),
                     publish_token: publish.publish_token.clone(),
                 }),
@@ -152,6 +193,11 @@ impl Engine {
                     .splits
                     .iter()
                     .map(|split| (split.split_id.clone(), None))
+                    .chain(
+                        replaced_split_ids
+                            .iter()
+                            .map(|id| (id.clone(), Some(SplitState::Published))),
+                    )
                     .collect(),
                 config_version: None,
             },

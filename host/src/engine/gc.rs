@@ -41,7 +41,7 @@ impl Engine {
         let now = self.now_ms();
         let staged_cutoff = now - dataset.config.staged_grace_period_ms as i64;
         let deletion_cutoff = now - dataset.config.deletion_grace_period_ms as i64;
-        let claimed = self.splits_named_by_intents(dataset_id).await?;
+        let claimed = self.splits_named_by_intents(dataset_id, None).await?;
         let rows = self
             .catalog
             .list_splits(dataset_id, &ListQuery::default())
@@ -158,10 +158,18 @@ impl Engine {
         Ok(result)
     }
 
-    /// Every split some intent of the dataset names: recovery's, not gc's.
-    async fn splits_named_by_intents(&self, dataset_id: &str) -> Result<BTreeSet<String>> {
+    /// Every split some intent of the dataset (but `except`) names: recovery's, not gc's or
+    /// reconcile's.
+    pub(super) async fn splits_named_by_intents(
+        &self,
+        dataset_id: &str,
+        except: Option<&str>,
+    ) -> Result<BTreeSet<String>> {
         let mut named = BTreeSet::new();
         for intent in self.catalog.list_intents(dataset_id).await? {
+            if Some(intent.operation_id.as_str()) == except {
+                continue;
+            }
             let effects = intent.effects;
             named.extend(effects.stage.into_iter().map(|row| row.split_id));
             named.extend(effects.mark);

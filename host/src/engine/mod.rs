@@ -10,12 +10,15 @@
 //! operations leave behind.
 
 mod commit;
+mod config_apply;
 mod gc;
+mod reconcile;
 mod recovery;
 mod verify;
 
-pub use commit::{CommitRequest, CommitResult, CommitSplit};
+pub use commit::{CommitRequest, CommitResult, CommitSplit, MergeRequest};
 pub use gc::GcResult;
+pub use reconcile::ReconcileReport;
 pub use recovery::{IntentReport, IntentStatus, Outcome, RecoveryReport};
 pub use verify::{VerifyReport, Violation};
 

@@ -9,12 +9,17 @@
 //! | `exclusive`    | stale intents, roll-forwards, roll-backs  |
 //!
 //! A decision the host refuses (a roll-back outside exclusive mode, invariant 6; a
-//! roll-forward that would publish a split whose object is missing, invariant 1) is reported
-//! with the reason and nothing is executed for it. Commit and gc intents are executed; other
-//! kinds are reported as refused, never guessed at. Every decision executed or refused is
-//! audited ([`AuditRecord`]): policy digest, semantics revision, a hash of the observation,
-//! the decision and the outcome. Only commit intents are executed so far;
-//! other kinds are reported as refused, never guessed at.
+//! roll-forward that would publish a split whose object is missing, invariant 1; a roll-back
+//! of a gc, whose marks are final) is reported with the reason and nothing is executed for it.
+//! Every decision executed or refused is audited ([`AuditRecord`]): policy digest, semantics
+//! revision, a hash of the observation, the decision and the outcome.
+//!
+//! | kind         | roll forward                                 | roll back                          |
+//! |--------------|----------------------------------------------|------------------------------------|
+//! | commit/merge | publish as planned                           | unstage its rows, delete its objects |
+//! | gc           | mark, delete objects, delete rows (again)    | refused                            |
+//! | config apply | promote the staged config                    | drop the intent (nothing changed)  |
+//! | reconcile    | stage missing rows, publish/mark its own     | unstage its rows; objects stay     |
 
 use std::collections::BTreeSet;
 
@@ -217,10 +222,13 @@ impl Engine {
                 .objects
                 .read_header(&intent.dataset_id, &planned.split_id)
                 .await?;
+            // A reconcile plans objects other operations wrote; every other kind, its own.
+            let ours = |header: &crate::objects::format::SplitObjectHeader| {
+                intent.kind == OperationKind::Reconcile
+                    || header.operation_id.as_deref() == Some(intent.operation_id.as_str())
+            };
             let matches = found.as_ref().is_some_and(|(header, size)| {
-                *size == planned.size
-                    && header.payload_sha256 == planned.checksum
-                    && header.operation_id.as_deref() == Some(intent.operation_id.as_str())
+                *size == planned.size && header.payload_sha256 == planned.checksum && ours(header)
             });
             objects.push(ObjectObservation {
                 split_id: planned.split_id.clone(),
@@ -274,16 +282,21 @@ impl Engine {
             checkpoint_at_from: at_from,
             checkpoint_at_to: at_to,
             gc_splits: effects.delete.clone(),
+            mark_splits: effects.mark.clone(),
+            config_at_expected: intent.expected.config_version == Some(dataset.config_version),
+            config_applied: intent.expected.config_version.is_some_and(|expected| {
+                dataset.config_version > expected
+                    && effects.config.as_ref() == Some(&dataset.config)
+            }),
         })
     }
 
     /// Carries out a checked decision; `false` when there was nothing to execute.
     async fn execute(&self, intent: &Intent, decision: &RecoveryDecision) -> Result<bool> {
-        match decision {
-            RecoveryDecision::Defer(_) | RecoveryDecision::Blocked(_) => return Ok(false),
-            RecoveryDecision::Stale => {}
-            RecoveryDecision::RollForward if intent.kind == OperationKind::Gc => {}
-            RecoveryDecision::RollForward => {
+        match (decision, intent.kind) {
+            (RecoveryDecision::Defer(_) | RecoveryDecision::Blocked(_), _) => return Ok(false),
+            (RecoveryDecision::Stale, _) => {}
+            (RecoveryDecision::RollForward, OperationKind::Commit | OperationKind::Merge) => {
                 if let Some(planned) = &intent.effects.publish {
                     let publish = PublishRequest {
                         dataset_id: intent.dataset_id.clone(),
@@ -296,12 +309,21 @@ impl Engine {
                         .await?;
                 }
             }
-            RecoveryDecision::RollBack => self.roll_back_commit(intent).await?,
-        }
-        if intent.kind == OperationKind::Gc && *decision == RecoveryDecision::RollForward {
-            let dataset = self.catalog.dataset(&intent.dataset_id).await?;
-            let staged_cutoff = intent.created_at_ms - dataset.config.staged_grace_period_ms as i64;
-            self.run_gc(intent, staged_cutoff).await?;
+            (RecoveryDecision::RollForward, OperationKind::Gc) => {
+                let dataset = self.catalog.dataset(&intent.dataset_id).await?;
+                let staged_cutoff =
+                    intent.created_at_ms - dataset.config.staged_grace_period_ms as i64;
+                self.run_gc(intent, staged_cutoff).await?;
+            }
+            (RecoveryDecision::RollForward, OperationKind::ConfigApply) => {
+                self.promote_config(intent).await?;
+            }
+            (RecoveryDecision::RollForward, OperationKind::Reconcile) => {
+                self.finish_reconcile(intent).await?;
+            }
+            // A config apply that lost to another change never changed anything.
+            (RecoveryDecision::RollBack, OperationKind::ConfigApply) => {}
+            (RecoveryDecision::RollBack, _) => self.roll_back_staging(intent).await?,
         }
         self.durably(
             DurableStep::DeleteIntent,
@@ -312,14 +334,20 @@ impl Engine {
         Ok(true)
     }
 
-    /// Undoes a commit that never published: its staged rows are marked, their objects
-    /// deleted, then the rows. A published row is never touched.
-    async fn roll_back_commit(&self, intent: &Intent) -> Result<()> {
+    /// Undoes an operation's staging when it never published (a commit, merge or reconcile):
+    /// its staged rows are marked, the objects it wrote deleted, then the rows. A published
+    /// row is never touched, nor a row another intent names, nor an object another operation
+    /// wrote (a reconcile's orphans go back to being orphans).
+    async fn roll_back_staging(&self, intent: &Intent) -> Result<()> {
+        let others = self
+            .splits_named_by_intents(&intent.dataset_id, Some(&intent.operation_id))
+            .await?;
         let planned: Vec<String> = intent
             .effects
             .stage
             .iter()
             .map(|row| row.split_id.clone())
+            .filter(|id| !others.contains(id))
             .collect();
         let query = ListQuery {
             split_ids: Some(planned.clone()),
@@ -396,14 +424,6 @@ fn refusal(
         RecoveryDecision::RollBack if intent.kind == OperationKind::Gc => Some(
             "a gc cannot be rolled back: a mark is final; it can only be rolled forward".into(),
         ),
-        RecoveryDecision::RollForward | RecoveryDecision::RollBack
-            if !matches!(intent.kind, OperationKind::Commit | OperationKind::Gc) =>
-        {
-            Some(format!(
-                "this host does not yet execute recovery of {:?} intents; it leaves them in place",
-                intent.kind
-            ))
-        }
         RecoveryDecision::RollForward
             if observation.objects.iter().any(|object| !object.matches) =>
         {

@@ -49,7 +49,7 @@ impl Engine {
             .splits;
         let objects = self.objects.list(dataset_id).await?;
         let intents = self.catalog.list_intents(dataset_id).await?;
-        let with_object: BTreeSet<&str> = objects.iter().map(|(id, _)| id.as_str()).collect();
+        let with_object: BTreeSet<&str> = objects.iter().map(|o| o.split_id.as_str()).collect();
         let with_row: BTreeSet<&str> = rows.iter().map(|row| row.split_id.as_str()).collect();
         let mut violations = Vec::new();
 
@@ -62,7 +62,7 @@ impl Engine {
                 });
             }
         }
-        for (split_id, _) in &objects {
+        for split_id in objects.iter().map(|o| &o.split_id) {
             let problem = match self.objects.read_header(dataset_id, split_id).await {
                 Ok(Some((header, _))) if header.split_id != *split_id => Some(format!(
                     "the object's header names split {}",
@@ -108,8 +108,8 @@ impl Engine {
             pending_intents: intents.len(),
             orphan_objects: objects
                 .iter()
-                .filter(|(id, _)| !with_row.contains(id.as_str()))
-                .map(|(id, _)| id.clone())
+                .filter(|object| !with_row.contains(object.split_id.as_str()))
+                .map(|object| object.split_id.clone())
                 .collect(),
             violations,
         })

@@ -24,6 +24,15 @@ pub struct ObjectSummary {
     pub checksum: String,
 }
 
+/// One object as a listing reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedObject {
+    pub split_id: String,
+    pub size: u64,
+    /// When the store says it was last written, in ms since the epoch (the store's clock).
+    pub last_modified_ms: i64,
+}
+
 #[derive(Debug, Clone)]
 pub struct SplitObjects {
     store: Arc<dyn ObjectStore>,
@@ -134,30 +143,59 @@ impl SplitObjects {
         Ok(Some((format::decode_header(&json)?, size)))
     }
 
-    /// The split ids that have an object in `dataset_id`, with the objects' sizes, sorted.
-    pub async fn list(&self, dataset_id: &str) -> Result<Vec<(String, u64)>> {
+    /// Every object of `dataset_id`, sorted by split id.
+    pub async fn list(&self, dataset_id: &str) -> Result<Vec<ListedObject>> {
         use futures::TryStreamExt;
         let prefix = self
             .prefix
             .child("datasets")
             .child(dataset_id)
             .child("splits");
-        let mut objects: Vec<(String, u64)> = self
+        let mut objects: Vec<ListedObject> = self
             .store
             .list(Some(&prefix))
-            .map_ok(|meta| {
-                let split_id = meta
+            .map_ok(|meta| ListedObject {
+                split_id: meta
                     .location
                     .filename()
                     .map(str::to_string)
-                    .unwrap_or_default();
-                (split_id, meta.size)
+                    .unwrap_or_default(),
+                size: meta.size,
+                last_modified_ms: meta.last_modified.timestamp_millis(),
             })
             .try_collect()
             .await
             .map_err(|error| MendError::unavailable(format!("list {prefix}"), error))?;
-        objects.sort();
+        objects.sort_by(|a, b| a.split_id.cmp(&b.split_id));
         Ok(objects)
+    }
+
+    /// A split's whole object: its decoded header, and whether its payload has the size and
+    /// checksum the header records; `None` if there is no object. An object whose header
+    /// cannot be read is `Corrupt`.
+    pub async fn read_split(
+        &self,
+        dataset_id: &str,
+        split_id: &str,
+    ) -> Result<Option<(format::SplitObjectHeader, bool)>> {
+        let path = self.path(dataset_id, split_id);
+        let unavailable = |error| MendError::unavailable(format!("read {path}"), error);
+        let bytes = match self.store.get(&path).await {
+            Ok(found) => found.bytes().await.map_err(unavailable)?,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(error) => return Err(unavailable(error)),
+        };
+        let header_end = format::PREFIX_LEN + format::header_len(&bytes)? as usize;
+        let header =
+            format::decode_header(bytes.get(format::PREFIX_LEN..header_end).ok_or_else(|| {
+                MendError::Corrupt {
+                    message: format!("{path} is shorter than its header"),
+                }
+            })?)?;
+        let payload = &bytes[header_end..];
+        let intact = payload.len() as u64 == header.payload_size
+            && format::sha256(payload) == header.payload_sha256;
+        Ok(Some((header, intact)))
     }
 
     /// Deletes a split's object; an object already gone is fine.

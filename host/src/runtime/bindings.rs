@@ -159,6 +159,9 @@ pub(crate) fn recovery_input(input: &plain::RecoveryInput) -> wit::RecoveryInput
                 checkpoint_at_from: intent.checkpoint_at_from,
                 checkpoint_at_to: intent.checkpoint_at_to,
                 gc_splits: intent.gc_splits.clone(),
+                mark_splits: intent.mark_splits.clone(),
+                config_at_expected: intent.config_at_expected,
+                config_applied: intent.config_applied,
             })
             .collect(),
     }
@@ -178,6 +181,34 @@ pub(crate) fn intent_decision(decision: wit::IntentDecision) -> plain::IntentDec
                 })
             }
             wit::RecoveryDecision::Stale => plain::RecoveryDecision::Stale,
+        },
+    }
+}
+
+pub(crate) fn reconcile_input(input: &plain::ReconcileInput) -> wit::ReconcileInput {
+    wit::ReconcileInput {
+        dataset_id: input.dataset_id.clone(),
+        now_ms: input.now_ms,
+        orphans: input
+            .orphans
+            .iter()
+            .map(|orphan| wit::OrphanObject {
+                split_id: orphan.split_id.clone(),
+                same_incarnation: orphan.same_incarnation,
+                intact: orphan.intact,
+                metadata_json: orphan.metadata_json.clone(),
+                age_ms: orphan.age_ms,
+            })
+            .collect(),
+    }
+}
+
+pub(crate) fn reconcile_decision(decision: wit::ReconcileDecision) -> plain::ReconcileDecision {
+    plain::ReconcileDecision {
+        split_id: decision.split_id,
+        action: match decision.action {
+            wit::ReconcileAction::Adopt => plain::ReconcileAction::Adopt,
+            wit::ReconcileAction::Discard(why) => plain::ReconcileAction::Discard(why),
         },
     }
 }

@@ -24,8 +24,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use mend_policy::{
-    IntentDecision, PlannedSplit, PolicyDescription, PublishInput, PublishViolation, RecoveryInput,
-    StagePlanInput,
+    IntentDecision, PlannedSplit, PolicyDescription, PublishInput, PublishViolation,
+    ReconcileDecision, ReconcileInput, RecoveryInput, StagePlanInput,
 };
 use sha2::{Digest, Sha256};
 use wasmtime::component::types::ComponentItem;
@@ -45,7 +45,7 @@ use self::sandbox::SandboxState;
 /// - `mend:policy/types`: the contract's own data types. A world that `use`s an interface's
 ///   types imports that interface, but it carries types only; [`check_imports`] refuses it if
 ///   a component declares a function in it. It grants nothing.
-pub const ALLOWED_IMPORTS: &[&str] = &["mend:policy/types@1.1.0"];
+pub const ALLOWED_IMPORTS: &[&str] = &["mend:policy/types@1.2.0"];
 
 /// The ABI this host implements (the `mend:policy` WIT package version).
 pub const HOST_ABI_MAJOR: u32 = mend_policy::ABI_MAJOR;
@@ -216,6 +216,34 @@ impl PolicyRuntime {
         Ok(decisions
             .into_iter()
             .map(bindings::intent_decision)
+            .collect())
+    }
+}
+
+impl PolicyRuntime {
+    /// One action per orphan object, in the input's order.
+    pub fn plan_reconcile(
+        &self,
+        input: &ReconcileInput,
+    ) -> Result<Vec<ReconcileDecision>, PolicyError> {
+        let wit_input = bindings::reconcile_input(input);
+        let decisions = self.inner.call("plan-reconcile", |policy, store| {
+            policy.call_plan_reconcile(store, &wit_input)
+        })?;
+        let size = decisions
+            .iter()
+            .map(|d| {
+                16 + d.split_id.len()
+                    + match &d.action {
+                        bindings::mend::policy::types::ReconcileAction::Discard(why) => why.len(),
+                        bindings::mend::policy::types::ReconcileAction::Adopt => 0,
+                    }
+            })
+            .sum();
+        sandbox::check_output_size("plan-reconcile", size, &self.inner.limits)?;
+        Ok(decisions
+            .into_iter()
+            .map(bindings::reconcile_decision)
             .collect())
     }
 }

@@ -5,7 +5,8 @@
 //! - stage planning overwrites existing rows even in create-only mode (invariant 3);
 //! - publish validation allows everything: stale tokens, checkpoints moving backwards (4, 7);
 //! - recovery rolls back in every mode (6) and rolls forward intents whose objects are
-//!   missing (1).
+//!   missing (1);
+//! - reconcile adopts every orphan, damaged or written for another dataset (1).
 //!
 //! It builds only for wasm32; natively it is empty.
 
@@ -95,7 +96,7 @@ impl Guest for HostilePolicy {
             name: "hostile".into(),
             version: "0.0.0".into(),
             abi_major: 1,
-            abi_minor: 1,
+            abi_minor: 2,
             semantics_revision: 1,
             required_capabilities: Vec::new(),
         }
@@ -137,6 +138,18 @@ impl Guest for HostilePolicy {
                     wit::RecoveryDecision::RollBack
                 },
                 operation_id: intent.operation_id,
+            })
+            .collect()
+    }
+
+    /// Adopts every orphan, damaged or not: the host must refuse the damaged ones.
+    fn plan_reconcile(input: wit::ReconcileInput) -> Vec<wit::ReconcileDecision> {
+        input
+            .orphans
+            .into_iter()
+            .map(|orphan| wit::ReconcileDecision {
+                split_id: orphan.split_id,
+                action: wit::ReconcileAction::Adopt,
             })
             .collect()
     }

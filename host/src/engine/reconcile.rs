@@ -1,0 +1,493 @@
+//! Reconcile: rebuild rows for objects in the bucket that no row describes.
+//!
+//! An *orphan* is an object with no row, named by no intent (those are recovery's), last
+//! written longer ago than the dataset's staged grace period (a younger one may belong to a
+//! writer still between its upload and its stage; it is left alone). For each orphan the
+//! host reads the whole object: its embedded header (dataset uid, node, metadata, payload size
+//! and checksum) and whether the payload matches. The policy decides, per orphan, to adopt
+//! (publish) or discard (mark for deletion) it; the host refuses to adopt an object that is
+//! not whole or belongs to an earlier dataset of the same name (invariant 1), and audits every
+//! decision.
+//!
+//! Steps, each a durable write through the fault seam:
+//!
+//! 1. write the intent (`Armed`): the rows to stage from the headers, the objects as found,
+//!    the splits to adopt and those to discard;
+//! 2. stage the rows **create-only**: winning an insert is the claim. A row another reconciler
+//!    (or a writer) inserted first is never overwritten and never adopted by this one;
+//! 3. confirm the intent, narrowed to the rows this run inserted;
+//! 4. publish the adopted splits; 5. mark the discarded ones;
+//! 6. delete the intent.
+//!
+//! Recovery rolls a reconcile forward while its objects are still there: it stages missing
+//! rows again (create-only), and publishes or marks only rows still staged that no other
+//! intent names.
+
+use std::collections::BTreeSet;
+
+use mend_policy::{OrphanObject, ReconcileAction, ReconcileDecision, ReconcileInput};
+use serde::{Deserialize, Serialize};
+
+use super::Engine;
+use crate::audit::{AUDIT_FORMAT_VERSION, AuditRecord};
+use crate::error::{MendError, Result};
+use crate::faults::DurableStep;
+use crate::intent::{
+    ExpectedState, INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, PlannedEffects,
+    PlannedObject, PlannedPublish, PlannedRow,
+};
+use crate::model::{
+    ListQuery, PublishRequest, SplitState, StageMode, StageOutcome, StageRequest, StageSplit,
+};
+use crate::objects::format::sha256;
+use crate::validate;
+
+/// What one reconcile run found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconcileReport {
+    pub dataset_id: String,
+    /// The operation's id, when it had anything to do.
+    pub operation_id: Option<String>,
+    pub objects_listed: usize,
+    /// Objects with no row still inside the staged grace period: left alone.
+    pub too_young: Vec<String>,
+    /// Orphans this run published.
+    pub adopted: Vec<String>,
+    /// Orphans this run marked for deletion, with the policy's reason.
+    pub discarded: Vec<(String, String)>,
+    /// Orphans whose row another reconciler or writer inserted first: left to it.
+    pub taken_by_others: Vec<String>,
+    /// Orphans the host would not act on: a refused decision, or an unreadable object.
+    pub refused: Vec<(String, String)>,
+}
+
+/// An orphan as read, with what the host needs beyond the policy's view.
+struct ReadOrphan {
+    observation: OrphanObject,
+    size: u64,
+    checksum: String,
+}
+
+impl Engine {
+    /// Finds the dataset's orphan objects and adopts or discards them as the policy decides.
+    /// A run that finds no orphan writes nothing.
+    pub async fn reconcile(&self, dataset_id: &str, node: &str) -> Result<ReconcileReport> {
+        validate::dataset_id(dataset_id)?;
+        if node.is_empty() {
+            return Err(MendError::invalid("a reconcile needs a node name"));
+        }
+        let dataset = self.catalog.dataset(dataset_id).await?;
+        let now = self.now_ms();
+        let cutoff = now - dataset.config.staged_grace_period_ms as i64;
+        let objects = self.objects.list(dataset_id).await?;
+        let with_row: BTreeSet<String> = self
+            .catalog
+            .list_splits(dataset_id, &ListQuery::default())
+            .await?
+            .splits
+            .into_iter()
+            .map(|row| row.split_id)
+            .collect();
+        let named = self.splits_named_by_intents(dataset_id, None).await?;
+        let mut report = ReconcileReport {
+            dataset_id: dataset_id.to_string(),
+            objects_listed: objects.len(),
+            ..ReconcileReport::default()
+        };
+
+        let mut orphans = Vec::new();
+        for object in objects
+            .iter()
+            .filter(|o| !with_row.contains(&o.split_id) && !named.contains(&o.split_id))
+        {
+            if object.last_modified_ms >= cutoff {
+                report.too_young.push(object.split_id.clone());
+                continue;
+            }
+            let read = self.objects.read_split(dataset_id, &object.split_id).await;
+            let (header, intact) = match read {
+                Ok(Some(found)) => found,
+                Ok(None) => continue, // deleted since the listing
+                Err(MendError::Corrupt { message }) => {
+                    report.refused.push((object.split_id.clone(), message));
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            let unusable = if header.split_id != object.split_id || header.dataset_id != dataset_id
+            {
+                Some(format!(
+                    "its header names split {} of dataset {}",
+                    header.split_id, header.dataset_id
+                ))
+            } else {
+                validate::split_id(&header.split_id)
+                    .and_then(|()| validate::metadata(&header.split_id, &header.metadata_json))
+                    .err()
+                    .map(|error| format!("its header's metadata is unusable: {error}"))
+            };
+            if let Some(why) = unusable {
+                report.refused.push((object.split_id.clone(), why));
+                continue;
+            }
+            orphans.push(ReadOrphan {
+                observation: OrphanObject {
+                    split_id: object.split_id.clone(),
+                    same_incarnation: header.dataset_uid == dataset.uid,
+                    intact,
+                    metadata_json: header.metadata_json.clone(),
+                    age_ms: now - object.last_modified_ms,
+                },
+                size: object.size,
+                checksum: header.payload_sha256.clone(),
+            });
+        }
+        if orphans.is_empty() {
+            return Ok(report);
+        }
+
+        let input = ReconcileInput {
+            dataset_id: dataset_id.to_string(),
+            now_ms: now,
+            orphans: orphans.iter().map(|o| o.observation.clone()).collect(),
+        };
+        let decisions = self.policy.plan_reconcile(&input)?;
+        check_one_decision_each(&orphans, &decisions)?;
+
+        let operation_id = uuid::Uuid::new_v4().to_string();
+        let mut audit = Vec::new();
+        let (mut accepted, mut adopt, mut discard) = (Vec::new(), Vec::new(), Vec::new());
+        for (orphan, decision) in orphans.iter().zip(&decisions) {
+            let split_id = &orphan.observation.split_id;
+            match (
+                &decision.action,
+                refusal(&orphan.observation, &decision.action),
+            ) {
+                (_, Some(why)) => {
+                    audit.push(self.reconcile_audit(
+                        dataset_id,
+                        &operation_id,
+                        orphan,
+                        decision,
+                        &why,
+                    ));
+                    report.refused.push((split_id.clone(), why));
+                    continue;
+                }
+                (ReconcileAction::Adopt, None) => adopt.push(split_id.clone()),
+                (ReconcileAction::Discard(why), None) => {
+                    discard.push((split_id.clone(), why.clone()))
+                }
+            }
+            accepted.push((orphan, decision));
+        }
+        if accepted.is_empty() {
+            self.catalog.append_audit(dataset_id, &audit).await?;
+            return Ok(report);
+        }
+
+        let mut intent = Intent {
+            format_version: INTENT_FORMAT_VERSION,
+            operation_id: operation_id.clone(),
+            dataset_id: dataset_id.to_string(),
+            kind: OperationKind::Reconcile,
+            phase: IntentPhase::Armed,
+            owner: node.to_string(),
+            lease_expires_at_ms: now + self.options.intent_lease_ms,
+            created_at_ms: now,
+            updated_at_ms: now,
+            effects: PlannedEffects {
+                stage: accepted
+                    .iter()
+                    .map(|(orphan, _)| PlannedRow {
+                        split_id: orphan.observation.split_id.clone(),
+                        metadata_json: orphan.observation.metadata_json.clone(),
+                    })
+                    .collect(),
+                objects: accepted
+                    .iter()
+                    .map(|(orphan, _)| PlannedObject {
+                        split_id: orphan.observation.split_id.clone(),
+                        size: orphan.size,
+                        checksum: orphan.checksum.clone(),
+                    })
+                    .collect(),
+                publish: (!adopt.is_empty()).then(|| PlannedPublish {
+                    staged_split_ids: adopt.clone(),
+                    replaced_split_ids: Vec::new(),
+                    checkpoint_delta: None,
+                    publish_token: None,
+                }),
+                mark: discard.iter().map(|(id, _)| id.clone()).collect(),
+                ..PlannedEffects::default()
+            },
+            expected: ExpectedState {
+                manifest_version: dataset.manifest_version,
+                split_states: accepted
+                    .iter()
+                    .map(|(orphan, _)| (orphan.observation.split_id.clone(), None))
+                    .collect(),
+                config_version: None,
+            },
+        };
+        self.durably(DurableStep::WriteIntent, self.catalog.put_intent(&intent))
+            .await?;
+
+        let staged = self
+            .durably(
+                DurableStep::StageRows,
+                self.stage(&reconcile_stage(&intent)),
+            )
+            .await?;
+        let ours: BTreeSet<String> = staged.inserted().map(str::to_string).collect();
+        report.taken_by_others = staged
+            .splits
+            .iter()
+            .filter(|split| split.outcome != StageOutcome::Inserted)
+            .map(|split| split.split_id.clone())
+            .collect();
+
+        intent.effects = narrowed(&intent.effects, &ours);
+        intent.phase = IntentPhase::EffectsConfirmed;
+        intent.updated_at_ms = self.now_ms();
+        self.durably(
+            DurableStep::ConfirmIntent,
+            self.catalog.update_intent(&intent, IntentPhase::Armed),
+        )
+        .await?;
+
+        self.settle_reconcile(&intent, &ours).await?;
+        for (orphan, decision) in &accepted {
+            let split_id = &orphan.observation.split_id;
+            let outcome = if ours.contains(split_id) {
+                match &decision.action {
+                    ReconcileAction::Adopt => "adopted",
+                    ReconcileAction::Discard(_) => "discarded",
+                }
+            } else {
+                "taken by another reconciler or writer"
+            };
+            audit.push(self.reconcile_audit(dataset_id, &operation_id, orphan, decision, outcome));
+        }
+        self.catalog.append_audit(dataset_id, &audit).await?;
+
+        self.durably(
+            DurableStep::DeleteIntent,
+            self.catalog
+                .delete_intent(dataset_id, &operation_id, self.now_ms()),
+        )
+        .await?;
+        report.operation_id = Some(operation_id);
+        report.adopted = adopt.into_iter().filter(|id| ours.contains(id)).collect();
+        report.discarded = discard
+            .into_iter()
+            .filter(|(id, _)| ours.contains(id))
+            .collect();
+        Ok(report)
+    }
+
+    /// Recovery's roll-forward of a reconcile: stage again the rows that are missing
+    /// (create-only), then settle the rows still staged that no other intent names.
+    pub(super) async fn finish_reconcile(&self, intent: &Intent) -> Result<()> {
+        let planned: Vec<String> = intent
+            .effects
+            .stage
+            .iter()
+            .map(|row| row.split_id.clone())
+            .collect();
+        let existing = self.rows_of(&intent.dataset_id, &planned).await?;
+        if existing.len() < planned.len() {
+            self.durably(DurableStep::StageRows, self.stage(&reconcile_stage(intent)))
+                .await?;
+        }
+        let others = self
+            .splits_named_by_intents(&intent.dataset_id, Some(&intent.operation_id))
+            .await?;
+        let ours: BTreeSet<String> = self
+            .rows_of(&intent.dataset_id, &planned)
+            .await?
+            .into_iter()
+            .filter(|(id, state)| *state == SplitState::Staged && !others.contains(id))
+            .map(|(id, _)| id)
+            .collect();
+        self.settle_reconcile(intent, &ours).await
+    }
+
+    /// Publishes the adopted splits and marks the discarded ones, of `ours` only.
+    async fn settle_reconcile(&self, intent: &Intent, ours: &BTreeSet<String>) -> Result<()> {
+        let adopt: Vec<String> = intent
+            .effects
+            .publish
+            .iter()
+            .flat_map(|publish| &publish.staged_split_ids)
+            .filter(|id| ours.contains(*id))
+            .cloned()
+            .collect();
+        if !adopt.is_empty() {
+            let dataset = self.catalog.dataset(&intent.dataset_id).await?;
+            // Reconcile is an operator's repair, not a competing writer: it publishes under
+            // the dataset's current token.
+            let publish = PublishRequest {
+                dataset_id: intent.dataset_id.clone(),
+                staged_split_ids: adopt,
+                replaced_split_ids: Vec::new(),
+                checkpoint_delta: None,
+                publish_token: dataset.publish_token.clone(),
+            };
+            self.durably(DurableStep::Publish, self.publish(&publish))
+                .await?;
+        }
+        let discard: Vec<String> = intent
+            .effects
+            .mark
+            .iter()
+            .filter(|id| ours.contains(*id))
+            .cloned()
+            .collect();
+        if !discard.is_empty() {
+            // Only while still staged: a row published meanwhile is never hidden.
+            self.durably(
+                DurableStep::MarkRows,
+                self.catalog.mark_stale_staged(
+                    &intent.dataset_id,
+                    &discard,
+                    i64::MAX,
+                    self.now_ms(),
+                ),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The states of those of `split_ids` that have a row.
+    async fn rows_of(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+    ) -> Result<Vec<(String, SplitState)>> {
+        if split_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let query = ListQuery {
+            split_ids: Some(split_ids.to_vec()),
+            ..ListQuery::default()
+        };
+        Ok(self
+            .catalog
+            .list_splits(dataset_id, &query)
+            .await?
+            .splits
+            .into_iter()
+            .map(|row| (row.split_id, row.state))
+            .collect())
+    }
+
+    fn reconcile_audit(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+        orphan: &ReadOrphan,
+        decision: &ReconcileDecision,
+        outcome: &str,
+    ) -> AuditRecord {
+        let canonical =
+            serde_json::to_vec(&orphan.observation).expect("observations always serialise");
+        AuditRecord {
+            format_version: AUDIT_FORMAT_VERSION,
+            dataset_id: dataset_id.to_string(),
+            operation_id: operation_id.to_string(),
+            recorded_at_ms: self.now_ms(),
+            mode: "reconcile".into(),
+            policy_digest: self.policy.digest().to_string(),
+            semantics_revision: self.policy.description().semantics_revision,
+            inputs_hash: sha256(&canonical),
+            decision: serde_json::to_value(decision).expect("decisions always serialise"),
+            outcome: serde_json::Value::String(outcome.to_string()),
+        }
+    }
+}
+
+/// Why the host will not act on a decision, if it will not.
+fn refusal(orphan: &OrphanObject, action: &ReconcileAction) -> Option<String> {
+    match action {
+        ReconcileAction::Adopt if !orphan.intact => Some(
+            "adopting it would publish a split whose object does not match its header (invariant 1)"
+                .into(),
+        ),
+        ReconcileAction::Adopt if !orphan.same_incarnation => Some(
+            "adopting it would publish an object written for an earlier dataset of the same name"
+                .into(),
+        ),
+        _ => None,
+    }
+}
+
+fn check_one_decision_each(orphans: &[ReadOrphan], decisions: &[ReconcileDecision]) -> Result<()> {
+    let same = orphans.len() == decisions.len()
+        && orphans
+            .iter()
+            .zip(decisions)
+            .all(|(orphan, decision)| orphan.observation.split_id == decision.split_id);
+    if !same {
+        return Err(MendError::PolicyRejected {
+            message: format!(
+                "the policy returned {} reconcile decisions for {} orphans, or in another order; nothing was executed",
+                decisions.len(),
+                orphans.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The create-only stage of a reconcile's planned rows, as its owner.
+fn reconcile_stage(intent: &Intent) -> StageRequest {
+    StageRequest {
+        dataset_id: intent.dataset_id.clone(),
+        mode: StageMode::CreateOnly,
+        node: intent.owner.clone(),
+        splits: intent
+            .effects
+            .stage
+            .iter()
+            .map(|row| StageSplit {
+                split_id: row.split_id.clone(),
+                metadata_json: row.metadata_json.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// The effects, keeping only the splits in `ours`.
+fn narrowed(effects: &PlannedEffects, ours: &BTreeSet<String>) -> PlannedEffects {
+    let keep = |id: &String| ours.contains(id);
+    PlannedEffects {
+        stage: effects
+            .stage
+            .iter()
+            .filter(|row| keep(&row.split_id))
+            .cloned()
+            .collect(),
+        objects: effects
+            .objects
+            .iter()
+            .filter(|object| keep(&object.split_id))
+            .cloned()
+            .collect(),
+        publish: effects.publish.as_ref().and_then(|publish| {
+            let staged: Vec<String> = publish
+                .staged_split_ids
+                .iter()
+                .filter(|id| keep(id))
+                .cloned()
+                .collect();
+            (!staged.is_empty()).then(|| PlannedPublish {
+                staged_split_ids: staged,
+                ..publish.clone()
+            })
+        }),
+        mark: effects.mark.iter().filter(|id| keep(id)).cloned().collect(),
+        ..effects.clone()
+    }
+}
