@@ -22,6 +22,7 @@ pub mod invariants;
 pub mod live;
 pub mod model;
 pub mod objects;
+pub mod progress;
 pub mod runtime;
 pub mod validate;
 

@@ -222,4 +222,45 @@ impl Harness {
             ),
         }
     }
+
+    /// Writes a split object with no row, as a writer that crashed between its upload and its
+    /// stage would leave it: written for dataset incarnation `uid`, with a payload that
+    /// matches its header unless `damaged`.
+    pub async fn plant_orphan(&self, dataset_id: &str, split_id: &str, uid: &str, damaged: bool) {
+        use mend::objects::format::{self, HEADER_FORMAT_VERSION, SplitObjectHeader, sha256};
+        let payload = format!("payload of {split_id}");
+        let header = SplitObjectHeader {
+            format_version: HEADER_FORMAT_VERSION,
+            dataset_id: dataset_id.into(),
+            dataset_uid: uid.into(),
+            split_id: split_id.into(),
+            node: "lost-writer".into(),
+            metadata_json: r#"{"num_docs": 7}"#.into(),
+            operation_id: Some("lost-operation".into()),
+            payload_size: payload.len() as u64,
+            payload_sha256: sha256(if damaged {
+                b"other bytes"
+            } else {
+                payload.as_bytes()
+            }),
+        };
+        self.engine
+            .objects()
+            .put(
+                dataset_id,
+                split_id,
+                format::encode(&header, payload.as_bytes()),
+            )
+            .await
+            .expect("plant an orphan");
+    }
+
+    /// Moves the manual clock past `by_ms` after the store's own clock, which stamps objects.
+    pub fn set_clock_past_wall_clock(&self, by_ms: i64) {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis() as i64;
+        self.clock.set_ms(wall + by_ms);
+    }
 }

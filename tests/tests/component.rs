@@ -9,8 +9,8 @@ use mend::runtime::{
 };
 use mend_policy::{
     CheckpointDelta, ExistingRow, IntentObservation, IntentPhase, ObjectObservation, OperationKind,
-    PartitionDelta, PartitionPosition, PublishInput, RecoveryInput, RecoveryMode, SplitState,
-    StageMode, StagePlanInput,
+    OrphanObject, PartitionDelta, PartitionPosition, PublishInput, ReconcileInput, RecoveryInput,
+    RecoveryMode, SplitState, StageMode, StagePlanInput,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -215,11 +215,16 @@ fn intent_observation() -> impl Strategy<Value = IntentObservation> {
             any::<(bool, bool, bool)>(),
             proptest::collection::vec("s[0-5]", 0..3),
         ),
+        (
+            proptest::collection::vec("s[0-5]", 0..3),
+            any::<(bool, bool)>(),
+        ),
     )
         .prop_map(
-            |((operation_id, kind, phase, live), planned_rows, rows, objects, publish)| {
+            |((operation_id, kind, phase, live), planned_rows, rows, objects, publish, other)| {
                 let (publish_staged, publish_replaced, (delta, at_from, at_to), gc_splits) =
                     publish;
+                let (mark_splits, (config_at_expected, config_applied)) = other;
                 IntentObservation {
                     operation_id,
                     kind,
@@ -244,9 +249,44 @@ fn intent_observation() -> impl Strategy<Value = IntentObservation> {
                     checkpoint_at_from: at_from,
                     checkpoint_at_to: at_to,
                     gc_splits,
+                    mark_splits,
+                    config_at_expected,
+                    config_applied,
                 }
             },
         )
+}
+
+fn reconcile_input() -> impl Strategy<Value = ReconcileInput> {
+    (
+        any::<i64>(),
+        proptest::collection::vec(
+            (
+                split_id(),
+                any::<bool>(),
+                any::<bool>(),
+                "[{}a-z\":0-9]{0,12}",
+                any::<i64>(),
+            ),
+            0..8,
+        ),
+    )
+        .prop_map(|(now_ms, orphans)| ReconcileInput {
+            dataset_id: "dataset".into(),
+            now_ms,
+            orphans: orphans
+                .into_iter()
+                .map(
+                    |(split_id, same_incarnation, intact, metadata_json, age_ms)| OrphanObject {
+                        split_id,
+                        same_incarnation,
+                        intact,
+                        metadata_json,
+                        age_ms,
+                    },
+                )
+                .collect(),
+        })
 }
 
 fn recovery_input() -> impl Strategy<Value = RecoveryInput> {
@@ -299,7 +339,14 @@ fn component_and_native_build_decide_identically() {
             Ok(())
         })
         .unwrap();
+    runner
+        .run(&reconcile_input(), |input| {
+            let wasm = policy.plan_reconcile(&input).expect("component decides");
+            prop_assert_eq!(wasm, mend_policy::plan_reconcile(&input));
+            Ok(())
+        })
+        .unwrap();
     println!(
-        "differential: {VECTORS} stage, {VECTORS} publish and {VECTORS} recovery vectors identical in wasm and native"
+        "differential: {VECTORS} stage, {VECTORS} publish, {VECTORS} recovery and {VECTORS} reconcile vectors identical in wasm and native"
     );
 }

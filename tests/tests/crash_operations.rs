@@ -4,14 +4,11 @@
 //! happened or never happened, with invariants 1 and 2 intact and no intent left.
 //! (Commit and gc have their own files.)
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use async_trait::async_trait;
 use bytes::Bytes;
 use mend::Engine;
 use mend::engine::{CommitRequest, CommitSplit, MergeRequest};
 use mend::model::{DatasetConfig, ListQuery, SplitState};
-use mend::objects::format::{self, HEADER_FORMAT_VERSION, SplitObjectHeader, sha256};
 use mend_policy::RecoveryMode;
 use mend_tests::crash::{CrashScenario, run_crash_schedules};
 use mend_tests::{Backend, Harness};
@@ -143,42 +140,6 @@ struct Reconcile;
 const ADOPT: [&str; 2] = ["orphan-1", "orphan-2"];
 const DISCARD: [&str; 2] = ["damaged", "earlier-incarnation"];
 
-fn wall_clock_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("after 1970")
-        .as_millis() as i64
-}
-
-/// Writes an object with no row, as a writer that crashed before staging would leave it.
-pub async fn plant_orphan(h: &Harness, dataset_id: &str, split_id: &str, uid: &str, damaged: bool) {
-    let payload = format!("payload of {split_id}");
-    let header = SplitObjectHeader {
-        format_version: HEADER_FORMAT_VERSION,
-        dataset_id: dataset_id.into(),
-        dataset_uid: uid.into(),
-        split_id: split_id.into(),
-        node: "lost-writer".into(),
-        metadata_json: r#"{"num_docs": 7}"#.into(),
-        operation_id: Some("lost-operation".into()),
-        payload_size: payload.len() as u64,
-        payload_sha256: sha256(if damaged {
-            b"other bytes"
-        } else {
-            payload.as_bytes()
-        }),
-    };
-    h.engine
-        .objects()
-        .put(
-            dataset_id,
-            split_id,
-            format::encode(&header, payload.as_bytes()),
-        )
-        .await
-        .expect("plant an orphan");
-}
-
 #[async_trait]
 impl CrashScenario for Reconcile {
     fn kind(&self) -> &'static str {
@@ -189,12 +150,13 @@ impl CrashScenario for Reconcile {
         let dataset_id = h.create_dataset("reconcile").await;
         let uid = h.engine.dataset(&dataset_id).await.unwrap().uid;
         for id in ADOPT {
-            plant_orphan(h, &dataset_id, id, &uid, false).await;
+            h.plant_orphan(&dataset_id, id, &uid, false).await;
         }
-        plant_orphan(h, &dataset_id, DISCARD[0], &uid, true).await;
-        plant_orphan(h, &dataset_id, DISCARD[1], "an-earlier-uid", false).await;
+        h.plant_orphan(&dataset_id, DISCARD[0], &uid, true).await;
+        h.plant_orphan(&dataset_id, DISCARD[1], "an-earlier-uid", false)
+            .await;
         // Past the staged grace period (one hour) of the objects' store timestamps.
-        h.clock.set_ms(wall_clock_ms() + 2 * 60 * 60 * 1000);
+        h.set_clock_past_wall_clock(2 * 60 * 60 * 1000);
         dataset_id
     }
 

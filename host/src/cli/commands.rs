@@ -159,6 +159,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 )
             })
         }
+        Command::Reconcile { dataset, node } => {
+            let report = engine
+                .reconcile(&dataset, &node)
+                .await
+                .with_context(|| format!("reconcile dataset {dataset}"))?;
+            output::reconcile_report(&report, json)
+        }
         Command::Verify { dataset } => {
             let report = engine
                 .verify(&dataset)
@@ -182,7 +189,14 @@ async fn open_engine(args: &Args) -> anyhow::Result<Engine> {
         .await
         .with_context(|| format!("open catalog {}", args.catalog))?;
     let policy = PolicyRuntime::default_policy().context("load the default policy")?;
-    Engine::new(catalog, objects, policy, EngineOptions::default()).context("start the engine")
+    let engine = Engine::new(catalog, objects, policy, EngineOptions::default())
+        .context("start the engine")?;
+    Ok(
+        match super::progress::TerminalProgress::for_stderr(args.json) {
+            Some(progress) => engine.with_progress(std::sync::Arc::new(progress)),
+            None => engine,
+        },
+    )
 }
 
 async fn dataset(engine: &Engine, command: DatasetCommand, json: bool) -> anyhow::Result<()> {
@@ -229,9 +243,9 @@ async fn dataset(engine: &Engine, command: DatasetCommand, json: bool) -> anyhow
                     apply_setting(&mut config, assignment)?;
                 }
                 engine
-                    .update_config(&dataset, current.config_version, &config)
+                    .apply_config(&dataset, current.config_version, &config, "cli")
                     .await
-                    .with_context(|| format!("update the config of dataset {dataset}"))?
+                    .with_context(|| format!("apply a new config to dataset {dataset}"))?
             };
             output::json_or(&result.config, json, || {
                 format!(

@@ -16,6 +16,7 @@
 mod commands;
 mod demo;
 mod output;
+mod progress;
 
 use std::path::PathBuf;
 
@@ -133,6 +134,14 @@ pub enum Command {
     Gc {
         dataset: String,
         /// The node running the collection, recorded in its intent.
+        #[arg(long, default_value = "cli")]
+        node: String,
+    },
+    /// Rebuild rows for objects no row describes (older than the staged grace period): the
+    /// policy adopts (publishes) whole ones and discards (marks) the rest.
+    Reconcile {
+        dataset: String,
+        /// The node running the reconcile: it stages the rebuilt rows and owns its intent.
         #[arg(long, default_value = "cli")]
         node: String,
     },

@@ -1,7 +1,7 @@
 //! How results look: a table for people, JSON for programs.
 
 use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
-use mend::engine::{Outcome, RecoveryReport, VerifyReport};
+use mend::engine::{Outcome, ReconcileReport, RecoveryReport, VerifyReport};
 use mend::model::{Dataset, SplitPage, StageOutcome, StageResult};
 use mend_policy::RecoveryDecision;
 use serde::Serialize;
@@ -183,6 +183,48 @@ pub fn recovery_report(report: &RecoveryReport, json: bool) -> anyhow::Result<()
         report.dataset_id,
         report.mode,
         report.policy_digest
+    );
+    Ok(())
+}
+
+pub fn reconcile_report(report: &ReconcileReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        return print_json(report);
+    }
+    let mut table = table(&["split", "outcome"]);
+    for id in &report.adopted {
+        table.add_row(vec![id.clone(), "adopted (published)".into()]);
+    }
+    for (id, why) in &report.discarded {
+        table.add_row(vec![id.clone(), format!("discarded (marked): {why}")]);
+    }
+    for id in &report.taken_by_others {
+        table.add_row(vec![
+            id.clone(),
+            "left: another reconciler or writer took it".into(),
+        ]);
+    }
+    for (id, why) in &report.refused {
+        table.add_row(vec![id.clone(), format!("refused: {why}")]);
+    }
+    for id in &report.too_young {
+        table.add_row(vec![
+            id.clone(),
+            "left: younger than the staged grace period".into(),
+        ]);
+    }
+    if !table.is_empty() {
+        println!("{table}");
+    }
+    println!(
+        "{} object(s) listed in dataset {}: {} adopted, {} discarded, {} left to others, {} refused, {} too young",
+        report.objects_listed,
+        report.dataset_id,
+        report.adopted.len(),
+        report.discarded.len(),
+        report.taken_by_others.len(),
+        report.refused.len(),
+        report.too_young.len()
     );
     Ok(())
 }

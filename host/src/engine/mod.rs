@@ -37,6 +37,7 @@ use crate::model::{
     SplitState, StageMode, StageRequest, StageResult, StagedSplit,
 };
 use crate::objects::SplitObjects;
+use crate::progress::{NoProgress, Progress};
 use crate::runtime::PolicyRuntime;
 use crate::validate;
 
@@ -51,6 +52,8 @@ pub struct EngineOptions {
     pub intent_lease_ms: i64,
     /// The seam every durable step passes through; tests crash operations with it.
     pub faults: Arc<dyn Faults>,
+    /// Told how long runs (sweeps, reconciles) advance.
+    pub progress: Arc<dyn Progress>,
 }
 
 impl Default for EngineOptions {
@@ -60,6 +63,7 @@ impl Default for EngineOptions {
             clock: Arc::new(SystemClock),
             intent_lease_ms: 60_000,
             faults: Arc::new(NoFaults),
+            progress: Arc::new(NoProgress),
         }
     }
 }
@@ -120,6 +124,13 @@ impl Engine {
     pub fn with_faults(&self, faults: Arc<dyn Faults>) -> Engine {
         let mut engine = self.clone();
         engine.options.faults = faults;
+        engine
+    }
+
+    /// The same engine reporting the progress of long runs to `progress`.
+    pub fn with_progress(&self, progress: Arc<dyn Progress>) -> Engine {
+        let mut engine = self.clone();
+        engine.options.progress = progress;
         engine
     }
 

@@ -95,11 +95,15 @@ impl Engine {
             ..ReconcileReport::default()
         };
 
-        let mut orphans = Vec::new();
-        for object in objects
+        let unrowed: Vec<_> = objects
             .iter()
             .filter(|o| !with_row.contains(&o.split_id) && !named.contains(&o.split_id))
-        {
+            .collect();
+        let progress = &self.options.progress;
+        progress.begin("read orphan objects", unrowed.len());
+        let mut orphans = Vec::new();
+        for (done, object) in unrowed.into_iter().enumerate() {
+            progress.advance(done);
             if object.last_modified_ms >= cutoff {
                 report.too_young.push(object.split_id.clone());
                 continue;
@@ -142,6 +146,7 @@ impl Engine {
                 checksum: header.payload_sha256.clone(),
             });
         }
+        progress.end();
         if orphans.is_empty() {
             return Ok(report);
         }

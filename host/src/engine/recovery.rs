@@ -95,10 +95,14 @@ impl Engine {
         let intents = self.catalog.list_intents(dataset_id).await?;
         let dataset = self.catalog.dataset(dataset_id).await?;
         let now_ms = self.now_ms();
+        let progress = &self.options.progress;
         let mut observations = Vec::with_capacity(intents.len());
+        progress.begin("observe intents", intents.len());
         for intent in &intents {
             observations.push(self.observe(intent, &dataset, now_ms).await?);
+            progress.advance(observations.len());
         }
+        progress.end();
         let input = RecoveryInput {
             dataset_id: dataset_id.to_string(),
             mode,
@@ -109,6 +113,7 @@ impl Engine {
         check_one_decision_each(&intents, &decisions)?;
 
         let mut reports = Vec::with_capacity(intents.len());
+        progress.begin("resolve intents", intents.len());
         for ((intent, observation), decision) in intents.iter().zip(&observations).zip(decisions) {
             let status = match &decision.decision {
                 RecoveryDecision::Stale => IntentStatus::Clean,
@@ -135,7 +140,9 @@ impl Engine {
                 decision: decision.decision,
                 outcome,
             });
+            progress.advance(reports.len());
         }
+        progress.end();
         // Every decision the host acted on or refused is audited. Merely reported ones are not
         // (probe and verify write nothing at all, and a supervisor deferring to a live owner
         // every few seconds would only flood the trail).
