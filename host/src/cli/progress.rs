@@ -55,11 +55,11 @@ impl Progress for TerminalProgress {
 
     fn advance(&self, done: usize) {
         let mut current = self.phase.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(phase) = current.as_mut() {
-            if phase.drawn_at.is_none_or(|at| at.elapsed() >= REDRAW_EVERY) {
-                Self::draw(&phase.name, done, phase.total);
-                phase.drawn_at = Some(Instant::now());
-            }
+        if let Some(phase) = current.as_mut()
+            && phase.drawn_at.is_none_or(|at| at.elapsed() >= REDRAW_EVERY)
+        {
+            Self::draw(&phase.name, done, phase.total);
+            phase.drawn_at = Some(Instant::now());
         }
     }
 
