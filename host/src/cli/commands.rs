@@ -189,8 +189,12 @@ async fn open_engine(args: &Args) -> anyhow::Result<Engine> {
         .await
         .with_context(|| format!("open catalog {}", args.catalog))?;
     let policy = PolicyRuntime::default_policy().context("load the default policy")?;
+    let gates = mend::gates::open_gates(&args.catalog)
+        .await
+        .with_context(|| format!("open the gates of catalog {}", args.catalog))?;
     let engine = Engine::new(catalog, objects, policy, EngineOptions::default())
-        .context("start the engine")?;
+        .context("start the engine")?
+        .with_gates(gates);
     Ok(
         match super::progress::TerminalProgress::for_stderr(args.json) {
             Some(progress) => engine.with_progress(std::sync::Arc::new(progress)),

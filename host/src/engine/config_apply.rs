@@ -14,6 +14,7 @@
 use super::Engine;
 use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
+use crate::gates::GateName;
 use crate::intent::{
     ExpectedState, INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, PlannedEffects,
 };
@@ -31,6 +32,20 @@ impl Engine {
     ) -> Result<Dataset> {
         validate::dataset_id(dataset_id)?;
         validate::config(config)?;
+        self.under_gates(
+            [GateName::config(dataset_id)],
+            self.apply_config_holding_gate(dataset_id, expected_config_version, config, node),
+        )
+        .await
+    }
+
+    async fn apply_config_holding_gate(
+        &self,
+        dataset_id: &str,
+        expected_config_version: u64,
+        config: &DatasetConfig,
+        node: &str,
+    ) -> Result<Dataset> {
         let dataset = self.catalog.dataset(dataset_id).await?;
         if dataset.config_version != expected_config_version {
             return Err(MendError::failed_precondition(

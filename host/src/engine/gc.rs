@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::Engine;
 use crate::error::Result;
 use crate::faults::DurableStep;
+use crate::gates::GateName;
 use crate::intent::{
     ExpectedState, INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, PlannedEffects,
 };
@@ -37,6 +38,14 @@ impl Engine {
     /// writes nothing.
     pub async fn gc(&self, dataset_id: &str, node: &str) -> Result<GcResult> {
         validate::dataset_id(dataset_id)?;
+        self.under_gates(
+            [GateName::dataset(dataset_id)],
+            self.gc_holding_gate(dataset_id, node),
+        )
+        .await
+    }
+
+    async fn gc_holding_gate(&self, dataset_id: &str, node: &str) -> Result<GcResult> {
         let dataset = self.catalog.dataset(dataset_id).await?;
         let now = self.now_ms();
         let staged_cutoff = now - dataset.config.staged_grace_period_ms as i64;

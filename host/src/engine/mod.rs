@@ -23,6 +23,7 @@ pub use recovery::{IntentReport, IntentStatus, Outcome, RecoveryReport};
 pub use verify::{VerifyReport, Violation};
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use mend_policy::capability::{PUBLISH_CHECKPOINT, PUBLISH_TOKEN, STAGE_CREATE_ONLY, STAGE_UPSERT};
 use mend_policy::{ExistingRow, PartitionPosition, PublishInput, StagePlanInput};
@@ -31,6 +32,7 @@ use crate::catalog::{Capabilities, Catalog, PublishObservation, StagePlan};
 use crate::clock::{Clock, SystemClock};
 use crate::error::{MendError, Result};
 use crate::faults::{Faults, NoFaults};
+use crate::gates::{GateName, GateSession, GateSet, Gates, HeldGates, InProcessGates};
 use crate::invariants;
 use crate::model::{
     Dataset, DatasetConfig, ListQuery, MarkResult, PublishRequest, PublishResult, SplitPage,
@@ -54,6 +56,8 @@ pub struct EngineOptions {
     pub faults: Arc<dyn Faults>,
     /// Told how long runs (sweeps, reconciles) advance.
     pub progress: Arc<dyn Progress>,
+    /// How long an operation waits for the gates it needs before failing with `Conflict`.
+    pub gate_timeout: Duration,
 }
 
 impl Default for EngineOptions {
@@ -64,6 +68,7 @@ impl Default for EngineOptions {
             intent_lease_ms: 60_000,
             faults: Arc::new(NoFaults),
             progress: Arc::new(NoProgress),
+            gate_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -83,6 +88,8 @@ pub fn host_capabilities() -> Capabilities {
 pub struct Engine {
     catalog: Arc<dyn Catalog>,
     objects: SplitObjects,
+    /// Serialise the writers and recoverers of a dataset's catalog state; see [`Engine::with_gates`].
+    gates: Arc<dyn Gates>,
     policy: PolicyRuntime,
     capabilities: Capabilities,
     options: EngineOptions,
@@ -114,6 +121,7 @@ impl Engine {
         Ok(Self {
             catalog,
             objects,
+            gates: Arc::new(InProcessGates::new()),
             policy,
             capabilities,
             options,
@@ -125,6 +133,55 @@ impl Engine {
         let mut engine = self.clone();
         engine.options.faults = faults;
         engine
+    }
+
+    /// The same engine taking its gates from `gates`. An engine starts with gates of its own
+    /// process ([`InProcessGates`]); engines in several processes sharing a catalog need gates
+    /// that reach across them ([`crate::gates::open_gates`]).
+    ///
+    /// Which operation takes which gate:
+    ///
+    /// | operation                       | gates                                              |
+    /// |---------------------------------|----------------------------------------------------|
+    /// | commit, merge, stage, publish   | none: fenced instead (publish token, fencing epoch) |
+    /// | gc, reconcile                   | the dataset gate                                   |
+    /// | config apply                    | the config gate                                    |
+    /// | recovery, roll-forward          | the dataset gate                                   |
+    /// | recovery, exclusive             | the exclusive permit: config and dataset gates, then the fencing epoch bumped |
+    /// | recovery, probe and verify      | none: they write nothing, not even a lease          |
+    pub fn with_gates(&self, gates: Arc<dyn Gates>) -> Engine {
+        let mut engine = self.clone();
+        engine.gates = gates;
+        engine
+    }
+
+    pub fn gates(&self) -> &Arc<dyn Gates> {
+        &self.gates
+    }
+
+    /// Takes `names` for one operation, waiting at most the engine's gate timeout.
+    async fn take_gates(&self, names: impl IntoIterator<Item = GateName>) -> Result<HeldGates> {
+        self.gates
+            .acquire(
+                &GateSession::new(),
+                &GateSet::new(names),
+                self.options.gate_timeout,
+            )
+            .await
+    }
+
+    /// Runs `operation` holding `names`, and releases them after.
+    async fn under_gates<T>(
+        &self,
+        names: impl IntoIterator<Item = GateName>,
+        operation: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let held = self.take_gates(names).await?;
+        let result = operation.await;
+        // A release that fails still ends the hold (the connection closes or the lease runs
+        // out); the operation's own result is what the caller needs.
+        let _ = held.release().await;
+        result
     }
 
     /// The same engine reporting the progress of long runs to `progress`.

@@ -32,6 +32,7 @@ use super::Engine;
 use crate::audit::{AUDIT_FORMAT_VERSION, AuditRecord};
 use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
+use crate::gates::GateName;
 use crate::intent::{
     ExpectedState, INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, PlannedEffects,
     PlannedObject, PlannedPublish, PlannedRow,
@@ -76,6 +77,18 @@ impl Engine {
         if node.is_empty() {
             return Err(MendError::invalid("a reconcile needs a node name"));
         }
+        self.under_gates(
+            [GateName::dataset(dataset_id)],
+            self.reconcile_holding_gate(dataset_id, node),
+        )
+        .await
+    }
+
+    async fn reconcile_holding_gate(
+        &self,
+        dataset_id: &str,
+        node: &str,
+    ) -> Result<ReconcileReport> {
         let dataset = self.catalog.dataset(dataset_id).await?;
         let now = self.now_ms();
         let cutoff = now - dataset.config.staged_grace_period_ms as i64;

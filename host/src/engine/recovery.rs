@@ -33,6 +33,7 @@ use super::Engine;
 use crate::audit::{AUDIT_FORMAT_VERSION, AuditRecord};
 use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
+use crate::gates::{ExclusivePermit, GateName, GateSession};
 use crate::intent::{Intent, OperationKind};
 use crate::model::{Dataset, ListQuery, PublishRequest, SplitState};
 use crate::objects::format::sha256;
@@ -90,8 +91,38 @@ impl RecoveryReport {
 
 impl Engine {
     /// Sweeps the dataset's intents in `mode`.
+    ///
+    /// Probe and verify take no gate (they write nothing, not even a lease); roll-forward
+    /// holds the dataset gate; exclusive holds the [`ExclusivePermit`] and bumps the dataset's
+    /// fencing epoch before it looks, so that no writer that began before it can publish
+    /// after it.
     pub async fn recover(&self, dataset_id: &str, mode: RecoveryMode) -> Result<RecoveryReport> {
         validate::dataset_id(dataset_id)?;
+        match mode {
+            RecoveryMode::Probe | RecoveryMode::Verify => self.sweep(dataset_id, mode).await,
+            RecoveryMode::RollForward => {
+                self.under_gates(
+                    [GateName::dataset(dataset_id)],
+                    self.sweep(dataset_id, mode),
+                )
+                .await
+            }
+            RecoveryMode::Exclusive => {
+                let permit = ExclusivePermit::acquire(
+                    &*self.gates,
+                    &GateSession::new(),
+                    dataset_id,
+                    self.options.gate_timeout,
+                )
+                .await?;
+                let result = self.sweep(dataset_id, mode).await;
+                let _ = permit.release().await;
+                result
+            }
+        }
+    }
+
+    async fn sweep(&self, dataset_id: &str, mode: RecoveryMode) -> Result<RecoveryReport> {
         let intents = self.catalog.list_intents(dataset_id).await?;
         let dataset = self.catalog.dataset(dataset_id).await?;
         let now_ms = self.now_ms();

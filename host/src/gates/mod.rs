@@ -52,6 +52,36 @@ pub use self::in_process::InProcessGates;
 pub use self::object_store::{DEFAULT_MAX_CLOCK_SKEW, DEFAULT_POLL_INTERVAL, ObjectStoreGates};
 pub use self::postgres::PostgresGates;
 
+/// How long a lease of [`open_gates`]'s object-store gates lasts.
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(60);
+
+/// Gates for every process sharing the catalog at `catalog_url`: Postgres advisory locks on a
+/// pool of their own for a Postgres catalog (each held gate pins a connection, which must not
+/// starve the catalog), leases beside the catalog's datasets for an object-store one, and in-process
+/// gates for `memory://`, which no other process can see anyway.
+pub async fn open_gates(catalog_url: &str) -> Result<std::sync::Arc<dyn Gates>> {
+    use std::sync::Arc;
+    if catalog_url.starts_with("postgres://") || catalog_url.starts_with("postgresql://") {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(catalog_url)
+            .await
+            .map_err(|error| MendError::unavailable("connect the gates' pool", error))?;
+        return Ok(Arc::new(PostgresGates::new(pool)));
+    }
+    if catalog_url.starts_with("memory://") {
+        return Ok(Arc::new(InProcessGates::new()));
+    }
+    let (store, prefix) = crate::catalog::object_store::open_store(catalog_url)?;
+    Ok(Arc::new(ObjectStoreGates::new(
+        store,
+        prefix,
+        DEFAULT_LEASE_DURATION,
+        Arc::new(crate::clock::SystemClock),
+    )))
+}
+
 /// The name of one gate. The derived order *is* the global lock order: variants first, in
 /// declaration order, then fields in declaration order. Do not reorder them.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
