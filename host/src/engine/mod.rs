@@ -155,6 +155,13 @@ impl Engine {
         engine
     }
 
+    /// The same engine waiting at most `timeout` for its gates.
+    pub fn with_gate_timeout(&self, timeout: Duration) -> Engine {
+        let mut engine = self.clone();
+        engine.options.gate_timeout = timeout;
+        engine
+    }
+
     pub fn gates(&self) -> &Arc<dyn Gates> {
         &self.gates
     }
