@@ -67,6 +67,9 @@ impl Catalog for OlderBackend {
     ) -> Result<Dataset> {
         self.inner.set_publish_token(id, token, now).await
     }
+    async fn advance_fencing_epoch(&self, id: &str, now: TimestampMs) -> Result<Dataset> {
+        self.inner.advance_fencing_epoch(id, now).await
+    }
     async fn stage(
         &self,
         id: &str,
