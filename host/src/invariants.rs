@@ -4,7 +4,9 @@
 //!
 //! The numbers refer to the invariants in DESIGN.md: (3) create-only staging never modifies
 //! an existing row, (4) checkpoints never move backwards and a delta applies exactly once,
-//! (5) transitions follow the lifecycle, (7) a stale publish token cannot publish.
+//! (5) transitions follow the lifecycle, (7) a stale publish token cannot publish, nor can a
+//! writer holding a stale fencing epoch (refused with `FailedPrecondition`: the writer was
+//! fenced, the policy did nothing wrong).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -127,11 +129,17 @@ fn coverage_problem(planned: &[PlannedSplit], distinct_ids: &[String]) -> Option
 
 /// Maps the policy's publish verdict to an error, and refuses a verdict of "allowed" when
 /// the observation breaks an invariant.
+///
+/// A writer whose fencing epoch is stale is refused first, whatever the policy said, so that
+/// it always learns it was fenced rather than whichever other problem its publish has.
 pub fn checked_publish(
     request: &PublishRequest,
     observation: &PublishObservation,
     violations: Vec<PublishViolation>,
 ) -> Result<()> {
+    if let Some(fenced) = stale_fencing_epoch(request, observation) {
+        return Err(fenced);
+    }
     if !violations.is_empty() {
         return Err(violation_error(violations));
     }
@@ -141,6 +149,27 @@ pub fn checked_publish(
         ))),
         None => Ok(()),
     }
+}
+
+/// `FailedPrecondition` if the publish carries a fencing epoch that is not the dataset's
+/// current one: exclusive recovery ran after the writer began (invariant 7). The policy is not
+/// asked; being fenced is not a matter of policy.
+fn stale_fencing_epoch(
+    request: &PublishRequest,
+    observation: &PublishObservation,
+) -> Option<MendError> {
+    let epoch = request.fencing_epoch?;
+    (epoch != observation.fencing_epoch).then(|| {
+        MendError::failed_precondition(
+            format!(
+                "the writer's fencing epoch {epoch} is stale: the dataset is at epoch {} \
+                 (exclusive recovery ran since the writer began); nothing was published \
+                 (invariant 7)",
+                observation.fencing_epoch
+            ),
+            Vec::new(),
+        )
+    })
 }
 
 /// The host's own reading of the publish preconditions, independent of the policy.
@@ -291,6 +320,53 @@ mod tests {
             );
             assert!(matches!(result, Err(MendError::PolicyRejected { .. })));
         }
+    }
+
+    #[test]
+    fn a_stale_fencing_epoch_is_refused_before_the_policys_violations() {
+        let request = PublishRequest {
+            dataset_id: "ds".into(),
+            staged_split_ids: vec!["a".into()],
+            replaced_split_ids: Vec::new(),
+            checkpoint_delta: None,
+            publish_token: None,
+            fencing_epoch: Some(2),
+        };
+        let observation = PublishObservation {
+            rows: vec![row("a", SplitState::Staged)],
+            checkpoint: Default::default(),
+            publish_token: None,
+            fencing_epoch: 3,
+        };
+        let missing = PublishViolation {
+            kind: ViolationKind::SplitMissing,
+            subjects: vec!["b".into()],
+            message: "split b is missing".into(),
+        };
+        for violations in [Vec::new(), vec![missing]] {
+            match checked_publish(&request, &observation, violations) {
+                Err(MendError::FailedPrecondition { message, ids }) => {
+                    assert!(ids.is_empty());
+                    assert!(
+                        message.contains("fencing epoch 2 is stale")
+                            && message.contains("at epoch 3"),
+                        "{message}"
+                    );
+                }
+                other => panic!("expected FailedPrecondition, got {other:?}"),
+            }
+        }
+
+        let current = PublishRequest {
+            fencing_epoch: Some(3),
+            ..request.clone()
+        };
+        assert!(checked_publish(&current, &observation, Vec::new()).is_ok());
+        let without = PublishRequest {
+            fencing_epoch: None,
+            ..request
+        };
+        assert!(checked_publish(&without, &observation, Vec::new()).is_ok());
     }
 
     #[test]

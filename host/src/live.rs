@@ -259,6 +259,7 @@ impl LiveHandle {
                 replaced_split_ids: replaced.to_vec(),
                 checkpoint_delta: None,
                 publish_token,
+                fencing_epoch: None,
             })
             .await
     }

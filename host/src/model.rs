@@ -48,10 +48,16 @@ pub struct Dataset {
     pub config: DatasetConfig,
     pub config_version: u64,
     pub checkpoint: Checkpoint,
-    /// Grows with every change to the published view (publish, mark, delete, config, token).
+    /// Grows with every change to the published view (publish, mark, delete, config, token,
+    /// fencing epoch).
     pub manifest_version: u64,
     /// A publish must present exactly this token (fencing); `None` means publishes carry none.
     pub publish_token: Option<String>,
+    /// Moved on by one each time exclusive recovery fences the dataset's writers: a publish
+    /// carrying an older epoch is refused (invariant 7). 0 at creation; catalogs written
+    /// before epochs existed read as 0.
+    #[serde(default)]
+    pub fencing_epoch: u64,
     pub created_at_ms: TimestampMs,
     pub updated_at_ms: TimestampMs,
 }
@@ -170,6 +176,10 @@ pub struct PublishRequest {
     pub checkpoint_delta: Option<CheckpointDelta>,
     #[serde(default)]
     pub publish_token: Option<String>,
+    /// The dataset's fencing epoch the writer read when it began; the publish is refused if
+    /// exclusive recovery has moved it on since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing_epoch: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -60,6 +60,7 @@ pub fn cases() -> Vec<(&'static str, Case)> {
         ("publish_token_fences_stale_publishers", |h| {
             Box::pin(publish_token_fences_stale_publishers(h))
         }),
+        ("fencing_epoch", |h| Box::pin(fencing_epoch(h))),
         ("mark_is_idempotent_and_names_unknown_ids", |h| {
             Box::pin(mark_is_idempotent_and_names_unknown_ids(h))
         }),
@@ -162,6 +163,7 @@ fn publish_request(dataset_id: &str, staged: &[&str], replaced: &[&str]) -> Publ
         replaced_split_ids: replaced.iter().map(|id| id.to_string()).collect(),
         checkpoint_delta: None,
         publish_token: None,
+        fencing_epoch: None,
     }
 }
 
@@ -919,6 +921,121 @@ pub async fn publish_token_fences_stale_publishers(h: &Harness) {
         .publish(&publish_request(&ds, &["b"], &[]))
         .await
         .expect("publish without token");
+}
+
+/// Exclusive recovery's fence: advancing the epoch refuses every publish carrying an older
+/// one (invariant 7), whatever else is wrong with it, and writes nothing; publishes carrying
+/// the current epoch, or none, go through.
+pub async fn fencing_epoch(h: &Harness) {
+    let ds = h.create_dataset("fencing-epoch").await;
+    let created = h.engine.dataset(&ds).await.unwrap();
+    assert_eq!(created.fencing_epoch, 0, "a new dataset is at epoch 0");
+    stage(h, &ds, StageMode::CreateOnly, &["a", "b", "c"]).await;
+    h.engine
+        .publish(&PublishRequest {
+            checkpoint_delta: Some(delta("events", "0", None, 5)),
+            fencing_epoch: Some(0),
+            ..publish_request(&ds, &["a"], &[])
+        })
+        .await
+        .expect("publish at the current epoch 0");
+
+    let before = h.engine.dataset(&ds).await.unwrap();
+    h.clock.advance_ms(10);
+    let advanced = h.engine.advance_fencing_epoch(&ds).await.expect("advance");
+    assert_eq!(advanced.fencing_epoch, 1);
+    assert!(advanced.manifest_version > before.manifest_version);
+    assert_eq!(advanced.updated_at_ms, h.clock_now());
+    assert_eq!(
+        (advanced.checkpoint.clone(), advanced.config_version),
+        (before.checkpoint.clone(), before.config_version),
+        "advancing the epoch changes nothing else"
+    );
+    assert_eq!(h.engine.dataset(&ds).await.unwrap(), advanced);
+
+    let fingerprint = h.write_fingerprint(&ds).await;
+    let stale_publishes = [
+        (
+            "stale epoch",
+            PublishRequest {
+                checkpoint_delta: Some(delta("events", "0", Some(5), 10)),
+                fencing_epoch: Some(0),
+                ..publish_request(&ds, &["b"], &[])
+            },
+        ),
+        (
+            "stale epoch and a missing split",
+            PublishRequest {
+                fencing_epoch: Some(0),
+                ..publish_request(&ds, &["b", "ghost"], &[])
+            },
+        ),
+        (
+            "an epoch from the future",
+            PublishRequest {
+                fencing_epoch: Some(2),
+                ..publish_request(&ds, &["b"], &[])
+            },
+        ),
+    ];
+    for (label, stale) in &stale_publishes {
+        let error = h.engine.publish(stale).await.unwrap_err();
+        assert!(
+            matches!(&error, MendError::FailedPrecondition { message, .. } if message.contains("fencing epoch")),
+            "{label}: {error:?}"
+        );
+        assert!(error.certainly_not_applied(), "{label}: {error:?}");
+    }
+    assert_eq!(
+        h.write_fingerprint(&ds).await,
+        fingerprint,
+        "a fenced publish wrote something"
+    );
+    assert_eq!(row(h, &ds, "b").await.unwrap().state, SplitState::Staged);
+    let after_refusals = h.engine.dataset(&ds).await.unwrap();
+    assert_eq!(after_refusals.checkpoint["events"]["0"], 5);
+    assert_eq!(after_refusals.manifest_version, advanced.manifest_version);
+
+    let current = h
+        .engine
+        .publish(&PublishRequest {
+            checkpoint_delta: Some(delta("events", "0", Some(5), 10)),
+            fencing_epoch: Some(1),
+            ..publish_request(&ds, &["b"], &[])
+        })
+        .await
+        .expect("publish at the current epoch 1");
+    assert_eq!(current.published, ["b"]);
+    assert!(current.manifest_version > advanced.manifest_version);
+    h.engine
+        .publish(&publish_request(&ds, &["c"], &[]))
+        .await
+        .expect("publish without an epoch");
+    assert_eq!(row(h, &ds, "c").await.unwrap().state, SplitState::Published);
+    let dataset = h.engine.dataset(&ds).await.unwrap();
+    assert_eq!(dataset.checkpoint["events"]["0"], 10);
+    assert_eq!(dataset.fencing_epoch, 1, "publishes leave the epoch alone");
+
+    let missing = h
+        .engine
+        .advance_fencing_epoch("no-such-dataset")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            missing,
+            MendError::NotFound {
+                kind: EntityKind::Dataset,
+                ..
+            }
+        ),
+        "{missing:?}"
+    );
+    println!(
+        "conformance[{}]: {} fenced publishes refused with nothing written, 2 let through",
+        h.backend,
+        stale_publishes.len()
+    );
 }
 
 pub async fn mark_is_idempotent_and_names_unknown_ids(h: &Harness) {

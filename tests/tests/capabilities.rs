@@ -1,5 +1,6 @@
 //! Capabilities: a policy that requires what the backend lacks is refused when the engine
-//! starts, with a message naming the capability. Nothing falls back to older semantics.
+//! starts, with a message naming the capability; a request that needs what the backend lacks
+//! is refused with nothing written. Nothing falls back to older semantics.
 
 use std::sync::Arc;
 
@@ -11,11 +12,12 @@ use mend::catalog::{
 use mend::intent::{Intent, IntentPhase};
 use mend::model::{
     Dataset, DatasetConfig, ListQuery, MarkResult, PublishRequest, PublishResult, SplitPage,
-    StageMode, StagedSplit, TimestampMs,
+    SplitState, StageMode, StageRequest, StageSplit, StagedSplit, TimestampMs,
 };
 use mend::objects::SplitObjects;
 use mend::runtime::PolicyRuntime;
 use mend::{Engine, EngineOptions, MendError, Result};
+use mend_policy::capability::PUBLISH_FENCING_EPOCH;
 
 /// A backend that delegates everything but claims fewer capabilities: an older backend.
 #[derive(Debug)]
@@ -66,6 +68,9 @@ impl Catalog for OlderBackend {
         now: TimestampMs,
     ) -> Result<Dataset> {
         self.inner.set_publish_token(id, token, now).await
+    }
+    async fn advance_fencing_epoch(&self, id: &str, now: TimestampMs) -> Result<Dataset> {
+        self.inner.advance_fencing_epoch(id, now).await
     }
     async fn stage(
         &self,
@@ -154,4 +159,75 @@ fn a_policy_requiring_a_missing_capability_is_refused_naming_it() {
     }
     println!("{refused} backends, each lacking one required capability, refused at start");
     assert!(refused >= 2);
+}
+
+/// A publish carrying a fencing epoch on a backend that cannot check one would let a fenced
+/// writer through: it is refused, and nothing is written. Publishes without one still work.
+#[tokio::test]
+async fn a_backend_without_fencing_epochs_refuses_a_publish_that_carries_one() {
+    let inner = ObjectStoreCatalog::open_url("memory://").expect("memory catalog");
+    let objects = SplitObjects::new(inner.store().clone(), inner.prefix().clone());
+    let backend = Arc::new(OlderBackend {
+        inner,
+        lacks: PUBLISH_FENCING_EPOCH,
+    });
+    let policy = PolicyRuntime::default_policy().expect("default policy");
+    let engine = Engine::new(backend, objects, policy, EngineOptions::default())
+        .expect("the default policy does not require fencing epochs");
+    assert!(!engine.capabilities().contains(PUBLISH_FENCING_EPOCH));
+    engine
+        .create_dataset("ds", &DatasetConfig::default())
+        .await
+        .expect("create");
+    engine
+        .stage(&StageRequest {
+            dataset_id: "ds".into(),
+            mode: StageMode::CreateOnly,
+            node: "n".into(),
+            splits: vec![StageSplit {
+                split_id: "a".into(),
+                metadata_json: "{}".into(),
+            }],
+        })
+        .await
+        .expect("stage");
+    let before = engine.dataset("ds").await.expect("show");
+
+    let fenced = PublishRequest {
+        dataset_id: "ds".into(),
+        staged_split_ids: vec!["a".into()],
+        replaced_split_ids: Vec::new(),
+        checkpoint_delta: None,
+        publish_token: None,
+        fencing_epoch: Some(0),
+    };
+    let error = engine.publish(&fenced).await.unwrap_err();
+    match &error {
+        MendError::CapabilityMissing { capability, detail } => {
+            assert_eq!(capability, PUBLISH_FENCING_EPOCH);
+            assert!(detail.contains("fencing epoch"), "{detail}");
+        }
+        other => panic!("expected CapabilityMissing, got {other:?}"),
+    }
+    assert_eq!(
+        engine.dataset("ds").await.expect("show"),
+        before,
+        "a refused publish changed the dataset"
+    );
+    let rows = engine
+        .list_splits("ds", &ListQuery::default())
+        .await
+        .expect("list");
+    assert_eq!(rows.splits.len(), 1);
+    assert_eq!(rows.splits[0].state, SplitState::Staged);
+
+    let published = engine
+        .publish(&PublishRequest {
+            fencing_epoch: None,
+            ..fenced
+        })
+        .await
+        .expect("a publish without a fencing epoch still works");
+    assert_eq!(published.published, ["a"]);
+    assert!(published.manifest_version > before.manifest_version);
 }

@@ -97,6 +97,7 @@ async fn check_hostile(backend: Backend) {
             replaced_split_ids: vec![],
             checkpoint_delta: None,
             publish_token: Some("stale".into()),
+            fencing_epoch: None,
         })
         .await
         .unwrap_err();

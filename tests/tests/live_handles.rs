@@ -75,6 +75,7 @@ async fn stage_and_publish(h: &Harness, dataset_id: &str, split_id: &str) {
             replaced_split_ids: vec![],
             checkpoint_delta: None,
             publish_token: None,
+            fencing_epoch: None,
         })
         .await
         .unwrap();

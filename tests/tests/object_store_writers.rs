@@ -86,6 +86,7 @@ async fn two_instances_lose_no_commit(
                     replaced_split_ids: vec![],
                     checkpoint_delta: None,
                     publish_token: None,
+                    fencing_epoch: None,
                 };
                 engine.publish(&publish).await.expect("publish");
             }

@@ -69,6 +69,7 @@ impl Capabilities {
             STAGE_CREATE_ONLY,
             PUBLISH_CHECKPOINT,
             PUBLISH_TOKEN,
+            PUBLISH_FENCING_EPOCH,
         ])
     }
 }
@@ -180,6 +181,8 @@ pub struct PublishObservation {
     pub rows: Vec<ExistingRow>,
     pub checkpoint: Checkpoint,
     pub publish_token: Option<String>,
+    /// The dataset's current fencing epoch, read in the same atomic step as the rest.
+    pub fencing_epoch: u64,
 }
 
 /// Called by a backend inside its atomic step; an error aborts the publish with nothing written.
@@ -236,6 +239,13 @@ pub trait Catalog: Send + Sync + fmt::Debug {
         publish_token: Option<&str>,
         now_ms: TimestampMs,
     ) -> Result<Dataset>;
+
+    /// Adds one to the dataset's fencing epoch, so that from now on every publish carrying an
+    /// older epoch is refused: how exclusive recovery fences out writers that began before it.
+    /// Bumps the manifest version (live handles must see the change) and returns the dataset
+    /// after. `NotFound` if the dataset does not exist.
+    async fn advance_fencing_epoch(&self, dataset_id: &str, now_ms: TimestampMs)
+    -> Result<Dataset>;
 
     /// Reads the rows of `split_ids` (distinct, sorted), asks `planner` for the plan and
     /// applies it atomically with conditional writes. Returns the actual outcome per split,

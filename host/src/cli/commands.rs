@@ -68,6 +68,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 replaced_split_ids: replaced,
                 checkpoint_delta,
                 publish_token,
+                fencing_epoch: None,
             };
             let result = engine.publish(&request).await.context("publish")?;
             output::json_or(&result, json, || {

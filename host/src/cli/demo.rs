@@ -77,6 +77,7 @@ pub async fn run(engine: &Engine, json: bool) -> anyhow::Result<()> {
                 }],
             }),
             publish_token: None,
+            fencing_epoch: None,
         })
         .await?;
 

@@ -128,6 +128,7 @@ impl Engine {
             replaced_split_ids: replaced_split_ids.to_vec(),
             checkpoint_delta: request.checkpoint_delta.clone(),
             publish_token: request.publish_token.clone(),
+            fencing_epoch: None,
         };
         validate::publish_request(&publish)?;
         let dataset = self.catalog.dataset(&request.dataset_id).await?;

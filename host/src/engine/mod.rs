@@ -25,7 +25,9 @@ pub use verify::{VerifyReport, Violation};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mend_policy::capability::{PUBLISH_CHECKPOINT, PUBLISH_TOKEN, STAGE_CREATE_ONLY, STAGE_UPSERT};
+use mend_policy::capability::{
+    PUBLISH_CHECKPOINT, PUBLISH_FENCING_EPOCH, PUBLISH_TOKEN, STAGE_CREATE_ONLY, STAGE_UPSERT,
+};
 use mend_policy::{ExistingRow, PartitionPosition, PublishInput, StagePlanInput};
 
 use crate::catalog::{Capabilities, Catalog, PublishObservation, StagePlan};
@@ -80,6 +82,7 @@ pub fn host_capabilities() -> Capabilities {
         STAGE_CREATE_ONLY,
         PUBLISH_CHECKPOINT,
         PUBLISH_TOKEN,
+        PUBLISH_FENCING_EPOCH,
     ])
 }
 
@@ -282,6 +285,15 @@ impl Engine {
             .await
     }
 
+    /// Moves the dataset's fencing epoch on by one: from now on a publish carrying an older
+    /// epoch is refused. Returns the dataset after.
+    pub async fn advance_fencing_epoch(&self, dataset_id: &str) -> Result<Dataset> {
+        validate::dataset_id(dataset_id)?;
+        self.catalog
+            .advance_fencing_epoch(dataset_id, self.now_ms())
+            .await
+    }
+
     /// Stages splits in the request's mode. The result names, per distinct id, what actually
     /// happened at write time: in create-only mode `Inserted` is the claim on the row.
     pub async fn stage(&self, request: &StageRequest) -> Result<StageResult> {
@@ -334,6 +346,9 @@ impl Engine {
         }
         if request.publish_token.is_some() {
             self.require(PUBLISH_TOKEN, "the publish carries a publish token")?;
+        }
+        if request.fencing_epoch.is_some() {
+            self.require(PUBLISH_FENCING_EPOCH, "the publish carries a fencing epoch")?;
         }
         let validator = |observation: &PublishObservation| -> Result<()> {
             let input = publish_input(request, observation);

@@ -342,6 +342,7 @@ impl Engine {
                         replaced_split_ids: planned.replaced_split_ids.clone(),
                         checkpoint_delta: planned.checkpoint_delta.clone(),
                         publish_token: planned.publish_token.clone(),
+                        fencing_epoch: None,
                     };
                     self.durably(DurableStep::Publish, self.publish(&publish))
                         .await?;

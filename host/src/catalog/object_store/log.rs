@@ -34,8 +34,17 @@ pub(super) const FORMAT_VERSION: u32 = 1;
 pub(super) enum Action {
     /// The dataset as created; only ever the single action of version 0.
     CreateDataset { dataset: Dataset },
-    /// The dataset record after the commit (config, checkpoint, token, manifest version).
+    /// The dataset record after the commit (config, checkpoint, token, manifest version). It
+    /// never moves the fencing epoch: only [`Action::AdvanceFencingEpoch`] does.
     SetDataset { dataset: Dataset },
+    /// The dataset's fencing epoch moved on by one, with its manifest version and update time
+    /// after the commit. A kind of its own rather than a `SetDataset`, so that a mend that
+    /// predates fencing epochs refuses a log holding one instead of replaying it without it.
+    AdvanceFencingEpoch {
+        fencing_epoch: u64,
+        manifest_version: u64,
+        updated_at_ms: TimestampMs,
+    },
     /// Rows after the commit, inserted or replaced whole.
     PutSplits { rows: Vec<SplitRow> },
     /// Rows removed by the commit.

@@ -12,7 +12,7 @@
 //!   it loads the newest checkpoint and replays the versions after it ([`log`], [`state`]).
 //! - **Versions.** The log version grows with every commit, staging included; the dataset's
 //!   `manifest_version` grows only with changes to the published view (publish, mark, delete,
-//!   config, token), as the [`Catalog`] trait says.
+//!   config, token, fencing epoch), as the [`Catalog`] trait says.
 //!
 //! Opening a catalog from a URL lives in `open.rs`; policy decisions stay with the engine,
 //! which passes them in as planner and validator closures.
@@ -357,6 +357,17 @@ impl Catalog for ObjectStoreCatalog {
     ) -> Result<Dataset> {
         self.mutate(dataset_id, now_ms, |state| {
             mutations::set_publish_token(state, publish_token, now_ms)
+        })
+        .await
+    }
+
+    async fn advance_fencing_epoch(
+        &self,
+        dataset_id: &str,
+        now_ms: TimestampMs,
+    ) -> Result<Dataset> {
+        self.mutate(dataset_id, now_ms, |state| {
+            mutations::advance_fencing_epoch(state, now_ms)
         })
         .await
     }

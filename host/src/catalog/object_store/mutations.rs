@@ -39,6 +39,7 @@ pub(super) fn new_dataset(
         checkpoint: Default::default(),
         manifest_version: 1,
         publish_token: None,
+        fencing_epoch: 0,
         created_at_ms: now_ms,
         updated_at_ms: now_ms,
     }
@@ -130,6 +131,7 @@ pub(super) fn publish(
         rows: state.existing_rows(&observed),
         checkpoint: state.dataset.checkpoint.clone(),
         publish_token: state.dataset.publish_token.clone(),
+        fencing_epoch: state.dataset.fencing_epoch,
     })?;
 
     // Defense in depth, in the Postgres backend's order: the validator checks all of this,
@@ -353,6 +355,27 @@ pub(super) fn set_publish_token(
     let mut dataset = bumped(current, now_ms);
     dataset.publish_token = publish_token.map(str::to_string);
     Ok(set_dataset(dataset))
+}
+
+/// Moves the fencing epoch on by one. Always a commit: each call fences out every writer
+/// that read the epoch before it, even when called twice in a row.
+pub(super) fn advance_fencing_epoch(
+    state: &DatasetState,
+    now_ms: TimestampMs,
+) -> Result<Change<Dataset>> {
+    let current = &state.dataset;
+    let dataset = Dataset {
+        fencing_epoch: current.fencing_epoch + 1,
+        ..bumped(current, now_ms)
+    };
+    Ok(Change::Commit {
+        actions: vec![Action::AdvanceFencingEpoch {
+            fencing_epoch: dataset.fencing_epoch,
+            manifest_version: dataset.manifest_version,
+            updated_at_ms: dataset.updated_at_ms,
+        }],
+        output: dataset,
+    })
 }
 
 /// Records a new intent; intents are not part of the published view, so the dataset record

@@ -103,7 +103,38 @@ impl DatasetState {
                             &format!("sets dataset {}", dataset.dataset_id),
                         ));
                     }
+                    if dataset.fencing_epoch != self.dataset.fencing_epoch {
+                        // A writer that does not know epochs would write 0 here; replaying it
+                        // would quietly let fenced writers publish again.
+                        return Err(contradiction(
+                            &self.dataset.dataset_id,
+                            commit.version,
+                            &format!(
+                                "sets fencing epoch {} over {} outside an advance",
+                                dataset.fencing_epoch, self.dataset.fencing_epoch
+                            ),
+                        ));
+                    }
                     self.dataset = dataset.clone();
+                }
+                Action::AdvanceFencingEpoch {
+                    fencing_epoch,
+                    manifest_version,
+                    updated_at_ms,
+                } => {
+                    if *fencing_epoch != self.dataset.fencing_epoch + 1 {
+                        return Err(contradiction(
+                            &self.dataset.dataset_id,
+                            commit.version,
+                            &format!(
+                                "advances the fencing epoch from {} to {fencing_epoch}",
+                                self.dataset.fencing_epoch
+                            ),
+                        ));
+                    }
+                    self.dataset.fencing_epoch = *fencing_epoch;
+                    self.dataset.manifest_version = *manifest_version;
+                    self.dataset.updated_at_ms = *updated_at_ms;
                 }
                 Action::PutSplits { rows } => {
                     for row in rows {

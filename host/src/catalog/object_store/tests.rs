@@ -246,6 +246,7 @@ fn publish_request(staged: &[&str], replaced: &[&str]) -> PublishRequest {
         replaced_split_ids: ids(replaced),
         checkpoint_delta: None,
         publish_token: None,
+        fencing_epoch: None,
     }
 }
 

@@ -1,5 +1,5 @@
-//! Dataset rows: create, read, and the two changes that are not publishes (config and
-//! publish token). Each change bumps the manifest version; one that would change nothing
+//! Dataset rows: create, read, and the changes that are not publishes (config, publish token,
+//! fencing epoch). Each change bumps the manifest version; one that would change nothing
 //! writes nothing.
 
 use sqlx::types::Json;
@@ -117,4 +117,20 @@ pub(super) async fn set_publish_token(
         .fetch_one(conn)
         .await?;
     Ok(rows::dataset(&row)?)
+}
+
+/// One statement, atomic by itself, so it runs on the pool without a transaction around it.
+pub(super) async fn advance_fencing_epoch(
+    pool: &PgPool,
+    dataset_id: &str,
+    now_ms: TimestampMs,
+) -> Result<Dataset> {
+    let row = sqlx::query(sql::DATASET_ADVANCE_FENCING_EPOCH)
+        .bind(dataset_id)
+        .bind(now_ms)
+        .fetch_optional(pool)
+        .await
+        .map_err(|error| database_error(error, dataset_id))?
+        .ok_or_else(|| MendError::dataset_not_found(dataset_id))?;
+    rows::dataset(&row)
 }

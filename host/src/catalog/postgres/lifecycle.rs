@@ -30,10 +30,13 @@ pub(super) async fn publish(
     let all_ids = sorted_distinct(staged.iter().chain(&replaced));
     let rows = queries::split_states(conn, dataset_id, &all_ids, RowLock::ForUpdate).await?;
 
+    // The fencing epoch comes from the row locked above: exclusive recovery's advance waits
+    // for this transaction, so the epoch checked is the one in force when the publish commits.
     validate(&PublishObservation {
         rows,
         checkpoint: dataset.checkpoint.clone(),
         publish_token: dataset.publish_token.clone(),
+        fencing_epoch: dataset.fencing_epoch,
     })?;
 
     // Defense in depth: the validator checks all of this; a publish must not break the

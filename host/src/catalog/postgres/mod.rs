@@ -4,11 +4,12 @@
 //! Every mutation that reads before it writes runs as one transaction, retried from its first
 //! read when Postgres aborts it for a deadlock or a serialization failure, or when a concurrent
 //! insert made what the step read stale; after `MAX_ATTEMPTS` it fails with `Conflict`, having
-//! written nothing. Intent writes are single conditional statements. Create-only staging,
-//! whose only write is one `INSERT ... ON CONFLICT DO
-//! NOTHING`, atomic by itself: it runs on a plain connection, two round trips cheaper, and is
-//! never retried here, because an attempt that inserted and then lost its connection must not
-//! come back reporting the caller's own rows as skipped. It fails as `Unavailable` instead.
+//! written nothing. Intent writes are single conditional statements, and advancing the fencing
+//! epoch is a single `UPDATE`. Create-only staging, whose only write is one `INSERT ... ON
+//! CONFLICT DO NOTHING`, atomic by itself: it runs on a plain connection, two round trips
+//! cheaper, and is never retried here, because an attempt that inserted and then lost its
+//! connection must not come back reporting the caller's own rows as skipped. It fails as
+//! `Unavailable` instead.
 //!
 //! Writes lock in one order everywhere: the dataset row (`FOR NO KEY UPDATE`, which does not
 //! block the foreign-key check of concurrent split inserts), then split rows sorted by id.
@@ -218,6 +219,14 @@ impl Catalog for PostgresCatalog {
             (transaction, result)
         })
         .await
+    }
+
+    async fn advance_fencing_epoch(
+        &self,
+        dataset_id: &str,
+        now_ms: TimestampMs,
+    ) -> Result<Dataset> {
+        datasets::advance_fencing_epoch(&self.pool, dataset_id, now_ms).await
     }
 
     async fn stage(

@@ -25,6 +25,7 @@ pub(super) fn dataset(row: &PgRow) -> Result<Dataset> {
         checkpoint,
         manifest_version: version(row, "manifest_version")?,
         publish_token: column(row, "publish_token")?,
+        fencing_epoch: version(row, "fencing_epoch")?,
         created_at_ms: column(row, "created_at_ms")?,
         updated_at_ms: column(row, "updated_at_ms")?,
         dataset_id,
@@ -77,7 +78,8 @@ fn state(row: &PgRow, split_id: &str) -> Result<SplitState> {
         .ok_or_else(|| corrupt(format!("split {split_id} has unknown state {name:?}")))
 }
 
-/// Versions are `u64` in the model and `BIGINT` in the schema, which keeps them non-negative.
+/// Versions and epochs are `u64` in the model and `BIGINT` in the schema, which keeps them
+/// non-negative.
 fn version(row: &PgRow, name: &str) -> Result<u64> {
     let value: i64 = column(row, name)?;
     u64::try_from(value).map_err(|_| corrupt(format!("{name} is negative: {value}")))

@@ -11,6 +11,8 @@ pub(super) const DATASET_EXISTS: &str = include_str!("sql/dataset_exists.sql");
 pub(super) const DATASET_UPDATE_CONFIG: &str = include_str!("sql/dataset_update_config.sql");
 pub(super) const DATASET_UPDATE_PUBLISH_TOKEN: &str =
     include_str!("sql/dataset_update_publish_token.sql");
+pub(super) const DATASET_ADVANCE_FENCING_EPOCH: &str =
+    include_str!("sql/dataset_advance_fencing_epoch.sql");
 pub(super) const DATASET_BUMP_MANIFEST: &str = include_str!("sql/dataset_bump_manifest.sql");
 pub(super) const DATASET_PROBE: &str = include_str!("sql/dataset_probe.sql");
 

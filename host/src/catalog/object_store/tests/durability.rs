@@ -51,6 +51,67 @@ async fn a_file_from_a_newer_mend_is_refused_not_guessed_at() {
 }
 
 #[tokio::test]
+async fn a_log_from_before_fencing_epochs_reads_as_epoch_zero_and_cannot_undo_an_advance() {
+    let (catalog, store) = counted_catalog(ObjectStoreCatalogOptions::default());
+    let log = Log::new(store.clone(), Path::from("mend"));
+    // Files as a mend that predates fencing epochs wrote them: no `fencing_epoch` anywhere.
+    let old_dataset = |manifest_version: u64, updated_at_ms: TimestampMs| {
+        serde_json::json!({
+            "dataset_id": "logs", "uid": "uid-1", "config": DatasetConfig::default(),
+            "config_version": 1, "checkpoint": {}, "manifest_version": manifest_version,
+            "publish_token": null, "created_at_ms": T0, "updated_at_ms": updated_at_ms,
+        })
+    };
+    let old_commit = |version: u64, action: serde_json::Value| {
+        serde_json::json!({
+            "format_version": 1, "version": version, "commit_id": format!("old-{version}"),
+            "committed_at_ms": T0, "actions": [action],
+        })
+        .to_string()
+    };
+    let created = serde_json::json!({"type": "create_dataset", "dataset": old_dataset(1, T0)});
+    let configured = serde_json::json!({"type": "set_dataset", "dataset": old_dataset(2, T0 + 1)});
+    for (version, action) in [(0, created), (1, configured)] {
+        store
+            .put(
+                &log.commit_path("logs", version),
+                old_commit(version, action).into(),
+            )
+            .await
+            .unwrap();
+    }
+
+    let dataset = catalog.dataset("logs").await.unwrap();
+    assert_eq!((dataset.fencing_epoch, dataset.manifest_version), (0, 2));
+    let advanced = catalog.advance_fencing_epoch("logs", T0 + 2).await.unwrap();
+    assert_eq!(
+        (
+            advanced.fencing_epoch,
+            advanced.manifest_version,
+            advanced.updated_at_ms
+        ),
+        (1, 3, T0 + 2)
+    );
+    assert_eq!(
+        sibling(&catalog).dataset("logs").await.unwrap(),
+        advanced,
+        "another process replays the advance"
+    );
+
+    // An old writer that resumed from a checkpoint past the advance (never reading the advance
+    // itself, which it could not parse) writes the dataset back without its epoch. Replaying
+    // that as epoch 0 would let fenced writers publish again: it is corruption instead.
+    let unfenced = serde_json::json!({"type": "set_dataset", "dataset": old_dataset(4, T0 + 3)});
+    store
+        .put(&log.commit_path("logs", 3), old_commit(3, unfenced).into())
+        .await
+        .unwrap();
+    let err = sibling(&catalog).dataset("logs").await.unwrap_err();
+    assert!(matches!(err, MendError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains("fencing epoch 0 over 1"), "{err}");
+}
+
+#[tokio::test]
 async fn a_fresh_reader_starts_from_the_newest_checkpoint() {
     let options = ObjectStoreCatalogOptions {
         checkpoint_interval: 5,

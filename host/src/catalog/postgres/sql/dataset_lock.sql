@@ -6,7 +6,7 @@
 -- wait for a publish.
 SELECT
     dataset_id, uid, config, config_version, checkpoint, manifest_version, publish_token,
-    created_at_ms, updated_at_ms
+    fencing_epoch, created_at_ms, updated_at_ms
 FROM datasets
 WHERE dataset_id = $1
 FOR NO KEY UPDATE

@@ -6,4 +6,4 @@ SET publish_token = $2,
 WHERE dataset_id = $1
 RETURNING
     dataset_id, uid, config, config_version, checkpoint, manifest_version, publish_token,
-    created_at_ms, updated_at_ms
+    fencing_epoch, created_at_ms, updated_at_ms

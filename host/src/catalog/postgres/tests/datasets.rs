@@ -28,6 +28,7 @@ async fn datasets_are_created_listed_and_shown() {
             checkpoint: Checkpoint::new(),
             manifest_version: 1,
             publish_token: None,
+            fencing_epoch: 0,
             created_at_ms: 1_000,
             updated_at_ms: 1_000,
         }

@@ -57,6 +57,7 @@ async fn publish_moves_states_applies_the_checkpoint_and_sees_the_token() {
             ],
             checkpoint: Checkpoint::new(),
             publish_token: Some("epoch-1".to_string()),
+            fencing_epoch: 0,
         }
     );
     let dataset = catalog.dataset(&dataset_id).await.unwrap();

@@ -154,6 +154,7 @@ fn publish_request(dataset_id: &str, staged: &[&str], replaced: &[&str]) -> Publ
         replaced_split_ids: replaced.iter().map(|id| id.to_string()).collect(),
         checkpoint_delta: None,
         publish_token: None,
+        fencing_epoch: None,
     }
 }
 
