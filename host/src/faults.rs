@@ -28,6 +28,8 @@ pub enum DurableStep {
     DeleteRows,
     /// A config apply's promotion of its staged config.
     PromoteConfig,
+    /// Exclusive recovery's bump of the dataset's fencing epoch.
+    FenceWriters,
 }
 
 impl fmt::Display for DurableStep {

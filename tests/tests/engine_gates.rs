@@ -2,6 +2,8 @@
 //! keeps them past the engine's gate timeout, fails with `Conflict` having done nothing.
 //! Probe and verify take no gate. The holder is another engine's gates (another "process":
 //! separate lease writers on one object store, separate pools on one Postgres database).
+//! Exclusive recovery bumps the fencing epoch, and a writer that began before it cannot
+//! publish after it (invariant 7).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,9 +12,9 @@ use bytes::Bytes;
 use mend::MendError;
 use mend::clock::SystemClock;
 use mend::engine::{CommitRequest, CommitSplit};
-use mend::faults::CrashAt;
+use mend::faults::{CrashAt, DurableStep, Faults};
 use mend::gates::{GateName, GateSession, Gates, ObjectStoreGates, PostgresGates};
-use mend::model::DatasetConfig;
+use mend::model::{CheckpointDelta, DatasetConfig, ListQuery, PartitionDelta, SplitState};
 use mend_policy::RecoveryMode;
 use mend_tests::{Backend, Harness};
 
@@ -77,7 +79,11 @@ async fn operations_wait_for_the_gates_they_need(backend: Backend) {
 
     let session = GateSession::new();
     let held = theirs
-        .acquire_one(&session, GateName::dataset(&dataset_id), Duration::from_secs(5))
+        .acquire_one(
+            &session,
+            GateName::dataset(&dataset_id),
+            Duration::from_secs(5),
+        )
         .await
         .expect("the other process takes the dataset gate");
     let started = Instant::now();
@@ -96,7 +102,10 @@ async fn operations_wait_for_the_gates_they_need(backend: Backend) {
     assert_eq!(intents().await.len(), 1, "nothing was resolved while gated");
 
     // Probe and verify write nothing, not even a lease: they need no gate.
-    let probe = engine.recover(&dataset_id, RecoveryMode::Probe).await.unwrap();
+    let probe = engine
+        .recover(&dataset_id, RecoveryMode::Probe)
+        .await
+        .unwrap();
     assert_eq!(probe.intents.len(), 1);
     engine.verify(&dataset_id).await.unwrap();
     checked += 2;
@@ -104,7 +113,11 @@ async fn operations_wait_for_the_gates_they_need(backend: Backend) {
 
     // The config gate alone blocks config apply and exclusive recovery, not roll-forward.
     let held = theirs
-        .acquire_one(&session, GateName::config(&dataset_id), Duration::from_secs(5))
+        .acquire_one(
+            &session,
+            GateName::config(&dataset_id),
+            Duration::from_secs(5),
+        )
         .await
         .unwrap();
     let config = DatasetConfig {
@@ -128,7 +141,10 @@ async fn operations_wait_for_the_gates_they_need(backend: Backend) {
         .unwrap();
     assert_eq!(report.intents.len(), 1);
     assert!(intents().await.is_empty());
-    engine.apply_config(&dataset_id, 1, &config, "n").await.unwrap();
+    engine
+        .apply_config(&dataset_id, 1, &config, "n")
+        .await
+        .unwrap();
     checked += 2;
     println!(
         "engine gates [{backend}]: {checked} checks: gated operations failed with Conflict within the timeout and changed nothing; probe and verify ran ungated; released, all succeeded"
@@ -148,4 +164,133 @@ async fn operations_wait_for_their_gates_on_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operations_wait_for_their_gates_on_s3() {
     operations_wait_for_the_gates_they_need(Backend::S3).await;
+}
+
+/// Pauses the operation before one durable step until the test lets it go: a writer that
+/// stalls (a long GC pause, a partition) while exclusive recovery takes over.
+#[derive(Debug)]
+struct PauseBefore {
+    step: DurableStep,
+    reached: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    resume: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Faults for PauseBefore {
+    fn before(&self, step: &DurableStep) -> mend::Result<()> {
+        if *step == self.step
+            && let Some(reached) = self.reached.lock().unwrap().take()
+        {
+            reached.send(()).unwrap();
+            // Blocks this worker thread only, having handed its other tasks to another worker;
+            // the test drives recovery meanwhile.
+            tokio::task::block_in_place(|| self.resume.lock().unwrap().recv().unwrap());
+        }
+        Ok(())
+    }
+
+    fn after(&self, _step: &DurableStep) -> mend::Result<()> {
+        Ok(())
+    }
+}
+
+/// A writer stalls before its publish; exclusive recovery takes the permit, bumps the fencing
+/// epoch and completes the commit itself. When the writer wakes, its publish is refused: its
+/// epoch is stale. The splits are published once and the checkpoint moves once.
+async fn a_stale_writer_cannot_publish(backend: Backend) {
+    let h = Harness::new(backend).await;
+    let dataset_id = h.create_dataset("fenced").await;
+    let (reached_tx, reached_rx) = std::sync::mpsc::channel();
+    let (resume_tx, resume_rx) = std::sync::mpsc::channel();
+    let pause = Arc::new(PauseBefore {
+        step: DurableStep::Publish,
+        reached: std::sync::Mutex::new(Some(reached_tx)),
+        resume: std::sync::Mutex::new(resume_rx),
+    });
+    let writer = h.engine.with_faults(pause);
+    let request = CommitRequest {
+        dataset_id: dataset_id.clone(),
+        node: "stalled-writer".into(),
+        splits: vec![CommitSplit {
+            split_id: "s".into(),
+            metadata_json: "{}".into(),
+            payload: Bytes::from_static(b"bytes"),
+        }],
+        checkpoint_delta: Some(CheckpointDelta {
+            source: "events".into(),
+            partitions: vec![PartitionDelta {
+                partition: "0".into(),
+                from_position: None,
+                to_position: 10,
+            }],
+        }),
+        publish_token: None,
+    };
+    let stalled = tokio::spawn(async move { writer.commit(&request).await });
+    tokio::task::spawn_blocking(move || reached_rx.recv().unwrap())
+        .await
+        .unwrap();
+
+    let before = h.engine.dataset(&dataset_id).await.unwrap().fencing_epoch;
+    let report = h
+        .engine
+        .recover(&dataset_id, RecoveryMode::Exclusive)
+        .await
+        .unwrap();
+    assert_eq!(report.intents.len(), 1, "{report:?}");
+    let after = h.engine.dataset(&dataset_id).await.unwrap();
+    assert_eq!(
+        after.fencing_epoch,
+        before + 1,
+        "exclusive recovery bumps the epoch"
+    );
+
+    resume_tx.send(()).unwrap();
+    let result = stalled.await.unwrap();
+    match &result {
+        Err(MendError::FailedPrecondition { message, .. }) if message.contains("fencing epoch") => {
+        }
+        other => panic!("{backend}: the stale writer's publish was not fenced: {other:?}"),
+    }
+    let rows = h
+        .engine
+        .list_splits(&dataset_id, &ListQuery::default())
+        .await
+        .unwrap()
+        .splits;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        rows[0].state,
+        SplitState::Published,
+        "recovery completed the commit"
+    );
+    let dataset = h.engine.dataset(&dataset_id).await.unwrap();
+    assert_eq!(dataset.checkpoint["events"]["0"], 10);
+    assert_eq!(
+        dataset.manifest_version, after.manifest_version,
+        "the refused publish changed nothing"
+    );
+    println!(
+        "fencing [{backend}]: a writer stalled before its publish was refused after exclusive recovery bumped the epoch {before} -> {}; split published once, checkpoint moved once",
+        after.fencing_epoch
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_writer_cannot_publish_on_memory() {
+    a_stale_writer_cannot_publish(Backend::Memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_writer_cannot_publish_on_a_local_directory() {
+    a_stale_writer_cannot_publish(Backend::LocalDirectory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_writer_cannot_publish_on_postgres() {
+    a_stale_writer_cannot_publish(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_writer_cannot_publish_on_s3() {
+    a_stale_writer_cannot_publish(Backend::S3).await;
 }

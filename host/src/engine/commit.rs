@@ -132,6 +132,12 @@ impl Engine {
         };
         validate::publish_request(&publish)?;
         let dataset = self.catalog.dataset(&request.dataset_id).await?;
+        // The epoch the commit began under: if exclusive recovery moves it on meanwhile, this
+        // writer's publish is refused (invariant 7).
+        let publish = PublishRequest {
+            fencing_epoch: Some(dataset.fencing_epoch),
+            ..publish
+        };
 
         let operation_id = uuid::Uuid::new_v4().to_string();
         let objects: Vec<(SplitObjectHeader, &Bytes)> = request

@@ -274,7 +274,8 @@ impl Engine {
         )
         .await?;
 
-        self.settle_reconcile(&intent, &ours).await?;
+        self.settle_reconcile(&intent, &ours, dataset.fencing_epoch)
+            .await?;
         for (orphan, decision) in &accepted {
             let split_id = &orphan.observation.split_id;
             let outcome = if ours.contains(split_id) {
@@ -306,7 +307,7 @@ impl Engine {
 
     /// Recovery's roll-forward of a reconcile: stage again the rows that are missing
     /// (create-only), then settle the rows still staged that no other intent names.
-    pub(super) async fn finish_reconcile(&self, intent: &Intent) -> Result<()> {
+    pub(super) async fn finish_reconcile(&self, intent: &Intent, fencing_epoch: u64) -> Result<()> {
         let planned: Vec<String> = intent
             .effects
             .stage
@@ -328,11 +329,17 @@ impl Engine {
             .filter(|(id, state)| *state == SplitState::Staged && !others.contains(id))
             .map(|(id, _)| id)
             .collect();
-        self.settle_reconcile(intent, &ours).await
+        self.settle_reconcile(intent, &ours, fencing_epoch).await
     }
 
-    /// Publishes the adopted splits and marks the discarded ones, of `ours` only.
-    async fn settle_reconcile(&self, intent: &Intent, ours: &BTreeSet<String>) -> Result<()> {
+    /// Publishes the adopted splits and marks the discarded ones, of `ours` only; the publish
+    /// is fenced at `fencing_epoch`, the epoch the run began under.
+    async fn settle_reconcile(
+        &self,
+        intent: &Intent,
+        ours: &BTreeSet<String>,
+        fencing_epoch: u64,
+    ) -> Result<()> {
         let adopt: Vec<String> = intent
             .effects
             .publish
@@ -351,6 +358,7 @@ impl Engine {
                 replaced_split_ids: Vec::new(),
                 checkpoint_delta: None,
                 publish_token: dataset.publish_token.clone(),
+                fencing_epoch: Some(fencing_epoch),
             };
             self.durably(DurableStep::Publish, self.publish(&publish))
                 .await?;

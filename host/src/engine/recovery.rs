@@ -115,7 +115,17 @@ impl Engine {
                     self.options.gate_timeout,
                 )
                 .await?;
-                let result = self.sweep(dataset_id, mode).await;
+                let result = async {
+                    // Every writer that began before the permit is fenced out from here on.
+                    self.durably(
+                        DurableStep::FenceWriters,
+                        self.catalog
+                            .advance_fencing_epoch(dataset_id, self.now_ms()),
+                    )
+                    .await?;
+                    self.sweep(dataset_id, mode).await
+                }
+                .await;
                 let _ = permit.release().await;
                 result
             }
@@ -158,7 +168,7 @@ impl Engine {
                 None if matches!(mode, RecoveryMode::Probe | RecoveryMode::Verify) => {
                     Outcome::Reported
                 }
-                None => match self.execute(intent, &decision.decision).await {
+                None => match self.execute(intent, &decision.decision, &dataset).await {
                     Ok(true) => Outcome::Executed,
                     Ok(false) => Outcome::Reported,
                     Err(error) => Outcome::Failed(error.to_string()),
@@ -329,8 +339,15 @@ impl Engine {
         })
     }
 
-    /// Carries out a checked decision; `false` when there was nothing to execute.
-    async fn execute(&self, intent: &Intent, decision: &RecoveryDecision) -> Result<bool> {
+    /// Carries out a checked decision; `false` when there was nothing to execute. Publishes
+    /// carry the fencing epoch the sweep read (after exclusive recovery's bump), so a sweep
+    /// fenced out by a later exclusive one cannot publish either.
+    async fn execute(
+        &self,
+        intent: &Intent,
+        decision: &RecoveryDecision,
+        dataset: &Dataset,
+    ) -> Result<bool> {
         match (decision, intent.kind) {
             (RecoveryDecision::Defer(_) | RecoveryDecision::Blocked(_), _) => return Ok(false),
             (RecoveryDecision::Stale, _) => {}
@@ -342,7 +359,7 @@ impl Engine {
                         replaced_split_ids: planned.replaced_split_ids.clone(),
                         checkpoint_delta: planned.checkpoint_delta.clone(),
                         publish_token: planned.publish_token.clone(),
-                        fencing_epoch: None,
+                        fencing_epoch: Some(dataset.fencing_epoch),
                     };
                     self.durably(DurableStep::Publish, self.publish(&publish))
                         .await?;
@@ -358,7 +375,7 @@ impl Engine {
                 self.promote_config(intent).await?;
             }
             (RecoveryDecision::RollForward, OperationKind::Reconcile) => {
-                self.finish_reconcile(intent).await?;
+                self.finish_reconcile(intent, dataset.fencing_epoch).await?;
             }
             // A config apply that lost to another change never changed anything.
             (RecoveryDecision::RollBack, OperationKind::ConfigApply) => {}
