@@ -212,8 +212,9 @@ async fn config_changes_during_refreshes_never_mix_generations() {
                 let mut config = current.config.clone();
                 // The grace period encodes the version it is written at.
                 config.staged_grace_period_ms = 1_000 + current.config_version + 1;
+                // A config apply: an intent holding the staged config, then its promotion.
                 engine
-                    .update_config(&ds, current.config_version, &config)
+                    .apply_config(&ds, current.config_version, &config, "operator")
                     .await
                     .unwrap();
             }
