@@ -72,6 +72,14 @@ async fn check_verify(backend: Backend) {
         .collect();
     assert_eq!(found, [(1, "v-1"), (0, "garbage")], "{report:?}");
     assert_eq!(report.orphan_objects, ["garbage", "orphan"]);
+    // Recovery in verify mode sweeps the intents and checks the same invariants, writing
+    // nothing either.
+    let swept = h
+        .engine
+        .recover(&dataset_id, mend_policy::RecoveryMode::Verify)
+        .await
+        .unwrap();
+    assert_eq!(swept.verify.as_ref(), Some(&report));
     assert_eq!(
         h.write_fingerprint(&dataset_id).await,
         before,

@@ -145,7 +145,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 .recover(&dataset, mode)
                 .await
                 .with_context(|| format!("recover dataset {dataset}"))?;
-            output::recovery_report(&report, json)
+            output::recovery_report(&report, json)?;
+            if let Some(verified) = &report.verify {
+                if !json {
+                    output::verify_report(verified, false)?;
+                }
+                if !verified.violations.is_empty() {
+                    bail!(
+                        "{} invariant violation(s) in dataset {dataset}",
+                        verified.violations.len()
+                    );
+                }
+            }
+            Ok(())
         }
         Command::Gc { dataset, node } => {
             let result = engine

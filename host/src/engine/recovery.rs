@@ -4,7 +4,7 @@
 //! | mode           | executes                                  |
 //! |----------------|-------------------------------------------|
 //! | `probe`        | nothing: reports each intent's status     |
-//! | `verify`       | nothing                                   |
+//! | `verify`       | nothing: also checks the invariants over the whole dataset, bucket included |
 //! | `roll-forward` | stale intents, roll-forwards              |
 //! | `exclusive`    | stale intents, roll-forwards, roll-backs  |
 //!
@@ -81,6 +81,9 @@ pub struct RecoveryReport {
     /// The policy that decided, by digest.
     pub policy_digest: String,
     pub intents: Vec<IntentReport>,
+    /// In verify mode, the invariants checked over the whole dataset, bucket included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<super::VerifyReport>,
 }
 
 impl RecoveryReport {
@@ -99,7 +102,12 @@ impl Engine {
     pub async fn recover(&self, dataset_id: &str, mode: RecoveryMode) -> Result<RecoveryReport> {
         validate::dataset_id(dataset_id)?;
         match mode {
-            RecoveryMode::Probe | RecoveryMode::Verify => self.sweep(dataset_id, mode).await,
+            RecoveryMode::Probe => self.sweep(dataset_id, mode).await,
+            RecoveryMode::Verify => {
+                let mut report = self.sweep(dataset_id, mode).await?;
+                report.verify = Some(self.verify(dataset_id).await?);
+                Ok(report)
+            }
             RecoveryMode::RollForward => {
                 self.under_gates(
                     [GateName::dataset(dataset_id)],
@@ -201,6 +209,7 @@ impl Engine {
             mode,
             policy_digest: self.policy.digest().to_string(),
             intents: reports,
+            verify: None,
         })
     }
 

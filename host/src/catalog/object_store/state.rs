@@ -4,7 +4,7 @@
 //! own commit is exactly what any other process replays from the same file. Deciding what to
 //! commit is [`super::mutations`]' job; reading and writing files is [`super::log`]'s.
 
-use std::collections::BTreeMap;
+use imbl::OrdMap;
 
 use mend_policy::ExistingRow;
 
@@ -18,9 +18,12 @@ pub(super) struct DatasetState {
     /// The last log version applied.
     pub version: u64,
     pub dataset: Dataset,
-    pub splits: BTreeMap<String, SplitRow>,
+    /// Persistent maps: a writer clones the state for every commit it attempts, and a clone
+    /// shares everything it does not change, so a commit costs what it touches, not the size
+    /// of the dataset.
+    pub splits: OrdMap<String, SplitRow>,
     /// Unresolved operations, by operation id.
-    pub intents: BTreeMap<String, Intent>,
+    pub intents: OrdMap<String, Intent>,
 }
 
 impl DatasetState {
@@ -33,8 +36,8 @@ impl DatasetState {
                 Ok(Self {
                     version: 0,
                     dataset: dataset.clone(),
-                    splits: BTreeMap::new(),
-                    intents: BTreeMap::new(),
+                    splits: OrdMap::new(),
+                    intents: OrdMap::new(),
                 })
             }
             _ => Err(contradiction(
