@@ -61,6 +61,16 @@ pub const DEFAULT_POLICY_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_WASM"));
 /// How often the engine's epoch advances; the unit of [`PolicyLimits::cpu_time_per_call`].
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
+/// How a policy is loaded.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// The limits of each of its decisions.
+    pub limits: PolicyLimits,
+    /// Where compiled components are kept across processes, by digest and engine
+    /// compatibility; `None` keeps them in this process only.
+    pub cache_dir: Option<std::path::PathBuf>,
+}
+
 /// A loaded, checked policy, ready to decide. Cheap to clone and share between tasks.
 #[derive(Clone)]
 pub struct PolicyRuntime {
@@ -94,6 +104,18 @@ impl PolicyRuntime {
     /// Compiles (or reuses the compiled form of) `bytes`, checks its imports and its
     /// `describe()`, and returns it ready to call.
     pub fn load(bytes: &[u8], limits: PolicyLimits) -> Result<Self, PolicyError> {
+        Self::load_with(
+            bytes,
+            &LoadOptions {
+                limits,
+                ..LoadOptions::default()
+            },
+        )
+    }
+
+    /// [`PolicyRuntime::load`] with every option.
+    pub fn load_with(bytes: &[u8], options: &LoadOptions) -> Result<Self, PolicyError> {
+        let limits = options.limits;
         let engine = shared_engine()?;
         let digest = digest_of(bytes);
         let component = compiled(engine, &digest, bytes)?;
