@@ -8,7 +8,8 @@
 //! behind, each an `Armed` intent with its staged row and its uploaded object, then measures
 //! in the same run:
 //!
-//! - the floor: list the dataset's objects and HEAD each one, the least any sweep must read;
+//! - the floor: list the dataset's objects and HEAD each one (16 in flight, as many as a
+//!   sweep observes at once), the least any sweep must read;
 //! - a probe sweep (reads only);
 //! - a roll-forward sweep, which publishes each commit and deletes its intent.
 //!
@@ -123,14 +124,21 @@ async fn crashed_commits(engine: &Engine, dataset_id: &str, count: usize) {
         .await;
 }
 
-/// List the dataset's objects and HEAD each: the least a sweep must read.
+/// How many HEADs the floor has in flight: as many as the sweep observes intents at once.
+const FLOOR_CONCURRENCY: usize = 16;
+
+/// List the dataset's objects and HEAD each, 16 at a time: the least a sweep must read.
 async fn floor(setup: &Setup, dataset_id: &str) -> (Duration, usize) {
     let started = Instant::now();
     let listed = setup.engine.objects().list(dataset_id).await.expect("list");
-    for object in &listed {
-        let path = setup.engine.objects().path(dataset_id, &object.split_id);
-        setup.store.head(&path).await.expect("head");
-    }
+    futures::stream::iter(&listed)
+        .map(|object| {
+            let path = setup.engine.objects().path(dataset_id, &object.split_id);
+            async move { setup.store.head(&path).await.expect("head") }
+        })
+        .buffer_unordered(FLOOR_CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
     (started.elapsed(), listed.len())
 }
 

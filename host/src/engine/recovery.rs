@@ -23,6 +23,8 @@
 
 use std::collections::BTreeSet;
 
+use futures::StreamExt;
+
 use mend_policy::{
     ExistingRow, IntentDecision, IntentObservation, ObjectObservation, RecoveryDecision,
     RecoveryInput, RecoveryMode,
@@ -38,6 +40,9 @@ use crate::intent::{Intent, OperationKind};
 use crate::model::{Dataset, ListQuery, PublishRequest, SplitState};
 use crate::objects::format::sha256;
 use crate::validate;
+
+/// How many intents a sweep observes at once.
+const OBSERVE_CONCURRENCY: usize = 16;
 
 /// What an intent needs, as a probe reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -145,12 +150,18 @@ impl Engine {
         let dataset = self.catalog.dataset(dataset_id).await?;
         let now_ms = self.now_ms();
         let progress = &self.options.progress;
+        // Observing is reads only, one intent independent of the next: several at a time, so
+        // that a sweep over thousands of intents waits on its reads together, not in turn.
         let mut observations = Vec::with_capacity(intents.len());
         progress.begin("observe intents", intents.len());
-        for intent in &intents {
-            observations.push(self.observe(intent, &dataset, now_ms).await?);
+        let mut observed = futures::stream::iter(&intents)
+            .map(|intent| self.observe(intent, &dataset, now_ms))
+            .buffered(OBSERVE_CONCURRENCY);
+        while let Some(observation) = observed.next().await {
+            observations.push(observation?);
             progress.advance(observations.len());
         }
+        drop(observed);
         progress.end();
         let input = RecoveryInput {
             dataset_id: dataset_id.to_string(),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use object_store::path::Path;
-use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
+use object_store::{GetOptions, GetRange, ObjectStore, PutMode, PutOptions, PutPayload};
 
 use crate::error::{MendError, Result};
 
@@ -106,40 +106,47 @@ impl SplitObjects {
     }
 
     /// The recovery metadata embedded in a split's object and the object's size, reading only
-    /// its first bytes; `None` if there is no object.
+    /// its first bytes, in one request when the header is short (as it nearly always is);
+    /// `None` if there is no object.
     pub async fn read_header(
         &self,
         dataset_id: &str,
         split_id: &str,
     ) -> Result<Option<(format::SplitObjectHeader, u64)>> {
+        /// Enough for the prefix and a typical header.
+        const FIRST_READ: u64 = 4096;
         let path = self.path(dataset_id, split_id);
         let unavailable = |error| MendError::unavailable(format!("read {path}"), error);
-        let size = match self.store.head(&path).await {
-            Ok(meta) => meta.size,
+        let options = GetOptions {
+            range: Some(GetRange::Bounded(0..FIRST_READ)),
+            ..GetOptions::default()
+        };
+        let found = match self.store.get_opts(&path, options).await {
+            Ok(found) => found,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
             Err(error) => return Err(unavailable(error)),
         };
-        if size < format::PREFIX_LEN as u64 {
+        let size = found.meta.size;
+        let first = found.bytes().await.map_err(unavailable)?;
+        if size < format::PREFIX_LEN as u64 || first.len() < format::PREFIX_LEN {
             return Err(MendError::Corrupt {
                 message: format!("{path} is {size} bytes, too short to be a split object"),
             });
         }
-        let prefix = self
-            .store
-            .get_range(&path, 0..format::PREFIX_LEN as u64)
-            .await
-            .map_err(unavailable)?;
-        let header_end = format::PREFIX_LEN as u64 + u64::from(format::header_len(&prefix)?);
+        let header_end = format::PREFIX_LEN as u64 + u64::from(format::header_len(&first)?);
         if header_end > size {
             return Err(MendError::Corrupt {
                 message: format!("{path} is shorter than its header"),
             });
         }
-        let json = self
-            .store
-            .get_range(&path, format::PREFIX_LEN as u64..header_end)
-            .await
-            .map_err(unavailable)?;
+        let json = if header_end <= first.len() as u64 {
+            first.slice(format::PREFIX_LEN..header_end as usize)
+        } else {
+            self.store
+                .get_range(&path, format::PREFIX_LEN as u64..header_end)
+                .await
+                .map_err(unavailable)?
+        };
         Ok(Some((format::decode_header(&json)?, size)))
     }
 
