@@ -29,6 +29,30 @@ pub struct AuditRecord {
     pub decision: serde_json::Value,
     /// What the host did with it, as JSON.
     pub outcome: serde_json::Value,
+    /// The policy's whole input for this decision, so that another policy can be asked the
+    /// same question ([`crate::runtime::replay`]). Absent in records written before replay
+    /// existed; readers of this format that predate it ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<DecisionInput>,
+}
+
+/// What a policy was asked, as an audit record keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "call", rename_all = "kebab-case")]
+pub enum DecisionInput {
+    /// One intent of a recovery sweep.
+    DecideRecovery {
+        dataset_id: String,
+        mode: mend_policy::RecoveryMode,
+        now_ms: TimestampMs,
+        intent: mend_policy::IntentObservation,
+    },
+    /// One orphan of a reconcile.
+    PlanReconcile {
+        dataset_id: String,
+        now_ms: TimestampMs,
+        orphan: mend_policy::OrphanObject,
+    },
 }
 
 /// Refuses a whole append, before anything is written, unless every record names

@@ -1518,6 +1518,7 @@ fn audit(dataset_id: &str, operation_id: &str, recorded_at_ms: i64) -> AuditReco
         inputs_hash: "sha256:11".into(),
         decision: serde_json::json!("roll_forward"),
         outcome: serde_json::json!({"outcome": "executed"}),
+        inputs: None,
     }
 }
 

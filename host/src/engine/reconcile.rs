@@ -29,7 +29,7 @@ use mend_policy::{OrphanObject, ReconcileAction, ReconcileDecision, ReconcileInp
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
-use crate::audit::{AUDIT_FORMAT_VERSION, AuditRecord};
+use crate::audit::{AUDIT_FORMAT_VERSION, AuditRecord, DecisionInput};
 use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
 use crate::gates::GateName;
@@ -185,6 +185,7 @@ impl Engine {
                     audit.push(self.reconcile_audit(
                         dataset_id,
                         &operation_id,
+                        now,
                         orphan,
                         decision,
                         &why,
@@ -286,7 +287,14 @@ impl Engine {
             } else {
                 "taken by another reconciler or writer"
             };
-            audit.push(self.reconcile_audit(dataset_id, &operation_id, orphan, decision, outcome));
+            audit.push(self.reconcile_audit(
+                dataset_id,
+                &operation_id,
+                now,
+                orphan,
+                decision,
+                outcome,
+            ));
         }
         self.catalog.append_audit(dataset_id, &audit).await?;
 
@@ -413,6 +421,7 @@ impl Engine {
         &self,
         dataset_id: &str,
         operation_id: &str,
+        now_ms: i64,
         orphan: &ReadOrphan,
         decision: &ReconcileDecision,
         outcome: &str,
@@ -430,6 +439,11 @@ impl Engine {
             inputs_hash: sha256(&canonical),
             decision: serde_json::to_value(decision).expect("decisions always serialise"),
             outcome: serde_json::Value::String(outcome.to_string()),
+            inputs: Some(DecisionInput::PlanReconcile {
+                dataset_id: dataset_id.to_string(),
+                now_ms,
+                orphan: orphan.observation.clone(),
+            }),
         }
     }
 }

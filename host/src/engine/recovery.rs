@@ -32,7 +32,7 @@ use mend_policy::{
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
-use crate::audit::{AUDIT_FORMAT_VERSION, AuditRecord};
+use crate::audit::{AUDIT_FORMAT_VERSION, AuditRecord, DecisionInput};
 use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
 use crate::gates::{ExclusivePermit, GateName, GateSession};
@@ -210,7 +210,9 @@ impl Engine {
             .iter()
             .zip(&observations)
             .filter(|(report, _)| report.outcome != Outcome::Reported)
-            .map(|(report, observation)| self.audit_record(dataset_id, mode, report, observation))
+            .map(|(report, observation)| {
+                self.audit_record(dataset_id, mode, now_ms, report, observation)
+            })
             .collect();
         if !records.is_empty() {
             self.catalog.append_audit(dataset_id, &records).await?;
@@ -228,6 +230,7 @@ impl Engine {
         &self,
         dataset_id: &str,
         mode: RecoveryMode,
+        now_ms: i64,
         report: &IntentReport,
         observation: &IntentObservation,
     ) -> AuditRecord {
@@ -243,6 +246,12 @@ impl Engine {
             inputs_hash: sha256(&canonical),
             decision: serde_json::to_value(&report.decision).expect("decisions always serialise"),
             outcome: serde_json::to_value(&report.outcome).expect("outcomes always serialise"),
+            inputs: Some(DecisionInput::DecideRecovery {
+                dataset_id: dataset_id.to_string(),
+                mode,
+                now_ms,
+                intent: observation.clone(),
+            }),
         }
     }
 

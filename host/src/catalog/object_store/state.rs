@@ -188,7 +188,19 @@ impl DatasetState {
     }
 
     pub fn list_splits(&self, query: &ListQuery) -> SplitPage {
-        let mut matching = self.splits.values().filter(|row| query.matches(row));
+        // Asked for by id (as recovery asks, once per intent), a listing looks the ids up
+        // rather than scanning the dataset, so its cost follows the ids, not the dataset.
+        let by_id: Option<Vec<&SplitRow>> = query.split_ids.as_ref().map(|ids| {
+            let ids: std::collections::BTreeSet<&String> = ids.iter().collect();
+            ids.into_iter()
+                .filter_map(|id| self.splits.get(id))
+                .collect()
+        });
+        let candidates: Box<dyn Iterator<Item = &SplitRow>> = match by_id {
+            Some(rows) => Box::new(rows.into_iter()),
+            None => Box::new(self.splits.values()),
+        };
+        let mut matching = candidates.filter(|row| query.matches(row));
         let limit = query.limit.unwrap_or(usize::MAX);
         let splits: Vec<SplitRow> = matching.by_ref().take(limit).cloned().collect();
         let next_after_split_id = match matching.next() {

@@ -16,6 +16,7 @@ fn record(dataset_id: &str, operation_id: &str, recorded_at_ms: TimestampMs) -> 
         inputs_hash: "sha256:inputs".to_string(),
         decision: json!({ "action": "publish", "splits": ["a"] }),
         outcome: json!({ "published": 1 }),
+        inputs: None,
     }
 }
 
