@@ -175,7 +175,7 @@ async fn main() {
             throughput / floor
         );
     }
-    decision_cost(harness.engine.policy());
+    decision_cost(&harness.engine.policy());
     read_and_decide_cost(&harness).await;
 }
 

@@ -72,7 +72,10 @@ impl Engine {
     /// Runs a commit to the end, or fails leaving an intent for recovery (or, when the commit
     /// certainly did nothing, no trace at all).
     pub async fn commit(&self, request: &CommitRequest) -> Result<CommitResult> {
-        self.run_commit(OperationKind::Commit, request, &[]).await
+        // Its stage and its publish are decided by the same policy.
+        self.pinned()
+            .run_commit(OperationKind::Commit, request, &[])
+            .await
     }
 
     /// Runs a merge to the end, like a commit: the replaced splits must be published, and
@@ -90,7 +93,8 @@ impl Engine {
             checkpoint_delta: None,
             publish_token: request.publish_token.clone(),
         };
-        self.run_commit(OperationKind::Merge, &commit, &request.replaced_split_ids)
+        self.pinned()
+            .run_commit(OperationKind::Merge, &commit, &request.replaced_split_ids)
             .await
     }
 

@@ -12,12 +12,14 @@
 mod commit;
 mod config_apply;
 mod gc;
+mod policy_swap;
 mod reconcile;
 mod recovery;
 mod verify;
 
 pub use commit::{CommitRequest, CommitResult, CommitSplit, MergeRequest};
 pub use gc::GcResult;
+pub use policy_swap::{PreparedSwap, SwapPreview};
 pub use reconcile::ReconcileReport;
 pub use recovery::{IntentReport, IntentStatus, Outcome, RecoveryReport};
 pub use verify::{VerifyReport, Violation};
@@ -42,7 +44,7 @@ use crate::model::{
 };
 use crate::objects::SplitObjects;
 use crate::progress::{NoProgress, Progress};
-use crate::runtime::PolicyRuntime;
+use crate::runtime::{ActivePolicy, PolicyRuntime};
 use crate::validate;
 
 /// Host-side settings of an engine.
@@ -93,7 +95,11 @@ pub struct Engine {
     objects: SplitObjects,
     /// Serialise the writers and recoverers of a dataset's catalog state; see [`Engine::with_gates`].
     gates: Arc<dyn Gates>,
-    policy: PolicyRuntime,
+    /// The active policy, shared by every clone of this engine and swapped at runtime.
+    policies: Arc<ActivePolicy>,
+    /// The policy an operation in progress decides with: set by [`Engine::pinned`], so that
+    /// an operation keeps the policy it started with across a swap.
+    pinned: Option<PolicyRuntime>,
     capabilities: Capabilities,
     options: EngineOptions,
 }
@@ -107,28 +113,37 @@ impl Engine {
         options: EngineOptions,
     ) -> Result<Self> {
         let capabilities = host_capabilities().intersection(&catalog.capabilities());
-        for required in &policy.description().required_capabilities {
-            if !capabilities.contains(required) {
-                return Err(MendError::CapabilityMissing {
-                    capability: required.clone(),
-                    detail: format!(
-                        "policy {} {} ({}) requires it, but {} provides only [{capabilities}]",
-                        policy.description().name,
-                        policy.description().version,
-                        policy.digest(),
-                        catalog.describe()
-                    ),
-                });
-            }
-        }
+        check_capabilities(&policy, &capabilities, catalog.as_ref())?;
         Ok(Self {
             catalog,
             objects,
             gates: Arc::new(InProcessGates::new()),
-            policy,
+            policies: Arc::new(ActivePolicy::new(policy)),
+            pinned: None,
             capabilities,
             options,
         })
+    }
+
+    /// The same engine deciding with the policy active now until it is dropped, whatever is
+    /// swapped meanwhile. Every operation that asks the policy more than once, or audits what
+    /// it asked, runs on a pinned engine.
+    pub fn pinned(&self) -> Engine {
+        let mut engine = self.clone();
+        engine.pinned = Some(self.policy());
+        engine
+    }
+
+    /// Refuses a candidate policy this engine could not run: one requiring a capability the
+    /// host and backend do not both provide.
+    pub fn check_policy(&self, candidate: &PolicyRuntime) -> Result<()> {
+        check_capabilities(candidate, &self.capabilities, self.catalog.as_ref())
+    }
+
+    /// The active policy and the one before it, swapped by [`Engine::publish_policy`] and
+    /// [`Engine::rollback_policy`].
+    pub fn active_policy(&self) -> &Arc<ActivePolicy> {
+        &self.policies
     }
 
     /// The same engine with another fault seam: tests crash operations with it.
@@ -209,8 +224,12 @@ impl Engine {
         &self.objects
     }
 
-    pub fn policy(&self) -> &PolicyRuntime {
-        &self.policy
+    /// The policy this engine decides with: the pinned one, or else the active one.
+    pub fn policy(&self) -> PolicyRuntime {
+        match &self.pinned {
+            Some(policy) => policy.clone(),
+            None => self.policies.current(),
+        }
     }
 
     pub fn capabilities(&self) -> &Capabilities {
@@ -310,6 +329,7 @@ impl Engine {
         split_ids.dedup();
 
         let request_ids: Vec<String> = requested.iter().map(|s| s.split_id.clone()).collect();
+        let policy = self.policy();
         let planner = |existing: &[ExistingRow]| -> Result<StagePlan> {
             let input = StagePlanInput {
                 dataset_id: request.dataset_id.clone(),
@@ -317,7 +337,7 @@ impl Engine {
                 split_ids: request_ids.clone(),
                 existing: existing.to_vec(),
             };
-            let planned = self.policy.plan_stage(&input)?;
+            let planned = policy.plan_stage(&input)?;
             invariants::checked_stage_plan(request.mode, &requested, &split_ids, existing, planned)
         };
         let splits: Vec<StagedSplit> = self
@@ -350,9 +370,10 @@ impl Engine {
         if request.fencing_epoch.is_some() {
             self.require(PUBLISH_FENCING_EPOCH, "the publish carries a fencing epoch")?;
         }
+        let policy = self.policy();
         let validator = |observation: &PublishObservation| -> Result<()> {
             let input = publish_input(request, observation);
-            let violations = self.policy.validate_publish(&input)?;
+            let violations = policy.validate_publish(&input)?;
             invariants::checked_publish(request, observation, violations)
         };
         self.catalog
@@ -422,6 +443,29 @@ impl Engine {
         }
         self.catalog.list_splits(dataset_id, query).await
     }
+}
+
+/// Refuses `policy` if it requires a capability not in `capabilities`.
+fn check_capabilities(
+    policy: &PolicyRuntime,
+    capabilities: &Capabilities,
+    catalog: &dyn Catalog,
+) -> Result<()> {
+    for required in &policy.description().required_capabilities {
+        if !capabilities.contains(required) {
+            return Err(MendError::CapabilityMissing {
+                capability: required.clone(),
+                detail: format!(
+                    "policy {} {} ({}) requires it, but {} provides only [{capabilities}]",
+                    policy.description().name,
+                    policy.description().version,
+                    policy.digest(),
+                    catalog.describe()
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// What the policy sees of a publish: the request and the observation, in WIT's shapes.
@@ -509,4 +553,21 @@ mod tests {
             "other modes still work"
         );
     }
+}
+
+/// Engine operations must be spawnable: a server runs them on tasks.
+#[cfg(test)]
+#[allow(dead_code)]
+fn operations_are_send(engine: Engine) {
+    fn spawnable<T: Send>(_: T) {}
+    spawnable(async move {
+        let _ = engine
+            .recover("ds", mend_policy::RecoveryMode::RollForward)
+            .await;
+        let _ = engine.reconcile("ds", "n").await;
+        let _ = engine.gc("ds", "n").await;
+        let _ = engine
+            .apply_config("ds", 1, &DatasetConfig::default(), "n")
+            .await;
+    });
 }

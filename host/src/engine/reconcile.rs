@@ -77,11 +77,14 @@ impl Engine {
         if node.is_empty() {
             return Err(MendError::invalid("a reconcile needs a node name"));
         }
-        self.under_gates(
-            [GateName::dataset(dataset_id)],
-            self.reconcile_holding_gate(dataset_id, node),
-        )
-        .await
+        // One policy decides and is audited for the whole run.
+        let pinned = self.pinned();
+        pinned
+            .under_gates(
+                [GateName::dataset(dataset_id)],
+                pinned.reconcile_holding_gate(dataset_id, node),
+            )
+            .await
     }
 
     async fn reconcile_holding_gate(
@@ -169,7 +172,7 @@ impl Engine {
             now_ms: now,
             orphans: orphans.iter().map(|o| o.observation.clone()).collect(),
         };
-        let decisions = self.policy.plan_reconcile(&input)?;
+        let decisions = self.policy().plan_reconcile(&input)?;
         check_one_decision_each(&orphans, &decisions)?;
 
         let operation_id = uuid::Uuid::new_v4().to_string();
@@ -434,8 +437,8 @@ impl Engine {
             operation_id: operation_id.to_string(),
             recorded_at_ms: self.now_ms(),
             mode: "reconcile".into(),
-            policy_digest: self.policy.digest().to_string(),
-            semantics_revision: self.policy.description().semantics_revision,
+            policy_digest: self.policy().digest().to_string(),
+            semantics_revision: self.policy().description().semantics_revision,
             inputs_hash: sha256(&canonical),
             decision: serde_json::to_value(decision).expect("decisions always serialise"),
             outcome: serde_json::Value::String(outcome.to_string()),

@@ -146,6 +146,12 @@ impl Engine {
     }
 
     async fn sweep(&self, dataset_id: &str, mode: RecoveryMode) -> Result<RecoveryReport> {
+        // One policy decides and is audited for the whole sweep.
+        let pinned = self.pinned();
+        pinned.sweep_pinned(dataset_id, mode).await
+    }
+
+    async fn sweep_pinned(&self, dataset_id: &str, mode: RecoveryMode) -> Result<RecoveryReport> {
         let intents = self.catalog.list_intents(dataset_id).await?;
         let dataset = self.catalog.dataset(dataset_id).await?;
         let now_ms = self.now_ms();
@@ -154,9 +160,13 @@ impl Engine {
         // that a sweep over thousands of intents waits on its reads together, not in turn.
         let mut observations = Vec::with_capacity(intents.len());
         progress.begin("observe intents", intents.len());
-        let mut observed = futures::stream::iter(&intents)
+        // The futures are made up front: a stream that maps borrowed intents lazily would make
+        // the sweep's future not `Send` for every lifetime, and so not spawnable.
+        let observing: Vec<_> = intents
+            .iter()
             .map(|intent| self.observe(intent, &dataset, now_ms))
-            .buffered(OBSERVE_CONCURRENCY);
+            .collect();
+        let mut observed = futures::stream::iter(observing).buffered(OBSERVE_CONCURRENCY);
         while let Some(observation) = observed.next().await {
             observations.push(observation?);
             progress.advance(observations.len());
@@ -169,7 +179,7 @@ impl Engine {
             now_ms,
             intents: observations.clone(),
         };
-        let decisions = self.policy.decide_recovery(&input)?;
+        let decisions = self.policy().decide_recovery(&input)?;
         check_one_decision_each(&intents, &decisions)?;
 
         let mut reports = Vec::with_capacity(intents.len());
@@ -220,7 +230,7 @@ impl Engine {
         Ok(RecoveryReport {
             dataset_id: dataset_id.to_string(),
             mode,
-            policy_digest: self.policy.digest().to_string(),
+            policy_digest: self.policy().digest().to_string(),
             intents: reports,
             verify: None,
         })
@@ -241,8 +251,8 @@ impl Engine {
             operation_id: report.operation_id.clone(),
             recorded_at_ms: self.now_ms(),
             mode: mode_name(mode).to_string(),
-            policy_digest: self.policy.digest().to_string(),
-            semantics_revision: self.policy.description().semantics_revision,
+            policy_digest: self.policy().digest().to_string(),
+            semantics_revision: self.policy().description().semantics_revision,
             inputs_hash: sha256(&canonical),
             decision: serde_json::to_value(&report.decision).expect("decisions always serialise"),
             outcome: serde_json::to_value(&report.outcome).expect("outcomes always serialise"),

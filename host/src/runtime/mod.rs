@@ -15,7 +15,9 @@
 //! The capabilities a policy requires are checked by the engine, which knows what its
 //! backend provides.
 
+mod active;
 mod bindings;
+pub mod replay;
 mod sandbox;
 
 use std::collections::HashMap;
@@ -34,6 +36,7 @@ use wasmtime::{Config, Engine, Store};
 
 use crate::error::PolicyError;
 
+pub use active::{ActivePolicy, Swapped};
 pub use sandbox::PolicyLimits;
 
 use self::bindings::{Policy, PolicyPre};

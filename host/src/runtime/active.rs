@@ -1,0 +1,126 @@
+//! The active policy, swapped at runtime: prepare, then publish.
+//!
+//! Preparing a swap (loading and compiling the candidate, its handshake, replaying recorded
+//! decisions and golden scenarios against it) happens entirely to the side; nothing changes
+//! until [`ActivePolicy::publish`] stores the candidate in one step. An operation reads the
+//! active policy once, when it starts, and keeps that one to its end (the engine pins it), so
+//! every audit record of an operation names one digest. The policy replaced stays ready:
+//! [`ActivePolicy::rollback`] brings it back, again in one step.
+
+use std::sync::RwLock;
+
+use super::PolicyRuntime;
+use crate::error::{MendError, Result};
+
+/// The policy decisions are made with now, and the one before it.
+#[derive(Debug)]
+pub struct ActivePolicy {
+    // A std lock held only to clone or replace two `Arc`s: never across an await.
+    slots: RwLock<Slots>,
+}
+
+#[derive(Debug, Clone)]
+struct Slots {
+    current: PolicyRuntime,
+    previous: Option<PolicyRuntime>,
+    /// Grows with every swap and rollback, so that a swap prepared against one policy is not
+    /// published over another.
+    generation: u64,
+}
+
+/// What a swap or rollback replaced, and with what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Swapped {
+    pub from_digest: String,
+    pub to_digest: String,
+    pub generation: u64,
+}
+
+impl ActivePolicy {
+    pub fn new(initial: PolicyRuntime) -> Self {
+        Self {
+            slots: RwLock::new(Slots {
+                current: initial,
+                previous: None,
+                generation: 0,
+            }),
+        }
+    }
+
+    fn read(&self) -> Slots {
+        self.slots
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// The policy to decide with now. Cheap: a clone of an `Arc`.
+    pub fn current(&self) -> PolicyRuntime {
+        self.read().current
+    }
+
+    /// The policy a rollback would restore, if any.
+    pub fn previous(&self) -> Option<PolicyRuntime> {
+        self.read().previous
+    }
+
+    /// The current generation: pass it to [`ActivePolicy::publish`] to swap only if nothing
+    /// else swapped since.
+    pub fn generation(&self) -> u64 {
+        self.read().generation
+    }
+
+    /// Makes `candidate` the active policy, in one step, if the generation is still
+    /// `expected_generation` (`Conflict` otherwise: another swap or rollback won, and the
+    /// candidate was prepared against a policy no longer active). The replaced policy stays
+    /// ready for [`ActivePolicy::rollback`].
+    pub fn publish(&self, candidate: PolicyRuntime, expected_generation: u64) -> Result<Swapped> {
+        let mut slots = self
+            .slots
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if slots.generation != expected_generation {
+            return Err(MendError::Conflict {
+                message: format!(
+                    "the active policy changed (generation {} is now {}) while the swap to {} was prepared; prepare it again",
+                    expected_generation,
+                    slots.generation,
+                    candidate.digest()
+                ),
+            });
+        }
+        let from = std::mem::replace(&mut slots.current, candidate);
+        slots.generation += 1;
+        let swapped = Swapped {
+            from_digest: from.digest().to_string(),
+            to_digest: slots.current.digest().to_string(),
+            generation: slots.generation,
+        };
+        slots.previous = Some(from);
+        Ok(swapped)
+    }
+
+    /// Restores the policy the last swap replaced; the one it replaces becomes the previous
+    /// one, so a second rollback undoes the first. `FailedPrecondition` when there is none.
+    pub fn rollback(&self) -> Result<Swapped> {
+        let mut slots = self
+            .slots
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(previous) = slots.previous.take() else {
+            return Err(MendError::failed_precondition(
+                "there is no previous policy to roll back to: no swap happened in this process",
+                Vec::new(),
+            ));
+        };
+        let from = std::mem::replace(&mut slots.current, previous);
+        slots.generation += 1;
+        let swapped = Swapped {
+            from_digest: from.digest().to_string(),
+            to_digest: slots.current.digest().to_string(),
+            generation: slots.generation,
+        };
+        slots.previous = Some(from);
+        Ok(swapped)
+    }
+}
