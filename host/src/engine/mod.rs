@@ -502,6 +502,22 @@ mod tests {
     use crate::catalog::ObjectStoreCatalog;
     use crate::model::StageSplit;
 
+    /// Engine operations must be spawnable: a server runs them on tasks.
+    #[allow(dead_code)]
+    fn operations_are_send(engine: Engine) {
+        fn spawnable<T: Send>(_: T) {}
+        spawnable(async move {
+            let _ = engine
+                .recover("ds", mend_policy::RecoveryMode::RollForward)
+                .await;
+            let _ = engine.reconcile("ds", "n").await;
+            let _ = engine.gc("ds", "n").await;
+            let _ = engine
+                .apply_config("ds", 1, &DatasetConfig::default(), "n")
+                .await;
+        });
+    }
+
     async fn engine() -> Engine {
         let catalog = ObjectStoreCatalog::open_url("memory://").unwrap();
         let objects = SplitObjects::new(catalog.store().clone(), catalog.prefix().clone());
@@ -553,21 +569,4 @@ mod tests {
             "other modes still work"
         );
     }
-}
-
-/// Engine operations must be spawnable: a server runs them on tasks.
-#[cfg(test)]
-#[allow(dead_code)]
-fn operations_are_send(engine: Engine) {
-    fn spawnable<T: Send>(_: T) {}
-    spawnable(async move {
-        let _ = engine
-            .recover("ds", mend_policy::RecoveryMode::RollForward)
-            .await;
-        let _ = engine.reconcile("ds", "n").await;
-        let _ = engine.gc("ds", "n").await;
-        let _ = engine
-            .apply_config("ds", 1, &DatasetConfig::default(), "n")
-            .await;
-    });
 }
