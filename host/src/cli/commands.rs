@@ -8,7 +8,6 @@ use mend::model::{
     CheckpointDelta, DatasetConfig, ListQuery, PublishRequest, SplitState, StageMode, StageRequest,
     StageSplit, TimeRange,
 };
-use mend::runtime::PolicyRuntime;
 use mend::{Engine, EngineOptions};
 use mend_policy::RecoveryMode;
 use serde::Deserialize;
@@ -193,6 +192,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Policy { command } => super::policy::run(&engine, command, json).await,
         Command::Demo => super::demo::run(&engine, json).await,
     }
 }
@@ -201,7 +201,11 @@ async fn open_engine(args: &Args) -> anyhow::Result<Engine> {
     let (catalog, objects) = catalog::open(&args.catalog, args.objects.as_deref())
         .await
         .with_context(|| format!("open catalog {}", args.catalog))?;
-    let policy = PolicyRuntime::default_policy().context("load the default policy")?;
+    let registry = mend::runtime::registry::PolicyRegistry::new(
+        objects.store().0.clone(),
+        objects.store().1.clone(),
+    );
+    let policy = super::policy::active_policy(&registry).await?;
     let gates = mend::gates::open_gates(&args.catalog)
         .await
         .with_context(|| format!("open the gates of catalog {}", args.catalog))?;

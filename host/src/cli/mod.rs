@@ -16,6 +16,7 @@
 mod commands;
 mod demo;
 mod output;
+mod policy;
 mod progress;
 
 use std::path::PathBuf;
@@ -147,8 +148,38 @@ pub enum Command {
     },
     /// Check a dataset's invariants, bucket included; writes nothing. Exits 1 on a violation.
     Verify { dataset: String },
+    /// Look at a policy component, replay recorded decisions against it, swap the active
+    /// policy, roll it back.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
     /// Stage, publish and list a few splits on the catalog, to see mend work end to end.
     Demo,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Load a component, check it (imports, ABI, semantics, capabilities) and describe it.
+    Inspect { component: PathBuf },
+    /// The active policy and when it became active.
+    Active,
+    /// Ask a component every recorded decision of the audit log and show which would change.
+    Replay {
+        component: PathBuf,
+        /// How many of each dataset's newest audit records to replay.
+        #[arg(long, default_value_t = policy::DEFAULT_REPLAY_RECORDS)]
+        records: usize,
+    },
+    /// Make a component the active policy: checked and replayed first, then published at once.
+    Swap {
+        component: PathBuf,
+        /// How many of each dataset's newest audit records to replay first.
+        #[arg(long, default_value_t = policy::DEFAULT_REPLAY_RECORDS)]
+        records: usize,
+    },
+    /// Restore the policy the last swap replaced.
+    Rollback,
 }
 
 #[derive(Debug, Subcommand)]

@@ -3,6 +3,7 @@
 use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
 use mend::engine::{Outcome, ReconcileReport, RecoveryReport, VerifyReport};
 use mend::model::{Dataset, SplitPage, StageOutcome, StageResult};
+use mend::runtime::replay::ReplayReport;
 use mend_policy::RecoveryDecision;
 use serde::Serialize;
 
@@ -228,6 +229,45 @@ pub fn reconcile_report(report: &ReconcileReport, json: bool) -> anyhow::Result<
         report.taken_by_others.len(),
         report.refused.len(),
         report.too_young.len()
+    );
+    Ok(())
+}
+
+pub fn replay_report(report: &ReplayReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        return print_json(report);
+    }
+    let mut kinds = table(&["kind", "replayed", "changed"]);
+    for (kind, counts) in &report.by_kind {
+        kinds.add_row(vec![
+            kind.clone(),
+            counts.replayed.to_string(),
+            counts.changed.to_string(),
+        ]);
+    }
+    if !report.by_kind.is_empty() {
+        println!("{kinds}");
+    }
+    if !report.changed.is_empty() {
+        let mut changed = table(&["dataset", "operation", "kind", "recorded", "would be"]);
+        for decision in &report.changed {
+            changed.add_row(vec![
+                decision.dataset_id.clone(),
+                decision.operation_id.clone(),
+                decision.kind.clone(),
+                decision.recorded.to_string(),
+                decision.replayed.to_string(),
+            ]);
+        }
+        println!("{changed}");
+    }
+    println!(
+        "{} decision(s) replayed against {}: {} unchanged, {} changed; {} record(s) predate replay",
+        report.replayed,
+        report.digest,
+        report.unchanged,
+        report.changed.len(),
+        report.not_replayable
     );
     Ok(())
 }

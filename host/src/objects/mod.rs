@@ -44,6 +44,11 @@ impl SplitObjects {
         Self { store, prefix }
     }
 
+    /// The store the objects live in, and the prefix under it.
+    pub fn store(&self) -> (&Arc<dyn ObjectStore>, &Path) {
+        (&self.store, &self.prefix)
+    }
+
     pub fn path(&self, dataset_id: &str, split_id: &str) -> Path {
         self.prefix
             .child("datasets")

@@ -17,6 +17,8 @@
 
 mod active;
 mod bindings;
+pub mod cache;
+pub mod registry;
 pub mod replay;
 mod sandbox;
 
@@ -121,7 +123,7 @@ impl PolicyRuntime {
         let limits = options.limits;
         let engine = shared_engine()?;
         let digest = digest_of(bytes);
-        let component = compiled(engine, &digest, bytes)?;
+        let component = compiled(engine, &digest, bytes, options.cache_dir.as_deref())?;
 
         check_imports(engine, &component)?;
 
@@ -357,7 +359,7 @@ fn check_description(description: &PolicyDescription) -> Result<(), PolicyError>
 /// The names of the interfaces and functions a component imports.
 pub fn imports_of(bytes: &[u8]) -> Result<Vec<String>, PolicyError> {
     let engine = shared_engine()?;
-    let component = compiled(engine, &digest_of(bytes), bytes)?;
+    let component = compiled(engine, &digest_of(bytes), bytes, None)?;
     let component_type = component.component_type();
     Ok(component_type
         .imports(engine)
@@ -411,7 +413,12 @@ fn start_epoch_ticker(engine: &Engine) {
 }
 
 /// Compiles a component once per process, keyed by digest.
-fn compiled(engine: &Engine, digest: &str, bytes: &[u8]) -> Result<Component, PolicyError> {
+fn compiled(
+    engine: &Engine,
+    digest: &str,
+    bytes: &[u8],
+    cache_dir: Option<&std::path::Path>,
+) -> Result<Component, PolicyError> {
     // A std mutex: the critical section never awaits, and compiling under it keeps two
     // threads from compiling the same component at once.
     static COMPILED: OnceLock<Mutex<HashMap<String, Component>>> = OnceLock::new();
@@ -422,9 +429,12 @@ fn compiled(engine: &Engine, digest: &str, bytes: &[u8]) -> Result<Component, Po
     if let Some(component) = compiled.get(digest) {
         return Ok(component.clone());
     }
-    let component = Component::new(engine, bytes).map_err(|error| PolicyError::Compile {
-        message: format!("{error:#}"),
-    })?;
+    let component = match cache_dir {
+        Some(dir) => cache::load_or_compile(engine, digest, bytes, dir)?,
+        None => Component::new(engine, bytes).map_err(|error| PolicyError::Compile {
+            message: format!("{error:#}"),
+        })?,
+    };
     compiled.insert(digest.to_string(), component.clone());
     Ok(component)
 }

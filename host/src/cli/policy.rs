@@ -1,0 +1,218 @@
+//! `mend policy ...`: look at a component, replay the audit log against it, swap the active
+//! policy of a deployment, roll it back, say which one is active.
+//!
+//! The active policy of a deployment is kept in its policy registry, next to the split objects
+//! ([`PolicyRegistry`]), so that every `mend` process opening the catalog runs the same one.
+//! Components are compiled once per machine into the cache directory (`MEND_CACHE_DIR`, by
+//! default `$XDG_CACHE_HOME/mend/components` or `~/.cache/mend/components`).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use mend::Engine;
+use mend::clock::{Clock, SystemClock};
+use mend::runtime::registry::PolicyRegistry;
+use mend::runtime::{LoadOptions, PolicyRuntime, imports_of};
+use serde::Serialize;
+
+use super::PolicyCommand;
+use super::output;
+
+/// How many of each dataset's newest audit records a swap or replay asks the candidate.
+pub const DEFAULT_REPLAY_RECORDS: usize = 10_000;
+
+/// Where compiled components are kept on this machine.
+pub fn cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("MEND_CACHE_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
+    Some(base.join("mend").join("components"))
+}
+
+fn load_options() -> LoadOptions {
+    LoadOptions {
+        cache_dir: cache_dir(),
+        ..LoadOptions::default()
+    }
+}
+
+/// The policy registry of the deployment the engine's objects live in.
+pub fn registry(engine: &Engine) -> PolicyRegistry {
+    let (store, prefix) = engine.objects().store();
+    PolicyRegistry::new(store.clone(), prefix.clone())
+}
+
+/// The deployment's active policy: the registry's, or the built-in default before any swap.
+pub async fn active_policy(registry: &PolicyRegistry) -> anyhow::Result<PolicyRuntime> {
+    match registry.active().await.context("read the active policy")? {
+        None => PolicyRuntime::default_policy().context("load the built-in policy"),
+        Some(record) => {
+            let bytes = registry
+                .component(&record.digest)
+                .await
+                .with_context(|| format!("read active policy {}", record.digest))?;
+            PolicyRuntime::load_with(&bytes, &load_options())
+                .with_context(|| format!("load active policy {}", record.digest))
+        }
+    }
+}
+
+fn load_file(path: &Path) -> anyhow::Result<(Vec<u8>, PolicyRuntime)> {
+    let bytes =
+        std::fs::read(path).with_context(|| format!("read policy component {}", path.display()))?;
+    let policy = PolicyRuntime::load_with(&bytes, &load_options())
+        .with_context(|| format!("load policy component {}", path.display()))?;
+    Ok((bytes, policy))
+}
+
+#[derive(Serialize)]
+struct Inspection<'a> {
+    digest: &'a str,
+    #[serde(flatten)]
+    description: &'a mend_policy::PolicyDescription,
+    imports: Vec<String>,
+}
+
+pub async fn run(engine: &Engine, command: PolicyCommand, json: bool) -> anyhow::Result<()> {
+    match command {
+        PolicyCommand::Inspect { component } => {
+            let (bytes, policy) = load_file(&component)?;
+            let inspection = Inspection {
+                digest: policy.digest(),
+                description: policy.description(),
+                imports: imports_of(&bytes).context("list the component's imports")?,
+            };
+            engine
+                .check_policy(&policy)
+                .context("this deployment could not run it")?;
+            output::json_or(&inspection, json, || {
+                let d = inspection.description;
+                format!(
+                    "{}\n  name {} {}\n  ABI {}.{}, semantics revision {}\n  requires [{}]\n  imports [{}]\n  loads and runs on this deployment",
+                    inspection.digest,
+                    d.name,
+                    d.version,
+                    d.abi_major,
+                    d.abi_minor,
+                    d.semantics_revision,
+                    d.required_capabilities.join(", "),
+                    inspection.imports.join(", ")
+                )
+            })
+        }
+        PolicyCommand::Active => {
+            let registry = registry(engine);
+            let record = registry.active().await.context("read the active policy")?;
+            let policy = engine.policy();
+            #[derive(Serialize)]
+            struct Active<'a> {
+                digest: &'a str,
+                name: &'a str,
+                version: &'a str,
+                record: Option<mend::runtime::registry::ActiveRecord>,
+            }
+            let active = Active {
+                digest: policy.digest(),
+                name: &policy.description().name,
+                version: &policy.description().version,
+                record,
+            };
+            output::json_or(&active, json, || match &active.record {
+                None => format!(
+                    "{} ({} {}), the built-in policy: no swap has happened",
+                    active.digest, active.name, active.version
+                ),
+                Some(record) => format!(
+                    "{} ({} {}), active since change {} ({}) at {} ms; previous {}",
+                    active.digest,
+                    active.name,
+                    active.version,
+                    record.version,
+                    record.change,
+                    record.changed_at_ms,
+                    record.previous.as_deref().unwrap_or("the built-in policy")
+                ),
+            })
+        }
+        PolicyCommand::Replay { component, records } => {
+            let (_, candidate) = load_file(&component)?;
+            let report = engine
+                .replay_policy(&candidate, records)
+                .await
+                .context("replay the audit log")?;
+            output::replay_report(&report, json)
+        }
+        PolicyCommand::Swap { component, records } => {
+            let (bytes, candidate) = load_file(&component)?;
+            let registry = registry(engine);
+            let before = registry.active().await.context("read the active policy")?;
+            let prepared = engine
+                .prepare_policy_swap(candidate, records)
+                .await
+                .context("prepare the swap")?;
+            if prepared.candidate.digest() == prepared.replacing {
+                bail!("{} is already the active policy", prepared.replacing);
+            }
+            output::replay_report(&prepared.replay, json)?;
+            let digest = registry
+                .put_component(&bytes)
+                .await
+                .context("file the component in the policy registry")?;
+            let before = match before {
+                Some(record) => Some(record),
+                // The first swap records the built-in policy as what it replaces.
+                None => {
+                    let builtin = mend::runtime::DEFAULT_POLICY_WASM;
+                    let builtin_digest = registry.put_component(builtin).await?;
+                    Some(
+                        registry
+                            .set_active(None, &builtin_digest, "initial", SystemClock.now_ms())
+                            .await?,
+                    )
+                }
+            };
+            let record = registry
+                .set_active(before.as_ref(), &digest, "swap", SystemClock.now_ms())
+                .await
+                .context("publish the swap")?;
+            if !json {
+                println!(
+                    "swapped: {} is active (change {}), replacing {}; `mend policy rollback` restores it",
+                    record.digest,
+                    record.version,
+                    record.previous.as_deref().unwrap_or("-")
+                );
+            }
+            Ok(())
+        }
+        PolicyCommand::Rollback => {
+            let registry = registry(engine);
+            let Some(current) = registry.active().await.context("read the active policy")? else {
+                bail!(
+                    "no swap has happened: the built-in policy is active and there is nothing to roll back to"
+                );
+            };
+            let Some(previous) = current.previous.clone() else {
+                bail!("{} has no previous policy to roll back to", current.digest);
+            };
+            // Refuse to roll back to a policy this deployment can no longer run.
+            let bytes = registry.component(&previous).await?;
+            let policy = PolicyRuntime::load_with(&bytes, &load_options())
+                .with_context(|| format!("load previous policy {previous}"))?;
+            engine.check_policy(&policy)?;
+            let record = registry
+                .set_active(Some(&current), &previous, "rollback", SystemClock.now_ms())
+                .await
+                .context("publish the rollback")?;
+            output::json_or(&record, json, || {
+                format!(
+                    "rolled back: {} is active again (change {}), replacing {}",
+                    record.digest, record.version, current.digest
+                )
+            })
+        }
+    }
+}

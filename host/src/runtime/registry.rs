@@ -1,0 +1,204 @@
+//! The policy registry: which policy a deployment runs, kept next to its split objects, so
+//! every process that opens the catalog decides with the same component.
+//!
+//! ```text
+//! policies/components/{sha256 hex}.wasm     each component ever activated, put-if-absent
+//! policies/active/{version:020}.json        one record per swap or rollback, put-if-absent
+//! ```
+//!
+//! The active policy is the newest record. A swap or rollback writes the next version with
+//! put-if-absent, so two operators swapping at once cannot both win: the loser gets
+//! `Conflict` and nothing changed. Nothing is ever overwritten, so the history of what ran
+//! when is the list of records. A component is read back only if its bytes still hash to the
+//! digest it is filed under.
+
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
+use serde::{Deserialize, Serialize};
+
+use super::digest_of;
+use crate::error::{MendError, Result};
+use crate::model::TimestampMs;
+
+/// One change of the active policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActiveRecord {
+    pub version: u64,
+    /// The policy active from this record on.
+    pub digest: String,
+    /// The policy it replaced, which a rollback restores.
+    pub previous: Option<String>,
+    /// `swap` or `rollback`.
+    pub change: String,
+    pub changed_at_ms: TimestampMs,
+}
+
+#[derive(Debug, Clone)]
+pub struct PolicyRegistry {
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+}
+
+impl PolicyRegistry {
+    /// The registry under `prefix` of `store` (its `policies/` directory).
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: Path) -> Self {
+        Self {
+            store,
+            prefix: prefix.child("policies"),
+        }
+    }
+
+    fn component_path(&self, digest: &str) -> Path {
+        let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+        self.prefix.child("components").child(format!("{hex}.wasm"))
+    }
+
+    fn active_dir(&self) -> Path {
+        self.prefix.child("active")
+    }
+
+    /// Files a component; filing the same bytes again is a no-op. Returns its digest.
+    pub async fn put_component(&self, bytes: &[u8]) -> Result<String> {
+        let digest = digest_of(bytes);
+        let path = self.component_path(&digest);
+        let options = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        match self
+            .store
+            .put_opts(&path, PutPayload::from(bytes.to_vec()), options)
+            .await
+        {
+            // Same name, same digest: the same bytes, unless someone tampered, which reading
+            // it back will tell.
+            Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => Ok(digest),
+            Err(error) => Err(MendError::unavailable(format!("write {path}"), error)),
+        }
+    }
+
+    /// A filed component's bytes, checked against its digest.
+    pub async fn component(&self, digest: &str) -> Result<Vec<u8>> {
+        let path = self.component_path(digest);
+        let bytes = match self.store.get(&path).await {
+            Ok(found) => found
+                .bytes()
+                .await
+                .map_err(|error| MendError::unavailable(format!("read {path}"), error))?,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(MendError::Corrupt {
+                    message: format!(
+                        "the policy registry names component {digest}, but {path} is missing"
+                    ),
+                });
+            }
+            Err(error) => return Err(MendError::unavailable(format!("read {path}"), error)),
+        };
+        if digest_of(&bytes) != digest {
+            return Err(MendError::Corrupt {
+                message: format!("{path} does not hash to {digest}: it was changed after filing"),
+            });
+        }
+        Ok(bytes.to_vec())
+    }
+
+    /// The newest record: the active policy. `None` before the first swap (the host's
+    /// built-in default policy is active then).
+    pub async fn active(&self) -> Result<Option<ActiveRecord>> {
+        let dir = self.active_dir();
+        let mut newest: Option<Path> = None;
+        let mut listing = self.store.list(Some(&dir));
+        while let Some(meta) = listing
+            .try_next()
+            .await
+            .map_err(|error| MendError::unavailable(format!("list {dir}"), error))?
+        {
+            if newest.as_ref().is_none_or(|n| meta.location > *n) {
+                newest = Some(meta.location);
+            }
+        }
+        let Some(path) = newest else {
+            return Ok(None);
+        };
+        let bytes = self
+            .store
+            .get(&path)
+            .await
+            .map_err(|error| MendError::unavailable(format!("read {path}"), error))?
+            .bytes()
+            .await
+            .map_err(|error| MendError::unavailable(format!("read {path}"), error))?;
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|error| MendError::Corrupt {
+                message: format!("{path} is unreadable: {error}"),
+            })
+    }
+
+    /// Appends the next record, if the newest is still `after` (`Conflict` otherwise).
+    pub async fn set_active(
+        &self,
+        after: Option<&ActiveRecord>,
+        digest: &str,
+        change: &str,
+        now_ms: TimestampMs,
+    ) -> Result<ActiveRecord> {
+        let record = ActiveRecord {
+            version: after.map_or(0, |record| record.version + 1),
+            digest: digest.to_string(),
+            previous: after.map(|record| record.digest.clone()),
+            change: change.to_string(),
+            changed_at_ms: now_ms,
+        };
+        let path = self
+            .active_dir()
+            .child(format!("{:020}.json", record.version));
+        let body = serde_json::to_vec(&record).expect("records always serialise");
+        let options = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        match self
+            .store
+            .put_opts(&path, PutPayload::from(body), options)
+            .await
+        {
+            Ok(_) => Ok(record),
+            Err(object_store::Error::AlreadyExists { .. }) => Err(MendError::Conflict {
+                message: "another operator changed the active policy first; look at `mend policy active` and try again".into(),
+            }),
+            Err(error) => Err(MendError::unavailable(format!("write {path}"), error)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+
+    #[tokio::test]
+    async fn swaps_append_records_and_a_lost_race_is_a_conflict() {
+        let registry = PolicyRegistry::new(Arc::new(InMemory::new()), Path::default());
+        assert_eq!(registry.active().await.unwrap(), None);
+        let a = registry.put_component(b"component a").await.unwrap();
+        let b = registry.put_component(b"component b").await.unwrap();
+        assert_eq!(registry.put_component(b"component a").await.unwrap(), a);
+        assert_eq!(registry.component(&a).await.unwrap(), b"component a");
+
+        let first = registry.set_active(None, &a, "swap", 1).await.unwrap();
+        let second = registry
+            .set_active(Some(&first), &b, "swap", 2)
+            .await
+            .unwrap();
+        assert_eq!(second.previous.as_deref(), Some(a.as_str()));
+        assert_eq!(registry.active().await.unwrap(), Some(second.clone()));
+
+        let lost = registry.set_active(Some(&first), &a, "swap", 3).await;
+        assert!(matches!(lost, Err(MendError::Conflict { .. })), "{lost:?}");
+        assert_eq!(registry.active().await.unwrap(), Some(second));
+    }
+}
