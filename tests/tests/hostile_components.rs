@@ -62,7 +62,13 @@ async fn misbehaving_components_are_contained_and_everything_else_keeps_working(
                 if size > limit && *limit == PolicyLimits::default().max_output_bytes)
         }),
         ("panic", "Trap", |error| {
-            matches!(error, PolicyError::Trap { function: "plan-stage", .. })
+            matches!(
+                error,
+                PolicyError::Trap {
+                    function: "plan-stage",
+                    ..
+                }
+            )
         }),
     ];
     let mut contained = 0;
@@ -72,13 +78,18 @@ async fn misbehaving_components_are_contained_and_everything_else_keeps_working(
             .plan_stage(&plan_for(behaviour))
             .expect_err("a runaway plan must fail");
         let elapsed = started.elapsed();
-        assert!(is_expected(&error), "{behaviour}: expected {expected}, got {error:?}");
+        assert!(
+            is_expected(&error),
+            "{behaviour}: expected {expected}, got {error:?}"
+        );
         assert!(
             elapsed < CONTAINED_WITHIN,
             "{behaviour}: contained only after {elapsed:?}"
         );
         assert_serves(&hostile, behaviour);
-        println!("{behaviour:>6}: {expected} after {elapsed:.2?} ({error}); the runtime then served a plan");
+        println!(
+            "{behaviour:>6}: {expected} after {elapsed:.2?} ({error}); the runtime then served a plan"
+        );
         contained += 1;
     }
 
@@ -89,12 +100,17 @@ async fn misbehaving_components_are_contained_and_everything_else_keeps_working(
     match &error {
         PolicyError::ForbiddenImport { import } => {
             assert!(import.starts_with("wasi:"), "{import}");
-            assert!(imports.contains(import), "{import} is not among {imports:?}");
+            assert!(
+                imports.contains(import),
+                "{import} is not among {imports:?}"
+            );
         }
         other => panic!("expected ForbiddenImport, got {other:?}"),
     }
     assert!(
-        imports.iter().any(|i| i.starts_with("wasi:cli/environment@")),
+        imports
+            .iter()
+            .any(|i| i.starts_with("wasi:cli/environment@")),
         "reading the environment imports wasi:cli/environment: {imports:?}"
     );
     assert!(elapsed < CONTAINED_WITHIN, "refused only after {elapsed:?}");

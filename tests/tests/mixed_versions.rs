@@ -120,7 +120,9 @@ const EXPECTED: [[Expected; 4]; 3] = [
 
 /// What a pairing came to.
 enum Outcome {
-    Decided { vectors: usize },
+    Decided {
+        vectors: usize,
+    },
     RefusedAtLoad(PolicyError),
     RefusedAtEngineStart(MendError),
     /// Anything else, described: always a failure.
@@ -140,9 +142,10 @@ impl Outcome {
     fn matches(&self, expected: Expected) -> bool {
         match (self, expected) {
             (Self::Decided { .. }, Expected::Decides) => true,
-            (Self::RefusedAtLoad(PolicyError::Incompatible { reason }), Expected::RefusedAtLoad(why)) => {
-                reason.contains(why)
-            }
+            (
+                Self::RefusedAtLoad(PolicyError::Incompatible { reason }),
+                Expected::RefusedAtLoad(why),
+            ) => reason.contains(why),
             (
                 Self::RefusedAtEngineStart(MendError::CapabilityMissing { capability, .. }),
                 Expected::RefusedAtEngineStart(missing),
@@ -178,7 +181,12 @@ async fn every_host_and_policy_pairing_decides_natively_or_is_refused_for_its_re
         }
     }
 
-    let width = POLICIES.iter().map(|(name, _)| name.len()).max().unwrap_or(0) + 2;
+    let width = POLICIES
+        .iter()
+        .map(|(name, _)| name.len())
+        .max()
+        .unwrap_or(0)
+        + 2;
     let mut grid = format!("{:<12}", "host");
     for (policy, _) in POLICIES {
         grid += &format!("{policy:<width$}");
@@ -202,7 +210,11 @@ async fn every_host_and_policy_pairing_decides_natively_or_is_refused_for_its_re
             format!("{host} x {policy}: expected {expected:?}, got {outcome}")
         })
         .collect();
-    assert!(wrong.is_empty(), "pairings that went wrong:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "pairings that went wrong:\n{}",
+        wrong.join("\n")
+    );
     let decided = outcomes
         .iter()
         .filter(|(_, _, _, outcome)| matches!(outcome, Outcome::Decided { .. }))
@@ -322,7 +334,11 @@ fn decides_natively(policy: &PolicyRuntime) -> Result<usize, String> {
     }
     let mut vectors = 0;
     for input in stage_vectors() {
-        same("plan-stage", policy.plan_stage(&input), mend_policy::plan_stage(&input))?;
+        same(
+            "plan-stage",
+            policy.plan_stage(&input),
+            mend_policy::plan_stage(&input),
+        )?;
         vectors += 1;
     }
     for input in publish_vectors() {
@@ -362,7 +378,7 @@ fn ids(ids: &[&str]) -> Vec<String> {
 }
 
 fn stage_vectors() -> Vec<StagePlanInput> {
-    let existing = vec![
+    let existing = [
         row("a", SplitState::Staged),
         row("c", SplitState::Published),
         row("d", SplitState::MarkedForDeletion),
@@ -402,7 +418,10 @@ fn publish_vectors() -> Vec<PublishInput> {
             }],
         }),
         publish_token: Some("t".into()),
-        rows: vec![row("a", SplitState::Staged), row("old", SplitState::Published)],
+        rows: vec![
+            row("a", SplitState::Staged),
+            row("old", SplitState::Published),
+        ],
         checkpoint: vec![PartitionPosition {
             partition: "0".into(),
             position: 5,
@@ -454,19 +473,23 @@ fn intent(operation_id: &str, owner_lease_live: bool, objects_match: bool) -> In
 }
 
 fn recovery_vectors() -> Vec<RecoveryInput> {
-    [RecoveryMode::Probe, RecoveryMode::RollForward, RecoveryMode::Exclusive]
-        .into_iter()
-        .map(|mode| RecoveryInput {
-            dataset_id: "ds".into(),
-            mode,
-            now_ms: 1_700_000_000_000,
-            intents: vec![
-                intent("complete", false, true),
-                intent("missing-object", false, false),
-                intent("owner-alive", true, true),
-            ],
-        })
-        .collect()
+    [
+        RecoveryMode::Probe,
+        RecoveryMode::RollForward,
+        RecoveryMode::Exclusive,
+    ]
+    .into_iter()
+    .map(|mode| RecoveryInput {
+        dataset_id: "ds".into(),
+        mode,
+        now_ms: 1_700_000_000_000,
+        intents: vec![
+            intent("complete", false, true),
+            intent("missing-object", false, false),
+            intent("owner-alive", true, true),
+        ],
+    })
+    .collect()
 }
 
 fn reconcile_vector() -> ReconcileInput {
