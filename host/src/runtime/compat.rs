@@ -296,7 +296,9 @@ mod tests {
         assert_eq!(version.number, Some((1, 1, 0)));
         assert_eq!(version.abi(), "1.1");
         assert_eq!(
-            contract_version("mend:policy/host@2.0.0-rc").unwrap().number,
+            contract_version("mend:policy/host@2.0.0-rc")
+                .unwrap()
+                .number,
             None
         );
         assert_eq!(contract_version("wasi:cli/environment@0.2.6"), None);
@@ -329,7 +331,9 @@ mod tests {
 
         let liar = reason(check_description(&description(1, 1), &built, &host).unwrap_err());
         assert!(
-            liar.contains("describe() claims ABI 1.1 but the component is built against mend:policy@1.2.0"),
+            liar.contains(
+                "describe() claims ABI 1.1 but the component is built against mend:policy@1.2.0"
+            ),
             "{liar}"
         );
 

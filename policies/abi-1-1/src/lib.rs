@@ -93,10 +93,15 @@ impl Guest for AbiOneOne {
             abi_major: 1,
             abi_minor: 1,
             semantics_revision: 1,
-            required_capabilities: ["stage.upsert", "stage.create-only", "publish.checkpoint", "publish.token"]
-                .iter()
-                .map(|name| (*name).into())
-                .collect(),
+            required_capabilities: [
+                "stage.upsert",
+                "stage.create-only",
+                "publish.checkpoint",
+                "publish.token",
+            ]
+            .iter()
+            .map(|name| (*name).into())
+            .collect(),
         }
     }
 

@@ -25,7 +25,9 @@ impl Guest for ExtraCapability {
     fn describe() -> wit::PolicyDescription {
         let mut description = DefaultPolicy::describe();
         description.name = "extra-capability".into();
-        description.required_capabilities.push(MERGE_ON_WRITE.into());
+        description
+            .required_capabilities
+            .push(MERGE_ON_WRITE.into());
         description
     }
 
