@@ -6,5 +6,5 @@ include!("../policies/build_components.rs");
 fn main() {
     // `sqlx::migrate!` embeds this folder; a new migration must rebuild the host.
     println!("cargo:rerun-if-changed=migrations");
-    build_components(&["mend-policy"]);
+    build_components("guest", &["mend-policy"]);
 }

@@ -1,9 +1,15 @@
 // Shared by the build scripts of `host/` and `tests/` (each `include!`s it): builds policy
 // components for `wasm32-wasip2` with a nested cargo in its own target directory
-// (`target/guest`), so that a fresh clone needs nothing beyond cargo, and tells the crate
-// being built where each component is through `MEND_<NAME>_WASM` environment variables.
+// (`target/<target_name>`), so that a fresh clone needs nothing beyond cargo, and tells the
+// crate being built where each component is through `MEND_<NAME>_WASM` environment variables.
+//
+// Each builder has its own target directory because the same crate may be built with other
+// features in each: the test components depend on `mend-policy` without its `component`
+// feature, the host builds it with. A cdylib from a path crate carries no hash in its file
+// name, so two such builds in one directory would overwrite each other's output, and cargo
+// could then hand the host an export-less default policy.
 
-fn build_components(packages: &[&str]) {
+fn build_components(target_name: &str, packages: &[&str]) {
     use std::env;
     use std::path::PathBuf;
     use std::process::Command;
@@ -16,7 +22,7 @@ fn build_components(packages: &[&str]) {
     let target_dir = env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace.join("target"))
-        .join("guest");
+        .join(target_name);
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
     command

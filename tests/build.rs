@@ -1,8 +1,25 @@
-//! Builds the policy components the tests load besides the default one: `policies/hostile`,
-//! available as `MEND_POLICY_HOSTILE_WASM`.
+//! Builds the policy components the tests load besides the default one, each available as
+//! `MEND_POLICY_<NAME>_WASM`:
+//!
+//! - `policies/hostile`: unsafe decisions, and runaway ones on request (loop, bomb, huge, panic);
+//! - `policies/newer-semantics`: the default decisions under a semantics revision no host knows;
+//! - `policies/extra-capability`: the default decisions, requiring a capability no host has;
+//! - `policies/abi-1-1`: built against the frozen `mend:policy@1.1.0` contract;
+//! - `policies/forbidden-import`: reads the environment, so it imports WASI;
+//! - `policies/liar`: built against 1.2, claiming ABI 1.1 in `describe()`.
 
 include!("../policies/build_components.rs");
 
 fn main() {
-    build_components(&["mend-policy-hostile"]);
+    build_components(
+        "guest-tests",
+        &[
+            "mend-policy-hostile",
+            "mend-policy-newer-semantics",
+            "mend-policy-extra-capability",
+            "mend-policy-abi-1-1",
+            "mend-policy-forbidden-import",
+            "mend-policy-liar",
+        ],
+    );
 }

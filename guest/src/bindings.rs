@@ -3,6 +3,11 @@
 //!
 //! The crate is `no_std` on wasm32, so it brings its own allocator and panic handler; a panic
 //! becomes a wasm trap, which the host reports as a typed error for that one decision.
+//!
+//! With the `component` feature (the default) the crate exports [`DefaultPolicy`] as the
+//! world. Without it, a component that depends on this crate gets the allocator, the panic
+//! handler and [`DefaultPolicy`] to delegate to, and exports its own type with
+//! `mend_policy::bindings::export!(Wrapper with_types_in mend_policy::bindings)`.
 
 // The generated glue lifts and lowers through raw pointers; that is its job, and the only
 // unsafe code in the guest.
@@ -15,6 +20,8 @@ use crate::types as plain;
 wit_bindgen::generate!({
     world: "policy",
     path: "../wit",
+    pub_export_macro: true,
+    default_bindings_module: "mend_policy::bindings",
 });
 
 use mend::policy::types as wit;
@@ -97,7 +104,10 @@ fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
     core::arch::wasm32::unreachable()
 }
 
-struct DefaultPolicy;
+/// The default policy's exports: each converts its input, calls the decision of this crate
+/// and converts the answer back.
+#[derive(Debug)]
+pub struct DefaultPolicy;
 
 impl Guest for DefaultPolicy {
     fn describe() -> wit::PolicyDescription {
@@ -305,4 +315,5 @@ fn wit_state(state: plain::SplitState) -> wit::SplitState {
     }
 }
 
-export!(DefaultPolicy);
+#[cfg(feature = "component")]
+export!(DefaultPolicy with_types_in self);

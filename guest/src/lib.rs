@@ -10,7 +10,9 @@
 //!   the host can compare the component against them (differential tests, benchmarks);
 //! - for `wasm32-wasip2`, as the policy component. There it is `no_std`: nothing from the
 //!   standard library's WASI layer is linked, so the component imports nothing at all
-//!   (`bindings` is the only wasm-specific file, and it only converts types).
+//!   (`bindings` is the only wasm-specific file, and it only converts types). Without the
+//!   `component` feature the adapter is still built but nothing is exported, so that another
+//!   component can wrap the default policy's decisions and export its own `describe()`.
 
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
@@ -23,7 +25,7 @@ pub mod stage;
 pub mod types;
 
 #[cfg(target_arch = "wasm32")]
-mod bindings;
+pub mod bindings;
 
 pub use publish::validate_publish;
 pub use reconcile::plan_reconcile;

@@ -1,8 +1,9 @@
 //! The policy runtime: loads a policy component once and calls it, one sandbox per decision.
 //!
-//! Loading checks, in order, that the bytes compile as a component, that the component
-//! imports nothing outside [`ALLOWED_IMPORTS`] (which is empty: a policy gets no WASI at all),
-//! and that `describe()` reports an ABI and semantics revision this host implements. A call
+//! Loading checks, in order, that the bytes compile as a component, that the component is
+//! built against this host's contract and imports nothing outside [`ALLOWED_IMPORTS`] (the
+//! contract's types: a policy gets no WASI at all), and that `describe()` agrees with that
+//! contract and reports an ABI and semantics revision this host implements (`compat`). A call
 //! instantiates the pre-linked component in a fresh store with a memory limit and an epoch
 //! deadline; a trap, an exhausted limit or an oversized answer becomes a [`PolicyError`] for
 //! that call alone, and the runtime keeps serving.
@@ -18,6 +19,7 @@
 mod active;
 mod bindings;
 pub mod cache;
+mod compat;
 pub mod registry;
 pub mod replay;
 mod sandbox;
@@ -32,33 +34,20 @@ use mend_policy::{
     ReconcileDecision, ReconcileInput, RecoveryInput, StagePlanInput,
 };
 use sha2::{Digest, Sha256};
-use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, Store};
 
 use crate::error::PolicyError;
 
 pub use active::{ActivePolicy, Swapped};
+pub use compat::{
+    ALLOWED_IMPORTS, CONTRACT_TYPES_IMPORT, HOST_ABI_MAJOR, HOST_ABI_MINOR, HostAbi,
+    KNOWN_SEMANTICS_REVISIONS,
+};
 pub use sandbox::PolicyLimits;
 
 use self::bindings::{Policy, PolicyPre};
 use self::sandbox::SandboxState;
-
-/// The interfaces a policy component may import. Listing one here grants every policy that
-/// authority, so each entry needs a reason.
-///
-/// - `mend:policy/types`: the contract's own data types. A world that `use`s an interface's
-///   types imports that interface, but it carries types only; [`check_imports`] refuses it if
-///   a component declares a function in it. It grants nothing.
-pub const ALLOWED_IMPORTS: &[&str] = &["mend:policy/types@1.2.0"];
-
-/// The ABI this host implements (the `mend:policy` WIT package version).
-pub const HOST_ABI_MAJOR: u32 = mend_policy::ABI_MAJOR;
-pub const HOST_ABI_MINOR: u32 = mend_policy::ABI_MINOR;
-
-/// Semantics revisions this host knows how to run. A policy reporting another one is refused:
-/// the host cannot know what its decisions mean.
-pub const KNOWN_SEMANTICS_REVISIONS: &[u32] = &[1];
 
 /// The default policy component, built from `guest/` by the build script.
 pub const DEFAULT_POLICY_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_WASM"));
@@ -74,6 +63,8 @@ pub struct LoadOptions {
     /// Where compiled components are kept across processes, by digest and engine
     /// compatibility; `None` keeps them in this process only.
     pub cache_dir: Option<std::path::PathBuf>,
+    /// What the policy is checked against: the default is this host; tests play others.
+    pub host: HostAbi,
 }
 
 /// A loaded, checked policy, ready to decide. Cheap to clone and share between tasks.
@@ -125,7 +116,7 @@ impl PolicyRuntime {
         let digest = digest_of(bytes);
         let component = compiled(engine, &digest, bytes, options.cache_dir.as_deref())?;
 
-        check_imports(engine, &component)?;
+        let built_against = compat::check_imports(engine, &component, &options.host)?;
 
         let linker = Linker::<SandboxState>::new(engine);
         let instance_pre =
@@ -155,7 +146,7 @@ impl PolicyRuntime {
         let description = runtime.call("describe", |policy, store| {
             policy.call_describe(store).map(bindings::description)
         })?;
-        check_description(&description)?;
+        compat::check_description(&description, &built_against, &options.host)?;
         runtime.description = description;
         Ok(Self {
             inner: Arc::new(runtime),
@@ -291,69 +282,6 @@ impl Loaded {
             .and_then(|policy| body(&policy, &mut store));
         result.map_err(|error| sandbox::call_error(function, error, store.data(), &self.limits))
     }
-}
-
-/// Refuses a component that imports anything outside [`ALLOWED_IMPORTS`], or any function at
-/// all: the linker provides none, and a policy has no authority to ask for.
-fn check_imports(engine: &Engine, component: &Component) -> Result<(), PolicyError> {
-    let component_type = component.component_type();
-    for (import, item) in component_type.imports(engine) {
-        let types_only = match &item.ty {
-            ComponentItem::ComponentInstance(instance) => instance
-                .exports(engine)
-                .all(|(_, export)| matches!(export.ty, ComponentItem::Type(_))),
-            ComponentItem::Type(_) => true,
-            _ => false,
-        };
-        if !ALLOWED_IMPORTS.contains(&import) || !types_only {
-            return Err(PolicyError::ForbiddenImport {
-                import: import.to_string(),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// Refuses a policy whose ABI or semantics this host does not implement.
-fn check_description(description: &PolicyDescription) -> Result<(), PolicyError> {
-    if description.abi_major != HOST_ABI_MAJOR {
-        return Err(PolicyError::Incompatible {
-            reason: format!(
-                "policy {} {} implements ABI {}.{}, this host implements ABI {}.{}: the major versions differ",
-                description.name,
-                description.version,
-                description.abi_major,
-                description.abi_minor,
-                HOST_ABI_MAJOR,
-                HOST_ABI_MINOR
-            ),
-        });
-    }
-    if description.abi_minor > HOST_ABI_MINOR {
-        return Err(PolicyError::Incompatible {
-            reason: format!(
-                "policy {} {} needs ABI {}.{}, newer than this host's {}.{}: upgrade mend first",
-                description.name,
-                description.version,
-                description.abi_major,
-                description.abi_minor,
-                HOST_ABI_MAJOR,
-                HOST_ABI_MINOR
-            ),
-        });
-    }
-    if !KNOWN_SEMANTICS_REVISIONS.contains(&description.semantics_revision) {
-        return Err(PolicyError::Incompatible {
-            reason: format!(
-                "policy {} {} has semantics revision {}, which this host does not know (it knows {:?}): upgrade mend first",
-                description.name,
-                description.version,
-                description.semantics_revision,
-                KNOWN_SEMANTICS_REVISIONS
-            ),
-        });
-    }
-    Ok(())
 }
 
 /// The names of the interfaces and functions a component imports.

@@ -8,6 +8,15 @@
 //!   missing (1);
 //! - reconcile adopts every orphan, damaged or written for another dataset (1).
 //!
+//! Stage planning also runs away when the input's dataset id names a behaviour, so that tests
+//! can prove each is contained to its one call:
+//!
+//! - `loop` spins forever (the CPU deadline interrupts it);
+//! - `bomb` allocates until memory runs out (the memory limit refuses the growth);
+//! - `huge` answers with more bytes than the output limit allows, while staying inside the
+//!   memory limit;
+//! - `panic` panics (a trap).
+//!
 //! It builds only for wasm32; natively it is empty.
 
 #![cfg_attr(target_arch = "wasm32", no_std)]
@@ -103,6 +112,13 @@ impl Guest for HostilePolicy {
     }
 
     fn plan_stage(input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
+        match input.dataset_id.as_str() {
+            "loop" => spin_forever(),
+            "bomb" => allocate_forever(),
+            "huge" => return huge_plan(),
+            "panic" => panic!("the hostile policy panics on request"),
+            _ => {}
+        }
         let mut ids: Vec<(usize, alloc::string::String)> =
             input.split_ids.into_iter().enumerate().collect();
         ids.sort_by(|a, b| a.1.cmp(&b.1));
@@ -153,6 +169,48 @@ impl Guest for HostilePolicy {
             })
             .collect()
     }
+}
+
+fn spin_forever() -> ! {
+    let mut turns: u64 = 0;
+    loop {
+        // black_box keeps the loop from being recognised as having no effect.
+        turns = core::hint::black_box(turns.wrapping_add(1));
+    }
+}
+
+fn allocate_forever() -> ! {
+    let mut hoard: Vec<Vec<u8>> = Vec::new();
+    loop {
+        hoard.push(alloc::vec![0xA5; 1 << 20]);
+        core::hint::black_box(&mut hoard);
+    }
+}
+
+/// 90,000 splits with 512-byte ids: about 47 MB by the host's measure, over the default output
+/// limit of 32 MiB, yet with the list's own overhead still under the default memory limit of
+/// 64 MiB, so that it is the output limit that stops it.
+fn huge_plan() -> Vec<wit::PlannedSplit> {
+    const SPLITS: u32 = 90_000;
+    const ID_BYTES: usize = 512;
+    let mut planned = Vec::with_capacity(SPLITS as usize);
+    for index in 0..SPLITS {
+        let mut split_id = alloc::string::String::with_capacity(ID_BYTES);
+        let mut digits = index;
+        for _ in 0..10 {
+            split_id.push(char::from(b'0' + (digits % 10) as u8));
+            digits /= 10;
+        }
+        while split_id.len() < ID_BYTES {
+            split_id.push('x');
+        }
+        planned.push(wit::PlannedSplit {
+            split_id,
+            request_index: 0,
+            action: wit::StageAction::Insert,
+        });
+    }
+    planned
 }
 
 export!(HostilePolicy);

@@ -1,0 +1,51 @@
+//! A policy for tests: the default policy's decisions, requiring one more capability,
+//! [`MERGE_ON_WRITE`], that no host provides. Its ABI and semantics are the host's, so it
+//! loads; an engine refuses to start with it, naming the capability.
+//!
+//! It builds only for wasm32; natively it is empty.
+
+#![cfg_attr(target_arch = "wasm32", no_std)]
+#![cfg(target_arch = "wasm32")]
+// The export glue lifts and lowers through raw pointers.
+#![allow(unsafe_code)]
+
+extern crate alloc;
+
+use alloc::vec::Vec;
+
+use mend_policy::bindings::mend::policy::types as wit;
+use mend_policy::bindings::{DefaultPolicy, Guest, export};
+
+/// A capability no host or backend provides.
+const MERGE_ON_WRITE: &str = "stage.merge-on-write";
+
+struct ExtraCapability;
+
+impl Guest for ExtraCapability {
+    fn describe() -> wit::PolicyDescription {
+        let mut description = DefaultPolicy::describe();
+        description.name = "extra-capability".into();
+        description
+            .required_capabilities
+            .push(MERGE_ON_WRITE.into());
+        description
+    }
+
+    fn plan_stage(input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
+        DefaultPolicy::plan_stage(input)
+    }
+
+    fn validate_publish(input: wit::PublishInput) -> Vec<wit::PublishViolation> {
+        DefaultPolicy::validate_publish(input)
+    }
+
+    fn decide_recovery(input: wit::RecoveryInput) -> Vec<wit::IntentDecision> {
+        DefaultPolicy::decide_recovery(input)
+    }
+
+    fn plan_reconcile(input: wit::ReconcileInput) -> Vec<wit::ReconcileDecision> {
+        DefaultPolicy::plan_reconcile(input)
+    }
+}
+
+export!(ExtraCapability with_types_in mend_policy::bindings);

@@ -1,0 +1,48 @@
+//! A policy for tests that lies about its ABI: built against the `mend:policy@1.2.0` contract,
+//! its `describe()` claims ABI 1.1. A 1.2 host would accept an honest 1.1 policy (the minor is
+//! not newer than its own), so only comparing the claim with the contract the component
+//! actually imports catches it. Its decisions are the default policy's.
+//!
+//! It builds only for wasm32; natively it is empty.
+
+#![cfg_attr(target_arch = "wasm32", no_std)]
+#![cfg(target_arch = "wasm32")]
+// The export glue lifts and lowers through raw pointers.
+#![allow(unsafe_code)]
+
+extern crate alloc;
+
+use alloc::vec::Vec;
+
+use mend_policy::bindings::mend::policy::types as wit;
+use mend_policy::bindings::{DefaultPolicy, Guest, export};
+
+struct Liar;
+
+impl Guest for Liar {
+    fn describe() -> wit::PolicyDescription {
+        wit::PolicyDescription {
+            name: "liar".into(),
+            abi_minor: 1,
+            ..DefaultPolicy::describe()
+        }
+    }
+
+    fn plan_stage(input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
+        DefaultPolicy::plan_stage(input)
+    }
+
+    fn validate_publish(input: wit::PublishInput) -> Vec<wit::PublishViolation> {
+        DefaultPolicy::validate_publish(input)
+    }
+
+    fn decide_recovery(input: wit::RecoveryInput) -> Vec<wit::IntentDecision> {
+        DefaultPolicy::decide_recovery(input)
+    }
+
+    fn plan_reconcile(input: wit::ReconcileInput) -> Vec<wit::ReconcileDecision> {
+        DefaultPolicy::plan_reconcile(input)
+    }
+}
+
+export!(Liar with_types_in mend_policy::bindings);

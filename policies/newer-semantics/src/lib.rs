@@ -1,0 +1,47 @@
+//! A policy for tests: the default policy's decisions, described as semantics revision 2.
+//! No host knows revision 2 yet, so each refuses it at load; a test that plays a newer host
+//! knowing it loads it and gets the default decisions.
+//!
+//! It builds only for wasm32; natively it is empty.
+
+#![cfg_attr(target_arch = "wasm32", no_std)]
+#![cfg(target_arch = "wasm32")]
+// The export glue lifts and lowers through raw pointers.
+#![allow(unsafe_code)]
+
+extern crate alloc;
+
+use alloc::vec::Vec;
+
+use mend_policy::bindings::mend::policy::types as wit;
+use mend_policy::bindings::{DefaultPolicy, Guest, export};
+
+struct NewerSemantics;
+
+impl Guest for NewerSemantics {
+    fn describe() -> wit::PolicyDescription {
+        wit::PolicyDescription {
+            name: "newer-semantics".into(),
+            semantics_revision: 2,
+            ..DefaultPolicy::describe()
+        }
+    }
+
+    fn plan_stage(input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
+        DefaultPolicy::plan_stage(input)
+    }
+
+    fn validate_publish(input: wit::PublishInput) -> Vec<wit::PublishViolation> {
+        DefaultPolicy::validate_publish(input)
+    }
+
+    fn decide_recovery(input: wit::RecoveryInput) -> Vec<wit::IntentDecision> {
+        DefaultPolicy::decide_recovery(input)
+    }
+
+    fn plan_reconcile(input: wit::ReconcileInput) -> Vec<wit::ReconcileDecision> {
+        DefaultPolicy::plan_reconcile(input)
+    }
+}
+
+export!(NewerSemantics with_types_in mend_policy::bindings);

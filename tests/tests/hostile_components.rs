@@ -1,0 +1,180 @@
+//! Components that misbehave, each contained with its own typed error: the hostile policy's
+//! runaway stage plans (`policies/hostile`: loop, bomb, huge, panic) fail that one call within
+//! a bounded time, and a component that imports WASI (`policies/forbidden-import`) or lies
+//! about its ABI (`policies/liar`) is refused at load. After each, the same hostile runtime
+//! serves a normal decision, and an engine on the default policy keeps working.
+
+use std::time::{Duration, Instant};
+
+use mend::PolicyError;
+use mend::model::{ListQuery, StageMode, StageOutcome, StageRequest, StageSplit};
+use mend::runtime::{PolicyLimits, PolicyRuntime, imports_of};
+use mend_policy::{StageAction, StagePlanInput};
+use mend_tests::{Backend, Harness};
+
+const HOSTILE_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_HOSTILE_WASM"));
+const FORBIDDEN_IMPORT_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_FORBIDDEN_IMPORT_WASM"));
+const LIAR_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_LIAR_WASM"));
+
+/// How long containing one misbehaving component may take, with the default limits (a 1 s
+/// CPU deadline per call): the deadline itself plus room for a loaded machine.
+const CONTAINED_WITHIN: Duration = Duration::from_secs(5);
+
+fn plan_for(dataset_id: &str) -> StagePlanInput {
+    StagePlanInput {
+        dataset_id: dataset_id.into(),
+        mode: StageMode::CreateOnly,
+        split_ids: vec!["b".into(), "a".into(), "b".into()],
+        existing: Vec::new(),
+    }
+}
+
+/// A decision the hostile policy answers like any other: no existing rows, so its plan is the
+/// default policy's, an insert per distinct id.
+fn assert_serves(hostile: &PolicyRuntime, after: &str) {
+    let input = plan_for("an-ordinary-dataset");
+    let plan = hostile
+        .plan_stage(&input)
+        .unwrap_or_else(|error| panic!("after {after}, the hostile runtime failed: {error}"));
+    assert_eq!(plan, mend_policy::plan_stage(&input), "after {after}");
+    assert!(plan.iter().all(|p| p.action == StageAction::Insert));
+}
+
+type Expectation = fn(&PolicyError) -> bool;
+
+#[tokio::test]
+async fn misbehaving_components_are_contained_and_everything_else_keeps_working() {
+    let limits = PolicyLimits::default();
+    let hostile = PolicyRuntime::load(HOSTILE_WASM, limits).expect("the hostile policy loads");
+    assert_serves(&hostile, "loading");
+
+    let runaways: [(&str, &str, Expectation); 4] = [
+        ("loop", "DeadlineExceeded", |error| {
+            matches!(error, PolicyError::DeadlineExceeded { function: "plan-stage", limit }
+                if *limit == PolicyLimits::default().cpu_time_per_call)
+        }),
+        ("bomb", "MemoryExhausted", |error| {
+            matches!(error, PolicyError::MemoryExhausted { function: "plan-stage", limit_bytes }
+                if *limit_bytes == PolicyLimits::default().max_memory_bytes)
+        }),
+        ("huge", "OutputTooLarge", |error| {
+            matches!(error, PolicyError::OutputTooLarge { function: "plan-stage", size, limit }
+                if size > limit && *limit == PolicyLimits::default().max_output_bytes)
+        }),
+        ("panic", "Trap", |error| {
+            matches!(
+                error,
+                PolicyError::Trap {
+                    function: "plan-stage",
+                    ..
+                }
+            )
+        }),
+    ];
+    let mut contained = 0;
+    for (behaviour, expected, is_expected) in runaways {
+        let started = Instant::now();
+        let error = hostile
+            .plan_stage(&plan_for(behaviour))
+            .expect_err("a runaway plan must fail");
+        let elapsed = started.elapsed();
+        assert!(
+            is_expected(&error),
+            "{behaviour}: expected {expected}, got {error:?}"
+        );
+        assert!(
+            elapsed < CONTAINED_WITHIN,
+            "{behaviour}: contained only after {elapsed:?}"
+        );
+        assert_serves(&hostile, behaviour);
+        println!(
+            "{behaviour:>6}: {expected} after {elapsed:.2?} ({error}); the runtime then served a plan"
+        );
+        contained += 1;
+    }
+
+    let imports = imports_of(FORBIDDEN_IMPORT_WASM).expect("list imports");
+    let started = Instant::now();
+    let error = PolicyRuntime::load(FORBIDDEN_IMPORT_WASM, limits).unwrap_err();
+    let elapsed = started.elapsed();
+    match &error {
+        PolicyError::ForbiddenImport { import } => {
+            assert!(import.starts_with("wasi:"), "{import}");
+            assert!(
+                imports.contains(import),
+                "{import} is not among {imports:?}"
+            );
+        }
+        other => panic!("expected ForbiddenImport, got {other:?}"),
+    }
+    assert!(
+        imports
+            .iter()
+            .any(|i| i.starts_with("wasi:cli/environment@")),
+        "reading the environment imports wasi:cli/environment: {imports:?}"
+    );
+    assert!(elapsed < CONTAINED_WITHIN, "refused only after {elapsed:?}");
+    assert_serves(&hostile, "the forbidden import");
+    println!(
+        "forbidden-import: refused at load after {elapsed:.2?} ({error}); it imports {} interfaces",
+        imports.len()
+    );
+    let mut refused = 1;
+
+    let started = Instant::now();
+    let error = PolicyRuntime::load(LIAR_WASM, limits).unwrap_err();
+    let elapsed = started.elapsed();
+    match &error {
+        PolicyError::Incompatible { reason } => assert!(
+            reason.contains(
+                "describe() claims ABI 1.1 but the component is built against mend:policy@1.2.0"
+            ),
+            "{reason}"
+        ),
+        other => panic!("expected Incompatible, got {other:?}"),
+    }
+    assert!(elapsed < CONTAINED_WITHIN, "refused only after {elapsed:?}");
+    assert_serves(&hostile, "the liar");
+    println!("liar: refused at load after {elapsed:.2?} ({error})");
+    refused += 1;
+
+    // The default policy, in an engine, is untouched by all of the above.
+    let h = Harness::new(Backend::Memory).await;
+    let dataset_id = h.create_dataset("after-hostile").await;
+    let staged = h
+        .engine
+        .stage(&StageRequest {
+            dataset_id: dataset_id.clone(),
+            mode: StageMode::CreateOnly,
+            node: "n".into(),
+            splits: ["a", "b"]
+                .iter()
+                .map(|id| StageSplit {
+                    split_id: (*id).into(),
+                    metadata_json: "{}".into(),
+                })
+                .collect(),
+        })
+        .await
+        .expect("the default policy's engine stages");
+    assert!(
+        staged
+            .splits
+            .iter()
+            .all(|split| split.outcome == StageOutcome::Inserted),
+        "{staged:?}"
+    );
+    let rows = h
+        .engine
+        .list_splits(&dataset_id, &ListQuery::default())
+        .await
+        .expect("list");
+    assert_eq!(rows.splits.len(), 2);
+
+    println!(
+        "{contained} runaway calls contained, {refused} components refused at load; the hostile \
+         runtime served {} normal plans; an engine on the default policy staged {} splits",
+        contained + refused + 1,
+        rows.splits.len()
+    );
+}

@@ -1,0 +1,512 @@
+//! Hosts and policies of different versions, every pairing: each either loads and decides
+//! exactly like the native `mend_policy` functions, or is refused, at load or when the engine
+//! starts, with its specific reason. No pairing ever runs a create-only stage as an upsert.
+//!
+//! The hosts are [`HostAbi`]s that the same binary plays:
+//!
+//! - **older**: ABI 1.1, knowing semantics revision 1, running `mend:policy@1.1.0` components.
+//!   It checks components as a 1.1 host would; this binary carries only the 1.2 bindings, so
+//!   a component that passes those checks (`abi-1-1`) is refused with that reason instead of
+//!   being run. A real 1.1 host would run it.
+//! - **current**: [`HostAbi::current`].
+//! - **newer**: ABI 1.3, knowing semantics revisions 1 and 2. A real 1.3 host would import a
+//!   1.3 contract; one that still runs 1.2 components has to check them against the 1.2
+//!   contract it kept the bindings of, and that is how it is played here
+//!   (`contract_import: mend:policy/types@1.2.0`). Its ABI minor only matters to `describe()`.
+//!
+//! The policies are the default one (ABI 1.2, semantics 1), `policies/abi-1-1` (built against
+//! the frozen 1.1 contract), `policies/newer-semantics` (the default decisions as semantics
+//! revision 2) and `policies/extra-capability` (the default decisions, requiring
+//! `stage.merge-on-write`, which no backend provides).
+
+use std::fmt;
+use std::sync::Arc;
+
+use mend::catalog::ObjectStoreCatalog;
+use mend::model::{
+    DatasetConfig, ListQuery, SplitState, StageMode, StageOutcome, StageRequest, StageSplit,
+};
+use mend::objects::SplitObjects;
+use mend::runtime::{DEFAULT_POLICY_WASM, HostAbi, LoadOptions, PolicyRuntime};
+use mend::{Engine, EngineOptions, MendError, PolicyError};
+use mend_policy::{
+    CheckpointDelta, ExistingRow, IntentObservation, IntentPhase, ObjectObservation, OperationKind,
+    OrphanObject, PartitionDelta, PartitionPosition, PublishInput, ReconcileInput, RecoveryInput,
+    RecoveryMode, StagePlanInput,
+};
+
+const ABI_1_1_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_ABI_1_1_WASM"));
+const NEWER_SEMANTICS_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_NEWER_SEMANTICS_WASM"));
+const EXTRA_CAPABILITY_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_EXTRA_CAPABILITY_WASM"));
+
+struct Host {
+    name: &'static str,
+    abi: HostAbi,
+}
+
+fn hosts() -> [Host; 3] {
+    [
+        Host {
+            name: "older 1.1",
+            abi: HostAbi {
+                abi_major: 1,
+                abi_minor: 1,
+                known_semantics_revisions: vec![1],
+                contract_import: "mend:policy/types@1.1.0".into(),
+            },
+        },
+        Host {
+            name: "current 1.2",
+            abi: HostAbi::current(),
+        },
+        Host {
+            name: "newer 1.3",
+            abi: HostAbi {
+                abi_major: 1,
+                abi_minor: 3,
+                known_semantics_revisions: vec![1, 2],
+                contract_import: "mend:policy/types@1.2.0".into(),
+            },
+        },
+    ]
+}
+
+const POLICIES: [(&str, &[u8]); 4] = [
+    ("default", DEFAULT_POLICY_WASM),
+    ("abi-1-1", ABI_1_1_WASM),
+    ("newer-semantics", NEWER_SEMANTICS_WASM),
+    ("extra-capability", EXTRA_CAPABILITY_WASM),
+];
+
+/// What a pairing must come to.
+#[derive(Debug, Clone, Copy)]
+enum Expected {
+    /// Loads, decides like the native build and stages create-only without overwriting.
+    Decides,
+    /// Refused at load with `Incompatible`, for a reason containing this.
+    RefusedAtLoad(&'static str),
+    /// Loads; `Engine::new` refuses it with `CapabilityMissing` for this capability.
+    RefusedAtEngineStart(&'static str),
+}
+
+const BUILT_AGAINST_1_2_ON_1_1: &str = "built against mend:policy@1.2.0; this host runs 1.1 \
+     components: upgrade mend to run it, or rebuild the policy against wit/ of this mend";
+const BUILT_AGAINST_1_1_ON_1_2: &str = "built against mend:policy@1.1.0; this host runs 1.2 \
+     components: rebuild the policy against wit/ of this mend";
+
+/// Rows: the hosts; columns: [`POLICIES`].
+const EXPECTED: [[Expected; 4]; 3] = [
+    [
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_2_ON_1_1),
+        Expected::RefusedAtLoad("this build of mend has the bindings of mend:policy@1.2.0 only"),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_2_ON_1_1),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_2_ON_1_1),
+    ],
+    [
+        Expected::Decides,
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_1_ON_1_2),
+        Expected::RefusedAtLoad(
+            "semantics revision 2, which this host does not know (it knows [1]): upgrade mend first",
+        ),
+        Expected::RefusedAtEngineStart("stage.merge-on-write"),
+    ],
+    [
+        Expected::Decides,
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_1_ON_1_2),
+        Expected::Decides,
+        Expected::RefusedAtEngineStart("stage.merge-on-write"),
+    ],
+];
+
+/// What a pairing came to.
+enum Outcome {
+    Decided {
+        vectors: usize,
+    },
+    RefusedAtLoad(PolicyError),
+    RefusedAtEngineStart(MendError),
+    /// Anything else, described: always a failure.
+    Wrong(String),
+}
+
+impl Outcome {
+    fn short(&self) -> &'static str {
+        match self {
+            Self::Decided { .. } => "decides",
+            Self::RefusedAtLoad(_) => "refused at load",
+            Self::RefusedAtEngineStart(_) => "refused at engine start",
+            Self::Wrong(_) => "WRONG",
+        }
+    }
+
+    fn matches(&self, expected: Expected) -> bool {
+        match (self, expected) {
+            (Self::Decided { .. }, Expected::Decides) => true,
+            (
+                Self::RefusedAtLoad(PolicyError::Incompatible { reason }),
+                Expected::RefusedAtLoad(why),
+            ) => reason.contains(why),
+            (
+                Self::RefusedAtEngineStart(MendError::CapabilityMissing { capability, .. }),
+                Expected::RefusedAtEngineStart(missing),
+            ) => capability == missing,
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Decided { vectors } => write!(
+                f,
+                "{vectors} vectors decided as natively; create-only skipped the existing row"
+            ),
+            Self::RefusedAtLoad(error) => write!(f, "{error}"),
+            Self::RefusedAtEngineStart(error) => write!(f, "{error}"),
+            Self::Wrong(what) => f.write_str(what),
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_host_and_policy_pairing_decides_natively_or_is_refused_for_its_reason() {
+    let hosts = hosts();
+    let mut outcomes = Vec::new();
+    for (row, host) in hosts.iter().enumerate() {
+        for (column, (policy, bytes)) in POLICIES.iter().enumerate() {
+            let outcome = pair(host, bytes).await;
+            let expected = EXPECTED[row][column];
+            outcomes.push((host.name, *policy, expected, outcome));
+        }
+    }
+
+    let width = POLICIES
+        .iter()
+        .map(|(name, _)| name.len())
+        .max()
+        .unwrap_or(0)
+        + 2;
+    let mut grid = format!("{:<12}", "host");
+    for (policy, _) in POLICIES {
+        grid += &format!("{policy:<width$}");
+    }
+    for (row, host) in hosts.iter().enumerate() {
+        grid += &format!("\n{:<12}", host.name);
+        for column in 0..POLICIES.len() {
+            let (_, _, _, outcome) = &outcomes[row * POLICIES.len() + column];
+            grid += &format!("{:<width$}", outcome.short());
+        }
+    }
+    println!("{grid}\n");
+    for (host, policy, _, outcome) in &outcomes {
+        println!("{host:<12} x {policy:<17} {outcome}");
+    }
+
+    let wrong: Vec<String> = outcomes
+        .iter()
+        .filter(|(_, _, expected, outcome)| !outcome.matches(*expected))
+        .map(|(host, policy, expected, outcome)| {
+            format!("{host} x {policy}: expected {expected:?}, got {outcome}")
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "pairings that went wrong:\n{}",
+        wrong.join("\n")
+    );
+    let decided = outcomes
+        .iter()
+        .filter(|(_, _, _, outcome)| matches!(outcome, Outcome::Decided { .. }))
+        .count();
+    println!(
+        "{} pairings: {decided} decide as the native build and skip create-only over an existing \
+         row, {} refused with their reason",
+        outcomes.len(),
+        outcomes.len() - decided
+    );
+}
+
+async fn pair(host: &Host, bytes: &[u8]) -> Outcome {
+    let options = LoadOptions {
+        host: host.abi.clone(),
+        ..LoadOptions::default()
+    };
+    let policy = match PolicyRuntime::load_with(bytes, &options) {
+        Ok(policy) => policy,
+        Err(error) => return Outcome::RefusedAtLoad(error),
+    };
+    let engine = match memory_engine(policy.clone()) {
+        Ok(engine) => engine,
+        Err(error) => return Outcome::RefusedAtEngineStart(error),
+    };
+    let vectors = match decides_natively(&policy) {
+        Ok(vectors) => vectors,
+        Err(difference) => return Outcome::Wrong(difference),
+    };
+    match create_only_skips_an_existing_row(&engine).await {
+        Ok(()) => Outcome::Decided { vectors },
+        Err(what) => Outcome::Wrong(what),
+    }
+}
+
+fn memory_engine(policy: PolicyRuntime) -> mend::Result<Engine> {
+    let catalog = ObjectStoreCatalog::open_url("memory://").expect("memory catalog");
+    let objects = SplitObjects::new(catalog.store().clone(), catalog.prefix().clone());
+    Engine::new(Arc::new(catalog), objects, policy, EngineOptions::default())
+}
+
+/// Stages a row, then the same id again create-only with other content: the row must be
+/// skipped and keep its first content, whatever the policy.
+async fn create_only_skips_an_existing_row(engine: &Engine) -> Result<(), String> {
+    let stage = |mode, metadata: &str| StageRequest {
+        dataset_id: "ds".into(),
+        mode,
+        node: "n".into(),
+        splits: ["existing", "new"]
+            .iter()
+            .map(|id| StageSplit {
+                split_id: (*id).into(),
+                metadata_json: metadata.into(),
+            })
+            .collect(),
+    };
+    engine
+        .create_dataset("ds", &DatasetConfig::default())
+        .await
+        .map_err(|error| format!("create the dataset: {error}"))?;
+    let mut first = stage(StageMode::Upsert, r#"{"writer":1}"#);
+    first.splits.truncate(1);
+    engine
+        .stage(&first)
+        .await
+        .map_err(|error| format!("stage the existing row: {error}"))?;
+    let result = engine
+        .stage(&stage(StageMode::CreateOnly, r#"{"writer":2}"#))
+        .await
+        .map_err(|error| format!("stage create-only: {error}"))?;
+    let outcomes: Vec<(&str, &StageOutcome)> = result
+        .splits
+        .iter()
+        .map(|split| (split.split_id.as_str(), &split.outcome))
+        .collect();
+    if outcomes
+        != [
+            ("existing", &StageOutcome::Skipped(SplitState::Staged)),
+            ("new", &StageOutcome::Inserted),
+        ]
+    {
+        return Err(format!("create-only staged {outcomes:?}"));
+    }
+    let rows = engine
+        .list_splits("ds", &ListQuery::default())
+        .await
+        .map_err(|error| format!("list: {error}"))?;
+    let existing = rows
+        .splits
+        .iter()
+        .find(|row| row.split_id == "existing")
+        .ok_or("the existing row is gone")?;
+    if existing.metadata != serde_json::json!({"writer": 1}) {
+        return Err(format!(
+            "create-only overwrote the existing row: {}",
+            existing.metadata
+        ));
+    }
+    Ok(())
+}
+
+/// Runs a few vectors of every decision through the component and natively; the first
+/// difference, if any.
+fn decides_natively(policy: &PolicyRuntime) -> Result<usize, String> {
+    fn same<T: PartialEq + fmt::Debug>(
+        what: &str,
+        component: Result<T, PolicyError>,
+        native: T,
+    ) -> Result<(), String> {
+        match component {
+            Ok(decided) if decided == native => Ok(()),
+            Ok(decided) => Err(format!(
+                "{what}: the component decided {decided:?}, natively {native:?}"
+            )),
+            Err(error) => Err(format!("{what}: {error}")),
+        }
+    }
+    let mut vectors = 0;
+    for input in stage_vectors() {
+        same(
+            "plan-stage",
+            policy.plan_stage(&input),
+            mend_policy::plan_stage(&input),
+        )?;
+        vectors += 1;
+    }
+    for input in publish_vectors() {
+        same(
+            "validate-publish",
+            policy.validate_publish(&input),
+            mend_policy::validate_publish(&input),
+        )?;
+        vectors += 1;
+    }
+    for input in recovery_vectors() {
+        same(
+            "decide-recovery",
+            policy.decide_recovery(&input),
+            mend_policy::decide_recovery(&input),
+        )?;
+        vectors += 1;
+    }
+    let reconcile = reconcile_vector();
+    same(
+        "plan-reconcile",
+        policy.plan_reconcile(&reconcile),
+        mend_policy::plan_reconcile(&reconcile),
+    )?;
+    Ok(vectors + 1)
+}
+
+fn row(split_id: &str, state: SplitState) -> ExistingRow {
+    ExistingRow {
+        split_id: split_id.into(),
+        state,
+    }
+}
+
+fn ids(ids: &[&str]) -> Vec<String> {
+    ids.iter().map(|id| (*id).to_string()).collect()
+}
+
+fn stage_vectors() -> Vec<StagePlanInput> {
+    let existing = [
+        row("a", SplitState::Staged),
+        row("c", SplitState::Published),
+        row("d", SplitState::MarkedForDeletion),
+    ];
+    [StageMode::CreateOnly, StageMode::Upsert]
+        .into_iter()
+        .flat_map(|mode| {
+            [
+                StagePlanInput {
+                    dataset_id: "ds".into(),
+                    mode,
+                    split_ids: ids(&["b", "a", "c", "a"]),
+                    existing: existing[..2].to_vec(),
+                },
+                StagePlanInput {
+                    dataset_id: "ds".into(),
+                    mode,
+                    split_ids: ids(&["d", "e"]),
+                    existing: existing[2..].to_vec(),
+                },
+            ]
+        })
+        .collect()
+}
+
+fn publish_vectors() -> Vec<PublishInput> {
+    let allowed = PublishInput {
+        dataset_id: "ds".into(),
+        staged_split_ids: ids(&["a"]),
+        replaced_split_ids: ids(&["old"]),
+        checkpoint_delta: Some(CheckpointDelta {
+            source: "source".into(),
+            partitions: vec![PartitionDelta {
+                partition: "0".into(),
+                from_position: Some(5),
+                to_position: 9,
+            }],
+        }),
+        publish_token: Some("t".into()),
+        rows: vec![
+            row("a", SplitState::Staged),
+            row("old", SplitState::Published),
+        ],
+        checkpoint: vec![PartitionPosition {
+            partition: "0".into(),
+            position: 5,
+        }],
+        current_publish_token: Some("t".into()),
+    };
+    let refused = PublishInput {
+        staged_split_ids: ids(&["a", "missing", "old"]),
+        publish_token: Some("stale".into()),
+        checkpoint: vec![PartitionPosition {
+            partition: "0".into(),
+            position: 7,
+        }],
+        ..allowed.clone()
+    };
+    vec![allowed, refused]
+}
+
+fn intent(operation_id: &str, owner_lease_live: bool, objects_match: bool) -> IntentObservation {
+    IntentObservation {
+        operation_id: operation_id.into(),
+        kind: OperationKind::Commit,
+        phase: IntentPhase::Armed,
+        owner_lease_live,
+        planned_rows: ids(&["s1", "s2"]),
+        rows: vec![row("s1", SplitState::Staged)],
+        objects: vec![
+            ObjectObservation {
+                split_id: "s1".into(),
+                present: true,
+                matches: true,
+            },
+            ObjectObservation {
+                split_id: "s2".into(),
+                present: objects_match,
+                matches: objects_match,
+            },
+        ],
+        publish_staged: ids(&["s1", "s2"]),
+        publish_replaced: Vec::new(),
+        has_checkpoint_delta: false,
+        checkpoint_at_from: false,
+        checkpoint_at_to: false,
+        gc_splits: Vec::new(),
+        mark_splits: Vec::new(),
+        config_at_expected: false,
+        config_applied: false,
+    }
+}
+
+fn recovery_vectors() -> Vec<RecoveryInput> {
+    [
+        RecoveryMode::Probe,
+        RecoveryMode::RollForward,
+        RecoveryMode::Exclusive,
+    ]
+    .into_iter()
+    .map(|mode| RecoveryInput {
+        dataset_id: "ds".into(),
+        mode,
+        now_ms: 1_700_000_000_000,
+        intents: vec![
+            intent("complete", false, true),
+            intent("missing-object", false, false),
+            intent("owner-alive", true, true),
+        ],
+    })
+    .collect()
+}
+
+fn reconcile_vector() -> ReconcileInput {
+    let orphan = |split_id: &str, same_incarnation, intact| OrphanObject {
+        split_id: split_id.into(),
+        same_incarnation,
+        intact,
+        metadata_json: "{}".into(),
+        age_ms: 3_600_000,
+    };
+    ReconcileInput {
+        dataset_id: "ds".into(),
+        now_ms: 1_700_000_000_000,
+        orphans: vec![
+            orphan("whole", true, true),
+            orphan("damaged", true, false),
+            orphan("earlier-incarnation", false, true),
+        ],
+    }
+}
