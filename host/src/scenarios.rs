@@ -107,6 +107,7 @@
 
 mod diff;
 mod parse;
+mod write;
 
 use std::fmt;
 use std::fmt::Write as _;
@@ -364,11 +365,9 @@ impl Suite {
             .collect()
     }
 
-    /// The suite in the file format, pretty-printed; [`parse_suite`] reads it back.
+    /// The suite in the file format, laid out for reading; [`parse_suite`] reads it back.
     pub fn to_json(&self) -> String {
-        let mut text = pretty(self);
-        text.push('\n');
-        text
+        write::to_json(self)
     }
 }
 
