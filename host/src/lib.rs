@@ -24,6 +24,7 @@ pub mod model;
 pub mod objects;
 pub mod progress;
 pub mod runtime;
+pub mod scenarios;
 pub mod validate;
 
 pub use catalog::{Capabilities, Catalog};
