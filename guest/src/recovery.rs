@@ -93,8 +93,11 @@ fn decide(mode: RecoveryMode, intent: &IntentObservation) -> RecoveryDecision {
         .map(String::as_str)
         .collect();
     let bad_objects = missing_objects(intent);
-    let effects_in_place = intent.phase == IntentPhase::EffectsConfirmed
-        || (missing_rows.is_empty() && bad_objects.is_empty());
+    // A confirmed intent's rows were all in place; its objects are checked whatever the
+    // phase: one deleted or changed since must never be published (invariant 1).
+    let effects_in_place = (intent.phase == IntentPhase::EffectsConfirmed
+        || missing_rows.is_empty())
+        && bad_objects.is_empty();
     let publish_applies = intent
         .publish_staged
         .iter()
@@ -409,6 +412,23 @@ mod tests {
         assert_eq!(
             decide_one(RecoveryMode::RollForward, reconcile),
             RecoveryDecision::Stale
+        );
+    }
+
+    #[test]
+    fn a_confirmed_commit_whose_object_vanished_is_never_rolled_forward() {
+        let intent = commit(
+            IntentPhase::EffectsConfirmed,
+            &[("s1", STAGED), ("s2", STAGED)],
+            &[("s1", true), ("s2", false)],
+        );
+        assert!(matches!(
+            decide_one(RecoveryMode::RollForward, intent.clone()),
+            RecoveryDecision::Blocked(_)
+        ));
+        assert_eq!(
+            decide_one(RecoveryMode::Exclusive, intent),
+            RecoveryDecision::RollBack
         );
     }
 }

@@ -134,7 +134,7 @@ async fn swap_cost() {
         let started = Instant::now();
         let prepared = h
             .engine
-            .prepare_policy_swap(candidates[round % 2].clone(), 1_000)
+            .prepare_policy_swap(candidates[round % 2].clone(), 1_000, &[])
             .await
             .expect("prepare");
         prepare.push(started.elapsed());

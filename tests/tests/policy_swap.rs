@@ -11,6 +11,7 @@ use mend::engine::{CommitRequest, CommitSplit};
 use mend::faults::CrashAt;
 use mend::model::{StageMode, StageRequest, StageSplit};
 use mend::runtime::{DEFAULT_POLICY_WASM, PolicyLimits, PolicyRuntime};
+use mend::scenarios::{Suite, load_suite};
 use mend_policy::RecoveryMode;
 use mend_tests::{Backend, Harness};
 
@@ -35,6 +36,20 @@ fn rebadged(label: &str) -> PolicyRuntime {
     }
     bytes.extend_from_slice(&section);
     PolicyRuntime::load(&bytes, PolicyLimits::default()).expect("the rebadged policy loads")
+}
+
+/// The golden scenarios the default policy ships.
+fn golden() -> Vec<Suite> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest/scenarios");
+    let mut suites: Vec<Suite> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "json"))
+        .map(|path| load_suite(&path).unwrap())
+        .collect();
+    suites.sort_by(|a, b| a.file.cmp(&b.file));
+    assert!(suites.len() >= 4);
+    suites
 }
 
 fn commit(dataset_id: &str, split_id: &str) -> CommitRequest {
@@ -70,7 +85,7 @@ async fn a_swap_is_prepared_to_the_side_published_at_once_and_rolled_back() {
         .unwrap();
 
     let prepared = engine
-        .prepare_policy_swap(candidate.clone(), 1_000)
+        .prepare_policy_swap(candidate.clone(), 1_000, &golden())
         .await
         .unwrap();
     assert_eq!(
@@ -80,6 +95,28 @@ async fn a_swap_is_prepared_to_the_side_published_at_once_and_rolled_back() {
     );
     assert_eq!(prepared.replay.replayed, 1);
     assert_eq!(prepared.replay.unchanged, 1, "{:?}", prepared.replay);
+    assert!(
+        prepared
+            .scenarios
+            .iter()
+            .all(|report| report.failed.is_empty())
+    );
+
+    // A candidate failing the golden scenarios is refused, and nothing changes.
+    let hostile = PolicyRuntime::load(
+        include_bytes!(env!("MEND_POLICY_HOSTILE_WASM")),
+        PolicyLimits::default(),
+    )
+    .unwrap();
+    let refused = engine
+        .prepare_policy_swap(hostile, 1_000, &golden())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, MendError::PolicyRejected { message } if message.contains("golden scenarios")),
+        "{refused:?}"
+    );
+    assert_eq!(engine.policy().digest(), original);
 
     // An operation pinned before the swap keeps its policy.
     let in_flight = engine.pinned();
@@ -90,7 +127,7 @@ async fn a_swap_is_prepared_to_the_side_published_at_once_and_rolled_back() {
 
     // A swap prepared against a policy no longer active is refused.
     let stale = in_flight
-        .prepare_policy_swap(rebadged("v3"), 10)
+        .prepare_policy_swap(rebadged("v3"), 10, &[])
         .await
         .unwrap();
     let stale_generation = stale.generation;
@@ -198,7 +235,7 @@ async fn swaps_under_load(backend: Backend) {
         let started = std::time::Instant::now();
         let prepared = h
             .engine
-            .prepare_policy_swap(candidate, 50)
+            .prepare_policy_swap(candidate, 50, &[])
             .await
             .expect("prepare");
         prepare_total += started.elapsed();

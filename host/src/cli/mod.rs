@@ -162,6 +162,13 @@ pub enum Command {
 pub enum PolicyCommand {
     /// Load a component, check it (imports, ABI, semantics, capabilities) and describe it.
     Inspect { component: PathBuf },
+    /// Run scenario files (or every .json file of a directory) against a component: PASS or
+    /// FAIL per scenario, a diff for each failure; exits 1 if any fails.
+    Test {
+        component: PathBuf,
+        #[arg(required = true)]
+        scenarios: Vec<PathBuf>,
+    },
     /// The active policy and when it became active.
     Active,
     /// Ask a component every recorded decision of the audit log and show which would change.
@@ -177,6 +184,10 @@ pub enum PolicyCommand {
         /// How many of each dataset's newest audit records to replay first.
         #[arg(long, default_value_t = policy::DEFAULT_REPLAY_RECORDS)]
         records: usize,
+        /// The golden scenarios shipped with the component (files or directories); the swap
+        /// is refused if any fails.
+        #[arg(long = "scenarios")]
+        scenarios: Vec<PathBuf>,
     },
     /// Restore the policy the last swap replaced.
     Rollback,

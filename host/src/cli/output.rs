@@ -7,7 +7,7 @@ use mend::runtime::replay::ReplayReport;
 use mend_policy::RecoveryDecision;
 use serde::Serialize;
 
-fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
+pub fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }

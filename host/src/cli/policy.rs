@@ -68,6 +68,28 @@ fn load_file(path: &Path) -> anyhow::Result<(Vec<u8>, PolicyRuntime)> {
     Ok((bytes, policy))
 }
 
+/// The suites in `paths`: files, or every `.json` file of a directory, in name order.
+fn load_suites(paths: &[PathBuf]) -> anyhow::Result<Vec<mend::scenarios::Suite>> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(path)
+                .with_context(|| format!("read scenario directory {}", path.display()))?
+                .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+                .filter(|file| file.extension().is_some_and(|e| e == "json"))
+                .collect();
+            found.sort();
+            files.extend(found);
+        } else {
+            files.push(path.clone());
+        }
+    }
+    files
+        .iter()
+        .map(|file| mend::scenarios::load_suite(file).map_err(anyhow::Error::from))
+        .collect()
+}
+
 #[derive(Serialize)]
 struct Inspection<'a> {
     digest: &'a str,
@@ -145,12 +167,40 @@ pub async fn run(engine: &Engine, command: PolicyCommand, json: bool) -> anyhow:
                 .context("replay the audit log")?;
             output::replay_report(&report, json)
         }
-        PolicyCommand::Swap { component, records } => {
+        PolicyCommand::Test {
+            component,
+            scenarios,
+        } => {
+            let (_, policy) = load_file(&component)?;
+            let suites = load_suites(&scenarios)?;
+            let reports: Vec<_> = suites
+                .iter()
+                .map(|suite| mend::scenarios::run(&policy, suite))
+                .collect();
+            let failed: usize = reports.iter().map(|report| report.failed.len()).sum();
+            if json {
+                output::print_json(&reports)?;
+            } else {
+                for report in &reports {
+                    print!("{}", mend::scenarios::render(report));
+                }
+            }
+            if failed > 0 {
+                bail!("{failed} scenario(s) failed against {}", policy.digest());
+            }
+            Ok(())
+        }
+        PolicyCommand::Swap {
+            component,
+            records,
+            scenarios,
+        } => {
             let (bytes, candidate) = load_file(&component)?;
+            let golden = load_suites(&scenarios)?;
             let registry = registry(engine);
             let before = registry.active().await.context("read the active policy")?;
             let prepared = engine
-                .prepare_policy_swap(candidate, records)
+                .prepare_policy_swap(candidate, records, &golden)
                 .await
                 .context("prepare the swap")?;
             if prepared.candidate.digest() == prepared.replacing {

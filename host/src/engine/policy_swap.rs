@@ -12,9 +12,10 @@
 use serde::Serialize;
 
 use super::Engine;
-use crate::error::Result;
+use crate::error::{MendError, Result};
 use crate::runtime::replay::{ReplayReport, replay};
 use crate::runtime::{PolicyRuntime, Swapped};
+use crate::scenarios::{self, Suite, SuiteReport};
 
 /// A swap ready to publish.
 #[derive(Debug, Clone)]
@@ -26,6 +27,8 @@ pub struct PreparedSwap {
     /// The active policy's digest when the swap was prepared.
     pub replacing: String,
     pub replay: ReplayReport,
+    /// The candidate's golden scenarios, all passed.
+    pub scenarios: Vec<SuiteReport>,
 }
 
 /// What an operator reads before publishing.
@@ -36,6 +39,7 @@ pub struct SwapPreview<'a> {
     pub candidate_name: &'a str,
     pub candidate_version: &'a str,
     pub replay: &'a ReplayReport,
+    pub scenarios: &'a [SuiteReport],
 }
 
 impl PreparedSwap {
@@ -46,6 +50,7 @@ impl PreparedSwap {
             candidate_name: &self.candidate.description().name,
             candidate_version: &self.candidate.description().version,
             replay: &self.replay,
+            scenarios: &self.scenarios,
         }
     }
 }
@@ -69,14 +74,44 @@ impl Engine {
         Ok(replay(candidate, &records))
     }
 
-    /// Checks that this engine can run `candidate` and replays the audit log against it; the
-    /// active policy is untouched.
+    /// Checks that this engine can run `candidate`, runs the golden scenarios shipped with it
+    /// (a candidate failing any is refused with `PolicyRejected`: it is not the policy its
+    /// author meant) and replays the audit log against it; the active policy is untouched.
     pub async fn prepare_policy_swap(
         &self,
         candidate: PolicyRuntime,
         records_per_dataset: usize,
+        golden: &[Suite],
     ) -> Result<PreparedSwap> {
         self.check_policy(&candidate)?;
+        let scenarios: Vec<SuiteReport> = golden
+            .iter()
+            .map(|suite| scenarios::run(&candidate, suite))
+            .collect();
+        let failed: Vec<String> = scenarios
+            .iter()
+            .flat_map(|report| {
+                report
+                    .failed
+                    .iter()
+                    .map(move |failure| format!("{}: {}", report.file, failure.name))
+            })
+            .collect();
+        if !failed.is_empty() {
+            const NAMED: usize = 3;
+            let more = match failed.len().saturating_sub(NAMED) {
+                0 => String::new(),
+                more => format!(" and {more} more"),
+            };
+            return Err(MendError::PolicyRejected {
+                message: format!(
+                    "policy {} fails {} of its golden scenarios ({}{more}; `mend policy test` shows each); nothing was swapped",
+                    candidate.digest(),
+                    failed.len(),
+                    failed[..failed.len().min(NAMED)].join("; ")
+                ),
+            });
+        }
         let generation = self.policies.generation();
         let replacing = self.policies.current().digest().to_string();
         let replay = self.replay_policy(&candidate, records_per_dataset).await?;
@@ -85,6 +120,7 @@ impl Engine {
             generation,
             replacing,
             replay,
+            scenarios,
         })
     }
 
