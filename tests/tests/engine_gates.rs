@@ -294,3 +294,57 @@ async fn a_stale_writer_cannot_publish_on_postgres() {
 async fn a_stale_writer_cannot_publish_on_s3() {
     a_stale_writer_cannot_publish(Backend::S3).await;
 }
+
+/// A writer stalls after its publish, before deleting its intent; a sweep finds the commit
+/// settled and discards the intent. The writer then finishes successfully: its operation
+/// happened, and the intent it meant to delete is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_whose_intent_a_sweep_settled_still_succeeds() {
+    for backend in [Backend::Memory, Backend::Postgres] {
+        let h = Harness::new(backend).await;
+        let dataset_id = h.create_dataset("settled").await;
+        let (reached_tx, reached_rx) = std::sync::mpsc::channel();
+        let (resume_tx, resume_rx) = std::sync::mpsc::channel();
+        let pause = Arc::new(PauseBefore {
+            step: DurableStep::DeleteIntent,
+            reached: std::sync::Mutex::new(Some(reached_tx)),
+            resume: std::sync::Mutex::new(resume_rx),
+        });
+        let writer = h.engine.with_faults(pause);
+        let request = CommitRequest {
+            dataset_id: dataset_id.clone(),
+            node: "slow-writer".into(),
+            splits: vec![CommitSplit {
+                split_id: "s".into(),
+                metadata_json: "{}".into(),
+                payload: Bytes::from_static(b"bytes"),
+            }],
+            checkpoint_delta: None,
+            publish_token: None,
+        };
+        let stalled = tokio::spawn(async move { writer.commit(&request).await });
+        tokio::task::spawn_blocking(move || reached_rx.recv().unwrap())
+            .await
+            .unwrap();
+        let report = h
+            .engine
+            .recover(&dataset_id, RecoveryMode::RollForward)
+            .await
+            .unwrap();
+        assert_eq!(report.intents.len(), 1);
+        assert!(
+            h.engine
+                .catalog()
+                .list_intents(&dataset_id)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        resume_tx.send(()).unwrap();
+        let result = stalled.await.unwrap();
+        assert!(result.is_ok(), "{backend}: {result:?}");
+        println!(
+            "settled [{backend}]: the sweep discarded a published commit's intent; the writer still succeeded"
+        );
+    }
+}

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
-use crate::error::{MendError, Result};
+use crate::error::{EntityKind, MendError, Result};
 use crate::faults::DurableStep;
 use crate::intent::{
     ExpectedState, INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, PlannedEffects,
@@ -256,12 +256,8 @@ impl Engine {
             .durably(DurableStep::Publish, self.publish(&publish))
             .await?;
 
-        self.durably(
-            DurableStep::DeleteIntent,
-            self.catalog
-                .delete_intent(&request.dataset_id, &operation_id, self.now_ms()),
-        )
-        .await?;
+        self.finish_intent(&request.dataset_id, &operation_id)
+            .await?;
         Ok(CommitResult {
             operation_id,
             publish: published,
@@ -302,6 +298,24 @@ impl Engine {
                 ),
                 source: None,
             },
+        }
+    }
+
+    /// An operation's last step: delete its intent. An intent already gone was settled by a
+    /// recovery sweep, which discards the intent of an operation whose effects it finds in
+    /// place (stale); that is the very outcome this step wants, so it is not an error.
+    pub(super) async fn finish_intent(&self, dataset_id: &str, operation_id: &str) -> Result<()> {
+        let deleted = self.durably(
+            DurableStep::DeleteIntent,
+            self.catalog
+                .delete_intent(dataset_id, operation_id, self.now_ms()),
+        );
+        match deleted.await {
+            Err(MendError::NotFound {
+                kind: EntityKind::Intent,
+                ..
+            }) => Ok(()),
+            other => other,
         }
     }
 

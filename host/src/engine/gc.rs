@@ -95,12 +95,7 @@ impl Engine {
         self.durably(DurableStep::WriteIntent, self.catalog.put_intent(&intent))
             .await?;
         let result = self.run_gc(&intent, staged_cutoff).await?;
-        self.durably(
-            DurableStep::DeleteIntent,
-            self.catalog
-                .delete_intent(dataset_id, &intent.operation_id, self.now_ms()),
-        )
-        .await?;
+        self.finish_intent(dataset_id, &intent.operation_id).await?;
         Ok(result)
     }
 

@@ -301,12 +301,7 @@ impl Engine {
         }
         self.catalog.append_audit(dataset_id, &audit).await?;
 
-        self.durably(
-            DurableStep::DeleteIntent,
-            self.catalog
-                .delete_intent(dataset_id, &operation_id, self.now_ms()),
-        )
-        .await?;
+        self.finish_intent(dataset_id, &operation_id).await?;
         report.operation_id = Some(operation_id);
         report.adopted = adopt.into_iter().filter(|id| ours.contains(id)).collect();
         report.discarded = discard

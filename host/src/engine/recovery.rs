@@ -420,12 +420,8 @@ impl Engine {
             (RecoveryDecision::RollBack, OperationKind::ConfigApply) => {}
             (RecoveryDecision::RollBack, _) => self.roll_back_staging(intent).await?,
         }
-        self.durably(
-            DurableStep::DeleteIntent,
-            self.catalog
-                .delete_intent(&intent.dataset_id, &intent.operation_id, self.now_ms()),
-        )
-        .await?;
+        self.finish_intent(&intent.dataset_id, &intent.operation_id)
+            .await?;
         Ok(true)
     }
 
