@@ -98,6 +98,53 @@ async fn setup(postgres: bool) -> Setup {
     }
 }
 
+/// Records when each phase of a sweep began and ended, for the breakdown.
+#[derive(Debug, Default)]
+struct PhaseClock {
+    marks: std::sync::Mutex<Vec<(String, Instant, Option<Instant>)>>,
+}
+
+impl mend::progress::Progress for PhaseClock {
+    fn begin(&self, phase: &str, _total: usize) {
+        self.marks
+            .lock()
+            .unwrap()
+            .push((phase.to_string(), Instant::now(), None));
+    }
+    fn advance(&self, _done: usize) {}
+    fn end(&self) {
+        if let Some(last) = self.marks.lock().unwrap().last_mut() {
+            last.2 = Some(Instant::now());
+        }
+    }
+}
+
+impl PhaseClock {
+    /// "observe intents 1.20 s, (list intents, decide) 0.30 s, resolve intents 0.80 s".
+    fn breakdown(&self, started: Instant, ended: Instant) -> String {
+        let marks = self.marks.lock().unwrap();
+        let mut parts = Vec::new();
+        let mut cursor = started;
+        for (phase, begun, finished) in marks.iter() {
+            let finished = finished.unwrap_or(ended);
+            let gap = begun.duration_since(cursor).as_secs_f64();
+            if gap > 0.0005 {
+                parts.push(format!("other {gap:.2} s"));
+            }
+            parts.push(format!(
+                "{phase} {:.2} s",
+                finished.duration_since(*begun).as_secs_f64()
+            ));
+            cursor = finished;
+        }
+        let tail = ended.duration_since(cursor).as_secs_f64();
+        if tail > 0.0005 {
+            parts.push(format!("other {tail:.2} s"));
+        }
+        parts.join(", ")
+    }
+}
+
 /// Leaves `count` crashed commits, each an armed intent with its row and object.
 async fn crashed_commits(engine: &Engine, dataset_id: &str, count: usize) {
     futures::stream::iter(0..count)
@@ -168,22 +215,28 @@ async fn sweep_bench(postgres: bool) {
     let (floor_took, listed) = floor(&setup, &dataset_id).await;
     assert_eq!(listed, count);
 
+    let probe_clock = Arc::new(PhaseClock::default());
     let started = Instant::now();
     let probe = setup
         .engine
+        .with_progress(probe_clock.clone())
         .recover(&dataset_id, RecoveryMode::Probe)
         .await
         .expect("probe");
     let probe_took = started.elapsed();
+    let probe_breakdown = probe_clock.breakdown(started, Instant::now());
     assert_eq!(probe.intents.len(), count);
 
+    let roll_clock = Arc::new(PhaseClock::default());
     let started = Instant::now();
     let rolled = setup
         .engine
+        .with_progress(roll_clock.clone())
         .recover(&dataset_id, RecoveryMode::RollForward)
         .await
         .expect("roll forward");
     let roll_took = started.elapsed();
+    let roll_breakdown = roll_clock.breakdown(started, Instant::now());
     assert_eq!(rolled.intents.len(), count);
     assert!(
         setup
@@ -208,6 +261,8 @@ async fn sweep_bench(postgres: bool) {
         roll_took.as_secs_f64(),
         roll_rate / floor_rate,
     );
+    println!("  probe breakdown       : {probe_breakdown}");
+    println!("  roll-forward breakdown: {roll_breakdown}");
 }
 
 /// 100 unchanged refreshes of a read-write handle on a dataset with `commits` of history.

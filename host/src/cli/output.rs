@@ -261,6 +261,9 @@ pub fn replay_report(report: &ReplayReport, json: bool) -> anyhow::Result<()> {
         }
         println!("{changed}");
     }
+    for (dataset, why) in &report.unreadable {
+        println!("dataset {dataset} left out: its audit trail is unreadable: {why}");
+    }
     println!(
         "{} decision(s) replayed against {}: {} unchanged, {} changed; {} record(s) predate replay",
         report.replayed,

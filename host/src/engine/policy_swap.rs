@@ -64,14 +64,24 @@ impl Engine {
         records_per_dataset: usize,
     ) -> Result<ReplayReport> {
         let mut records = Vec::new();
+        let mut unreadable = Vec::new();
         for dataset in self.catalog.list_datasets().await? {
-            records.extend(
-                self.catalog
-                    .list_audit(&dataset.dataset_id, Some(records_per_dataset))
-                    .await?,
-            );
+            match self
+                .catalog
+                .list_audit(&dataset.dataset_id, Some(records_per_dataset))
+                .await
+            {
+                Ok(found) => records.extend(found),
+                // One dataset's damaged trail must not hide what the others say.
+                Err(MendError::Corrupt { message }) => {
+                    unreadable.push((dataset.dataset_id, message));
+                }
+                Err(error) => return Err(error),
+            }
         }
-        Ok(replay(candidate, &records))
+        let mut report = replay(candidate, &records);
+        report.unreadable = unreadable;
+        Ok(report)
     }
 
     /// Checks that this engine can run `candidate`, runs the golden scenarios shipped with it

@@ -28,6 +28,10 @@ pub struct ReplayReport {
     /// Replayed and unchanged decisions per kind (`commit`, `gc`, ..., `reconcile`).
     pub by_kind: BTreeMap<String, KindCounts>,
     pub changed: Vec<ChangedDecision>,
+    /// Datasets whose audit trail could not be read (a record from a newer mend, a damaged
+    /// record), with the reason: left out of the replay, and said so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
