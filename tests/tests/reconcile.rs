@@ -3,6 +3,7 @@
 //! both adopt one split; a hostile policy's unsafe adoptions are refused and audited.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use mend::model::{ListQuery, SplitState};
 use mend::runtime::{PolicyLimits, PolicyRuntime};
@@ -86,10 +87,11 @@ async fn adopts_discards_and_leaves_young_objects_alone(backend: Backend) {
     );
 }
 
-/// Two reconcilers over the same bucket, many rounds: every orphan is adopted exactly once,
-/// by the reconciler whose create-only stage inserted its row.
+/// Two reconcilers over the same bucket, in two processes that share no gate, many rounds:
+/// every orphan is adopted exactly once, by the reconciler whose create-only stage inserted
+/// its row.
 async fn racing_reconcilers_never_both_adopt(backend: Backend) {
-    const ROUNDS: usize = 10;
+    const ROUNDS: usize = 20;
     const ORPHANS: usize = 8;
     let h = Harness::new(backend).await;
     let (mut contested, mut checked) = (0, 0);
@@ -101,9 +103,14 @@ async fn racing_reconcilers_never_both_adopt(backend: Backend) {
                 .await;
         }
         h.set_clock_past_wall_clock(2 * HOUR_MS);
+        // Two processes, each with its own gates: nothing but the catalog's create-only
+        // claim keeps them apart.
+        let other_process = h
+            .engine
+            .with_gates(Arc::new(mend::gates::InProcessGates::new()));
         let (a, b) = tokio::join!(
             h.engine.reconcile(&dataset_id, "reconciler-a"),
-            h.engine.reconcile(&dataset_id, "reconciler-b")
+            other_process.reconcile(&dataset_id, "reconciler-b")
         );
         let (a, b) = (a.unwrap(), b.unwrap());
         let adopted_a: BTreeSet<&String> = a.adopted.iter().collect();

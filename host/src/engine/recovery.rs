@@ -21,7 +21,7 @@
 //! | config apply | promote the staged config                    | drop the intent (nothing changed)  |
 //! | reconcile    | stage missing rows, publish/mark its own     | unstage its rows; objects stay     |
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use futures::StreamExt;
 
@@ -37,7 +37,7 @@ use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
 use crate::gates::{ExclusivePermit, GateName, GateSession};
 use crate::intent::{Intent, OperationKind};
-use crate::model::{Dataset, ListQuery, PublishRequest, SplitState};
+use crate::model::{Dataset, ListQuery, PublishRequest, SplitRow, SplitState};
 use crate::objects::format::sha256;
 use crate::validate;
 
@@ -162,9 +162,16 @@ impl Engine {
         progress.begin("observe intents", intents.len());
         // The futures are made up front: a stream that maps borrowed intents lazily would make
         // the sweep's future not `Send` for every lifetime, and so not spawnable.
+        // The rows of every intent's splits, read in a few batched listings rather than one
+        // per intent.
+        let rows = self.rows_touched_by(dataset_id, &intents).await?;
+        let rows_by_id: HashMap<&str, &SplitRow> = rows
+            .iter()
+            .map(|row| (row.split_id.as_str(), row))
+            .collect();
         let observing: Vec<_> = intents
             .iter()
-            .map(|intent| self.observe(intent, &dataset, now_ms))
+            .map(|intent| self.observe(intent, &dataset, &rows_by_id, now_ms))
             .collect();
         let mut observed = futures::stream::iter(observing).buffered(OBSERVE_CONCURRENCY);
         while let Some(observation) = observed.next().await {
@@ -265,11 +272,30 @@ impl Engine {
         }
     }
 
+    /// The rows of every split any of `intents` touches, listed by id in batches.
+    async fn rows_touched_by(&self, dataset_id: &str, intents: &[Intent]) -> Result<Vec<SplitRow>> {
+        /// Ids per listing: large enough to amortise a round trip, small enough to keep one
+        /// statement or request modest.
+        const BATCH: usize = 1_000;
+        let touched: BTreeSet<String> = intents.iter().flat_map(touched_splits).collect();
+        let touched: Vec<String> = touched.into_iter().collect();
+        let mut rows = Vec::with_capacity(touched.len());
+        for ids in touched.chunks(BATCH) {
+            let query = ListQuery {
+                split_ids: Some(ids.to_vec()),
+                ..ListQuery::default()
+            };
+            rows.extend(self.catalog.list_splits(dataset_id, &query).await?.splits);
+        }
+        Ok(rows)
+    }
+
     /// Everything the policy needs to know about one intent.
     async fn observe(
         &self,
         intent: &Intent,
         dataset: &Dataset,
+        rows_by_id: &HashMap<&str, &SplitRow>,
         now_ms: i64,
     ) -> Result<IntentObservation> {
         let effects = &intent.effects;
@@ -282,27 +308,10 @@ impl Engine {
                 checkpoint_delta: None,
                 publish_token: None,
             });
-        let touched: BTreeSet<String> = effects
-            .stage
+        let rows: Vec<&SplitRow> = touched_splits(intent)
             .iter()
-            .map(|row| row.split_id.clone())
-            .chain(publish.staged_split_ids.iter().cloned())
-            .chain(publish.replaced_split_ids.iter().cloned())
-            .chain(effects.mark.iter().cloned())
-            .chain(effects.delete.iter().cloned())
+            .filter_map(|id| rows_by_id.get(id.as_str()).copied())
             .collect();
-        let rows = if touched.is_empty() {
-            Vec::new()
-        } else {
-            let query = ListQuery {
-                split_ids: Some(touched.into_iter().collect()),
-                ..ListQuery::default()
-            };
-            self.catalog
-                .list_splits(&intent.dataset_id, &query)
-                .await?
-                .splits
-        };
         let mut objects = Vec::with_capacity(effects.objects.len());
         for planned in &effects.objects {
             let found = self
@@ -499,6 +508,26 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// Every split an intent's effects name.
+fn touched_splits(intent: &Intent) -> BTreeSet<String> {
+    let effects = &intent.effects;
+    let publish = effects.publish.iter().flat_map(|publish| {
+        publish
+            .staged_split_ids
+            .iter()
+            .chain(&publish.replaced_split_ids)
+    });
+    effects
+        .stage
+        .iter()
+        .map(|row| &row.split_id)
+        .chain(publish)
+        .chain(&effects.mark)
+        .chain(&effects.delete)
+        .cloned()
+        .collect()
 }
 
 /// Why the host refuses a decision, if it does.
