@@ -124,6 +124,31 @@ pub struct Intent {
 }
 
 impl Intent {
+    /// A new intent in this host's format, `Armed`, leased to `owner` for `lease_ms` from
+    /// `now_ms`, planning nothing yet: callers fill in `effects` and `expected`.
+    pub fn armed(
+        operation_id: String,
+        kind: OperationKind,
+        dataset_id: &str,
+        owner: &str,
+        now_ms: TimestampMs,
+        lease_ms: i64,
+    ) -> Self {
+        Self {
+            format_version: INTENT_FORMAT_VERSION,
+            operation_id,
+            dataset_id: dataset_id.to_string(),
+            kind,
+            phase: IntentPhase::Armed,
+            owner: owner.to_string(),
+            lease_expires_at_ms: now_ms + lease_ms,
+            created_at_ms: now_ms,
+            updated_at_ms: now_ms,
+            effects: PlannedEffects::default(),
+            expected: ExpectedState::default(),
+        }
+    }
+
     /// Parses a stored intent, refusing a format newer than this host's.
     pub fn from_json(text: &str) -> Result<Self> {
         #[derive(Deserialize)]

@@ -223,6 +223,15 @@ impl Harness {
         }
     }
 
+    /// Every row of `dataset_id`.
+    pub async fn rows(&self, dataset_id: &str) -> Vec<mend::model::SplitRow> {
+        self.engine
+            .list_splits(dataset_id, &mend::model::ListQuery::default())
+            .await
+            .expect("list the dataset's rows")
+            .splits
+    }
+
     /// Writes a split object with no row, as a writer that crashed between its upload and its
     /// stage would leave it: written for dataset incarnation `uid`, with a payload that
     /// matches its header unless `damaged`.

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use mend::Engine;
 use mend::engine::{CommitRequest, CommitSplit, MergeRequest};
-use mend::model::{DatasetConfig, ListQuery, SplitState};
+use mend::model::{DatasetConfig, SplitState};
 use mend_policy::RecoveryMode;
 use mend_tests::crash::{CrashScenario, run_crash_schedules};
 use mend_tests::{Backend, Harness};
@@ -25,12 +25,7 @@ fn split(id: &str) -> CommitSplit {
 }
 
 async fn states(h: &Harness, dataset_id: &str, ids: &[&str]) -> Vec<Option<SplitState>> {
-    let rows = h
-        .engine
-        .list_splits(dataset_id, &ListQuery::default())
-        .await
-        .unwrap()
-        .splits;
+    let rows = h.rows(dataset_id).await;
     ids.iter()
         .map(|id| rows.iter().find(|r| r.split_id == *id).map(|r| r.state))
         .collect()

@@ -14,7 +14,7 @@ use mend::clock::SystemClock;
 use mend::engine::{CommitRequest, CommitSplit};
 use mend::faults::{CrashAt, DurableStep, Faults};
 use mend::gates::{GateName, GateSession, Gates, ObjectStoreGates, PostgresGates};
-use mend::model::{CheckpointDelta, DatasetConfig, ListQuery, PartitionDelta, SplitState};
+use mend::model::{CheckpointDelta, DatasetConfig, PartitionDelta, SplitState};
 use mend_policy::RecoveryMode;
 use mend_tests::{Backend, Harness};
 
@@ -193,20 +193,33 @@ impl Faults for PauseBefore {
     }
 }
 
+/// An engine whose operations stall before `step` until the test sends on the returned
+/// sender; the receiver hears when one has stalled.
+fn paused_before(
+    h: &Harness,
+    step: DurableStep,
+) -> (
+    mend::Engine,
+    std::sync::mpsc::Receiver<()>,
+    std::sync::mpsc::Sender<()>,
+) {
+    let (reached_tx, reached_rx) = std::sync::mpsc::channel();
+    let (resume_tx, resume_rx) = std::sync::mpsc::channel();
+    let pause = Arc::new(PauseBefore {
+        step,
+        reached: std::sync::Mutex::new(Some(reached_tx)),
+        resume: std::sync::Mutex::new(resume_rx),
+    });
+    (h.engine.with_faults(pause), reached_rx, resume_tx)
+}
+
 /// A writer stalls before its publish; exclusive recovery takes the permit, bumps the fencing
 /// epoch and completes the commit itself. When the writer wakes, its publish is refused: its
 /// epoch is stale. The splits are published once and the checkpoint moves once.
 async fn a_stale_writer_cannot_publish(backend: Backend) {
     let h = Harness::new(backend).await;
     let dataset_id = h.create_dataset("fenced").await;
-    let (reached_tx, reached_rx) = std::sync::mpsc::channel();
-    let (resume_tx, resume_rx) = std::sync::mpsc::channel();
-    let pause = Arc::new(PauseBefore {
-        step: DurableStep::Publish,
-        reached: std::sync::Mutex::new(Some(reached_tx)),
-        resume: std::sync::Mutex::new(resume_rx),
-    });
-    let writer = h.engine.with_faults(pause);
+    let (writer, reached_rx, resume_tx) = paused_before(&h, DurableStep::Publish);
     let request = CommitRequest {
         dataset_id: dataset_id.clone(),
         node: "stalled-writer".into(),
@@ -251,12 +264,7 @@ async fn a_stale_writer_cannot_publish(backend: Backend) {
         }
         other => panic!("{backend}: the stale writer's publish was not fenced: {other:?}"),
     }
-    let rows = h
-        .engine
-        .list_splits(&dataset_id, &ListQuery::default())
-        .await
-        .unwrap()
-        .splits;
+    let rows = h.rows(&dataset_id).await;
     assert_eq!(rows.len(), 1);
     assert_eq!(
         rows[0].state,
@@ -303,14 +311,7 @@ async fn an_operation_whose_intent_a_sweep_settled_still_succeeds() {
     for backend in [Backend::Memory, Backend::Postgres] {
         let h = Harness::new(backend).await;
         let dataset_id = h.create_dataset("settled").await;
-        let (reached_tx, reached_rx) = std::sync::mpsc::channel();
-        let (resume_tx, resume_rx) = std::sync::mpsc::channel();
-        let pause = Arc::new(PauseBefore {
-            step: DurableStep::DeleteIntent,
-            reached: std::sync::Mutex::new(Some(reached_tx)),
-            resume: std::sync::Mutex::new(resume_rx),
-        });
-        let writer = h.engine.with_faults(pause);
+        let (writer, reached_rx, resume_tx) = paused_before(&h, DurableStep::DeleteIntent);
         let request = CommitRequest {
             dataset_id: dataset_id.clone(),
             node: "slow-writer".into(),

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use mend::model::{ListQuery, SplitState};
+use mend::model::SplitState;
 use mend::runtime::{PolicyLimits, PolicyRuntime};
 use mend_tests::{Backend, Harness};
 
@@ -14,14 +14,6 @@ const HOSTILE_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_HOSTILE_WASM"));
 
 async fn uid(h: &Harness, dataset_id: &str) -> String {
     h.engine.dataset(dataset_id).await.unwrap().uid
-}
-
-async fn rows(h: &Harness, dataset_id: &str) -> Vec<mend::model::SplitRow> {
-    h.engine
-        .list_splits(dataset_id, &ListQuery::default())
-        .await
-        .unwrap()
-        .splits
 }
 
 async fn adopts_discards_and_leaves_young_objects_alone(backend: Backend) {
@@ -40,14 +32,14 @@ async fn adopts_discards_and_leaves_young_objects_alone(backend: Backend) {
     assert_eq!(young.too_young.len(), 3, "{young:?}");
     assert!(young.operation_id.is_none() && young.adopted.is_empty());
     assert_eq!(h.write_fingerprint(&dataset_id).await, before, "{backend}");
-    assert!(rows(&h, &dataset_id).await.is_empty());
+    assert!(h.rows(&dataset_id).await.is_empty());
 
     h.set_clock_past_wall_clock(2 * HOUR_MS);
     let report = h.engine.reconcile(&dataset_id, "r").await.unwrap();
     assert_eq!(report.adopted, vec!["whole".to_string()], "{report:?}");
     let discarded: Vec<&str> = report.discarded.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(discarded, ["damaged", "earlier"], "{report:?}");
-    let found = rows(&h, &dataset_id).await;
+    let found = h.rows(&dataset_id).await;
     let state = |id: &str| found.iter().find(|r| r.split_id == id).map(|r| r.state);
     assert_eq!(state("whole"), Some(SplitState::Published));
     assert_eq!(state("damaged"), Some(SplitState::MarkedForDeletion));
@@ -121,7 +113,7 @@ async fn racing_reconcilers_never_both_adopt(backend: Backend) {
             adopted_a.intersection(&adopted_b).collect::<Vec<_>>()
         );
         assert_eq!(adopted_a.len() + adopted_b.len(), ORPHANS, "{a:?} {b:?}");
-        for row in rows(&h, &dataset_id).await {
+        for row in h.rows(&dataset_id).await {
             assert_eq!(row.state, SplitState::Published);
             let adopter = if adopted_a.contains(&row.split_id) {
                 "reconciler-a"
@@ -160,7 +152,7 @@ async fn unsafe_adoptions_are_refused(backend: Backend) {
     let refused: Vec<&str> = report.refused.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(refused, ["damaged", "earlier"], "{report:?}");
     assert_eq!(report.adopted, ["whole"]);
-    let found = rows(&h, &dataset_id).await;
+    let found = h.rows(&dataset_id).await;
     assert_eq!(
         found.len(),
         1,

@@ -24,8 +24,8 @@ use super::Engine;
 use crate::error::{EntityKind, MendError, Result};
 use crate::faults::DurableStep;
 use crate::intent::{
-    ExpectedState, INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, PlannedEffects,
-    PlannedObject, PlannedPublish, PlannedRow,
+    ExpectedState, Intent, IntentPhase, OperationKind, PlannedEffects, PlannedObject,
+    PlannedPublish, PlannedRow,
 };
 use crate::model::{
     CheckpointDelta, PublishRequest, PublishResult, SplitState, StageMode, StageOutcome,
@@ -164,15 +164,6 @@ impl Engine {
             .collect();
         let now = self.now_ms();
         let mut intent = Intent {
-            format_version: INTENT_FORMAT_VERSION,
-            operation_id: operation_id.clone(),
-            dataset_id: request.dataset_id.clone(),
-            kind,
-            phase: IntentPhase::Armed,
-            owner: request.node.clone(),
-            lease_expires_at_ms: now + self.options.intent_lease_ms,
-            created_at_ms: now,
-            updated_at_ms: now,
             effects: PlannedEffects {
                 stage: request
                     .splits
@@ -212,6 +203,14 @@ impl Engine {
                     .collect(),
                 config_version: None,
             },
+            ..Intent::armed(
+                operation_id.clone(),
+                kind,
+                &request.dataset_id,
+                &request.node,
+                now,
+                self.options.intent_lease_ms,
+            )
         };
 
         self.durably(DurableStep::WriteIntent, self.catalog.put_intent(&intent))

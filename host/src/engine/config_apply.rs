@@ -15,9 +15,7 @@ use super::Engine;
 use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
 use crate::gates::GateName;
-use crate::intent::{
-    ExpectedState, INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, PlannedEffects,
-};
+use crate::intent::{ExpectedState, Intent, OperationKind, PlannedEffects};
 use crate::model::{Dataset, DatasetConfig};
 use crate::validate;
 
@@ -58,15 +56,6 @@ impl Engine {
         }
         let now = self.now_ms();
         let intent = Intent {
-            format_version: INTENT_FORMAT_VERSION,
-            operation_id: uuid::Uuid::new_v4().to_string(),
-            dataset_id: dataset_id.to_string(),
-            kind: OperationKind::ConfigApply,
-            phase: IntentPhase::Armed,
-            owner: node.to_string(),
-            lease_expires_at_ms: now + self.options.intent_lease_ms,
-            created_at_ms: now,
-            updated_at_ms: now,
             effects: PlannedEffects {
                 config: Some(config.clone()),
                 ..PlannedEffects::default()
@@ -76,6 +65,14 @@ impl Engine {
                 config_version: Some(expected_config_version),
                 ..ExpectedState::default()
             },
+            ..Intent::armed(
+                uuid::Uuid::new_v4().to_string(),
+                OperationKind::ConfigApply,
+                dataset_id,
+                node,
+                now,
+                self.options.intent_lease_ms,
+            )
         };
         self.durably(DurableStep::WriteIntent, self.catalog.put_intent(&intent))
             .await?;

@@ -19,9 +19,7 @@ use super::Engine;
 use crate::error::Result;
 use crate::faults::DurableStep;
 use crate::gates::GateName;
-use crate::intent::{
-    ExpectedState, INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, PlannedEffects,
-};
+use crate::intent::{ExpectedState, Intent, OperationKind, PlannedEffects};
 use crate::model::{ListQuery, SplitState};
 use crate::validate;
 
@@ -73,15 +71,6 @@ impl Engine {
             return Ok(GcResult::default());
         }
         let intent = Intent {
-            format_version: INTENT_FORMAT_VERSION,
-            operation_id: uuid::Uuid::new_v4().to_string(),
-            dataset_id: dataset_id.to_string(),
-            kind: OperationKind::Gc,
-            phase: IntentPhase::Armed,
-            owner: node.to_string(),
-            lease_expires_at_ms: now + self.options.intent_lease_ms,
-            created_at_ms: now,
-            updated_at_ms: now,
             effects: PlannedEffects {
                 mark: abandon,
                 delete: expire,
@@ -91,6 +80,14 @@ impl Engine {
                 manifest_version: dataset.manifest_version,
                 ..ExpectedState::default()
             },
+            ..Intent::armed(
+                uuid::Uuid::new_v4().to_string(),
+                OperationKind::Gc,
+                dataset_id,
+                node,
+                now,
+                self.options.intent_lease_ms,
+            )
         };
         self.durably(DurableStep::WriteIntent, self.catalog.put_intent(&intent))
             .await?;

@@ -34,8 +34,8 @@ use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
 use crate::gates::GateName;
 use crate::intent::{
-    ExpectedState, INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, PlannedEffects,
-    PlannedObject, PlannedPublish, PlannedRow,
+    ExpectedState, Intent, IntentPhase, OperationKind, PlannedEffects, PlannedObject,
+    PlannedPublish, PlannedRow,
 };
 use crate::model::{
     ListQuery, PublishRequest, SplitState, StageMode, StageOutcome, StageRequest, StageSplit,
@@ -209,15 +209,6 @@ impl Engine {
         }
 
         let mut intent = Intent {
-            format_version: INTENT_FORMAT_VERSION,
-            operation_id: operation_id.clone(),
-            dataset_id: dataset_id.to_string(),
-            kind: OperationKind::Reconcile,
-            phase: IntentPhase::Armed,
-            owner: node.to_string(),
-            lease_expires_at_ms: now + self.options.intent_lease_ms,
-            created_at_ms: now,
-            updated_at_ms: now,
             effects: PlannedEffects {
                 stage: accepted
                     .iter()
@@ -251,6 +242,14 @@ impl Engine {
                     .collect(),
                 config_version: None,
             },
+            ..Intent::armed(
+                operation_id.clone(),
+                OperationKind::Reconcile,
+                dataset_id,
+                node,
+                now,
+                self.options.intent_lease_ms,
+            )
         };
         self.durably(DurableStep::WriteIntent, self.catalog.put_intent(&intent))
             .await?;

@@ -28,6 +28,21 @@ struct Slots {
     generation: u64,
 }
 
+impl Slots {
+    /// Makes `policy` current; the one it replaces becomes the previous one.
+    fn install(&mut self, policy: PolicyRuntime) -> Swapped {
+        let from = std::mem::replace(&mut self.current, policy);
+        self.generation += 1;
+        let swapped = Swapped {
+            from_digest: from.digest().to_string(),
+            to_digest: self.current.digest().to_string(),
+            generation: self.generation,
+        };
+        self.previous = Some(from);
+        swapped
+    }
+}
+
 /// What a swap or rollback replaced, and with what.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Swapped {
@@ -89,15 +104,7 @@ impl ActivePolicy {
                 ),
             });
         }
-        let from = std::mem::replace(&mut slots.current, candidate);
-        slots.generation += 1;
-        let swapped = Swapped {
-            from_digest: from.digest().to_string(),
-            to_digest: slots.current.digest().to_string(),
-            generation: slots.generation,
-        };
-        slots.previous = Some(from);
-        Ok(swapped)
+        Ok(slots.install(candidate))
     }
 
     /// Restores the policy the last swap replaced; the one it replaces becomes the previous
@@ -113,14 +120,6 @@ impl ActivePolicy {
                 Vec::new(),
             ));
         };
-        let from = std::mem::replace(&mut slots.current, previous);
-        slots.generation += 1;
-        let swapped = Swapped {
-            from_digest: from.digest().to_string(),
-            to_digest: slots.current.digest().to_string(),
-            generation: slots.generation,
-        };
-        slots.previous = Some(from);
-        Ok(swapped)
+        Ok(slots.install(previous))
     }
 }
