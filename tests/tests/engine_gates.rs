@@ -46,11 +46,11 @@ async fn two_processes(h: &Harness) -> (Arc<dyn Gates>, Arc<dyn Gates>) {
     }
 }
 
-/// Leaves a crashed commit's intent in the dataset.
-async fn crashed_commit(h: &Harness, dataset_id: &str) {
-    let request = CommitRequest {
+/// A commit of one split `s` by `node`.
+fn one_split_commit(dataset_id: &str, node: &str) -> CommitRequest {
+    CommitRequest {
         dataset_id: dataset_id.into(),
-        node: "writer".into(),
+        node: node.into(),
         splits: vec![CommitSplit {
             split_id: "s".into(),
             metadata_json: "{}".into(),
@@ -58,7 +58,12 @@ async fn crashed_commit(h: &Harness, dataset_id: &str) {
         }],
         checkpoint_delta: None,
         publish_token: None,
-    };
+    }
+}
+
+/// Leaves a crashed commit's intent in the dataset.
+async fn crashed_commit(h: &Harness, dataset_id: &str) {
+    let request = one_split_commit(dataset_id, "writer");
     let crashing = h.engine.with_faults(Arc::new(CrashAt::new(3, false)));
     assert!(crashing.commit(&request).await.is_err());
     h.clock.advance_ms(120_000);
@@ -221,13 +226,6 @@ async fn a_stale_writer_cannot_publish(backend: Backend) {
     let dataset_id = h.create_dataset("fenced").await;
     let (writer, reached_rx, resume_tx) = paused_before(&h, DurableStep::Publish);
     let request = CommitRequest {
-        dataset_id: dataset_id.clone(),
-        node: "stalled-writer".into(),
-        splits: vec![CommitSplit {
-            split_id: "s".into(),
-            metadata_json: "{}".into(),
-            payload: Bytes::from_static(b"bytes"),
-        }],
         checkpoint_delta: Some(CheckpointDelta {
             source: "events".into(),
             partitions: vec![PartitionDelta {
@@ -236,7 +234,7 @@ async fn a_stale_writer_cannot_publish(backend: Backend) {
                 to_position: 10,
             }],
         }),
-        publish_token: None,
+        ..one_split_commit(&dataset_id, "stalled-writer")
     };
     let stalled = tokio::spawn(async move { writer.commit(&request).await });
     tokio::task::spawn_blocking(move || reached_rx.recv().unwrap())
@@ -312,17 +310,7 @@ async fn an_operation_whose_intent_a_sweep_settled_still_succeeds() {
         let h = Harness::new(backend).await;
         let dataset_id = h.create_dataset("settled").await;
         let (writer, reached_rx, resume_tx) = paused_before(&h, DurableStep::DeleteIntent);
-        let request = CommitRequest {
-            dataset_id: dataset_id.clone(),
-            node: "slow-writer".into(),
-            splits: vec![CommitSplit {
-                split_id: "s".into(),
-                metadata_json: "{}".into(),
-                payload: Bytes::from_static(b"bytes"),
-            }],
-            checkpoint_delta: None,
-            publish_token: None,
-        };
+        let request = one_split_commit(&dataset_id, "slow-writer");
         let stalled = tokio::spawn(async move { writer.commit(&request).await });
         tokio::task::spawn_blocking(move || reached_rx.recv().unwrap())
             .await
