@@ -63,14 +63,18 @@ fn decide(mode: RecoveryMode, intent: &IntentObservation) -> RecoveryDecision {
         OperationKind::ConfigApply if intent.config_at_expected => {
             return RecoveryDecision::RollForward;
         }
-        OperationKind::ConfigApply => {
-            return undo_or_block(
-                mode,
-                String::from(
+        // Nothing of a config apply that lost is in place: dropping it undoes nothing.
+        OperationKind::ConfigApply if mode == RecoveryMode::RollForward => {
+            return RecoveryDecision::Blocked(BlockedReason {
+                why: String::from(
                     "another config change was promoted first: its promotion no longer applies",
                 ),
-            );
+                operator_action: String::from(
+                    "run `mend recover --mode exclusive` to drop it; the dataset keeps the config promoted first",
+                ),
+            });
         }
+        OperationKind::ConfigApply => return RecoveryDecision::RollBack,
         OperationKind::Reconcile => {
             return match missing_objects(intent).as_slice() {
                 [] => RecoveryDecision::RollForward,
