@@ -193,8 +193,78 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Policy { command } => super::policy::run(&engine, command, json).await,
+        Command::Status => status(&engine, json).await,
         Command::Demo => super::demo::run(&engine, json).await,
     }
+}
+
+/// What `mend status` reports.
+#[derive(serde::Serialize)]
+struct Status {
+    catalog: String,
+    policy_digest: String,
+    policy: String,
+    datasets: Vec<DatasetStatus>,
+}
+
+#[derive(serde::Serialize)]
+struct DatasetStatus {
+    dataset_id: String,
+    manifest_version: u64,
+    config_version: u64,
+    fencing_epoch: u64,
+    pending_intents: usize,
+}
+
+async fn status(engine: &Engine, json: bool) -> anyhow::Result<()> {
+    let policy = engine.policy();
+    let mut datasets = Vec::new();
+    for dataset in engine.datasets().await.context("list datasets")? {
+        let intents = engine
+            .catalog()
+            .list_intents(&dataset.dataset_id)
+            .await
+            .with_context(|| format!("list the intents of dataset {}", dataset.dataset_id))?;
+        datasets.push(DatasetStatus {
+            dataset_id: dataset.dataset_id,
+            manifest_version: dataset.manifest_version,
+            config_version: dataset.config_version,
+            fencing_epoch: dataset.fencing_epoch,
+            pending_intents: intents.len(),
+        });
+    }
+    let status = Status {
+        catalog: engine.catalog().describe(),
+        policy_digest: policy.digest().to_string(),
+        policy: format!(
+            "{} {}",
+            policy.description().name,
+            policy.description().version
+        ),
+        datasets,
+    };
+    output::json_or(&status, json, || {
+        let mut lines = vec![
+            format!("catalog: {}", status.catalog),
+            format!("policy: {} ({})", status.policy, status.policy_digest),
+        ];
+        for dataset in &status.datasets {
+            lines.push(format!(
+                "dataset {}: manifest {}, config {}, fencing epoch {}, {} pending intent(s){}",
+                dataset.dataset_id,
+                dataset.manifest_version,
+                dataset.config_version,
+                dataset.fencing_epoch,
+                dataset.pending_intents,
+                if dataset.pending_intents > 0 {
+                    " (see `mend recover DATASET --mode probe`)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        lines.join("\n")
+    })
 }
 
 async fn open_engine(args: &Args) -> anyhow::Result<Engine> {

@@ -154,6 +154,8 @@ pub enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+    /// The catalog, the active policy, and each dataset's versions and pending intents.
+    Status,
     /// Stage, publish and list a few splits on the catalog, to see mend work end to end.
     Demo,
 }
