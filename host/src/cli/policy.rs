@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use mend::Engine;
-use mend::clock::{Clock, SystemClock};
 use mend::runtime::registry::PolicyRegistry;
 use mend::runtime::{LoadOptions, PolicyRuntime, imports_of};
 use serde::Serialize;
@@ -197,70 +196,34 @@ pub async fn run(engine: &Engine, command: PolicyCommand, json: bool) -> anyhow:
         } => {
             let (bytes, candidate) = load_file(&component)?;
             let golden = load_suites(&scenarios)?;
-            let registry = registry(engine);
-            let before = registry.active().await.context("read the active policy")?;
-            let prepared = engine
-                .prepare_policy_swap(candidate, records, &golden)
+            let swap = engine
+                .swap_deployment_policy(&registry(engine), &bytes, candidate, records, &golden)
                 .await
-                .context("prepare the swap")?;
-            if prepared.candidate.digest() == prepared.replacing {
-                bail!("{} is already the active policy", prepared.replacing);
-            }
-            output::replay_report(&prepared.replay, json)?;
-            let digest = registry
-                .put_component(&bytes)
-                .await
-                .context("file the component in the policy registry")?;
-            let before = match before {
-                Some(record) => Some(record),
-                // The first swap records the built-in policy as what it replaces.
-                None => {
-                    let builtin = mend::runtime::DEFAULT_POLICY_WASM;
-                    let builtin_digest = registry.put_component(builtin).await?;
-                    Some(
-                        registry
-                            .set_active(None, &builtin_digest, "initial", SystemClock.now_ms())
-                            .await?,
-                    )
-                }
-            };
-            let record = registry
-                .set_active(before.as_ref(), &digest, "swap", SystemClock.now_ms())
-                .await
-                .context("publish the swap")?;
-            if !json {
+                .context("swap the active policy")?;
+            if json {
+                output::print_json(&swap)?;
+            } else {
+                output::replay_report(&swap.replay, false)?;
                 println!(
                     "swapped: {} is active (change {}), replacing {}; `mend policy rollback` restores it",
-                    record.digest,
-                    record.version,
-                    record.previous.as_deref().unwrap_or("-")
+                    swap.record.digest,
+                    swap.record.version,
+                    swap.record.previous.as_deref().unwrap_or("-")
                 );
             }
             Ok(())
         }
         PolicyCommand::Rollback => {
-            let registry = registry(engine);
-            let Some(current) = registry.active().await.context("read the active policy")? else {
-                bail!(
-                    "no swap has happened: the built-in policy is active and there is nothing to roll back to"
-                );
-            };
-            let Some(previous) = current.previous.clone() else {
-                bail!("{} has no previous policy to roll back to", current.digest);
-            };
-            // Refuse to roll back to a policy this deployment can no longer run.
-            let bytes = registry.component(&previous).await?;
-            let policy = PolicyRuntime::load_with(&bytes, &load_options())
-                .with_context(|| format!("load previous policy {previous}"))?;
-            engine.check_policy(&policy)?;
-            let record = registry
-                .set_active(Some(&current), &previous, "rollback", SystemClock.now_ms())
+            let record = engine
+                .rollback_deployment_policy(&registry(engine), &load_options())
                 .await
-                .context("publish the rollback")?;
+                .context("roll back the active policy")?;
             output::json_or(&record, json, || {
                 format!(
                     "rolled back: {} is active again (change {}), replacing {}",
-                    record.digest, record.version, current.digest
+                    record.digest,
+                    record.version,
+                    record.previous.as_deref().unwrap_or("-")
                 )
             })
         }

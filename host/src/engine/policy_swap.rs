@@ -13,8 +13,9 @@ use serde::Serialize;
 
 use super::Engine;
 use crate::error::{MendError, Result};
+use crate::runtime::registry::{ActiveRecord, PolicyRegistry};
 use crate::runtime::replay::{ReplayReport, replay};
-use crate::runtime::{PolicyRuntime, Swapped};
+use crate::runtime::{DEFAULT_POLICY_WASM, LoadOptions, PolicyRuntime, Swapped};
 use crate::scenarios::{self, Suite, SuiteReport};
 
 /// A swap ready to publish.
@@ -143,5 +144,105 @@ impl Engine {
     /// Restores the policy the last swap replaced.
     pub fn rollback_policy(&self) -> Result<Swapped> {
         self.policies.rollback()
+    }
+}
+
+/// A swap made for a whole deployment: recorded in its policy registry, so every process
+/// opening the catalog runs the candidate, and published in this engine.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeploymentSwap {
+    pub replay: ReplayReport,
+    pub scenarios: Vec<SuiteReport>,
+    pub record: ActiveRecord,
+}
+
+impl Engine {
+    /// Prepares the swap (capabilities, golden scenarios, replay), files the component in the
+    /// registry, records it active there (put-if-absent: of two operators racing, one gets
+    /// `Conflict` and nothing changes), then publishes it in this engine.
+    pub async fn swap_deployment_policy(
+        &self,
+        registry: &PolicyRegistry,
+        bytes: &[u8],
+        candidate: PolicyRuntime,
+        records_per_dataset: usize,
+        golden: &[Suite],
+    ) -> Result<DeploymentSwap> {
+        let before = registry.active().await?;
+        let prepared = self
+            .prepare_policy_swap(candidate, records_per_dataset, golden)
+            .await?;
+        if prepared.candidate.digest() == prepared.replacing {
+            return Err(MendError::failed_precondition(
+                format!(
+                    "{} is already the active policy; nothing was swapped",
+                    prepared.replacing
+                ),
+                vec![],
+            ));
+        }
+        let digest = registry.put_component(bytes).await?;
+        let before = match before {
+            Some(record) => record,
+            // The first swap records the built-in policy as what it replaces, so that a
+            // rollback has somewhere to go.
+            None => {
+                let builtin = registry.put_component(DEFAULT_POLICY_WASM).await?;
+                registry
+                    .set_active(None, &builtin, "initial", self.options.clock.now_ms())
+                    .await?
+            }
+        };
+        let record = registry
+            .set_active(Some(&before), &digest, "swap", self.options.clock.now_ms())
+            .await?;
+        let replay = prepared.replay.clone();
+        let scenarios = prepared.scenarios.clone();
+        self.install_policy(prepared.candidate);
+        Ok(DeploymentSwap {
+            replay,
+            scenarios,
+            record,
+        })
+    }
+
+    /// Makes the policy the registry's last change replaced active again, in the registry
+    /// and in this engine. A policy this deployment can no longer run is refused first.
+    pub async fn rollback_deployment_policy(
+        &self,
+        registry: &PolicyRegistry,
+        load: &LoadOptions,
+    ) -> Result<ActiveRecord> {
+        let Some(current) = registry.active().await? else {
+            return Err(MendError::failed_precondition(
+                "no swap has happened: the built-in policy is active and there is nothing to roll back to",
+                vec![],
+            ));
+        };
+        let Some(previous) = current.previous.clone() else {
+            return Err(MendError::failed_precondition(
+                format!("{} has no previous policy to roll back to", current.digest),
+                vec![],
+            ));
+        };
+        let bytes = registry.component(&previous).await?;
+        let policy = PolicyRuntime::load_with(&bytes, load)?;
+        self.check_policy(&policy)?;
+        let record = registry
+            .set_active(
+                Some(&current),
+                &previous,
+                "rollback",
+                self.options.clock.now_ms(),
+            )
+            .await?;
+        self.install_policy(policy);
+        Ok(record)
+    }
+
+    /// Installs `policy` as this engine's active policy, whatever the generation: the
+    /// registry, which decided, is the source of truth.
+    pub fn install_policy(&self, policy: PolicyRuntime) -> Swapped {
+        self.policies.install(policy)
     }
 }

@@ -107,6 +107,15 @@ impl ActivePolicy {
         Ok(slots.install(candidate))
     }
 
+    /// Makes `policy` active whatever the generation: for a change decided elsewhere (the
+    /// deployment's policy registry), which this process follows.
+    pub fn install(&self, policy: PolicyRuntime) -> Swapped {
+        self.slots
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .install(policy)
+    }
+
     /// Restores the policy the last swap replaced; the one it replaces becomes the previous
     /// one, so a second rollback undoes the first. `FailedPrecondition` when there is none.
     pub fn rollback(&self) -> Result<Swapped> {
