@@ -25,6 +25,7 @@ pub mod objects;
 pub mod progress;
 pub mod runtime;
 pub mod scenarios;
+pub mod server;
 pub mod validate;
 
 pub use catalog::{Capabilities, Catalog};

@@ -27,6 +27,37 @@ use crate::engine::Engine;
 use crate::error::{MendError, Result};
 use crate::model::{DatasetConfig, ListQuery, PublishRequest, PublishResult, SplitRow, SplitState};
 
+/// The unresolved operation, if any, whose intent names one of `split_ids` (to stage, mark,
+/// delete, publish or replace): a write touching them must wait for recovery rather than
+/// resolve it inline, which is the supervisor's job.
+pub async fn operation_in_the_way(
+    engine: &Engine,
+    dataset_id: &str,
+    split_ids: &[String],
+) -> Result<Option<String>> {
+    let touched: BTreeSet<&String> = split_ids.iter().collect();
+    for intent in engine.catalog().list_intents(dataset_id).await? {
+        let effects = &intent.effects;
+        let in_the_way = effects
+            .stage
+            .iter()
+            .map(|row| &row.split_id)
+            .chain(effects.mark.iter())
+            .chain(effects.delete.iter())
+            .chain(
+                effects
+                    .publish
+                    .iter()
+                    .flat_map(|p| p.staged_split_ids.iter().chain(&p.replaced_split_ids)),
+            )
+            .any(|id| touched.contains(id));
+        if in_the_way {
+            return Ok(Some(intent.operation_id));
+        }
+    }
+    Ok(None)
+}
+
 /// One consistent view of a dataset.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Generation {
@@ -230,27 +261,11 @@ impl LiveHandle {
                 missing,
             ));
         }
-        let touched: BTreeSet<&String> = staged.iter().chain(replaced).collect();
-        for intent in self.engine.catalog().list_intents(&self.dataset_id).await? {
-            let effects = &intent.effects;
-            let in_the_way = effects
-                .stage
-                .iter()
-                .map(|row| &row.split_id)
-                .chain(effects.mark.iter())
-                .chain(effects.delete.iter())
-                .chain(
-                    effects
-                        .publish
-                        .iter()
-                        .flat_map(|p| p.staged_split_ids.iter().chain(&p.replaced_split_ids)),
-                )
-                .any(|id| touched.contains(id));
-            if in_the_way {
-                return Err(MendError::RecoveryRequired {
-                    operation_id: intent.operation_id,
-                });
-            }
+        let touched: Vec<String> = staged.iter().chain(replaced).cloned().collect();
+        if let Some(operation_id) =
+            operation_in_the_way(&self.engine, &self.dataset_id, &touched).await?
+        {
+            return Err(MendError::RecoveryRequired { operation_id });
         }
         self.engine
             .publish(&PublishRequest {

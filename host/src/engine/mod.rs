@@ -19,7 +19,7 @@ mod verify;
 
 pub use commit::{CommitRequest, CommitResult, CommitSplit, MergeRequest};
 pub use gc::GcResult;
-pub use policy_swap::{PreparedSwap, SwapPreview};
+pub use policy_swap::{DeploymentSwap, PreparedSwap, SwapPreview};
 pub use reconcile::ReconcileReport;
 pub use recovery::{IntentReport, IntentStatus, Outcome, RecoveryReport};
 pub use verify::{VerifyReport, Violation};

@@ -1,0 +1,52 @@
+//! `mend serve`: runs the HTTP server until SIGINT or SIGTERM, then shuts down gracefully
+//! (no new requests; admitted writes finish).
+
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use mend::Engine;
+use mend::server::ServeOptions;
+
+pub async fn run(engine: Engine, options: ServeOptions, listen: SocketAddr) -> anyhow::Result<()> {
+    let catalog = engine.catalog().describe();
+    let policy = engine.policy().digest().to_string();
+    let admin = if options.admin_token.is_some() {
+        "admin requests allowed with the token"
+    } else {
+        "no admin token: admin requests are refused"
+    };
+    mend::server::serve(engine, options, listen, shutdown_signal(), |address| {
+        eprintln!(
+            "mend serve: listening on http://{address} (catalog {catalog}, policy {policy}; {admin})"
+        );
+    })
+    .await
+    .with_context(|| format!("serve on {listen}"))?;
+    eprintln!("mend serve: stopped; every admitted write finished");
+    Ok(())
+}
+
+/// Completes on the first SIGINT (Ctrl-C) or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(error) => {
+                    eprintln!("mend serve: cannot watch SIGTERM ({error}); stop with Ctrl-C");
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}

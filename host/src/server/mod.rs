@@ -1,0 +1,171 @@
+//! `mend serve`: the catalog operations and policy administration over an HTTP JSON API.
+//!
+//! - Every dataset has a [supervisor](supervisor) that resolves crashed operations with
+//!   roll-forward sweeps off the request path. A dataset it cannot serve answers 503 with
+//!   the reason, while every other dataset keeps serving.
+//! - Writes are [admitted](writes) and then run on their own tasks: a client that
+//!   disconnects never cancels one, and a graceful shutdown waits for all of them.
+//! - Policy swap and rollback, exclusive recovery and anything that names a file on the
+//!   server need the admin token (`Authorization: Bearer TOKEN`); without it the answer is
+//!   401 and nothing happens.
+//! - `/healthz` (the process answers), `/readyz` (it serves: started, not shutting down) and
+//!   `/metrics` (Prometheus text) sit outside `/v1`.
+//!
+//! The server follows the deployment's policy registry: a swap or rollback made by another
+//! process (`mend policy swap`) is loaded and installed within one supervisor interval.
+
+mod api;
+pub mod metrics;
+pub mod supervisor;
+pub mod writes;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::Engine;
+use crate::error::{MendError, Result};
+use crate::model::DatasetConfig;
+use crate::runtime::LoadOptions;
+use crate::runtime::registry::PolicyRegistry;
+use metrics::Metrics;
+use supervisor::{SupervisorOptions, Supervisors};
+use writes::Writes;
+
+/// How a server runs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The token admin requests must present; `None` refuses every admin request.
+    pub admin_token: Option<String>,
+    pub supervisor: SupervisorOptions,
+    /// How policies named in swap requests are loaded (limits, compiled-component cache).
+    pub load: LoadOptions,
+    /// The config of a dataset created without one.
+    pub dataset_defaults: DatasetConfig,
+}
+
+/// What every request handler shares.
+#[derive(Debug)]
+struct Shared {
+    engine: Engine,
+    registry: PolicyRegistry,
+    options: ServeOptions,
+    metrics: Arc<Metrics>,
+    supervisors: Arc<Supervisors>,
+    writes: Arc<Writes>,
+    /// False until the first discovery, and again from the start of a shutdown.
+    ready: AtomicBool,
+    shutting_down: AtomicBool,
+}
+
+/// Binds `listen` and serves until `shutdown` completes; then stops accepting, lets every
+/// admitted write finish and returns.
+pub async fn serve(
+    engine: Engine,
+    options: ServeOptions,
+    listen: SocketAddr,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    on_listening: impl FnOnce(SocketAddr),
+) -> Result<()> {
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|error| MendError::unavailable(format!("listen on {listen}"), error))?;
+    let address = listener
+        .local_addr()
+        .map_err(|error| MendError::unavailable("read the listening address", error))?;
+    let (store, prefix) = engine.objects().store();
+    let registry = PolicyRegistry::new(store.clone(), prefix.clone());
+    let metrics = Arc::new(Metrics::default());
+    let writes = Arc::new(Writes::default());
+    let (stop_supervisors, supervisors_stopped) = watch::channel(false);
+    let supervisors = Supervisors::new(
+        engine.clone(),
+        options.supervisor,
+        metrics.clone(),
+        writes.clone(),
+        supervisors_stopped,
+    );
+    let shared = Arc::new(Shared {
+        engine,
+        registry,
+        options,
+        metrics,
+        supervisors,
+        writes,
+        ready: AtomicBool::new(false),
+        shutting_down: AtomicBool::new(false),
+    });
+
+    let watcher = tokio::spawn(watch_deployment(
+        shared.clone(),
+        stop_supervisors.subscribe(),
+    ));
+    let router = api::router(shared.clone());
+    on_listening(address);
+
+    let draining = shared.clone();
+    let graceful = async move {
+        shutdown.await;
+        eprintln!(
+            "mend serve: shutting down; {} admitted write(s) finish first",
+            draining.writes.in_flight()
+        );
+        draining.shutting_down.store(true, Ordering::SeqCst);
+        draining.ready.store(false, Ordering::SeqCst);
+    };
+    let served = axum::serve(listener, router)
+        .with_graceful_shutdown(graceful)
+        .await;
+    // Requests still being answered have finished; writes whose clients went away may not.
+    shared.writes.close();
+    let _ = stop_supervisors.send(true);
+    shared.writes.drained().await;
+    watcher.abort();
+    served.map_err(|error| MendError::unavailable("serve HTTP", error))
+}
+
+/// Keeps the supervisors' dataset list and the active policy current, every interval.
+async fn watch_deployment(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
+    let mut followed: Option<u64> = None;
+    loop {
+        match shared.supervisors.discover().await {
+            Ok(_) => shared.ready.store(
+                !shared.shutting_down.load(Ordering::SeqCst),
+                Ordering::SeqCst,
+            ),
+            Err(error) => eprintln!("mend serve: cannot list datasets: {error}"),
+        }
+        if let Err(error) = follow_registry(&shared, &mut followed).await {
+            eprintln!("mend serve: cannot follow the policy registry: {error}");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(shared.options.supervisor.interval) => {}
+            _ = stopped.changed() => return,
+        }
+    }
+}
+
+/// Installs the registry's active policy when another process changed it.
+async fn follow_registry(shared: &Shared, followed: &mut Option<u64>) -> Result<()> {
+    let Some(record) = shared.registry.active().await? else {
+        return Ok(());
+    };
+    if *followed == Some(record.version) {
+        return Ok(());
+    }
+    if shared.engine.policy().digest() != record.digest {
+        let bytes = shared.registry.component(&record.digest).await?;
+        let policy = crate::runtime::PolicyRuntime::load_with(&bytes, &shared.options.load)?;
+        shared.engine.check_policy(&policy)?;
+        shared.engine.install_policy(policy);
+        eprintln!(
+            "mend serve: now running policy {} (registry change {}, {})",
+            record.digest, record.version, record.change
+        );
+    }
+    *followed = Some(record.version);
+    Ok(())
+}

@@ -1,0 +1,736 @@
+//! The real `mend serve` over loopback HTTP, on the embedded default catalog (a local
+//! directory): every route's happy path and its main failure, the admin token, a dataset
+//! that cannot be served answering 503 while another serves, `RecoveryRequired` resolved by
+//! the dataset's supervisor, a client disconnecting during an admitted write, and a graceful
+//! shutdown waiting for one.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mend::gates::{GateName, GateSession, HeldGates};
+use serde_json::{Value, json};
+
+const ADMIN_TOKEN: &str = "s3cret-admin-token";
+
+/// A running `mend serve` in its own directory; killed when dropped.
+struct Server {
+    child: Child,
+    address: SocketAddr,
+    dir: PathBuf,
+    log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    fn start(dir: &Path, admin_token: Option<&str>) -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mend"));
+        command
+            .args([
+                "--set",
+                "serve.supervisor_interval_ms=100",
+                "--set",
+                "serve.supervisor_max_backoff_ms=400",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .current_dir(dir)
+            .env("MEND_CACHE_DIR", dir.join("cache"))
+            .env_remove("MEND_CATALOG")
+            .env_remove("MEND_OBJECTS")
+            .env_remove("MEND_CONFIG")
+            .env_remove("MEND_ADMIN_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(token) = admin_token {
+            command.env("MEND_ADMIN_TOKEN", token);
+        }
+        let mut child = command.spawn().expect("start mend serve");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let lines = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(address) = line.split("listening on http://").nth(1) {
+                    let _ = tx.send(address.trim().parse::<SocketAddr>().unwrap());
+                }
+                let mut log = lines.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let address = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("mend serve did not start: {}", log.lock().unwrap()));
+        let server = Server {
+            child,
+            address,
+            dir: dir.to_path_buf(),
+            log,
+        };
+        server.wait_for("ready", |s| s.get("/readyz").0 == 200);
+        server
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
+        let mut stream = TcpStream::connect(self.address).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        stream
+            .write_all(request_bytes(method, path, token, body).as_slice())
+            .unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).expect("read the answer");
+        parse_answer(&answer)
+    }
+
+    fn get(&self, path: &str) -> (u16, Value) {
+        self.request("GET", path, None, None)
+    }
+
+    fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.request("POST", path, None, Some(&body))
+    }
+
+    fn metrics(&self) -> String {
+        let mut stream = TcpStream::connect(self.address).unwrap();
+        stream
+            .write_all(request_bytes("GET", "/metrics", None, None).as_slice())
+            .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer.split_once("\r\n\r\n").unwrap().1.to_string()
+    }
+
+    /// Polls `done` for up to 30 s.
+    fn wait_for(&self, what: &str, done: impl Fn(&Server) -> bool) {
+        let started = Instant::now();
+        while !done(self) {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "timed out waiting for {what}; server log:\n{}",
+                self.log.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn catalog_url(&self) -> String {
+        format!("file://{}", self.dir.join("mend-data").display())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn request_bytes(method: &str, path: &str, token: Option<&str>, body: Option<&Value>) -> Vec<u8> {
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(token) = token {
+        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(&body);
+    request.into_bytes()
+}
+
+fn parse_answer(answer: &[u8]) -> (u16, Value) {
+    let text = String::from_utf8_lossy(answer);
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = if body.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_string()))
+    };
+    (status, body)
+}
+
+fn splits(ids: &[&str]) -> Value {
+    Value::Array(
+        ids.iter()
+            .map(|id| json!({"split_id": id, "metadata": {"num_docs": 1, "time_range": {"start": 0, "end": 10}}}))
+            .collect(),
+    )
+}
+
+/// The supervisor's copy of the policy: a rebadged default policy (a custom section appended),
+/// so a different digest with the same decisions.
+fn second_policy(dir: &Path) -> PathBuf {
+    let mut bytes = mend::runtime::DEFAULT_POLICY_WASM.to_vec();
+    let name = b"mend-test-rebadge";
+    let payload = b"second build";
+    bytes.push(0); // custom section
+    bytes.push((1 + name.len() + payload.len()) as u8);
+    bytes.push(name.len() as u8);
+    bytes.extend_from_slice(name);
+    bytes.extend_from_slice(payload);
+    let path = dir.join("second.wasm");
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Takes `dataset_id`'s gate as another process would, through the catalog's own gates.
+fn hold_dataset_gate(
+    runtime: &tokio::runtime::Runtime,
+    catalog_url: &str,
+    dataset_id: &str,
+) -> HeldGates {
+    runtime.block_on(async {
+        let gates = mend::gates::open_gates(catalog_url).await.unwrap();
+        gates
+            .acquire_one(
+                &GateSession::new(),
+                GateName::dataset(dataset_id),
+                Duration::from_secs(10),
+            )
+            .await
+            .expect("take the dataset gate")
+    })
+}
+
+#[test]
+fn every_route_answers_its_happy_path_and_its_main_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), None);
+    let mut checked = 0;
+    let mut expect = |what: &str, (status, body): (u16, Value), want: u16| -> Value {
+        assert_eq!(status, want, "{what}: {body}");
+        checked += 1;
+        body
+    };
+
+    expect("healthz", server.get("/healthz"), 200);
+    expect("readyz", server.get("/readyz"), 200);
+    let created = expect(
+        "create",
+        server.post(
+            "/v1/datasets",
+            json!({"dataset_id": "d1", "staged_grace_period_ms": 0}),
+        ),
+        201,
+    );
+    assert_eq!(created["dataset_id"], "d1");
+    let again = expect(
+        "create twice",
+        server.post("/v1/datasets", json!({"dataset_id": "d1"})),
+        409,
+    );
+    assert_eq!(again["error"], "already_exists");
+    assert_eq!(again["certainly_not_applied"], true);
+    expect(
+        "bad create",
+        server.post("/v1/datasets", json!({"dataset": "x"})),
+        400,
+    );
+    let listed = expect("list datasets", server.get("/v1/datasets"), 200);
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    expect("show", server.get("/v1/datasets/d1"), 200);
+    let missing = expect("show missing", server.get("/v1/datasets/nope"), 404);
+    assert_eq!(missing["error"], "not_found");
+
+    let staged = expect(
+        "stage",
+        server.post(
+            "/v1/datasets/d1/stage",
+            json!({"mode": "create-only", "splits": splits(&["s1", "s2", "s3"])}),
+        ),
+        200,
+    );
+    assert_eq!(staged["splits"].as_array().unwrap().len(), 3);
+    let no_mode = expect(
+        "stage without mode",
+        server.post("/v1/datasets/d1/stage", json!({"splits": splits(&["s9"])})),
+        400,
+    );
+    assert!(
+        no_mode["message"].as_str().unwrap().contains("mode"),
+        "{no_mode}"
+    );
+
+    let published = expect(
+        "publish",
+        server.post(
+            "/v1/datasets/d1/publish",
+            json!({"staged_split_ids": ["s1", "s2"]}),
+        ),
+        200,
+    );
+    assert_eq!(published["published"], json!(["s1", "s2"]));
+    let unstaged = expect(
+        "publish unknown",
+        server.post(
+            "/v1/datasets/d1/publish",
+            json!({"staged_split_ids": ["zz"]}),
+        ),
+        412,
+    );
+    assert_eq!(unstaged["ids"], json!(["zz"]));
+    let upsert = expect(
+        "upsert over published",
+        server.post(
+            "/v1/datasets/d1/stage",
+            json!({"mode": "upsert", "splits": splits(&["s1"])}),
+        ),
+        412,
+    );
+    assert_eq!(upsert["ids"], json!(["s1"]));
+
+    let page = expect(
+        "list splits",
+        server.get("/v1/datasets/d1/splits?state=published"),
+        200,
+    );
+    assert_eq!(page["splits"].as_array().unwrap().len(), 2);
+    expect(
+        "list bad state",
+        server.get("/v1/datasets/d1/splits?state=gone"),
+        400,
+    );
+    expect(
+        "list bad param",
+        server.get("/v1/datasets/d1/splits?colour=red"),
+        400,
+    );
+
+    let marked = expect(
+        "mark",
+        server.post("/v1/datasets/d1/mark", json!({"split_ids": ["s2"]})),
+        200,
+    );
+    assert_eq!(marked["marked"], json!(["s2"]));
+    expect(
+        "delete",
+        server.post("/v1/datasets/d1/delete", json!({"split_ids": ["s2"]})),
+        200,
+    );
+    expect(
+        "delete published",
+        server.post("/v1/datasets/d1/delete", json!({"split_ids": ["s1"]})),
+        412,
+    );
+
+    // s3 stays staged past its (zero) grace period: gc marks it.
+    let gc = expect("gc", server.post("/v1/datasets/d1/gc", json!({})), 200);
+    assert_eq!(gc["marked"], json!(["s3"]));
+    expect(
+        "gc missing",
+        server.post("/v1/datasets/nope/gc", json!({})),
+        404,
+    );
+    let reconcile = expect(
+        "reconcile",
+        server.post("/v1/datasets/d1/reconcile", json!({})),
+        200,
+    );
+    assert_eq!(reconcile["adopted"], json!([]));
+    let probe = expect(
+        "probe",
+        server.post("/v1/datasets/d1/recover", json!({"mode": "probe"})),
+        200,
+    );
+    assert_eq!(probe["intents"], json!([]));
+    expect(
+        "recover bad mode",
+        server.post("/v1/datasets/d1/recover", json!({"mode": "sideways"})),
+        400,
+    );
+    let verify = expect("verify", server.get("/v1/datasets/d1/verify"), 200);
+    assert_eq!(verify["violations"], json!([]));
+
+    let shown = server.get("/v1/datasets/d1").1;
+    let config = expect(
+        "apply config",
+        server.post(
+            "/v1/datasets/d1/config",
+            json!({
+                "expected_config_version": shown["config_version"],
+                "config": {"staged_grace_period_ms": 5000, "deletion_grace_period_ms": 0, "policy_params": {}}
+            }),
+        ),
+        200,
+    );
+    assert_eq!(config["config"]["staged_grace_period_ms"], 5000);
+    expect(
+        "apply config at a stale version",
+        server.post(
+            "/v1/datasets/d1/config",
+            json!({
+                "expected_config_version": shown["config_version"],
+                "config": {"staged_grace_period_ms": 1, "deletion_grace_period_ms": 0, "policy_params": {}}
+            }),
+        ),
+        412,
+    );
+    expect(
+        "fence",
+        server.post("/v1/datasets/d1/fence", json!({"token": "t1"})),
+        200,
+    );
+    expect(
+        "stage, publish without the token",
+        server.post(
+            "/v1/datasets/d1/stage",
+            json!({"mode": "upsert", "splits": splits(&["s4"])}),
+        ),
+        200,
+    );
+    expect(
+        "publish without the token",
+        server.post(
+            "/v1/datasets/d1/publish",
+            json!({"staged_split_ids": ["s4"]}),
+        ),
+        412,
+    );
+    expect(
+        "publish with the token",
+        server.post(
+            "/v1/datasets/d1/publish",
+            json!({"staged_split_ids": ["s4"], "publish_token": "t1"}),
+        ),
+        200,
+    );
+
+    let status = expect("status", server.get("/v1/status"), 200);
+    assert_eq!(status["datasets"][0]["dataset_id"], "d1");
+    let policy = expect("policy", server.get("/v1/policy"), 200);
+    assert_eq!(policy["digest"], status["policy_digest"]);
+    expect("no route", server.get("/v2/anything"), 404);
+
+    let metrics = server.metrics();
+    for line in [
+        "mend_decisions_total{kind=\"stage\",outcome=\"inserted\"} 4",
+        "mend_decisions_total{kind=\"publish\",outcome=\"accepted\"} 2",
+        "mend_active_policy_info{digest=\"sha256:",
+        "mend_pending_intents{dataset=\"d1\"} 0",
+        "mend_dataset_up{dataset=\"d1\"} 1",
+        "mend_sweep_duration_seconds_count",
+        "mend_http_requests_total{route=\"/v1/datasets/{dataset}/stage\",status=\"200\"}",
+    ] {
+        assert!(metrics.contains(line), "metrics lack {line:?}:\n{metrics}");
+        checked += 1;
+    }
+    println!("server: {checked} answers checked over loopback HTTP");
+}
+
+#[test]
+fn admin_requests_need_the_token_and_do_nothing_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let component = second_policy(dir.path());
+    let mut checked = 0;
+    {
+        // A server without a token refuses every admin request.
+        let server = Server::start(dir.path(), None);
+        let (status, body) = server.request("POST", "/v1/policy/rollback", Some("anything"), None);
+        assert_eq!(status, 401, "{body}");
+        assert!(
+            body["message"].as_str().unwrap().contains("no admin token"),
+            "{body}"
+        );
+        checked += 1;
+    }
+    let server = Server::start(dir.path(), Some(ADMIN_TOKEN));
+    server.post("/v1/datasets", json!({"dataset_id": "d1"}));
+    let before = server.get("/v1/policy").1;
+    let swap = json!({"component": component});
+    for token in [None, Some("wrong")] {
+        let (status, body) = server.request("POST", "/v1/policy/swap", token, Some(&swap));
+        assert_eq!(status, 401, "{token:?}: {body}");
+        let (status, _) = server.request("POST", "/v1/policy/rollback", token, None);
+        assert_eq!(status, 401);
+        let (status, _) = server.request(
+            "POST",
+            "/v1/datasets/d1/recover",
+            token,
+            Some(&json!({"mode": "exclusive"})),
+        );
+        assert_eq!(status, 401);
+        let (status, _) = server.request("POST", "/v1/policy/replay", token, Some(&swap));
+        assert_eq!(status, 401);
+        checked += 4;
+    }
+    // Nothing happened: the same policy, no registry record, the fencing epoch unmoved.
+    assert_eq!(server.get("/v1/policy").1, before);
+    assert_eq!(server.get("/v1/datasets/d1").1["fencing_epoch"], 0);
+    checked += 2;
+
+    let (status, swapped) =
+        server.request("POST", "/v1/policy/swap", Some(ADMIN_TOKEN), Some(&swap));
+    assert_eq!(status, 200, "{swapped}");
+    let after = server.get("/v1/policy").1;
+    assert_ne!(after["digest"], before["digest"]);
+    assert_eq!(after["digest"], swapped["record"]["digest"]);
+    let (status, _) = server.request(
+        "POST",
+        "/v1/datasets/d1/recover",
+        Some(ADMIN_TOKEN),
+        Some(&json!({"mode": "exclusive"})),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(server.get("/v1/datasets/d1").1["fencing_epoch"], 1);
+    let (status, rolled) = server.request("POST", "/v1/policy/rollback", Some(ADMIN_TOKEN), None);
+    assert_eq!(status, 200, "{rolled}");
+    assert_eq!(server.get("/v1/policy").1["digest"], before["digest"]);
+    checked += 4;
+    println!("server admin: {checked} checks");
+}
+
+/// The dataset's next commit-log file, which its catalog will read as the next version.
+fn next_log_file(dir: &Path, dataset_id: &str) -> PathBuf {
+    let log = dir
+        .join("mend-data/datasets")
+        .join(dataset_id)
+        .join("catalog/log");
+    let newest = std::fs::read_dir(&log)
+        .unwrap()
+        .filter_map(|entry| entry.unwrap().file_name().into_string().ok())
+        .filter_map(|name| name.strip_suffix(".json")?.parse::<u64>().ok())
+        .max()
+        .unwrap();
+    log.join(format!("{:020}.json", newest + 1))
+}
+
+#[test]
+fn a_dataset_that_cannot_be_served_answers_503_while_another_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), None);
+    let mut checked = 0;
+    for dataset in ["good", "broken"] {
+        assert_eq!(
+            server
+                .post("/v1/datasets", json!({"dataset_id": dataset}))
+                .0,
+            201
+        );
+    }
+    // A catalog file that cannot be read: the dataset's history is damaged.
+    let damaged = next_log_file(dir.path(), "broken");
+    std::fs::write(&damaged, b"{ not json").unwrap();
+
+    server.wait_for("the broken dataset to answer 503", |s| {
+        s.get("/v1/datasets/broken/splits").0 == 503
+    });
+    let (status, body) = server.get("/v1/datasets/broken/splits");
+    assert_eq!(status, 503);
+    assert_eq!(body["error"], "dataset_unavailable");
+    assert!(!body["reason"].as_str().unwrap().is_empty(), "{body}");
+    let (status, _) = server.post(
+        "/v1/datasets/broken/stage",
+        json!({"mode": "upsert", "splits": splits(&["x"])}),
+    );
+    assert_eq!(status, 503, "never 404");
+    checked += 3;
+
+    for round in 0..5 {
+        let id = format!("s{round}");
+        let (status, body) = server.post(
+            "/v1/datasets/good/stage",
+            json!({"mode": "create-only", "splits": splits(&[&id])}),
+        );
+        assert_eq!(status, 200, "{body}");
+        let (status, _) = server.post(
+            "/v1/datasets/good/publish",
+            json!({"staged_split_ids": [id]}),
+        );
+        assert_eq!(status, 200);
+        checked += 2;
+    }
+    let ready = server.get("/readyz");
+    assert_eq!(ready.0, 200);
+    assert_eq!(ready.1["unavailable_datasets"][0]["dataset_id"], "broken");
+    assert!(
+        server
+            .metrics()
+            .contains("mend_dataset_up{dataset=\"broken\"} 0")
+    );
+    checked += 2;
+
+    // Repaired, it is served again without a restart.
+    std::fs::remove_file(&damaged).unwrap();
+    server.wait_for("the repaired dataset to serve", |s| {
+        s.get("/v1/datasets/broken/splits").0 == 200
+    });
+    checked += 1;
+    println!("server 503: {checked} checks");
+}
+
+#[test]
+fn a_write_in_the_way_of_a_crashed_operation_gets_503_until_the_supervisor_rolls_it_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), None);
+    assert_eq!(
+        server.post("/v1/datasets", json!({"dataset_id": "d1"})).0,
+        201
+    );
+
+    // A writer in another process crashes after staging s1, before publishing it; its intent's
+    // lease runs 3 s.
+    let runtime = runtime();
+    let catalog_url = server.catalog_url();
+    runtime.block_on(async {
+        let (catalog, objects) = mend::catalog::open(&catalog_url, None).await.unwrap();
+        let engine = mend::Engine::new(
+            catalog,
+            objects,
+            mend::runtime::PolicyRuntime::default_policy().unwrap(),
+            mend::EngineOptions {
+                intent_lease_ms: 3_000,
+                ..mend::EngineOptions::default()
+            },
+        )
+        .unwrap()
+        .with_faults(Arc::new(mend::faults::CrashAt::new(5, false)));
+        let crashed = engine
+            .commit(&mend::engine::CommitRequest {
+                dataset_id: "d1".into(),
+                node: "crasher".into(),
+                splits: vec![mend::engine::CommitSplit {
+                    split_id: "s1".into(),
+                    metadata_json: "{}".into(),
+                    payload: bytes::Bytes::from_static(b"payload"),
+                }],
+                checkpoint_delta: None,
+                publish_token: None,
+            })
+            .await;
+        assert!(crashed.is_err(), "the writer crashed");
+    });
+
+    let (status, body) = server.post(
+        "/v1/datasets/d1/publish",
+        json!({"staged_split_ids": ["s1"]}),
+    );
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "recovery_required");
+    assert!(body["operation_id"].as_str().is_some());
+
+    // Once the lease runs out the supervisor rolls the commit forward: s1 is published.
+    server.wait_for("the supervisor to roll the commit forward", |s| {
+        s.get("/v1/datasets/d1/splits?state=published").1["splits"]
+            .as_array()
+            .is_some_and(|splits| splits.len() == 1)
+    });
+    assert!(
+        server.metrics().contains(
+            "mend_decisions_total{kind=\"recovery\",outcome=\"roll_forward_executed\"} 1"
+        )
+    );
+    println!("server recovery_required: 3 checks");
+}
+
+#[test]
+fn a_client_that_disconnects_never_cancels_an_admitted_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), None);
+    server.post(
+        "/v1/datasets",
+        json!({"dataset_id": "d1", "staged_grace_period_ms": 0}),
+    );
+    server.post(
+        "/v1/datasets/d1/stage",
+        json!({"mode": "create-only", "splits": splits(&["abandoned"])}),
+    );
+
+    // Another process holds the dataset's gate, so the gc the server admits waits for it.
+    let runtime = runtime();
+    let held = hold_dataset_gate(&runtime, &server.catalog_url(), "d1");
+    let mut client = TcpStream::connect(server.address).unwrap();
+    client
+        .write_all(&request_bytes(
+            "POST",
+            "/v1/datasets/d1/gc",
+            None,
+            Some(&json!({})),
+        ))
+        .unwrap();
+    server.wait_for("the gc to be admitted", |s| {
+        s.get("/v1/status").1["writes_in_flight"] == 1
+    });
+    drop(client); // the client goes away
+    std::thread::sleep(Duration::from_millis(300));
+    runtime.block_on(held.release()).unwrap();
+
+    server.wait_for("the admitted gc to finish", |s| {
+        s.get("/v1/datasets/d1/splits?state=marked_for_deletion").1["splits"]
+            .as_array()
+            .is_some_and(|splits| splits.len() == 1)
+    });
+    assert_eq!(server.get("/v1/status").1["writes_in_flight"], 0);
+    println!("server disconnect: 2 checks");
+}
+
+#[test]
+fn a_graceful_shutdown_lets_an_admitted_write_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), None);
+    server.post(
+        "/v1/datasets",
+        json!({"dataset_id": "d1", "staged_grace_period_ms": 0}),
+    );
+    server.post(
+        "/v1/datasets/d1/stage",
+        json!({"mode": "create-only", "splits": splits(&["abandoned"])}),
+    );
+
+    let runtime = runtime();
+    let held = hold_dataset_gate(&runtime, &server.catalog_url(), "d1");
+    let mut client = TcpStream::connect(server.address).unwrap();
+    client
+        .write_all(&request_bytes(
+            "POST",
+            "/v1/datasets/d1/gc",
+            None,
+            Some(&json!({})),
+        ))
+        .unwrap();
+    server.wait_for("the gc to be admitted", |s| {
+        s.get("/v1/status").1["writes_in_flight"] == 1
+    });
+    let killed = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "the server waits for the admitted write"
+    );
+    runtime.block_on(held.release()).unwrap();
+
+    let mut answer = Vec::new();
+    client.read_to_end(&mut answer).unwrap();
+    let (status, body) = parse_answer(&answer);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["marked"], json!(["abandoned"]));
+    let exit = server.child.wait().unwrap();
+    assert!(exit.success(), "{exit:?}: {}", server.log.lock().unwrap());
+    println!("server shutdown: 3 checks");
+}
