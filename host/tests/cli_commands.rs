@@ -1,0 +1,248 @@
+//! Every `mend` subcommand through the real binary, on the embedded default catalog (a local
+//! directory): its happy path, then its main failure with the exit code the README documents
+//! (2 invalid input, 3 not found, 4 precondition or conflict, 6 policy), and nothing changed
+//! by a failure. `serve` has its own file (server.rs), `demo` too (demo.rs).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn mend_with_stdin(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mend"))
+        .args(args)
+        .current_dir(dir)
+        .env("MEND_CACHE_DIR", dir.join("cache"))
+        .env_remove("MEND_CATALOG")
+        .env_remove("MEND_OBJECTS")
+        .env_remove("MEND_CONFIG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run mend");
+    let mut input = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn mend(dir: &Path, args: &[&str]) -> Output {
+    mend_with_stdin(dir, args, None)
+}
+
+/// Runs a command that must succeed and print JSON.
+fn ok(dir: &Path, args: &[&str]) -> serde_json::Value {
+    let mut args = args.to_vec();
+    args.push("--json");
+    let output = mend(dir, &args);
+    assert!(
+        output.status.success(),
+        "mend {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "mend {args:?} printed no JSON ({error}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+/// Runs a command that must fail with `code`, printing one error line naming `mentions`.
+fn fails(dir: &Path, args: &[&str], code: i32, mentions: &str) {
+    let output = mend(dir, args);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(code), "mend {args:?}: {stderr}");
+    let error_lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(error_lines.len(), 1, "one error line: {stderr}");
+    assert!(
+        error_lines[0].contains(mentions),
+        "mend {args:?}: {stderr:?} should mention {mentions:?}"
+    );
+}
+
+fn write_splits(dir: &Path, name: &str, ids: &[&str]) -> PathBuf {
+    let splits: Vec<serde_json::Value> = ids
+        .iter()
+        .map(|id| serde_json::json!({"split_id": id, "metadata": {"num_docs": 1, "time_range": {"start": 0, "end": 10}}}))
+        .collect();
+    let path = dir.join(name);
+    std::fs::write(&path, serde_json::to_string(&splits).unwrap()).unwrap();
+    path
+}
+
+fn states(dir: &Path, dataset: &str) -> Vec<(String, String)> {
+    ok(dir, &["list", dataset])["splits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (
+                row["split_id"].as_str().unwrap().to_string(),
+                row["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn dataset_stage_publish_mark_delete_list_gc_and_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let mut checked = 0;
+
+    let created = ok(dir, &["dataset", "create", "d1", "--staged-grace-period-ms", "0"]);
+    assert_eq!(created[0]["dataset_id"], "d1");
+    fails(dir, &["dataset", "create", "d1"], 4, "d1");
+    fails(dir, &["dataset", "create", "bad/name"], 2, "bad/name");
+    assert_eq!(ok(dir, &["dataset", "list"]).as_array().unwrap().len(), 1);
+    assert_eq!(ok(dir, &["dataset", "show", "d1"])["dataset_id"], "d1");
+    fails(dir, &["dataset", "show", "nope"], 3, "nope");
+    checked += 6;
+
+    let config = ok(dir, &["dataset", "config", "d1", "--set", "deletion_grace_period_ms=0"]);
+    assert_eq!(config["deletion_grace_period_ms"], 0);
+    fails(dir, &["dataset", "config", "d1", "--set", "colour=red"], 2, "colour");
+    assert_eq!(ok(dir, &["dataset", "config", "d1"])["deletion_grace_period_ms"], 0);
+    checked += 3;
+
+    let splits = write_splits(dir, "splits.json", &["s1", "s2", "s3"]);
+    let staged = ok(dir, &["stage", "d1", "--mode", "create-only", "--splits", splits.to_str().unwrap()]);
+    assert_eq!(staged["splits"].as_array().unwrap().len(), 3);
+    // From stdin: create-only again inserts only the new id.
+    let output = mend_with_stdin(
+        dir,
+        &["stage", "d1", "--mode", "create-only", "--json"],
+        Some(r#"[{"split_id": "s3"}, {"split_id": "s4"}]"#),
+    );
+    assert!(output.status.success(), "{output:?}");
+    let again: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let outcomes: Vec<&str> = again["splits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|split| split["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["skipped", "inserted"], "{again}");
+    fails(dir, &["stage", "d1", "--mode", "upsert", "--splits", "missing.json"], 2, "missing.json");
+    let garbage = dir.join("garbage.json");
+    std::fs::write(&garbage, "{not json").unwrap();
+    fails(dir, &["stage", "d1", "--mode", "upsert", "--splits", garbage.to_str().unwrap()], 2, "parse splits");
+    checked += 4;
+
+    let published = ok(dir, &["publish", "d1", "--split", "s1,s2"]);
+    assert_eq!(published["published"], serde_json::json!(["s1", "s2"]));
+    fails(dir, &["publish", "d1", "--split", "zz"], 4, "zz");
+    let upsert = write_splits(dir, "upsert.json", &["s1"]);
+    fails(dir, &["stage", "d1", "--mode", "upsert", "--splits", upsert.to_str().unwrap()], 4, "s1");
+    checked += 3;
+
+    let marked = ok(dir, &["mark", "d1", "s2"]);
+    assert_eq!(marked["marked"], serde_json::json!(["s2"]));
+    fails(dir, &["delete", "d1", "s1"], 4, "s1");
+    ok(dir, &["delete", "d1", "s2"]);
+    fails(dir, &["mark", "nope", "s1"], 3, "nope");
+    checked += 4;
+
+    let listed = ok(dir, &["list", "d1", "--state", "published"]);
+    assert_eq!(listed["splits"].as_array().unwrap().len(), 1);
+    let paged = ok(dir, &["list", "d1", "--limit", "1"]);
+    assert_eq!(paged["next_after_split_id"], "s1");
+    fails(dir, &["list", "d1", "--state", "gone"], 2, "gone");
+    fails(dir, &["list", "d1", "--time-range", "10"], 2, "START..END");
+    checked += 4;
+
+    // s3 and s4 are staged past their (zero) grace period: gc marks them, a second run deletes.
+    let gc = ok(dir, &["gc", "d1"]);
+    assert_eq!(gc["marked"], serde_json::json!(["s3", "s4"]));
+    let gc = ok(dir, &["gc", "d1"]);
+    assert_eq!(gc["deleted"], serde_json::json!(["s3", "s4"]));
+    fails(dir, &["gc", "nope"], 3, "nope");
+    assert_eq!(states(dir, "d1"), [("s1".to_string(), "published".to_string())]);
+    checked += 4;
+
+    // Verify: a dataset whose published splits all have their objects passes; d1's s1 was
+    // published by rows alone (the CLI writes no objects), so verify names it and exits 1.
+    ok(dir, &["dataset", "create", "d2"]);
+    let verified = ok(dir, &["verify", "d2"]);
+    assert_eq!(verified["violations"], serde_json::json!([]));
+    fails(dir, &["verify", "d1"], 1, "violation");
+    for mode in ["probe", "roll-forward", "verify", "exclusive"] {
+        ok(dir, &["recover", "d2", "--mode", mode]);
+    }
+    fails(dir, &["recover", "d2", "--mode", "sideways"], 2, "sideways");
+    fails(dir, &["recover", "nope", "--mode", "probe"], 3, "nope");
+    checked += 8;
+
+    ok(dir, &["dataset", "fence", "d1", "--token", "t1"]);
+    fails(dir, &["dataset", "fence", "d1"], 2, "--token");
+    checked += 2;
+    println!("cli commands: {checked} checks against the real binary");
+}
+
+#[test]
+fn policy_inspect_test_replay_swap_active_and_rollback() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let mut checked = 0;
+    let scenarios = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest/scenarios");
+    let scenarios = scenarios.to_str().unwrap();
+
+    // The built-in policy, as a file, and a rebadged build of it (same decisions, another
+    // digest: a custom section appended).
+    let builtin = dir.join("builtin.wasm");
+    std::fs::write(&builtin, mend::runtime::DEFAULT_POLICY_WASM).unwrap();
+    let mut rebadged = mend::runtime::DEFAULT_POLICY_WASM.to_vec();
+    rebadged.extend_from_slice(&[0, 8, 7]);
+    rebadged.extend_from_slice(b"rebadge");
+    let second = dir.join("second.wasm");
+    std::fs::write(&second, &rebadged).unwrap();
+    let not_wasm = dir.join("not.wasm");
+    std::fs::write(&not_wasm, b"hello").unwrap();
+    let (builtin, second, not_wasm) = (
+        builtin.to_str().unwrap(),
+        second.to_str().unwrap(),
+        not_wasm.to_str().unwrap(),
+    );
+
+    ok(dir, &["dataset", "create", "d1"]);
+    let inspected = ok(dir, &["policy", "inspect", builtin]);
+    assert!(inspected["digest"].as_str().unwrap().starts_with("sha256:"));
+    fails(dir, &["policy", "inspect", not_wasm], 6, "not.wasm");
+    checked += 2;
+
+    let tested = ok(dir, &["policy", "test", builtin, scenarios]);
+    assert!(tested.as_array().unwrap().len() >= 4);
+    let broken_scenarios = dir.join("broken.json");
+    std::fs::write(&broken_scenarios, "[]").unwrap();
+    let output = mend(dir, &["policy", "test", builtin, broken_scenarios.to_str().unwrap()]);
+    assert_ne!(output.status.code(), Some(0), "{output:?}");
+    checked += 2;
+
+    let replay = ok(dir, &["policy", "replay", second]);
+    assert!(replay.is_object(), "{replay}");
+    fails(dir, &["policy", "replay", "missing.wasm"], 2, "missing.wasm");
+    checked += 2;
+
+    let before = ok(dir, &["policy", "active"]);
+    assert!(before["record"].is_null());
+    fails(dir, &["policy", "rollback"], 4, "nothing to roll back");
+    let swapped = ok(dir, &["policy", "swap", second, "--scenarios", scenarios]);
+    let after = ok(dir, &["policy", "active"]);
+    assert_eq!(after["digest"], swapped["record"]["digest"]);
+    assert_ne!(after["digest"], before["digest"]);
+    fails(dir, &["policy", "swap", second], 4, "already the active policy");
+    // The next process runs the swapped policy.
+    assert_eq!(ok(dir, &["status"])["policy_digest"], after["digest"]);
+    checked += 5;
+
+    let rolled = ok(dir, &["policy", "rollback"]);
+    assert_eq!(rolled["digest"], before["digest"]);
+    assert_eq!(ok(dir, &["policy", "active"])["digest"], before["digest"]);
+    let again = ok(dir, &["policy", "rollback"]);
+    assert_eq!(again["digest"], after["digest"]);
+    checked += 3;
+    println!("cli policy commands: {checked} checks against the real binary");
+}
