@@ -55,7 +55,10 @@ fn fails(dir: &Path, args: &[&str], code: i32, mentions: &str) {
     let output = mend(dir, args);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(code), "mend {args:?}: {stderr}");
-    let error_lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error: ")).collect();
+    let error_lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
     assert_eq!(error_lines.len(), 1, "one error line: {stderr}");
     assert!(
         error_lines[0].contains(mentions),
@@ -93,7 +96,10 @@ fn dataset_stage_publish_mark_delete_list_gc_and_verify() {
     let dir = dir.path();
     let mut checked = 0;
 
-    let created = ok(dir, &["dataset", "create", "d1", "--staged-grace-period-ms", "0"]);
+    let created = ok(
+        dir,
+        &["dataset", "create", "d1", "--staged-grace-period-ms", "0"],
+    );
     assert_eq!(created[0]["dataset_id"], "d1");
     fails(dir, &["dataset", "create", "d1"], 4, "d1");
     fails(dir, &["dataset", "create", "bad/name"], 2, "bad/name");
@@ -102,14 +108,41 @@ fn dataset_stage_publish_mark_delete_list_gc_and_verify() {
     fails(dir, &["dataset", "show", "nope"], 3, "nope");
     checked += 6;
 
-    let config = ok(dir, &["dataset", "config", "d1", "--set", "deletion_grace_period_ms=0"]);
+    let config = ok(
+        dir,
+        &[
+            "dataset",
+            "config",
+            "d1",
+            "--set",
+            "deletion_grace_period_ms=0",
+        ],
+    );
     assert_eq!(config["deletion_grace_period_ms"], 0);
-    fails(dir, &["dataset", "config", "d1", "--set", "colour=red"], 2, "colour");
-    assert_eq!(ok(dir, &["dataset", "config", "d1"])["deletion_grace_period_ms"], 0);
+    fails(
+        dir,
+        &["dataset", "config", "d1", "--set", "colour=red"],
+        2,
+        "colour",
+    );
+    assert_eq!(
+        ok(dir, &["dataset", "config", "d1"])["deletion_grace_period_ms"],
+        0
+    );
     checked += 3;
 
     let splits = write_splits(dir, "splits.json", &["s1", "s2", "s3"]);
-    let staged = ok(dir, &["stage", "d1", "--mode", "create-only", "--splits", splits.to_str().unwrap()]);
+    let staged = ok(
+        dir,
+        &[
+            "stage",
+            "d1",
+            "--mode",
+            "create-only",
+            "--splits",
+            splits.to_str().unwrap(),
+        ],
+    );
     assert_eq!(staged["splits"].as_array().unwrap().len(), 3);
     // From stdin: create-only again inserts only the new id.
     let output = mend_with_stdin(
@@ -126,17 +159,53 @@ fn dataset_stage_publish_mark_delete_list_gc_and_verify() {
         .map(|split| split["outcome"].as_str().unwrap())
         .collect();
     assert_eq!(outcomes, ["skipped", "inserted"], "{again}");
-    fails(dir, &["stage", "d1", "--mode", "upsert", "--splits", "missing.json"], 2, "missing.json");
+    fails(
+        dir,
+        &[
+            "stage",
+            "d1",
+            "--mode",
+            "upsert",
+            "--splits",
+            "missing.json",
+        ],
+        2,
+        "missing.json",
+    );
     let garbage = dir.join("garbage.json");
     std::fs::write(&garbage, "{not json").unwrap();
-    fails(dir, &["stage", "d1", "--mode", "upsert", "--splits", garbage.to_str().unwrap()], 2, "parse splits");
+    fails(
+        dir,
+        &[
+            "stage",
+            "d1",
+            "--mode",
+            "upsert",
+            "--splits",
+            garbage.to_str().unwrap(),
+        ],
+        2,
+        "parse splits",
+    );
     checked += 4;
 
     let published = ok(dir, &["publish", "d1", "--split", "s1,s2"]);
     assert_eq!(published["published"], serde_json::json!(["s1", "s2"]));
     fails(dir, &["publish", "d1", "--split", "zz"], 4, "zz");
     let upsert = write_splits(dir, "upsert.json", &["s1"]);
-    fails(dir, &["stage", "d1", "--mode", "upsert", "--splits", upsert.to_str().unwrap()], 4, "s1");
+    fails(
+        dir,
+        &[
+            "stage",
+            "d1",
+            "--mode",
+            "upsert",
+            "--splits",
+            upsert.to_str().unwrap(),
+        ],
+        4,
+        "s1",
+    );
     checked += 3;
 
     let marked = ok(dir, &["mark", "d1", "s2"]);
@@ -160,7 +229,10 @@ fn dataset_stage_publish_mark_delete_list_gc_and_verify() {
     let gc = ok(dir, &["gc", "d1"]);
     assert_eq!(gc["deleted"], serde_json::json!(["s3", "s4"]));
     fails(dir, &["gc", "nope"], 3, "nope");
-    assert_eq!(states(dir, "d1"), [("s1".to_string(), "published".to_string())]);
+    assert_eq!(
+        states(dir, "d1"),
+        [("s1".to_string(), "published".to_string())]
+    );
     checked += 4;
 
     // Verify: a dataset whose published splits all have their objects passes; d1's s1 was
@@ -217,13 +289,26 @@ fn policy_inspect_test_replay_swap_active_and_rollback() {
     assert!(tested.as_array().unwrap().len() >= 4);
     let broken_scenarios = dir.join("broken.json");
     std::fs::write(&broken_scenarios, "[]").unwrap();
-    let output = mend(dir, &["policy", "test", builtin, broken_scenarios.to_str().unwrap()]);
+    let output = mend(
+        dir,
+        &[
+            "policy",
+            "test",
+            builtin,
+            broken_scenarios.to_str().unwrap(),
+        ],
+    );
     assert_ne!(output.status.code(), Some(0), "{output:?}");
     checked += 2;
 
     let replay = ok(dir, &["policy", "replay", second]);
     assert!(replay.is_object(), "{replay}");
-    fails(dir, &["policy", "replay", "missing.wasm"], 2, "missing.wasm");
+    fails(
+        dir,
+        &["policy", "replay", "missing.wasm"],
+        2,
+        "missing.wasm",
+    );
     checked += 2;
 
     let before = ok(dir, &["policy", "active"]);
@@ -233,7 +318,12 @@ fn policy_inspect_test_replay_swap_active_and_rollback() {
     let after = ok(dir, &["policy", "active"]);
     assert_eq!(after["digest"], swapped["record"]["digest"]);
     assert_ne!(after["digest"], before["digest"]);
-    fails(dir, &["policy", "swap", second], 4, "already the active policy");
+    fails(
+        dir,
+        &["policy", "swap", second],
+        4,
+        "already the active policy",
+    );
     // The next process runs the swapped policy.
     assert_eq!(ok(dir, &["status"])["policy_digest"], after["digest"]);
     checked += 5;

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mend::gates::{GateName, GateSession, HeldGates};
+use mend::gates::{GateGuard, GateName, GateSession};
 use serde_json::{Value, json};
 
 const ADMIN_TOKEN: &str = "s3cret-admin-token";
@@ -201,7 +201,7 @@ fn hold_dataset_gate(
     runtime: &tokio::runtime::Runtime,
     catalog_url: &str,
     dataset_id: &str,
-) -> HeldGates {
+) -> GateGuard {
     runtime.block_on(async {
         let gates = mend::gates::open_gates(catalog_url).await.unwrap();
         gates

@@ -193,6 +193,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Policy { command } => super::policy::run(&engine, command, json).await,
+        Command::Serve { listen } => {
+            let options = mend::server::ServeOptions {
+                admin_token: std::env::var("MEND_ADMIN_TOKEN").ok(),
+                supervisor: mend::server::supervisor::SupervisorOptions::default(),
+                load: mend::runtime::LoadOptions {
+                    cache_dir: super::policy::cache_dir(),
+                    ..Default::default()
+                },
+                dataset_defaults: DatasetConfig::default(),
+            };
+            let listen = listen.unwrap_or_else(|| "127.0.0.1:7600".parse().expect("an address"));
+            super::serve::run(engine, options, listen).await
+        }
         Command::Status => status(&engine, json).await,
         Command::Demo => super::demo::run(&engine, json).await,
     }

@@ -18,6 +18,7 @@ mod demo;
 mod output;
 mod policy;
 mod progress;
+mod serve;
 
 use std::path::PathBuf;
 
@@ -153,6 +154,13 @@ pub enum Command {
     Policy {
         #[command(subcommand)]
         command: PolicyCommand,
+    },
+    /// Serve the HTTP JSON API (loopback by default) until SIGINT or SIGTERM, with a
+    /// supervisor per dataset resolving crashed operations.
+    Serve {
+        /// The address to listen on (overrides serve.listen); port 0 picks a free port.
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
     },
     /// The catalog, the active policy, and each dataset's versions and pending intents.
     Status,
