@@ -1,5 +1,6 @@
-//! Builds the default policy component (`guest/`) before the host compiles; the host embeds
-//! it from `MEND_POLICY_WASM`.
+//! Builds the policy components the host embeds before it compiles: the default policy
+//! (`guest/`, from `MEND_POLICY_WASM`) and the example second policy `mend demo` swaps to
+//! (`policies/cautious/`, from `MEND_POLICY_CAUTIOUS_WASM`).
 
 include!("../policies/build_components.rs");
 
@@ -7,4 +8,8 @@ fn main() {
     // `sqlx::migrate!` embeds this folder; a new migration must rebuild the host.
     println!("cargo:rerun-if-changed=migrations");
     build_components("guest", &["mend-policy"]);
+    // A directory of its own: the cautious policy wraps `mend-policy` without its `component`
+    // feature, and one cargo run building both would unify the features and link the default
+    // policy's exports into the cautious component beside its own (a duplicate symbol).
+    build_components("guest-cautious", &["mend-policy-cautious"]);
 }

@@ -153,6 +153,16 @@ impl Engine {
         engine
     }
 
+    /// The same engine leasing the intents it writes for `lease_ms`: until an intent's lease
+    /// runs out, recovery outside exclusive mode defers to its owner. A lease of 0 lets the
+    /// next roll-forward sweep finish an operation at once, as for a writer known to be dead
+    /// (`mend demo`'s crashed writers).
+    pub fn with_intent_lease(&self, lease_ms: i64) -> Engine {
+        let mut engine = self.clone();
+        engine.options.intent_lease_ms = lease_ms;
+        engine
+    }
+
     /// The same engine taking its gates from `gates`. An engine starts with gates of its own
     /// process ([`InProcessGates`]); engines in several processes sharing a catalog need gates
     /// that reach across them ([`crate::gates::open_gates`]).

@@ -52,6 +52,11 @@ use self::sandbox::SandboxState;
 /// The default policy component, built from `guest/` by the build script.
 pub const DEFAULT_POLICY_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_WASM"));
 
+/// The example second policy `mend demo` swaps to, built from `policies/cautious/` by the
+/// build script: the default policy's decisions, except that reconcile discards every orphan
+/// instead of adopting it.
+pub const CAUTIOUS_POLICY_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_CAUTIOUS_WASM"));
+
 /// How often the engine's epoch advances; the unit of [`PolicyLimits::cpu_time_per_call`].
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
