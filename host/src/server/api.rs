@@ -30,6 +30,9 @@ use crate::model::{
 
 type AppState = State<Arc<Shared>>;
 
+/// The largest request body; larger ones are refused with 413 before they are read.
+const MAX_BODY_BYTES: usize = 64 << 20;
+
 pub(super) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
@@ -54,6 +57,8 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/policy/swap", post(swap_policy))
         .route("/v1/policy/rollback", post(rollback_policy))
         .fallback(not_found)
+        // A stage of the largest batch (10,000 splits by default) with metadata is a few MiB.
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(
             shared.clone(),
             count_requests,
