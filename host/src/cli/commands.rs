@@ -3,23 +3,40 @@
 use std::io::Read;
 
 use anyhow::{Context, bail};
+use mend::Engine;
 use mend::catalog;
+use mend::config::Settings;
 use mend::model::{
     CheckpointDelta, DatasetConfig, ListQuery, PublishRequest, SplitState, StageMode, StageRequest,
     StageSplit, TimeRange,
 };
-use mend::{Engine, EngineOptions};
 use mend_policy::RecoveryMode;
 use serde::Deserialize;
 
 use super::output;
 use super::{Args, Command, DatasetCommand, ModeArg, RecoverModeArg};
 
+/// Resolves the settings once, before anything is opened (bad settings change nothing), then
+/// runs the command with them.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let engine = open_engine(&args).await?;
+    let settings = Settings::resolve(&args.settings_inputs())?;
     let json = args.json;
-    match args.command {
-        Command::Dataset { command } => dataset(&engine, command, json).await,
+    if let Command::Config = args.command {
+        // Needs no catalog: it must work when the catalog is what is being fixed.
+        return output::settings(&settings, json);
+    }
+    let engine = open_engine(&settings, json).await?;
+    execute(&engine, &settings, args.command, json).await
+}
+
+async fn execute(
+    engine: &Engine,
+    settings: &Settings,
+    command: Command,
+    json: bool,
+) -> anyhow::Result<()> {
+    match command {
+        Command::Dataset { command } => dataset(engine, settings, command, json).await,
         Command::Stage {
             dataset,
             mode,
@@ -192,9 +209,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Policy { command } => super::policy::run(&engine, command, json).await,
-        Command::Status => status(&engine, json).await,
-        Command::Demo => super::demo::run(&engine, json).await,
+        Command::Policy { command } => super::policy::run(engine, settings, command, json).await,
+        Command::Config => output::settings(settings, json),
+        Command::Status => status(engine, settings, json).await,
+        Command::Demo => super::demo::run(engine, json).await,
     }
 }
 
@@ -204,6 +222,10 @@ struct Status {
     catalog: String,
     policy_digest: String,
     policy: String,
+    /// The component file the `policy` setting names, run instead of the deployment's active
+    /// policy; absent when the deployment's active policy runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    policy_file: Option<std::path::PathBuf>,
     datasets: Vec<DatasetStatus>,
 }
 
@@ -216,7 +238,7 @@ struct DatasetStatus {
     pending_intents: usize,
 }
 
-async fn status(engine: &Engine, json: bool) -> anyhow::Result<()> {
+async fn status(engine: &Engine, settings: &Settings, json: bool) -> anyhow::Result<()> {
     let policy = engine.policy();
     let mut datasets = Vec::new();
     for dataset in engine.datasets().await.context("list datasets")? {
@@ -241,12 +263,21 @@ async fn status(engine: &Engine, json: bool) -> anyhow::Result<()> {
             policy.description().name,
             policy.description().version
         ),
+        policy_file: settings.policy.clone(),
         datasets,
     };
     output::json_or(&status, json, || {
         let mut lines = vec![
             format!("catalog: {}", status.catalog),
-            format!("policy: {} ({})", status.policy, status.policy_digest),
+            match &status.policy_file {
+                None => format!("policy: {} ({})", status.policy, status.policy_digest),
+                Some(file) => format!(
+                    "policy: {} ({}) from {}, not the deployment's active policy",
+                    status.policy,
+                    status.policy_digest,
+                    file.display()
+                ),
+            },
         ];
         for dataset in &status.datasets {
             lines.push(format!(
@@ -267,37 +298,53 @@ async fn status(engine: &Engine, json: bool) -> anyhow::Result<()> {
     })
 }
 
-async fn open_engine(args: &Args) -> anyhow::Result<Engine> {
-    let (catalog, objects) = catalog::open(&args.catalog, args.objects.as_deref())
+/// The engine the settings describe: their catalog and objects, their limits, and the policy
+/// file they name or else the deployment's active policy.
+async fn open_engine(settings: &Settings, json: bool) -> anyhow::Result<Engine> {
+    // A policy file is loaded first, so that a bad one fails before anything is opened.
+    let file_policy = match &settings.policy {
+        Some(path) => Some(super::policy::load_file(path, settings)?.1),
+        None => None,
+    };
+    let (catalog, objects) = catalog::open(&settings.catalog, settings.objects.as_deref())
         .await
-        .with_context(|| format!("open catalog {}", args.catalog))?;
-    let registry = mend::runtime::registry::PolicyRegistry::new(
-        objects.store().0.clone(),
-        objects.store().1.clone(),
-    );
-    let policy = super::policy::active_policy(&registry).await?;
-    let gates = mend::gates::open_gates(&args.catalog)
+        .with_context(|| format!("open catalog {}", settings.catalog))?;
+    let policy = match file_policy {
+        Some(policy) => policy,
+        None => {
+            let registry = mend::runtime::registry::PolicyRegistry::new(
+                objects.store().0.clone(),
+                objects.store().1.clone(),
+            );
+            super::policy::active_policy(&registry, settings).await?
+        }
+    };
+    let gates = mend::gates::open_gates(&settings.catalog)
         .await
-        .with_context(|| format!("open the gates of catalog {}", args.catalog))?;
-    let engine = Engine::new(catalog, objects, policy, EngineOptions::default())
+        .with_context(|| format!("open the gates of catalog {}", settings.catalog))?;
+    let engine = Engine::new(catalog, objects, policy, settings.engine_options())
         .context("start the engine")?
         .with_gates(gates);
-    Ok(
-        match super::progress::TerminalProgress::for_stderr(args.json) {
-            Some(progress) => engine.with_progress(std::sync::Arc::new(progress)),
-            None => engine,
-        },
-    )
+    Ok(match super::progress::TerminalProgress::for_stderr(json) {
+        Some(progress) => engine.with_progress(std::sync::Arc::new(progress)),
+        None => engine,
+    })
 }
 
-async fn dataset(engine: &Engine, command: DatasetCommand, json: bool) -> anyhow::Result<()> {
+async fn dataset(
+    engine: &Engine,
+    settings: &Settings,
+    command: DatasetCommand,
+    json: bool,
+) -> anyhow::Result<()> {
     match command {
         DatasetCommand::Create {
             dataset,
             staged_grace_period_ms,
             deletion_grace_period_ms,
         } => {
-            let mut config = DatasetConfig::default();
+            // The settings' grace periods, unless this command's own flags say otherwise.
+            let mut config = settings.dataset_config_defaults();
             if let Some(ms) = staged_grace_period_ms {
                 config.staged_grace_period_ms = ms;
             }
