@@ -98,7 +98,7 @@ fn dataset_stage_publish_mark_delete_list_gc_and_verify() {
 
     let created = ok(
         dir,
-        &["dataset", "create", "d1", "--staged-grace-period-ms", "0"],
+        &["dataset", "create", "d1", "--staged-grace-period-ms", "1"],
     );
     assert_eq!(created[0]["dataset_id"], "d1");
     fails(dir, &["dataset", "create", "d1"], 4, "d1");
@@ -115,10 +115,10 @@ fn dataset_stage_publish_mark_delete_list_gc_and_verify() {
             "config",
             "d1",
             "--set",
-            "deletion_grace_period_ms=0",
+            "deletion_grace_period_ms=1",
         ],
     );
-    assert_eq!(config["deletion_grace_period_ms"], 0);
+    assert_eq!(config["deletion_grace_period_ms"], 1);
     fails(
         dir,
         &["dataset", "config", "d1", "--set", "colour=red"],
@@ -127,7 +127,7 @@ fn dataset_stage_publish_mark_delete_list_gc_and_verify() {
     );
     assert_eq!(
         ok(dir, &["dataset", "config", "d1"])["deletion_grace_period_ms"],
-        0
+        1
     );
     checked += 3;
 
@@ -191,7 +191,7 @@ fn dataset_stage_publish_mark_delete_list_gc_and_verify() {
 
     let published = ok(dir, &["publish", "d1", "--split", "s1,s2"]);
     assert_eq!(published["published"], serde_json::json!(["s1", "s2"]));
-    fails(dir, &["publish", "d1", "--split", "zz"], 4, "zz");
+    fails(dir, &["publish", "d1", "--split", "zz"], 3, "zz");
     let upsert = write_splits(dir, "upsert.json", &["s1"]);
     fails(
         dir,
@@ -223,9 +223,12 @@ fn dataset_stage_publish_mark_delete_list_gc_and_verify() {
     fails(dir, &["list", "d1", "--time-range", "10"], 2, "START..END");
     checked += 4;
 
-    // s3 and s4 are staged past their (zero) grace period: gc marks them, a second run deletes.
+    // s3 and s4 are staged past their (1 ms) grace period: gc marks them, and once the
+    // (1 ms) deletion grace period is over, a second run deletes them.
+    std::thread::sleep(std::time::Duration::from_millis(5));
     let gc = ok(dir, &["gc", "d1"]);
     assert_eq!(gc["marked"], serde_json::json!(["s3", "s4"]));
+    std::thread::sleep(std::time::Duration::from_millis(5));
     let gc = ok(dir, &["gc", "d1"]);
     assert_eq!(gc["deleted"], serde_json::json!(["s3", "s4"]));
     fails(dir, &["gc", "nope"], 3, "nope");

@@ -3,23 +3,41 @@
 use std::io::Read;
 
 use anyhow::{Context, bail};
+use mend::Engine;
 use mend::catalog;
+use mend::config::Settings;
 use mend::model::{
     CheckpointDelta, DatasetConfig, ListQuery, PublishRequest, SplitState, StageMode, StageRequest,
     StageSplit, TimeRange,
 };
-use mend::{Engine, EngineOptions};
 use mend_policy::RecoveryMode;
 use serde::Deserialize;
 
+use super::BadInput;
 use super::output;
 use super::{Args, Command, DatasetCommand, ModeArg, RecoverModeArg};
 
+/// Resolves the settings once, before anything is opened (bad settings change nothing), then
+/// runs the command with them.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let engine = open_engine(&args).await?;
+    let settings = Settings::resolve(&args.settings_inputs())?;
     let json = args.json;
-    match args.command {
-        Command::Dataset { command } => dataset(&engine, command, json).await,
+    if let Command::Config = args.command {
+        // Needs no catalog: it must work when the catalog is what is being fixed.
+        return output::settings(&settings, json);
+    }
+    let engine = open_engine(&settings, json).await?;
+    execute(&engine, &settings, args.command, json).await
+}
+
+async fn execute(
+    engine: &Engine,
+    settings: &Settings,
+    command: Command,
+    json: bool,
+) -> anyhow::Result<()> {
+    match command {
+        Command::Dataset { command } => dataset(engine, settings, command, json).await,
         Command::Stage {
             dataset,
             mode,
@@ -30,11 +48,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 let mut text = String::new();
                 std::io::stdin()
                     .read_to_string(&mut text)
-                    .context("read splits from stdin")?;
+                    .map_err(|error| BadInput(format!("read splits from stdin: {error}")))?;
                 text
             } else {
-                std::fs::read_to_string(&splits)
-                    .with_context(|| format!("read splits from {}", splits.display()))?
+                std::fs::read_to_string(&splits).map_err(|error| {
+                    BadInput(format!("read splits from {}: {error}", splits.display()))
+                })?
             };
             let request = StageRequest {
                 dataset_id: dataset,
@@ -114,13 +133,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             let states = state
                 .iter()
                 .map(|name| {
-                    SplitState::parse(name).with_context(|| {
-                        format!(
+                    SplitState::parse(name).ok_or_else(|| {
+                        BadInput(format!(
                             "unknown state {name:?}; use staged, published or marked_for_deletion"
-                        )
+                        ))
                     })
                 })
-                .collect::<anyhow::Result<Vec<_>>>()?;
+                .collect::<Result<Vec<_>, BadInput>>()?;
             let query = ListQuery {
                 states,
                 split_ids: (!splits.is_empty()).then_some(splits),
@@ -192,22 +211,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Policy { command } => super::policy::run(&engine, command, json).await,
-        Command::Serve { listen } => {
-            let options = mend::server::ServeOptions {
-                admin_token: std::env::var("MEND_ADMIN_TOKEN").ok(),
-                supervisor: mend::server::supervisor::SupervisorOptions::default(),
-                load: mend::runtime::LoadOptions {
-                    cache_dir: super::policy::cache_dir(),
-                    ..Default::default()
-                },
-                dataset_defaults: DatasetConfig::default(),
-            };
-            let listen = listen.unwrap_or_else(|| "127.0.0.1:7600".parse().expect("an address"));
-            super::serve::run(engine, options, listen).await
-        }
-        Command::Status => status(&engine, json).await,
-        Command::Demo => super::demo::run(&engine, json).await,
+        Command::Policy { command } => super::policy::run(engine, settings, command, json).await,
+        Command::Serve { .. } => super::serve::run(engine.clone(), settings).await,
+        Command::Config => output::settings(settings, json),
+        Command::Status => status(engine, settings, json).await,
+        Command::Demo => super::demo::run(engine, settings, json).await,
     }
 }
 
@@ -217,6 +225,10 @@ struct Status {
     catalog: String,
     policy_digest: String,
     policy: String,
+    /// The component file the `policy` setting names, run instead of the deployment's active
+    /// policy; absent when the deployment's active policy runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    policy_file: Option<std::path::PathBuf>,
     datasets: Vec<DatasetStatus>,
 }
 
@@ -229,7 +241,7 @@ struct DatasetStatus {
     pending_intents: usize,
 }
 
-async fn status(engine: &Engine, json: bool) -> anyhow::Result<()> {
+async fn status(engine: &Engine, settings: &Settings, json: bool) -> anyhow::Result<()> {
     let policy = engine.policy();
     let mut datasets = Vec::new();
     for dataset in engine.datasets().await.context("list datasets")? {
@@ -254,12 +266,21 @@ async fn status(engine: &Engine, json: bool) -> anyhow::Result<()> {
             policy.description().name,
             policy.description().version
         ),
+        policy_file: settings.policy.clone(),
         datasets,
     };
     output::json_or(&status, json, || {
         let mut lines = vec![
             format!("catalog: {}", status.catalog),
-            format!("policy: {} ({})", status.policy, status.policy_digest),
+            match &status.policy_file {
+                None => format!("policy: {} ({})", status.policy, status.policy_digest),
+                Some(file) => format!(
+                    "policy: {} ({}) from {}, not the deployment's active policy",
+                    status.policy,
+                    status.policy_digest,
+                    file.display()
+                ),
+            },
         ];
         for dataset in &status.datasets {
             lines.push(format!(
@@ -280,37 +301,53 @@ async fn status(engine: &Engine, json: bool) -> anyhow::Result<()> {
     })
 }
 
-async fn open_engine(args: &Args) -> anyhow::Result<Engine> {
-    let (catalog, objects) = catalog::open(&args.catalog, args.objects.as_deref())
+/// The engine the settings describe: their catalog and objects, their limits, and the policy
+/// file they name or else the deployment's active policy.
+async fn open_engine(settings: &Settings, json: bool) -> anyhow::Result<Engine> {
+    // A policy file is loaded first, so that a bad one fails before anything is opened.
+    let file_policy = match &settings.policy {
+        Some(path) => Some(super::policy::load_file(path, settings)?.1),
+        None => None,
+    };
+    let (catalog, objects) = catalog::open(&settings.catalog, settings.objects.as_deref())
         .await
-        .with_context(|| format!("open catalog {}", args.catalog))?;
-    let registry = mend::runtime::registry::PolicyRegistry::new(
-        objects.store().0.clone(),
-        objects.store().1.clone(),
-    );
-    let policy = super::policy::active_policy(&registry).await?;
-    let gates = mend::gates::open_gates(&args.catalog)
+        .with_context(|| format!("open catalog {}", settings.catalog))?;
+    let policy = match file_policy {
+        Some(policy) => policy,
+        None => {
+            let registry = mend::runtime::registry::PolicyRegistry::new(
+                objects.store().0.clone(),
+                objects.store().1.clone(),
+            );
+            super::policy::active_policy(&registry, settings).await?
+        }
+    };
+    let gates = mend::gates::open_gates(&settings.catalog)
         .await
-        .with_context(|| format!("open the gates of catalog {}", args.catalog))?;
-    let engine = Engine::new(catalog, objects, policy, EngineOptions::default())
+        .with_context(|| format!("open the gates of catalog {}", settings.catalog))?;
+    let engine = Engine::new(catalog, objects, policy, settings.engine_options())
         .context("start the engine")?
         .with_gates(gates);
-    Ok(
-        match super::progress::TerminalProgress::for_stderr(args.json) {
-            Some(progress) => engine.with_progress(std::sync::Arc::new(progress)),
-            None => engine,
-        },
-    )
+    Ok(match super::progress::TerminalProgress::for_stderr(json) {
+        Some(progress) => engine.with_progress(std::sync::Arc::new(progress)),
+        None => engine,
+    })
 }
 
-async fn dataset(engine: &Engine, command: DatasetCommand, json: bool) -> anyhow::Result<()> {
+async fn dataset(
+    engine: &Engine,
+    settings: &Settings,
+    command: DatasetCommand,
+    json: bool,
+) -> anyhow::Result<()> {
     match command {
         DatasetCommand::Create {
             dataset,
             staged_grace_period_ms,
             deletion_grace_period_ms,
         } => {
-            let mut config = DatasetConfig::default();
+            // The settings' grace periods, unless this command's own flags say otherwise.
+            let mut config = settings.dataset_config_defaults();
             if let Some(ms) = staged_grace_period_ms {
                 config.staged_grace_period_ms = ms;
             }
@@ -365,7 +402,10 @@ async fn dataset(engine: &Engine, command: DatasetCommand, json: bool) -> anyhow
             clear,
         } => {
             if token.is_none() && !clear {
-                bail!("give --token TOKEN to set the publish token, or --clear to remove it");
+                return Err(BadInput(
+                    "give --token TOKEN to set the publish token, or --clear to remove it".into(),
+                )
+                .into());
             }
             let result = engine
                 .set_publish_token(&dataset, token.as_deref())
@@ -376,13 +416,15 @@ async fn dataset(engine: &Engine, command: DatasetCommand, json: bool) -> anyhow
     }
 }
 
-fn apply_setting(config: &mut DatasetConfig, assignment: &str) -> anyhow::Result<()> {
+fn apply_setting(config: &mut DatasetConfig, assignment: &str) -> Result<(), BadInput> {
     let (key, value) = assignment
         .split_once('=')
-        .with_context(|| format!("--set {assignment:?}: expected KEY=VALUE"))?;
-    let number = || -> anyhow::Result<u64> {
-        value.parse().with_context(|| {
-            format!("--set {key}: {value:?} is not a whole number of milliseconds")
+        .ok_or_else(|| BadInput(format!("--set {assignment:?}: expected KEY=VALUE")))?;
+    let number = || -> Result<u64, BadInput> {
+        value.parse().map_err(|_| {
+            BadInput(format!(
+                "--set {key}: {value:?} is not a whole number of milliseconds"
+            ))
         })
     };
     match key {
@@ -392,9 +434,11 @@ fn apply_setting(config: &mut DatasetConfig, assignment: &str) -> anyhow::Result
             Some(name) if !name.is_empty() => {
                 config.policy_params.insert(name.into(), value.into());
             }
-            _ => bail!(
-                "--set {key}: unknown setting; use staged_grace_period_ms, deletion_grace_period_ms or policy.NAME"
-            ),
+            _ => {
+                return Err(BadInput(format!(
+                    "--set {key}: unknown setting; use staged_grace_period_ms, deletion_grace_period_ms or policy.NAME"
+                )));
+            }
         },
     }
     Ok(())
@@ -426,12 +470,15 @@ fn parse_splits(text: &str) -> anyhow::Result<Vec<StageSplit>> {
         .collect())
 }
 
-fn parse_time_range(text: &str) -> anyhow::Result<TimeRange> {
-    let (start, end) = text
-        .split_once("..")
-        .context("--time-range: expected START..END in milliseconds")?;
+fn parse_time_range(text: &str) -> Result<TimeRange, BadInput> {
+    let bad = || {
+        BadInput(format!(
+            "--time-range {text:?}: expected START..END in milliseconds"
+        ))
+    };
+    let (start, end) = text.split_once("..").ok_or_else(bad)?;
     Ok(TimeRange {
-        start: start.trim().parse().context("--time-range start")?,
-        end: end.trim().parse().context("--time-range end")?,
+        start: start.trim().parse().map_err(|_| bad())?,
+        end: end.trim().parse().map_err(|_| bad())?,
     })
 }

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use bytes::Bytes;
+use mend::config::Settings;
 use mend::engine::{CommitRequest, CommitSplit, IntentStatus, Outcome, ReconcileReport};
 use mend::faults::CrashAt;
 use mend::model::{CheckpointDelta, DatasetConfig, PartitionDelta};
@@ -29,7 +30,7 @@ use mend_policy::RecoveryMode;
 use serde::Serialize;
 
 use super::output;
-use super::policy::{DEFAULT_REPLAY_RECORDS, cache_dir, registry};
+use super::policy::{DEFAULT_REPLAY_RECORDS, registry};
 
 /// Short enough that reconcile may consider an orphan a moment after it appears (the default,
 /// an hour, protects writers between their upload and their stage).
@@ -172,7 +173,7 @@ struct DataLocation {
     directory: Option<PathBuf>,
 }
 
-pub async fn run(engine: &Engine, json: bool) -> anyhow::Result<()> {
+pub async fn run(engine: &Engine, settings: &Settings, json: bool) -> anyhow::Result<()> {
     let started = Instant::now();
     let dataset = format!("demo-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     // The demo shows what the swap to the cautious policy changes, so it must start on another
@@ -305,10 +306,7 @@ pub async fn run(engine: &Engine, json: bool) -> anyhow::Result<()> {
     }
 
     let registry = registry(engine);
-    let load = LoadOptions {
-        cache_dir: cache_dir(),
-        ..LoadOptions::default()
-    };
+    let load = settings.load_options();
     let swap = swap_to_cautious(engine, &registry, &load, &dataset, already_cautious, json).await?;
     // Whatever happens next, the deployment gets its policy back.
     let after_swap = async {

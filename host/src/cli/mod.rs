@@ -7,7 +7,7 @@
 //! |------|---------------------------------------------------------------|
 //! | 0    | success                                                       |
 //! | 1    | any other failure                                             |
-//! | 2    | invalid argument or input (nothing happened)                  |
+//! | 2    | invalid argument, input or configuration (nothing happened)    |
 //! | 3    | not found (nothing happened)                                  |
 //! | 4    | already exists, failed precondition or conflict (nothing happened) |
 //! | 5    | unavailable or transient: the outcome is unknown, retry        |
@@ -24,26 +24,44 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use mend::MendError;
+use mend::config::{ConfigError, Inputs};
 
 pub use commands::run;
-
-/// The catalog used when none is given: a local directory, no server needed.
-pub const DEFAULT_CATALOG: &str = "./mend-data";
 
 #[derive(Debug, Parser)]
 #[command(
     name = "mend",
     version,
-    about = "Keeps a catalog of immutable splits consistent with the object storage under it"
+    about = "Keeps a catalog of immutable splits consistent with the object storage under it",
+    after_help = "Settings come from defaults, then a TOML file, then MEND_* environment variables, then flags; `mend config` shows each one's value and source."
 )]
 pub struct Args {
-    /// Catalog URL: file://DIR (or a plain path), memory://, s3://BUCKET/PREFIX or postgres://...
-    #[arg(long, global = true, env = "MEND_CATALOG", default_value = DEFAULT_CATALOG)]
-    pub catalog: String,
+    /// The settings file; it must exist. Without it, ./mend.toml if there is one. [env: MEND_CONFIG]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// Catalog URL: a directory (default ./mend-data), file://DIR, memory://, s3://BUCKET/PREFIX
+    /// or postgres://... [env: MEND_CATALOG]
+    #[arg(long, global = true, value_name = "URL")]
+    pub catalog: Option<String>,
 
     /// Where split objects live. Defaults to the catalog's own store; required with Postgres.
-    #[arg(long, global = true, env = "MEND_OBJECTS")]
+    /// [env: MEND_OBJECTS]
+    #[arg(long, global = true, value_name = "URL")]
     pub objects: Option<String>,
+
+    /// Where compiled policy components are kept. [env: MEND_CACHE_DIR]
+    #[arg(long, global = true, value_name = "DIR")]
+    pub cache_dir: Option<String>,
+
+    /// Run this policy component instead of the deployment's active policy. [env: MEND_POLICY]
+    #[arg(long, global = true, value_name = "COMPONENT")]
+    pub policy: Option<String>,
+
+    /// Any setting by its key, as in the file (repeatable): --set limits.max_stage_batch=500.
+    /// Give it before the command: `dataset config` has a --set of its own.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
 
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
@@ -51,6 +69,38 @@ pub struct Args {
 
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Args {
+    /// What the settings are resolved from: this process's environment and `./mend.toml`,
+    /// `--config`, and the flags that set a setting. `--set` goes first so that a setting's
+    /// own flag wins over it.
+    pub fn settings_inputs(&self) -> Inputs {
+        let mut inputs = Inputs::from_process();
+        inputs.config_file = self.config.clone();
+        for assignment in &self.set {
+            inputs
+                .flags
+                .push((mend::config::SET_FLAG.to_owned(), assignment.clone()));
+        }
+        for (flag, value) in [
+            ("--catalog", &self.catalog),
+            ("--objects", &self.objects),
+            ("--cache-dir", &self.cache_dir),
+            ("--policy", &self.policy),
+        ] {
+            if let Some(value) = value {
+                inputs.flags.push((flag.to_owned(), value.clone()));
+            }
+        }
+        if let Command::Serve {
+            listen: Some(listen),
+        } = &self.command
+        {
+            inputs.flags.push(("--listen".to_owned(), listen.clone()));
+        }
+        inputs
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -158,10 +208,12 @@ pub enum Command {
     /// Serve the HTTP JSON API (loopback by default) until SIGINT or SIGTERM, with a
     /// supervisor per dataset resolving crashed operations.
     Serve {
-        /// The address to listen on (overrides serve.listen); port 0 picks a free port.
+        /// The address to listen on (the serve.listen setting); port 0 picks a free port.
         #[arg(long)]
-        listen: Option<std::net::SocketAddr>,
+        listen: Option<String>,
     },
+    /// Every setting, its value and where it came from (flag, environment, file or default).
+    Config,
     /// The catalog, the active policy, and each dataset's versions and pending intents.
     Status,
     /// Stage, publish and list a few splits on the catalog, to see mend work end to end.
@@ -261,7 +313,12 @@ fn mend_error(error: &anyhow::Error) -> Option<&MendError> {
 pub fn one_line(error: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in error.chain() {
-        let text = cause.to_string();
+        // Some causes (a parser's diagnostics) span lines; the error stays on one.
+        let text = cause
+            .to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         if !line.contains(&text) {
             if !line.is_empty() {
                 line.push_str(": ");
@@ -272,7 +329,24 @@ pub fn one_line(error: &anyhow::Error) -> String {
     line
 }
 
+fn config_error(error: &anyhow::Error) -> Option<&ConfigError> {
+    error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<ConfigError>())
+}
+
 pub fn hint(error: &anyhow::Error) -> Option<&'static str> {
+    if let Some(error) = config_error(error) {
+        return Some(match error {
+            ConfigError::MissingFile { .. } => {
+                "give an existing file to --config or MEND_CONFIG, or neither to read ./mend.toml if it exists"
+            }
+            ConfigError::UnknownKey { .. } | ConfigError::MalformedAssignment { .. } => {
+                "the Configuration section of README.md lists every setting"
+            }
+            _ => "fix it where it came from; nothing was opened or written",
+        });
+    }
     Some(match mend_error(error)? {
         MendError::NotFound {
             kind: mend::EntityKind::Dataset,
@@ -290,7 +364,20 @@ pub fn hint(error: &anyhow::Error) -> Option<&'static str> {
     })
 }
 
+/// Input the command line refuses before anything happens (a flag's value, a file it
+/// names): exit code 2, like a bad setting or a request the engine finds invalid.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInput(pub String);
+
 pub fn exit_code(error: &anyhow::Error) -> u8 {
+    if config_error(error).is_some() || error.chain().any(|cause| cause.is::<BadInput>()) {
+        return 2;
+    }
+    // A component that failed to load or check, outside any engine call.
+    if error.chain().any(|cause| cause.is::<mend::PolicyError>()) {
+        return 6;
+    }
     match mend_error(error) {
         None => {
             if error.chain().any(|cause| cause.is::<serde_json::Error>()) {

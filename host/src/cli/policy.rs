@@ -3,15 +3,16 @@
 //!
 //! The active policy of a deployment is kept in its policy registry, next to the split objects
 //! ([`PolicyRegistry`]), so that every `mend` process opening the catalog runs the same one.
-//! Components are compiled once per machine into the cache directory (`MEND_CACHE_DIR`, by
-//! default `$XDG_CACHE_HOME/mend/components` or `~/.cache/mend/components`).
+//! Components are compiled once per machine into the cache directory (the `cache_dir` setting),
+//! and loaded with the settings' policy limits.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use mend::Engine;
+use mend::config::Settings;
 use mend::runtime::registry::PolicyRegistry;
-use mend::runtime::{LoadOptions, PolicyRuntime, imports_of};
+use mend::runtime::{DEFAULT_POLICY_WASM, LoadOptions, PolicyRuntime, imports_of};
 use serde::Serialize;
 
 use super::PolicyCommand;
@@ -20,49 +21,45 @@ use super::output;
 /// How many of each dataset's newest audit records a swap or replay asks the candidate.
 pub const DEFAULT_REPLAY_RECORDS: usize = 10_000;
 
-/// Where compiled components are kept on this machine.
-pub fn cache_dir() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("MEND_CACHE_DIR") {
-        return Some(PathBuf::from(dir));
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
-    Some(base.join("mend").join("components"))
-}
-
-fn load_options() -> LoadOptions {
-    LoadOptions {
-        cache_dir: cache_dir(),
-        ..LoadOptions::default()
-    }
-}
-
 /// The policy registry of the deployment the engine's objects live in.
 pub fn registry(engine: &Engine) -> PolicyRegistry {
     let (store, prefix) = engine.objects().store();
     PolicyRegistry::new(store.clone(), prefix.clone())
 }
 
-/// The deployment's active policy: the registry's, or the built-in default before any swap.
-pub async fn active_policy(registry: &PolicyRegistry) -> anyhow::Result<PolicyRuntime> {
+/// The deployment's active policy: the registry's, or the built-in default before any swap;
+/// either way under the settings' limits. The built-in one is compiled in this process only,
+/// as it always was: a plain `mend status` writes nothing to the cache directory.
+pub async fn active_policy(
+    registry: &PolicyRegistry,
+    settings: &Settings,
+) -> anyhow::Result<PolicyRuntime> {
     match registry.active().await.context("read the active policy")? {
-        None => PolicyRuntime::default_policy().context("load the built-in policy"),
+        None => {
+            let options = LoadOptions {
+                cache_dir: None,
+                ..settings.load_options()
+            };
+            PolicyRuntime::load_with(DEFAULT_POLICY_WASM, &options)
+                .context("load the built-in policy")
+        }
         Some(record) => {
             let bytes = registry
                 .component(&record.digest)
                 .await
                 .with_context(|| format!("read active policy {}", record.digest))?;
-            PolicyRuntime::load_with(&bytes, &load_options())
+            PolicyRuntime::load_with(&bytes, &settings.load_options())
                 .with_context(|| format!("load active policy {}", record.digest))
         }
     }
 }
 
-fn load_file(path: &Path) -> anyhow::Result<(Vec<u8>, PolicyRuntime)> {
-    let bytes =
-        std::fs::read(path).with_context(|| format!("read policy component {}", path.display()))?;
-    let policy = PolicyRuntime::load_with(&bytes, &load_options())
+/// A component file, loaded and checked under the settings' limits.
+pub fn load_file(path: &Path, settings: &Settings) -> anyhow::Result<(Vec<u8>, PolicyRuntime)> {
+    let bytes = std::fs::read(path).map_err(|error| {
+        super::BadInput(format!("read policy component {}: {error}", path.display()))
+    })?;
+    let policy = PolicyRuntime::load_with(&bytes, &settings.load_options())
         .with_context(|| format!("load policy component {}", path.display()))?;
     Ok((bytes, policy))
 }
@@ -73,7 +70,12 @@ fn load_suites(paths: &[PathBuf]) -> anyhow::Result<Vec<mend::scenarios::Suite>>
     for path in paths {
         if path.is_dir() {
             let mut found: Vec<PathBuf> = std::fs::read_dir(path)
-                .with_context(|| format!("read scenario directory {}", path.display()))?
+                .map_err(|error| {
+                    super::BadInput(format!(
+                        "read scenario directory {}: {error}",
+                        path.display()
+                    ))
+                })?
                 .filter_map(|entry| entry.ok().map(|entry| entry.path()))
                 .filter(|file| file.extension().is_some_and(|e| e == "json"))
                 .collect();
@@ -97,10 +99,15 @@ struct Inspection<'a> {
     imports: Vec<String>,
 }
 
-pub async fn run(engine: &Engine, command: PolicyCommand, json: bool) -> anyhow::Result<()> {
+pub async fn run(
+    engine: &Engine,
+    settings: &Settings,
+    command: PolicyCommand,
+    json: bool,
+) -> anyhow::Result<()> {
     match command {
         PolicyCommand::Inspect { component } => {
-            let (bytes, policy) = load_file(&component)?;
+            let (bytes, policy) = load_file(&component, settings)?;
             let inspection = Inspection {
                 digest: policy.digest(),
                 description: policy.description(),
@@ -134,32 +141,46 @@ pub async fn run(engine: &Engine, command: PolicyCommand, json: bool) -> anyhow:
                 name: &'a str,
                 version: &'a str,
                 record: Option<mend::runtime::registry::ActiveRecord>,
+                /// Set when the `policy` setting has this process run a file instead of the
+                /// deployment's active policy: digest, name and version are then the file's.
+                #[serde(skip_serializing_if = "Option::is_none")]
+                policy_file: Option<&'a Path>,
             }
             let active = Active {
                 digest: policy.digest(),
                 name: &policy.description().name,
                 version: &policy.description().version,
                 record,
+                policy_file: settings.policy.as_deref(),
             };
-            output::json_or(&active, json, || match &active.record {
-                None => format!(
-                    "{} ({} {}), the built-in policy: no swap has happened",
-                    active.digest, active.name, active.version
-                ),
-                Some(record) => format!(
-                    "{} ({} {}), active since change {} ({}) at {} ms; previous {}",
-                    active.digest,
-                    active.name,
-                    active.version,
-                    record.version,
-                    record.change,
-                    record.changed_at_ms,
-                    record.previous.as_deref().unwrap_or("the built-in policy")
-                ),
+            let overridden = active.policy_file.map(|file| {
+                format!(
+                    "\nthis process runs {} (the `policy` setting), not the deployment's active policy",
+                    file.display()
+                )
+            });
+            output::json_or(&active, json, || {
+                let line = match &active.record {
+                    None => format!(
+                        "{} ({} {}), the built-in policy: no swap has happened",
+                        active.digest, active.name, active.version
+                    ),
+                    Some(record) => format!(
+                        "{} ({} {}), active since change {} ({}) at {} ms; previous {}",
+                        active.digest,
+                        active.name,
+                        active.version,
+                        record.version,
+                        record.change,
+                        record.changed_at_ms,
+                        record.previous.as_deref().unwrap_or("the built-in policy")
+                    ),
+                };
+                line + overridden.as_deref().unwrap_or_default()
             })
         }
         PolicyCommand::Replay { component, records } => {
-            let (_, candidate) = load_file(&component)?;
+            let (_, candidate) = load_file(&component, settings)?;
             let report = engine
                 .replay_policy(&candidate, records)
                 .await
@@ -170,7 +191,7 @@ pub async fn run(engine: &Engine, command: PolicyCommand, json: bool) -> anyhow:
             component,
             scenarios,
         } => {
-            let (_, policy) = load_file(&component)?;
+            let (_, policy) = load_file(&component, settings)?;
             let suites = load_suites(&scenarios)?;
             let reports: Vec<_> = suites
                 .iter()
@@ -194,7 +215,7 @@ pub async fn run(engine: &Engine, command: PolicyCommand, json: bool) -> anyhow:
             records,
             scenarios,
         } => {
-            let (bytes, candidate) = load_file(&component)?;
+            let (bytes, candidate) = load_file(&component, settings)?;
             let golden = load_suites(&scenarios)?;
             let swap = engine
                 .swap_deployment_policy(&registry(engine), &bytes, candidate, records, &golden)
@@ -215,7 +236,7 @@ pub async fn run(engine: &Engine, command: PolicyCommand, json: bool) -> anyhow:
         }
         PolicyCommand::Rollback => {
             let record = engine
-                .rollback_deployment_policy(&registry(engine), &load_options())
+                .rollback_deployment_policy(&registry(engine), &settings.load_options())
                 .await
                 .context("roll back the active policy")?;
             output::json_or(&record, json, || {

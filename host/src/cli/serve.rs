@@ -1,13 +1,23 @@
 //! `mend serve`: runs the HTTP server until SIGINT or SIGTERM, then shuts down gracefully
 //! (no new requests; admitted writes finish).
 
-use std::net::SocketAddr;
-
 use anyhow::Context;
 use mend::Engine;
+use mend::config::Settings;
 use mend::server::ServeOptions;
+use mend::server::supervisor::SupervisorOptions;
 
-pub async fn run(engine: Engine, options: ServeOptions, listen: SocketAddr) -> anyhow::Result<()> {
+pub async fn run(engine: Engine, settings: &Settings) -> anyhow::Result<()> {
+    let options = ServeOptions {
+        admin_token: settings.admin_token.clone(),
+        supervisor: SupervisorOptions {
+            interval: settings.supervisor_interval,
+            max_backoff: settings.supervisor_max_backoff,
+        },
+        load: settings.load_options(),
+        dataset_defaults: settings.dataset_config_defaults(),
+    };
+    let listen = settings.listen;
     let catalog = engine.catalog().describe();
     let policy = engine.policy().digest().to_string();
     let admin = if options.admin_token.is_some() {

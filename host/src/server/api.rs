@@ -255,7 +255,7 @@ async fn not_in_doubt(
 fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(expected) = shared.options.admin_token.as_deref() else {
         return Err(ApiError::unauthorized(
-            "this server has no admin token: start it with serve.admin_token (MEND_ADMIN_TOKEN) to allow admin requests",
+            "this server has no admin token: start it with serve.admin_token (MEND_SERVE_ADMIN_TOKEN) to allow admin requests",
         ));
     };
     let presented = headers
