@@ -339,3 +339,28 @@ fn policy_inspect_test_replay_swap_active_and_rollback() {
     checked += 3;
     println!("cli policy commands: {checked} checks against the real binary");
 }
+
+#[test]
+fn status_names_a_damaged_dataset_and_still_shows_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    ok(dir, &["dataset", "create", "good"]);
+    ok(dir, &["dataset", "create", "broken"]);
+    // The next version of broken's commit log holds garbage.
+    let log = dir.join("mend-data/datasets/broken/catalog/log");
+    let newest = std::fs::read_dir(&log)
+        .unwrap()
+        .filter_map(|entry| entry.unwrap().file_name().into_string().ok())
+        .filter_map(|name| name.strip_suffix(".json")?.parse::<u64>().ok())
+        .max()
+        .unwrap();
+    std::fs::write(log.join(format!("{:020}.json", newest + 1)), "{ not json").unwrap();
+
+    let status = ok(dir, &["status"]);
+    assert_eq!(status["datasets"][0]["dataset_id"], "broken");
+    assert!(status["datasets"][0]["unreadable"].is_string(), "{status}");
+    assert_eq!(status["datasets"][1]["dataset_id"], "good");
+    assert_eq!(status["datasets"][1]["pending_intents"], 0);
+    fails(dir, &["dataset", "show", "broken"], 1, "broken");
+    println!("cli status with a damaged dataset: 5 checks");
+}

@@ -565,6 +565,20 @@ fn a_dataset_that_cannot_be_served_answers_503_while_another_serves() {
         assert_eq!(status, 200);
         checked += 2;
     }
+    // The listings name the broken dataset with its reason and still list the good one.
+    let listed = server.get("/v1/datasets");
+    assert_eq!(listed.0, 200, "{}", listed.1);
+    assert_eq!(listed.1[0]["dataset_id"], "broken");
+    assert_eq!(listed.1[0]["error"], "corrupt");
+    assert_eq!(listed.1[1]["dataset_id"], "good");
+    let status = server.get("/v1/status");
+    assert_eq!(status.0, 200);
+    assert!(
+        status.1["datasets"][0]["unreadable"].is_string(),
+        "{}",
+        status.1
+    );
+    checked += 2;
     let ready = server.get("/readyz");
     assert_eq!(ready.0, 200);
     assert_eq!(ready.1["unavailable_datasets"][0]["dataset_id"], "broken");

@@ -214,6 +214,18 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     /// All datasets, sorted by id.
     async fn list_datasets(&self) -> Result<Vec<Dataset>>;
 
+    /// The ids of all datasets, sorted, without reading each one, so that a dataset whose
+    /// state cannot be read is still named (it fails on its own when read). It may name one
+    /// that turns out not to exist: reading that one says `NotFound`.
+    async fn list_dataset_ids(&self) -> Result<Vec<String>> {
+        Ok(self
+            .list_datasets()
+            .await?
+            .into_iter()
+            .map(|dataset| dataset.dataset_id)
+            .collect())
+    }
+
     /// One dataset; `NotFound` if it does not exist.
     async fn dataset(&self, dataset_id: &str) -> Result<Dataset>;
 

@@ -235,28 +235,46 @@ struct Status {
 #[derive(serde::Serialize)]
 struct DatasetStatus {
     dataset_id: String,
-    manifest_version: u64,
-    config_version: u64,
-    fencing_epoch: u64,
-    pending_intents: usize,
+    #[serde(flatten)]
+    state: DatasetState,
+}
+
+/// A dataset's versions and pending intents, or why they could not be read: one damaged
+/// dataset does not hide the others.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum DatasetState {
+    Read {
+        manifest_version: u64,
+        config_version: u64,
+        fencing_epoch: u64,
+        pending_intents: usize,
+    },
+    Unreadable {
+        unreadable: String,
+    },
 }
 
 async fn status(engine: &Engine, settings: &Settings, json: bool) -> anyhow::Result<()> {
     let policy = engine.policy();
     let mut datasets = Vec::new();
-    for dataset in engine.datasets().await.context("list datasets")? {
-        let intents = engine
-            .catalog()
-            .list_intents(&dataset.dataset_id)
-            .await
-            .with_context(|| format!("list the intents of dataset {}", dataset.dataset_id))?;
-        datasets.push(DatasetStatus {
-            dataset_id: dataset.dataset_id,
-            manifest_version: dataset.manifest_version,
-            config_version: dataset.config_version,
-            fencing_epoch: dataset.fencing_epoch,
-            pending_intents: intents.len(),
-        });
+    for (dataset_id, dataset) in engine.each_dataset().await.context("list datasets")? {
+        let intents = match &dataset {
+            Ok(_) => engine.catalog().list_intents(&dataset_id).await,
+            Err(_) => Ok(Vec::new()),
+        };
+        let state = match (dataset, intents) {
+            (Ok(dataset), Ok(intents)) => DatasetState::Read {
+                manifest_version: dataset.manifest_version,
+                config_version: dataset.config_version,
+                fencing_epoch: dataset.fencing_epoch,
+                pending_intents: intents.len(),
+            },
+            (Err(error), _) | (_, Err(error)) => DatasetState::Unreadable {
+                unreadable: error.to_string(),
+            },
+        };
+        datasets.push(DatasetStatus { dataset_id, state });
     }
     let status = Status {
         catalog: engine.catalog().describe(),
@@ -283,19 +301,26 @@ async fn status(engine: &Engine, settings: &Settings, json: bool) -> anyhow::Res
             },
         ];
         for dataset in &status.datasets {
-            lines.push(format!(
-                "dataset {}: manifest {}, config {}, fencing epoch {}, {} pending intent(s){}",
-                dataset.dataset_id,
-                dataset.manifest_version,
-                dataset.config_version,
-                dataset.fencing_epoch,
-                dataset.pending_intents,
-                if dataset.pending_intents > 0 {
-                    " (see `mend recover DATASET --mode probe`)"
-                } else {
-                    ""
-                }
-            ));
+            lines.push(match &dataset.state {
+                DatasetState::Read {
+                    manifest_version,
+                    config_version,
+                    fencing_epoch,
+                    pending_intents,
+                } => format!(
+                    "dataset {}: manifest {manifest_version}, config {config_version}, fencing epoch {fencing_epoch}, {pending_intents} pending intent(s){}",
+                    dataset.dataset_id,
+                    if *pending_intents > 0 {
+                        " (see `mend recover DATASET --mode probe`)"
+                    } else {
+                        ""
+                    }
+                ),
+                DatasetState::Unreadable { unreadable } => format!(
+                    "dataset {}: cannot be read: {unreadable}",
+                    dataset.dataset_id
+                ),
+            });
         }
         lines.join("\n")
     })

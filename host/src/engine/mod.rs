@@ -27,6 +27,8 @@ pub use verify::{VerifyReport, Violation};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use mend_policy::capability::{
     PUBLISH_CHECKPOINT, PUBLISH_FENCING_EPOCH, PUBLISH_TOKEN, STAGE_CREATE_ONLY, STAGE_UPSERT,
 };
@@ -279,6 +281,25 @@ impl Engine {
 
     pub async fn datasets(&self) -> Result<Vec<Dataset>> {
         self.catalog.list_datasets().await
+    }
+
+    /// Every dataset, each read on its own: one whose state cannot be read is listed with
+    /// its error instead of failing the whole listing, so one damaged dataset does not hide
+    /// the others.
+    pub async fn each_dataset(&self) -> Result<Vec<(String, Result<Dataset>)>> {
+        let ids = self.catalog.list_dataset_ids().await?;
+        let read: Vec<(String, Result<Dataset>)> = futures::stream::iter(ids)
+            .map(|id| async move {
+                let dataset = self.catalog.dataset(&id).await;
+                (id, dataset)
+            })
+            .buffered(8)
+            .collect()
+            .await;
+        Ok(read
+            .into_iter()
+            .filter(|(_, dataset)| !matches!(dataset, Err(MendError::NotFound { .. })))
+            .collect())
     }
 
     pub async fn dataset(&self, dataset_id: &str) -> Result<Dataset> {

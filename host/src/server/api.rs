@@ -340,18 +340,25 @@ async fn metrics(State(shared): AppState) -> Response {
 
 async fn status(State(shared): AppState) -> ApiResult {
     let policy = shared.engine.policy();
-    let datasets = shared.engine.datasets().await?;
     let health = shared.supervisors.all();
-    let datasets: Vec<Value> = datasets
+    let datasets: Vec<Value> = shared
+        .engine
+        .each_dataset()
+        .await?
         .into_iter()
-        .map(|dataset| {
-            json!({
-                "dataset_id": dataset.dataset_id,
+        .map(|(id, dataset)| match dataset {
+            Ok(dataset) => json!({
+                "dataset_id": id,
                 "manifest_version": dataset.manifest_version,
                 "config_version": dataset.config_version,
                 "fencing_epoch": dataset.fencing_epoch,
-                "health": health.get(&dataset.dataset_id),
-            })
+                "health": health.get(&id),
+            }),
+            Err(error) => json!({
+                "dataset_id": id,
+                "unreadable": error.to_string(),
+                "health": health.get(&id),
+            }),
         })
         .collect();
     ok(&json!({
@@ -363,8 +370,22 @@ async fn status(State(shared): AppState) -> ApiResult {
     }))
 }
 
+/// Every dataset; one that cannot be read is listed as `{"dataset_id", "error", "reason"}`
+/// rather than failing the listing.
 async fn list_datasets(State(shared): AppState) -> ApiResult {
-    ok(&shared.engine.datasets().await?)
+    let datasets: Vec<Value> = shared
+        .engine
+        .each_dataset()
+        .await?
+        .into_iter()
+        .map(|(id, dataset)| match dataset {
+            Ok(dataset) => serde_json::to_value(dataset).unwrap_or(Value::Null),
+            Err(error) => {
+                json!({"dataset_id": id, "error": error.code(), "reason": error.to_string()})
+            }
+        })
+        .collect();
+    ok(&datasets)
 }
 
 #[derive(Deserialize)]

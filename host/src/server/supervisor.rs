@@ -116,11 +116,12 @@ impl Supervisors {
 
     /// Lists the catalog's datasets and supervises each.
     pub async fn discover(self: &Arc<Self>) -> Result<usize> {
-        let datasets = self.engine.datasets().await?;
-        for dataset in &datasets {
-            self.supervise(&dataset.dataset_id);
+        // Ids only: a dataset that cannot be read gets a supervisor too, which reports it.
+        let ids = self.engine.catalog().list_dataset_ids().await?;
+        for id in &ids {
+            self.supervise(id);
         }
-        Ok(datasets.len())
+        Ok(ids.len())
     }
 
     /// Asks the dataset's supervisor to check now (a request met `RecoveryRequired`).

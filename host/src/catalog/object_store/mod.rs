@@ -324,6 +324,12 @@ impl Catalog for ObjectStoreCatalog {
         Ok(datasets)
     }
 
+    async fn list_dataset_ids(&self) -> Result<Vec<String>> {
+        let mut ids = self.log.dataset_ids().await?;
+        ids.sort();
+        Ok(ids)
+    }
+
     async fn dataset(&self, dataset_id: &str) -> Result<Dataset> {
         Ok(self.load(dataset_id).await?.dataset.clone())
     }
