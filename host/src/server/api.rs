@@ -215,6 +215,17 @@ fn engine_error(shared: &Shared, dataset_id: &str, error: MendError) -> ApiError
     ApiError::from(error)
 }
 
+/// A ticket for one write, or 503 once the server is shutting down.
+fn admit(shared: &Shared) -> Result<super::writes::WriteTicket, ApiError> {
+    shared.writes.admit().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "the server is shutting down and admits no new writes",
+        )
+    })
+}
+
 /// Runs an admitted write to its end, whatever becomes of the request.
 async fn write<T, F>(shared: &Arc<Shared>, dataset_id: &str, write: F) -> Result<T, ApiError>
 where
@@ -222,13 +233,7 @@ where
     F: Future<Output = crate::Result<T>> + Send + 'static,
 {
     served(shared, dataset_id)?;
-    let ticket = shared.writes.admit().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            "the server is shutting down and admits no new writes",
-        )
-    })?;
+    let ticket = admit(shared)?;
     Writes::run(ticket, write)
         .await
         .map_err(|error| engine_error(shared, dataset_id, error))
@@ -769,13 +774,7 @@ async fn recover(
     let mode = request.mode;
     // Probe and verify write nothing, but run like writes so that a shutdown waits for them
     // too; a dataset its supervisor cannot serve is still open to an operator's recovery.
-    let ticket = shared.writes.admit().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            "the server is shutting down",
-        )
-    })?;
+    let ticket = admit(&shared)?;
     let report = Writes::run(ticket, async move { engine.recover(&id, mode).await })
         .await
         .map_err(|error| engine_error(&shared, &dataset_id, error))?;
@@ -857,13 +856,7 @@ async fn swap_policy(State(shared): AppState, headers: HeaderMap, body: Bytes) -
         .collect::<Result<Vec<_>, _>>()?;
     let engine = shared.engine.clone();
     let registry = shared.registry.clone();
-    let ticket = shared.writes.admit().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            "the server is shutting down",
-        )
-    })?;
+    let ticket = admit(&shared)?;
     let swap = Writes::run(ticket, async move {
         engine
             .swap_deployment_policy(&registry, &bytes, candidate, request.records, &golden)
@@ -882,13 +875,7 @@ async fn rollback_policy(State(shared): AppState, headers: HeaderMap) -> ApiResu
     let engine = shared.engine.clone();
     let registry = shared.registry.clone();
     let load = shared.options.load.clone();
-    let ticket = shared.writes.admit().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            "the server is shutting down",
-        )
-    })?;
+    let ticket = admit(&shared)?;
     let record = Writes::run(ticket, async move {
         engine.rollback_deployment_policy(&registry, &load).await
     })

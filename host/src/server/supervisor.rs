@@ -2,8 +2,9 @@
 //! (`RecoveryRequired` on the write path) with roll-forward sweeps, off the request path.
 //!
 //! Each supervisor wakes every interval, or at once when a request is kicked back with
-//! `RecoveryRequired`, lists the dataset's intents and, when there are any, runs a
-//! roll-forward sweep (which leaves a live owner's intent alone). A check that fails makes
+//! `RecoveryRequired`, lists the dataset's intents and, when one of them has outlived its
+//! owner's lease, runs a roll-forward sweep (which leaves a live owner's intent alone). Work
+//! a sweep leaves for an operator (blocked, refused) is swept again only with backoff. A check that fails makes
 //! the dataset *unavailable*: its requests answer 503 with the reason while every other
 //! dataset keeps serving, and the supervisor retries with exponential backoff until a check
 //! succeeds. Roll-forward never undoes anyone's work; exclusive recovery stays an
@@ -150,6 +151,9 @@ impl Supervisors {
     async fn run(self: Arc<Self>, dataset_id: String, supervisor: Arc<DatasetSupervisor>) {
         let mut shutdown = self.shutdown.clone();
         let mut wait = Duration::ZERO;
+        // Sweeps in a row that left work only an operator can finish: backed off like
+        // failures, since sweeping again changes nothing until someone acts.
+        let mut stuck: u32 = 0;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
@@ -175,10 +179,18 @@ impl Supervisors {
                     health.unavailable_since_ms = None;
                     health.consecutive_failures = 0;
                     health.pending_intents = Some(check.pending);
+                    stuck = if check.needs_operator.is_empty() {
+                        0
+                    } else {
+                        stuck + 1
+                    };
                     health.needs_operator = check.needs_operator;
                     health.sweeps += u64::from(check.swept);
                     self.metrics.dataset(&dataset_id, Some(check.pending), true);
-                    wait = self.options.interval;
+                    wait = match stuck {
+                        0 => self.options.interval,
+                        rounds => backoff(self.options, rounds),
+                    };
                 }
                 Err(MendError::NotFound { .. }) => {
                     // The dataset is gone: nothing left to supervise.
@@ -212,9 +224,15 @@ impl Supervisors {
         // Reading the dataset first catches a catalog that cannot be read at all.
         self.engine.dataset(dataset_id).await?;
         let intents = self.engine.catalog().list_intents(dataset_id).await?;
-        if intents.is_empty() {
+        // While every owner may still be working, a roll-forward sweep would only defer
+        // each one: skip it, and its gate, until a lease runs out.
+        let now = SystemClock.now_ms();
+        if intents
+            .iter()
+            .all(|intent| intent.lease_expires_at_ms > now)
+        {
             return Ok(Some(Check {
-                pending: 0,
+                pending: intents.len(),
                 needs_operator: Vec::new(),
                 swept: false,
             }));
