@@ -20,12 +20,35 @@ const ADMIN_TOKEN: &str = "s3cret-admin-token";
 struct Server {
     child: Child,
     address: SocketAddr,
-    dir: PathBuf,
+    /// The catalog URL and the objects URL (`None`: the catalog's own store) it serves.
+    catalog: String,
+    objects: Option<String>,
     log: Arc<Mutex<String>>,
 }
 
 impl Server {
+    /// On the embedded default: `./mend-data` in `dir`.
     fn start(dir: &Path, admin_token: Option<&str>) -> Server {
+        let catalog = format!("file://{}", dir.join("mend-data").display());
+        Server::start_on(dir, admin_token, catalog, None)
+    }
+
+    /// On the Postgres of `MEND_TEST_DATABASE_URL` (scripts/with-postgres), objects in `dir`.
+    fn start_on_postgres(dir: &Path) -> Server {
+        let url = std::env::var("MEND_TEST_DATABASE_URL").expect(
+            "MEND_TEST_DATABASE_URL is not set: run the Postgres tests under scripts/with-postgres",
+        );
+        let objects = format!("file://{}", dir.join("objects").display());
+        std::fs::create_dir_all(dir.join("objects")).unwrap();
+        Server::start_on(dir, None, url, Some(objects))
+    }
+
+    fn start_on(
+        dir: &Path,
+        admin_token: Option<&str>,
+        catalog: String,
+        objects: Option<String>,
+    ) -> Server {
         let mut command = Command::new(env!("CARGO_BIN_EXE_mend"));
         command
             .args([
@@ -39,13 +62,16 @@ impl Server {
             ])
             .current_dir(dir)
             .env("MEND_CACHE_DIR", dir.join("cache"))
-            .env_remove("MEND_CATALOG")
+            .env("MEND_CATALOG", &catalog)
             .env_remove("MEND_OBJECTS")
             .env_remove("MEND_CONFIG")
             .env_remove("MEND_SERVE_ADMIN_TOKEN")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
+        if let Some(objects) = &objects {
+            command.env("MEND_OBJECTS", objects);
+        }
         if let Some(token) = admin_token {
             command.env("MEND_SERVE_ADMIN_TOKEN", token);
         }
@@ -71,7 +97,8 @@ impl Server {
         let server = Server {
             child,
             address,
-            dir: dir.to_path_buf(),
+            catalog,
+            objects,
             log,
         };
         server.wait_for("ready", |s| s.get("/readyz").0 == 200);
@@ -126,10 +153,6 @@ impl Server {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-    }
-
-    fn catalog_url(&self) -> String {
-        format!("file://{}", self.dir.join("mend-data").display())
     }
 }
 
@@ -602,17 +625,39 @@ fn a_dataset_that_cannot_be_served_answers_503_while_another_serves() {
 fn a_write_in_the_way_of_a_crashed_operation_gets_503_until_the_supervisor_rolls_it_forward() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), None);
-    assert_eq!(
-        server.post("/v1/datasets", json!({"dataset_id": "d1"})).0,
-        201
-    );
+    crashed_commit_waits_for_the_supervisor(&server, "d1");
+    println!("server recovery_required [local directory]: 4 checks");
+}
 
-    // A writer in another process crashes after staging s1, before publishing it; its intent's
-    // lease runs 3 s.
+#[test]
+fn the_server_and_its_supervisor_work_the_same_on_postgres() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_on_postgres(dir.path());
+    // The database is shared with other tests: a dataset of our own.
+    let dataset = format!("serve-{}", uuid::Uuid::new_v4().simple());
+    crashed_commit_waits_for_the_supervisor(&server, &dataset);
+    let path = format!("/v1/datasets/{dataset}/stage");
+    let (status, _) = server.post(
+        &path,
+        json!({"mode": "create-only", "splits": splits(&["s2"])}),
+    );
+    assert_eq!(status, 200);
+    let (status, _) = server.post(&path, json!({"splits": splits(&["s3"])}));
+    assert_eq!(status, 400);
+    println!("server recovery_required [postgres]: 6 checks");
+}
+
+/// A writer in another process crashes after staging s1, before publishing it, with a lease
+/// of 3 s: a publish of s1 gets 503 `recovery_required` naming its operation, and once the
+/// lease runs out the dataset's supervisor rolls the commit forward.
+fn crashed_commit_waits_for_the_supervisor(server: &Server, dataset_id: &str) {
+    let (status, body) = server.post("/v1/datasets", json!({"dataset_id": dataset_id}));
+    assert_eq!(status, 201, "{body}");
     let runtime = runtime();
-    let catalog_url = server.catalog_url();
     runtime.block_on(async {
-        let (catalog, objects) = mend::catalog::open(&catalog_url, None).await.unwrap();
+        let (catalog, objects) = mend::catalog::open(&server.catalog, server.objects.as_deref())
+            .await
+            .unwrap();
         let engine = mend::Engine::new(
             catalog,
             objects,
@@ -626,7 +671,7 @@ fn a_write_in_the_way_of_a_crashed_operation_gets_503_until_the_supervisor_rolls
         .with_faults(Arc::new(mend::faults::CrashAt::new(5, false)));
         let crashed = engine
             .commit(&mend::engine::CommitRequest {
-                dataset_id: "d1".into(),
+                dataset_id: dataset_id.into(),
                 node: "crasher".into(),
                 splits: vec![mend::engine::CommitSplit {
                     split_id: "s1".into(),
@@ -641,16 +686,16 @@ fn a_write_in_the_way_of_a_crashed_operation_gets_503_until_the_supervisor_rolls
     });
 
     let (status, body) = server.post(
-        "/v1/datasets/d1/publish",
+        &format!("/v1/datasets/{dataset_id}/publish"),
         json!({"staged_split_ids": ["s1"]}),
     );
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"], "recovery_required");
     assert!(body["operation_id"].as_str().is_some());
 
-    // Once the lease runs out the supervisor rolls the commit forward: s1 is published.
+    let published = format!("/v1/datasets/{dataset_id}/splits?state=published");
     server.wait_for("the supervisor to roll the commit forward", |s| {
-        s.get("/v1/datasets/d1/splits?state=published").1["splits"]
+        s.get(&published).1["splits"]
             .as_array()
             .is_some_and(|splits| splits.len() == 1)
     });
@@ -659,7 +704,6 @@ fn a_write_in_the_way_of_a_crashed_operation_gets_503_until_the_supervisor_rolls
             "mend_decisions_total{kind=\"recovery\",outcome=\"roll_forward_executed\"} 1"
         )
     );
-    println!("server recovery_required: 3 checks");
 }
 
 /// A dataset with one abandoned staged split, and a gc of it the server has admitted and that
@@ -678,7 +722,7 @@ fn gc_waiting_for_the_dataset_gate(
         json!({"mode": "create-only", "splits": splits(&["abandoned"])}),
     );
     let runtime = runtime();
-    let held = hold_dataset_gate(&runtime, &server.catalog_url(), "d1");
+    let held = hold_dataset_gate(&runtime, &server.catalog.clone(), "d1");
     let mut client = TcpStream::connect(server.address).unwrap();
     client
         .write_all(&request_bytes(
