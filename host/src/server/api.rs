@@ -325,13 +325,16 @@ async fn readyz(State(shared): AppState) -> ApiResult {
         ));
     }
     if !shared.ready.load(Ordering::SeqCst) {
+        let message = match shared.discovery_error().as_deref() {
+            Some(error) => format!("the server cannot list the catalog's datasets: {error}"),
+            None => "the server has not listed the catalog's datasets yet".to_string(),
+        };
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "starting",
-            "the server has not listed the catalog's datasets yet",
+            message,
         ));
-    }
-    // One dataset that cannot be served does not make the server unready: the others serve.
+    } // One dataset that cannot be served does not make the server unready: the others serve.
     ok(&json!({"ready": true, "unavailable_datasets": unavailable}))
 }
 

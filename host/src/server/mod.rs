@@ -59,6 +59,16 @@ struct Shared {
     /// False until the first discovery, and again from the start of a shutdown.
     ready: AtomicBool,
     shutting_down: AtomicBool,
+    /// Why the last listing of the catalog's datasets failed, if it did.
+    discovery_error: std::sync::Mutex<Option<String>>,
+}
+
+impl Shared {
+    fn discovery_error(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.discovery_error
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 /// Binds `listen` and serves until `shutdown` completes; then stops accepting, lets every
@@ -97,6 +107,7 @@ pub async fn serve(
         writes,
         ready: AtomicBool::new(false),
         shutting_down: AtomicBool::new(false),
+        discovery_error: std::sync::Mutex::new(None),
     });
 
     let watcher = tokio::spawn(watch_deployment(
@@ -130,17 +141,35 @@ pub async fn serve(
 /// Keeps the supervisors' dataset list and the active policy current, every interval.
 async fn watch_deployment(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
     let mut followed: Option<u64> = None;
+    // Each problem is logged when it starts, not again every interval while it lasts.
+    let mut last_registry_error = None;
     loop {
-        match shared.supervisors.discover().await {
-            Ok(_) => shared.ready.store(
+        let discovered = shared.supervisors.discover().await;
+        let discovery_error = discovered.as_ref().err().map(ToString::to_string);
+        if discovery_error.is_some() && *shared.discovery_error() != discovery_error {
+            eprintln!(
+                "mend serve: cannot list datasets: {}",
+                discovery_error.as_deref().unwrap_or_default()
+            );
+        }
+        if discovered.is_ok() {
+            shared.ready.store(
                 !shared.shutting_down.load(Ordering::SeqCst),
                 Ordering::SeqCst,
-            ),
-            Err(error) => eprintln!("mend serve: cannot list datasets: {error}"),
+            );
         }
-        if let Err(error) = follow_registry(&shared, &mut followed).await {
-            eprintln!("mend serve: cannot follow the policy registry: {error}");
+        *shared.discovery_error() = discovery_error;
+        let followed_now = follow_registry(&shared, &mut followed)
+            .await
+            .err()
+            .map(|error| error.to_string());
+        if followed_now.is_some() && followed_now != last_registry_error {
+            eprintln!(
+                "mend serve: cannot follow the policy registry: {}",
+                followed_now.as_deref().unwrap_or_default()
+            );
         }
+        last_registry_error = followed_now;
         tokio::select! {
             _ = tokio::time::sleep(shared.options.supervisor.interval) => {}
             _ = stopped.changed() => return,
