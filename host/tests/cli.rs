@@ -2,26 +2,17 @@
 //! happy path and its main failure, with the exit codes the README documents; and where its
 //! settings come from.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn mend(dir: &Path, args: &[&str]) -> Output {
-    mend_with_env(dir, args, &[])
-}
+use common::{json, mend, mend_command};
 
-/// `mend` in `dir` with exactly the `MEND_*` variables given (and the cache in `dir`): one
-/// left over from the shell running the tests would change the settings under test.
+/// `mend` in `dir` with exactly the `MEND_*` variables given.
 fn mend_with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mend"));
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("MEND_") {
-            command.env_remove(name);
-        }
-    }
-    command
+    mend_command(dir)
         .args(args)
-        .current_dir(dir)
-        .env("MEND_CACHE_DIR", dir.join("cache"))
         .envs(env.iter().copied())
         .output()
         .expect("run mend")
@@ -44,15 +35,6 @@ fn setting(
 
 fn source(kind: &str, name: &str) -> serde_json::Value {
     serde_json::json!({"kind": kind, "name": name})
-}
-
-fn json(output: &Output) -> serde_json::Value {
-    assert!(
-        output.status.success(),
-        "mend failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("--json prints JSON")
 }
 
 #[test]

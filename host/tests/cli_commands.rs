@@ -3,33 +3,26 @@
 //! (2 invalid input, 3 not found, 4 precondition or conflict, 6 policy), and nothing changed
 //! by a failure. `serve` has its own file (server.rs), `demo` too (demo.rs).
 
+mod common;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
-fn mend_with_stdin(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mend"))
+use common::{mend, mend_command};
+
+fn mend_with_stdin(dir: &Path, args: &[&str], stdin: &str) -> Output {
+    let mut child = mend_command(dir)
         .args(args)
-        .current_dir(dir)
-        .env("MEND_CACHE_DIR", dir.join("cache"))
-        .env_remove("MEND_CATALOG")
-        .env_remove("MEND_OBJECTS")
-        .env_remove("MEND_CONFIG")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("run mend");
     let mut input = child.stdin.take().unwrap();
-    if let Some(text) = stdin {
-        input.write_all(text.as_bytes()).unwrap();
-    }
+    input.write_all(stdin.as_bytes()).unwrap();
     drop(input);
     child.wait_with_output().unwrap()
-}
-
-fn mend(dir: &Path, args: &[&str]) -> Output {
-    mend_with_stdin(dir, args, None)
 }
 
 /// Runs a command that must succeed and print JSON.
@@ -148,7 +141,7 @@ fn dataset_stage_publish_mark_delete_list_gc_and_verify() {
     let output = mend_with_stdin(
         dir,
         &["stage", "d1", "--mode", "create-only", "--json"],
-        Some(r#"[{"split_id": "s3"}, {"split_id": "s4"}]"#),
+        r#"[{"split_id": "s3"}, {"split_id": "s4"}]"#,
     );
     assert!(output.status.success(), "{output:?}");
     let again: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
@@ -347,14 +340,8 @@ fn status_names_a_damaged_dataset_and_still_shows_the_others() {
     ok(dir, &["dataset", "create", "good"]);
     ok(dir, &["dataset", "create", "broken"]);
     // The next version of broken's commit log holds garbage.
-    let log = dir.join("mend-data/datasets/broken/catalog/log");
-    let newest = std::fs::read_dir(&log)
-        .unwrap()
-        .filter_map(|entry| entry.unwrap().file_name().into_string().ok())
-        .filter_map(|name| name.strip_suffix(".json")?.parse::<u64>().ok())
-        .max()
-        .unwrap();
-    std::fs::write(log.join(format!("{:020}.json", newest + 1)), "{ not json").unwrap();
+    let damaged = common::next_log_file(&dir.join("mend-data"), "broken");
+    std::fs::write(damaged, "{ not json").unwrap();
 
     let status = ok(dir, &["status"]);
     assert_eq!(status["datasets"][0]["dataset_id"], "broken");

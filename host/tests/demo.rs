@@ -2,8 +2,11 @@
 //! catalog: what its summary says happened, that it runs again in the same directory, and that
 //! it leaves the deployment's policy as it found it.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+
+use common::{json, mend};
 
 use mend::runtime::{DEFAULT_POLICY_WASM, digest_of};
 use serde_json::Value;
@@ -14,27 +17,6 @@ const CAUTIOUS_SCENARIOS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../policies/cautious/scenarios"
 );
-
-fn mend(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mend"))
-        .args(args)
-        .current_dir(dir)
-        .env("MEND_CACHE_DIR", dir.join("cache"))
-        .env_remove("MEND_CATALOG")
-        .env_remove("MEND_OBJECTS")
-        .env_remove("MEND_CONFIG")
-        .output()
-        .expect("run mend")
-}
-
-fn json(output: &Output) -> Value {
-    assert!(
-        output.status.success(),
-        "mend failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("--json prints one JSON document")
-}
 
 fn count(value: &Value) -> u64 {
     value

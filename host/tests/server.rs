@@ -4,6 +4,8 @@
 //! the dataset's supervisor, a client disconnecting during an admitted write, and a graceful
 //! shutdown waiting for one.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -49,7 +51,7 @@ impl Server {
         catalog: String,
         objects: Option<String>,
     ) -> Server {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_mend"));
+        let mut command = common::mend_command(dir);
         command
             .args([
                 "--set",
@@ -60,12 +62,7 @@ impl Server {
                 "--listen",
                 "127.0.0.1:0",
             ])
-            .current_dir(dir)
-            .env("MEND_CACHE_DIR", dir.join("cache"))
             .env("MEND_CATALOG", &catalog)
-            .env_remove("MEND_OBJECTS")
-            .env_remove("MEND_CONFIG")
-            .env_remove("MEND_SERVE_ADMIN_TOKEN")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -528,21 +525,6 @@ fn admin_requests_need_the_token_and_do_nothing_without_it() {
     println!("server admin: {checked} checks");
 }
 
-/// The dataset's next commit-log file, which its catalog will read as the next version.
-fn next_log_file(dir: &Path, dataset_id: &str) -> PathBuf {
-    let log = dir
-        .join("mend-data/datasets")
-        .join(dataset_id)
-        .join("catalog/log");
-    let newest = std::fs::read_dir(&log)
-        .unwrap()
-        .filter_map(|entry| entry.unwrap().file_name().into_string().ok())
-        .filter_map(|name| name.strip_suffix(".json")?.parse::<u64>().ok())
-        .max()
-        .unwrap();
-    log.join(format!("{:020}.json", newest + 1))
-}
-
 #[test]
 fn a_dataset_that_cannot_be_served_answers_503_while_another_serves() {
     let dir = tempfile::tempdir().unwrap();
@@ -557,7 +539,7 @@ fn a_dataset_that_cannot_be_served_answers_503_while_another_serves() {
         );
     }
     // A catalog file that cannot be read: the dataset's history is damaged.
-    let damaged = next_log_file(dir.path(), "broken");
+    let damaged = common::next_log_file(&dir.path().join("mend-data"), "broken");
     std::fs::write(&damaged, b"{ not json").unwrap();
 
     server.wait_for("the broken dataset to answer 503", |s| {
