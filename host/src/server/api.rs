@@ -172,7 +172,7 @@ impl IntoResponse for ApiError {
 type ApiResult = Result<Response, ApiError>;
 
 fn json_body(value: &impl serde::Serialize) -> Response {
-    let text = serde_json::to_string_pretty(value).unwrap_or_else(|error| {
+    let text = serde_json::to_string(value).unwrap_or_else(|error| {
         json!({"error": "internal", "message": format!("encode the answer: {error}")}).to_string()
     });
     ([(header::CONTENT_TYPE, "application/json")], text).into_response()
