@@ -457,6 +457,10 @@ fn every_route_answers_its_happy_path_and_its_main_failure() {
     for line in [
         "mend_decisions_total{kind=\"stage\",outcome=\"inserted\"} 4",
         "mend_decisions_total{kind=\"publish\",outcome=\"accepted\"} 2",
+        // Refused by the rules (412): the upsert over s1 and the publish without the token;
+        // the publish of an unknown split (404) is not a decision.
+        "mend_decisions_total{kind=\"stage\",outcome=\"refused\"} 1",
+        "mend_decisions_total{kind=\"publish\",outcome=\"refused\"} 1",
         "mend_active_policy_info{digest=\"sha256:",
         "mend_pending_intents{dataset=\"d1\"} 0",
         "mend_dataset_up{dataset=\"d1\"} 1",

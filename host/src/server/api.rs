@@ -91,6 +91,15 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
     }
 
+    /// Whether the request was decided against: refused by the policy or an invariant (412,
+    /// 422), not malformed, missing or failed. What `refused` counts in the metrics.
+    fn refused_by_the_rules(&self) -> bool {
+        matches!(
+            self.status,
+            StatusCode::PRECONDITION_FAILED | StatusCode::UNPROCESSABLE_ENTITY
+        )
+    }
+
     /// The dataset cannot be served now; others can.
     fn dataset_unavailable(dataset_id: &str, reason: &str) -> Self {
         let mut error = Self::new(
@@ -538,7 +547,7 @@ async fn stage(State(shared): AppState, Path(dataset_id): Path<String>, body: By
     .await;
     match &result {
         Ok(staged) => shared.metrics.stage(staged),
-        Err(error) if error.status == StatusCode::PRECONDITION_FAILED => {
+        Err(error) if error.refused_by_the_rules() => {
             shared.metrics.decision("stage", "refused", 1)
         }
         Err(_) => {}
@@ -588,7 +597,7 @@ async fn publish(
     .await;
     match &result {
         Ok(_) => shared.metrics.decision("publish", "accepted", 1),
-        Err(error) if error.status.is_client_error() => {
+        Err(error) if error.refused_by_the_rules() => {
             shared.metrics.decision("publish", "refused", 1)
         }
         Err(_) => {}
