@@ -532,6 +532,18 @@ fn admin_requests_need_the_token_and_do_nothing_without_it() {
     assert_eq!(status, 200, "{rolled}");
     assert_eq!(server.get("/v1/policy").1["digest"], before["digest"]);
     checked += 4;
+
+    // A swap made by another process (the CLI, on the same deployment) reaches the running
+    // server through the policy registry within an interval.
+    let swapped_by_cli = common::mend(
+        dir.path(),
+        &["policy", "swap", component.to_str().unwrap(), "--json"],
+    );
+    assert!(swapped_by_cli.status.success(), "{swapped_by_cli:?}");
+    server.wait_for("the server to follow the registry", |s| {
+        s.get("/v1/policy").1["digest"] == after["digest"]
+    });
+    checked += 1;
     println!("server admin: {checked} checks");
 }
 
