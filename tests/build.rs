@@ -21,5 +21,6 @@ fn main() {
             "mend-policy-forbidden-import",
             "mend-policy-liar",
         ],
+        None,
     );
 }
