@@ -74,6 +74,15 @@ fn main() {
 
     // Reads: a page of 100 published splits.
     let ids: Vec<String> = (0..SPLITS_PER_BATCH).map(|i| split_id(0, i)).collect();
+    // Their objects first: a publish refuses a split without one (invariant 1).
+    for (catalog, id) in [local.path(), served.path()]
+        .into_iter()
+        .flat_map(|dir| ids.iter().map(move |id| (dir, id)))
+    {
+        let splits = catalog.join("datasets/bench/splits");
+        std::fs::create_dir_all(&splits).unwrap();
+        std::fs::write(splits.join(id), b"object").unwrap();
+    }
     runtime
         .block_on(engine.publish(&mend::model::PublishRequest {
             dataset_id: "bench".into(),

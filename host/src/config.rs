@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::bounds;
 use crate::engine::EngineOptions;
 use crate::model::DatasetConfig;
 use crate::runtime::{LoadOptions, PolicyLimits};
@@ -61,7 +62,11 @@ pub struct Settings {
     pub cache_dir: Option<PathBuf>,
     /// A policy component file to run instead of the deployment's active policy.
     pub policy: Option<PathBuf>,
+    /// Open a Postgres server that may lose acknowledged commits (throwaway clusters only).
+    pub accept_unsafe_durability: bool,
     pub max_stage_batch: NonZeroUsize,
+    pub max_metadata_bytes: usize,
+    pub max_list_page: usize,
     pub policy_memory_bytes: usize,
     pub policy_cpu_time: Duration,
     pub policy_output_bytes: usize,
@@ -113,6 +118,8 @@ pub struct Setting {
     pub doc: &'static str,
     /// Shown as `<set>` or `<unset>`, never as its value.
     pub secret: bool,
+    /// The range of a numeric setting (durations in ms); a value outside it is refused.
+    pub range: Option<bounds::Bound>,
     field: Field,
 }
 
@@ -246,53 +253,81 @@ pub static SETTINGS: &[Setting] = &[
     .flag("--policy")
     .default_doc("the deployment's active policy"),
     Setting::new(
+        "postgres.accept_unsafe_durability",
+        "MEND_POSTGRES_ACCEPT_UNSAFE_DURABILITY",
+        field!(accept_unsafe_durability),
+        "Open a Postgres catalog whose server may lose acknowledged commits in a crash (fsync, synchronous_commit or full_page_writes off); for throwaway clusters only.",
+    ),
+    Setting::new(
         "limits.max_stage_batch",
         "MEND_LIMITS_MAX_STAGE_BATCH",
         field!(max_stage_batch),
-        "Most splits one stage request may carry.",
-    ),
+        "Most splits one stage, publish, mark or delete request may name.",
+    )
+    .within(bounds::STAGE_BATCH),
+    Setting::new(
+        "limits.max_metadata_bytes",
+        "MEND_LIMITS_MAX_METADATA_BYTES",
+        field!(max_metadata_bytes),
+        "Most bytes of one split's metadata (JSON text).",
+    )
+    .within(bounds::METADATA_BYTES),
+    Setting::new(
+        "limits.max_list_page",
+        "MEND_LIMITS_MAX_LIST_PAGE",
+        field!(max_list_page),
+        "Most splits one page of a listing holds; a listing without a limit gets this many.",
+    )
+    .within(bounds::LIST_PAGE),
     Setting::new(
         "limits.policy_memory_bytes",
         "MEND_LIMITS_POLICY_MEMORY_BYTES",
         field!(policy_memory_bytes),
         "Largest memory one policy decision may grow to, in bytes.",
-    ),
+    )
+    .within(bounds::POLICY_MEMORY_BYTES),
     Setting::new(
         "limits.policy_cpu_time_ms",
         "MEND_LIMITS_POLICY_CPU_TIME_MS",
         field!(policy_cpu_time),
         "Longest one policy decision may run, in ms (rounded up to the 10 ms epoch tick).",
-    ),
+    )
+    .within(bounds::POLICY_CPU_TIME_MS),
     Setting::new(
         "limits.policy_output_bytes",
         "MEND_LIMITS_POLICY_OUTPUT_BYTES",
         field!(policy_output_bytes),
         "Largest answer one policy decision may return, in bytes.",
-    ),
+    )
+    .within(bounds::POLICY_OUTPUT_BYTES),
     Setting::new(
         "limits.gate_timeout_ms",
         "MEND_LIMITS_GATE_TIMEOUT_MS",
         field!(gate_timeout),
         "How long an operation waits for the gates it needs before failing with Conflict, in ms.",
-    ),
+    )
+    .within(bounds::GATE_TIMEOUT_MS),
     Setting::new(
         "limits.intent_lease_ms",
         "MEND_LIMITS_INTENT_LEASE_MS",
         field!(intent_lease),
         "How long an operation's intent says its owner may still be working; recovery short of exclusive waits that long, in ms.",
-    ),
+    )
+    .within(bounds::INTENT_LEASE_MS),
     Setting::new(
         "grace.staged_grace_period_ms",
         "MEND_GRACE_STAGED_GRACE_PERIOD_MS",
         field!(staged_grace_period),
         "For new datasets: a staged split untouched this long (ms) is abandoned and gc marks it.",
-    ),
+    )
+    .within(bounds::DEFAULT_STAGED_GRACE_PERIOD_MS),
     Setting::new(
         "grace.deletion_grace_period_ms",
         "MEND_GRACE_DELETION_GRACE_PERIOD_MS",
         field!(deletion_grace_period),
         "For new datasets: a marked split's object and row are removed this long (ms) after the mark.",
-    ),
+    )
+    .within(bounds::DEFAULT_DELETION_GRACE_PERIOD_MS),
     Setting::new(
         "serve.listen",
         "MEND_SERVE_LISTEN",
@@ -313,13 +348,15 @@ pub static SETTINGS: &[Setting] = &[
         "MEND_SERVE_SUPERVISOR_INTERVAL_MS",
         field!(supervisor_interval),
         "How often the server's supervisors run, in ms.",
-    ),
+    )
+    .within(bounds::SUPERVISOR_INTERVAL_MS),
     Setting::new(
         "serve.supervisor_max_backoff_ms",
         "MEND_SERVE_SUPERVISOR_MAX_BACKOFF_MS",
         field!(supervisor_max_backoff),
         "Longest a failing supervisor waits before it tries again, in ms.",
-    ),
+    )
+    .within(bounds::SUPERVISOR_MAX_BACKOFF_MS),
 ];
 
 impl Settings {
@@ -347,9 +384,18 @@ impl Settings {
     pub fn engine_options(&self) -> EngineOptions {
         EngineOptions {
             max_stage_batch: self.max_stage_batch.get(),
+            max_metadata_bytes: self.max_metadata_bytes,
+            max_list_page: self.max_list_page,
             intent_lease_ms: i64::try_from(self.intent_lease.as_millis()).unwrap_or(i64::MAX),
             gate_timeout: self.gate_timeout,
             ..EngineOptions::default()
+        }
+    }
+
+    /// How a Postgres catalog is opened.
+    pub fn postgres_options(&self) -> crate::catalog::PostgresOptions {
+        crate::catalog::PostgresOptions {
+            accept_unsafe_durability: self.accept_unsafe_durability,
         }
     }
 
@@ -409,7 +455,10 @@ impl Settings {
             cache_dir: cache_base.map(|base| base.join("mend").join("components")),
             policy: None,
             // A zero limit would refuse every stage; the engine's default is never zero.
+            accept_unsafe_durability: false,
             max_stage_batch: NonZeroUsize::new(engine.max_stage_batch).unwrap_or(NonZeroUsize::MIN),
+            max_metadata_bytes: engine.max_metadata_bytes,
+            max_list_page: engine.max_list_page,
             policy_memory_bytes: limits.max_memory_bytes,
             policy_cpu_time: limits.cpu_time_per_call,
             policy_output_bytes: limits.max_output_bytes,
@@ -432,11 +481,20 @@ impl Settings {
         raw: Raw<'_>,
         from: Source,
     ) -> Result<(), ConfigError> {
-        (setting.field.assign)(self, raw).map_err(|reason| ConfigError::InvalidValue {
+        let invalid = |reason: String| ConfigError::InvalidValue {
             key: setting.key.to_owned(),
             from: from.clone(),
-            reason,
-        })?;
+            reason: match setting.range {
+                Some(range) => format!("{reason}; its range is {range}"),
+                None => reason,
+            },
+        };
+        (setting.field.assign)(self, raw).map_err(invalid)?;
+        if let (Some(range), Shown::Number(number)) = (setting.range, setting.value(self)) {
+            range
+                .within(number)
+                .map_err(|problem| invalid(format!("{} is out of range", problem.value)))?;
+        }
         let index = SETTINGS
             .iter()
             .position(|candidate| std::ptr::eq(candidate, setting))
@@ -547,6 +605,7 @@ impl Setting {
             default_doc: None,
             doc,
             secret: false,
+            range: None,
             field,
         }
     }
@@ -563,6 +622,19 @@ impl Setting {
             default_doc: Some(words),
             ..self
         }
+    }
+
+    const fn within(self, range: bounds::Bound) -> Self {
+        Setting {
+            range: Some(range),
+            ..self
+        }
+    }
+
+    /// Its range as the README shows it.
+    pub fn range_text(&self) -> String {
+        self.range
+            .map_or_else(String::new, |range| format!("`{range}`"))
     }
 
     const fn secret(self) -> Self {
@@ -719,13 +791,48 @@ impl SettingValue for Option<PathBuf> {
     }
 }
 
+impl SettingValue for bool {
+    const EXPECTED: &'static str = "true or false";
+
+    fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            other => Err(format!(
+                "{:?} is not true or false",
+                crate::validate::truncated(other, crate::validate::QUOTED_CHARS)
+            )),
+        }
+    }
+
+    /// Booleans are TOML booleans in the file, not strings.
+    fn from_toml(value: &toml::Value) -> Result<Self, String> {
+        match value {
+            toml::Value::Boolean(flag) => Ok(*flag),
+            other => Err(wrong_type(Self::EXPECTED, other)),
+        }
+    }
+
+    fn show(&self) -> Shown {
+        Shown::Text(self.to_string())
+    }
+}
+
 impl SettingValue for u64 {
     const EXPECTED: &'static str = "a whole number";
 
     fn parse(text: &str) -> Result<Self, String> {
-        text.trim()
-            .parse()
-            .map_err(|_| format!("{text:?} is not a whole number"))
+        let digits = text.trim();
+        digits.parse().map_err(|_| {
+            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+                format!("{digits} is too large")
+            } else {
+                format!(
+                    "{:?} is not a whole number",
+                    crate::validate::truncated(text, crate::validate::QUOTED_CHARS)
+                )
+            }
+        })
     }
 
     /// Numbers are TOML integers in the file, not strings.
@@ -1294,14 +1401,17 @@ mod tests {
             assert!(!setting.doc.contains('|') && !setting.default_text().contains('|'));
             assert!(setting.key.matches('.').count() <= 1);
         }
-        assert_eq!(sections().collect::<Vec<_>>(), ["limits", "grace", "serve"]);
+        assert_eq!(
+            sections().collect::<Vec<_>>(),
+            ["postgres", "limits", "grace", "serve"]
+        );
     }
 
     /// README.md's configuration table, as this table says it must read.
     fn markdown_table() -> String {
         let mut lines = vec![
-            "| key | environment | flag | default | meaning |".to_owned(),
-            "|---|---|---|---|---|".to_owned(),
+            "| key | environment | flag | default | range | meaning |".to_owned(),
+            "|---|---|---|---|---|---|".to_owned(),
         ];
         for setting in SETTINGS {
             let default = match setting.default_doc {
@@ -1313,8 +1423,11 @@ mod tests {
                 None => format!("`{SET_FLAG}`"),
             };
             lines.push(format!(
-                "| `{}` | `{}` | {flag} | {default} | {} |",
-                setting.key, setting.env, setting.doc
+                "| `{}` | `{}` | {flag} | {default} | {} | {} |",
+                setting.key,
+                setting.env,
+                setting.range_text(),
+                setting.doc
             ));
         }
         lines.join("\n")

@@ -141,7 +141,7 @@ impl Intent {
             kind,
             phase: IntentPhase::Armed,
             owner: owner.to_string(),
-            lease_expires_at_ms: now_ms + lease_ms,
+            lease_expires_at_ms: now_ms.saturating_add(lease_ms),
             created_at_ms: now_ms,
             updated_at_ms: now_ms,
             effects: PlannedEffects::default(),

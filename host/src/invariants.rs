@@ -141,7 +141,7 @@ pub fn checked_publish(
         return Err(fenced);
     }
     if !violations.is_empty() {
-        return Err(violation_error(violations));
+        return Err(violation_error(request, observation, violations));
     }
     match broken_invariant(request, observation) {
         Some(broken) => Err(rejected_plan(format!(
@@ -189,19 +189,8 @@ fn broken_invariant(request: &PublishRequest, observation: &PublishObservation) 
             return Some(format!("split {id} is not published (invariant 5)"));
         }
     }
-    if let Some(delta) = &request.checkpoint_delta {
-        let positions = observation.checkpoint.get(&delta.source);
-        for partition in &delta.partitions {
-            let current = positions.and_then(|p| p.get(&partition.partition)).copied();
-            if current != partition.from_position
-                || current.is_some_and(|at| partition.to_position <= at)
-            {
-                return Some(format!(
-                    "partition {} of source {} is at {current:?}, the delta starts at {:?} (invariant 4)",
-                    partition.partition, delta.source, partition.from_position
-                ));
-            }
-        }
+    if let Some(mismatch) = checkpoint_mismatch(request, observation) {
+        return Some(format!("{mismatch} (invariant 4)"));
     }
     if request.publish_token != observation.publish_token {
         return Some("the publish token is not the dataset's current one (invariant 7)".into());
@@ -209,7 +198,47 @@ fn broken_invariant(request: &PublishRequest, observation: &PublishObservation) 
     None
 }
 
-fn violation_error(violations: Vec<PublishViolation>) -> MendError {
+/// Where the publish's checkpoint delta does not start at the dataset's positions, or does not
+/// move forward from them: the first such partition, in words a writer can act on.
+fn checkpoint_mismatch(request: &PublishRequest, observation: &PublishObservation) -> Option<String> {
+    let delta = request.checkpoint_delta.as_ref()?;
+    let positions = observation.checkpoint.get(&delta.source);
+    delta.partitions.iter().find_map(|partition| {
+        let current = positions.and_then(|p| p.get(&partition.partition)).copied();
+        if current == partition.from_position
+            && current.is_none_or(|at| partition.to_position > at)
+        {
+            return None;
+        }
+        let at = current.map_or("has no position yet".to_string(), |at| format!("is at {at}"));
+        let from = partition
+            .from_position
+            .map_or("from no position".to_string(), |from| format!("from {from}"));
+        Some(format!(
+            "partition {} of source {} {at}, but the checkpoint delta moves it {from} to {}",
+            partition.partition, delta.source, partition.to_position
+        ))
+    })
+}
+
+fn violation_error(
+    request: &PublishRequest,
+    observation: &PublishObservation,
+    violations: Vec<PublishViolation>,
+) -> MendError {
+    // A checkpoint that moved on is the common race between two writers of one source; say
+    // where it stands, so the writer can read it again, rather than the policy's summary.
+    if violations
+        .iter()
+        .all(|v| v.kind == ViolationKind::CheckpointMismatch)
+    {
+        if let Some(mismatch) = checkpoint_mismatch(request, observation) {
+            return MendError::failed_precondition(
+                format!("publish refused: {mismatch}; read the checkpoint again"),
+                Vec::new(),
+            );
+        }
+    }
     let missing: Vec<String> = violations
         .iter()
         .filter(|v| v.kind == ViolationKind::SplitMissing)

@@ -12,6 +12,7 @@
 //! - [`model`] and [`error`] are the data and the typed errors everything shares.
 
 pub mod audit;
+pub mod bounds;
 pub mod catalog;
 pub mod clock;
 pub mod config;

@@ -182,6 +182,9 @@ fn dataset_stage_publish_mark_delete_list_gc_and_verify() {
     );
     checked += 4;
 
+    for id in ["s1", "s2"] {
+        common::write_object(&dir.join("mend-data"), "d1", id);
+    }
     let published = ok(dir, &["publish", "d1", "--split", "s1,s2"]);
     assert_eq!(published["published"], serde_json::json!(["s1", "s2"]));
     fails(dir, &["publish", "d1", "--split", "zz"], 3, "zz");

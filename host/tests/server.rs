@@ -301,6 +301,28 @@ fn every_route_answers_its_happy_path_and_its_main_failure() {
         "{no_mode}"
     );
 
+    // Invariant 1 at every publish: splits whose objects were never written are refused,
+    // named, and nothing is published.
+    let without_objects = expect(
+        "publish without the objects",
+        server.post(
+            "/v1/datasets/d1/publish",
+            json!({"staged_split_ids": ["s1", "s2"]}),
+        ),
+        412,
+    );
+    assert_eq!(without_objects["ids"], json!(["s1", "s2"]), "{without_objects}");
+    assert!(
+        server.get("/v1/datasets/d1/splits?state=published").1["splits"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    // The storage system uploads them, straight to the store.
+    let catalog_dir = dir.path().join("mend-data");
+    for id in ["s1", "s2", "s4"] {
+        common::write_object(&catalog_dir, "d1", id);
+    }
     let published = expect(
         "publish",
         server.post(
@@ -389,9 +411,8 @@ fn every_route_answers_its_happy_path_and_its_main_failure() {
         400,
     );
     let verify = expect("verify", server.get("/v1/datasets/d1/verify"), 200);
-    // Rows staged and published over HTTP have no objects (the storage system uploads them):
-    // verify names the published one.
-    assert_eq!(verify["violations"][0]["split_id"], "s1", "{verify}");
+    // Every published split has its object.
+    assert_eq!(verify["violations"], json!([]), "{verify}");
 
     let shown = server.get("/v1/datasets/d1").1;
     let config = expect(
@@ -457,10 +478,11 @@ fn every_route_answers_its_happy_path_and_its_main_failure() {
     for line in [
         "mend_decisions_total{kind=\"stage\",outcome=\"inserted\"} 4",
         "mend_decisions_total{kind=\"publish\",outcome=\"accepted\"} 2",
-        // Refused by the rules (412): the upsert over s1 and the publish without the token;
-        // the publish of an unknown split (404) is not a decision.
+        // Refused by the rules (412): the upsert over s1, the publish without the objects and
+        // the publish without the token; the publish of an unknown split (404) is not a
+        // decision.
         "mend_decisions_total{kind=\"stage\",outcome=\"refused\"} 1",
-        "mend_decisions_total{kind=\"publish\",outcome=\"refused\"} 1",
+        "mend_decisions_total{kind=\"publish\",outcome=\"refused\"} 2",
         "mend_active_policy_info{digest=\"sha256:",
         "mend_pending_intents{dataset=\"d1\"} 0",
         "mend_dataset_up{dataset=\"d1\"} 1",
@@ -587,6 +609,7 @@ fn a_dataset_that_cannot_be_served_answers_503_while_another_serves() {
             json!({"mode": "create-only", "splits": splits(&[&id])}),
         );
         assert_eq!(status, 200, "{body}");
+        common::write_object(&dir.path().join("mend-data"), "good", &id);
         let (status, _) = server.post(
             "/v1/datasets/good/publish",
             json!({"staged_split_ids": [id]}),
@@ -661,9 +684,13 @@ fn crashed_commit_waits_for_the_supervisor(server: &Server, dataset_id: &str) {
     assert_eq!(status, 201, "{body}");
     let runtime = runtime();
     runtime.block_on(async {
-        let (catalog, objects) = mend::catalog::open(&server.catalog, server.objects.as_deref())
-            .await
-            .unwrap();
+        let (catalog, objects) = mend::catalog::open_with(
+            &server.catalog,
+            server.objects.as_deref(),
+            common::postgres_options(),
+        )
+        .await
+        .unwrap();
         let engine = mend::Engine::new(
             catalog,
             objects,

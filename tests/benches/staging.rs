@@ -21,6 +21,10 @@ use sqlx::PgPool;
 const SPLITS: usize = 10_000;
 const BATCH: usize = 1_000;
 const RUNS: usize = 5;
+const STAGE_LIMITS: mend::validate::StageLimits = mend::validate::StageLimits {
+    max_batch: BATCH,
+    max_metadata_bytes: 64 * 1024,
+};
 
 fn metadata(i: usize) -> serde_json::Value {
     serde_json::json!({
@@ -177,6 +181,60 @@ async fn main() {
     }
     decision_cost(&harness.engine.policy());
     read_and_decide_cost(&harness).await;
+    publish_object_check_cost(&harness).await;
+}
+
+/// What checking that every published split has its object (invariant 1, one HEAD per split,
+/// `EXISTENCE_CHECKS_IN_FLIGHT` at a time) adds to a publish of a batch.
+async fn publish_object_check_cost(harness: &Harness) {
+    let iterations: u32 = 10;
+    let (mut publish, mut check) = (Duration::ZERO, Duration::ZERO);
+    for iteration in 0..iterations {
+        let dataset_id = harness.create_dataset("publish").await;
+        let splits = batches(20_000 + iteration as usize).remove(0);
+        let ids: Vec<String> = splits.iter().map(|split| split.split_id.clone()).collect();
+        let request = StageRequest {
+            dataset_id: dataset_id.clone(),
+            mode: StageMode::CreateOnly,
+            node: "bench".into(),
+            splits,
+        };
+        harness.engine.stage(&request).await.expect("stage");
+        for id in &ids {
+            harness
+                .engine
+                .objects()
+                .put(&dataset_id, id, bytes::Bytes::from_static(b"object"))
+                .await
+                .expect("write an object");
+        }
+        let started = Instant::now();
+        let missing = harness.engine.objects().missing(&dataset_id, &ids).await;
+        check += started.elapsed();
+        assert_eq!(missing.expect("check objects"), Vec::<String>::new());
+        let started = Instant::now();
+        harness
+            .engine
+            .publish(&mend::model::PublishRequest {
+                dataset_id,
+                staged_split_ids: ids,
+                replaced_split_ids: vec![],
+                checkpoint_delta: None,
+                publish_token: None,
+                fencing_epoch: None,
+            })
+            .await
+            .expect("publish");
+        publish += started.elapsed();
+    }
+    let (publish, check) = (publish / iterations, check / iterations);
+    println!(
+        "publish of {BATCH} splits: {:.2} ms, of which the object check {:.2} ms (objects in a \
+         local directory); with/without the check = {:.2}",
+        publish.as_secs_f64() * 1e3,
+        check.as_secs_f64() * 1e3,
+        publish.as_secs_f64() / (publish - check.min(publish)).as_secs_f64().max(1e-9)
+    );
 }
 
 /// A create-only batch whose ids all exist: validation, the read and the decision, no write.
@@ -200,7 +258,9 @@ async fn read_and_decide_cost(harness: &Harness) {
     let validation = {
         let started = Instant::now();
         for _ in 0..iterations {
-            std::hint::black_box(mend::validate::stage_request(&request, BATCH).unwrap());
+            std::hint::black_box(
+                mend::validate::stage_request(&request, STAGE_LIMITS).unwrap(),
+            );
         }
         started.elapsed() / iterations
     };

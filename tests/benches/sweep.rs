@@ -62,7 +62,10 @@ async fn setup(postgres: bool) -> Setup {
     let clock = Arc::new(ManualClock::new(SystemClock.now_ms()));
     let catalog: Arc<dyn Catalog> = if postgres {
         Arc::new(
-            PostgresCatalog::connect(&mend_tests::harness::postgres_url())
+            PostgresCatalog::connect_with(
+                &mend_tests::harness::postgres_url(),
+                mend_tests::harness::postgres_options(),
+            )
                 .await
                 .expect("connect to Postgres"),
         )

@@ -141,12 +141,16 @@ fn request(
     }
 }
 
+/// Stages `ids` and, as a writer does, uploads the object of each split it inserted.
 async fn stage(h: &Harness, dataset_id: &str, mode: StageMode, ids: &[&str]) -> StageResult {
     let splits: Vec<(&str, String)> = ids.iter().map(|id| (*id, metadata(1))).collect();
-    h.engine
+    let staged = h
+        .engine
         .stage(&request(dataset_id, mode, "node-a", &splits))
         .await
-        .unwrap_or_else(|error| panic!("stage {ids:?}: {error}"))
+        .unwrap_or_else(|error| panic!("stage {ids:?}: {error}"));
+    h.put_objects(dataset_id, staged.inserted()).await;
+    staged
 }
 
 async fn publish(h: &Harness, dataset_id: &str, staged: &[&str], replaced: &[&str]) {

@@ -61,6 +61,16 @@ pub fn postgres_url() -> String {
     })
 }
 
+/// How the tests open their Postgres: `scripts/with-postgres` starts a fast, non-durable
+/// cluster and says so with `MEND_POSTGRES_ACCEPT_UNSAFE_DURABILITY=true`; a server of your own
+/// is held to mend's durability check.
+pub fn postgres_options() -> mend::catalog::PostgresOptions {
+    mend::catalog::PostgresOptions {
+        accept_unsafe_durability: std::env::var("MEND_POSTGRES_ACCEPT_UNSAFE_DURABILITY")
+            .is_ok_and(|value| value == "true"),
+    }
+}
+
 /// The S3-compatible store the tests use (`s3://BUCKET`, endpoint and credentials in the usual
 /// `AWS_*` variables); fails, with instructions, when there is none.
 pub fn s3_url() -> String {
@@ -122,7 +132,7 @@ impl Harness {
             match backend {
                 Backend::Postgres => {
                     let url = postgres_url();
-                    let catalog = PostgresCatalog::connect(&url)
+                    let catalog = PostgresCatalog::connect_with(&url, postgres_options())
                         .await
                         .unwrap_or_else(|error| panic!("connect to {url}: {error}"));
                     let pool = PgPool::connect(&url).await.expect("inspection pool");
@@ -262,6 +272,26 @@ impl Harness {
             )
             .await
             .expect("plant an orphan");
+    }
+
+    /// Writes an object for each split, as a writer does between staging and publishing: a
+    /// publish refuses a split without its object (invariant 1).
+    pub async fn put_objects<I, S>(&self, dataset_id: &str, split_ids: I)
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        for split_id in split_ids {
+            self.engine
+                .objects()
+                .put(
+                    dataset_id,
+                    split_id.as_ref(),
+                    bytes::Bytes::from_static(b"split object"),
+                )
+                .await
+                .expect("write a split object");
+        }
     }
 
     /// Moves the manual clock past `by_ms` after the store's own clock, which stamps objects.

@@ -191,6 +191,11 @@ async fn a_backend_without_fencing_epochs_refuses_a_publish_that_carries_one() {
         })
         .await
         .expect("stage");
+    engine
+        .objects()
+        .put("ds", "a", bytes::Bytes::from_static(b"object"))
+        .await
+        .expect("upload");
     let before = engine.dataset("ds").await.expect("show");
 
     let fenced = PublishRequest {

@@ -84,7 +84,9 @@ async fn check_hostile(backend: Backend) {
     );
     refused += 1;
 
-    // Invariant 7: a stale publish token cannot publish, whatever the policy says.
+    // Invariant 7: a stale publish token cannot publish, whatever the policy says. (The
+    // split has its object, so that the token is what stands in the way.)
+    h.put_objects(&dataset_id, ["existing"]).await;
     h.engine
         .set_publish_token(&dataset_id, Some("current"))
         .await

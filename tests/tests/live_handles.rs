@@ -68,6 +68,7 @@ async fn stage_and_publish(h: &Harness, dataset_id: &str, split_id: &str) {
         })
         .await
         .unwrap();
+    h.put_objects(dataset_id, [split_id]).await;
     h.engine
         .publish(&PublishRequest {
             dataset_id: dataset_id.into(),

@@ -80,6 +80,11 @@ async fn two_instances_lose_no_commit(
                 };
                 let staged = engine.stage(&stage).await.expect("stage");
                 assert_eq!(staged.inserted().count(), 1);
+                engine
+                    .objects()
+                    .put("shared", &split_id, bytes::Bytes::from_static(b"object"))
+                    .await
+                    .expect("upload");
                 let publish = PublishRequest {
                     dataset_id: "shared".into(),
                     staged_split_ids: vec![split_id],

@@ -31,7 +31,7 @@ use crate::model::{
 };
 
 pub use self::object_store::ObjectStoreCatalog;
-pub use self::postgres::PostgresCatalog;
+pub use self::postgres::{PostgresCatalog, PostgresOptions};
 
 /// Named features a backend or host provides, such as `stage.create-only`. A policy lists the
 /// ones it requires; a request needing one that is missing fails loudly and changes nothing.
@@ -390,6 +390,15 @@ pub async fn open(
     catalog_url: &str,
     objects_url: Option<&str>,
 ) -> Result<(std::sync::Arc<dyn Catalog>, crate::objects::SplitObjects)> {
+    open_with(catalog_url, objects_url, PostgresOptions::default()).await
+}
+
+/// [`open`], with how a Postgres catalog is opened.
+pub async fn open_with(
+    catalog_url: &str,
+    objects_url: Option<&str>,
+    postgres: PostgresOptions,
+) -> Result<(std::sync::Arc<dyn Catalog>, crate::objects::SplitObjects)> {
     use crate::objects::SplitObjects;
     use std::sync::Arc;
 
@@ -405,7 +414,7 @@ pub async fn open(
                 "a Postgres catalog keeps rows only: give --objects URL (file://DIR, s3://...) for the split objects",
             )
         })?;
-        let catalog = PostgresCatalog::connect(catalog_url).await?;
+        let catalog = PostgresCatalog::connect_with(catalog_url, postgres).await?;
         return Ok((Arc::new(catalog), objects));
     }
     let catalog = ObjectStoreCatalog::open_url(catalog_url)?;

@@ -334,8 +334,12 @@ async fn open_engine(settings: &Settings, json: bool) -> anyhow::Result<Engine> 
         Some(path) => Some(super::policy::load_file(path, settings)?.1),
         None => None,
     };
-    let (catalog, objects) = catalog::open(&settings.catalog, settings.objects.as_deref())
-        .await
+    let (catalog, objects) = catalog::open_with(
+        &settings.catalog,
+        settings.objects.as_deref(),
+        settings.postgres_options(),
+    )
+    .await
         .with_context(|| format!("open catalog {}", settings.catalog))?;
     let policy = match file_policy {
         Some(policy) => policy,
@@ -445,16 +449,23 @@ fn apply_setting(config: &mut DatasetConfig, assignment: &str) -> Result<(), Bad
     let (key, value) = assignment
         .split_once('=')
         .ok_or_else(|| BadInput(format!("--set {assignment:?}: expected KEY=VALUE")))?;
-    let number = || -> Result<u64, BadInput> {
+    // The range itself is checked with the whole config, by the library; a value that is not
+    // even a number in u64 is refused here, with that same range.
+    let number = |bound: mend::bounds::Bound| -> Result<u64, BadInput> {
         value.parse().map_err(|_| {
             BadInput(format!(
-                "--set {key}: {value:?} is not a whole number of milliseconds"
+                "--set {}",
+                bound.not_a_number(value)
             ))
         })
     };
     match key {
-        "staged_grace_period_ms" => config.staged_grace_period_ms = number()?,
-        "deletion_grace_period_ms" => config.deletion_grace_period_ms = number()?,
+        "staged_grace_period_ms" => {
+            config.staged_grace_period_ms = number(mend::bounds::STAGED_GRACE_PERIOD_MS)?
+        }
+        "deletion_grace_period_ms" => {
+            config.deletion_grace_period_ms = number(mend::bounds::DELETION_GRACE_PERIOD_MS)?
+        }
         _ => match key.strip_prefix("policy.") {
             Some(name) if !name.is_empty() => {
                 config.policy_params.insert(name.into(), value.into());

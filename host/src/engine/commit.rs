@@ -117,7 +117,7 @@ impl Engine {
                 })
                 .collect(),
         };
-        validate::stage_request(&stage, self.options.max_stage_batch)?;
+        validate::stage_request(&stage, self.stage_limits())?;
         let mut ids: Vec<&str> = request.splits.iter().map(|s| s.split_id.as_str()).collect();
         ids.sort_unstable();
         if let Some(pair) = ids.windows(2).find(|pair| pair[0] == pair[1]) {
@@ -134,7 +134,7 @@ impl Engine {
             publish_token: request.publish_token.clone(),
             fencing_epoch: None,
         };
-        validate::publish_request(&publish)?;
+        validate::publish_request(&publish, self.options.max_stage_batch)?;
         let dataset = self.catalog.dataset(&request.dataset_id).await?;
         // The epoch the commit began under: if exclusive recovery moves it on meanwhile, this
         // writer's publish is refused (invariant 7).

@@ -30,6 +30,7 @@ impl Engine {
     ) -> Result<Dataset> {
         validate::dataset_id(dataset_id)?;
         validate::config(config)?;
+        validate::node(node)?;
         self.under_gates(
             [GateName::config(dataset_id)],
             self.apply_config_holding_gate(dataset_id, expected_config_version, config, node),

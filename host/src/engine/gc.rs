@@ -21,7 +21,7 @@ use crate::faults::DurableStep;
 use crate::gates::GateName;
 use crate::intent::{ExpectedState, Intent, OperationKind, PlannedEffects};
 use crate::model::{ListQuery, SplitState};
-use crate::validate;
+use crate::{bounds, validate};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GcResult {
@@ -36,6 +36,7 @@ impl Engine {
     /// writes nothing.
     pub async fn gc(&self, dataset_id: &str, node: &str) -> Result<GcResult> {
         validate::dataset_id(dataset_id)?;
+        validate::node(node)?;
         self.under_gates(
             [GateName::dataset(dataset_id)],
             self.gc_holding_gate(dataset_id, node),
@@ -46,8 +47,8 @@ impl Engine {
     async fn gc_holding_gate(&self, dataset_id: &str, node: &str) -> Result<GcResult> {
         let dataset = self.catalog.dataset(dataset_id).await?;
         let now = self.now_ms();
-        let staged_cutoff = now - dataset.config.staged_grace_period_ms as i64;
-        let deletion_cutoff = now - dataset.config.deletion_grace_period_ms as i64;
+        let staged_cutoff = bounds::ms_before(now, dataset.config.staged_grace_period_ms);
+        let deletion_cutoff = bounds::ms_before(now, dataset.config.deletion_grace_period_ms);
         let claimed = self.splits_named_by_intents(dataset_id, None).await?;
         let rows = self
             .catalog

@@ -54,6 +54,10 @@ use crate::validate;
 pub struct EngineOptions {
     /// Most splits one stage request may carry.
     pub max_stage_batch: usize,
+    /// Most bytes of one split's metadata.
+    pub max_metadata_bytes: usize,
+    /// Most splits one page of a listing holds; a listing that names no limit gets this many.
+    pub max_list_page: usize,
     pub clock: Arc<dyn Clock>,
     /// How long an operation's intent says its owner may still be working; recovery outside
     /// exclusive mode leaves the intent alone until then.
@@ -70,6 +74,8 @@ impl Default for EngineOptions {
     fn default() -> Self {
         Self {
             max_stage_batch: 10_000,
+            max_metadata_bytes: 64 * 1024,
+            max_list_page: 1_000,
             clock: Arc::new(SystemClock),
             intent_lease_ms: 60_000,
             faults: Arc::new(NoFaults),
@@ -327,8 +333,8 @@ impl Engine {
     ) -> Result<Dataset> {
         validate::dataset_id(dataset_id)?;
         self.require(PUBLISH_TOKEN, "setting a publish token needs fencing")?;
-        if publish_token.is_some_and(str::is_empty) {
-            return Err(MendError::invalid("a publish token cannot be empty"));
+        if let Some(token) = publish_token {
+            validate::name("publish token", token)?;
         }
         self.catalog
             .set_publish_token(dataset_id, publish_token, self.now_ms())
@@ -347,7 +353,7 @@ impl Engine {
     /// Stages splits in the request's mode. The result names, per distinct id, what actually
     /// happened at write time: in create-only mode `Inserted` is the claim on the row.
     pub async fn stage(&self, request: &StageRequest) -> Result<StageResult> {
-        let requested = validate::stage_request(request, self.options.max_stage_batch)?;
+        let requested = validate::stage_request(request, self.stage_limits())?;
         match request.mode {
             StageMode::CreateOnly => self.require(
                 STAGE_CREATE_ONLY,
@@ -391,7 +397,7 @@ impl Engine {
     /// Publishes staged splits, marks replaced ones and applies the checkpoint delta, all at
     /// once or not at all.
     pub async fn publish(&self, request: &PublishRequest) -> Result<PublishResult> {
-        validate::publish_request(request)?;
+        validate::publish_request(request, self.options.max_stage_batch)?;
         if request.checkpoint_delta.is_some() {
             self.require(PUBLISH_CHECKPOINT, "the publish carries a checkpoint delta")?;
         }
@@ -401,6 +407,7 @@ impl Engine {
         if request.fencing_epoch.is_some() {
             self.require(PUBLISH_FENCING_EPOCH, "the publish carries a fencing epoch")?;
         }
+        self.check_objects_exist(request).await?;
         let policy = self.policy();
         let validator = |observation: &PublishObservation| -> Result<()> {
             let input = publish_input(request, observation);
@@ -412,13 +419,53 @@ impl Engine {
             .await
     }
 
+    /// Refuses a publish naming a split whose object is not in the store (invariant 1: every
+    /// published split's object exists), before anything is written. Objects are immutable
+    /// and only a marked split's object is ever deleted, so one that is there now is still
+    /// there when the publish lands. A split with neither row nor object is `NotFound`, as the
+    /// publish itself would say.
+    async fn check_objects_exist(&self, request: &PublishRequest) -> Result<()> {
+        let missing = self
+            .objects
+            .missing(&request.dataset_id, &request.staged_split_ids)
+            .await?;
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let query = ListQuery {
+            split_ids: Some(missing.clone()),
+            ..ListQuery::default()
+        };
+        let rows = self
+            .catalog
+            .list_splits(&request.dataset_id, &query)
+            .await?
+            .splits;
+        let without_row: Vec<String> = missing
+            .iter()
+            .filter(|id| !rows.iter().any(|row| &row.split_id == *id))
+            .cloned()
+            .collect();
+        if !without_row.is_empty() {
+            return Err(MendError::splits_not_found(without_row));
+        }
+        Err(MendError::failed_precondition(
+            format!(
+                "publish refused, nothing was written: {} split(s) have no object in the store: {}; upload each object before publishing it (invariant 1)",
+                missing.len(),
+                missing.join(", ")
+            ),
+            missing,
+        ))
+    }
+
     /// Marks splits for deletion; marking a marked split again is a no-op.
     pub async fn mark_for_deletion(
         &self,
         dataset_id: &str,
         split_ids: &[String],
     ) -> Result<MarkResult> {
-        validate::split_id_list(dataset_id, split_ids)?;
+        validate::split_id_list(dataset_id, split_ids, self.options.max_stage_batch)?;
         self.catalog
             .mark_for_deletion(dataset_id, split_ids, self.now_ms())
             .await
@@ -427,7 +474,7 @@ impl Engine {
     /// Deletes splits marked for deletion: their objects first, then their rows, so that a
     /// crash in between leaves a marked row whose delete can simply be repeated.
     pub async fn delete_splits(&self, dataset_id: &str, split_ids: &[String]) -> Result<()> {
-        validate::split_id_list(dataset_id, split_ids)?;
+        validate::split_id_list(dataset_id, split_ids, self.options.max_stage_batch)?;
         let query = ListQuery {
             split_ids: Some(split_ids.to_vec()),
             ..ListQuery::default()
@@ -464,15 +511,24 @@ impl Engine {
             .await
     }
 
+    /// One page of the splits that match `query`: at most `query.limit` splits, or
+    /// [`EngineOptions::max_list_page`] when it names none; `next_after_split_id` continues.
     pub async fn list_splits(&self, dataset_id: &str, query: &ListQuery) -> Result<SplitPage> {
         validate::dataset_id(dataset_id)?;
-        if let Some(ids) = &query.split_ids {
-            ids.iter().try_for_each(|id| validate::split_id(id))?;
+        validate::list_query(query, self.options.max_list_page)?;
+        let query = ListQuery {
+            limit: Some(query.limit.unwrap_or(self.options.max_list_page)),
+            ..query.clone()
+        };
+        self.catalog.list_splits(dataset_id, &query).await
+    }
+
+    /// The limits every stage request is held to.
+    pub(crate) fn stage_limits(&self) -> validate::StageLimits {
+        validate::StageLimits {
+            max_batch: self.options.max_stage_batch,
+            max_metadata_bytes: self.options.max_metadata_bytes,
         }
-        if query.limit == Some(0) {
-            return Err(MendError::invalid("a page limit must be positive"));
-        }
-        self.catalog.list_splits(dataset_id, query).await
     }
 }
 

@@ -41,7 +41,7 @@ use crate::model::{
     ListQuery, PublishRequest, SplitState, StageMode, StageOutcome, StageRequest, StageSplit,
 };
 use crate::objects::format::sha256;
-use crate::validate;
+use crate::{bounds, validate};
 
 /// What one reconcile run found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,9 +74,7 @@ impl Engine {
     /// A run that finds no orphan writes nothing.
     pub async fn reconcile(&self, dataset_id: &str, node: &str) -> Result<ReconcileReport> {
         validate::dataset_id(dataset_id)?;
-        if node.is_empty() {
-            return Err(MendError::invalid("a reconcile needs a node name"));
-        }
+        validate::node(node)?;
         // One policy decides and is audited for the whole run.
         let pinned = self.pinned();
         pinned
@@ -94,7 +92,7 @@ impl Engine {
     ) -> Result<ReconcileReport> {
         let dataset = self.catalog.dataset(dataset_id).await?;
         let now = self.now_ms();
-        let cutoff = now - dataset.config.staged_grace_period_ms as i64;
+        let cutoff = bounds::ms_before(now, dataset.config.staged_grace_period_ms);
         let objects = self.objects.list(dataset_id).await?;
         let with_row: BTreeSet<String> = self
             .catalog

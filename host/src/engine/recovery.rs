@@ -39,7 +39,7 @@ use crate::gates::{ExclusivePermit, GateName, GateSession};
 use crate::intent::{Intent, OperationKind};
 use crate::model::{Dataset, ListQuery, PublishRequest, SplitRow, SplitState};
 use crate::objects::format::sha256;
-use crate::validate;
+use crate::{bounds, validate};
 
 /// How many intents a sweep observes at once.
 const OBSERVE_CONCURRENCY: usize = 16;
@@ -415,8 +415,10 @@ impl Engine {
             }
             (RecoveryDecision::RollForward, OperationKind::Gc) => {
                 let dataset = self.catalog.dataset(&intent.dataset_id).await?;
-                let staged_cutoff =
-                    intent.created_at_ms - dataset.config.staged_grace_period_ms as i64;
+                let staged_cutoff = bounds::ms_before(
+                    intent.created_at_ms,
+                    dataset.config.staged_grace_period_ms,
+                );
                 self.run_gc(intent, staged_cutoff).await?;
             }
             (RecoveryDecision::RollForward, OperationKind::ConfigApply) => {

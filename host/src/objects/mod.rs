@@ -33,6 +33,10 @@ pub struct ListedObject {
     pub last_modified_ms: i64,
 }
 
+/// How many existence checks one publish runs at a time: enough to hide a store's latency
+/// for a batch, few enough not to flood it.
+pub const EXISTENCE_CHECKS_IN_FLIGHT: usize = 32;
+
 #[derive(Debug, Clone)]
 pub struct SplitObjects {
     store: Arc<dyn ObjectStore>,
@@ -155,7 +159,38 @@ impl SplitObjects {
         Ok(Some((format::decode_header(&json)?, size)))
     }
 
-    /// Every object of `dataset_id`, sorted by split id.
+    /// Which of `split_ids` have no object, sorted: one HEAD per split, at most
+    /// [`EXISTENCE_CHECKS_IN_FLIGHT`] at a time.
+    pub async fn missing(&self, dataset_id: &str, split_ids: &[String]) -> Result<Vec<String>> {
+        use futures::StreamExt;
+        // Each check owns what it needs: the futures run on the server's tasks, which must be
+        // `Send` for every lifetime.
+        let checks = futures::stream::iter(split_ids.iter().cloned())
+            .map(|split_id| {
+                let path = self.path(dataset_id, &split_id);
+                let store = self.store.clone();
+                async move {
+                    match store.head(&path).await {
+                        Ok(_) => Ok(None),
+                        Err(object_store::Error::NotFound { .. }) => Ok(Some(split_id)),
+                        Err(error) => Err(MendError::unavailable(format!("read {path}"), error)),
+                    }
+                }
+            })
+            .buffer_unordered(EXISTENCE_CHECKS_IN_FLIGHT)
+            .collect::<Vec<Result<Option<String>>>>()
+            .await;
+        let mut missing = checks
+            .into_iter()
+            .filter_map(Result::transpose)
+            .collect::<Result<Vec<String>>>()?;
+        missing.sort();
+        Ok(missing)
+    }
+
+    /// Every object of `dataset_id` whose name is a split id, sorted by split id. Anything
+    /// else in the folder (a name outside the split id alphabet) is not a split object and is
+    /// left out, and alone.
     pub async fn list(&self, dataset_id: &str) -> Result<Vec<ListedObject>> {
         use futures::TryStreamExt;
         let prefix = self
@@ -178,6 +213,7 @@ impl SplitObjects {
             .try_collect()
             .await
             .map_err(|error| MendError::unavailable(format!("list {prefix}"), error))?;
+        objects.retain(|object| crate::validate::split_id(&object.split_id).is_ok());
         objects.sort_by(|a, b| a.split_id.cmp(&b.split_id));
         Ok(objects)
     }

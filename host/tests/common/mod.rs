@@ -4,13 +4,17 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The variable `scripts/with-postgres` sets because its throwaway cluster is not durable; it
+/// describes the test database, not a setting under test, so it reaches every `mend` run.
+pub const ACCEPT_UNSAFE_DURABILITY: &str = "MEND_POSTGRES_ACCEPT_UNSAFE_DURABILITY";
+
 /// `mend` run in `dir`, with its compiled-component cache in `dir` and none of the `MEND_*`
-/// variables of the shell running the tests: a leftover one would change the settings under
-/// test. Add what a test needs with `.env(...)`.
+/// variables of the shell running the tests (but [`ACCEPT_UNSAFE_DURABILITY`]): a leftover one
+/// would change the settings under test. Add what a test needs with `.env(...)`.
 pub fn mend_command(dir: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_mend"));
     for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("MEND_") {
+        if name.to_string_lossy().starts_with("MEND_") && name != ACCEPT_UNSAFE_DURABILITY {
             command.env_remove(name);
         }
     }
@@ -18,6 +22,15 @@ pub fn mend_command(dir: &Path) -> Command {
         .current_dir(dir)
         .env("MEND_CACHE_DIR", dir.join("cache"));
     command
+}
+
+/// How a test opens the test Postgres in process: as `mend` would with the environment's
+/// [`ACCEPT_UNSAFE_DURABILITY`].
+pub fn postgres_options() -> mend::catalog::PostgresOptions {
+    mend::catalog::PostgresOptions {
+        accept_unsafe_durability: std::env::var(ACCEPT_UNSAFE_DURABILITY)
+            .is_ok_and(|value| value == "true"),
+    }
 }
 
 pub fn mend(dir: &Path, args: &[&str]) -> Output {
@@ -49,4 +62,60 @@ pub fn next_log_file(catalog_dir: &Path, dataset_id: &str) -> PathBuf {
         .max()
         .expect("at least one commit");
     log.join(format!("{:020}.json", newest + 1))
+}
+
+/// Runs a command that must succeed and print JSON (`--json` is added).
+pub fn ok_json(dir: &Path, args: &[&str]) -> serde_json::Value {
+    let mut args = args.to_vec();
+    args.push("--json");
+    let output = mend(dir, &args);
+    assert!(
+        output.status.success(),
+        "mend {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "mend {args:?} printed no JSON ({error}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+/// Checks that `output` failed with `code` and one error line that names every one of
+/// `mentions`; returns that line.
+pub fn failed_with(output: &Output, code: i32, mentions: &[&str]) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(code), "{stderr}");
+    let error_lines: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.starts_with("error: "))
+        .collect();
+    assert_eq!(error_lines.len(), 1, "one error line: {stderr}");
+    for mention in mentions {
+        assert!(
+            error_lines[0].contains(mention),
+            "{stderr:?} should mention {mention:?}"
+        );
+    }
+    error_lines[0].to_string()
+}
+
+/// A splits file for `mend stage --splits`, each split with a small metadata object.
+pub fn splits_file(dir: &Path, name: &str, ids: &[&str]) -> PathBuf {
+    let splits: Vec<serde_json::Value> = ids
+        .iter()
+        .map(|id| serde_json::json!({"split_id": id, "metadata": {"num_docs": 1}}))
+        .collect();
+    let path = dir.join(name);
+    std::fs::write(&path, serde_json::to_string(&splits).unwrap()).unwrap();
+    path
+}
+
+/// Writes a split's object into the local catalog at `catalog_dir`, as a writer outside mend
+/// would (any bytes: publish checks that the object exists).
+pub fn write_object(catalog_dir: &Path, dataset_id: &str, split_id: &str) {
+    let splits = catalog_dir.join("datasets").join(dataset_id).join("splits");
+    std::fs::create_dir_all(&splits).unwrap();
+    std::fs::write(splits.join(split_id), b"object bytes").unwrap();
 }

@@ -61,6 +61,22 @@ static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
 type PgTransaction = Transaction<'static, Postgres>;
 
+/// How a Postgres catalog is opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PostgresOptions {
+    /// Open a server whose settings may lose acknowledged commits in a crash (`fsync`,
+    /// `synchronous_commit` or `full_page_writes` off). Only for throwaway clusters: a publish
+    /// mend acknowledged could be gone after the server restarts.
+    pub accept_unsafe_durability: bool,
+}
+
+/// The server settings a catalog's durability rests on, with the one value each must not have.
+const DURABILITY_SETTINGS: [(&str, &str); 3] = [
+    ("fsync", "off"),
+    ("synchronous_commit", "off"),
+    ("full_page_writes", "off"),
+];
+
 /// A catalog in a Postgres database.
 #[derive(Debug, Clone)]
 pub struct PostgresCatalog {
@@ -69,11 +85,46 @@ pub struct PostgresCatalog {
     description: String,
 }
 
+/// Refuses a server that acknowledges commits it can lose in a crash, naming each setting.
+async fn check_durability(pool: &PgPool, target: &str) -> Result<()> {
+    let mut unsafe_settings = Vec::new();
+    for (setting, unsafe_value) in DURABILITY_SETTINGS {
+        // SHOW takes no parameters; the names are this module's own constants.
+        let value: String = sqlx::query_scalar(&format!("SHOW {setting}"))
+            .fetch_one(pool)
+            .await
+            .map_err(|error| connect_error(error, target))?;
+        if value.eq_ignore_ascii_case(unsafe_value) {
+            unsafe_settings.push(format!("{setting}={value}"));
+        }
+    }
+    if unsafe_settings.is_empty() {
+        return Ok(());
+    }
+    Err(MendError::failed_precondition(
+        format!(
+            "postgres://{target} may lose acknowledged commits in a crash ({}), and mend would then lose acknowledged publishes; turn {} on (ALTER SYSTEM SET ... = on, then reload), or, for a throwaway cluster only, accept the risk with postgres.accept_unsafe_durability = true (MEND_POSTGRES_ACCEPT_UNSAFE_DURABILITY=true)",
+            unsafe_settings.join(", "),
+            if unsafe_settings.len() == 1 { "it" } else { "them" }
+        ),
+        Vec::new(),
+    ))
+}
+
 impl PostgresCatalog {
     /// Connects to the database at `url` (`postgres://user:password@host:port/database`) and
     /// brings its schema up to date. Several processes may do this at once: the migrations
     /// run under an advisory lock.
+    ///
+    /// A server that may lose acknowledged commits is refused: see [`Self::connect_with`].
     pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, PostgresOptions::default()).await
+    }
+
+    /// [`Self::connect`], refusing with `FailedPrecondition` (before any write, migrations
+    /// included) a server with `fsync`, `synchronous_commit` or `full_page_writes` off, as
+    /// its connections see them, unless `options` accepts the risk.
+    pub async fn connect_with(url: &str, catalog_options: PostgresOptions) -> Result<Self> {
         let options = PgConnectOptions::from_str(url)
             .map_err(|error| MendError::invalid(format!("invalid postgres url: {error}")))?
             .application_name("mend");
@@ -104,6 +155,9 @@ impl PostgresCatalog {
             }
             Err(error) => return Err(connect_error(error, &target)),
         };
+        if !catalog_options.accept_unsafe_durability {
+            check_durability(&pool, &target).await?;
+        }
         MIGRATOR
             .run(&pool)
             .await

@@ -179,3 +179,67 @@ async fn an_unreachable_server_is_unavailable_and_its_password_stays_secret() {
     );
     assert!(!format!("{error:?}").contains("s3cret"), "{error:?}");
 }
+
+/// The throwaway test cluster runs with fsync, synchronous_commit and full_page_writes off:
+/// it acknowledges commits a crash can lose. Opened without accepting that, it is refused
+/// before anything is written (migrations included), with a message naming each setting;
+/// with the risk accepted it opens.
+#[tokio::test]
+async fn a_server_that_may_lose_acknowledged_commits_is_refused_unless_accepted() {
+    let url = std::env::var("MEND_TEST_DATABASE_URL")
+        .expect("run the Postgres tests under scripts/with-postgres");
+    assert!(
+        test_options().accept_unsafe_durability,
+        "scripts/with-postgres starts a non-durable cluster and says so"
+    );
+    // A database of its own, so that "nothing was written" can be seen: no mend table in it.
+    let admin = sqlx::PgPool::connect(&url).await.unwrap();
+    let database = format!("durability_{}", uuid::Uuid::new_v4().simple());
+    sqlx::query(&format!("CREATE DATABASE {database}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let own_url = match url.rsplit_once('/') {
+        Some((server, _)) => format!("{server}/{database}"),
+        None => panic!("{url} names no database"),
+    };
+
+    let error = PostgresCatalog::connect(&own_url).await.unwrap_err();
+    let message = error.to_string();
+    assert!(
+        matches!(error, MendError::FailedPrecondition { .. }),
+        "{error:?}"
+    );
+    for named in [
+        "fsync=off",
+        "synchronous_commit=off",
+        "full_page_writes=off",
+        "postgres.accept_unsafe_durability",
+    ] {
+        assert!(message.contains(named), "{message}");
+    }
+    let own = sqlx::PgPool::connect(&own_url).await.unwrap();
+    let tables: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'",
+    )
+    .fetch_one(&own)
+    .await
+    .unwrap();
+    assert_eq!(tables, 0, "a refused connect ran the migrations");
+
+    let accepted = PostgresCatalog::connect_with(
+        &own_url,
+        super::super::PostgresOptions {
+            accept_unsafe_durability: true,
+        },
+    )
+    .await
+    .unwrap();
+    assert!(accepted.list_datasets().await.unwrap().is_empty());
+    own.close().await;
+    accepted.pool.close().await;
+    sqlx::query(&format!("DROP DATABASE {database} WITH (FORCE)"))
+        .execute(&admin)
+        .await
+        .unwrap();
+}

@@ -36,9 +36,17 @@ async fn catalog() -> PostgresCatalog {
              e.g. `scripts/with-postgres cargo test -p mend --lib catalog::postgres`"
         )
     });
-    PostgresCatalog::connect(&url)
+    PostgresCatalog::connect_with(&url, test_options())
         .await
         .expect("connect to the test database")
+}
+
+/// `scripts/with-postgres` starts a non-durable cluster and says so in the environment.
+fn test_options() -> super::PostgresOptions {
+    super::PostgresOptions {
+        accept_unsafe_durability: std::env::var("MEND_POSTGRES_ACCEPT_UNSAFE_DURABILITY")
+            .is_ok_and(|value| value == "true"),
+    }
 }
 
 fn unique_id(prefix: &str) -> String {

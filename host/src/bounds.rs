@@ -1,0 +1,191 @@
+//! The range of every number that enters mend, and the only time arithmetic it does.
+//!
+//! Settings (`config.rs`), dataset configs and requests (`validate.rs`) check each number
+//! against its [`Bound`] here, once, where it enters; a value out of range is refused with
+//! [`MendError::InvalidArgument`] naming the field and its range, and nothing happens. Past
+//! that edge, numbers are trusted, but time is still only moved with [`ms_before`] and
+//! [`ms_after`], which saturate: a stored value from an older version, or a caller of the
+//! library who skipped validation, can make a cutoff reach the beginning or the end of time,
+//! never wrap around it. (A grace period of `u64::MAX` once wrapped `now - grace` into the
+//! future and let gc delete splits staged a moment before.)
+
+use std::fmt;
+
+use crate::error::{MendError, Result};
+use crate::model::TimestampMs;
+
+/// A day, in milliseconds.
+const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The longest grace period a dataset may have: 100 years. Long enough to mean "keep",
+/// short enough that `now - grace` stays far from the ends of `i64`.
+pub const MAX_GRACE_PERIOD_MS: u64 = 36_525 * DAY_MS;
+
+/// The inclusive range of one number, and the name it is known by where it enters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bound {
+    /// The field, key or parameter as its user writes it (`staged_grace_period_ms`).
+    pub name: &'static str,
+    pub min: u64,
+    pub max: u64,
+}
+
+/// A dataset's `staged_grace_period_ms`. Zero would collect splits while they are being
+/// written.
+pub const STAGED_GRACE_PERIOD_MS: Bound = Bound::new("staged_grace_period_ms", 1, MAX_GRACE_PERIOD_MS);
+/// A dataset's `deletion_grace_period_ms`.
+pub const DELETION_GRACE_PERIOD_MS: Bound =
+    Bound::new("deletion_grace_period_ms", 0, MAX_GRACE_PERIOD_MS);
+/// Splits in one stage request (the `limits.max_stage_batch` setting's own range).
+pub const STAGE_BATCH: Bound = Bound::new("limits.max_stage_batch", 1, 100_000);
+/// Bytes of one split's metadata (the `limits.max_metadata_bytes` setting's own range):
+/// at most half of the largest object header, which embeds the metadata.
+pub const METADATA_BYTES: Bound = Bound::new("limits.max_metadata_bytes", 2, 512 << 10);
+/// Splits in one page of a listing (the `limits.max_list_page` setting's own range).
+pub const LIST_PAGE: Bound = Bound::new("limits.max_list_page", 1, 100_000);
+/// A policy decision's memory: at least a few wasm pages, at most what wasm32 can address.
+pub const POLICY_MEMORY_BYTES: Bound = Bound::new("limits.policy_memory_bytes", 1 << 20, 4 << 30);
+/// A policy decision's running time, in ms: one epoch tick to a minute.
+pub const POLICY_CPU_TIME_MS: Bound = Bound::new("limits.policy_cpu_time_ms", 10, 60_000);
+/// A policy decision's answer, in bytes.
+pub const POLICY_OUTPUT_BYTES: Bound = Bound::new("limits.policy_output_bytes", 1 << 10, 1 << 30);
+/// How long an operation waits for its gates, in ms (0: try once).
+pub const GATE_TIMEOUT_MS: Bound = Bound::new("limits.gate_timeout_ms", 0, DAY_MS);
+/// How long an intent's owner may still be working, in ms. A lease under a second would let
+/// recovery take over from a live writer between two of its steps.
+pub const INTENT_LEASE_MS: Bound = Bound::new("limits.intent_lease_ms", 1_000, 7 * DAY_MS);
+/// The default grace periods of new datasets (settings) have the datasets' own ranges.
+pub const DEFAULT_STAGED_GRACE_PERIOD_MS: Bound =
+    Bound::new("grace.staged_grace_period_ms", 1, MAX_GRACE_PERIOD_MS);
+pub const DEFAULT_DELETION_GRACE_PERIOD_MS: Bound =
+    Bound::new("grace.deletion_grace_period_ms", 0, MAX_GRACE_PERIOD_MS);
+/// How often a server's supervisors run, in ms.
+pub const SUPERVISOR_INTERVAL_MS: Bound =
+    Bound::new("serve.supervisor_interval_ms", 10, 60 * 60 * 1000);
+/// The longest a failing supervisor waits, in ms.
+pub const SUPERVISOR_MAX_BACKOFF_MS: Bound =
+    Bound::new("serve.supervisor_max_backoff_ms", 10, DAY_MS);
+/// Recorded decisions a policy replay reads per dataset.
+pub const REPLAY_RECORDS: Bound = Bound::new("records", 1, 100_000);
+/// Entries of a dataset's `policy_params`.
+pub const POLICY_PARAMS: Bound = Bound::new("policy_params", 0, 64);
+/// Bytes of one policy parameter's value.
+pub const POLICY_PARAM_VALUE_BYTES: Bound = Bound::new("policy_params value", 0, 4096);
+
+impl Bound {
+    pub const fn new(name: &'static str, min: u64, max: u64) -> Self {
+        Self { name, min, max }
+    }
+
+    /// `value` if it is in range; otherwise the error naming the field and its range.
+    pub fn check(self, value: u64) -> Result<u64> {
+        self.within(value)
+            .map_err(|problem| MendError::invalid(problem.to_string()))
+    }
+
+    /// The same check for a `usize` (a count or a size).
+    pub fn check_usize(self, value: usize) -> Result<usize> {
+        self.check(u64::try_from(value).unwrap_or(u64::MAX))
+            .map(|_| value)
+    }
+
+    /// `value` if it is in range; otherwise what is wrong with it, for callers with errors of
+    /// their own (the settings name where the value came from).
+    pub fn within(self, value: u64) -> std::result::Result<u64, OutOfRange> {
+        if (self.min..=self.max).contains(&value) {
+            Ok(value)
+        } else {
+            Err(OutOfRange {
+                bound: self,
+                value: value.to_string(),
+            })
+        }
+    }
+
+    /// The error for a value that is not even a whole number in `u64` (negative, too large
+    /// or not a number), quoting at most its first 32 characters.
+    pub fn not_a_number(self, text: &str) -> OutOfRange {
+        OutOfRange {
+            bound: self,
+            value: format!("{:?}", crate::validate::truncated(text, 32)),
+        }
+    }
+}
+
+impl fmt::Display for Bound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}..={}", self.min, self.max)
+    }
+}
+
+/// A number outside its [`Bound`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutOfRange {
+    pub bound: Bound,
+    /// The value as given (a number, or quoted text that is not one).
+    pub value: String,
+}
+
+impl fmt::Display for OutOfRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} is {}, out of its range {}",
+            self.bound.name, self.value, self.bound
+        )
+    }
+}
+
+impl std::error::Error for OutOfRange {}
+
+impl From<OutOfRange> for MendError {
+    fn from(problem: OutOfRange) -> Self {
+        MendError::invalid(problem.to_string())
+    }
+}
+
+/// `at` moved back by `ms`, stopping at the beginning of time rather than wrapping.
+pub fn ms_before(at: TimestampMs, ms: u64) -> TimestampMs {
+    at.saturating_sub(i64::try_from(ms).unwrap_or(i64::MAX))
+}
+
+/// `at` moved on by `ms`, stopping at the end of time rather than wrapping.
+pub fn ms_after(at: TimestampMs, ms: u64) -> TimestampMs {
+    at.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bound_names_its_field_and_range() {
+        assert_eq!(STAGED_GRACE_PERIOD_MS.check(1).unwrap(), 1);
+        assert_eq!(
+            STAGED_GRACE_PERIOD_MS.check(MAX_GRACE_PERIOD_MS).unwrap(),
+            MAX_GRACE_PERIOD_MS
+        );
+        for bad in [0, MAX_GRACE_PERIOD_MS + 1, u64::MAX] {
+            let message = STAGED_GRACE_PERIOD_MS.check(bad).unwrap_err().to_string();
+            assert!(message.contains("staged_grace_period_ms"), "{message}");
+            assert!(
+                message.contains(&format!("1..={MAX_GRACE_PERIOD_MS}")),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn time_arithmetic_saturates() {
+        assert_eq!(ms_before(1_000, u64::MAX), 1_000 - i64::MAX);
+        assert_eq!(ms_before(-1_000, u64::MAX), i64::MIN);
+        assert_eq!(ms_before(i64::MIN, 1), i64::MIN);
+        assert_eq!(ms_after(1_000, u64::MAX), i64::MAX);
+        assert_eq!(ms_after(i64::MAX, 1), i64::MAX);
+        assert_eq!(ms_before(1_000, 10), 990);
+        assert_eq!(ms_after(1_000, 10), 1_010);
+        // The cutoff of the longest grace period stays ordered with every real time.
+        let now = 1_800_000_000_000;
+        assert!(ms_before(now, MAX_GRACE_PERIOD_MS) < 0);
+    }
+}
