@@ -32,7 +32,8 @@ pub struct Bound {
 
 /// A dataset's `staged_grace_period_ms`. Zero would collect splits while they are being
 /// written.
-pub const STAGED_GRACE_PERIOD_MS: Bound = Bound::new("staged_grace_period_ms", 1, MAX_GRACE_PERIOD_MS);
+pub const STAGED_GRACE_PERIOD_MS: Bound =
+    Bound::new("staged_grace_period_ms", 1, MAX_GRACE_PERIOD_MS);
 /// A dataset's `deletion_grace_period_ms`.
 pub const DELETION_GRACE_PERIOD_MS: Bound =
     Bound::new("deletion_grace_period_ms", 0, MAX_GRACE_PERIOD_MS);

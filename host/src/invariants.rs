@@ -200,20 +200,26 @@ fn broken_invariant(request: &PublishRequest, observation: &PublishObservation) 
 
 /// Where the publish's checkpoint delta does not start at the dataset's positions, or does not
 /// move forward from them: the first such partition, in words a writer can act on.
-fn checkpoint_mismatch(request: &PublishRequest, observation: &PublishObservation) -> Option<String> {
+fn checkpoint_mismatch(
+    request: &PublishRequest,
+    observation: &PublishObservation,
+) -> Option<String> {
     let delta = request.checkpoint_delta.as_ref()?;
     let positions = observation.checkpoint.get(&delta.source);
     delta.partitions.iter().find_map(|partition| {
         let current = positions.and_then(|p| p.get(&partition.partition)).copied();
-        if current == partition.from_position
-            && current.is_none_or(|at| partition.to_position > at)
+        if current == partition.from_position && current.is_none_or(|at| partition.to_position > at)
         {
             return None;
         }
-        let at = current.map_or("has no position yet".to_string(), |at| format!("is at {at}"));
+        let at = current.map_or("has no position yet".to_string(), |at| {
+            format!("is at {at}")
+        });
         let from = partition
             .from_position
-            .map_or("from no position".to_string(), |from| format!("from {from}"));
+            .map_or("from no position".to_string(), |from| {
+                format!("from {from}")
+            });
         Some(format!(
             "partition {} of source {} {at}, but the checkpoint delta moves it {from} to {}",
             partition.partition, delta.source, partition.to_position

@@ -341,15 +341,32 @@ mod tests {
             assert!(split_id(good).is_ok(), "{good}");
         }
         let mut bad: Vec<String> = [
-            "", "a/b", "a\\b", "a\nb", "a\u{7}", ".", "..", "-a", ".hidden", "日本", "a b", " a",
-            "a ", "\u{FEFF}a", "a\u{202E}b",
+            "",
+            "a/b",
+            "a\\b",
+            "a\nb",
+            "a\u{7}",
+            ".",
+            "..",
+            "-a",
+            ".hidden",
+            "日本",
+            "a b",
+            " a",
+            "a ",
+            "\u{FEFF}a",
+            "a\u{202E}b",
         ]
         .iter()
         .map(ToString::to_string)
         .collect();
         bad.push("x".repeat(129));
         // Every character some object store escapes in a listing.
-        bad.extend("%*~#?[]{}^|<>\"`:;=+@!$&',()".chars().map(|c| format!("a{c}12")));
+        bad.extend(
+            "%*~#?[]{}^|<>\"`:;=+@!$&',()"
+                .chars()
+                .map(|c| format!("a{c}12")),
+        );
         for bad in &bad {
             assert!(
                 matches!(split_id(bad), Err(MendError::InvalidArgument { .. })),
@@ -362,14 +379,25 @@ mod tests {
     fn errors_quote_at_most_the_first_64_characters() {
         let long = format!("{}#", "y".repeat(1000));
         let message = split_id(&long).unwrap_err().to_string();
-        assert!(message.contains(&format!("{}…", "y".repeat(64))), "{message}");
+        assert!(
+            message.contains(&format!("{}…", "y".repeat(64))),
+            "{message}"
+        );
         assert!(!message.contains(&"y".repeat(65)), "{message}");
     }
 
     #[test]
     fn names_are_printable_and_trimmed() {
         assert!(node("indexer-7 on host a").is_ok());
-        for bad in ["", " a", "a ", "a\tb", "\u{FEFF}a", "a\u{2066}b", &"n".repeat(129)] {
+        for bad in [
+            "",
+            " a",
+            "a ",
+            "a\tb",
+            "\u{FEFF}a",
+            "a\u{2066}b",
+            &"n".repeat(129),
+        ] {
             assert!(node(bad).is_err(), "{bad:?}");
         }
     }

@@ -133,7 +133,11 @@ fn publish_refuses_a_split_without_its_object() {
             splits.to_str().unwrap(),
         ],
     );
-    write_object(&dir.join("mend-data"), "d", "with-object");
+    let uid = ok_json(dir, &["dataset", "show", "d"])["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    write_object(&dir.join("mend-data"), "d", &uid, "with-object");
     let output = mend(
         dir,
         &["publish", "d", "--split", "with-object,without-object"],
@@ -148,7 +152,7 @@ fn publish_refuses_a_split_without_its_object() {
         ],
         "a refused publish published nothing"
     );
-    write_object(&dir.join("mend-data"), "d", "without-object");
+    write_object(&dir.join("mend-data"), "d", &uid, "without-object");
     ok_json(
         dir,
         &["publish", "d", "--split", "with-object,without-object"],
@@ -158,7 +162,9 @@ fn publish_refuses_a_split_without_its_object() {
             .iter()
             .all(|(_, state)| state == "published")
     );
-    println!("publish without an object: refused (exit 4, id named), nothing published; then published");
+    println!(
+        "publish without an object: refused (exit 4, id named), nothing published; then published"
+    );
 }
 
 /// A Postgres that may lose acknowledged commits is refused unless the risk is accepted.
@@ -178,7 +184,11 @@ fn a_postgres_that_may_lose_commits_is_refused_unless_accepted() {
     failed_with(
         &output,
         4,
-        &["fsync=off", "synchronous_commit=off", "postgres.accept_unsafe_durability"],
+        &[
+            "fsync=off",
+            "synchronous_commit=off",
+            "postgres.accept_unsafe_durability",
+        ],
     );
     let output = mend_command(dir)
         .env_remove(common::ACCEPT_UNSAFE_DURABILITY)
@@ -199,5 +209,7 @@ fn a_postgres_that_may_lose_commits_is_refused_unless_accepted() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    println!("unsafe Postgres: refused without the setting (exit 4, settings named), opened with it");
+    println!(
+        "unsafe Postgres: refused without the setting (exit 4, settings named), opened with it"
+    );
 }

@@ -182,8 +182,12 @@ fn dataset_stage_publish_mark_delete_list_gc_and_verify() {
     );
     checked += 4;
 
+    let uid = ok(dir, &["dataset", "show", "d1"])["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
     for id in ["s1", "s2"] {
-        common::write_object(&dir.join("mend-data"), "d1", id);
+        common::write_object(&dir.join("mend-data"), "d1", &uid, id);
     }
     let published = ok(dir, &["publish", "d1", "--split", "s1,s2"]);
     assert_eq!(published["published"], serde_json::json!(["s1", "s2"]));
@@ -234,11 +238,16 @@ fn dataset_stage_publish_mark_delete_list_gc_and_verify() {
     );
     checked += 4;
 
-    // Verify: a dataset whose published splits all have their objects passes; d1's s1 was
-    // published by rows alone (the CLI writes no objects), so verify names it and exits 1.
+    // Verify: a dataset whose published splits all have their objects passes; once s1's
+    // object is lost behind mend's back, verify names it and exits 1.
     ok(dir, &["dataset", "create", "d2"]);
     let verified = ok(dir, &["verify", "d2"]);
     assert_eq!(verified["violations"], serde_json::json!([]));
+    assert_eq!(
+        ok(dir, &["verify", "d1"])["violations"],
+        serde_json::json!([])
+    );
+    std::fs::remove_file(dir.join("mend-data/datasets/d1/splits/s1")).unwrap();
     fails(dir, &["verify", "d1"], 1, "violation");
     for mode in ["probe", "roll-forward", "verify", "exclusive"] {
         ok(dir, &["recover", "d2", "--mode", mode]);

@@ -311,7 +311,11 @@ fn every_route_answers_its_happy_path_and_its_main_failure() {
         ),
         412,
     );
-    assert_eq!(without_objects["ids"], json!(["s1", "s2"]), "{without_objects}");
+    assert_eq!(
+        without_objects["ids"],
+        json!(["s1", "s2"]),
+        "{without_objects}"
+    );
     assert!(
         server.get("/v1/datasets/d1/splits?state=published").1["splits"]
             .as_array()
@@ -320,8 +324,12 @@ fn every_route_answers_its_happy_path_and_its_main_failure() {
     );
     // The storage system uploads them, straight to the store.
     let catalog_dir = dir.path().join("mend-data");
-    for id in ["s1", "s2", "s4"] {
-        common::write_object(&catalog_dir, "d1", id);
+    let uid = server.get("/v1/datasets/d1").1["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for id in ["s1", "s2"] {
+        common::write_object(&catalog_dir, "d1", &uid, id);
     }
     let published = expect(
         "publish",
@@ -451,6 +459,7 @@ fn every_route_answers_its_happy_path_and_its_main_failure() {
         ),
         200,
     );
+    common::write_object(&catalog_dir, "d1", &uid, "s4");
     expect(
         "publish without the token",
         server.post(
@@ -609,7 +618,11 @@ fn a_dataset_that_cannot_be_served_answers_503_while_another_serves() {
             json!({"mode": "create-only", "splits": splits(&[&id])}),
         );
         assert_eq!(status, 200, "{body}");
-        common::write_object(&dir.path().join("mend-data"), "good", &id);
+        let uid = server.get("/v1/datasets/good").1["uid"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        common::write_object(&dir.path().join("mend-data"), "good", &uid, &id);
         let (status, _) = server.post(
             "/v1/datasets/good/publish",
             json!({"staged_split_ids": [id]}),

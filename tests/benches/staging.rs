@@ -258,9 +258,7 @@ async fn read_and_decide_cost(harness: &Harness) {
     let validation = {
         let started = Instant::now();
         for _ in 0..iterations {
-            std::hint::black_box(
-                mend::validate::stage_request(&request, STAGE_LIMITS).unwrap(),
-            );
+            std::hint::black_box(mend::validate::stage_request(&request, STAGE_LIMITS).unwrap());
         }
         started.elapsed() / iterations
     };

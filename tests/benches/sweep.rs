@@ -66,8 +66,8 @@ async fn setup(postgres: bool) -> Setup {
                 &mend_tests::harness::postgres_url(),
                 mend_tests::harness::postgres_options(),
             )
-                .await
-                .expect("connect to Postgres"),
+            .await
+            .expect("connect to Postgres"),
         )
     } else {
         Arc::new(ObjectStoreCatalog::new(

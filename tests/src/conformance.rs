@@ -153,7 +153,10 @@ async fn stage(h: &Harness, dataset_id: &str, mode: StageMode, ids: &[&str]) -> 
     staged
 }
 
+/// Uploads the object of each split to publish (a no-op for one already there), then
+/// publishes.
 async fn publish(h: &Harness, dataset_id: &str, staged: &[&str], replaced: &[&str]) {
+    h.put_objects(dataset_id, staged).await;
     h.engine
         .publish(&publish_request(dataset_id, staged, replaced))
         .await
@@ -171,8 +174,11 @@ fn publish_request(dataset_id: &str, staged: &[&str], replaced: &[&str]) -> Publ
     }
 }
 
+/// Every row of the dataset (the catalog's own listing: the engine's pages hold at most
+/// `max_list_page` rows).
 async fn rows(h: &Harness, dataset_id: &str) -> Vec<SplitRow> {
     h.engine
+        .catalog()
         .list_splits(dataset_id, &ListQuery::default())
         .await
         .expect("list splits")
@@ -1124,14 +1130,8 @@ pub async fn delete_removes_objects_then_rows_of_marked_splits_only(h: &Harness)
         &["doomed", "staged", "published"],
     )
     .await;
+    // The stage helper uploaded an object for each split.
     publish(h, &ds, &["published"], &[]).await;
-    for id in ["doomed", "staged", "published"] {
-        h.engine
-            .objects()
-            .put(&ds, id, bytes::Bytes::from(format!("bytes of {id}")))
-            .await
-            .expect("put object");
-    }
     h.engine
         .mark_for_deletion(&ds, &strings(&["doomed"]))
         .await
@@ -1381,6 +1381,20 @@ pub async fn concurrent_create_only_batches_claim_each_id_once(h: &Harness) {
         );
     }
     assert_eq!(rows(h, &ds).await.len(), total_inserted);
+    // A listing that names no limit gets one page of `max_list_page` rows and the cursor on.
+    let max_page = mend::EngineOptions::default().max_list_page;
+    let page = h
+        .engine
+        .list_splits(&ds, &ListQuery::default())
+        .await
+        .expect("list");
+    assert_eq!(page.splits.len(), total_inserted.min(max_page));
+    if total_inserted > max_page {
+        assert_eq!(
+            page.next_after_split_id.as_deref(),
+            page.splits.last().map(|row| row.split_id.as_str())
+        );
+    }
     println!(
         "conformance[{}]: {workers} workers x {rounds} rounds: {total_inserted} ids each inserted exactly once, 0 errors",
         h.backend

@@ -16,8 +16,8 @@ use mend::bounds::{self, MAX_GRACE_PERIOD_MS};
 use mend::intent::{Intent, OperationKind, PlannedEffects};
 use mend::model::{DatasetConfig, ListQuery, PublishRequest, SplitState, StageMode};
 use mend::objects::format::{self, SplitObjectHeader, sha256};
-use mend_policy::RecoveryMode;
 use mend::{Engine, MendError};
+use mend_policy::RecoveryMode;
 use mend_tests::harness::{Backend, Harness};
 
 /// The values every grace field is tried at.
@@ -216,10 +216,18 @@ async fn young_splits_survive(h: &Harness, dataset_id: &str, field: Field, age: 
         .await
         .unwrap()
         .splits;
-    let state = |id: &str| rows.iter().find(|row| row.split_id == id).map(|row| row.state);
+    let state = |id: &str| {
+        rows.iter()
+            .find(|row| row.split_id == id)
+            .map(|row| row.state)
+    };
     let context = format!("{field:?} grace, age {age} ms");
     assert_eq!(state(&staged), Some(SplitState::Staged), "{context}");
-    assert_eq!(state(&marked), Some(SplitState::MarkedForDeletion), "{context}");
+    assert_eq!(
+        state(&marked),
+        Some(SplitState::MarkedForDeletion),
+        "{context}"
+    );
     // The orphan is younger than the staged grace, so reconcile neither adopts nor discards it.
     assert!(
         reconciled.adopted.is_empty() && reconciled.discarded.is_empty(),
@@ -235,11 +243,19 @@ async fn young_splits_survive(h: &Harness, dataset_id: &str, field: Field, age: 
         .map(|object| object.split_id)
         .collect();
     for id in [&staged, &marked, &orphan] {
-        assert!(objects.contains(id), "{context}: the object of {id} is gone");
+        assert!(
+            objects.contains(id),
+            "{context}: the object of {id} is gone"
+        );
     }
     // The crashed gc was settled without marking the young split.
     assert!(
-        engine.catalog().list_intents(dataset_id).await.unwrap().is_empty(),
+        engine
+            .catalog()
+            .list_intents(dataset_id)
+            .await
+            .unwrap()
+            .is_empty(),
         "{context}: the crashed gc's intent is still there"
     );
     7

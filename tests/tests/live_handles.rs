@@ -277,6 +277,7 @@ async fn the_write_path_refreshes_its_snapshot_only_and_never_sweeps() {
             })
             .await
             .unwrap();
+        h.put_objects(&dataset_id, ["merged"]).await;
         handle
             .replace(&["merged".into()], &["old".into()], None)
             .await

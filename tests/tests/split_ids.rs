@@ -112,7 +112,10 @@ async fn round_trip(backend: Backend) {
         "[{backend}] {:?}",
         verified.violations
     );
-    assert_eq!(verified.orphan_objects, orphans, "[{backend}] verify's orphans");
+    assert_eq!(
+        verified.orphan_objects, orphans,
+        "[{backend}] verify's orphans"
+    );
 
     // Reconcile agrees: past the grace period it adopts exactly the orphans, by their names.
     h.set_clock_past_wall_clock(2 * 60 * 60 * 1000);
@@ -157,7 +160,16 @@ async fn refused_ids_write_nothing(backend: Backend) {
         .collect();
     bad.extend(
         [
-            "日本", " a", "a ", "\u{FEFF}a", "a\u{202E}b", "-a", ".a", "", ".", "..",
+            "日本",
+            " a",
+            "a ",
+            "\u{FEFF}a",
+            "a\u{202E}b",
+            "-a",
+            ".a",
+            "",
+            ".",
+            "..",
         ]
         .map(String::from),
     );

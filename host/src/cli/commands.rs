@@ -340,7 +340,7 @@ async fn open_engine(settings: &Settings, json: bool) -> anyhow::Result<Engine> 
         settings.postgres_options(),
     )
     .await
-        .with_context(|| format!("open catalog {}", settings.catalog))?;
+    .with_context(|| format!("open catalog {}", settings.catalog))?;
     let policy = match file_policy {
         Some(policy) => policy,
         None => {
@@ -452,12 +452,9 @@ fn apply_setting(config: &mut DatasetConfig, assignment: &str) -> Result<(), Bad
     // The range itself is checked with the whole config, by the library; a value that is not
     // even a number in u64 is refused here, with that same range.
     let number = |bound: mend::bounds::Bound| -> Result<u64, BadInput> {
-        value.parse().map_err(|_| {
-            BadInput(format!(
-                "--set {}",
-                bound.not_a_number(value)
-            ))
-        })
+        value
+            .parse()
+            .map_err(|_| BadInput(format!("--set {}", bound.not_a_number(value))))
     };
     match key {
         "staged_grace_period_ms" => {

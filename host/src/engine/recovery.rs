@@ -415,10 +415,8 @@ impl Engine {
             }
             (RecoveryDecision::RollForward, OperationKind::Gc) => {
                 let dataset = self.catalog.dataset(&intent.dataset_id).await?;
-                let staged_cutoff = bounds::ms_before(
-                    intent.created_at_ms,
-                    dataset.config.staged_grace_period_ms,
-                );
+                let staged_cutoff =
+                    bounds::ms_before(intent.created_at_ms, dataset.config.staged_grace_period_ms);
                 self.run_gc(intent, staged_cutoff).await?;
             }
             (RecoveryDecision::RollForward, OperationKind::ConfigApply) => {

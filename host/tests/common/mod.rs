@@ -112,10 +112,24 @@ pub fn splits_file(dir: &Path, name: &str, ids: &[&str]) -> PathBuf {
     path
 }
 
-/// Writes a split's object into the local catalog at `catalog_dir`, as a writer outside mend
-/// would (any bytes: publish checks that the object exists).
-pub fn write_object(catalog_dir: &Path, dataset_id: &str, split_id: &str) {
+/// Writes a split's object, in mend's object format, into the local catalog at
+/// `catalog_dir`, as a writer outside mend would; `dataset_uid` is the dataset's current uid
+/// (`mend dataset show`), which verify holds the object to.
+pub fn write_object(catalog_dir: &Path, dataset_id: &str, dataset_uid: &str, split_id: &str) {
+    use mend::objects::format::{self, SplitObjectHeader, sha256};
+    let payload = b"object bytes";
+    let header = SplitObjectHeader {
+        format_version: format::HEADER_FORMAT_VERSION,
+        dataset_id: dataset_id.into(),
+        dataset_uid: dataset_uid.into(),
+        split_id: split_id.into(),
+        node: "outside-writer".into(),
+        metadata_json: r#"{"num_docs": 1}"#.into(),
+        operation_id: None,
+        payload_size: payload.len() as u64,
+        payload_sha256: sha256(payload),
+    };
     let splits = catalog_dir.join("datasets").join(dataset_id).join("splits");
     std::fs::create_dir_all(&splits).unwrap();
-    std::fs::write(splits.join(split_id), b"object bytes").unwrap();
+    std::fs::write(splits.join(split_id), format::encode(&header, payload)).unwrap();
 }

@@ -105,7 +105,11 @@ async fn check_durability(pool: &PgPool, target: &str) -> Result<()> {
         format!(
             "postgres://{target} may lose acknowledged commits in a crash ({}), and mend would then lose acknowledged publishes; turn {} on (ALTER SYSTEM SET ... = on, then reload), or, for a throwaway cluster only, accept the risk with postgres.accept_unsafe_durability = true (MEND_POSTGRES_ACCEPT_UNSAFE_DURABILITY=true)",
             unsafe_settings.join(", "),
-            if unsafe_settings.len() == 1 { "it" } else { "them" }
+            if unsafe_settings.len() == 1 {
+                "it"
+            } else {
+                "them"
+            }
         ),
         Vec::new(),
     ))
