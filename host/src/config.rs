@@ -23,6 +23,7 @@ use serde::Serialize;
 use crate::engine::EngineOptions;
 use crate::model::DatasetConfig;
 use crate::runtime::{LoadOptions, PolicyLimits};
+use crate::server::ServeLimits;
 
 /// The file read when neither `--config` nor `MEND_CONFIG` names one, if it exists.
 pub const DEFAULT_FILE: &str = "./mend.toml";
@@ -77,6 +78,15 @@ pub struct Settings {
     pub admin_token: Option<String>,
     pub supervisor_interval: Duration,
     pub supervisor_max_backoff: Duration,
+    /// The server's limits; each is its `serve.*` setting, range-checked.
+    pub max_connections: usize,
+    pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub shutdown_deadline: Duration,
+    pub max_queued_writes: usize,
+    pub max_queued_writes_per_dataset: usize,
+    pub max_admin_component_bytes: usize,
     /// The settings file that was read, if any.
     pub file: Option<PathBuf>,
     /// Where each setting's value came from, in the order of [`SETTINGS`].
@@ -320,6 +330,54 @@ pub static SETTINGS: &[Setting] = &[
         field!(supervisor_max_backoff),
         "Longest a failing supervisor waits before it tries again, in ms.",
     ),
+    Setting::new(
+        "serve.max_connections",
+        "MEND_SERVE_MAX_CONNECTIONS",
+        field!(max_connections, count_within::<1, 100_000>),
+        "Most connections the server keeps open (1 to 100000); one more is answered 503 and closed at once.",
+    ),
+    Setting::new(
+        "serve.header_read_timeout_ms",
+        "MEND_SERVE_HEADER_READ_TIMEOUT_MS",
+        field!(header_read_timeout, millis_within::<100, 600_000>),
+        "Longest from a request head's first byte to its last before the connection is closed, in ms (100 to 600000).",
+    ),
+    Setting::new(
+        "serve.body_read_timeout_ms",
+        "MEND_SERVE_BODY_READ_TIMEOUT_MS",
+        field!(body_read_timeout, millis_within::<100, 3_600_000>),
+        "Longest from a request head's end to its body's end; past it the answer is 408, in ms (100 to 3600000).",
+    ),
+    Setting::new(
+        "serve.idle_timeout_ms",
+        "MEND_SERVE_IDLE_TIMEOUT_MS",
+        field!(idle_timeout, millis_within::<100, 3_600_000>),
+        "Longest a connection may wait without a byte of a next request before it is closed, in ms (100 to 3600000).",
+    ),
+    Setting::new(
+        "serve.shutdown_deadline_ms",
+        "MEND_SERVE_SHUTDOWN_DEADLINE_MS",
+        field!(shutdown_deadline, millis_within::<0, 3_600_000>),
+        "How long a shutdown lets requests being answered finish before it drops them (admitted writes always finish), in ms (0 to 3600000).",
+    ),
+    Setting::new(
+        "serve.max_queued_writes",
+        "MEND_SERVE_MAX_QUEUED_WRITES",
+        field!(max_queued_writes, count_within::<1, 100_000>),
+        "Most writes the server admits at once (1 to 100000); one more is answered 503 with Retry-After.",
+    ),
+    Setting::new(
+        "serve.max_queued_writes_per_dataset",
+        "MEND_SERVE_MAX_QUEUED_WRITES_PER_DATASET",
+        field!(max_queued_writes_per_dataset, count_within::<1, 100_000>),
+        "Most writes the server admits at once on one dataset (1 to 100000); one more is answered 503 with Retry-After.",
+    ),
+    Setting::new(
+        "serve.max_admin_component_bytes",
+        "MEND_SERVE_MAX_ADMIN_COMPONENT_BYTES",
+        field!(max_admin_component_bytes, count_within::<1024, 1_073_741_824>),
+        "Largest policy component (or scenarios file) an admin request may upload or name, in bytes (1024 to 1073741824).",
+    ),
 ];
 
 impl Settings {
@@ -399,6 +457,7 @@ impl Settings {
         let engine = EngineOptions::default();
         let limits = PolicyLimits::default();
         let dataset = DatasetConfig::default();
+        let serve = ServeLimits::default();
         let nonempty = |name: &str| env.get(name).filter(|value| !value.is_empty());
         let cache_base = nonempty("XDG_CACHE_HOME")
             .map(PathBuf::from)
@@ -421,6 +480,14 @@ impl Settings {
             admin_token: None,
             supervisor_interval: DEFAULT_SUPERVISOR_INTERVAL,
             supervisor_max_backoff: DEFAULT_SUPERVISOR_MAX_BACKOFF,
+            max_connections: serve.max_connections,
+            header_read_timeout: serve.header_read_timeout,
+            body_read_timeout: serve.body_read_timeout,
+            idle_timeout: serve.idle_timeout,
+            shutdown_deadline: serve.shutdown_deadline,
+            max_queued_writes: serve.max_queued_writes,
+            max_queued_writes_per_dataset: serve.max_queued_writes_per_dataset,
+            max_admin_component_bytes: serve.max_admin_component_bytes,
             file: None,
             sources: vec![Source::Default; SETTINGS.len()],
         }
@@ -815,6 +882,25 @@ fn wrong_type(expected: &str, found: &toml::Value) -> String {
 
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A count of at least `MIN` and at most `MAX`.
+fn count_within<const MIN: usize, const MAX: usize>(value: &usize) -> Result<(), String> {
+    if (MIN..=MAX).contains(value) {
+        Ok(())
+    } else {
+        Err(format!("{value} is out of range: give {MIN} to {MAX}"))
+    }
+}
+
+/// A duration of at least `MIN` and at most `MAX` milliseconds.
+fn millis_within<const MIN: u64, const MAX: u64>(value: &Duration) -> Result<(), String> {
+    let ms = millis(*value);
+    if (MIN..=MAX).contains(&ms) {
+        Ok(())
+    } else {
+        Err(format!("{ms} ms is out of range: give {MIN} to {MAX}"))
+    }
 }
 
 fn check_catalog(url: &str) -> Result<(), String> {
@@ -1241,6 +1327,41 @@ mod tests {
         section.config_file = Some(write(dir.path(), "section.toml", "limits = 5\n"));
         let message = Settings::resolve(&section).unwrap_err().to_string();
         assert!(message.contains("expected a table [limits]"), "{message}");
+    }
+
+    #[test]
+    fn a_server_limit_out_of_its_range_is_refused_naming_the_setting_and_the_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut refused = 0;
+        for (assignment, range) in [
+            ("serve.max_connections=0", "give 1 to 100000"),
+            ("serve.max_connections=100001", "give 1 to 100000"),
+            ("serve.header_read_timeout_ms=99", "give 100 to 600000"),
+            ("serve.body_read_timeout_ms=3600001", "give 100 to 3600000"),
+            ("serve.idle_timeout_ms=0", "give 100 to 3600000"),
+            ("serve.shutdown_deadline_ms=3600001", "give 0 to 3600000"),
+            ("serve.max_queued_writes=0", "give 1 to 100000"),
+            ("serve.max_queued_writes_per_dataset=0", "give 1 to 100000"),
+            (
+                "serve.max_admin_component_bytes=1023",
+                "give 1024 to 1073741824",
+            ),
+        ] {
+            let key = assignment.split_once('=').unwrap().0;
+            let given = flag(inputs(dir.path()), "--set", assignment);
+            let message = Settings::resolve(&given).unwrap_err().to_string();
+            assert!(
+                message.contains(&format!("`{key}`")) && message.contains(range),
+                "{assignment}: {message}"
+            );
+            refused += 1;
+        }
+        let given = flag(inputs(dir.path()), "--set", "serve.shutdown_deadline_ms=0");
+        assert_eq!(
+            Settings::resolve(&given).unwrap().shutdown_deadline,
+            Duration::ZERO
+        );
+        println!("config: {refused} out-of-range server limits refused");
     }
 
     #[test]
