@@ -66,6 +66,26 @@ pub const SUPERVISOR_INTERVAL_MS: Bound =
 /// The longest a failing supervisor waits, in ms.
 pub const SUPERVISOR_MAX_BACKOFF_MS: Bound =
     Bound::new("serve.supervisor_max_backoff_ms", 10, DAY_MS);
+/// Connections a server keeps open.
+pub const SERVE_MAX_CONNECTIONS: Bound = Bound::new("serve.max_connections", 1, 100_000);
+/// From a request head's first byte to its last, in ms.
+pub const SERVE_HEADER_READ_TIMEOUT_MS: Bound =
+    Bound::new("serve.header_read_timeout_ms", 100, 600_000);
+/// From a request head's end to its body's end, in ms.
+pub const SERVE_BODY_READ_TIMEOUT_MS: Bound =
+    Bound::new("serve.body_read_timeout_ms", 100, 3_600_000);
+/// How long a connection may wait for its next request, in ms.
+pub const SERVE_IDLE_TIMEOUT_MS: Bound = Bound::new("serve.idle_timeout_ms", 100, 3_600_000);
+/// How long a shutdown lets requests being answered finish, in ms.
+pub const SERVE_SHUTDOWN_DEADLINE_MS: Bound =
+    Bound::new("serve.shutdown_deadline_ms", 0, 3_600_000);
+/// Writes a server admits at once, overall and per dataset.
+pub const SERVE_MAX_QUEUED_WRITES: Bound = Bound::new("serve.max_queued_writes", 1, 100_000);
+pub const SERVE_MAX_QUEUED_WRITES_PER_DATASET: Bound =
+    Bound::new("serve.max_queued_writes_per_dataset", 1, 100_000);
+/// Bytes of a policy component (or scenarios file) an admin request may upload or name.
+pub const SERVE_MAX_ADMIN_COMPONENT_BYTES: Bound =
+    Bound::new("serve.max_admin_component_bytes", 1024, 1 << 30);
 /// Recorded decisions a policy replay reads per dataset.
 pub const REPLAY_RECORDS: Bound = Bound::new("records", 1, 100_000);
 /// Entries of a dataset's `policy_params`.

@@ -24,6 +24,7 @@ use crate::bounds;
 use crate::engine::EngineOptions;
 use crate::model::DatasetConfig;
 use crate::runtime::{LoadOptions, PolicyLimits};
+use crate::server::ServeLimits;
 
 /// The file read when neither `--config` nor `MEND_CONFIG` names one, if it exists.
 pub const DEFAULT_FILE: &str = "./mend.toml";
@@ -82,6 +83,15 @@ pub struct Settings {
     pub admin_token: Option<String>,
     pub supervisor_interval: Duration,
     pub supervisor_max_backoff: Duration,
+    /// The server's limits; each is its `serve.*` setting, range-checked.
+    pub max_connections: usize,
+    pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub shutdown_deadline: Duration,
+    pub max_queued_writes: usize,
+    pub max_queued_writes_per_dataset: usize,
+    pub max_admin_component_bytes: usize,
     /// The settings file that was read, if any.
     pub file: Option<PathBuf>,
     /// Where each setting's value came from, in the order of [`SETTINGS`].
@@ -357,6 +367,62 @@ pub static SETTINGS: &[Setting] = &[
         "Longest a failing supervisor waits before it tries again, in ms.",
     )
     .within(bounds::SUPERVISOR_MAX_BACKOFF_MS),
+    Setting::new(
+        "serve.max_connections",
+        "MEND_SERVE_MAX_CONNECTIONS",
+        field!(max_connections),
+        "Most connections the server keeps open; one more is answered 503 and closed at once.",
+    )
+    .within(bounds::SERVE_MAX_CONNECTIONS),
+    Setting::new(
+        "serve.header_read_timeout_ms",
+        "MEND_SERVE_HEADER_READ_TIMEOUT_MS",
+        field!(header_read_timeout),
+        "Longest from a request head's first byte to its last before the connection is closed, in ms.",
+    )
+    .within(bounds::SERVE_HEADER_READ_TIMEOUT_MS),
+    Setting::new(
+        "serve.body_read_timeout_ms",
+        "MEND_SERVE_BODY_READ_TIMEOUT_MS",
+        field!(body_read_timeout),
+        "Longest from a request head's end to its body's end; past it the answer is 408, in ms.",
+    )
+    .within(bounds::SERVE_BODY_READ_TIMEOUT_MS),
+    Setting::new(
+        "serve.idle_timeout_ms",
+        "MEND_SERVE_IDLE_TIMEOUT_MS",
+        field!(idle_timeout),
+        "Longest a connection may wait without a byte of a next request before it is closed, in ms.",
+    )
+    .within(bounds::SERVE_IDLE_TIMEOUT_MS),
+    Setting::new(
+        "serve.shutdown_deadline_ms",
+        "MEND_SERVE_SHUTDOWN_DEADLINE_MS",
+        field!(shutdown_deadline),
+        "How long a shutdown lets requests being answered finish before it drops them (admitted writes always finish), in ms.",
+    )
+    .within(bounds::SERVE_SHUTDOWN_DEADLINE_MS),
+    Setting::new(
+        "serve.max_queued_writes",
+        "MEND_SERVE_MAX_QUEUED_WRITES",
+        field!(max_queued_writes),
+        "Most writes the server admits at once; one more is answered 503 with Retry-After.",
+    )
+    .within(bounds::SERVE_MAX_QUEUED_WRITES),
+    Setting::new(
+        "serve.max_queued_writes_per_dataset",
+        "MEND_SERVE_MAX_QUEUED_WRITES_PER_DATASET",
+        field!(max_queued_writes_per_dataset),
+        "Most writes the server admits at once on one dataset; one more is answered 503 with Retry-After.",
+    )
+    .within(bounds::SERVE_MAX_QUEUED_WRITES_PER_DATASET),
+    Setting::new(
+        "serve.max_admin_component_bytes",
+        "MEND_SERVE_MAX_ADMIN_COMPONENT_BYTES",
+        field!(max_admin_component_bytes),
+        "Largest policy component (or scenarios file) an admin request may upload or name, in bytes.",
+    )
+    .within(bounds::SERVE_MAX_ADMIN_COMPONENT_BYTES),
 ];
 
 impl Settings {
@@ -445,6 +511,7 @@ impl Settings {
         let engine = EngineOptions::default();
         let limits = PolicyLimits::default();
         let dataset = DatasetConfig::default();
+        let serve = ServeLimits::default();
         let nonempty = |name: &str| env.get(name).filter(|value| !value.is_empty());
         let cache_base = nonempty("XDG_CACHE_HOME")
             .map(PathBuf::from)
@@ -470,6 +537,14 @@ impl Settings {
             admin_token: None,
             supervisor_interval: DEFAULT_SUPERVISOR_INTERVAL,
             supervisor_max_backoff: DEFAULT_SUPERVISOR_MAX_BACKOFF,
+            max_connections: serve.max_connections,
+            header_read_timeout: serve.header_read_timeout,
+            body_read_timeout: serve.body_read_timeout,
+            idle_timeout: serve.idle_timeout,
+            shutdown_deadline: serve.shutdown_deadline,
+            max_queued_writes: serve.max_queued_writes,
+            max_queued_writes_per_dataset: serve.max_queued_writes_per_dataset,
+            max_admin_component_bytes: serve.max_admin_component_bytes,
             file: None,
             sources: vec![Source::Default; SETTINGS.len()],
         }
@@ -1348,6 +1423,41 @@ mod tests {
         section.config_file = Some(write(dir.path(), "section.toml", "limits = 5\n"));
         let message = Settings::resolve(&section).unwrap_err().to_string();
         assert!(message.contains("expected a table [limits]"), "{message}");
+    }
+
+    #[test]
+    fn a_server_limit_out_of_its_range_is_refused_naming_the_setting_and_the_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut refused = 0;
+        for (assignment, range) in [
+            ("serve.max_connections=0", "1..=100000"),
+            ("serve.max_connections=100001", "1..=100000"),
+            ("serve.header_read_timeout_ms=99", "100..=600000"),
+            ("serve.body_read_timeout_ms=3600001", "100..=3600000"),
+            ("serve.idle_timeout_ms=0", "100..=3600000"),
+            ("serve.shutdown_deadline_ms=3600001", "0..=3600000"),
+            ("serve.max_queued_writes=0", "1..=100000"),
+            ("serve.max_queued_writes_per_dataset=0", "1..=100000"),
+            (
+                "serve.max_admin_component_bytes=1023",
+                "1024..=1073741824",
+            ),
+        ] {
+            let key = assignment.split_once('=').unwrap().0;
+            let given = flag(inputs(dir.path()), "--set", assignment);
+            let message = Settings::resolve(&given).unwrap_err().to_string();
+            assert!(
+                message.contains(&format!("`{key}`")) && message.contains(range),
+                "{assignment}: {message}"
+            );
+            refused += 1;
+        }
+        let given = flag(inputs(dir.path()), "--set", "serve.shutdown_deadline_ms=0");
+        assert_eq!(
+            Settings::resolve(&given).unwrap().shutdown_deadline,
+            Duration::ZERO
+        );
+        println!("config: {refused} out-of-range server limits refused");
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! `mend serve`: runs the HTTP server until SIGINT or SIGTERM, then shuts down gracefully
-//! (no new requests; admitted writes finish).
+//! (no new requests; requests being answered get until the shutdown deadline; admitted writes
+//! finish). A server that cannot start (its address in use) exits 2: nothing happened, and
+//! retrying the same command will not help.
 
-use anyhow::Context;
 use mend::Engine;
 use mend::config::Settings;
-use mend::server::ServeOptions;
 use mend::server::supervisor::SupervisorOptions;
+use mend::server::{ServeLimits, ServeOptions};
+
+use super::BadInput;
 
 pub async fn run(engine: Engine, settings: &Settings) -> anyhow::Result<()> {
     let options = ServeOptions {
@@ -16,6 +19,16 @@ pub async fn run(engine: Engine, settings: &Settings) -> anyhow::Result<()> {
         },
         load: settings.load_options(),
         dataset_defaults: settings.dataset_config_defaults(),
+        limits: ServeLimits {
+            max_connections: settings.max_connections,
+            header_read_timeout: settings.header_read_timeout,
+            body_read_timeout: settings.body_read_timeout,
+            idle_timeout: settings.idle_timeout,
+            shutdown_deadline: settings.shutdown_deadline,
+            max_queued_writes: settings.max_queued_writes,
+            max_queued_writes_per_dataset: settings.max_queued_writes_per_dataset,
+            max_admin_component_bytes: settings.max_admin_component_bytes,
+        },
     };
     let listen = settings.listen;
     let catalog = engine.catalog().describe();
@@ -31,7 +44,7 @@ pub async fn run(engine: Engine, settings: &Settings) -> anyhow::Result<()> {
         );
     })
     .await
-    .with_context(|| format!("serve on {listen}"))?;
+    .map_err(|error| BadInput(error.to_string()))?;
     eprintln!("mend serve: stopped; every admitted write finished");
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The routes of `mend serve` and how results and errors become HTTP answers.
 //!
-//! Bodies are JSON in and out. An error answers with its status and
+//! Bodies are JSON in and out. Every answer that is not a success, whoever produced it (a
+//! handler, a limit, the router itself for an unknown route or method), has its status and
 //! `{"error": CODE, "message": ..., "certainly_not_applied": BOOL}` (plus `ids` for a failed
 //! precondition, `operation_id` for `recovery_required`, `hint` where there is one).
 
@@ -17,11 +18,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use mend_policy::RecoveryMode;
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::Shared;
-use super::writes::Writes;
+use super::admin;
+use super::body::JsonBody;
+pub(super) use super::body::parse;
+use super::limits::{BodyLimit, read_body};
+use super::writes::{Refused, WriteTicket, Writes};
 use crate::error::MendError;
 use crate::model::{
     CheckpointDelta, DatasetConfig, ListQuery, PublishRequest, SplitState, StageMode, StageRequest,
@@ -30,11 +34,24 @@ use crate::model::{
 
 type AppState = State<Arc<Shared>>;
 
-/// The largest request body; larger ones are refused with 413 before they are read.
+/// The largest request body but an admin upload's; larger ones are refused with 413.
+/// A stage of the largest batch (10,000 splits by default) with metadata is a few MiB.
 const MAX_BODY_BYTES: usize = 64 << 20;
 
+/// How long a client is told to wait before it retries a refusal for load.
+const RETRY_AFTER_SECS: u64 = 1;
+
 pub(super) fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
+    let limits = &shared.options.limits;
+    let body = BodyLimit {
+        max_bytes: MAX_BODY_BYTES,
+        timeout: limits.body_read_timeout,
+    };
+    let admin_body = BodyLimit {
+        max_bytes: limits.max_admin_component_bytes,
+        timeout: limits.body_read_timeout,
+    };
+    let routes = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -53,16 +70,21 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/datasets/{dataset}/recover", post(recover))
         .route("/v1/datasets/{dataset}/verify", get(verify))
         .route("/v1/policy", get(active_policy))
-        .route("/v1/policy/replay", post(replay_policy))
-        .route("/v1/policy/swap", post(swap_policy))
-        .route("/v1/policy/rollback", post(rollback_policy))
+        .route("/v1/policy/rollback", post(admin::rollback_policy))
+        .layer(middleware::from_fn_with_state(body, read_body));
+    // A component upload has a cap of its own.
+    let admin_routes = Router::new()
+        .route("/v1/policy/replay", post(admin::replay_policy))
+        .route("/v1/policy/swap", post(admin::swap_policy))
+        .layer(middleware::from_fn_with_state(admin_body, read_body));
+    routes
+        .merge(admin_routes)
         .fallback(not_found)
-        // A stage of the largest batch (10,000 splits by default) with metadata is a few MiB.
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(
             shared.clone(),
             count_requests,
         ))
+        .layer(middleware::from_fn(json_errors))
         .with_state(shared)
 }
 
@@ -75,7 +97,7 @@ pub(super) struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+    pub(super) fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
         Self {
             status,
             body: json!({"error": code, "message": message.into(), "certainly_not_applied": true}),
@@ -83,8 +105,39 @@ impl ApiError {
         }
     }
 
-    fn bad_request(message: impl Into<String>) -> Self {
+    pub(super) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_argument", message)
+    }
+
+    /// What the answer says happened, in words.
+    #[cfg(test)]
+    pub(super) fn message(&self) -> &str {
+        self.body["message"].as_str().unwrap_or_default()
+    }
+
+    /// A write refused before it did anything.
+    fn refused(refused: Refused) -> Self {
+        let (code, message) = match refused {
+            Refused::ShuttingDown => (
+                "shutting_down",
+                "the server is shutting down and admits no new writes".to_owned(),
+            ),
+            Refused::DatasetFull { limit } => (
+                "overloaded",
+                format!(
+                    "{limit} writes are already queued on this dataset (serve.max_queued_writes_per_dataset); nothing happened: retry after a pause"
+                ),
+            ),
+            Refused::ServerFull { limit } => (
+                "overloaded",
+                format!(
+                    "{limit} writes are already queued on this server (serve.max_queued_writes); nothing happened: retry after a pause"
+                ),
+            ),
+        };
+        let mut error = Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message);
+        error.retry_after_secs = Some(RETRY_AFTER_SECS);
+        error
     }
 
     fn unauthorized(message: impl Into<String>) -> Self {
@@ -112,7 +165,7 @@ impl ApiError {
         error.body["hint"] = json!(
             "its supervisor retries with backoff; `mend recover DATASET --mode probe` shows the in-doubt work"
         );
-        error.retry_after_secs = Some(1);
+        error.retry_after_secs = Some(RETRY_AFTER_SECS);
         error
     }
 }
@@ -139,7 +192,11 @@ impl From<MendError> for ApiError {
             "certainly_not_applied": error.certainly_not_applied(),
         });
         match &error {
-            MendError::FailedPrecondition { ids, .. } => body["ids"] = json!(ids),
+            // Only a precondition about splits names ids; a stale checkpoint or config
+            // version says what it is about in its message instead of an empty list.
+            MendError::FailedPrecondition { ids, .. } if !ids.is_empty() => {
+                body["ids"] = json!(ids)
+            }
             MendError::RecoveryRequired { operation_id } => {
                 body["operation_id"] = json!(operation_id);
                 body["hint"] = json!(
@@ -178,7 +235,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-type ApiResult = Result<Response, ApiError>;
+pub(super) type ApiResult = Result<Response, ApiError>;
 
 fn json_body(value: &impl serde::Serialize) -> Response {
     let text = serde_json::to_string(value).unwrap_or_else(|error| {
@@ -187,19 +244,8 @@ fn json_body(value: &impl serde::Serialize) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], text).into_response()
 }
 
-fn ok(value: &impl serde::Serialize) -> ApiResult {
+pub(super) fn ok(value: &impl serde::Serialize) -> ApiResult {
     Ok((StatusCode::OK, json_body(value)).into_response())
-}
-
-/// Parses a JSON body; an empty body is `{}`.
-fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
-    let text: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        body
-    };
-    serde_json::from_slice(text)
-        .map_err(|error| ApiError::bad_request(format!("request body: {error}")))
 }
 
 /// Refuses requests for a dataset its supervisor found it cannot serve.
@@ -224,25 +270,30 @@ fn engine_error(shared: &Shared, dataset_id: &str, error: MendError) -> ApiError
     ApiError::from(error)
 }
 
-/// A ticket for one write, or 503 once the server is shutting down.
-fn admit(shared: &Shared) -> Result<super::writes::WriteTicket, ApiError> {
-    shared.writes.admit().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            "the server is shutting down and admits no new writes",
-        )
-    })
+/// A ticket for one write on `dataset_id` (`None`: on the whole deployment), or 503 when
+/// the server is shutting down or has as many writes queued as it takes.
+pub(super) fn admit(shared: &Shared, dataset_id: Option<&str>) -> Result<WriteTicket, ApiError> {
+    shared.writes.admit(dataset_id).map_err(ApiError::refused)
 }
 
-/// Runs an admitted write to its end, whatever becomes of the request.
-async fn write<T, F>(shared: &Arc<Shared>, dataset_id: &str, write: F) -> Result<T, ApiError>
+/// Admits a write on `dataset_id` and runs it to its end, whatever becomes of the request.
+/// With `in_the_way`, the write first waits for no unresolved operation naming those splits.
+async fn write<T, F>(
+    shared: &Arc<Shared>,
+    dataset_id: &str,
+    in_the_way: Option<&[String]>,
+    write: F,
+) -> Result<T, ApiError>
 where
     T: Send + 'static,
     F: Future<Output = crate::Result<T>> + Send + 'static,
 {
     served(shared, dataset_id)?;
-    let ticket = admit(shared)?;
+    // Admitted before anything is read, so that a flood costs no more than its refusals.
+    let ticket = admit(shared, Some(dataset_id))?;
+    if let Some(ids) = in_the_way {
+        not_in_doubt(shared, dataset_id, ids).await?;
+    }
     Writes::run(ticket, write)
         .await
         .map_err(|error| engine_error(shared, dataset_id, error))
@@ -266,7 +317,7 @@ async fn not_in_doubt(
     }
 }
 
-fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(super) fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(expected) = shared.options.admin_token.as_deref() else {
         return Err(ApiError::unauthorized(
             "this server has no admin token: start it with serve.admin_token (MEND_SERVE_ADMIN_TOKEN) to allow admin requests",
@@ -301,6 +352,64 @@ async fn count_requests(State(shared): AppState, request: Request, next: Next) -
     let response = next.run(request).await;
     shared.metrics.request(&route, response.status().as_u16());
     response
+}
+
+/// Gives every error answer the JSON body, whoever produced it: the router's 405 for a method
+/// a route does not answer, an extractor's rejection (a bad path or query string), anything a
+/// layer answers in text. Handlers and limits answer JSON themselves; those pass unchanged.
+async fn json_errors(request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let response = next.run(request).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let message = if status == StatusCode::METHOD_NOT_ALLOWED {
+        let allowed = parts
+            .headers
+            .get(header::ALLOW)
+            .and_then(|value| value.to_str().ok())
+            .filter(|allowed| !allowed.is_empty())
+            .unwrap_or("other methods");
+        format!("{method} is not allowed on this route; it answers {allowed}")
+    } else {
+        // What the producer said, on one line; a few KiB are plenty for a rejection.
+        let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+        let text = String::from_utf8_lossy(&text)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        if text.is_empty() {
+            status.canonical_reason().unwrap_or("error").to_lowercase()
+        } else {
+            text
+        }
+    };
+    let code = match status {
+        StatusCode::BAD_REQUEST => "invalid_argument".to_owned(),
+        StatusCode::NOT_FOUND => "not_found".to_owned(),
+        _ => status
+            .canonical_reason()
+            .unwrap_or("error")
+            .to_lowercase()
+            .replace([' ', '-'], "_"),
+    };
+    let mut error = ApiError::new(status, &code, message);
+    // Refused before a handler ran, or failed in a way no one described: only a 4xx
+    // certainly did nothing.
+    error.body["certainly_not_applied"] = json!(status.is_client_error());
+    let mut answer = error.into_response();
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            answer.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    answer
 }
 
 async fn not_found() -> ApiError {
@@ -413,6 +522,16 @@ struct CreateDataset {
     deletion_grace_period_ms: Option<u64>,
 }
 
+impl JsonBody for CreateDataset {
+    const SHAPE: &'static str =
+        r#"{"dataset_id": STRING, "staged_grace_period_ms"?: MS, "deletion_grace_period_ms"?: MS}"#;
+    const FIELDS: &'static [(&'static str, &'static str)] = &[
+        ("dataset_id", "a string"),
+        ("staged_grace_period_ms", "a whole number of milliseconds"),
+        ("deletion_grace_period_ms", "a whole number of milliseconds"),
+    ];
+}
+
 async fn create_dataset(State(shared): AppState, body: Bytes) -> ApiResult {
     let request: CreateDataset = parse(&body)?;
     let mut config = shared.options.dataset_defaults.clone();
@@ -424,7 +543,7 @@ async fn create_dataset(State(shared): AppState, body: Bytes) -> ApiResult {
     }
     let engine = shared.engine.clone();
     let dataset_id = request.dataset_id.clone();
-    let created = write(&shared, &request.dataset_id, async move {
+    let created = write(&shared, &request.dataset_id, None, async move {
         engine.create_dataset(&dataset_id, &config).await
     })
     .await?;
@@ -454,6 +573,21 @@ struct ApplyConfig {
     node: String,
 }
 
+impl JsonBody for ApplyConfig {
+    const SHAPE: &'static str = r#"{"expected_config_version": N, "config": {"staged_grace_period_ms": MS, "deletion_grace_period_ms": MS, "policy_params"?: {KEY: STRING}}, "node"?: STRING}"#;
+    const FIELDS: &'static [(&'static str, &'static str)] = &[
+        (
+            "expected_config_version",
+            "a whole number: the config version the change applies to",
+        ),
+        (
+            "config",
+            r#"an object {"staged_grace_period_ms": MS, "deletion_grace_period_ms": MS, "policy_params"?: {KEY: STRING}}"#,
+        ),
+        ("node", "a string naming the writer"),
+    ];
+}
+
 fn server_node() -> String {
     "mend-serve".into()
 }
@@ -466,7 +600,7 @@ async fn apply_config(
     let request: ApplyConfig = parse(&body)?;
     let engine = shared.engine.clone();
     let id = dataset_id.clone();
-    ok(&write(&shared, &dataset_id, async move {
+    ok(&write(&shared, &dataset_id, None, async move {
         engine
             .apply_config(
                 &id,
@@ -479,21 +613,59 @@ async fn apply_config(
     .await?)
 }
 
+/// Sets or removes the fence. Removing it must be said: a body that says nothing (`{}`) is
+/// refused, never read as "no token".
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Fence {
-    /// The token every publish must present; `null` removes it.
-    token: Option<String>,
+    /// Absent: not given; `null`: remove the token; a string: the token every publish must
+    /// present.
+    #[serde(default, deserialize_with = "given")]
+    token: Option<Option<String>>,
+    #[serde(default)]
+    clear: bool,
+}
+
+impl JsonBody for Fence {
+    const SHAPE: &'static str =
+        r#"{"token": "T"} to set the fence, or {"clear": true} to remove it"#;
+    const FIELDS: &'static [(&'static str, &'static str)] = &[
+        ("token", "a non-empty string, or null to remove the fence"),
+        ("clear", "true to remove the fence"),
+    ];
+}
+
+/// A field that is present, even as `null`: `Some(None)`; `#[serde(default)]` makes an
+/// absent one `None`.
+fn given<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
 }
 
 async fn fence(State(shared): AppState, Path(dataset_id): Path<String>, body: Bytes) -> ApiResult {
     let request: Fence = parse(&body)?;
+    let token = match (request.token, request.clear) {
+        (Some(Some(token)), false) => Some(token),
+        (Some(None), false) | (None, true) => None,
+        (None, false) => {
+            return Err(ApiError::bad_request(format!(
+                "say what to do with the fence: {}; nothing happened",
+                Fence::SHAPE
+            )));
+        }
+        (Some(_), true) => {
+            return Err(ApiError::bad_request(
+                "give either a token or \"clear\": true, not both; nothing happened",
+            ));
+        }
+    };
     let engine = shared.engine.clone();
     let id = dataset_id.clone();
-    ok(&write(&shared, &dataset_id, async move {
-        engine
-            .set_publish_token(&id, request.token.as_deref())
-            .await
+    ok(&write(&shared, &dataset_id, None, async move {
+        engine.set_publish_token(&id, token.as_deref()).await
     })
     .await?)
 }
@@ -516,6 +688,18 @@ struct SplitEntry {
     metadata: Value,
 }
 
+impl JsonBody for Stage {
+    const SHAPE: &'static str = r#"{"mode": "upsert"|"create-only", "node"?: STRING, "splits": [{"split_id": STRING, "metadata"?: OBJECT}]}"#;
+    const FIELDS: &'static [(&'static str, &'static str)] = &[
+        ("mode", r#""upsert" or "create-only" (there is no default)"#),
+        ("node", "a string naming the writer"),
+        (
+            "splits",
+            r#"an array of {"split_id": STRING, "metadata"?: OBJECT}"#,
+        ),
+    ];
+}
+
 fn empty_object() -> Value {
     json!({})
 }
@@ -535,15 +719,11 @@ async fn stage(State(shared): AppState, Path(dataset_id): Path<String>, body: By
             })
             .collect(),
     };
-    served(&shared, &dataset_id)?;
     let ids: Vec<String> = request.splits.iter().map(|s| s.split_id.clone()).collect();
-    not_in_doubt(&shared, &dataset_id, &ids).await?;
     let engine = shared.engine.clone();
-    let result = write(
-        &shared,
-        &dataset_id,
-        async move { engine.stage(&request).await },
-    )
+    let result = write(&shared, &dataset_id, Some(&ids), async move {
+        engine.stage(&request).await
+    })
     .await;
     match &result {
         Ok(staged) => shared.metrics.stage(staged),
@@ -568,20 +748,31 @@ struct Publish {
     publish_token: Option<String>,
 }
 
+impl JsonBody for Publish {
+    const SHAPE: &'static str = r#"{"staged_split_ids": [ID], "replaced_split_ids"?: [ID], "checkpoint_delta"?: {"source": STRING, "partitions": [...]}, "publish_token"?: STRING}"#;
+    const FIELDS: &'static [(&'static str, &'static str)] = &[
+        ("staged_split_ids", "an array of split ids"),
+        ("replaced_split_ids", "an array of split ids"),
+        (
+            "checkpoint_delta",
+            r#"an object {"source": STRING, "partitions": [{"partition": STRING, "from": POSITION?, "to": POSITION}]}"#,
+        ),
+        ("publish_token", "a string"),
+    ];
+}
+
 async fn publish(
     State(shared): AppState,
     Path(dataset_id): Path<String>,
     body: Bytes,
 ) -> ApiResult {
     let request: Publish = parse(&body)?;
-    served(&shared, &dataset_id)?;
     let ids: Vec<String> = request
         .staged_split_ids
         .iter()
         .chain(&request.replaced_split_ids)
         .cloned()
         .collect();
-    not_in_doubt(&shared, &dataset_id, &ids).await?;
     let request = PublishRequest {
         dataset_id: dataset_id.clone(),
         staged_split_ids: request.staged_split_ids,
@@ -591,7 +782,7 @@ async fn publish(
         fencing_epoch: None,
     };
     let engine = shared.engine.clone();
-    let result = write(&shared, &dataset_id, async move {
+    let result = write(&shared, &dataset_id, Some(&ids), async move {
         engine.publish(&request).await
     })
     .await;
@@ -611,13 +802,18 @@ struct SplitIds {
     split_ids: Vec<String>,
 }
 
+impl JsonBody for SplitIds {
+    const SHAPE: &'static str = r#"{"split_ids": [ID]}"#;
+    const FIELDS: &'static [(&'static str, &'static str)] =
+        &[("split_ids", "an array of split ids")];
+}
+
 async fn mark(State(shared): AppState, Path(dataset_id): Path<String>, body: Bytes) -> ApiResult {
     let request: SplitIds = parse(&body)?;
-    served(&shared, &dataset_id)?;
-    not_in_doubt(&shared, &dataset_id, &request.split_ids).await?;
     let engine = shared.engine.clone();
     let id = dataset_id.clone();
-    ok(&write(&shared, &dataset_id, async move {
+    let ids = request.split_ids.clone();
+    ok(&write(&shared, &dataset_id, Some(&ids), async move {
         engine.mark_for_deletion(&id, &request.split_ids).await
     })
     .await?)
@@ -625,12 +821,10 @@ async fn mark(State(shared): AppState, Path(dataset_id): Path<String>, body: Byt
 
 async fn delete(State(shared): AppState, Path(dataset_id): Path<String>, body: Bytes) -> ApiResult {
     let request: SplitIds = parse(&body)?;
-    served(&shared, &dataset_id)?;
-    not_in_doubt(&shared, &dataset_id, &request.split_ids).await?;
     let engine = shared.engine.clone();
     let id = dataset_id.clone();
     let ids = request.split_ids.clone();
-    write(&shared, &dataset_id, async move {
+    write(&shared, &dataset_id, Some(&request.split_ids), async move {
         engine.delete_splits(&id, &ids).await
     })
     .await?;
@@ -680,13 +874,21 @@ fn list_query(params: &HashMap<String, String>) -> Result<ListQuery, ApiError> {
             })
             .unwrap_or_default()
     };
+    // Both are stored as 64-bit signed numbers (milliseconds since the epoch, a row count).
     let number = |key: &str| -> Result<Option<i64>, ApiError> {
         params
             .get(key)
             .map(|value| {
-                value.parse().map_err(|_| {
-                    ApiError::bad_request(format!("{key}: {value:?} is not a whole number"))
-                })
+                value
+                    .parse::<i64>()
+                    .ok()
+                    .filter(|number| *number >= 0)
+                    .ok_or_else(|| {
+                        ApiError::bad_request(format!(
+                            "{key}: {value:?} is not a whole number from 0 to {}",
+                            i64::MAX
+                        ))
+                    })
             })
             .transpose()
     };
@@ -722,12 +924,7 @@ fn list_query(params: &HashMap<String, String>) -> Result<ListQuery, ApiError> {
         updated_since_ms: number("updated_since")?,
         updated_before_ms: None,
         after_split_id: params.get("after").cloned(),
-        limit: number("limit")?
-            .map(|limit| {
-                usize::try_from(limit)
-                    .map_err(|_| ApiError::bad_request("limit must not be negative"))
-            })
-            .transpose()?,
+        limit: number("limit")?.map(|limit| usize::try_from(limit).unwrap_or(usize::MAX)),
     })
 }
 
@@ -738,11 +935,17 @@ struct Node {
     node: String,
 }
 
+impl JsonBody for Node {
+    const SHAPE: &'static str = r#"{"node"?: STRING}"#;
+    const FIELDS: &'static [(&'static str, &'static str)] =
+        &[("node", "a string naming the writer")];
+}
+
 async fn gc(State(shared): AppState, Path(dataset_id): Path<String>, body: Bytes) -> ApiResult {
     let request: Node = parse(&body)?;
     let engine = shared.engine.clone();
     let id = dataset_id.clone();
-    ok(&write(&shared, &dataset_id, async move {
+    ok(&write(&shared, &dataset_id, None, async move {
         engine.gc(&id, &request.node).await
     })
     .await?)
@@ -756,7 +959,7 @@ async fn reconcile(
     let request: Node = parse(&body)?;
     let engine = shared.engine.clone();
     let id = dataset_id.clone();
-    let report = write(&shared, &dataset_id, async move {
+    let report = write(&shared, &dataset_id, None, async move {
         engine.reconcile(&id, &request.node).await
     })
     .await?;
@@ -768,6 +971,14 @@ async fn reconcile(
 #[serde(deny_unknown_fields)]
 struct Recover {
     mode: RecoveryMode,
+}
+
+impl JsonBody for Recover {
+    const SHAPE: &'static str = r#"{"mode": "probe"|"roll-forward"|"verify"|"exclusive"}"#;
+    const FIELDS: &'static [(&'static str, &'static str)] = &[(
+        "mode",
+        r#""probe", "roll-forward", "verify" or "exclusive""#,
+    )];
 }
 
 async fn recover(
@@ -786,7 +997,7 @@ async fn recover(
     let mode = request.mode;
     // Probe and verify write nothing, but run like writes so that a shutdown waits for them
     // too; a dataset its supervisor cannot serve is still open to an operator's recovery.
-    let ticket = admit(&shared)?;
+    let ticket = admit(&shared, Some(&dataset_id))?;
     let report = Writes::run(ticket, async move { engine.recover(&id, mode).await })
         .await
         .map_err(|error| engine_error(&shared, &dataset_id, error))?;
@@ -814,87 +1025,4 @@ async fn active_policy(State(shared): AppState) -> ApiResult {
         "version": policy.description().version,
         "record": record,
     }))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PolicyFile {
-    /// A component file on the server's machine.
-    component: std::path::PathBuf,
-    #[serde(default)]
-    scenarios: Vec<std::path::PathBuf>,
-    #[serde(default = "default_records")]
-    records: usize,
-}
-
-fn default_records() -> usize {
-    10_000
-}
-
-fn load_component(
-    shared: &Shared,
-    path: &std::path::Path,
-) -> Result<(Vec<u8>, crate::runtime::PolicyRuntime), ApiError> {
-    let bytes = std::fs::read(path).map_err(|error| {
-        ApiError::bad_request(format!("read policy component {}: {error}", path.display()))
-    })?;
-    let policy = crate::runtime::PolicyRuntime::load_with(&bytes, &shared.options.load)
-        .map_err(MendError::from)?;
-    Ok((bytes, policy))
-}
-
-async fn replay_policy(State(shared): AppState, headers: HeaderMap, body: Bytes) -> ApiResult {
-    authorize(&shared, &headers)?;
-    let request: PolicyFile = parse(&body)?;
-    let (_, candidate) = load_component(&shared, &request.component)?;
-    ok(&shared
-        .engine
-        .replay_policy(&candidate, request.records)
-        .await?)
-}
-
-async fn swap_policy(State(shared): AppState, headers: HeaderMap, body: Bytes) -> ApiResult {
-    authorize(&shared, &headers)?;
-    let request: PolicyFile = parse(&body)?;
-    let (bytes, candidate) = load_component(&shared, &request.component)?;
-    let golden = request
-        .scenarios
-        .iter()
-        .map(|path| {
-            crate::scenarios::load_suite(path).map_err(|error| {
-                ApiError::bad_request(format!("scenarios {}: {error}", path.display()))
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let engine = shared.engine.clone();
-    let registry = shared.registry.clone();
-    let ticket = admit(&shared)?;
-    let swap = Writes::run(ticket, async move {
-        engine
-            .swap_deployment_policy(&registry, &bytes, candidate, request.records, &golden)
-            .await
-    })
-    .await?;
-    eprintln!(
-        "mend serve: policy swapped to {} (registry change {})",
-        swap.record.digest, swap.record.version
-    );
-    ok(&swap)
-}
-
-async fn rollback_policy(State(shared): AppState, headers: HeaderMap) -> ApiResult {
-    authorize(&shared, &headers)?;
-    let engine = shared.engine.clone();
-    let registry = shared.registry.clone();
-    let load = shared.options.load.clone();
-    let ticket = admit(&shared)?;
-    let record = Writes::run(ticket, async move {
-        engine.rollback_deployment_policy(&registry, &load).await
-    })
-    .await?;
-    eprintln!(
-        "mend serve: policy rolled back to {} (registry change {})",
-        record.digest, record.version
-    );
-    ok(&record)
 }

@@ -10,11 +10,19 @@
 //!   401 and nothing happens.
 //! - `/healthz` (the process answers), `/readyz` (it serves: started, not shutting down) and
 //!   `/metrics` (Prometheus text) sit outside `/v1`.
+//! - Everything a client can make the server hold is bounded ([`ServeLimits`]): connections
+//!   and the time their heads, bodies and idle waits take ([`connections`], [`limits`]),
+//!   queued writes ([`writes`]), and the files and uploads of admin requests ([`admin`]). Past
+//!   a bound the answer is an immediate refusal in the JSON error form, never a hang.
 //!
 //! The server follows the deployment's policy registry: a swap or rollback made by another
 //! process (`mend policy swap`) is loaded and installed within one supervisor interval.
 
+mod admin;
 mod api;
+mod body;
+mod connections;
+mod limits;
 pub mod metrics;
 pub mod supervisor;
 pub mod writes;
@@ -27,10 +35,12 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::Engine;
-use crate::error::{MendError, Result};
+use crate::error::Result;
 use crate::model::DatasetConfig;
 use crate::runtime::LoadOptions;
 use crate::runtime::registry::PolicyRegistry;
+use connections::ConnectionLimits;
+pub use limits::ServeLimits;
 use metrics::Metrics;
 use supervisor::{SupervisorOptions, Supervisors};
 use writes::Writes;
@@ -45,6 +55,23 @@ pub struct ServeOptions {
     pub load: LoadOptions,
     /// The config of a dataset created without one.
     pub dataset_defaults: DatasetConfig,
+    pub limits: ServeLimits,
+}
+
+/// Why the server could not start. Nothing was served.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    #[error(
+        "address {address} is already in use: another process listens there; stop it or choose another address (serve.listen, --listen)"
+    )]
+    AddressInUse { address: SocketAddr },
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        address: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// What every request handler shares.
@@ -71,25 +98,38 @@ impl Shared {
     }
 }
 
-/// Binds `listen` and serves until `shutdown` completes; then stops accepting, lets every
-/// admitted write finish and returns.
+/// Binds `listen` and serves until `shutdown` completes; then stops accepting, gives the
+/// requests being answered until the shutdown deadline, lets every admitted write finish and
+/// returns. Fails only to start.
 pub async fn serve(
     engine: Engine,
     options: ServeOptions,
     listen: SocketAddr,
     shutdown: impl Future<Output = ()> + Send + 'static,
     on_listening: impl FnOnce(SocketAddr),
-) -> Result<()> {
-    let listener = TcpListener::bind(listen)
-        .await
-        .map_err(|error| MendError::unavailable(format!("listen on {listen}"), error))?;
-    let address = listener
-        .local_addr()
-        .map_err(|error| MendError::unavailable("read the listening address", error))?;
+) -> Result<(), ServeError> {
+    let listen_failed = |source: std::io::Error| match source.kind() {
+        std::io::ErrorKind::AddrInUse => ServeError::AddressInUse { address: listen },
+        _ => ServeError::Listen {
+            address: listen,
+            source,
+        },
+    };
+    let listener = TcpListener::bind(listen).await.map_err(listen_failed)?;
+    let address = listener.local_addr().map_err(listen_failed)?;
     let (store, prefix) = engine.objects().store();
     let registry = PolicyRegistry::new(store.clone(), prefix.clone());
     let metrics = Arc::new(Metrics::default());
-    let writes = Arc::new(Writes::default());
+    let writes = Arc::new(Writes::new(
+        options.limits.max_queued_writes,
+        options.limits.max_queued_writes_per_dataset,
+    ));
+    let connection_limits = ConnectionLimits {
+        max_connections: options.limits.max_connections,
+        header_read_timeout: options.limits.header_read_timeout,
+        idle_timeout: options.limits.idle_timeout,
+        shutdown_deadline: options.limits.shutdown_deadline,
+    };
     let (stop_supervisors, supervisors_stopped) = watch::channel(false);
     let supervisors = Supervisors::new(
         engine.clone(),
@@ -127,15 +167,14 @@ pub async fn serve(
         draining.shutting_down.store(true, Ordering::SeqCst);
         draining.ready.store(false, Ordering::SeqCst);
     };
-    let served = axum::serve(listener, router)
-        .with_graceful_shutdown(graceful)
-        .await;
-    // Requests still being answered have finished; writes whose clients went away may not.
+    connections::serve_connections(listener, router, connection_limits, graceful).await;
+    // Requests being answered have finished or were dropped at the deadline; admitted
+    // writes, whether or not their clients are still there, run to their end.
     shared.writes.close();
     let _ = stop_supervisors.send(true);
     shared.writes.drained().await;
     watcher.abort();
-    served.map_err(|error| MendError::unavailable("serve HTTP", error))
+    Ok(())
 }
 
 /// Keeps the supervisors' dataset list and the active policy current, every interval.

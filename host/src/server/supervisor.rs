@@ -239,7 +239,7 @@ impl Supervisors {
         }
         // A sweep writes: it is admitted like any write, so a graceful shutdown waits for
         // it, and none starts once the shutdown began.
-        let Some(ticket) = self.writes.admit() else {
+        let Some(ticket) = self.writes.admit_sweep() else {
             return Ok(None);
         };
         let started = Instant::now();
