@@ -1438,10 +1438,7 @@ mod tests {
             ("serve.shutdown_deadline_ms=3600001", "0..=3600000"),
             ("serve.max_queued_writes=0", "1..=100000"),
             ("serve.max_queued_writes_per_dataset=0", "1..=100000"),
-            (
-                "serve.max_admin_component_bytes=1023",
-                "1024..=1073741824",
-            ),
+            ("serve.max_admin_component_bytes=1023", "1024..=1073741824"),
         ] {
             let key = assignment.split_once('=').unwrap().0;
             let given = flag(inputs(dir.path()), "--set", assignment);

@@ -6,33 +6,39 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use common::server::{ADMIN_TOKEN, ServerOptions, TestServer, parse_answer, request_bytes};
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mend::gates::{GateGuard, GateName, GateSession};
 use serde_json::{Value, json};
 
-const ADMIN_TOKEN: &str = "s3cret-admin-token";
+/// A running `mend serve` (see `common::server`), answering as `(status, body)`.
+struct Server(TestServer);
 
-/// A running `mend serve` in its own directory; killed when dropped.
-struct Server {
-    child: Child,
-    address: SocketAddr,
-    /// The catalog URL and the objects URL (`None`: the catalog's own store) it serves.
-    catalog: String,
-    objects: Option<String>,
-    log: Arc<Mutex<String>>,
+impl std::ops::Deref for Server {
+    type Target = TestServer;
+
+    fn deref(&self) -> &TestServer {
+        &self.0
+    }
 }
 
 impl Server {
     /// On the embedded default: `./mend-data` in `dir`.
     fn start(dir: &Path, admin_token: Option<&str>) -> Server {
-        let catalog = format!("file://{}", dir.join("mend-data").display());
-        Server::start_on(dir, admin_token, catalog, None)
+        Server(TestServer::start(
+            dir,
+            ServerOptions {
+                admin_token: admin_token.map(String::from),
+                ..ServerOptions::default()
+            },
+        ))
     }
 
     /// On the Postgres of `MEND_TEST_DATABASE_URL` (scripts/with-postgres), objects in `dir`.
@@ -40,66 +46,15 @@ impl Server {
         let url = std::env::var("MEND_TEST_DATABASE_URL").expect(
             "MEND_TEST_DATABASE_URL is not set: run the Postgres tests under scripts/with-postgres",
         );
-        let objects = format!("file://{}", dir.join("objects").display());
         std::fs::create_dir_all(dir.join("objects")).unwrap();
-        Server::start_on(dir, None, url, Some(objects))
-    }
-
-    fn start_on(
-        dir: &Path,
-        admin_token: Option<&str>,
-        catalog: String,
-        objects: Option<String>,
-    ) -> Server {
-        let mut command = common::mend_command(dir);
-        command
-            .args([
-                "--set",
-                "serve.supervisor_interval_ms=100",
-                "--set",
-                "serve.supervisor_max_backoff_ms=400",
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-            ])
-            .env("MEND_CATALOG", &catalog)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        if let Some(objects) = &objects {
-            command.env("MEND_OBJECTS", objects);
-        }
-        if let Some(token) = admin_token {
-            command.env("MEND_SERVE_ADMIN_TOKEN", token);
-        }
-        let mut child = command.spawn().expect("start mend serve");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let lines = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(address) = line.split("listening on http://").nth(1) {
-                    let address = address.split_whitespace().next().unwrap_or_default();
-                    let _ = tx.send(address.parse::<SocketAddr>().unwrap());
-                }
-                let mut log = lines.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        let address = rx
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("mend serve did not start: {}", log.lock().unwrap()));
-        let server = Server {
-            child,
-            address,
-            catalog,
-            objects,
-            log,
-        };
-        server.wait_for("ready", |s| s.get("/readyz").0 == 200);
-        server
+        Server(TestServer::start(
+            dir,
+            ServerOptions {
+                catalog: Some(url),
+                objects: Some(format!("file://{}", dir.join("objects").display())),
+                ..ServerOptions::default()
+            },
+        ))
     }
 
     fn request(
@@ -109,16 +64,8 @@ impl Server {
         token: Option<&str>,
         body: Option<&Value>,
     ) -> (u16, Value) {
-        let mut stream = TcpStream::connect(self.address).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(60)))
-            .unwrap();
-        stream
-            .write_all(request_bytes(method, path, token, body).as_slice())
-            .unwrap();
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).expect("read the answer");
-        parse_answer(&answer)
+        let answer = self.0.request(method, path, token, body);
+        (answer.status, answer.body)
     }
 
     fn get(&self, path: &str) -> (u16, Value) {
@@ -130,13 +77,10 @@ impl Server {
     }
 
     fn metrics(&self) -> String {
-        let mut stream = TcpStream::connect(self.address).unwrap();
-        stream
-            .write_all(request_bytes("GET", "/metrics", None, None).as_slice())
-            .unwrap();
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).unwrap();
-        answer.split_once("\r\n\r\n").unwrap().1.to_string()
+        match self.0.get("/metrics").body {
+            Value::String(text) => text,
+            other => panic!("metrics are text, got {other}"),
+        }
     }
 
     /// Polls `done` for up to 30 s.
@@ -146,17 +90,10 @@ impl Server {
             assert!(
                 started.elapsed() < Duration::from_secs(30),
                 "timed out waiting for {what}; server log:\n{}",
-                self.log.lock().unwrap()
+                self.log()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -164,32 +101,6 @@ impl Drop for Server {
 fn metric(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
-}
-
-fn request_bytes(method: &str, path: &str, token: Option<&str>, body: Option<&Value>) -> Vec<u8> {
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if let Some(token) = token {
-        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
-    }
-    request.push_str("\r\n");
-    request.push_str(&body);
-    request.into_bytes()
-}
-
-fn parse_answer(answer: &[u8]) -> (u16, Value) {
-    let text = String::from_utf8_lossy(answer);
-    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
-    let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let body = if body.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_string()))
-    };
-    (status, body)
 }
 
 fn splits(ids: &[&str]) -> Value {
@@ -775,8 +686,9 @@ fn gc_waiting_for_the_dataset_gate(
         .write_all(&request_bytes(
             "POST",
             "/v1/datasets/d1/gc",
+            "application/json",
             None,
-            Some(&json!({})),
+            b"{}",
         ))
         .unwrap();
     server.wait_for("the gc to be admitted", |s| {
@@ -812,23 +724,24 @@ fn a_graceful_shutdown_lets_an_admitted_write_finish() {
     let mut server = Server::start(dir.path(), None);
     let (runtime, held, mut client) = gc_waiting_for_the_dataset_gate(&server);
     let killed = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
+        .args(["-TERM", &server.0.child().id().to_string()])
         .status()
         .unwrap();
     assert!(killed.success());
     std::thread::sleep(Duration::from_millis(500));
     assert!(
-        server.child.try_wait().unwrap().is_none(),
+        server.0.child().try_wait().unwrap().is_none(),
         "the server waits for the admitted write"
     );
     runtime.block_on(held.release()).unwrap();
 
     let mut answer = Vec::new();
     client.read_to_end(&mut answer).unwrap();
-    let (status, body) = parse_answer(&answer);
+    let answer = parse_answer(&answer);
+    let (status, body) = (answer.status, answer.body);
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["marked"], json!(["abandoned"]));
-    let exit = server.child.wait().unwrap();
-    assert!(exit.success(), "{exit:?}: {}", server.log.lock().unwrap());
+    let exit = server.0.child().wait().unwrap();
+    assert!(exit.success(), "{exit:?}: {}", server.log());
     println!("server shutdown: 3 checks");
 }

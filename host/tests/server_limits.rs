@@ -6,192 +6,30 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Barrier, Mutex};
+use std::process::Command;
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use common::server::{ADMIN_TOKEN, Answer, ServerOptions, TestServer, parse_answer, request_bytes};
 use serde_json::{Value, json};
 
-const ADMIN_TOKEN: &str = "s3cret-admin-token";
-
-/// A running `mend serve` in its own directory, with extra `--set` settings; killed when
-/// dropped.
-struct Server {
-    child: Child,
-    address: SocketAddr,
-    log: Arc<Mutex<String>>,
+/// A server on the embedded default catalog, with the admin token, and `settings`.
+fn start(dir: &Path, settings: &[&str]) -> TestServer {
+    TestServer::start(dir, ServerOptions::admin().with_settings(settings))
 }
 
-/// An answer: status, headers (names in lower case) and body (JSON, or a string).
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Value,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(key, _)| key == name)
-            .map(|(_, value)| value.as_str())
-    }
-}
-
-impl Server {
-    fn start(dir: &Path, settings: &[&str]) -> Server {
-        let mut command = common::mend_command(dir);
-        command.args(["--set", "serve.supervisor_interval_ms=100"]);
-        for setting in settings {
-            command.args(["--set", setting]);
-        }
-        command
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .env(
-                "MEND_CATALOG",
-                format!("file://{}", dir.join("mend-data").display()),
-            )
-            .env("MEND_SERVE_ADMIN_TOKEN", ADMIN_TOKEN)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("start mend serve");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let lines = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(address) = line.split("listening on http://").nth(1) {
-                    let address = address.split_whitespace().next().unwrap_or_default();
-                    let _ = tx.send(address.parse::<SocketAddr>().unwrap());
-                }
-                let mut log = lines.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        let address = rx
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("mend serve did not start: {}", log.lock().unwrap()));
-        let server = Server {
-            child,
-            address,
-            log,
-        };
-        let started = Instant::now();
-        while server.get("/readyz").status != 200 {
-            assert!(started.elapsed() < Duration::from_secs(30), "never ready");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        server
-    }
-
-    /// Sends `raw` on a new connection and reads the answer to the end, within 30 s.
-    fn send(&self, raw: &[u8]) -> Answer {
-        let mut stream = TcpStream::connect(self.address).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
-        stream.write_all(raw).unwrap();
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).expect("read the answer");
-        parse_answer(&answer)
-    }
-
-    fn request(&self, method: &str, path: &str, body: Option<&Value>) -> Answer {
-        let body = body.map(|b| b.to_string()).unwrap_or_default();
-        self.send(&request_bytes(
-            method,
-            path,
-            "application/json",
-            None,
-            body.as_bytes(),
-        ))
-    }
-
-    fn get(&self, path: &str) -> Answer {
-        self.request("GET", path, None)
-    }
-
-    fn post(&self, path: &str, body: Value) -> Answer {
-        self.request("POST", path, Some(&body))
-    }
-
-    fn admin(&self, path: &str, content_type: &str, body: &[u8]) -> Answer {
-        self.send(&request_bytes(
-            "POST",
-            path,
-            content_type,
-            Some(ADMIN_TOKEN),
-            body,
-        ))
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn request_bytes(
-    method: &str,
-    path: &str,
-    content_type: &str,
-    token: Option<&str>,
-    body: &[u8],
-) -> Vec<u8> {
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if let Some(token) = token {
-        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
-    }
-    request.push_str("\r\n");
-    let mut bytes = request.into_bytes();
-    bytes.extend_from_slice(body);
-    bytes
-}
-
-fn parse_answer(answer: &[u8]) -> Answer {
-    let text = String::from_utf8_lossy(answer);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("an HTTP answer, got {text:?}"));
-    let mut lines = head.lines();
-    let status: u16 = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(name, value)| (name.trim().to_lowercase(), value.trim().to_owned()))
-        .collect();
-    let body = if body.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_string()))
-    };
-    Answer {
-        status,
-        headers,
+/// An admin request with a body of `content_type`.
+fn admin(server: &TestServer, path: &str, content_type: &str, body: &[u8]) -> Answer {
+    server.send(&request_bytes(
+        "POST",
+        path,
+        content_type,
+        Some(ADMIN_TOKEN),
         body,
-    }
+    ))
 }
 
 /// The documented error form: a code, a one-line message and whether it certainly did not
@@ -258,7 +96,7 @@ fn closed_within(stream: &mut TcpStream, bound: Duration) -> Option<Vec<u8>> {
 #[test]
 fn the_fence_is_removed_only_by_an_explicit_clear() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &[]);
+    let server = start(dir.path(), &[]);
     let mut checked = 0;
     assert_eq!(
         server
@@ -266,7 +104,7 @@ fn the_fence_is_removed_only_by_an_explicit_clear() {
             .status,
         201
     );
-    let token = |server: &Server| server.get("/v1/datasets/d1").body["publish_token"].clone();
+    let token = |server: &TestServer| server.get("/v1/datasets/d1").body["publish_token"].clone();
 
     assert_eq!(
         server
@@ -330,7 +168,7 @@ fn admin_components_come_from_uploads_or_regular_files_within_the_cap() {
     let dir = tempfile::tempdir().unwrap();
     let component = mend::runtime::DEFAULT_POLICY_WASM;
     let cap = component.len() + 4096;
-    let server = Server::start(
+    let server = start(
         dir.path(),
         &[&format!("serve.max_admin_component_bytes={cap}")],
     );
@@ -339,7 +177,8 @@ fn admin_components_come_from_uploads_or_regular_files_within_the_cap() {
 
     // A path that never ends: refused before a byte is read, and the server is unharmed.
     let started = Instant::now();
-    let zero = server.admin(
+    let zero = admin(
+        &server,
         "/v1/policy/swap",
         "application/json",
         &named(Path::new("/dev/zero")),
@@ -407,17 +246,22 @@ fn admin_components_come_from_uploads_or_regular_files_within_the_cap() {
     // Too large, uploaded or named.
     let mut oversized = component.to_vec();
     oversized.resize(cap + 1, 0);
-    let upload = server.admin("/v1/policy/swap", "application/wasm", &oversized);
+    let upload = admin(&server, "/v1/policy/swap", "application/wasm", &oversized);
     assert_json_error("an oversized upload", &upload, 413, "payload_too_large");
     let big_file = dir.path().join("big.wasm");
     std::fs::write(&big_file, &oversized).unwrap();
-    let file = server.admin("/v1/policy/replay", "application/json", &named(&big_file));
+    let file = admin(
+        &server,
+        "/v1/policy/replay",
+        "application/json",
+        &named(&big_file),
+    );
     assert_json_error("an oversized file", &file, 413, "payload_too_large");
     checked += 2;
 
     // Not a component: one line that quotes nothing of it.
     let junk = b"#!/bin/sh\necho SECRET-PAYLOAD-LINE\n".repeat(20);
-    let answer = server.admin("/v1/policy/replay", "application/wasm", &junk);
+    let answer = admin(&server, "/v1/policy/replay", "application/wasm", &junk);
     assert_json_error("not a component", &answer, 400, "invalid_argument");
     let message = answer.body["message"].as_str().unwrap();
     assert!(
@@ -427,7 +271,8 @@ fn admin_components_come_from_uploads_or_regular_files_within_the_cap() {
     checked += 2;
 
     // A real component, uploaded: replayed, then swapped in.
-    let replay = server.admin(
+    let replay = admin(
+        &server,
         "/v1/policy/replay?records=10",
         "application/wasm",
         component,
@@ -441,7 +286,7 @@ fn admin_components_come_from_uploads_or_regular_files_within_the_cap() {
     rebadged.extend_from_slice(name);
     rebadged.extend_from_slice(payload);
     let before = server.get("/v1/policy").body["digest"].clone();
-    let swap = server.admin("/v1/policy/swap", "application/wasm", &rebadged);
+    let swap = admin(&server, "/v1/policy/swap", "application/wasm", &rebadged);
     assert_eq!(swap.status, 200, "{:?}", swap.body);
     let after = server.get("/v1/policy").body["digest"].clone();
     assert_ne!(after, before);
@@ -457,7 +302,7 @@ fn half_open_connections_are_capped_and_timed_out_while_healthz_answers() {
     const PAST_CAP: usize = 200;
     const IDLE: usize = 5;
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(
+    let server = start(
         dir.path(),
         &[
             &format!("serve.max_connections={CAP}"),
@@ -518,7 +363,7 @@ fn half_open_connections_are_capped_and_timed_out_while_healthz_answers() {
 #[test]
 fn a_client_sending_half_a_body_is_answered_408_and_dropped() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["serve.body_read_timeout_ms=1000"]);
+    let server = start(dir.path(), &["serve.body_read_timeout_ms=1000"]);
     assert_eq!(
         server
             .post("/v1/datasets", json!({"dataset_id": "d1"}))
@@ -555,7 +400,7 @@ fn a_client_sending_half_a_body_is_answered_408_and_dropped() {
 #[test]
 fn sigterm_with_a_half_sent_body_exits_within_the_shutdown_deadline() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start(
+    let mut server = start(
         dir.path(),
         &[
             "serve.body_read_timeout_ms=600000",
@@ -575,13 +420,13 @@ fn sigterm_with_a_half_sent_body_exits_within_the_shutdown_deadline() {
     // The request is being read: the server is in the middle of answering it.
     std::thread::sleep(Duration::from_millis(300));
     let killed = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
+        .args(["-TERM", &server.child().id().to_string()])
         .status()
         .unwrap();
     assert!(killed.success());
     let started = Instant::now();
     let exit = loop {
-        if let Some(exit) = server.child.try_wait().unwrap() {
+        if let Some(exit) = server.child().try_wait().unwrap() {
             break exit;
         }
         assert!(
@@ -610,7 +455,7 @@ fn sigterm_with_a_half_sent_body_exits_within_the_shutdown_deadline() {
 fn a_flood_of_stages_is_shed_with_503_and_nothing_refused_is_applied() {
     const CLIENTS: usize = 500;
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(
+    let server = start(
         dir.path(),
         &[
             "serve.max_connections=2000",
@@ -704,7 +549,7 @@ fn a_flood_of_stages_is_shed_with_503_and_nothing_refused_is_applied() {
 #[test]
 fn every_error_answer_is_the_documented_json() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &[]);
+    let server = start(dir.path(), &[]);
     assert_eq!(
         server
             .post("/v1/datasets", json!({"dataset_id": "d1"}))
@@ -722,7 +567,7 @@ fn every_error_answer_is_the_documented_json() {
 
     let wrong_method = check(
         "a method the route does not answer",
-        server.request("DELETE", "/v1/datasets", None),
+        server.request("DELETE", "/v1/datasets", None, None),
         405,
         "method_not_allowed",
         "DELETE is not allowed",
@@ -746,7 +591,8 @@ fn every_error_answer_is_the_documented_json() {
     );
     check(
         "a component that is not one",
-        server.admin(
+        admin(
+            &server,
             "/v1/policy/replay",
             "application/wasm",
             b"not\na\ncomponent",
@@ -764,7 +610,7 @@ fn every_error_answer_is_the_documented_json() {
     );
     check(
         "an array body",
-        server.request("POST", "/v1/datasets/d1/stage", Some(&json!([1, 2]))),
+        server.request("POST", "/v1/datasets/d1/stage", None, Some(&json!([1, 2]))),
         400,
         "invalid_argument",
         "the body must be a JSON object {\"mode\"",

@@ -1,6 +1,8 @@
 //! What the tests that drive the real `mend` binary share. Each test file uses some of it.
 #![allow(dead_code)]
 
+pub mod server;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
