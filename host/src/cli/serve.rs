@@ -1,5 +1,7 @@
 //! `mend serve`: runs the HTTP server until SIGINT or SIGTERM, then shuts down gracefully
-//! (no new requests; admitted writes finish).
+//! (no new requests; admitted writes finish). It says when it listens and when it stopped:
+//! a line for people on stderr, or with `--json` a JSON object per line on stdout, for a
+//! supervisor that needs the address (`--listen 127.0.0.1:0` picks the port).
 
 use anyhow::Context;
 use mend::Engine;
@@ -7,7 +9,7 @@ use mend::config::Settings;
 use mend::server::ServeOptions;
 use mend::server::supervisor::SupervisorOptions;
 
-pub async fn run(engine: Engine, settings: &Settings) -> anyhow::Result<()> {
+pub async fn run(engine: Engine, settings: &Settings, json: bool) -> anyhow::Result<()> {
     let options = ServeOptions {
         admin_token: settings.admin_token.clone(),
         supervisor: SupervisorOptions {
@@ -25,14 +27,33 @@ pub async fn run(engine: Engine, settings: &Settings) -> anyhow::Result<()> {
     } else {
         "no admin token: admin requests are refused"
     };
+    let admin_token = options.admin_token.is_some();
     mend::server::serve(engine, options, listen, shutdown_signal(), |address| {
-        eprintln!(
-            "mend serve: listening on http://{address} (catalog {catalog}, policy {policy}; {admin})"
-        );
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "event": "listening",
+                    "url": format!("http://{address}"),
+                    "address": address.to_string(),
+                    "catalog": catalog,
+                    "policy_digest": policy,
+                    "admin_token": admin_token,
+                })
+            );
+        } else {
+            eprintln!(
+                "mend serve: listening on http://{address} (catalog {catalog}, policy {policy}; {admin})"
+            );
+        }
     })
     .await
     .with_context(|| format!("serve on {listen}"))?;
-    eprintln!("mend serve: stopped; every admitted write finished");
+    if json {
+        println!("{}", serde_json::json!({"event": "stopped"}));
+    } else {
+        eprintln!("mend serve: stopped; every admitted write finished");
+    }
     Ok(())
 }
 
