@@ -267,6 +267,17 @@ fn policy_inspect_and_test_open_no_catalog() {
     println!("cli policy without a catalog: {checked} checks");
 }
 
+/// A child process killed if the test ends early (a failed assertion), so that no server
+/// outlives its test.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn serve_json_prints_its_start_and_stop_as_json_lines() {
     let dir = tempfile::tempdir().unwrap();
@@ -274,13 +285,31 @@ fn serve_json_prints_its_start_and_stop_as_json_lines() {
         .args(["serve", "--listen", "127.0.0.1:0", "--json"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .expect("start mend serve");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let stdout = child.stdout.take().unwrap();
+    let mut child = KillOnDrop(child);
+    // Read on a thread of its own, so that a server that prints nothing fails the test
+    // rather than hanging it.
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let next_line = |what: &str| -> Option<String> {
+        match lines.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) => Some(line),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => None,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("mend serve --json printed no {what} on stdout within 60 s")
+            }
+        }
+    };
+    let first = next_line("first line");
     let started: serde_json::Value =
-        serde_json::from_str(&lines.next().expect("a first line").unwrap())
-            .expect("the first line is JSON");
+        serde_json::from_str(&first.expect("a first line")).expect("the first line is JSON");
     let mut checked = 1;
     assert_eq!(started["event"], "listening", "{started}");
     let address = started["address"].as_str().unwrap().to_string();
@@ -303,12 +332,12 @@ fn serve_json_prints_its_start_and_stop_as_json_lines() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     checked += 1;
 
-    signal(&child, "TERM");
+    signal(&child.0, "TERM");
     let stopped: serde_json::Value =
-        serde_json::from_str(&lines.next().expect("a last line").unwrap()).unwrap();
+        serde_json::from_str(&next_line("stop line").expect("a last line")).unwrap();
     assert_eq!(stopped["event"], "stopped", "{stopped}");
-    assert!(lines.next().is_none(), "nothing after the stop");
-    let status = child.wait().unwrap();
+    assert!(next_line("end").is_none(), "nothing after the stop");
+    let status = child.0.wait().unwrap();
     assert!(status.success(), "{status:?}");
     checked += 3;
     println!("cli serve --json: {checked} checks");
@@ -354,10 +383,10 @@ fn wait_for_lease_of(catalog: &Path, dataset: &str, pid: u32, child: &mut Child)
                 .unwrap();
             panic!("mend ended ({status:?}) before taking the gate: {err}");
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "mend {pid} never took the dataset gate"
-        );
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("mend {pid} never took the dataset gate");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
