@@ -13,21 +13,46 @@ use mend::model::{
 use mend_policy::RecoveryMode;
 use serde::Deserialize;
 
-use super::BadInput;
+use super::interrupt::Signals;
 use super::output;
-use super::{Args, Command, DatasetCommand, ModeArg, RecoverModeArg};
+use super::{Args, BadInput, Command, DatasetCommand, ModeArg, PolicyCommand, RecoverModeArg};
 
 /// Resolves the settings once, before anything is opened (bad settings change nothing), then
-/// runs the command with them.
+/// runs the command with them: until it ends, or a signal or a panic stops it with its gates
+/// released ([`interrupt`](super::interrupt)).
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let settings = Settings::resolve(&args.settings_inputs())?;
     let json = args.json;
-    if let Command::Config = args.command {
+    output::set_table_width(output::TableWidth::for_stdout(args.wide));
+    match args.command {
         // Needs no catalog: it must work when the catalog is what is being fixed.
-        return output::settings(&settings, json);
+        Command::Config => return output::settings(&settings, json),
+        // Needs only the component file; opening the catalog would create ./mend-data.
+        Command::Policy {
+            command: PolicyCommand::Inspect { component },
+        } => return super::policy::inspect(&settings, &component, json),
+        Command::Policy {
+            command:
+                PolicyCommand::Test {
+                    component,
+                    scenarios,
+                },
+        } => return super::policy::test(&settings, &component, &scenarios, json),
+        // Stops gracefully on SIGINT and SIGTERM by itself.
+        Command::Serve { .. } => {
+            let engine = open_engine(&settings, args.command.program(), json).await?;
+            return super::serve::run(engine, &settings, json).await;
+        }
+        _ => {}
     }
-    let engine = open_engine(&settings, json).await?;
-    execute(&engine, &settings, args.command, json).await
+    let mut signals = Signals::watch()?;
+    let opened = std::sync::OnceLock::new();
+    let command = async {
+        let engine = open_engine(&settings, args.command.program(), json).await?;
+        let _ = opened.set(std::sync::Arc::clone(engine.gates()));
+        execute(&engine, &settings, args.command, json).await
+    };
+    super::interrupt::run_to_end(command, &opened, &mut signals).await
 }
 
 async fn execute(
@@ -212,7 +237,7 @@ async fn execute(
             Ok(())
         }
         Command::Policy { command } => super::policy::run(engine, settings, command, json).await,
-        Command::Serve { .. } => super::serve::run(engine.clone(), settings).await,
+        Command::Serve { .. } => super::serve::run(engine.clone(), settings, json).await,
         Command::Config => output::settings(settings, json),
         Command::Status => status(engine, settings, json).await,
         Command::Demo => super::demo::run(engine, settings, json).await,
@@ -327,8 +352,9 @@ async fn status(engine: &Engine, settings: &Settings, json: bool) -> anyhow::Res
 }
 
 /// The engine the settings describe: their catalog and objects, their limits, and the policy
-/// file they name or else the deployment's active policy.
-async fn open_engine(settings: &Settings, json: bool) -> anyhow::Result<Engine> {
+/// file they name or else the deployment's active policy; its gates name this process
+/// `program` to other holders.
+async fn open_engine(settings: &Settings, program: &str, json: bool) -> anyhow::Result<Engine> {
     // A policy file is loaded first, so that a bad one fails before anything is opened.
     let file_policy = match &settings.policy {
         Some(path) => Some(super::policy::load_file(path, settings)?.1),
@@ -351,7 +377,7 @@ async fn open_engine(settings: &Settings, json: bool) -> anyhow::Result<Engine> 
             super::policy::active_policy(&registry, settings).await?
         }
     };
-    let gates = mend::gates::open_gates(&settings.catalog)
+    let gates = mend::gates::open_gates_as(&settings.catalog, program)
         .await
         .with_context(|| format!("open the gates of catalog {}", settings.catalog))?;
     let engine = Engine::new(catalog, objects, policy, settings.engine_options())

@@ -1,7 +1,8 @@
 //! The command line: flags, the commands behind them and how results and errors are shown.
 //!
-//! Every command prints a readable table by default and JSON with `--json`. Exit codes say
-//! what kind of failure happened, so scripts can tell "fix the request" from "retry":
+//! Every command prints a readable table by default and JSON with `--json`. Tables fit the
+//! terminal (see [`output::TableWidth`]) unless `--wide`. Exit codes say what kind of failure
+//! happened, so scripts can tell "fix the request" from "retry":
 //!
 //! | code | meaning                                                       |
 //! |------|---------------------------------------------------------------|
@@ -12,9 +13,16 @@
 //! | 4    | already exists, failed precondition or conflict (nothing happened) |
 //! | 5    | unavailable or transient: the outcome is unknown, retry        |
 //! | 6    | the policy failed, was rejected or lacks a capability          |
+//! | 101  | mend panicked (a bug); its gates were released                 |
+//! | 130, 143 | stopped by SIGINT or SIGTERM; its gates were released      |
+//!
+//! A command stopped by a signal or a panic is cancelled where it is and released its gates
+//! before the process exits ([`interrupt`]): work it had begun is left as an intent, which
+//! the next recovery finishes, exactly as after a crash.
 
 mod commands;
 mod demo;
+mod interrupt;
 mod output;
 mod policy;
 mod progress;
@@ -63,9 +71,14 @@ pub struct Args {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
 
-    /// Print JSON instead of a table.
+    /// Print JSON instead of a table (times in milliseconds since the epoch).
     #[arg(long, global = true)]
     pub json: bool,
+
+    /// Show every table cell whole, however wide the table gets. Without it, tables fit the
+    /// terminal: its width when printing to one, else $COLUMNS, else 80 columns.
+    #[arg(long, global = true)]
+    pub wide: bool,
 
     #[command(subcommand)]
     pub command: Command,
@@ -112,6 +125,7 @@ pub enum Command {
     },
     /// Stage splits from a JSON file (or - for stdin): [{"split_id": "...", "metadata": {...}}].
     Stage {
+        /// The dataset to stage in.
         dataset: String,
         /// upsert overwrites rows that are still staged; create-only never touches an existing row.
         #[arg(long, value_enum)]
@@ -125,6 +139,7 @@ pub enum Command {
     },
     /// Publish staged splits, replace published ones, apply a checkpoint delta.
     Publish {
+        /// The dataset to publish in.
         dataset: String,
         /// Split ids to publish (comma-separated or repeated).
         #[arg(long = "split", value_delimiter = ',')]
@@ -141,18 +156,24 @@ pub enum Command {
     },
     /// Mark splits for deletion (idempotent).
     Mark {
+        /// The dataset the splits belong to.
         dataset: String,
+        /// The split ids to mark (comma-separated or several arguments).
         #[arg(required = true, value_delimiter = ',')]
         split_ids: Vec<String>,
     },
     /// Delete splits marked for deletion: their objects, then their rows.
     Delete {
+        /// The dataset the splits belong to.
         dataset: String,
+        /// The split ids to delete, each marked for deletion (comma-separated or several
+        /// arguments).
         #[arg(required = true, value_delimiter = ',')]
         split_ids: Vec<String>,
     },
     /// List splits, filtered and paged.
     List {
+        /// The dataset to list the splits of.
         dataset: String,
         /// Only these states (comma-separated): staged, published, marked_for_deletion.
         #[arg(long, value_delimiter = ',')]
@@ -175,6 +196,7 @@ pub enum Command {
     },
     /// Resolve the in-doubt work crashed operations left in a dataset.
     Recover {
+        /// The dataset to recover.
         dataset: String,
         /// probe and verify only report; roll-forward completes what it can; exclusive may
         /// also roll back other writers' unfinished work.
@@ -184,6 +206,7 @@ pub enum Command {
     /// Collect a dataset's garbage: mark staged splits abandoned past the staged grace period,
     /// delete the objects, then the rows, of splits marked past the deletion grace period.
     Gc {
+        /// The dataset to collect.
         dataset: String,
         /// The node running the collection, recorded in its intent.
         #[arg(long, default_value = "cli")]
@@ -192,13 +215,17 @@ pub enum Command {
     /// Rebuild rows for objects no row describes (older than the staged grace period): the
     /// policy adopts (publishes) whole ones and discards (marks) the rest.
     Reconcile {
+        /// The dataset whose objects to reconcile with its rows.
         dataset: String,
         /// The node running the reconcile: it stages the rebuilt rows and owns its intent.
         #[arg(long, default_value = "cli")]
         node: String,
     },
     /// Check a dataset's invariants, bucket included; writes nothing. Exits 1 on a violation.
-    Verify { dataset: String },
+    Verify {
+        /// The dataset to check.
+        dataset: String,
+    },
     /// Look at a policy component, replay recorded decisions against it, swap the active
     /// policy, roll it back.
     Policy {
@@ -206,7 +233,8 @@ pub enum Command {
         command: PolicyCommand,
     },
     /// Serve the HTTP JSON API (loopback by default) until SIGINT or SIGTERM, with a
-    /// supervisor per dataset resolving crashed operations.
+    /// supervisor per dataset resolving crashed operations. With --json, the lines it prints
+    /// when it starts listening and when it stops are JSON objects on stdout.
     Serve {
         /// The address to listen on (the serve.listen setting); port 0 picks a free port.
         #[arg(long)]
@@ -216,18 +244,28 @@ pub enum Command {
     Config,
     /// The catalog, the active policy, and each dataset's versions and pending intents.
     Status,
-    /// Stage, publish and list a few splits on the catalog, to see mend work end to end.
+    /// See mend's main job in a few seconds, on a fresh dataset of the catalog: concurrent
+    /// writers crash part-way through their commits, a probe shows the in-doubt state,
+    /// roll-forward recovery finishes their work and reconcile adopts an orphan object; then a
+    /// swap to a second policy (which discards orphans) replays the recorded decisions and
+    /// discards the next orphan, verify checks the invariants, and the swap is rolled back.
     Demo,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
     /// Load a component, check it (imports, ABI, semantics, capabilities) and describe it.
-    Inspect { component: PathBuf },
-    /// Run scenario files (or every .json file of a directory) against a component: PASS or
-    /// FAIL per scenario, a diff for each failure; exits 1 if any fails.
-    Test {
+    /// Opens no catalog.
+    Inspect {
+        /// The policy component file (.wasm).
         component: PathBuf,
+    },
+    /// Run scenario files (or every .json file of a directory) against a component: PASS or
+    /// FAIL per scenario, a diff for each failure; exits 1 if any fails. Opens no catalog.
+    Test {
+        /// The policy component file (.wasm).
+        component: PathBuf,
+        /// Scenario files, or directories of them.
         #[arg(required = true)]
         scenarios: Vec<PathBuf>,
     },
@@ -235,6 +273,7 @@ pub enum PolicyCommand {
     Active,
     /// Ask a component every recorded decision of the audit log and show which would change.
     Replay {
+        /// The candidate policy component file (.wasm).
         component: PathBuf,
         /// How many of each dataset's newest audit records to replay.
         #[arg(long, default_value_t = policy::DEFAULT_REPLAY_RECORDS)]
@@ -242,6 +281,7 @@ pub enum PolicyCommand {
     },
     /// Make a component the active policy: checked and replayed first, then published at once.
     Swap {
+        /// The policy component file (.wasm) to make active.
         component: PathBuf,
         /// How many of each dataset's newest audit records to replay first.
         #[arg(long, default_value_t = policy::DEFAULT_REPLAY_RECORDS)]
@@ -259,6 +299,7 @@ pub enum PolicyCommand {
 pub enum DatasetCommand {
     /// Create a dataset.
     Create {
+        /// The new dataset's id.
         dataset: String,
         /// Staged splits untouched this long (ms) are abandoned.
         #[arg(long)]
@@ -270,9 +311,13 @@ pub enum DatasetCommand {
     /// List datasets.
     List,
     /// Show one dataset.
-    Show { dataset: String },
+    Show {
+        /// The dataset to show.
+        dataset: String,
+    },
     /// Show a dataset's config, or change it with --set KEY=VALUE.
     Config {
+        /// The dataset whose config to show or change.
         dataset: String,
         /// staged_grace_period_ms=N, deletion_grace_period_ms=N or policy.NAME=VALUE.
         #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -280,12 +325,52 @@ pub enum DatasetCommand {
     },
     /// Set (or with --clear, remove) the token every publish must present.
     Fence {
+        /// The dataset to fence.
         dataset: String,
+        /// The publish token every publish must present from now on.
         #[arg(long, conflicts_with = "clear")]
         token: Option<String>,
+        /// Remove the publish token: publishes need none.
         #[arg(long)]
         clear: bool,
     },
+}
+
+impl Command {
+    /// The command as a gate's holder is named to other processes: `mend gc`,
+    /// `mend recover`. Never the arguments, which could carry a catalog URL's password.
+    pub fn program(&self) -> &'static str {
+        match self {
+            Self::Dataset { command } => match command {
+                DatasetCommand::Create { .. } => "mend dataset create",
+                DatasetCommand::List => "mend dataset list",
+                DatasetCommand::Show { .. } => "mend dataset show",
+                DatasetCommand::Config { .. } => "mend dataset config",
+                DatasetCommand::Fence { .. } => "mend dataset fence",
+            },
+            Self::Stage { .. } => "mend stage",
+            Self::Publish { .. } => "mend publish",
+            Self::Mark { .. } => "mend mark",
+            Self::Delete { .. } => "mend delete",
+            Self::List { .. } => "mend list",
+            Self::Recover { .. } => "mend recover",
+            Self::Gc { .. } => "mend gc",
+            Self::Reconcile { .. } => "mend reconcile",
+            Self::Verify { .. } => "mend verify",
+            Self::Policy { command } => match command {
+                PolicyCommand::Inspect { .. } => "mend policy inspect",
+                PolicyCommand::Test { .. } => "mend policy test",
+                PolicyCommand::Active => "mend policy active",
+                PolicyCommand::Replay { .. } => "mend policy replay",
+                PolicyCommand::Swap { .. } => "mend policy swap",
+                PolicyCommand::Rollback => "mend policy rollback",
+            },
+            Self::Serve { .. } => "mend serve",
+            Self::Config => "mend config",
+            Self::Status => "mend status",
+            Self::Demo => "mend demo",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -336,6 +421,11 @@ fn config_error(error: &anyhow::Error) -> Option<&ConfigError> {
 }
 
 pub fn hint(error: &anyhow::Error) -> Option<&'static str> {
+    if error.chain().any(|cause| cause.is::<interrupt::Stopped>()) {
+        return Some(
+            "an operation it had begun is left as an intent: `mend recover DATASET --mode roll-forward` finishes it (a server's supervisor does so by itself)",
+        );
+    }
     if let Some(error) = config_error(error) {
         return Some(match error {
             ConfigError::MissingFile { .. } => {
@@ -371,6 +461,12 @@ pub fn hint(error: &anyhow::Error) -> Option<&'static str> {
 pub struct BadInput(pub String);
 
 pub fn exit_code(error: &anyhow::Error) -> u8 {
+    if let Some(stopped) = error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<interrupt::Stopped>())
+    {
+        return stopped.exit_code();
+    }
     if config_error(error).is_some() || error.chain().any(|cause| cause.is::<BadInput>()) {
         return 2;
     }
@@ -399,5 +495,47 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
             | MendError::CapabilityMissing { .. } => 6,
             _ => 1,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Args;
+
+    /// Every subcommand, positional argument and flag of the tree, with whether it has help.
+    fn walk(command: &clap::Command, path: &str, seen: &mut Vec<(String, bool)>) {
+        for arg in command.get_arguments() {
+            let has_help = arg.get_help().is_some() || arg.get_long_help().is_some();
+            seen.push((format!("{path} {}", arg.get_id()), has_help));
+        }
+        for subcommand in command.get_subcommands() {
+            let path = format!("{path} {}", subcommand.get_name());
+            let has_help = subcommand.get_about().is_some();
+            seen.push((path.clone(), has_help));
+            walk(subcommand, &path, seen);
+        }
+    }
+
+    #[test]
+    fn every_command_argument_and_flag_has_help() {
+        let mut command = Args::command();
+        // Adds what clap adds at parse time: --help, --version, the help subcommand, and the
+        // global flags on every subcommand.
+        command.build();
+        let mut seen = Vec::new();
+        walk(&command, "mend", &mut seen);
+        let missing: Vec<&str> = seen
+            .iter()
+            .filter(|(_, has_help)| !has_help)
+            .map(|(path, _)| path.as_str())
+            .collect();
+        assert!(missing.is_empty(), "no help for: {missing:#?}");
+        assert!(seen.len() > 100, "the walk found {} entries", seen.len());
+        println!(
+            "cli help: {} commands, arguments and flags, each with help",
+            seen.len()
+        );
     }
 }

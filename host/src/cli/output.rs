@@ -1,6 +1,15 @@
 //! How results look: a table for people, JSON for programs.
+//!
+//! Tables fit the width [`TableWidth::for_stdout`] finds, wrapping long cells over several
+//! lines (`--wide` shows every cell on one line, however wide), and show times as RFC 3339
+//! (`2026-12-01T06:00:00.123Z`). JSON is for programs: it keeps times as milliseconds since
+//! the epoch and is never wrapped.
 
-use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
+use std::io::IsTerminal;
+use std::sync::OnceLock;
+
+use comfy_table::{ColumnConstraint, ContentArrangement, Table, presets::UTF8_BORDERS_ONLY};
+use mend::clock::rfc3339;
 use mend::config::{Settings, Shown, Source};
 use mend::engine::{Outcome, ReconcileReport, RecoveryReport, VerifyReport};
 use mend::model::{Dataset, SplitPage, StageOutcome, StageResult};
@@ -27,12 +36,91 @@ pub fn json_or(
     }
 }
 
+/// How wide a table may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableWidth {
+    /// At most this many columns: long cells wrap.
+    Fit(u16),
+    /// As wide as its longest cells (`--wide`).
+    Unlimited,
+}
+
+/// The process's table width, set once by [`set_table_width`] before anything is printed. A
+/// global because it is a property of the process's stdout, like the terminal itself: every
+/// table of a run has the same, and threading it through every printer would add a parameter
+/// that never varies.
+static TABLE_WIDTH: OnceLock<TableWidth> = OnceLock::new();
+
+/// The width tables get when nothing says otherwise.
+const DEFAULT_TABLE_WIDTH: u16 = 80;
+
+impl TableWidth {
+    /// `Unlimited` with `--wide`; else the terminal's width when stdout is one, else
+    /// `$COLUMNS`, else 80.
+    pub fn for_stdout(wide: bool) -> Self {
+        if wide {
+            return Self::Unlimited;
+        }
+        let terminal = std::io::stdout()
+            .is_terminal()
+            // comfy-table asks the terminal for its size when stdout is one.
+            .then(|| Table::new().width())
+            .flatten();
+        let columns = || {
+            std::env::var("COLUMNS")
+                .ok()
+                .and_then(|columns| columns.trim().parse::<u16>().ok())
+        };
+        Self::Fit(
+            terminal
+                .or_else(columns)
+                .filter(|width| *width > 0)
+                .unwrap_or(DEFAULT_TABLE_WIDTH),
+        )
+    }
+}
+
+pub fn set_table_width(width: TableWidth) {
+    // Set once per process, before the first table; a second call changes nothing.
+    let _ = TABLE_WIDTH.set(width);
+}
+
 fn table(header: &[&str]) -> Table {
     let mut table = Table::new();
     table
         .load_preset(UTF8_BORDERS_ONLY)
         .set_header(header.to_vec());
+    match TABLE_WIDTH
+        .get()
+        .copied()
+        .unwrap_or(TableWidth::Fit(DEFAULT_TABLE_WIDTH))
+    {
+        TableWidth::Fit(width) => {
+            table
+                .set_width(width)
+                .set_content_arrangement(ContentArrangement::Dynamic);
+        }
+        TableWidth::Unlimited => {
+            table.set_content_arrangement(ContentArrangement::Disabled);
+        }
+    }
     table
+}
+
+/// Marks `columns` as holding times: a narrow table wraps them between the date and the time
+/// of day (the `T`), never inside either, and otherwise shows them on one line.
+fn time_columns(table: &mut Table, columns: &[usize]) {
+    // "06:00:00.123Z", the wider half, and the column's padding.
+    const TIME_OF_DAY: u16 = 13 + 2;
+    for index in columns {
+        if let Some(column) = table.column_mut(*index) {
+            column
+                .set_delimiter('T')
+                .set_constraint(ColumnConstraint::LowerBoundary(comfy_table::Width::Fixed(
+                    TIME_OF_DAY,
+                )));
+        }
+    }
 }
 
 pub fn datasets(datasets: &[Dataset], json: bool) -> anyhow::Result<()> {
@@ -46,8 +134,9 @@ pub fn datasets(datasets: &[Dataset], json: bool) -> anyhow::Result<()> {
         "fencing epoch",
         "config",
         "token",
-        "updated (ms)",
+        "updated",
     ]);
+    time_columns(&mut table, &[6]);
     for dataset in datasets {
         table.add_row(vec![
             dataset.dataset_id.clone(),
@@ -56,7 +145,7 @@ pub fn datasets(datasets: &[Dataset], json: bool) -> anyhow::Result<()> {
             dataset.fencing_epoch.to_string(),
             dataset.config_version.to_string(),
             dataset.publish_token.clone().unwrap_or_else(|| "-".into()),
-            dataset.updated_at_ms.to_string(),
+            rfc3339(dataset.updated_at_ms),
         ]);
     }
     println!("{table}");
@@ -82,8 +171,8 @@ pub fn dataset(dataset: &Dataset, json: bool) -> anyhow::Result<()> {
             "publish token",
             dataset.publish_token.clone().unwrap_or_else(|| "-".into()),
         ),
-        ("created (ms)", dataset.created_at_ms.to_string()),
-        ("updated (ms)", dataset.updated_at_ms.to_string()),
+        ("created", rfc3339(dataset.created_at_ms)),
+        ("updated", rfc3339(dataset.updated_at_ms)),
     ] {
         table.add_row(vec![field.to_string(), value]);
     }
@@ -167,14 +256,8 @@ pub fn split_page(page: &SplitPage, json: bool) -> anyhow::Result<()> {
     if json {
         return print_json(page);
     }
-    let mut table = table(&[
-        "split",
-        "state",
-        "node",
-        "docs",
-        "updated (ms)",
-        "published (ms)",
-    ]);
+    let mut table = table(&["split", "state", "node", "docs", "updated", "published"]);
+    time_columns(&mut table, &[4, 5]);
     for split in &page.splits {
         let docs = split
             .metadata
@@ -186,11 +269,8 @@ pub fn split_page(page: &SplitPage, json: bool) -> anyhow::Result<()> {
             split.state.to_string(),
             split.node.clone(),
             docs,
-            split.updated_at_ms.to_string(),
-            split
-                .published_at_ms
-                .map(|at| at.to_string())
-                .unwrap_or_else(|| "-".into()),
+            rfc3339(split.updated_at_ms),
+            split.published_at_ms.map_or_else(|| "-".into(), rfc3339),
         ]);
     }
     println!("{table}");
@@ -305,8 +385,8 @@ pub fn replay_report(report: &ReplayReport, json: bool) -> anyhow::Result<()> {
                 decision.dataset_id.clone(),
                 decision.operation_id.clone(),
                 decision.kind.clone(),
-                decision.recorded.to_string(),
-                decision.replayed.to_string(),
+                spaced_json(&decision.recorded),
+                spaced_json(&decision.replayed),
             ]);
         }
         println!("{changed}");
@@ -323,6 +403,28 @@ pub fn replay_report(report: &ReplayReport, json: bool) -> anyhow::Result<()> {
         report.not_replayable
     );
     Ok(())
+}
+
+/// `value` as one-line JSON with a space after every `:` and `,`, so that a narrow table can
+/// wrap it between tokens rather than inside them.
+fn spaced_json(value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match value {
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(spaced_json).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Value::Object(fields) => {
+            let fields: Vec<String> = fields
+                .iter()
+                .map(|(key, value)| {
+                    format!("{}: {}", Value::from(key.as_str()), spaced_json(value))
+                })
+                .collect();
+            format!("{{{}}}", fields.join(", "))
+        }
+        scalar => scalar.to_string(),
+    }
 }
 
 pub fn verify_report(report: &VerifyReport, json: bool) -> anyhow::Result<()> {
@@ -350,4 +452,22 @@ pub fn verify_report(report: &VerifyReport, json: bool) -> anyhow::Result<()> {
         report.violations.len()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spaced_json;
+
+    #[test]
+    fn spaced_json_breaks_between_tokens_only() {
+        let value = serde_json::json!({"action": {"discard": "why, \"quoted\""}, "ids": [1, "a"]});
+        let spaced = spaced_json(&value);
+        assert_eq!(
+            spaced,
+            r#"{"action": {"discard": "why, \"quoted\""}, "ids": [1, "a"]}"#
+        );
+        let parsed: serde_json::Value = serde_json::from_str(&spaced).unwrap();
+        assert_eq!(parsed, value);
+        println!("spaced json: 2 checks");
+    }
 }

@@ -4,15 +4,16 @@
 //! The active policy of a deployment is kept in its policy registry, next to the split objects
 //! ([`PolicyRegistry`]), so that every `mend` process opening the catalog runs the same one.
 //! Components are compiled once per machine into the cache directory (the `cache_dir` setting),
-//! and loaded with the settings' policy limits.
+//! and loaded with the settings' policy limits. `inspect` and `test` need only the component
+//! file and open no catalog ([`run_without_catalog`]).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use mend::Engine;
 use mend::config::Settings;
 use mend::runtime::registry::PolicyRegistry;
 use mend::runtime::{DEFAULT_POLICY_WASM, LoadOptions, PolicyRuntime, imports_of};
+use mend::{Engine, MendError};
 use serde::Serialize;
 
 use super::PolicyCommand;
@@ -99,6 +100,85 @@ struct Inspection<'a> {
     imports: Vec<String>,
 }
 
+/// `policy inspect`: the component file and the settings' limits are all it needs, so it
+/// opens no catalog (and creates no `./mend-data`).
+pub fn inspect(settings: &Settings, component: &Path, json: bool) -> anyhow::Result<()> {
+    let (bytes, policy) = load_file(component, settings)?;
+    let inspection = Inspection {
+        digest: policy.digest(),
+        description: policy.description(),
+        imports: imports_of(&bytes).context("list the component's imports")?,
+    };
+    check_capabilities(&policy).context("this host could not run it")?;
+    output::json_or(&inspection, json, || {
+        let d = inspection.description;
+        format!(
+            "{}\n  name {} {}\n  ABI {}.{}, semantics revision {}\n  requires [{}]\n  imports [{}]\n  loads and runs on this host, with every catalog backend",
+            inspection.digest,
+            d.name,
+            d.version,
+            d.abi_major,
+            d.abi_minor,
+            d.semantics_revision,
+            d.required_capabilities.join(", "),
+            inspection.imports.join(", ")
+        )
+    })
+}
+
+/// `policy test`: like [`inspect`], it opens no catalog.
+pub fn test(
+    settings: &Settings,
+    component: &Path,
+    scenarios: &[PathBuf],
+    json: bool,
+) -> anyhow::Result<()> {
+    let (_, policy) = load_file(component, settings)?;
+    let suites = load_suites(scenarios)?;
+    let reports: Vec<_> = suites
+        .iter()
+        .map(|suite| mend::scenarios::run(&policy, suite))
+        .collect();
+    let failed: usize = reports.iter().map(|report| report.failed.len()).sum();
+    if json {
+        output::print_json(&reports)?;
+    } else {
+        for report in &reports {
+            print!("{}", mend::scenarios::render(report));
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} scenario(s) failed against {}", policy.digest());
+    }
+    Ok(())
+}
+
+/// Refuses a policy that requires a capability this host lacks with any backend: the
+/// engine's own check ([`Engine::check_policy`]) without a catalog, since both backends
+/// provide every capability the host implements.
+fn check_capabilities(policy: &PolicyRuntime) -> Result<(), MendError> {
+    let provided =
+        mend::engine::host_capabilities().intersection(&mend::Capabilities::full_backend());
+    let description = policy.description();
+    match description
+        .required_capabilities
+        .iter()
+        .find(|required| !provided.contains(required))
+    {
+        None => Ok(()),
+        Some(missing) => Err(MendError::CapabilityMissing {
+            capability: missing.clone(),
+            detail: format!(
+                "policy {} {} ({}) requires it, but this host provides only [{provided}]",
+                description.name,
+                description.version,
+                policy.digest()
+            ),
+        }),
+    }
+}
+
+/// The policy commands that need the deployment: its catalog, its registry, its audit log.
 pub async fn run(
     engine: &Engine,
     settings: &Settings,
@@ -106,31 +186,11 @@ pub async fn run(
     json: bool,
 ) -> anyhow::Result<()> {
     match command {
-        PolicyCommand::Inspect { component } => {
-            let (bytes, policy) = load_file(&component, settings)?;
-            let inspection = Inspection {
-                digest: policy.digest(),
-                description: policy.description(),
-                imports: imports_of(&bytes).context("list the component's imports")?,
-            };
-            engine
-                .check_policy(&policy)
-                .context("this deployment could not run it")?;
-            output::json_or(&inspection, json, || {
-                let d = inspection.description;
-                format!(
-                    "{}\n  name {} {}\n  ABI {}.{}, semantics revision {}\n  requires [{}]\n  imports [{}]\n  loads and runs on this deployment",
-                    inspection.digest,
-                    d.name,
-                    d.version,
-                    d.abi_major,
-                    d.abi_minor,
-                    d.semantics_revision,
-                    d.required_capabilities.join(", "),
-                    inspection.imports.join(", ")
-                )
-            })
-        }
+        PolicyCommand::Inspect { component } => inspect(settings, &component, json),
+        PolicyCommand::Test {
+            component,
+            scenarios,
+        } => test(settings, &component, &scenarios, json),
         PolicyCommand::Active => {
             let registry = registry(engine);
             let record = registry.active().await.context("read the active policy")?;
@@ -166,13 +226,13 @@ pub async fn run(
                         active.digest, active.name, active.version
                     ),
                     Some(record) => format!(
-                        "{} ({} {}), active since change {} ({}) at {} ms; previous {}",
+                        "{} ({} {}), active since change {} ({}) at {}; previous {}",
                         active.digest,
                         active.name,
                         active.version,
                         record.version,
                         record.change,
-                        record.changed_at_ms,
+                        mend::clock::rfc3339(record.changed_at_ms),
                         record.previous.as_deref().unwrap_or("the built-in policy")
                     ),
                 };
@@ -186,29 +246,6 @@ pub async fn run(
                 .await
                 .context("replay the audit log")?;
             output::replay_report(&report, json)
-        }
-        PolicyCommand::Test {
-            component,
-            scenarios,
-        } => {
-            let (_, policy) = load_file(&component, settings)?;
-            let suites = load_suites(&scenarios)?;
-            let reports: Vec<_> = suites
-                .iter()
-                .map(|suite| mend::scenarios::run(&policy, suite))
-                .collect();
-            let failed: usize = reports.iter().map(|report| report.failed.len()).sum();
-            if json {
-                output::print_json(&reports)?;
-            } else {
-                for report in &reports {
-                    print!("{}", mend::scenarios::render(report));
-                }
-            }
-            if failed > 0 {
-                bail!("{failed} scenario(s) failed against {}", policy.digest());
-            }
-            Ok(())
         }
         PolicyCommand::Swap {
             component,

@@ -1,7 +1,9 @@
 //! `mend serve`: runs the HTTP server until SIGINT or SIGTERM, then shuts down gracefully
 //! (no new requests; requests being answered get until the shutdown deadline; admitted writes
 //! finish). A server that cannot start (its address in use) exits 2: nothing happened, and
-//! retrying the same command will not help.
+//! retrying the same command will not help. It says when it listens and when it stopped: a
+//! line for people on stderr, or with `--json` a JSON object per line on stdout, for a
+//! supervisor that needs the address (`--listen 127.0.0.1:0` picks the port).
 
 use mend::Engine;
 use mend::config::Settings;
@@ -10,7 +12,7 @@ use mend::server::{ServeLimits, ServeOptions};
 
 use super::BadInput;
 
-pub async fn run(engine: Engine, settings: &Settings) -> anyhow::Result<()> {
+pub async fn run(engine: Engine, settings: &Settings, json: bool) -> anyhow::Result<()> {
     let options = ServeOptions {
         admin_token: settings.admin_token.clone(),
         supervisor: SupervisorOptions {
@@ -38,14 +40,33 @@ pub async fn run(engine: Engine, settings: &Settings) -> anyhow::Result<()> {
     } else {
         "no admin token: admin requests are refused"
     };
+    let admin_token = options.admin_token.is_some();
     mend::server::serve(engine, options, listen, shutdown_signal(), |address| {
-        eprintln!(
-            "mend serve: listening on http://{address} (catalog {catalog}, policy {policy}; {admin})"
-        );
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "event": "listening",
+                    "url": format!("http://{address}"),
+                    "address": address.to_string(),
+                    "catalog": catalog,
+                    "policy_digest": policy,
+                    "admin_token": admin_token,
+                })
+            );
+        } else {
+            eprintln!(
+                "mend serve: listening on http://{address} (catalog {catalog}, policy {policy}; {admin})"
+            );
+        }
     })
     .await
     .map_err(|error| BadInput(error.to_string()))?;
-    eprintln!("mend serve: stopped; every admitted write finished");
+    if json {
+        println!("{}", serde_json::json!({"event": "stopped"}));
+    } else {
+        eprintln!("mend serve: stopped; every admitted write finished");
+    }
     Ok(())
 }
 

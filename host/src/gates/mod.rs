@@ -14,7 +14,13 @@
 //!   `Conflict` and the session holds none of the set (a zero timeout is a try).
 //! - **Release.** A [`GateGuard`] (or a [`HeldGates`] of several) releases its gate when
 //!   dropped, best-effort and in the background; `release().await` does it now and says how
-//!   it went.
+//!   it went. A process about to exit (cancelled by a signal, or after a panic unwound through
+//!   its guards) awaits [`Gates::wait_for_releases`] first, so that those background releases
+//!   land instead of leaving leases to run out. A process that dies without that still leaves
+//!   no gate held for ever: a lease expires, a Postgres session ends with its connection.
+//! - **Holders.** A gate held by someone else at the deadline is a `Conflict` that names the
+//!   holder where the implementation can tell: the process (command, pid, host) and when its
+//!   lease ends for object-store leases, the backend's pid and application name for Postgres.
 //! - **Fencing.** A guard carries the gate's fencing epoch, which grows with every acquisition
 //!   of that gate where the implementation can count ([`Gates::has_fencing_epochs`]). An
 //!   expired lease can make two holders believe they hold one gate; the epoch is what lets a
@@ -59,13 +65,23 @@ pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(60);
 /// pool of their own for a Postgres catalog (each held gate pins a connection, which must not
 /// starve the catalog), leases beside the catalog's datasets for an object-store one, and in-process
 /// gates for `memory://`, which no other process can see anyway.
-pub async fn open_gates(catalog_url: &str) -> Result<std::sync::Arc<dyn Gates>> {
-    use std::sync::Arc;
+pub async fn open_gates(catalog_url: &str) -> Result<Arc<dyn Gates>> {
+    open_gates_as(catalog_url, "mend").await
+}
+
+/// [`open_gates`], naming the holder `program` (such as `mend gc`) to whoever finds a gate
+/// of this process held: in object-store leases, and as the Postgres `application_name` of
+/// the gates' connections. [`holder_description`] adds the pid and the host.
+pub async fn open_gates_as(catalog_url: &str, program: &str) -> Result<Arc<dyn Gates>> {
+    let holder = holder_description(program);
     if catalog_url.starts_with("postgres://") || catalog_url.starts_with("postgresql://") {
+        let options: sqlx::postgres::PgConnectOptions = catalog_url
+            .parse()
+            .map_err(|error| MendError::unavailable("parse the gates' database URL", error))?;
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(10))
-            .connect(catalog_url)
+            .connect_with(options.application_name(&holder))
             .await
             .map_err(|error| MendError::unavailable("connect the gates' pool", error))?;
         return Ok(Arc::new(PostgresGates::new(pool)));
@@ -74,12 +90,32 @@ pub async fn open_gates(catalog_url: &str) -> Result<std::sync::Arc<dyn Gates>> 
         return Ok(Arc::new(InProcessGates::new()));
     }
     let (store, prefix) = crate::catalog::object_store::open_store(catalog_url)?;
-    Ok(Arc::new(ObjectStoreGates::new(
-        store,
-        prefix,
-        DEFAULT_LEASE_DURATION,
-        Arc::new(crate::clock::SystemClock),
-    )))
+    Ok(Arc::new(
+        ObjectStoreGates::new(
+            store,
+            prefix,
+            DEFAULT_LEASE_DURATION,
+            Arc::new(crate::clock::SystemClock),
+        )
+        .with_holder(&holder),
+    ))
+}
+
+/// `program (pid N on HOST)`: this process, as a gate's holder is named to the others. The
+/// host comes from the kernel on Linux, else from `HOSTNAME` or `COMPUTERNAME`, and is left
+/// out when none says.
+pub fn holder_description(program: &str) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .map(|host| host.trim().to_string())
+        .filter(|host| !host.is_empty());
+    let pid = std::process::id();
+    match host {
+        Some(host) => format!("{program} (pid {pid} on {host})"),
+        None => format!("{program} (pid {pid})"),
+    }
 }
 
 /// The name of one gate. The derived order *is* the global lock order: variants first, in
@@ -336,11 +372,23 @@ impl LockRequest<'_> {
         self.deadline
     }
 
-    /// The error for a gate still held by someone else at the deadline.
+    /// The error for a gate still held by someone else at the deadline, when the
+    /// implementation cannot tell who.
     pub fn timed_out(&self) -> MendError {
         MendError::Conflict {
             message: format!(
                 "the {} is held by another session; gave up after waiting {:?}",
+                self.name, self.timeout
+            ),
+        }
+    }
+
+    /// The error for a gate still held at the deadline by `holder`, a description of who
+    /// holds it and until when.
+    pub fn timed_out_held_by(&self, holder: &str) -> MendError {
+        MendError::Conflict {
+            message: format!(
+                "the {} is held by {holder}; gave up after waiting {:?}",
                 self.name, self.timeout
             ),
         }
@@ -379,6 +427,12 @@ pub trait Gates: Send + Sync + fmt::Debug {
     /// asked for a gate the session holds. Must be cancel-safe: dropping the future leaves
     /// the gate free (at the latest once a lease expires).
     async fn lock(&self, request: &LockRequest<'_>) -> Result<Box<dyn GateLock>>;
+
+    /// Waits until every release that a dropped guard started in the background has landed
+    /// or failed. A process calls it before exiting, since a background task does not outlive
+    /// the runtime it runs on. Implementations that release synchronously have nothing to wait
+    /// for.
+    async fn wait_for_releases(&self) {}
 
     /// Takes every gate of `gates` for `session`, in lock order, waiting at most `timeout` in
     /// all. On any error the session holds none of them: those already taken are released
@@ -430,6 +484,51 @@ pub trait Gates: Send + Sync + fmt::Debug {
         let held = self.acquire(session, &GateSet::from(name), timeout).await?;
         let mut guards = held.into_guards();
         Ok(guards.pop().expect("a set of one gate yields one guard"))
+    }
+}
+
+/// The releases that dropped guards started in the background, counted so that
+/// [`Gates::wait_for_releases`] can wait for them. Clones share the count.
+#[derive(Debug, Clone)]
+pub(crate) struct BackgroundReleases {
+    running: Arc<tokio::sync::watch::Sender<usize>>,
+}
+
+impl BackgroundReleases {
+    pub(crate) fn new() -> Self {
+        Self {
+            running: Arc::new(tokio::sync::watch::Sender::new(0)),
+        }
+    }
+
+    /// Runs `release` on `runtime`, counted until it ends or is dropped (the runtime shut
+    /// down first).
+    pub(crate) fn spawn(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        release: impl Future<Output = ()> + Send + 'static,
+    ) {
+        self.running.send_modify(|running| *running += 1);
+        let counted = Counted(Arc::clone(&self.running));
+        runtime.spawn(async move {
+            release.await;
+            drop(counted);
+        });
+    }
+
+    pub(crate) async fn idle(&self) {
+        let mut running = self.running.subscribe();
+        // The sender lives in `self`, so the channel cannot close while this waits.
+        let _ = running.wait_for(|running| *running == 0).await;
+    }
+}
+
+/// One background release in the count; leaves it when dropped.
+struct Counted(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.send_modify(|running| *running -= 1);
     }
 }
 

@@ -26,7 +26,11 @@
 //!   counts only if it landed before the lease expired, by the holder's clock; afterwards a
 //!   contender may already have looked and taken the next epoch.
 //! - **Release.** Put-if-absent of the release marker, by `release().await` or in the
-//!   background when a guard is dropped. When that fails the lease simply expires.
+//!   background when a guard is dropped ([`Gates::wait_for_releases`] waits for those). When
+//!   that fails, or the process dies first, the lease simply expires.
+//! - **Holders.** A lease names its holder (the program, pid and host given to
+//!   [`ObjectStoreGates::with_holder`], and an instance id) and its session, so that a waiter
+//!   that gives up says who holds the gate and when the lease ends.
 //! - **Epochs.** Epochs grow by one per acquisition and start at 1, so a guard's
 //!   [`fencing_epoch`](super::GateGuard::fencing_epoch) is higher than every earlier holder's,
 //!   and [`ObjectStoreGates::current_epoch`] tells a stale holder that it has been superseded.
@@ -53,8 +57,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{GateLock, GateName, Gates, LockRequest};
-use crate::clock::Clock;
+use super::{BackgroundReleases, GateLock, GateName, Gates, LockRequest};
+use crate::clock::{Clock, rfc3339};
 use crate::error::{MendError, Result};
 use crate::model::TimestampMs;
 
@@ -82,6 +86,8 @@ pub struct ObjectStoreGates {
     /// Notified when a lease of this instance is released, so that a hand-over between two of
     /// its own sessions does not wait for the next poll.
     released: Arc<Notify>,
+    /// Releases of dropped leases still being written.
+    background: BackgroundReleases,
 }
 
 impl ObjectStoreGates {
@@ -100,13 +106,18 @@ impl ObjectStoreGates {
             max_clock_skew: DEFAULT_MAX_CLOCK_SKEW,
             poll_interval: DEFAULT_POLL_INTERVAL,
             clock,
-            holder: format!(
-                "process {} instance {}",
-                std::process::id(),
-                uuid::Uuid::new_v4()
-            ),
+            holder: instance_of(&super::holder_description("mend")),
             released: Arc::new(Notify::new()),
+            background: BackgroundReleases::new(),
         }
+    }
+
+    /// Names the holder in the leases this instance writes: `holder` (such as
+    /// [`holder_description`](super::holder_description)'s `mend gc (pid 4242 on db-7)`) and
+    /// an instance id of its own.
+    pub fn with_holder(mut self, holder: &str) -> Self {
+        self.holder = instance_of(holder);
+        self
     }
 
     /// How far apart the clocks of the processes sharing the store may be: an expired lease is
@@ -224,6 +235,7 @@ impl ObjectStoreGates {
             store: Arc::clone(&self.store),
             clock: Arc::clone(&self.clock),
             released_notice: Arc::clone(&self.released),
+            background: self.background.clone(),
             dir: dir.clone(),
             name: name.clone(),
             session_id: record.session,
@@ -271,6 +283,8 @@ impl Gates for ObjectStoreGates {
         let dir = self.gate_dir(request.name());
         let skew_ms = duration_ms(self.max_clock_skew);
         let mut pause = FIRST_PAUSE;
+        // Who held the gate at the latest look, for the error if the wait runs out.
+        let mut held_by = None;
         loop {
             // Registered before looking, so that a release by this instance after the look
             // still ends the pause below.
@@ -287,7 +301,9 @@ impl Gates for ObjectStoreGates {
                         .expires_at_ms
                         .max(newest.renewed_until.unwrap_or(TimestampMs::MIN));
                     let now = self.clock.now_ms();
-                    (now >= expires_at_ms.saturating_add(skew_ms)).then_some(newest.epoch + 1)
+                    let free = now >= expires_at_ms.saturating_add(skew_ms);
+                    held_by = (!free).then(|| describe_holder(&lease, expires_at_ms, now));
+                    free.then_some(newest.epoch + 1)
                 }
             };
             if let Some(epoch) = free_epoch {
@@ -309,7 +325,10 @@ impl Gates for ObjectStoreGates {
             }
             let now = Instant::now();
             if now >= request.deadline() {
-                return Err(request.timed_out());
+                return Err(match &held_by {
+                    Some(holder) => request.timed_out_held_by(holder),
+                    None => request.timed_out(),
+                });
             }
             let _ =
                 tokio::time::timeout(jittered(pause).min(request.deadline() - now), released_here)
@@ -317,6 +336,42 @@ impl Gates for ObjectStoreGates {
             pause = (pause * 2).min(self.poll_interval);
         }
     }
+
+    async fn wait_for_releases(&self) {
+        self.background.idle().await;
+    }
+}
+
+/// `holder, instance UUID`: one [`ObjectStoreGates`] among those of a process.
+fn instance_of(holder: &str) -> String {
+    format!("{holder}, instance {}", uuid::Uuid::new_v4())
+}
+
+/// Who holds a gate, since when, and when the lease ends, as of `now_ms`: for the error of a
+/// waiter that gives up.
+fn describe_holder(lease: &LeaseRecord, expires_at_ms: TimestampMs, now_ms: TimestampMs) -> String {
+    let seconds = |ms: i64| format!("{:.1} s", ms as f64 / 1000.0);
+    let ends = if expires_at_ms > now_ms {
+        format!(
+            "its lease ends at {} (in {}) unless renewed",
+            rfc3339(expires_at_ms),
+            seconds(expires_at_ms - now_ms)
+        )
+    } else {
+        format!(
+            "its lease ended at {} ({} ago) and is taken over once the clock-skew allowance has \
+             passed",
+            rfc3339(expires_at_ms),
+            seconds(now_ms - expires_at_ms)
+        )
+    };
+    format!(
+        "{} (session {}, fencing epoch {}) since {}; {ends}",
+        lease.holder,
+        lease.session,
+        lease.epoch,
+        rfc3339(lease.acquired_at_ms)
+    )
 }
 
 /// The files of a gate's directory, and what they say about its newest epoch.
@@ -461,6 +516,7 @@ struct ObjectStoreLease {
     store: Arc<dyn ObjectStore>,
     clock: Arc<dyn Clock>,
     released_notice: Arc<Notify>,
+    background: BackgroundReleases,
     dir: Path,
     name: GateName,
     session_id: String,
@@ -605,7 +661,7 @@ impl Drop for ObjectStoreLease {
         let (path, record) = self.mark(GateFile::Released { epoch: self.epoch });
         let store = Arc::clone(&self.store);
         let notice = Arc::clone(&self.released_notice);
-        runtime.spawn(async move {
+        self.background.spawn(&runtime, async move {
             let _ = put_if_absent(&store, &path, &record).await;
             notice.notify_waiters();
         });

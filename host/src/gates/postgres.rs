@@ -22,6 +22,11 @@
 //!   instead, which ends every lock it held. (A backend blocked in `pg_advisory_lock` whose
 //!   client went away stays in the lock's queue until its turn or its `lock_timeout`; given
 //!   the lock, it reads the client's goodbye and exits, releasing it at once.)
+//! - **Holders.** A wait that runs out names the holder from `pg_locks` joined with
+//!   `pg_stat_activity`: the backend pid, its `application_name` (which
+//!   [`open_gates_as`](super::open_gates_as) sets to the holding program, pid and host), its
+//!   client address and since when it is connected. An advisory lock has no lease: it is held
+//!   until released or until its connection closes, which a dying process's does.
 //! - **Fencing.** Guards carry epoch 0: counting acquisitions would need a table. Fencing on
 //!   Postgres comes from the catalog's publish token.
 //! - **Pool.** Every held gate occupies a connection. Give the gates their own pool, sized for
@@ -36,7 +41,8 @@ use sqlx::pool::PoolConnection;
 use sqlx::{Connection, PgConnection, PgPool, Postgres};
 use tokio::time::Instant;
 
-use super::{GateLock, GateName, Gates, LockRequest};
+use super::{BackgroundReleases, GateLock, GateName, Gates, LockRequest};
+use crate::clock::rfc3339;
 use crate::error::{MendError, Result};
 
 /// SQLSTATE of a lock wait that ran past `lock_timeout`.
@@ -50,13 +56,18 @@ const MAX_LOCK_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
 #[derive(Debug, Clone)]
 pub struct PostgresGates {
     pool: PgPool,
+    /// Unlocks of dropped locks still running.
+    background: BackgroundReleases,
 }
 
 impl PostgresGates {
     /// Gates on the database of `pool`. Its `max_connections` bounds how many gates this
     /// process can hold at once.
     pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+        Self {
+            pool,
+            background: BackgroundReleases::new(),
+        }
     }
 
     /// The advisory lock key of a gate; stable across processes, platforms and versions.
@@ -84,6 +95,10 @@ impl PostgresGates {
 impl Gates for PostgresGates {
     fn has_fencing_epochs(&self) -> bool {
         false
+    }
+
+    async fn wait_for_releases(&self) {
+        self.background.idle().await;
     }
 
     async fn lock(&self, request: &LockRequest<'_>) -> Result<Box<dyn GateLock>> {
@@ -123,11 +138,15 @@ impl Gates for PostgresGates {
                 name: name.clone(),
                 key,
                 connection: Some(unsettled.settle()),
+                background: self.background.clone(),
             })),
             Ok(false) => {
                 // The statement finished and nothing is held: the connection is clean.
-                drop(unsettled.settle());
-                Err(request.timed_out())
+                let mut connection = unsettled.settle();
+                Err(match holder(&mut connection, key).await {
+                    Some(holder) => request.timed_out_held_by(&holder),
+                    None => request.timed_out(),
+                })
             }
             Err(error) if has_code(&error, DEADLOCK_DETECTED) => Err(MendError::Conflict {
                 message: format!(
@@ -139,6 +158,49 @@ impl Gates for PostgresGates {
             Err(error) => Err(database_error(name, "taking", error)),
         }
     }
+}
+
+/// The session holding an advisory lock, as `pg_stat_activity` shows it.
+#[derive(sqlx::FromRow)]
+struct LockHolder {
+    pid: i32,
+    application_name: Option<String>,
+    client: Option<String>,
+    connected_at_ms: Option<i64>,
+}
+
+/// Who holds the advisory lock `key`, as far as `pg_stat_activity` lets this role see; `None`
+/// if nobody does any more or the question fails (the error then says less, nothing else).
+async fn holder(connection: &mut PgConnection, key: i64) -> Option<String> {
+    // A bigint advisory key shows in pg_locks as its high half (classid) and low half
+    // (objid), with objsubid 1.
+    let holder: LockHolder = sqlx::query_as(
+        "SELECT activity.pid, activity.application_name, host(activity.client_addr) AS client, \
+                (extract(epoch FROM activity.backend_start) * 1000)::bigint AS connected_at_ms \
+         FROM pg_locks AS locks JOIN pg_stat_activity AS activity ON activity.pid = locks.pid \
+         WHERE locks.locktype = 'advisory' AND locks.objsubid = 1 AND locks.granted \
+           AND ((locks.classid::bigint << 32) | locks.objid::bigint) = $1 \
+         LIMIT 1",
+    )
+    .bind(key)
+    .fetch_optional(connection)
+    .await
+    .ok()??;
+    let application = holder
+        .application_name
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "no application_name".to_string());
+    let client = holder
+        .client
+        .map_or_else(String::new, |client| format!(", from {client}"));
+    let since = holder.connected_at_ms.map_or_else(String::new, |ms| {
+        format!(", connected since {}", rfc3339(ms))
+    });
+    Some(format!(
+        "postgres backend pid {} ({application}{client}{since}); an advisory lock has no \
+         lease: it is held until its holder releases it or its connection closes",
+        holder.pid
+    ))
 }
 
 /// `pg_try_advisory_lock`: takes the lock if it is free, at once.
@@ -235,6 +297,7 @@ struct PostgresLock {
     key: i64,
     /// `None` once released.
     connection: Option<PoolConnection<Postgres>>,
+    background: BackgroundReleases,
 }
 
 /// Unlocks and returns the connection to the pool, or closes it if the unlock did not work or
@@ -287,7 +350,7 @@ impl Drop for PostgresLock {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 let (name, key) = (self.name.clone(), self.key);
-                runtime.spawn(async move {
+                self.background.spawn(&runtime, async move {
                     let _ = unlock(&name, key, connection).await;
                 });
             }
