@@ -446,7 +446,11 @@ pub fn hint(error: &anyhow::Error) -> Option<&'static str> {
         MendError::Unavailable { .. } | MendError::Transient { .. } => {
             "the outcome is unknown; the request is safe to retry"
         }
-        MendError::Conflict { .. } => "another writer changed the catalog first; retry",
+        // A conflict is a lost race or a gate another holder kept past the timeout (the
+        // message names the holder); either way nothing happened.
+        MendError::Conflict { .. } => {
+            "another writer or operation got there first and nothing happened; retry (if a gate holder is named, once its work or lease ends)"
+        }
         MendError::CapabilityMissing { .. } => {
             "use a backend that provides it, or a policy that does not require it"
         }
