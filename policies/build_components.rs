@@ -47,7 +47,10 @@ fn build_components(target_name: &str, packages: &[&str], shipped: Option<&str>)
     }
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("set by cargo"));
 
-    if let Err(problem) = ensure_wasm_target() {
+    // One build script may build several component sets: the target is looked for (and
+    // added) once.
+    static TARGET_READY: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    if let Err(problem) = TARGET_READY.get_or_init(ensure_wasm_target) {
         let Some(shipped) = shipped else {
             panic!(
                 "the {WASM_TARGET} target is not installed for this toolchain, and the test \
@@ -208,10 +211,16 @@ fn ensure_wasm_target() -> Result<(), String> {
     if status.success() && installed() {
         return Ok(());
     }
-    let last_line = stderr.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or("");
+    // rustup's own error line says why (no network, no such toolchain); its last lines are
+    // often only a trace.
+    let reason = stderr
+        .lines()
+        .find(|line| line.trim_start().starts_with("error"))
+        .or_else(|| stderr.lines().find(|line| !line.trim().is_empty()))
+        .unwrap_or("no output");
     Err(format!(
         "`{command_text}` failed ({}): run it where the network reaches rustup's server",
-        last_line.trim()
+        reason.trim()
     ))
 }
 

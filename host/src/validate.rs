@@ -28,6 +28,19 @@ pub fn truncated(text: &str, chars: usize) -> String {
     }
 }
 
+/// What kind of JSON value `value` is, as a message names it ("an array").
+pub fn json_kind(value: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// The one alphabet of dataset and split ids: ASCII letters, digits, `.`, `_` and `-`,
 /// starting with a letter or digit, 1 to 128 bytes. An id names a folder or an object, and
 /// every object store lists these characters back exactly as they were written; with `%`,

@@ -25,62 +25,21 @@ fn mend_with_stdin(dir: &Path, args: &[&str], stdin: &str) -> Output {
     child.wait_with_output().unwrap()
 }
 
-/// Runs a command that must succeed and print JSON.
 fn ok(dir: &Path, args: &[&str]) -> serde_json::Value {
-    let mut args = args.to_vec();
-    args.push("--json");
-    let output = mend(dir, &args);
-    assert!(
-        output.status.success(),
-        "mend {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
-        panic!(
-            "mend {args:?} printed no JSON ({error}): {}",
-            String::from_utf8_lossy(&output.stdout)
-        )
-    })
+    common::ok_json(dir, args)
 }
 
 /// Runs a command that must fail with `code`, printing one error line naming `mentions`.
 fn fails(dir: &Path, args: &[&str], code: i32, mentions: &str) {
-    let output = mend(dir, args);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(code), "mend {args:?}: {stderr}");
-    let error_lines: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.starts_with("error: "))
-        .collect();
-    assert_eq!(error_lines.len(), 1, "one error line: {stderr}");
-    assert!(
-        error_lines[0].contains(mentions),
-        "mend {args:?}: {stderr:?} should mention {mentions:?}"
-    );
+    common::failed_with(&mend(dir, args), code, &[mentions]);
 }
 
 fn write_splits(dir: &Path, name: &str, ids: &[&str]) -> PathBuf {
-    let splits: Vec<serde_json::Value> = ids
-        .iter()
-        .map(|id| serde_json::json!({"split_id": id, "metadata": {"num_docs": 1, "time_range": {"start": 0, "end": 10}}}))
-        .collect();
-    let path = dir.join(name);
-    std::fs::write(&path, serde_json::to_string(&splits).unwrap()).unwrap();
-    path
+    common::splits_file(dir, name, ids)
 }
 
 fn states(dir: &Path, dataset: &str) -> Vec<(String, String)> {
-    ok(dir, &["list", dataset])["splits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|row| {
-            (
-                row["split_id"].as_str().unwrap().to_string(),
-                row["state"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
+    common::split_states(dir, dataset)
 }
 
 #[test]

@@ -233,18 +233,20 @@ impl Harness {
         }
     }
 
-    /// Every row of `dataset_id`.
+    /// Every row of `dataset_id` (the catalog's own listing: the engine's pages hold at most
+    /// `max_list_page` rows).
     pub async fn rows(&self, dataset_id: &str) -> Vec<mend::model::SplitRow> {
         self.engine
+            .catalog()
             .list_splits(dataset_id, &mend::model::ListQuery::default())
             .await
             .expect("list the dataset's rows")
             .splits
     }
 
-    /// Writes a split object with no row, as a writer that crashed between its upload and its
-    /// stage would leave it: written for dataset incarnation `uid`, with a payload that
-    /// matches its header unless `damaged`.
+    /// Writes a split object in mend's format, as a writer that crashed between its upload and
+    /// its stage would leave it (or before its publish, once a row is staged for it): written
+    /// for dataset incarnation `uid`, with a payload that matches its header unless `damaged`.
     pub async fn plant_orphan(&self, dataset_id: &str, split_id: &str, uid: &str, damaged: bool) {
         use mend::objects::format::{self, HEADER_FORMAT_VERSION, SplitObjectHeader, sha256};
         let payload = format!("payload of {split_id}");

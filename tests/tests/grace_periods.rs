@@ -12,11 +12,10 @@
 //! (Before `bounds::ms_before`, a grace of `u64::MAX` wrapped the cutoff into the future: the
 //! first gc marked the fresh split, the second deleted it.)
 
+use mend::MendError;
 use mend::bounds::{self, MAX_GRACE_PERIOD_MS};
 use mend::intent::{Intent, OperationKind, PlannedEffects};
 use mend::model::{DatasetConfig, ListQuery, PublishRequest, SplitState, StageMode};
-use mend::objects::format::{self, SplitObjectHeader, sha256};
-use mend::{Engine, MendError};
 use mend_policy::RecoveryMode;
 use mend_tests::harness::{Backend, Harness};
 
@@ -162,7 +161,7 @@ async fn young_splits_survive(h: &Harness, dataset_id: &str, field: Field, age: 
             }],
         };
         engine.stage(&request).await.unwrap();
-        put_object(engine, &dataset.uid, dataset_id, id).await;
+        h.plant_orphan(dataset_id, id, &dataset.uid, false).await;
     }
     engine
         .publish(&PublishRequest {
@@ -179,7 +178,8 @@ async fn young_splits_survive(h: &Harness, dataset_id: &str, field: Field, age: 
         .mark_for_deletion(dataset_id, std::slice::from_ref(&marked))
         .await
         .unwrap();
-    put_object(engine, &dataset.uid, dataset_id, &orphan).await;
+    h.plant_orphan(dataset_id, &orphan, &dataset.uid, false)
+        .await;
     let started = h.clock_now();
 
     // A gc that planned to mark the staged split and crashed: its roll-forward marks only
@@ -259,24 +259,4 @@ async fn young_splits_survive(h: &Harness, dataset_id: &str, field: Field, age: 
         "{context}: the crashed gc's intent is still there"
     );
     7
-}
-
-async fn put_object(engine: &Engine, uid: &str, dataset_id: &str, split_id: &str) {
-    let payload = b"bytes";
-    let header = SplitObjectHeader {
-        format_version: format::HEADER_FORMAT_VERSION,
-        dataset_id: dataset_id.into(),
-        dataset_uid: uid.into(),
-        split_id: split_id.into(),
-        node: "node-a".into(),
-        metadata_json: r#"{"num_docs": 1}"#.into(),
-        operation_id: None,
-        payload_size: payload.len() as u64,
-        payload_sha256: sha256(payload),
-    };
-    engine
-        .objects()
-        .put(dataset_id, split_id, format::encode(&header, payload))
-        .await
-        .unwrap();
 }

@@ -8,9 +8,8 @@
 //! reported the split's object missing beside an orphan of another name, while reconcile
 //! disagreed.
 
+use mend::MendError;
 use mend::model::{ListQuery, PublishRequest, StageMode, StageRequest, StageSplit};
-use mend::objects::format::{self, SplitObjectHeader, sha256};
-use mend::{Engine, MendError};
 use mend_tests::harness::{Backend, Harness};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -80,7 +79,7 @@ async fn round_trip(backend: Backend) {
         published.iter().map(String::as_str).collect::<Vec<_>>()
     );
     for id in ids.iter() {
-        put_object(engine, &dataset.uid, &dataset_id, id).await;
+        h.plant_orphan(&dataset_id, id, &dataset.uid, false).await;
     }
     engine
         .publish(&PublishRequest {
@@ -198,26 +197,6 @@ async fn refused_ids_write_nothing(backend: Backend) {
     }
     assert_eq!(h.write_fingerprint(&dataset_id).await, before);
     println!("[{backend}] {refused} ids outside the alphabet refused, nothing written");
-}
-
-async fn put_object(engine: &Engine, uid: &str, dataset_id: &str, split_id: &str) {
-    let payload = b"payload";
-    let header = SplitObjectHeader {
-        format_version: format::HEADER_FORMAT_VERSION,
-        dataset_id: dataset_id.into(),
-        dataset_uid: uid.into(),
-        split_id: split_id.into(),
-        node: "node-a".into(),
-        metadata_json: r#"{"num_docs": 1}"#.into(),
-        operation_id: None,
-        payload_size: payload.len() as u64,
-        payload_sha256: sha256(payload),
-    };
-    engine
-        .objects()
-        .put(dataset_id, split_id, format::encode(&header, payload))
-        .await
-        .unwrap();
 }
 
 #[tokio::test]

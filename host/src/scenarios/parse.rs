@@ -29,7 +29,7 @@ pub(super) fn suite(file: &str, text: &str) -> Result<Suite, ScenarioError> {
     let Value::Object(fields) = value else {
         return Err(invalid(format!(
             "a suite is a JSON object with the fields {SUITE_FIELDS:?}, not {}",
-            kind_of(&value)
+            crate::validate::json_kind(&value)
         )));
     };
     check_fields(&fields, &SUITE_FIELDS).map_err(invalid)?;
@@ -45,7 +45,7 @@ pub(super) fn suite(file: &str, text: &str) -> Result<Suite, ScenarioError> {
     let Value::Array(entries) = &fields["scenarios"] else {
         return Err(invalid(format!(
             "`scenarios` is an array, not {}",
-            kind_of(&fields["scenarios"])
+            crate::validate::json_kind(&fields["scenarios"])
         )));
     };
     if entries.is_empty() {
@@ -84,7 +84,7 @@ fn scenario(file: &str, index: usize, entry: &Value) -> Result<Scenario, Scenari
     let Value::Object(fields) = entry else {
         return Err(invalid(format!(
             "a scenario is a JSON object with the fields {SCENARIO_FIELDS:?}, not {}",
-            kind_of(entry)
+            crate::validate::json_kind(entry)
         )));
     };
     check_fields(fields, &SCENARIO_FIELDS).map_err(invalid)?;
@@ -94,14 +94,14 @@ fn scenario(file: &str, index: usize, entry: &Value) -> Result<Scenario, Scenari
         None => {
             return Err(invalid(format!(
                 "`name` is a string, not {}",
-                kind_of(&fields["name"])
+                crate::validate::json_kind(&fields["name"])
             )));
         }
     };
     let Some(call_name) = fields["call"].as_str() else {
         return Err(invalid(format!(
             "`call` is a string, not {}",
-            kind_of(&fields["call"])
+            crate::validate::json_kind(&fields["call"])
         )));
     };
     let Some(kind) = CallKind::parse(call_name) else {
@@ -208,15 +208,4 @@ fn check_fields(fields: &Map<String, Value>, allowed: &[&str]) -> Result<(), Str
         return Err(format!("missing field(s) {missing:?}"));
     }
     Ok(())
-}
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }

@@ -33,7 +33,7 @@ pub(super) fn parse<T: JsonBody>(body: &Bytes) -> Result<T, ApiError> {
         return Err(ApiError::bad_request(format!(
             "the body must be a JSON object {}, not {}",
             T::SHAPE,
-            kind(&value)
+            crate::validate::json_kind(&value)
         )));
     }
     serde_path_to_error::deserialize(value).map_err(|error| {
@@ -58,17 +58,6 @@ pub(super) fn parse<T: JsonBody>(body: &Bytes) -> Result<T, ApiError> {
             None => format!("{cause}; the body must be a JSON object {}", T::SHAPE),
         })
     })
-}
-
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]

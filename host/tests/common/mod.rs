@@ -103,11 +103,14 @@ pub fn failed_with(output: &Output, code: i32, mentions: &[&str]) -> String {
     error_lines[0].to_string()
 }
 
-/// A splits file for `mend stage --splits`, each split with a small metadata object.
+/// A splits file for `mend stage --splits`, each split with a small metadata object whose
+/// time range is 0..=10.
 pub fn splits_file(dir: &Path, name: &str, ids: &[&str]) -> PathBuf {
     let splits: Vec<serde_json::Value> = ids
         .iter()
-        .map(|id| serde_json::json!({"split_id": id, "metadata": {"num_docs": 1}}))
+        .map(|id| {
+            serde_json::json!({"split_id": id, "metadata": {"num_docs": 1, "time_range": {"start": 0, "end": 10}}})
+        })
         .collect();
     let path = dir.join(name);
     std::fs::write(&path, serde_json::to_string(&splits).unwrap()).unwrap();
@@ -134,4 +137,19 @@ pub fn write_object(catalog_dir: &Path, dataset_id: &str, dataset_uid: &str, spl
     let splits = catalog_dir.join("datasets").join(dataset_id).join("splits");
     std::fs::create_dir_all(&splits).unwrap();
     std::fs::write(splits.join(split_id), format::encode(&header, payload)).unwrap();
+}
+
+/// Each split of `dataset` with its state, as `mend list` shows them.
+pub fn split_states(dir: &Path, dataset: &str) -> Vec<(String, String)> {
+    ok_json(dir, &["list", dataset])["splits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (
+                row["split_id"].as_str().unwrap().to_string(),
+                row["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
 }
