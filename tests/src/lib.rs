@@ -10,6 +10,7 @@ pub mod conformance;
 pub mod counting_store;
 pub mod crash;
 pub mod harness;
+pub mod rendezvous;
 pub mod sql_counter;
 
 pub use counting_store::{CountingStore, RequestCounts};
