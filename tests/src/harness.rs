@@ -131,80 +131,19 @@ impl Harness {
 
     async fn build(backend: Backend, policy: PolicyRuntime, count_sql: bool) -> Self {
         let clock = Arc::new(ManualClock::new(TEST_EPOCH_MS));
-        let options = engine_options(&clock);
-        let (catalog, objects, store, pg, sql, prefix, directory): (
-            Arc<dyn Catalog>,
-            SplitObjects,
-            _,
-            _,
-            _,
-            _,
-            _,
-        ) = match backend {
-            Backend::Postgres => {
-                let url = postgres_url();
-                let sql = match count_sql {
-                    true => Some(SqlCounter::start(&url).await),
-                    false => None,
-                };
-                let catalog =
-                    connect_postgres(sql.as_ref().map_or(url.as_str(), |s| s.url())).await;
-                let pool = PgPool::connect(&url).await.expect("inspection pool");
-                let objects_store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-                let counting = Arc::new(CountingStore::new(objects_store));
-                let objects = SplitObjects::new(counting.clone(), Path::default());
-                (
-                    Arc::new(catalog),
-                    objects,
-                    Some(counting),
-                    Some(pool),
-                    sql,
-                    Path::default(),
-                    None,
-                )
-            }
-            Backend::LocalDirectory | Backend::Memory | Backend::S3 => {
-                let (inner, prefix, directory): (Arc<dyn ObjectStore>, Path, _) = match backend {
-                    Backend::Memory => (Arc::new(InMemory::new()), Path::default(), None),
-                    Backend::S3 => {
-                        // Each harness gets its own prefix of the shared bucket.
-                        let url = format!("{}/{}", s3_url(), uuid::Uuid::new_v4().simple());
-                        let (store, prefix) = mend::catalog::object_store::open_store(&url)
-                            .unwrap_or_else(|error| panic!("open {url}: {error}"));
-                        (store, prefix, None)
-                    }
-                    _ => {
-                        let directory = tempfile::tempdir().expect("temporary directory");
-                        let store = LocalFileSystem::new_with_prefix(directory.path())
-                            .expect("local store");
-                        (Arc::new(store), Path::default(), Some(directory))
-                    }
-                };
-                let counting = Arc::new(CountingStore::new(inner));
-                let catalog =
-                    ObjectStoreCatalog::new(counting.clone(), prefix.clone(), Default::default());
-                let objects = SplitObjects::new(counting.clone(), prefix.clone());
-                (
-                    Arc::new(catalog),
-                    objects,
-                    Some(counting),
-                    None,
-                    None,
-                    prefix,
-                    directory,
-                )
-            }
-        };
-        let engine = Engine::new(catalog, objects, policy, options).expect("engine starts");
+        let storage = Storage::open(backend, count_sql).await;
+        let objects = SplitObjects::new(storage.store.clone(), storage.prefix.clone());
+        let engine = Engine::new(storage.catalog, objects, policy, engine_options(&clock))
+            .expect("engine starts");
         Self {
             backend,
             engine,
             clock,
-            store,
-            pg,
-            sql,
-            prefix,
-            _directory: directory,
+            store: Some(storage.store),
+            pg: storage.pg,
+            sql: storage.sql,
+            prefix: storage.prefix,
+            _directory: storage.directory,
         }
     }
 
@@ -362,6 +301,68 @@ impl Harness {
             .expect("after 1970")
             .as_millis() as i64;
         self.clock.set_ms(wall + by_ms);
+    }
+}
+
+/// What a harness's engine stores its catalog and objects in.
+struct Storage {
+    catalog: Arc<dyn Catalog>,
+    /// The split objects' store and, on object storage, the catalog's.
+    store: Arc<CountingStore>,
+    /// Where the catalog and the objects live in `store`.
+    prefix: Path,
+    pg: Option<PgPool>,
+    sql: Option<SqlCounter>,
+    directory: Option<TempDir>,
+}
+
+impl Storage {
+    async fn open(backend: Backend, count_sql: bool) -> Self {
+        let (inner, prefix, directory): (Arc<dyn ObjectStore>, Path, _) = match backend {
+            Backend::Postgres | Backend::Memory => {
+                (Arc::new(InMemory::new()), Path::default(), None)
+            }
+            Backend::S3 => {
+                // Each harness gets its own prefix of the shared bucket.
+                let url = format!("{}/{}", s3_url(), uuid::Uuid::new_v4().simple());
+                let (store, prefix) = mend::catalog::object_store::open_store(&url)
+                    .unwrap_or_else(|error| panic!("open {url}: {error}"));
+                (store, prefix, None)
+            }
+            Backend::LocalDirectory => {
+                let directory = tempfile::tempdir().expect("temporary directory");
+                let store =
+                    LocalFileSystem::new_with_prefix(directory.path()).expect("local store");
+                (Arc::new(store), Path::default(), Some(directory))
+            }
+        };
+        let store = Arc::new(CountingStore::new(inner));
+        let (catalog, pg, sql): (Arc<dyn Catalog>, _, _) = match backend {
+            Backend::Postgres => {
+                let url = postgres_url();
+                let sql = match count_sql {
+                    true => Some(SqlCounter::start(&url).await),
+                    false => None,
+                };
+                let catalog =
+                    connect_postgres(sql.as_ref().map_or(url.as_str(), |s| s.url())).await;
+                let pool = PgPool::connect(&url).await.expect("inspection pool");
+                (Arc::new(catalog), Some(pool), sql)
+            }
+            _ => {
+                let catalog =
+                    ObjectStoreCatalog::new(store.clone(), prefix.clone(), Default::default());
+                (Arc::new(catalog), None, None)
+            }
+        };
+        Self {
+            catalog,
+            store,
+            prefix,
+            pg,
+            sql,
+            directory,
+        }
     }
 }
 
