@@ -1,5 +1,9 @@
-//! An object store wrapper that counts every write (puts, deletes, copies) reaching the store,
-//! so that tests can assert that an operation wrote nothing.
+//! An object store wrapper that counts every request reaching the store: writes (puts,
+//! deletes, copies), reads (GETs and HEADs) and listings, so that tests can assert that an
+//! operation wrote nothing, or how many requests a step cost.
+//!
+//! Requests are counted when they are made, successful or not. A listing counts once per
+//! call, however many pages the store answers it with.
 
 use std::fmt;
 use std::sync::Arc;
@@ -17,6 +21,54 @@ use object_store::{
 pub struct CountingStore {
     inner: Arc<dyn ObjectStore>,
     writes: AtomicU64,
+    gets: AtomicU64,
+    heads: AtomicU64,
+    lists: AtomicU64,
+}
+
+/// The requests a [`CountingStore`] has seen, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestCounts {
+    pub writes: u64,
+    pub gets: u64,
+    pub heads: u64,
+    pub lists: u64,
+}
+
+impl RequestCounts {
+    /// Every request, whatever its kind.
+    pub fn total(&self) -> u64 {
+        self.writes + self.gets + self.heads + self.lists
+    }
+
+    /// The requests made between `earlier` and `self`.
+    pub fn since(&self, earlier: &RequestCounts) -> RequestCounts {
+        RequestCounts {
+            writes: self.writes - earlier.writes,
+            gets: self.gets - earlier.gets,
+            heads: self.heads - earlier.heads,
+            lists: self.lists - earlier.lists,
+        }
+    }
+}
+
+impl std::ops::AddAssign for RequestCounts {
+    fn add_assign(&mut self, other: Self) {
+        self.writes += other.writes;
+        self.gets += other.gets;
+        self.heads += other.heads;
+        self.lists += other.lists;
+    }
+}
+
+impl fmt::Display for RequestCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} GET, {} HEAD, {} LIST, {} writes",
+            self.gets, self.heads, self.lists, self.writes
+        )
+    }
 }
 
 impl CountingStore {
@@ -24,7 +76,15 @@ impl CountingStore {
         Self {
             inner,
             writes: AtomicU64::new(0),
+            gets: AtomicU64::new(0),
+            heads: AtomicU64::new(0),
+            lists: AtomicU64::new(0),
         }
+    }
+
+    /// The store this one counts requests to.
+    pub fn inner(&self) -> &Arc<dyn ObjectStore> {
+        &self.inner
     }
 
     /// Writes attempted so far, successful or not.
@@ -32,8 +92,18 @@ impl CountingStore {
         self.writes.load(Ordering::SeqCst)
     }
 
-    fn count(&self) {
-        self.writes.fetch_add(1, Ordering::SeqCst);
+    /// Every request so far, by kind.
+    pub fn requests(&self) -> RequestCounts {
+        RequestCounts {
+            writes: self.writes.load(Ordering::SeqCst),
+            gets: self.gets.load(Ordering::SeqCst),
+            heads: self.heads.load(Ordering::SeqCst),
+            lists: self.lists.load(Ordering::SeqCst),
+        }
+    }
+
+    fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -43,6 +113,8 @@ impl fmt::Display for CountingStore {
     }
 }
 
+// Only the trait's required methods are forwarded: its provided ones (`get`, `head`,
+// `get_range`, `put`, `list_with_offset`, ...) call these, so every request is counted once.
 #[async_trait]
 impl ObjectStore for CountingStore {
     async fn put_opts(
@@ -51,7 +123,7 @@ impl ObjectStore for CountingStore {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
-        self.count();
+        Self::count(&self.writes);
         self.inner.put_opts(location, payload, opts).await
     }
 
@@ -60,7 +132,7 @@ impl ObjectStore for CountingStore {
         location: &Path,
         opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.count();
+        Self::count(&self.writes);
         self.inner.put_multipart_opts(location, opts).await
     }
 
@@ -69,29 +141,36 @@ impl ObjectStore for CountingStore {
         location: &Path,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
+        Self::count(if options.head {
+            &self.heads
+        } else {
+            &self.gets
+        });
         self.inner.get_opts(location, options).await
     }
 
     async fn delete(&self, location: &Path) -> object_store::Result<()> {
-        self.count();
+        Self::count(&self.writes);
         self.inner.delete(location).await
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        Self::count(&self.lists);
         self.inner.list(prefix)
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        Self::count(&self.lists);
         self.inner.list_with_delimiter(prefix).await
     }
 
     async fn copy(&self, from: &Path, to: &Path) -> object_store::Result<()> {
-        self.count();
+        Self::count(&self.writes);
         self.inner.copy(from, to).await
     }
 
     async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> object_store::Result<()> {
-        self.count();
+        Self::count(&self.writes);
         self.inner.copy_if_not_exists(from, to).await
     }
 }

@@ -1,5 +1,6 @@
 //! Recovery after a crash, shared by the crash-schedule tests.
 
+use std::fmt;
 use std::sync::Arc;
 
 use mend::Engine;
@@ -10,20 +11,78 @@ use mend_policy::RecoveryMode;
 
 use crate::{Backend, Harness};
 
-/// Recovers `dataset_id`: first, when `crash_at` is given, with a crash at that durable write
-/// of the sweeps (an odd step crashes before its write, an even one after it), one sweep per
-/// mode of `modes`; then cleanly, one sweep per mode in turn until a sweep executes everything
-/// it found. Returns how many durable writes the crashing sweeps reached, so that a caller
-/// walking `crash_at` upwards knows when every step has had its crash.
+/// A crash during recovery: at the `step`-th durable write (counting from 1) of the crashing
+/// sweeps, before the write or, when `after`, once it landed (an ambiguous outcome).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveryCrash {
+    pub step: usize,
+    pub after: bool,
+}
+
+impl RecoveryCrash {
+    /// Every recovery crash, both kinds at every step: before step 1, after step 1, before
+    /// step 2, and so on. A caller stops at the first whose step the crashing sweeps no
+    /// longer reach (see [`recover_after_crash`]); its "after" twin would not fire either.
+    pub fn all() -> impl Iterator<Item = RecoveryCrash> {
+        (1..).flat_map(|step| [false, true].map(|after| RecoveryCrash { step, after }))
+    }
+}
+
+impl fmt::Display for RecoveryCrash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let how = if self.after { "after" } else { "before" };
+        write!(f, "a recovery crash {how} its step {}", self.step)
+    }
+}
+
+/// How many schedules with a second crash during recovery ran, by kind of crash.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SecondCrashes {
+    pub before: usize,
+    pub after: usize,
+}
+
+impl SecondCrashes {
+    /// Counts `crash` if it fired, that is if the crashing sweeps `reached` its step.
+    pub fn count(&mut self, crash: RecoveryCrash, reached: usize) {
+        if reached >= crash.step {
+            match crash.after {
+                false => self.before += 1,
+                true => self.after += 1,
+            }
+        }
+    }
+
+    pub fn total(&self) -> usize {
+        self.before + self.after
+    }
+}
+
+impl fmt::Display for SecondCrashes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} with a second crash during recovery ({} before a recovery step, {} after one)",
+            self.total(),
+            self.before,
+            self.after
+        )
+    }
+}
+
+/// Recovers `dataset_id`: first, when `crash` is given, with that crash during the sweeps, one
+/// sweep per mode of `modes`; then cleanly, one sweep per mode in turn until a sweep executes
+/// everything it found. Returns how many durable writes the crashing sweeps reached, so that a
+/// caller walking the crash's step upwards knows when every step has had its crashes.
 pub async fn recover_after_crash(
     h: &Harness,
     dataset_id: &str,
-    crash_at: Option<usize>,
+    crash: Option<RecoveryCrash>,
     modes: &[RecoveryMode],
 ) -> usize {
     let mut reached = 0;
-    if let Some(step) = crash_at {
-        let crash = Arc::new(CrashAt::new(step, step % 2 == 0));
+    if let Some(RecoveryCrash { step, after }) = crash {
+        let crash = Arc::new(CrashAt::new(step, after));
         let crashing = h.engine.with_faults(crash.clone());
         for mode in modes {
             let _ = crashing.recover(dataset_id, *mode).await;
@@ -92,7 +151,8 @@ pub async fn check_invariants(h: &Harness, dataset_id: &str, schedule: &str) {
 
 /// Crashes the scenario's operation at each of its durable writes, before the write and (an
 /// ambiguous outcome) after it; recovers; and again with a second crash at each durable write
-/// of the recovery. Prints how many schedules ran and how they converged.
+/// of the recovery, before it and after it. Prints how many schedules ran and how they
+/// converged.
 pub async fn run_crash_schedules(
     backend: Backend,
     scenario: &dyn CrashScenario,
@@ -115,16 +175,14 @@ pub async fn run_crash_schedules(
         counting.steps().len()
     };
 
-    let (mut single, mut happened, mut double) = (0, 0, 0);
+    let (mut single, mut happened, mut double) = (0, 0, SecondCrashes::default());
     for ambiguous in [false, true] {
         for k in 1..=steps {
-            for second in [None].into_iter().chain((1..).map(Some)) {
+            for second in std::iter::once(None).chain(RecoveryCrash::all().map(Some)) {
                 let schedule = format!(
                     "{kind} on {backend}: crash {} step {k}{}",
                     if ambiguous { "after" } else { "before" },
-                    second.map_or(String::new(), |j| format!(
-                        ", then a recovery crash at its step {j}"
-                    ))
+                    second.map_or(String::new(), |crash| format!(", then {crash}"))
                 );
                 let h = Harness::new(backend).await;
                 let dataset_id = scenario.setup(&h).await;
@@ -143,17 +201,17 @@ pub async fn run_crash_schedules(
                         single += 1;
                         happened += usize::from(outcome);
                     }
-                    Some(_) => double += 1,
+                    Some(crash) => double.count(crash, reached),
                 }
-                // Once the crashing sweeps no longer reach step j, every step had its crash.
-                if second.is_some_and(|j| reached < j) {
+                // Once the crashing sweeps no longer reach the step, every step had its crashes.
+                if second.is_some_and(|crash| reached < crash.step) {
                     break;
                 }
             }
         }
     }
     println!(
-        "crash schedules [{kind}, {backend}]: {steps} durable steps; {single} single-crash schedules: {happened} converged to fully happened, {} to never happened, 0 in between; {double} with a second crash during recovery, all converged",
+        "crash schedules [{kind}, {backend}]: {steps} durable steps; {single} single-crash schedules: {happened} converged to fully happened, {} to never happened, 0 in between; {double}, all converged",
         single - happened
     );
 }

@@ -18,6 +18,7 @@ use sqlx::PgPool;
 use tempfile::TempDir;
 
 use crate::CountingStore;
+use crate::sql_counter::SqlCounter;
 
 /// The most splits a stage batch may carry in tests, so the limit itself can be tested.
 pub const TEST_MAX_STAGE_BATCH: usize = 2_000;
@@ -89,10 +90,16 @@ pub struct Harness {
     pub backend: Backend,
     pub engine: Engine,
     pub clock: Arc<ManualClock>,
-    /// Every write of an object-storage catalog and its split objects goes through this.
+    /// Every request to an object-storage catalog and its split objects (or, on Postgres, to
+    /// the split objects) goes through this.
     pub store: Option<Arc<CountingStore>>,
     /// A separate pool for inspecting the Postgres catalog's rows.
     pub pg: Option<PgPool>,
+    /// On Postgres, when asked for ([`Harness::counting_sql`]): what the engine's catalog
+    /// sends the server.
+    pub sql: Option<SqlCounter>,
+    /// Where the object-storage catalog and the split objects live in `store`.
+    prefix: Path,
     _directory: Option<TempDir>,
 }
 
@@ -104,80 +111,73 @@ impl fmt::Debug for Harness {
     }
 }
 
-/// What tells whether storage was written: a write count for object storage, row versions
-/// (`ctid`, `xmin`) of the dataset's rows for Postgres.
+/// What tells whether storage was written: a write count for object storage; for Postgres, the
+/// row versions (`ctid`, `xmin`) of the dataset's rows in every table of the catalog, plus
+/// the write count of the split objects' store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriteFingerprint {
     ObjectWrites(u64),
     RowVersions(Vec<(String, String, String)>),
 }
 
+/// The catalog tables that hold no dataset's rows, and so are not part of a fingerprint.
+const TABLES_WITHOUT_DATASET_ROWS: &[&str] = &["_sqlx_migrations"];
+
 impl Harness {
     pub async fn new(backend: Backend) -> Self {
-        Self::with_policy(
-            backend,
-            PolicyRuntime::default_policy().expect("default policy loads"),
-        )
-        .await
+        Self::build(backend, default_policy(), false).await
     }
 
     pub async fn with_policy(backend: Backend, policy: PolicyRuntime) -> Self {
+        Self::build(backend, policy, false).await
+    }
+
+    /// A fresh engine whose Postgres catalog, if that is the backend, reaches the server
+    /// through a [`SqlCounter`] (in `sql`), so that a test can count the statements a call
+    /// costs.
+    pub async fn counting_sql(backend: Backend) -> Self {
+        Self::build(backend, default_policy(), true).await
+    }
+
+    async fn build(backend: Backend, policy: PolicyRuntime, count_sql: bool) -> Self {
         let clock = Arc::new(ManualClock::new(TEST_EPOCH_MS));
-        let options = EngineOptions {
-            max_stage_batch: TEST_MAX_STAGE_BATCH,
-            clock: clock.clone(),
-            ..EngineOptions::default()
-        };
-        let (catalog, objects, store, pg, directory): (Arc<dyn Catalog>, SplitObjects, _, _, _) =
-            match backend {
-                Backend::Postgres => {
-                    let url = postgres_url();
-                    let catalog = PostgresCatalog::connect_with(&url, postgres_options())
-                        .await
-                        .unwrap_or_else(|error| panic!("connect to {url}: {error}"));
-                    let pool = PgPool::connect(&url).await.expect("inspection pool");
-                    let objects_store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-                    let counting = Arc::new(CountingStore::new(objects_store));
-                    let objects = SplitObjects::new(counting.clone(), Path::default());
-                    (Arc::new(catalog), objects, Some(counting), Some(pool), None)
-                }
-                Backend::LocalDirectory | Backend::Memory | Backend::S3 => {
-                    let (inner, prefix, directory): (Arc<dyn ObjectStore>, Path, _) = match backend
-                    {
-                        Backend::Memory => (Arc::new(InMemory::new()), Path::default(), None),
-                        Backend::S3 => {
-                            // Each harness gets its own prefix of the shared bucket.
-                            let url = format!("{}/{}", s3_url(), uuid::Uuid::new_v4().simple());
-                            let (store, prefix) = mend::catalog::object_store::open_store(&url)
-                                .unwrap_or_else(|error| panic!("open {url}: {error}"));
-                            (store, prefix, None)
-                        }
-                        _ => {
-                            let directory = tempfile::tempdir().expect("temporary directory");
-                            let store = LocalFileSystem::new_with_prefix(directory.path())
-                                .expect("local store");
-                            (Arc::new(store), Path::default(), Some(directory))
-                        }
-                    };
-                    let counting = Arc::new(CountingStore::new(inner));
-                    let catalog = ObjectStoreCatalog::new(
-                        counting.clone(),
-                        prefix.clone(),
-                        Default::default(),
-                    );
-                    let objects = SplitObjects::new(counting.clone(), prefix);
-                    (Arc::new(catalog), objects, Some(counting), None, directory)
-                }
-            };
-        let engine = Engine::new(catalog, objects, policy, options).expect("engine starts");
+        let storage = Storage::open(backend, count_sql).await;
+        let objects = SplitObjects::new(storage.store.clone(), storage.prefix.clone());
+        let engine = Engine::new(storage.catalog, objects, policy, engine_options(&clock))
+            .expect("engine starts");
         Self {
             backend,
             engine,
             clock,
-            store,
-            pg,
-            _directory: directory,
+            store: Some(storage.store),
+            pg: storage.pg,
+            sql: storage.sql,
+            prefix: storage.prefix,
+            _directory: storage.directory,
         }
+    }
+
+    /// An engine over the same storage as `engine`, as another process would have: its own
+    /// catalog instance (its own pool on Postgres, its own cache on object storage), its own
+    /// gates, the same policy and clock. It reaches object storage through `store`: the
+    /// harness's own (`store`), or a wrapper around it.
+    pub async fn another_process(&self, store: Arc<dyn ObjectStore>) -> Engine {
+        let catalog: Arc<dyn Catalog> = match self.backend {
+            Backend::Postgres => Arc::new(connect_postgres(&postgres_url()).await),
+            _ => Arc::new(ObjectStoreCatalog::new(
+                store.clone(),
+                self.prefix.clone(),
+                Default::default(),
+            )),
+        };
+        let objects = SplitObjects::new(store, self.prefix.clone());
+        Engine::new(
+            catalog,
+            objects,
+            self.engine.policy(),
+            engine_options(&self.clock),
+        )
+        .expect("engine starts")
     }
 
     /// The manual clock's current time.
@@ -202,24 +202,54 @@ impl Harness {
     }
 
     /// A fingerprint that changes whenever storage is written for `dataset_id`.
+    ///
+    /// On Postgres it covers every table of the catalog, found in the schema rather than
+    /// listed here, so that a table added by a later migration is covered too; a table that
+    /// holds no `dataset_id` column fails the fingerprint until it is accounted for.
     pub async fn write_fingerprint(&self, dataset_id: &str) -> WriteFingerprint {
         match &self.pg {
             Some(pool) => {
-                let mut versions: Vec<(String, String, String)> = sqlx::query_as(
-                    "SELECT split_id, ctid::text, xmin::text FROM splits WHERE dataset_id = $1 ORDER BY split_id",
+                let tables: Vec<(String, bool)> = sqlx::query_as(
+                    "SELECT t.table_name::text, EXISTS (SELECT 1 FROM information_schema.columns c \
+                     WHERE c.table_schema = t.table_schema AND c.table_name = t.table_name \
+                     AND c.column_name = 'dataset_id') \
+                     FROM information_schema.tables t \
+                     WHERE t.table_schema = current_schema() AND t.table_type = 'BASE TABLE' \
+                     ORDER BY t.table_name",
                 )
-                .bind(dataset_id)
                 .fetch_all(pool)
                 .await
-                .expect("read split row versions");
-                let dataset: (String, String) = sqlx::query_as(
-                    "SELECT ctid::text, xmin::text FROM datasets WHERE dataset_id = $1",
-                )
-                .bind(dataset_id)
-                .fetch_one(pool)
-                .await
-                .expect("read dataset row version");
-                versions.push(("<dataset>".into(), dataset.0, dataset.1));
+                .expect("list the catalog's tables");
+                let mut versions = Vec::new();
+                for (table, has_dataset_id) in &tables {
+                    if TABLES_WITHOUT_DATASET_ROWS.contains(&table.as_str()) {
+                        continue;
+                    }
+                    assert!(
+                        has_dataset_id,
+                        "table {table} has no dataset_id column: the write fingerprint cannot \
+                         tell its rows apart; extend Harness::write_fingerprint"
+                    );
+                    // The table name comes from the catalog itself, quoted as an identifier.
+                    let rows: Vec<(String, String)> = sqlx::query_as(&format!(
+                        "SELECT ctid::text, xmin::text FROM \"{}\" WHERE dataset_id = $1 ORDER BY ctid",
+                        table.replace('"', "\"\"")
+                    ))
+                    .bind(dataset_id)
+                    .fetch_all(pool)
+                    .await
+                    .unwrap_or_else(|error| panic!("read row versions of {table}: {error}"));
+                    versions.extend(
+                        rows.into_iter()
+                            .map(|(ctid, xmin)| (table.clone(), ctid, xmin)),
+                    );
+                }
+                assert!(
+                    ["datasets", "splits", "intents", "audit"]
+                        .iter()
+                        .all(|expected| tables.iter().any(|(table, _)| table == expected)),
+                    "the fingerprint misses a catalog table: found {tables:?}"
+                );
                 let object_writes = self.store.as_ref().map_or(0, |s| s.writes());
                 versions.push(("<objects>".into(), object_writes.to_string(), String::new()));
                 WriteFingerprint::RowVersions(versions)
@@ -304,4 +334,84 @@ impl Harness {
             .as_millis() as i64;
         self.clock.set_ms(wall + by_ms);
     }
+}
+
+/// What a harness's engine stores its catalog and objects in.
+struct Storage {
+    catalog: Arc<dyn Catalog>,
+    /// The split objects' store and, on object storage, the catalog's.
+    store: Arc<CountingStore>,
+    /// Where the catalog and the objects live in `store`.
+    prefix: Path,
+    pg: Option<PgPool>,
+    sql: Option<SqlCounter>,
+    directory: Option<TempDir>,
+}
+
+impl Storage {
+    async fn open(backend: Backend, count_sql: bool) -> Self {
+        let (inner, prefix, directory): (Arc<dyn ObjectStore>, Path, _) = match backend {
+            Backend::Postgres | Backend::Memory => {
+                (Arc::new(InMemory::new()), Path::default(), None)
+            }
+            Backend::S3 => {
+                // Each harness gets its own prefix of the shared bucket.
+                let url = format!("{}/{}", s3_url(), uuid::Uuid::new_v4().simple());
+                let (store, prefix) = mend::catalog::object_store::open_store(&url)
+                    .unwrap_or_else(|error| panic!("open {url}: {error}"));
+                (store, prefix, None)
+            }
+            Backend::LocalDirectory => {
+                let directory = tempfile::tempdir().expect("temporary directory");
+                let store =
+                    LocalFileSystem::new_with_prefix(directory.path()).expect("local store");
+                (Arc::new(store), Path::default(), Some(directory))
+            }
+        };
+        let store = Arc::new(CountingStore::new(inner));
+        let (catalog, pg, sql): (Arc<dyn Catalog>, _, _) = match backend {
+            Backend::Postgres => {
+                let url = postgres_url();
+                let sql = match count_sql {
+                    true => Some(SqlCounter::start(&url).await),
+                    false => None,
+                };
+                let catalog =
+                    connect_postgres(sql.as_ref().map_or(url.as_str(), |s| s.url())).await;
+                let pool = PgPool::connect(&url).await.expect("inspection pool");
+                (Arc::new(catalog), Some(pool), sql)
+            }
+            _ => {
+                let catalog =
+                    ObjectStoreCatalog::new(store.clone(), prefix.clone(), Default::default());
+                (Arc::new(catalog), None, None)
+            }
+        };
+        Self {
+            catalog,
+            store,
+            prefix,
+            pg,
+            sql,
+            directory,
+        }
+    }
+}
+
+fn default_policy() -> PolicyRuntime {
+    PolicyRuntime::default_policy().expect("default policy loads")
+}
+
+fn engine_options(clock: &Arc<ManualClock>) -> EngineOptions {
+    EngineOptions {
+        max_stage_batch: TEST_MAX_STAGE_BATCH,
+        clock: clock.clone(),
+        ..EngineOptions::default()
+    }
+}
+
+async fn connect_postgres(url: &str) -> PostgresCatalog {
+    PostgresCatalog::connect_with(url, postgres_options())
+        .await
+        .unwrap_or_else(|error| panic!("connect to {url}: {error}"))
 }

@@ -7,14 +7,15 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use mend::engine::{CommitRequest, CommitSplit};
-use mend::faults::CrashAt;
+use mend::faults::{CrashAt, DurableStep};
 use mend::model::{CheckpointDelta, ListQuery, PartitionDelta, SplitState};
 use mend_policy::RecoveryMode;
-use mend_tests::crash::recover_after_crash;
+use mend_tests::crash::{RecoveryCrash, SecondCrashes, recover_after_crash};
 use mend_tests::{Backend, Harness};
 
 const SPLITS: [&str; 2] = ["c-1", "c-2"];
-/// Intent, stage, two objects, confirm, publish, delete intent.
+/// Intent, stage, two objects, confirm, publish, delete intent: checked against a clean run,
+/// so that a step added to the commit cannot go uncrashed.
 const DURABLE_STEPS: usize = 7;
 /// Roll-forward first; what it cannot finish, exclusive rolls back.
 const MODES: &[RecoveryMode] = &[RecoveryMode::RollForward, RecoveryMode::Exclusive];
@@ -104,7 +105,41 @@ async fn settled_outcome(h: &Harness, dataset_id: &str, schedule: &str) -> bool 
     }
 }
 
+/// Counts the commit's durable steps on a clean run and checks them against
+/// [`DURABLE_STEPS`] and its comment.
+async fn clean_run_steps(backend: Backend) -> Vec<DurableStep> {
+    let h = Harness::new(backend).await;
+    let dataset_id = h.create_dataset("clean").await;
+    let counting = Arc::new(CrashAt::new(usize::MAX, false));
+    h.engine
+        .with_faults(counting.clone())
+        .commit(&request(&dataset_id))
+        .await
+        .expect("a commit without faults");
+    assert!(settled_outcome(&h, &dataset_id, "clean run").await);
+    let steps = counting.steps();
+    let put = |id: &str| DurableStep::PutObject {
+        split_id: id.into(),
+    };
+    assert_eq!(
+        steps,
+        [
+            DurableStep::WriteIntent,
+            DurableStep::StageRows,
+            put(SPLITS[0]),
+            put(SPLITS[1]),
+            DurableStep::ConfirmIntent,
+            DurableStep::Publish,
+            DurableStep::DeleteIntent,
+        ],
+        "{backend}: the commit's durable steps changed; update DURABLE_STEPS and its comment"
+    );
+    assert_eq!(steps.len(), DURABLE_STEPS);
+    steps
+}
+
 async fn run_schedules(backend: Backend) {
+    let steps = clean_run_steps(backend).await;
     let mut schedules = 0;
     let mut happened = 0;
     for ambiguous in [false, true] {
@@ -120,10 +155,9 @@ async fn run_schedules(backend: Backend) {
             let result = crashing.commit(&request(&dataset_id)).await;
             assert!(result.is_err(), "{schedule}: the commit did not crash");
             assert_eq!(
-                crash.steps().len(),
-                k,
-                "{schedule}: steps {:?}",
-                crash.steps()
+                crash.steps(),
+                steps[..k],
+                "{schedule}: the crashed run did not take the clean run's steps"
             );
 
             // The writer is gone: its lease runs out, then recovery runs.
@@ -136,17 +170,18 @@ async fn run_schedules(backend: Backend) {
         }
     }
     println!(
-        "crash schedules [commit, {backend}]: {schedules} run, {happened} converged to fully happened, {} to never happened, 0 in between",
+        "crash schedules [commit, {backend}]: {DURABLE_STEPS} durable steps (counted on a clean run); {schedules} run, {happened} converged to fully happened, {} to never happened, 0 in between",
         schedules - happened
     );
 
-    // Again, with a second crash during recovery, at each of its durable writes in turn.
-    let mut double = 0;
+    // Again, with a second crash during recovery, before and after each of its durable
+    // writes in turn.
+    let mut double = SecondCrashes::default();
     for ambiguous in [false, true] {
         for k in 1..=DURABLE_STEPS {
-            for j in 1.. {
+            for second in RecoveryCrash::all() {
                 let schedule = format!(
-                    "{backend} crash {} step {k}, then a recovery crash at its step {j}",
+                    "{backend} crash {} step {k}, then {second}",
                     if ambiguous { "after" } else { "before" }
                 );
                 let h = Harness::new(backend).await;
@@ -154,19 +189,18 @@ async fn run_schedules(backend: Backend) {
                 let crashing = h.engine.with_faults(Arc::new(CrashAt::new(k, ambiguous)));
                 assert!(crashing.commit(&request(&dataset_id)).await.is_err());
                 h.clock.advance_ms(120_000);
-                let reached = recover_after_crash(&h, &dataset_id, Some(j), MODES).await;
+                let reached = recover_after_crash(&h, &dataset_id, Some(second), MODES).await;
                 settled_outcome(&h, &dataset_id, &schedule).await;
-                double += 1;
-                // Once the crashing sweeps no longer reach step j, every step has had its crash.
-                if reached < j {
+                double.count(second, reached);
+                // Once the crashing sweeps no longer reach the step, every step has had its
+                // crashes.
+                if reached < second.step {
                     break;
                 }
             }
         }
     }
-    println!(
-        "crash schedules [commit, {backend}]: {double} run with a second crash during recovery, all converged"
-    );
+    println!("crash schedules [commit, {backend}]: {double}, all converged");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

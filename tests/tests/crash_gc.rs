@@ -7,13 +7,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use mend::engine::{CommitRequest, CommitSplit};
-use mend::faults::CrashAt;
+use mend::faults::{CrashAt, DurableStep};
 use mend::model::{ListQuery, SplitState, StageMode, StageRequest, StageSplit};
 use mend_policy::RecoveryMode;
-use mend_tests::crash::recover_after_crash;
+use mend_tests::crash::{RecoveryCrash, SecondCrashes, recover_after_crash};
 use mend_tests::{Backend, Harness};
 
-/// Intent, mark, two object deletes, the row delete, the intent delete.
+/// Intent, mark, two object deletes, the row delete, the intent delete: checked against a
+/// clean run, so that a step added to gc cannot go uncrashed.
 const DURABLE_STEPS: usize = 6;
 const HOUR_MS: i64 = 60 * 60 * 1000;
 
@@ -111,13 +112,49 @@ async fn check_collected(h: &Harness, dataset_id: &str, schedule: &str) {
     );
 }
 
+/// Counts gc's durable steps on a clean run and checks them against [`DURABLE_STEPS`] and
+/// its comment.
+async fn clean_run_steps(backend: Backend) -> Vec<DurableStep> {
+    let h = Harness::new(backend).await;
+    let dataset_id = littered(&h).await;
+    let counting = Arc::new(CrashAt::new(usize::MAX, false));
+    h.engine
+        .with_faults(counting.clone())
+        .gc(&dataset_id, "gc")
+        .await
+        .expect("a gc without faults");
+    check_collected(&h, &dataset_id, "clean run").await;
+    let steps = counting.steps();
+    let delete = |id: &str| DurableStep::DeleteObject {
+        split_id: id.into(),
+    };
+    assert_eq!(
+        steps,
+        [
+            DurableStep::WriteIntent,
+            DurableStep::MarkRows,
+            delete("expired-1"),
+            delete("expired-2"),
+            DurableStep::DeleteRows,
+            DurableStep::DeleteIntent,
+        ],
+        "{backend}: gc's durable steps changed; update DURABLE_STEPS and its comment"
+    );
+    assert_eq!(steps.len(), DURABLE_STEPS);
+    steps
+}
+
 async fn run_schedules(backend: Backend) {
-    let (mut single, mut double) = (0, 0);
+    let steps = clean_run_steps(backend).await;
+    let (mut single, mut double) = (0, SecondCrashes::default());
     for ambiguous in [false, true] {
         for k in 1..=DURABLE_STEPS {
             let how = if ambiguous { "after" } else { "before" };
-            for j in 0.. {
-                let schedule = format!("{backend} gc crash {how} step {k}, recovery crash {j}");
+            for second in std::iter::once(None).chain(RecoveryCrash::all().map(Some)) {
+                let schedule = format!(
+                    "{backend} gc crash {how} step {k}{}",
+                    second.map_or(String::new(), |crash| format!(", then {crash}"))
+                );
                 let h = Harness::new(backend).await;
                 let dataset_id = littered(&h).await;
                 let crash = Arc::new(CrashAt::new(k, ambiguous));
@@ -127,20 +164,20 @@ async fn run_schedules(backend: Backend) {
                     .gc(&dataset_id, "gc")
                     .await;
                 assert!(result.is_err(), "{schedule}: gc did not crash");
-                assert_eq!(crash.steps().len(), k, "{schedule}: {:?}", crash.steps());
+                assert_eq!(
+                    crash.steps(),
+                    steps[..k],
+                    "{schedule}: the crashed run did not take the clean run's steps"
+                );
                 h.clock.advance_ms(120_000);
                 let rows_after_crash = h
                     .engine
                     .list_splits(&dataset_id, &ListQuery::default())
                     .await
                     .unwrap();
-                let reached = recover_after_crash(
-                    &h,
-                    &dataset_id,
-                    (j > 0).then_some(j),
-                    &[RecoveryMode::RollForward],
-                )
-                .await;
+                let reached =
+                    recover_after_crash(&h, &dataset_id, second, &[RecoveryMode::RollForward])
+                        .await;
                 if k == 1 && !ambiguous {
                     // The intent was never written: the gc never happened, and recovery has
                     // nothing to do. The next gc run collects.
@@ -164,12 +201,12 @@ async fn run_schedules(backend: Backend) {
                     h.engine.gc(&dataset_id, "gc").await.unwrap();
                 }
                 check_collected(&h, &dataset_id, &schedule).await;
-                if j == 0 {
+                let Some(second) = second else {
                     single += 1;
                     continue;
-                }
-                double += 1;
-                if reached < j {
+                };
+                double.count(second, reached);
+                if reached < second.step {
                     break;
                 }
             }
@@ -191,7 +228,7 @@ async fn run_schedules(backend: Backend) {
         "an idle gc wrote"
     );
     println!(
-        "crash schedules [gc, {backend}]: {single} run, {double} more with a second crash during recovery, all converged to collected"
+        "crash schedules [gc, {backend}]: {DURABLE_STEPS} durable steps (counted on a clean run); {single} run, {double}, all converged to collected"
     );
 }
 

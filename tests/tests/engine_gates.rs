@@ -106,13 +106,26 @@ async fn operations_wait_for_the_gates_they_need(backend: Backend) {
     );
     assert_eq!(intents().await.len(), 1, "nothing was resolved while gated");
 
-    // Probe and verify write nothing, not even a lease: they need no gate.
+    // Probe and verify write nothing, not even a lease: they need no gate. The fingerprint
+    // covers every catalog table and every object write (a lease of the object-store gates
+    // is one: `ours` writes through the harness's counting store).
+    let before = h.write_fingerprint(&dataset_id).await;
     let probe = engine
         .recover(&dataset_id, RecoveryMode::Probe)
         .await
         .unwrap();
     assert_eq!(probe.intents.len(), 1);
+    assert_eq!(
+        h.write_fingerprint(&dataset_id).await,
+        before,
+        "{backend}: probe wrote"
+    );
     engine.verify(&dataset_id).await.unwrap();
+    assert_eq!(
+        h.write_fingerprint(&dataset_id).await,
+        before,
+        "{backend}: verify wrote"
+    );
     checked += 2;
     held.release().await.unwrap();
 
@@ -152,7 +165,7 @@ async fn operations_wait_for_the_gates_they_need(backend: Backend) {
         .unwrap();
     checked += 2;
     println!(
-        "engine gates [{backend}]: {checked} checks: gated operations failed with Conflict within the timeout and changed nothing; probe and verify ran ungated; released, all succeeded"
+        "engine gates [{backend}]: {checked} checks: gated operations failed with Conflict within the timeout and changed nothing; probe and verify ran ungated and wrote nothing; released, all succeeded"
     );
 }
 

@@ -1,4 +1,6 @@
-//! Live handles: a refresh with nothing new costs one probe and no scan whatever the history;
+//! Live handles: a refresh with nothing new costs one request to the catalog's storage (one
+//! GET on object storage, one statement on Postgres, counted by the store and the server's
+//! proxy) and no scan whatever the history;
 //! a failed preparation publishes nothing; a read-only handle never runs recovery, a
 //! read-write one resolves pending intents.
 
@@ -11,7 +13,8 @@ use mend::engine::{CommitRequest, CommitSplit};
 use mend::faults::CrashAt;
 use mend::live::{HandleMode, LiveHandle, PrepareFault, Refresh};
 use mend::model::{PublishRequest, StageMode, StageRequest, StageSplit};
-use mend_tests::{Backend, Harness};
+use mend_tests::sql_counter::SqlCounts;
+use mend_tests::{Backend, Harness, RequestCounts};
 
 async fn history(h: &Harness, dataset_id: &str, commits: usize) {
     for i in 0..commits {
@@ -23,8 +26,22 @@ async fn history(h: &Harness, dataset_id: &str, commits: usize) {
     }
 }
 
+/// What the catalog's storage has been asked so far: requests to the object store (the
+/// catalog's own on object storage, the split objects' on Postgres) and, on Postgres,
+/// statements sent to the server.
+fn storage_requests(h: &Harness) -> (RequestCounts, SqlCounts) {
+    (
+        h.store.as_ref().expect("every backend counts").requests(),
+        h.sql.as_ref().map(|sql| sql.counts()).unwrap_or_default(),
+    )
+}
+
+/// An unchanged refresh costs exactly one request to the catalog's storage, counted there
+/// rather than by the handle: on object storage one GET (the probe for the next log version),
+/// on Postgres one statement (the probe query) and no object-store request.
 async fn refresh_cost_stays_flat(backend: Backend, sizes: &[usize]) {
-    let h = Harness::new(backend).await;
+    const REFRESHES: u64 = 10;
+    let h = Harness::counting_sql(backend).await;
     for &commits in sizes {
         let dataset_id = h.create_dataset("flat").await;
         history(&h, &dataset_id, commits).await;
@@ -32,15 +49,51 @@ async fn refresh_cost_stays_flat(backend: Backend, sizes: &[usize]) {
             .await
             .unwrap();
         let before = handle.stats();
-        for _ in 0..10 {
+        let (mut store_total, mut sql_total) = (RequestCounts::default(), SqlCounts::default());
+        for refresh in 1..=REFRESHES {
+            let (store_before, sql_before) = storage_requests(&h);
             assert_eq!(handle.refresh().await.unwrap(), Refresh::Unchanged);
+            let (store_after, sql_after) = storage_requests(&h);
+            let (store, sql) = (
+                store_after.since(&store_before),
+                sql_after.since(&sql_before),
+            );
+            let what = format!(
+                "{backend}, {commits} commits, refresh {refresh}: {store}; {} statements",
+                sql.statements
+            );
+            match backend {
+                Backend::Postgres => {
+                    assert_eq!(sql.statements, 1, "one probe query per refresh: {what}");
+                    assert_eq!(store.total(), 0, "no object-store request: {what}");
+                }
+                _ => {
+                    assert_eq!(store.total(), 1, "one store request per refresh: {what}");
+                    assert_eq!(store.gets, 1, "the one request is the probe's GET: {what}");
+                }
+            }
+            store_total += store;
+            sql_total += sql;
         }
         let after = handle.stats();
-        assert_eq!(after.probes - before.probes, 10, "one probe per refresh");
+        assert_eq!(
+            after.probes - before.probes,
+            REFRESHES,
+            "one probe per refresh"
+        );
         assert_eq!(after.scans, before.scans, "no scan when nothing changed");
         assert_eq!(after.sweeps, 0);
+        let spent = match backend {
+            Backend::Postgres => format!(
+                "{} SQL statements in {} round trips, {} object-store requests",
+                sql_total.statements,
+                sql_total.round_trips,
+                store_total.total()
+            ),
+            _ => format!("{} store requests ({store_total})", store_total.total()),
+        };
         println!(
-            "live handle [{backend}]: {commits} commits of history: 10 unchanged refreshes cost 10 probes, 0 scans"
+            "live handle [{backend}]: {commits} commits of history: {REFRESHES} unchanged refreshes cost {spent}, 0 scans"
         );
     }
 }

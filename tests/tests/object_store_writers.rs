@@ -1,8 +1,14 @@
 //! Two object-storage catalog instances (each with its own cache, as two processes would have)
 //! commit to one dataset at once, round after round: every commit lands, none is lost. Run on a
 //! local directory and on an S3-compatible server.
+//!
+//! The race is made to happen, not hoped for: each writer's store holds its first commit of
+//! every step until the other writer reaches its own (see [`RendezvousStore`]). Both have then
+//! read the same log version and put the same next one, so every step has a lost race, and
+//! the test asserts that every one of them was retried to a landed commit.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use mend::catalog::ObjectStoreCatalog;
 use mend::catalog::object_store::open_store;
@@ -13,6 +19,7 @@ use mend::objects::SplitObjects;
 use mend::runtime::PolicyRuntime;
 use mend::{Engine, EngineOptions};
 use mend_tests::harness::s3_url;
+use mend_tests::rendezvous::{Meeting, MeetingPoint, RendezvousStore};
 use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
@@ -54,14 +61,24 @@ async fn two_instances_lose_no_commit(
     prefix: Path,
     rounds: usize,
 ) {
-    let (first, first_catalog) = engine_on(store.clone(), prefix.clone());
-    let (second, second_catalog) = engine_on(store.clone(), prefix.clone());
+    // Long enough for a slow S3 round trip; a miss fails the test below.
+    let meeting = Meeting::new(Duration::from_secs(10));
+    let meeting_store = || {
+        Arc::new(RendezvousStore::new(
+            store.clone(),
+            meeting.clone(),
+            MeetingPoint::CreateUnder("/catalog/log/"),
+        ))
+    };
+    let (first_store, second_store) = (meeting_store(), meeting_store());
+    let (first, first_catalog) = engine_on(first_store.clone(), prefix.clone());
+    let (second, second_catalog) = engine_on(second_store.clone(), prefix.clone());
     first
         .create_dataset("shared", &DatasetConfig::default())
         .await
         .unwrap();
 
-    let writer = |engine: Engine, name: &'static str| {
+    let writer = |engine: Engine, store: Arc<RendezvousStore>, name: &'static str| {
         tokio::spawn(async move {
             for round in 0..rounds {
                 let split_id = format!("{name}-{round:03}");
@@ -78,6 +95,7 @@ async fn two_instances_lose_no_commit(
                         metadata_json: "{}".into(),
                     }],
                 };
+                store.arm();
                 let staged = engine.stage(&stage).await.expect("stage");
                 assert_eq!(staged.inserted().count(), 1);
                 engine
@@ -93,13 +111,14 @@ async fn two_instances_lose_no_commit(
                     publish_token: None,
                     fencing_epoch: None,
                 };
+                store.arm();
                 engine.publish(&publish).await.expect("publish");
             }
         })
     };
     let (a, b) = tokio::join!(
-        writer(first.clone(), "alpha"),
-        writer(second.clone(), "beta")
+        writer(first.clone(), first_store, "alpha"),
+        writer(second.clone(), second_store, "beta")
     );
     a.unwrap();
     b.unwrap();
@@ -121,8 +140,24 @@ async fn two_instances_lose_no_commit(
         "a publish was lost"
     );
     let races = first_catalog.stats().lost_races + second_catalog.stats().lost_races;
+    let steps = 2 * rounds as u64;
+    assert_eq!(
+        meeting.missed(),
+        0,
+        "a writer reached its commit without the other: the race was not arranged"
+    );
+    assert_eq!(
+        meeting.met(),
+        2 * steps,
+        "each writer meets the other once per step"
+    );
+    // Each meeting has both writers put the same version: one of them loses and retries.
+    assert!(
+        races >= steps,
+        "{races} lost races in {steps} contested steps: a writer did not see the other's commit"
+    );
     println!(
-        "{backend}: 2 instances x {rounds} rounds of stage + publish: {} rows, manifest version {}, {races} lost races retried, 0 commits lost",
+        "{backend}: 2 instances x {rounds} rounds of stage + publish, every step contested: {} rows, manifest version {}, {races} lost races (at least {steps} asserted) retried, 0 commits lost",
         rows.len(),
         dataset.manifest_version
     );

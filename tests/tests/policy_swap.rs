@@ -151,8 +151,8 @@ async fn a_swap_is_prepared_to_the_side_published_at_once_and_rolled_back() {
 }
 
 /// Several tasks stage and recover continuously while the policy is swapped 100 times
-/// between two versions: no operation fails, and each recovered operation's audit records
-/// name exactly one digest.
+/// between two versions: no operation fails, each recovered operation has exactly one audit
+/// record, naming the digest of the sweep that recovered it, and both digests decided.
 async fn swaps_under_load(backend: Backend) {
     const SWAPS: usize = 100;
     let h = Arc::new(Harness::new(backend).await);
@@ -220,14 +220,17 @@ async fn swaps_under_load(backend: Backend) {
 
     let mut prepare_total = std::time::Duration::ZERO;
     for swap in 0..SWAPS {
-        // Interleave for real: every swap waits for a stage, every fifth for a sweep, to
+        // Interleave for real: every swap waits for a stage, every fifth for sweeps, to
         // happen since the last one.
         let (stages_before, sweeps_before) = (
             stages.load(Ordering::Relaxed),
             sweeps.load(Ordering::Relaxed),
         );
+        // Two sweeps, not one: the second began after the first ended, so after the last
+        // swap was published, and it runs (and audits) under the digest that swap made
+        // current. Both digests are thus used, whatever the scheduler does.
         while stages.load(Ordering::Relaxed) == stages_before
-            || (swap % 5 == 0 && sweeps.load(Ordering::Relaxed) == sweeps_before)
+            || (swap % 5 == 0 && sweeps.load(Ordering::Relaxed) < sweeps_before + 2)
         {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
@@ -248,41 +251,75 @@ async fn swaps_under_load(backend: Backend) {
     }
     let reports = recoverer.await.expect("the recoverer failed");
 
-    // Each recovered operation is audited once, naming the digest of the sweep that ran it.
+    // Each recovered operation is audited exactly once, naming the digest of the sweep that
+    // ran it, and nothing else is audited.
     let audit = h
         .engine
         .catalog()
         .list_audit(&dataset_id, None)
         .await
         .unwrap();
-    let mut digests: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    let mut records: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for record in &audit {
-        digests
+        records
             .entry(record.operation_id.as_str())
             .or_default()
-            .insert(record.policy_digest.as_str());
+            .push(record.policy_digest.as_str());
     }
-    assert!(digests.values().all(|d| d.len() == 1), "{digests:?}");
-    let mut checked = 0;
+    let mut recovered: BTreeMap<&str, &str> = BTreeMap::new();
     for report in &reports {
         for intent in &report.intents {
-            let named = &digests[intent.operation_id.as_str()];
-            assert_eq!(
-                named.iter().next().copied(),
-                Some(report.policy_digest.as_str())
+            let earlier =
+                recovered.insert(intent.operation_id.as_str(), report.policy_digest.as_str());
+            assert!(
+                earlier.is_none(),
+                "{} was recovered by two sweeps",
+                intent.operation_id
             );
-            checked += 1;
         }
     }
-    let used: BTreeSet<&str> = digests.values().flatten().copied().collect();
+    for (operation, digest) in &recovered {
+        let named = records
+            .get(operation)
+            .unwrap_or_else(|| panic!("{operation} was recovered but not audited"));
+        assert_eq!(
+            named,
+            &[*digest],
+            "{operation}: not exactly one audit record, under its sweep's digest"
+        );
+    }
+    let unrecovered: Vec<&&str> = records
+        .keys()
+        .filter(|operation| !recovered.contains_key(**operation))
+        .collect();
+    assert!(
+        unrecovered.is_empty(),
+        "audited but not recovered: {unrecovered:?}"
+    );
+    let checked = recovered.len();
+    assert!(checked > 0);
+
+    // Both versions decided: each digest is named by some sweep and its audit records.
+    let mut per_digest: BTreeMap<&str, usize> = BTreeMap::new();
+    for digest in recovered.values() {
+        *per_digest.entry(digest).or_default() += 1;
+    }
+    let expected: BTreeSet<&str> = versions.iter().map(|v| v.digest()).collect();
+    assert_eq!(expected.len(), 2, "the two versions have two digests");
+    assert_eq!(
+        per_digest.keys().copied().collect::<BTreeSet<_>>(),
+        expected,
+        "not every digest decided during the swaps"
+    );
+    let split: Vec<String> = per_digest.values().map(usize::to_string).collect();
     println!(
-        "swap under load [{backend}]: {SWAPS} swaps (prepare {:.1} ms on average) during {} stages and {} sweeps: 0 failed; {checked} recovered operations each audited under exactly the digest of its sweep; {} digests in use",
+        "swap under load [{backend}]: {SWAPS} swaps (prepare {:.1} ms on average) during {} stages and {} sweeps: 0 failed; {checked} recovered operations, each with exactly 1 audit record under the digest of its sweep ({} audit records in all); both digests decided ({} operations)",
         prepare_total.as_secs_f64() * 1e3 / SWAPS as f64,
         stages.load(Ordering::Relaxed),
         sweeps.load(Ordering::Relaxed),
-        used.len()
+        audit.len(),
+        split.join(" and ")
     );
-    assert!(checked > 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

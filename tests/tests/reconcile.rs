@@ -4,9 +4,11 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use mend::model::SplitState;
 use mend::runtime::{PolicyLimits, PolicyRuntime};
+use mend_tests::rendezvous::{Meeting, MeetingPoint, RendezvousStore};
 use mend_tests::{Backend, Harness};
 
 const HOUR_MS: i64 = 60 * 60 * 1000;
@@ -79,14 +81,31 @@ async fn adopts_discards_and_leaves_young_objects_alone(backend: Backend) {
     );
 }
 
-/// Two reconcilers over the same bucket, in two processes that share no gate, many rounds:
-/// every orphan is adopted exactly once, by the reconciler whose create-only stage inserted
-/// its row.
+/// Two reconcilers over the same bucket, in two processes (each with its own catalog
+/// instance and cache, its own gates), many rounds: every orphan is adopted exactly once, by
+/// the reconciler whose create-only stage inserted its row.
+///
+/// Every round is contested: each reconciler's store holds its first read of an orphan
+/// object until the other gets to its own, so both have listed the bucket and the rows, and
+/// found the same orphans, before either stages a row.
 async fn racing_reconcilers_never_both_adopt(backend: Backend) {
     const ROUNDS: usize = 20;
     const ORPHANS: usize = 8;
     let h = Harness::new(backend).await;
-    let (mut contested, mut checked) = (0, 0);
+    let meeting = Meeting::new(Duration::from_secs(10));
+    let store = h.store.clone().expect("every backend has an object store");
+    let meeting_store = || {
+        Arc::new(RendezvousStore::new(
+            store.clone(),
+            meeting.clone(),
+            MeetingPoint::GetUnder("/splits/"),
+        ))
+    };
+    let (store_a, store_b) = (meeting_store(), meeting_store());
+    // Nothing but the catalog's create-only claim keeps them apart.
+    let process_a = h.another_process(store_a.clone()).await;
+    let process_b = h.another_process(store_b.clone()).await;
+    let (mut contested, mut checked, mut taken) = (0, 0, 0);
     for round in 0..ROUNDS {
         let dataset_id = h.create_dataset("race").await;
         let uid = uid(&h, &dataset_id).await;
@@ -95,16 +114,18 @@ async fn racing_reconcilers_never_both_adopt(backend: Backend) {
                 .await;
         }
         h.set_clock_past_wall_clock(2 * HOUR_MS);
-        // Two processes, each with its own gates: nothing but the catalog's create-only
-        // claim keeps them apart.
-        let other_process = h
-            .engine
-            .with_gates(Arc::new(mend::gates::InProcessGates::new()));
+        store_a.arm();
+        store_b.arm();
         let (a, b) = tokio::join!(
-            h.engine.reconcile(&dataset_id, "reconciler-a"),
-            other_process.reconcile(&dataset_id, "reconciler-b")
+            process_a.reconcile(&dataset_id, "reconciler-a"),
+            process_b.reconcile(&dataset_id, "reconciler-b")
         );
         let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!(
+            meeting.missed(),
+            0,
+            "{backend} round {round}: a reconciler read an orphan without the other: {a:?} {b:?}"
+        );
         let adopted_a: BTreeSet<&String> = a.adopted.iter().collect();
         let adopted_b: BTreeSet<&String> = b.adopted.iter().collect();
         assert!(
@@ -127,12 +148,25 @@ async fn racing_reconcilers_never_both_adopt(backend: Backend) {
             );
             checked += 1;
         }
-        if !a.adopted.is_empty() && !b.adopted.is_empty() || !a.taken_by_others.is_empty() {
-            contested += 1;
+        // Both found every orphan, so every one the other adopted is one this one lost.
+        for (report, other) in [(&a, &adopted_b), (&b, &adopted_a)] {
+            let lost: BTreeSet<&String> = report.taken_by_others.iter().collect();
+            assert_eq!(
+                &lost, other,
+                "{backend} round {round}: what one reconciler lost is not what the other adopted: {a:?} {b:?}"
+            );
         }
+        let round_taken = a.taken_by_others.len() + b.taken_by_others.len();
+        assert_eq!(
+            round_taken, ORPHANS,
+            "{backend} round {round}: every orphan was claimed by both, and lost by one"
+        );
+        taken += round_taken;
+        contested += 1;
     }
+    assert_eq!(meeting.met(), 2 * ROUNDS as u64);
     println!(
-        "racing reconcilers [{backend}]: {ROUNDS} rounds x {ORPHANS} orphans: {checked} rows each adopted exactly once by the reconciler that inserted it; {contested} rounds contested"
+        "racing reconcilers [{backend}]: {ROUNDS} rounds x {ORPHANS} orphans, each reconciler with its own catalog instance: {contested} rounds contested (asserted: all), {taken} claims lost to the other reconciler; {checked} rows each adopted exactly once by the reconciler that inserted it"
     );
 }
 

@@ -8,14 +8,43 @@ use crate::gates::{GateName, GateSession, GateSet, Gates, InProcessGates};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance() {
-    // One process: both "processes" are the same gates.
-    let gates = Arc::new(InProcessGates::new());
+    // In-process gates exclude the tasks of one process: the two instances are two clones,
+    // as two components of a process each holding its own, which share their gates.
+    let first = InProcessGates::new();
+    let second = first.clone();
     run_all(Processes {
         label: "in-process",
-        first: gates.clone(),
-        second: gates,
+        first: Arc::new(first),
+        second: Arc::new(second),
     })
     .await;
+}
+
+/// The boundary of what the conformance run above proves: clones share their gates, and
+/// instances made apart do not, as two processes' would not.
+#[tokio::test]
+async fn only_clones_share_gates() {
+    let gate = GateName::dataset("logs");
+    let first = InProcessGates::new();
+    let (clone, apart) = (first.clone(), InProcessGates::new());
+    let held = first
+        .acquire_one(&GateSession::new(), gate.clone(), PATIENT)
+        .await
+        .unwrap();
+    let try_on = |gates: InProcessGates| {
+        let gate = gate.clone();
+        async move {
+            gates
+                .acquire_one(&GateSession::new(), gate, Duration::ZERO)
+                .await
+        }
+    };
+    assert!(try_on(clone).await.is_err(), "a clone took a held gate");
+    let elsewhere = try_on(apart)
+        .await
+        .expect("separate instances are separate");
+    elsewhere.release().await.unwrap();
+    held.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

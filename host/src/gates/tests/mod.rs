@@ -3,7 +3,8 @@
 //! only one implementation does, in the submodules.
 //!
 //! A case gets two [`Processes`]: two instances that must exclude each other as separate
-//! processes would (two pools, two store clients; for in-process gates, the same one twice).
+//! processes would (two pools, two store clients; for in-process gates, which exclude the tasks of
+//! one process only, two clones, which share their gates).
 //! Every case works on fresh dataset ids, so cases never meet, even on a shared database.
 
 mod in_process;
