@@ -237,13 +237,12 @@ fn violation_error(
     if violations
         .iter()
         .all(|v| v.kind == ViolationKind::CheckpointMismatch)
+        && let Some(mismatch) = checkpoint_mismatch(request, observation)
     {
-        if let Some(mismatch) = checkpoint_mismatch(request, observation) {
-            return MendError::failed_precondition(
-                format!("publish refused: {mismatch}; read the checkpoint again"),
-                Vec::new(),
-            );
-        }
+        return MendError::failed_precondition(
+            format!("publish refused: {mismatch}; read the checkpoint again"),
+            Vec::new(),
+        );
     }
     let missing: Vec<String> = violations
         .iter()

@@ -313,20 +313,20 @@ pub fn list_query(query: &ListQuery, max_page: usize) -> Result<()> {
     if let Some(after) = &query.after_split_id {
         split_id(after)?;
     }
-    if let Some(range) = query.time_range {
-        if range.start > range.end {
-            return Err(MendError::invalid(format!(
-                "time range {}..{} is empty: its start must not be after its end",
-                range.start, range.end
-            )));
-        }
+    if let Some(range) = query.time_range
+        && range.start > range.end
+    {
+        return Err(MendError::invalid(format!(
+            "time range {}..{} is empty: its start must not be after its end",
+            range.start, range.end
+        )));
     }
-    if let Some(limit) = query.limit {
-        if limit == 0 || limit > max_page {
-            return Err(MendError::invalid(format!(
-                "limit is {limit}, out of its range 1..={max_page} (limits.max_list_page)"
-            )));
-        }
+    if let Some(limit) = query.limit
+        && (limit == 0 || limit > max_page)
+    {
+        return Err(MendError::invalid(format!(
+            "limit is {limit}, out of its range 1..={max_page} (limits.max_list_page)"
+        )));
     }
     Ok(())
 }
