@@ -39,8 +39,13 @@ fn build_components(target_name: &str, packages: &[&str], shipped: Option<&str>)
 
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let workspace = manifest_dir.parent().expect("crates sit in the workspace").to_path_buf();
+    // Only paths that exist: cargo counts a missing one as changed on every build, and a
+    // watched `guest/build.rs` that no longer existed rebuilt the host at every cargo command.
     for watched in ["guest/src", "guest/Cargo.toml", "guest/build.rs", "policies", "wit", "Cargo.lock"] {
-        println!("cargo:rerun-if-changed={}", workspace.join(watched).display());
+        let path = workspace.join(watched);
+        if path.exists() {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
     }
     if let Some(shipped) = shipped {
         println!("cargo:rerun-if-changed={}", workspace.join(shipped).display());

@@ -446,6 +446,16 @@ impl Settings {
         Ok(settings)
     }
 
+    /// The built-in defaults with the settings file `text` applied, as [`Settings::resolve`]
+    /// applies a file named `path`, but without reading it or looking at the environment:
+    /// what `crate::fuzzing` feeds arbitrary bytes.
+    pub(crate) fn from_file_text(path: &Path, text: &str) -> Result<Settings, ConfigError> {
+        let mut settings = Settings::built_in(&BTreeMap::new());
+        settings.apply_file(&parse_file(path, text)?, path)?;
+        settings.file = Some(path.to_owned());
+        Ok(settings)
+    }
+
     /// The engine's options: the stage batch limit, the gate timeout and the intent lease.
     pub fn engine_options(&self) -> EngineOptions {
         EngineOptions {
@@ -1101,7 +1111,12 @@ fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
         path: path.to_owned(),
         error,
     })?;
-    toml::from_str(&text).map_err(|error| {
+    parse_file(path, &text)
+}
+
+/// The settings file `text` as TOML; `path` names it in errors.
+fn parse_file(path: &Path, text: &str) -> Result<toml::Table, ConfigError> {
+    toml::from_str(text).map_err(|error| {
         let offset = error.span().map_or(0, |span| span.start).min(text.len());
         let before = &text[..offset];
         let line = before.matches('\n').count() + 1;

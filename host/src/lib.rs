@@ -19,6 +19,8 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod faults;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gates;
 pub mod intent;
 pub mod invariants;

@@ -90,7 +90,7 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
 
 /// An answer that is not a success.
 #[derive(Debug)]
-pub(super) struct ApiError {
+pub(crate) struct ApiError {
     status: StatusCode,
     body: Value,
     retry_after_secs: Option<u64>,
@@ -110,9 +110,13 @@ impl ApiError {
     }
 
     /// What the answer says happened, in words.
-    #[cfg(test)]
-    pub(super) fn message(&self) -> &str {
+    pub(crate) fn message(&self) -> &str {
         self.body["message"].as_str().unwrap_or_default()
+    }
+
+    /// The answer's status and its `error` code.
+    pub(crate) fn status(&self) -> (StatusCode, &str) {
+        (self.status, self.body["error"].as_str().unwrap_or_default())
     }
 
     /// A write refused before it did anything.
@@ -516,10 +520,24 @@ async fn list_datasets(State(shared): AppState) -> ApiResult {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CreateDataset {
-    dataset_id: String,
+pub(crate) struct CreateDataset {
+    pub(crate) dataset_id: String,
     staged_grace_period_ms: Option<u64>,
     deletion_grace_period_ms: Option<u64>,
+}
+
+impl CreateDataset {
+    /// The new dataset's config: `defaults` with the grace periods the request gives.
+    pub(crate) fn config(&self, defaults: &DatasetConfig) -> DatasetConfig {
+        let mut config = defaults.clone();
+        if let Some(ms) = self.staged_grace_period_ms {
+            config.staged_grace_period_ms = ms;
+        }
+        if let Some(ms) = self.deletion_grace_period_ms {
+            config.deletion_grace_period_ms = ms;
+        }
+        config
+    }
 }
 
 impl JsonBody for CreateDataset {
@@ -534,13 +552,7 @@ impl JsonBody for CreateDataset {
 
 async fn create_dataset(State(shared): AppState, body: Bytes) -> ApiResult {
     let request: CreateDataset = parse(&body)?;
-    let mut config = shared.options.dataset_defaults.clone();
-    if let Some(ms) = request.staged_grace_period_ms {
-        config.staged_grace_period_ms = ms;
-    }
-    if let Some(ms) = request.deletion_grace_period_ms {
-        config.deletion_grace_period_ms = ms;
-    }
+    let config = request.config(&shared.options.dataset_defaults);
     let engine = shared.engine.clone();
     let dataset_id = request.dataset_id.clone();
     let created = write(&shared, &request.dataset_id, None, async move {
@@ -566,11 +578,11 @@ async fn show_dataset(State(shared): AppState, Path(dataset_id): Path<String>) -
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ApplyConfig {
-    expected_config_version: u64,
-    config: DatasetConfig,
+pub(crate) struct ApplyConfig {
+    pub(crate) expected_config_version: u64,
+    pub(crate) config: DatasetConfig,
     #[serde(default = "server_node")]
-    node: String,
+    pub(crate) node: String,
 }
 
 impl JsonBody for ApplyConfig {
@@ -672,7 +684,7 @@ async fn fence(State(shared): AppState, Path(dataset_id): Path<String>, body: By
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Stage {
+pub(crate) struct Stage {
     /// Required: there is no default mode.
     mode: StageMode,
     #[serde(default = "server_node")]
@@ -704,21 +716,27 @@ fn empty_object() -> Value {
     json!({})
 }
 
+impl Stage {
+    /// The engine's request for dataset `dataset_id`; each split's metadata as JSON text.
+    pub(crate) fn into_request(self, dataset_id: String) -> StageRequest {
+        StageRequest {
+            dataset_id,
+            mode: self.mode,
+            node: self.node,
+            splits: self
+                .splits
+                .into_iter()
+                .map(|entry| StageSplit {
+                    split_id: entry.split_id,
+                    metadata_json: entry.metadata.to_string(),
+                })
+                .collect(),
+        }
+    }
+}
+
 async fn stage(State(shared): AppState, Path(dataset_id): Path<String>, body: Bytes) -> ApiResult {
-    let request: Stage = parse(&body)?;
-    let request = StageRequest {
-        dataset_id: dataset_id.clone(),
-        mode: request.mode,
-        node: request.node,
-        splits: request
-            .splits
-            .into_iter()
-            .map(|entry| StageSplit {
-                split_id: entry.split_id,
-                metadata_json: entry.metadata.to_string(),
-            })
-            .collect(),
-    };
+    let request = parse::<Stage>(&body)?.into_request(dataset_id.clone());
     let ids: Vec<String> = request.splits.iter().map(|s| s.split_id.clone()).collect();
     let engine = shared.engine.clone();
     let result = write(&shared, &dataset_id, Some(&ids), async move {
@@ -737,7 +755,7 @@ async fn stage(State(shared): AppState, Path(dataset_id): Path<String>, body: By
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Publish {
+pub(crate) struct Publish {
     #[serde(default)]
     staged_split_ids: Vec<String>,
     #[serde(default)]
@@ -761,26 +779,33 @@ impl JsonBody for Publish {
     ];
 }
 
+impl Publish {
+    /// The engine's request for dataset `dataset_id`. Over HTTP a publish carries no fencing
+    /// epoch: the publish token fences.
+    pub(crate) fn into_request(self, dataset_id: String) -> PublishRequest {
+        PublishRequest {
+            dataset_id,
+            staged_split_ids: self.staged_split_ids,
+            replaced_split_ids: self.replaced_split_ids,
+            checkpoint_delta: self.checkpoint_delta,
+            publish_token: self.publish_token,
+            fencing_epoch: None,
+        }
+    }
+}
+
 async fn publish(
     State(shared): AppState,
     Path(dataset_id): Path<String>,
     body: Bytes,
 ) -> ApiResult {
-    let request: Publish = parse(&body)?;
+    let request = parse::<Publish>(&body)?.into_request(dataset_id.clone());
     let ids: Vec<String> = request
         .staged_split_ids
         .iter()
         .chain(&request.replaced_split_ids)
         .cloned()
         .collect();
-    let request = PublishRequest {
-        dataset_id: dataset_id.clone(),
-        staged_split_ids: request.staged_split_ids,
-        replaced_split_ids: request.replaced_split_ids,
-        checkpoint_delta: request.checkpoint_delta,
-        publish_token: request.publish_token,
-        fencing_epoch: None,
-    };
     let engine = shared.engine.clone();
     let result = write(&shared, &dataset_id, Some(&ids), async move {
         engine.publish(&request).await
@@ -798,8 +823,8 @@ async fn publish(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SplitIds {
-    split_ids: Vec<String>,
+pub(crate) struct SplitIds {
+    pub(crate) split_ids: Vec<String>,
 }
 
 impl JsonBody for SplitIds {
@@ -847,7 +872,7 @@ async fn list_splits(
 }
 
 /// `state=a,b`, `split=x,y`, `time_range=START..END`, `updated_since=MS`, `limit=N`, `after=ID`.
-fn list_query(params: &HashMap<String, String>) -> Result<ListQuery, ApiError> {
+pub(crate) fn list_query(params: &HashMap<String, String>) -> Result<ListQuery, ApiError> {
     const KNOWN: [&str; 6] = [
         "state",
         "split",

@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::api::ApiError;
 
 /// A route's JSON body.
-pub(super) trait JsonBody: DeserializeOwned {
+pub(crate) trait JsonBody: DeserializeOwned {
     /// The whole body as a client should write it, for the message when it is not an object
     /// or lacks a field.
     const SHAPE: &'static str;
@@ -21,7 +21,7 @@ pub(super) trait JsonBody: DeserializeOwned {
 }
 
 /// Parses a JSON body; an empty body is `{}`.
-pub(super) fn parse<T: JsonBody>(body: &Bytes) -> Result<T, ApiError> {
+pub(crate) fn parse<T: JsonBody>(body: &Bytes) -> Result<T, ApiError> {
     let value: Value = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Object(serde_json::Map::new())
     } else {

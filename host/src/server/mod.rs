@@ -19,8 +19,9 @@
 //! process (`mend policy swap`) is loaded and installed within one supervisor interval.
 
 mod admin;
-mod api;
-mod body;
+// Crate-visible for `crate::fuzzing`, which feeds the body parsers arbitrary bytes.
+pub(crate) mod api;
+pub(crate) mod body;
 mod connections;
 mod limits;
 pub mod metrics;

@@ -26,12 +26,12 @@ use crate::intent::Intent;
 use crate::model::{Dataset, SplitRow, TimestampMs};
 
 /// The newest file format this code reads and the one it writes.
-pub(super) const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 1;
 
 /// One change inside a commit, as a post-image.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub(super) enum Action {
+pub(crate) enum Action {
     /// The dataset as created; only ever the single action of version 0.
     CreateDataset { dataset: Dataset },
     /// The dataset record after the commit (config, checkpoint, token, manifest version). It
@@ -57,7 +57,7 @@ pub(super) enum Action {
 
 /// One version of a dataset's log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(super) struct Commit {
+pub(crate) struct Commit {
     pub format_version: u32,
     pub version: u64,
     /// Tells our own commit apart from another writer's when a put's outcome is unclear.
@@ -80,7 +80,7 @@ impl Commit {
 
 /// The whole state of a dataset at one version: what a checkpoint file holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(super) struct Snapshot {
+pub(crate) struct Snapshot {
     pub format_version: u32,
     pub version: u64,
     pub dataset: Dataset,
@@ -339,7 +339,7 @@ fn decode_path_part(raw: &str) -> Option<String> {
     (PathPart::from(id.as_str()).as_ref() == raw).then_some(id)
 }
 
-fn encode(value: &impl Serialize) -> Result<PutPayload> {
+pub(crate) fn encode(value: &impl Serialize) -> Result<PutPayload> {
     let mut bytes = serde_json::to_vec(value)
         .map_err(|err| MendError::invalid(format!("catalog entry cannot be encoded: {err}")))?;
     bytes.push(b'\n');
@@ -348,7 +348,7 @@ fn encode(value: &impl Serialize) -> Result<PutPayload> {
 
 /// Parses a log or checkpoint file, refusing one that a newer mend wrote rather than
 /// guessing at fields this code does not know.
-fn decode<T: serde::de::DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T> {
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T> {
     #[derive(Deserialize)]
     struct Header {
         format_version: u32,

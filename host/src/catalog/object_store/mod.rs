@@ -18,10 +18,11 @@
 //! which passes them in as planner and validator closures.
 
 mod audit;
-mod log;
+// Crate-visible for `crate::fuzzing`, which feeds the file decoders arbitrary bytes.
+pub(crate) mod log;
 mod mutations;
 mod open;
-mod state;
+pub(crate) mod state;
 #[cfg(test)]
 mod tests;
 

@@ -13,8 +13,15 @@ use crate::error::{MendError, Result};
 use crate::intent::{Intent, check_format};
 use crate::model::{Dataset, ListQuery, SplitPage, SplitRow};
 
+/// The largest log version, manifest version, config version or fencing epoch a state holds:
+/// the range Postgres stores them in (`BIGINT`), so both backends read the same numbers, and
+/// far enough from `u64::MAX` that the `+ 1` of the next commit cannot overflow. Only a
+/// corrupt or hand-made file holds more; a state at `u64::MAX` once made the next read panic
+/// (debug) or wrap to version 0 and a fencing epoch back to 0 (release).
+const MAX_COUNTER: u64 = i64::MAX as u64;
+
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct DatasetState {
+pub(crate) struct DatasetState {
     /// The last log version applied.
     pub version: u64,
     pub dataset: Dataset,
@@ -33,12 +40,14 @@ impl DatasetState {
             [Action::CreateDataset { dataset }]
                 if commit.version == 0 && dataset.dataset_id == dataset_id =>
             {
-                Ok(Self {
+                let state = Self {
                     version: 0,
                     dataset: dataset.clone(),
                     splits: OrdMap::new(),
                     intents: OrdMap::new(),
-                })
+                };
+                state.check_counters()?;
+                Ok(state)
             }
             _ => Err(contradiction(
                 dataset_id,
@@ -53,7 +62,7 @@ impl DatasetState {
         for intent in &snapshot.intents {
             check_format(intent.format_version)?;
         }
-        Ok(Self {
+        let state = Self {
             version: snapshot.version,
             dataset: snapshot.dataset,
             splits: snapshot
@@ -66,7 +75,9 @@ impl DatasetState {
                 .into_iter()
                 .map(|intent| (intent.operation_id.clone(), intent))
                 .collect(),
-        })
+        };
+        state.check_counters()?;
+        Ok(state)
     }
 
     pub fn to_snapshot(&self) -> Snapshot {
@@ -172,7 +183,25 @@ impl DatasetState {
             }
         }
         self.version = commit.version;
-        Ok(())
+        self.check_counters()
+    }
+
+    /// Refuses a state whose counters leave no room for the next commit (see [`MAX_COUNTER`]).
+    fn check_counters(&self) -> Result<()> {
+        let counters = [
+            ("log version", self.version),
+            ("manifest version", self.dataset.manifest_version),
+            ("config version", self.dataset.config_version),
+            ("fencing epoch", self.dataset.fencing_epoch),
+        ];
+        match counters.iter().find(|(_, value)| *value > MAX_COUNTER) {
+            Some((name, value)) => Err(contradiction(
+                &self.dataset.dataset_id,
+                self.version,
+                &format!("holds {name} {value}, past the largest a catalog holds ({MAX_COUNTER})"),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// The rows among `split_ids` that exist, in the order of `split_ids`.

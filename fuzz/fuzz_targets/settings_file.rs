@@ -1,0 +1,7 @@
+//! `cargo +nightly fuzz run settings_file`: see `mend::fuzzing::settings_file` for what it checks.
+
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    mend::fuzzing::settings_file(data);
+});

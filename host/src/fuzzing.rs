@@ -1,0 +1,599 @@
+//! Fuzz entry points: one function per parser or validator that takes bytes from outside, fed
+//! arbitrary bytes and checking what must hold for every input.
+//!
+//! Each entry point runs the real code path, in the order mend runs it, and asserts:
+//!
+//! - **no panic**, on any input;
+//! - **every refusal is the typed error** that path documents (`Corrupt` for stored files, a
+//!   400 `invalid_argument` or `InvalidArgument` for requests, a `ScenarioError` or
+//!   `ConfigError` that names the problem), never `Unavailable`, `Read` or a missing-file
+//!   error that would send an operator looking in the wrong place;
+//! - **what is accepted is sound**: it round-trips through its writer (`decode(encode(x)) ==
+//!   x`), and everything later code trusts about it holds (ids in the one alphabet, numbers in
+//!   their [`crate::bounds`] ranges, a replayed commit leaves a state that checkpoints and
+//!   reads back as itself).
+//!
+//! A failed property panics with the target's name, which is how both drivers see it:
+//! `cargo fuzz` (the `fuzz/` directory, nightly, for long runs) and the bounded in-suite run
+//! of `tests/tests/fuzz.rs` (stable, seconds per target). This module only checks; finding
+//! inputs, keeping the corpus and replaying crashers are the drivers' job. It is public for
+//! them and hidden from the docs: nothing else should call it.
+
+use std::collections::HashMap;
+use std::path::Path as FilePath;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use mend_policy::{ExistingRow, StagePlanInput};
+use object_store::path::Path as StorePath;
+
+use crate::bounds;
+use crate::catalog::object_store::log::{self, Action, Commit, Snapshot};
+use crate::catalog::object_store::state::DatasetState;
+use crate::config::{ConfigError, Settings, Shown, Source};
+use crate::engine::EngineOptions;
+use crate::error::MendError;
+use crate::intent::{Intent, OperationKind};
+use crate::invariants;
+use crate::model::{Dataset, DatasetConfig, NewSplit, SplitRow, SplitState, TimestampMs};
+use crate::objects::format;
+use crate::scenarios::{self, ScenarioError};
+use crate::server::api::{self, ApiError};
+use crate::server::body;
+use crate::validate::{self, StageLimits};
+
+/// What an entry point made of its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The input passed the whole path and every property of an accepted input held.
+    Accepted,
+    /// The input was refused with the typed error its path documents.
+    Refused,
+}
+
+/// One entry point, as the drivers find it by name.
+pub type Target = fn(&[u8]) -> Verdict;
+
+/// Every entry point, by the name of its `cargo fuzz` target and corpus directory.
+pub const TARGETS: &[(&str, Target)] = &[
+    ("split_object", split_object),
+    ("commit_log_entry", commit_log_entry),
+    ("checkpoint", checkpoint),
+    ("scenario_file", scenario_file),
+    ("settings_file", settings_file),
+    ("stage_request_body", stage_request_body),
+    ("publish_request_body", publish_request_body),
+    ("apply_config_body", apply_config_body),
+    ("create_dataset_body", create_dataset_body),
+    ("split_ids_body", split_ids_body),
+    ("list_query", list_query),
+];
+
+/// The entry point named `name`.
+pub fn target(name: &str) -> Option<Target> {
+    TARGETS
+        .iter()
+        .find(|(candidate, _)| *candidate == name)
+        .map(|(_, target)| *target)
+}
+
+/// The dataset every request and log file is about; the seeds use it too, so that mutations
+/// reach past the dataset id check.
+pub const DATASET: &str = "logs";
+
+/// A split object as stored, read the two ways mend reads one: the prefix and header alone (a
+/// ranged read, as reconcile and recovery do), and the whole object with its payload checked.
+/// An accepted object re-encodes to one that decodes to the same header and payload, and what
+/// reconcile checks of its header before staging a row from it does not panic.
+pub fn split_object(data: &[u8]) -> Verdict {
+    let announced = match format::header_len(data) {
+        Ok(len) => {
+            assert!(
+                len <= format::MAX_HEADER_LEN,
+                "split_object: header_len {len}"
+            );
+            Some(len as usize)
+        }
+        Err(error) => {
+            expect_corrupt("split_object: header_len", &error);
+            None
+        }
+    };
+    let header_only = announced.and_then(|len| {
+        let json = data.get(format::PREFIX_LEN..format::PREFIX_LEN + len)?;
+        match format::decode_header(json) {
+            Ok(header) => Some(header),
+            Err(error) => {
+                expect_corrupt("split_object: decode_header", &error);
+                None
+            }
+        }
+    });
+    let (header, payload) = match format::decode(data) {
+        Ok(decoded) => decoded,
+        Err(error) => return expect_corrupt("split_object: decode", &error),
+    };
+    assert_eq!(
+        header_only.as_ref(),
+        Some(&header),
+        "split_object: the header read alone differs from the whole object's"
+    );
+    assert_eq!(payload.len() as u64, header.payload_size, "split_object");
+    assert_eq!(
+        format::sha256(&payload),
+        header.payload_sha256,
+        "split_object"
+    );
+    let again = format::encode(&header, &payload);
+    assert_eq!(
+        format::encoded_len(&header, payload.len()),
+        again.len() as u64,
+        "split_object: encoded_len disagrees with encode"
+    );
+    let decoded = format::decode(&again)
+        .unwrap_or_else(|error| panic!("split_object: a re-encoded object is refused: {error}"));
+    assert_eq!(
+        decoded,
+        (header.clone(), payload),
+        "split_object: round trip"
+    );
+    // Reconcile stages a row from a header that passes these; they must refuse, not panic.
+    if let Err(error) = validate::split_id(&header.split_id)
+        .and_then(|()| validate::metadata(&header.split_id, &header.metadata_json).map(drop))
+    {
+        expect_invalid_argument("split_object: reconcile's checks", &error);
+    }
+    Verdict::Accepted
+}
+
+/// A commit log file, read as a reader reads version `commit.version`, then replayed onto the
+/// state it follows (a small dataset with rows in every state and an intent; version 0 is the
+/// creation). Accepted: the file round-trips through the writer's encoding, and the state
+/// after it round-trips through a checkpoint.
+pub fn commit_log_entry(data: &[u8]) -> Verdict {
+    let path = StorePath::from("datasets/logs/catalog/log/00000000000000000001.json");
+    let commit: Commit = match log::decode(&path, data) {
+        Ok(commit) => commit,
+        Err(error) => return expect_corrupt("commit_log_entry: decode", &error),
+    };
+    let encoded = encoded_bytes("commit_log_entry", &commit);
+    let again: Commit = log::decode(&path, &encoded).unwrap_or_else(|error| {
+        panic!("commit_log_entry: a re-encoded commit is refused: {error}")
+    });
+    assert_eq!(again, commit, "commit_log_entry: round trip");
+
+    let replayed = match commit.version.checked_sub(1) {
+        None => DatasetState::from_creation(DATASET, &commit),
+        Some(before) => {
+            // No state is ever past `i64::MAX` (the state refuses it): a commit beyond that
+            // follows the newest state there can be, and must be refused by it.
+            let mut state = base_state(before.min(i64::MAX as u64));
+            state.apply(&commit).map(|()| state)
+        }
+    };
+    let state = match replayed {
+        Ok(state) => state,
+        Err(error) => return expect_corrupt("commit_log_entry: apply", &error),
+    };
+    assert_eq!(state.version, commit.version, "commit_log_entry");
+    checkpoint_round_trip("commit_log_entry", &state);
+    Verdict::Accepted
+}
+
+/// A checkpoint file, read and turned into a state as a reader without a cache does, then
+/// moved on by the next commits a writer makes on it (a config change, a fencing epoch
+/// advance): whatever a checkpoint holds, the next version must be computable. Accepted: the
+/// state round-trips through a checkpoint.
+pub fn checkpoint(data: &[u8]) -> Verdict {
+    let path = StorePath::from("datasets/logs/catalog/checkpoints/00000000000000000100.json");
+    let snapshot: Snapshot = match log::decode(&path, data) {
+        Ok(snapshot) => snapshot,
+        Err(error) => return expect_corrupt("checkpoint: decode", &error),
+    };
+    let encoded = encoded_bytes("checkpoint", &snapshot);
+    let again: Snapshot = log::decode(&path, &encoded)
+        .unwrap_or_else(|error| panic!("checkpoint: a re-encoded checkpoint is refused: {error}"));
+    assert_eq!(again, snapshot, "checkpoint: round trip");
+    let mut state = match DatasetState::from_snapshot(snapshot) {
+        Ok(state) => state,
+        Err(error) => return expect_corrupt("checkpoint: from_snapshot", &error),
+    };
+    checkpoint_round_trip("checkpoint", &state);
+
+    // The next commits, with the same `+ 1`s as the catalog's `load`, `update_config` and
+    // `advance_fencing_epoch`: the state's range of counters must keep them from overflowing.
+    let next = state.version + 1;
+    let mut dataset = state.dataset.clone();
+    dataset.config_version += 1;
+    dataset.manifest_version += 1;
+    let set = Commit::new(next, 0, vec![Action::SetDataset { dataset }]);
+    if let Err(error) = state.apply(&set) {
+        return expect_corrupt("checkpoint: apply set_dataset", &error);
+    }
+    let advance = Commit::new(
+        state.version + 1,
+        0,
+        vec![Action::AdvanceFencingEpoch {
+            fencing_epoch: state.dataset.fencing_epoch + 1,
+            manifest_version: state.dataset.manifest_version + 1,
+            updated_at_ms: 0,
+        }],
+    );
+    if let Err(error) = state.apply(&advance) {
+        return expect_corrupt("checkpoint: apply advance_fencing_epoch", &error);
+    }
+    Verdict::Accepted
+}
+
+/// A scenario file, as `mend policy test` reads it. Accepted: it writes back (`to_json`) to a
+/// file that reads as the same suite, and the default policy's native build answers every
+/// scenario (pass or fail) without panicking.
+pub fn scenario_file(data: &[u8]) -> Verdict {
+    // A file that is not UTF-8 is refused when it is read, before the parser; the parser
+    // itself takes any text, so give it text.
+    let text = String::from_utf8_lossy(data);
+    let suite = match scenarios::parse_suite("fuzz.json", &text) {
+        Ok(suite) => suite,
+        Err(error @ ScenarioError::Read { .. }) => {
+            panic!("scenario_file: a parse failed as a read: {error}")
+        }
+        Err(error) => {
+            // Every message names the file; rendering one must not panic either.
+            assert!(error.to_string().contains("fuzz.json"), "{error}");
+            return Verdict::Refused;
+        }
+    };
+    let written = suite.to_json();
+    let again = scenarios::parse_suite("fuzz.json", &written).unwrap_or_else(|error| {
+        panic!("scenario_file: a suite written back is refused: {error}\n{written}")
+    });
+    assert_eq!(again, suite, "scenario_file: round trip");
+    let report = scenarios::run_native(&suite);
+    assert_eq!(
+        report.passed + report.failed.len(),
+        suite.scenarios.len(),
+        "scenario_file: every scenario is answered once"
+    );
+    scenarios::render(&report);
+    Verdict::Accepted
+}
+
+/// A settings file (`mend.toml`), applied over the built-in defaults. Accepted: every numeric
+/// setting is within its range, every value came from the file or the defaults, and the
+/// options built from the settings hold (the dataset defaults pass `validate::config`).
+pub fn settings_file(data: &[u8]) -> Verdict {
+    // As for scenario files: a file that is not UTF-8 is refused when read.
+    let text = String::from_utf8_lossy(data);
+    let settings = match Settings::from_file_text(FilePath::new("fuzz.toml"), &text) {
+        Ok(settings) => settings,
+        Err(
+            error @ (ConfigError::InvalidToml { .. }
+            | ConfigError::UnknownKey { .. }
+            | ConfigError::InvalidValue { .. }),
+        ) => {
+            assert!(error.to_string().contains("fuzz.toml"), "{error}");
+            return Verdict::Refused;
+        }
+        Err(error) => panic!("settings_file: refused with the wrong error: {error:?}"),
+    };
+    for (setting, shown, source) in settings.entries() {
+        if let (Some(range), Shown::Number(value)) = (setting.range, &shown) {
+            assert!(
+                range.within(*value).is_ok(),
+                "settings_file: {} is {value}, outside {range}",
+                setting.key
+            );
+        }
+        assert!(
+            matches!(source, Source::Default | Source::File(_)),
+            "settings_file: {} came from {source}",
+            setting.key
+        );
+    }
+    let engine = settings.engine_options();
+    assert!(engine.max_stage_batch >= 1 && engine.intent_lease_ms >= 0);
+    settings.policy_limits();
+    settings.load_options();
+    validate::config(&settings.dataset_config_defaults()).unwrap_or_else(|error| {
+        panic!("settings_file: accepted grace periods make an invalid dataset config: {error}")
+    });
+    // `Debug` is what `mend config` and logs show; it walks every setting's shower.
+    assert!(format!("{settings:?}").contains("fuzz.toml"));
+    Verdict::Accepted
+}
+
+/// `POST /v1/datasets/{dataset}/stage`'s body, parsed as the server parses it, then validated
+/// as the engine validates it. Accepted: one validated split per requested one, each id in the
+/// one alphabet, each metadata a JSON object within the limit, each time range ordered; and
+/// the default policy's plan for it on an empty dataset passes the host's invariant check.
+pub fn stage_request_body(data: &[u8]) -> Verdict {
+    let request = match body::parse::<api::Stage>(&Bytes::copy_from_slice(data)) {
+        Ok(parsed) => parsed.into_request(DATASET.to_owned()),
+        Err(error) => return expect_bad_request("stage_request_body: parse", &error),
+    };
+    let limits = limits();
+    let stage_limits = StageLimits {
+        max_batch: limits.max_stage_batch,
+        max_metadata_bytes: limits.max_metadata_bytes,
+    };
+    let requested = match validate::stage_request(&request, stage_limits) {
+        Ok(requested) => requested,
+        Err(error) => return expect_invalid_argument("stage_request_body: validate", &error),
+    };
+    assert_eq!(requested.len(), request.splits.len(), "stage_request_body");
+    for (split, asked) in requested.iter().zip(&request.splits) {
+        check_new_split(split, &asked.split_id, limits.max_metadata_bytes);
+    }
+    // The rest of the engine's path that needs no catalog: the policy plans, the host checks.
+    let mut split_ids: Vec<String> = requested.iter().map(|s| s.split_id.clone()).collect();
+    split_ids.sort();
+    split_ids.dedup();
+    let input = StagePlanInput {
+        dataset_id: request.dataset_id.clone(),
+        mode: request.mode,
+        split_ids: requested.iter().map(|s| s.split_id.clone()).collect(),
+        existing: Vec::<ExistingRow>::new(),
+    };
+    let planned = mend_policy::plan_stage(&input);
+    invariants::checked_stage_plan(request.mode, &requested, &split_ids, &[], planned)
+        .unwrap_or_else(|error| {
+            panic!("stage_request_body: the default plan on an empty dataset is refused: {error}")
+        });
+    Verdict::Accepted
+}
+
+/// `POST /v1/datasets/{dataset}/publish`'s body, parsed, then validated as the engine does.
+/// Accepted: every id is valid, none is both published and replaced, the request names
+/// something, and every checkpoint partition moves forward.
+pub fn publish_request_body(data: &[u8]) -> Verdict {
+    let request = match body::parse::<api::Publish>(&Bytes::copy_from_slice(data)) {
+        Ok(parsed) => parsed.into_request(DATASET.to_owned()),
+        Err(error) => return expect_bad_request("publish_request_body: parse", &error),
+    };
+    let limits = limits();
+    if let Err(error) = validate::publish_request(&request, limits.max_stage_batch) {
+        return expect_invalid_argument("publish_request_body: validate", &error);
+    }
+    let ids = request
+        .staged_split_ids
+        .iter()
+        .chain(&request.replaced_split_ids);
+    for id in ids {
+        validate::split_id(id).expect("publish_request_body: an accepted publish's split id");
+    }
+    assert!(
+        request
+            .staged_split_ids
+            .iter()
+            .all(|id| !request.replaced_split_ids.contains(id)),
+        "publish_request_body: a split both published and replaced"
+    );
+    assert!(
+        !request.staged_split_ids.is_empty()
+            || !request.replaced_split_ids.is_empty()
+            || request.checkpoint_delta.is_some(),
+        "publish_request_body: an empty publish"
+    );
+    for partition in request
+        .checkpoint_delta
+        .iter()
+        .flat_map(|delta| &delta.partitions)
+    {
+        assert!(
+            partition
+                .from_position
+                .is_none_or(|from| from < partition.to_position),
+            "publish_request_body: a partition moving backwards"
+        );
+    }
+    Verdict::Accepted
+}
+
+/// `POST /v1/datasets/{dataset}/config`'s body, parsed, then validated as the engine does.
+/// Accepted: the grace periods are in their ranges and the node is a valid name.
+pub fn apply_config_body(data: &[u8]) -> Verdict {
+    let request = match body::parse::<api::ApplyConfig>(&Bytes::copy_from_slice(data)) {
+        Ok(request) => request,
+        Err(error) => return expect_bad_request("apply_config_body: parse", &error),
+    };
+    if let Err(error) =
+        validate::config(&request.config).and_then(|()| validate::node(&request.node))
+    {
+        return expect_invalid_argument("apply_config_body: validate", &error);
+    }
+    check_config("apply_config_body", &request.config);
+    Verdict::Accepted
+}
+
+/// `POST /v1/datasets`'s body, parsed, merged with the default config, then validated as the
+/// engine does. Accepted: the id is in the one alphabet, the config's numbers in their ranges.
+pub fn create_dataset_body(data: &[u8]) -> Verdict {
+    let request = match body::parse::<api::CreateDataset>(&Bytes::copy_from_slice(data)) {
+        Ok(request) => request,
+        Err(error) => return expect_bad_request("create_dataset_body: parse", &error),
+    };
+    let config = request.config(&DatasetConfig::default());
+    if let Err(error) =
+        validate::dataset_id(&request.dataset_id).and_then(|()| validate::config(&config))
+    {
+        return expect_invalid_argument("create_dataset_body: validate", &error);
+    }
+    check_config("create_dataset_body", &config);
+    Verdict::Accepted
+}
+
+/// The body of `mark` and `delete` (`{"split_ids": [...]}`), parsed, then validated as the
+/// engine does. Accepted: a non-empty list of valid ids within the batch limit.
+pub fn split_ids_body(data: &[u8]) -> Verdict {
+    let request = match body::parse::<api::SplitIds>(&Bytes::copy_from_slice(data)) {
+        Ok(request) => request,
+        Err(error) => return expect_bad_request("split_ids_body: parse", &error),
+    };
+    let max = limits().max_stage_batch;
+    if let Err(error) = validate::split_id_list(DATASET, &request.split_ids, max) {
+        return expect_invalid_argument("split_ids_body: validate", &error);
+    }
+    assert!(!request.split_ids.is_empty() && request.split_ids.len() <= max);
+    for id in &request.split_ids {
+        validate::split_id(id).expect("split_ids_body: an accepted id");
+    }
+    Verdict::Accepted
+}
+
+/// The query string of `GET /v1/datasets/{dataset}/splits` (`state=..&limit=..`), decoded as
+/// the server decodes it, turned into a query, validated as the engine does, then run on a
+/// small dataset. Accepted: the limit is in range, the time range ordered, the ids valid, and
+/// the page holds at most `limit` splits that all match.
+pub fn list_query(data: &[u8]) -> Verdict {
+    // Later keys win, as they do in the server's `Query<HashMap<..>>`.
+    let params: HashMap<String, String> = url::form_urlencoded::parse(data)
+        .map(|(key, value)| (key.into_owned(), value.into_owned()))
+        .collect();
+    let query = match api::list_query(&params) {
+        Ok(query) => query,
+        Err(error) => return expect_bad_request("list_query: parse", &error),
+    };
+    let max = limits().max_list_page;
+    if let Err(error) = validate::list_query(&query, max) {
+        return expect_invalid_argument("list_query: validate", &error);
+    }
+    assert!(query.limit.is_none_or(|limit| (1..=max).contains(&limit)));
+    assert!(
+        query
+            .time_range
+            .is_none_or(|range| range.start <= range.end)
+    );
+    let page = base_state(1).list_splits(&query);
+    assert!(page.splits.len() <= query.limit.unwrap_or(usize::MAX));
+    assert!(page.splits.iter().all(|row| query.matches(row)));
+    Verdict::Accepted
+}
+
+/// The engine's default limits, which the server and the CLI use unless a setting changes them.
+fn limits() -> &'static EngineOptions {
+    static LIMITS: OnceLock<EngineOptions> = OnceLock::new();
+    LIMITS.get_or_init(EngineOptions::default)
+}
+
+fn check_new_split(split: &Arc<NewSplit>, asked: &str, max_metadata_bytes: usize) {
+    assert_eq!(
+        split.split_id, asked,
+        "stage_request_body: ids keep their order"
+    );
+    validate::split_id(&split.split_id).expect("stage_request_body: an accepted split id");
+    validate::node(&split.node).expect("stage_request_body: an accepted node");
+    assert!(split.metadata_json.len() <= max_metadata_bytes);
+    // `metadata_value` expects the text to be JSON: validation promised it.
+    assert!(split.metadata_value().is_object(), "stage_request_body");
+    if let Some(range) = split.time_range {
+        assert!(range.start <= range.end, "stage_request_body: {range:?}");
+    }
+}
+
+fn check_config(target: &str, config: &DatasetConfig) {
+    bounds::STAGED_GRACE_PERIOD_MS
+        .check(config.staged_grace_period_ms)
+        .and_then(|_| bounds::DELETION_GRACE_PERIOD_MS.check(config.deletion_grace_period_ms))
+        .unwrap_or_else(|error| panic!("{target}: an accepted config is out of range: {error}"));
+    // What gc does with the grace periods must stay in time, whatever `now` is.
+    for now in [TimestampMs::MIN, 0, TimestampMs::MAX] {
+        bounds::ms_before(now, config.staged_grace_period_ms);
+        bounds::ms_after(now, config.deletion_grace_period_ms);
+    }
+}
+
+/// The state's checkpoint, written and read back as a later reader would, is the same state.
+fn checkpoint_round_trip(target: &str, state: &DatasetState) {
+    let path = StorePath::from("datasets/logs/catalog/checkpoints/fuzz.json");
+    let encoded = encoded_bytes(target, &state.to_snapshot());
+    let snapshot: Snapshot = log::decode(&path, &encoded)
+        .unwrap_or_else(|error| panic!("{target}: a written checkpoint is refused: {error}"));
+    let read = DatasetState::from_snapshot(snapshot)
+        .unwrap_or_else(|error| panic!("{target}: a written checkpoint is refused: {error}"));
+    assert_eq!(&read, state, "{target}: checkpoint round trip");
+}
+
+/// What the catalog writes for `value`, as bytes.
+fn encoded_bytes(target: &str, value: &impl serde::Serialize) -> Bytes {
+    let payload = log::encode(value)
+        .unwrap_or_else(|error| panic!("{target}: an accepted value cannot be encoded: {error}"));
+    Bytes::from(payload)
+}
+
+/// A small dataset at log version `version`: a row in each state and one unresolved intent,
+/// so that replayed actions find something to change, delete or contradict.
+fn base_state(version: u64) -> DatasetState {
+    const T0: TimestampMs = 1_700_000_000_000;
+    let row = |split_id: &str, state: SplitState| SplitRow {
+        split_id: split_id.to_owned(),
+        state,
+        node: "node-a".to_owned(),
+        metadata: serde_json::json!({"num_docs": 3, "time_range": {"start": 10, "end": 20}}),
+        time_range: Some(crate::model::TimeRange { start: 10, end: 20 }),
+        created_at_ms: T0,
+        updated_at_ms: T0 + 1,
+        published_at_ms: (state != SplitState::Staged).then_some(T0 + 1),
+    };
+    let mut intent = Intent::armed(
+        "op-1".to_owned(),
+        OperationKind::Commit,
+        DATASET,
+        "node-a",
+        T0,
+        60_000,
+    );
+    intent.expected.manifest_version = 7;
+    DatasetState::from_snapshot(Snapshot {
+        format_version: log::FORMAT_VERSION,
+        version,
+        dataset: Dataset {
+            dataset_id: DATASET.to_owned(),
+            uid: "uid-1".to_owned(),
+            config: DatasetConfig::default(),
+            config_version: 1,
+            checkpoint: [("kafka".to_owned(), [("p0".to_owned(), 42)].into())].into(),
+            manifest_version: 7,
+            publish_token: None,
+            fencing_epoch: 0,
+            created_at_ms: T0,
+            updated_at_ms: T0 + 1,
+        },
+        splits: vec![
+            row("a", SplitState::Staged),
+            row("b", SplitState::Published),
+            row("c", SplitState::MarkedForDeletion),
+        ],
+        intents: vec![intent],
+    })
+    .expect("the base state is in this host's format")
+}
+
+fn expect_corrupt(target: &str, error: &MendError) -> Verdict {
+    assert!(
+        matches!(error, MendError::Corrupt { .. }),
+        "{target}: refused with {error:?}, not Corrupt"
+    );
+    Verdict::Refused
+}
+
+fn expect_invalid_argument(target: &str, error: &MendError) -> Verdict {
+    assert!(
+        matches!(error, MendError::InvalidArgument { .. }),
+        "{target}: refused with {error:?}, not InvalidArgument"
+    );
+    Verdict::Refused
+}
+
+fn expect_bad_request(target: &str, error: &ApiError) -> Verdict {
+    assert_eq!(
+        error.status(),
+        (axum::http::StatusCode::BAD_REQUEST, "invalid_argument"),
+        "{target}: {}",
+        error.message()
+    );
+    assert!(
+        !error.message().is_empty(),
+        "{target}: a refusal without words"
+    );
+    Verdict::Refused
+}
