@@ -182,6 +182,21 @@ pub struct PublishRequest {
     pub fencing_epoch: Option<u64>,
 }
 
+impl PublishRequest {
+    /// A publish of `staged_split_ids` alone: nothing replaced, no checkpoint delta, no token
+    /// and no fencing epoch.
+    pub fn staged(dataset_id: impl Into<String>, staged_split_ids: Vec<String>) -> Self {
+        Self {
+            dataset_id: dataset_id.into(),
+            staged_split_ids,
+            replaced_split_ids: Vec::new(),
+            checkpoint_delta: None,
+            publish_token: None,
+            fencing_epoch: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PublishResult {
     pub dataset_id: String,

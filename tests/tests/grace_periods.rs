@@ -164,14 +164,7 @@ async fn young_splits_survive(h: &Harness, dataset_id: &str, field: Field, age: 
         h.plant_orphan(dataset_id, id, &dataset.uid, false).await;
     }
     engine
-        .publish(&PublishRequest {
-            dataset_id: dataset_id.into(),
-            staged_split_ids: vec![marked.clone()],
-            replaced_split_ids: vec![],
-            checkpoint_delta: None,
-            publish_token: None,
-            fencing_epoch: None,
-        })
+        .publish(&PublishRequest::staged(dataset_id, vec![marked.clone()]))
         .await
         .unwrap();
     engine

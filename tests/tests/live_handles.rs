@@ -123,14 +123,7 @@ async fn stage_and_publish(h: &Harness, dataset_id: &str, split_id: &str) {
         .unwrap();
     h.put_objects(dataset_id, [split_id]).await;
     h.engine
-        .publish(&PublishRequest {
-            dataset_id: dataset_id.into(),
-            staged_split_ids: vec![split_id.into()],
-            replaced_split_ids: vec![],
-            checkpoint_delta: None,
-            publish_token: None,
-            fencing_epoch: None,
-        })
+        .publish(&PublishRequest::staged(dataset_id, vec![split_id.into()]))
         .await
         .unwrap();
 }

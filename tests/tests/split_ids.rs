@@ -82,14 +82,7 @@ async fn round_trip(backend: Backend) {
         h.plant_orphan(&dataset_id, id, &dataset.uid, false).await;
     }
     engine
-        .publish(&PublishRequest {
-            dataset_id: dataset_id.clone(),
-            staged_split_ids: published.clone(),
-            replaced_split_ids: vec![],
-            checkpoint_delta: None,
-            publish_token: None,
-            fencing_epoch: None,
-        })
+        .publish(&PublishRequest::staged(&dataset_id, published.clone()))
         .await
         .unwrap();
 
