@@ -13,7 +13,7 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mend::gates::{GateGuard, GateName, GateSession};
 use serde_json::{Value, json};
@@ -83,17 +83,9 @@ impl Server {
         }
     }
 
-    /// Polls `done` for up to 30 s.
+    /// Polls `done` for up to 30 s (`TestServer::wait_for`, with this wrapper's answers).
     fn wait_for(&self, what: &str, done: impl Fn(&Server) -> bool) {
-        let started = Instant::now();
-        while !done(self) {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "timed out waiting for {what}; server log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.0.wait_for(what, |_| done(self));
     }
 }
 
