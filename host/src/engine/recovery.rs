@@ -438,7 +438,7 @@ impl Engine {
     /// its staged rows are marked, the objects it wrote deleted, then the rows. A published
     /// row is never touched, nor a row another intent names, nor an object another operation
     /// wrote (a reconcile's orphans go back to being orphans).
-    async fn roll_back_staging(&self, intent: &Intent) -> Result<()> {
+    pub(super) async fn roll_back_staging(&self, intent: &Intent) -> Result<()> {
         let others = self
             .splits_named_by_intents(&intent.dataset_id, Some(&intent.operation_id))
             .await?;
