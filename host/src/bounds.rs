@@ -55,6 +55,12 @@ pub const GATE_TIMEOUT_MS: Bound = Bound::new("limits.gate_timeout_ms", 0, DAY_M
 /// How long an intent's owner may still be working, in ms. A lease under a second would let
 /// recovery take over from a live writer between two of its steps.
 pub const INTENT_LEASE_MS: Bound = Bound::new("limits.intent_lease_ms", 1_000, 7 * DAY_MS);
+/// The lease an operation's writer asks for at begin or in a heartbeat, in ms: the range of
+/// the `limits.intent_lease_ms` setting.
+pub const OPERATION_LEASE_MS: Bound = Bound::new("lease_ms", 1_000, 7 * DAY_MS);
+/// The payload of one split object an operation plans, in bytes: up to 5 TiB, the largest
+/// object S3 stores.
+pub const OBJECT_PAYLOAD_BYTES: Bound = Bound::new("size", 0, 5 << 40);
 /// The default grace periods of new datasets (settings) have the datasets' own ranges.
 pub const DEFAULT_STAGED_GRACE_PERIOD_MS: Bound =
     Bound::new("grace.staged_grace_period_ms", 1, MAX_GRACE_PERIOD_MS);

@@ -564,6 +564,7 @@ fn base_state(version: u64) -> DatasetState {
             row("c", SplitState::MarkedForDeletion),
         ],
         intents: vec![intent],
+        recorded: Vec::new(),
     })
     .expect("the base state is in this host's format")
 }

@@ -123,6 +123,19 @@ pub fn node(node: &str) -> Result<()> {
     name("node", node)
 }
 
+/// An idempotency key (`Idempotency-Key`, `--idempotency-key`): a name, not starting with
+/// `op:`, which is the prefix of the keys an operation's own steps are recorded under.
+pub fn idempotency_key(key: &str) -> Result<()> {
+    name("idempotency key", key)?;
+    if key.starts_with("op:") {
+        return Err(MendError::invalid(format!(
+            "idempotency key {:?} is invalid: keys starting with `op:` are mend's own, for operations",
+            truncated(key, QUOTED_CHARS)
+        )));
+    }
+    Ok(())
+}
+
 fn split_ids<'a>(ids: impl IntoIterator<Item = &'a String>) -> Result<()> {
     ids.into_iter().try_for_each(|id| split_id(id))
 }

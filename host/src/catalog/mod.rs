@@ -15,6 +15,7 @@
 
 pub mod object_store;
 pub mod postgres;
+pub mod recorded;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -32,6 +33,7 @@ use crate::model::{
 
 pub use self::object_store::ObjectStoreCatalog;
 pub use self::postgres::{PostgresCatalog, PostgresOptions};
+pub use self::recorded::{RecordedRequest, RequestKey};
 
 /// Named features a backend or host provides, such as `stage.create-only`. A policy lists the
 /// ones it requires; a request needing one that is missing fails loudly and changes nothing.
@@ -281,6 +283,47 @@ pub trait Catalog: Send + Sync + fmt::Debug {
         validate: &PublishValidator<'_>,
         now_ms: TimestampMs,
     ) -> Result<PublishResult>;
+
+    /// [`stage`](Catalog::stage), with its result recorded under `key` in the same atomic
+    /// step; a request whose key is already recorded answers the recorded result and writes
+    /// nothing ([`recorded`](self::recorded)).
+    async fn stage_recorded(
+        &self,
+        dataset_id: &str,
+        mode: StageMode,
+        split_ids: &[String],
+        planner: &StagePlanner<'_>,
+        now_ms: TimestampMs,
+        key: &RequestKey,
+    ) -> Result<Vec<StagedSplit>>;
+
+    /// [`publish`](Catalog::publish), with its result recorded under `key` in the same atomic
+    /// step; a request whose key is already recorded answers the recorded result and writes
+    /// nothing.
+    async fn publish_recorded(
+        &self,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now_ms: TimestampMs,
+        key: &RequestKey,
+    ) -> Result<PublishResult>;
+
+    /// The record of idempotency key `key`, if one is kept. `NotFound` if the dataset does
+    /// not exist.
+    async fn recorded_request(
+        &self,
+        dataset_id: &str,
+        key: &str,
+    ) -> Result<Option<RecordedRequest>>;
+
+    /// Forgets the records made before `recorded_before_ms`; returns how many. A retry after
+    /// that runs as a new request.
+    async fn forget_recorded_requests(
+        &self,
+        dataset_id: &str,
+        recorded_before_ms: TimestampMs,
+        now_ms: TimestampMs,
+    ) -> Result<usize>;
 
     /// Marks splits for deletion; idempotent. `NotFound` naming unknown ids, nothing written.
     async fn mark_for_deletion(

@@ -12,6 +12,7 @@
 mod commit;
 mod config_apply;
 mod gc;
+mod operations;
 mod policy_swap;
 mod reconcile;
 mod recovery;
@@ -19,6 +20,10 @@ mod verify;
 
 pub use commit::{CommitRequest, CommitResult, CommitSplit, MergeRequest};
 pub use gc::GcResult;
+pub use operations::{
+    BeginOperation, ExternalKind, ObjectStatus, OperationPhase, OperationSplit, OperationView,
+    PlannedSplit, SINGLE_PUT_BYTES, UploadResult,
+};
 pub use policy_swap::{DeploymentSwap, PreparedSwap, SwapPreview};
 pub use reconcile::ReconcileReport;
 pub use recovery::{IntentReport, IntentStatus, Outcome, RecoveryReport};
@@ -34,7 +39,7 @@ use mend_policy::capability::{
 };
 use mend_policy::{ExistingRow, PartitionPosition, PublishInput, StagePlanInput};
 
-use crate::catalog::{Capabilities, Catalog, PublishObservation, StagePlan};
+use crate::catalog::{Capabilities, Catalog, PublishObservation, RequestKey, StagePlan};
 use crate::clock::{Clock, SystemClock};
 use crate::error::{MendError, Result};
 use crate::faults::{Faults, NoFaults};
@@ -353,6 +358,27 @@ impl Engine {
     /// Stages splits in the request's mode. The result names, per distinct id, what actually
     /// happened at write time: in create-only mode `Inserted` is the claim on the row.
     pub async fn stage(&self, request: &StageRequest) -> Result<StageResult> {
+        self.stage_keyed(request, None).await
+    }
+
+    /// [`stage`](Self::stage) under an idempotency key: the result is recorded with the
+    /// effect, and a retry with the same key answers it again without staging anything
+    /// ([`crate::catalog::recorded`]).
+    pub async fn stage_recorded(
+        &self,
+        request: &StageRequest,
+        idempotency_key: &str,
+    ) -> Result<StageResult> {
+        validate::idempotency_key(idempotency_key)?;
+        let key = RequestKey::new(idempotency_key, &("stage", request));
+        self.stage_keyed(request, Some(&key)).await
+    }
+
+    async fn stage_keyed(
+        &self,
+        request: &StageRequest,
+        key: Option<&RequestKey>,
+    ) -> Result<StageResult> {
         let requested = validate::stage_request(request, self.stage_limits())?;
         match request.mode {
             StageMode::CreateOnly => self.require(
@@ -377,16 +403,41 @@ impl Engine {
             let planned = policy.plan_stage(&input)?;
             invariants::checked_stage_plan(request.mode, &requested, &split_ids, existing, planned)
         };
-        let splits: Vec<StagedSplit> = self
-            .catalog
-            .stage(
-                &request.dataset_id,
-                request.mode,
-                &split_ids,
-                &planner,
-                self.now_ms(),
-            )
-            .await?;
+        let now_ms = self.now_ms();
+        let splits: Vec<StagedSplit> = match key {
+            None => {
+                self.catalog
+                    .stage(
+                        &request.dataset_id,
+                        request.mode,
+                        &split_ids,
+                        &planner,
+                        now_ms,
+                    )
+                    .await?
+            }
+            Some(key) => {
+                let recorded = self
+                    .catalog
+                    .recorded_request(&request.dataset_id, &key.key)
+                    .await?;
+                match recorded {
+                    Some(found) => found.replay(key)?,
+                    None => {
+                        self.catalog
+                            .stage_recorded(
+                                &request.dataset_id,
+                                request.mode,
+                                &split_ids,
+                                &planner,
+                                now_ms,
+                                key,
+                            )
+                            .await?
+                    }
+                }
+            }
+        };
         Ok(StageResult {
             dataset_id: request.dataset_id.clone(),
             mode: request.mode,
@@ -397,6 +448,30 @@ impl Engine {
     /// Publishes staged splits, marks replaced ones and applies the checkpoint delta, all at
     /// once or not at all.
     pub async fn publish(&self, request: &PublishRequest) -> Result<PublishResult> {
+        self.publish_keyed(request, None).await
+    }
+
+    /// [`publish`](Self::publish) under an idempotency key: the result is recorded in the
+    /// publish's own atomic step, and a retry with the same key answers it again (the same
+    /// manifest version, the same ids) instead of being refused because its splits are no
+    /// longer staged ([`crate::catalog::recorded`]).
+    pub async fn publish_recorded(
+        &self,
+        request: &PublishRequest,
+        idempotency_key: &str,
+    ) -> Result<PublishResult> {
+        validate::idempotency_key(idempotency_key)?;
+        let key = RequestKey::new(idempotency_key, &("publish", request));
+        self.publish_keyed(request, Some(&key)).await
+    }
+
+    /// Publishes with the result recorded under `key` when there is one; a recorded key is
+    /// answered before anything else is read.
+    pub(crate) async fn publish_keyed(
+        &self,
+        request: &PublishRequest,
+        key: Option<&RequestKey>,
+    ) -> Result<PublishResult> {
         validate::publish_request(request, self.options.max_stage_batch)?;
         if request.checkpoint_delta.is_some() {
             self.require(PUBLISH_CHECKPOINT, "the publish carries a checkpoint delta")?;
@@ -407,6 +482,14 @@ impl Engine {
         if request.fencing_epoch.is_some() {
             self.require(PUBLISH_FENCING_EPOCH, "the publish carries a fencing epoch")?;
         }
+        if let Some(key) = key
+            && let Some(found) = self
+                .catalog
+                .recorded_request(&request.dataset_id, &key.key)
+                .await?
+        {
+            return found.replay(key);
+        }
         self.check_objects_exist(request).await?;
         let policy = self.policy();
         let validator = |observation: &PublishObservation| -> Result<()> {
@@ -414,9 +497,15 @@ impl Engine {
             let violations = policy.validate_publish(&input)?;
             invariants::checked_publish(request, observation, violations)
         };
-        self.catalog
-            .publish(request, &validator, self.now_ms())
-            .await
+        let now_ms = self.now_ms();
+        match key {
+            None => self.catalog.publish(request, &validator, now_ms).await,
+            Some(key) => {
+                self.catalog
+                    .publish_recorded(request, &validator, now_ms, key)
+                    .await
+            }
+        }
     }
 
     /// Refuses a publish naming a split whose object is not in the store (invariant 1: every

@@ -21,6 +21,7 @@ use object_store::path::{Path, PathPart};
 use object_store::{ObjectStore, PutMode, PutPayload};
 use serde::{Deserialize, Serialize};
 
+use crate::catalog::RecordedRequest;
 use crate::error::{MendError, Result};
 use crate::intent::Intent;
 use crate::model::{Dataset, SplitRow, TimestampMs};
@@ -53,6 +54,11 @@ pub(crate) enum Action {
     PutIntent { intent: Box<Intent> },
     /// An intent removed by the commit.
     DeleteIntent { operation_id: String },
+    /// A keyed request's result, recorded in the commit of its effect
+    /// ([`crate::catalog::recorded`]).
+    RecordRequest { record: Box<RecordedRequest> },
+    /// Records gc forgot.
+    ForgetRequests { keys: Vec<String> },
 }
 
 /// One version of a dataset's log.
@@ -88,6 +94,9 @@ pub(crate) struct Snapshot {
     /// Absent in checkpoints written before intents existed.
     #[serde(default)]
     pub intents: Vec<Intent>,
+    /// Absent in checkpoints written before requests were recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recorded: Vec<RecordedRequest>,
 }
 
 /// What a put-if-absent of the next version came to.

@@ -41,7 +41,10 @@ use self::log::{Action, Commit, Log, PutOutcome};
 use self::mutations::Change;
 pub use self::open::open_store;
 use self::state::DatasetState;
-use super::{Capabilities, Catalog, ManifestProbe, PublishValidator, StagePlanner};
+use super::{
+    Capabilities, Catalog, ManifestProbe, PublishValidator, RecordedRequest, RequestKey,
+    StagePlanner,
+};
 use crate::audit::AuditRecord;
 use crate::error::{EntityKind, MendError, Result};
 use crate::intent::{Intent, IntentPhase, check_written_format};
@@ -401,6 +404,58 @@ impl Catalog for ObjectStoreCatalog {
     ) -> Result<PublishResult> {
         self.mutate(&request.dataset_id, now_ms, |state| {
             mutations::publish(state, request, validate, now_ms)
+        })
+        .await
+    }
+
+    async fn stage_recorded(
+        &self,
+        dataset_id: &str,
+        mode: StageMode,
+        split_ids: &[String],
+        planner: &StagePlanner<'_>,
+        now_ms: TimestampMs,
+        key: &RequestKey,
+    ) -> Result<Vec<StagedSplit>> {
+        self.mutate(dataset_id, now_ms, |state| {
+            mutations::recorded(state, key, now_ms, |state| {
+                mutations::stage(state, mode, split_ids, planner, now_ms)
+            })
+        })
+        .await
+    }
+
+    async fn publish_recorded(
+        &self,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now_ms: TimestampMs,
+        key: &RequestKey,
+    ) -> Result<PublishResult> {
+        self.mutate(&request.dataset_id, now_ms, |state| {
+            mutations::recorded(state, key, now_ms, |state| {
+                mutations::publish(state, request, validate, now_ms)
+            })
+        })
+        .await
+    }
+
+    async fn recorded_request(
+        &self,
+        dataset_id: &str,
+        key: &str,
+    ) -> Result<Option<RecordedRequest>> {
+        Ok(self.load(dataset_id).await?.recorded.get(key).cloned())
+    }
+
+    async fn forget_recorded_requests(
+        &self,
+        dataset_id: &str,
+        recorded_before_ms: TimestampMs,
+        now_ms: TimestampMs,
+    ) -> Result<usize> {
+        self.mutate(dataset_id, now_ms, |state| {
+            mutations::forget_recorded(state, recorded_before_ms)
         })
         .await
     }

@@ -16,12 +16,55 @@ use crate::model::{
 
 use super::log::Action;
 use super::state::DatasetState;
+use crate::catalog::{RecordedRequest, RequestKey};
 
 pub(super) enum Change<T> {
     /// Nothing to write; the answer stands on the state as read.
     Unchanged(T),
     /// Commit these actions as the next version; the answer holds once they persist.
     Commit { actions: Vec<Action>, output: T },
+}
+
+/// `change` with its output recorded under `key` in the same commit; a key already recorded
+/// answers its recorded result and writes nothing ([`crate::catalog::recorded`]).
+pub(super) fn recorded<T: serde::Serialize + serde::de::DeserializeOwned>(
+    state: &DatasetState,
+    key: &RequestKey,
+    now_ms: TimestampMs,
+    change: impl FnOnce(&DatasetState) -> Result<Change<T>>,
+) -> Result<Change<T>> {
+    if let Some(found) = state.recorded.get(&key.key) {
+        return found.replay(key).map(Change::Unchanged);
+    }
+    let (mut actions, output) = match change(state)? {
+        Change::Unchanged(output) => (Vec::new(), output),
+        Change::Commit { actions, output } => (actions, output),
+    };
+    actions.push(Action::RecordRequest {
+        record: Box::new(RecordedRequest::new(key, &output, now_ms)),
+    });
+    Ok(Change::Commit { actions, output })
+}
+
+/// Forgets the records made before `recorded_before_ms`; returns how many.
+pub(super) fn forget_recorded(
+    state: &DatasetState,
+    recorded_before_ms: TimestampMs,
+) -> Result<Change<usize>> {
+    let keys: Vec<String> = state
+        .recorded
+        .values()
+        .filter(|record| record.recorded_at_ms < recorded_before_ms)
+        .map(|record| record.key.clone())
+        .collect();
+    if keys.is_empty() {
+        return Ok(Change::Unchanged(0));
+    }
+    let forgotten = keys.len();
+    Ok(Change::Commit {
+        actions: vec![Action::ForgetRequests { keys }],
+        output: forgotten,
+    })
 }
 
 /// The dataset as created: config and manifest both start at version 1, as in Postgres.

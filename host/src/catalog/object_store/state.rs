@@ -9,6 +9,7 @@ use imbl::OrdMap;
 use mend_policy::ExistingRow;
 
 use super::log::{Action, Commit, FORMAT_VERSION, Snapshot};
+use crate::catalog::RecordedRequest;
 use crate::error::{MendError, Result};
 use crate::intent::{Intent, check_format};
 use crate::model::{Dataset, ListQuery, SplitPage, SplitRow};
@@ -31,6 +32,8 @@ pub(crate) struct DatasetState {
     pub splits: OrdMap<String, SplitRow>,
     /// Unresolved operations, by operation id.
     pub intents: OrdMap<String, Intent>,
+    /// Results of keyed requests, by key.
+    pub recorded: OrdMap<String, RecordedRequest>,
 }
 
 impl DatasetState {
@@ -45,6 +48,7 @@ impl DatasetState {
                     dataset: dataset.clone(),
                     splits: OrdMap::new(),
                     intents: OrdMap::new(),
+                    recorded: OrdMap::new(),
                 };
                 state.check_counters()?;
                 Ok(state)
@@ -75,6 +79,11 @@ impl DatasetState {
                 .into_iter()
                 .map(|intent| (intent.operation_id.clone(), intent))
                 .collect(),
+            recorded: snapshot
+                .recorded
+                .into_iter()
+                .map(|record| (record.key.clone(), record))
+                .collect(),
         };
         state.check_counters()?;
         Ok(state)
@@ -87,6 +96,7 @@ impl DatasetState {
             dataset: self.dataset.clone(),
             splits: self.splits.values().cloned().collect(),
             intents: self.intents.values().cloned().collect(),
+            recorded: self.recorded.values().cloned().collect(),
         }
     }
 
@@ -167,6 +177,22 @@ impl DatasetState {
                             commit.version,
                             &format!("deletes intent {operation_id}, which does not exist"),
                         ));
+                    }
+                }
+                Action::RecordRequest { record } => {
+                    if self.recorded.contains_key(&record.key) {
+                        return Err(contradiction(
+                            &self.dataset.dataset_id,
+                            commit.version,
+                            &format!("records request {} a second time", record.key),
+                        ));
+                    }
+                    self.recorded
+                        .insert(record.key.clone(), record.as_ref().clone());
+                }
+                Action::ForgetRequests { keys } => {
+                    for key in keys {
+                        self.recorded.remove(key);
                     }
                 }
                 Action::DeleteSplits { split_ids } => {

@@ -26,6 +26,7 @@ mod intents;
 mod lifecycle;
 mod list;
 mod queries;
+mod recorded;
 mod rows;
 mod sql;
 mod stage;
@@ -41,7 +42,9 @@ use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool, Postgres, Transaction};
 
-use crate::catalog::{Capabilities, Catalog, PublishValidator, StagePlanner};
+use crate::catalog::{
+    Capabilities, Catalog, PublishValidator, RecordedRequest, RequestKey, StagePlanner,
+};
 use crate::error::{MendError, Result};
 use crate::intent::{Intent, IntentPhase};
 use crate::model::{
@@ -209,6 +212,45 @@ impl PostgresCatalog {
             ),
         })
     }
+
+    /// Runs `step` in a transaction that first locks and reads the record of `key`: a
+    /// recorded key answers its recorded result and `step` does not run; otherwise `step`'s
+    /// result is recorded in the same transaction as its effect.
+    async fn recorded_transaction<T, F, Fut>(
+        &self,
+        dataset_id: &str,
+        key: &RequestKey,
+        now_ms: TimestampMs,
+        step: F,
+    ) -> Result<T>
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+        F: Fn(PgTransaction) -> Fut,
+        Fut: Future<Output = (PgTransaction, Result<T, StepError>)>,
+    {
+        let step = &step;
+        self.in_transaction(dataset_id, move |mut transaction| async move {
+            match recorded::lock_and_find(&mut transaction, dataset_id, &key.key).await {
+                Err(error) => return (transaction, Err(error)),
+                Ok(Some(found)) => {
+                    return (transaction, found.replay(key).map_err(StepError::Failed));
+                }
+                Ok(None) => {}
+            }
+            let (mut transaction, result) = step(transaction).await;
+            let result = match result {
+                Ok(value) => {
+                    let record = RecordedRequest::new(key, &value, now_ms);
+                    recorded::insert(&mut transaction, dataset_id, &record)
+                        .await
+                        .map(|()| value)
+                }
+                Err(error) => Err(error),
+            };
+            (transaction, result)
+        })
+        .await
+    }
 }
 
 #[async_trait]
@@ -341,6 +383,66 @@ impl Catalog for PostgresCatalog {
             (transaction, result)
         })
         .await
+    }
+
+    async fn stage_recorded(
+        &self,
+        dataset_id: &str,
+        mode: StageMode,
+        split_ids: &[String],
+        planner: &StagePlanner<'_>,
+        now_ms: TimestampMs,
+        key: &RequestKey,
+    ) -> Result<Vec<StagedSplit>> {
+        self.recorded_transaction(dataset_id, key, now_ms, |mut transaction| async move {
+            let result = stage::stage(
+                &mut transaction,
+                dataset_id,
+                mode,
+                split_ids,
+                planner,
+                now_ms,
+            )
+            .await;
+            (transaction, result)
+        })
+        .await
+    }
+
+    async fn publish_recorded(
+        &self,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now_ms: TimestampMs,
+        key: &RequestKey,
+    ) -> Result<PublishResult> {
+        self.recorded_transaction(
+            &request.dataset_id,
+            key,
+            now_ms,
+            |mut transaction| async move {
+                let result = lifecycle::publish(&mut transaction, request, validate, now_ms).await;
+                (transaction, result)
+            },
+        )
+        .await
+    }
+
+    async fn recorded_request(
+        &self,
+        dataset_id: &str,
+        key: &str,
+    ) -> Result<Option<RecordedRequest>> {
+        recorded::get(&self.pool, dataset_id, key).await
+    }
+
+    async fn forget_recorded_requests(
+        &self,
+        dataset_id: &str,
+        recorded_before_ms: TimestampMs,
+        _now_ms: TimestampMs,
+    ) -> Result<usize> {
+        recorded::forget(&self.pool, dataset_id, recorded_before_ms).await
     }
 
     async fn mark_for_deletion(

@@ -34,3 +34,8 @@ pub(super) const INTENT_LIST: &str = include_str!("sql/intent_list.sql");
 
 pub(super) const AUDIT_INSERT: &str = include_str!("sql/audit_insert.sql");
 pub(super) const AUDIT_LIST: &str = include_str!("sql/audit_list.sql");
+
+pub(super) const RECORDED_LOCK_KEY: &str = include_str!("sql/recorded_lock_key.sql");
+pub(super) const RECORDED_SELECT: &str = include_str!("sql/recorded_select.sql");
+pub(super) const RECORDED_INSERT: &str = include_str!("sql/recorded_insert.sql");
+pub(super) const RECORDED_FORGET: &str = include_str!("sql/recorded_forget.sql");

@@ -1,0 +1,1277 @@
+//! Operations driven step by step from outside the process: the crash-safe commit protocol for
+//! writers in other processes and languages (over HTTP, or the CLI's `mend operation`).
+//!
+//! [`Engine::commit`](super::Engine::commit) runs every step of a commit in one call. A writer
+//! elsewhere runs the same steps, one request each, and any of them may be the last it sends:
+//!
+//! | step        | what mend does                                                              |
+//! |-------------|-----------------------------------------------------------------------------|
+//! | `begin`     | writes the intent (`Armed`), then stages the rows create-only               |
+//! | `upload`    | streams one object into the store with its recovery header, checked against the planned size and sha256 |
+//! | `heartbeat` | extends the lease, so recovery never takes a live slow writer's work away   |
+//! | `publish`   | checks every object (size, checksum, operation), confirms the intent, publishes with the delta, deletes the intent |
+//! | `abort`     | rolls the operation back at once: its rows and objects go, then its intent  |
+//! | `show`      | the phase, each split's object, and what recovery would decide now          |
+//!
+//! The operation id is the idempotency key of every step: a step sent again answers what it
+//! answered the first time. `begin` resumes an operation whose intent is there with the same
+//! plan; its stage is recorded under `op:<id>:stage`, so a repeated begin reports the rows it
+//! won again rather than "skipped". `publish` is recorded under `op:<id>:publish` in the
+//! publish's own atomic step ([`crate::catalog::recorded`]), so a publish that landed answers
+//! its result again, never "not staged". An upload of an object already in place as planned
+//! writes nothing. A writer that dies at any step leaves an intent that recovery settles like
+//! an in-process commit's.
+//!
+//! Objects uploaded through mend are written whole or not at all: one put-if-absent up to
+//! [`SINGLE_PUT_BYTES`], a multipart upload beyond it that is completed only once the bytes
+//! streamed have the planned size and sha256, and aborted otherwise. The header is a function
+//! of the intent alone, so two uploads of the same split (a retry racing the first) write the
+//! same bytes. A writer may also write the object itself, straight to the store: `begin`
+//! answers the exact header to put before the payload ([`OperationSplit::header_json`]).
+
+use std::collections::BTreeSet;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use object_store::WriteMultipart;
+use serde::{Deserialize, Serialize};
+
+use super::Engine;
+use super::recovery::IntentReport;
+use crate::bounds;
+use crate::catalog::RequestKey;
+use crate::error::{EntityKind, MendError, Result};
+use crate::intent::{
+    ExpectedState, Intent, IntentPhase, OperationKind, PlannedEffects, PlannedObject,
+    PlannedPublish, PlannedRow,
+};
+use crate::model::{
+    CheckpointDelta, ListQuery, PublishRequest, PublishResult, SplitState, StageMode, StageOutcome,
+    StageRequest, StageResult, StageSplit,
+};
+use crate::objects::format::{self, HEADER_FORMAT_VERSION, SplitObjectHeader};
+use crate::validate;
+
+/// Objects up to this size are uploaded in one put-if-absent, buffered; larger ones stream
+/// through a multipart upload, one part of this size in memory at a time.
+pub const SINGLE_PUT_BYTES: u64 = 8 << 20;
+/// Parts of a multipart upload written at once.
+const PARTS_IN_FLIGHT: usize = 2;
+
+/// What kind of operation a writer begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExternalKind {
+    /// New splits published with an optional checkpoint delta.
+    Commit,
+    /// New splits published in place of published ones, which become marked.
+    Merge,
+}
+
+/// One split an operation plans: its row and the payload its object will carry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlannedSplit {
+    pub split_id: String,
+    /// The split's metadata, a JSON object, as text.
+    pub metadata_json: String,
+    /// The payload's size in bytes (the object's bytes after its header).
+    pub size: u64,
+    /// The payload's sha256: `sha256:<hex>` or 64 hex digits.
+    pub sha256: String,
+}
+
+/// A writer's `begin`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BeginOperation {
+    pub dataset_id: String,
+    /// Chosen by the writer so that a retried begin finds its own operation; mend picks one
+    /// when it is absent (a begin without it is then not safe to retry).
+    #[serde(default)]
+    pub operation_id: Option<String>,
+    pub kind: ExternalKind,
+    /// The node the writer runs on, recorded as the intent's owner and in each object.
+    pub node: String,
+    /// How long the writer may go without a heartbeat; the engine's intent lease when absent.
+    #[serde(default)]
+    pub lease_ms: Option<u64>,
+    pub splits: Vec<PlannedSplit>,
+    #[serde(default)]
+    pub checkpoint_delta: Option<CheckpointDelta>,
+    /// For a merge: the published splits the new ones replace.
+    #[serde(default)]
+    pub replaced_split_ids: Vec<String>,
+    #[serde(default)]
+    pub publish_token: Option<String>,
+}
+
+/// Where an operation stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationPhase {
+    /// Begun: its rows are staged; objects may be uploaded.
+    Armed,
+    /// Every object was found as planned; the publish is under way (recovery finishes it).
+    EffectsConfirmed,
+    /// Published; the result is `publish`.
+    Published,
+    /// Rolled back (aborted by its writer, abandoned by recovery after its lease ran out,
+    /// or refused at begin): nothing of it is visible, and it can never publish.
+    Ended,
+}
+
+/// What became of one planned split's object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ObjectStatus {
+    Missing,
+    /// In the store as planned: size, checksum and operation match.
+    Present,
+    /// Something else is in its place: another size, checksum or operation.
+    Different,
+}
+
+/// One split of an operation, with what its writer needs to upload the object itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperationSplit {
+    pub split_id: String,
+    /// The payload's size and `sha256:<hex>`, as planned.
+    pub size: u64,
+    pub sha256: String,
+    /// The whole object's size: prefix, header and payload.
+    pub object_size: u64,
+    /// Where the object goes, relative to the objects store's root.
+    pub object_path: String,
+    /// The header to write after the magic and length, exactly these bytes (UTF-8): see the
+    /// object format in [`crate::objects::format`].
+    pub header_json: String,
+    /// Whether the object is in place; absent where not looked at (begin).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<ObjectStatus>,
+}
+
+/// An operation as its writer sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperationView {
+    pub dataset_id: String,
+    pub operation_id: String,
+    pub kind: ExternalKind,
+    pub phase: OperationPhase,
+    /// The intent's owner and lease, while there is an intent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_expires_at_ms: Option<i64>,
+    pub splits: Vec<OperationSplit>,
+    /// The publish's result, once published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publish: Option<PublishResult>,
+    /// What a recovery sweep would decide about the operation now (`show` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<IntentReport>,
+}
+
+/// What an upload did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadResult {
+    pub split_id: String,
+    /// The whole object's size.
+    pub object_size: u64,
+    pub sha256: String,
+    /// False when the object was already in place as planned and nothing was written.
+    pub written: bool,
+}
+
+/// The recorded-request key of an operation's step.
+fn step_key(operation_id: &str, step: &str) -> String {
+    format!("op:{operation_id}:{step}")
+}
+
+impl Engine {
+    /// Begins an operation: validates the plan, writes the intent, stages its rows
+    /// create-only. A row another writer holds ends the operation at once (its own rows and
+    /// intent are undone) with `FailedPrecondition` naming the rows it could not take.
+    pub async fn begin_operation(&self, request: &BeginOperation) -> Result<OperationView> {
+        self.pinned().begin_pinned(request).await
+    }
+
+    async fn begin_pinned(&self, request: &BeginOperation) -> Result<OperationView> {
+        let checked = self.check_begin(request)?;
+        let operation_id = match &request.operation_id {
+            Some(id) => id.clone(),
+            None => uuid::Uuid::new_v4().to_string(),
+        };
+        let dataset = self.catalog.dataset(&request.dataset_id).await?;
+        let now = self.now_ms();
+        let lease_ms = request
+            .lease_ms
+            .map_or(self.options.intent_lease_ms, |ms| ms as i64);
+        let planned = Intent {
+            effects: PlannedEffects {
+                stage: request
+                    .splits
+                    .iter()
+                    .map(|split| PlannedRow {
+                        split_id: split.split_id.clone(),
+                        metadata_json: split.metadata_json.clone(),
+                    })
+                    .collect(),
+                objects: checked
+                    .headers
+                    .iter()
+                    .map(|header| PlannedObject {
+                        split_id: header.split_id.clone(),
+                        size: format::encoded_len(header, header.payload_size as usize),
+                        checksum: header.payload_sha256.clone(),
+                    })
+                    .collect(),
+                publish: Some(PlannedPublish {
+                    staged_split_ids: request.splits.iter().map(|s| s.split_id.clone()).collect(),
+                    replaced_split_ids: request.replaced_split_ids.clone(),
+                    checkpoint_delta: request.checkpoint_delta.clone(),
+                    publish_token: request.publish_token.clone(),
+                }),
+                ..PlannedEffects::default()
+            },
+            expected: ExpectedState {
+                manifest_version: dataset.manifest_version,
+                split_states: request
+                    .splits
+                    .iter()
+                    .map(|split| (split.split_id.clone(), None))
+                    .chain(
+                        request
+                            .replaced_split_ids
+                            .iter()
+                            .map(|id| (id.clone(), Some(SplitState::Published))),
+                    )
+                    .collect(),
+                config_version: None,
+            },
+            ..Intent::armed(
+                operation_id.clone(),
+                internal_kind(request.kind),
+                &request.dataset_id,
+                &request.node,
+                now,
+                lease_ms,
+            )
+        };
+        // Objects carry the dataset's incarnation; the plan above is the operation's identity.
+        let headers: Vec<SplitObjectHeader> = checked
+            .headers
+            .into_iter()
+            .map(|header| SplitObjectHeader {
+                dataset_uid: dataset.uid.clone(),
+                operation_id: Some(operation_id.clone()),
+                ..header
+            })
+            .collect();
+        let intent = Intent {
+            effects: PlannedEffects {
+                objects: headers
+                    .iter()
+                    .map(|header| PlannedObject {
+                        split_id: header.split_id.clone(),
+                        size: format::encoded_len(header, header.payload_size as usize),
+                        checksum: header.payload_sha256.clone(),
+                    })
+                    .collect(),
+                ..planned.effects
+            },
+            ..planned
+        };
+
+        let dataset_id = request.dataset_id.as_str();
+        let intent = match self.find_intent(dataset_id, &operation_id).await? {
+            // A begin sent again: resume it, if it is the same plan.
+            Some(stored) => {
+                if !same_plan(&stored, &intent) {
+                    return Err(MendError::invalid(format!(
+                        "operation {operation_id} of dataset {dataset_id} was begun with another plan; an operation id names one operation: begin a new one with a new id"
+                    )));
+                }
+                stored
+            }
+            None => {
+                if let Some(ended) = self.ended_view(dataset_id, &operation_id, &intent).await? {
+                    return Ok(ended);
+                }
+                match self
+                    .durably(
+                        crate::faults::DurableStep::WriteIntent,
+                        self.catalog.put_intent(&intent),
+                    )
+                    .await
+                {
+                    Ok(()) => intent,
+                    // Two copies of the begin at once: the other wrote it; resume as above.
+                    Err(MendError::AlreadyExists { .. }) => {
+                        return Box::pin(self.begin_pinned(request)).await;
+                    }
+                    Err(error) => return Err(error),
+                }
+            }
+        };
+
+        let stage = StageRequest {
+            dataset_id: request.dataset_id.clone(),
+            mode: StageMode::CreateOnly,
+            node: request.node.clone(),
+            splits: request
+                .splits
+                .iter()
+                .map(|split| StageSplit {
+                    split_id: split.split_id.clone(),
+                    metadata_json: split.metadata_json.clone(),
+                })
+                .collect(),
+        };
+        let key = RequestKey::new(step_key(&operation_id, "stage"), &("stage", &stage));
+        let staged: StageResult = self
+            .durably(
+                crate::faults::DurableStep::StageRows,
+                self.stage_with_key(&stage, &key),
+            )
+            .await?;
+        let taken: Vec<String> = staged
+            .splits
+            .iter()
+            .filter(|split| split.outcome != StageOutcome::Inserted)
+            .map(|split| split.split_id.clone())
+            .collect();
+        if !taken.is_empty() {
+            return Err(self.undo_begin(&intent, taken).await);
+        }
+        Ok(self.view(&intent, None, &headers))
+    }
+
+    /// A `begin` for an operation whose intent is gone: its answer if it published, or
+    /// `FailedPrecondition` if it was rolled back; `None` if it never began.
+    async fn ended_view(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+        intent: &Intent,
+    ) -> Result<Option<OperationView>> {
+        if let Some(published) = self.recorded_publish(dataset_id, operation_id).await? {
+            let mut view = self.view(intent, Some(published), &[]);
+            view.owner = None;
+            view.lease_expires_at_ms = None;
+            return Ok(Some(view));
+        }
+        let staged = self
+            .catalog
+            .recorded_request(dataset_id, &step_key(operation_id, "stage"))
+            .await?;
+        if staged.is_some() {
+            return Err(ended(dataset_id, operation_id));
+        }
+        Ok(None)
+    }
+
+    /// Undoes a begin that could not take every row: only the rows it inserted, then its
+    /// intent. Each step tolerates having been done before (a begin sent again after it).
+    async fn undo_begin(&self, intent: &Intent, taken: Vec<String>) -> MendError {
+        let refused = MendError::failed_precondition(
+            format!(
+                "operation {} cannot own splits another writer staged first: {}; it was rolled back",
+                intent.operation_id,
+                taken.join(", ")
+            ),
+            taken,
+        );
+        // The rows it inserted are exactly those its recorded stage names.
+        match self.roll_back_own(intent).await {
+            Ok(()) => refused,
+            Err(error) => MendError::Unavailable {
+                message: format!(
+                    "{refused}; undoing its own rows failed ({error}): the operation is left for recovery"
+                ),
+                source: None,
+            },
+        }
+    }
+
+    /// Streams one planned object into the store with its recovery header. The bytes must be
+    /// exactly the planned payload (size and sha256), or nothing is written. An object already
+    /// in place as planned is not written again (`written: false`).
+    pub async fn upload_object<S>(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+        split_id: &str,
+        payload: S,
+    ) -> Result<UploadResult>
+    where
+        S: Stream<Item = std::result::Result<Bytes, MendError>> + Send + Unpin,
+    {
+        validate::dataset_id(dataset_id)?;
+        validate::split_id(operation_id)?;
+        validate::split_id(split_id)?;
+        let intent = self.live_intent(dataset_id, operation_id).await?;
+        let planned = intent
+            .effects
+            .objects
+            .iter()
+            .find(|object| object.split_id == split_id)
+            .ok_or_else(|| {
+                MendError::invalid(format!(
+                    "operation {operation_id} plans no split {split_id}; it plans: {}",
+                    intent
+                        .effects
+                        .objects
+                        .iter()
+                        .map(|object| object.split_id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?
+            .clone();
+        let header = self.planned_header(&intent, &planned).await?;
+        let result = UploadResult {
+            split_id: split_id.to_string(),
+            object_size: planned.size,
+            sha256: planned.checksum.clone(),
+            written: true,
+        };
+        match self.object_status(&intent, &planned).await? {
+            ObjectStatus::Present => {
+                return Ok(UploadResult {
+                    written: false,
+                    ..result
+                });
+            }
+            ObjectStatus::Different => {
+                return Err(MendError::AlreadyExists {
+                    kind: EntityKind::Split,
+                    id: format!(
+                        "{split_id} (another object is in its place: not the size, checksum or operation planned)"
+                    ),
+                });
+            }
+            ObjectStatus::Missing => {}
+        }
+        if intent.phase != IntentPhase::Armed {
+            return Err(MendError::failed_precondition(
+                format!(
+                    "operation {operation_id} was confirmed without the object of split {split_id}"
+                ),
+                vec![split_id.to_string()],
+            ));
+        }
+        let step = crate::faults::DurableStep::PutObject {
+            split_id: split_id.to_string(),
+        };
+        self.durably(step, self.write_object(&header, payload))
+            .await?;
+        // The operation may have ended while the bytes streamed: an object of an operation
+        // that can never publish is removed again rather than left for reconcile to adopt.
+        if self.find_intent(dataset_id, operation_id).await?.is_none()
+            && self
+                .recorded_publish(dataset_id, operation_id)
+                .await?
+                .is_none()
+        {
+            self.objects.delete(dataset_id, split_id).await?;
+            return Err(ended(dataset_id, operation_id));
+        }
+        Ok(result)
+    }
+
+    /// Writes an object whose payload streams in, checking it against `header`.
+    async fn write_object<S>(&self, header: &SplitObjectHeader, mut payload: S) -> Result<()>
+    where
+        S: Stream<Item = std::result::Result<Bytes, MendError>> + Send + Unpin,
+    {
+        let mut check = PayloadCheck::new(header);
+        if header.payload_size <= SINGLE_PUT_BYTES {
+            let mut buffer = Vec::with_capacity(header.payload_size as usize);
+            while let Some(chunk) = payload.next().await {
+                let chunk = chunk?;
+                check.feed(&chunk)?;
+                buffer.extend_from_slice(&chunk);
+            }
+            check.finish()?;
+            return self
+                .objects
+                .put(
+                    &header.dataset_id,
+                    &header.split_id,
+                    format::encode(header, &buffer),
+                )
+                .await;
+        }
+        let path = self.objects.path(&header.dataset_id, &header.split_id);
+        let (store, _) = self.objects.store();
+        let unavailable = |error| MendError::unavailable(format!("write {path}"), error);
+        let upload = store.put_multipart(&path).await.map_err(unavailable)?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, SINGLE_PUT_BYTES as usize);
+        let prefix = format::encode(header, &[]);
+        writer.write(&prefix);
+        let streamed = async {
+            while let Some(chunk) = payload.next().await {
+                let chunk = chunk?;
+                check.feed(&chunk)?;
+                writer
+                    .wait_for_capacity(PARTS_IN_FLIGHT)
+                    .await
+                    .map_err(unavailable)?;
+                writer.write(&chunk);
+            }
+            check.finish()
+        }
+        .await;
+        match streamed {
+            Ok(()) => {
+                writer.finish().await.map_err(unavailable)?;
+                Ok(())
+            }
+            Err(error) => {
+                // Never completed, the upload leaves nothing visible; aborting frees its parts.
+                let _ = writer.abort().await;
+                Err(error)
+            }
+        }
+    }
+
+    /// Extends the lease of an operation that has not published, by `lease_ms` from now (the
+    /// engine's intent lease when `None`). Refused once the operation ended: an abandoned
+    /// operation's owner can never renew it.
+    pub async fn heartbeat_operation(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+        lease_ms: Option<u64>,
+    ) -> Result<OperationView> {
+        validate::dataset_id(dataset_id)?;
+        validate::split_id(operation_id)?;
+        let lease_ms = match lease_ms {
+            Some(ms) => bounds::OPERATION_LEASE_MS.check(ms)? as i64,
+            None => self.options.intent_lease_ms,
+        };
+        let intent = self.live_intent(dataset_id, operation_id).await?;
+        let now = self.now_ms();
+        let renewed = Intent {
+            lease_expires_at_ms: now.saturating_add(lease_ms),
+            updated_at_ms: now,
+            ..intent.clone()
+        };
+        match self.catalog.update_intent(&renewed, intent.phase).await {
+            Ok(()) => Ok(self.view(&renewed, None, &[])),
+            Err(MendError::NotFound { .. }) => self.after_the_end(dataset_id, operation_id).await,
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Confirms and publishes an operation: every planned object must be in place as planned;
+    /// then the intent is confirmed, the splits published with the checkpoint delta, and the
+    /// intent deleted. Sent again after it landed, it answers the same result.
+    pub async fn publish_operation(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+    ) -> Result<OperationView> {
+        validate::dataset_id(dataset_id)?;
+        validate::split_id(operation_id)?;
+        self.pinned()
+            .publish_operation_pinned(dataset_id, operation_id)
+            .await
+    }
+
+    async fn publish_operation_pinned(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+    ) -> Result<OperationView> {
+        let mut intent = self.live_intent(dataset_id, operation_id).await?;
+        if intent.phase == IntentPhase::Armed {
+            let not_in_place = self.objects_not_in_place(&intent).await?;
+            if !not_in_place.is_empty() {
+                let listed: Vec<String> = not_in_place
+                    .iter()
+                    .map(|(id, status)| format!("{id} ({})", status_name(*status)))
+                    .collect();
+                return Err(MendError::failed_precondition(
+                    format!(
+                        "operation {operation_id} cannot publish: objects not in place as planned: {}; upload them first",
+                        listed.join(", ")
+                    ),
+                    not_in_place.into_iter().map(|(id, _)| id).collect(),
+                ));
+            }
+            let confirmed = Intent {
+                phase: IntentPhase::EffectsConfirmed,
+                updated_at_ms: self.now_ms(),
+                ..intent.clone()
+            };
+            let confirming = self.durably(
+                crate::faults::DurableStep::ConfirmIntent,
+                self.catalog.update_intent(&confirmed, IntentPhase::Armed),
+            );
+            match confirming.await {
+                Ok(()) => intent = confirmed,
+                Err(MendError::NotFound { .. }) => {
+                    return self.after_the_end(dataset_id, operation_id).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        let planned = intent
+            .effects
+            .publish
+            .clone()
+            .ok_or_else(|| MendError::Corrupt {
+                message: format!("operation {operation_id}'s intent plans no publish"),
+            })?;
+        let publish = PublishRequest {
+            dataset_id: dataset_id.to_string(),
+            staged_split_ids: planned.staged_split_ids,
+            replaced_split_ids: planned.replaced_split_ids,
+            checkpoint_delta: planned.checkpoint_delta,
+            publish_token: planned.publish_token,
+            fencing_epoch: None,
+        };
+        let key = publish_key(operation_id);
+        let published = self
+            .durably(
+                crate::faults::DurableStep::Publish,
+                self.publish_keyed(&publish, Some(&key)),
+            )
+            .await?;
+        self.finish_intent(dataset_id, operation_id).await?;
+        Ok(self.view(&intent, Some(published), &[]))
+    }
+
+    /// Rolls an operation back at once: its staged rows are marked, its objects deleted, its
+    /// rows deleted, its intent deleted. An operation that confirmed is past aborting (it
+    /// publishes); one that already ended answers as ended.
+    pub async fn abort_operation(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+    ) -> Result<OperationView> {
+        validate::dataset_id(dataset_id)?;
+        validate::split_id(operation_id)?;
+        let Some(intent) = self.find_intent(dataset_id, operation_id).await? else {
+            if let Some(published) = self.recorded_publish(dataset_id, operation_id).await? {
+                return Err(MendError::failed_precondition(
+                    format!(
+                        "operation {operation_id} published at manifest version {}: it cannot be aborted",
+                        published.manifest_version
+                    ),
+                    vec![operation_id.to_string()],
+                ));
+            }
+            return Ok(ended_view(dataset_id, operation_id));
+        };
+        if intent.phase != IntentPhase::Armed {
+            return Err(MendError::failed_precondition(
+                format!(
+                    "operation {operation_id} confirmed its effects: it is being published and cannot be aborted"
+                ),
+                vec![operation_id.to_string()],
+            ));
+        }
+        self.roll_back_own(&intent).await?;
+        Ok(ended_view(dataset_id, operation_id))
+    }
+
+    /// Undoes what an operation itself did: the rows its begin inserted (as recorded), while
+    /// still staged, and their objects where it wrote them; then its intent. A row published
+    /// meanwhile (recovery rolled the operation forward) keeps its row and object.
+    async fn roll_back_own(&self, intent: &Intent) -> Result<()> {
+        let (dataset_id, operation_id) = (&intent.dataset_id, &intent.operation_id);
+        let key = RequestKey {
+            key: step_key(operation_id, "stage"),
+            request_digest: String::new(),
+        };
+        let own: Vec<String> = match self.catalog.recorded_request(dataset_id, &key.key).await? {
+            Some(found) => {
+                let key = RequestKey {
+                    request_digest: found.request_digest.clone(),
+                    ..key
+                };
+                let staged: Vec<crate::model::StagedSplit> = found.replay(&key)?;
+                staged
+                    .into_iter()
+                    .filter(|split| split.outcome == StageOutcome::Inserted)
+                    .map(|split| split.split_id)
+                    .collect()
+            }
+            // The begin never staged: no row is the operation's.
+            None => Vec::new(),
+        };
+        if !own.is_empty() {
+            let now = self.now_ms();
+            self.catalog
+                .mark_stale_staged(dataset_id, &own, i64::MAX, now)
+                .await?;
+            let query = ListQuery {
+                split_ids: Some(own.clone()),
+                ..ListQuery::default()
+            };
+            let rows = self.catalog.list_splits(dataset_id, &query).await?.splits;
+            let marked: Vec<String> = rows
+                .iter()
+                .filter(|row| row.state == SplitState::MarkedForDeletion)
+                .map(|row| row.split_id.clone())
+                .collect();
+            let live = |id: &String| {
+                rows.iter()
+                    .any(|row| &row.split_id == id && row.state != SplitState::MarkedForDeletion)
+            };
+            for split_id in own.iter().filter(|id| !live(id)) {
+                let ours = self
+                    .objects
+                    .read_header(dataset_id, split_id)
+                    .await?
+                    .is_some_and(|(header, _)| {
+                        header.operation_id.as_deref() == Some(operation_id.as_str())
+                    });
+                if ours {
+                    self.objects.delete(dataset_id, split_id).await?;
+                }
+            }
+            if !marked.is_empty() {
+                self.catalog
+                    .delete_splits(dataset_id, &marked, self.now_ms())
+                    .await?;
+            }
+        }
+        self.finish_intent(dataset_id, operation_id).await
+    }
+
+    /// An operation's phase, each split's object, and what recovery would decide now.
+    pub async fn show_operation(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+    ) -> Result<OperationView> {
+        validate::dataset_id(dataset_id)?;
+        validate::split_id(operation_id)?;
+        let Some(intent) = self.find_intent(dataset_id, operation_id).await? else {
+            if let Some(published) = self.recorded_publish(dataset_id, operation_id).await? {
+                let mut view = ended_view(dataset_id, operation_id);
+                view.phase = OperationPhase::Published;
+                view.publish = Some(published);
+                return Ok(view);
+            }
+            if self
+                .catalog
+                .recorded_request(dataset_id, &step_key(operation_id, "stage"))
+                .await?
+                .is_some()
+            {
+                return Ok(ended_view(dataset_id, operation_id));
+            }
+            return Err(MendError::NotFound {
+                kind: EntityKind::Intent,
+                ids: vec![operation_id.to_string()],
+            });
+        };
+        let mut headers = Vec::with_capacity(intent.effects.objects.len());
+        for planned in &intent.effects.objects {
+            headers.push(self.planned_header(&intent, planned).await?);
+        }
+        let mut view = self.view(&intent, None, &headers);
+        for (split, planned) in view.splits.iter_mut().zip(&intent.effects.objects) {
+            split.object = Some(self.object_status(&intent, planned).await?);
+        }
+        let probe = self
+            .recover(dataset_id, mend_policy::RecoveryMode::Probe)
+            .await?;
+        view.recovery = probe
+            .intents
+            .into_iter()
+            .find(|report| report.operation_id == operation_id);
+        Ok(view)
+    }
+
+    /// The intent of an operation still in flight; the reason it is not, otherwise.
+    async fn live_intent(&self, dataset_id: &str, operation_id: &str) -> Result<Intent> {
+        match self.find_intent(dataset_id, operation_id).await? {
+            Some(intent) if matches!(intent.kind, OperationKind::Commit | OperationKind::Merge) => {
+                Ok(intent)
+            }
+            Some(intent) => Err(MendError::invalid(format!(
+                "operation {operation_id} is a {:?}, not a writer's commit or merge",
+                intent.kind
+            ))),
+            None => self.after_the_end(dataset_id, operation_id).await,
+        }
+    }
+
+    /// Why an operation with no intent cannot take another step.
+    async fn after_the_end<T>(&self, dataset_id: &str, operation_id: &str) -> Result<T> {
+        if let Some(published) = self.recorded_publish(dataset_id, operation_id).await? {
+            return Err(MendError::failed_precondition(
+                format!(
+                    "operation {operation_id} already published, at manifest version {}",
+                    published.manifest_version
+                ),
+                vec![operation_id.to_string()],
+            ));
+        }
+        let begun = self
+            .catalog
+            .recorded_request(dataset_id, &step_key(operation_id, "stage"))
+            .await?;
+        match begun {
+            Some(_) => Err(ended(dataset_id, operation_id)),
+            None => Err(MendError::NotFound {
+                kind: EntityKind::Intent,
+                ids: vec![operation_id.to_string()],
+            }),
+        }
+    }
+
+    async fn recorded_publish(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+    ) -> Result<Option<PublishResult>> {
+        let key = publish_key(operation_id);
+        self.catalog
+            .recorded_request(dataset_id, &key.key)
+            .await?
+            .map(|found| found.replay(&key))
+            .transpose()
+    }
+
+    async fn find_intent(&self, dataset_id: &str, operation_id: &str) -> Result<Option<Intent>> {
+        Ok(self
+            .catalog
+            .list_intents(dataset_id)
+            .await?
+            .into_iter()
+            .find(|intent| intent.operation_id == operation_id))
+    }
+
+    /// The header an operation's object carries: a function of the intent and the dataset.
+    async fn planned_header(
+        &self,
+        intent: &Intent,
+        planned: &PlannedObject,
+    ) -> Result<SplitObjectHeader> {
+        let dataset = self.catalog.dataset(&intent.dataset_id).await?;
+        let metadata_json = intent
+            .effects
+            .stage
+            .iter()
+            .find(|row| row.split_id == planned.split_id)
+            .map(|row| row.metadata_json.clone())
+            .unwrap_or_default();
+        let mut header = SplitObjectHeader {
+            format_version: HEADER_FORMAT_VERSION,
+            dataset_id: intent.dataset_id.clone(),
+            dataset_uid: dataset.uid,
+            split_id: planned.split_id.clone(),
+            node: intent.owner.clone(),
+            metadata_json,
+            operation_id: Some(intent.operation_id.clone()),
+            payload_size: 0,
+            payload_sha256: planned.checksum.clone(),
+        };
+        let bare = format::encoded_len(&header, 0);
+        header.payload_size = payload_size_for(planned.size, bare);
+        if format::encoded_len(&header, header.payload_size as usize) != planned.size {
+            return Err(MendError::Corrupt {
+                message: format!(
+                    "operation {}: the planned object of split {} does not match its header",
+                    intent.operation_id, planned.split_id
+                ),
+            });
+        }
+        Ok(header)
+    }
+
+    async fn object_status(
+        &self,
+        intent: &Intent,
+        planned: &PlannedObject,
+    ) -> Result<ObjectStatus> {
+        let found = self
+            .objects
+            .read_header(&intent.dataset_id, &planned.split_id)
+            .await?;
+        Ok(match found {
+            None => ObjectStatus::Missing,
+            Some((header, size))
+                if size == planned.size
+                    && header.payload_sha256 == planned.checksum
+                    && header.operation_id.as_deref() == Some(intent.operation_id.as_str()) =>
+            {
+                ObjectStatus::Present
+            }
+            Some(_) => ObjectStatus::Different,
+        })
+    }
+
+    /// The planned objects not in place, with what was found; several looked at at once.
+    async fn objects_not_in_place(&self, intent: &Intent) -> Result<Vec<(String, ObjectStatus)>> {
+        let looked: Vec<Result<(String, ObjectStatus)>> =
+            futures::stream::iter(intent.effects.objects.iter().map(|planned| async move {
+                let status = self.object_status(intent, planned).await?;
+                Ok((planned.split_id.clone(), status))
+            }))
+            .buffer_unordered(crate::objects::EXISTENCE_CHECKS_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut not_in_place = Vec::new();
+        for entry in looked {
+            let (id, status) = entry?;
+            if status != ObjectStatus::Present {
+                not_in_place.push((id, status));
+            }
+        }
+        not_in_place.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(not_in_place)
+    }
+
+    /// The writer's view of an intent, with a split for each of `headers` (begin and show
+    /// list the splits; heartbeat and publish answers do not).
+    fn view(
+        &self,
+        intent: &Intent,
+        publish: Option<PublishResult>,
+        headers: &[SplitObjectHeader],
+    ) -> OperationView {
+        let splits = headers
+            .iter()
+            .map(|header| OperationSplit {
+                split_id: header.split_id.clone(),
+                size: header.payload_size,
+                sha256: header.payload_sha256.clone(),
+                object_size: format::encoded_len(header, header.payload_size as usize),
+                object_path: self
+                    .objects
+                    .path(&intent.dataset_id, &header.split_id)
+                    .to_string(),
+                header_json: serde_json::to_string(header).expect("headers serialise"),
+                object: None,
+            })
+            .collect();
+        OperationView {
+            dataset_id: intent.dataset_id.clone(),
+            operation_id: intent.operation_id.clone(),
+            kind: match intent.kind {
+                OperationKind::Merge => ExternalKind::Merge,
+                _ => ExternalKind::Commit,
+            },
+            phase: match (&publish, intent.phase) {
+                (Some(_), _) => OperationPhase::Published,
+                (None, IntentPhase::Armed) => OperationPhase::Armed,
+                (None, _) => OperationPhase::EffectsConfirmed,
+            },
+            owner: Some(intent.owner.clone()),
+            lease_expires_at_ms: Some(intent.lease_expires_at_ms),
+            splits,
+            publish,
+            recovery: None,
+        }
+    }
+
+    /// Checks a begin before anything is read: ids, sizes, checksums, metadata, the delta and
+    /// the merge's replaced splits, and the limits.
+    fn check_begin(&self, request: &BeginOperation) -> Result<CheckedBegin> {
+        validate::dataset_id(&request.dataset_id)?;
+        validate::node(&request.node)?;
+        if let Some(id) = &request.operation_id {
+            validate::split_id(id).map_err(|_| {
+                MendError::invalid(format!(
+                    "operation id {:?} is invalid: use 1 to 128 of A-Z a-z 0-9 . _ -, starting with a letter or digit",
+                    validate::truncated(id, 64)
+                ))
+            })?;
+        }
+        if let Some(ms) = request.lease_ms {
+            bounds::OPERATION_LEASE_MS.check(ms)?;
+        }
+        if request.splits.is_empty() {
+            return Err(MendError::invalid("an operation plans at least one split"));
+        }
+        match request.kind {
+            ExternalKind::Commit if !request.replaced_split_ids.is_empty() => {
+                return Err(MendError::invalid(
+                    "a commit replaces nothing: begin a merge to replace splits",
+                ));
+            }
+            ExternalKind::Merge if request.replaced_split_ids.is_empty() => {
+                return Err(MendError::invalid(
+                    "a merge replaces at least one split; publish new splits with a commit",
+                ));
+            }
+            ExternalKind::Merge if request.checkpoint_delta.is_some() => {
+                return Err(MendError::invalid(
+                    "a merge carries no checkpoint delta: it moves no data in",
+                ));
+            }
+            _ => {}
+        }
+        let stage = StageRequest {
+            dataset_id: request.dataset_id.clone(),
+            mode: StageMode::CreateOnly,
+            node: request.node.clone(),
+            splits: request
+                .splits
+                .iter()
+                .map(|split| StageSplit {
+                    split_id: split.split_id.clone(),
+                    metadata_json: split.metadata_json.clone(),
+                })
+                .collect(),
+        };
+        validate::stage_request(&stage, self.stage_limits())?;
+        let mut seen = BTreeSet::new();
+        if let Some(twice) = request
+            .splits
+            .iter()
+            .find(|split| !seen.insert(split.split_id.as_str()))
+        {
+            return Err(MendError::invalid(format!(
+                "split {} appears twice in one operation",
+                twice.split_id
+            )));
+        }
+        let publish = PublishRequest {
+            dataset_id: request.dataset_id.clone(),
+            staged_split_ids: request.splits.iter().map(|s| s.split_id.clone()).collect(),
+            replaced_split_ids: request.replaced_split_ids.clone(),
+            checkpoint_delta: request.checkpoint_delta.clone(),
+            publish_token: request.publish_token.clone(),
+            fencing_epoch: None,
+        };
+        validate::publish_request(&publish, self.options.max_stage_batch)?;
+        let headers = request
+            .splits
+            .iter()
+            .map(|split| {
+                bounds::OBJECT_PAYLOAD_BYTES.check(split.size)?;
+                Ok(SplitObjectHeader {
+                    format_version: HEADER_FORMAT_VERSION,
+                    dataset_id: request.dataset_id.clone(),
+                    dataset_uid: String::new(),
+                    split_id: split.split_id.clone(),
+                    node: request.node.clone(),
+                    metadata_json: split.metadata_json.clone(),
+                    operation_id: None,
+                    payload_size: split.size,
+                    payload_sha256: checksum(&split.split_id, &split.sha256)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(CheckedBegin { headers })
+    }
+
+    /// A stage under a recorded key, the key given whole (an operation's own).
+    async fn stage_with_key(&self, stage: &StageRequest, key: &RequestKey) -> Result<StageResult> {
+        self.stage_keyed(stage, Some(key)).await
+    }
+}
+
+struct CheckedBegin {
+    /// Each split's object header, but for the dataset uid and the operation id.
+    headers: Vec<SplitObjectHeader>,
+}
+
+/// Whether two intents plan the same operation (a begin sent again), whatever their times.
+fn same_plan(stored: &Intent, requested: &Intent) -> bool {
+    stored.kind == requested.kind
+        && stored.owner == requested.owner
+        && stored.effects.stage == requested.effects.stage
+        && stored.effects.publish == requested.effects.publish
+        && stored
+            .effects
+            .objects
+            .iter()
+            .map(|o| (&o.split_id, &o.checksum))
+            .eq(requested
+                .effects
+                .objects
+                .iter()
+                .map(|o| (&o.split_id, &o.checksum)))
+}
+
+fn publish_key(operation_id: &str) -> RequestKey {
+    RequestKey::new(step_key(operation_id, "publish"), &operation_id)
+}
+
+fn internal_kind(kind: ExternalKind) -> OperationKind {
+    match kind {
+        ExternalKind::Commit => OperationKind::Commit,
+        ExternalKind::Merge => OperationKind::Merge,
+    }
+}
+
+fn ended(dataset_id: &str, operation_id: &str) -> MendError {
+    MendError::failed_precondition(
+        format!(
+            "operation {operation_id} of dataset {dataset_id} has ended without publishing: it was aborted, abandoned by recovery after its lease ran out, or could not take its rows; nothing of it is visible. Begin a new operation with a new id"
+        ),
+        vec![operation_id.to_string()],
+    )
+}
+
+fn ended_view(dataset_id: &str, operation_id: &str) -> OperationView {
+    OperationView {
+        dataset_id: dataset_id.to_string(),
+        operation_id: operation_id.to_string(),
+        kind: ExternalKind::Commit,
+        phase: OperationPhase::Ended,
+        owner: None,
+        lease_expires_at_ms: None,
+        splits: Vec::new(),
+        publish: None,
+        recovery: None,
+    }
+}
+
+fn status_name(status: ObjectStatus) -> &'static str {
+    match status {
+        ObjectStatus::Missing => "missing",
+        ObjectStatus::Present => "present",
+        ObjectStatus::Different => "different: another size, checksum or operation",
+    }
+}
+
+/// The payload size of an object of `object_size` bytes whose header, with a payload size of
+/// 0, encodes to `bare` bytes: the header's own length grows with the digits of the size.
+fn payload_size_for(object_size: u64, bare: u64) -> u64 {
+    // "payload_size":0 is one digit; each further digit of the real size adds a byte.
+    let mut payload = object_size.saturating_sub(bare);
+    for _ in 0..20 {
+        let digits = payload.max(1).ilog10() as u64 + 1;
+        let candidate = object_size.saturating_sub(bare + digits - 1);
+        if candidate == payload {
+            break;
+        }
+        payload = candidate;
+    }
+    payload
+}
+
+/// `sha256:<hex>` from `sha256:<hex>` or bare hex, lower-cased; refused otherwise.
+fn checksum(split_id: &str, given: &str) -> Result<String> {
+    let hex = given.strip_prefix("sha256:").unwrap_or(given);
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(MendError::invalid(format!(
+            "split {split_id}: sha256 {:?} is invalid: give 64 hex digits, optionally prefixed `sha256:`",
+            validate::truncated(given, 80)
+        )));
+    }
+    Ok(format!("sha256:{}", hex.to_ascii_lowercase()))
+}
+
+/// Counts and hashes a payload as it streams, against the size and checksum planned.
+struct PayloadCheck {
+    split_id: String,
+    expected_size: u64,
+    expected_sha256: String,
+    seen: u64,
+    hasher: sha2::Sha256,
+}
+
+impl PayloadCheck {
+    fn new(header: &SplitObjectHeader) -> Self {
+        use sha2::Digest;
+        Self {
+            split_id: header.split_id.clone(),
+            expected_size: header.payload_size,
+            expected_sha256: header.payload_sha256.clone(),
+            seen: 0,
+            hasher: sha2::Sha256::new(),
+        }
+    }
+
+    fn feed(&mut self, chunk: &[u8]) -> Result<()> {
+        use sha2::Digest;
+        self.seen = self.seen.saturating_add(chunk.len() as u64);
+        if self.seen > self.expected_size {
+            return Err(MendError::invalid(format!(
+                "split {}: the upload is longer than the {} bytes planned; nothing was written",
+                self.split_id, self.expected_size
+            )));
+        }
+        self.hasher.update(chunk);
+        Ok(())
+    }
+
+    fn finish(self) -> Result<()> {
+        use sha2::Digest;
+        if self.seen != self.expected_size {
+            return Err(MendError::invalid(format!(
+                "split {}: the upload has {} bytes, {} were planned; nothing was written",
+                self.split_id, self.seen, self.expected_size
+            )));
+        }
+        let hex: String = self
+            .hasher
+            .finalize()
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        let actual = format!("sha256:{hex}");
+        if actual != self.expected_sha256 {
+            return Err(MendError::invalid(format!(
+                "split {}: the upload's sha256 is {actual}, {} was planned; nothing was written",
+                self.split_id, self.expected_sha256
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_payload_size_is_recovered_from_the_object_size_whatever_its_digits() {
+        let header = |size: u64| SplitObjectHeader {
+            format_version: HEADER_FORMAT_VERSION,
+            dataset_id: "ds".into(),
+            dataset_uid: "uid".into(),
+            split_id: "s1".into(),
+            node: "n".into(),
+            metadata_json: "{}".into(),
+            operation_id: Some("op".into()),
+            payload_size: size,
+            payload_sha256: "sha256:00".into(),
+        };
+        let bare = format::encoded_len(&header(0), 0);
+        for size in [
+            0,
+            1,
+            9,
+            10,
+            99,
+            100,
+            12_345,
+            1 << 20,
+            999_999_999_999,
+            5 << 40,
+        ] {
+            let object = format::encoded_len(&header(size), size as usize);
+            assert_eq!(
+                payload_size_for(object, bare),
+                size,
+                "payload of {size} bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn checksums_are_normalised_and_bad_ones_refused() {
+        let hex = "AB".repeat(32);
+        assert_eq!(
+            checksum("s", &hex).unwrap(),
+            format!("sha256:{}", "ab".repeat(32))
+        );
+        assert!(checksum("s", &format!("sha256:{hex}")).is_ok());
+        for bad in ["", "sha256:", "xyz", &"a".repeat(63), &"g".repeat(64)] {
+            assert!(checksum("s", bad).is_err(), "{bad:?}");
+        }
+    }
+}
