@@ -911,11 +911,18 @@ impl Engine {
 
     /// The planned objects not in place, with what was found; several looked at at once.
     async fn objects_not_in_place(&self, intent: &Intent) -> Result<Vec<(String, ObjectStatus)>> {
-        let looked: Vec<Result<(String, ObjectStatus)>> =
-            futures::stream::iter(intent.effects.objects.iter().map(|planned| async move {
+        // The futures are made up front: a stream mapping borrowed objects lazily would make
+        // this future not `Send` for every lifetime, and so not spawnable by the server.
+        let looking: Vec<_> = intent
+            .effects
+            .objects
+            .iter()
+            .map(|planned| async move {
                 let status = self.object_status(intent, planned).await?;
-                Ok((planned.split_id.clone(), status))
-            }))
+                Ok::<_, MendError>((planned.split_id.clone(), status))
+            })
+            .collect();
+        let looked: Vec<Result<(String, ObjectStatus)>> = futures::stream::iter(looking)
             .buffer_unordered(crate::objects::EXISTENCE_CHECKS_IN_FLIGHT)
             .collect()
             .await;

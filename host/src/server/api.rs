@@ -15,7 +15,7 @@ use axum::extract::{MatchedPath, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use mend_policy::RecoveryMode;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -25,6 +25,7 @@ use super::admin;
 use super::body::JsonBody;
 pub(super) use super::body::parse;
 use super::limits::{BodyLimit, read_body};
+use super::operations;
 use super::writes::{Refused, WriteTicket, Writes};
 use crate::error::MendError;
 use crate::model::{
@@ -71,7 +72,30 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/datasets/{dataset}/verify", get(verify))
         .route("/v1/policy", get(active_policy))
         .route("/v1/policy/rollback", post(admin::rollback_policy))
+        .route("/v1/datasets/{dataset}/operations", post(operations::begin))
+        .route(
+            "/v1/datasets/{dataset}/operations/{operation}",
+            get(operations::show),
+        )
+        .route(
+            "/v1/datasets/{dataset}/operations/{operation}/heartbeat",
+            post(operations::heartbeat),
+        )
+        .route(
+            "/v1/datasets/{dataset}/operations/{operation}/publish",
+            post(operations::publish),
+        )
+        .route(
+            "/v1/datasets/{dataset}/operations/{operation}/abort",
+            post(operations::abort),
+        )
         .layer(middleware::from_fn_with_state(body, read_body));
+    // An object upload streams: its cap is the size its operation planned, its deadline one
+    // per chunk (see `operations`).
+    let upload_routes = Router::new().route(
+        "/v1/datasets/{dataset}/operations/{operation}/splits/{split}",
+        put(operations::upload),
+    );
     // A component upload has a cap of its own.
     let admin_routes = Router::new()
         .route("/v1/policy/replay", post(admin::replay_policy))
@@ -79,6 +103,7 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
         .layer(middleware::from_fn_with_state(admin_body, read_body));
     routes
         .merge(admin_routes)
+        .merge(upload_routes)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             shared.clone(),
@@ -253,7 +278,7 @@ pub(super) fn ok(value: &impl serde::Serialize) -> ApiResult {
 }
 
 /// Refuses requests for a dataset its supervisor found it cannot serve.
-fn served(shared: &Shared, dataset_id: &str) -> Result<(), ApiError> {
+pub(super) fn served(shared: &Shared, dataset_id: &str) -> Result<(), ApiError> {
     match shared.supervisors.health(dataset_id) {
         Some(health) => match health.unavailable {
             Some(reason) => Err(ApiError::dataset_unavailable(dataset_id, &reason)),
@@ -264,7 +289,7 @@ fn served(shared: &Shared, dataset_id: &str) -> Result<(), ApiError> {
 }
 
 /// Maps an engine error, waking the dataset's supervisor when the error is its business.
-fn engine_error(shared: &Shared, dataset_id: &str, error: MendError) -> ApiError {
+pub(super) fn engine_error(shared: &Shared, dataset_id: &str, error: MendError) -> ApiError {
     if matches!(
         error,
         MendError::RecoveryRequired { .. } | MendError::Corrupt { .. }
@@ -282,7 +307,7 @@ pub(super) fn admit(shared: &Shared, dataset_id: Option<&str>) -> Result<WriteTi
 
 /// Admits a write on `dataset_id` and runs it to its end, whatever becomes of the request.
 /// With `in_the_way`, the write first waits for no unresolved operation naming those splits.
-async fn write<T, F>(
+pub(super) async fn write<T, F>(
     shared: &Arc<Shared>,
     dataset_id: &str,
     in_the_way: Option<&[String]>,
@@ -735,12 +760,32 @@ impl Stage {
     }
 }
 
-async fn stage(State(shared): AppState, Path(dataset_id): Path<String>, body: Bytes) -> ApiResult {
+/// The `Idempotency-Key` header, if the request carries one.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    match headers.get("idempotency-key") {
+        None => Ok(None),
+        Some(value) => value
+            .to_str()
+            .map(|key| Some(key.to_owned()))
+            .map_err(|_| ApiError::bad_request("the Idempotency-Key header is not visible ASCII")),
+    }
+}
+
+async fn stage(
+    State(shared): AppState,
+    Path(dataset_id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
     let request = parse::<Stage>(&body)?.into_request(dataset_id.clone());
+    let key = idempotency_key(&headers)?;
     let ids: Vec<String> = request.splits.iter().map(|s| s.split_id.clone()).collect();
     let engine = shared.engine.clone();
     let result = write(&shared, &dataset_id, Some(&ids), async move {
-        engine.stage(&request).await
+        match key {
+            Some(key) => engine.stage_recorded(&request, &key).await,
+            None => engine.stage(&request).await,
+        }
     })
     .await;
     match &result {
@@ -797,9 +842,11 @@ impl Publish {
 async fn publish(
     State(shared): AppState,
     Path(dataset_id): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult {
     let request = parse::<Publish>(&body)?.into_request(dataset_id.clone());
+    let key = idempotency_key(&headers)?;
     let ids: Vec<String> = request
         .staged_split_ids
         .iter()
@@ -808,7 +855,10 @@ async fn publish(
         .collect();
     let engine = shared.engine.clone();
     let result = write(&shared, &dataset_id, Some(&ids), async move {
-        engine.publish(&request).await
+        match key {
+            Some(key) => engine.publish_recorded(&request, &key).await,
+            None => engine.publish(&request).await,
+        }
     })
     .await;
     match &result {

@@ -25,6 +25,7 @@ pub(crate) mod body;
 mod connections;
 mod limits;
 pub mod metrics;
+mod operations;
 pub mod supervisor;
 pub mod writes;
 

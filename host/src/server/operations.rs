@@ -1,0 +1,224 @@
+//! The operation routes: the crash-safe commit protocol for writers in other processes
+//! ([`crate::engine::Engine::begin_operation`] and the steps after it).
+//!
+//! | method and path                                              | step      |
+//! |--------------------------------------------------------------|-----------|
+//! | `POST /v1/datasets/{d}/operations`                           | begin     |
+//! | `PUT  /v1/datasets/{d}/operations/{op}/splits/{split}`       | upload one object, the body streamed |
+//! | `POST /v1/datasets/{d}/operations/{op}/heartbeat`            | heartbeat |
+//! | `POST /v1/datasets/{d}/operations/{op}/publish`              | confirm and publish |
+//! | `POST /v1/datasets/{d}/operations/{op}/abort`                | abort     |
+//! | `GET  /v1/datasets/{d}/operations/{op}`                      | show      |
+//!
+//! The operation id is every step's idempotency key: each is safe to send again.
+//!
+//! An upload's body is never held whole: it streams into the store (one part of at most
+//! [`SINGLE_PUT_BYTES`](crate::engine::SINGLE_PUT_BYTES) at a time), capped by the size
+//! the operation planned, and each chunk must arrive within `serve.body_read_timeout_ms` of
+//! the one before (a slow but steady upload of a large object is not cut off; a stalled one
+//! is).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use futures::{Stream, StreamExt};
+use serde::Deserialize;
+
+use super::Shared;
+use super::api::{ApiResult, engine_error, ok, parse, write};
+use super::body::JsonBody;
+use crate::engine::{BeginOperation, ExternalKind, PlannedSplit};
+use crate::error::MendError;
+use crate::model::CheckpointDelta;
+
+type AppState = State<Arc<Shared>>;
+
+/// A begin's body: [`BeginOperation`] without the dataset, which the path names.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Begin {
+    #[serde(default)]
+    operation_id: Option<String>,
+    kind: ExternalKind,
+    node: String,
+    #[serde(default)]
+    lease_ms: Option<u64>,
+    splits: Vec<PlannedSplit>,
+    #[serde(default)]
+    checkpoint_delta: Option<CheckpointDelta>,
+    #[serde(default)]
+    replaced_split_ids: Vec<String>,
+    #[serde(default)]
+    publish_token: Option<String>,
+}
+
+impl JsonBody for Begin {
+    const SHAPE: &'static str = r#"{"operation_id"?: ID, "kind": "commit"|"merge", "node": STRING, "lease_ms"?: MS, "splits": [{"split_id": ID, "metadata_json": STRING, "size": BYTES, "sha256": HEX}], "checkpoint_delta"?: {...}, "replaced_split_ids"?: [ID], "publish_token"?: STRING}"#;
+    const FIELDS: &'static [(&'static str, &'static str)] = &[
+        (
+            "operation_id",
+            "an id of your choosing (1 to 128 of A-Z a-z 0-9 . _ -): it makes the begin safe to retry",
+        ),
+        ("kind", r#""commit" or "merge""#),
+        ("node", "a string naming the writer"),
+        ("lease_ms", "milliseconds, 1000 to 604800000"),
+        (
+            "splits",
+            r#"an array of {"split_id": ID, "metadata_json": STRING (a JSON object as text), "size": BYTES, "sha256": HEX}"#,
+        ),
+        (
+            "checkpoint_delta",
+            r#"an object {"source": STRING, "partitions": [{"partition": STRING, "from_position": POSITION|null, "to_position": POSITION}]}"#,
+        ),
+        ("replaced_split_ids", "an array of split ids (a merge's)"),
+        ("publish_token", "a string"),
+    ];
+}
+
+impl Begin {
+    pub(crate) fn into_request(self, dataset_id: String) -> BeginOperation {
+        BeginOperation {
+            dataset_id,
+            operation_id: self.operation_id,
+            kind: self.kind,
+            node: self.node,
+            lease_ms: self.lease_ms,
+            splits: self.splits,
+            checkpoint_delta: self.checkpoint_delta,
+            replaced_split_ids: self.replaced_split_ids,
+            publish_token: self.publish_token,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Heartbeat {
+    #[serde(default)]
+    lease_ms: Option<u64>,
+}
+
+impl JsonBody for Heartbeat {
+    const SHAPE: &'static str = r#"{"lease_ms"?: MS}"#;
+    const FIELDS: &'static [(&'static str, &'static str)] =
+        &[("lease_ms", "milliseconds, 1000 to 604800000")];
+}
+
+pub(super) async fn begin(
+    State(shared): AppState,
+    Path(dataset_id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    let request = parse::<Begin>(&body)?.into_request(dataset_id.clone());
+    let engine = shared.engine.clone();
+    ok(&write(&shared, &dataset_id, None, async move {
+        engine.begin_operation(&request).await
+    })
+    .await?)
+}
+
+pub(super) async fn upload(
+    State(shared): AppState,
+    Path((dataset_id, operation_id, split_id)): Path<(String, String, String)>,
+    body: Body,
+) -> ApiResult {
+    let engine = shared.engine.clone();
+    let idle = shared.options.limits.body_read_timeout;
+    let payload = chunks_within(body, idle);
+    let dataset = dataset_id.clone();
+    ok(&write(&shared, &dataset_id, None, async move {
+        engine
+            .upload_object(&dataset, &operation_id, &split_id, payload)
+            .await
+    })
+    .await?)
+}
+
+pub(super) async fn heartbeat(
+    State(shared): AppState,
+    Path((dataset_id, operation_id)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult {
+    let request: Heartbeat = parse(&body)?;
+    let engine = shared.engine.clone();
+    let dataset = dataset_id.clone();
+    ok(&write(&shared, &dataset_id, None, async move {
+        engine
+            .heartbeat_operation(&dataset, &operation_id, request.lease_ms)
+            .await
+    })
+    .await?)
+}
+
+pub(super) async fn publish(
+    State(shared): AppState,
+    Path((dataset_id, operation_id)): Path<(String, String)>,
+) -> ApiResult {
+    let engine = shared.engine.clone();
+    let dataset = dataset_id.clone();
+    let result = write(&shared, &dataset_id, None, async move {
+        engine.publish_operation(&dataset, &operation_id).await
+    })
+    .await;
+    if result.is_ok() {
+        shared.metrics.decision("publish", "accepted", 1);
+    }
+    ok(&result?)
+}
+
+pub(super) async fn abort(
+    State(shared): AppState,
+    Path((dataset_id, operation_id)): Path<(String, String)>,
+) -> ApiResult {
+    let engine = shared.engine.clone();
+    let dataset = dataset_id.clone();
+    ok(&write(&shared, &dataset_id, None, async move {
+        engine.abort_operation(&dataset, &operation_id).await
+    })
+    .await?)
+}
+
+pub(super) async fn show(
+    State(shared): AppState,
+    Path((dataset_id, operation_id)): Path<(String, String)>,
+) -> ApiResult {
+    let view = shared
+        .engine
+        .show_operation(&dataset_id, &operation_id)
+        .await
+        .map_err(|error| engine_error(&shared, &dataset_id, error))?;
+    ok(&view)
+}
+
+/// The body's chunks, each of which must arrive within `idle` of the one before.
+fn chunks_within(
+    body: Body,
+    idle: Duration,
+) -> impl Stream<Item = Result<Bytes, MendError>> + Send + Unpin + 'static {
+    let chunks = body.into_data_stream();
+    Box::pin(futures::stream::unfold(
+        Some(chunks),
+        move |state| async move {
+            let mut chunks = state?;
+            match tokio::time::timeout(idle, chunks.next()).await {
+                Ok(None) => None,
+                Ok(Some(Ok(bytes))) => Some((Ok(bytes), Some(chunks))),
+                Ok(Some(Err(error))) => Some((
+                    Err(MendError::invalid(format!(
+                        "the upload broke off: {error}; nothing was written"
+                    ))),
+                    None,
+                )),
+                Err(_elapsed) => Some((
+                    Err(MendError::invalid(format!(
+                        "the upload stalled: no bytes for {} ms (serve.body_read_timeout_ms); nothing was written",
+                        idle.as_millis()
+                    ))),
+                    None,
+                )),
+            }
+        },
+    ))
+}
