@@ -585,8 +585,14 @@ impl Engine {
         dataset_id: &str,
         operation_id: &str,
     ) -> Result<OperationView> {
+        // Sent again after it landed (by its writer or rolled forward by recovery): the
+        // recorded result, whether or not the intent is still there.
+        if let Some(published) = self.recorded_publish(dataset_id, operation_id).await? {
+            return Ok(published_view(dataset_id, operation_id, published));
+        }
         let mut intent = self.live_intent(dataset_id, operation_id).await?;
         if intent.phase == IntentPhase::Armed {
+            self.check_delta_applies(&intent).await?;
             let not_in_place = self.objects_not_in_place(&intent).await?;
             if !not_in_place.is_empty() {
                 let listed: Vec<String> = not_in_place
@@ -642,6 +648,34 @@ impl Engine {
             .await?;
         self.finish_intent(dataset_id, operation_id).await?;
         Ok(self.view(&intent, Some(published), &[]))
+    }
+
+    /// Refuses, before the intent is confirmed, a publish whose checkpoint delta no longer
+    /// starts at the current positions: confirmed, the operation could no longer be aborted by
+    /// its writer, and its publish would never apply. (A delta overtaken between this check
+    /// and the publish is left to recovery, which treats it as settled or blocked.)
+    async fn check_delta_applies(&self, intent: &Intent) -> Result<()> {
+        let Some(delta) = intent
+            .effects
+            .publish
+            .as_ref()
+            .and_then(|publish| publish.checkpoint_delta.as_ref())
+        else {
+            return Ok(());
+        };
+        let dataset = self.catalog.dataset(&intent.dataset_id).await?;
+        crate::catalog::checkpoint_after(&dataset.checkpoint, delta).map(|_| ()).map_err(|error| {
+            MendError::failed_precondition(
+                format!(
+                    "operation {} cannot publish: {error}; nothing was confirmed: abort it, read the checkpoint again and begin a new operation",
+                    intent.operation_id
+                ),
+                match error {
+                    MendError::FailedPrecondition { ids, .. } => ids,
+                    _ => Vec::new(),
+                },
+            )
+        })
     }
 
     /// Rolls an operation back at once: its staged rows are marked, its objects deleted, its
@@ -753,10 +787,7 @@ impl Engine {
         validate::split_id(operation_id)?;
         let Some(intent) = self.find_intent(dataset_id, operation_id).await? else {
             if let Some(published) = self.recorded_publish(dataset_id, operation_id).await? {
-                let mut view = ended_view(dataset_id, operation_id);
-                view.phase = OperationPhase::Published;
-                view.publish = Some(published);
-                return Ok(view);
+                return Ok(published_view(dataset_id, operation_id, published));
             }
             if self
                 .catalog
@@ -1093,12 +1124,12 @@ fn same_plan(stored: &Intent, requested: &Intent) -> bool {
             .effects
             .objects
             .iter()
-            .map(|o| (&o.split_id, &o.checksum))
+            .map(|o| (&o.split_id, &o.checksum, o.size))
             .eq(requested
                 .effects
                 .objects
                 .iter()
-                .map(|o| (&o.split_id, &o.checksum)))
+                .map(|o| (&o.split_id, &o.checksum, o.size)))
 }
 
 fn publish_key(operation_id: &str) -> RequestKey {
@@ -1132,6 +1163,14 @@ fn ended_view(dataset_id: &str, operation_id: &str) -> OperationView {
         splits: Vec::new(),
         publish: None,
         recovery: None,
+    }
+}
+
+fn published_view(dataset_id: &str, operation_id: &str, published: PublishResult) -> OperationView {
+    OperationView {
+        phase: OperationPhase::Published,
+        publish: Some(published),
+        ..ended_view(dataset_id, operation_id)
     }
 }
 

@@ -1,0 +1,421 @@
+//! The operation protocol for writers in other processes, on every backend: begin, upload,
+//! heartbeat, publish, abort, show; every step sent twice answers what it answered once; bad
+//! bytes write nothing; a writer may upload an object itself in the documented format; a
+//! publish under an idempotency key answers its result again.
+
+use bytes::Bytes;
+use futures::stream;
+use mend::MendError;
+use mend::engine::{
+    BeginOperation, ExternalKind, ObjectStatus, OperationPhase, PlannedSplit, SINGLE_PUT_BYTES,
+};
+use mend::model::{
+    CheckpointDelta, PartitionDelta, PublishRequest, SplitState, StageMode, StageRequest,
+    StageSplit,
+};
+use mend::objects::format::{self, sha256};
+use mend_tests::{Backend, Harness};
+use object_store::path::Path;
+
+fn payload(split_id: &str, len: usize) -> Vec<u8> {
+    split_id.bytes().cycle().take(len).collect()
+}
+
+fn plan(dataset_id: &str, operation_id: &str, splits: &[(&str, &[u8])], to: u64) -> BeginOperation {
+    BeginOperation {
+        dataset_id: dataset_id.into(),
+        operation_id: Some(operation_id.into()),
+        kind: ExternalKind::Commit,
+        node: "indexer-7".into(),
+        lease_ms: Some(60_000),
+        splits: splits
+            .iter()
+            .map(|(id, bytes)| PlannedSplit {
+                split_id: (*id).into(),
+                metadata_json: r#"{"num_docs": 3}"#.into(),
+                size: bytes.len() as u64,
+                sha256: sha256(bytes),
+            })
+            .collect(),
+        checkpoint_delta: Some(CheckpointDelta {
+            source: "kafka".into(),
+            partitions: vec![PartitionDelta {
+                partition: "p0".into(),
+                from_position: (to > 10).then_some(to - 10),
+                to_position: to,
+            }],
+        }),
+        replaced_split_ids: Vec::new(),
+        publish_token: None,
+    }
+}
+
+/// `bytes` as a body arriving in chunks of `chunk` bytes.
+fn body(
+    bytes: &[u8],
+    chunk: usize,
+) -> impl futures::Stream<Item = Result<Bytes, MendError>> + Send + Unpin + use<> {
+    let chunks: Vec<Result<Bytes, MendError>> = bytes
+        .chunks(chunk.max(1))
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    stream::iter(chunks)
+}
+
+async fn object_payload(h: &Harness, dataset_id: &str, split_id: &str) -> Vec<u8> {
+    let (store, _) = h.engine.objects().store();
+    let path = h.engine.objects().path(dataset_id, split_id);
+    let bytes = store.get(&path).await.unwrap().bytes().await.unwrap();
+    let (header, payload) = format::decode(&bytes).expect("a whole split object");
+    assert_eq!(header.split_id, split_id);
+    payload.to_vec()
+}
+
+#[tokio::test]
+async fn a_writer_commits_step_by_step_and_every_step_is_safe_to_send_again() {
+    let mut checked = 0;
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("ops").await;
+        let (a, b) = (payload("a", 1000), payload("b", 70_000));
+        let request = plan(&ds, "op-1", &[("s-a", &a), ("s-b", &b)], 10);
+
+        let begun = engine.begin_operation(&request).await.unwrap();
+        assert_eq!(begun.phase, OperationPhase::Armed, "{backend}");
+        assert_eq!(begun.splits.len(), 2);
+        // A begin sent again resumes the same operation.
+        let again = engine.begin_operation(&request).await.unwrap();
+        assert_eq!(again.splits, begun.splits, "{backend}");
+        let rows = h.rows(&ds).await;
+        assert!(rows.iter().all(|row| row.state == SplitState::Staged));
+
+        // Publishing before the objects are in place names them and changes nothing.
+        let error = engine.publish_operation(&ds, "op-1").await.unwrap_err();
+        assert!(
+            matches!(&error, MendError::FailedPrecondition { ids, .. } if ids == &["s-a", "s-b"]),
+            "{backend}: {error:?}"
+        );
+
+        let uploaded = engine
+            .upload_object(&ds, "op-1", "s-a", body(&a, 333))
+            .await
+            .unwrap();
+        assert!(uploaded.written);
+        let again = engine
+            .upload_object(&ds, "op-1", "s-a", body(&a, 1000))
+            .await
+            .unwrap();
+        assert!(!again.written, "{backend}: an upload in place writes nothing");
+        engine
+            .upload_object(&ds, "op-1", "s-b", body(&b, 4096))
+            .await
+            .unwrap();
+        let heartbeat = engine
+            .heartbeat_operation(&ds, "op-1", Some(120_000))
+            .await
+            .unwrap();
+        assert_eq!(
+            heartbeat.lease_expires_at_ms,
+            Some(h.clock_now() + 120_000),
+            "{backend}"
+        );
+
+        let shown = engine.show_operation(&ds, "op-1").await.unwrap();
+        assert!(
+            shown
+                .splits
+                .iter()
+                .all(|split| split.object == Some(ObjectStatus::Present)),
+            "{backend}: {shown:?}"
+        );
+        assert!(shown.recovery.is_some(), "{backend}: show says what recovery would do");
+
+        let published = engine.publish_operation(&ds, "op-1").await.unwrap();
+        assert_eq!(published.phase, OperationPhase::Published);
+        let result = published.publish.clone().unwrap();
+        assert_eq!(result.published, vec!["s-a", "s-b"]);
+        // Sent again, the publish answers the same result: not "not staged".
+        let again = engine.publish_operation(&ds, "op-1").await.unwrap();
+        assert_eq!(again.publish, Some(result.clone()), "{backend}");
+        let begun_again = engine.begin_operation(&request).await.unwrap();
+        assert_eq!(begun_again.phase, OperationPhase::Published, "{backend}");
+        assert_eq!(begun_again.publish, Some(result), "{backend}");
+        let shown = engine.show_operation(&ds, "op-1").await.unwrap();
+        assert_eq!(shown.phase, OperationPhase::Published, "{backend}");
+        // Past its end, a heartbeat and an abort are refused, saying why.
+        let error = engine
+            .heartbeat_operation(&ds, "op-1", None)
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("already published"), "{error}");
+        let error = engine.abort_operation(&ds, "op-1").await.unwrap_err();
+        assert!(error.to_string().contains("cannot be aborted"), "{error}");
+
+        assert!(h.rows(&ds).await.iter().all(|row| row.state == SplitState::Published));
+        let dataset = engine.dataset(&ds).await.unwrap();
+        assert_eq!(dataset.checkpoint["kafka"]["p0"], 10);
+        assert!(engine.catalog().list_intents(&ds).await.unwrap().is_empty());
+        assert_eq!(object_payload(&h, &ds, "s-a").await, a);
+        assert_eq!(object_payload(&h, &ds, "s-b").await, b);
+        checked += 1;
+    }
+    println!("step-by-step commits checked on {checked} backends");
+    assert_eq!(checked, Backend::ALL.len());
+}
+
+#[tokio::test]
+async fn bytes_that_are_not_the_plan_write_nothing() {
+    let mut refusals = 0;
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("bad-bytes").await;
+        let good = payload("g", 5000);
+        engine
+            .begin_operation(&plan(&ds, "op-bad", &[("s-1", &good)], 10))
+            .await
+            .unwrap();
+        let mut flipped = good.clone();
+        flipped[4999] ^= 1;
+        let cases: [(&str, Vec<u8>, &str); 3] = [
+            ("another checksum", flipped, "sha256"),
+            ("too long", payload("g", 5001), "longer than"),
+            ("too short", payload("g", 4999), "were planned"),
+        ];
+        for (case, bytes, says) in cases {
+            let error = engine
+                .upload_object(&ds, "op-bad", "s-1", body(&bytes, 1024))
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(&error, MendError::InvalidArgument { message } if message.contains(says)),
+                "{backend}, {case}: {error:?}"
+            );
+            let (status, _) = (
+                engine.show_operation(&ds, "op-bad").await.unwrap().splits[0].object,
+                (),
+            );
+            assert_eq!(status, Some(ObjectStatus::Missing), "{backend}, {case}");
+            refusals += 1;
+        }
+        // A split the operation does not plan is refused too.
+        let error = engine
+            .upload_object(&ds, "op-bad", "s-other", body(&good, 1024))
+            .await
+            .unwrap_err();
+        assert!(matches!(error, MendError::InvalidArgument { .. }), "{error:?}");
+        refusals += 1;
+    }
+    println!("{refusals} bad uploads refused with nothing written");
+}
+
+#[tokio::test]
+async fn a_large_object_streams_through_a_multipart_upload() {
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("large").await;
+        let big = payload("big", SINGLE_PUT_BYTES as usize + 3 * 1024 * 1024 + 17);
+        engine
+            .begin_operation(&plan(&ds, "op-big", &[("s-big", &big)], 10))
+            .await
+            .unwrap();
+        // Wrong at the very end: the multipart upload is aborted, nothing is visible.
+        let mut wrong = big.clone();
+        *wrong.last_mut().unwrap() ^= 1;
+        engine
+            .upload_object(&ds, "op-big", "s-big", body(&wrong, 256 * 1024))
+            .await
+            .unwrap_err();
+        assert!(
+            engine
+                .objects()
+                .read_header(&ds, "s-big")
+                .await
+                .unwrap()
+                .is_none(),
+            "{backend}: a refused multipart upload left an object"
+        );
+        engine
+            .upload_object(&ds, "op-big", "s-big", body(&big, 256 * 1024))
+            .await
+            .unwrap();
+        engine.publish_operation(&ds, "op-big").await.unwrap();
+        assert_eq!(object_payload(&h, &ds, "s-big").await, big, "{backend}");
+        println!("{backend}: {} bytes streamed and published", big.len());
+    }
+}
+
+#[tokio::test]
+async fn a_writer_may_write_the_object_itself_in_the_documented_format() {
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("direct").await;
+        let bytes = payload("d", 2048);
+        let begun = engine
+            .begin_operation(&plan(&ds, "op-direct", &[("s-d", &bytes)], 10))
+            .await
+            .unwrap();
+        let split = &begun.splits[0];
+        // What a writer in another language does: magic, header length, header, payload.
+        let mut object = b"MENDSPL1".to_vec();
+        object.extend_from_slice(&(split.header_json.len() as u32).to_le_bytes());
+        object.extend_from_slice(split.header_json.as_bytes());
+        object.extend_from_slice(&bytes);
+        assert_eq!(object.len() as u64, split.object_size, "{backend}");
+        let (store, _) = engine.objects().store();
+        store
+            .put(&Path::from(split.object_path.as_str()), object.into())
+            .await
+            .unwrap();
+        let published = engine.publish_operation(&ds, "op-direct").await.unwrap();
+        assert_eq!(published.phase, OperationPhase::Published, "{backend}");
+        assert_eq!(object_payload(&h, &ds, "s-d").await, bytes);
+    }
+}
+
+#[tokio::test]
+async fn a_begin_that_loses_a_row_ends_and_an_abort_rolls_back_at_once() {
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("lose").await;
+        // Another writer staged s-2 first.
+        engine
+            .stage(&StageRequest {
+                dataset_id: ds.clone(),
+                mode: StageMode::CreateOnly,
+                node: "other".into(),
+                splits: vec![StageSplit {
+                    split_id: "s-2".into(),
+                    metadata_json: "{}".into(),
+                }],
+            })
+            .await
+            .unwrap();
+        let (one, two) = (payload("1", 10), payload("2", 10));
+        let request = plan(&ds, "op-lose", &[("s-1", &one), ("s-2", &two)], 10);
+        let error = engine.begin_operation(&request).await.unwrap_err();
+        assert!(
+            matches!(&error, MendError::FailedPrecondition { ids, .. } if ids == &["s-2"]),
+            "{backend}: {error:?}"
+        );
+        let rows = h.rows(&ds).await;
+        assert_eq!(
+            rows.iter().map(|r| r.split_id.as_str()).collect::<Vec<_>>(),
+            ["s-2"],
+            "{backend}: only the other writer's row is left"
+        );
+        assert!(engine.catalog().list_intents(&ds).await.unwrap().is_empty());
+        // The same begin again is told the operation ended, not run a second time.
+        let error = engine.begin_operation(&request).await.unwrap_err();
+        assert!(error.to_string().contains("has ended"), "{backend}: {error}");
+
+        let request = plan(&ds, "op-abort", &[("s-3", &one)], 10);
+        engine.begin_operation(&request).await.unwrap();
+        engine
+            .upload_object(&ds, "op-abort", "s-3", body(&one, 4))
+            .await
+            .unwrap();
+        let aborted = engine.abort_operation(&ds, "op-abort").await.unwrap();
+        assert_eq!(aborted.phase, OperationPhase::Ended);
+        assert!(!h.rows(&ds).await.iter().any(|r| r.split_id == "s-3"));
+        assert!(engine.objects().read_header(&ds, "s-3").await.unwrap().is_none());
+        assert!(engine.catalog().list_intents(&ds).await.unwrap().is_empty());
+        let again = engine.abort_operation(&ds, "op-abort").await.unwrap();
+        assert_eq!(again.phase, OperationPhase::Ended, "{backend}");
+        let error = engine.publish_operation(&ds, "op-abort").await.unwrap_err();
+        assert!(error.to_string().contains("has ended"), "{backend}: {error}");
+        let error = engine
+            .upload_object(&ds, "op-abort", "s-3", body(&one, 4))
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("has ended"), "{backend}: {error}");
+    }
+}
+
+#[tokio::test]
+async fn a_keyed_publish_sent_again_answers_its_result_and_a_reused_key_is_refused() {
+    let mut replays = 0;
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("keys").await;
+        let stage = StageRequest {
+            dataset_id: ds.clone(),
+            mode: StageMode::CreateOnly,
+            node: "w".into(),
+            splits: ["k-1", "k-2"]
+                .iter()
+                .map(|id| StageSplit {
+                    split_id: (*id).into(),
+                    metadata_json: "{}".into(),
+                })
+                .collect(),
+        };
+        let staged = engine.stage_recorded(&stage, "stage-key-1").await.unwrap();
+        let staged_again = engine.stage_recorded(&stage, "stage-key-1").await.unwrap();
+        assert_eq!(staged, staged_again, "{backend}: a create-only stage retried still says inserted");
+        h.put_objects(&ds, ["k-1", "k-2"]).await;
+        let publish = PublishRequest::staged(&ds, vec!["k-1".into(), "k-2".into()]);
+        let first = engine.publish_recorded(&publish, "publish-key-1").await.unwrap();
+        let second = engine.publish_recorded(&publish, "publish-key-1").await.unwrap();
+        assert_eq!(first, second, "{backend}");
+        replays += 2;
+        // Unkeyed, the same publish is refused: its splits are no longer staged.
+        assert!(matches!(
+            engine.publish(&publish).await.unwrap_err(),
+            MendError::FailedPrecondition { .. }
+        ));
+        let other = PublishRequest::staged(&ds, vec!["k-1".into()]);
+        let error = engine
+            .publish_recorded(&other, "publish-key-1")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, MendError::InvalidArgument { message } if message.contains("another request")),
+            "{backend}: {error:?}"
+        );
+        let error = engine.publish_recorded(&publish, "op:mine").await.unwrap_err();
+        assert!(matches!(error, MendError::InvalidArgument { .. }), "{error:?}");
+        // gc's retention forgets records; the catalog says how many.
+        let forgotten = engine
+            .catalog()
+            .forget_recorded_requests(&ds, i64::MAX, h.clock_now())
+            .await
+            .unwrap();
+        assert_eq!(forgotten, 2, "{backend}");
+    }
+    println!("{replays} keyed requests answered again with their first result");
+}
+
+#[tokio::test]
+async fn a_publish_whose_delta_no_longer_applies_is_refused_before_it_confirms() {
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("stale-delta").await;
+        let bytes = payload("x", 100);
+        // The delta expects partition p0 at 10; it has no position yet.
+        engine
+            .begin_operation(&plan(&ds, "op-stale", &[("s-x", &bytes)], 20))
+            .await
+            .unwrap();
+        engine
+            .upload_object(&ds, "op-stale", "s-x", body(&bytes, 64))
+            .await
+            .unwrap();
+        let error = engine.publish_operation(&ds, "op-stale").await.unwrap_err();
+        assert!(
+            matches!(&error, MendError::FailedPrecondition { ids, message } if ids == &["p0"] && message.contains("nothing was confirmed")),
+            "{backend}: {error:?}"
+        );
+        // Still unconfirmed: its writer can abort it, and nothing is left.
+        let aborted = engine.abort_operation(&ds, "op-stale").await.unwrap();
+        assert_eq!(aborted.phase, OperationPhase::Ended, "{backend}");
+        assert!(h.rows(&ds).await.is_empty(), "{backend}");
+        assert!(engine.catalog().list_intents(&ds).await.unwrap().is_empty());
+    }
+}
