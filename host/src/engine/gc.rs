@@ -7,12 +7,13 @@
 //! 2. check the plan: it may mark only candidates that are staged and delete only candidates
 //!    that are marked; a plan naming anything else (a published row, a row an intent names,
 //!    an unknown id) is refused whole with `PolicyRejected`, recorded, and nothing executed;
-//! 3. record the plan in the audit as `executing`, write the intent (`Armed`) naming the
-//!    splits to mark and to delete;
+//! 3. write the intent (`Armed`) naming the splits to mark and to delete, then record the
+//!    plan in the audit as `executing`;
 //! 4. mark the planned staged splits, each only if still staged and untouched since the read
 //!    (`mark_stale_staged`, conditional at the write);
 //! 5. delete the objects of the planned marked splits still marked, then their rows;
-//! 6. delete the intent, and record the plan's settled outcome.
+//! 6. delete the intent, and record the plan's settled outcome (`executed`). A run that fails
+//!    part way leaves its `executing` record unsettled and its intent for recovery.
 //!
 //! A crash anywhere leaves the intent; recovery rolls it forward (every step is safe to
 //! repeat), so a crash between an object and its row converges. A published row is never
@@ -124,7 +125,11 @@ impl Engine {
                 self.options.intent_lease_ms,
             )
         };
-        // The record first: the plan is never executed without one.
+        // The intent, then the record, then the effects: the plan is never executed without
+        // its record, and an `executing` record always has an intent behind it, gone only
+        // once its effects are done (by this run or by recovery, which records its own).
+        self.durably(DurableStep::WriteIntent, self.catalog.put_intent(&intent))
+            .await?;
         let executing = serde_json::json!({ "outcome": OUTCOME_EXECUTING });
         let record = self.gc_audit(&operation_id, &input, &plan, executing);
         self.durably(
@@ -132,25 +137,18 @@ impl Engine {
             self.catalog.append_audit(dataset_id, &[record]),
         )
         .await?;
-        self.durably(DurableStep::WriteIntent, self.catalog.put_intent(&intent))
-            .await?;
-        let run = async {
-            let result = self.run_gc(&intent, intent.created_at_ms).await?;
-            self.finish_intent(dataset_id, &operation_id).await?;
-            Ok(result)
-        };
-        let result: Result<GcResult> = run.await;
-        let settled = match &result {
-            Ok(_) => serde_json::json!({ "outcome": "executed" }),
-            Err(error) => serde_json::json!({ "outcome": "failed", "detail": error.to_string() }),
-        };
+        // A failure leaves the `executing` record unsettled and the intent in place: the
+        // next recovery sweep rolls the gc forward and records what it does.
+        let result = self.run_gc(&intent, intent.created_at_ms).await?;
+        self.finish_intent(dataset_id, &operation_id).await?;
+        let settled = serde_json::json!({ "outcome": "executed" });
         let record = self.gc_audit(&operation_id, &input, &plan, settled);
         self.durably(
             DurableStep::AppendAudit,
             self.catalog.append_audit(dataset_id, &[record]),
         )
         .await?;
-        result
+        Ok(result)
     }
 
     fn gc_audit(
