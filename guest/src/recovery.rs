@@ -65,7 +65,7 @@ fn decide(mode: RecoveryMode, intent: &IntentObservation) -> RecoveryDecision {
         && matches!(intent.kind, OperationKind::Commit | OperationKind::Merge)
     {
         return RecoveryDecision::Abandon(String::from(
-            "it was fenced and abandoned earlier: its staged rows are marked and the intent deleted",
+            "abandoned: it was fenced earlier; its staged rows are marked and the intent deleted",
         ));
     }
     if settled(intent, &state) {
@@ -146,7 +146,7 @@ fn decide(mode: RecoveryMode, intent: &IntentObservation) -> RecoveryDecision {
             "it never confirmed its effects"
         };
         return RecoveryDecision::Abandon(format!(
-            "its owner's lease ran out and {why}: fenced, its staged rows marked for deletion, its objects left to gc"
+            "abandoned: its owner's lease ran out and {why}; fenced, its staged rows marked for deletion, its objects left to gc"
         ));
     }
     let why = if !effects_in_place {
