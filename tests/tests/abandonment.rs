@@ -168,11 +168,9 @@ async fn abandons_on_its_own(backend: Backend) {
     checks += 3;
 
     // Its owner, coming back, can neither confirm nor publish.
-    let late = h.engine.publish(&PublishRequest::staged(
-        dataset_id.clone(),
-        SPLITS.map(String::from).to_vec(),
-    ));
-    let late = late.await.unwrap_err();
+    let late_publish =
+        PublishRequest::staged(dataset_id.clone(), SPLITS.map(String::from).to_vec());
+    let late = h.engine.publish(&late_publish).await.unwrap_err();
     assert!(
         matches!(&late, MendError::FailedPrecondition { .. }),
         "{late:?}"
@@ -247,11 +245,15 @@ async fn a_sweep_stopped_after_fencing_is_finished_next_time(backend: Backend) {
         .with_faults(crash.clone())
         .recover(&dataset_id, RecoveryMode::RollForward)
         .await;
+    // The failure is the sweep's: reported for the intent, recorded as failed.
     assert_eq!(
         crash.steps(),
-        [DurableStep::AppendAudit, DurableStep::AbandonIntent]
+        [
+            DurableStep::AppendAudit,
+            DurableStep::AbandonIntent,
+            DurableStep::AppendAudit
+        ]
     );
-    // The failure is the sweep's: reported for the intent, recorded as failed.
     let report = stopped.unwrap();
     assert!(matches!(report.intents[0].outcome, Outcome::Failed(_)));
     let intents = h.engine.catalog().list_intents(&dataset_id).await.unwrap();
