@@ -275,7 +275,7 @@ async fn a_sweep_stopped_after_fencing_is_finished_next_time(backend: Backend) {
         .await
         .unwrap_err();
     assert!(
-        matches!(&fenced, MendError::FailedPrecondition { ids, .. } if ids == &[operation_id.clone()]),
+        matches!(&fenced, MendError::FailedPrecondition { ids, .. } if ids == std::slice::from_ref(&operation_id)),
         "{fenced:?}"
     );
 
