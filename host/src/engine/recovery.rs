@@ -11,8 +11,9 @@
 //! A decision the host refuses (a roll-back outside exclusive mode, invariant 6; a
 //! roll-forward that would publish a split whose object is missing, invariant 1; a roll-back
 //! of a gc, whose marks are final) is reported with the reason and nothing is executed for it.
-//! Every decision executed or refused is audited ([`AuditRecord`]): policy digest, semantics
-//! revision, a hash of the observation, the decision and the outcome.
+//! Every decision a roll-forward or exclusive sweep executes or refuses is audited
+//! ([`AuditRecord`]): policy digest, semantics revision, a hash of the observation, the
+//! decision and the outcome. Probe and verify write nothing, not even a record of a refusal.
 //!
 //! | kind         | roll forward                                 | roll back                          |
 //! |--------------|----------------------------------------------|------------------------------------|
@@ -214,8 +215,9 @@ impl Engine {
                 outcome: Outcome::Reported,
             };
             let reason = refusal(mode, intent, observation, &report.decision, now_ms);
+            let read_only = matches!(mode, RecoveryMode::Probe | RecoveryMode::Verify);
             let executes = reason.is_none()
-                && !matches!(mode, RecoveryMode::Probe | RecoveryMode::Verify)
+                && !read_only
                 && !matches!(
                     report.decision,
                     RecoveryDecision::Defer(_) | RecoveryDecision::Blocked(_)
@@ -239,10 +241,10 @@ impl Engine {
                     Err(error) => Outcome::Failed(error.to_string()),
                 };
             }
-            // Every decision the host acted on or refused is audited. Merely reported ones are
-            // not (probe and verify write nothing at all, and a supervisor deferring to a live
-            // owner every few seconds would only flood the trail).
-            if report.outcome != Outcome::Reported {
+            // Every decision the host acted on or refused is audited, except in probe and
+            // verify, which write nothing at all (invariant 6). Merely reported ones are not (a
+            // supervisor deferring to a live owner every few seconds would only flood the trail).
+            if report.outcome != Outcome::Reported && !read_only {
                 let record = self.audit_record(dataset_id, mode, now_ms, &report, observation);
                 self.durably(
                     DurableStep::AppendAudit,
