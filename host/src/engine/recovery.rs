@@ -711,3 +711,107 @@ fn policy_kind(kind: OperationKind) -> mend_policy::OperationKind {
         OperationKind::Reconcile => mend_policy::OperationKind::Reconcile,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn intent(kind: OperationKind, phase: IntentPhase, lease_expires_at_ms: i64) -> Intent {
+        Intent {
+            phase,
+            lease_expires_at_ms,
+            ..Intent::armed("op".into(), kind, "ds", "node", 0, 0)
+        }
+    }
+
+    fn observation(damaged: bool) -> IntentObservation {
+        IntentObservation {
+            operation_id: "op".into(),
+            kind: mend_policy::OperationKind::Commit,
+            phase: mend_policy::IntentPhase::Armed,
+            owner_lease_live: false,
+            planned_rows: vec!["s".into()],
+            rows: Vec::new(),
+            objects: vec![ObjectObservation {
+                split_id: "s".into(),
+                present: damaged,
+                matches: false,
+            }],
+            publish_staged: vec!["s".into()],
+            publish_replaced: Vec::new(),
+            has_checkpoint_delta: false,
+            checkpoint_at_from: true,
+            checkpoint_at_to: true,
+            checkpoint_reached_to: true,
+            gc_splits: Vec::new(),
+            mark_splits: Vec::new(),
+            config_at_expected: false,
+            config_applied: false,
+        }
+    }
+
+    /// The host allows an abandonment only of an unconfirmed commit or merge whose lease ran
+    /// out by its own clock (or one fenced already), and never over damage.
+    #[test]
+    fn abandonments_are_checked_by_the_host() {
+        let abandon = RecoveryDecision::Abandon("why".into());
+        let now = 1_000;
+        let check = |intent: &Intent, damaged: bool| {
+            refusal(
+                RecoveryMode::RollForward,
+                intent,
+                &observation(damaged),
+                &abandon,
+                now,
+            )
+        };
+        let cases = [
+            (
+                intent(OperationKind::Commit, IntentPhase::Armed, now),
+                false,
+                None,
+            ),
+            (
+                intent(OperationKind::Merge, IntentPhase::Armed, 0),
+                false,
+                None,
+            ),
+            (
+                intent(OperationKind::Commit, IntentPhase::Abandoned, i64::MAX),
+                false,
+                None,
+            ),
+            (
+                intent(OperationKind::Gc, IntentPhase::Armed, 0),
+                false,
+                Some("only a commit or a merge"),
+            ),
+            (
+                intent(OperationKind::Commit, IntentPhase::EffectsConfirmed, 0),
+                false,
+                Some("rolled forward, never abandoned"),
+            ),
+            (
+                intent(OperationKind::Commit, IntentPhase::Armed, now + 1),
+                false,
+                Some("may still be working"),
+            ),
+            (
+                intent(OperationKind::Commit, IntentPhase::Armed, 0),
+                true,
+                Some("damage"),
+            ),
+        ];
+        for (intent, damaged, expected) in &cases {
+            let refused = check(intent, *damaged);
+            match expected {
+                None => assert_eq!(refused, None, "{intent:?}"),
+                Some(reason) => assert!(
+                    refused.as_deref().is_some_and(|why| why.contains(reason)),
+                    "{intent:?}: {refused:?}"
+                ),
+            }
+        }
+        assert_eq!(cases.len(), 7);
+    }
+}
