@@ -5,8 +5,10 @@
 //! - `policies/newer-semantics`: the default decisions under a semantics revision no host knows;
 //! - `policies/extra-capability`: the default decisions, requiring a capability no host has;
 //! - `policies/abi-1-1`: built against the frozen `mend:policy@1.1.0` contract;
+//! - `policies/abi-1-2`: built against the frozen `mend:policy@1.2.0` contract, the one before
+//!   this host's;
 //! - `policies/forbidden-import`: reads the environment, so it imports WASI;
-//! - `policies/liar`: built against 1.2, claiming ABI 1.1 in `describe()`.
+//! - `policies/liar`: built against 1.3, claiming ABI 1.1 in `describe()`.
 
 include!("../policies/build_components.rs");
 
@@ -18,6 +20,7 @@ fn main() {
             "mend-policy-newer-semantics",
             "mend-policy-extra-capability",
             "mend-policy-abi-1-1",
+            "mend-policy-abi-1-2",
             "mend-policy-forbidden-import",
             "mend-policy-liar",
         ],

@@ -224,6 +224,7 @@ impl Guest for DefaultPolicy {
                         })
                     }
                     plain::RecoveryDecision::Stale => wit::RecoveryDecision::Stale,
+                    plain::RecoveryDecision::Abandon(why) => wit::RecoveryDecision::Abandon(why),
                 },
             })
             .collect()
@@ -256,6 +257,29 @@ impl Guest for DefaultPolicy {
             })
             .collect()
     }
+
+    fn plan_gc(input: wit::GcInput) -> wit::GcPlan {
+        let input = plain::GcInput {
+            dataset_id: input.dataset_id,
+            now_ms: input.now_ms,
+            staged_grace_period_ms: input.staged_grace_period_ms,
+            deletion_grace_period_ms: input.deletion_grace_period_ms,
+            candidates: input
+                .candidates
+                .into_iter()
+                .map(|candidate| plain::GcCandidate {
+                    split_id: candidate.split_id,
+                    state: plain_state(candidate.state),
+                    updated_at_ms: candidate.updated_at_ms,
+                })
+                .collect(),
+        };
+        let plan = crate::plan_gc(&input);
+        wit::GcPlan {
+            mark: plan.mark,
+            delete: plan.delete,
+        }
+    }
 }
 
 fn intent_observation(intent: wit::IntentObservation) -> plain::IntentObservation {
@@ -271,6 +295,7 @@ fn intent_observation(intent: wit::IntentObservation) -> plain::IntentObservatio
         phase: match intent.phase {
             wit::IntentPhase::Armed => plain::IntentPhase::Armed,
             wit::IntentPhase::EffectsConfirmed => plain::IntentPhase::EffectsConfirmed,
+            wit::IntentPhase::Abandoned => plain::IntentPhase::Abandoned,
         },
         owner_lease_live: intent.owner_lease_live,
         planned_rows: intent.planned_rows,
@@ -289,6 +314,7 @@ fn intent_observation(intent: wit::IntentObservation) -> plain::IntentObservatio
         has_checkpoint_delta: intent.has_checkpoint_delta,
         checkpoint_at_from: intent.checkpoint_at_from,
         checkpoint_at_to: intent.checkpoint_at_to,
+        checkpoint_reached_to: intent.checkpoint_reached_to,
         gc_splits: intent.gc_splits,
         mark_splits: intent.mark_splits,
         config_at_expected: intent.config_at_expected,
@@ -299,11 +325,15 @@ fn intent_observation(intent: wit::IntentObservation) -> plain::IntentObservatio
 fn existing_row(row: wit::ExistingRow) -> plain::ExistingRow {
     plain::ExistingRow {
         split_id: row.split_id,
-        state: match row.state {
-            wit::SplitState::Staged => plain::SplitState::Staged,
-            wit::SplitState::Published => plain::SplitState::Published,
-            wit::SplitState::MarkedForDeletion => plain::SplitState::MarkedForDeletion,
-        },
+        state: plain_state(row.state),
+    }
+}
+
+fn plain_state(state: wit::SplitState) -> plain::SplitState {
+    match state {
+        wit::SplitState::Staged => plain::SplitState::Staged,
+        wit::SplitState::Published => plain::SplitState::Published,
+        wit::SplitState::MarkedForDeletion => plain::SplitState::MarkedForDeletion,
     }
 }
 

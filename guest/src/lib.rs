@@ -18,6 +18,7 @@
 
 extern crate alloc;
 
+pub mod gc;
 pub mod publish;
 pub mod reconcile;
 pub mod recovery;
@@ -27,6 +28,7 @@ pub mod types;
 #[cfg(target_arch = "wasm32")]
 pub mod bindings;
 
+pub use gc::plan_gc;
 pub use publish::validate_publish;
 pub use reconcile::plan_reconcile;
 pub use recovery::decide_recovery;
@@ -35,9 +37,10 @@ pub use types::*;
 
 /// The ABI this crate implements: the major and minor of the `mend:policy` WIT package.
 /// 1.1 added `decide-recovery`; 1.2 added `plan-reconcile` and the mark and config
-/// observations of an intent.
+/// observations of an intent; 1.3 added `plan-gc`, the `abandoned` phase, the `abandon`
+/// decision and the `checkpoint-reached-to` observation.
 pub const ABI_MAJOR: u32 = 1;
-pub const ABI_MINOR: u32 = 2;
+pub const ABI_MINOR: u32 = 3;
 
 /// The revision of the decision semantics. Bump it whenever the same inputs could produce
 /// different decisions, so that a host never runs new semantics believing they are old ones.

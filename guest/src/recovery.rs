@@ -2,20 +2,29 @@
 //!
 //! For every intent the host observed, in order:
 //!
-//! 1. **Stale** when its effects are already visible: the publish happened (every split it
+//! 1. **Abandon** (finish abandoning) an intent already in phase `Abandoned`: recovery fenced
+//!    it earlier and stopped before it was done; its owner can do nothing more with it.
+//! 2. **Stale** when its effects are already visible: the publish happened (every split it
 //!    publishes is published or since replaced, every split it replaces is marked or gone,
-//!    and the checkpoint stands at the delta's end), or every split a gc deletes is gone.
-//! 2. **Defer** while the owner's lease is live, except in exclusive mode: it may still be
+//!    and the checkpoint stands at or past the delta's end: positions never move backwards,
+//!    so later commits moving the same partitions on do not make it unsettled), or every
+//!    split a gc deletes is gone.
+//! 3. **Defer** while the owner's lease is live, except in exclusive mode: it may still be
 //!    working, and nothing may race it.
-//! 3. A gc is always rolled **forward**: marking a marked split and deleting what is gone are
+//! 4. A gc is always rolled **forward**: marking a marked split and deleting what is gone are
 //!    no-ops, and the host only marks and deletes what is still eligible.
-//! 4. A config apply is rolled **forward** (promoted) while the dataset is still at the config
+//! 5. A config apply is rolled **forward** (promoted) while the dataset is still at the config
 //!    version it expects to replace. A reconcile is rolled **forward** while every object it
 //!    planned is still there as it found it: staging its rows again is create-only, and the
 //!    host then publishes or marks only rows still staged that no other intent names.
 //!    A commit or merge whose effects are all in place (confirmed, or every planned row and
 //!    object found as planned) and whose publish still applies is rolled **forward**.
-//! 5. Anything else needs its effects undone: **roll back** in exclusive mode (and in probe
+//! 6. A commit or merge that never confirmed (`Armed`) and whose owner's lease ran out is
+//!    **abandoned** outside exclusive mode: it is fenced, its own staged rows are marked and
+//!    its objects left to gc. Nothing of it was ever visible, so this compensates nothing.
+//!    Not when one of its objects is present but not as planned: that is damage an operator
+//!    must look at (blocked).
+//! 7. Anything else needs its effects undone: **roll back** in exclusive mode (and in probe
 //!    and verify, which report what exclusive recovery would do and execute nothing); in
 //!    roll-forward mode **blocked**, saying why and that exclusive recovery resolves it.
 //!    Roll-forward mode never compensates another writer's work.
@@ -50,6 +59,15 @@ fn decide(mode: RecoveryMode, intent: &IntentObservation) -> RecoveryDecision {
         .collect();
     let state = |id: &String| rows.get(id.as_str()).copied();
 
+    // Only a commit or a merge is ever fenced this way; any other kind in this phase is
+    // decided as it would be otherwise (and the host would refuse to abandon it).
+    if intent.phase == IntentPhase::Abandoned
+        && matches!(intent.kind, OperationKind::Commit | OperationKind::Merge)
+    {
+        return RecoveryDecision::Abandon(String::from(
+            "abandoned: it was fenced earlier; its staged rows are marked and the intent deleted",
+        ));
+    }
     if settled(intent, &state) {
         return RecoveryDecision::Stale;
     }
@@ -114,6 +132,22 @@ fn decide(mode: RecoveryMode, intent: &IntentObservation) -> RecoveryDecision {
 
     if effects_in_place && publish_applies {
         return RecoveryDecision::RollForward;
+    }
+    let damaged: Vec<&str> = intent
+        .objects
+        .iter()
+        .filter(|object| object.present && !object.matches)
+        .map(|object| object.split_id.as_str())
+        .collect();
+    if intent.phase == IntentPhase::Armed && damaged.is_empty() && mode != RecoveryMode::Exclusive {
+        let why = if effects_in_place {
+            "its publish no longer applies"
+        } else {
+            "it never confirmed its effects"
+        };
+        return RecoveryDecision::Abandon(format!(
+            "abandoned: its owner's lease ran out and {why}; fenced, its staged rows marked for deletion, its objects left to gc"
+        ));
     }
     let why = if !effects_in_place {
         let mut missing: Vec<String> = missing_rows.iter().map(|id| format!("row {id}")).collect();
@@ -189,7 +223,7 @@ fn settled(intent: &IntentObservation, state: &impl Fn(&String) -> Option<SplitS
         .publish_replaced
         .iter()
         .all(|id| matches!(state(id), None | Some(SplitState::MarkedForDeletion)))
-        && (!intent.has_checkpoint_delta || intent.checkpoint_at_to)
+        && (!intent.has_checkpoint_delta || intent.checkpoint_reached_to)
 }
 
 #[cfg(test)]
@@ -228,6 +262,7 @@ mod tests {
             has_checkpoint_delta: true,
             checkpoint_at_from: true,
             checkpoint_at_to: false,
+            checkpoint_reached_to: false,
             gc_splits: vec![],
             mark_splits: vec![],
             config_at_expected: false,
@@ -276,10 +311,54 @@ mod tests {
         );
         intent.checkpoint_at_from = false;
         intent.checkpoint_at_to = true;
+        intent.checkpoint_reached_to = true;
         assert_eq!(
             decide_one(RecoveryMode::RollForward, intent),
             RecoveryDecision::Stale
         );
+    }
+
+    #[test]
+    fn a_published_commit_is_stale_after_later_commits_moved_its_partitions_on() {
+        let mut intent = commit(
+            IntentPhase::EffectsConfirmed,
+            &[("s1", PUBLISHED), ("s2", PUBLISHED)],
+            &[("s1", true), ("s2", true)],
+        );
+        intent.checkpoint_at_from = false;
+        intent.checkpoint_at_to = false;
+        intent.checkpoint_reached_to = true;
+        for mode in [
+            RecoveryMode::RollForward,
+            RecoveryMode::Exclusive,
+            RecoveryMode::Probe,
+        ] {
+            assert_eq!(decide_one(mode, intent.clone()), RecoveryDecision::Stale);
+        }
+        // Not yet at its end: another commit moved the partition elsewhere first, and this
+        // one's splits are published only if the rows say so.
+        intent.checkpoint_reached_to = false;
+        assert_ne!(
+            decide_one(RecoveryMode::RollForward, intent),
+            RecoveryDecision::Stale
+        );
+    }
+
+    #[test]
+    fn an_abandoned_intent_is_finished_in_every_mode_whatever_its_lease() {
+        let mut intent = commit(IntentPhase::Abandoned, &[("s1", STAGED)], &[("s1", true)]);
+        intent.owner_lease_live = true;
+        for mode in [
+            RecoveryMode::RollForward,
+            RecoveryMode::Exclusive,
+            RecoveryMode::Probe,
+            RecoveryMode::Verify,
+        ] {
+            assert!(matches!(
+                decide_one(mode, intent.clone()),
+                RecoveryDecision::Abandon(_)
+            ));
+        }
     }
 
     #[test]
@@ -297,19 +376,42 @@ mod tests {
     }
 
     #[test]
-    fn incomplete_effects_are_blocked_in_roll_forward_and_rolled_back_in_exclusive() {
+    fn an_unconfirmed_commit_whose_owner_is_gone_is_abandoned_outside_exclusive_mode() {
         let intent = commit(
             IntentPhase::Armed,
             &[("s1", STAGED)],
             &[("s1", true), ("s2", false)],
         );
+        for mode in [
+            RecoveryMode::RollForward,
+            RecoveryMode::Probe,
+            RecoveryMode::Verify,
+        ] {
+            match decide_one(mode, intent.clone()) {
+                RecoveryDecision::Abandon(why) => {
+                    assert!(why.contains("never confirmed"), "{why}")
+                }
+                other => panic!("expected abandon in {mode:?}, got {other:?}"),
+            }
+        }
+        // Exclusive recovery keeps its roll-back, which also deletes the objects at once.
+        assert_eq!(
+            decide_one(RecoveryMode::Exclusive, intent),
+            RecoveryDecision::RollBack
+        );
+    }
+
+    #[test]
+    fn an_unconfirmed_commit_with_a_damaged_object_is_blocked_not_abandoned() {
+        let mut intent = commit(
+            IntentPhase::Armed,
+            &[("s1", STAGED), ("s2", STAGED)],
+            &[("s1", true), ("s2", false)],
+        );
+        intent.objects[1].present = true;
         match decide_one(RecoveryMode::RollForward, intent.clone()) {
             RecoveryDecision::Blocked(reason) => {
-                assert!(
-                    reason.why.contains("row s2") && reason.why.contains("object s2"),
-                    "{}",
-                    reason.why
-                );
+                assert!(reason.why.contains("object s2"), "{}", reason.why);
                 assert!(reason.operator_action.contains("exclusive"));
             }
             other => panic!("expected blocked, got {other:?}"),

@@ -208,6 +208,8 @@ pub enum OperationKind {
 pub enum IntentPhase {
     Armed,
     EffectsConfirmed,
+    /// Fenced after its owner's lease ran out before it confirmed (ABI 1.3).
+    Abandoned,
 }
 
 /// What the host found of one object an intent planned.
@@ -236,6 +238,10 @@ pub struct IntentObservation {
     pub has_checkpoint_delta: bool,
     pub checkpoint_at_from: bool,
     pub checkpoint_at_to: bool,
+    /// Every partition of the delta at or past its to-position (ABI 1.3). Absent in
+    /// observations recorded before, which are read as `false`.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub checkpoint_reached_to: bool,
     pub gc_splits: Vec<String>,
     pub mark_splits: Vec<String>,
     pub config_at_expected: bool,
@@ -267,6 +273,9 @@ pub enum RecoveryDecision {
     Defer(String),
     Blocked(BlockedReason),
     Stale,
+    /// Fence an unconfirmed commit or merge whose owner's lease ran out, mark its own staged
+    /// rows and leave its objects to gc, for this reason (ABI 1.3).
+    Abandon(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -308,4 +317,34 @@ pub enum ReconcileAction {
 pub struct ReconcileDecision {
     pub split_id: String,
     pub action: ReconcileAction,
+}
+
+/// A row gc may act on: staged or marked for deletion, named by no intent (ABI 1.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct GcCandidate {
+    pub split_id: String,
+    pub state: SplitState,
+    pub updated_at_ms: i64,
+}
+
+/// One gc run of a dataset: its grace periods and the rows it may act on (ABI 1.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct GcInput {
+    pub dataset_id: String,
+    pub now_ms: i64,
+    pub staged_grace_period_ms: u64,
+    pub deletion_grace_period_ms: u64,
+    pub candidates: Vec<GcCandidate>,
+}
+
+/// What a gc run marks and what it deletes (ABI 1.3).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct GcPlan {
+    /// Staged splits to abandon: marked for deletion.
+    pub mark: Vec<String>,
+    /// Marked splits whose objects, then rows, are deleted.
+    pub delete: Vec<String>,
 }

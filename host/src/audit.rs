@@ -1,9 +1,17 @@
-//! Audit records: one per recovery decision a sweep acts on, so that every decision can be
-//! traced to the policy that made it and replayed from the inputs it saw.
+//! Audit records: one per recovery decision a sweep acts on (and per gc plan and reconcile
+//! decision), so that every decision can be traced to the policy that made it and replayed
+//! from the inputs it saw.
 //!
 //! A record names the policy by digest and semantics revision, hashes the observation the
 //! policy was given (sha256 of its canonical JSON), and keeps the decision and what the host
 //! did with it. Probe and verify sweeps write no records: they write nothing at all.
+//!
+//! A decision the host executes is recorded twice: with the outcome `executing` before its
+//! first effect, and with its settled outcome after. An `executing` record with no settled
+//! record after it means the process stopped (or the second append failed) while executing:
+//! any part of the decision may have landed. Whether it finished is told by the operation's
+//! intent: gone means finished (deleting it is always the last step), still there means the
+//! next sweep observes what landed and decides again (see `engine::recovery`).
 
 use serde::{Deserialize, Serialize};
 
@@ -53,6 +61,22 @@ pub enum DecisionInput {
         now_ms: TimestampMs,
         orphan: mend_policy::OrphanObject,
     },
+    /// One gc run (ABI 1.3).
+    PlanGc { input: mend_policy::GcInput },
+}
+
+/// The outcome of a record written before its decision is executed.
+pub const OUTCOME_EXECUTING: &str = "executing";
+
+impl AuditRecord {
+    /// Whether this is the record written before executing (outcome `executing`).
+    pub fn is_executing(&self) -> bool {
+        self.outcome
+            .get("outcome")
+            .or(Some(&self.outcome))
+            .and_then(serde_json::Value::as_str)
+            == Some(OUTCOME_EXECUTING)
+    }
 }
 
 /// Refuses a whole append, before anything is written, unless every record names

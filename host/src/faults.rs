@@ -30,6 +30,12 @@ pub enum DurableStep {
     PromoteConfig,
     /// Exclusive recovery's bump of the dataset's fencing epoch.
     FenceWriters,
+    /// Recovery's fencing of one unconfirmed operation whose lease ran out (`Armed` to
+    /// `Abandoned`).
+    AbandonIntent,
+    /// An append of audit records: a sweep's "executing" record before it executes a decision,
+    /// and the settled record after.
+    AppendAudit,
 }
 
 impl fmt::Display for DurableStep {

@@ -4,7 +4,9 @@
 //! publishes; a gc marks, deletes objects, then deletes rows) first writes an intent naming
 //! every effect it plans and the state each one expects to find. It moves the intent from
 //! `Armed` to `EffectsConfirmed` once its effects are all in place, and deletes it after the
-//! publish. Whatever is left behind by a crash or a retry is thus described by an intent, which
+//! publish. Recovery may move an `Armed` intent whose lease ran out to `Abandoned`
+//! ([`Catalog::abandon_intent`](crate::catalog::Catalog::abandon_intent)): from then on its
+//! owner's confirmation (an update expecting `Armed`) fails, so it can never publish. Whatever is left behind by a crash or a retry is thus described by an intent, which
 //! recovery reads, hands to the policy, and resolves.
 //!
 //! The stored form carries [`INTENT_FORMAT_VERSION`]. A backend refuses to load an intent
@@ -16,8 +18,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::{MendError, Result};
 use crate::model::{CheckpointDelta, DatasetConfig, SplitState, TimestampMs};
 
-/// The intent format this host writes and the newest it reads.
-pub const INTENT_FORMAT_VERSION: u32 = 1;
+/// The intent format this host writes and the newest it reads. Format 2 added the
+/// [`IntentPhase::Abandoned`] phase; format 1 is read as it was (it never holds that phase).
+pub const INTENT_FORMAT_VERSION: u32 = 2;
 
 /// What kind of operation an intent belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -43,6 +46,10 @@ pub enum IntentPhase {
     Armed,
     /// Every planned effect is in place; only the publish (or promotion) remains.
     EffectsConfirmed,
+    /// Fenced by recovery after its owner's lease ran out before it confirmed (format 2): its
+    /// owner can never confirm, renew or publish it. Recovery marks its staged rows and
+    /// deletes the intent; gc removes its objects.
+    Abandoned,
 }
 
 /// One split row an operation stages.
@@ -172,6 +179,33 @@ impl Intent {
     }
 }
 
+/// Whether `stored` may be abandoned now: `Ok(true)` if it is `Armed` and its lease ran out by
+/// `lease_expired_by` (or whatever its lease, with `None`), `Ok(false)` if it is already
+/// `Abandoned`; `FailedPrecondition` naming the operation if it is `EffectsConfirmed` or its
+/// lease is still live. Both backends decide with it, inside their atomic step.
+pub fn abandonable(stored: &Intent, lease_expired_by: Option<TimestampMs>) -> Result<bool> {
+    let operation_id = &stored.operation_id;
+    match stored.phase {
+        IntentPhase::Abandoned => Ok(false),
+        IntentPhase::EffectsConfirmed => Err(MendError::failed_precondition(
+            format!(
+                "intent {operation_id} confirmed its effects: it is rolled forward, never abandoned"
+            ),
+            vec![operation_id.clone()],
+        )),
+        IntentPhase::Armed => match lease_expired_by {
+            Some(at) if stored.lease_expires_at_ms > at => Err(MendError::failed_precondition(
+                format!(
+                    "the lease of intent {operation_id} runs until {} ms, after {at} ms: its owner may still be working",
+                    stored.lease_expires_at_ms
+                ),
+                vec![operation_id.clone()],
+            )),
+            _ => Ok(true),
+        },
+    }
+}
+
 /// Refuses to write an intent in any format but this host's own.
 pub fn check_written_format(intent: &Intent) -> Result<()> {
     if intent.format_version != INTENT_FORMAT_VERSION {
@@ -225,6 +259,15 @@ mod tests {
     fn intents_round_trip_through_json() {
         let intent = intent();
         assert_eq!(Intent::from_json(&intent.to_json()).unwrap(), intent);
+    }
+
+    #[test]
+    fn format_1_intents_are_still_read() {
+        let mut value: serde_json::Value = serde_json::from_str(&intent().to_json()).unwrap();
+        value["format_version"] = serde_json::json!(1);
+        let read = Intent::from_json(&value.to_string()).unwrap();
+        assert_eq!(read.format_version, 1);
+        assert_eq!(read.phase, IntentPhase::Armed);
     }
 
     #[test]

@@ -44,7 +44,8 @@
 //! A scenario passes when the output equals `expect` exactly: the same entries in the same
 //! order, every string (reasons, messages) included. Each call's output order is part of its
 //! contract: plan-stage answers sorted by split id, validate-publish in its fixed order of
-//! kinds, decide-recovery and plan-reconcile in the input's order.
+//! kinds, decide-recovery and plan-reconcile in the input's order, plan-gc's lists in the
+//! candidates' order.
 //!
 //! ## Shapes
 //!
@@ -59,6 +60,7 @@
 //! | `validate-publish` | `PublishInput`     | array of `PublishViolation`    |
 //! | `decide-recovery`  | `RecoveryInput`    | array of `IntentDecision`      |
 //! | `plan-reconcile`   | `ReconcileInput`   | array of `ReconcileDecision`   |
+//! | `plan-gc`          | `GcInput`          | `GcPlan`                       |
 //!
 //! ```text
 //! SplitState        "staged" | "published" | "marked_for_deletion"
@@ -81,20 +83,26 @@
 //!                     now_ms: i64, intents: [IntentObservation] }
 //! IntentObservation { operation_id: string,
 //!                     kind: "commit" | "merge" | "gc" | "config_apply" | "reconcile",
-//!                     phase: "armed" | "effects_confirmed", owner_lease_live: bool,
+//!                     phase: "armed" | "effects_confirmed" | "abandoned", owner_lease_live: bool,
 //!                     planned_rows: [string], rows: [ExistingRow],
 //!                     objects: [{ split_id: string, present: bool, matches: bool }],
 //!                     publish_staged: [string], publish_replaced: [string],
 //!                     has_checkpoint_delta: bool, checkpoint_at_from: bool,
-//!                     checkpoint_at_to: bool, gc_splits: [string], mark_splits: [string],
+//!                     checkpoint_at_to: bool, checkpoint_reached_to: bool,
+//!                     gc_splits: [string], mark_splits: [string],
 //!                     config_at_expected: bool, config_applied: bool }
 //! IntentDecision    { operation_id: string,
 //!                     decision: "roll_forward" | "roll_back" | "stale" | { defer: string }
-//!                             | { blocked: { why: string, operator_action: string } } }
+//!                             | { blocked: { why: string, operator_action: string } }
+//!                             | { abandon: string } }
 //! ReconcileInput    { dataset_id: string, now_ms: i64, orphans: [{ split_id: string,
 //!                     same_incarnation: bool, intact: bool, metadata_json: string,
 //!                     age_ms: i64 }] }
 //! ReconcileDecision { split_id: string, action: "adopt" | { discard: string } }
+//! GcInput           { dataset_id: string, now_ms: i64, staged_grace_period_ms: u64,
+//!                     deletion_grace_period_ms: u64, candidates: [{ split_id: string,
+//!                     state: SplitState, updated_at_ms: i64 }] }
+//! GcPlan            { mark: [string], delete: [string] }
 //! ```
 //!
 //! ## Errors
@@ -114,8 +122,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use mend_policy::{
-    IntentDecision, PlannedSplit, PublishInput, PublishViolation, ReconcileDecision,
-    ReconcileInput, RecoveryInput, StagePlanInput,
+    GcInput, GcPlan, IntentDecision, PlannedSplit, PublishInput, PublishViolation,
+    ReconcileDecision, ReconcileInput, RecoveryInput, StagePlanInput,
 };
 use serde::ser::{SerializeStruct, Serializer};
 use serde::{Deserialize, Serialize};
@@ -162,6 +170,10 @@ pub enum Call {
         input: ReconcileInput,
         expect: Vec<ReconcileDecision>,
     },
+    PlanGc {
+        input: GcInput,
+        expect: GcPlan,
+    },
 }
 
 /// Which policy function a scenario calls, named as in the WIT contract.
@@ -172,6 +184,7 @@ pub enum CallKind {
     ValidatePublish,
     DecideRecovery,
     PlanReconcile,
+    PlanGc,
 }
 
 /// What running a suite found, scenario by scenario.
@@ -385,6 +398,7 @@ impl Scenario {
             Call::PlanReconcile { input, expect } => {
                 self.check(expect, policy.plan_reconcile(input))
             }
+            Call::PlanGc { input, expect } => self.check(expect, policy.plan_gc(input)),
         }
     }
 
@@ -402,6 +416,7 @@ impl Scenario {
             Call::PlanReconcile { input, expect } => {
                 self.check(expect, Ok(mend_policy::plan_reconcile(input)))
             }
+            Call::PlanGc { input, expect } => self.check(expect, Ok(mend_policy::plan_gc(input))),
         }
     }
 
@@ -441,16 +456,18 @@ impl Call {
             Self::ValidatePublish { .. } => CallKind::ValidatePublish,
             Self::DecideRecovery { .. } => CallKind::DecideRecovery,
             Self::PlanReconcile { .. } => CallKind::PlanReconcile,
+            Self::PlanGc { .. } => CallKind::PlanGc,
         }
     }
 }
 
 impl CallKind {
-    pub const ALL: [CallKind; 4] = [
+    pub const ALL: [CallKind; 5] = [
         Self::PlanStage,
         Self::ValidatePublish,
         Self::DecideRecovery,
         Self::PlanReconcile,
+        Self::PlanGc,
     ];
 
     /// The name used in scenario files and the WIT contract.
@@ -460,6 +477,7 @@ impl CallKind {
             Self::ValidatePublish => "validate-publish",
             Self::DecideRecovery => "decide-recovery",
             Self::PlanReconcile => "plan-reconcile",
+            Self::PlanGc => "plan-gc",
         }
     }
 
@@ -529,6 +547,10 @@ impl Serialize for Scenario {
                 scenario.serialize_field("expect", expect)?;
             }
             Call::PlanReconcile { input, expect } => {
+                scenario.serialize_field("input", input)?;
+                scenario.serialize_field("expect", expect)?;
+            }
+            Call::PlanGc { input, expect } => {
                 scenario.serialize_field("input", input)?;
                 scenario.serialize_field("expect", expect)?;
             }

@@ -119,6 +119,17 @@ impl Catalog for OlderBackend {
     async fn update_intent(&self, intent: &Intent, expected: IntentPhase) -> Result<()> {
         self.inner.update_intent(intent, expected).await
     }
+    async fn abandon_intent(
+        &self,
+        id: &str,
+        operation_id: &str,
+        lease_expired_by: Option<TimestampMs>,
+        now: TimestampMs,
+    ) -> Result<Intent> {
+        self.inner
+            .abandon_intent(id, operation_id, lease_expired_by, now)
+            .await
+    }
     async fn delete_intent(&self, id: &str, operation_id: &str, now: TimestampMs) -> Result<()> {
         self.inner.delete_intent(id, operation_id, now).await
     }

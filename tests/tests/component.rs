@@ -11,10 +11,10 @@ use mend::runtime::{
     ALLOWED_IMPORTS, DEFAULT_POLICY_WASM, PolicyLimits, PolicyRuntime, imports_of,
 };
 use mend_policy::{
-    CheckpointDelta, ExistingRow, IntentObservation, IntentPhase, ObjectObservation, OperationKind,
-    OrphanObject, PartitionDelta, PartitionPosition, PlannedSplit, PublishInput, ReconcileAction,
-    ReconcileInput, RecoveryDecision, RecoveryInput, RecoveryMode, SplitState, StageAction,
-    StageMode, StagePlanInput, ViolationKind,
+    CheckpointDelta, ExistingRow, GcCandidate, GcInput, IntentObservation, IntentPhase,
+    ObjectObservation, OperationKind, OrphanObject, PartitionDelta, PartitionPosition,
+    PlannedSplit, PublishInput, ReconcileAction, ReconcileInput, RecoveryDecision, RecoveryInput,
+    RecoveryMode, SplitState, StageAction, StageMode, StagePlanInput, ViolationKind,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -311,7 +311,8 @@ fn operation_kind() -> impl Strategy<Value = OperationKind> {
 fn intent_phase() -> impl Strategy<Value = IntentPhase> {
     prop_oneof![
         Just(IntentPhase::Armed),
-        Just(IntentPhase::EffectsConfirmed)
+        Just(IntentPhase::EffectsConfirmed),
+        Just(IntentPhase::Abandoned)
     ]
 }
 
@@ -366,6 +367,7 @@ fn coherent_intent_observation() -> impl Strategy<Value = IntentObservation> {
                     has_checkpoint_delta: delta,
                     checkpoint_at_from: true,
                     checkpoint_at_to: false,
+                    checkpoint_reached_to: false,
                     gc_splits: planned.clone(),
                     mark_splits: Vec::new(),
                     config_at_expected: true,
@@ -406,7 +408,9 @@ fn coherent_intent_observation() -> impl Strategy<Value = IntentObservation> {
                         };
                     }
                     intent.checkpoint_at_from = false;
-                    intent.checkpoint_at_to = true;
+                    // At its end, or moved past it by later commits (ABI 1.3).
+                    intent.checkpoint_at_to = !departs[3];
+                    intent.checkpoint_reached_to = true;
                     intent.config_applied = true;
                     if intent.kind == OperationKind::Gc {
                         intent.rows.clear();
@@ -432,7 +436,7 @@ fn arbitrary_intent_observation() -> impl Strategy<Value = IntentObservation> {
         (
             proptest::collection::vec("s[0-5]", 0..4),
             proptest::collection::vec("s[0-5]", 0..3),
-            any::<(bool, bool, bool)>(),
+            any::<(bool, bool, bool, bool)>(),
             proptest::collection::vec("s[0-5]", 0..3),
         ),
         (
@@ -442,7 +446,7 @@ fn arbitrary_intent_observation() -> impl Strategy<Value = IntentObservation> {
     )
         .prop_map(
             |((operation_id, kind, phase, live), planned_rows, rows, objects, publish, other)| {
-                let (publish_staged, publish_replaced, (delta, at_from, at_to), gc_splits) =
+                let (publish_staged, publish_replaced, (delta, at_from, at_to, past), gc_splits) =
                     publish;
                 let (mark_splits, (config_at_expected, config_applied)) = other;
                 IntentObservation {
@@ -468,6 +472,7 @@ fn arbitrary_intent_observation() -> impl Strategy<Value = IntentObservation> {
                     has_checkpoint_delta: delta,
                     checkpoint_at_from: at_from,
                     checkpoint_at_to: at_to,
+                    checkpoint_reached_to: at_to || past,
                     gc_splits,
                     mark_splits,
                     config_at_expected,
@@ -475,6 +480,35 @@ fn arbitrary_intent_observation() -> impl Strategy<Value = IntentObservation> {
                 }
             },
         )
+}
+
+/// A gc run near the cutoffs: rows last changed around `now - grace` for each grace period,
+/// so that both sides of each cutoff are reached.
+fn gc_input() -> impl Strategy<Value = GcInput> {
+    (
+        0u64..5,
+        0u64..5,
+        proptest::collection::vec(("s[0-9]{1,2}", state(), 0i64..12), 0..8),
+    )
+        .prop_map(|(staged_grace, deletion_grace, rows)| GcInput {
+            dataset_id: "ds".into(),
+            now_ms: 10,
+            staged_grace_period_ms: staged_grace,
+            deletion_grace_period_ms: deletion_grace,
+            // The host hands over staged and marked rows only, each id once.
+            candidates: rows
+                .into_iter()
+                .filter(|(_, state, _)| *state != SplitState::Published)
+                .map(|(split_id, state, updated_at_ms)| (split_id, (state, updated_at_ms)))
+                .collect::<BTreeMap<_, _>>()
+                .into_iter()
+                .map(|(split_id, (state, updated_at_ms))| GcCandidate {
+                    split_id,
+                    state,
+                    updated_at_ms,
+                })
+                .collect(),
+        })
 }
 
 fn reconcile_input() -> impl Strategy<Value = ReconcileInput> {
@@ -634,6 +668,7 @@ fn recovery_outcome(kind: OperationKind, decision: &RecoveryDecision) -> String 
         RecoveryDecision::Defer(_) => "defer",
         RecoveryDecision::Blocked(_) => "blocked",
         RecoveryDecision::Stale => "stale",
+        RecoveryDecision::Abandon(_) => "abandon",
     };
     format!("{kind:?} {decision}")
 }
@@ -657,6 +692,7 @@ fn recovery_outcomes() -> Vec<String> {
             operator_action: String::new(),
         }),
         RecoveryDecision::Stale,
+        RecoveryDecision::Abandon(String::new()),
     ];
     kinds
         .iter()
@@ -664,13 +700,17 @@ fn recovery_outcomes() -> Vec<String> {
             decisions
                 .iter()
                 .filter(move |decision| {
-                    *kind != OperationKind::Gc
+                    let gc_decides = *kind != OperationKind::Gc
                         || matches!(
                             decision,
                             RecoveryDecision::RollForward
                                 | RecoveryDecision::Defer(_)
                                 | RecoveryDecision::Stale
-                        )
+                        );
+                    // Only a commit or a merge is ever abandoned.
+                    let abandons = !matches!(decision, RecoveryDecision::Abandon(_))
+                        || matches!(kind, OperationKind::Commit | OperationKind::Merge);
+                    gc_decides && abandons
                 })
                 .map(move |decision| recovery_outcome(*kind, decision))
         })
@@ -716,7 +756,8 @@ fn component_and_native_build_decide_identically() {
             ..Config::default()
         })
     };
-    let (stage, publish, recovery, reconcile) = (
+    let (stage, publish, recovery, reconcile, gc) = (
+        Spread::default(),
         Spread::default(),
         Spread::default(),
         Spread::default(),
@@ -769,17 +810,43 @@ fn component_and_native_build_decide_identically() {
             Ok(())
         })
         .unwrap();
+    runner()
+        .run(&gc_input(), |input| {
+            let wasm = policy.plan_gc(&input).expect("component decides");
+            prop_assert_eq!(&wasm, &mend_policy::plan_gc(&input));
+            gc.vector();
+            for candidate in &input.candidates {
+                let planned = wasm.mark.contains(&candidate.split_id)
+                    || wasm.delete.contains(&candidate.split_id);
+                gc.saw(format!(
+                    "{} {}",
+                    candidate.state,
+                    if planned { "collected" } else { "kept" }
+                ));
+            }
+            Ok(())
+        })
+        .unwrap();
     println!(
-        "differential: {VECTORS} stage, {VECTORS} publish, {VECTORS} recovery and {VECTORS} reconcile vectors identical in wasm and native"
+        "differential: {VECTORS} stage, {VECTORS} publish, {VECTORS} recovery, {VECTORS} reconcile and {VECTORS} gc vectors identical in wasm and native"
     );
     let stage = stage.check("plan_stage", VECTORS, &stage_outcomes());
     let publish = publish.check("validate_publish", VECTORS, &publish_outcomes());
     let recovery = recovery.check("decide_recovery", VECTORS, &recovery_outcomes());
     let reconcile = reconcile.check("plan_reconcile", VECTORS, &reconcile_outcomes());
+    let gc_outcomes = [
+        "staged collected",
+        "staged kept",
+        "marked_for_deletion collected",
+        "marked_for_deletion kept",
+    ]
+    .map(String::from);
+    let gc = gc.check("plan_gc", VECTORS, &gc_outcomes);
     println!("differential outcomes, plan_stage (per split): {stage}");
     println!(
         "differential outcomes, validate_publish (per vector; accepted or each violation): {publish}"
     );
     println!("differential outcomes, decide_recovery (per intent): {recovery}");
     println!("differential outcomes, plan_reconcile (per orphan): {reconcile}");
+    println!("differential outcomes, plan_gc (per candidate): {gc}");
 }

@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use mend::engine::{CommitRequest, CommitSplit};
+use mend::engine::{CommitRequest, CommitSplit, IntentStatus, Outcome};
 use mend::faults::{CrashAt, DurableStep};
 use mend::model::{CheckpointDelta, ListQuery, PartitionDelta, SplitState};
-use mend_policy::RecoveryMode;
+use mend_policy::{RecoveryDecision, RecoveryMode};
 use mend_tests::crash::{RecoveryCrash, SecondCrashes, recover_after_crash};
 use mend_tests::{Backend, Harness};
 
@@ -17,7 +17,8 @@ const SPLITS: [&str; 2] = ["c-1", "c-2"];
 /// Intent, stage, two objects, confirm, publish, delete intent: checked against a clean run,
 /// so that a step added to the commit cannot go uncrashed.
 const DURABLE_STEPS: usize = 7;
-/// Roll-forward first; what it cannot finish, exclusive rolls back.
+/// Roll-forward first (it finishes or abandons what it can); what it cannot, exclusive rolls
+/// back.
 const MODES: &[RecoveryMode] = &[RecoveryMode::RollForward, RecoveryMode::Exclusive];
 
 fn request(dataset_id: &str) -> CommitRequest {
@@ -201,6 +202,123 @@ async fn run_schedules(backend: Backend) {
         }
     }
     println!("crash schedules [commit, {backend}]: {double}, all converged");
+}
+
+/// A commit that published and crashed at its intent delete, followed by another commit that
+/// moves the same partition on: the first one's delta applied (its splits are published, and
+/// the checkpoint is past its end, which it never moves back from), so it is settled. Every
+/// mode says so; roll-forward discards its intent as stale and audits it; nothing is blocked
+/// and nothing is undone.
+async fn a_completed_commit_is_never_blocked(backend: Backend) {
+    let h = Harness::new(backend).await;
+    let dataset_id = h.create_dataset("settled").await;
+    let crash = Arc::new(CrashAt::new(DURABLE_STEPS, false));
+    let result = h
+        .engine
+        .with_faults(crash.clone())
+        .commit(&request(&dataset_id))
+        .await;
+    assert!(result.is_err(), "the commit did not crash");
+    assert_eq!(crash.steps().last(), Some(&DurableStep::DeleteIntent));
+    let first = h.engine.catalog().list_intents(&dataset_id).await.unwrap();
+    assert_eq!(first.len(), 1, "its intent is left");
+
+    // A later commit moves partition 0 on, from 100 to 250.
+    let later = CommitRequest {
+        splits: vec![CommitSplit {
+            split_id: "later-1".into(),
+            metadata_json: "{}".into(),
+            payload: Bytes::from_static(b"later"),
+        }],
+        checkpoint_delta: Some(CheckpointDelta {
+            source: "events".into(),
+            partitions: vec![PartitionDelta {
+                partition: "0".into(),
+                from_position: Some(100),
+                to_position: 250,
+            }],
+        }),
+        ..request(&dataset_id)
+    };
+    h.engine.commit(&later).await.expect("the later commit");
+    h.clock.advance_ms(120_000);
+    let mut checks = 0;
+
+    for mode in [RecoveryMode::Probe, RecoveryMode::Verify] {
+        let report = h.engine.recover(&dataset_id, mode).await.unwrap();
+        assert_eq!(report.count(IntentStatus::Clean), 1, "{mode:?}: {report:?}");
+        checks += 1;
+    }
+    let report = h
+        .engine
+        .recover(&dataset_id, RecoveryMode::RollForward)
+        .await
+        .unwrap();
+    let intent = &report.intents[0];
+    assert_eq!(intent.operation_id, first[0].operation_id);
+    assert_eq!(intent.status, IntentStatus::Clean, "{report:?}");
+    assert_eq!(intent.decision, RecoveryDecision::Stale);
+    assert_eq!(intent.outcome, Outcome::Executed);
+    checks += 3;
+    assert!(
+        h.engine
+            .catalog()
+            .list_intents(&dataset_id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let rows = h
+        .engine
+        .list_splits(&dataset_id, &ListQuery::default())
+        .await
+        .unwrap()
+        .splits;
+    assert_eq!(rows.len(), SPLITS.len() + 1);
+    assert!(
+        rows.iter().all(|row| row.state == SplitState::Published),
+        "nothing undone: {rows:?}"
+    );
+    let checkpoint = h.engine.dataset(&dataset_id).await.unwrap().checkpoint;
+    assert_eq!(
+        checkpoint.get("events").and_then(|p| p.get("0")).copied(),
+        Some(250)
+    );
+    checks += 4;
+    let audit = h
+        .engine
+        .catalog()
+        .list_audit(&dataset_id, None)
+        .await
+        .unwrap();
+    let settled = audit.last().expect("the stale decision is audited");
+    assert_eq!(settled.operation_id, first[0].operation_id);
+    assert_eq!(settled.decision, serde_json::json!("stale"));
+    assert_eq!(settled.outcome, serde_json::json!({"outcome": "executed"}));
+    checks += 3;
+    println!(
+        "crash schedules [commit, {backend}]: crashed at its intent delete, then a later commit on the same partition: {checks} checks, settled (stale) in every mode, nothing blocked or undone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completed_commit_is_never_blocked_on_memory() {
+    a_completed_commit_is_never_blocked(Backend::Memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completed_commit_is_never_blocked_on_a_local_directory() {
+    a_completed_commit_is_never_blocked(Backend::LocalDirectory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completed_commit_is_never_blocked_on_postgres() {
+    a_completed_commit_is_never_blocked(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completed_commit_is_never_blocked_on_s3() {
+    a_completed_commit_is_never_blocked(Backend::S3).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,9 +13,10 @@ use mend_policy::RecoveryMode;
 use mend_tests::crash::{RecoveryCrash, SecondCrashes, recover_after_crash};
 use mend_tests::{Backend, Harness};
 
-/// Intent, mark, two object deletes, the row delete, the intent delete: checked against a
-/// clean run, so that a step added to gc cannot go uncrashed.
-const DURABLE_STEPS: usize = 6;
+/// Intent, the plan's `executing` audit record, mark, two object deletes, the row delete, the
+/// intent delete, the plan's settled record: checked against a clean run, so that a step
+/// added to gc cannot go uncrashed.
+const DURABLE_STEPS: usize = 8;
 const HOUR_MS: i64 = 60 * 60 * 1000;
 
 async fn commit(h: &Harness, dataset_id: &str, ids: &[&str]) {
@@ -132,11 +133,13 @@ async fn clean_run_steps(backend: Backend) -> Vec<DurableStep> {
         steps,
         [
             DurableStep::WriteIntent,
+            DurableStep::AppendAudit,
             DurableStep::MarkRows,
             delete("expired-1"),
             delete("expired-2"),
             DurableStep::DeleteRows,
             DurableStep::DeleteIntent,
+            DurableStep::AppendAudit,
         ],
         "{backend}: gc's durable steps changed; update DURABLE_STEPS and its comment"
     );

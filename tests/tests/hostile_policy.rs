@@ -162,8 +162,53 @@ async fn check_hostile(backend: Backend) {
         assert_eq!(audit[0].policy_digest, h.engine.policy().digest());
         refused += 1;
     }
+    // Invariants 2 and 5: a gc plan that deletes a staged split (and marks a marked one) is
+    // refused whole; a published split is never even a candidate.
+    let ds = h.create_dataset("hostile-gc").await;
+    h.engine
+        .stage(&stage(&ds, StageMode::CreateOnly, &["published", "staged"]))
+        .await
+        .unwrap();
+    h.put_objects(&ds, ["published"]).await;
+    h.engine
+        .publish(&PublishRequest::staged(
+            ds.clone(),
+            vec!["published".into()],
+        ))
+        .await
+        .unwrap();
+    let fingerprint_rows = h
+        .engine
+        .list_splits(&ds, &ListQuery::default())
+        .await
+        .unwrap();
+    let error = h.engine.gc(&ds, "gc").await.unwrap_err();
+    assert!(
+        matches!(&error, MendError::PolicyRejected { message } if message.contains("it deletes staged, which is staged")),
+        "{error:?}"
+    );
+    assert_eq!(
+        h.engine
+            .list_splits(&ds, &ListQuery::default())
+            .await
+            .unwrap(),
+        fingerprint_rows
+    );
+    assert!(
+        h.engine
+            .catalog()
+            .list_intents(&ds)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let audit = h.engine.catalog().list_audit(&ds, None).await.unwrap();
+    assert_eq!(audit.len(), 1, "the refused plan is audited: {audit:?}");
+    assert_eq!(audit[0].mode, "gc");
+    assert_eq!(audit[0].outcome["outcome"], "refused");
+    refused += 1;
     println!(
-        "hostile policy [{backend}]: {refused} unsafe decisions refused (the recovery ones audited), nothing executed"
+        "hostile policy [{backend}]: {refused} unsafe decisions refused (the recovery and gc ones audited), nothing executed"
     );
 }
 

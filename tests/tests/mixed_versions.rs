@@ -4,20 +4,22 @@
 //!
 //! The hosts are [`HostAbi`]s that the same binary plays:
 //!
-//! - **older**: ABI 1.1, knowing semantics revision 1, running `mend:policy@1.1.0` components.
-//!   It checks components as a 1.1 host would; this binary carries only the 1.2 bindings, so
-//!   a component that passes those checks (`abi-1-1`) is refused with that reason instead of
-//!   being run. A real 1.1 host would run it.
-//! - **current**: [`HostAbi::current`].
-//! - **newer**: ABI 1.3, knowing semantics revisions 1 and 2. A real 1.3 host would import a
-//!   1.3 contract; one that still runs 1.2 components has to check them against the 1.2
+//! - **older**: ABI 1.2, knowing semantics revision 1, running `mend:policy@1.2.0` components.
+//!   It checks components as a 1.2 host would; this binary carries only the 1.3 bindings, so
+//!   a component that passes those checks (`abi-1-2`) is refused with that reason instead of
+//!   being run. A real 1.2 host would run it.
+//! - **current**: [`HostAbi::current`], ABI 1.3.
+//! - **newer**: ABI 1.4, knowing semantics revisions 1 and 2. A real 1.4 host would import a
+//!   1.4 contract; one that still runs 1.3 components has to check them against the 1.3
 //!   contract it kept the bindings of, and that is how it is played here
-//!   (`contract_import: mend:policy/types@1.2.0`). Its ABI minor only matters to `describe()`.
+//!   (`contract_import: mend:policy/types@1.3.0`). Its ABI minor only matters to `describe()`.
 //!
-//! The policies are the default one (ABI 1.2, semantics 1), `policies/abi-1-1` (built against
-//! the frozen 1.1 contract), `policies/newer-semantics` (the default decisions as semantics
-//! revision 2) and `policies/extra-capability` (the default decisions, requiring
-//! `stage.merge-on-write`, which no backend provides).
+//! The policies are the default one (ABI 1.3, semantics 1), `policies/abi-1-1` and
+//! `policies/abi-1-2` (built against the frozen 1.1 and 1.2 contracts: a 1.2 policy has no
+//! `plan-gc`, so a 1.3 host refuses it at load and says to rebuild it),
+//! `policies/newer-semantics` (the default decisions as semantics revision 2) and
+//! `policies/extra-capability` (the default decisions, requiring `stage.merge-on-write`, which
+//! no backend provides).
 
 use std::fmt;
 use std::sync::Arc;
@@ -30,12 +32,13 @@ use mend::objects::SplitObjects;
 use mend::runtime::{DEFAULT_POLICY_WASM, HostAbi, LoadOptions, PolicyRuntime};
 use mend::{Engine, EngineOptions, MendError, PolicyError};
 use mend_policy::{
-    CheckpointDelta, ExistingRow, IntentObservation, IntentPhase, ObjectObservation, OperationKind,
-    OrphanObject, PartitionDelta, PartitionPosition, PublishInput, ReconcileInput, RecoveryInput,
-    RecoveryMode, StagePlanInput,
+    CheckpointDelta, ExistingRow, GcCandidate, GcInput, IntentObservation, IntentPhase,
+    ObjectObservation, OperationKind, OrphanObject, PartitionDelta, PartitionPosition,
+    PublishInput, ReconcileInput, RecoveryInput, RecoveryMode, StagePlanInput,
 };
 
 const ABI_1_1_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_ABI_1_1_WASM"));
+const ABI_1_2_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_ABI_1_2_WASM"));
 const NEWER_SEMANTICS_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_NEWER_SEMANTICS_WASM"));
 const EXTRA_CAPABILITY_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_EXTRA_CAPABILITY_WASM"));
 
@@ -47,33 +50,34 @@ struct Host {
 fn hosts() -> [Host; 3] {
     [
         Host {
-            name: "older 1.1",
+            name: "older 1.2",
             abi: HostAbi {
                 abi_major: 1,
-                abi_minor: 1,
+                abi_minor: 2,
                 known_semantics_revisions: vec![1],
-                contract_import: "mend:policy/types@1.1.0".into(),
+                contract_import: "mend:policy/types@1.2.0".into(),
             },
         },
         Host {
-            name: "current 1.2",
+            name: "current 1.3",
             abi: HostAbi::current(),
         },
         Host {
-            name: "newer 1.3",
+            name: "newer 1.4",
             abi: HostAbi {
                 abi_major: 1,
-                abi_minor: 3,
+                abi_minor: 4,
                 known_semantics_revisions: vec![1, 2],
-                contract_import: "mend:policy/types@1.2.0".into(),
+                contract_import: "mend:policy/types@1.3.0".into(),
             },
         },
     ]
 }
 
-const POLICIES: [(&str, &[u8]); 4] = [
+const POLICIES: [(&str, &[u8]); 5] = [
     ("default", DEFAULT_POLICY_WASM),
     ("abi-1-1", ABI_1_1_WASM),
+    ("abi-1-2", ABI_1_2_WASM),
     ("newer-semantics", NEWER_SEMANTICS_WASM),
     ("extra-capability", EXTRA_CAPABILITY_WASM),
 ];
@@ -89,22 +93,30 @@ enum Expected {
     RefusedAtEngineStart(&'static str),
 }
 
-const BUILT_AGAINST_1_2_ON_1_1: &str = "built against mend:policy@1.2.0; this host runs 1.1 \
+const BUILT_AGAINST_1_3_ON_1_2: &str = "built against mend:policy@1.3.0; this host runs 1.2 \
      components: upgrade mend to run it, or rebuild the policy against wit/ of this mend";
 const BUILT_AGAINST_1_1_ON_1_2: &str = "built against mend:policy@1.1.0; this host runs 1.2 \
      components: rebuild the policy against wit/ of this mend";
+const BUILT_AGAINST_1_1_ON_1_3: &str = "built against mend:policy@1.1.0; this host runs 1.3 \
+     components: rebuild the policy against wit/ of this mend";
+/// The pairing the 1.3 upgrade is about: a policy built before it is refused at load, told to
+/// rebuild, never run without the `plan-gc` it lacks.
+const BUILT_AGAINST_1_2_ON_1_3: &str = "built against mend:policy@1.2.0; this host runs 1.3 \
+     components: rebuild the policy against wit/ of this mend";
 
 /// Rows: the hosts; columns: [`POLICIES`].
-const EXPECTED: [[Expected; 4]; 3] = [
+const EXPECTED: [[Expected; 5]; 3] = [
     [
-        Expected::RefusedAtLoad(BUILT_AGAINST_1_2_ON_1_1),
-        Expected::RefusedAtLoad("this build of mend has the bindings of mend:policy@1.2.0 only"),
-        Expected::RefusedAtLoad(BUILT_AGAINST_1_2_ON_1_1),
-        Expected::RefusedAtLoad(BUILT_AGAINST_1_2_ON_1_1),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_3_ON_1_2),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_1_ON_1_2),
+        Expected::RefusedAtLoad("this build of mend has the bindings of mend:policy@1.3.0 only"),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_3_ON_1_2),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_3_ON_1_2),
     ],
     [
         Expected::Decides,
-        Expected::RefusedAtLoad(BUILT_AGAINST_1_1_ON_1_2),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_1_ON_1_3),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_2_ON_1_3),
         Expected::RefusedAtLoad(
             "semantics revision 2, which this host does not know (it knows [1]): upgrade mend first",
         ),
@@ -112,7 +124,8 @@ const EXPECTED: [[Expected; 4]; 3] = [
     ],
     [
         Expected::Decides,
-        Expected::RefusedAtLoad(BUILT_AGAINST_1_1_ON_1_2),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_1_ON_1_3),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_2_ON_1_3),
         Expected::Decides,
         Expected::RefusedAtEngineStart("stage.merge-on-write"),
     ],
@@ -363,7 +376,9 @@ fn decides_natively(policy: &PolicyRuntime) -> Result<usize, String> {
         policy.plan_reconcile(&reconcile),
         mend_policy::plan_reconcile(&reconcile),
     )?;
-    Ok(vectors + 1)
+    let gc = gc_vector();
+    same("plan-gc", policy.plan_gc(&gc), mend_policy::plan_gc(&gc))?;
+    Ok(vectors + 2)
 }
 
 fn row(split_id: &str, state: SplitState) -> ExistingRow {
@@ -465,6 +480,7 @@ fn intent(operation_id: &str, owner_lease_live: bool, objects_match: bool) -> In
         has_checkpoint_delta: false,
         checkpoint_at_from: false,
         checkpoint_at_to: false,
+        checkpoint_reached_to: false,
         gc_splits: Vec::new(),
         mark_splits: Vec::new(),
         config_at_expected: false,
@@ -490,6 +506,25 @@ fn recovery_vectors() -> Vec<RecoveryInput> {
         ],
     })
     .collect()
+}
+
+fn gc_vector() -> GcInput {
+    let candidate = |split_id: &str, state, updated_at_ms| GcCandidate {
+        split_id: split_id.into(),
+        state,
+        updated_at_ms,
+    };
+    GcInput {
+        dataset_id: "ds".into(),
+        now_ms: 1_700_000_000_000,
+        staged_grace_period_ms: 3_600_000,
+        deletion_grace_period_ms: 600_000,
+        candidates: vec![
+            candidate("abandoned", SplitState::Staged, 0),
+            candidate("expired", SplitState::MarkedForDeletion, 0),
+            candidate("fresh", SplitState::Staged, 1_700_000_000_000),
+        ],
+    }
 }
 
 fn reconcile_vector() -> ReconcileInput {

@@ -251,21 +251,33 @@ async fn swaps_under_load(backend: Backend) {
     }
     let reports = recoverer.await.expect("the recoverer failed");
 
-    // Each recovered operation is audited exactly once, naming the digest of the sweep that
-    // ran it, and nothing else is audited.
+    // Each recovered operation is audited exactly once (before and after executing), naming
+    // the digest of the sweep that ran it, and nothing else is audited.
     let audit = h
         .engine
         .catalog()
         .list_audit(&dataset_id, None)
         .await
         .unwrap();
+    // A decision is recorded twice: `executing` before its effects, settled after. Each kind
+    // is counted on its own.
     let mut records: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut executing: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for record in &audit {
-        records
+        let by_kind = if record.is_executing() {
+            &mut executing
+        } else {
+            &mut records
+        };
+        by_kind
             .entry(record.operation_id.as_str())
             .or_default()
             .push(record.policy_digest.as_str());
     }
+    assert_eq!(
+        executing, records,
+        "every settled record follows an executing one of the same sweep"
+    );
     let mut recovered: BTreeMap<&str, &str> = BTreeMap::new();
     for report in &reports {
         for intent in &report.intents {

@@ -1,5 +1,6 @@
 //! What each recovery mode may do: probe and verify write nothing at all; roll-forward never
-//! compensates; exclusive may; a live owner is deferred to.
+//! compensates (it abandons an unconfirmed commit whose owner is gone, see
+//! `tests/abandonment.rs`); exclusive may roll back; a live owner is deferred to.
 
 use std::sync::Arc;
 
@@ -56,18 +57,15 @@ async fn check_modes(backend: Backend) {
 
     h.clock.advance_ms(120_000);
     let mut checks = 0;
-    for mode in [
-        RecoveryMode::Probe,
-        RecoveryMode::Verify,
-        RecoveryMode::RollForward,
-    ] {
+    // Probe and verify say what roll-forward would do (abandon the unconfirmed commit whose
+    // owner is gone) and write nothing.
+    for mode in [RecoveryMode::Probe, RecoveryMode::Verify] {
         let report = h.engine.recover(&dataset_id, mode).await.unwrap();
-        let expected = if mode == RecoveryMode::RollForward {
-            IntentStatus::Blocked
-        } else {
-            IntentStatus::NeedsCompensation
-        };
-        assert_eq!(report.count(expected), 1, "{mode:?}: {report:?}");
+        assert_eq!(
+            report.count(IntentStatus::Abandoned),
+            1,
+            "{mode:?}: {report:?}"
+        );
         assert!(
             report
                 .intents
@@ -93,6 +91,7 @@ async fn check_modes(backend: Backend) {
         checks += 1;
     }
 
+    // Exclusive recovery keeps its roll-back (it also deletes the objects at once).
     let exclusive = h
         .engine
         .recover(&dataset_id, RecoveryMode::Exclusive)
@@ -106,20 +105,25 @@ async fn check_modes(backend: Backend) {
         .unwrap();
     assert_eq!(
         audit.len(),
-        1,
-        "only the executed decision is audited: {audit:?}"
+        2,
+        "only the executed decision is audited, before and after: {audit:?}"
     );
-    let record = &audit[0];
-    assert_eq!(record.operation_id, intents[0].operation_id);
-    assert_eq!(record.mode, "exclusive");
-    assert_eq!(record.policy_digest, h.engine.policy().digest());
+    for record in &audit {
+        assert_eq!(record.operation_id, intents[0].operation_id);
+        assert_eq!(record.mode, "exclusive");
+        assert_eq!(record.policy_digest, h.engine.policy().digest());
+        assert_eq!(
+            record.semantics_revision,
+            h.engine.policy().description().semantics_revision
+        );
+        assert!(record.inputs_hash.starts_with("sha256:"));
+        assert_eq!(record.decision, serde_json::json!("roll_back"));
+    }
     assert_eq!(
-        record.semantics_revision,
-        h.engine.policy().description().semantics_revision
+        audit[0].outcome,
+        serde_json::json!({"outcome": "executing"})
     );
-    assert!(record.inputs_hash.starts_with("sha256:"));
-    assert_eq!(record.decision, serde_json::json!("roll_back"));
-    assert_eq!(record.outcome, serde_json::json!({"outcome": "executed"}));
+    assert_eq!(audit[1].outcome, serde_json::json!({"outcome": "executed"}));
     assert_eq!(exclusive.count(IntentStatus::NeedsCompensation), 1);
     assert!(
         exclusive

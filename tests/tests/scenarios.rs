@@ -11,7 +11,7 @@ use mend::scenarios::{
     Call, CallKind, ScenarioError, Suite, SuiteReport, load_suite, parse_suite, render, run,
     run_native,
 };
-use mend_policy::{ReconcileAction, RecoveryDecision, RecoveryMode, StageAction};
+use mend_policy::{IntentPhase, ReconcileAction, RecoveryDecision, RecoveryMode, StageAction};
 
 const SCENARIOS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../guest/scenarios");
 const HOSTILE_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_HOSTILE_WASM"));
@@ -135,6 +135,12 @@ fn outcomes(call: &Call) -> Vec<String> {
                 RecoveryDecision::RollForward => format!("roll forward {:?}", intent.kind),
                 RecoveryDecision::RollBack => format!("roll back {:?}", input.mode),
                 RecoveryDecision::Blocked(_) => format!("blocked {:?}", input.mode),
+                RecoveryDecision::Abandon(_) if intent.phase == IntentPhase::Abandoned => {
+                    "abandon, fenced earlier".into()
+                }
+                RecoveryDecision::Abandon(_) => {
+                    format!("abandon {:?} {:?}", intent.kind, input.mode)
+                }
             })
             .collect(),
         Call::PlanReconcile { input, expect } => expect
@@ -146,6 +152,25 @@ fn outcomes(call: &Call) -> Vec<String> {
                 ReconcileAction::Discard(_) => "discard earlier incarnation".into(),
             })
             .collect(),
+        Call::PlanGc { input, expect } => {
+            let mut found: Vec<String> = input
+                .candidates
+                .iter()
+                .map(|candidate| {
+                    let planned = expect.mark.contains(&candidate.split_id)
+                        || expect.delete.contains(&candidate.split_id);
+                    format!(
+                        "gc {} {}",
+                        candidate.state,
+                        if planned { "collected" } else { "kept" }
+                    )
+                })
+                .collect();
+            if input.candidates.is_empty() {
+                found.push("gc no candidates".into());
+            }
+            found
+        }
     }
 }
 
@@ -186,6 +211,16 @@ fn the_default_suites_cover_every_outcome() {
         "roll back Exclusive",
         "roll back Probe",
         "blocked RollForward",
+        "abandon Commit RollForward",
+        "abandon Merge RollForward",
+        "abandon Commit Probe",
+        "abandon Commit Verify",
+        "abandon, fenced earlier",
+        "gc staged collected",
+        "gc staged kept",
+        "gc marked_for_deletion collected",
+        "gc marked_for_deletion kept",
+        "gc no candidates",
         "adopt",
         "discard damaged",
         "discard earlier incarnation",

@@ -368,6 +368,21 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     /// Confirms effects (`Armed` to `EffectsConfirmed`) and renews the owner's lease.
     async fn update_intent(&self, intent: &Intent, expected_phase: IntentPhase) -> Result<()>;
 
+    /// Moves an `Armed` intent to `Abandoned`, fencing it: it can never be confirmed or renewed
+    /// afterwards (`update_intent` expecting `Armed` fails). With `lease_expired_by: Some(t)`,
+    /// only if its lease ran out at or before `t`, checked in the same atomic step (a heartbeat
+    /// that landed first wins); with `None`, whatever its lease (its owner aborting).
+    /// Returns the intent as stored after. Already `Abandoned`: Ok, unchanged (idempotent).
+    /// `NotFound` if gone; `FailedPrecondition` naming the operation if it is
+    /// `EffectsConfirmed` or its lease is still live.
+    async fn abandon_intent(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+        lease_expired_by: Option<TimestampMs>,
+        now_ms: TimestampMs,
+    ) -> Result<Intent>;
+
     /// Deletes an intent; `NotFound` if it is gone.
     async fn delete_intent(
         &self,

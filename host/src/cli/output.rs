@@ -292,12 +292,14 @@ pub fn recovery_report(report: &RecoveryReport, json: bool) -> anyhow::Result<()
             RecoveryDecision::RollBack => "roll back".to_string(),
             RecoveryDecision::Stale => "stale".to_string(),
             RecoveryDecision::Defer(why) => format!("defer: {why}"),
+            RecoveryDecision::Abandon(why) => format!("abandon: {why}"),
             RecoveryDecision::Blocked(reason) => {
                 format!("blocked: {} ({})", reason.why, reason.operator_action)
             }
         };
         let outcome = match &intent.outcome {
             Outcome::Reported => "reported".to_string(),
+            Outcome::Executing => "executing".to_string(),
             Outcome::Executed => "executed".to_string(),
             Outcome::Refused(why) => format!("refused: {why}"),
             Outcome::Failed(why) => format!("failed: {why}"),

@@ -1,27 +1,38 @@
-//! Garbage collection, as an operation with its own intent:
+//! Garbage collection, as an operation with its own intent. What to collect is the policy's
+//! decision (`plan-gc`, ABI 1.3); what may be collected is the host's:
 //!
-//! 1. write the intent (`Armed`): the staged splits to abandon (untouched past the staged
-//!    grace period) and the marked splits to delete (marked past the deletion grace period);
-//! 2. mark the abandoned splits, each only if still staged and untouched at write time;
-//! 3. delete the objects of the splits to delete, then
-//! 4. their rows;
-//! 5. delete the intent.
+//! 1. read the dataset's rows; the candidates are the staged and marked ones no intent names
+//!    (those are left to recovery), handed to the policy with the dataset's grace periods and
+//!    the time;
+//! 2. check the plan: it may mark only candidates that are staged and delete only candidates
+//!    that are marked; a plan naming anything else (a published row, a row an intent names,
+//!    an unknown id) is refused whole with `PolicyRejected`, recorded, and nothing executed;
+//! 3. write the intent (`Armed`) naming the splits to mark and to delete, then record the
+//!    plan in the audit as `executing`;
+//! 4. mark the planned staged splits, each only if still staged and untouched since the read
+//!    (`mark_stale_staged`, conditional at the write);
+//! 5. delete the objects of the planned marked splits still marked, then their rows;
+//! 6. delete the intent, and record the plan's settled outcome (`executed`). A run that fails
+//!    part way leaves its `executing` record unsettled and its intent for recovery.
 //!
-//! Splits named by another operation's intent are left to recovery. A crash anywhere leaves
-//! the intent; recovery rolls it forward (every step is safe to repeat), so a crash between an
-//! object and its row converges.
+//! A crash anywhere leaves the intent; recovery rolls it forward (every step is safe to
+//! repeat), so a crash between an object and its row converges. A published row is never
+//! touched: it is no candidate, a plan naming it is refused, and both writes are conditional.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
+use mend_policy::{GcCandidate, GcInput, GcPlan};
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
-use crate::error::Result;
+use crate::audit::{AUDIT_FORMAT_VERSION, AuditRecord, DecisionInput, OUTCOME_EXECUTING};
+use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
 use crate::gates::GateName;
 use crate::intent::{ExpectedState, Intent, OperationKind, PlannedEffects};
 use crate::model::{ListQuery, SplitState};
-use crate::{bounds, validate};
+use crate::objects::format::sha256;
+use crate::validate;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GcResult {
@@ -32,49 +43,73 @@ pub struct GcResult {
 }
 
 impl Engine {
-    /// Collects a dataset's abandoned and expired splits. A run with nothing to collect
-    /// writes nothing.
+    /// Collects a dataset's abandoned and expired splits, as the policy plans. A run with
+    /// nothing to collect writes nothing.
     pub async fn gc(&self, dataset_id: &str, node: &str) -> Result<GcResult> {
         validate::dataset_id(dataset_id)?;
         validate::node(node)?;
-        self.under_gates(
-            [GateName::dataset(dataset_id)],
-            self.gc_holding_gate(dataset_id, node),
-        )
-        .await
+        // The plan and its audit records name one policy.
+        let pinned = self.pinned();
+        pinned
+            .under_gates(
+                [GateName::dataset(dataset_id)],
+                pinned.gc_holding_gate(dataset_id, node),
+            )
+            .await
     }
 
     async fn gc_holding_gate(&self, dataset_id: &str, node: &str) -> Result<GcResult> {
         let dataset = self.catalog.dataset(dataset_id).await?;
         let now = self.now_ms();
-        let staged_cutoff = bounds::ms_before(now, dataset.config.staged_grace_period_ms);
-        let deletion_cutoff = bounds::ms_before(now, dataset.config.deletion_grace_period_ms);
         let claimed = self.splits_named_by_intents(dataset_id, None).await?;
         let rows = self
             .catalog
             .list_splits(dataset_id, &ListQuery::default())
             .await?
             .splits;
-        let unclaimed = rows.iter().filter(|row| !claimed.contains(&row.split_id));
-        let (mut abandon, mut expire) = (Vec::new(), Vec::new());
-        for row in unclaimed {
-            match row.state {
-                SplitState::Staged if row.updated_at_ms < staged_cutoff => {
-                    abandon.push(row.split_id.clone())
-                }
-                SplitState::MarkedForDeletion if row.updated_at_ms < deletion_cutoff => {
-                    expire.push(row.split_id.clone())
-                }
-                _ => {}
-            }
+        let candidates: Vec<GcCandidate> = rows
+            .iter()
+            .filter(|row| row.state != SplitState::Published && !claimed.contains(&row.split_id))
+            .map(|row| GcCandidate {
+                split_id: row.split_id.clone(),
+                state: row.state,
+                updated_at_ms: row.updated_at_ms,
+            })
+            .collect();
+        if candidates.is_empty() {
+            return Ok(GcResult::default());
         }
-        if abandon.is_empty() && expire.is_empty() {
+        let input = GcInput {
+            dataset_id: dataset_id.to_string(),
+            now_ms: now,
+            staged_grace_period_ms: dataset.config.staged_grace_period_ms,
+            deletion_grace_period_ms: dataset.config.deletion_grace_period_ms,
+            candidates,
+        };
+        let plan = self.policy().plan_gc(&input)?;
+        let operation_id = uuid::Uuid::new_v4().to_string();
+        let plan = match checked_plan(&input, &plan) {
+            Ok(plan) => plan,
+            Err(reason) => {
+                let refused = serde_json::json!({ "outcome": "refused", "detail": reason });
+                let record = self.gc_audit(&operation_id, &input, &plan, refused);
+                self.durably(
+                    DurableStep::AppendAudit,
+                    self.catalog.append_audit(dataset_id, &[record]),
+                )
+                .await?;
+                return Err(MendError::PolicyRejected {
+                    message: format!("{reason}; nothing was executed"),
+                });
+            }
+        };
+        if plan.mark.is_empty() && plan.delete.is_empty() {
             return Ok(GcResult::default());
         }
         let intent = Intent {
             effects: PlannedEffects {
-                mark: abandon,
-                delete: expire,
+                mark: plan.mark.clone(),
+                delete: plan.delete.clone(),
                 ..PlannedEffects::default()
             },
             expected: ExpectedState {
@@ -82,7 +117,7 @@ impl Engine {
                 ..ExpectedState::default()
             },
             ..Intent::armed(
-                uuid::Uuid::new_v4().to_string(),
+                operation_id.clone(),
                 OperationKind::Gc,
                 dataset_id,
                 node,
@@ -90,14 +125,60 @@ impl Engine {
                 self.options.intent_lease_ms,
             )
         };
+        // The intent, then the record, then the effects: the plan is never executed without
+        // its record, and an `executing` record always has an intent behind it, gone only
+        // once its effects are done (by this run or by recovery, which records its own).
         self.durably(DurableStep::WriteIntent, self.catalog.put_intent(&intent))
             .await?;
-        let result = self.run_gc(&intent, staged_cutoff).await?;
-        self.finish_intent(dataset_id, &intent.operation_id).await?;
+        let executing = serde_json::json!({ "outcome": OUTCOME_EXECUTING });
+        let record = self.gc_audit(&operation_id, &input, &plan, executing);
+        self.durably(
+            DurableStep::AppendAudit,
+            self.catalog.append_audit(dataset_id, &[record]),
+        )
+        .await?;
+        // A failure leaves the `executing` record unsettled and the intent in place: the
+        // next recovery sweep rolls the gc forward and records what it does.
+        let result = self.run_gc(&intent, intent.created_at_ms).await?;
+        self.finish_intent(dataset_id, &operation_id).await?;
+        let settled = serde_json::json!({ "outcome": "executed" });
+        let record = self.gc_audit(&operation_id, &input, &plan, settled);
+        self.durably(
+            DurableStep::AppendAudit,
+            self.catalog.append_audit(dataset_id, &[record]),
+        )
+        .await?;
         Ok(result)
     }
 
-    /// Steps 2 to 4 of a gc, safe to repeat from any point: recovery runs them again.
+    fn gc_audit(
+        &self,
+        operation_id: &str,
+        input: &GcInput,
+        plan: &GcPlan,
+        outcome: serde_json::Value,
+    ) -> AuditRecord {
+        let canonical = serde_json::to_vec(input).expect("inputs always serialise");
+        AuditRecord {
+            format_version: AUDIT_FORMAT_VERSION,
+            dataset_id: input.dataset_id.clone(),
+            operation_id: operation_id.to_string(),
+            recorded_at_ms: self.now_ms(),
+            mode: "gc".into(),
+            policy_digest: self.policy().digest().to_string(),
+            semantics_revision: self.policy().description().semantics_revision,
+            inputs_hash: sha256(&canonical),
+            decision: serde_json::to_value(plan).expect("plans always serialise"),
+            outcome,
+            inputs: Some(DecisionInput::PlanGc {
+                input: input.clone(),
+            }),
+        }
+    }
+
+    /// Steps 4 and 5 of a gc, safe to repeat from any point: recovery runs them again. A
+    /// planned staged split is marked only if untouched since before `staged_cutoff`, the time
+    /// gc read it (its intent's creation): one restaged since is left alone.
     pub(super) async fn run_gc(&self, intent: &Intent, staged_cutoff: i64) -> Result<GcResult> {
         let dataset_id = intent.dataset_id.as_str();
         let mut result = GcResult::default();
@@ -182,5 +263,96 @@ impl Engine {
             }
         }
         Ok(named)
+    }
+}
+
+/// The plan with its ids deduplicated, if every split it names may be collected: marks only of
+/// staged candidates, deletes only of marked ones. Otherwise why not, naming each split.
+fn checked_plan(input: &GcInput, plan: &GcPlan) -> std::result::Result<GcPlan, String> {
+    let candidates: BTreeMap<&str, SplitState> = input
+        .candidates
+        .iter()
+        .map(|candidate| (candidate.split_id.as_str(), candidate.state))
+        .collect();
+    let mut problems = Vec::new();
+    let mut check = |ids: &[String], wanted: SplitState, verb: &str| -> Vec<String> {
+        let mut seen = BTreeSet::new();
+        for id in ids {
+            match candidates.get(id.as_str()) {
+                Some(state) if *state == wanted => {}
+                Some(state) => problems.push(format!("{verb} {id}, which is {state}")),
+                None => problems.push(format!(
+                    "{verb} {id}, which is no candidate (published, named by an intent, or unknown)"
+                )),
+            }
+            seen.insert(id.clone());
+        }
+        ids.iter().filter(|id| seen.remove(*id)).cloned().collect()
+    };
+    let mark = check(&plan.mark, SplitState::Staged, "it marks");
+    let delete = check(&plan.delete, SplitState::MarkedForDeletion, "it deletes");
+    if !problems.is_empty() {
+        return Err(format!(
+            "the gc plan names splits gc may not touch: {}",
+            problems.join("; ")
+        ));
+    }
+    Ok(GcPlan { mark, delete })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input() -> GcInput {
+        let candidate = |id: &str, state| GcCandidate {
+            split_id: id.into(),
+            state,
+            updated_at_ms: 0,
+        };
+        GcInput {
+            dataset_id: "ds".into(),
+            now_ms: 1_000,
+            staged_grace_period_ms: 0,
+            deletion_grace_period_ms: 0,
+            candidates: vec![
+                candidate("s", SplitState::Staged),
+                candidate("m", SplitState::MarkedForDeletion),
+            ],
+        }
+    }
+
+    fn plan(mark: &[&str], delete: &[&str]) -> GcPlan {
+        let ids = |ids: &[&str]| ids.iter().map(|id| id.to_string()).collect();
+        GcPlan {
+            mark: ids(mark),
+            delete: ids(delete),
+        }
+    }
+
+    #[test]
+    fn a_plan_within_the_candidates_passes_with_its_ids_deduplicated() {
+        assert_eq!(
+            checked_plan(&input(), &plan(&["s", "s"], &["m"])),
+            Ok(plan(&["s"], &["m"]))
+        );
+    }
+
+    #[test]
+    fn a_plan_naming_anything_else_is_refused_naming_each_split() {
+        let cases = [
+            (
+                plan(&["m"], &[]),
+                "it marks m, which is marked_for_deletion",
+            ),
+            (plan(&[], &["s"]), "it deletes s, which is staged"),
+            (plan(&["p"], &[]), "it marks p, which is no candidate"),
+            (plan(&[], &["p"]), "it deletes p, which is no candidate"),
+        ];
+        for (plan, expected) in &cases {
+            let reason = checked_plan(&input(), plan).unwrap_err();
+            assert!(reason.contains(expected), "{reason}");
+        }
+        assert_eq!(cases.len(), 4);
     }
 }

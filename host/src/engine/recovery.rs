@@ -11,8 +11,9 @@
 //! A decision the host refuses (a roll-back outside exclusive mode, invariant 6; a
 //! roll-forward that would publish a split whose object is missing, invariant 1; a roll-back
 //! of a gc, whose marks are final) is reported with the reason and nothing is executed for it.
-//! Every decision executed or refused is audited ([`AuditRecord`]): policy digest, semantics
-//! revision, a hash of the observation, the decision and the outcome.
+//! Every decision a roll-forward or exclusive sweep executes or refuses is audited
+//! ([`AuditRecord`]): policy digest, semantics revision, a hash of the observation, the
+//! decision and the outcome. Probe and verify write nothing, not even a record of a refusal.
 //!
 //! | kind         | roll forward                                 | roll back                          |
 //! |--------------|----------------------------------------------|------------------------------------|
@@ -36,10 +37,10 @@ use crate::audit::{AUDIT_FORMAT_VERSION, AuditRecord, DecisionInput};
 use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
 use crate::gates::{ExclusivePermit, GateName, GateSession};
-use crate::intent::{Intent, OperationKind};
-use crate::model::{Dataset, ListQuery, PublishRequest, SplitRow, SplitState};
+use crate::intent::{Intent, IntentPhase, OperationKind};
+use crate::model::{Dataset, ListQuery, PublishRequest, SplitRow, SplitState, TimestampMs};
 use crate::objects::format::sha256;
-use crate::{bounds, validate};
+use crate::validate;
 
 /// How many intents a sweep observes at once.
 const OBSERVE_CONCURRENCY: usize = 16;
@@ -55,6 +56,9 @@ pub enum IntentStatus {
     Blocked,
     /// Its owner may still be working.
     Deferred,
+    /// Unconfirmed, and its owner's lease ran out (or it was fenced already): roll-forward
+    /// abandons it (fenced, its staged rows marked, its objects left to gc).
+    Abandoned,
 }
 
 /// What the sweep did about one intent.
@@ -63,6 +67,9 @@ pub enum IntentStatus {
 pub enum Outcome {
     /// Nothing was to be executed (probe, verify, defer, blocked).
     Reported,
+    /// Only in audit records: the host was about to execute the decision. A settled record
+    /// (`executed` or `failed`) follows unless the process stopped first; see the module doc.
+    Executing,
     Executed,
     /// The host refused the decision; nothing was executed.
     Refused(String),
@@ -198,42 +205,57 @@ impl Engine {
                 RecoveryDecision::RollBack => IntentStatus::NeedsCompensation,
                 RecoveryDecision::Blocked(_) => IntentStatus::Blocked,
                 RecoveryDecision::Defer(_) => IntentStatus::Deferred,
+                RecoveryDecision::Abandon(_) => IntentStatus::Abandoned,
             };
-            let outcome = match refusal(mode, intent, observation, &decision.decision) {
-                Some(reason) => Outcome::Refused(reason),
-                None if matches!(mode, RecoveryMode::Probe | RecoveryMode::Verify) => {
-                    Outcome::Reported
-                }
-                None => match self.execute(intent, &decision.decision, &dataset).await {
-                    Ok(true) => Outcome::Executed,
-                    Ok(false) => Outcome::Reported,
-                    Err(error) => Outcome::Failed(error.to_string()),
-                },
-            };
-            reports.push(IntentReport {
+            let mut report = IntentReport {
                 operation_id: intent.operation_id.clone(),
                 kind: intent.kind,
                 status,
                 decision: decision.decision,
-                outcome,
-            });
+                outcome: Outcome::Reported,
+            };
+            let reason = refusal(mode, intent, observation, &report.decision, now_ms);
+            let read_only = matches!(mode, RecoveryMode::Probe | RecoveryMode::Verify);
+            let executes = reason.is_none()
+                && !read_only
+                && !matches!(
+                    report.decision,
+                    RecoveryDecision::Defer(_) | RecoveryDecision::Blocked(_)
+                );
+            if let Some(reason) = reason {
+                report.outcome = Outcome::Refused(reason);
+            } else if executes {
+                // The record first: no decision is ever executed without one (module doc).
+                report.outcome = Outcome::Executing;
+                let before = self.audit_record(dataset_id, mode, now_ms, &report, observation);
+                self.durably(
+                    DurableStep::AppendAudit,
+                    self.catalog.append_audit(dataset_id, &[before]),
+                )
+                .await?;
+                report.outcome = match self
+                    .execute(intent, &report.decision, &dataset, now_ms)
+                    .await
+                {
+                    Ok(()) => Outcome::Executed,
+                    Err(error) => Outcome::Failed(error.to_string()),
+                };
+            }
+            // Every decision the host acted on or refused is audited, except in probe and
+            // verify, which write nothing at all (invariant 6). Merely reported ones are not (a
+            // supervisor deferring to a live owner every few seconds would only flood the trail).
+            if report.outcome != Outcome::Reported && !read_only {
+                let record = self.audit_record(dataset_id, mode, now_ms, &report, observation);
+                self.durably(
+                    DurableStep::AppendAudit,
+                    self.catalog.append_audit(dataset_id, &[record]),
+                )
+                .await?;
+            }
+            reports.push(report);
             progress.advance(reports.len());
         }
         progress.end();
-        // Every decision the host acted on or refused is audited. Merely reported ones are not
-        // (probe and verify write nothing at all, and a supervisor deferring to a live owner
-        // every few seconds would only flood the trail).
-        let records: Vec<AuditRecord> = reports
-            .iter()
-            .zip(&observations)
-            .filter(|(report, _)| report.outcome != Outcome::Reported)
-            .map(|(report, observation)| {
-                self.audit_record(dataset_id, mode, now_ms, report, observation)
-            })
-            .collect();
-        if !records.is_empty() {
-            self.catalog.append_audit(dataset_id, &records).await?;
-        }
         Ok(RecoveryReport {
             dataset_id: dataset_id.to_string(),
             mode,
@@ -332,8 +354,8 @@ impl Engine {
                 matches,
             });
         }
-        let (at_from, at_to) = match &publish.checkpoint_delta {
-            None => (true, true),
+        let (at_from, at_to, reached_to) = match &publish.checkpoint_delta {
+            None => (true, true, true),
             Some(delta) => {
                 let positions = dataset.checkpoint.get(&delta.source);
                 let current = |partition: &str| positions.and_then(|p| p.get(partition)).copied();
@@ -346,6 +368,11 @@ impl Engine {
                         .partitions
                         .iter()
                         .all(|p| current(&p.partition) == Some(p.to_position)),
+                    // Positions never move backwards (invariant 4): at or past the end.
+                    delta
+                        .partitions
+                        .iter()
+                        .all(|p| current(&p.partition).is_some_and(|at| at >= p.to_position)),
                 )
             }
         };
@@ -353,10 +380,9 @@ impl Engine {
             operation_id: intent.operation_id.clone(),
             kind: policy_kind(intent.kind),
             phase: match intent.phase {
-                crate::intent::IntentPhase::Armed => mend_policy::IntentPhase::Armed,
-                crate::intent::IntentPhase::EffectsConfirmed => {
-                    mend_policy::IntentPhase::EffectsConfirmed
-                }
+                IntentPhase::Armed => mend_policy::IntentPhase::Armed,
+                IntentPhase::EffectsConfirmed => mend_policy::IntentPhase::EffectsConfirmed,
+                IntentPhase::Abandoned => mend_policy::IntentPhase::Abandoned,
             },
             owner_lease_live: now_ms < intent.lease_expires_at_ms,
             planned_rows: effects
@@ -377,6 +403,7 @@ impl Engine {
             has_checkpoint_delta: publish.checkpoint_delta.is_some(),
             checkpoint_at_from: at_from,
             checkpoint_at_to: at_to,
+            checkpoint_reached_to: reached_to,
             gc_splits: effects.delete.clone(),
             mark_splits: effects.mark.clone(),
             config_at_expected: intent.expected.config_version == Some(dataset.config_version),
@@ -387,17 +414,37 @@ impl Engine {
         })
     }
 
-    /// Carries out a checked decision; `false` when there was nothing to execute. Publishes
-    /// carry the fencing epoch the sweep read (after exclusive recovery's bump), so a sweep
-    /// fenced out by a later exclusive one cannot publish either.
+    /// Carries out a checked decision that executes something (not a defer or a blocked).
+    /// Publishes carry the fencing epoch the sweep read (after exclusive recovery's bump), so a
+    /// sweep fenced out by a later exclusive one cannot publish either. `now_ms` is the time
+    /// the sweep observed at: an abandonment fences only an intent whose lease ran out by then.
     async fn execute(
         &self,
         intent: &Intent,
         decision: &RecoveryDecision,
         dataset: &Dataset,
-    ) -> Result<bool> {
+        now_ms: i64,
+    ) -> Result<()> {
         match (decision, intent.kind) {
-            (RecoveryDecision::Defer(_) | RecoveryDecision::Blocked(_), _) => return Ok(false),
+            (RecoveryDecision::Defer(_) | RecoveryDecision::Blocked(_), _) => return Ok(()),
+            (RecoveryDecision::Abandon(_), _) => {
+                let fenced = match intent.phase {
+                    IntentPhase::Abandoned => intent.clone(),
+                    _ => {
+                        self.durably(
+                            DurableStep::AbandonIntent,
+                            self.catalog.abandon_intent(
+                                &intent.dataset_id,
+                                &intent.operation_id,
+                                Some(now_ms),
+                                self.now_ms(),
+                            ),
+                        )
+                        .await?
+                    }
+                };
+                return self.finish_abandoned(&fenced).await;
+            }
             (RecoveryDecision::Stale, _) => {}
             (RecoveryDecision::RollForward, OperationKind::Commit | OperationKind::Merge) => {
                 if let Some(planned) = &intent.effects.publish {
@@ -413,11 +460,11 @@ impl Engine {
                         .await?;
                 }
             }
+            // Its splits to mark were read when the intent was created: one touched since is
+            // left alone. (A format 1 intent planned them by the staged grace period, so they
+            // were untouched for longer still; the same cutoff holds for it.)
             (RecoveryDecision::RollForward, OperationKind::Gc) => {
-                let dataset = self.catalog.dataset(&intent.dataset_id).await?;
-                let staged_cutoff =
-                    bounds::ms_before(intent.created_at_ms, dataset.config.staged_grace_period_ms);
-                self.run_gc(intent, staged_cutoff).await?;
+                self.run_gc(intent, intent.created_at_ms).await?;
             }
             (RecoveryDecision::RollForward, OperationKind::ConfigApply) => {
                 self.promote_config(intent).await?;
@@ -430,8 +477,41 @@ impl Engine {
             (RecoveryDecision::RollBack, _) => self.roll_back_staging(intent).await?,
         }
         self.finish_intent(&intent.dataset_id, &intent.operation_id)
+            .await
+    }
+
+    /// What abandoning an operation does once it is fenced (phase `Abandoned`): marks its own
+    /// rows that are still staged, then deletes the intent. Its objects are left for gc, which
+    /// removes them with their marked rows after the deletion grace period. A row another
+    /// intent names is skipped, as [`Engine::roll_back_staging`] skips it; a row published
+    /// meanwhile is never touched, since the mark is conditional at the write
+    /// (`mark_stale_staged` with an unbounded cutoff). Safe to repeat from any point: a sweep
+    /// that stopped after fencing finishes it the next time.
+    pub(super) async fn finish_abandoned(&self, intent: &Intent) -> Result<()> {
+        let others = self
+            .splits_named_by_intents(&intent.dataset_id, Some(&intent.operation_id))
             .await?;
-        Ok(true)
+        let own: Vec<String> = intent
+            .effects
+            .stage
+            .iter()
+            .map(|row| row.split_id.clone())
+            .filter(|id| !others.contains(id))
+            .collect();
+        if !own.is_empty() {
+            self.durably(
+                DurableStep::MarkRows,
+                self.catalog.mark_stale_staged(
+                    &intent.dataset_id,
+                    &own,
+                    TimestampMs::MAX,
+                    self.now_ms(),
+                ),
+            )
+            .await?;
+        }
+        self.finish_intent(&intent.dataset_id, &intent.operation_id)
+            .await
     }
 
     /// Undoes an operation's staging when it never published (a commit, merge or reconcile):
@@ -536,8 +616,38 @@ fn refusal(
     intent: &Intent,
     observation: &IntentObservation,
     decision: &RecoveryDecision,
+    now_ms: i64,
 ) -> Option<String> {
     match decision {
+        RecoveryDecision::Abandon(_)
+            if !matches!(intent.kind, OperationKind::Commit | OperationKind::Merge) =>
+        {
+            Some(format!(
+                "only a commit or a merge can be abandoned, not a {}",
+                kind_name(intent.kind)
+            ))
+        }
+        RecoveryDecision::Abandon(_) if intent.phase == IntentPhase::EffectsConfirmed => Some(
+            "an operation that confirmed its effects is rolled forward, never abandoned".into(),
+        ),
+        RecoveryDecision::Abandon(_)
+            if intent.phase == IntentPhase::Armed && intent.lease_expires_at_ms > now_ms =>
+        {
+            Some(format!(
+                "its owner's lease runs until {} ms, after this sweep's {now_ms} ms: it may still be working",
+                intent.lease_expires_at_ms
+            ))
+        }
+        RecoveryDecision::Abandon(_)
+            if observation
+                .objects
+                .iter()
+                .any(|object| object.present && !object.matches) =>
+        {
+            Some(
+                "an object it planned is present but not as planned: damage an operator must look at, not an abandoned write".into(),
+            )
+        }
         RecoveryDecision::RollBack if mode == RecoveryMode::RollForward => Some(
             "a roll-back compensates another writer's effects, which only exclusive mode may do (invariant 6)".into(),
         ),
@@ -573,6 +683,16 @@ fn check_one_decision_each(intents: &[Intent], decisions: &[IntentDecision]) -> 
     Ok(())
 }
 
+fn kind_name(kind: OperationKind) -> &'static str {
+    match kind {
+        OperationKind::Commit => "commit",
+        OperationKind::Merge => "merge",
+        OperationKind::Gc => "gc",
+        OperationKind::ConfigApply => "config apply",
+        OperationKind::Reconcile => "reconcile",
+    }
+}
+
 fn mode_name(mode: RecoveryMode) -> &'static str {
     match mode {
         RecoveryMode::Probe => "probe",
@@ -589,5 +709,109 @@ fn policy_kind(kind: OperationKind) -> mend_policy::OperationKind {
         OperationKind::Gc => mend_policy::OperationKind::Gc,
         OperationKind::ConfigApply => mend_policy::OperationKind::ConfigApply,
         OperationKind::Reconcile => mend_policy::OperationKind::Reconcile,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn intent(kind: OperationKind, phase: IntentPhase, lease_expires_at_ms: i64) -> Intent {
+        Intent {
+            phase,
+            lease_expires_at_ms,
+            ..Intent::armed("op".into(), kind, "ds", "node", 0, 0)
+        }
+    }
+
+    fn observation(damaged: bool) -> IntentObservation {
+        IntentObservation {
+            operation_id: "op".into(),
+            kind: mend_policy::OperationKind::Commit,
+            phase: mend_policy::IntentPhase::Armed,
+            owner_lease_live: false,
+            planned_rows: vec!["s".into()],
+            rows: Vec::new(),
+            objects: vec![ObjectObservation {
+                split_id: "s".into(),
+                present: damaged,
+                matches: false,
+            }],
+            publish_staged: vec!["s".into()],
+            publish_replaced: Vec::new(),
+            has_checkpoint_delta: false,
+            checkpoint_at_from: true,
+            checkpoint_at_to: true,
+            checkpoint_reached_to: true,
+            gc_splits: Vec::new(),
+            mark_splits: Vec::new(),
+            config_at_expected: false,
+            config_applied: false,
+        }
+    }
+
+    /// The host allows an abandonment only of an unconfirmed commit or merge whose lease ran
+    /// out by its own clock (or one fenced already), and never over damage.
+    #[test]
+    fn abandonments_are_checked_by_the_host() {
+        let abandon = RecoveryDecision::Abandon("why".into());
+        let now = 1_000;
+        let check = |intent: &Intent, damaged: bool| {
+            refusal(
+                RecoveryMode::RollForward,
+                intent,
+                &observation(damaged),
+                &abandon,
+                now,
+            )
+        };
+        let cases = [
+            (
+                intent(OperationKind::Commit, IntentPhase::Armed, now),
+                false,
+                None,
+            ),
+            (
+                intent(OperationKind::Merge, IntentPhase::Armed, 0),
+                false,
+                None,
+            ),
+            (
+                intent(OperationKind::Commit, IntentPhase::Abandoned, i64::MAX),
+                false,
+                None,
+            ),
+            (
+                intent(OperationKind::Gc, IntentPhase::Armed, 0),
+                false,
+                Some("only a commit or a merge"),
+            ),
+            (
+                intent(OperationKind::Commit, IntentPhase::EffectsConfirmed, 0),
+                false,
+                Some("rolled forward, never abandoned"),
+            ),
+            (
+                intent(OperationKind::Commit, IntentPhase::Armed, now + 1),
+                false,
+                Some("may still be working"),
+            ),
+            (
+                intent(OperationKind::Commit, IntentPhase::Armed, 0),
+                true,
+                Some("damage"),
+            ),
+        ];
+        for (intent, damaged, expected) in &cases {
+            let refused = check(intent, *damaged);
+            match expected {
+                None => assert_eq!(refused, None, "{intent:?}"),
+                Some(reason) => assert!(
+                    refused.as_deref().is_some_and(|why| why.contains(reason)),
+                    "{intent:?}: {refused:?}"
+                ),
+            }
+        }
+        assert_eq!(cases.len(), 7);
     }
 }

@@ -99,11 +99,15 @@ pub(crate) fn description(description: wit::PolicyDescription) -> plain::PolicyD
 fn existing_row(row: &plain::ExistingRow) -> wit::ExistingRow {
     wit::ExistingRow {
         split_id: row.split_id.clone(),
-        state: match row.state {
-            plain::SplitState::Staged => wit::SplitState::Staged,
-            plain::SplitState::Published => wit::SplitState::Published,
-            plain::SplitState::MarkedForDeletion => wit::SplitState::MarkedForDeletion,
-        },
+        state: wit_split_state(row.state),
+    }
+}
+
+fn wit_split_state(state: plain::SplitState) -> wit::SplitState {
+    match state {
+        plain::SplitState::Staged => wit::SplitState::Staged,
+        plain::SplitState::Published => wit::SplitState::Published,
+        plain::SplitState::MarkedForDeletion => wit::SplitState::MarkedForDeletion,
     }
 }
 
@@ -140,6 +144,7 @@ pub(crate) fn recovery_input(input: &plain::RecoveryInput) -> wit::RecoveryInput
                 phase: match intent.phase {
                     plain::IntentPhase::Armed => wit::IntentPhase::Armed,
                     plain::IntentPhase::EffectsConfirmed => wit::IntentPhase::EffectsConfirmed,
+                    plain::IntentPhase::Abandoned => wit::IntentPhase::Abandoned,
                 },
                 owner_lease_live: intent.owner_lease_live,
                 planned_rows: intent.planned_rows.clone(),
@@ -158,6 +163,7 @@ pub(crate) fn recovery_input(input: &plain::RecoveryInput) -> wit::RecoveryInput
                 has_checkpoint_delta: intent.has_checkpoint_delta,
                 checkpoint_at_from: intent.checkpoint_at_from,
                 checkpoint_at_to: intent.checkpoint_at_to,
+                checkpoint_reached_to: intent.checkpoint_reached_to,
                 gc_splits: intent.gc_splits.clone(),
                 mark_splits: intent.mark_splits.clone(),
                 config_at_expected: intent.config_at_expected,
@@ -181,6 +187,7 @@ pub(crate) fn intent_decision(decision: wit::IntentDecision) -> plain::IntentDec
                 })
             }
             wit::RecoveryDecision::Stale => plain::RecoveryDecision::Stale,
+            wit::RecoveryDecision::Abandon(why) => plain::RecoveryDecision::Abandon(why),
         },
     }
 }
@@ -210,5 +217,30 @@ pub(crate) fn reconcile_decision(decision: wit::ReconcileDecision) -> plain::Rec
             wit::ReconcileAction::Adopt => plain::ReconcileAction::Adopt,
             wit::ReconcileAction::Discard(why) => plain::ReconcileAction::Discard(why),
         },
+    }
+}
+
+pub(crate) fn gc_input(input: &plain::GcInput) -> wit::GcInput {
+    wit::GcInput {
+        dataset_id: input.dataset_id.clone(),
+        now_ms: input.now_ms,
+        staged_grace_period_ms: input.staged_grace_period_ms,
+        deletion_grace_period_ms: input.deletion_grace_period_ms,
+        candidates: input
+            .candidates
+            .iter()
+            .map(|candidate| wit::GcCandidate {
+                split_id: candidate.split_id.clone(),
+                state: wit_split_state(candidate.state),
+                updated_at_ms: candidate.updated_at_ms,
+            })
+            .collect(),
+    }
+}
+
+pub(crate) fn gc_plan(plan: wit::GcPlan) -> plain::GcPlan {
+    plain::GcPlan {
+        mark: plan.mark,
+        delete: plan.delete,
     }
 }

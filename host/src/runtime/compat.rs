@@ -24,7 +24,7 @@ use crate::error::PolicyError;
 
 /// The contract's interface of data types, at the version this host's bindings are built from
 /// (`wit/policy.wit`).
-pub const CONTRACT_TYPES_IMPORT: &str = "mend:policy/types@1.2.0";
+pub const CONTRACT_TYPES_IMPORT: &str = "mend:policy/types@1.3.0";
 
 /// The interfaces a policy component may import. Listing one here grants every policy that
 /// authority, so each entry needs a reason.
@@ -55,7 +55,7 @@ pub struct HostAbi {
     /// The semantics revisions the host can run.
     pub known_semantics_revisions: Vec<u32>,
     /// The contract types interface a component must import, with its version
-    /// (`mend:policy/types@1.2.0`): the contract the host's bindings link against.
+    /// (`mend:policy/types@1.3.0`): the contract the host's bindings link against.
     pub contract_import: String,
 }
 
@@ -70,7 +70,7 @@ impl HostAbi {
         }
     }
 
-    /// The version of the contract the host runs components of: `1.2.0`.
+    /// The version of the contract the host runs components of: `1.3.0`.
     fn contract(&self) -> ContractVersion {
         contract_version(&self.contract_import).unwrap_or_else(|| ContractVersion {
             text: self.contract_import.clone(),
@@ -287,7 +287,7 @@ mod tests {
         );
         let current = HostAbi::current().contract();
         assert_eq!(current.number, Some((HOST_ABI_MAJOR, HOST_ABI_MINOR, 0)));
-        assert_eq!(current.to_string(), "mend:policy@1.2.0");
+        assert_eq!(current.to_string(), "mend:policy@1.3.0");
     }
 
     #[test]
@@ -308,49 +308,53 @@ mod tests {
     #[test]
     fn a_mismatched_contract_says_which_way_to_move() {
         let host = HostAbi::current().contract();
-        let older = reason(contract_mismatch(
-            &contract_version("mend:policy/types@1.1.0").unwrap(),
-            &host,
-        ));
-        assert_eq!(
-            older,
-            "built against mend:policy@1.1.0; this host runs 1.2 components: rebuild the policy against wit/ of this mend"
-        );
+        for older in ["1.1.0", "1.2.0"] {
+            let refused = reason(contract_mismatch(
+                &contract_version(&format!("mend:policy/types@{older}")).unwrap(),
+                &host,
+            ));
+            assert_eq!(
+                refused,
+                format!(
+                    "built against mend:policy@{older}; this host runs 1.3 components: rebuild the policy against wit/ of this mend"
+                )
+            );
+        }
         let newer = reason(contract_mismatch(
-            &contract_version("mend:policy/types@1.3.0").unwrap(),
+            &contract_version("mend:policy/types@1.4.0").unwrap(),
             &host,
         ));
-        assert!(newer.contains("mend:policy@1.3.0") && newer.contains("upgrade mend"));
+        assert!(newer.contains("mend:policy@1.4.0") && newer.contains("upgrade mend"));
     }
 
     #[test]
     fn each_description_refusal_names_its_reason() {
         let host = HostAbi::current();
         let built = host.contract();
-        assert!(check_description(&description(2, 1), &built, &host).is_ok());
+        assert!(check_description(&description(3, 1), &built, &host).is_ok());
 
         let liar = reason(check_description(&description(1, 1), &built, &host).unwrap_err());
         assert!(
             liar.contains(
-                "describe() claims ABI 1.1 but the component is built against mend:policy@1.2.0"
+                "describe() claims ABI 1.1 but the component is built against mend:policy@1.3.0"
             ),
             "{liar}"
         );
 
         let older_host = HostAbi {
-            abi_minor: 1,
+            abi_minor: 2,
             ..HostAbi::current()
         };
-        let newer = reason(check_description(&description(2, 1), &built, &older_host).unwrap_err());
-        assert!(newer.contains("newer than this host's 1.1"), "{newer}");
+        let newer = reason(check_description(&description(3, 1), &built, &older_host).unwrap_err());
+        assert!(newer.contains("newer than this host's 1.2"), "{newer}");
 
-        let semantics = reason(check_description(&description(2, 2), &built, &host).unwrap_err());
+        let semantics = reason(check_description(&description(3, 2), &built, &host).unwrap_err());
         assert!(semantics.contains("semantics revision 2"), "{semantics}");
 
         let knowing = HostAbi {
             known_semantics_revisions: vec![1, 2],
             ..HostAbi::current()
         };
-        assert!(check_description(&description(2, 2), &built, &knowing).is_ok());
+        assert!(check_description(&description(3, 2), &built, &knowing).is_ok());
     }
 }

@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use mend_policy::{
-    IntentDecision, PlannedSplit, PolicyDescription, PublishInput, PublishViolation,
-    ReconcileDecision, ReconcileInput, RecoveryInput, StagePlanInput,
+    GcInput, GcPlan, IntentDecision, PlannedSplit, PolicyDescription, PublishInput,
+    PublishViolation, ReconcileDecision, ReconcileInput, RecoveryInput, StagePlanInput,
 };
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
@@ -227,7 +227,10 @@ impl PolicyRuntime {
             .map(|d| {
                 16 + d.operation_id.len()
                     + match &d.decision {
-                        bindings::mend::policy::types::RecoveryDecision::Defer(why) => why.len(),
+                        bindings::mend::policy::types::RecoveryDecision::Defer(why)
+                        | bindings::mend::policy::types::RecoveryDecision::Abandon(why) => {
+                            why.len()
+                        }
                         bindings::mend::policy::types::RecoveryDecision::Blocked(reason) => {
                             reason.why.len() + reason.operator_action.len()
                         }
@@ -268,6 +271,24 @@ impl PolicyRuntime {
             .into_iter()
             .map(bindings::reconcile_decision)
             .collect())
+    }
+}
+
+impl PolicyRuntime {
+    /// Which gc candidates to mark and which to delete (ABI 1.3).
+    pub fn plan_gc(&self, input: &GcInput) -> Result<GcPlan, PolicyError> {
+        let wit_input = bindings::gc_input(input);
+        let plan = self.inner.call("plan-gc", |policy, store| {
+            policy.call_plan_gc(store, &wit_input)
+        })?;
+        let size = plan
+            .mark
+            .iter()
+            .chain(&plan.delete)
+            .map(|id| 8 + id.len())
+            .sum();
+        sandbox::check_output_size("plan-gc", size, &self.inner.limits)?;
+        Ok(bindings::gc_plan(plan))
     }
 }
 

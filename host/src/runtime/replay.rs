@@ -59,13 +59,34 @@ impl ReplayReport {
     }
 }
 
-/// Asks `policy` every recorded question of `records` and compares.
+/// Asks `policy` every recorded question of `records` and compares. A decision recorded twice,
+/// as `executing` and then with its settled outcome, is asked once.
 pub fn replay(policy: &PolicyRuntime, records: &[AuditRecord]) -> ReplayReport {
     let mut report = ReplayReport {
         digest: policy.digest().to_string(),
         ..ReplayReport::default()
     };
+    let settled: std::collections::HashSet<(&str, &str, &str)> = records
+        .iter()
+        .filter(|record| !record.is_executing())
+        .map(|record| {
+            (
+                record.dataset_id.as_str(),
+                record.operation_id.as_str(),
+                record.inputs_hash.as_str(),
+            )
+        })
+        .collect();
     for record in records {
+        if record.is_executing()
+            && settled.contains(&(
+                record.dataset_id.as_str(),
+                record.operation_id.as_str(),
+                record.inputs_hash.as_str(),
+            ))
+        {
+            continue;
+        }
         let Some(inputs) = &record.inputs else {
             report.not_replayable += 1;
             continue;
@@ -152,6 +173,12 @@ fn ask(
                 }
             });
             ("reconcile".to_string(), answer)
+        }
+        DecisionInput::PlanGc { input } => {
+            let answer = policy
+                .plan_gc(input)
+                .map(|plan| serde_json::to_value(&plan).expect("plans always serialise"));
+            ("gc".to_string(), answer)
         }
     }
 }

@@ -139,6 +139,10 @@ fn scenario(file: &str, index: usize, entry: &Value) -> Result<Scenario, Scenari
             input: typed(input, "input", &input_error)?,
             expect: typed(expect, "expect", &expect_error)?,
         },
+        CallKind::PlanGc => Call::PlanGc {
+            input: typed(input, "input", &input_error)?,
+            expect: typed(expect, "expect", &expect_error)?,
+        },
     };
     Ok(Scenario { name, call })
 }

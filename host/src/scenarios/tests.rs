@@ -50,6 +50,7 @@ fn a_suite_parses_and_writes_back_the_same() {
             (CallKind::ValidatePublish, 0),
             (CallKind::DecideRecovery, 0),
             (CallKind::PlanReconcile, 0),
+            (CallKind::PlanGc, 0),
         ]
     );
 }

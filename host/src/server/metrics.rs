@@ -77,9 +77,11 @@ impl Metrics {
                 mend_policy::RecoveryDecision::Defer(_) => "defer",
                 mend_policy::RecoveryDecision::Blocked(_) => "blocked",
                 mend_policy::RecoveryDecision::Stale => "stale",
+                mend_policy::RecoveryDecision::Abandon(_) => "abandon",
             };
             let outcome = match &intent.outcome {
                 crate::engine::Outcome::Reported => "reported",
+                crate::engine::Outcome::Executing => "executing",
                 crate::engine::Outcome::Executed => "executed",
                 crate::engine::Outcome::Refused(_) => "refused",
                 crate::engine::Outcome::Failed(_) => "failed",

@@ -63,6 +63,10 @@ impl Guest for CautiousPolicy {
             })
             .collect()
     }
+
+    fn plan_gc(input: wit::GcInput) -> wit::GcPlan {
+        DefaultPolicy::plan_gc(input)
+    }
 }
 
 export!(CautiousPolicy with_types_in mend_policy::bindings);

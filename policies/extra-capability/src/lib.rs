@@ -46,6 +46,10 @@ impl Guest for ExtraCapability {
     fn plan_reconcile(input: wit::ReconcileInput) -> Vec<wit::ReconcileDecision> {
         DefaultPolicy::plan_reconcile(input)
     }
+
+    fn plan_gc(input: wit::GcInput) -> wit::GcPlan {
+        DefaultPolicy::plan_gc(input)
+    }
 }
 
 export!(ExtraCapability with_types_in mend_policy::bindings);

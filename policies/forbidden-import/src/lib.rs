@@ -30,7 +30,7 @@ impl Guest for ForbiddenImport {
             name: "forbidden-import".into(),
             version: "0.0.0".into(),
             abi_major: 1,
-            abi_minor: 2,
+            abi_minor: 3,
             semantics_revision,
             required_capabilities: Vec::new(),
         }
@@ -50,6 +50,13 @@ impl Guest for ForbiddenImport {
 
     fn plan_reconcile(_input: wit::ReconcileInput) -> Vec<wit::ReconcileDecision> {
         Vec::new()
+    }
+
+    fn plan_gc(_input: wit::GcInput) -> wit::GcPlan {
+        wit::GcPlan {
+            mark: Vec::new(),
+            delete: Vec::new(),
+        }
     }
 }
 

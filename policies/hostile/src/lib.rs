@@ -6,7 +6,8 @@
 //! - publish validation allows everything: stale tokens, checkpoints moving backwards (4, 7);
 //! - recovery rolls back in every mode (6) and rolls forward intents whose objects are
 //!   missing (1);
-//! - reconcile adopts every orphan, damaged or written for another dataset (1).
+//! - reconcile adopts every orphan, damaged or written for another dataset (1);
+//! - gc plans to mark and delete every candidate it is shown (2, 5).
 //!
 //! Stage planning also runs away when the input's dataset id names a behaviour, so that tests
 //! can prove each is contained to its one call:
@@ -105,7 +106,7 @@ impl Guest for HostilePolicy {
             name: "hostile".into(),
             version: "0.0.0".into(),
             abi_major: 1,
-            abi_minor: 2,
+            abi_minor: 3,
             semantics_revision: 1,
             required_capabilities: Vec::new(),
         }
@@ -168,6 +169,20 @@ impl Guest for HostilePolicy {
                 action: wit::ReconcileAction::Adopt,
             })
             .collect()
+    }
+
+    /// Deletes every candidate, published or still staged, and marks every one too: the host
+    /// must refuse the whole plan and execute nothing.
+    fn plan_gc(input: wit::GcInput) -> wit::GcPlan {
+        let ids: Vec<alloc::string::String> = input
+            .candidates
+            .into_iter()
+            .map(|candidate| candidate.split_id)
+            .collect();
+        wit::GcPlan {
+            mark: ids.clone(),
+            delete: ids,
+        }
     }
 }
 

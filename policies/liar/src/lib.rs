@@ -1,5 +1,5 @@
-//! A policy for tests that lies about its ABI: built against the `mend:policy@1.2.0` contract,
-//! its `describe()` claims ABI 1.1. A 1.2 host would accept an honest 1.1 policy (the minor is
+//! A policy for tests that lies about its ABI: built against the `mend:policy@1.3.0` contract,
+//! its `describe()` claims ABI 1.1. A 1.3 host would accept an honest 1.1 policy (the minor is
 //! not newer than its own), so only comparing the claim with the contract the component
 //! actually imports catches it. Its decisions are the default policy's.
 //!
@@ -42,6 +42,10 @@ impl Guest for Liar {
 
     fn plan_reconcile(input: wit::ReconcileInput) -> Vec<wit::ReconcileDecision> {
         DefaultPolicy::plan_reconcile(input)
+    }
+
+    fn plan_gc(input: wit::GcInput) -> wit::GcPlan {
+        DefaultPolicy::plan_gc(input)
     }
 }
 

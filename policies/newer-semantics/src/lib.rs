@@ -42,6 +42,10 @@ impl Guest for NewerSemantics {
     fn plan_reconcile(input: wit::ReconcileInput) -> Vec<wit::ReconcileDecision> {
         DefaultPolicy::plan_reconcile(input)
     }
+
+    fn plan_gc(input: wit::GcInput) -> wit::GcPlan {
+        DefaultPolicy::plan_gc(input)
+    }
 }
 
 export!(NewerSemantics with_types_in mend_policy::bindings);

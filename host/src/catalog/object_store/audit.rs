@@ -7,7 +7,10 @@
 //!
 //! They stay out of the commit log on purpose: the log's state is rewritten whole into every
 //! checkpoint, and an ever-growing audit trail must not make every checkpoint grow with it.
-//! Names sort by recorded time; the records of one append keep their order.
+//! Names sort by recorded time; the records of one append keep their order, and appends of one
+//! process in the same millisecond keep theirs too: the append id is a version 7 uuid, which
+//! this process generates in increasing order (a sweep appends a decision's `executing` record
+//! and its settled one a moment apart, often in the same millisecond).
 
 use futures::TryStreamExt;
 use object_store::path::Path;
@@ -35,7 +38,7 @@ impl ObjectStoreCatalog {
             return Ok(());
         }
         self.load(dataset_id).await?;
-        let append_id = uuid::Uuid::new_v4().simple().to_string();
+        let append_id = uuid::Uuid::now_v7().simple().to_string();
         let prefix = self.audit_prefix(dataset_id);
         for (index, record) in records.iter().enumerate() {
             let path = prefix.child(format!(

@@ -517,6 +517,19 @@ impl Catalog for ObjectStoreCatalog {
         .await
     }
 
+    async fn abandon_intent(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+        lease_expired_by: Option<TimestampMs>,
+        now_ms: TimestampMs,
+    ) -> Result<Intent> {
+        self.mutate(dataset_id, now_ms, |state| {
+            mutations::abandon_intent(state, operation_id, lease_expired_by, now_ms)
+        })
+        .await
+    }
+
     async fn delete_intent(
         &self,
         dataset_id: &str,

@@ -465,6 +465,34 @@ pub(super) fn update_intent(
     })
 }
 
+/// Moves an `Armed` intent whose lease ran out by `lease_expired_by` to `Abandoned`, in this
+/// host's format; an intent already `Abandoned` is returned as it is, with nothing written.
+/// Decided on the exact state the commit follows, so a renewal or a confirmation committed
+/// first wins, and one committed after finds the phase moved and fails.
+pub(super) fn abandon_intent(
+    state: &DatasetState,
+    operation_id: &str,
+    lease_expired_by: Option<TimestampMs>,
+    now_ms: TimestampMs,
+) -> Result<Change<Intent>> {
+    let stored = stored_intent(state, operation_id)?;
+    if !crate::intent::abandonable(stored, lease_expired_by)? {
+        return Ok(Change::Unchanged(stored.clone()));
+    }
+    let abandoned = Intent {
+        format_version: crate::intent::INTENT_FORMAT_VERSION,
+        phase: IntentPhase::Abandoned,
+        updated_at_ms: now_ms,
+        ..stored.clone()
+    };
+    Ok(Change::Commit {
+        actions: vec![Action::PutIntent {
+            intent: Box::new(abandoned.clone()),
+        }],
+        output: abandoned,
+    })
+}
+
 pub(super) fn delete_intent(state: &DatasetState, operation_id: &str) -> Result<Change<()>> {
     stored_intent(state, operation_id)?;
     Ok(Change::Commit {

@@ -14,6 +14,7 @@ use sqlx::postgres::PgRow;
 
 use crate::error::{EntityKind, MendError, Result};
 use crate::intent::{INTENT_FORMAT_VERSION, Intent, IntentPhase, check_written_format};
+use crate::model::TimestampMs;
 
 use super::errors::{database_error, intent_error};
 use super::rows::column;
@@ -94,6 +95,54 @@ pub(super) async fn update(
             ),
         })
     }
+}
+
+/// Moves an `Armed` intent to `Abandoned` in one conditional statement; see
+/// [`Catalog::abandon_intent`](crate::catalog::Catalog::abandon_intent).
+pub(super) async fn abandon(
+    pool: &PgPool,
+    dataset_id: &str,
+    operation_id: &str,
+    lease_expired_by: Option<TimestampMs>,
+    now_ms: TimestampMs,
+) -> Result<Intent> {
+    let format_version =
+        i32::try_from(INTENT_FORMAT_VERSION).expect("format versions are small numbers");
+    let abandoned = sqlx::query(sql::INTENT_ABANDON)
+        .bind(dataset_id)
+        .bind(operation_id)
+        .bind(lease_expired_by)
+        .bind(format_version)
+        .bind(now_ms)
+        .fetch_optional(pool)
+        .await
+        .map_err(|error| database_error(error, dataset_id))?;
+    if let Some(row) = abandoned {
+        return Intent::from_json(&column::<String>(&row, "body")?);
+    }
+
+    // Nothing changed. This read runs after the update, so it sees whatever committed first.
+    let found = sqlx::query(sql::INTENT_SELECT)
+        .bind(dataset_id)
+        .bind(operation_id)
+        .fetch_optional(pool)
+        .await
+        .map_err(|error| database_error(error, dataset_id))?;
+    let Some(row) = found else {
+        return Err(intent_not_found(pool, dataset_id, operation_id).await);
+    };
+    let stored = intent(&row, dataset_id)?;
+    if !crate::intent::abandonable(&stored, lease_expired_by)? {
+        // Already abandoned: the same answer as the first time, nothing written.
+        return Ok(stored);
+    }
+    // Armed with its lease run out, yet not abandoned a moment ago: it changed between the
+    // two statements (a renewal and a lapse, or a delete and a new intent of the same id).
+    Err(MendError::Conflict {
+        message: format!(
+            "intent {operation_id} of dataset {dataset_id} changed while it was being abandoned"
+        ),
+    })
 }
 
 pub(super) async fn delete(pool: &PgPool, dataset_id: &str, operation_id: &str) -> Result<()> {
@@ -181,6 +230,7 @@ fn phase_name(phase: IntentPhase) -> &'static str {
     match phase {
         IntentPhase::Armed => "armed",
         IntentPhase::EffectsConfirmed => "effects_confirmed",
+        IntentPhase::Abandoned => "abandoned",
     }
 }
 
@@ -189,6 +239,7 @@ fn stored_phase(row: &PgRow, operation_id: &str) -> Result<IntentPhase> {
     match name.as_str() {
         "armed" => Ok(IntentPhase::Armed),
         "effects_confirmed" => Ok(IntentPhase::EffectsConfirmed),
+        "abandoned" => Ok(IntentPhase::Abandoned),
         _ => Err(MendError::Corrupt {
             message: format!("intent {operation_id} has unknown phase {name:?}"),
         }),

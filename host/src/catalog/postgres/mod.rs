@@ -506,6 +506,23 @@ impl Catalog for PostgresCatalog {
         intents::update(&self.pool, intent, expected_phase).await
     }
 
+    async fn abandon_intent(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+        lease_expired_by: Option<TimestampMs>,
+        now_ms: TimestampMs,
+    ) -> Result<Intent> {
+        intents::abandon(
+            &self.pool,
+            dataset_id,
+            operation_id,
+            lease_expired_by,
+            now_ms,
+        )
+        .await
+    }
+
     async fn delete_intent(
         &self,
         dataset_id: &str,

@@ -29,6 +29,8 @@ pub(super) const SPLIT_LIST: &str = include_str!("sql/split_list.sql");
 pub(super) const INTENT_INSERT: &str = include_str!("sql/intent_insert.sql");
 pub(super) const INTENT_UPDATE: &str = include_str!("sql/intent_update.sql");
 pub(super) const INTENT_SELECT_PHASE: &str = include_str!("sql/intent_select_phase.sql");
+pub(super) const INTENT_ABANDON: &str = include_str!("sql/intent_abandon.sql");
+pub(super) const INTENT_SELECT: &str = include_str!("sql/intent_select.sql");
 pub(super) const INTENT_DELETE: &str = include_str!("sql/intent_delete.sql");
 pub(super) const INTENT_LIST: &str = include_str!("sql/intent_list.sql");
 
