@@ -454,3 +454,76 @@ impl std::fmt::Debug for KeepAlive {
         f.debug_struct("KeepAlive").finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use mend::engine::{BeginOperation, ExternalKind, PlannedSplit};
+    use mend::{Engine, EngineOptions};
+
+    use super::KeepAlive;
+
+    async fn engine() -> Engine {
+        let (catalog, objects) =
+            mend::catalog::open_with("memory://", None, mend::catalog::PostgresOptions::default())
+                .await
+                .unwrap();
+        let policy = mend::runtime::PolicyRuntime::default_policy().unwrap();
+        let engine = Engine::new(catalog, objects, policy, EngineOptions::default()).unwrap();
+        engine
+            .create_dataset("d1", &mend::model::DatasetConfig::default())
+            .await
+            .unwrap();
+        engine
+    }
+
+    fn plan(operation_id: &str) -> BeginOperation {
+        BeginOperation {
+            dataset_id: "d1".into(),
+            operation_id: Some(operation_id.into()),
+            kind: ExternalKind::Commit,
+            node: "cli".into(),
+            lease_ms: Some(1_000),
+            splits: vec![PlannedSplit {
+                split_id: format!("{operation_id}-s1"),
+                metadata_json: "{}".into(),
+                size: 0,
+                sha256: mend::objects::format::sha256(b""),
+            }],
+            checkpoint_delta: None,
+            replaced_split_ids: Vec::new(),
+            publish_token: None,
+        }
+    }
+
+    /// While the upload of a commit runs, its lease is renewed every third of it; once the
+    /// operation has ended, the keeper says why instead of beating on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_lease_is_renewed_while_uploads_run_and_an_end_is_reported() {
+        let engine = engine().await;
+        let begun = engine.begin_operation(&plan("op1")).await.unwrap();
+        let lease = Duration::from_millis(1_000);
+        let keeper = KeepAlive::start(&engine, "d1", "op1", lease, Some(1_000));
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        keeper.stop().await;
+        let shown = engine.show_operation("d1", "op1").await.unwrap();
+        assert!(
+            shown.lease_expires_at_ms > begun.lease_expires_at_ms,
+            "renewed: {:?} after {:?}",
+            shown.lease_expires_at_ms,
+            begun.lease_expires_at_ms
+        );
+
+        engine.begin_operation(&plan("op2")).await.unwrap();
+        let mut keeper = KeepAlive::start(&engine, "d1", "op2", lease, Some(1_000));
+        engine.abort_operation("d1", "op2").await.unwrap();
+        let ended = tokio::time::timeout(Duration::from_secs(5), keeper.ended())
+            .await
+            .expect("the keeper notices the end within a beat");
+        let message = format!("{ended:#}");
+        assert!(message.contains("op2"), "{message}");
+        keeper.stop().await;
+        println!("cli commit keep-alive: 2 checks ({message})");
+    }
+}
