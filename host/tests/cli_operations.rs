@@ -756,11 +756,15 @@ fn bad_commit_inputs_are_refused_before_anything_is_written() {
         ),
         (
             vec!["--split", &good_split, "--operation-id", "bad id"],
-            vec!["bad id", "operation id"],
+            vec!["bad id", "--operation-id"],
         ),
         (
             vec!["--split", &good_split, "--lease-ms", "5"],
-            vec!["lease_ms"],
+            vec!["--lease-ms", "lease_ms"],
+        ),
+        (
+            vec!["--split", "bad/id=file"],
+            vec!["--split", "bad/id", "split id"],
         ),
     ];
     let mut checked = 0;
@@ -812,4 +816,128 @@ fn bad_commit_inputs_are_refused_before_anything_is_written() {
     assert_eq!(states(dir, "d1"), pairs(&[("s1", "published")]));
     checked += 2;
     println!("cli commit inputs refused: {checked} checks");
+}
+
+/// The same protocol on a Postgres catalog (objects in a local directory): a commit, its
+/// re-run, the scripted steps with a refused upload, an abort, and a keyed publish retried.
+#[test]
+fn commit_and_operation_steps_on_postgres() {
+    let url = std::env::var("MEND_TEST_DATABASE_URL").expect(
+        "MEND_TEST_DATABASE_URL is not set: run the Postgres tests under scripts/with-postgres",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let objects_dir = dir.join("objects");
+    std::fs::create_dir_all(&objects_dir).unwrap();
+    let objects = format!("file://{}", objects_dir.display());
+    // The database is shared with other tests: a dataset of our own.
+    let dataset = format!("cli-ops-{}", uuid::Uuid::new_v4().simple());
+    let dataset = dataset.as_str();
+    let on_postgres = |args: &[&str]| {
+        let mut args = args.to_vec();
+        args.push("--json");
+        let output = mend_command(dir)
+            .env("MEND_CATALOG", &url)
+            .env("MEND_OBJECTS", &objects)
+            .args(&args)
+            .output()
+            .unwrap();
+        (output.status.code(), output)
+    };
+    let ok = |args: &[&str]| {
+        let (code, output) = on_postgres(args);
+        assert_eq!(code, Some(0), "{args:?}: {output:?}");
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()
+    };
+    let mut checked = 0;
+    ok(&["dataset", "create", dataset]);
+
+    let files: Vec<(String, Vec<u8>)> = (1..=3)
+        .map(|n| (format!("p{n}"), payload(50 + n, 1000 * n as usize)))
+        .collect();
+    let split_args: Vec<String> = files
+        .iter()
+        .map(|(id, bytes)| format!("{id}={}", write_file(dir, id, bytes)))
+        .collect();
+    let mut commit = vec!["commit", dataset, "--operation-id", "pg-op"];
+    for split in &split_args {
+        commit.extend(["--split", split]);
+    }
+    let committed = ok(&commit);
+    let version = committed["publish"]["manifest_version"].as_u64().unwrap();
+    for (id, bytes) in &files {
+        let stored = std::fs::read(
+            objects_dir
+                .join("datasets")
+                .join(dataset)
+                .join("splits")
+                .join(id),
+        )
+        .unwrap();
+        assert_eq!(
+            format::decode(&stored).unwrap().1.as_ref(),
+            bytes.as_slice(),
+            "{id}"
+        );
+        checked += 1;
+    }
+    let rerun = ok(&commit);
+    assert_eq!(rerun["publish"]["manifest_version"].as_u64(), Some(version));
+    let listed = ok(&["list", dataset, "--state", "published"]);
+    assert_eq!(listed["splits"].as_array().unwrap().len(), 3);
+    checked += 2;
+
+    let plan_file = write_file(
+        dir,
+        "plan.json",
+        plan("pg-op2", "w", &[("q1", b"four")])
+            .to_string()
+            .as_bytes(),
+    );
+    ok(&["operation", "begin", dataset, "--plan", &plan_file]);
+    let wrong = write_file(dir, "wrong", b"five!");
+    let (code, output) = on_postgres(&["operation", "upload", dataset, "pg-op2", "q1", &wrong]);
+    assert_eq!(code, Some(2), "{output:?}");
+    let aborted = ok(&["operation", "abort", dataset, "pg-op2"]);
+    assert_eq!(aborted["phase"], "ended");
+    let listed = ok(&["list", dataset, "--split", "q1"]);
+    assert_eq!(listed["splits"], serde_json::json!([]));
+    checked += 3;
+
+    let uid = ok(&["dataset", "show", dataset])["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let splits = splits_file(dir, "splits.json", &["k1"]);
+    ok(&[
+        "stage",
+        dataset,
+        "--mode",
+        "create-only",
+        "--splits",
+        splits.to_str().unwrap(),
+    ]);
+    // write_object writes under `<dir>/datasets/...`: the objects directory is that root.
+    write_object(&objects_dir, dataset, &uid, "k1");
+    let publish = [
+        "publish",
+        dataset,
+        "--split",
+        "k1",
+        "--idempotency-key",
+        "pg-k1",
+    ];
+    let first = ok(&publish);
+    assert_eq!(ok(&publish), first);
+    let (code, output) = on_postgres(&[
+        "publish",
+        dataset,
+        "--split",
+        "p1",
+        "--idempotency-key",
+        "pg-k1",
+    ]);
+    assert_eq!(code, Some(2), "{output:?}");
+    checked += 2;
+    println!("cli operations on postgres: {checked} checks");
 }

@@ -63,6 +63,23 @@ pub async fn run(
     json: bool,
 ) -> anyhow::Result<()> {
     let files = split_files(&args.splits, &args.metadata)?;
+    // What begin would refuse, refused before the files are read, which may take long.
+    mend::validate::dataset_id(&args.dataset)?;
+    for file in &files {
+        mend::validate::split_id(&file.split_id).context("--split")?;
+    }
+    if let Some(id) = &args.operation_id {
+        mend::validate::split_id(id).map_err(|_| {
+            BadInput(format!(
+                "--operation-id {id:?} is invalid: use 1 to 128 of A-Z a-z 0-9 . _ -, starting with a letter or digit"
+            ))
+        })?;
+    }
+    if let Some(ms) = args.lease_ms {
+        mend::bounds::OPERATION_LEASE_MS
+            .check(ms)
+            .context("--lease-ms")?;
+    }
     let checkpoint_delta = args
         .checkpoint_delta
         .as_deref()
