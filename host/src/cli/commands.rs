@@ -68,6 +68,7 @@ async fn execute(
             mode,
             splits,
             node,
+            idempotency_key,
         } => {
             let text = if splits.as_os_str() == "-" {
                 let mut text = String::new();
@@ -89,7 +90,11 @@ async fn execute(
                 node,
                 splits: parse_splits(&text)?,
             };
-            let result = engine.stage(&request).await.context("stage")?;
+            let result = match &idempotency_key {
+                Some(key) => engine.stage_recorded(&request, key).await,
+                None => engine.stage(&request).await,
+            }
+            .context("stage")?;
             output::stage_result(&result, json)
         }
         Command::Publish {
@@ -98,6 +103,7 @@ async fn execute(
             replaced,
             checkpoint_delta,
             publish_token,
+            idempotency_key,
         } => {
             let checkpoint_delta = checkpoint_delta
                 .map(|text| {
@@ -113,7 +119,11 @@ async fn execute(
                 publish_token,
                 fencing_epoch: None,
             };
-            let result = engine.publish(&request).await.context("publish")?;
+            let result = match &idempotency_key {
+                Some(key) => engine.publish_recorded(&request, key).await,
+                None => engine.publish(&request).await,
+            }
+            .context("publish")?;
             output::json_or(&result, json, || {
                 format!(
                     "published {} split(s), marked {} for deletion; manifest version {}",
@@ -123,6 +133,8 @@ async fn execute(
                 )
             })
         }
+        Command::Commit(args) => super::commit::run(engine, settings, args, json).await,
+        Command::Operation { command } => super::operation::run(engine, command, json).await,
         Command::Mark { dataset, split_ids } => {
             let result = engine
                 .mark_for_deletion(&dataset, &split_ids)

@@ -21,8 +21,10 @@
 //! the next recovery finishes, exactly as after a crash.
 
 mod commands;
+mod commit;
 mod demo;
 mod interrupt;
+mod operation;
 mod output;
 mod policy;
 mod progress;
@@ -136,6 +138,10 @@ pub enum Command {
         /// The node staging the splits.
         #[arg(long, default_value = "cli")]
         node: String,
+        /// Record the result under this key: the same stage sent again with it answers the
+        /// first answer; another stage with it is refused. Keys starting with `op:` are mend's.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
     },
     /// Publish staged splits, replace published ones, apply a checkpoint delta.
     Publish {
@@ -153,6 +159,21 @@ pub enum Command {
         /// The publish token (fencing) the dataset expects.
         #[arg(long)]
         publish_token: Option<String>,
+        /// Record the result under this key, in the publish's own atomic step: the same
+        /// publish sent again with it answers the first answer (even once its splits are
+        /// published); another publish with it is refused. Keys starting with `op:` are mend's.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+    },
+    /// Upload files as new splits and publish them, crash-safely: hash each file, begin an
+    /// operation, upload each file streaming, publish. Re-run with the same --operation-id to
+    /// resume it; `mend operation abort` rolls it back.
+    Commit(CommitArgs),
+    /// The steps of an operation one at a time, for scripted writers: begin, upload each
+    /// object, heartbeat, publish or abort; show where it stands.
+    Operation {
+        #[command(subcommand)]
+        command: OperationCommand,
     },
     /// Mark splits for deletion (idempotent).
     Mark {
@@ -250,6 +271,101 @@ pub enum Command {
     /// swap to a second policy (which discards orphans) replays the recorded decisions and
     /// discards the next orphan, verify checks the invariants, and the swap is rolled back.
     Demo,
+}
+
+/// `mend commit`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct CommitArgs {
+    /// The dataset to commit to.
+    pub dataset: String,
+    /// A new split and the file of its payload, as ID=FILE (repeatable, at least one).
+    #[arg(long = "split", value_name = "ID=FILE", required = true)]
+    pub splits: Vec<String>,
+    /// A split's metadata, as ID=JSON with a JSON object (repeatable); {} where not given.
+    #[arg(long = "metadata", value_name = "ID=JSON")]
+    pub metadata: Vec<String>,
+    /// A checkpoint delta to apply with the publish, as JSON: {"source": "...", "partitions":
+    /// [{"partition": "0", "from_position": null, "to_position": 10}]}. Not with --replace.
+    #[arg(long, value_name = "JSON", conflicts_with = "replaced")]
+    pub checkpoint_delta: Option<String>,
+    /// Published split ids the new splits replace (comma-separated or repeated): the commit
+    /// is then a merge, and they become marked for deletion.
+    #[arg(long = "replace", value_name = "ID", value_delimiter = ',')]
+    pub replaced: Vec<String>,
+    /// The node committing: the operation's owner, recorded in each object.
+    #[arg(long, default_value = "cli")]
+    pub node: String,
+    /// The operation's id: give the id of an earlier run to resume it. Without it, a new id is
+    /// printed on stderr before anything is written.
+    #[arg(long, value_name = "ID")]
+    pub operation_id: Option<String>,
+    /// The publish token (fencing) the dataset expects.
+    #[arg(long, value_name = "T")]
+    pub publish_token: Option<String>,
+    /// How long (ms) the operation's lease lasts without a heartbeat; the limits.intent_lease_ms
+    /// setting when not given. Uploads longer than a third of it renew it as they go.
+    #[arg(long, value_name = "MS")]
+    pub lease_ms: Option<u64>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OperationCommand {
+    /// Begin an operation from its plan: write its intent, stage its rows create-only. Prints
+    /// each split's object path, object size and the header to write before its payload.
+    Begin {
+        /// The dataset to begin the operation in.
+        dataset: String,
+        /// The plan, a JSON file (or - for stdin): {"operation_id": "...", "kind": "commit" |
+        /// "merge", "node": "...", "splits": [{"split_id": "...", "metadata_json": "{}",
+        /// "size": N, "sha256": "..."}], "checkpoint_delta": ..., "replaced_split_ids": [...],
+        /// "publish_token": ..., "lease_ms": N}; "dataset_id", if given, must be DATASET.
+        #[arg(long, value_name = "FILE")]
+        plan: PathBuf,
+    },
+    /// Upload one planned split's payload, streamed and checked against the planned size and
+    /// sha256; nothing is written unless it matches. An object already in place writes nothing.
+    Upload {
+        /// The dataset of the operation.
+        dataset: String,
+        /// The operation's id.
+        operation: String,
+        /// The planned split whose payload this is.
+        split: String,
+        /// The payload file; - reads stdin.
+        file: PathBuf,
+    },
+    /// Extend the operation's lease, so that recovery leaves a slow writer's work alone.
+    Heartbeat {
+        /// The dataset of the operation.
+        dataset: String,
+        /// The operation's id.
+        operation: String,
+        /// The new lease from now (ms); the limits.intent_lease_ms setting when not given.
+        #[arg(long, value_name = "MS")]
+        lease_ms: Option<u64>,
+    },
+    /// Check every planned object and publish the operation's splits with its checkpoint
+    /// delta; sent again after it landed, answers the same result.
+    Publish {
+        /// The dataset of the operation.
+        dataset: String,
+        /// The operation's id.
+        operation: String,
+    },
+    /// Roll the operation back at once: its rows and objects go, then its intent.
+    Abort {
+        /// The dataset of the operation.
+        dataset: String,
+        /// The operation's id.
+        operation: String,
+    },
+    /// The operation's phase, each planned object's status and what recovery would decide.
+    Show {
+        /// The dataset of the operation.
+        dataset: String,
+        /// The operation's id.
+        operation: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -350,6 +466,15 @@ impl Command {
             },
             Self::Stage { .. } => "mend stage",
             Self::Publish { .. } => "mend publish",
+            Self::Commit(_) => "mend commit",
+            Self::Operation { command } => match command {
+                OperationCommand::Begin { .. } => "mend operation begin",
+                OperationCommand::Upload { .. } => "mend operation upload",
+                OperationCommand::Heartbeat { .. } => "mend operation heartbeat",
+                OperationCommand::Publish { .. } => "mend operation publish",
+                OperationCommand::Abort { .. } => "mend operation abort",
+                OperationCommand::Show { .. } => "mend operation show",
+            },
             Self::Mark { .. } => "mend mark",
             Self::Delete { .. } => "mend delete",
             Self::List { .. } => "mend list",

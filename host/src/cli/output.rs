@@ -11,7 +11,10 @@ use std::sync::OnceLock;
 use comfy_table::{ColumnConstraint, ContentArrangement, Table, presets::UTF8_BORDERS_ONLY};
 use mend::clock::rfc3339;
 use mend::config::{Settings, Shown, Source};
-use mend::engine::{Outcome, ReconcileReport, RecoveryReport, VerifyReport};
+use mend::engine::{
+    ObjectStatus, OperationPhase, OperationView, Outcome, ReconcileReport, RecoveryReport,
+    UploadResult, VerifyReport,
+};
 use mend::model::{Dataset, SplitPage, StageOutcome, StageResult};
 use mend::runtime::replay::ReplayReport;
 use mend_policy::RecoveryDecision;
@@ -287,29 +290,12 @@ pub fn recovery_report(report: &RecoveryReport, json: bool) -> anyhow::Result<()
     }
     let mut table = table(&["operation", "kind", "status", "decision", "outcome"]);
     for intent in &report.intents {
-        let decision = match &intent.decision {
-            RecoveryDecision::RollForward => "roll forward".to_string(),
-            RecoveryDecision::RollBack => "roll back".to_string(),
-            RecoveryDecision::Stale => "stale".to_string(),
-            RecoveryDecision::Defer(why) => format!("defer: {why}"),
-            RecoveryDecision::Abandon(why) => format!("abandon: {why}"),
-            RecoveryDecision::Blocked(reason) => {
-                format!("blocked: {} ({})", reason.why, reason.operator_action)
-            }
-        };
-        let outcome = match &intent.outcome {
-            Outcome::Reported => "reported".to_string(),
-            Outcome::Executing => "executing".to_string(),
-            Outcome::Executed => "executed".to_string(),
-            Outcome::Refused(why) => format!("refused: {why}"),
-            Outcome::Failed(why) => format!("failed: {why}"),
-        };
         table.add_row(vec![
             intent.operation_id.clone(),
             format!("{:?}", intent.kind).to_lowercase(),
             format!("{:?}", intent.status),
-            decision,
-            outcome,
+            decision_text(&intent.decision),
+            outcome_text(&intent.outcome),
         ]);
     }
     println!("{table}");
@@ -319,6 +305,139 @@ pub fn recovery_report(report: &RecoveryReport, json: bool) -> anyhow::Result<()
         report.dataset_id,
         report.mode,
         report.policy_digest
+    );
+    Ok(())
+}
+
+fn decision_text(decision: &RecoveryDecision) -> String {
+    match decision {
+        RecoveryDecision::RollForward => "roll forward".to_string(),
+        RecoveryDecision::RollBack => "roll back".to_string(),
+        RecoveryDecision::Stale => "stale".to_string(),
+        RecoveryDecision::Defer(why) => format!("defer: {why}"),
+        RecoveryDecision::Abandon(why) => format!("abandon: {why}"),
+        RecoveryDecision::Blocked(reason) => {
+            format!("blocked: {} ({})", reason.why, reason.operator_action)
+        }
+    }
+}
+
+fn outcome_text(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Reported => "reported".to_string(),
+        Outcome::Executing => "executing".to_string(),
+        Outcome::Executed => "executed".to_string(),
+        Outcome::Refused(why) => format!("refused: {why}"),
+        Outcome::Failed(why) => format!("failed: {why}"),
+    }
+}
+
+/// An operation's steps' answers (`mend operation begin|heartbeat|publish|abort|show`): a
+/// line of where it stands, its splits' objects, its publish and what recovery would decide.
+/// Each object's header is in `--json` (`header_json`), for writers that write it themselves.
+pub fn operation_view(view: &OperationView, json: bool) -> anyhow::Result<()> {
+    if json {
+        return print_json(view);
+    }
+    let kind = format!("{:?}", view.kind).to_lowercase();
+    let phase = match view.phase {
+        OperationPhase::Armed => "armed: objects may be uploaded, then it publishes",
+        OperationPhase::EffectsConfirmed => {
+            "effects confirmed: its objects are in place and its publish is under way"
+        }
+        OperationPhase::Published => "published",
+        OperationPhase::Ended => "ended without publishing: nothing of it is visible",
+    };
+    println!(
+        "operation {} of dataset {} ({kind}): {phase}",
+        view.operation_id, view.dataset_id
+    );
+    if let (Some(owner), Some(expires)) = (&view.owner, view.lease_expires_at_ms) {
+        println!("owner {owner}, lease until {}", rfc3339(expires));
+    }
+    if !view.splits.is_empty() {
+        let mut table = table(&["split", "payload bytes", "object bytes", "object", "path"]);
+        for split in &view.splits {
+            let object = match split.object {
+                None => "-",
+                Some(ObjectStatus::Missing) => "missing",
+                Some(ObjectStatus::Present) => "present",
+                Some(ObjectStatus::Different) => "different (not as planned)",
+            };
+            table.add_row(vec![
+                split.split_id.clone(),
+                split.size.to_string(),
+                split.object_size.to_string(),
+                object.to_string(),
+                split.object_path.clone(),
+            ]);
+        }
+        println!("{table}");
+        println!("each object's header, to write before its payload: header_json in --json");
+    }
+    if let Some(publish) = &view.publish {
+        println!(
+            "published {} split(s), marked {} for deletion; manifest version {}",
+            publish.published.len(),
+            publish.marked.len(),
+            publish.manifest_version
+        );
+    }
+    if let Some(recovery) = &view.recovery {
+        println!(
+            "recovery now: {:?}, {}",
+            recovery.status,
+            decision_text(&recovery.decision)
+        );
+    }
+    Ok(())
+}
+
+/// What `mend operation upload` did.
+pub fn upload_result(result: &UploadResult, json: bool) -> anyhow::Result<()> {
+    json_or(result, json, || {
+        if result.written {
+            format!(
+                "uploaded split {}: {} bytes written, payload {}",
+                result.split_id, result.object_size, result.sha256
+            )
+        } else {
+            format!(
+                "split {}: its object was already in place as planned; nothing written",
+                result.split_id
+            )
+        }
+    })
+}
+
+/// What `mend commit` did: each upload, then the publish.
+pub fn commit_report(report: &super::commit::CommitReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        return print_json(report);
+    }
+    if !report.uploads.is_empty() {
+        let mut table = table(&["split", "object bytes", "sha256", "upload"]);
+        for upload in &report.uploads {
+            table.add_row(vec![
+                upload.split_id.clone(),
+                upload.object_size.to_string(),
+                upload.sha256.clone(),
+                if upload.written {
+                    "written".into()
+                } else {
+                    "already in place".into()
+                },
+            ]);
+        }
+        println!("{table}");
+    }
+    let publish = &report.publish;
+    println!(
+        "operation {} published {} split(s), marked {} for deletion; manifest version {}",
+        report.operation_id,
+        publish.published.len(),
+        publish.marked.len(),
+        publish.manifest_version
     );
     Ok(())
 }
