@@ -1004,26 +1004,9 @@ impl CliWriter {
             std::thread::sleep(Duration::from_millis(10));
             let mut running = self.running.lock().unwrap();
             let child = running.as_mut().expect("only this thread takes it");
-            if let Some(status) = child.try_wait().unwrap() {
-                let mut child = running.take().unwrap();
-                let mut output = Output {
-                    status,
-                    stdout: Vec::new(),
-                    stderr: Vec::new(),
-                };
-                child
-                    .stdout
-                    .take()
-                    .unwrap()
-                    .read_to_end(&mut output.stdout)
-                    .unwrap();
-                child
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_end(&mut output.stderr)
-                    .unwrap();
-                return status.code().map(|_| output);
+            if child.try_wait().unwrap().is_some() {
+                let output = running.take().unwrap().wait_with_output().unwrap();
+                return output.status.code().map(|_| output);
             }
         }
     }
