@@ -66,7 +66,6 @@ class MendError(Exception):
         self.code = body.get("error", "unknown")
         self.message = body.get("message", "")
         self.certainly_not_applied = body.get("certainly_not_applied", False)
-        self.retry_after = None
         super().__init__(f"{status} {self.code}: {self.message}")
 
     @property
@@ -95,22 +94,22 @@ def _request(base_url, method, path, body=None, data=None, length=None):
         headers["Content-Length"] = str(length if length is not None else len(data))
     request = urllib.request.Request(base_url + path, data=data, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as answer:
-            return json.loads(answer.read() or b"{}")
-    except urllib.error.HTTPError as error:
-        text = error.read()
         try:
-            parsed = json.loads(text)
-        except ValueError:
-            parsed = {"error": "unknown", "message": text.decode(errors="replace")}
-        failure = MendError(error.code, parsed)
-        failure.retry_after = error.headers.get("Retry-After")
-        if error.code == 503:
-            raise OutcomeUnknown(str(failure)) from failure
-        raise failure
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as answer:
+                return json.loads(answer.read() or b"{}")
+        except urllib.error.HTTPError as error:
+            status, text = error.code, error.read()
     except (urllib.error.URLError, http.client.HTTPException, ConnectionError,
-            socket.timeout, TimeoutError) as error:
+            socket.timeout, TimeoutError, ValueError) as error:
+        # Nothing came back, or half an answer: whatever the step did, it may have done.
         raise OutcomeUnknown(f"{method} {path}: no answer: {error}") from error
+    try:
+        failure = MendError(status, json.loads(text))
+    except ValueError:
+        failure = MendError(status, {"message": text.decode(errors="replace")})
+    if status == 503:
+        raise OutcomeUnknown(str(failure)) from failure
+    raise failure
 
 
 def _operation_path(dataset, operation_id=None, step=""):
@@ -224,7 +223,7 @@ def commit(base_url, dataset, splits, checkpoint_delta=None, operation_id=None,
     OutcomeUnknown if the server did not answer for `retry_for_s`, MendError otherwise.
     """
     deadline = time.monotonic() + retry_for_s
-    operation_id = operation_id or str(uuid.uuid4())
+    first_id = operation_id = operation_id or str(uuid.uuid4())
     attempt = 0
     while True:
         suffix = f".r{attempt}" if attempt else ""
@@ -242,7 +241,7 @@ def commit(base_url, dataset, splits, checkpoint_delta=None, operation_id=None,
         if not _delta_still_applies(base_url, dataset, checkpoint_delta, deadline):
             raise CheckpointMoved(f"operation {operation_id} ended and the checkpoint moved")
         attempt += 1
-        operation_id = f"{operation_id.split('.r')[0]}.r{attempt}"
+        operation_id = f"{first_id}.r{attempt}"
 
 
 def _run_once(base_url, dataset, operation_id, splits, checkpoint_delta, node, metadata,
