@@ -210,7 +210,7 @@ fn run(label: &str, catalogs: Catalogs, postgres: Option<&DurablePostgres>) {
     for (at, event) in events {
         while started.elapsed() < at {
             std::thread::sleep(Duration::from_millis(20));
-            watch(&mut writers, &mut failures);
+            watch(&mut writers, &server.url(), dataset, &mut failures);
         }
         match event {
             Event::KillServer => {
@@ -243,7 +243,7 @@ fn run(label: &str, catalogs: Catalogs, postgres: Option<&DurablePostgres>) {
     let calm = Instant::now();
     while calm.elapsed() < Duration::from_secs(3) {
         std::thread::sleep(Duration::from_millis(20));
-        watch(&mut writers, &mut failures);
+        watch(&mut writers, &server.url(), dataset, &mut failures);
     }
 
     // The end: the Python writers die for good, the CLI writer finishes its commit.
@@ -369,11 +369,13 @@ fn run(label: &str, catalogs: Catalogs, postgres: Option<&DurablePostgres>) {
     }
 }
 
-/// Notes each Python writer that stopped without being killed (it never should).
-fn watch(writers: &mut [PythonWriter], failures: &mut Vec<String>) {
+/// Notes each Python writer that stopped without being killed (it never should), and starts
+/// it again so that the run goes on with four writers.
+fn watch(writers: &mut [PythonWriter], url: &str, dataset: &str, failures: &mut Vec<String>) {
     for writer in writers.iter_mut() {
         if let Some(failure) = writer.exited_on_its_own() {
             failures.push(failure);
+            writer.spawn(url, dataset);
         }
     }
 }
