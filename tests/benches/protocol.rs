@@ -1,6 +1,7 @@
 //! The operation protocol's upload path against writing the same bytes straight to the store.
 //!
 //!     cargo bench -p mend-tests --bench protocol
+//!     MEND_BENCH_CONCURRENCY=1 cargo bench -p mend-tests --bench protocol
 //!
 //! On a local-directory catalog, in one run, interleaved [`RUNS`] times (the best run of each
 //! counts, so that a hiccup of the machine does not decide the ratio):
