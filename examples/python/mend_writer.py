@@ -72,6 +72,11 @@ class MendError(Exception):
     def ended(self):
         return self.status == 412 and "has ended" in self.message
 
+    @property
+    def already_published(self):
+        # A step sent after the operation published (a retry, or recovery finished it).
+        return self.status == 412 and "already published" in self.message
+
 
 class OutcomeUnknown(Exception):
     """No answer (connection refused or broken, timeout) or a 503: retry the same step."""
@@ -251,19 +256,20 @@ def _run_once(base_url, dataset, operation_id, splits, checkpoint_delta, node, m
                                    node, lease_ms), deadline)
     if view["phase"] == "published":
         return view["publish"]
-    renewed = time.monotonic()
-    for split_id, payload in splits.items():
-        if time.monotonic() - renewed > lease_ms / 3000:
-            _retrying(lambda: heartbeat(base_url, dataset, operation_id, lease_ms), deadline)
-            renewed = time.monotonic()
-        _retrying(lambda: upload(base_url, dataset, operation_id, split_id, payload), deadline)
     try:
+        renewed = time.monotonic()
+        for split_id, payload in splits.items():
+            if time.monotonic() - renewed > lease_ms / 3000:
+                _retrying(lambda: heartbeat(base_url, dataset, operation_id, lease_ms), deadline)
+                renewed = time.monotonic()
+            _retrying(lambda: upload(base_url, dataset, operation_id, split_id, payload),
+                      deadline)
         return _retrying(lambda: publish(base_url, dataset, operation_id), deadline)["publish"]
     except MendError as error:
-        if error.status != 412 or error.ended:
+        if not error.already_published:
             raise
-        # A publish sent again after it landed (and its intent was deleted) is refused as
-        # "already published": ask what the operation became.
+        # It published meanwhile (this publish sent again after it landed, or the server
+        # finished it): its result is what `show` answers.
         view = _phase(base_url, dataset, operation_id, deadline)
         if view["phase"] == "published":
             return view["publish"]
