@@ -21,6 +21,8 @@ The operation id is every step's idempotency key, so `commit` retries safely:
   if the delta still starts where it was, starts over with a new operation id. Its split ids
   then get the suffix `.rN`: the ended operation's rows may still hold the old ids (marked
   for deletion), and mend never lets a new operation take a row another one staged.
+- A 412 saying it is "already published" (a step sent after the publish landed, by this
+  writer or by recovery finishing the operation) is looked up with `show`: its result.
 - Anything else (400, 404, another 412 such as a checkpoint that moved) is raised.
 
 Exactly-once ingestion: a checkpoint delta's `from_position` must equal the dataset's current
@@ -37,7 +39,9 @@ begin in flight, may land after the read and make the next commit's delta stale.
 
 `--loop` commits forever on one partition, each commit moving it by 1 from the current
 position, and appends every acknowledged commit to the log as one JSON line, fsynced before
-the next commit begins, so whoever kills the writer can count what was acknowledged.
+the next commit begins, so whoever kills the writer can count what was acknowledged. The log
+also holds a "begun" line before each operation and a "not_applied" line for one that ended;
+the crash test (`host/tests/external_writers.rs`) counts the "acknowledged" ones.
 """
 
 import argparse
