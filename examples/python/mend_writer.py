@@ -1,0 +1,396 @@
+#!/usr/bin/env python3
+"""A writer in another process committing splits to mend over HTTP (`mend serve`).
+
+Standard library only: paste it, or import it. The protocol, one request per step:
+
+    begin      POST /v1/datasets/{d}/operations                       intent written, rows staged
+    upload     PUT  /v1/datasets/{d}/operations/{op}/splits/{split}   the payload, streamed
+    heartbeat  POST /v1/datasets/{d}/operations/{op}/heartbeat        the lease, extended
+    publish    POST /v1/datasets/{d}/operations/{op}/publish          checked, confirmed, published
+    abort      POST /v1/datasets/{d}/operations/{op}/abort            rolled back at once
+    show       GET  /v1/datasets/{d}/operations/{op}                  where it stands
+
+The operation id is every step's idempotency key, so `commit` retries safely:
+
+- A connection error or a 503 (server restarting, dataset recovering, overloaded) says the
+  outcome is unknown: the same step is sent again with the same operation id, which answers
+  the truth (a begin resumes, an upload already in place writes nothing, a publish that
+  landed is found published).
+- A 412 saying the operation "has ended" (abandoned by recovery after its lease ran out, or
+  aborted) means nothing of it is visible: `commit` re-reads the dataset's checkpoint and,
+  if the delta still starts where it was, starts over with a new operation id. Its split ids
+  then get the suffix `.rN`: the ended operation's rows may still hold the old ids (marked
+  for deletion), and mend never lets a new operation take a row another one staged.
+- A 412 saying it is "already published" (a step sent after the publish landed, by this
+  writer or by recovery finishing the operation) is looked up with `show`: its result.
+- Anything else (400, 404, another 412 such as a checkpoint that moved) is raised.
+
+Exactly-once ingestion: a checkpoint delta's `from_position` must equal the dataset's current
+position. A writer that crashed without knowing whether its last commit landed must settle
+that operation before it reads the checkpoint again: `--loop` logs each operation (id, split
+ids, positions) before it begins it, and on restart runs that same operation again, same id
+and plan. That answers the truth (published: acknowledged; ended: not applied) and finishes
+it otherwise; only then does the writer read the position it continues from. (Re-reading the
+checkpoint alone is not enough: an operation the server still holds, confirmed or with its
+begin in flight, may land after the read and make the next commit's delta stale.)
+
+    mend_writer.py http://127.0.0.1:7600 DATASET a.split=./a.bin b.split=./b.bin
+    mend_writer.py http://127.0.0.1:7600 DATASET --loop --partition p0 --log acks.jsonl
+
+`--loop` commits forever on one partition, each commit moving it by 1 from the current
+position, and appends every acknowledged commit to the log as one JSON line, fsynced before
+the next commit begins, so whoever kills the writer can count what was acknowledged. The log
+also holds a "begun" line before each operation and a "not_applied" line for one that ended;
+the crash test (`host/tests/external_writers.rs`) counts the "acknowledged" ones.
+"""
+
+import argparse
+import hashlib
+import http.client
+import json
+import os
+import random
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+REQUEST_TIMEOUT_S = 30
+# The lease a writer asks for; `commit` heartbeats when a third of it has passed.
+LEASE_MS = 10_000
+
+
+class MendError(Exception):
+    """An answer in mend's error form: {"error", "message", "certainly_not_applied"}."""
+
+    def __init__(self, status, body):
+        self.status = status
+        self.code = body.get("error", "unknown")
+        self.message = body.get("message", "")
+        self.certainly_not_applied = body.get("certainly_not_applied", False)
+        super().__init__(f"{status} {self.code}: {self.message}")
+
+    @property
+    def ended(self):
+        return self.status == 412 and "has ended" in self.message
+
+    @property
+    def already_published(self):
+        # A step sent after the operation published (a retry, or recovery finished it).
+        return self.status == 412 and "already published" in self.message
+
+
+class OutcomeUnknown(Exception):
+    """No answer (connection refused or broken, timeout) or a 503: retry the same step."""
+
+
+class CheckpointMoved(Exception):
+    """The partition is no longer where the delta starts: another commit moved it."""
+
+
+# ---------------------------------------------------------------------------------------
+# One request per step.
+
+
+def _request(base_url, method, path, body=None, data=None, length=None):
+    headers = {}
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    if data is not None:
+        headers["Content-Length"] = str(length if length is not None else len(data))
+    request = urllib.request.Request(base_url + path, data=data, method=method, headers=headers)
+    try:
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as answer:
+                return json.loads(answer.read() or b"{}")
+        except urllib.error.HTTPError as error:
+            status, text = error.code, error.read()
+    except (urllib.error.URLError, http.client.HTTPException, ConnectionError,
+            socket.timeout, TimeoutError, ValueError) as error:
+        # Nothing came back, or half an answer: whatever the step did, it may have done.
+        raise OutcomeUnknown(f"{method} {path}: no answer: {error}") from error
+    try:
+        failure = MendError(status, json.loads(text))
+    except ValueError:
+        failure = MendError(status, {"message": text.decode(errors="replace")})
+    if status == 503:
+        raise OutcomeUnknown(str(failure)) from failure
+    raise failure
+
+
+def _operation_path(dataset, operation_id=None, step=""):
+    path = f"/v1/datasets/{dataset}/operations"
+    if operation_id is not None:
+        path += f"/{operation_id}"
+    return path + step
+
+
+def plan_split(split_id, payload, metadata=None):
+    """The plan of one split: size and sha256 of `payload` (bytes, or a path to a file)."""
+    digest, size = hashlib.sha256(), 0
+    if isinstance(payload, (bytes, bytearray)):
+        digest.update(payload)
+        size = len(payload)
+    else:
+        with open(payload, "rb") as file:
+            for chunk in iter(lambda: file.read(1 << 20), b""):
+                digest.update(chunk)
+                size += len(chunk)
+    return {
+        "split_id": split_id,
+        "metadata_json": json.dumps(metadata or {}),
+        "size": size,
+        "sha256": digest.hexdigest(),
+    }
+
+
+def begin(base_url, dataset, operation_id, planned_splits, checkpoint_delta=None,
+          node="python-writer", lease_ms=LEASE_MS):
+    body = {"operation_id": operation_id, "kind": "commit", "node": node,
+            "lease_ms": lease_ms, "splits": planned_splits}
+    if checkpoint_delta is not None:
+        body["checkpoint_delta"] = checkpoint_delta
+    return _request(base_url, "POST", _operation_path(dataset), body)
+
+
+def upload(base_url, dataset, operation_id, split_id, payload):
+    """Streams `payload` (bytes, or a path read as it is sent) into the split's object."""
+    path = _operation_path(dataset, operation_id, f"/splits/{split_id}")
+    if isinstance(payload, (bytes, bytearray)):
+        return _request(base_url, "PUT", path, data=bytes(payload))
+    with open(payload, "rb") as file:
+        return _request(base_url, "PUT", path, data=file, length=os.fstat(file.fileno()).st_size)
+
+
+def heartbeat(base_url, dataset, operation_id, lease_ms=LEASE_MS):
+    return _request(base_url, "POST", _operation_path(dataset, operation_id, "/heartbeat"),
+                    {"lease_ms": lease_ms})
+
+
+def publish(base_url, dataset, operation_id):
+    return _request(base_url, "POST", _operation_path(dataset, operation_id, "/publish"), {})
+
+
+def abort(base_url, dataset, operation_id):
+    return _request(base_url, "POST", _operation_path(dataset, operation_id, "/abort"), {})
+
+
+def show(base_url, dataset, operation_id):
+    return _request(base_url, "GET", _operation_path(dataset, operation_id))
+
+
+def dataset_checkpoint(base_url, dataset):
+    """{source: {partition: position}}."""
+    return _request(base_url, "GET", f"/v1/datasets/{dataset}").get("checkpoint", {})
+
+
+# ---------------------------------------------------------------------------------------
+# The whole protocol, with safe retries.
+
+
+def _retrying(step, deadline):
+    """Runs `step` until it answers, retrying only what may be retried with the same id."""
+    pause = 0.05
+    while True:
+        try:
+            return step()
+        except OutcomeUnknown:
+            if time.monotonic() > deadline:
+                raise
+        except MendError as error:
+            # 409 conflict: another writer won a race on the catalog; nothing happened.
+            if error.status != 409 or time.monotonic() > deadline:
+                raise
+        time.sleep(pause * (0.5 + random.random()))
+        pause = min(pause * 2, 1.0)
+
+
+def _phase(base_url, dataset, operation_id, deadline):
+    """The operation's view, as `show` answers it."""
+    return _retrying(lambda: show(base_url, dataset, operation_id), deadline)
+
+
+def _delta_still_applies(base_url, dataset, checkpoint_delta, deadline):
+    if checkpoint_delta is None:
+        return True
+    positions = _retrying(lambda: dataset_checkpoint(base_url, dataset), deadline)
+    source = positions.get(checkpoint_delta["source"], {})
+    return all(source.get(p["partition"]) == p["from_position"]
+               for p in checkpoint_delta["partitions"])
+
+
+def commit(base_url, dataset, splits, checkpoint_delta=None, operation_id=None,
+           node="python-writer", metadata=None, retry_for_s=300):
+    """Commits `splits` ({split_id: bytes or path}) with `checkpoint_delta`, crash-safely.
+
+    Returns {"operation_id", "split_ids", "publish"}: the ids that were published (with the
+    `.rN` suffix if the commit had to start over) and the PublishResult. Raises
+    CheckpointMoved if the commit ended without publishing and its delta no longer applies,
+    OutcomeUnknown if the server did not answer for `retry_for_s`, MendError otherwise.
+    """
+    deadline = time.monotonic() + retry_for_s
+    first_id = operation_id = operation_id or str(uuid.uuid4())
+    attempt = 0
+    while True:
+        suffix = f".r{attempt}" if attempt else ""
+        named = {split_id + suffix: payload for split_id, payload in splits.items()}
+        try:
+            result = _run_once(base_url, dataset, operation_id, named, checkpoint_delta,
+                               node, metadata, deadline)
+            return {"operation_id": operation_id, "split_ids": sorted(named),
+                    "publish": result}
+        except MendError as error:
+            if not error.ended:
+                raise
+        # Ended without publishing: nothing of it is visible. Start over if the checkpoint
+        # is still where the delta starts.
+        if not _delta_still_applies(base_url, dataset, checkpoint_delta, deadline):
+            raise CheckpointMoved(f"operation {operation_id} ended and the checkpoint moved")
+        attempt += 1
+        operation_id = f"{first_id}.r{attempt}"
+
+
+def _run_once(base_url, dataset, operation_id, splits, checkpoint_delta, node, metadata,
+              deadline, lease_ms=LEASE_MS):
+    planned = [plan_split(split_id, payload, metadata) for split_id, payload in splits.items()]
+    view = _retrying(lambda: begin(base_url, dataset, operation_id, planned, checkpoint_delta,
+                                   node, lease_ms), deadline)
+    if view["phase"] == "published":
+        return view["publish"]
+    try:
+        renewed = time.monotonic()
+        for split_id, payload in splits.items():
+            if time.monotonic() - renewed > lease_ms / 3000:
+                _retrying(lambda: heartbeat(base_url, dataset, operation_id, lease_ms), deadline)
+                renewed = time.monotonic()
+            _retrying(lambda: upload(base_url, dataset, operation_id, split_id, payload),
+                      deadline)
+        return _retrying(lambda: publish(base_url, dataset, operation_id), deadline)["publish"]
+    except MendError as error:
+        if not error.already_published:
+            raise
+        # It published meanwhile (this publish sent again after it landed, or the server
+        # finished it): its result is what `show` answers.
+        view = _phase(base_url, dataset, operation_id, deadline)
+        if view["phase"] == "published":
+            return view["publish"]
+        raise
+
+
+# ---------------------------------------------------------------------------------------
+# The command line.
+
+
+def _append(log, record):
+    log.write(json.dumps(record) + "\n")
+    log.flush()
+    os.fsync(log.fileno())
+
+
+def _last_begun(log_path):
+    """The last operation the log says was about to begin, if no outcome follows it."""
+    pending = None
+    try:
+        with open(log_path) as log:
+            for line in log:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a crash
+                if record["event"] == "begun":
+                    pending = record
+                elif pending and record["operation_id"] == pending["operation_id"]:
+                    pending = None
+    except FileNotFoundError:
+        pass
+    return pending
+
+
+def payload_for(split_id, size):
+    """Deterministic bytes for a split, so a reader can check the object is intact."""
+    seed = hashlib.sha256(split_id.encode()).digest()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+def loop(base_url, dataset, partition, log_path, source="mend-writer", split_bytes=4096,
+         splits_per_commit=2, stop_file=None, lease_ms=LEASE_MS):
+    node = f"writer-{partition}"
+    forever = 3600 * 24
+    with open(log_path, "a") as log:
+        pending = _last_begun(log_path)
+        while stop_file is None or not os.path.exists(stop_file):
+            if pending is None:
+                positions = _retrying(lambda: dataset_checkpoint(base_url, dataset),
+                                      time.monotonic() + forever)
+                current = positions.get(source, {}).get(partition)
+                to_position = (current or 0) + 1
+                operation_id = f"{partition}-{to_position}-{uuid.uuid4().hex[:8]}"
+                pending = {"event": "begun", "operation_id": operation_id,
+                           "partition": partition, "from_position": current,
+                           "to_position": to_position,
+                           "split_ids": [f"{operation_id}.s{n}"
+                                         for n in range(splits_per_commit)]}
+                _append(log, pending)
+            # After a crash, `pending` is the operation the last run began (or was about to):
+            # the same operation again, same id and plan, answers what became of it (and
+            # finishes it if it had not published), whether or not its begin ever arrived.
+            record, pending = pending, None
+            metadata = {"partition": partition, "to_position": record["to_position"],
+                        "operation_id": record["operation_id"], "splits": splits_per_commit}
+            delta = {"source": source, "partitions": [
+                {"partition": partition, "from_position": record["from_position"],
+                 "to_position": record["to_position"]}]}
+            splits = {s: payload_for(s, split_bytes) for s in record["split_ids"]}
+            try:
+                result = _run_once(base_url, dataset, record["operation_id"], splits, delta,
+                                   node, metadata, time.monotonic() + forever, lease_ms)
+            except MendError as error:
+                if not error.ended:
+                    raise
+                # Abandoned (its lease ran out) or refused: nothing of it is visible, and the
+                # next commit reads the position again.
+                _append(log, dict(record, event="not_applied"))
+                continue
+            _append(log, dict(record, event="acknowledged",
+                              manifest_version=result["manifest_version"]))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("base_url", help="the server, e.g. http://127.0.0.1:7600")
+    parser.add_argument("dataset")
+    parser.add_argument("splits", nargs="*", help="SPLIT_ID=FILE, committed in one operation")
+    parser.add_argument("--checkpoint-delta", help="a checkpoint delta as JSON")
+    parser.add_argument("--operation-id", help="an id of your choosing (safe to retry)")
+    parser.add_argument("--loop", action="store_true", help="commit continuously")
+    parser.add_argument("--partition", default="0")
+    parser.add_argument("--source", default="mend-writer")
+    parser.add_argument("--log", help="--loop: the log of acknowledged commits (JSON lines)")
+    parser.add_argument("--stop-file", help="--loop: stop once this file exists")
+    parser.add_argument("--lease-ms", type=int, default=LEASE_MS,
+                        help="how long an operation may go without a heartbeat")
+    args = parser.parse_args()
+    base_url = args.base_url.rstrip("/")
+    if args.loop:
+        if not args.log:
+            parser.error("--loop needs --log")
+        loop(base_url, args.dataset, args.partition, args.log, args.source,
+             stop_file=args.stop_file, lease_ms=args.lease_ms)
+        return
+    splits = dict(item.split("=", 1) for item in args.splits)
+    if not splits:
+        parser.error("name at least one SPLIT_ID=FILE")
+    delta = json.loads(args.checkpoint_delta) if args.checkpoint_delta else None
+    result = commit(base_url, args.dataset, splits, delta, args.operation_id)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (MendError, OutcomeUnknown, CheckpointMoved) as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,348 @@
+//! The operation protocol's upload path against writing the same bytes straight to the store.
+//!
+//!     cargo bench -p mend-tests --bench protocol
+//!     MEND_BENCH_CONCURRENCY=1 cargo bench -p mend-tests --bench protocol
+//!
+//! On a local-directory catalog, in one run, interleaved [`RUNS`] times (the best run of each
+//! counts, so that a hiccup of the machine does not decide the ratio):
+//!
+//! - mend: one commit of [`SPLITS`] splits of 1 MiB through `mend serve`'s HTTP protocol:
+//!   `begin`, each object streamed with `PUT .../splits/{split}` by [`CONCURRENCY`] clients at
+//!   once (plain HTTP/1.1, a connection per request), then `publish`. The server checks each
+//!   payload's size and sha256, writes it with its recovery header put-if-absent, and
+//!   checks every object again before it publishes;
+//! - the floor: the same bytes put straight into an `object_store` `LocalFileSystem` on the
+//!   same disk, [`CONCURRENCY`] puts at once: no HTTP, no checksum, no catalog.
+//!
+//! It prints both throughputs, the ratio mend/floor (target >= 0.8), and the server's peak
+//! resident memory (`VmHWM` of `/proc/<pid>/status`) once started, after the 1 MiB commits and
+//! after one commit of a single [`LARGE_OBJECT_MIB`] MiB object: an upload is streamed, so the
+//! peak grows by a few parts in flight, not by the object. (Objects up to 8 MiB are put in one
+//! request and so held whole while they are checked; larger ones go up in 8 MiB parts.)
+//!
+//! The server is this binary run again with `MEND_PROTOCOL_BENCH_SERVE=DIR`: `mend serve`'s own
+//! server ([`mend::server::serve`]) with the default limits, on a catalog in `DIR`, alone in its
+//! process so its memory is its own. (A bench of this crate cannot name the `mend` binary.)
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::ObjectStore;
+use serde_json::{Value, json};
+
+const SPLITS: usize = 100;
+const SPLIT_BYTES: usize = 1 << 20;
+/// Uploads (and floor puts) at once; `MEND_BENCH_CONCURRENCY` overrides it.
+const CONCURRENCY: usize = 4;
+const RUNS: usize = 3;
+const LARGE_OBJECT_MIB: usize = 64;
+const SERVE_VARIABLE: &str = "MEND_PROTOCOL_BENCH_SERVE";
+
+fn main() {
+    if let Ok(dir) = std::env::var(SERVE_VARIABLE) {
+        serve(Path::new(&dir));
+        return;
+    }
+    let payloads: Vec<Bytes> = (0..SPLITS).map(|n| payload(n, SPLIT_BYTES)).collect();
+    let served = tempfile::tempdir().unwrap();
+    let server = Server::start(served.path());
+    let started_hwm = server.peak_resident_kib();
+    server.call("POST", "/v1/datasets", &json!({"dataset_id": "bench"}));
+
+    let floor_dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let floor_store =
+        object_store::local::LocalFileSystem::new_with_prefix(floor_dir.path()).unwrap();
+    let (mut best_mend, mut best_floor) = (Steps::default(), Duration::MAX);
+    for run in 0..RUNS {
+        let took = server.commit("bench", &format!("run{run}"), &payloads);
+        if took.total() < best_mend.total() {
+            best_mend = took;
+        }
+        let took = runtime.block_on(floor(&floor_store, &format!("run{run}"), &payloads));
+        best_floor = best_floor.min(took);
+    }
+    let after_commits_hwm = server.peak_resident_kib();
+
+    let large = vec![payload(SPLITS, LARGE_OBJECT_MIB << 20)];
+    let large_took = server.commit("bench", "large", &large);
+    let after_large_hwm = server.peak_resident_kib();
+
+    let mib = (SPLITS * SPLIT_BYTES) as f64 / f64::from(1 << 20);
+    let mend_rate = mib / best_mend.total().as_secs_f64();
+    let started = Instant::now();
+    for bytes in &payloads {
+        std::hint::black_box(mend::objects::format::sha256(bytes));
+    }
+    let hash_rate = mib / started.elapsed().as_secs_f64();
+    let floor_rate = mib / best_floor.as_secs_f64();
+    println!(
+        "commit {SPLITS} splits of 1 MiB, {} uploads at once, best of {RUNS}, local directory:",
+        concurrency()
+    );
+    println!(
+        "  mend protocol over HTTP (begin, uploads, publish): {:7.1} ms, {mend_rate:7.1} MiB/s \
+         (begin {:.1} ms, uploads {:.1} ms, publish {:.1} ms)",
+        best_mend.total().as_secs_f64() * 1e3,
+        best_mend.begin.as_secs_f64() * 1e3,
+        best_mend.uploads.as_secs_f64() * 1e3,
+        best_mend.publish.as_secs_f64() * 1e3
+    );
+    println!(
+        "  floor (LocalFileSystem puts, no HTTP)            : {:7.1} ms, {floor_rate:7.1} MiB/s",
+        best_floor.as_secs_f64() * 1e3
+    );
+    println!(
+        "  mend/floor = {:.2} (target >= 0.8)",
+        mend_rate / floor_rate
+    );
+    println!(
+        "  for scale: sha256 of the same bytes in one thread, which mend must compute: {hash_rate:.1} MiB/s"
+    );
+    println!(
+        "one commit of a single {LARGE_OBJECT_MIB} MiB object: {:.1} ms, {:.1} MiB/s",
+        large_took.total().as_secs_f64() * 1e3,
+        LARGE_OBJECT_MIB as f64 / large_took.total().as_secs_f64()
+    );
+    println!(
+        "server peak resident memory (VmHWM): {} MiB started, {} MiB after the 1 MiB commits, {} MiB after the {LARGE_OBJECT_MIB} MiB object",
+        started_hwm / 1024,
+        after_commits_hwm / 1024,
+        after_large_hwm / 1024
+    );
+}
+
+fn concurrency() -> usize {
+    std::env::var("MEND_BENCH_CONCURRENCY")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(CONCURRENCY)
+}
+
+/// Deterministic bytes, different for each split.
+fn payload(n: usize, len: usize) -> Bytes {
+    let mut state = (n as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut bytes = Vec::with_capacity(len);
+    while bytes.len() < len {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        bytes.extend_from_slice(&state.to_le_bytes());
+    }
+    bytes.truncate(len);
+    Bytes::from(bytes)
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    mend::objects::format::sha256(bytes)
+        .trim_start_matches("sha256:")
+        .to_string()
+}
+
+/// The floor: the same payloads put into a local directory, [`CONCURRENCY`] at once.
+async fn floor(
+    store: &object_store::local::LocalFileSystem,
+    run: &str,
+    payloads: &[Bytes],
+) -> Duration {
+    let started = Instant::now();
+    futures::stream::iter(payloads.iter().enumerate())
+        .map(|(n, bytes)| async move {
+            let path = object_store::path::Path::from(format!("floor/{run}/split-{n:03}"));
+            store.put(&path, bytes.clone().into()).await.unwrap();
+        })
+        .buffer_unordered(concurrency())
+        .collect::<Vec<()>>()
+        .await;
+    started.elapsed()
+}
+
+/// The server side: `mend serve`'s server on a local-directory catalog in `dir`, until killed.
+fn serve(dir: &Path) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let url = format!("file://{}", dir.display());
+        let (catalog, objects) = mend::catalog::open(&url, None).await.unwrap();
+        let engine = mend::Engine::new(
+            catalog,
+            objects,
+            mend::runtime::PolicyRuntime::default_policy().unwrap(),
+            mend::EngineOptions::default(),
+        )
+        .unwrap();
+        let options = mend::server::ServeOptions {
+            admin_token: None,
+            supervisor: mend::server::supervisor::SupervisorOptions::default(),
+            load: mend::runtime::LoadOptions::default(),
+            dataset_defaults: mend::model::DatasetConfig::default(),
+            limits: mend::server::ServeLimits::default(),
+        };
+        let listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        mend::server::serve(engine, options, listen, std::future::pending(), |address| {
+            println!("listening on {address}");
+        })
+        .await
+        .unwrap();
+    });
+}
+
+/// How long each step of a commit took.
+#[derive(Debug, Clone, Copy)]
+struct Steps {
+    begin: Duration,
+    uploads: Duration,
+    publish: Duration,
+}
+
+impl Steps {
+    fn total(&self) -> Duration {
+        self.begin + self.uploads + self.publish
+    }
+}
+
+impl Default for Steps {
+    /// Longer than any run, so that the first run is the best so far.
+    fn default() -> Self {
+        Steps {
+            begin: Duration::MAX / 4,
+            uploads: Duration::ZERO,
+            publish: Duration::ZERO,
+        }
+    }
+}
+
+/// The server process; killed when dropped.
+struct Server {
+    child: Child,
+    address: SocketAddr,
+}
+
+impl Server {
+    fn start(dir: &Path) -> Server {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .env(SERVE_VARIABLE, dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let address = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("the server did not start: {line:?}"))
+            .parse()
+            .unwrap();
+        Server { child, address }
+    }
+
+    /// The server's peak resident memory so far, in KiB.
+    fn peak_resident_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("/proc/<pid>/status (Linux)");
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc/<pid>/status")
+    }
+
+    /// One commit of `payloads` through the protocol; how long each step took.
+    fn commit(&self, dataset: &str, run: &str, payloads: &[Bytes]) -> Steps {
+        let split_id = |n: usize| format!("{run}-split-{n:03}");
+        let splits: Vec<Value> = payloads
+            .iter()
+            .enumerate()
+            .map(|(n, bytes)| {
+                json!({"split_id": split_id(n), "metadata_json": "{\"num_docs\": 1000}",
+                       "size": bytes.len(), "sha256": sha256_hex(bytes)})
+            })
+            .collect();
+        let operation = format!("/v1/datasets/{dataset}/operations/{run}");
+        let started = Instant::now();
+        self.call(
+            "POST",
+            &format!("/v1/datasets/{dataset}/operations"),
+            &json!({"operation_id": run, "kind": "commit", "node": "bench", "splits": splits}),
+        );
+        let begin = started.elapsed();
+        let next = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..concurrency() {
+                scope.spawn(|| {
+                    loop {
+                        let n = next.fetch_add(1, Ordering::SeqCst);
+                        let Some(bytes) = payloads.get(n) else {
+                            return;
+                        };
+                        self.put(&format!("{operation}/splits/{}", split_id(n)), bytes);
+                    }
+                });
+            }
+        });
+        let uploads = started.elapsed() - begin;
+        let published = self.call("POST", &format!("{operation}/publish"), &Value::Null);
+        assert_eq!(published["phase"], "published", "{published}");
+        Steps {
+            begin,
+            uploads,
+            publish: started.elapsed() - begin - uploads,
+        }
+    }
+
+    /// A streamed upload: the head, then the body in 64 KiB writes.
+    fn put(&self, path: &str, body: &[u8]) {
+        let mut stream = TcpStream::connect(self.address).unwrap();
+        write!(
+            stream,
+            "PUT {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .unwrap();
+        for chunk in body.chunks(64 << 10) {
+            stream.write_all(chunk).unwrap();
+        }
+        Self::answer(stream, path);
+    }
+
+    /// One JSON request on a new connection; panics unless the answer is 2xx.
+    fn call(&self, method: &str, path: &str, body: &Value) -> Value {
+        let body = if body.is_null() {
+            String::new()
+        } else {
+            body.to_string()
+        };
+        let mut stream = TcpStream::connect(self.address).unwrap();
+        write!(
+            stream,
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        Self::answer(stream, path)
+    }
+
+    fn answer(mut stream: TcpStream, path: &str) -> Value {
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 2"), "{path}: {head}\n{body}");
+        serde_json::from_str(body).unwrap_or(Value::Null)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
