@@ -7,7 +7,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use mend::audit::AuditRecord;
 use mend::catalog::{
-    Capabilities, Catalog, ManifestProbe, ObjectStoreCatalog, PublishValidator, StagePlanner,
+    Capabilities, Catalog, ManifestProbe, ObjectStoreCatalog, PublishValidator, RecordedRequest,
+    RequestKey, StagePlanner,
 };
 use mend::intent::{Intent, IntentPhase};
 use mend::model::{
@@ -89,6 +90,41 @@ impl Catalog for OlderBackend {
         now: TimestampMs,
     ) -> Result<PublishResult> {
         self.inner.publish(request, validate, now).await
+    }
+    async fn stage_recorded(
+        &self,
+        id: &str,
+        mode: StageMode,
+        ids: &[String],
+        planner: &StagePlanner<'_>,
+        now: TimestampMs,
+        key: &RequestKey,
+    ) -> Result<Vec<StagedSplit>> {
+        self.inner
+            .stage_recorded(id, mode, ids, planner, now, key)
+            .await
+    }
+    async fn publish_recorded(
+        &self,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now: TimestampMs,
+        key: &RequestKey,
+    ) -> Result<PublishResult> {
+        self.inner
+            .publish_recorded(request, validate, now, key)
+            .await
+    }
+    async fn recorded_request(&self, id: &str, key: &str) -> Result<Option<RecordedRequest>> {
+        self.inner.recorded_request(id, key).await
+    }
+    async fn forget_recorded_requests(
+        &self,
+        id: &str,
+        before: TimestampMs,
+        now: TimestampMs,
+    ) -> Result<usize> {
+        self.inner.forget_recorded_requests(id, before, now).await
     }
     async fn mark_for_deletion(
         &self,

@@ -106,7 +106,10 @@ async fn a_writer_commits_step_by_step_and_every_step_is_safe_to_send_again() {
             .upload_object(&ds, "op-1", "s-a", body(&a, 1000))
             .await
             .unwrap();
-        assert!(!again.written, "{backend}: an upload in place writes nothing");
+        assert!(
+            !again.written,
+            "{backend}: an upload in place writes nothing"
+        );
         engine
             .upload_object(&ds, "op-1", "s-b", body(&b, 4096))
             .await
@@ -129,7 +132,10 @@ async fn a_writer_commits_step_by_step_and_every_step_is_safe_to_send_again() {
                 .all(|split| split.object == Some(ObjectStatus::Present)),
             "{backend}: {shown:?}"
         );
-        assert!(shown.recovery.is_some(), "{backend}: show says what recovery would do");
+        assert!(
+            shown.recovery.is_some(),
+            "{backend}: show says what recovery would do"
+        );
 
         let published = engine.publish_operation(&ds, "op-1").await.unwrap();
         assert_eq!(published.phase, OperationPhase::Published);
@@ -152,7 +158,12 @@ async fn a_writer_commits_step_by_step_and_every_step_is_safe_to_send_again() {
         let error = engine.abort_operation(&ds, "op-1").await.unwrap_err();
         assert!(error.to_string().contains("cannot be aborted"), "{error}");
 
-        assert!(h.rows(&ds).await.iter().all(|row| row.state == SplitState::Published));
+        assert!(
+            h.rows(&ds)
+                .await
+                .iter()
+                .all(|row| row.state == SplitState::Published)
+        );
         let dataset = engine.dataset(&ds).await.unwrap();
         assert_eq!(dataset.checkpoint["kafka"]["p0"], 10);
         assert!(engine.catalog().list_intents(&ds).await.unwrap().is_empty());
@@ -204,7 +215,10 @@ async fn bytes_that_are_not_the_plan_write_nothing() {
             .upload_object(&ds, "op-bad", "s-other", body(&good, 1024))
             .await
             .unwrap_err();
-        assert!(matches!(error, MendError::InvalidArgument { .. }), "{error:?}");
+        assert!(
+            matches!(error, MendError::InvalidArgument { .. }),
+            "{error:?}"
+        );
         refusals += 1;
     }
     println!("{refusals} bad uploads refused with nothing written");
@@ -311,7 +325,10 @@ async fn a_begin_that_loses_a_row_ends_and_an_abort_rolls_back_at_once() {
         assert!(engine.catalog().list_intents(&ds).await.unwrap().is_empty());
         // The same begin again is told the operation ended, not run a second time.
         let error = engine.begin_operation(&request).await.unwrap_err();
-        assert!(error.to_string().contains("has ended"), "{backend}: {error}");
+        assert!(
+            error.to_string().contains("has ended"),
+            "{backend}: {error}"
+        );
 
         let request = plan(&ds, "op-abort", &[("s-3", &one)], 10);
         engine.begin_operation(&request).await.unwrap();
@@ -322,17 +339,30 @@ async fn a_begin_that_loses_a_row_ends_and_an_abort_rolls_back_at_once() {
         let aborted = engine.abort_operation(&ds, "op-abort").await.unwrap();
         assert_eq!(aborted.phase, OperationPhase::Ended);
         assert!(!h.rows(&ds).await.iter().any(|r| r.split_id == "s-3"));
-        assert!(engine.objects().read_header(&ds, "s-3").await.unwrap().is_none());
+        assert!(
+            engine
+                .objects()
+                .read_header(&ds, "s-3")
+                .await
+                .unwrap()
+                .is_none()
+        );
         assert!(engine.catalog().list_intents(&ds).await.unwrap().is_empty());
         let again = engine.abort_operation(&ds, "op-abort").await.unwrap();
         assert_eq!(again.phase, OperationPhase::Ended, "{backend}");
         let error = engine.publish_operation(&ds, "op-abort").await.unwrap_err();
-        assert!(error.to_string().contains("has ended"), "{backend}: {error}");
+        assert!(
+            error.to_string().contains("has ended"),
+            "{backend}: {error}"
+        );
         let error = engine
             .upload_object(&ds, "op-abort", "s-3", body(&one, 4))
             .await
             .unwrap_err();
-        assert!(error.to_string().contains("has ended"), "{backend}: {error}");
+        assert!(
+            error.to_string().contains("has ended"),
+            "{backend}: {error}"
+        );
     }
 }
 
@@ -357,11 +387,20 @@ async fn a_keyed_publish_sent_again_answers_its_result_and_a_reused_key_is_refus
         };
         let staged = engine.stage_recorded(&stage, "stage-key-1").await.unwrap();
         let staged_again = engine.stage_recorded(&stage, "stage-key-1").await.unwrap();
-        assert_eq!(staged, staged_again, "{backend}: a create-only stage retried still says inserted");
+        assert_eq!(
+            staged, staged_again,
+            "{backend}: a create-only stage retried still says inserted"
+        );
         h.put_objects(&ds, ["k-1", "k-2"]).await;
         let publish = PublishRequest::staged(&ds, vec!["k-1".into(), "k-2".into()]);
-        let first = engine.publish_recorded(&publish, "publish-key-1").await.unwrap();
-        let second = engine.publish_recorded(&publish, "publish-key-1").await.unwrap();
+        let first = engine
+            .publish_recorded(&publish, "publish-key-1")
+            .await
+            .unwrap();
+        let second = engine
+            .publish_recorded(&publish, "publish-key-1")
+            .await
+            .unwrap();
         assert_eq!(first, second, "{backend}");
         replays += 2;
         // Unkeyed, the same publish is refused: its splits are no longer staged.
@@ -378,8 +417,14 @@ async fn a_keyed_publish_sent_again_answers_its_result_and_a_reused_key_is_refus
             matches!(&error, MendError::InvalidArgument { message } if message.contains("another request")),
             "{backend}: {error:?}"
         );
-        let error = engine.publish_recorded(&publish, "op:mine").await.unwrap_err();
-        assert!(matches!(error, MendError::InvalidArgument { .. }), "{error:?}");
+        let error = engine
+            .publish_recorded(&publish, "op:mine")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, MendError::InvalidArgument { .. }),
+            "{error:?}"
+        );
         // gc's retention forgets records; the catalog says how many.
         let forgotten = engine
             .catalog()

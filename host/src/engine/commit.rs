@@ -251,8 +251,12 @@ impl Engine {
         )
         .await?;
 
+        let key = super::operations::publish_key(&operation_id);
         let published = self
-            .durably(DurableStep::Publish, self.publish(&publish))
+            .durably(
+                DurableStep::Publish,
+                self.publish_keyed(&publish, Some(&key)),
+            )
             .await?;
 
         self.finish_intent(&request.dataset_id, &operation_id)

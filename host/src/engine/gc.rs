@@ -32,7 +32,11 @@ use crate::gates::GateName;
 use crate::intent::{ExpectedState, Intent, OperationKind, PlannedEffects};
 use crate::model::{ListQuery, SplitState};
 use crate::objects::format::sha256;
-use crate::validate;
+use crate::{bounds, validate};
+
+/// How long a request's recorded result answers its retries: a week, far longer than any
+/// writer retries, and short enough that the records of a busy dataset stay few.
+pub const RECORDED_REQUEST_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GcResult {
@@ -61,6 +65,15 @@ impl Engine {
     async fn gc_holding_gate(&self, dataset_id: &str, node: &str) -> Result<GcResult> {
         let dataset = self.catalog.dataset(dataset_id).await?;
         let now = self.now_ms();
+        // Results recorded for idempotent retries are kept this long, then forgotten: a retry
+        // after that runs as a new request. (Writes nothing when there is nothing to forget.)
+        self.catalog
+            .forget_recorded_requests(
+                dataset_id,
+                bounds::ms_before(now, RECORDED_REQUEST_RETENTION_MS),
+                now,
+            )
+            .await?;
         let claimed = self.splits_named_by_intents(dataset_id, None).await?;
         let rows = self
             .catalog

@@ -19,7 +19,7 @@ mod recovery;
 mod verify;
 
 pub use commit::{CommitRequest, CommitResult, CommitSplit, MergeRequest};
-pub use gc::GcResult;
+pub use gc::{GcResult, RECORDED_REQUEST_RETENTION_MS};
 pub use operations::{
     BeginOperation, ExternalKind, ObjectStatus, OperationPhase, OperationSplit, OperationView,
     PlannedSplit, SINGLE_PUT_BYTES, UploadResult,

@@ -468,7 +468,11 @@ impl Engine {
             .await?;
         // The operation may have ended while the bytes streamed: an object of an operation
         // that can never publish is removed again rather than left for reconcile to adopt.
-        if self.find_intent(dataset_id, operation_id).await?.is_none()
+        let still_live = self
+            .find_intent(dataset_id, operation_id)
+            .await?
+            .is_some_and(|intent| intent.phase != IntentPhase::Abandoned);
+        if !still_live
             && self
                 .recorded_publish(dataset_id, operation_id)
                 .await?
@@ -700,13 +704,25 @@ impl Engine {
             }
             return Ok(ended_view(dataset_id, operation_id));
         };
-        if intent.phase != IntentPhase::Armed {
+        if intent.phase == IntentPhase::EffectsConfirmed {
             return Err(MendError::failed_precondition(
                 format!(
                     "operation {operation_id} confirmed its effects: it is being published and cannot be aborted"
                 ),
                 vec![operation_id.to_string()],
             ));
+        }
+        // Fenced first: from here its confirm fails, so no publish of it can land while its
+        // rows go (an abort sent again finds it fenced already and goes on).
+        let fenced = self.durably(
+            crate::faults::DurableStep::AbandonIntent,
+            self.catalog
+                .abandon_intent(dataset_id, operation_id, None, self.now_ms()),
+        );
+        match fenced.await {
+            Ok(_) => {}
+            Err(MendError::NotFound { .. }) => return Ok(ended_view(dataset_id, operation_id)),
+            Err(error) => return Err(error),
         }
         self.roll_back_own(&intent).await?;
         Ok(ended_view(dataset_id, operation_id))
@@ -823,6 +839,9 @@ impl Engine {
     /// The intent of an operation still in flight; the reason it is not, otherwise.
     async fn live_intent(&self, dataset_id: &str, operation_id: &str) -> Result<Intent> {
         match self.find_intent(dataset_id, operation_id).await? {
+            Some(intent) if intent.phase == IntentPhase::Abandoned => {
+                Err(ended(dataset_id, operation_id))
+            }
             Some(intent) if matches!(intent.kind, OperationKind::Commit | OperationKind::Merge) => {
                 Ok(intent)
             }
@@ -1001,7 +1020,8 @@ impl Engine {
             phase: match (&publish, intent.phase) {
                 (Some(_), _) => OperationPhase::Published,
                 (None, IntentPhase::Armed) => OperationPhase::Armed,
-                (None, _) => OperationPhase::EffectsConfirmed,
+                (None, IntentPhase::EffectsConfirmed) => OperationPhase::EffectsConfirmed,
+                (None, IntentPhase::Abandoned) => OperationPhase::Ended,
             },
             owner: Some(intent.owner.clone()),
             lease_expires_at_ms: Some(intent.lease_expires_at_ms),
@@ -1132,7 +1152,9 @@ fn same_plan(stored: &Intent, requested: &Intent) -> bool {
                 .map(|o| (&o.split_id, &o.checksum, o.size)))
 }
 
-fn publish_key(operation_id: &str) -> RequestKey {
+/// The key an operation's publish is recorded under, whoever publishes it: its writer, the
+/// in-process commit, or recovery rolling it forward.
+pub(super) fn publish_key(operation_id: &str) -> RequestKey {
     RequestKey::new(step_key(operation_id, "publish"), &operation_id)
 }
 

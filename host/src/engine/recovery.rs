@@ -456,8 +456,14 @@ impl Engine {
                         publish_token: planned.publish_token.clone(),
                         fencing_epoch: Some(dataset.fencing_epoch),
                     };
-                    self.durably(DurableStep::Publish, self.publish(&publish))
-                        .await?;
+                    // Recorded as the operation's own publish would be, so that its writer,
+                    // asking again, is answered the result rather than "ended".
+                    let key = super::operations::publish_key(&intent.operation_id);
+                    self.durably(
+                        DurableStep::Publish,
+                        self.publish_keyed(&publish, Some(&key)),
+                    )
+                    .await?;
                 }
             }
             // Its splits to mark were read when the intent was created: one touched since is
