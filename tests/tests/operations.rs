@@ -464,3 +464,109 @@ async fn a_publish_whose_delta_no_longer_applies_is_refused_before_it_confirms()
         assert!(engine.catalog().list_intents(&ds).await.unwrap().is_empty());
     }
 }
+
+#[tokio::test]
+async fn a_writer_that_dies_is_settled_by_roll_forward_alone_and_told_so_when_it_returns() {
+    use mend_policy::RecoveryMode;
+    let mut settled = 0;
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("dies").await;
+        let (a, b) = (payload("a", 300), payload("b", 300));
+        // One writer dies after uploading one of its two objects: never confirmed.
+        let mut dead = plan(&ds, "op-dead", &[("d-a", &a), ("d-b", &b)], 10);
+        dead.lease_ms = Some(5_000);
+        engine.begin_operation(&dead).await.unwrap();
+        engine
+            .upload_object(&ds, "op-dead", "d-a", body(&a, 100))
+            .await
+            .unwrap();
+        // Another dies after its publish confirmed but before it landed: recovery publishes
+        // it, and records the result as the writer's own publish would have.
+        let mut late = plan(&ds, "op-late", &[("l-a", &a)], 10);
+        late.checkpoint_delta = None;
+        late.lease_ms = Some(5_000);
+        engine.begin_operation(&late).await.unwrap();
+        engine
+            .upload_object(&ds, "op-late", "l-a", body(&a, 100))
+            .await
+            .unwrap();
+        let intent = engine
+            .catalog()
+            .list_intents(&ds)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|i| i.operation_id == "op-late")
+            .unwrap();
+        let confirmed = mend::intent::Intent {
+            phase: mend::intent::IntentPhase::EffectsConfirmed,
+            ..intent
+        };
+        engine
+            .catalog()
+            .update_intent(&confirmed, mend::intent::IntentPhase::Armed)
+            .await
+            .unwrap();
+
+        // While the leases are live, roll-forward leaves both alone.
+        let report = engine
+            .recover(&ds, RecoveryMode::RollForward)
+            .await
+            .unwrap();
+        assert!(
+            report
+                .intents
+                .iter()
+                .all(|i| i.status == mend::engine::IntentStatus::Deferred),
+            "{backend}: {report:?}"
+        );
+        h.clock.advance_ms(6_000);
+        engine
+            .recover(&ds, RecoveryMode::RollForward)
+            .await
+            .unwrap();
+        assert!(
+            engine.catalog().list_intents(&ds).await.unwrap().is_empty(),
+            "{backend}: roll-forward alone settles both"
+        );
+        let rows = h.rows(&ds).await;
+        let state = |id: &str| rows.iter().find(|r| r.split_id == id).map(|r| r.state);
+        assert_eq!(
+            state("d-a"),
+            Some(SplitState::MarkedForDeletion),
+            "{backend}"
+        );
+        assert_eq!(
+            state("d-b"),
+            Some(SplitState::MarkedForDeletion),
+            "{backend}"
+        );
+        assert_eq!(state("l-a"), Some(SplitState::Published), "{backend}");
+
+        // The writers come back: each is told the truth.
+        for step in ["publish", "heartbeat", "upload"] {
+            let error = match step {
+                "publish" => engine.publish_operation(&ds, "op-dead").await.unwrap_err(),
+                "heartbeat" => engine
+                    .heartbeat_operation(&ds, "op-dead", None)
+                    .await
+                    .unwrap_err(),
+                _ => engine
+                    .upload_object(&ds, "op-dead", "d-b", body(&b, 100))
+                    .await
+                    .unwrap_err(),
+            };
+            assert!(
+                error.to_string().contains("has ended"),
+                "{backend}, {step}: {error}"
+            );
+        }
+        let published = engine.publish_operation(&ds, "op-late").await.unwrap();
+        assert_eq!(published.phase, OperationPhase::Published, "{backend}");
+        assert_eq!(published.publish.unwrap().published, vec!["l-a"]);
+        settled += 2;
+    }
+    println!("{settled} crashed writers settled by roll-forward alone");
+}
