@@ -69,26 +69,11 @@ pub async fn run(engine: &Engine, command: OperationCommand, json: bool) -> anyh
             output::operation_view(&view, json)
         }
         OperationCommand::Publish { dataset, operation } => {
-            let view = match engine.publish_operation(&dataset, &operation).await {
-                Ok(view) => view,
-                // A publish sent again after its intent was deleted is refused as "already
-                // published" by the engine, against its own contract (the same answer again);
-                // the recorded result is what `show` reads, so the retry answers it here.
-                Err(error @ MendError::FailedPrecondition { .. }) => {
-                    match engine.show_operation(&dataset, &operation).await {
-                        Ok(shown) if shown.publish.is_some() => shown,
-                        _ => {
-                            return Err(anyhow::Error::new(error)
-                                .context(format!("publish operation {operation}")));
-                        }
-                    }
-                }
-                Err(error) => {
-                    return Err(
-                        anyhow::Error::new(error).context(format!("publish operation {operation}"))
-                    );
-                }
-            };
+            // Sent again after it landed, the publish answers its recorded result.
+            let view = engine
+                .publish_operation(&dataset, &operation)
+                .await
+                .with_context(|| format!("publish operation {operation}"))?;
             output::operation_view(&view, json)
         }
         OperationCommand::Abort { dataset, operation } => {
