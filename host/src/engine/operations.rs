@@ -106,6 +106,25 @@ pub struct BeginOperation {
     pub publish_token: Option<String>,
 }
 
+impl BeginOperation {
+    /// The create-only stage of the operation's rows.
+    fn stage_request(&self) -> StageRequest {
+        StageRequest {
+            dataset_id: self.dataset_id.clone(),
+            mode: StageMode::CreateOnly,
+            node: self.node.clone(),
+            splits: self
+                .splits
+                .iter()
+                .map(|split| StageSplit {
+                    split_id: split.split_id.clone(),
+                    metadata_json: split.metadata_json.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Where an operation stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -315,19 +334,7 @@ impl Engine {
             }
         };
 
-        let stage = StageRequest {
-            dataset_id: request.dataset_id.clone(),
-            mode: StageMode::CreateOnly,
-            node: request.node.clone(),
-            splits: request
-                .splits
-                .iter()
-                .map(|split| StageSplit {
-                    split_id: split.split_id.clone(),
-                    metadata_json: split.metadata_json.clone(),
-                })
-                .collect(),
-        };
+        let stage = request.stage_request();
         let key = RequestKey::new(step_key(&operation_id, "stage"), &("stage", &stage));
         let staged: StageResult = self
             .durably(
@@ -1068,19 +1075,7 @@ impl Engine {
             }
             _ => {}
         }
-        let stage = StageRequest {
-            dataset_id: request.dataset_id.clone(),
-            mode: StageMode::CreateOnly,
-            node: request.node.clone(),
-            splits: request
-                .splits
-                .iter()
-                .map(|split| StageSplit {
-                    split_id: split.split_id.clone(),
-                    metadata_json: split.metadata_json.clone(),
-                })
-                .collect(),
-        };
+        let stage = request.stage_request();
         validate::stage_request(&stage, self.stage_limits())?;
         let mut seen = BTreeSet::new();
         if let Some(twice) = request
