@@ -232,8 +232,10 @@ fn paused_before(
 }
 
 /// A writer stalls before its publish; exclusive recovery takes the permit, bumps the fencing
-/// epoch and completes the commit itself. When the writer wakes, its publish is refused: its
-/// epoch is stale. The splits are published once and the checkpoint moves once.
+/// epoch and completes the commit itself, recording the publish under the operation's key.
+/// When the writer wakes, its publish writes nothing: it is answered the result recovery
+/// recorded (the commit did land), or, had recovery not published it, refused for its stale
+/// epoch. The splits are published once and the checkpoint moves once.
 async fn a_stale_writer_cannot_publish(backend: Backend) {
     let h = Harness::new(backend).await;
     let dataset_id = h.create_dataset("fenced").await;
@@ -271,6 +273,10 @@ async fn a_stale_writer_cannot_publish(backend: Backend) {
     resume_tx.send(()).unwrap();
     let result = stalled.await.unwrap();
     match &result {
+        Ok(answered) => assert_eq!(
+            answered.publish.manifest_version, after.manifest_version,
+            "{backend}: the stale writer is answered recovery's publish, not a publish of its own"
+        ),
         Err(MendError::FailedPrecondition { message, .. }) if message.contains("fencing epoch") => {
         }
         other => panic!("{backend}: the stale writer's publish was not fenced: {other:?}"),
