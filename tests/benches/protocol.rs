@@ -28,6 +28,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -44,28 +45,83 @@ const RUNS: usize = 3;
 const LARGE_OBJECT_MIB: usize = 64;
 const SERVE_VARIABLE: &str = "MEND_PROTOCOL_BENCH_SERVE";
 
+const OBJECTS_VARIABLE: &str = "MEND_PROTOCOL_BENCH_OBJECTS";
+
 fn main() {
     if let Ok(dir) = std::env::var(SERVE_VARIABLE) {
-        serve(Path::new(&dir));
+        serve(Path::new(&dir), std::env::var(OBJECTS_VARIABLE).ok());
         return;
     }
     let payloads: Vec<Bytes> = (0..SPLITS).map(|n| payload(n, SPLIT_BYTES)).collect();
-    let served = tempfile::tempdir().unwrap();
-    let server = Server::start(served.path());
-    let started_hwm = server.peak_resident_kib();
-    server.call("POST", "/v1/datasets", &json!({"dataset_id": "bench"}));
+    let started = Instant::now();
+    for bytes in &payloads {
+        std::hint::black_box(mend::objects::format::sha256(bytes));
+    }
+    let mib = (SPLITS * SPLIT_BYTES) as f64 / f64::from(1 << 20);
+    let hash_rate = mib / started.elapsed().as_secs_f64();
+    println!(
+        "commit {SPLITS} splits of 1 MiB, {} uploads at once, best of {RUNS}; for scale, sha256 \
+         (which mend computes of every byte) runs at {hash_rate:.1} MiB/s in one thread here",
+        concurrency()
+    );
 
     let floor_dir = tempfile::tempdir().unwrap();
+    let local: Arc<dyn ObjectStore> =
+        Arc::new(object_store::local::LocalFileSystem::new_with_prefix(floor_dir.path()).unwrap());
+    measure("objects in a local directory", None, local, &payloads);
+
+    // Objects on an S3-compatible server, as in a deployment: mend's server and the floor put
+    // to the same store, through the network stack.
+    if let Ok(url) = std::env::var("MEND_TEST_S3_URL") {
+        let prefix = format!("protocol-bench-{}", std::process::id());
+        let bucket = url.trim_start_matches("s3://").trim_end_matches('/');
+        let s3 = object_store::aws::AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .build()
+            .unwrap();
+        let floor: Arc<dyn ObjectStore> = Arc::new(object_store::prefix::PrefixStore::new(
+            s3,
+            format!("{prefix}/floor"),
+        ));
+        let objects = format!("{}/{prefix}/mend", url.trim_end_matches('/'));
+        measure(
+            "objects on the S3-compatible server (MEND_TEST_S3_URL)",
+            Some(objects),
+            floor,
+            &payloads,
+        );
+    } else {
+        println!("(set MEND_TEST_S3_URL, or run under scripts/with-s3, to measure on S3 too)");
+    }
+}
+
+/// One server with its objects in `objects_url` (its catalog's own directory when `None`),
+/// against `floor_store`: [`RUNS`] commits interleaved with as many floor runs, then one
+/// large object.
+fn measure(
+    what: &str,
+    objects_url: Option<String>,
+    floor_store: Arc<dyn ObjectStore>,
+    payloads: &[Bytes],
+) {
+    let served = tempfile::tempdir().unwrap();
+    let server = Server::start(served.path(), objects_url.as_deref());
+    let started_hwm = server.peak_resident_kib();
+    server.call("POST", "/v1/datasets", &json!({"dataset_id": "bench"}));
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let floor_store =
-        object_store::local::LocalFileSystem::new_with_prefix(floor_dir.path()).unwrap();
     let (mut best_mend, mut best_floor) = (Steps::default(), Duration::MAX);
+    let (mut server_cpu, mut client_cpu, mut mend_wall) =
+        (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     for run in 0..RUNS {
-        let took = server.commit("bench", &format!("run{run}"), &payloads);
+        let (server_before, client_before) = (server.cpu_time(), own_cpu_time());
+        let took = server.commit("bench", &format!("run{run}"), payloads);
+        server_cpu += server.cpu_time() - server_before;
+        client_cpu += own_cpu_time() - client_before;
+        mend_wall += took.total();
         if took.total() < best_mend.total() {
             best_mend = took;
         }
-        let took = runtime.block_on(floor(&floor_store, &format!("run{run}"), &payloads));
+        let took = runtime.block_on(floor(&*floor_store, &format!("run{run}"), payloads));
         best_floor = best_floor.min(took);
     }
     let after_commits_hwm = server.peak_resident_kib();
@@ -74,18 +130,10 @@ fn main() {
     let large_took = server.commit("bench", "large", &large);
     let after_large_hwm = server.peak_resident_kib();
 
-    let mib = (SPLITS * SPLIT_BYTES) as f64 / f64::from(1 << 20);
+    let mib = (payloads.len() * SPLIT_BYTES) as f64 / f64::from(1 << 20);
     let mend_rate = mib / best_mend.total().as_secs_f64();
-    let started = Instant::now();
-    for bytes in &payloads {
-        std::hint::black_box(mend::objects::format::sha256(bytes));
-    }
-    let hash_rate = mib / started.elapsed().as_secs_f64();
     let floor_rate = mib / best_floor.as_secs_f64();
-    println!(
-        "commit {SPLITS} splits of 1 MiB, {} uploads at once, best of {RUNS}, local directory:",
-        concurrency()
-    );
+    println!("{what}:");
     println!(
         "  mend protocol over HTTP (begin, uploads, publish): {:7.1} ms, {mend_rate:7.1} MiB/s \
          (begin {:.1} ms, uploads {:.1} ms, publish {:.1} ms)",
@@ -95,27 +143,47 @@ fn main() {
         best_mend.publish.as_secs_f64() * 1e3
     );
     println!(
-        "  floor (LocalFileSystem puts, no HTTP)            : {:7.1} ms, {floor_rate:7.1} MiB/s",
+        "  floor (the same puts straight to the store)      : {:7.1} ms, {floor_rate:7.1} MiB/s",
         best_floor.as_secs_f64() * 1e3
     );
     println!(
         "  mend/floor = {:.2} (target >= 0.8)",
         mend_rate / floor_rate
     );
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
     println!(
-        "  for scale: sha256 of the same bytes in one thread, which mend must compute: {hash_rate:.1} MiB/s"
+        "  CPU per mend commit (mean of {RUNS}): server {:.1} ms, this client {:.1} ms, of {:.1} ms \
+         available ({cores} cores x {:.1} ms wall)",
+        server_cpu.as_secs_f64() * 1e3 / RUNS as f64,
+        client_cpu.as_secs_f64() * 1e3 / RUNS as f64,
+        cores as f64 * mend_wall.as_secs_f64() * 1e3 / RUNS as f64,
+        mend_wall.as_secs_f64() * 1e3 / RUNS as f64,
     );
     println!(
-        "one commit of a single {LARGE_OBJECT_MIB} MiB object: {:.1} ms, {:.1} MiB/s",
+        "  one commit of a single {LARGE_OBJECT_MIB} MiB object: {:.1} ms, {:.1} MiB/s",
         large_took.total().as_secs_f64() * 1e3,
         LARGE_OBJECT_MIB as f64 / large_took.total().as_secs_f64()
     );
     println!(
-        "server peak resident memory (VmHWM): {} MiB started, {} MiB after the 1 MiB commits, {} MiB after the {LARGE_OBJECT_MIB} MiB object",
+        "  server peak resident memory (VmHWM): {} MiB started, {} MiB after the 1 MiB commits, \
+         {} MiB after the {LARGE_OBJECT_MIB} MiB object",
         started_hwm / 1024,
         after_commits_hwm / 1024,
         after_large_hwm / 1024
     );
+}
+
+/// The CPU time this process has used, its exited threads included (user and system time
+/// of `/proc/self/stat`, in clock ticks of 10 ms).
+fn own_cpu_time() -> Duration {
+    const TICK: Duration = Duration::from_millis(10);
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat (Linux)");
+    // The command name may hold spaces; the fields counted here follow its closing parenthesis.
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("a stat line") + 2..]
+        .split_whitespace()
+        .collect();
+    let ticks: u32 = fields[11].parse::<u32>().unwrap() + fields[12].parse::<u32>().unwrap();
+    TICK * ticks
 }
 
 fn concurrency() -> usize {
@@ -146,11 +214,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// The floor: the same payloads put into a local directory, [`CONCURRENCY`] at once.
-async fn floor(
-    store: &object_store::local::LocalFileSystem,
-    run: &str,
-    payloads: &[Bytes],
-) -> Duration {
+async fn floor(store: &dyn ObjectStore, run: &str, payloads: &[Bytes]) -> Duration {
     let started = Instant::now();
     futures::stream::iter(payloads.iter().enumerate())
         .map(|(n, bytes)| async move {
@@ -163,12 +227,15 @@ async fn floor(
     started.elapsed()
 }
 
-/// The server side: `mend serve`'s server on a local-directory catalog in `dir`, until killed.
-fn serve(dir: &Path) {
+/// The server side: `mend serve`'s server on a local-directory catalog in `dir`, its objects in
+/// `objects_url` when given, until killed.
+fn serve(dir: &Path, objects_url: Option<String>) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let url = format!("file://{}", dir.display());
-        let (catalog, objects) = mend::catalog::open(&url, None).await.unwrap();
+        let (catalog, objects) = mend::catalog::open(&url, objects_url.as_deref())
+            .await
+            .unwrap();
         let engine = mend::Engine::new(
             catalog,
             objects,
@@ -224,8 +291,12 @@ struct Server {
 }
 
 impl Server {
-    fn start(dir: &Path) -> Server {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+    fn start(dir: &Path, objects_url: Option<&str>) -> Server {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        if let Some(url) = objects_url {
+            command.env(OBJECTS_VARIABLE, url);
+        }
+        let mut child = command
             .env(SERVE_VARIABLE, dir)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -243,6 +314,21 @@ impl Server {
             .parse()
             .unwrap();
         Server { child, address }
+    }
+
+    /// The CPU time the server's threads have used so far (the scheduler's count, in ns, of
+    /// every thread alive now: the server's threads live as long as it does).
+    fn cpu_time(&self) -> Duration {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", self.child.id()))
+            .expect("/proc/<pid>/task (Linux)");
+        let nanos: u64 = tasks
+            .filter_map(|task| {
+                let path = task.ok()?.path().join("schedstat");
+                let text = std::fs::read_to_string(path).ok()?;
+                text.split_whitespace().next()?.parse::<u64>().ok()
+            })
+            .sum();
+        Duration::from_nanos(nanos)
     }
 
     /// The server's peak resident memory so far, in KiB.

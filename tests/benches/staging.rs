@@ -204,7 +204,7 @@ async fn publish_object_check_cost(harness: &Harness) {
             harness
                 .engine
                 .objects()
-                .put(&dataset_id, id, bytes::Bytes::from_static(b"object"))
+                .put(&dataset_id, id, bytes::Bytes::from_static(b"object").into())
                 .await
                 .expect("write an object");
         }

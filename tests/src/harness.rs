@@ -300,7 +300,7 @@ impl Harness {
             .put(
                 dataset_id,
                 split_id,
-                format::encode(&header, payload.as_bytes()),
+                format::encode(&header, payload.as_bytes()).into(),
             )
             .await
             .expect("plant an orphan");
@@ -319,7 +319,7 @@ impl Harness {
                 .put(
                     dataset_id,
                     split_id.as_ref(),
-                    bytes::Bytes::from_static(b"split object"),
+                    bytes::Bytes::from_static(b"split object").into(),
                 )
                 .await
                 .expect("write a split object");

@@ -240,7 +240,7 @@ async fn a_backend_without_fencing_epochs_refuses_a_publish_that_carries_one() {
         .expect("stage");
     engine
         .objects()
-        .put("ds", "a", bytes::Bytes::from_static(b"object"))
+        .put("ds", "a", bytes::Bytes::from_static(b"object").into())
         .await
         .expect("upload");
     let before = engine.dataset("ds").await.expect("show");

@@ -100,7 +100,11 @@ async fn two_instances_lose_no_commit(
                 assert_eq!(staged.inserted().count(), 1);
                 engine
                     .objects()
-                    .put("shared", &split_id, bytes::Bytes::from_static(b"object"))
+                    .put(
+                        "shared",
+                        &split_id,
+                        bytes::Bytes::from_static(b"object").into(),
+                    )
                     .await
                     .expect("upload");
                 let publish = PublishRequest {

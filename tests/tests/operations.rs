@@ -570,3 +570,107 @@ async fn a_writer_that_dies_is_settled_by_roll_forward_alone_and_told_so_when_it
     }
     println!("{settled} crashed writers settled by roll-forward alone");
 }
+
+/// A publish reads back only the objects this process did not upload itself
+/// (`engine::uploaded`): none after every upload went through it, every one when one object
+/// was written straight to the store or when another process publishes; and an operation
+/// another process aborted after the uploads still cannot publish. Counted on Postgres, whose
+/// store holds the split objects only, so every request it sees is about them.
+#[tokio::test]
+async fn a_publish_reads_back_only_the_objects_this_process_did_not_upload() {
+    let h = Harness::new(Backend::Postgres).await;
+    let store = h.store.clone().expect("the split objects' store");
+    let engine = &h.engine;
+    let ds = h.create_dataset("read-back").await;
+    let (a, b) = (payload("a", 3000), payload("b", 5000));
+    let reads = |before: mend_tests::RequestCounts| {
+        let since = store.requests().since(&before);
+        since.gets + since.heads
+    };
+
+    // Every object uploaded through this engine: the publish reads none back.
+    engine
+        .begin_operation(&plan(&ds, "op-mine", &[("m-a", &a), ("m-b", &b)], 10))
+        .await
+        .unwrap();
+    for (split, bytes) in [("m-a", &a), ("m-b", &b)] {
+        engine
+            .upload_object(&ds, "op-mine", split, body(bytes, 700))
+            .await
+            .unwrap();
+    }
+    let before = store.requests();
+    let published = engine.publish_operation(&ds, "op-mine").await.unwrap();
+    assert_eq!(published.phase, OperationPhase::Published);
+    let own = reads(before);
+    assert_eq!(own, 0, "objects this process put are not read back");
+
+    // One object written straight to the store by the client: the publish reads both.
+    let begun = engine
+        .begin_operation(&plan(&ds, "op-mixed", &[("x-a", &a), ("x-b", &b)], 20))
+        .await
+        .unwrap();
+    engine
+        .upload_object(&ds, "op-mixed", "x-a", body(&a, 700))
+        .await
+        .unwrap();
+    let direct = begun.splits.iter().find(|s| s.split_id == "x-b").unwrap();
+    let mut object = b"MENDSPL1".to_vec();
+    object.extend_from_slice(&(direct.header_json.len() as u32).to_le_bytes());
+    object.extend_from_slice(direct.header_json.as_bytes());
+    object.extend_from_slice(&b);
+    let (objects_store, _) = engine.objects().store();
+    objects_store
+        .put(&Path::from(direct.object_path.as_str()), object.into())
+        .await
+        .unwrap();
+    let before = store.requests();
+    engine.publish_operation(&ds, "op-mixed").await.unwrap();
+    let mixed = reads(before);
+    assert!(mixed >= 2, "both objects are read back: {mixed} reads");
+
+    // Uploaded here, published by another process: it reads every object back.
+    engine
+        .begin_operation(&plan(&ds, "op-moved", &[("v-a", &a), ("v-b", &b)], 30))
+        .await
+        .unwrap();
+    for (split, bytes) in [("v-a", &a), ("v-b", &b)] {
+        engine
+            .upload_object(&ds, "op-moved", split, body(bytes, 700))
+            .await
+            .unwrap();
+    }
+    let other = h.another_process(store.clone()).await;
+    let before = store.requests();
+    other.publish_operation(&ds, "op-moved").await.unwrap();
+    let elsewhere = reads(before);
+    assert!(
+        elsewhere >= 2,
+        "another process reads both back: {elsewhere} reads"
+    );
+
+    // Uploaded here, aborted by another process: this process's memory of the uploads does
+    // not make its publish land.
+    engine
+        .begin_operation(&plan(&ds, "op-gone", &[("g-a", &a)], 40))
+        .await
+        .unwrap();
+    engine
+        .upload_object(&ds, "op-gone", "g-a", body(&a, 700))
+        .await
+        .unwrap();
+    other.abort_operation(&ds, "op-gone").await.unwrap();
+    let error = engine.publish_operation(&ds, "op-gone").await.unwrap_err();
+    assert!(error.to_string().contains("has ended"), "{error}");
+    assert!(!h.rows(&ds).await.iter().any(|row| row.split_id == "g-a"));
+    let checkpoint = engine.dataset(&ds).await.unwrap().checkpoint;
+    assert_eq!(
+        checkpoint["kafka"]["p0"], 30,
+        "the aborted commit moved nothing"
+    );
+    println!(
+        "object reads at publish: {own} for an operation uploaded here, {mixed} with one object \
+         written by the client, {elsewhere} from another process; an operation aborted \
+         elsewhere is refused"
+    );
+}

@@ -16,6 +16,7 @@ mod operations;
 mod policy_swap;
 mod reconcile;
 mod recovery;
+mod uploaded;
 mod verify;
 
 pub use commit::{CommitRequest, CommitResult, CommitSplit, MergeRequest};
@@ -55,6 +56,15 @@ use crate::runtime::{ActivePolicy, PolicyRuntime};
 use crate::validate;
 
 /// Host-side settings of an engine.
+/// Whether a publish looks for each split's object before its atomic step (invariant 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ObjectCheck {
+    LookForEach,
+    /// The caller made sure of every object just before (read its header, or put it itself:
+    /// see `uploaded`) and refused any not in place.
+    AlreadyRead,
+}
+
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
     /// Most splits one stage request may carry.
@@ -115,6 +125,8 @@ pub struct Engine {
     pinned: Option<PolicyRuntime>,
     capabilities: Capabilities,
     options: EngineOptions,
+    /// What this process uploaded for operations in flight, shared by every clone.
+    uploaded: Arc<uploaded::UploadedObjects>,
 }
 
 impl Engine {
@@ -135,6 +147,7 @@ impl Engine {
             pinned: None,
             capabilities,
             options,
+            uploaded: Arc::default(),
         })
     }
 
@@ -472,6 +485,18 @@ impl Engine {
         request: &PublishRequest,
         key: Option<&RequestKey>,
     ) -> Result<PublishResult> {
+        self.publish_checking(request, key, ObjectCheck::LookForEach)
+            .await
+    }
+
+    /// [`publish_keyed`](Self::publish_keyed), leaving out the look for each split's object
+    /// when the caller has just read every one of them (invariant 1 is still checked, by it).
+    async fn publish_checking(
+        &self,
+        request: &PublishRequest,
+        key: Option<&RequestKey>,
+        objects: ObjectCheck,
+    ) -> Result<PublishResult> {
         validate::publish_request(request, self.options.max_stage_batch)?;
         if request.checkpoint_delta.is_some() {
             self.require(PUBLISH_CHECKPOINT, "the publish carries a checkpoint delta")?;
@@ -490,7 +515,9 @@ impl Engine {
         {
             return found.replay(key);
         }
-        self.check_objects_exist(request).await?;
+        if objects == ObjectCheck::LookForEach {
+            self.check_objects_exist(request).await?;
+        }
         let policy = self.policy();
         let validator = |observation: &PublishObservation| -> Result<()> {
             let input = publish_input(request, observation);

@@ -49,6 +49,7 @@ use crate::model::{
     CheckpointDelta, ListQuery, PublishRequest, PublishResult, SplitState, StageMode, StageOutcome,
     StageRequest, StageResult, StageSplit,
 };
+use crate::objects::PutOutcome;
 use crate::objects::format::{self, HEADER_FORMAT_VERSION, SplitObjectHeader};
 use crate::validate;
 
@@ -443,22 +444,22 @@ impl Engine {
             sha256: planned.checksum.clone(),
             written: true,
         };
-        match self.object_status(&intent, &planned).await? {
-            ObjectStatus::Present => {
-                return Ok(UploadResult {
-                    written: false,
-                    ..result
-                });
+        // A small object's put-if-absent tells whether it is in place already, so it is not
+        // looked for first (one request less per upload on a remote store). A multipart upload
+        // would overwrite, and a confirmed operation takes no new object: both look first.
+        let look_first =
+            intent.phase != IntentPhase::Armed || header.payload_size > SINGLE_PUT_BYTES;
+        if look_first {
+            match self.object_status(&intent, &planned).await? {
+                ObjectStatus::Present => {
+                    return Ok(UploadResult {
+                        written: false,
+                        ..result
+                    });
+                }
+                ObjectStatus::Different => return Err(another_object_in_place(split_id)),
+                ObjectStatus::Missing => {}
             }
-            ObjectStatus::Different => {
-                return Err(MendError::AlreadyExists {
-                    kind: EntityKind::Split,
-                    id: format!(
-                        "{split_id} (another object is in its place: not the size, checksum or operation planned)"
-                    ),
-                });
-            }
-            ObjectStatus::Missing => {}
         }
         if intent.phase != IntentPhase::Armed {
             return Err(MendError::failed_precondition(
@@ -471,8 +472,10 @@ impl Engine {
         let step = crate::faults::DurableStep::PutObject {
             split_id: split_id.to_string(),
         };
-        self.durably(step, self.write_object(&header, payload))
+        let outcome = self
+            .durably(step, self.write_object(&header, payload))
             .await?;
+
         // The operation may have ended while the bytes streamed: an object of an operation
         // that can never publish is removed again rather than left for reconcile to adopt.
         let still_live = self
@@ -488,31 +491,51 @@ impl Engine {
             self.objects.delete(dataset_id, split_id).await?;
             return Err(ended(dataset_id, operation_id));
         }
-        Ok(result)
+        // Checked byte for byte as planned, whether written now or found: the publish that
+        // follows need not read it back.
+        self.uploaded.remember(
+            dataset_id,
+            operation_id,
+            split_id,
+            planned.size,
+            &planned.checksum,
+        );
+        Ok(UploadResult {
+            written: outcome == PutOutcome::Written,
+            ..result
+        })
     }
 
     /// Writes an object whose payload streams in, checking it against `header`.
-    async fn write_object<S>(&self, header: &SplitObjectHeader, mut payload: S) -> Result<()>
+    async fn write_object<S>(
+        &self,
+        header: &SplitObjectHeader,
+        mut payload: S,
+    ) -> Result<PutOutcome>
     where
         S: Stream<Item = std::result::Result<Bytes, MendError>> + Send + Unpin,
     {
         let mut check = PayloadCheck::new(header);
         if header.payload_size <= SINGLE_PUT_BYTES {
-            let mut buffer = Vec::with_capacity(header.payload_size as usize);
+            // The chunks as they arrived, behind the header: held until checked, never copied.
+            let mut object = vec![format::encode_prefix(header)];
             while let Some(chunk) = payload.next().await {
                 let chunk = chunk?;
                 check.feed(&chunk)?;
-                buffer.extend_from_slice(&chunk);
+                object.push(chunk);
             }
             check.finish()?;
-            return self
-                .objects
-                .put(
-                    &header.dataset_id,
-                    &header.split_id,
-                    format::encode(header, &buffer),
-                )
-                .await;
+            let put = self.objects.put(
+                &header.dataset_id,
+                &header.split_id,
+                object.into_iter().collect(),
+            );
+            return match put.await {
+                Err(MendError::AlreadyExists { .. }) => {
+                    Err(another_object_in_place(&header.split_id))
+                }
+                outcome => outcome,
+            };
         }
         let path = self.objects.path(&header.dataset_id, &header.split_id);
         let (store, _) = self.objects.store();
@@ -537,7 +560,7 @@ impl Engine {
         match streamed {
             Ok(()) => {
                 writer.finish().await.map_err(unavailable)?;
-                Ok(())
+                Ok(PutOutcome::Written)
             }
             Err(error) => {
                 // Never completed, the upload leaves nothing visible; aborting frees its parts.
@@ -602,9 +625,18 @@ impl Engine {
             return Ok(published_view(dataset_id, operation_id, published));
         }
         let mut intent = self.live_intent(dataset_id, operation_id).await?;
+        // Made sure of here before confirming (read back, or put by this process); an
+        // operation confirmed by an earlier publish that died is looked at again by the
+        // publish itself.
+        let mut objects = super::ObjectCheck::LookForEach;
         if intent.phase == IntentPhase::Armed {
+            objects = super::ObjectCheck::AlreadyRead;
             self.check_delta_applies(&intent).await?;
-            let not_in_place = self.objects_not_in_place(&intent).await?;
+            let not_in_place = if self.uploaded.all_in_place(&intent) {
+                Vec::new()
+            } else {
+                self.objects_not_in_place(&intent).await?
+            };
             if !not_in_place.is_empty() {
                 let listed: Vec<String> = not_in_place
                     .iter()
@@ -654,10 +686,11 @@ impl Engine {
         let published = self
             .durably(
                 crate::faults::DurableStep::Publish,
-                self.publish_keyed(&publish, Some(&key)),
+                self.publish_checking(&publish, Some(&key), objects),
             )
             .await?;
         self.finish_intent(dataset_id, operation_id).await?;
+        self.uploaded.forget(dataset_id, operation_id);
         Ok(self.view(&intent, Some(published), &[]))
     }
 
@@ -731,6 +764,7 @@ impl Engine {
             Err(MendError::NotFound { .. }) => return Ok(ended_view(dataset_id, operation_id)),
             Err(error) => return Err(error),
         }
+        self.uploaded.forget(dataset_id, operation_id);
         self.roll_back_own(&intent).await?;
         Ok(ended_view(dataset_id, operation_id))
     }
@@ -1151,6 +1185,15 @@ fn same_plan(stored: &Intent, requested: &Intent) -> bool {
 /// in-process commit, or recovery rolling it forward.
 pub(super) fn publish_key(operation_id: &str) -> RequestKey {
     RequestKey::new(step_key(operation_id, "publish"), &operation_id)
+}
+
+fn another_object_in_place(split_id: &str) -> MendError {
+    MendError::AlreadyExists {
+        kind: EntityKind::Split,
+        id: format!(
+            "{split_id} (another object is in its place: not the size, checksum or operation planned)"
+        ),
+    }
 }
 
 fn internal_kind(kind: ExternalKind) -> OperationKind {

@@ -53,12 +53,21 @@ pub fn sha256(bytes: &[u8]) -> String {
 
 /// The whole object: prefix, header, payload.
 pub fn encode(header: &SplitObjectHeader, payload: &[u8]) -> Bytes {
+    let prefix = encode_prefix(header);
+    let mut bytes = BytesMut::with_capacity(prefix.len() + payload.len());
+    bytes.extend_from_slice(&prefix);
+    bytes.extend_from_slice(payload);
+    bytes.freeze()
+}
+
+/// Everything of the object before its payload: magic, header length, header. A writer that
+/// streams the payload puts this first, then the payload's bytes as they come.
+pub fn encode_prefix(header: &SplitObjectHeader) -> Bytes {
     let json = serde_json::to_vec(header).expect("a header is plain data and always serialises");
-    let mut bytes = BytesMut::with_capacity(PREFIX_LEN + json.len() + payload.len());
+    let mut bytes = BytesMut::with_capacity(PREFIX_LEN + json.len());
     bytes.extend_from_slice(MAGIC);
     bytes.extend_from_slice(&(json.len() as u32).to_le_bytes());
     bytes.extend_from_slice(&json);
-    bytes.extend_from_slice(payload);
     bytes.freeze()
 }
 

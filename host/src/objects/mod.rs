@@ -8,7 +8,6 @@ pub mod format;
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore, PutMode, PutOptions, PutPayload};
 
@@ -37,6 +36,14 @@ pub struct ListedObject {
 /// for a batch, few enough not to flood it.
 pub const EXISTENCE_CHECKS_IN_FLIGHT: usize = 32;
 
+/// What a put-if-absent of an object did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutOutcome {
+    Written,
+    /// The very same bytes were there already (a retry, or a racing upload of the same split).
+    AlreadyInPlace,
+}
+
 #[derive(Debug, Clone)]
 pub struct SplitObjects {
     store: Arc<dyn ObjectStore>,
@@ -62,19 +69,22 @@ impl SplitObjects {
     }
 
     /// Writes a split's object if no object is there yet. An identical object already in place
-    /// counts as written; a different one is `AlreadyExists`.
-    pub async fn put(&self, dataset_id: &str, split_id: &str, bytes: Bytes) -> Result<()> {
+    /// is left as it is ([`PutOutcome::AlreadyInPlace`]); a different one is `AlreadyExists`.
+    /// The payload may be the chunks a client streamed: they are written as they are, never
+    /// copied into one buffer.
+    pub async fn put(
+        &self,
+        dataset_id: &str,
+        split_id: &str,
+        object: PutPayload,
+    ) -> Result<PutOutcome> {
         let path = self.path(dataset_id, split_id);
         let options = PutOptions {
             mode: PutMode::Create,
             ..Default::default()
         };
-        match self
-            .store
-            .put_opts(&path, PutPayload::from(bytes.clone()), options)
-            .await
-        {
-            Ok(_) => Ok(()),
+        match self.store.put_opts(&path, object.clone(), options).await {
+            Ok(_) => Ok(PutOutcome::Written),
             Err(object_store::Error::AlreadyExists { .. }) => {
                 let existing = self
                     .store
@@ -84,8 +94,8 @@ impl SplitObjects {
                     .bytes()
                     .await
                     .map_err(|e| MendError::unavailable(format!("read {path}"), e))?;
-                if existing == bytes {
-                    Ok(())
+                if same_bytes(&existing, &object) {
+                    Ok(PutOutcome::AlreadyInPlace)
                 } else {
                     Err(MendError::AlreadyExists {
                         kind: crate::EntityKind::Split,
@@ -109,7 +119,7 @@ impl SplitObjects {
             size: bytes.len() as u64,
             checksum: header.payload_sha256.clone(),
         };
-        self.put(&header.dataset_id, &header.split_id, bytes)
+        self.put(&header.dataset_id, &header.split_id, bytes.into())
             .await?;
         Ok(summary)
     }
@@ -254,4 +264,17 @@ impl SplitObjects {
             Err(error) => Err(MendError::unavailable(format!("delete {path}"), error)),
         }
     }
+}
+
+/// Whether `object`'s chunks, one after another, are exactly `existing`.
+fn same_bytes(existing: &[u8], object: &PutPayload) -> bool {
+    if existing.len() != object.content_length() {
+        return false;
+    }
+    let mut rest = existing;
+    object.iter().all(|chunk| {
+        let (head, tail) = rest.split_at(chunk.len());
+        rest = tail;
+        head == chunk.as_ref()
+    })
 }
