@@ -47,10 +47,12 @@ the crash test (`host/tests/external_writers.rs`) counts the "acknowledged" ones
 import argparse
 import hashlib
 import http.client
+import io
 import json
 import os
 import random
 import socket
+import struct
 import sys
 import time
 import urllib.error
@@ -165,6 +167,53 @@ def upload(base_url, dataset, operation_id, split_id, payload):
         return _request(base_url, "PUT", path, data=file, length=os.fstat(file.fileno()).st_size)
 
 
+class _Concatenated(io.RawIOBase):
+    """`prefix`, then `rest` (a binary file of `size` bytes), read as one file."""
+
+    def __init__(self, prefix, rest, size):
+        self._prefix, self._rest, self.length = prefix, rest, len(prefix) + size
+
+    def readable(self):
+        return True
+
+    def read(self, n=-1):
+        if self._prefix:
+            taken = self._prefix if n < 0 else self._prefix[:n]
+            self._prefix = self._prefix[len(taken):]
+            return taken
+        return self._rest.read(n)
+
+    def close(self):
+        self._rest.close()
+        super().close()
+
+
+def put_presigned(upload_url, header_json, payload):
+    """Puts the whole object (magic, header length, header, payload) straight into the store
+    through the presigned URL begin or show handed out (only where the store presigns, S3).
+
+    The object format is the README's: b"MENDSPL1", the header's length as u32 little-endian,
+    the header exactly as answered, then the payload. Raises OutcomeUnknown on any failure:
+    the caller may upload through mend instead, which is always possible.
+    """
+    header = header_json.encode()
+    prefix = b"MENDSPL1" + struct.pack("<I", len(header)) + header
+    if isinstance(payload, (bytes, bytearray)):
+        body = _Concatenated(prefix, io.BytesIO(payload), len(payload))
+    else:
+        body = _Concatenated(prefix, open(payload, "rb"), os.path.getsize(payload))
+    # No Content-Type: the store keeps what it is given, and the URL signs none.
+    request = urllib.request.Request(upload_url, data=body, method="PUT",
+                                     headers={"Content-Length": str(body.length),
+                                              "Content-Type": ""})
+    try:
+        with body, urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as answer:
+            answer.read()
+    except (urllib.error.URLError, http.client.HTTPException, ConnectionError,
+            socket.timeout, TimeoutError, ValueError) as error:
+        raise OutcomeUnknown(f"PUT to the presigned URL: {error}") from error
+
+
 def heartbeat(base_url, dataset, operation_id, lease_ms=LEASE_MS):
     return _request(base_url, "POST", _operation_path(dataset, operation_id, "/heartbeat"),
                     {"lease_ms": lease_ms})
@@ -223,8 +272,12 @@ def _delta_still_applies(base_url, dataset, checkpoint_delta, deadline):
 
 
 def commit(base_url, dataset, splits, checkpoint_delta=None, operation_id=None,
-           node="python-writer", metadata=None, retry_for_s=300):
+           node="python-writer", metadata=None, retry_for_s=300, direct=False):
     """Commits `splits` ({split_id: bytes or path}) with `checkpoint_delta`, crash-safely.
+
+    With `direct`, each object goes straight into the store through the presigned URL begin
+    hands out where the store presigns (S3), and through mend where it does not or the put
+    fails.
 
     Returns {"operation_id", "split_ids", "publish"}: the ids that were published (with the
     `.rN` suffix if the commit had to start over) and the PublishResult. Raises
@@ -239,7 +292,7 @@ def commit(base_url, dataset, splits, checkpoint_delta=None, operation_id=None,
         named = {split_id + suffix: payload for split_id, payload in splits.items()}
         try:
             result = _run_once(base_url, dataset, operation_id, named, checkpoint_delta,
-                               node, metadata, deadline)
+                               node, metadata, deadline, direct=direct)
             return {"operation_id": operation_id, "split_ids": sorted(named),
                     "publish": result}
         except MendError as error:
@@ -254,18 +307,26 @@ def commit(base_url, dataset, splits, checkpoint_delta=None, operation_id=None,
 
 
 def _run_once(base_url, dataset, operation_id, splits, checkpoint_delta, node, metadata,
-              deadline, lease_ms=LEASE_MS):
+              deadline, lease_ms=LEASE_MS, direct=False):
     planned = [plan_split(split_id, payload, metadata) for split_id, payload in splits.items()]
     view = _retrying(lambda: begin(base_url, dataset, operation_id, planned, checkpoint_delta,
                                    node, lease_ms), deadline)
     if view["phase"] == "published":
         return view["publish"]
+    answered = {split["split_id"]: split for split in view.get("splits", [])}
     try:
         renewed = time.monotonic()
         for split_id, payload in splits.items():
             if time.monotonic() - renewed > lease_ms / 3000:
                 _retrying(lambda: heartbeat(base_url, dataset, operation_id, lease_ms), deadline)
                 renewed = time.monotonic()
+            split = answered.get(split_id, {})
+            if direct and split.get("upload_url"):
+                try:
+                    put_presigned(split["upload_url"], split["header_json"], payload)
+                    continue
+                except OutcomeUnknown:
+                    pass  # through mend instead: an object already in place writes nothing
             _retrying(lambda: upload(base_url, dataset, operation_id, split_id, payload),
                       deadline)
         return _retrying(lambda: publish(base_url, dataset, operation_id), deadline)["publish"]
@@ -372,6 +433,9 @@ def main():
     parser.add_argument("--stop-file", help="--loop: stop once this file exists")
     parser.add_argument("--lease-ms", type=int, default=LEASE_MS,
                         help="how long an operation may go without a heartbeat")
+    parser.add_argument("--direct", action="store_true",
+                        help="put objects straight into the store through presigned URLs "
+                             "where it presigns (S3)")
     args = parser.parse_args()
     base_url = args.base_url.rstrip("/")
     if args.loop:
@@ -384,7 +448,8 @@ def main():
     if not splits:
         parser.error("name at least one SPLIT_ID=FILE")
     delta = json.loads(args.checkpoint_delta) if args.checkpoint_delta else None
-    result = commit(base_url, args.dataset, splits, delta, args.operation_id)
+    result = commit(base_url, args.dataset, splits, delta, args.operation_id,
+                    direct=args.direct)
     print(json.dumps(result))
 
 

@@ -460,12 +460,15 @@ pub async fn open_with(
     use crate::objects::SplitObjects;
     use std::sync::Arc;
 
-    let separate_objects = objects_url
-        .map(|url| {
-            self::object_store::open_store(url)
-                .map(|(store, prefix)| SplitObjects::new(store, prefix))
+    let objects_in = |url: &str| -> Result<SplitObjects> {
+        let (store, prefix, signer) = self::object_store::open_store_with_signer(url)?;
+        let objects = SplitObjects::new(store, prefix);
+        Ok(match signer {
+            Some(signer) => objects.with_signer(signer),
+            None => objects,
         })
-        .transpose()?;
+    };
+    let separate_objects = objects_url.map(objects_in).transpose()?;
     if catalog_url.starts_with("postgres://") || catalog_url.starts_with("postgresql://") {
         let objects = separate_objects.ok_or_else(|| {
             crate::MendError::invalid(
@@ -475,8 +478,8 @@ pub async fn open_with(
         let catalog = PostgresCatalog::connect_with(catalog_url, postgres).await?;
         return Ok((Arc::new(catalog), objects));
     }
-    let catalog = ObjectStoreCatalog::open_url(catalog_url)?;
-    let objects = separate_objects
-        .unwrap_or_else(|| SplitObjects::new(catalog.store().clone(), catalog.prefix().clone()));
-    Ok((Arc::new(catalog), objects))
+    let own = objects_in(catalog_url)?;
+    let (store, prefix) = own.store();
+    let catalog = ObjectStoreCatalog::new(store.clone(), prefix.clone(), Default::default());
+    Ok((Arc::new(catalog), separate_objects.unwrap_or(own)))
 }

@@ -49,8 +49,8 @@ use crate::model::{
     CheckpointDelta, ListQuery, PublishRequest, PublishResult, SplitState, StageMode, StageOutcome,
     StageRequest, StageResult, StageSplit,
 };
-use crate::objects::PutOutcome;
 use crate::objects::format::{self, HEADER_FORMAT_VERSION, SplitObjectHeader};
+use crate::objects::{FoundObject, PutOutcome};
 use crate::validate;
 
 /// Objects up to this size are uploaded in one put-if-absent, buffered; larger ones stream
@@ -169,6 +169,16 @@ pub struct OperationSplit {
     /// Whether the object is in place; absent where not looked at (begin).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object: Option<ObjectStatus>,
+    /// Where the store presigns requests (S3): a URL to `PUT` the whole object to (prefix,
+    /// header, payload), straight into the store, instead of uploading it through mend.
+    /// Handed out by begin and by show while the operation can still take objects, for an
+    /// object not in place yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload_url: Option<String>,
+    /// When `upload_url` stops working: at the operation's lease end, at most an hour on; a
+    /// heartbeat does not extend it (show hands out a fresh one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload_url_expires_at_ms: Option<i64>,
 }
 
 /// An operation as its writer sees it.
@@ -352,7 +362,42 @@ impl Engine {
         if !taken.is_empty() {
             return Err(self.undo_begin(&intent, taken).await);
         }
-        Ok(self.view(&intent, None, &headers))
+        let mut view = self.view(&intent, None, &headers);
+        self.add_upload_urls(&intent, &mut view).await?;
+        Ok(view)
+    }
+
+    /// Presigned upload URLs, where the store presigns, for the splits of an operation that
+    /// can still take objects whose object is not known to be in place.
+    async fn add_upload_urls(&self, intent: &Intent, view: &mut OperationView) -> Result<()> {
+        if intent.phase != IntentPhase::Armed {
+            return Ok(());
+        }
+        let now = self.now_ms();
+        let lease_left = intent.lease_expires_at_ms.saturating_sub(now);
+        if lease_left <= 0 {
+            return Ok(());
+        }
+        let valid_for = std::time::Duration::from_millis(lease_left as u64);
+        for split in &mut view.splits {
+            if split
+                .object
+                .is_some_and(|status| status != ObjectStatus::Missing)
+            {
+                continue;
+            }
+            let Some(signed) = self
+                .objects
+                .upload_url(&intent.dataset_id, &split.split_id, valid_for)
+                .await?
+            else {
+                return Ok(());
+            };
+            split.upload_url = Some(signed.url);
+            split.upload_url_expires_at_ms =
+                Some(now.saturating_add(signed.valid_for.as_millis() as i64));
+        }
+        Ok(())
     }
 
     /// A `begin` for an operation whose intent is gone: its answer if it published, or
@@ -816,8 +861,9 @@ impl Engine {
             for split_id in own.iter().filter(|id| !live(id)) {
                 let ours = self
                     .objects
-                    .read_header(dataset_id, split_id)
+                    .inspect(dataset_id, split_id)
                     .await?
+                    .split()
                     .is_some_and(|(header, _)| {
                         header.operation_id.as_deref() == Some(operation_id.as_str())
                     });
@@ -867,6 +913,7 @@ impl Engine {
         for (split, planned) in view.splits.iter_mut().zip(&intent.effects.objects) {
             split.object = Some(self.object_status(&intent, planned).await?);
         }
+        self.add_upload_urls(&intent, &mut view).await?;
         let probe = self
             .recover(dataset_id, mend_policy::RecoveryMode::Probe)
             .await?;
@@ -985,18 +1032,18 @@ impl Engine {
     ) -> Result<ObjectStatus> {
         let found = self
             .objects
-            .read_header(&intent.dataset_id, &planned.split_id)
+            .inspect(&intent.dataset_id, &planned.split_id)
             .await?;
         Ok(match found {
-            None => ObjectStatus::Missing,
-            Some((header, size))
+            FoundObject::Missing => ObjectStatus::Missing,
+            FoundObject::Split { header, size }
                 if size == planned.size
                     && header.payload_sha256 == planned.checksum
                     && header.operation_id.as_deref() == Some(intent.operation_id.as_str()) =>
             {
                 ObjectStatus::Present
             }
-            Some(_) => ObjectStatus::Different,
+            _ => ObjectStatus::Different,
         })
     }
 
@@ -1049,6 +1096,8 @@ impl Engine {
                     .to_string(),
                 header_json: serde_json::to_string(header).expect("headers serialise"),
                 object: None,
+                upload_url: None,
+                upload_url_expires_at_ms: None,
             })
             .collect();
         OperationView {

@@ -39,6 +39,7 @@ use crate::faults::DurableStep;
 use crate::gates::{ExclusivePermit, GateName, GateSession};
 use crate::intent::{Intent, IntentPhase, OperationKind};
 use crate::model::{Dataset, ListQuery, PublishRequest, SplitRow, SplitState, TimestampMs};
+use crate::objects::FoundObject;
 use crate::objects::format::sha256;
 use crate::validate;
 
@@ -336,21 +337,22 @@ impl Engine {
             .collect();
         let mut objects = Vec::with_capacity(effects.objects.len());
         for planned in &effects.objects {
+            // Bytes that are not a split object count as an object, not the one planned.
             let found = self
                 .objects
-                .read_header(&intent.dataset_id, &planned.split_id)
+                .inspect(&intent.dataset_id, &planned.split_id)
                 .await?;
             // A reconcile plans objects other operations wrote; every other kind, its own.
             let ours = |header: &crate::objects::format::SplitObjectHeader| {
                 intent.kind == OperationKind::Reconcile
                     || header.operation_id.as_deref() == Some(intent.operation_id.as_str())
             };
-            let matches = found.as_ref().is_some_and(|(header, size)| {
-                *size == planned.size && header.payload_sha256 == planned.checksum && ours(header)
+            let matches = found.split().is_some_and(|(header, size)| {
+                size == planned.size && header.payload_sha256 == planned.checksum && ours(header)
             });
             objects.push(ObjectObservation {
                 split_id: planned.split_id.clone(),
-                present: found.is_some(),
+                present: found != FoundObject::Missing,
                 matches,
             });
         }
@@ -569,8 +571,9 @@ impl Engine {
         {
             let object_is_ours = self
                 .objects
-                .read_header(&intent.dataset_id, split_id)
+                .inspect(&intent.dataset_id, split_id)
                 .await?
+                .split()
                 .is_some_and(|(header, _)| {
                     header.operation_id.as_deref() == Some(intent.operation_id.as_str())
                 });

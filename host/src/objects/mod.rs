@@ -7,8 +7,10 @@
 pub mod format;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use object_store::path::Path;
+use object_store::signer::Signer;
 use object_store::{GetOptions, GetRange, ObjectStore, PutMode, PutOptions, PutPayload};
 
 use crate::error::{MendError, Result};
@@ -36,6 +38,30 @@ pub struct ListedObject {
 /// for a batch, few enough not to flood it.
 pub const EXISTENCE_CHECKS_IN_FLIGHT: usize = 32;
 
+/// What [`SplitObjects::inspect`] found at a split's path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FoundObject {
+    Missing,
+    Split {
+        header: format::SplitObjectHeader,
+        size: u64,
+    },
+    /// Bytes that are not a split object: why.
+    NotASplitObject {
+        message: String,
+    },
+}
+
+impl FoundObject {
+    /// The header and size, if a split object is there.
+    pub fn split(&self) -> Option<(&format::SplitObjectHeader, u64)> {
+        match self {
+            FoundObject::Split { header, size } => Some((header, *size)),
+            _ => None,
+        }
+    }
+}
+
 /// What a put-if-absent of an object did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PutOutcome {
@@ -44,15 +70,69 @@ pub enum PutOutcome {
     AlreadyInPlace,
 }
 
+/// The longest a presigned upload URL is valid, whatever the operation's lease.
+pub const MAX_UPLOAD_URL_VALIDITY: Duration = Duration::from_secs(60 * 60);
+
+/// A URL a writer can `PUT` one split object to, straight into the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadUrl {
+    pub url: String,
+    pub valid_for: Duration,
+}
+
 #[derive(Debug, Clone)]
 pub struct SplitObjects {
     store: Arc<dyn ObjectStore>,
     prefix: Path,
+    /// Where the store can presign requests (S3): hands writers upload URLs.
+    signer: Option<Arc<dyn Signer>>,
 }
 
 impl SplitObjects {
     pub fn new(store: Arc<dyn ObjectStore>, prefix: Path) -> Self {
-        Self { store, prefix }
+        Self {
+            store,
+            prefix,
+            signer: None,
+        }
+    }
+
+    /// The same objects, with a signer for the same store, so that writers can be handed
+    /// presigned upload URLs ([`upload_url`](Self::upload_url)).
+    pub fn with_signer(self, signer: Arc<dyn Signer>) -> Self {
+        Self {
+            signer: Some(signer),
+            ..self
+        }
+    }
+
+    /// A presigned `PUT` URL for a split's object, valid for `valid_for` (at most
+    /// [`MAX_UPLOAD_URL_VALIDITY`]); `None` where the store cannot presign (a local directory,
+    /// memory).
+    ///
+    /// The URL lets its holder put that one path until it expires, and cannot carry
+    /// put-if-absent (the signature covers no conditional header), so the writer is trusted
+    /// with it as with a lease: publish checks the object it finds (size, checksum and
+    /// operation in its header).
+    pub async fn upload_url(
+        &self,
+        dataset_id: &str,
+        split_id: &str,
+        valid_for: Duration,
+    ) -> Result<Option<UploadUrl>> {
+        let Some(signer) = &self.signer else {
+            return Ok(None);
+        };
+        let valid_for = valid_for.clamp(Duration::from_secs(1), MAX_UPLOAD_URL_VALIDITY);
+        let path = self.path(dataset_id, split_id);
+        let url = signer
+            .signed_url(http::Method::PUT, &path, valid_for)
+            .await
+            .map_err(|error| MendError::unavailable(format!("presign {path}"), error))?;
+        Ok(Some(UploadUrl {
+            url: url.to_string(),
+            valid_for,
+        }))
     }
 
     /// The store the objects live in, and the prefix under it.
@@ -143,7 +223,21 @@ impl SplitObjects {
         let found = match self.store.get_opts(&path, options).await {
             Ok(found) => found,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(error) => return Err(unavailable(error)),
+            // An empty object has no first byte to read, and stores answer that range with an
+            // error of their own (S3's 416, the local directory's invalid range): tell it from
+            // a store that cannot be reached by what a HEAD says.
+            Err(error) => {
+                return match self.store.head(&path).await {
+                    Ok(meta) if meta.size < format::PREFIX_LEN as u64 => Err(MendError::Corrupt {
+                        message: format!(
+                            "{path} is {} bytes, too short to be a split object",
+                            meta.size
+                        ),
+                    }),
+                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    _ => Err(unavailable(error)),
+                };
+            }
         };
         let size = found.meta.size;
         let first = found.bytes().await.map_err(unavailable)?;
@@ -167,6 +261,20 @@ impl SplitObjects {
                 .map_err(unavailable)?
         };
         Ok(Some((format::decode_header(&json)?, size)))
+    }
+
+    /// What is at a split's path: nothing, a split object (its header and size), or bytes
+    /// that are not a split object of this format (too short, another magic, a header that
+    /// does not parse). Anyone with access to the store can put such bytes there (a writer's
+    /// own upload gone wrong), so callers that decide about an operation treat them as "an
+    /// object, not the one planned" rather than failing the whole dataset's work.
+    pub async fn inspect(&self, dataset_id: &str, split_id: &str) -> Result<FoundObject> {
+        match self.read_header(dataset_id, split_id).await {
+            Ok(None) => Ok(FoundObject::Missing),
+            Ok(Some((header, size))) => Ok(FoundObject::Split { header, size }),
+            Err(MendError::Corrupt { message }) => Ok(FoundObject::NotASplitObject { message }),
+            Err(error) => Err(error),
+        }
     }
 
     /// Which of `split_ids` have no object, sorted: one HEAD per split, at most

@@ -39,7 +39,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use self::log::{Action, Commit, Log, PutOutcome};
 use self::mutations::Change;
-pub use self::open::open_store;
+pub use self::open::{open_store, open_store_with_signer};
 use self::state::DatasetState;
 use super::{
     Capabilities, Catalog, ManifestProbe, PublishValidator, RecordedRequest, RequestKey,

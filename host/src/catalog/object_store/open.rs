@@ -10,6 +10,7 @@ use ::object_store::aws::{AmazonS3Builder, S3ConditionalPut};
 use ::object_store::local::LocalFileSystem;
 use ::object_store::memory::InMemory;
 use ::object_store::path::Path;
+use ::object_store::signer::Signer;
 use url::Url;
 
 use super::{ObjectStoreCatalog, ObjectStoreCatalogOptions};
@@ -34,8 +35,17 @@ impl ObjectStoreCatalog {
 
 /// The store and prefix a URL names, for the catalog or for split objects kept elsewhere.
 pub fn open_store(url: &str) -> Result<(Arc<dyn ObjectStore>, Path)> {
+    open_store_with_signer(url).map(|(store, prefix, _)| (store, prefix))
+}
+
+/// [`open_store`], with a signer for the same store where it can presign requests (S3), so
+/// that writers can be handed upload URLs.
+pub fn open_store_with_signer(
+    url: &str,
+) -> Result<(Arc<dyn ObjectStore>, Path, Option<Arc<dyn Signer>>)> {
     let Some((scheme, _)) = url.split_once("://") else {
-        return local_directory(std::path::Path::new(url));
+        let (store, prefix) = local_directory(std::path::Path::new(url))?;
+        return Ok((store, prefix, None));
     };
     let parsed =
         Url::parse(url).map_err(|err| MendError::invalid(format!("catalog url {url}: {err}")))?;
@@ -46,9 +56,10 @@ pub fn open_store(url: &str) -> Result<(Arc<dyn ObjectStore>, Path)> {
                     "catalog url {url} is not an absolute local path; use file:///DIR"
                 ))
             })?;
-            local_directory(&directory)
+            let (store, prefix) = local_directory(&directory)?;
+            Ok((store, prefix, None))
         }
-        "memory" => Ok((Arc::new(InMemory::new()), url_prefix(&parsed)?)),
+        "memory" => Ok((Arc::new(InMemory::new()), url_prefix(&parsed)?, None)),
         "s3" => {
             let bucket = parsed.host_str().unwrap_or_default();
             if bucket.is_empty() {
@@ -63,7 +74,8 @@ pub fn open_store(url: &str) -> Result<(Arc<dyn ObjectStore>, Path)> {
                 .map_err(|err| {
                     MendError::invalid(format!("catalog url {url}: cannot configure s3: {err}"))
                 })?;
-            Ok((Arc::new(store), url_prefix(&parsed)?))
+            let store = Arc::new(store);
+            Ok((store.clone(), url_prefix(&parsed)?, Some(store)))
         }
         other => Err(MendError::invalid(format!(
             "catalog url scheme {other}:// is not an object store; use {SUPPORTED}"
