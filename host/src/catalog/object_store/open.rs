@@ -38,11 +38,12 @@ pub fn open_store(url: &str) -> Result<(Arc<dyn ObjectStore>, Path)> {
     open_store_with_signer(url).map(|(store, prefix, _)| (store, prefix))
 }
 
+/// A store, the prefix a URL names in it, and a signer for it where it presigns.
+pub type StoreWithSigner = (Arc<dyn ObjectStore>, Path, Option<Arc<dyn Signer>>);
+
 /// [`open_store`], with a signer for the same store where it can presign requests (S3), so
 /// that writers can be handed upload URLs.
-pub fn open_store_with_signer(
-    url: &str,
-) -> Result<(Arc<dyn ObjectStore>, Path, Option<Arc<dyn Signer>>)> {
+pub fn open_store_with_signer(url: &str) -> Result<StoreWithSigner> {
     let Some((scheme, _)) = url.split_once("://") else {
         let (store, prefix) = local_directory(std::path::Path::new(url))?;
         return Ok((store, prefix, None));
