@@ -864,7 +864,7 @@ async fn bytes_that_are_not_a_split_object_are_refused_without_failing_the_datas
             );
             let error = engine.publish_operation(&ds, &operation).await.unwrap_err();
             assert!(
-                matches!(&error, MendError::FailedPrecondition { ids, .. } if ids == &[split.clone()]),
+                matches!(&error, MendError::FailedPrecondition { ids, .. } if ids.as_slice() == [split.as_str()]),
                 "{backend} {label}: {error:?}"
             );
             let error = engine
