@@ -11,9 +11,7 @@ use mend::catalog::{
     Catalog, PlannedAction, PlannedStage, PublishObservation, RecordedRequest, RequestKey,
     StagePlan,
 };
-use mend::model::{
-    DatasetConfig, MarkResult, NewSplit, PublishRequest, StageMode, StageOutcome, StagedSplit,
-};
+use mend::model::{DatasetConfig, MarkResult, NewSplit, StageMode, StageOutcome, StagedSplit};
 use mend::{EntityKind, MendError};
 use mend_policy::ExistingRow;
 
