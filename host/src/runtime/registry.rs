@@ -154,7 +154,7 @@ impl PolicyRegistry {
     async fn read_record(&self, path: &Path) -> Result<ActiveRecord> {
         let bytes = self
             .store
-            .get(&path)
+            .get(path)
             .await
             .map_err(|error| MendError::unavailable(format!("read {path}"), error))?
             .bytes()

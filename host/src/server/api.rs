@@ -317,20 +317,24 @@ where
     T: Send + 'static,
     F: Future<Output = crate::Result<T>> + Send + 'static,
 {
-    keyed_write(shared, dataset_id, None, in_the_way, write).await
+    keyed_write(shared, dataset_id, None, in_the_way, write)
+        .await
+        .map(|(answer, _)| answer)
 }
 
-/// [`write`] of a request under idempotency key `key`: a key already recorded is answered
-/// by the engine before anything else, so the check for an unresolved operation in the way
-/// is skipped for it (a retry of a request that landed answers what it answered, even if an
-/// operation began on the same splits since).
+/// [`write`] of a request under idempotency key `key`, answering also whether the key was
+/// recorded when the write was admitted: the answer is then a replay, which the metrics do
+/// not count as a new decision. A recorded key is answered by the engine before anything
+/// else, so the check for an unresolved operation in the way is skipped for it (a retry of a
+/// request that landed answers what it answered, even if an operation began on the same
+/// splits since).
 async fn keyed_write<T, F>(
     shared: &Arc<Shared>,
     dataset_id: &str,
     key: Option<&str>,
     in_the_way: Option<&[String]>,
     write: F,
-) -> Result<T, ApiError>
+) -> Result<(T, bool), ApiError>
 where
     T: Send + 'static,
     F: Future<Output = crate::Result<T>> + Send + 'static,
@@ -338,24 +342,40 @@ where
     served(shared, dataset_id)?;
     // Admitted before anything is read, so that a flood costs no more than its refusals.
     let ticket = admit(shared, Some(dataset_id))?;
-    if let Some(ids) = in_the_way {
-        let recorded = match key {
-            Some(key) => shared
-                .engine
-                .catalog()
-                .recorded_request(dataset_id, key)
-                .await
-                .map_err(|error| engine_error(shared, dataset_id, error))?
-                .is_some(),
-            None => false,
-        };
-        if !recorded {
-            not_in_doubt(shared, dataset_id, ids).await?;
-        }
+    let replayed = recorded_before(shared, dataset_id, key).await?;
+    if let Some(ids) = in_the_way
+        && !replayed
+    {
+        not_in_doubt(shared, dataset_id, ids).await?;
     }
     Writes::run(ticket, write)
         .await
+        .map(|answer| (answer, replayed))
         .map_err(|error| engine_error(shared, dataset_id, error))
+}
+
+/// Whether `key` is recorded in the dataset: a request under it is answered by its record.
+/// (A copy of the request running at the same time may still record it after this look;
+/// its metrics then count twice, which is all that this look is for.)
+async fn recorded_before(
+    shared: &Arc<Shared>,
+    dataset_id: &str,
+    key: Option<&str>,
+) -> Result<bool, ApiError> {
+    let Some(key) = key else {
+        return Ok(false);
+    };
+    match shared
+        .engine
+        .catalog()
+        .recorded_request(dataset_id, key)
+        .await
+    {
+        Ok(found) => Ok(found.is_some()),
+        // The engine answers for a dataset that does not exist (yet, for a create).
+        Err(MendError::NotFound { .. }) => Ok(false),
+        Err(error) => Err(engine_error(shared, dataset_id, error)),
+    }
 }
 
 /// Fails with `RecoveryRequired` when an unresolved operation names one of `ids`: the write
@@ -855,13 +875,14 @@ async fn stage(
     )
     .await;
     match &result {
-        Ok(staged) => shared.metrics.stage(staged),
+        Ok((_, true)) => {}
+        Ok((staged, false)) => shared.metrics.stage(staged),
         Err(error) if error.refused_by_the_rules() => {
             shared.metrics.decision("stage", "refused", 1)
         }
         Err(_) => {}
     }
-    ok(&result?)
+    ok(&result?.0)
 }
 
 #[derive(Deserialize)]
@@ -934,13 +955,14 @@ async fn publish(
     )
     .await;
     match &result {
-        Ok(_) => shared.metrics.decision("publish", "accepted", 1),
+        Ok((_, true)) => {}
+        Ok((_, false)) => shared.metrics.decision("publish", "accepted", 1),
         Err(error) if error.refused_by_the_rules() => {
             shared.metrics.decision("publish", "refused", 1)
         }
         Err(_) => {}
     }
-    ok(&result?)
+    ok(&result?.0)
 }
 
 #[derive(Deserialize)]
@@ -983,7 +1005,8 @@ async fn mark(
             }
         },
     )
-    .await?)
+    .await?
+    .0)
 }
 
 /// Answers the ids it was asked to delete: a retry under the same `Idempotency-Key` answers
@@ -1155,14 +1178,18 @@ async fn reconcile(
     let key = idempotency_key(&headers)?;
     let engine = shared.engine.clone();
     let id = dataset_id.clone();
-    let report = write(&shared, &dataset_id, None, async move {
-        match key {
-            Some(key) => engine.reconcile_recorded(&id, &request.node, &key).await,
-            None => engine.reconcile(&id, &request.node).await,
-        }
-    })
-    .await?;
-    shared.metrics.reconcile(&report);
+    let counted = key.clone();
+    let (report, replayed) =
+        keyed_write(&shared, &dataset_id, counted.as_deref(), None, async move {
+            match key {
+                Some(key) => engine.reconcile_recorded(&id, &request.node, &key).await,
+                None => engine.reconcile(&id, &request.node).await,
+            }
+        })
+        .await?;
+    if !replayed {
+        shared.metrics.reconcile(&report);
+    }
     ok(&report)
 }
 
@@ -1198,6 +1225,7 @@ async fn recover(
     // Probe and verify write nothing, but run like writes so that a shutdown waits for them
     // too; a dataset its supervisor cannot serve is still open to an operator's recovery.
     let ticket = admit(&shared, Some(&dataset_id))?;
+    let replayed = recorded_before(&shared, &dataset_id, key.as_deref()).await?;
     let report = Writes::run(ticket, async move {
         match key {
             Some(key) => engine.recover_recorded(&id, mode, &key).await,
@@ -1206,7 +1234,9 @@ async fn recover(
     })
     .await
     .map_err(|error| engine_error(&shared, &dataset_id, error))?;
-    shared.metrics.recovery(&report);
+    if !replayed {
+        shared.metrics.recovery(&report);
+    }
     shared.supervisors.kick(&dataset_id);
     ok(&report)
 }
