@@ -23,11 +23,14 @@
 //! - the promotion recorded for that operation (the digest checked: another config or
 //!   another expected version with the same key is `InvalidArgument`), whether the apply
 //!   promoted it or recovery did;
-//! - else, while that operation's intent is still there (the first copy is in flight, or
-//!   crashed after writing it), `RecoveryRequired` naming it: the dataset's supervisor (or
-//!   `mend recover --mode roll-forward`) settles it once its lease runs out, and the next
-//!   retry answers the promotion recovery recorded (or, if recovery could not promote it
-//!   because another change got there first, runs and is refused as stale);
+//! - else, while that operation's intent is still there, `RecoveryRequired` naming it: the
+//!   dataset's supervisor (or `mend recover --mode roll-forward`) settles it once its lease
+//!   runs out, and the next retry answers the promotion recovery recorded (or, if recovery
+//!   could not promote it because another change got there first, runs and is refused as
+//!   stale). A first copy still running holds the config gate, so a retry waits for it (up
+//!   to the gate timeout) and answers its promotion; the intent a retry finds is one no run
+//!   holds any more: the first copy crashed, or failed with an outcome unknown, after
+//!   writing it;
 //! - else it runs, as a new apply; a copy racing it to the intent is `RecoveryRequired` too.
 
 use super::Engine;
