@@ -188,7 +188,7 @@ pub enum CallKind {
 }
 
 /// What running a suite found, scenario by scenario.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SuiteReport {
     pub file: String,
     /// How many scenarios passed.
@@ -198,7 +198,7 @@ pub struct SuiteReport {
     pub results: Vec<ScenarioResult>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScenarioResult {
     pub name: String,
     pub call: CallKind,
@@ -206,7 +206,7 @@ pub struct ScenarioResult {
 }
 
 /// A scenario whose output differed from its expectation, or whose call failed.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Failure {
     pub name: String,
     pub call: CallKind,

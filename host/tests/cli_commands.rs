@@ -322,3 +322,245 @@ fn status_names_a_damaged_dataset_and_still_shows_the_others() {
     fails(dir, &["dataset", "show", "broken"], 1, "broken");
     println!("cli status with a damaged dataset: 5 checks");
 }
+
+/// Runs `args` twice: both runs succeed and print the same JSON, which is returned.
+fn twice(dir: &Path, args: &[&str]) -> serde_json::Value {
+    let first = ok(dir, args);
+    let again = ok(dir, args);
+    assert_eq!(again, first, "mend {args:?} answered its retry otherwise");
+    first
+}
+
+#[test]
+fn every_mutating_command_answers_a_keyed_retry_as_it_answered_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let mut commands = 0;
+    let mut refused = 0;
+
+    // A staged split untouched for 1 ms is abandoned: gc has something to collect.
+    let create = [
+        "dataset",
+        "create",
+        "d1",
+        "--staged-grace-period-ms",
+        "1",
+        "--idempotency-key",
+        "create-1",
+    ];
+    let created = twice(dir, &create);
+    assert_eq!(created[0]["dataset_id"], "d1");
+    let uid = created[0]["uid"].as_str().unwrap().to_string();
+    fails(dir, &["dataset", "create", "d1"], 4, "d1");
+    fails(
+        dir,
+        &[
+            "dataset",
+            "create",
+            "d1",
+            "--staged-grace-period-ms",
+            "2",
+            "--idempotency-key",
+            "create-1",
+        ],
+        2,
+        "create-1",
+    );
+    commands += 1;
+    refused += 1;
+
+    // The config is read, edited and applied: the retry reads the promoted config, and is
+    // answered the first answer.
+    let config = [
+        "dataset",
+        "config",
+        "d1",
+        "--set",
+        "deletion_grace_period_ms=700000",
+        "--idempotency-key",
+        "config-1",
+    ];
+    let applied = twice(dir, &config);
+    assert_eq!(applied["deletion_grace_period_ms"], 700000);
+    assert_eq!(ok(dir, &["dataset", "show", "d1"])["config_version"], 2);
+    fails(
+        dir,
+        &[
+            "dataset",
+            "config",
+            "d1",
+            "--set",
+            "deletion_grace_period_ms=800000",
+            "--idempotency-key",
+            "config-1",
+        ],
+        2,
+        "config-1",
+    );
+    assert_eq!(ok(dir, &["dataset", "show", "d1"])["config_version"], 2);
+    commands += 1;
+    refused += 1;
+
+    let fenced = twice(
+        dir,
+        &[
+            "dataset",
+            "fence",
+            "d1",
+            "--token",
+            "t1",
+            "--idempotency-key",
+            "fence-1",
+        ],
+    );
+    assert_eq!(fenced["publish_token"], "t1");
+    twice(
+        dir,
+        &[
+            "dataset",
+            "fence",
+            "d1",
+            "--clear",
+            "--idempotency-key",
+            "fence-2",
+        ],
+    );
+    commands += 2;
+
+    let splits = write_splits(dir, "splits.json", &["s1", "s2", "s3"]);
+    ok(
+        dir,
+        &[
+            "stage",
+            "d1",
+            "--mode",
+            "create-only",
+            "--splits",
+            splits.to_str().unwrap(),
+        ],
+    );
+    for id in ["s1", "s2", "s3", "orphan"] {
+        common::write_object(&dir.join("mend-data"), "d1", &uid, id);
+    }
+    let marked = twice(dir, &["mark", "d1", "s1", "--idempotency-key", "mark-1"]);
+    assert_eq!(marked["marked"], serde_json::json!(["s1"]));
+    let deleted = twice(
+        dir,
+        &["delete", "d1", "s1", "--idempotency-key", "delete-1"],
+    );
+    assert_eq!(deleted["deleted"], serde_json::json!(["s1"]));
+    fails(dir, &["delete", "d1", "s1"], 3, "s1");
+    fails(
+        dir,
+        &["delete", "d1", "s2", "--idempotency-key", "delete-1"],
+        2,
+        "delete-1",
+    );
+    commands += 2;
+    refused += 1;
+
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let collected = twice(dir, &["gc", "d1", "--idempotency-key", "gc-1"]);
+    assert_eq!(
+        collected["marked"],
+        serde_json::json!(["s2", "s3"]),
+        "{collected}"
+    );
+    assert_eq!(ok(dir, &["gc", "d1"])["marked"], serde_json::json!([]));
+    let reconciled = twice(
+        dir,
+        &["reconcile", "d1", "--idempotency-key", "reconcile-1"],
+    );
+    assert_eq!(
+        reconciled["adopted"],
+        serde_json::json!(["orphan"]),
+        "{reconciled}"
+    );
+    twice(
+        dir,
+        &[
+            "recover",
+            "d1",
+            "--mode",
+            "roll-forward",
+            "--idempotency-key",
+            "recover-1",
+        ],
+    );
+    fails(
+        dir,
+        &[
+            "recover",
+            "d1",
+            "--mode",
+            "exclusive",
+            "--idempotency-key",
+            "recover-1",
+        ],
+        2,
+        "recover-1",
+    );
+    commands += 3;
+    refused += 1;
+
+    let mut rebadged = mend::runtime::DEFAULT_POLICY_WASM.to_vec();
+    rebadged.extend_from_slice(&[0, 8, 7]);
+    rebadged.extend_from_slice(b"rebadge");
+    let second = dir.join("second.wasm");
+    std::fs::write(&second, &rebadged).unwrap();
+    let second = second.to_str().unwrap();
+    let swapped = twice(
+        dir,
+        &[
+            "policy",
+            "swap",
+            second,
+            "--records",
+            "10",
+            "--idempotency-key",
+            "swap-1",
+        ],
+    );
+    fails(
+        dir,
+        &["policy", "swap", second],
+        4,
+        "already the active policy",
+    );
+    let rolled = twice(
+        dir,
+        &["policy", "rollback", "--idempotency-key", "rollback-1"],
+    );
+    assert_eq!(rolled["previous"], swapped["record"]["digest"]);
+    assert_eq!(
+        ok(dir, &["policy", "active"])["record"]["version"],
+        rolled["version"],
+        "a retried rollback rolled back again"
+    );
+    fails(
+        dir,
+        &["policy", "rollback", "--idempotency-key", "swap-1"],
+        2,
+        "swap-1",
+    );
+    commands += 2;
+    refused += 1;
+
+    fails(
+        dir,
+        &["mark", "d1", "s2", "--idempotency-key", "op:mine"],
+        2,
+        "op:",
+    );
+    assert_eq!(
+        states(dir, "d1"),
+        [
+            ("orphan".to_string(), "published".to_string()),
+            ("s2".to_string(), "marked_for_deletion".to_string()),
+            ("s3".to_string(), "marked_for_deletion".to_string()),
+        ]
+    );
+    println!(
+        "cli idempotency: {commands} commands each answered a keyed retry as they answered first; {refused} reuses of a key refused, 1 bad key refused"
+    );
+}

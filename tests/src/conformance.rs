@@ -22,6 +22,8 @@ use mend::{EntityKind, MendError};
 
 use crate::harness::{Backend, Harness, TEST_MAX_STAGE_BATCH};
 
+mod recorded;
+
 pub type Case = for<'a> fn(&'a Harness) -> BoxFuture<'a, ()>;
 
 /// Every case of the suite, by name.
@@ -90,6 +92,27 @@ pub fn cases() -> Vec<(&'static str, Case)> {
         }),
         ("audit_records_append_in_order_and_list_the_newest", |h| {
             Box::pin(audit_records_append_in_order_and_list_the_newest(h))
+        }),
+        (
+            "keyed_creation_answers_a_retry_with_the_dataset_it_created",
+            |h| Box::pin(recorded::keyed_creation_answers_a_retry_with_the_dataset_it_created(h)),
+        ),
+        ("keyed_config_and_token_changes_answer_a_retry", |h| {
+            Box::pin(recorded::keyed_config_and_token_changes_answer_a_retry(h))
+        }),
+        ("keyed_stage_and_publish_answer_a_retry", |h| {
+            Box::pin(recorded::keyed_stage_and_publish_answer_a_retry(h))
+        }),
+        (
+            "keyed_mark_and_delete_answer_a_retry_after_their_rows_moved",
+            |h| Box::pin(recorded::keyed_mark_and_delete_answer_a_retry_after_their_rows_moved(h)),
+        ),
+        (
+            "record_request_keeps_the_first_record_of_racing_runs",
+            |h| Box::pin(recorded::record_request_keeps_the_first_record_of_racing_runs(h)),
+        ),
+        ("keyed_records_survive_concurrent_writes", |h| {
+            Box::pin(recorded::keyed_records_survive_concurrent_writes(h))
         }),
     ]
 }

@@ -41,8 +41,9 @@ impl Catalog for OlderBackend {
         uid: &str,
         config: &DatasetConfig,
         now: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<Dataset> {
-        self.inner.create_dataset(id, uid, config, now).await
+        self.inner.create_dataset(id, uid, config, now, key).await
     }
     async fn list_datasets(&self) -> Result<Vec<Dataset>> {
         self.inner.list_datasets().await
@@ -59,16 +60,20 @@ impl Catalog for OlderBackend {
         expected: u64,
         config: &DatasetConfig,
         now: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<Dataset> {
-        self.inner.update_config(id, expected, config, now).await
+        self.inner
+            .update_config(id, expected, config, now, key)
+            .await
     }
     async fn set_publish_token(
         &self,
         id: &str,
         token: Option<&str>,
         now: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<Dataset> {
-        self.inner.set_publish_token(id, token, now).await
+        self.inner.set_publish_token(id, token, now, key).await
     }
     async fn advance_fencing_epoch(&self, id: &str, now: TimestampMs) -> Result<Dataset> {
         self.inner.advance_fencing_epoch(id, now).await
@@ -80,40 +85,21 @@ impl Catalog for OlderBackend {
         ids: &[String],
         planner: &StagePlanner<'_>,
         now: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<Vec<StagedSplit>> {
-        self.inner.stage(id, mode, ids, planner, now).await
+        self.inner.stage(id, mode, ids, planner, now, key).await
     }
     async fn publish(
         &self,
         request: &PublishRequest,
         validate: &PublishValidator<'_>,
         now: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<PublishResult> {
-        self.inner.publish(request, validate, now).await
+        self.inner.publish(request, validate, now, key).await
     }
-    async fn stage_recorded(
-        &self,
-        id: &str,
-        mode: StageMode,
-        ids: &[String],
-        planner: &StagePlanner<'_>,
-        now: TimestampMs,
-        key: &RequestKey,
-    ) -> Result<Vec<StagedSplit>> {
-        self.inner
-            .stage_recorded(id, mode, ids, planner, now, key)
-            .await
-    }
-    async fn publish_recorded(
-        &self,
-        request: &PublishRequest,
-        validate: &PublishValidator<'_>,
-        now: TimestampMs,
-        key: &RequestKey,
-    ) -> Result<PublishResult> {
-        self.inner
-            .publish_recorded(request, validate, now, key)
-            .await
+    async fn record_request(&self, id: &str, record: &RecordedRequest) -> Result<RecordedRequest> {
+        self.inner.record_request(id, record).await
     }
     async fn recorded_request(&self, id: &str, key: &str) -> Result<Option<RecordedRequest>> {
         self.inner.recorded_request(id, key).await
@@ -131,8 +117,9 @@ impl Catalog for OlderBackend {
         id: &str,
         ids: &[String],
         now: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<MarkResult> {
-        self.inner.mark_for_deletion(id, ids, now).await
+        self.inner.mark_for_deletion(id, ids, now, key).await
     }
     async fn mark_stale_staged(
         &self,
@@ -143,8 +130,14 @@ impl Catalog for OlderBackend {
     ) -> Result<Vec<String>> {
         self.inner.mark_stale_staged(id, ids, before, now).await
     }
-    async fn delete_splits(&self, id: &str, ids: &[String], now: TimestampMs) -> Result<()> {
-        self.inner.delete_splits(id, ids, now).await
+    async fn delete_splits(
+        &self,
+        id: &str,
+        ids: &[String],
+        now: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<()> {
+        self.inner.delete_splits(id, ids, now, key).await
     }
     async fn list_splits(&self, id: &str, query: &ListQuery) -> Result<SplitPage> {
         self.inner.list_splits(id, query).await

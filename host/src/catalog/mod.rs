@@ -196,6 +196,33 @@ pub type PublishValidator<'a> = dyn Fn(&PublishObservation) -> Result<()> + Send
 /// Every mutation is atomic: it happens whole or not at all, and an error says which
 /// ([`MendError::certainly_not_applied`](crate::MendError::certainly_not_applied)). A mutation
 /// that would change nothing writes nothing.
+///
+/// # The `key` of a mutation
+///
+/// The single-step mutations (`create_dataset`, `update_config`, `set_publish_token`,
+/// `stage`, `publish`, `mark_for_deletion`, `delete_splits`) take the request's idempotency
+/// key last, `key: Option<&RequestKey>` ([`recorded`](self::recorded)). What a backend owes:
+///
+/// - `None`: the mutation as documented on its method, and nothing else.
+/// - `Some(key)`, not recorded in the dataset: the mutation runs, and its result (the value
+///   the method returns, as JSON) is recorded under `key.key` with `key.request_digest`
+///   **in the same atomic step as its effect**: the same transaction, the same commit. There
+///   must be no moment at which the effect is visible and the record is not, nor the other
+///   way round. A mutation that changes nothing still records its result (the record is
+///   then the step's only write). A mutation that fails records nothing.
+/// - `Some(key)`, already recorded in the dataset: the recorded result is answered through
+///   [`RecordedRequest::replay`] (which refuses, with `InvalidArgument`, a key whose recorded
+///   digest is another request's), and **nothing is read against the current state, nothing
+///   is checked, nothing is written**: a delete retried after its rows are gone answers its
+///   first result, not `NotFound`. The record is looked up inside the atomic step, so two
+///   copies of one request sent at once execute once.
+/// - `create_dataset` keeps the record in the dataset it creates (in the same step). When the
+///   dataset exists already, the backend looks the key up there: recorded, the recorded
+///   result is answered; not recorded, `AlreadyExists` as without a key.
+///
+/// Records are per dataset, kept until [`forget_recorded_requests`](Catalog::forget_recorded_requests)
+/// drops them. [`record_request`](Catalog::record_request) records a result on its own, for
+/// operations with several steps that record theirs when they end.
 #[async_trait]
 pub trait Catalog: Send + Sync + fmt::Debug {
     /// What this backend provides. The engine refuses requests needing anything else.
@@ -204,13 +231,15 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     /// A short description for logs and `status`, without credentials.
     fn describe(&self) -> String;
 
-    /// Creates a dataset; `AlreadyExists` if the id is taken.
+    /// Creates a dataset; `AlreadyExists` if the id is taken (unless `key` is recorded in the
+    /// dataset that has it: see the trait's doc).
     async fn create_dataset(
         &self,
         dataset_id: &str,
         uid: &str,
         config: &DatasetConfig,
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<Dataset>;
 
     /// All datasets, sorted by id.
@@ -244,6 +273,7 @@ pub trait Catalog: Send + Sync + fmt::Debug {
         expected_config_version: u64,
         config: &DatasetConfig,
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<Dataset>;
 
     /// Sets the token every later publish must present (fencing).
@@ -252,6 +282,7 @@ pub trait Catalog: Send + Sync + fmt::Debug {
         dataset_id: &str,
         publish_token: Option<&str>,
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<Dataset>;
 
     /// Adds one to the dataset's fencing epoch, so that from now on every publish carrying an
@@ -272,6 +303,7 @@ pub trait Catalog: Send + Sync + fmt::Debug {
         split_ids: &[String],
         planner: &StagePlanner<'_>,
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<Vec<StagedSplit>>;
 
     /// Locks the dataset, observes, calls `validate`, then publishes atomically: staged ids
@@ -282,31 +314,20 @@ pub trait Catalog: Send + Sync + fmt::Debug {
         request: &PublishRequest,
         validate: &PublishValidator<'_>,
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<PublishResult>;
 
-    /// [`stage`](Catalog::stage), with its result recorded under `key` in the same atomic
-    /// step; a request whose key is already recorded answers the recorded result and writes
-    /// nothing ([`recorded`](self::recorded)).
-    async fn stage_recorded(
+    /// Records `record` under its key unless a record is kept under that key already
+    /// (put-if-absent, atomic by itself), and returns the record kept: `record`, or the one
+    /// found. For operations with several steps (gc, reconcile, recovery), which record their
+    /// result when they end; the caller answers the kept record
+    /// ([`RecordedRequest::replay`]), so of two racing runs both answer the one that won.
+    /// `NotFound` if the dataset does not exist.
+    async fn record_request(
         &self,
         dataset_id: &str,
-        mode: StageMode,
-        split_ids: &[String],
-        planner: &StagePlanner<'_>,
-        now_ms: TimestampMs,
-        key: &RequestKey,
-    ) -> Result<Vec<StagedSplit>>;
-
-    /// [`publish`](Catalog::publish), with its result recorded under `key` in the same atomic
-    /// step; a request whose key is already recorded answers the recorded result and writes
-    /// nothing.
-    async fn publish_recorded(
-        &self,
-        request: &PublishRequest,
-        validate: &PublishValidator<'_>,
-        now_ms: TimestampMs,
-        key: &RequestKey,
-    ) -> Result<PublishResult>;
+        record: &RecordedRequest,
+    ) -> Result<RecordedRequest>;
 
     /// The record of idempotency key `key`, if one is kept. `NotFound` if the dataset does
     /// not exist.
@@ -331,6 +352,7 @@ pub trait Catalog: Send + Sync + fmt::Debug {
         dataset_id: &str,
         split_ids: &[String],
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<MarkResult>;
 
     /// Marks for deletion those of `split_ids` that are still staged and untouched since
@@ -353,6 +375,7 @@ pub trait Catalog: Send + Sync + fmt::Debug {
         dataset_id: &str,
         split_ids: &[String],
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<()>;
 
     /// Splits matching `query`, sorted by id, one page at a time.

@@ -65,11 +65,22 @@ impl RecordedRequest {
     /// The recorded result, for a request with `key`: refused if the key was first used for
     /// another request.
     pub fn replay<T: DeserializeOwned>(&self, key: &RequestKey) -> Result<T> {
+        self.replay_named(key, &key.key)
+    }
+
+    /// [`replay`](Self::replay) of a record kept under a key mend derived from the client's
+    /// (a config apply's promotion, `op:<operation id>:promote`): a refusal names `client_key`,
+    /// the key the client sent.
+    pub fn replay_named<T: DeserializeOwned>(
+        &self,
+        key: &RequestKey,
+        client_key: &str,
+    ) -> Result<T> {
         if self.request_digest != key.request_digest {
             return Err(MendError::invalid(format!(
-                "idempotency key {} was first used for another request (at {} ms); a key names \
-                 one request: send a new request with a new key",
-                key.key, self.recorded_at_ms
+                "idempotency key {client_key} was first used for another request (at {} ms); a \
+                 key names one request: send a new request with a new key",
+                self.recorded_at_ms
             )));
         }
         serde_json::from_value(self.result.clone()).map_err(|error| MendError::Corrupt {

@@ -135,11 +135,20 @@ async fn execute(
         }
         Command::Commit(args) => super::commit::run(engine, settings, args, json).await,
         Command::Operation { command } => super::operation::run(engine, command, json).await,
-        Command::Mark { dataset, split_ids } => {
-            let result = engine
-                .mark_for_deletion(&dataset, &split_ids)
-                .await
-                .context("mark for deletion")?;
+        Command::Mark {
+            dataset,
+            split_ids,
+            idempotency_key,
+        } => {
+            let result = match &idempotency_key {
+                Some(key) => {
+                    engine
+                        .mark_for_deletion_recorded(&dataset, &split_ids, key)
+                        .await
+                }
+                None => engine.mark_for_deletion(&dataset, &split_ids).await,
+            }
+            .context("mark for deletion")?;
             output::json_or(&result, json, || {
                 format!(
                     "marked {} split(s) for deletion; {} already marked",
@@ -148,11 +157,20 @@ async fn execute(
                 )
             })
         }
-        Command::Delete { dataset, split_ids } => {
-            engine
-                .delete_splits(&dataset, &split_ids)
-                .await
-                .context("delete")?;
+        Command::Delete {
+            dataset,
+            split_ids,
+            idempotency_key,
+        } => {
+            match &idempotency_key {
+                Some(key) => {
+                    engine
+                        .delete_splits_recorded(&dataset, &split_ids, key)
+                        .await
+                }
+                None => engine.delete_splits(&dataset, &split_ids).await,
+            }
+            .context("delete")?;
             let deleted = serde_json::json!({ "deleted": split_ids });
             output::json_or(&deleted, json, || {
                 format!("deleted {} split(s): objects, then rows", split_ids.len())
@@ -189,17 +207,22 @@ async fn execute(
             let page = engine.list_splits(&dataset, &query).await.context("list")?;
             output::split_page(&page, json)
         }
-        Command::Recover { dataset, mode } => {
+        Command::Recover {
+            dataset,
+            mode,
+            idempotency_key,
+        } => {
             let mode = match mode {
                 RecoverModeArg::Probe => RecoveryMode::Probe,
                 RecoverModeArg::RollForward => RecoveryMode::RollForward,
                 RecoverModeArg::Exclusive => RecoveryMode::Exclusive,
                 RecoverModeArg::Verify => RecoveryMode::Verify,
             };
-            let report = engine
-                .recover(&dataset, mode)
-                .await
-                .with_context(|| format!("recover dataset {dataset}"))?;
+            let report = match &idempotency_key {
+                Some(key) => engine.recover_recorded(&dataset, mode, key).await,
+                None => engine.recover(&dataset, mode).await,
+            }
+            .with_context(|| format!("recover dataset {dataset}"))?;
             output::recovery_report(&report, json)?;
             if let Some(verified) = &report.verify {
                 if !json {
@@ -214,11 +237,16 @@ async fn execute(
             }
             Ok(())
         }
-        Command::Gc { dataset, node } => {
-            let result = engine
-                .gc(&dataset, &node)
-                .await
-                .with_context(|| format!("collect the garbage of dataset {dataset}"))?;
+        Command::Gc {
+            dataset,
+            node,
+            idempotency_key,
+        } => {
+            let result = match &idempotency_key {
+                Some(key) => engine.gc_recorded(&dataset, &node, key).await,
+                None => engine.gc(&dataset, &node).await,
+            }
+            .with_context(|| format!("collect the garbage of dataset {dataset}"))?;
             output::json_or(&result, json, || {
                 format!(
                     "marked {} abandoned staged split(s); deleted {} expired split(s), objects then rows",
@@ -227,11 +255,16 @@ async fn execute(
                 )
             })
         }
-        Command::Reconcile { dataset, node } => {
-            let report = engine
-                .reconcile(&dataset, &node)
-                .await
-                .with_context(|| format!("reconcile dataset {dataset}"))?;
+        Command::Reconcile {
+            dataset,
+            node,
+            idempotency_key,
+        } => {
+            let report = match &idempotency_key {
+                Some(key) => engine.reconcile_recorded(&dataset, &node, key).await,
+                None => engine.reconcile(&dataset, &node).await,
+            }
+            .with_context(|| format!("reconcile dataset {dataset}"))?;
             output::reconcile_report(&report, json)
         }
         Command::Verify { dataset } => {
@@ -412,6 +445,7 @@ async fn dataset(
             dataset,
             staged_grace_period_ms,
             deletion_grace_period_ms,
+            idempotency_key,
         } => {
             // The settings' grace periods, unless this command's own flags say otherwise.
             let mut config = settings.dataset_config_defaults();
@@ -421,10 +455,11 @@ async fn dataset(
             if let Some(ms) = deletion_grace_period_ms {
                 config.deletion_grace_period_ms = ms;
             }
-            let created = engine
-                .create_dataset(&dataset, &config)
-                .await
-                .with_context(|| format!("create dataset {dataset}"))?;
+            let created = match &idempotency_key {
+                Some(key) => engine.create_dataset_recorded(&dataset, &config, key).await,
+                None => engine.create_dataset(&dataset, &config).await,
+            }
+            .with_context(|| format!("create dataset {dataset}"))?;
             output::datasets(std::slice::from_ref(&created), json)
         }
         DatasetCommand::List => {
@@ -438,7 +473,45 @@ async fn dataset(
                 .with_context(|| format!("show dataset {dataset}"))?;
             output::dataset(&found, json)
         }
-        DatasetCommand::Config { dataset, set } => {
+        DatasetCommand::Config {
+            dataset,
+            set,
+            idempotency_key,
+        } => {
+            if let Some(key) = &idempotency_key
+                && !set.is_empty()
+            {
+                // The settings are checked once, on the defaults, before anything is read: a
+                // bad one is a bad flag, whatever the dataset holds.
+                let mut checked = DatasetConfig::default();
+                for assignment in &set {
+                    apply_setting(&mut checked, assignment)?;
+                }
+                let edit = |config: &DatasetConfig| -> mend::Result<DatasetConfig> {
+                    let mut config = config.clone();
+                    for assignment in &set {
+                        apply_setting(&mut config, assignment)
+                            .map_err(|error| mend::MendError::invalid(error.0))?;
+                    }
+                    Ok(config)
+                };
+                let result = engine
+                    .apply_config_edit_recorded(&dataset, &edit, "cli", key)
+                    .await
+                    .with_context(|| format!("apply a new config to dataset {dataset}"))?;
+                return output::json_or(&result.config, json, || {
+                    format!(
+                        "config version {}\n{}",
+                        result.config_version,
+                        serde_json::to_string_pretty(&result.config).unwrap_or_default()
+                    )
+                });
+            }
+            if let Some(key) = &idempotency_key {
+                // Showing the config is a read: the key is only checked.
+                mend::validate::idempotency_key(key)
+                    .with_context(|| format!("show the config of dataset {dataset}"))?;
+            }
             let current = engine
                 .dataset(&dataset)
                 .await
@@ -467,6 +540,7 @@ async fn dataset(
             dataset,
             token,
             clear,
+            idempotency_key,
         } => {
             if token.is_none() && !clear {
                 return Err(BadInput(
@@ -474,10 +548,15 @@ async fn dataset(
                 )
                 .into());
             }
-            let result = engine
-                .set_publish_token(&dataset, token.as_deref())
-                .await
-                .with_context(|| format!("set the publish token of dataset {dataset}"))?;
+            let result = match &idempotency_key {
+                Some(key) => {
+                    engine
+                        .set_publish_token_recorded(&dataset, token.as_deref(), key)
+                        .await
+                }
+                None => engine.set_publish_token(&dataset, token.as_deref()).await,
+            }
+            .with_context(|| format!("set the publish token of dataset {dataset}"))?;
             output::dataset(&result, json)
         }
     }

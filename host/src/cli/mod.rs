@@ -182,6 +182,11 @@ pub enum Command {
         /// The split ids to mark (comma-separated or several arguments).
         #[arg(required = true, value_delimiter = ',')]
         split_ids: Vec<String>,
+        /// Record the result under this key, with the marks: the same mark sent again with
+        /// it answers the first answer; another request with it is refused. Keys starting
+        /// with `op:` are mend's.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
     },
     /// Delete splits marked for deletion: their objects, then their rows.
     Delete {
@@ -191,6 +196,11 @@ pub enum Command {
         /// arguments).
         #[arg(required = true, value_delimiter = ',')]
         split_ids: Vec<String>,
+        /// Record the result under this key, with the rows' delete: the same delete sent
+        /// again with it answers the first answer, even once the rows are gone; another
+        /// request with it is refused. Keys starting with `op:` are mend's.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
     },
     /// List splits, filtered and paged.
     List {
@@ -223,6 +233,11 @@ pub enum Command {
         /// also roll back other writers' unfinished work.
         #[arg(long, value_enum)]
         mode: RecoverModeArg,
+        /// Record the report under this key when the sweep ends: the same recovery sent again
+        /// with it answers the first report. Probe and verify write nothing, so they record
+        /// nothing either. Keys starting with `op:` are mend's.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
     },
     /// Collect a dataset's garbage: mark staged splits abandoned past the staged grace period,
     /// delete the objects, then the rows, of splits marked past the deletion grace period.
@@ -232,6 +247,10 @@ pub enum Command {
         /// The node running the collection, recorded in its intent.
         #[arg(long, default_value = "cli")]
         node: String,
+        /// Record the result under this key when the run ends: the same gc sent again with it
+        /// answers the first result. Keys starting with `op:` are mend's.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
     },
     /// Rebuild rows for objects no row describes (older than the staged grace period): the
     /// policy adopts (publishes) whole ones and discards (marks) the rest.
@@ -241,6 +260,10 @@ pub enum Command {
         /// The node running the reconcile: it stages the rebuilt rows and owns its intent.
         #[arg(long, default_value = "cli")]
         node: String,
+        /// Record the report under this key when the run ends: the same reconcile sent again
+        /// with it answers the first report. Keys starting with `op:` are mend's.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
     },
     /// Check a dataset's invariants, bucket included; writes nothing. Exits 1 on a violation.
     Verify {
@@ -406,9 +429,20 @@ pub enum PolicyCommand {
         /// is refused if any fails.
         #[arg(long = "scenarios")]
         scenarios: Vec<PathBuf>,
+        /// Record the swap under this key, in the registry record that makes it: the same
+        /// swap sent again with it answers the first answer; another request with it is
+        /// refused. Keys starting with `op:` are mend's.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
     },
     /// Restore the policy the last swap replaced.
-    Rollback,
+    Rollback {
+        /// Record the rollback under this key, in the registry record that makes it: a
+        /// rollback sent again with it answers the first answer instead of undoing it. Keys
+        /// starting with `op:` are mend's.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -423,6 +457,11 @@ pub enum DatasetCommand {
         /// Marked splits are removed this long (ms) after the mark.
         #[arg(long)]
         deletion_grace_period_ms: Option<u64>,
+        /// Record the creation under this key, in the new dataset: the same create sent again
+        /// with it answers the first answer instead of "already exists"; another request with
+        /// it is refused. Keys starting with `op:` are mend's.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
     },
     /// List datasets.
     List,
@@ -438,6 +477,12 @@ pub enum DatasetCommand {
         /// staged_grace_period_ms=N, deletion_grace_period_ms=N or policy.NAME=VALUE.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
+        /// Record the change under this key, with its promotion: the same --set sent again
+        /// with it answers the first answer (while the first is unfinished: recovery
+        /// required, exit 4, retry); other settings with it are refused. Keys starting with
+        /// `op:` are mend's.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
     },
     /// Set (or with --clear, remove) the token every publish must present.
     Fence {
@@ -449,6 +494,11 @@ pub enum DatasetCommand {
         /// Remove the publish token: publishes need none.
         #[arg(long)]
         clear: bool,
+        /// Record the change under this key: the same fence sent again with it answers the
+        /// first answer; another request with it is refused. Keys starting with `op:` are
+        /// mend's.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
     },
 }
 
@@ -488,7 +538,7 @@ impl Command {
                 PolicyCommand::Active => "mend policy active",
                 PolicyCommand::Replay { .. } => "mend policy replay",
                 PolicyCommand::Swap { .. } => "mend policy swap",
-                PolicyCommand::Rollback => "mend policy rollback",
+                PolicyCommand::Rollback { .. } => "mend policy rollback",
             },
             Self::Serve { .. } => "mend serve",
             Self::Config => "mend config",

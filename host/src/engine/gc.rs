@@ -246,7 +246,7 @@ impl Engine {
             self.durably(
                 DurableStep::DeleteRows,
                 self.catalog
-                    .delete_splits(dataset_id, &marked, self.now_ms()),
+                    .delete_splits(dataset_id, &marked, self.now_ms(), None),
             )
             .await?;
         }

@@ -12,6 +12,7 @@
 mod commit;
 mod config_apply;
 mod gc;
+mod idempotency;
 mod operations;
 mod policy_swap;
 mod reconcile;
@@ -20,6 +21,7 @@ mod uploaded;
 mod verify;
 
 pub use commit::{CommitRequest, CommitResult, CommitSplit, MergeRequest};
+pub use config_apply::ConfigEdit;
 pub use gc::{GcResult, RECORDED_REQUEST_RETENTION_MS};
 pub use operations::{
     BeginOperation, ExternalKind, ObjectStatus, OperationPhase, OperationSplit, OperationView,
@@ -295,11 +297,22 @@ impl Engine {
         dataset_id: &str,
         config: &DatasetConfig,
     ) -> Result<Dataset> {
+        self.create_dataset_keyed(dataset_id, config, None).await
+    }
+
+    /// Creates the dataset under a fresh uid; with `key`, its record lives in the new dataset
+    /// and a retry of a creation that landed answers it ([`Catalog::create_dataset`]).
+    async fn create_dataset_keyed(
+        &self,
+        dataset_id: &str,
+        config: &DatasetConfig,
+        key: Option<&RequestKey>,
+    ) -> Result<Dataset> {
         validate::dataset_id(dataset_id)?;
         validate::config(config)?;
         let uid = uuid::Uuid::new_v4().to_string();
         self.catalog
-            .create_dataset(dataset_id, &uid, config, self.now_ms())
+            .create_dataset(dataset_id, &uid, config, self.now_ms(), key)
             .await
     }
 
@@ -340,7 +353,13 @@ impl Engine {
         validate::dataset_id(dataset_id)?;
         validate::config(config)?;
         self.catalog
-            .update_config(dataset_id, expected_config_version, config, self.now_ms())
+            .update_config(
+                dataset_id,
+                expected_config_version,
+                config,
+                self.now_ms(),
+                None,
+            )
             .await
     }
 
@@ -349,13 +368,23 @@ impl Engine {
         dataset_id: &str,
         publish_token: Option<&str>,
     ) -> Result<Dataset> {
+        self.set_publish_token_keyed(dataset_id, publish_token, None)
+            .await
+    }
+
+    async fn set_publish_token_keyed(
+        &self,
+        dataset_id: &str,
+        publish_token: Option<&str>,
+        key: Option<&RequestKey>,
+    ) -> Result<Dataset> {
         validate::dataset_id(dataset_id)?;
         self.require(PUBLISH_TOKEN, "setting a publish token needs fencing")?;
         if let Some(token) = publish_token {
             validate::name("publish token", token)?;
         }
         self.catalog
-            .set_publish_token(dataset_id, publish_token, self.now_ms())
+            .set_publish_token(dataset_id, publish_token, self.now_ms(), key)
             .await
     }
 
@@ -372,19 +401,6 @@ impl Engine {
     /// happened at write time: in create-only mode `Inserted` is the claim on the row.
     pub async fn stage(&self, request: &StageRequest) -> Result<StageResult> {
         self.stage_keyed(request, None).await
-    }
-
-    /// [`stage`](Self::stage) under an idempotency key: the result is recorded with the
-    /// effect, and a retry with the same key answers it again without staging anything
-    /// ([`crate::catalog::recorded`]).
-    pub async fn stage_recorded(
-        &self,
-        request: &StageRequest,
-        idempotency_key: &str,
-    ) -> Result<StageResult> {
-        validate::idempotency_key(idempotency_key)?;
-        let key = RequestKey::new(idempotency_key, &("stage", request));
-        self.stage_keyed(request, Some(&key)).await
     }
 
     async fn stage_keyed(
@@ -417,7 +433,8 @@ impl Engine {
             invariants::checked_stage_plan(request.mode, &requested, &split_ids, existing, planned)
         };
         let now_ms = self.now_ms();
-        let splits: Vec<StagedSplit> = match key {
+        let splits: Vec<StagedSplit> = match self.recorded_answer(&request.dataset_id, key).await? {
+            Some(answer) => answer,
             None => {
                 self.catalog
                     .stage(
@@ -426,29 +443,9 @@ impl Engine {
                         &split_ids,
                         &planner,
                         now_ms,
+                        key,
                     )
                     .await?
-            }
-            Some(key) => {
-                let recorded = self
-                    .catalog
-                    .recorded_request(&request.dataset_id, &key.key)
-                    .await?;
-                match recorded {
-                    Some(found) => found.replay(key)?,
-                    None => {
-                        self.catalog
-                            .stage_recorded(
-                                &request.dataset_id,
-                                request.mode,
-                                &split_ids,
-                                &planner,
-                                now_ms,
-                                key,
-                            )
-                            .await?
-                    }
-                }
             }
         };
         Ok(StageResult {
@@ -462,20 +459,6 @@ impl Engine {
     /// once or not at all.
     pub async fn publish(&self, request: &PublishRequest) -> Result<PublishResult> {
         self.publish_keyed(request, None).await
-    }
-
-    /// [`publish`](Self::publish) under an idempotency key: the result is recorded in the
-    /// publish's own atomic step, and a retry with the same key answers it again (the same
-    /// manifest version, the same ids) instead of being refused because its splits are no
-    /// longer staged ([`crate::catalog::recorded`]).
-    pub async fn publish_recorded(
-        &self,
-        request: &PublishRequest,
-        idempotency_key: &str,
-    ) -> Result<PublishResult> {
-        validate::idempotency_key(idempotency_key)?;
-        let key = RequestKey::new(idempotency_key, &("publish", request));
-        self.publish_keyed(request, Some(&key)).await
     }
 
     /// Publishes with the result recorded under `key` when there is one; a recorded key is
@@ -507,13 +490,8 @@ impl Engine {
         if request.fencing_epoch.is_some() {
             self.require(PUBLISH_FENCING_EPOCH, "the publish carries a fencing epoch")?;
         }
-        if let Some(key) = key
-            && let Some(found) = self
-                .catalog
-                .recorded_request(&request.dataset_id, &key.key)
-                .await?
-        {
-            return found.replay(key);
+        if let Some(answer) = self.recorded_answer(&request.dataset_id, key).await? {
+            return Ok(answer);
         }
         if objects == ObjectCheck::LookForEach {
             self.check_objects_exist(request).await?;
@@ -524,15 +502,9 @@ impl Engine {
             let violations = policy.validate_publish(&input)?;
             invariants::checked_publish(request, observation, violations)
         };
-        let now_ms = self.now_ms();
-        match key {
-            None => self.catalog.publish(request, &validator, now_ms).await,
-            Some(key) => {
-                self.catalog
-                    .publish_recorded(request, &validator, now_ms, key)
-                    .await
-            }
-        }
+        self.catalog
+            .publish(request, &validator, self.now_ms(), key)
+            .await
     }
 
     /// Refuses a publish naming a split whose object is not in the store (invariant 1: every
@@ -578,16 +550,40 @@ impl Engine {
         dataset_id: &str,
         split_ids: &[String],
     ) -> Result<MarkResult> {
+        self.mark_for_deletion_keyed(dataset_id, split_ids, None)
+            .await
+    }
+
+    async fn mark_for_deletion_keyed(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+        key: Option<&RequestKey>,
+    ) -> Result<MarkResult> {
         validate::split_id_list(dataset_id, split_ids, self.options.max_stage_batch)?;
         self.catalog
-            .mark_for_deletion(dataset_id, split_ids, self.now_ms())
+            .mark_for_deletion(dataset_id, split_ids, self.now_ms(), key)
             .await
     }
 
     /// Deletes splits marked for deletion: their objects first, then their rows, so that a
     /// crash in between leaves a marked row whose delete can simply be repeated.
     pub async fn delete_splits(&self, dataset_id: &str, split_ids: &[String]) -> Result<()> {
+        self.delete_splits_keyed(dataset_id, split_ids, None).await
+    }
+
+    /// [`delete_splits`](Self::delete_splits), its result recorded under `key` with the rows'
+    /// delete; a recorded key answers before anything is read.
+    async fn delete_splits_keyed(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+        key: Option<&RequestKey>,
+    ) -> Result<()> {
         validate::split_id_list(dataset_id, split_ids, self.options.max_stage_batch)?;
+        if let Some(answer) = self.recorded_answer(dataset_id, key).await? {
+            return Ok(answer);
+        }
         let query = ListQuery {
             split_ids: Some(split_ids.to_vec()),
             ..ListQuery::default()
@@ -620,7 +616,7 @@ impl Engine {
             self.objects.delete(dataset_id, &row.split_id).await?;
         }
         self.catalog
-            .delete_splits(dataset_id, split_ids, self.now_ms())
+            .delete_splits(dataset_id, split_ids, self.now_ms(), key)
             .await
     }
 

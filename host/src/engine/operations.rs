@@ -873,7 +873,7 @@ impl Engine {
             }
             if !marked.is_empty() {
                 self.catalog
-                    .delete_splits(dataset_id, &marked, self.now_ms())
+                    .delete_splits(dataset_id, &marked, self.now_ms(), None)
                     .await?;
             }
         }

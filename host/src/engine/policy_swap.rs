@@ -8,10 +8,22 @@
 //! before anything changes. Operations in progress keep the policy they started with (they
 //! run on a [pinned](Engine::pinned) engine); operations that start after the publish use the
 //! candidate.
+//!
+//! **Under an idempotency key** a deployment's swap or rollback is recorded in the registry
+//! record that is its effect ([`ActiveRecord::recorded`], one put-if-absent): the key, a
+//! digest of the request, and the answer but for the record itself. A keyed swap or rollback
+//! first looks through the registry's records for its key (one record per change: a short
+//! read) and answers what the first answered, before anything else is checked: not "already
+//! the active policy", not "nothing to roll back to". A swap's digest covers the component's
+//! digest, the scenario files as read (a directory given to `mend policy swap --scenarios` is
+//! the files it held) and the records count; a rollback's, only that it is one. The answer's
+//! record leaves out its own recorded request (which holds the answer), the first time as on
+//! a retry. Registry records are history: never forgotten, unlike the catalog's records.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Engine;
+use crate::catalog::{RecordedRequest, RequestKey};
 use crate::error::{MendError, Result};
 use crate::runtime::registry::{ActiveRecord, PolicyRegistry};
 use crate::runtime::replay::{ReplayReport, replay};
@@ -149,11 +161,18 @@ impl Engine {
 
 /// A swap made for a whole deployment: recorded in its policy registry, so every process
 /// opening the catalog runs the candidate, and published in this engine.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeploymentSwap {
     pub replay: ReplayReport,
     pub scenarios: Vec<SuiteReport>,
     pub record: ActiveRecord,
+}
+
+/// What a keyed swap records as its answer: the swap but for the record that holds it.
+#[derive(Serialize, Deserialize)]
+struct SwapAnswer {
+    replay: ReplayReport,
+    scenarios: Vec<SuiteReport>,
 }
 
 impl Engine {
@@ -168,6 +187,64 @@ impl Engine {
         records_per_dataset: usize,
         golden: &[Suite],
     ) -> Result<DeploymentSwap> {
+        self.swap_deployment_keyed(
+            registry,
+            bytes,
+            candidate,
+            records_per_dataset,
+            golden,
+            None,
+        )
+        .await
+    }
+
+    /// [`swap_deployment_policy`](Self::swap_deployment_policy) under an idempotency key
+    /// (module doc): a retry of a swap that landed answers it again.
+    pub async fn swap_deployment_policy_recorded(
+        &self,
+        registry: &PolicyRegistry,
+        bytes: &[u8],
+        candidate: PolicyRuntime,
+        records_per_dataset: usize,
+        golden: &[Suite],
+        idempotency_key: &str,
+    ) -> Result<DeploymentSwap> {
+        crate::validate::idempotency_key(idempotency_key)?;
+        let files: Vec<&str> = golden.iter().map(|suite| suite.file.as_str()).collect();
+        let key = RequestKey::new(
+            idempotency_key,
+            &(
+                "policy_swap",
+                candidate.digest(),
+                files,
+                records_per_dataset,
+            ),
+        );
+        self.swap_deployment_keyed(
+            registry,
+            bytes,
+            candidate,
+            records_per_dataset,
+            golden,
+            Some(&key),
+        )
+        .await
+    }
+
+    async fn swap_deployment_keyed(
+        &self,
+        registry: &PolicyRegistry,
+        bytes: &[u8],
+        candidate: PolicyRuntime,
+        records_per_dataset: usize,
+        golden: &[Suite],
+        key: Option<&RequestKey>,
+    ) -> Result<DeploymentSwap> {
+        if let Some(key) = key
+            && let Some(found) = registry.recorded(&key.key).await?
+        {
+            return replayed_swap(found, key);
+        }
         let before = registry.active().await?;
         let prepared = self
             .prepare_policy_swap(candidate, records_per_dataset, golden)
@@ -182,6 +259,7 @@ impl Engine {
             ));
         }
         let digest = registry.put_component(bytes).await?;
+        let now = self.options.clock.now_ms();
         let before = match before {
             Some(record) => record,
             // The first swap records the built-in policy as what it replaces, so that a
@@ -189,20 +267,30 @@ impl Engine {
             None => {
                 let builtin = registry.put_component(DEFAULT_POLICY_WASM).await?;
                 registry
-                    .set_active(None, &builtin, "initial", self.options.clock.now_ms())
+                    .set_active(None, &builtin, "initial", now, None)
                     .await?
             }
         };
-        let record = registry
-            .set_active(Some(&before), &digest, "swap", self.options.clock.now_ms())
-            .await?;
-        let replay = prepared.replay.clone();
-        let scenarios = prepared.scenarios.clone();
+        let answer = SwapAnswer {
+            replay: prepared.replay.clone(),
+            scenarios: prepared.scenarios.clone(),
+        };
+        let recorded = key.map(|key| RecordedRequest::new(key, &answer, now));
+        let record = match registry
+            .set_active(Some(&before), &digest, "swap", now, recorded)
+            .await
+        {
+            Ok(record) => record,
+            Err(error) => return lost_to_itself(registry, key, error, replayed_swap).await,
+        };
         self.install_policy(prepared.candidate);
         Ok(DeploymentSwap {
-            replay,
-            scenarios,
-            record,
+            replay: answer.replay,
+            scenarios: answer.scenarios,
+            record: ActiveRecord {
+                recorded: None,
+                ..record
+            },
         })
     }
 
@@ -213,6 +301,35 @@ impl Engine {
         registry: &PolicyRegistry,
         load: &LoadOptions,
     ) -> Result<ActiveRecord> {
+        self.rollback_deployment_keyed(registry, load, None).await
+    }
+
+    /// [`rollback_deployment_policy`](Self::rollback_deployment_policy) under an idempotency
+    /// key (module doc): a retry of a rollback that landed answers its record, instead of
+    /// rolling back the rollback.
+    pub async fn rollback_deployment_policy_recorded(
+        &self,
+        registry: &PolicyRegistry,
+        load: &LoadOptions,
+        idempotency_key: &str,
+    ) -> Result<ActiveRecord> {
+        crate::validate::idempotency_key(idempotency_key)?;
+        let key = RequestKey::new(idempotency_key, &("policy_rollback",));
+        self.rollback_deployment_keyed(registry, load, Some(&key))
+            .await
+    }
+
+    async fn rollback_deployment_keyed(
+        &self,
+        registry: &PolicyRegistry,
+        load: &LoadOptions,
+        key: Option<&RequestKey>,
+    ) -> Result<ActiveRecord> {
+        if let Some(key) = key
+            && let Some(found) = registry.recorded(&key.key).await?
+        {
+            return replayed_rollback(found, key);
+        }
         let Some(current) = registry.active().await? else {
             return Err(MendError::failed_precondition(
                 "no swap has happened: the built-in policy is active and there is nothing to roll back to",
@@ -228,16 +345,21 @@ impl Engine {
         let bytes = registry.component(&previous).await?;
         let policy = PolicyRuntime::load_with(&bytes, load)?;
         self.check_policy(&policy)?;
-        let record = registry
-            .set_active(
-                Some(&current),
-                &previous,
-                "rollback",
-                self.options.clock.now_ms(),
-            )
-            .await?;
+        let now = self.options.clock.now_ms();
+        // A rollback's answer is its record, which is left out: the record holds no answer.
+        let recorded = key.map(|key| RecordedRequest::new(key, &(), now));
+        let record = match registry
+            .set_active(Some(&current), &previous, "rollback", now, recorded)
+            .await
+        {
+            Ok(record) => record,
+            Err(error) => return lost_to_itself(registry, key, error, replayed_rollback).await,
+        };
         self.install_policy(policy);
-        Ok(record)
+        Ok(ActiveRecord {
+            recorded: None,
+            ..record
+        })
     }
 
     /// Installs `policy` as this engine's active policy, whatever the generation: the
@@ -245,4 +367,58 @@ impl Engine {
     pub fn install_policy(&self, policy: PolicyRuntime) -> Swapped {
         self.policies.install(policy)
     }
+}
+
+/// The answer of a keyed swap recorded in `found`, for a retry under `key`.
+fn replayed_swap(found: ActiveRecord, key: &RequestKey) -> Result<DeploymentSwap> {
+    let answer: SwapAnswer = recorded_in(&found, key)?;
+    Ok(DeploymentSwap {
+        replay: answer.replay,
+        scenarios: answer.scenarios,
+        record: ActiveRecord {
+            recorded: None,
+            ..found
+        },
+    })
+}
+
+/// The answer of a keyed rollback recorded in `found`: the record itself.
+fn replayed_rollback(found: ActiveRecord, key: &RequestKey) -> Result<ActiveRecord> {
+    recorded_in::<()>(&found, key)?;
+    Ok(ActiveRecord {
+        recorded: None,
+        ..found
+    })
+}
+
+fn recorded_in<T: serde::de::DeserializeOwned>(
+    found: &ActiveRecord,
+    key: &RequestKey,
+) -> Result<T> {
+    match &found.recorded {
+        Some(recorded) => recorded.replay(key),
+        None => Err(MendError::Corrupt {
+            message: format!(
+                "policy registry record {} was found by idempotency key {} but holds no request",
+                found.version, key.key
+            ),
+        }),
+    }
+}
+
+/// A keyed change whose registry write failed: a copy of the same request may have written
+/// the record first (a `Conflict` it lost, or an ambiguous write that landed), and then its
+/// answer is this one's; otherwise the failure stands.
+async fn lost_to_itself<T>(
+    registry: &PolicyRegistry,
+    key: Option<&RequestKey>,
+    error: MendError,
+    replayed: fn(ActiveRecord, &RequestKey) -> Result<T>,
+) -> Result<T> {
+    if let Some(key) = key
+        && let Some(found) = registry.recorded(&key.key).await?
+    {
+        return replayed(found, key);
+    }
+    Err(error)
 }

@@ -591,7 +591,7 @@ impl Engine {
             self.durably(
                 DurableStep::DeleteRows,
                 self.catalog
-                    .delete_splits(&intent.dataset_id, &marked, self.now_ms()),
+                    .delete_splits(&intent.dataset_id, &marked, self.now_ms(), None),
             )
             .await?;
         }

@@ -11,6 +11,12 @@
 //! `Conflict` and nothing changed. Nothing is ever overwritten, so the history of what ran
 //! when is the list of records. A component is read back only if its bytes still hash to the
 //! digest it is filed under.
+//!
+//! A swap or rollback sent under an idempotency key carries its [`RecordedRequest`] in the
+//! record that is its effect, written in the same put: the key, the request's digest and its
+//! answer (all but the record itself). A retry finds it with [`PolicyRegistry::recorded`].
+//! Records are history and never forgotten, theirs included; records written before this
+//! field existed read as having none.
 
 use std::sync::Arc;
 
@@ -20,6 +26,7 @@ use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 
 use super::digest_of;
+use crate::catalog::RecordedRequest;
 use crate::error::{MendError, Result};
 use crate::model::TimestampMs;
 
@@ -34,6 +41,10 @@ pub struct ActiveRecord {
     /// `swap` or `rollback`.
     pub change: String,
     pub changed_at_ms: TimestampMs,
+    /// The request under an idempotency key that made this change, with its answer but for
+    /// this record: what a retry of it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<RecordedRequest>,
 }
 
 #[derive(Debug, Clone)]
@@ -108,43 +119,61 @@ impl PolicyRegistry {
     /// The newest record: the active policy. `None` before the first swap (the host's
     /// built-in default policy is active then).
     pub async fn active(&self) -> Result<Option<ActiveRecord>> {
-        let dir = self.active_dir();
-        let mut newest: Option<Path> = None;
-        let mut listing = self.store.list(Some(&dir));
-        while let Some(meta) = listing
-            .try_next()
-            .await
-            .map_err(|error| MendError::unavailable(format!("list {dir}"), error))?
-        {
-            if newest.as_ref().is_none_or(|n| meta.location > *n) {
-                newest = Some(meta.location);
+        match self.record_paths().await?.pop() {
+            Some(path) => self.read_record(&path).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The record of the change made under idempotency key `key`, if there is one. Reads
+    /// every record: there is one per swap or rollback, a short history.
+    pub async fn recorded(&self, key: &str) -> Result<Option<ActiveRecord>> {
+        for path in self.record_paths().await?.iter().rev() {
+            let record = self.read_record(path).await?;
+            if record.recorded.as_ref().is_some_and(|r| r.key == key) {
+                return Ok(Some(record));
             }
         }
-        let Some(path) = newest else {
-            return Ok(None);
-        };
+        Ok(None)
+    }
+
+    /// The paths of every record, oldest first.
+    async fn record_paths(&self) -> Result<Vec<Path>> {
+        let dir = self.active_dir();
+        let mut paths: Vec<Path> = self
+            .store
+            .list(Some(&dir))
+            .map_ok(|meta| meta.location)
+            .try_collect()
+            .await
+            .map_err(|error| MendError::unavailable(format!("list {dir}"), error))?;
+        paths.sort();
+        Ok(paths)
+    }
+
+    async fn read_record(&self, path: &Path) -> Result<ActiveRecord> {
         let bytes = self
             .store
-            .get(&path)
+            .get(path)
             .await
             .map_err(|error| MendError::unavailable(format!("read {path}"), error))?
             .bytes()
             .await
             .map_err(|error| MendError::unavailable(format!("read {path}"), error))?;
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|error| MendError::Corrupt {
-                message: format!("{path} is unreadable: {error}"),
-            })
+        serde_json::from_slice(&bytes).map_err(|error| MendError::Corrupt {
+            message: format!("{path} is unreadable: {error}"),
+        })
     }
 
-    /// Appends the next record, if the newest is still `after` (`Conflict` otherwise).
+    /// Appends the next record, if the newest is still `after` (`Conflict` otherwise), with
+    /// the request that made the change when it came under an idempotency key.
     pub async fn set_active(
         &self,
         after: Option<&ActiveRecord>,
         digest: &str,
         change: &str,
         now_ms: TimestampMs,
+        recorded: Option<RecordedRequest>,
     ) -> Result<ActiveRecord> {
         let record = ActiveRecord {
             version: after.map_or(0, |record| record.version + 1),
@@ -152,6 +181,7 @@ impl PolicyRegistry {
             previous: after.map(|record| record.digest.clone()),
             change: change.to_string(),
             changed_at_ms: now_ms,
+            recorded,
         };
         let path = self
             .active_dir()
@@ -189,16 +219,48 @@ mod tests {
         assert_eq!(registry.put_component(b"component a").await.unwrap(), a);
         assert_eq!(registry.component(&a).await.unwrap(), b"component a");
 
-        let first = registry.set_active(None, &a, "swap", 1).await.unwrap();
+        let first = registry
+            .set_active(None, &a, "swap", 1, None)
+            .await
+            .unwrap();
         let second = registry
-            .set_active(Some(&first), &b, "swap", 2)
+            .set_active(Some(&first), &b, "swap", 2, None)
             .await
             .unwrap();
         assert_eq!(second.previous.as_deref(), Some(a.as_str()));
         assert_eq!(registry.active().await.unwrap(), Some(second.clone()));
 
-        let lost = registry.set_active(Some(&first), &a, "swap", 3).await;
+        let lost = registry.set_active(Some(&first), &a, "swap", 3, None).await;
         assert!(matches!(lost, Err(MendError::Conflict { .. })), "{lost:?}");
         assert_eq!(registry.active().await.unwrap(), Some(second));
+    }
+
+    #[tokio::test]
+    async fn a_keyed_change_is_found_by_its_key_and_old_records_still_read() {
+        let store = Arc::new(InMemory::new());
+        let registry = PolicyRegistry::new(store.clone(), Path::default());
+        let a = registry.put_component(b"component a").await.unwrap();
+        // A record as a mend from before recorded requests wrote it.
+        let old = serde_json::json!({"version": 0, "digest": a, "previous": null,
+            "change": "initial", "changed_at_ms": 1});
+        store
+            .put(
+                &Path::from("policies/active/00000000000000000000.json"),
+                PutPayload::from(old.to_string().into_bytes()),
+            )
+            .await
+            .unwrap();
+        let first = registry.active().await.unwrap().unwrap();
+        assert_eq!(first.recorded, None);
+        let key = crate::catalog::RequestKey::new("swap-1", &("policy_swap", &a));
+        let request = RecordedRequest::new(&key, &serde_json::json!({"answer": 1}), 2);
+        let second = registry
+            .set_active(Some(&first), &a, "swap", 2, Some(request.clone()))
+            .await
+            .unwrap();
+        assert_eq!(registry.recorded("swap-1").await.unwrap(), Some(second));
+        assert_eq!(registry.recorded("swap-2").await.unwrap(), None);
+        let replayed: serde_json::Value = request.replay(&key).unwrap();
+        assert_eq!(replayed["answer"], 1);
     }
 }

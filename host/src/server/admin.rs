@@ -25,7 +25,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
 
 use super::Shared;
-use super::api::{ApiError, ApiResult, admit, authorize, ok, parse};
+use super::api::{ApiError, ApiResult, admit, authorize, idempotency_key, ok, parse};
 use super::body::JsonBody;
 use super::writes::Writes;
 use crate::error::PolicyError;
@@ -94,20 +94,32 @@ pub(super) async fn swap_policy(
     body: Bytes,
 ) -> ApiResult {
     authorize(&shared, &headers)?;
+    let key = idempotency_key(&headers)?;
     let candidate = candidate(&shared, &headers, &params, body).await?;
     let engine = shared.engine.clone();
     let registry = shared.registry.clone();
     let ticket = admit(&shared, None)?;
     let swap = Writes::run(ticket, async move {
-        engine
-            .swap_deployment_policy(
-                &registry,
-                &candidate.bytes,
-                candidate.policy,
-                candidate.records,
-                &candidate.scenarios,
-            )
-            .await
+        let Candidate {
+            bytes,
+            policy,
+            scenarios,
+            records,
+        } = candidate;
+        match key {
+            Some(key) => {
+                engine
+                    .swap_deployment_policy_recorded(
+                        &registry, &bytes, policy, records, &scenarios, &key,
+                    )
+                    .await
+            }
+            None => {
+                engine
+                    .swap_deployment_policy(&registry, &bytes, policy, records, &scenarios)
+                    .await
+            }
+        }
     })
     .await?;
     eprintln!(
@@ -122,12 +134,20 @@ pub(super) async fn rollback_policy(
     headers: HeaderMap,
 ) -> ApiResult {
     authorize(&shared, &headers)?;
+    let key = idempotency_key(&headers)?;
     let engine = shared.engine.clone();
     let registry = shared.registry.clone();
     let load = shared.options.load.clone();
     let ticket = admit(&shared, None)?;
     let record = Writes::run(ticket, async move {
-        engine.rollback_deployment_policy(&registry, &load).await
+        match key {
+            Some(key) => {
+                engine
+                    .rollback_deployment_policy_recorded(&registry, &load, &key)
+                    .await
+            }
+            None => engine.rollback_deployment_policy(&registry, &load).await,
+        }
     })
     .await?;
     eprintln!(

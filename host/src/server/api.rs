@@ -317,15 +317,65 @@ where
     T: Send + 'static,
     F: Future<Output = crate::Result<T>> + Send + 'static,
 {
+    keyed_write(shared, dataset_id, None, in_the_way, write)
+        .await
+        .map(|(answer, _)| answer)
+}
+
+/// [`write`] of a request under idempotency key `key`, answering also whether the key was
+/// recorded when the write was admitted: the answer is then a replay, which the metrics do
+/// not count as a new decision. A recorded key is answered by the engine before anything
+/// else, so the check for an unresolved operation in the way is skipped for it (a retry of a
+/// request that landed answers what it answered, even if an operation began on the same
+/// splits since).
+async fn keyed_write<T, F>(
+    shared: &Arc<Shared>,
+    dataset_id: &str,
+    key: Option<&str>,
+    in_the_way: Option<&[String]>,
+    write: F,
+) -> Result<(T, bool), ApiError>
+where
+    T: Send + 'static,
+    F: Future<Output = crate::Result<T>> + Send + 'static,
+{
     served(shared, dataset_id)?;
     // Admitted before anything is read, so that a flood costs no more than its refusals.
     let ticket = admit(shared, Some(dataset_id))?;
-    if let Some(ids) = in_the_way {
+    let replayed = recorded_before(shared, dataset_id, key).await?;
+    if let Some(ids) = in_the_way
+        && !replayed
+    {
         not_in_doubt(shared, dataset_id, ids).await?;
     }
     Writes::run(ticket, write)
         .await
+        .map(|answer| (answer, replayed))
         .map_err(|error| engine_error(shared, dataset_id, error))
+}
+
+/// Whether `key` is recorded in the dataset: a request under it is answered by its record.
+/// (A copy of the request running at the same time may still record it after this look;
+/// its metrics then count twice, which is all that this look is for.)
+async fn recorded_before(
+    shared: &Arc<Shared>,
+    dataset_id: &str,
+    key: Option<&str>,
+) -> Result<bool, ApiError> {
+    let Some(key) = key else {
+        return Ok(false);
+    };
+    match shared
+        .engine
+        .catalog()
+        .recorded_request(dataset_id, key)
+        .await
+    {
+        Ok(found) => Ok(found.is_some()),
+        // The engine answers for a dataset that does not exist (yet, for a create).
+        Err(MendError::NotFound { .. }) => Ok(false),
+        Err(error) => Err(engine_error(shared, dataset_id, error)),
+    }
 }
 
 /// Fails with `RecoveryRequired` when an unresolved operation names one of `ids`: the write
@@ -575,13 +625,22 @@ impl JsonBody for CreateDataset {
     ];
 }
 
-async fn create_dataset(State(shared): AppState, body: Bytes) -> ApiResult {
+/// A creation under an `Idempotency-Key` that landed answers 201 and the dataset again.
+async fn create_dataset(State(shared): AppState, headers: HeaderMap, body: Bytes) -> ApiResult {
     let request: CreateDataset = parse(&body)?;
+    let key = idempotency_key(&headers)?;
     let config = request.config(&shared.options.dataset_defaults);
     let engine = shared.engine.clone();
     let dataset_id = request.dataset_id.clone();
     let created = write(&shared, &request.dataset_id, None, async move {
-        engine.create_dataset(&dataset_id, &config).await
+        match key {
+            Some(key) => {
+                engine
+                    .create_dataset_recorded(&dataset_id, &config, &key)
+                    .await
+            }
+            None => engine.create_dataset(&dataset_id, &config).await,
+        }
     })
     .await?;
     shared.supervisors.supervise(&created.dataset_id);
@@ -632,20 +691,27 @@ fn server_node() -> String {
 async fn apply_config(
     State(shared): AppState,
     Path(dataset_id): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult {
     let request: ApplyConfig = parse(&body)?;
+    let key = idempotency_key(&headers)?;
     let engine = shared.engine.clone();
     let id = dataset_id.clone();
     ok(&write(&shared, &dataset_id, None, async move {
-        engine
-            .apply_config(
-                &id,
-                request.expected_config_version,
-                &request.config,
-                &request.node,
-            )
-            .await
+        let (version, config, node) = (
+            request.expected_config_version,
+            &request.config,
+            &request.node,
+        );
+        match key {
+            Some(key) => {
+                engine
+                    .apply_config_recorded(&id, version, config, node, &key)
+                    .await
+            }
+            None => engine.apply_config(&id, version, config, node).await,
+        }
     })
     .await?)
 }
@@ -682,8 +748,14 @@ where
     Option::<T>::deserialize(deserializer).map(Some)
 }
 
-async fn fence(State(shared): AppState, Path(dataset_id): Path<String>, body: Bytes) -> ApiResult {
+async fn fence(
+    State(shared): AppState,
+    Path(dataset_id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
     let request: Fence = parse(&body)?;
+    let key = idempotency_key(&headers)?;
     let token = match (request.token, request.clear) {
         (Some(Some(token)), false) => Some(token),
         (Some(None), false) | (None, true) => None,
@@ -702,7 +774,14 @@ async fn fence(State(shared): AppState, Path(dataset_id): Path<String>, body: By
     let engine = shared.engine.clone();
     let id = dataset_id.clone();
     ok(&write(&shared, &dataset_id, None, async move {
-        engine.set_publish_token(&id, token.as_deref()).await
+        match key {
+            Some(key) => {
+                engine
+                    .set_publish_token_recorded(&id, token.as_deref(), &key)
+                    .await
+            }
+            None => engine.set_publish_token(&id, token.as_deref()).await,
+        }
     })
     .await?)
 }
@@ -760,8 +839,9 @@ impl Stage {
     }
 }
 
-/// The `Idempotency-Key` header, if the request carries one.
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+/// The `Idempotency-Key` header, if the request carries one. The engine checks what it
+/// holds (`validate::idempotency_key`).
+pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     match headers.get("idempotency-key") {
         None => Ok(None),
         Some(value) => value
@@ -781,21 +861,28 @@ async fn stage(
     let key = idempotency_key(&headers)?;
     let ids: Vec<String> = request.splits.iter().map(|s| s.split_id.clone()).collect();
     let engine = shared.engine.clone();
-    let result = write(&shared, &dataset_id, Some(&ids), async move {
-        match key {
-            Some(key) => engine.stage_recorded(&request, &key).await,
-            None => engine.stage(&request).await,
-        }
-    })
+    let result = keyed_write(
+        &shared,
+        &dataset_id,
+        key.clone().as_deref(),
+        Some(&ids),
+        async move {
+            match key {
+                Some(key) => engine.stage_recorded(&request, &key).await,
+                None => engine.stage(&request).await,
+            }
+        },
+    )
     .await;
     match &result {
-        Ok(staged) => shared.metrics.stage(staged),
+        Ok((_, true)) => {}
+        Ok((staged, false)) => shared.metrics.stage(staged),
         Err(error) if error.refused_by_the_rules() => {
             shared.metrics.decision("stage", "refused", 1)
         }
         Err(_) => {}
     }
-    ok(&result?)
+    ok(&result?.0)
 }
 
 #[derive(Deserialize)]
@@ -854,21 +941,28 @@ async fn publish(
         .cloned()
         .collect();
     let engine = shared.engine.clone();
-    let result = write(&shared, &dataset_id, Some(&ids), async move {
-        match key {
-            Some(key) => engine.publish_recorded(&request, &key).await,
-            None => engine.publish(&request).await,
-        }
-    })
+    let result = keyed_write(
+        &shared,
+        &dataset_id,
+        key.clone().as_deref(),
+        Some(&ids),
+        async move {
+            match key {
+                Some(key) => engine.publish_recorded(&request, &key).await,
+                None => engine.publish(&request).await,
+            }
+        },
+    )
     .await;
     match &result {
-        Ok(_) => shared.metrics.decision("publish", "accepted", 1),
+        Ok((_, true)) => {}
+        Ok((_, false)) => shared.metrics.decision("publish", "accepted", 1),
         Err(error) if error.refused_by_the_rules() => {
             shared.metrics.decision("publish", "refused", 1)
         }
         Err(_) => {}
     }
-    ok(&result?)
+    ok(&result?.0)
 }
 
 #[derive(Deserialize)]
@@ -883,25 +977,64 @@ impl JsonBody for SplitIds {
         &[("split_ids", "an array of split ids")];
 }
 
-async fn mark(State(shared): AppState, Path(dataset_id): Path<String>, body: Bytes) -> ApiResult {
+async fn mark(
+    State(shared): AppState,
+    Path(dataset_id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
     let request: SplitIds = parse(&body)?;
+    let key = idempotency_key(&headers)?;
     let engine = shared.engine.clone();
     let id = dataset_id.clone();
     let ids = request.split_ids.clone();
-    ok(&write(&shared, &dataset_id, Some(&ids), async move {
-        engine.mark_for_deletion(&id, &request.split_ids).await
-    })
-    .await?)
+    let in_the_way = key.clone();
+    ok(&keyed_write(
+        &shared,
+        &dataset_id,
+        in_the_way.as_deref(),
+        Some(&ids),
+        async move {
+            match key {
+                Some(key) => {
+                    engine
+                        .mark_for_deletion_recorded(&id, &request.split_ids, &key)
+                        .await
+                }
+                None => engine.mark_for_deletion(&id, &request.split_ids).await,
+            }
+        },
+    )
+    .await?
+    .0)
 }
 
-async fn delete(State(shared): AppState, Path(dataset_id): Path<String>, body: Bytes) -> ApiResult {
+/// Answers the ids it was asked to delete: a retry under the same `Idempotency-Key` answers
+/// them again once the rows are gone.
+async fn delete(
+    State(shared): AppState,
+    Path(dataset_id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
     let request: SplitIds = parse(&body)?;
+    let key = idempotency_key(&headers)?;
     let engine = shared.engine.clone();
     let id = dataset_id.clone();
     let ids = request.split_ids.clone();
-    write(&shared, &dataset_id, Some(&request.split_ids), async move {
-        engine.delete_splits(&id, &ids).await
-    })
+    let in_the_way = key.clone();
+    keyed_write(
+        &shared,
+        &dataset_id,
+        in_the_way.as_deref(),
+        Some(&request.split_ids),
+        async move {
+            match key {
+                Some(key) => engine.delete_splits_recorded(&id, &ids, &key).await,
+                None => engine.delete_splits(&id, &ids).await,
+            }
+        },
+    )
     .await?;
     ok(&json!({"deleted": request.split_ids}))
 }
@@ -1016,12 +1149,21 @@ impl JsonBody for Node {
         &[("node", "a string naming the writer")];
 }
 
-async fn gc(State(shared): AppState, Path(dataset_id): Path<String>, body: Bytes) -> ApiResult {
+async fn gc(
+    State(shared): AppState,
+    Path(dataset_id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
     let request: Node = parse(&body)?;
+    let key = idempotency_key(&headers)?;
     let engine = shared.engine.clone();
     let id = dataset_id.clone();
     ok(&write(&shared, &dataset_id, None, async move {
-        engine.gc(&id, &request.node).await
+        match key {
+            Some(key) => engine.gc_recorded(&id, &request.node, &key).await,
+            None => engine.gc(&id, &request.node).await,
+        }
     })
     .await?)
 }
@@ -1029,16 +1171,25 @@ async fn gc(State(shared): AppState, Path(dataset_id): Path<String>, body: Bytes
 async fn reconcile(
     State(shared): AppState,
     Path(dataset_id): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult {
     let request: Node = parse(&body)?;
+    let key = idempotency_key(&headers)?;
     let engine = shared.engine.clone();
     let id = dataset_id.clone();
-    let report = write(&shared, &dataset_id, None, async move {
-        engine.reconcile(&id, &request.node).await
-    })
-    .await?;
-    shared.metrics.reconcile(&report);
+    let counted = key.clone();
+    let (report, replayed) =
+        keyed_write(&shared, &dataset_id, counted.as_deref(), None, async move {
+            match key {
+                Some(key) => engine.reconcile_recorded(&id, &request.node, &key).await,
+                None => engine.reconcile(&id, &request.node).await,
+            }
+        })
+        .await?;
+    if !replayed {
+        shared.metrics.reconcile(&report);
+    }
     ok(&report)
 }
 
@@ -1063,6 +1214,7 @@ async fn recover(
     body: Bytes,
 ) -> ApiResult {
     let request: Recover = parse(&body)?;
+    let key = idempotency_key(&headers)?;
     // Exclusive recovery may undo a live writer's work and fences every writer out.
     if request.mode == RecoveryMode::Exclusive {
         authorize(&shared, &headers)?;
@@ -1073,10 +1225,18 @@ async fn recover(
     // Probe and verify write nothing, but run like writes so that a shutdown waits for them
     // too; a dataset its supervisor cannot serve is still open to an operator's recovery.
     let ticket = admit(&shared, Some(&dataset_id))?;
-    let report = Writes::run(ticket, async move { engine.recover(&id, mode).await })
-        .await
-        .map_err(|error| engine_error(&shared, &dataset_id, error))?;
-    shared.metrics.recovery(&report);
+    let replayed = recorded_before(&shared, &dataset_id, key.as_deref()).await?;
+    let report = Writes::run(ticket, async move {
+        match key {
+            Some(key) => engine.recover_recorded(&id, mode, &key).await,
+            None => engine.recover(&id, mode).await,
+        }
+    })
+    .await
+    .map_err(|error| engine_error(&shared, &dataset_id, error))?;
+    if !replayed {
+        shared.metrics.recovery(&report);
+    }
     shared.supervisors.kick(&dataset_id);
     ok(&report)
 }

@@ -161,6 +161,30 @@ impl TestServer {
         ))
     }
 
+    /// A request with a JSON body (or none), the admin token if one is given, and
+    /// `Idempotency-Key: key`.
+    pub fn keyed_request(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        key: &str,
+        body: Option<&Value>,
+    ) -> Answer {
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let raw = request_bytes(method, path, "application/json", token, body.as_bytes());
+        // The head ends with the blank line; the key goes just before it.
+        let head_end = raw
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("a request head")
+            + 2;
+        let mut keyed = raw[..head_end].to_vec();
+        keyed.extend_from_slice(format!("Idempotency-Key: {key}\r\n").as_bytes());
+        keyed.extend_from_slice(&raw[head_end..]);
+        self.send(&keyed)
+    }
+
     pub fn get(&self, path: &str) -> Answer {
         self.request("GET", path, None, None)
     }

@@ -33,7 +33,8 @@ pub(crate) const FORMAT_VERSION: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum Action {
-    /// The dataset as created; only ever the single action of version 0.
+    /// The dataset as created; only ever the first action of version 0, followed at most by
+    /// the [`Action::RecordRequest`] of a creation under an idempotency key.
     CreateDataset { dataset: Dataset },
     /// The dataset record after the commit (config, checkpoint, token, manifest version). It
     /// never moves the fencing epoch: only [`Action::AdvanceFencingEpoch`] does.

@@ -10,6 +10,9 @@
 //! - **Reads.** The instance caches each dataset's state; a read probes only for the version
 //!   after the cached one (one GET that finds nothing when nothing changed). Without a cache
 //!   it loads the newest checkpoint and replays the versions after it ([`log`], [`state`]).
+//! - **Recorded requests** ([`crate::catalog::recorded`]) live in the same log: a keyed
+//!   mutation's record is one more action of the very commit of its effect (version 0 for a
+//!   keyed creation), and a key found recorded is answered from the state, with no commit.
 //! - **Versions.** The log version grows with every commit, staging included; the dataset's
 //!   `manifest_version` grows only with changes to the published view (publish, mark, delete,
 //!   config, token, fencing epoch), as the [`Catalog`] trait says.
@@ -245,6 +248,22 @@ impl ObjectStoreCatalog {
     }
 }
 
+/// The answer to a keyed creation of a dataset that exists: the recorded creation, if this
+/// very request (its key) created it; `AlreadyExists` otherwise.
+fn created_before(state: &DatasetState, dataset_id: &str, key: &RequestKey) -> Result<Dataset> {
+    match state.recorded.get(&key.key) {
+        Some(found) => found.replay(key),
+        None => Err(already_exists(dataset_id)),
+    }
+}
+
+fn already_exists(dataset_id: &str) -> MendError {
+    MendError::AlreadyExists {
+        kind: EntityKind::Dataset,
+        id: dataset_id.to_string(),
+    }
+}
+
 /// Spreads out writers that keep colliding: up to 1, 2, 4 ... 64 ms, with random jitter so
 /// that two writers do not retry in lockstep.
 async fn backoff(attempt: u32) {
@@ -283,28 +302,41 @@ impl Catalog for ObjectStoreCatalog {
         uid: &str,
         config: &DatasetConfig,
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<Dataset> {
         if dataset_id.is_empty() {
             return Err(MendError::invalid("a dataset id must not be empty"));
         }
+        // A keyed creation looks first, so that its retry only reads: the dataset it created
+        // answers. A race to create it is settled by the put below.
+        if let Some(key) = key {
+            match self.load(dataset_id).await {
+                Ok(state) => return created_before(&state, dataset_id, key),
+                Err(MendError::NotFound { .. }) => {}
+                Err(error) => return Err(error),
+            }
+        }
         let dataset = mutations::new_dataset(dataset_id, uid, config, now_ms);
-        let creation = Commit::new(
-            0,
-            now_ms,
-            vec![Action::CreateDataset {
-                dataset: dataset.clone(),
-            }],
-        );
+        // A keyed creation keeps its record in the dataset it creates, in version 0 itself.
+        let mut actions = vec![Action::CreateDataset {
+            dataset: dataset.clone(),
+        }];
+        if let Some(key) = key {
+            actions.push(Action::RecordRequest {
+                record: Box::new(RecordedRequest::new(key, &dataset, now_ms)),
+            });
+        }
+        let creation = Commit::new(0, now_ms, actions);
         match self.log.put_commit(dataset_id, &creation).await? {
             PutOutcome::Committed => {
                 let state = DatasetState::from_creation(dataset_id, &creation)?;
                 self.remember(dataset_id, &Arc::new(state));
                 Ok(dataset)
             }
-            PutOutcome::Lost => Err(MendError::AlreadyExists {
-                kind: EntityKind::Dataset,
-                id: dataset_id.to_string(),
-            }),
+            PutOutcome::Lost => match key {
+                Some(key) => created_before(&*self.load(dataset_id).await?, dataset_id, key),
+                None => Err(already_exists(dataset_id)),
+            },
         }
     }
 
@@ -352,9 +384,12 @@ impl Catalog for ObjectStoreCatalog {
         expected_config_version: u64,
         config: &DatasetConfig,
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<Dataset> {
         self.mutate(dataset_id, now_ms, |state| {
-            mutations::update_config(state, expected_config_version, config, now_ms)
+            mutations::keyed(state, key, now_ms, |state| {
+                mutations::update_config(state, expected_config_version, config, now_ms)
+            })
         })
         .await
     }
@@ -364,9 +399,12 @@ impl Catalog for ObjectStoreCatalog {
         dataset_id: &str,
         publish_token: Option<&str>,
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<Dataset> {
         self.mutate(dataset_id, now_ms, |state| {
-            mutations::set_publish_token(state, publish_token, now_ms)
+            mutations::keyed(state, key, now_ms, |state| {
+                mutations::set_publish_token(state, publish_token, now_ms)
+            })
         })
         .await
     }
@@ -389,9 +427,12 @@ impl Catalog for ObjectStoreCatalog {
         split_ids: &[String],
         planner: &StagePlanner<'_>,
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<Vec<StagedSplit>> {
         self.mutate(dataset_id, now_ms, |state| {
-            mutations::stage(state, mode, split_ids, planner, now_ms)
+            mutations::keyed(state, key, now_ms, |state| {
+                mutations::stage(state, mode, split_ids, planner, now_ms)
+            })
         })
         .await
     }
@@ -401,41 +442,23 @@ impl Catalog for ObjectStoreCatalog {
         request: &PublishRequest,
         validate: &PublishValidator<'_>,
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<PublishResult> {
         self.mutate(&request.dataset_id, now_ms, |state| {
-            mutations::publish(state, request, validate, now_ms)
-        })
-        .await
-    }
-
-    async fn stage_recorded(
-        &self,
-        dataset_id: &str,
-        mode: StageMode,
-        split_ids: &[String],
-        planner: &StagePlanner<'_>,
-        now_ms: TimestampMs,
-        key: &RequestKey,
-    ) -> Result<Vec<StagedSplit>> {
-        self.mutate(dataset_id, now_ms, |state| {
-            mutations::recorded(state, key, now_ms, |state| {
-                mutations::stage(state, mode, split_ids, planner, now_ms)
-            })
-        })
-        .await
-    }
-
-    async fn publish_recorded(
-        &self,
-        request: &PublishRequest,
-        validate: &PublishValidator<'_>,
-        now_ms: TimestampMs,
-        key: &RequestKey,
-    ) -> Result<PublishResult> {
-        self.mutate(&request.dataset_id, now_ms, |state| {
-            mutations::recorded(state, key, now_ms, |state| {
+            mutations::keyed(state, key, now_ms, |state| {
                 mutations::publish(state, request, validate, now_ms)
             })
+        })
+        .await
+    }
+
+    async fn record_request(
+        &self,
+        dataset_id: &str,
+        record: &RecordedRequest,
+    ) -> Result<RecordedRequest> {
+        self.mutate(dataset_id, record.recorded_at_ms, |state| {
+            mutations::record_request(state, record)
         })
         .await
     }
@@ -465,9 +488,12 @@ impl Catalog for ObjectStoreCatalog {
         dataset_id: &str,
         split_ids: &[String],
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<MarkResult> {
         self.mutate(dataset_id, now_ms, |state| {
-            mutations::mark_for_deletion(state, split_ids, now_ms)
+            mutations::keyed(state, key, now_ms, |state| {
+                mutations::mark_for_deletion(state, split_ids, now_ms)
+            })
         })
         .await
     }
@@ -490,9 +516,12 @@ impl Catalog for ObjectStoreCatalog {
         dataset_id: &str,
         split_ids: &[String],
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<()> {
         self.mutate(dataset_id, now_ms, |state| {
-            mutations::delete_splits(state, split_ids, now_ms)
+            mutations::keyed(state, key, now_ms, |state| {
+                mutations::delete_splits(state, split_ids, now_ms)
+            })
         })
         .await
     }

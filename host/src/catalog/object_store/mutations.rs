@@ -25,6 +25,19 @@ pub(super) enum Change<T> {
     Commit { actions: Vec<Action>, output: T },
 }
 
+/// `change`, recorded under `key` when there is one ([`recorded`]).
+pub(super) fn keyed<T: serde::Serialize + serde::de::DeserializeOwned>(
+    state: &DatasetState,
+    key: Option<&RequestKey>,
+    now_ms: TimestampMs,
+    change: impl FnOnce(&DatasetState) -> Result<Change<T>>,
+) -> Result<Change<T>> {
+    match key {
+        None => change(state),
+        Some(key) => recorded(state, key, now_ms, change),
+    }
+}
+
 /// `change` with its output recorded under `key` in the same commit; a key already recorded
 /// answers its recorded result and writes nothing ([`crate::catalog::recorded`]).
 pub(super) fn recorded<T: serde::Serialize + serde::de::DeserializeOwned>(
@@ -44,6 +57,22 @@ pub(super) fn recorded<T: serde::Serialize + serde::de::DeserializeOwned>(
         record: Box::new(RecordedRequest::new(key, &output, now_ms)),
     });
     Ok(Change::Commit { actions, output })
+}
+
+/// Keeps `record` unless its key is recorded already; answers the record kept.
+pub(super) fn record_request(
+    state: &DatasetState,
+    record: &RecordedRequest,
+) -> Result<Change<RecordedRequest>> {
+    if let Some(found) = state.recorded.get(&record.key) {
+        return Ok(Change::Unchanged(found.clone()));
+    }
+    Ok(Change::Commit {
+        actions: vec![Action::RecordRequest {
+            record: Box::new(record.clone()),
+        }],
+        output: record.clone(),
+    })
 }
 
 /// Forgets the records made before `recorded_before_ms`; returns how many.

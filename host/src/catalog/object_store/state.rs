@@ -37,28 +37,43 @@ pub(crate) struct DatasetState {
 }
 
 impl DatasetState {
-    /// The state at version 0, from the commit that created dataset `dataset_id`.
+    /// The state at version 0, from the commit that created dataset `dataset_id`: its
+    /// `create_dataset` action, followed by the record of the creating request when that
+    /// request carried an idempotency key (the record lives in the dataset it created).
     pub fn from_creation(dataset_id: &str, commit: &Commit) -> Result<Self> {
-        match commit.actions.as_slice() {
-            [Action::CreateDataset { dataset }]
-                if commit.version == 0 && dataset.dataset_id == dataset_id =>
-            {
-                let state = Self {
-                    version: 0,
-                    dataset: dataset.clone(),
-                    splits: OrdMap::new(),
-                    intents: OrdMap::new(),
-                    recorded: OrdMap::new(),
-                };
-                state.check_counters()?;
-                Ok(state)
-            }
-            _ => Err(contradiction(
+        let invalid = || {
+            contradiction(
                 dataset_id,
                 commit.version,
-                "must hold exactly one create_dataset action for this dataset",
-            )),
+                "must hold one create_dataset action for this dataset, then at most the record \
+                 of the request that created it",
+            )
+        };
+        let dataset = match commit.actions.as_slice() {
+            [Action::CreateDataset { dataset }, ..]
+                if commit.version == 0 && dataset.dataset_id == dataset_id =>
+            {
+                dataset
+            }
+            _ => return Err(invalid()),
+        };
+        let mut recorded = OrdMap::new();
+        match &commit.actions[1..] {
+            [] => {}
+            [Action::RecordRequest { record }] => {
+                recorded.insert(record.key.clone(), record.as_ref().clone());
+            }
+            _ => return Err(invalid()),
         }
+        let state = Self {
+            version: 0,
+            dataset: dataset.clone(),
+            splits: OrdMap::new(),
+            intents: OrdMap::new(),
+            recorded,
+        };
+        state.check_counters()?;
+        Ok(state)
     }
 
     /// The state a checkpoint holds; an intent in a format newer than this host's is refused.

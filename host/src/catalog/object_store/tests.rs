@@ -168,7 +168,7 @@ fn sibling(catalog: &ObjectStoreCatalog) -> ObjectStoreCatalog {
 async fn catalog_with_dataset(dataset_id: &str) -> (ObjectStoreCatalog, Arc<CountingStore>) {
     let (catalog, store) = counted_catalog(ObjectStoreCatalogOptions::default());
     catalog
-        .create_dataset(dataset_id, "uid-1", &DatasetConfig::default(), T0)
+        .create_dataset(dataset_id, "uid-1", &DatasetConfig::default(), T0, None)
         .await
         .unwrap();
     (catalog, store)
@@ -235,7 +235,7 @@ async fn stage(
 ) -> Result<Vec<StagedSplit>> {
     let planner = |existing: &[ExistingRow]| plan(mode, node, split_ids, existing);
     catalog
-        .stage("logs", mode, split_ids, &planner, now_ms)
+        .stage("logs", mode, split_ids, &planner, now_ms, None)
         .await
 }
 
@@ -252,7 +252,7 @@ fn publish_request(staged: &[&str], replaced: &[&str]) -> PublishRequest {
 
 async fn publish_unchecked(catalog: &ObjectStoreCatalog, staged: &[&str], now_ms: TimestampMs) {
     catalog
-        .publish(&publish_request(staged, &[]), &|_| Ok(()), now_ms)
+        .publish(&publish_request(staged, &[]), &|_| Ok(()), now_ms, None)
         .await
         .unwrap();
 }

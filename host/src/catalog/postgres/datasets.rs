@@ -14,22 +14,22 @@ use super::queries;
 use super::rows;
 use super::sql;
 
+/// Inserts the dataset row; a taken id fails the statement (`AlreadyExists` once resolved).
 pub(super) async fn create(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     dataset_id: &str,
     uid: &str,
     config: &DatasetConfig,
     now_ms: TimestampMs,
-) -> Result<Dataset> {
+) -> Result<Dataset, StepError> {
     let row = sqlx::query(sql::DATASET_INSERT)
         .bind(dataset_id)
         .bind(uid)
         .bind(Json(config))
         .bind(now_ms)
-        .fetch_one(pool)
-        .await
-        .map_err(|error| database_error(error, dataset_id))?;
-    rows::dataset(&row)
+        .fetch_one(conn)
+        .await?;
+    Ok(rows::dataset(&row)?)
 }
 
 pub(super) async fn list(pool: &PgPool) -> Result<Vec<Dataset>> {

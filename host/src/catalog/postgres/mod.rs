@@ -11,6 +11,11 @@
 //! connection must not come back reporting the caller's own rows as skipped. It fails as
 //! `Unavailable` instead.
 //!
+//! A mutation under an idempotency key ([`crate::catalog::recorded`]) always runs as one
+//! transaction, create-only staging and dataset creation included: it first takes the key's
+//! transaction-scoped advisory lock and reads its record (`recorded.rs`), and inserts the
+//! record with the effect.
+//!
 //! Writes lock in one order everywhere: the dataset row (`FOR NO KEY UPDATE`, which does not
 //! block the foreign-key check of concurrent split inserts), then split rows sorted by id.
 //! Create-only staging never locks or updates a row it does not insert.
@@ -213,13 +218,14 @@ impl PostgresCatalog {
         })
     }
 
-    /// Runs `step` in a transaction that first locks and reads the record of `key`: a
-    /// recorded key answers its recorded result and `step` does not run; otherwise `step`'s
-    /// result is recorded in the same transaction as its effect.
-    async fn recorded_transaction<T, F, Fut>(
+    /// Runs `step` in a transaction ([`Self::in_transaction`]); with a `key`, one that first
+    /// locks and reads the record of `key`: a recorded key answers its recorded result and
+    /// `step` does not run; otherwise `step`'s result is recorded in the same transaction as
+    /// its effect.
+    async fn keyed_transaction<T, F, Fut>(
         &self,
         dataset_id: &str,
-        key: &RequestKey,
+        key: Option<&RequestKey>,
         now_ms: TimestampMs,
         step: F,
     ) -> Result<T>
@@ -228,6 +234,9 @@ impl PostgresCatalog {
         F: Fn(PgTransaction) -> Fut,
         Fut: Future<Output = (PgTransaction, Result<T, StepError>)>,
     {
+        let Some(key) = key else {
+            return self.in_transaction(dataset_id, step).await;
+        };
         let step = &step;
         self.in_transaction(dataset_id, move |mut transaction| async move {
             match recorded::lock_and_find(&mut transaction, dataset_id, &key.key).await {
@@ -251,6 +260,42 @@ impl PostgresCatalog {
         })
         .await
     }
+
+    /// A keyed creation: the dataset row and the record of `key` in one transaction. When the
+    /// id is taken, the record of `key` in the dataset that has it answers, if there is one.
+    async fn create_dataset_keyed(
+        &self,
+        dataset_id: &str,
+        uid: &str,
+        config: &DatasetConfig,
+        now_ms: TimestampMs,
+        key: &RequestKey,
+    ) -> Result<Dataset> {
+        let created = self
+            .keyed_transaction(
+                dataset_id,
+                Some(key),
+                now_ms,
+                |mut transaction| async move {
+                    let result =
+                        datasets::create(&mut transaction, dataset_id, uid, config, now_ms).await;
+                    (transaction, result)
+                },
+            )
+            .await;
+        match created {
+            // The insert that found the id taken aborted its transaction, so the record of an
+            // earlier copy of this request is read outside it. That copy committed first: the
+            // key's lock made this transaction wait for it.
+            Err(MendError::AlreadyExists { kind, id }) => {
+                match recorded::get(&self.pool, dataset_id, &key.key).await? {
+                    Some(found) => found.replay(key),
+                    None => Err(MendError::AlreadyExists { kind, id }),
+                }
+            }
+            other => other,
+        }
+    }
 }
 
 #[async_trait]
@@ -269,8 +314,27 @@ impl Catalog for PostgresCatalog {
         uid: &str,
         config: &DatasetConfig,
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<Dataset> {
-        datasets::create(&self.pool, dataset_id, uid, config, now_ms).await
+        match key {
+            Some(key) => {
+                self.create_dataset_keyed(dataset_id, uid, config, now_ms, key)
+                    .await
+            }
+            None => {
+                let mut connection = self
+                    .pool
+                    .acquire()
+                    .await
+                    .map_err(|error| errors::database_error(error, dataset_id))?;
+                datasets::create(&mut connection, dataset_id, uid, config, now_ms)
+                    .await
+                    .map_err(|error| match error.resolve(dataset_id) {
+                        Resolution::Fail(error) => error,
+                        Resolution::Retry(reason) => MendError::Transient { message: reason },
+                    })
+            }
+        }
     }
 
     async fn list_datasets(&self) -> Result<Vec<Dataset>> {
@@ -291,8 +355,9 @@ impl Catalog for PostgresCatalog {
         expected_config_version: u64,
         config: &DatasetConfig,
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<Dataset> {
-        self.in_transaction(dataset_id, |mut transaction| async move {
+        self.keyed_transaction(dataset_id, key, now_ms, |mut transaction| async move {
             let result = datasets::update_config(
                 &mut transaction,
                 dataset_id,
@@ -311,8 +376,9 @@ impl Catalog for PostgresCatalog {
         dataset_id: &str,
         publish_token: Option<&str>,
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<Dataset> {
-        self.in_transaction(dataset_id, |mut transaction| async move {
+        self.keyed_transaction(dataset_id, key, now_ms, |mut transaction| async move {
             let result =
                 datasets::set_publish_token(&mut transaction, dataset_id, publish_token, now_ms)
                     .await;
@@ -336,8 +402,10 @@ impl Catalog for PostgresCatalog {
         split_ids: &[String],
         planner: &StagePlanner<'_>,
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<Vec<StagedSplit>> {
-        if mode == StageMode::CreateOnly {
+        // A keyed create-only stage runs in a transaction, for its record.
+        if mode == StageMode::CreateOnly && key.is_none() {
             let mut connection = self
                 .pool
                 .acquire()
@@ -357,7 +425,7 @@ impl Catalog for PostgresCatalog {
                 Resolution::Retry(reason) => MendError::Transient { message: reason },
             });
         }
-        self.in_transaction(dataset_id, |mut transaction| async move {
+        self.keyed_transaction(dataset_id, key, now_ms, |mut transaction| async move {
             let result = stage::stage(
                 &mut transaction,
                 dataset_id,
@@ -377,46 +445,9 @@ impl Catalog for PostgresCatalog {
         request: &PublishRequest,
         validate: &PublishValidator<'_>,
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<PublishResult> {
-        self.in_transaction(&request.dataset_id, |mut transaction| async move {
-            let result = lifecycle::publish(&mut transaction, request, validate, now_ms).await;
-            (transaction, result)
-        })
-        .await
-    }
-
-    async fn stage_recorded(
-        &self,
-        dataset_id: &str,
-        mode: StageMode,
-        split_ids: &[String],
-        planner: &StagePlanner<'_>,
-        now_ms: TimestampMs,
-        key: &RequestKey,
-    ) -> Result<Vec<StagedSplit>> {
-        self.recorded_transaction(dataset_id, key, now_ms, |mut transaction| async move {
-            let result = stage::stage(
-                &mut transaction,
-                dataset_id,
-                mode,
-                split_ids,
-                planner,
-                now_ms,
-            )
-            .await;
-            (transaction, result)
-        })
-        .await
-    }
-
-    async fn publish_recorded(
-        &self,
-        request: &PublishRequest,
-        validate: &PublishValidator<'_>,
-        now_ms: TimestampMs,
-        key: &RequestKey,
-    ) -> Result<PublishResult> {
-        self.recorded_transaction(
+        self.keyed_transaction(
             &request.dataset_id,
             key,
             now_ms,
@@ -425,6 +456,18 @@ impl Catalog for PostgresCatalog {
                 (transaction, result)
             },
         )
+        .await
+    }
+
+    async fn record_request(
+        &self,
+        dataset_id: &str,
+        record: &RecordedRequest,
+    ) -> Result<RecordedRequest> {
+        self.in_transaction(dataset_id, |mut transaction| async move {
+            let result = recorded::keep(&mut transaction, dataset_id, record).await;
+            (transaction, result)
+        })
         .await
     }
 
@@ -450,8 +493,9 @@ impl Catalog for PostgresCatalog {
         dataset_id: &str,
         split_ids: &[String],
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<MarkResult> {
-        self.in_transaction(dataset_id, |mut transaction| async move {
+        self.keyed_transaction(dataset_id, key, now_ms, |mut transaction| async move {
             let result =
                 lifecycle::mark_for_deletion(&mut transaction, dataset_id, split_ids, now_ms).await;
             (transaction, result)
@@ -485,8 +529,9 @@ impl Catalog for PostgresCatalog {
         dataset_id: &str,
         split_ids: &[String],
         now_ms: TimestampMs,
+        key: Option<&RequestKey>,
     ) -> Result<()> {
-        self.in_transaction(dataset_id, |mut transaction| async move {
+        self.keyed_transaction(dataset_id, key, now_ms, |mut transaction| async move {
             let result =
                 lifecycle::delete_splits(&mut transaction, dataset_id, split_ids, now_ms).await;
             (transaction, result)

@@ -55,6 +55,20 @@ pub(super) async fn insert(
     Ok(())
 }
 
+/// Inserts `record` unless its key is recorded: put-if-absent, under the key's lock like
+/// every keyed step. Returns the record kept.
+pub(super) async fn keep(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    record: &RecordedRequest,
+) -> Result<RecordedRequest, StepError> {
+    if let Some(found) = lock_and_find(conn, dataset_id, &record.key).await? {
+        return Ok(found);
+    }
+    insert(conn, dataset_id, record).await?;
+    Ok(record.clone())
+}
+
 /// The record of `key`, outside any transaction; `NotFound` for an unknown dataset.
 pub(super) async fn get(
     pool: &PgPool,

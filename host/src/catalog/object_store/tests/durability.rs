@@ -11,7 +11,7 @@ use ::object_store::local::LocalFileSystem;
 async fn a_file_from_a_newer_mend_is_refused_not_guessed_at() {
     let (catalog, store) = catalog_with_dataset("logs").await;
     catalog
-        .create_dataset("other", "uid-2", &DatasetConfig::default(), T0)
+        .create_dataset("other", "uid-2", &DatasetConfig::default(), T0, None)
         .await
         .unwrap();
     let log = Log::new(store.clone(), Path::from("mend"));
@@ -119,7 +119,7 @@ async fn a_fresh_reader_starts_from_the_newest_checkpoint() {
     };
     let (writer, store) = counted_catalog(options);
     writer
-        .create_dataset("logs", "uid-1", &DatasetConfig::default(), T0)
+        .create_dataset("logs", "uid-1", &DatasetConfig::default(), T0, None)
         .await
         .unwrap();
     for index in 0..23 {
@@ -135,7 +135,7 @@ async fn a_fresh_reader_starts_from_the_newest_checkpoint() {
         .unwrap();
         if index % 3 == 0 {
             writer
-                .mark_for_deletion("logs", &[split_id], T0 + index)
+                .mark_for_deletion("logs", &[split_id], T0 + index, None)
                 .await
                 .unwrap();
         }
@@ -220,7 +220,7 @@ async fn race_instances(store: Arc<dyn ObjectStore>, batches_per_instance: usize
         })
         .collect();
     instances[0]
-        .create_dataset("logs", "uid-1", &DatasetConfig::default(), T0)
+        .create_dataset("logs", "uid-1", &DatasetConfig::default(), T0, None)
         .await
         .unwrap();
 
@@ -303,7 +303,7 @@ async fn racing_marks_each_bump_the_manifest_once() {
         tasks.push(tokio::spawn(async move {
             for split_id in chunk {
                 let result = instance
-                    .mark_for_deletion("logs", &[split_id], T0 + 1)
+                    .mark_for_deletion("logs", &[split_id], T0 + 1, None)
                     .await
                     .unwrap();
                 assert_eq!(result.marked.len(), 1);
@@ -394,7 +394,7 @@ async fn a_writer_that_always_loses_gives_up_with_conflict() {
     };
     let (catalog, store) = counted_catalog(options);
     catalog
-        .create_dataset("logs", "uid-1", &DatasetConfig::default(), T0)
+        .create_dataset("logs", "uid-1", &DatasetConfig::default(), T0, None)
         .await
         .unwrap();
     store.refuse_puts.store(true, Ordering::SeqCst);
@@ -411,7 +411,7 @@ async fn a_writer_that_always_loses_gives_up_with_conflict() {
 async fn catalogs_open_by_url() {
     let memory = ObjectStoreCatalog::open_url("memory://").unwrap();
     memory
-        .create_dataset("logs", "uid-1", &DatasetConfig::default(), T0)
+        .create_dataset("logs", "uid-1", &DatasetConfig::default(), T0, None)
         .await
         .unwrap();
     assert!(
@@ -423,7 +423,7 @@ async fn catalogs_open_by_url() {
     let root = tempfile::tempdir().unwrap();
     let directory = root.path().join("nested/catalog");
     let bare = ObjectStoreCatalog::open_url(directory.to_str().unwrap()).unwrap();
-    bare.create_dataset("logs", "uid-1", &DatasetConfig::default(), T0)
+    bare.create_dataset("logs", "uid-1", &DatasetConfig::default(), T0, None)
         .await
         .unwrap();
     let by_url = ObjectStoreCatalog::open_url(&format!("file://{}", directory.display())).unwrap();

@@ -11,7 +11,7 @@ async fn datasets_are_created_listed_and_shown() {
     let config = DatasetConfig::default();
     for (dataset_id, now) in [("traces", T0), ("logs", T0 + 1)] {
         catalog
-            .create_dataset(dataset_id, &format!("uid-{dataset_id}"), &config, now)
+            .create_dataset(dataset_id, &format!("uid-{dataset_id}"), &config, now, None)
             .await
             .unwrap();
     }
@@ -31,7 +31,7 @@ async fn datasets_are_created_listed_and_shown() {
     assert_eq!(listed, ["logs", "traces"]);
 
     let err = catalog
-        .create_dataset("logs", "uid-2", &config, T0 + 2)
+        .create_dataset("logs", "uid-2", &config, T0 + 2, None)
         .await
         .unwrap_err();
     assert!(
@@ -56,7 +56,14 @@ async fn datasets_are_created_listed_and_shown() {
     ));
     let planner = |_: &[ExistingRow]| Ok(StagePlan::default());
     let err = catalog
-        .stage("metrics", StageMode::CreateOnly, &ids(&["a"]), &planner, T0)
+        .stage(
+            "metrics",
+            StageMode::CreateOnly,
+            &ids(&["a"]),
+            &planner,
+            T0,
+            None,
+        )
         .await
         .unwrap_err();
     assert!(matches!(
@@ -170,20 +177,20 @@ async fn a_batch_that_changes_nothing_writes_nothing() {
             .all(|split| split.outcome == StageOutcome::Skipped(SplitState::Staged))
     );
     catalog
-        .mark_for_deletion("logs", &ids(&["a"]), T0 + 2)
+        .mark_for_deletion("logs", &ids(&["a"]), T0 + 2, None)
         .await
         .unwrap();
     let (puts, commits) = (puts + 1, commits + 1);
     catalog
-        .mark_for_deletion("logs", &ids(&["a"]), T0 + 3)
+        .mark_for_deletion("logs", &ids(&["a"]), T0 + 3, None)
         .await
         .unwrap();
     catalog
-        .set_publish_token("logs", None, T0 + 4)
+        .set_publish_token("logs", None, T0 + 4, None)
         .await
         .unwrap();
     catalog
-        .update_config("logs", 1, &DatasetConfig::default(), T0 + 5)
+        .update_config("logs", 1, &DatasetConfig::default(), T0 + 5, None)
         .await
         .unwrap();
     stage(&catalog, StageMode::CreateOnly, "node-2", &[], T0 + 6)
@@ -282,7 +289,7 @@ async fn a_plan_that_does_not_fit_the_rows_it_was_given_is_refused() {
             })
         };
         let err = catalog
-            .stage("logs", mode, &ids(&["a", "b", "c"]), &planner, T0 + 2)
+            .stage("logs", mode, &ids(&["a", "b", "c"]), &planner, T0 + 2, None)
             .await
             .unwrap_err();
         assert!(matches!(err, MendError::PolicyRejected { .. }), "{err}");
@@ -309,7 +316,7 @@ fn kafka_delta(from: Option<u64>, to: u64) -> PublishRequest {
 async fn publish_moves_splits_applies_the_checkpoint_and_checks_in_its_step() {
     let (catalog, store) = catalog_with_dataset("logs").await;
     catalog
-        .set_publish_token("logs", Some("epoch-1"), T0)
+        .set_publish_token("logs", Some("epoch-1"), T0, None)
         .await
         .unwrap();
     stage(
@@ -334,7 +341,10 @@ async fn publish_moves_splits_applies_the_checkpoint_and_checks_in_its_step() {
         *seen.lock().unwrap() = Some(observation.clone());
         Ok(())
     };
-    let result = catalog.publish(&request, &validator, T0 + 2).await.unwrap();
+    let result = catalog
+        .publish(&request, &validator, T0 + 2, None)
+        .await
+        .unwrap();
     assert_eq!(
         (result.published, result.marked),
         (ids(&["a", "b"]), ids(&["old"]))
@@ -380,13 +390,14 @@ async fn publish_moves_splits_applies_the_checkpoint_and_checks_in_its_step() {
             &ids(&["c"]),
             &|e: &[ExistingRow]| plan(StageMode::CreateOnly, "n", &ids(&["c"]), e),
             T0 + 3,
+            None,
         )
         .await
         .unwrap();
     let puts = puts + 1;
     assert!(
         catalog
-            .publish(&publish_request(&["c"], &[]), &refuse, T0 + 4)
+            .publish(&publish_request(&["c"], &[]), &refuse, T0 + 4, None)
             .await
             .is_err()
     );
@@ -402,7 +413,7 @@ async fn publish_moves_splits_applies_the_checkpoint_and_checks_in_its_step() {
     ];
     for (request, expected) in refused {
         let err = catalog
-            .publish(&request, &|_| Ok(()), T0 + 4)
+            .publish(&request, &|_| Ok(()), T0 + 4, None)
             .await
             .unwrap_err();
         assert!(
@@ -412,7 +423,7 @@ async fn publish_moves_splits_applies_the_checkpoint_and_checks_in_its_step() {
     }
     let manifest_version = catalog.dataset("logs").await.unwrap().manifest_version;
     let empty = catalog
-        .publish(&publish_request(&[], &[]), &|_| Ok(()), T0 + 5)
+        .publish(&publish_request(&[], &[]), &|_| Ok(()), T0 + 5, None)
         .await
         .unwrap();
     assert_eq!(
@@ -421,7 +432,7 @@ async fn publish_moves_splits_applies_the_checkpoint_and_checks_in_its_step() {
     );
     assert_eq!(store.puts(), puts);
     catalog
-        .publish(&kafka_delta(Some(42), 50), &|_| Ok(()), T0 + 6)
+        .publish(&kafka_delta(Some(42), 50), &|_| Ok(()), T0 + 6, None)
         .await
         .unwrap();
     assert_eq!(
@@ -444,7 +455,7 @@ async fn marking_is_idempotent_and_unknown_ids_write_nothing() {
     .unwrap();
 
     let first = catalog
-        .mark_for_deletion("logs", &ids(&["a"]), T0 + 1)
+        .mark_for_deletion("logs", &ids(&["a"]), T0 + 1, None)
         .await
         .unwrap();
     assert_eq!((first.marked, first.already_marked), (ids(&["a"]), vec![]));
@@ -453,7 +464,7 @@ async fn marking_is_idempotent_and_unknown_ids_write_nothing() {
 
     let puts = store.puts();
     let second = catalog
-        .mark_for_deletion("logs", &ids(&["b", "a", "b"]), T0 + 2)
+        .mark_for_deletion("logs", &ids(&["b", "a", "b"]), T0 + 2, None)
         .await
         .unwrap();
     assert_eq!(
@@ -461,7 +472,7 @@ async fn marking_is_idempotent_and_unknown_ids_write_nothing() {
         (ids(&["b"]), ids(&["a"]))
     );
     let err = catalog
-        .mark_for_deletion("logs", &ids(&["zz", "a", "yy"]), T0 + 3)
+        .mark_for_deletion("logs", &ids(&["zz", "a", "yy"]), T0 + 3, None)
         .await
         .unwrap_err();
     assert!(
@@ -496,18 +507,18 @@ async fn delete_removes_only_marked_rows() {
     .await
     .unwrap();
     catalog
-        .mark_for_deletion("logs", &ids(&["a", "b"]), T0 + 1)
+        .mark_for_deletion("logs", &ids(&["a", "b"]), T0 + 1, None)
         .await
         .unwrap();
 
     let puts = store.puts();
     let err = catalog
-        .delete_splits("logs", &ids(&["a", "c"]), T0 + 2)
+        .delete_splits("logs", &ids(&["a", "c"]), T0 + 2, None)
         .await
         .unwrap_err();
     assert!(matches!(err, MendError::FailedPrecondition { ref ids, .. } if ids == &["c"]));
     let err = catalog
-        .delete_splits("logs", &ids(&["a", "x"]), T0 + 2)
+        .delete_splits("logs", &ids(&["a", "x"]), T0 + 2, None)
         .await
         .unwrap_err();
     assert!(
@@ -516,7 +527,7 @@ async fn delete_removes_only_marked_rows() {
     assert_eq!(store.puts(), puts);
 
     catalog
-        .delete_splits("logs", &ids(&["b", "a"]), T0 + 3)
+        .delete_splits("logs", &ids(&["b", "a"]), T0 + 3, None)
         .await
         .unwrap();
     let remaining = sibling(&catalog)
@@ -543,12 +554,12 @@ async fn config_and_token_changes_are_conditional_and_bump_versions() {
     };
 
     let err = catalog
-        .update_config("logs", 7, &config, T0 + 1)
+        .update_config("logs", 7, &config, T0 + 1, None)
         .await
         .unwrap_err();
     assert!(matches!(err, MendError::FailedPrecondition { .. }), "{err}");
     let updated = catalog
-        .update_config("logs", 1, &config, T0 + 1)
+        .update_config("logs", 1, &config, T0 + 1, None)
         .await
         .unwrap();
     assert_eq!(
@@ -565,7 +576,7 @@ async fn config_and_token_changes_are_conditional_and_bump_versions() {
     );
 
     let fenced = catalog
-        .set_publish_token("logs", Some("epoch-2"), T0 + 2)
+        .set_publish_token("logs", Some("epoch-2"), T0 + 2, None)
         .await
         .unwrap();
     assert_eq!(
@@ -574,12 +585,12 @@ async fn config_and_token_changes_are_conditional_and_bump_versions() {
     );
     let puts = store.puts();
     catalog
-        .set_publish_token("logs", Some("epoch-2"), T0 + 3)
+        .set_publish_token("logs", Some("epoch-2"), T0 + 3, None)
         .await
         .unwrap();
     assert_eq!(
         catalog
-            .update_config("logs", 2, &config, T0 + 3)
+            .update_config("logs", 2, &config, T0 + 3, None)
             .await
             .unwrap()
             .config_version,

@@ -15,7 +15,7 @@ async fn datasets_are_created_listed_and_shown() {
         ..DatasetConfig::default()
     };
     let created = catalog
-        .create_dataset(&dataset_id, "uid-1", &config, 1_000)
+        .create_dataset(&dataset_id, "uid-1", &config, 1_000, None)
         .await
         .unwrap();
     assert_eq!(
@@ -36,7 +36,7 @@ async fn datasets_are_created_listed_and_shown() {
     assert_eq!(catalog.dataset(&dataset_id).await.unwrap(), created);
 
     let taken = catalog
-        .create_dataset(&dataset_id, "uid-2", &config, 2_000)
+        .create_dataset(&dataset_id, "uid-2", &config, 2_000, None)
         .await
         .unwrap_err();
     assert!(
@@ -47,7 +47,7 @@ async fn datasets_are_created_listed_and_shown() {
 
     let second_id = format!("{dataset_id}-b");
     catalog
-        .create_dataset(&second_id, "uid-3", &config, 1_000)
+        .create_dataset(&second_id, "uid-3", &config, 1_000, None)
         .await
         .unwrap();
     let listed: Vec<String> = catalog
@@ -81,7 +81,7 @@ async fn config_and_token_changes_bump_versions_and_no_ops_write_nothing() {
     let config = DatasetConfig::default();
 
     let stale = catalog
-        .update_config(&dataset_id, 2, &config, 2_000)
+        .update_config(&dataset_id, 2, &config, 2_000, None)
         .await
         .unwrap_err();
     assert!(
@@ -90,7 +90,7 @@ async fn config_and_token_changes_bump_versions_and_no_ops_write_nothing() {
     );
 
     let same = catalog
-        .update_config(&dataset_id, 1, &config, 2_000)
+        .update_config(&dataset_id, 1, &config, 2_000, None)
         .await
         .unwrap();
     assert_eq!(
@@ -107,7 +107,7 @@ async fn config_and_token_changes_bump_versions_and_no_ops_write_nothing() {
         ..config
     };
     let changed = catalog
-        .update_config(&dataset_id, 1, &changed_config, 2_000)
+        .update_config(&dataset_id, 1, &changed_config, 2_000, None)
         .await
         .unwrap();
     assert_eq!(changed.config, changed_config);
@@ -122,29 +122,29 @@ async fn config_and_token_changes_bump_versions_and_no_ops_write_nothing() {
     assert_eq!(catalog.dataset(&dataset_id).await.unwrap(), changed);
 
     let fenced = catalog
-        .set_publish_token(&dataset_id, Some("epoch-1"), 3_000)
+        .set_publish_token(&dataset_id, Some("epoch-1"), 3_000, None)
         .await
         .unwrap();
     assert_eq!(fenced.publish_token.as_deref(), Some("epoch-1"));
     assert_eq!(fenced.manifest_version, 3);
     let again = catalog
-        .set_publish_token(&dataset_id, Some("epoch-1"), 4_000)
+        .set_publish_token(&dataset_id, Some("epoch-1"), 4_000, None)
         .await
         .unwrap();
     assert_eq!(again, fenced);
     let cleared = catalog
-        .set_publish_token(&dataset_id, None, 5_000)
+        .set_publish_token(&dataset_id, None, 5_000, None)
         .await
         .unwrap();
     assert_eq!((cleared.publish_token, cleared.manifest_version), (None, 4));
 
     for error in [
         catalog
-            .update_config("no-such-dataset", 1, &changed_config, 1)
+            .update_config("no-such-dataset", 1, &changed_config, 1, None)
             .await
             .unwrap_err(),
         catalog
-            .set_publish_token("no-such-dataset", Some("t"), 1)
+            .set_publish_token("no-such-dataset", Some("t"), 1, None)
             .await
             .unwrap_err(),
     ] {

@@ -8,7 +8,7 @@ async fn publish_moves_states_applies_the_checkpoint_and_sees_the_token() {
     let catalog = catalog().await;
     let dataset_id = new_dataset(&catalog).await;
     catalog
-        .set_publish_token(&dataset_id, Some("epoch-1"), 2_000)
+        .set_publish_token(&dataset_id, Some("epoch-1"), 2_000, None)
         .await
         .unwrap();
     let splits = [
@@ -38,7 +38,7 @@ async fn publish_moves_states_applies_the_checkpoint_and_sees_the_token() {
         publish_token: Some("epoch-1".to_string()),
         ..publish_request(&dataset_id, &["b", "a", "b"], &[])
     };
-    let published = catalog.publish(&request, &fenced, 50).await.unwrap();
+    let published = catalog.publish(&request, &fenced, 50, None).await.unwrap();
     assert_eq!(published.published, ids(&["a", "b"]));
     assert!(published.marked.is_empty());
     assert_eq!(published.manifest_version, version_before + 1);
@@ -73,7 +73,7 @@ async fn publish_moves_states_applies_the_checkpoint_and_sees_the_token() {
         checkpoint_delta: Some(delta("p0", Some(10), 20)),
         ..publish_request(&dataset_id, &["c"], &["a"])
     };
-    let replaced = catalog.publish(&request, &fenced, 60).await.unwrap();
+    let replaced = catalog.publish(&request, &fenced, 60, None).await.unwrap();
     assert_eq!(
         (replaced.published, replaced.marked),
         (ids(&["c"]), ids(&["a"]))
@@ -105,11 +105,16 @@ async fn publish_moves_states_applies_the_checkpoint_and_sees_the_token() {
     let rows_before = all_rows(&catalog, &dataset_id).await;
     let dataset_before = catalog.dataset(&dataset_id).await.unwrap();
     catalog
-        .set_publish_token(&dataset_id, Some("epoch-2"), 80)
+        .set_publish_token(&dataset_id, Some("epoch-2"), 80, None)
         .await
         .unwrap();
     let fenced_out = catalog
-        .publish(&publish_request(&dataset_id, &["d"], &[]), &fenced, 90)
+        .publish(
+            &publish_request(&dataset_id, &["d"], &[]),
+            &fenced,
+            90,
+            None,
+        )
         .await
         .unwrap_err();
     assert!(
@@ -126,7 +131,7 @@ async fn publish_moves_states_applies_the_checkpoint_and_sees_the_token() {
     };
     for request in [stale_delta, backwards] {
         let refused = catalog
-            .publish(&request, &accept_all, 90)
+            .publish(&request, &accept_all, 90, None)
             .await
             .unwrap_err();
         assert!(
@@ -139,6 +144,7 @@ async fn publish_moves_states_applies_the_checkpoint_and_sees_the_token() {
             &publish_request(&dataset_id, &["d", "b"], &["c", "a"]),
             &accept_all,
             90,
+            None,
         )
         .await
         .unwrap_err();
@@ -159,6 +165,7 @@ async fn publish_moves_states_applies_the_checkpoint_and_sees_the_token() {
             &publish_request("no-such-dataset", &["a"], &[]),
             &accept_all,
             90,
+            None,
         )
         .await
         .unwrap_err();
@@ -191,13 +198,18 @@ async fn mark_for_deletion_is_idempotent_and_all_or_nothing() {
     .await
     .unwrap();
     catalog
-        .publish(&publish_request(&dataset_id, &["b"], &[]), &accept_all, 20)
+        .publish(
+            &publish_request(&dataset_id, &["b"], &[]),
+            &accept_all,
+            20,
+            None,
+        )
         .await
         .unwrap();
     let version = manifest_version(&catalog, &dataset_id).await;
 
     let marked = catalog
-        .mark_for_deletion(&dataset_id, &ids(&["b", "a"]), 30)
+        .mark_for_deletion(&dataset_id, &ids(&["b", "a"]), 30, None)
         .await
         .unwrap();
     assert_eq!(
@@ -212,7 +224,7 @@ async fn mark_for_deletion_is_idempotent_and_all_or_nothing() {
     );
 
     let again = catalog
-        .mark_for_deletion(&dataset_id, &ids(&["a", "b"]), 40)
+        .mark_for_deletion(&dataset_id, &ids(&["a", "b"]), 40, None)
         .await
         .unwrap();
     assert_eq!(
@@ -232,7 +244,7 @@ async fn mark_for_deletion_is_idempotent_and_all_or_nothing() {
     .await
     .unwrap();
     let unknown = catalog
-        .mark_for_deletion(&dataset_id, &ids(&["c", "zz", "yy"]), 60)
+        .mark_for_deletion(&dataset_id, &ids(&["c", "zz", "yy"]), 60, None)
         .await
         .unwrap_err();
     assert!(
@@ -264,7 +276,7 @@ async fn delete_removes_only_marked_splits_and_refuses_the_batch_otherwise() {
     .unwrap();
 
     let unknown = catalog
-        .delete_splits(&dataset_id, &ids(&["a", "zz"]), 20)
+        .delete_splits(&dataset_id, &ids(&["a", "zz"]), 20, None)
         .await
         .unwrap_err();
     assert!(
@@ -272,7 +284,7 @@ async fn delete_removes_only_marked_splits_and_refuses_the_batch_otherwise() {
         "{unknown:?}"
     );
     let staged = catalog
-        .delete_splits(&dataset_id, &ids(&["a"]), 20)
+        .delete_splits(&dataset_id, &ids(&["a"]), 20, None)
         .await
         .unwrap_err();
     assert!(
@@ -281,12 +293,12 @@ async fn delete_removes_only_marked_splits_and_refuses_the_batch_otherwise() {
     );
 
     catalog
-        .mark_for_deletion(&dataset_id, &ids(&["a"]), 30)
+        .mark_for_deletion(&dataset_id, &ids(&["a"]), 30, None)
         .await
         .unwrap();
     let version = manifest_version(&catalog, &dataset_id).await;
     let mixed = catalog
-        .delete_splits(&dataset_id, &ids(&["a", "b"]), 40)
+        .delete_splits(&dataset_id, &ids(&["a", "b"]), 40, None)
         .await
         .unwrap_err();
     assert!(
@@ -296,7 +308,7 @@ async fn delete_removes_only_marked_splits_and_refuses_the_batch_otherwise() {
     assert_eq!(all_rows(&catalog, &dataset_id).await.len(), 2);
 
     catalog
-        .delete_splits(&dataset_id, &ids(&["a"]), 50)
+        .delete_splits(&dataset_id, &ids(&["a"]), 50, None)
         .await
         .unwrap();
     let left: Vec<String> = all_rows(&catalog, &dataset_id)
@@ -308,7 +320,7 @@ async fn delete_removes_only_marked_splits_and_refuses_the_batch_otherwise() {
     assert_eq!(manifest_version(&catalog, &dataset_id).await, version + 1);
 
     let gone = catalog
-        .delete_splits(&dataset_id, &ids(&["a"]), 60)
+        .delete_splits(&dataset_id, &ids(&["a"]), 60, None)
         .await
         .unwrap_err();
     assert!(matches!(gone, MendError::NotFound { .. }), "{gone:?}");

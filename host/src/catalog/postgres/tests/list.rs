@@ -29,11 +29,12 @@ async fn list_filters_and_pages() {
             &publish_request(&dataset_id, &["s2", "s4"], &[]),
             &accept_all,
             60,
+            None,
         )
         .await
         .unwrap();
     catalog
-        .mark_for_deletion(&dataset_id, &ids(&["s5"]), 70)
+        .mark_for_deletion(&dataset_id, &ids(&["s5"]), 70, None)
         .await
         .unwrap();
     // Updated at: s1 10, s2 60, s3 30, s4 60, s5 70.

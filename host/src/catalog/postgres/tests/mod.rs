@@ -61,6 +61,7 @@ async fn new_dataset(catalog: &PostgresCatalog) -> String {
             &unique_id("uid"),
             &DatasetConfig::default(),
             1_000,
+            None,
         )
         .await
         .expect("create the test dataset");
@@ -120,7 +121,14 @@ async fn stage(
 ) -> Result<Vec<StagedSplit>> {
     let planner = |existing: &[ExistingRow]| plan(mode, splits, existing);
     catalog
-        .stage(dataset_id, mode, &sorted_ids(splits), &planner, now_ms)
+        .stage(
+            dataset_id,
+            mode,
+            &sorted_ids(splits),
+            &planner,
+            now_ms,
+            None,
+        )
         .await
 }
 

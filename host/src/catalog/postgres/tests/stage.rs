@@ -42,7 +42,12 @@ async fn create_only_inserts_missing_rows_and_leaves_existing_rows_untouched() {
 
     // A batch that inserts nothing writes nothing, whatever state the rows are in.
     catalog
-        .publish(&publish_request(&dataset_id, &["b"], &[]), &accept_all, 30)
+        .publish(
+            &publish_request(&dataset_id, &["b"], &[]),
+            &accept_all,
+            30,
+            None,
+        )
         .await
         .unwrap();
     let rows_before = all_rows(&catalog, &dataset_id).await;
@@ -98,7 +103,12 @@ async fn create_only_reports_a_lost_insert_as_skipped_with_the_winners_state() {
     .await
     .unwrap();
     catalog
-        .publish(&publish_request(&dataset_id, &["a"], &[]), &accept_all, 20)
+        .publish(
+            &publish_request(&dataset_id, &["a"], &[]),
+            &accept_all,
+            20,
+            None,
+        )
         .await
         .unwrap();
     let winner = row(&catalog, &dataset_id, "a").await;
@@ -113,6 +123,7 @@ async fn create_only_reports_a_lost_insert_as_skipped_with_the_winners_state() {
             &ids(&["a", "b"]),
             &stale_planner,
             30,
+            None,
         )
         .await
         .unwrap();
@@ -249,7 +260,12 @@ async fn upsert_overwrites_staged_rows_and_a_rejected_plan_writes_nothing() {
     );
 
     catalog
-        .publish(&publish_request(&dataset_id, &["a"], &[]), &accept_all, 30)
+        .publish(
+            &publish_request(&dataset_id, &["a"], &[]),
+            &accept_all,
+            30,
+            None,
+        )
         .await
         .unwrap();
     let rows_before = all_rows(&catalog, &dataset_id).await;
@@ -307,6 +323,7 @@ async fn a_plan_the_backend_cannot_apply_as_written_is_refused() {
             &ids(&["a"]),
             &overwrite,
             20,
+            None,
         )
         .await
         .unwrap_err();
@@ -330,6 +347,7 @@ async fn a_plan_the_backend_cannot_apply_as_written_is_refused() {
             &ids(&["b"]),
             &unrequested,
             20,
+            None,
         )
         .await
         .unwrap_err();
