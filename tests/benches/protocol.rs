@@ -1,28 +1,34 @@
 //! The operation protocol's upload path against writing the same bytes straight to the store.
 //!
 //!     cargo bench -p mend-tests --bench protocol
+//!     scripts/with-s3 cargo bench -p mend-tests --bench protocol
 //!     MEND_BENCH_CONCURRENCY=1 cargo bench -p mend-tests --bench protocol
 //!
-//! On a local-directory catalog, in one run, interleaved [`RUNS`] times (the best run of each
-//! counts, so that a hiccup of the machine does not decide the ratio):
+//! For objects in a local directory, and, when `MEND_TEST_S3_URL` names an S3-compatible
+//! store (`scripts/with-s3`), for objects there (the catalog in a local directory either way),
+//! interleaved [`RUNS`] times (the best run of each counts, so that a hiccup of the machine
+//! does not decide the ratio):
 //!
 //! - mend: one commit of [`SPLITS`] splits of 1 MiB through `mend serve`'s HTTP protocol:
 //!   `begin`, each object streamed with `PUT .../splits/{split}` by [`CONCURRENCY`] clients at
 //!   once (plain HTTP/1.1, a connection per request), then `publish`. The server checks each
-//!   payload's size and sha256, writes it with its recovery header put-if-absent, and
-//!   checks every object again before it publishes;
-//! - the floor: the same bytes put straight into an `object_store` `LocalFileSystem` on the
-//!   same disk, [`CONCURRENCY`] puts at once: no HTTP, no checksum, no catalog.
+//!   payload's size and sha256 and writes it with its recovery header put-if-absent; the
+//!   publish checks every object it did not put itself;
+//! - the floor: the same bytes put straight into the same store with `object_store`,
+//!   [`CONCURRENCY`] puts at once: no HTTP to mend, no checksum, no catalog.
 //!
-//! It prints both throughputs, the ratio mend/floor (target >= 0.8), and the server's peak
-//! resident memory (`VmHWM` of `/proc/<pid>/status`) once started, after the 1 MiB commits and
-//! after one commit of a single [`LARGE_OBJECT_MIB`] MiB object: an upload is streamed, so the
-//! peak grows by a few parts in flight, not by the object. (Objects up to 8 MiB are put in one
-//! request and so held whole while they are checked; larger ones go up in 8 MiB parts.)
+//! It prints both throughputs, the ratio mend/floor (target >= 0.8), the CPU time the server
+//! and this process (the client) used per commit against what the cores had in that time, and
+//! the server's peak resident memory (`VmHWM` of `/proc/<pid>/status`) once started, after the
+//! 1 MiB commits and after one commit of a single [`LARGE_OBJECT_MIB`] MiB object: an upload
+//! is streamed, so the peak grows by a few parts in flight, not by the object. (Objects up to
+//! 8 MiB are put in one request and so held, as the chunks that arrived, while they are
+//! checked; larger ones go up in 8 MiB parts.)
 //!
-//! The server is this binary run again with `MEND_PROTOCOL_BENCH_SERVE=DIR`: `mend serve`'s own
-//! server ([`mend::server::serve`]) with the default limits, on a catalog in `DIR`, alone in its
-//! process so its memory is its own. (A bench of this crate cannot name the `mend` binary.)
+//! The server is this binary run again with `MEND_PROTOCOL_BENCH_SERVE=DIR` (and
+//! `MEND_PROTOCOL_BENCH_OBJECTS=URL`): `mend serve`'s own server ([`mend::server::serve`])
+//! with the default limits, alone in its process so its memory and CPU are its own. (A bench
+//! of this crate cannot name the `mend` binary.)
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
