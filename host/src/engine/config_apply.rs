@@ -87,16 +87,13 @@ impl Engine {
         validate::dataset_id(dataset_id)?;
         validate::config(config)?;
         validate::node(node)?;
-        let operation_id = keyed_operation_id(idempotency_key);
-        let promotion = promotion_key(&operation_id, expected_config_version, config);
         // Answered at once when recorded; otherwise checked again under the gate, since the
         // copy that held it may have promoted meanwhile.
-        if let Some(found) = self
-            .catalog
-            .recorded_request(dataset_id, &promotion.key)
+        if let Some(promoted) = self
+            .recorded_promotion(dataset_id, expected_config_version, config, idempotency_key)
             .await?
         {
-            return found.replay_named(&promotion, idempotency_key);
+            return Ok(promoted);
         }
         self.under_gates(
             [GateName::config(dataset_id)],
@@ -170,6 +167,26 @@ impl Engine {
         .await
     }
 
+    /// The promotion recorded for the apply under `idempotency_key`, if it happened.
+    async fn recorded_promotion(
+        &self,
+        dataset_id: &str,
+        expected_config_version: u64,
+        config: &DatasetConfig,
+        idempotency_key: &str,
+    ) -> Result<Option<Dataset>> {
+        let operation_id = keyed_operation_id(idempotency_key);
+        let promotion = promotion_key(&operation_id, expected_config_version, config);
+        match self
+            .catalog
+            .recorded_request(dataset_id, &promotion.key)
+            .await?
+        {
+            Some(found) => found.replay_named(&promotion, idempotency_key).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// A keyed apply once it holds the config gate: the recorded promotion, else
     /// `RecoveryRequired` while its operation's intent stands, else the apply.
     async fn apply_keyed_holding_gate(
@@ -180,15 +197,13 @@ impl Engine {
         node: &str,
         idempotency_key: &str,
     ) -> Result<Dataset> {
-        let operation_id = keyed_operation_id(idempotency_key);
-        let promotion = promotion_key(&operation_id, expected_config_version, config);
-        if let Some(found) = self
-            .catalog
-            .recorded_request(dataset_id, &promotion.key)
+        if let Some(promoted) = self
+            .recorded_promotion(dataset_id, expected_config_version, config, idempotency_key)
             .await?
         {
-            return found.replay_named(&promotion, idempotency_key);
+            return Ok(promoted);
         }
+        let operation_id = keyed_operation_id(idempotency_key);
         let in_flight = self
             .catalog
             .list_intents(dataset_id)
