@@ -1,7 +1,7 @@
-//! `cargo +nightly fuzz run apply_config_body`: see `mend::fuzzing::apply_config_body` for what it checks.
+//! `cargo +nightly fuzz run apply_config_body`: see `mend_server::fuzzing::apply_config_body` for what it checks.
 
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    mend::fuzzing::apply_config_body(data);
+    mend_server::fuzzing::apply_config_body(data);
 });

@@ -1,7 +1,7 @@
-//! `cargo +nightly fuzz run list_query`: see `mend::fuzzing::list_query` for what it checks.
+//! `cargo +nightly fuzz run list_query`: see `mend_server::fuzzing::list_query` for what it checks.
 
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    mend::fuzzing::list_query(data);
+    mend_server::fuzzing::list_query(data);
 });

@@ -1,7 +1,7 @@
-//! `cargo +nightly fuzz run settings_file`: see `mend::fuzzing::settings_file` for what it checks.
+//! `cargo +nightly fuzz run settings_file`: see `mend_cli::fuzzing::settings_file` for what it checks.
 
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    mend::fuzzing::settings_file(data);
+    mend_cli::fuzzing::settings_file(data);
 });

@@ -1,7 +1,7 @@
-//! `cargo +nightly fuzz run split_ids_body`: see `mend::fuzzing::split_ids_body` for what it checks.
+//! `cargo +nightly fuzz run split_ids_body`: see `mend_server::fuzzing::split_ids_body` for what it checks.
 
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    mend::fuzzing::split_ids_body(data);
+    mend_server::fuzzing::split_ids_body(data);
 });

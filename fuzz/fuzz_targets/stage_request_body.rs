@@ -1,7 +1,7 @@
-//! `cargo +nightly fuzz run stage_request_body`: see `mend::fuzzing::stage_request_body` for what it checks.
+//! `cargo +nightly fuzz run stage_request_body`: see `mend_server::fuzzing::stage_request_body` for what it checks.
 
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    mend::fuzzing::stage_request_body(data);
+    mend_server::fuzzing::stage_request_body(data);
 });

@@ -15,32 +15,29 @@
 //!
 //! A failed property panics with the target's name, which is how both drivers see it:
 //! `cargo fuzz` (the `fuzz/` directory, nightly, for long runs) and the bounded in-suite run
-//! of `tests/tests/fuzz.rs` (stable, seconds per target). This module only checks; finding
+//! of `tests/tests/fuzz.rs` (stable, seconds per target). The stored files' entry points are
+//! here; the HTTP bodies' are in `mend_server::fuzzing` and the settings file's in
+//! `mend_cli::fuzzing`, which use the checks below. This module only checks; finding
 //! inputs, keeping the corpus and replaying crashers are the drivers' job. It is public for
 //! them and hidden from the docs: nothing else should call it.
 
-use std::collections::HashMap;
-use std::path::Path as FilePath;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use mend_policy::{ExistingRow, StagePlanInput};
 use object_store::path::Path as StorePath;
 
 use crate::bounds;
 use crate::catalog::object_store::log::{self, Action, Commit, Snapshot};
 use crate::catalog::object_store::state::DatasetState;
-use crate::config::{ConfigError, Settings, Shown, Source};
 use crate::engine::EngineOptions;
 use crate::error::MendError;
 use crate::intent::{Intent, OperationKind};
-use crate::invariants;
-use crate::model::{Dataset, DatasetConfig, NewSplit, SplitRow, SplitState, TimestampMs};
+use crate::model::{
+    Dataset, DatasetConfig, ListQuery, NewSplit, SplitRow, SplitState, TimestampMs,
+};
 use crate::objects::format;
 use crate::scenarios::{self, ScenarioError};
-use crate::server::api::{self, ApiError};
-use crate::server::body;
-use crate::validate::{self, StageLimits};
+use crate::validate;
 
 /// What an entry point made of its input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,28 +51,15 @@ pub enum Verdict {
 /// One entry point, as the drivers find it by name.
 pub type Target = fn(&[u8]) -> Verdict;
 
-/// Every entry point, by the name of its `cargo fuzz` target and corpus directory.
+/// This crate's entry points, by the name of their `cargo fuzz` target and corpus directory.
+/// The HTTP bodies' are `mend_server::fuzzing::TARGETS`, the settings file's
+/// `mend_cli::fuzzing::TARGETS`.
 pub const TARGETS: &[(&str, Target)] = &[
     ("split_object", split_object),
     ("commit_log_entry", commit_log_entry),
     ("checkpoint", checkpoint),
     ("scenario_file", scenario_file),
-    ("settings_file", settings_file),
-    ("stage_request_body", stage_request_body),
-    ("publish_request_body", publish_request_body),
-    ("apply_config_body", apply_config_body),
-    ("create_dataset_body", create_dataset_body),
-    ("split_ids_body", split_ids_body),
-    ("list_query", list_query),
 ];
-
-/// The entry point named `name`.
-pub fn target(name: &str) -> Option<Target> {
-    TARGETS
-        .iter()
-        .find(|(candidate, _)| *candidate == name)
-        .map(|(_, target)| *target)
-}
 
 /// The dataset every request and log file is about; the seeds use it too, so that mutations
 /// reach past the dataset id check.
@@ -258,224 +242,14 @@ pub fn scenario_file(data: &[u8]) -> Verdict {
     Verdict::Accepted
 }
 
-/// A settings file (`mend.toml`), applied over the built-in defaults. Accepted: every numeric
-/// setting is within its range, every value came from the file or the defaults, and the
-/// options built from the settings hold (the dataset defaults pass `validate::config`).
-pub fn settings_file(data: &[u8]) -> Verdict {
-    // As for scenario files: a file that is not UTF-8 is refused when read.
-    let text = String::from_utf8_lossy(data);
-    let settings = match Settings::from_file_text(FilePath::new("fuzz.toml"), &text) {
-        Ok(settings) => settings,
-        Err(
-            error @ (ConfigError::InvalidToml { .. }
-            | ConfigError::UnknownKey { .. }
-            | ConfigError::InvalidValue { .. }),
-        ) => {
-            assert!(error.to_string().contains("fuzz.toml"), "{error}");
-            return Verdict::Refused;
-        }
-        Err(error) => panic!("settings_file: refused with the wrong error: {error:?}"),
-    };
-    for (setting, shown, source) in settings.entries() {
-        if let (Some(range), Shown::Number(value)) = (setting.range, &shown) {
-            assert!(
-                range.within(*value).is_ok(),
-                "settings_file: {} is {value}, outside {range}",
-                setting.key
-            );
-        }
-        assert!(
-            matches!(source, Source::Default | Source::File(_)),
-            "settings_file: {} came from {source}",
-            setting.key
-        );
-    }
-    let engine = settings.engine_options();
-    assert!(engine.max_stage_batch >= 1 && engine.intent_lease_ms >= 0);
-    settings.policy_limits();
-    settings.load_options();
-    validate::config(&settings.dataset_config_defaults()).unwrap_or_else(|error| {
-        panic!("settings_file: accepted grace periods make an invalid dataset config: {error}")
-    });
-    // `Debug` is what `mend config` and logs show; it walks every setting's shower.
-    assert!(format!("{settings:?}").contains("fuzz.toml"));
-    Verdict::Accepted
-}
-
-/// `POST /v1/datasets/{dataset}/stage`'s body, parsed as the server parses it, then validated
-/// as the engine validates it. Accepted: one validated split per requested one, each id in the
-/// one alphabet, each metadata a JSON object within the limit, each time range ordered; and
-/// the default policy's plan for it on an empty dataset passes the host's invariant check.
-pub fn stage_request_body(data: &[u8]) -> Verdict {
-    let request = match body::parse::<api::Stage>(&Bytes::copy_from_slice(data)) {
-        Ok(parsed) => parsed.into_request(DATASET.to_owned()),
-        Err(error) => return expect_bad_request("stage_request_body: parse", &error),
-    };
-    let limits = limits();
-    let stage_limits = StageLimits {
-        max_batch: limits.max_stage_batch,
-        max_metadata_bytes: limits.max_metadata_bytes,
-    };
-    let requested = match validate::stage_request(&request, stage_limits) {
-        Ok(requested) => requested,
-        Err(error) => return expect_invalid_argument("stage_request_body: validate", &error),
-    };
-    assert_eq!(requested.len(), request.splits.len(), "stage_request_body");
-    for (split, asked) in requested.iter().zip(&request.splits) {
-        check_new_split(split, &asked.split_id, limits.max_metadata_bytes);
-    }
-    // The rest of the engine's path that needs no catalog: the policy plans, the host checks.
-    let mut split_ids: Vec<String> = requested.iter().map(|s| s.split_id.clone()).collect();
-    split_ids.sort();
-    split_ids.dedup();
-    let input = StagePlanInput {
-        dataset_id: request.dataset_id.clone(),
-        mode: request.mode,
-        split_ids: requested.iter().map(|s| s.split_id.clone()).collect(),
-        existing: Vec::<ExistingRow>::new(),
-    };
-    let planned = mend_policy::plan_stage(&input);
-    invariants::checked_stage_plan(request.mode, &requested, &split_ids, &[], planned)
-        .unwrap_or_else(|error| {
-            panic!("stage_request_body: the default plan on an empty dataset is refused: {error}")
-        });
-    Verdict::Accepted
-}
-
-/// `POST /v1/datasets/{dataset}/publish`'s body, parsed, then validated as the engine does.
-/// Accepted: every id is valid, none is both published and replaced, the request names
-/// something, and every checkpoint partition moves forward.
-pub fn publish_request_body(data: &[u8]) -> Verdict {
-    let request = match body::parse::<api::Publish>(&Bytes::copy_from_slice(data)) {
-        Ok(parsed) => parsed.into_request(DATASET.to_owned()),
-        Err(error) => return expect_bad_request("publish_request_body: parse", &error),
-    };
-    let limits = limits();
-    if let Err(error) = validate::publish_request(&request, limits.max_stage_batch) {
-        return expect_invalid_argument("publish_request_body: validate", &error);
-    }
-    let ids = request
-        .staged_split_ids
-        .iter()
-        .chain(&request.replaced_split_ids);
-    for id in ids {
-        validate::split_id(id).expect("publish_request_body: an accepted publish's split id");
-    }
-    assert!(
-        request
-            .staged_split_ids
-            .iter()
-            .all(|id| !request.replaced_split_ids.contains(id)),
-        "publish_request_body: a split both published and replaced"
-    );
-    assert!(
-        !request.staged_split_ids.is_empty()
-            || !request.replaced_split_ids.is_empty()
-            || request.checkpoint_delta.is_some(),
-        "publish_request_body: an empty publish"
-    );
-    for partition in request
-        .checkpoint_delta
-        .iter()
-        .flat_map(|delta| &delta.partitions)
-    {
-        assert!(
-            partition
-                .from_position
-                .is_none_or(|from| from < partition.to_position),
-            "publish_request_body: a partition moving backwards"
-        );
-    }
-    Verdict::Accepted
-}
-
-/// `POST /v1/datasets/{dataset}/config`'s body, parsed, then validated as the engine does.
-/// Accepted: the grace periods are in their ranges and the node is a valid name.
-pub fn apply_config_body(data: &[u8]) -> Verdict {
-    let request = match body::parse::<api::ApplyConfig>(&Bytes::copy_from_slice(data)) {
-        Ok(request) => request,
-        Err(error) => return expect_bad_request("apply_config_body: parse", &error),
-    };
-    if let Err(error) =
-        validate::config(&request.config).and_then(|()| validate::node(&request.node))
-    {
-        return expect_invalid_argument("apply_config_body: validate", &error);
-    }
-    check_config("apply_config_body", &request.config);
-    Verdict::Accepted
-}
-
-/// `POST /v1/datasets`'s body, parsed, merged with the default config, then validated as the
-/// engine does. Accepted: the id is in the one alphabet, the config's numbers in their ranges.
-pub fn create_dataset_body(data: &[u8]) -> Verdict {
-    let request = match body::parse::<api::CreateDataset>(&Bytes::copy_from_slice(data)) {
-        Ok(request) => request,
-        Err(error) => return expect_bad_request("create_dataset_body: parse", &error),
-    };
-    let config = request.config(&DatasetConfig::default());
-    if let Err(error) =
-        validate::dataset_id(&request.dataset_id).and_then(|()| validate::config(&config))
-    {
-        return expect_invalid_argument("create_dataset_body: validate", &error);
-    }
-    check_config("create_dataset_body", &config);
-    Verdict::Accepted
-}
-
-/// The body of `mark` and `delete` (`{"split_ids": [...]}`), parsed, then validated as the
-/// engine does. Accepted: a non-empty list of valid ids within the batch limit.
-pub fn split_ids_body(data: &[u8]) -> Verdict {
-    let request = match body::parse::<api::SplitIds>(&Bytes::copy_from_slice(data)) {
-        Ok(request) => request,
-        Err(error) => return expect_bad_request("split_ids_body: parse", &error),
-    };
-    let max = limits().max_stage_batch;
-    if let Err(error) = validate::split_id_list(DATASET, &request.split_ids, max) {
-        return expect_invalid_argument("split_ids_body: validate", &error);
-    }
-    assert!(!request.split_ids.is_empty() && request.split_ids.len() <= max);
-    for id in &request.split_ids {
-        validate::split_id(id).expect("split_ids_body: an accepted id");
-    }
-    Verdict::Accepted
-}
-
-/// The query string of `GET /v1/datasets/{dataset}/splits` (`state=..&limit=..`), decoded as
-/// the server decodes it, turned into a query, validated as the engine does, then run on a
-/// small dataset. Accepted: the limit is in range, the time range ordered, the ids valid, and
-/// the page holds at most `limit` splits that all match.
-pub fn list_query(data: &[u8]) -> Verdict {
-    // Later keys win, as they do in the server's `Query<HashMap<..>>`.
-    let params: HashMap<String, String> = url::form_urlencoded::parse(data)
-        .map(|(key, value)| (key.into_owned(), value.into_owned()))
-        .collect();
-    let query = match api::list_query(&params) {
-        Ok(query) => query,
-        Err(error) => return expect_bad_request("list_query: parse", &error),
-    };
-    let max = limits().max_list_page;
-    if let Err(error) = validate::list_query(&query, max) {
-        return expect_invalid_argument("list_query: validate", &error);
-    }
-    assert!(query.limit.is_none_or(|limit| (1..=max).contains(&limit)));
-    assert!(
-        query
-            .time_range
-            .is_none_or(|range| range.start <= range.end)
-    );
-    let page = base_state(1).list_splits(&query);
-    assert!(page.splits.len() <= query.limit.unwrap_or(usize::MAX));
-    assert!(page.splits.iter().all(|row| query.matches(row)));
-    Verdict::Accepted
-}
-
 /// The engine's default limits, which the server and the CLI use unless a setting changes them.
-fn limits() -> &'static EngineOptions {
+pub fn limits() -> &'static EngineOptions {
     static LIMITS: OnceLock<EngineOptions> = OnceLock::new();
     LIMITS.get_or_init(EngineOptions::default)
 }
 
-fn check_new_split(split: &Arc<NewSplit>, asked: &str, max_metadata_bytes: usize) {
+/// What every accepted split of a stage request must be.
+pub fn check_new_split(split: &Arc<NewSplit>, asked: &str, max_metadata_bytes: usize) {
     assert_eq!(
         split.split_id, asked,
         "stage_request_body: ids keep their order"
@@ -490,7 +264,8 @@ fn check_new_split(split: &Arc<NewSplit>, asked: &str, max_metadata_bytes: usize
     }
 }
 
-fn check_config(target: &str, config: &DatasetConfig) {
+/// What every accepted dataset config must be, and what gc does with it staying in time.
+pub fn check_config(target: &str, config: &DatasetConfig) {
     bounds::STAGED_GRACE_PERIOD_MS
         .check(config.staged_grace_period_ms)
         .and_then(|_| bounds::DELETION_GRACE_PERIOD_MS.check(config.deletion_grace_period_ms))
@@ -500,6 +275,14 @@ fn check_config(target: &str, config: &DatasetConfig) {
         bounds::ms_before(now, config.staged_grace_period_ms);
         bounds::ms_after(now, config.deletion_grace_period_ms);
     }
+}
+
+/// `query`, accepted by validation, run on a small dataset: at most `limit` splits, all
+/// matching.
+pub fn check_listing(query: &ListQuery) {
+    let page = base_state(1).list_splits(query);
+    assert!(page.splits.len() <= query.limit.unwrap_or(usize::MAX));
+    assert!(page.splits.iter().all(|row| query.matches(row)));
 }
 
 /// The state's checkpoint, written and read back as a later reader would, is the same state.
@@ -569,7 +352,8 @@ fn base_state(version: u64) -> DatasetState {
     .expect("the base state is in this host's format")
 }
 
-fn expect_corrupt(target: &str, error: &MendError) -> Verdict {
+/// A refusal that must be `Corrupt`.
+pub fn expect_corrupt(target: &str, error: &MendError) -> Verdict {
     assert!(
         matches!(error, MendError::Corrupt { .. }),
         "{target}: refused with {error:?}, not Corrupt"
@@ -577,24 +361,11 @@ fn expect_corrupt(target: &str, error: &MendError) -> Verdict {
     Verdict::Refused
 }
 
-fn expect_invalid_argument(target: &str, error: &MendError) -> Verdict {
+/// A refusal that must be `InvalidArgument`.
+pub fn expect_invalid_argument(target: &str, error: &MendError) -> Verdict {
     assert!(
         matches!(error, MendError::InvalidArgument { .. }),
         "{target}: refused with {error:?}, not InvalidArgument"
-    );
-    Verdict::Refused
-}
-
-fn expect_bad_request(target: &str, error: &ApiError) -> Verdict {
-    assert_eq!(
-        error.status(),
-        (axum::http::StatusCode::BAD_REQUEST, "invalid_argument"),
-        "{target}: {}",
-        error.message()
-    );
-    assert!(
-        !error.message().is_empty(),
-        "{target}: a refusal without words"
     );
     Verdict::Refused
 }

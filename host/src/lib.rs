@@ -8,14 +8,12 @@
 //! - [`catalog`] is the storage trait and its backends (Postgres, object storage);
 //! - [`engine`] is the one driver: it validates requests, observes the catalog, asks the
 //!   policy, checks the answer against [`invariants`] and has the backend execute it;
-//! - [`config`] resolves a process's settings from defaults, a file, the environment and flags;
 //! - [`model`] and [`error`] are the data and the typed errors everything shares.
 
 pub mod audit;
 pub mod bounds;
 pub mod catalog;
 pub mod clock;
-pub mod config;
 pub mod engine;
 pub mod error;
 pub mod faults;
@@ -30,7 +28,6 @@ pub mod objects;
 pub mod progress;
 pub mod runtime;
 pub mod scenarios;
-pub mod server;
 pub mod validate;
 
 pub use catalog::{Capabilities, Catalog};

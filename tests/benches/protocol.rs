@@ -26,7 +26,7 @@
 //! checked; larger ones go up in 8 MiB parts.)
 //!
 //! The server is this binary run again with `MEND_PROTOCOL_BENCH_SERVE=DIR` (and
-//! `MEND_PROTOCOL_BENCH_OBJECTS=URL`): `mend serve`'s own server ([`mend::server::serve`])
+//! `MEND_PROTOCOL_BENCH_OBJECTS=URL`): `mend serve`'s own server ([`mend_server::serve`])
 //! with the default limits, alone in its process so its memory and CPU are its own. (A bench
 //! of this crate cannot name the `mend` binary.)
 
@@ -249,15 +249,15 @@ fn serve(dir: &Path, objects_url: Option<String>) {
             mend::EngineOptions::default(),
         )
         .unwrap();
-        let options = mend::server::ServeOptions {
+        let options = mend_server::ServeOptions {
             admin_token: None,
-            supervisor: mend::server::supervisor::SupervisorOptions::default(),
+            supervisor: mend_server::supervisor::SupervisorOptions::default(),
             load: mend::runtime::LoadOptions::default(),
             dataset_defaults: mend::model::DatasetConfig::default(),
-            limits: mend::server::ServeLimits::default(),
+            limits: mend_server::ServeLimits::default(),
         };
         let listen = SocketAddr::from(([127, 0, 0, 1], 0));
-        mend::server::serve(engine, options, listen, std::future::pending(), |address| {
+        mend_server::serve(engine, options, listen, std::future::pending(), |address| {
             println!("listening on {address}");
         })
         .await

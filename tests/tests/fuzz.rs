@@ -1,4 +1,4 @@
-//! The fuzz targets of `mend::fuzzing`, run for a few seconds each on the stable toolchain, as
+//! The fuzz targets of `mend::fuzzing`, `mend_server::fuzzing` and `mend_cli::fuzzing`, run for a few seconds each on the stable toolchain, as
 //! part of `cargo test`: every file of the target's corpus (`fuzz/corpus/<target>/`) is
 //! replayed, then a seeded mutator feeds it variations of the corpus until the target's time
 //! is up. `cargo fuzz` (nightly, `fuzz/`) runs the same targets for as long as one likes,
@@ -24,8 +24,20 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use mend::fuzzing::{self, Target, Verdict};
+use mend::fuzzing::{Target, Verdict};
 use mend::objects::format;
+
+/// Every target, with the crate whose `fuzzing` module holds it.
+fn targets() -> impl Iterator<Item = (&'static str, &'static str, Target)> {
+    let of = |krate: &'static str, targets: &'static [(&'static str, Target)]| {
+        targets
+            .iter()
+            .map(move |(name, target)| (krate, *name, *target))
+    };
+    of("mend", mend::fuzzing::TARGETS)
+        .chain(of("mend_server", mend_server::fuzzing::TARGETS))
+        .chain(of("mend_cli", mend_cli::fuzzing::TARGETS))
+}
 
 /// The default seed: fixed, so that `scripts/test` tries the same inputs every run.
 const DEFAULT_SEED: u64 = 0x6d65_6e64_6675_7a7a;
@@ -90,12 +102,14 @@ fn list_query() {
     run("list_query");
 }
 
-/// Every target has a test above and a corpus; a target added to `mend::fuzzing` without
+/// Every target has a test above and a corpus; a target added to a `fuzzing` module without
 /// them fails here.
 #[test]
 fn every_target_has_a_test_and_a_corpus() {
     let source = include_str!("fuzz.rs");
-    for (name, _) in fuzzing::TARGETS {
+    let mut count = 0;
+    for (krate, name, _) in targets() {
+        count += 1;
         assert!(
             source.contains(&format!("fn {name}() {{\n    run(\"{name}\");")),
             "no test runs target {name}"
@@ -110,20 +124,20 @@ fn every_target_has_a_test_and_a_corpus() {
         let text = std::fs::read_to_string(&fuzz_target)
             .unwrap_or_else(|error| panic!("{}: {error}", fuzz_target.display()));
         assert!(
-            text.contains(&format!("mend::fuzzing::{name}(")),
-            "{} does not call mend::fuzzing::{name}",
+            text.contains(&format!("{krate}::fuzzing::{name}(")),
+            "{} does not call {krate}::fuzzing::{name}",
             fuzz_target.display()
         );
     }
-    println!(
-        "fuzz: {} targets, each with a test, a corpus and a cargo-fuzz target",
-        fuzzing::TARGETS.len()
-    );
+    println!("fuzz: {count} targets, each with a test, a corpus and a cargo-fuzz target");
 }
 
 /// Replays the corpus of `name`, then mutates it until the time is up, and prints the counts.
 fn run(name: &str) {
-    let target = fuzzing::target(name).unwrap_or_else(|| panic!("no fuzz target {name}"));
+    let target = targets()
+        .find(|(_, candidate, _)| *candidate == name)
+        .map(|(_, _, target)| target)
+        .unwrap_or_else(|| panic!("no fuzz target {name}"));
     let seed = seed();
     let budget = budget();
     let corpus = corpus(name);

@@ -14,6 +14,7 @@
 //! state. A backend calls it again if it retries the step.
 
 pub mod object_store;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod recorded;
 
@@ -32,7 +33,8 @@ use crate::model::{
 };
 
 pub use self::object_store::ObjectStoreCatalog;
-pub use self::postgres::{PostgresCatalog, PostgresOptions};
+#[cfg(feature = "postgres")]
+pub use self::postgres::PostgresCatalog;
 pub use self::recorded::{RecordedRequest, RequestKey};
 
 /// Named features a backend or host provides, such as `stage.create-only`. A policy lists the
@@ -463,6 +465,28 @@ pub(crate) fn checkpoint_after(
     Ok(next)
 }
 
+/// How a Postgres catalog is opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PostgresOptions {
+    /// Open a server whose settings may lose acknowledged commits in a crash (`fsync`,
+    /// `synchronous_commit` or `full_page_writes` off). Only for throwaway clusters: a publish
+    /// mend acknowledged could be gone after the server restarts.
+    pub accept_unsafe_durability: bool,
+}
+
+/// Whether `url` names a Postgres catalog.
+pub fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// What a `postgres://` URL meets in a build without the `postgres` feature.
+#[cfg(not(feature = "postgres"))]
+pub(crate) fn no_postgres_backend() -> crate::MendError {
+    crate::MendError::invalid(
+        "this build of mend has no Postgres backend: build it with the `postgres` feature",
+    )
+}
+
 /// Opens the catalog at `catalog_url` and the store of split objects.
 ///
 /// Split objects live in the catalog's own store for object-storage catalogs unless
@@ -480,29 +504,41 @@ pub async fn open_with(
     objects_url: Option<&str>,
     postgres: PostgresOptions,
 ) -> Result<(std::sync::Arc<dyn Catalog>, crate::objects::SplitObjects)> {
-    use crate::objects::SplitObjects;
     use std::sync::Arc;
 
-    let objects_in = |url: &str| -> Result<SplitObjects> {
-        let (store, prefix, signer) = self::object_store::open_store_with_signer(url)?;
-        let objects = SplitObjects::new(store, prefix);
-        Ok(match signer {
-            Some(signer) => objects.with_signer(signer),
-            None => objects,
-        })
-    };
-    let separate_objects = objects_url.map(objects_in).transpose()?;
-    if catalog_url.starts_with("postgres://") || catalog_url.starts_with("postgresql://") {
-        let objects = separate_objects.ok_or_else(|| {
-            crate::MendError::invalid(
-                "a Postgres catalog keeps rows only: give --objects URL (file://DIR, s3://...) for the split objects",
-            )
-        })?;
-        let catalog = PostgresCatalog::connect_with(catalog_url, postgres).await?;
-        return Ok((Arc::new(catalog), objects));
+    let separate_objects = objects_url
+        .map(self::object_store::open_objects)
+        .transpose()?;
+    if is_postgres_url(catalog_url) {
+        return open_postgres(catalog_url, separate_objects, postgres).await;
     }
-    let own = objects_in(catalog_url)?;
+    let own = self::object_store::open_objects(catalog_url)?;
     let (store, prefix) = own.store();
     let catalog = ObjectStoreCatalog::new(store.clone(), prefix.clone(), Default::default());
     Ok((Arc::new(catalog), separate_objects.unwrap_or(own)))
+}
+
+/// A Postgres catalog, with the split objects it needs elsewhere.
+#[cfg(feature = "postgres")]
+async fn open_postgres(
+    catalog_url: &str,
+    objects: Option<crate::objects::SplitObjects>,
+    options: PostgresOptions,
+) -> Result<(std::sync::Arc<dyn Catalog>, crate::objects::SplitObjects)> {
+    let objects = objects.ok_or_else(|| {
+        crate::MendError::invalid(
+            "a Postgres catalog keeps rows only: give --objects URL (file://DIR, s3://...) for the split objects",
+        )
+    })?;
+    let catalog = PostgresCatalog::connect_with(catalog_url, options).await?;
+    Ok((std::sync::Arc::new(catalog), objects))
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres(
+    _catalog_url: &str,
+    _objects: Option<crate::objects::SplitObjects>,
+    _options: PostgresOptions,
+) -> Result<(std::sync::Arc<dyn Catalog>, crate::objects::SplitObjects)> {
+    Err(no_postgres_backend())
 }

@@ -39,6 +39,7 @@
 
 mod in_process;
 mod object_store;
+#[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(test)]
 mod tests;
@@ -56,7 +57,28 @@ use crate::model::TimestampMs;
 
 pub use self::in_process::InProcessGates;
 pub use self::object_store::{DEFAULT_MAX_CLOCK_SKEW, DEFAULT_POLL_INTERVAL, ObjectStoreGates};
+#[cfg(feature = "postgres")]
 pub use self::postgres::PostgresGates;
+
+/// Advisory-lock gates on a pool of their own, its connections named `holder`.
+#[cfg(feature = "postgres")]
+async fn postgres_gates(catalog_url: &str, holder: &str) -> Result<Arc<dyn Gates>> {
+    let options: sqlx::postgres::PgConnectOptions = catalog_url
+        .parse()
+        .map_err(|error| MendError::unavailable("parse the gates' database URL", error))?;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(8)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(options.application_name(holder))
+        .await
+        .map_err(|error| MendError::unavailable("connect the gates' pool", error))?;
+    Ok(Arc::new(PostgresGates::new(pool)))
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn postgres_gates(_catalog_url: &str, _holder: &str) -> Result<Arc<dyn Gates>> {
+    Err(crate::catalog::no_postgres_backend())
+}
 
 /// How long a lease of [`open_gates`]'s object-store gates lasts.
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(60);
@@ -74,17 +96,8 @@ pub async fn open_gates(catalog_url: &str) -> Result<Arc<dyn Gates>> {
 /// the gates' connections. [`holder_description`] adds the pid and the host.
 pub async fn open_gates_as(catalog_url: &str, program: &str) -> Result<Arc<dyn Gates>> {
     let holder = holder_description(program);
-    if catalog_url.starts_with("postgres://") || catalog_url.starts_with("postgresql://") {
-        let options: sqlx::postgres::PgConnectOptions = catalog_url
-            .parse()
-            .map_err(|error| MendError::unavailable("parse the gates' database URL", error))?;
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(8)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options.application_name(&holder))
-            .await
-            .map_err(|error| MendError::unavailable("connect the gates' pool", error))?;
-        return Ok(Arc::new(PostgresGates::new(pool)));
+    if crate::catalog::is_postgres_url(catalog_url) {
+        return postgres_gates(catalog_url, &holder).await;
     }
     if catalog_url.starts_with("memory://") {
         return Ok(Arc::new(InProcessGates::new()));

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use object_store::path::Path;
-use object_store::signer::Signer;
 use object_store::{GetOptions, GetRange, ObjectStore, PutMode, PutOptions, PutPayload};
 
 use crate::error::{MendError, Result};
@@ -73,6 +72,27 @@ pub enum PutOutcome {
 /// The longest a presigned upload URL is valid, whatever the operation's lease.
 pub const MAX_UPLOAD_URL_VALIDITY: Duration = Duration::from_secs(60 * 60);
 
+/// What presigns uploads for a store that can (S3's client, with the `s3` feature): a URL
+/// that lets whoever holds it `PUT` one path without credentials until it expires.
+#[async_trait::async_trait]
+pub trait UploadSigner: Send + Sync + std::fmt::Debug {
+    /// A presigned `PUT` URL for `path`, valid for `valid_for`.
+    async fn upload_url(&self, path: &Path, valid_for: Duration) -> Result<String>;
+}
+
+#[cfg(feature = "s3")]
+#[async_trait::async_trait]
+impl UploadSigner for object_store::aws::AmazonS3 {
+    async fn upload_url(&self, path: &Path, valid_for: Duration) -> Result<String> {
+        use object_store::signer::Signer;
+        let url = self
+            .signed_url(http::Method::PUT, path, valid_for)
+            .await
+            .map_err(|error| MendError::unavailable(format!("presign {path}"), error))?;
+        Ok(url.to_string())
+    }
+}
+
 /// A URL a writer can `PUT` one split object to, straight into the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UploadUrl {
@@ -85,7 +105,7 @@ pub struct SplitObjects {
     store: Arc<dyn ObjectStore>,
     prefix: Path,
     /// Where the store can presign requests (S3): hands writers upload URLs.
-    signer: Option<Arc<dyn Signer>>,
+    signer: Option<Arc<dyn UploadSigner>>,
 }
 
 impl SplitObjects {
@@ -99,7 +119,7 @@ impl SplitObjects {
 
     /// The same objects, with a signer for the same store, so that writers can be handed
     /// presigned upload URLs ([`upload_url`](Self::upload_url)).
-    pub fn with_signer(self, signer: Arc<dyn Signer>) -> Self {
+    pub fn with_signer(self, signer: Arc<dyn UploadSigner>) -> Self {
         Self {
             signer: Some(signer),
             ..self
@@ -125,14 +145,8 @@ impl SplitObjects {
         };
         let valid_for = valid_for.clamp(Duration::from_secs(1), MAX_UPLOAD_URL_VALIDITY);
         let path = self.path(dataset_id, split_id);
-        let url = signer
-            .signed_url(http::Method::PUT, &path, valid_for)
-            .await
-            .map_err(|error| MendError::unavailable(format!("presign {path}"), error))?;
-        Ok(Some(UploadUrl {
-            url: url.to_string(),
-            valid_for,
-        }))
+        let url = signer.upload_url(&path, valid_for).await?;
+        Ok(Some(UploadUrl { url, valid_for }))
     }
 
     /// The store the objects live in, and the prefix under it.

@@ -42,7 +42,8 @@ use futures::{StreamExt, TryStreamExt};
 
 use self::log::{Action, Commit, Log, PutOutcome};
 use self::mutations::Change;
-pub use self::open::{open_store, open_store_with_signer};
+pub(crate) use self::open::open_objects;
+pub use self::open::open_store;
 use self::state::DatasetState;
 use super::{
     Capabilities, Catalog, ManifestProbe, PublishValidator, RecordedRequest, RequestKey,

@@ -5,15 +5,15 @@
 
 use std::sync::Arc;
 
+use crate::objects::{SplitObjects, UploadSigner};
 use ::object_store::ObjectStore;
-use ::object_store::aws::{AmazonS3Builder, S3ConditionalPut};
 use ::object_store::local::LocalFileSystem;
 use ::object_store::memory::InMemory;
 use ::object_store::path::Path;
-use ::object_store::signer::Signer;
 use url::Url;
 
 use super::{ObjectStoreCatalog, ObjectStoreCatalogOptions};
+
 use crate::error::{MendError, Result};
 
 const SUPPORTED: &str = "file:///DIR, a directory path, memory:// or s3://BUCKET/PREFIX";
@@ -35,15 +35,24 @@ impl ObjectStoreCatalog {
 
 /// The store and prefix a URL names, for the catalog or for split objects kept elsewhere.
 pub fn open_store(url: &str) -> Result<(Arc<dyn ObjectStore>, Path)> {
-    open_store_with_signer(url).map(|(store, prefix, _)| (store, prefix))
+    open_store_and_signer(url).map(|(store, prefix, _)| (store, prefix))
 }
 
-/// A store, the prefix a URL names in it, and a signer for it where it presigns.
-pub type StoreWithSigner = (Arc<dyn ObjectStore>, Path, Option<Arc<dyn Signer>>);
+/// The split objects a URL names: its store and prefix, and where the store presigns (S3), a
+/// signer so that writers can be handed upload URLs.
+pub(crate) fn open_objects(url: &str) -> Result<SplitObjects> {
+    let (store, prefix, signer) = open_store_and_signer(url)?;
+    let objects = SplitObjects::new(store, prefix);
+    Ok(match signer {
+        Some(signer) => objects.with_signer(signer),
+        None => objects,
+    })
+}
 
-/// [`open_store`], with a signer for the same store where it can presign requests (S3), so
-/// that writers can be handed upload URLs.
-pub fn open_store_with_signer(url: &str) -> Result<StoreWithSigner> {
+/// A store, the prefix a URL names in it, and what presigns uploads to it, if it can.
+type OpenedStore = (Arc<dyn ObjectStore>, Path, Option<Arc<dyn UploadSigner>>);
+
+fn open_store_and_signer(url: &str) -> Result<OpenedStore> {
     let Some((scheme, _)) = url.split_once("://") else {
         let (store, prefix) = local_directory(std::path::Path::new(url))?;
         return Ok((store, prefix, None));
@@ -61,6 +70,7 @@ pub fn open_store_with_signer(url: &str) -> Result<StoreWithSigner> {
             Ok((store, prefix, None))
         }
         "memory" => Ok((Arc::new(InMemory::new()), url_prefix(&parsed)?, None)),
+        #[cfg(feature = "s3")]
         "s3" => {
             let bucket = parsed.host_str().unwrap_or_default();
             if bucket.is_empty() {
@@ -68,9 +78,9 @@ pub fn open_store_with_signer(url: &str) -> Result<StoreWithSigner> {
                     "catalog url {url} names no bucket; use s3://BUCKET/PREFIX"
                 )));
             }
-            let store = AmazonS3Builder::from_env()
+            let store = ::object_store::aws::AmazonS3Builder::from_env()
                 .with_url(format!("s3://{bucket}"))
-                .with_conditional_put(S3ConditionalPut::ETagMatch)
+                .with_conditional_put(::object_store::aws::S3ConditionalPut::ETagMatch)
                 .build()
                 .map_err(|err| {
                     MendError::invalid(format!("catalog url {url}: cannot configure s3: {err}"))
@@ -78,6 +88,10 @@ pub fn open_store_with_signer(url: &str) -> Result<StoreWithSigner> {
             let store = Arc::new(store);
             Ok((store.clone(), url_prefix(&parsed)?, Some(store)))
         }
+        #[cfg(not(feature = "s3"))]
+        "s3" => Err(MendError::invalid(format!(
+            "catalog url {url}: this build of mend has no S3 backend: build it with the `s3` feature"
+        ))),
         other => Err(MendError::invalid(format!(
             "catalog url scheme {other}:// is not an object store; use {SUPPORTED}"
         ))),

@@ -69,14 +69,7 @@ static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
 type PgTransaction = Transaction<'static, Postgres>;
 
-/// How a Postgres catalog is opened.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PostgresOptions {
-    /// Open a server whose settings may lose acknowledged commits in a crash (`fsync`,
-    /// `synchronous_commit` or `full_page_writes` off). Only for throwaway clusters: a publish
-    /// mend acknowledged could be gone after the server restarts.
-    pub accept_unsafe_durability: bool,
-}
+pub use super::PostgresOptions;
 
 /// The server settings a catalog's durability rests on, with the one value each must not have.
 const DURABILITY_SETTINGS: [(&str, &str); 3] = [

@@ -9,6 +9,7 @@
 
 mod in_process;
 mod object_store;
+#[cfg(feature = "postgres")]
 mod postgres;
 
 use std::panic::AssertUnwindSafe;

@@ -17,7 +17,7 @@ async fn pool(max_connections: u32) -> PgPool {
     let url = std::env::var("MEND_TEST_DATABASE_URL").unwrap_or_else(|_| {
         panic!(
             "MEND_TEST_DATABASE_URL is not set: run the Postgres tests under \
-             scripts/with-postgres, e.g. `scripts/with-postgres cargo test -p mend --lib gates`"
+             scripts/with-postgres, e.g. `scripts/with-postgres cargo test -p mend --features postgres --lib gates`"
         )
     });
     PgPoolOptions::new()

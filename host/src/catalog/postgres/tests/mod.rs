@@ -33,7 +33,7 @@ async fn catalog() -> PostgresCatalog {
     let url = std::env::var("MEND_TEST_DATABASE_URL").unwrap_or_else(|_| {
         panic!(
             "MEND_TEST_DATABASE_URL is not set: run the Postgres tests under scripts/with-postgres, \
-             e.g. `scripts/with-postgres cargo test -p mend --lib catalog::postgres`"
+             e.g. `scripts/with-postgres cargo test -p mend --features postgres --lib catalog::postgres`"
         )
     });
     PostgresCatalog::connect_with(&url, test_options())

@@ -28,9 +28,9 @@ use super::Shared;
 use super::api::{ApiError, ApiResult, admit, authorize, idempotency_key, ok, parse};
 use super::body::JsonBody;
 use super::writes::Writes;
-use crate::error::PolicyError;
-use crate::runtime::PolicyRuntime;
-use crate::scenarios::Suite;
+use mend::error::PolicyError;
+use mend::runtime::PolicyRuntime;
+use mend::scenarios::Suite;
 
 /// Longest an admin request waits for a file it names to be read.
 pub(super) const FILE_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -202,10 +202,10 @@ async fn candidate(
                 ApiError::bad_request(format!("scenarios {} are not UTF-8 text", path.display()))
             })?;
             let file = path.display().to_string();
-            scenarios.push(
-                crate::scenarios::parse_suite(&file, &text)
-                    .map_err(|error| ApiError::bad_request(format!("scenarios {file}: {error}")))?,
-            );
+            scenarios
+                .push(mend::scenarios::parse_suite(&file, &text).map_err(|error| {
+                    ApiError::bad_request(format!("scenarios {file}: {error}"))
+                })?);
         }
         (bytes, scenarios, request.records)
     };

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{mend, mend_command};
+use common::{mend, mend_command, write_component};
 use mend::clock::rfc3339;
 use mend::gates::{GateName, GateSession};
 
@@ -62,12 +62,6 @@ fn widest(lines: &[&str]) -> usize {
         .map(|line| line.chars().count())
         .max()
         .unwrap_or(0)
-}
-
-fn write_component(dir: &Path, name: &str, bytes: &[u8]) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, bytes).unwrap();
-    path.to_str().unwrap().to_string()
 }
 
 #[test]

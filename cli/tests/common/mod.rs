@@ -35,6 +35,14 @@ pub fn postgres_options() -> mend::catalog::PostgresOptions {
     }
 }
 
+/// `bytes` (a component the library embeds, such as `mend::runtime::CAUTIOUS_POLICY_WASM`)
+/// written to `dir/name`, for a command that reads a component file; its path.
+pub fn write_component(dir: &Path, name: &str, bytes: &[u8]) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
 pub fn mend(dir: &Path, args: &[&str]) -> Output {
     mend_command(dir).args(args).output().expect("run mend")
 }

@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::config::Settings;
 use anyhow::Context;
-use mend::config::Settings;
 use mend::engine::{
     BeginOperation, ExternalKind, OperationPhase, OperationView, PlannedSplit, UploadResult,
 };

@@ -11,8 +11,6 @@ use common::{json, mend};
 use mend::runtime::{DEFAULT_POLICY_WASM, digest_of};
 use serde_json::Value;
 
-/// The example second policy's component, as the host's build script built it.
-const CAUTIOUS_WASM: &str = env!("MEND_POLICY_CAUTIOUS_WASM");
 const CAUTIOUS_SCENARIOS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../policies/cautious/scenarios"
@@ -169,14 +167,17 @@ fn the_demo_leaves_an_active_cautious_policy_active() {
     let dir = dir.path();
     let mut checked = 0;
 
-    let tested = mend(dir, &["policy", "test", CAUTIOUS_WASM, CAUTIOUS_SCENARIOS]);
+    // The example second policy's component, as the library embeds it.
+    let cautious_wasm =
+        common::write_component(dir, "cautious.wasm", mend::runtime::CAUTIOUS_POLICY_WASM);
+    let tested = mend(dir, &["policy", "test", &cautious_wasm, CAUTIOUS_SCENARIOS]);
     assert!(tested.status.success(), "{tested:?}");
     let swap = json(&mend(
         dir,
         &[
             "policy",
             "swap",
-            CAUTIOUS_WASM,
+            &cautious_wasm,
             "--scenarios",
             CAUTIOUS_SCENARIOS,
             "--json",

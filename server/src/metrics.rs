@@ -6,9 +6,9 @@ use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::engine::{ReconcileReport, RecoveryReport};
-use crate::model::{StageOutcome, StageResult};
-use crate::runtime::PolicyRuntime;
+use mend::engine::{ReconcileReport, RecoveryReport};
+use mend::model::{StageOutcome, StageResult};
+use mend::runtime::PolicyRuntime;
 
 /// Upper bounds (seconds) of the sweep duration histogram's buckets.
 const SWEEP_BUCKETS: [f64; 10] = [0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 120.0];
@@ -80,11 +80,11 @@ impl Metrics {
                 mend_policy::RecoveryDecision::Abandon(_) => "abandon",
             };
             let outcome = match &intent.outcome {
-                crate::engine::Outcome::Reported => "reported",
-                crate::engine::Outcome::Executing => "executing",
-                crate::engine::Outcome::Executed => "executed",
-                crate::engine::Outcome::Refused(_) => "refused",
-                crate::engine::Outcome::Failed(_) => "failed",
+                mend::engine::Outcome::Reported => "reported",
+                mend::engine::Outcome::Executing => "executing",
+                mend::engine::Outcome::Executed => "executed",
+                mend::engine::Outcome::Refused(_) => "refused",
+                mend::engine::Outcome::Failed(_) => "failed",
             };
             self.decision("recovery", &format!("{decision}_{outcome}"), 1);
         }

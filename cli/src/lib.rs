@@ -19,10 +19,16 @@
 //! A command stopped by a signal or a panic is cancelled where it is and released its gates
 //! before the process exits ([`interrupt`]): work it had begun is left as an intent, which
 //! the next recovery finishes, exactly as after a crash.
+//!
+//! This crate is the `mend` binary's (`src/main.rs` only parses flags and hands over to
+//! [`run`]); its library form exists for the settings ([`config`]) and the fuzz driver.
 
 mod commands;
 mod commit;
+pub mod config;
 mod demo;
+#[doc(hidden)]
+pub mod fuzzing;
 mod interrupt;
 mod operation;
 mod output;
@@ -32,9 +38,9 @@ mod serve;
 
 use std::path::PathBuf;
 
+use crate::config::{ConfigError, Inputs};
 use clap::{Parser, Subcommand, ValueEnum};
 use mend::MendError;
-use mend::config::{ConfigError, Inputs};
 
 pub use commands::run;
 
@@ -96,7 +102,7 @@ impl Args {
         for assignment in &self.set {
             inputs
                 .flags
-                .push((mend::config::SET_FLAG.to_owned(), assignment.clone()));
+                .push((crate::config::SET_FLAG.to_owned(), assignment.clone()));
         }
         for (flag, value) in [
             ("--catalog", &self.catalog),

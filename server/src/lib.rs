@@ -19,10 +19,12 @@
 //! process (`mend policy swap`) is loaded and installed within one supervisor interval.
 
 mod admin;
-// Crate-visible for `crate::fuzzing`, which feeds the body parsers arbitrary bytes.
+// Crate-visible for `fuzzing`, which feeds the body parsers arbitrary bytes.
 pub(crate) mod api;
 pub(crate) mod body;
 mod connections;
+#[doc(hidden)]
+pub mod fuzzing;
 mod limits;
 pub mod metrics;
 mod operations;
@@ -36,13 +38,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::Engine;
-use crate::error::Result;
-use crate::model::DatasetConfig;
-use crate::runtime::LoadOptions;
-use crate::runtime::registry::PolicyRegistry;
 use connections::ConnectionLimits;
 pub use limits::ServeLimits;
+use mend::Engine;
+use mend::error::Result;
+use mend::model::DatasetConfig;
+use mend::runtime::LoadOptions;
+use mend::runtime::registry::PolicyRegistry;
 use metrics::Metrics;
 use supervisor::{SupervisorOptions, Supervisors};
 use writes::Writes;
@@ -228,7 +230,7 @@ async fn follow_registry(shared: &Shared, followed: &mut Option<u64>) -> Result<
     }
     if shared.engine.policy().digest() != record.digest {
         let bytes = shared.registry.component(&record.digest).await?;
-        let policy = crate::runtime::PolicyRuntime::load_with(&bytes, &shared.options.load)?;
+        let policy = mend::runtime::PolicyRuntime::load_with(&bytes, &shared.options.load)?;
         shared.engine.check_policy(&policy)?;
         shared.engine.install_policy(policy);
         eprintln!(

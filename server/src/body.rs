@@ -33,7 +33,7 @@ pub(crate) fn parse<T: JsonBody>(body: &Bytes) -> Result<T, ApiError> {
         return Err(ApiError::bad_request(format!(
             "the body must be a JSON object {}, not {}",
             T::SHAPE,
-            crate::validate::json_kind(&value)
+            mend::validate::json_kind(&value)
         )));
     }
     serde_path_to_error::deserialize(value).map_err(|error| {

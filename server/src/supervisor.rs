@@ -20,11 +20,11 @@ use tokio::sync::{Notify, watch};
 
 use super::metrics::Metrics;
 use super::writes::Writes;
-use crate::Engine;
-use crate::clock::{Clock, SystemClock};
-use crate::engine::{IntentStatus, Outcome};
-use crate::error::{MendError, Result};
-use crate::model::TimestampMs;
+use mend::Engine;
+use mend::clock::{Clock, SystemClock};
+use mend::engine::{IntentStatus, Outcome};
+use mend::error::{MendError, Result};
+use mend::model::TimestampMs;
 
 #[derive(Debug, Clone, Copy)]
 pub struct SupervisorOptions {

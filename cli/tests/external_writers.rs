@@ -2,8 +2,8 @@
 //! killed: the operation protocol, proven crash-safe end to end.
 //!
 //! ```text
-//! scripts/with-s3 cargo test --locked -p mend --test external_writers -- --show-output
-//! MEND_CRASH_FULL=1 scripts/with-s3 cargo test --locked -p mend --test external_writers -- --show-output
+//! scripts/with-s3 cargo test --locked -p mend-cli --test external_writers -- --show-output
+//! MEND_CRASH_FULL=1 scripts/with-s3 cargo test --locked -p mend-cli --test external_writers -- --show-output
 //! MEND_CRASH_SEED=1234 ...   replays the schedule a run printed
 //! ```
 //!

@@ -20,11 +20,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::bounds;
-use crate::engine::EngineOptions;
-use crate::model::DatasetConfig;
-use crate::runtime::{LoadOptions, PolicyLimits};
-use crate::server::ServeLimits;
+use mend::bounds;
+use mend::engine::EngineOptions;
+use mend::model::DatasetConfig;
+use mend::runtime::{LoadOptions, PolicyLimits};
+use mend_server::ServeLimits;
 
 /// The file read when neither `--config` nor `MEND_CONFIG` names one, if it exists.
 pub const DEFAULT_FILE: &str = "./mend.toml";
@@ -469,8 +469,8 @@ impl Settings {
     }
 
     /// How a Postgres catalog is opened.
-    pub fn postgres_options(&self) -> crate::catalog::PostgresOptions {
-        crate::catalog::PostgresOptions {
+    pub fn postgres_options(&self) -> mend::catalog::PostgresOptions {
+        mend::catalog::PostgresOptions {
             accept_unsafe_durability: self.accept_unsafe_durability,
         }
     }
@@ -885,7 +885,7 @@ impl SettingValue for bool {
             "false" => Ok(false),
             other => Err(format!(
                 "{:?} is not true or false",
-                crate::validate::truncated(other, crate::validate::QUOTED_CHARS)
+                mend::validate::truncated(other, mend::validate::QUOTED_CHARS)
             )),
         }
     }
@@ -914,7 +914,7 @@ impl SettingValue for u64 {
             } else {
                 format!(
                     "{:?} is not a whole number",
-                    crate::validate::truncated(text, crate::validate::QUOTED_CHARS)
+                    mend::validate::truncated(text, mend::validate::QUOTED_CHARS)
                 )
             }
         })

@@ -1,13 +1,11 @@
-//! The `mend` command: parses flags and hands over to [`cli::run`].
-
-mod cli;
+//! The `mend` command: parses flags and hands over to [`mend_mend_cli::run`].
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let args = cli::Args::parse();
+    let args = mend_cli::Args::parse();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -15,8 +13,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(cli::run(args));
-    // `cli::run` has waited for everything that matters (the gates' releases included). A
+    let result = runtime.block_on(mend_cli::run(args));
+    // `mend_cli::run` has waited for everything that matters (the gates' releases included). A
     // command cancelled by a signal may leave a blocking call behind, such as a read of a
     // file that never answers; the process must not wait for it, as dropping the runtime
     // would.
@@ -24,11 +22,11 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {}", cli::one_line(&error));
-            if let Some(hint) = cli::hint(&error) {
+            eprintln!("error: {}", mend_cli::one_line(&error));
+            if let Some(hint) = mend_cli::hint(&error) {
                 eprintln!("hint: {hint}");
             }
-            ExitCode::from(cli::exit_code(&error))
+            ExitCode::from(mend_cli::exit_code(&error))
         }
     }
 }

@@ -5,10 +5,10 @@
 //! line for people on stderr, or with `--json` a JSON object per line on stdout, for a
 //! supervisor that needs the address (`--listen 127.0.0.1:0` picks the port).
 
+use crate::config::Settings;
 use mend::Engine;
-use mend::config::Settings;
-use mend::server::supervisor::SupervisorOptions;
-use mend::server::{ServeLimits, ServeOptions};
+use mend_server::supervisor::SupervisorOptions;
+use mend_server::{ServeLimits, ServeOptions};
 
 use super::BadInput;
 
@@ -41,7 +41,7 @@ pub async fn run(engine: Engine, settings: &Settings, json: bool) -> anyhow::Res
         "no admin token: admin requests are refused"
     };
     let admin_token = options.admin_token.is_some();
-    mend::server::serve(engine, options, listen, shutdown_signal(), |address| {
+    mend_server::serve(engine, options, listen, shutdown_signal(), |address| {
         if json {
             println!(
                 "{}",

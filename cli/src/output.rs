@@ -8,9 +8,9 @@
 use std::io::IsTerminal;
 use std::sync::OnceLock;
 
+use crate::config::{Settings, Shown, Source};
 use comfy_table::{ColumnConstraint, ContentArrangement, Table, presets::UTF8_BORDERS_ONLY};
 use mend::clock::rfc3339;
-use mend::config::{Settings, Shown, Source};
 use mend::engine::{
     ObjectStatus, OperationPhase, OperationView, Outcome, ReconcileReport, RecoveryReport,
     UploadResult, VerifyReport,
@@ -217,7 +217,7 @@ pub fn settings(settings: &Settings, json: bool) -> anyhow::Result<()> {
         Some(file) => println!("config file: {}", file.display()),
         None => println!(
             "config file: none (no --config, no MEND_CONFIG, no {})",
-            mend::config::DEFAULT_FILE
+            crate::config::DEFAULT_FILE
         ),
     }
     let mut table = table(&["setting", "value", "source"]);

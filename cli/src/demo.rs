@@ -15,9 +15,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::config::Settings;
 use anyhow::Context;
 use bytes::Bytes;
-use mend::config::Settings;
 use mend::engine::{CommitRequest, CommitSplit, IntentStatus, Outcome, ReconcileReport};
 use mend::faults::CrashAt;
 use mend::model::{CheckpointDelta, DatasetConfig, PartitionDelta};
@@ -47,8 +47,7 @@ const STEPS_PER_COMMIT: usize = SPLITS_PER_COMMIT + 5;
 const CRASHING_COMMIT: usize = 2;
 /// The node named in every decision the demo's reconciles make.
 const NODE: &str = "demo";
-const CAUTIOUS_SCENARIOS: &str =
-    include_str!("../../../policies/cautious/scenarios/reconcile.json");
+const CAUTIOUS_SCENARIOS: &str = include_str!("../../policies/cautious/scenarios/reconcile.json");
 
 /// Where in its commit a writer crashes, as a process dying there would.
 #[derive(Debug, Clone, Copy)]

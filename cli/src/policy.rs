@@ -9,8 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::config::Settings;
 use anyhow::{Context, bail};
-use mend::config::Settings;
 use mend::runtime::registry::PolicyRegistry;
 use mend::runtime::{DEFAULT_POLICY_WASM, LoadOptions, PolicyRuntime, imports_of};
 use mend::{Engine, MendError};

@@ -1,6 +1,6 @@
 //! What the HTTP server costs over calling the engine in process.
 //!
-//!     cargo bench -p mend --bench serve
+//!     cargo bench -p mend-cli --bench serve
 //!
 //! On the embedded default catalog (a local directory), in one run:
 //!

@@ -223,11 +223,10 @@ fn settings_take_effect_in_the_commands() {
     checked += 1;
 
     // The policy setting runs that component file instead of the deployment's active policy.
-    let status = json(&mend(
-        dir,
-        &["--policy", env!("MEND_POLICY_WASM"), "status", "--json"],
-    ));
-    assert_eq!(status["policy_file"], env!("MEND_POLICY_WASM"));
+    let default_wasm =
+        common::write_component(dir, "default.wasm", mend::runtime::DEFAULT_POLICY_WASM);
+    let status = json(&mend(dir, &["--policy", &default_wasm, "status", "--json"]));
+    assert_eq!(status["policy_file"], default_wasm.as_str());
     assert!(json(&mend(dir, &["status", "--json"]))["policy_file"].is_null());
     // A policy file that is not there fails before anything is opened.
     let empty = tempfile::tempdir().unwrap();

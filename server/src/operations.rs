@@ -1,5 +1,5 @@
 //! The operation routes: the crash-safe commit protocol for writers in other processes
-//! ([`crate::engine::Engine::begin_operation`] and the steps after it).
+//! ([`mend::engine::Engine::begin_operation`] and the steps after it).
 //!
 //! | method and path                                              | step      |
 //! |--------------------------------------------------------------|-----------|
@@ -13,7 +13,7 @@
 //! The operation id is every step's idempotency key: each is safe to send again.
 //!
 //! An upload's body is never held whole: it streams into the store (one part of at most
-//! [`SINGLE_PUT_BYTES`](crate::engine::SINGLE_PUT_BYTES) at a time), capped by the size
+//! [`SINGLE_PUT_BYTES`](mend::engine::SINGLE_PUT_BYTES) at a time), capped by the size
 //! the operation planned, and each chunk must arrive within `serve.body_read_timeout_ms` of
 //! the one before (a slow but steady upload of a large object is not cut off; a stalled one
 //! is).
@@ -29,9 +29,9 @@ use serde::Deserialize;
 use super::Shared;
 use super::api::{ApiResult, engine_error, ok, parse, write};
 use super::body::JsonBody;
-use crate::engine::{BeginOperation, ExternalKind, PlannedSplit};
-use crate::error::MendError;
-use crate::model::CheckpointDelta;
+use mend::engine::{BeginOperation, ExternalKind, PlannedSplit};
+use mend::error::MendError;
+use mend::model::CheckpointDelta;
 
 type AppState = State<Arc<Shared>>;
 

@@ -2,10 +2,10 @@
 
 use std::io::Read;
 
+use crate::config::Settings;
 use anyhow::{Context, bail};
 use mend::Engine;
 use mend::catalog;
-use mend::config::Settings;
 use mend::model::{
     CheckpointDelta, DatasetConfig, ListQuery, PublishRequest, SplitState, StageMode, StageRequest,
     StageSplit, TimeRange,

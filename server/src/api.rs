@@ -27,8 +27,8 @@ pub(super) use super::body::parse;
 use super::limits::{BodyLimit, read_body};
 use super::operations;
 use super::writes::{Refused, WriteTicket, Writes};
-use crate::error::MendError;
-use crate::model::{
+use mend::error::MendError;
+use mend::model::{
     CheckpointDelta, DatasetConfig, ListQuery, PublishRequest, SplitState, StageMode, StageRequest,
     StageSplit, TimeRange,
 };
@@ -315,7 +315,7 @@ pub(super) async fn write<T, F>(
 ) -> Result<T, ApiError>
 where
     T: Send + 'static,
-    F: Future<Output = crate::Result<T>> + Send + 'static,
+    F: Future<Output = mend::Result<T>> + Send + 'static,
 {
     keyed_write(shared, dataset_id, None, in_the_way, write)
         .await
@@ -337,7 +337,7 @@ async fn keyed_write<T, F>(
 ) -> Result<(T, bool), ApiError>
 where
     T: Send + 'static,
-    F: Future<Output = crate::Result<T>> + Send + 'static,
+    F: Future<Output = mend::Result<T>> + Send + 'static,
 {
     served(shared, dataset_id)?;
     // Admitted before anything is read, so that a flood costs no more than its refusals.
@@ -385,7 +385,7 @@ async fn not_in_doubt(
     dataset_id: &str,
     ids: &[String],
 ) -> Result<(), ApiError> {
-    match crate::live::operation_in_the_way(&shared.engine, dataset_id, ids).await {
+    match mend::live::operation_in_the_way(&shared.engine, dataset_id, ids).await {
         Ok(None) => Ok(()),
         Ok(Some(operation_id)) => Err(engine_error(
             shared,
