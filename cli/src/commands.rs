@@ -19,7 +19,7 @@ use super::{Args, BadInput, Command, DatasetCommand, ModeArg, PolicyCommand, Rec
 
 /// Resolves the settings once, before anything is opened (bad settings change nothing), then
 /// runs the command with them: until it ends, or a signal or a panic stops it with its gates
-/// released ([`interrupt`](super::interrupt)).
+/// released (`interrupt.rs`).
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let settings = Settings::resolve(&args.settings_inputs())?;
     let json = args.json;

@@ -1,7 +1,7 @@
 //! The command line: flags, the commands behind them and how results and errors are shown.
 //!
 //! Every command prints a readable table by default and JSON with `--json`. Tables fit the
-//! terminal (see [`output::TableWidth`]) unless `--wide`. Exit codes say what kind of failure
+//! terminal (see `output.rs`) unless `--wide`. Exit codes say what kind of failure
 //! happened, so scripts can tell "fix the request" from "retry":
 //!
 //! | code | meaning                                                       |
@@ -17,7 +17,7 @@
 //! | 130, 143 | stopped by SIGINT or SIGTERM; its gates were released      |
 //!
 //! A command stopped by a signal or a panic is cancelled where it is and released its gates
-//! before the process exits ([`interrupt`]): work it had begun is left as an intent, which
+//! before the process exits (`interrupt.rs`): work it had begun is left as an intent, which
 //! the next recovery finishes, exactly as after a crash.
 //!
 //! This crate is the `mend` binary's (`src/main.rs` only parses flags and hands over to
@@ -218,7 +218,7 @@ pub enum Command {
         /// Only these split ids.
         #[arg(long = "split", value_delimiter = ',')]
         splits: Vec<String>,
-        /// Only splits whose time range overlaps [START,END] (ms), as START..END.
+        /// Only splits whose time range overlaps START..END (ms, both inclusive).
         #[arg(long)]
         time_range: Option<String>,
         /// Only splits updated at or after this time (ms since the epoch).

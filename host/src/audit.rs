@@ -21,15 +21,22 @@ use crate::model::TimestampMs;
 /// The audit format this host writes and the newest it reads.
 pub const AUDIT_FORMAT_VERSION: u32 = 1;
 
+/// One decision, the policy that made it and what the host did with it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditRecord {
+    /// [`AUDIT_FORMAT_VERSION`] when written by this host.
     pub format_version: u32,
+    /// The dataset the decision was about.
     pub dataset_id: String,
+    /// The operation decided about (a sweep's intent, a gc run, a reconcile).
     pub operation_id: String,
+    /// When the record was appended.
     pub recorded_at_ms: TimestampMs,
     /// `probe`, `roll-forward`, `exclusive` or `verify`.
     pub mode: String,
+    /// `sha256:<hex>` of the policy component that decided.
     pub policy_digest: String,
+    /// The policy's semantics revision (see the WIT contract).
     pub semantics_revision: u32,
     /// `sha256:<hex>` of the canonical JSON of the observation the policy decided on.
     pub inputs_hash: String,
@@ -50,19 +57,29 @@ pub struct AuditRecord {
 pub enum DecisionInput {
     /// One intent of a recovery sweep.
     DecideRecovery {
+        /// The dataset.
         dataset_id: String,
+        /// The sweep's mode.
         mode: mend_policy::RecoveryMode,
+        /// The sweep's time.
         now_ms: TimestampMs,
+        /// What the host observed of the intent.
         intent: mend_policy::IntentObservation,
     },
     /// One orphan of a reconcile.
     PlanReconcile {
+        /// The dataset.
         dataset_id: String,
+        /// The reconcile's time.
         now_ms: TimestampMs,
+        /// What the host found of the orphan object.
         orphan: mend_policy::OrphanObject,
     },
     /// One gc run (ABI 1.3).
-    PlanGc { input: mend_policy::GcInput },
+    PlanGc {
+        /// The gc planning input.
+        input: mend_policy::GcInput,
+    },
 }
 
 /// The outcome of a record written before its decision is executed.

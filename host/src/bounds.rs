@@ -26,7 +26,9 @@ pub const MAX_GRACE_PERIOD_MS: u64 = 36_525 * DAY_MS;
 pub struct Bound {
     /// The field, key or parameter as its user writes it (`staged_grace_period_ms`).
     pub name: &'static str,
+    /// The smallest value allowed.
     pub min: u64,
+    /// The largest value allowed.
     pub max: u64,
 }
 
@@ -64,6 +66,7 @@ pub const OBJECT_PAYLOAD_BYTES: Bound = Bound::new("size", 0, 5 << 40);
 /// The default grace periods of new datasets (settings) have the datasets' own ranges.
 pub const DEFAULT_STAGED_GRACE_PERIOD_MS: Bound =
     Bound::new("grace.staged_grace_period_ms", 1, MAX_GRACE_PERIOD_MS);
+/// The same, for the other grace period.
 pub const DEFAULT_DELETION_GRACE_PERIOD_MS: Bound =
     Bound::new("grace.deletion_grace_period_ms", 0, MAX_GRACE_PERIOD_MS);
 /// How often a server's supervisors run, in ms.
@@ -87,6 +90,7 @@ pub const SERVE_SHUTDOWN_DEADLINE_MS: Bound =
     Bound::new("serve.shutdown_deadline_ms", 0, 3_600_000);
 /// Writes a server admits at once, overall and per dataset.
 pub const SERVE_MAX_QUEUED_WRITES: Bound = Bound::new("serve.max_queued_writes", 1, 100_000);
+/// The same, for one dataset.
 pub const SERVE_MAX_QUEUED_WRITES_PER_DATASET: Bound =
     Bound::new("serve.max_queued_writes_per_dataset", 1, 100_000);
 /// Bytes of a policy component (or scenarios file) an admin request may upload or name.
@@ -100,6 +104,7 @@ pub const POLICY_PARAMS: Bound = Bound::new("policy_params", 0, 64);
 pub const POLICY_PARAM_VALUE_BYTES: Bound = Bound::new("policy_params value", 0, 4096);
 
 impl Bound {
+    /// The range `min..=max` of the number called `name`.
     pub const fn new(name: &'static str, min: u64, max: u64) -> Self {
         Self { name, min, max }
     }
@@ -148,6 +153,7 @@ impl fmt::Display for Bound {
 /// A number outside its [`Bound`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutOfRange {
+    /// The range it is outside.
     pub bound: Bound,
     /// The value as given (a number, or quoted text that is not one).
     pub value: String,

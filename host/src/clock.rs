@@ -5,6 +5,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::model::TimestampMs;
 
+/// Where the engine reads the time: the system clock in production, a manual one in tests.
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> TimestampMs;
@@ -30,16 +31,19 @@ pub struct ManualClock {
 }
 
 impl ManualClock {
+    /// A clock standing at `now_ms` until moved.
     pub fn new(now_ms: TimestampMs) -> Self {
         Self {
             now_ms: AtomicI64::new(now_ms),
         }
     }
 
+    /// Moves the clock on by `by_ms` (back, if negative).
     pub fn advance_ms(&self, by_ms: i64) {
         self.now_ms.fetch_add(by_ms, Ordering::SeqCst);
     }
 
+    /// Sets the clock to `now_ms`.
     pub fn set_ms(&self, now_ms: TimestampMs) {
         self.now_ms.store(now_ms, Ordering::SeqCst);
     }

@@ -9,7 +9,9 @@ use std::fmt;
 /// What a `NotFound` or `AlreadyExists` refers to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EntityKind {
+    /// A dataset, named by its id.
     Dataset,
+    /// A split, named by its id.
     Split,
     /// An operation's intent, named by its operation id.
     Intent,
@@ -25,35 +27,69 @@ impl fmt::Display for EntityKind {
     }
 }
 
+/// Everything the library can fail with. The variants are the kinds of failure a caller acts
+/// on differently; [`MendError::code`] names each for JSON, metrics and exit codes.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum MendError {
+    /// What the request names does not exist; nothing happened.
     #[error("{kind} not found: {}", ids.join(", "))]
-    NotFound { kind: EntityKind, ids: Vec<String> },
+    NotFound {
+        /// What kind of thing is missing.
+        kind: EntityKind,
+        /// Every missing id, sorted.
+        ids: Vec<String>,
+    },
 
+    /// What the request would create exists already; nothing happened.
     #[error("{kind} already exists: {id}")]
-    AlreadyExists { kind: EntityKind, id: String },
+    AlreadyExists {
+        /// What kind of thing exists.
+        kind: EntityKind,
+        /// Its id (with a word on what is in its place, for an object).
+        id: String,
+    },
 
     /// The request is valid but the catalog is not in the state it requires; nothing happened.
     #[error("failed precondition: {message}")]
-    FailedPrecondition { message: String, ids: Vec<String> },
+    FailedPrecondition {
+        /// What is not as required, and what to do about it.
+        message: String,
+        /// The splits (or partitions, or operation) at fault, sorted; empty when the
+        /// precondition is about the dataset as a whole.
+        ids: Vec<String>,
+    },
 
     /// The request itself is malformed; nothing happened.
     #[error("invalid argument: {message}")]
-    InvalidArgument { message: String },
+    InvalidArgument {
+        /// Which input is wrong and what it must be.
+        message: String,
+    },
 
     /// An unresolved operation stands in the way; hand it to recovery and retry.
     #[error("recovery required: operation {operation_id} is unresolved")]
-    RecoveryRequired { operation_id: String },
+    RecoveryRequired {
+        /// The operation recovery must settle first.
+        operation_id: String,
+    },
 
     /// The policy returned a decision that breaks an invariant; nothing was executed.
     #[error("policy decision rejected: {message}")]
-    PolicyRejected { message: String },
+    PolicyRejected {
+        /// The decision and the invariant it breaks.
+        message: String,
+    },
 
     /// A policy, backend or host lacks a capability the request or policy needs. Nothing falls
     /// back to older semantics.
     #[error("capability {capability} is missing: {detail}")]
-    CapabilityMissing { capability: String, detail: String },
+    CapabilityMissing {
+        /// The capability's name, such as `stage.create-only`.
+        capability: String,
+        /// Who lacks it and what needed it.
+        detail: String,
+    },
 
     /// The policy component could not be loaded, trapped or hit a limit; nothing was executed.
     #[error(transparent)]
@@ -61,25 +97,37 @@ pub enum MendError {
 
     /// Another writer changed the catalog first, too often to retry here; nothing happened.
     #[error("conflict: {message}; retry")]
-    Conflict { message: String },
+    Conflict {
+        /// What was contended for.
+        message: String,
+    },
 
     /// The storage could not be reached or did not answer; the outcome is unknown.
     #[error("unavailable (outcome unknown): {message}")]
     Unavailable {
+        /// What mend was doing.
         message: String,
+        /// The store's or database's own error.
         #[source]
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
 
     /// A temporary failure with unknown outcome; retrying is safe.
     #[error("transient failure (outcome unknown): {message}")]
-    Transient { message: String },
+    Transient {
+        /// What failed.
+        message: String,
+    },
 
     /// Stored data is unreadable or contradicts itself; an operator must look.
     #[error("corrupt catalog data: {message}")]
-    Corrupt { message: String },
+    Corrupt {
+        /// What is wrong with which stored thing.
+        message: String,
+    },
 }
 
+/// The library's result: a [`MendError`] by default.
 pub type Result<T, E = MendError> = std::result::Result<T, E>;
 
 impl MendError {
@@ -96,12 +144,14 @@ impl MendError {
         )
     }
 
+    /// `InvalidArgument` with `message`.
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::InvalidArgument {
             message: message.into(),
         }
     }
 
+    /// `NotFound` naming the dataset.
     pub fn dataset_not_found(dataset_id: &str) -> Self {
         Self::NotFound {
             kind: EntityKind::Dataset,
@@ -109,6 +159,7 @@ impl MendError {
         }
     }
 
+    /// `NotFound` naming the splits, sorted and deduplicated.
     pub fn splits_not_found(mut split_ids: Vec<String>) -> Self {
         split_ids.sort();
         split_ids.dedup();
@@ -118,6 +169,7 @@ impl MendError {
         }
     }
 
+    /// `FailedPrecondition` with `message` and the ids at fault, sorted and deduplicated.
     pub fn failed_precondition(message: impl Into<String>, mut ids: Vec<String>) -> Self {
         ids.sort();
         ids.dedup();
@@ -127,6 +179,7 @@ impl MendError {
         }
     }
 
+    /// `Unavailable`: doing `message`, the store or database answered `source`.
     pub fn unavailable(
         message: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,
@@ -161,41 +214,67 @@ impl MendError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PolicyError {
+    /// The bytes are not a component wasmtime can compile.
     #[error("policy component could not be compiled: {message}")]
-    Compile { message: String },
-
-    #[error(
-        "policy component imports {import}, which is not allowed: a policy gets no files, network, environment, clock or randomness"
-    )]
-    ForbiddenImport { import: String },
-
-    #[error("policy component is incompatible with this host: {reason}")]
-    Incompatible { reason: String },
-
-    #[error("policy call {function} trapped: {message}")]
-    Trap {
-        function: &'static str,
+    Compile {
+        /// wasmtime's diagnosis.
         message: String,
     },
 
+    /// The component imports something outside the allowlist (WASI, say).
+    #[error(
+        "policy component imports {import}, which is not allowed: a policy gets no files, network, environment, clock or randomness"
+    )]
+    ForbiddenImport {
+        /// The import outside the allowlist.
+        import: String,
+    },
+
+    /// The component's contract does not match this host's: ABI, semantics revision,
+    /// capabilities, or a `describe()` that lies.
+    #[error("policy component is incompatible with this host: {reason}")]
+    Incompatible {
+        /// What does not match.
+        reason: String,
+    },
+
+    /// The guest trapped (a panic, an out-of-bounds access, an unreachable).
+    #[error("policy call {function} trapped: {message}")]
+    Trap {
+        /// The contract function called.
+        function: &'static str,
+        /// The trap as wasmtime reports it.
+        message: String,
+    },
+
+    /// The call ran past its epoch deadline.
     #[error(
         "policy call {function} ran past its deadline of {limit:?}; the policy is looping or too slow"
     )]
     DeadlineExceeded {
+        /// The contract function called.
         function: &'static str,
+        /// The deadline it ran past.
         limit: std::time::Duration,
     },
 
+    /// The guest tried to grow its memory past the limit.
     #[error("policy call {function} exceeded its memory limit of {limit_bytes} bytes")]
     MemoryExhausted {
+        /// The contract function called.
         function: &'static str,
+        /// The memory limit it asked to grow past.
         limit_bytes: usize,
     },
 
+    /// The answer was larger than the output limit.
     #[error("policy call {function} returned {size} bytes, over the limit of {limit}")]
     OutputTooLarge {
+        /// The contract function called.
         function: &'static str,
+        /// How many bytes it returned.
         size: usize,
+        /// The output limit.
         limit: usize,
     },
 }

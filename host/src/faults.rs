@@ -13,18 +13,29 @@ use crate::error::{MendError, Result};
 /// One durable write of an operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DurableStep {
+    /// An operation's intent, written before its first effect.
     WriteIntent,
+    /// Its rows, staged create-only.
     StageRows,
+    /// One object put.
     PutObject {
+        /// The split whose object it is.
         split_id: String,
     },
+    /// The intent moved to `EffectsConfirmed`.
     ConfirmIntent,
+    /// The publish.
     Publish,
+    /// The intent deleted: the operation's last step.
     DeleteIntent,
+    /// Rows marked for deletion (gc, reconcile's discards, an abandonment).
     MarkRows,
+    /// One object deleted.
     DeleteObject {
+        /// The split whose object it is.
         split_id: String,
     },
+    /// Rows deleted.
     DeleteRows,
     /// A config apply's promotion of its staged config.
     PromoteConfig,
@@ -83,6 +94,7 @@ pub struct CrashAt {
 }
 
 impl CrashAt {
+    /// Crashes at the `k`-th durable step; after its write when `ambiguous`.
     pub fn new(k: usize, ambiguous: bool) -> Self {
         Self {
             k,

@@ -55,13 +55,16 @@ pub enum IntentPhase {
 /// One split row an operation stages.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedRow {
+    /// The split's id.
     pub split_id: String,
+    /// Its metadata, a JSON object as text.
     pub metadata_json: String,
 }
 
 /// One object an operation uploads, as it must be found: recovery checks size and checksum.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedObject {
+    /// The split the object belongs to.
     pub split_id: String,
     /// The whole object's size, header included.
     pub size: u64,
@@ -72,29 +75,38 @@ pub struct PlannedObject {
 /// Every durable effect an operation plans, in the order it performs them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedEffects {
+    /// Rows staged create-only, each with its metadata.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stage: Vec<PlannedRow>,
+    /// Objects uploaded put-if-absent, each with the size and checksum it must have.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub objects: Vec<PlannedObject>,
     /// Splits to publish, splits they replace, and the checkpoint delta, as one publish.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publish: Option<PlannedPublish>,
+    /// Splits marked for deletion (gc's abandoned staged splits; a reconcile's discards).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mark: Vec<String>,
     /// Splits whose objects, then rows, are deleted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub delete: Vec<String>,
+    /// The config a config apply stages and promotes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<DatasetConfig>,
 }
 
+/// The one publish an operation plans.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedPublish {
+    /// Splits to publish.
     pub staged_split_ids: Vec<String>,
+    /// Published splits they replace, which become marked.
     #[serde(default)]
     pub replaced_split_ids: Vec<String>,
+    /// The checkpoint delta applied with the publish.
     #[serde(default)]
     pub checkpoint_delta: Option<CheckpointDelta>,
+    /// The publish token the dataset required when the operation began.
     #[serde(default)]
     pub publish_token: Option<String>,
 }
@@ -103,6 +115,7 @@ pub struct PlannedPublish {
 /// what it observes to tell an operation that never started from one that finished.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExpectedState {
+    /// The dataset's manifest version when the operation began.
     pub manifest_version: u64,
     /// Each split the operation touches, and its state before (`None`: no row).
     #[serde(default)]
@@ -115,18 +128,27 @@ pub struct ExpectedState {
 /// An operation's intent, as stored in the catalog backend.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Intent {
+    /// [`INTENT_FORMAT_VERSION`] when written by this host; a newer one is refused.
     pub format_version: u32,
+    /// The operation's id, unique in its dataset.
     pub operation_id: String,
+    /// The dataset the operation works on.
     pub dataset_id: String,
+    /// What kind of operation it is.
     pub kind: OperationKind,
+    /// How far it got.
     pub phase: IntentPhase,
     /// The node running the operation.
     pub owner: String,
     /// Until then the owner may still be working: recovery outside exclusive mode defers.
     pub lease_expires_at_ms: TimestampMs,
+    /// When the intent was written.
     pub created_at_ms: TimestampMs,
+    /// When it last changed (confirmed, renewed).
     pub updated_at_ms: TimestampMs,
+    /// Every durable effect the operation plans.
     pub effects: PlannedEffects,
+    /// The state it expects to find before its effects.
     pub expected: ExpectedState,
 }
 
@@ -174,6 +196,7 @@ impl Intent {
         })
     }
 
+    /// The intent as its stored JSON.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("an intent is plain data and always serialises")
     }

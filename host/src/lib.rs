@@ -10,6 +10,8 @@
 //!   policy, checks the answer against [`invariants`] and has the backend execute it;
 //! - [`model`] and [`error`] are the data and the typed errors everything shares.
 
+#![warn(missing_docs)]
+
 pub mod audit;
 pub mod bounds;
 pub mod catalog;

@@ -63,8 +63,11 @@ pub async fn operation_in_the_way(
 pub struct Generation {
     /// Counts the generations this handle published, from 1.
     pub number: u64,
+    /// The manifest version the view was read at.
     pub manifest_version: u64,
+    /// The config version of the config below.
     pub config_version: u64,
+    /// The dataset's config as of this view.
     pub config: DatasetConfig,
     /// The published splits, sorted by id.
     pub published: Vec<SplitRow>,
@@ -72,6 +75,7 @@ pub struct Generation {
     pub policy_digest: String,
 }
 
+/// Whether a handle may run recovery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HandleMode {
     /// Never runs recovery: serves what is there.
@@ -83,25 +87,36 @@ pub enum HandleMode {
 /// What a handle did, for tests and metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HandleStats {
+    /// Manifest probes made (one per refresh).
     pub probes: u64,
+    /// Whole-dataset scans made (one per changed refresh).
     pub scans: u64,
+    /// Recovery sweeps run (read-write handles only).
     pub sweeps: u64,
     /// Snapshot-only refreshes made by the write path.
     pub snapshot_refreshes: u64,
+    /// Generations published.
     pub generations: u64,
 }
 
+/// What a refresh did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refresh {
     /// Nothing changed: the current generation stands.
     Unchanged,
     /// A new generation was published.
-    Published { number: u64, manifest_version: u64 },
+    Published {
+        /// The new generation's number.
+        number: u64,
+        /// The manifest version it shows.
+        manifest_version: u64,
+    },
 }
 
 /// A test seam: fails the preparation of the next generation when set.
 pub type PrepareFault = Arc<dyn Fn() -> Result<()> + Send + Sync>;
 
+/// A serving process's handle on one dataset: a [`Generation`] that [`refresh`](Self::refresh) replaces whole, prepared to the side, and readers take without waiting.
 pub struct LiveHandle {
     engine: Engine,
     dataset_id: String,
@@ -176,6 +191,7 @@ impl LiveHandle {
             .clone()
     }
 
+    /// What the handle has done so far.
     pub fn stats(&self) -> HandleStats {
         HandleStats {
             probes: self.probes.load(Ordering::Relaxed),

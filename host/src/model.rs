@@ -41,12 +41,16 @@ impl Default for DatasetConfig {
 /// A named collection of splits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Dataset {
+    /// The dataset's name: 1 to 128 of `A-Z a-z 0-9 . _ -`, starting with a letter or digit.
     pub dataset_id: String,
     /// Unique per incarnation: a dataset deleted and created again under the same name has a
     /// different uid.
     pub uid: String,
+    /// Grace periods and policy parameters.
     pub config: DatasetConfig,
+    /// Moves on by one with each config change; a config apply names the version it replaces.
     pub config_version: u64,
+    /// Each source's partitions and the position published up to.
     pub checkpoint: Checkpoint,
     /// Grows with every change to the published view (publish, mark, delete, config, token,
     /// fencing epoch).
@@ -58,18 +62,23 @@ pub struct Dataset {
     /// before epochs existed read as 0.
     #[serde(default)]
     pub fencing_epoch: u64,
+    /// When the dataset was created.
     pub created_at_ms: TimestampMs,
+    /// When anything of it last changed.
     pub updated_at_ms: TimestampMs,
 }
 
 /// A split's time range, taken from its metadata's `time_range` (inclusive bounds, ms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimeRange {
+    /// The first millisecond, inclusive.
     pub start: i64,
+    /// The last millisecond, inclusive.
     pub end: i64,
 }
 
 impl TimeRange {
+    /// Whether the two ranges share at least one millisecond.
     pub fn overlaps(&self, other: &TimeRange) -> bool {
         self.start <= other.end && other.start <= self.end
     }
@@ -78,21 +87,28 @@ impl TimeRange {
 /// A split's catalog row.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SplitRow {
+    /// The split's id, unique in its dataset (the same alphabet as dataset ids).
     pub split_id: String,
+    /// Where it is in its lifecycle.
     pub state: SplitState,
     /// The node that staged the split.
     pub node: String,
     /// A JSON object: docs, bytes, time range, tags, parent splits, whatever the writer adds.
     pub metadata: serde_json::Value,
+    /// The range its metadata's `time_range` names, if any; listings filter on it.
     pub time_range: Option<TimeRange>,
+    /// When the row was staged.
     pub created_at_ms: TimestampMs,
+    /// When the row last changed (staged again, published, marked).
     pub updated_at_ms: TimestampMs,
+    /// When it was published; `None` while staged.
     pub published_at_ms: Option<TimestampMs>,
 }
 
 /// One split of a stage request, as a caller sends it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StageSplit {
+    /// The split's id.
     pub split_id: String,
     /// The metadata as JSON text; it must parse to a JSON object.
     pub metadata_json: String,
@@ -101,20 +117,27 @@ pub struct StageSplit {
 /// A stage request. The mode is required: there is no default.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StageRequest {
+    /// The dataset to stage in.
     pub dataset_id: String,
+    /// Upsert or create-only; see the README's staging table.
     pub mode: StageMode,
+    /// The node staging the rows, recorded in each.
     pub node: String,
+    /// The splits, in the caller's order; duplicate ids are folded.
     pub splits: Vec<StageSplit>,
 }
 
 /// A validated split ready to be written, as the engine hands it to a backend.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewSplit {
+    /// The split's id.
     pub split_id: String,
+    /// The node staging it.
     pub node: String,
     /// The caller's metadata text, checked to be a JSON object. It stays text on the write
     /// path: a batch of thousands of splits is neither built into trees nor serialised again.
     pub metadata_json: String,
+    /// The range the metadata's `time_range` names, read once at validation.
     pub time_range: Option<TimeRange>,
 }
 
@@ -138,9 +161,12 @@ pub enum StageOutcome {
     Skipped(SplitState),
 }
 
+/// What a stage did to one split.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StagedSplit {
+    /// The split's id.
     pub split_id: String,
+    /// What happened to its row.
     #[serde(flatten)]
     pub outcome: StageOutcome,
 }
@@ -148,8 +174,11 @@ pub struct StagedSplit {
 /// The result of a stage request: one entry per distinct split id, sorted by id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StageResult {
+    /// The dataset staged in.
     pub dataset_id: String,
+    /// The mode the request ran in.
     pub mode: StageMode,
+    /// One entry per distinct requested id, sorted by id.
     pub splits: Vec<StagedSplit>,
 }
 
@@ -167,13 +196,18 @@ impl StageResult {
 /// checkpoint delta is applied, all at once or not at all.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PublishRequest {
+    /// The dataset to publish in.
     pub dataset_id: String,
+    /// Staged splits to publish.
     #[serde(default)]
     pub staged_split_ids: Vec<String>,
+    /// Published splits the new ones replace: they become marked for deletion.
     #[serde(default)]
     pub replaced_split_ids: Vec<String>,
+    /// Each partition's move: `from_position` must be the current position.
     #[serde(default)]
     pub checkpoint_delta: Option<CheckpointDelta>,
+    /// The token the dataset requires, if it is fenced (`mend dataset fence`).
     #[serde(default)]
     pub publish_token: Option<String>,
     /// The dataset's fencing epoch the writer read when it began; the publish is refused if
@@ -197,11 +231,16 @@ impl PublishRequest {
     }
 }
 
+/// What a publish did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PublishResult {
+    /// The dataset published in.
     pub dataset_id: String,
+    /// The manifest version after the publish.
     pub manifest_version: u64,
+    /// The splits it published.
     pub published: Vec<String>,
+    /// The splits it marked for deletion (the replaced ones).
     pub marked: Vec<String>,
 }
 
@@ -268,6 +307,7 @@ impl ListQuery {
 /// One page of a listing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SplitPage {
+    /// At most the query's limit of splits, sorted by id.
     pub splits: Vec<SplitRow>,
     /// Pass as `after_split_id` to fetch the next page; `None` on the last page.
     pub next_after_split_id: Option<String>,

@@ -141,37 +141,55 @@ pub const FORMAT_VERSION: u32 = 1;
 pub struct Suite {
     /// Where it was read from, as given; reports and errors name it.
     pub file: String,
+    /// The scenarios, in the file's order.
     pub scenarios: Vec<Scenario>,
 }
 
 /// One question to a policy and the answer it must give.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scenario {
+    /// What the scenario shows, unique in its file.
     pub name: String,
+    /// The call, its input and the output it must give.
     pub call: Call,
 }
 
 /// A policy call with its input and the whole expected output.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Call {
+    /// `plan-stage`: the input and the planned splits it must give.
     PlanStage {
+        /// The call's input.
         input: StagePlanInput,
+        /// Its whole expected output.
         expect: Vec<PlannedSplit>,
     },
+    /// `validate-publish`: the input and the violations it must report.
     ValidatePublish {
+        /// The call's input.
         input: PublishInput,
+        /// Its whole expected output.
         expect: Vec<PublishViolation>,
     },
+    /// `decide-recovery`: the observations and the decisions it must take.
     DecideRecovery {
+        /// The call's input.
         input: RecoveryInput,
+        /// Its whole expected output.
         expect: Vec<IntentDecision>,
     },
+    /// `plan-reconcile`: the orphans and what it must do with each.
     PlanReconcile {
+        /// The call's input.
         input: ReconcileInput,
+        /// Its whole expected output.
         expect: Vec<ReconcileDecision>,
     },
+    /// `plan-gc`: the candidates and the plan it must make.
     PlanGc {
+        /// The call's input.
         input: GcInput,
+        /// Its whole expected output.
         expect: GcPlan,
     },
 }
@@ -180,39 +198,53 @@ pub enum Call {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CallKind {
+    /// `plan-stage`.
     PlanStage,
+    /// `validate-publish`.
     ValidatePublish,
+    /// `decide-recovery`.
     DecideRecovery,
+    /// `plan-reconcile`.
     PlanReconcile,
+    /// `plan-gc`.
     PlanGc,
 }
 
 /// What running a suite found, scenario by scenario.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SuiteReport {
+    /// The suite's file, as given.
     pub file: String,
     /// How many scenarios passed.
     pub passed: usize,
+    /// The scenarios that failed, in the file's order.
     pub failed: Vec<Failure>,
     /// Every scenario in the file's order, passed or not.
     pub results: Vec<ScenarioResult>,
 }
 
+/// One scenario's outcome.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScenarioResult {
+    /// The scenario's name.
     pub name: String,
+    /// Its call.
     pub call: CallKind,
+    /// Whether the policy answered exactly what was expected.
     pub passed: bool,
 }
 
 /// A scenario whose output differed from its expectation, or whose call failed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Failure {
+    /// The scenario's name.
     pub name: String,
+    /// Its call.
     pub call: CallKind,
     /// The pretty-printed expected and actual JSON, line by line in unified style: `-`
     /// expected only, `+` actual only. When the call failed, that error instead.
     pub diff: String,
+    /// What the scenario expects, as JSON.
     pub expected: serde_json::Value,
     /// What the policy answered; `None` when the call failed.
     pub actual: Option<serde_json::Value>,
@@ -223,6 +255,7 @@ pub struct Failure {
 /// Where in a suite file a problem is: `FILE: scenarios[INDEX] "NAME"`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScenarioAt {
+    /// The suite's file, as given.
     pub file: String,
     /// 0-based position in the file's `scenarios` array.
     pub index: usize,
@@ -234,43 +267,85 @@ pub struct ScenarioAt {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ScenarioError {
+    /// The file could not be read.
     #[error("cannot read scenario file {file}: {source}")]
     Read {
+        /// The file, as given.
         file: String,
+        /// Why it could not be read.
         #[source]
         source: std::io::Error,
     },
 
+    /// The file is not JSON.
     #[error("{file}: not JSON: {message}")]
-    NotJson { file: String, message: String },
+    NotJson {
+        /// The file, as given.
+        file: String,
+        /// The JSON parser's message, with the line and column.
+        message: String,
+    },
 
+    /// The file is in a format version this mend does not read.
     #[error(
         "{file}: format_version {found} is not one this mend reads (it reads {FORMAT_VERSION}); use a mend that knows it"
     )]
-    UnsupportedFormatVersion { file: String, found: String },
+    UnsupportedFormatVersion {
+        /// The file, as given.
+        file: String,
+        /// The version it says, as written.
+        found: String,
+    },
 
+    /// The file's top level is not a suite: a field missing or unknown, no scenarios.
     #[error("{file}: {problem}")]
-    InvalidSuite { file: String, problem: String },
-
-    #[error(
-        "{at}: unknown call {call:?}; the calls are \"plan-stage\", \"validate-publish\", \"decide-recovery\" and \"plan-reconcile\""
-    )]
-    UnknownCall { at: ScenarioAt, call: String },
-
-    #[error("{at}: {problem}")]
-    InvalidScenario { at: ScenarioAt, problem: String },
-
-    #[error("{at}: `input` is not a {call} input: {problem}")]
-    InvalidInput {
-        at: ScenarioAt,
-        call: CallKind,
+    InvalidSuite {
+        /// The file, as given.
+        file: String,
+        /// What is wrong.
         problem: String,
     },
 
+    /// A scenario names a call the contract does not have.
+    #[error(
+        "{at}: unknown call {call:?}; the calls are \"plan-stage\", \"validate-publish\", \"decide-recovery\" and \"plan-reconcile\""
+    )]
+    UnknownCall {
+        /// The scenario.
+        at: ScenarioAt,
+        /// The call it names.
+        call: String,
+    },
+
+    /// A scenario is not an object of exactly the four fields, or its name is empty or
+    /// taken.
+    #[error("{at}: {problem}")]
+    InvalidScenario {
+        /// The scenario.
+        at: ScenarioAt,
+        /// What is wrong.
+        problem: String,
+    },
+
+    /// A scenario's `input` does not parse as its call's input.
+    #[error("{at}: `input` is not a {call} input: {problem}")]
+    InvalidInput {
+        /// The scenario.
+        at: ScenarioAt,
+        /// Its call.
+        call: CallKind,
+        /// The first field that does not parse, and why.
+        problem: String,
+    },
+
+    /// A scenario's `expect` does not parse as its call's output.
     #[error("{at}: `expect` is not a {call} output: {problem}")]
     InvalidExpect {
+        /// The scenario.
         at: ScenarioAt,
+        /// Its call.
         call: CallKind,
+        /// The first field that does not parse, and why.
         problem: String,
     },
 }
@@ -450,6 +525,7 @@ impl Scenario {
 }
 
 impl Call {
+    /// Which function the call asks.
     pub fn kind(&self) -> CallKind {
         match self {
             Self::PlanStage { .. } => CallKind::PlanStage,
@@ -462,6 +538,7 @@ impl Call {
 }
 
 impl CallKind {
+    /// Every call, in the contract's order.
     pub const ALL: [CallKind; 5] = [
         Self::PlanStage,
         Self::ValidatePublish,
@@ -481,6 +558,7 @@ impl CallKind {
         }
     }
 
+    /// The call named `name` as in the WIT contract (`plan-stage`, ...), if there is one.
     pub fn parse(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|kind| kind.as_str() == name)
     }

@@ -63,7 +63,8 @@ fn id_problem(id: &str) -> Option<&'static str> {
     }
 }
 
-/// A dataset id names a folder: see [`id_problem`] for the alphabet.
+/// A dataset id names a folder: 1 to 128 of `A-Z a-z 0-9 . _ -`, starting with a letter or
+/// digit (the one alphabet of ids).
 pub fn dataset_id(id: &str) -> Result<()> {
     match id_problem(id) {
         Some(problem) => Err(MendError::invalid(format!(

@@ -1,6 +1,6 @@
 //! `mend serve`: the catalog operations and policy administration over an HTTP JSON API.
 //!
-//! - Every dataset has a [supervisor](supervisor) that resolves crashed operations with
+//! - Every dataset has a [`supervisor`] that resolves crashed operations with
 //!   roll-forward sweeps off the request path. A dataset it cannot serve answers 503 with
 //!   the reason, while every other dataset keeps serving.
 //! - Writes are [admitted](writes) and then run on their own tasks: a client that
@@ -11,8 +11,8 @@
 //! - `/healthz` (the process answers), `/readyz` (it serves: started, not shutting down) and
 //!   `/metrics` (Prometheus text) sit outside `/v1`.
 //! - Everything a client can make the server hold is bounded ([`ServeLimits`]): connections
-//!   and the time their heads, bodies and idle waits take ([`connections`], [`limits`]),
-//!   queued writes ([`writes`]), and the files and uploads of admin requests ([`admin`]). Past
+//!   and the time their heads, bodies and idle waits take (`connections.rs`, `limits.rs`),
+//!   queued writes ([`writes`]), and the files and uploads of admin requests (`admin.rs`). Past
 //!   a bound the answer is an immediate refusal in the JSON error form, never a hang.
 //!
 //! The server follows the deployment's policy registry: a swap or rollback made by another

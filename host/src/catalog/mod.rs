@@ -43,24 +43,29 @@ pub use self::recorded::{RecordedRequest, RequestKey};
 pub struct Capabilities(BTreeSet<String>);
 
 impl Capabilities {
+    /// The capabilities named.
     pub fn new<'a>(names: impl IntoIterator<Item = &'a str>) -> Self {
         Self(names.into_iter().map(str::to_string).collect())
     }
 
+    /// Whether `name` is among them.
     pub fn contains(&self, name: &str) -> bool {
         self.0.contains(name)
     }
 
+    /// These without `name`: a backend that lacks one (tests use it).
     pub fn without(&self, name: &str) -> Self {
         let mut names = self.0.clone();
         names.remove(name);
         Self(names)
     }
 
+    /// What both provide.
     pub fn intersection(&self, other: &Capabilities) -> Self {
         Self(self.0.intersection(&other.0).cloned().collect())
     }
 
+    /// Each name, sorted.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.0.iter().map(String::as_str)
     }
@@ -96,16 +101,19 @@ pub enum PlannedAction {
     Skip(SplitState),
 }
 
+/// One split's entry in a stage plan.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlannedStage {
     /// Shared with the request: a plan of thousands of splits copies no metadata.
     pub split: std::sync::Arc<NewSplit>,
+    /// What to do with it.
     pub action: PlannedAction,
 }
 
 /// The whole plan of a stage request: one entry per distinct split id, sorted by id.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct StagePlan {
+    /// One entry per distinct requested id, sorted by id.
     pub entries: Vec<PlannedStage>,
 }
 
@@ -173,6 +181,7 @@ pub type StagePlanner<'a> = dyn Fn(&[ExistingRow]) -> Result<StagePlan> + Send +
 /// What a live handle's refresh learns from one probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ManifestProbe {
+    /// The dataset's manifest version now.
     pub manifest_version: u64,
     /// Unresolved operations exist: a read-write handle sweeps them.
     pub pending_intents: bool,
@@ -183,7 +192,9 @@ pub struct ManifestProbe {
 pub struct PublishObservation {
     /// Rows of the staged and replaced ids that exist.
     pub rows: Vec<ExistingRow>,
+    /// The dataset's checkpoint, read in the same atomic step.
     pub checkpoint: Checkpoint,
+    /// The token publishes must present now, if any.
     pub publish_token: Option<String>,
     /// The dataset's current fencing epoch, read in the same atomic step as the rest.
     pub fencing_epoch: u64,
@@ -203,7 +214,7 @@ pub type PublishValidator<'a> = dyn Fn(&PublishObservation) -> Result<()> + Send
 ///
 /// The single-step mutations (`create_dataset`, `update_config`, `set_publish_token`,
 /// `stage`, `publish`, `mark_for_deletion`, `delete_splits`) take the request's idempotency
-/// key last, `key: Option<&RequestKey>` ([`recorded`](self::recorded)). What a backend owes:
+/// key last, `key: Option<&RequestKey>` ([`recorded`]). What a backend owes:
 ///
 /// - `None`: the mutation as documented on its method, and nothing else.
 /// - `Some(key)`, not recorded in the dataset: the mutation runs, and its result (the value

@@ -44,10 +44,13 @@ impl RequestKey {
 /// A request's result, recorded with its effect.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordedRequest {
+    /// The client's key, or mend's own for an operation's step.
     pub key: String,
+    /// `sha256:<hex>` of the request the key was first used for.
     pub request_digest: String,
     /// The result as the backend returned it, as JSON.
     pub result: serde_json::Value,
+    /// When it was recorded; gc forgets records after a week.
     pub recorded_at_ms: TimestampMs,
 }
 

@@ -37,34 +37,50 @@ use crate::validate;
 /// One split of a commit: its row and the bytes of its object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitSplit {
+    /// The split's id: the commit stages it create-only, so it must be new.
     pub split_id: String,
+    /// Its metadata, a JSON object as text.
     pub metadata_json: String,
+    /// The object's payload; the header is mend's.
     pub payload: Bytes,
 }
 
+/// A commit: new splits, their objects, and a checkpoint delta, published in one step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitRequest {
+    /// The dataset to commit to.
     pub dataset_id: String,
+    /// The node committing, recorded as the intent's owner and in each object.
     pub node: String,
+    /// The splits and their payloads.
     pub splits: Vec<CommitSplit>,
+    /// The checkpoint delta published with the splits.
     pub checkpoint_delta: Option<CheckpointDelta>,
+    /// The token the dataset requires, if it is fenced.
     pub publish_token: Option<String>,
 }
 
 /// A merge: new splits, built from `replaced_split_ids`, published in their place in one step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MergeRequest {
+    /// The dataset to merge in.
     pub dataset_id: String,
+    /// The node merging.
     pub node: String,
+    /// The new splits and their payloads.
     pub splits: Vec<CommitSplit>,
     /// Published splits the new ones replace; they become marked for deletion.
     pub replaced_split_ids: Vec<String>,
+    /// The token the dataset requires, if it is fenced.
     pub publish_token: Option<String>,
 }
 
+/// What a commit or merge did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommitResult {
+    /// The operation's id (its intent's).
     pub operation_id: String,
+    /// The publish that made its splits visible.
     pub publish: PublishResult,
 }
 

@@ -38,6 +38,7 @@ use crate::{bounds, validate};
 /// writer retries, and short enough that the records of a busy dataset stay few.
 pub const RECORDED_REQUEST_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
+/// What one gc run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GcResult {
     /// Staged splits abandoned and marked for deletion by this run.

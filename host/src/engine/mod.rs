@@ -3,10 +3,10 @@
 //! Each request goes through the same steps: validate the input (`InvalidArgument`, nothing
 //! read), check that the backend provides what the request needs (`CapabilityMissing`, never
 //! a fallback), let the backend observe inside its atomic step, ask the policy, check its
-//! answer against the [`invariants`](crate::invariants), and have the backend execute it.
+//! answer against the [`invariants`], and have the backend execute it.
 //!
 //! Operations with several durable effects (a commit) write an intent first and go through
-//! the fault seam at every durable step ([`commit`]); [`recovery`] resolves what crashed
+//! the fault seam at every durable step (`commit.rs`); `recovery.rs` resolves what crashed
 //! operations leave behind.
 
 mod commit;
@@ -67,6 +67,7 @@ enum ObjectCheck {
     AlreadyRead,
 }
 
+/// How an engine runs: its limits, clock, lease, fault seam, progress and gate timeout.
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
     /// Most splits one stage request may carry.
@@ -75,6 +76,7 @@ pub struct EngineOptions {
     pub max_metadata_bytes: usize,
     /// Most splits one page of a listing holds; a listing that names no limit gets this many.
     pub max_list_page: usize,
+    /// Where the engine reads time: the system clock, or a test's manual clock.
     pub clock: Arc<dyn Clock>,
     /// How long an operation's intent says its owner may still be working; recovery outside
     /// exclusive mode leaves the intent alone until then.
@@ -168,7 +170,7 @@ impl Engine {
         check_capabilities(candidate, &self.capabilities, self.catalog.as_ref())
     }
 
-    /// The active policy and the one before it, swapped by [`Engine::publish_policy`] and
+    /// The active policy and the one before it, swapped by [`Engine::publish_policy_swap`] and
     /// [`Engine::rollback_policy`].
     pub fn active_policy(&self) -> &Arc<ActivePolicy> {
         &self.policies
@@ -218,6 +220,7 @@ impl Engine {
         engine
     }
 
+    /// The gates operations take (in-process unless [`with_gates`](Self::with_gates) set others).
     pub fn gates(&self) -> &Arc<dyn Gates> {
         &self.gates
     }
@@ -254,10 +257,12 @@ impl Engine {
         engine
     }
 
+    /// The catalog backend.
     pub fn catalog(&self) -> &Arc<dyn Catalog> {
         &self.catalog
     }
 
+    /// The split objects.
     pub fn objects(&self) -> &SplitObjects {
         &self.objects
     }
@@ -270,6 +275,7 @@ impl Engine {
         }
     }
 
+    /// What the host and backend both provide; requests needing anything else are refused.
     pub fn capabilities(&self) -> &Capabilities {
         &self.capabilities
     }
@@ -292,6 +298,7 @@ impl Engine {
         })
     }
 
+    /// Creates a dataset with `config`, under a new incarnation uid; `AlreadyExists` if the id is taken.
     pub async fn create_dataset(
         &self,
         dataset_id: &str,
@@ -316,6 +323,7 @@ impl Engine {
             .await
     }
 
+    /// Every dataset, sorted by id; fails whole if one cannot be read (see [`each_dataset`](Self::each_dataset)).
     pub async fn datasets(&self) -> Result<Vec<Dataset>> {
         self.catalog.list_datasets().await
     }
@@ -339,11 +347,13 @@ impl Engine {
             .collect())
     }
 
+    /// One dataset; `NotFound` if it does not exist.
     pub async fn dataset(&self, dataset_id: &str) -> Result<Dataset> {
         validate::dataset_id(dataset_id)?;
         self.catalog.dataset(dataset_id).await
     }
 
+    /// Replaces the config in one conditional write if it is still at `expected_config_version`; no intent (see [`apply_config`](Self::apply_config), which writes one).
     pub async fn update_config(
         &self,
         dataset_id: &str,
@@ -363,6 +373,7 @@ impl Engine {
             .await
     }
 
+    /// Sets the token every later publish must present (`None` removes it): fencing a dataset's writers.
     pub async fn set_publish_token(
         &self,
         dataset_id: &str,

@@ -73,6 +73,7 @@ pub enum ExternalKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlannedSplit {
+    /// The split's id; the begin stages it create-only.
     pub split_id: String,
     /// The split's metadata, a JSON object, as text.
     pub metadata_json: String,
@@ -86,23 +87,28 @@ pub struct PlannedSplit {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BeginOperation {
+    /// The dataset to commit to.
     pub dataset_id: String,
     /// Chosen by the writer so that a retried begin finds its own operation; mend picks one
     /// when it is absent (a begin without it is then not safe to retry).
     #[serde(default)]
     pub operation_id: Option<String>,
+    /// Commit or merge.
     pub kind: ExternalKind,
     /// The node the writer runs on, recorded as the intent's owner and in each object.
     pub node: String,
     /// How long the writer may go without a heartbeat; the engine's intent lease when absent.
     #[serde(default)]
     pub lease_ms: Option<u64>,
+    /// The splits and their objects' payloads, as planned.
     pub splits: Vec<PlannedSplit>,
+    /// The checkpoint delta the publish applies.
     #[serde(default)]
     pub checkpoint_delta: Option<CheckpointDelta>,
     /// For a merge: the published splits the new ones replace.
     #[serde(default)]
     pub replaced_split_ids: Vec<String>,
+    /// The token the dataset requires, if it is fenced.
     #[serde(default)]
     pub publish_token: Option<String>,
 }
@@ -145,6 +151,7 @@ pub enum OperationPhase {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ObjectStatus {
+    /// No object is at the split's path.
     Missing,
     /// In the store as planned: size, checksum and operation match.
     Present,
@@ -155,9 +162,11 @@ pub enum ObjectStatus {
 /// One split of an operation, with what its writer needs to upload the object itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OperationSplit {
+    /// The split's id.
     pub split_id: String,
     /// The payload's size and `sha256:<hex>`, as planned.
     pub size: u64,
+    /// The payload's planned sha256.
     pub sha256: String,
     /// The whole object's size: prefix, header and payload.
     pub object_size: u64,
@@ -184,15 +193,21 @@ pub struct OperationSplit {
 /// An operation as its writer sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OperationView {
+    /// The dataset.
     pub dataset_id: String,
+    /// The operation's id: the idempotency key of every step.
     pub operation_id: String,
+    /// Commit or merge.
     pub kind: ExternalKind,
+    /// Where it stands.
     pub phase: OperationPhase,
     /// The intent's owner and lease, while there is an intent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// Until then recovery leaves it to its writer; a heartbeat moves it on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_expires_at_ms: Option<i64>,
+    /// The planned splits (begin and show list them; the other steps do not).
     pub splits: Vec<OperationSplit>,
     /// The publish's result, once published.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -205,9 +220,11 @@ pub struct OperationView {
 /// What an upload did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UploadResult {
+    /// The split's id.
     pub split_id: String,
     /// The whole object's size.
     pub object_size: u64,
+    /// The payload's sha256, as planned.
     pub sha256: String,
     /// False when the object was already in place as planned and nothing was written.
     pub written: bool,

@@ -33,12 +33,14 @@ use crate::scenarios::{self, Suite, SuiteReport};
 /// A swap ready to publish.
 #[derive(Debug, Clone)]
 pub struct PreparedSwap {
+    /// The policy to publish, loaded and checked against this host.
     pub candidate: PolicyRuntime,
     /// The generation of the active policy the swap was prepared against: publishing fails
     /// if another swap got there first.
     pub generation: u64,
     /// The active policy's digest when the swap was prepared.
     pub replacing: String,
+    /// Which recorded decisions the candidate would make differently.
     pub replay: ReplayReport,
     /// The candidate's golden scenarios, all passed.
     pub scenarios: Vec<SuiteReport>,
@@ -47,15 +49,22 @@ pub struct PreparedSwap {
 /// What an operator reads before publishing.
 #[derive(Debug, Clone, Serialize)]
 pub struct SwapPreview<'a> {
+    /// The active policy's digest.
     pub replacing: &'a str,
+    /// The candidate's digest.
     pub candidate: &'a str,
+    /// The candidate's name, as its `describe()` says.
     pub candidate_name: &'a str,
+    /// The candidate's version, as its `describe()` says.
     pub candidate_version: &'a str,
+    /// Which recorded decisions it would change.
     pub replay: &'a ReplayReport,
+    /// Its golden scenarios' reports.
     pub scenarios: &'a [SuiteReport],
 }
 
 impl PreparedSwap {
+    /// What the swap would do, for an operator to read before publishing.
     pub fn preview(&self) -> SwapPreview<'_> {
         SwapPreview {
             replacing: &self.replacing,
@@ -163,8 +172,11 @@ impl Engine {
 /// opening the catalog runs the candidate, and published in this engine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeploymentSwap {
+    /// Which recorded decisions the new policy would change.
     pub replay: ReplayReport,
+    /// Its golden scenarios' reports, all passed.
     pub scenarios: Vec<SuiteReport>,
+    /// The registry record that made it active.
     pub record: ActiveRecord,
 }
 

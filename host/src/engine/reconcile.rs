@@ -46,9 +46,11 @@ use crate::{bounds, validate};
 /// What one reconcile run found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReconcileReport {
+    /// The dataset reconciled.
     pub dataset_id: String,
     /// The operation's id, when it had anything to do.
     pub operation_id: Option<String>,
+    /// How many objects the dataset's folder holds.
     pub objects_listed: usize,
     /// Objects with no row still inside the staged grace period: left alone.
     pub too_young: Vec<String>,

@@ -52,8 +52,11 @@ const OBSERVE_CONCURRENCY: usize = 16;
 pub enum IntentStatus {
     /// Already settled: only the intent itself is left.
     Clean,
+    /// Its effects are all in place or can be completed: roll-forward publishes or promotes it.
     RollForwardRequired,
+    /// Only exclusive mode may settle it, by undoing what it did.
     NeedsCompensation,
+    /// Neither: an operator must decide (the decision says why and what to do).
     Blocked,
     /// Its owner may still be working.
     Deferred,
@@ -71,6 +74,7 @@ pub enum Outcome {
     /// Only in audit records: the host was about to execute the decision. A settled record
     /// (`executed` or `failed`) follows unless the process stopped first; see the module doc.
     Executing,
+    /// The decision was executed.
     Executed,
     /// The host refused the decision; nothing was executed.
     Refused(String),
@@ -78,21 +82,31 @@ pub enum Outcome {
     Failed(String),
 }
 
+/// What a sweep found and did about one intent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IntentReport {
+    /// The operation the intent belongs to.
     pub operation_id: String,
+    /// What kind of operation.
     pub kind: OperationKind,
+    /// What it needs.
     pub status: IntentStatus,
+    /// What the policy decided.
     pub decision: RecoveryDecision,
+    /// What the host did with that.
     pub outcome: Outcome,
 }
 
+/// What a recovery sweep of one dataset found and did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecoveryReport {
+    /// The dataset swept.
     pub dataset_id: String,
+    /// The mode it ran in.
     pub mode: RecoveryMode,
     /// The policy that decided, by digest.
     pub policy_digest: String,
+    /// One report per intent, oldest intent first.
     pub intents: Vec<IntentReport>,
     /// In verify mode, the invariants checked over the whole dataset, bucket included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -100,6 +114,7 @@ pub struct RecoveryReport {
 }
 
 impl RecoveryReport {
+    /// How many intents have `status`.
     pub fn count(&self, status: IntentStatus) -> usize {
         self.intents.iter().filter(|i| i.status == status).count()
     }

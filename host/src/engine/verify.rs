@@ -18,22 +18,31 @@ use crate::intent::IntentPhase;
 use crate::model::{ListQuery, SplitState};
 use crate::validate;
 
+/// One broken invariant, or an object that is not what its path says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Violation {
     /// The DESIGN.md invariant broken, when one is; 0 for a malformed object.
     pub invariant: u8,
+    /// The split at fault.
     pub split_id: String,
+    /// What is wrong.
     pub message: String,
 }
 
+/// What `verify` checked and found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VerifyReport {
+    /// The dataset verified.
     pub dataset_id: String,
+    /// Rows read.
     pub rows_checked: usize,
+    /// Objects listed and looked at.
     pub objects_checked: usize,
+    /// Intents not yet settled (not a violation: recovery's work).
     pub pending_intents: usize,
     /// Objects with no row: candidates for reconcile.
     pub orphan_objects: Vec<String>,
+    /// Every violation found; empty when the dataset holds its invariants.
     pub violations: Vec<Violation>,
 }
 

@@ -20,6 +20,7 @@ pub struct InProcessGates {
 }
 
 impl InProcessGates {
+    /// Gates shared by every clone of this value, seen by this process only.
     pub fn new() -> Self {
         Self::default()
     }

@@ -136,26 +136,40 @@ pub fn holder_description(program: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum GateName {
     /// The config gate of a dataset: staging and promoting a config.
-    Config { dataset_id: String },
+    Config {
+        /// The dataset.
+        dataset_id: String,
+    },
     /// The dataset gate: the writers and recoverers of a dataset's catalog state.
-    Dataset { dataset_id: String },
+    Dataset {
+        /// The dataset.
+        dataset_id: String,
+    },
     /// A keyed gate of a dataset, such as one per split or per source.
-    Key { dataset_id: String, key: String },
+    Key {
+        /// The dataset.
+        dataset_id: String,
+        /// What the gate guards within it.
+        key: String,
+    },
 }
 
 impl GateName {
+    /// The config gate of `dataset_id`.
     pub fn config(dataset_id: impl Into<String>) -> Self {
         Self::Config {
             dataset_id: dataset_id.into(),
         }
     }
 
+    /// The dataset gate of `dataset_id`.
     pub fn dataset(dataset_id: impl Into<String>) -> Self {
         Self::Dataset {
             dataset_id: dataset_id.into(),
         }
     }
 
+    /// The gate of `key` within `dataset_id`.
     pub fn key(dataset_id: impl Into<String>, key: impl Into<String>) -> Self {
         Self::Key {
             dataset_id: dataset_id.into(),
@@ -163,6 +177,7 @@ impl GateName {
         }
     }
 
+    /// The dataset the gate belongs to.
     pub fn dataset_id(&self) -> &str {
         match self {
             Self::Config { dataset_id }
@@ -203,10 +218,12 @@ impl fmt::Display for GateName {
 pub struct GateSet(BTreeSet<GateName>);
 
 impl GateSet {
+    /// The gates `names`, in lock order, each once.
     pub fn new(names: impl IntoIterator<Item = GateName>) -> Self {
         Self(names.into_iter().collect())
     }
 
+    /// The set with `name` added.
     pub fn with(mut self, name: GateName) -> Self {
         self.0.insert(name);
         self
@@ -217,10 +234,12 @@ impl GateSet {
         self.0.iter()
     }
 
+    /// How many gates the set holds.
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// Whether the set holds no gate.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -275,6 +294,7 @@ impl GateSession {
         }
     }
 
+    /// The session's id, unique per process and session; holders are named by it.
     pub fn id(&self) -> &str {
         &self.state.id
     }
@@ -372,10 +392,12 @@ pub struct LockRequest<'a> {
 }
 
 impl LockRequest<'_> {
+    /// The gate asked for.
     pub fn name(&self) -> &GateName {
         self.name
     }
 
+    /// The session asking.
     pub fn session_id(&self) -> &str {
         self.session_id
     }
@@ -425,6 +447,7 @@ pub trait GateLock: Send + Sync + fmt::Debug {
         Ok(())
     }
 
+    /// Gives the gate up. A gate whose holder died is released by its lease or connection instead.
     async fn release(self: Box<Self>) -> Result<()>;
 }
 
@@ -563,6 +586,7 @@ pub struct GateGuard {
 }
 
 impl GateGuard {
+    /// The gate this guard holds.
     pub fn name(&self) -> &GateName {
         &self.name
     }
@@ -628,6 +652,7 @@ impl HeldGates {
         &self.guards
     }
 
+    /// The guard of `name`, if it is held here.
     pub fn guard(&self, name: &GateName) -> Option<&GateGuard> {
         self.guards
             .binary_search_by(|guard| guard.name.cmp(name))
@@ -635,6 +660,7 @@ impl HeldGates {
             .map(|index| &self.guards[index])
     }
 
+    /// The fencing epoch `name` was acquired at, if it is held here.
     pub fn fencing_epoch(&self, name: &GateName) -> Option<u64> {
         self.guard(name).map(GateGuard::fencing_epoch)
     }
@@ -692,6 +718,7 @@ pub struct ExclusivePermit {
 }
 
 impl ExclusivePermit {
+    /// Takes the config and dataset gates of `dataset_id`, in lock order, within `timeout`.
     pub async fn acquire(
         gates: &(impl Gates + ?Sized),
         session: &GateSession,
@@ -705,6 +732,7 @@ impl ExclusivePermit {
         })
     }
 
+    /// The dataset the permit covers.
     pub fn dataset_id(&self) -> &str {
         &self.dataset_id
     }
@@ -716,14 +744,17 @@ impl ExclusivePermit {
             .expect("a permit holds the dataset gate")
     }
 
+    /// The gates the permit holds.
     pub fn gates(&self) -> &HeldGates {
         &self.gates
     }
 
+    /// Extends the leases of the permit's gates (object-store leases); a no-op for the others.
     pub async fn renew(&mut self) -> Result<()> {
         self.gates.renew().await
     }
 
+    /// Releases both gates.
     pub async fn release(self) -> Result<()> {
         self.gates.release().await
     }

@@ -133,6 +133,7 @@ impl ObjectStoreGates {
         self
     }
 
+    /// How long a lease lasts unless renewed.
     pub fn lease_duration(&self) -> Duration {
         self.lease_duration
     }

@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{MendError, Result};
 
+/// The first 8 bytes of every split object.
 pub const MAGIC: &[u8; 8] = b"MENDSPL1";
 /// The prefix before the header: magic and length.
 pub const PREFIX_LEN: usize = 12;
@@ -29,16 +30,21 @@ pub const MAX_HEADER_LEN: u32 = 1 << 20;
 /// The recovery metadata embedded at the start of every split object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SplitObjectHeader {
+    /// [`HEADER_FORMAT_VERSION`] when written by this host.
     pub format_version: u32,
+    /// The dataset the object belongs to.
     pub dataset_id: String,
     /// The incarnation of the dataset the object was written for.
     pub dataset_uid: String,
+    /// The split the object is.
     pub split_id: String,
+    /// The node that wrote it.
     pub node: String,
     /// The split's metadata, as the writer staged it (a JSON object, as text).
     pub metadata_json: String,
     /// The operation that wrote the object, if any.
     pub operation_id: Option<String>,
+    /// The payload's size in bytes.
     pub payload_size: u64,
     /// `sha256:<hex>` of the payload.
     pub payload_sha256: String,

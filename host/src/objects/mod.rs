@@ -2,7 +2,7 @@
 //!
 //! Objects are written put-if-absent and never overwritten. Deleting an object that is already
 //! gone succeeds, so a delete interrupted between its object and its row can be repeated. Each
-//! object written by [`SplitObjects::put_split`] embeds its recovery metadata ([`format`]).
+//! object written by [`SplitObjects::put_split`] embeds its recovery metadata ([`format`](mod@format)).
 
 pub mod format;
 
@@ -27,7 +27,9 @@ pub struct ObjectSummary {
 /// One object as a listing reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListedObject {
+    /// The split the object belongs to (its file name).
     pub split_id: String,
+    /// The object's size in bytes.
     pub size: u64,
     /// When the store says it was last written, in ms since the epoch (the store's clock).
     pub last_modified_ms: i64,
@@ -40,13 +42,18 @@ pub const EXISTENCE_CHECKS_IN_FLIGHT: usize = 32;
 /// What [`SplitObjects::inspect`] found at a split's path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FoundObject {
+    /// No object is at the path.
     Missing,
+    /// A split object: its header and whole size.
     Split {
+        /// The recovery header it carries.
         header: format::SplitObjectHeader,
+        /// The object's size, header included.
         size: u64,
     },
     /// Bytes that are not a split object: why.
     NotASplitObject {
+        /// Why it is not (too short, another magic, a header that does not parse).
         message: String,
     },
 }
@@ -64,6 +71,7 @@ impl FoundObject {
 /// What a put-if-absent of an object did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PutOutcome {
+    /// This put wrote the object.
     Written,
     /// The very same bytes were there already (a retry, or a racing upload of the same split).
     AlreadyInPlace,
@@ -96,10 +104,13 @@ impl UploadSigner for object_store::aws::AmazonS3 {
 /// A URL a writer can `PUT` one split object to, straight into the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UploadUrl {
+    /// The URL to `PUT` the whole object to.
     pub url: String,
+    /// How long it works, from when it was made.
     pub valid_for: Duration,
 }
 
+/// The split objects of a deployment: where they live, and the reads and writes mend makes of them.
 #[derive(Debug, Clone)]
 pub struct SplitObjects {
     store: Arc<dyn ObjectStore>,
@@ -109,6 +120,7 @@ pub struct SplitObjects {
 }
 
 impl SplitObjects {
+    /// The objects under `prefix` of `store`; no upload URLs (see [`with_signer`](Self::with_signer)).
     pub fn new(store: Arc<dyn ObjectStore>, prefix: Path) -> Self {
         Self {
             store,
@@ -154,6 +166,7 @@ impl SplitObjects {
         (&self.store, &self.prefix)
     }
 
+    /// Where a split's object lives: `{prefix}/datasets/{dataset_id}/splits/{split_id}`.
     pub fn path(&self, dataset_id: &str, split_id: &str) -> Path {
         self.prefix
             .child("datasets")

@@ -46,12 +46,16 @@ impl Slots {
 /// What a swap or rollback replaced, and with what.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Swapped {
+    /// The policy active before.
     pub from_digest: String,
+    /// The policy active now.
     pub to_digest: String,
+    /// Counts the changes of the active policy, from 0.
     pub generation: u64,
 }
 
 impl ActivePolicy {
+    /// The active policy of a new engine: `initial`, until a swap.
     pub fn new(initial: PolicyRuntime) -> Self {
         Self {
             slots: RwLock::new(Slots {

@@ -30,12 +30,13 @@ pub const CONTRACT_TYPES_IMPORT: &str = "mend:policy/types@1.3.0";
 /// authority, so each entry needs a reason.
 ///
 /// - `mend:policy/types`: the contract's own data types. A world that `use`s an interface's
-///   types imports that interface, but it carries types only; [`check_imports`] refuses it if
+///   types imports that interface, but it carries types only; the import check refuses it if
 ///   a component declares a function in it. It grants nothing.
 pub const ALLOWED_IMPORTS: &[&str] = &[CONTRACT_TYPES_IMPORT];
 
 /// The ABI this host implements (the `mend:policy` WIT package version).
 pub const HOST_ABI_MAJOR: u32 = mend_policy::ABI_MAJOR;
+/// The newest minor version of that ABI this host implements.
 pub const HOST_ABI_MINOR: u32 = mend_policy::ABI_MINOR;
 
 /// Semantics revisions this host knows how to run. A policy reporting another one is refused:

@@ -163,10 +163,12 @@ impl PolicyRuntime {
         &self.inner.digest
     }
 
+    /// What the policy's `describe()` said: name, version, ABI, semantics revision, capabilities.
     pub fn description(&self) -> &PolicyDescription {
         &self.inner.description
     }
 
+    /// The limits each decision runs under.
     pub fn limits(&self) -> &PolicyLimits {
         &self.inner.limits
     }
@@ -321,6 +323,7 @@ pub fn imports_of(bytes: &[u8]) -> Result<Vec<String>, PolicyError> {
         .collect())
 }
 
+/// `sha256:<hex>` of `bytes`: how components are named.
 pub fn digest_of(bytes: &[u8]) -> String {
     let hash = Sha256::digest(bytes);
     let hex: String = hash.iter().map(|byte| format!("{byte:02x}")).collect();

@@ -33,6 +33,7 @@ use crate::model::TimestampMs;
 /// One change of the active policy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActiveRecord {
+    /// The record's number: the newest record is the active policy.
     pub version: u64,
     /// The policy active from this record on.
     pub digest: String,
@@ -40,6 +41,7 @@ pub struct ActiveRecord {
     pub previous: Option<String>,
     /// `swap` or `rollback`.
     pub change: String,
+    /// When the change was made.
     pub changed_at_ms: TimestampMs,
     /// The request under an idempotency key that made this change, with its answer but for
     /// this record: what a retry of it answers.
@@ -47,6 +49,7 @@ pub struct ActiveRecord {
     pub recorded: Option<RecordedRequest>,
 }
 
+/// A deployment's policy registry (see the module doc).
 #[derive(Debug, Clone)]
 pub struct PolicyRegistry {
     store: Arc<dyn ObjectStore>,

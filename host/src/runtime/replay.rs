@@ -21,12 +21,15 @@ use crate::error::PolicyError;
 pub struct ReplayReport {
     /// The policy asked.
     pub digest: String,
+    /// Records whose decision the policy was asked again.
     pub replayed: usize,
+    /// Of those, the ones it decided the same.
     pub unchanged: usize,
     /// Records with no inputs: written before replay existed.
     pub not_replayable: usize,
     /// Replayed and unchanged decisions per kind (`commit`, `gc`, ..., `reconcile`).
     pub by_kind: BTreeMap<String, KindCounts>,
+    /// Every decision it would change.
     pub changed: Vec<ChangedDecision>,
     /// Datasets whose audit trail could not be read (a record from a newer mend, a damaged
     /// record), with the reason: left out of the replay, and said so.
@@ -34,26 +37,34 @@ pub struct ReplayReport {
     pub unreadable: Vec<(String, String)>,
 }
 
+/// How many decisions of one kind were replayed, and changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KindCounts {
+    /// Replayed.
     pub replayed: usize,
+    /// Of those, changed.
     pub changed: usize,
 }
 
 /// One decision the policy would make differently.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangedDecision {
+    /// The dataset of the decision.
     pub dataset_id: String,
+    /// The operation decided about.
     pub operation_id: String,
+    /// `commit`, `gc`, ..., `reconcile`.
     pub kind: String,
     /// The policy that recorded the decision.
     pub recorded_by: String,
+    /// The decision as recorded.
     pub recorded: serde_json::Value,
     /// What the replayed policy decides, or the error it fails with.
     pub replayed: serde_json::Value,
 }
 
 impl ReplayReport {
+    /// How many decisions would change.
     pub fn changed_count(&self) -> usize {
         self.changed.len()
     }

@@ -1,5 +1,5 @@
 //! A policy for tests: the default policy's decisions, requiring one more capability,
-//! [`MERGE_ON_WRITE`], that no host provides. Its ABI and semantics are the host's, so it
+//! `stage.merge-on-write`, that no host provides. Its ABI and semantics are the host's, so it
 //! loads; an engine refuses to start with it, naming the capability.
 //!
 //! It builds only for wasm32; natively it is empty.

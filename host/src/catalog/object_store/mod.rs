@@ -1,7 +1,7 @@
 //! The object-storage catalog: each dataset's catalog is a versioned commit log on any store
 //! the `object_store` crate speaks to (a local directory, memory, S3-compatible).
 //!
-//! - **Commits.** A mutation reads the newest state, decides on it ([`mutations`]), and writes
+//! - **Commits.** A mutation reads the newest state, decides on it (`mutations.rs`), and writes
 //!   the next version's log file with put-if-absent. Losing that race means another writer
 //!   committed first: read the new version and decide again, a bounded number of times, then
 //!   [`MendError::Conflict`]. No file is ever overwritten, so processes sharing a store never
@@ -9,7 +9,7 @@
 //!   writes nothing.
 //! - **Reads.** The instance caches each dataset's state; a read probes only for the version
 //!   after the cached one (one GET that finds nothing when nothing changed). Without a cache
-//!   it loads the newest checkpoint and replays the versions after it ([`log`], [`state`]).
+//!   it loads the newest checkpoint and replays the versions after it (`log.rs`, `state.rs`).
 //! - **Recorded requests** ([`crate::catalog::recorded`]) live in the same log: a keyed
 //!   mutation's record is one more action of the very commit of its effect (version 0 for a
 //!   keyed creation), and a key found recorded is answered from the state, with no commit.
@@ -88,6 +88,7 @@ pub struct ObjectStoreCatalogStats {
     pub commits: u64,
     /// Commit attempts that found the version already taken by another writer.
     pub lost_races: u64,
+    /// Checkpoints this instance wrote (one every 100 commits).
     pub checkpoints_written: u64,
     /// Checkpoint writes that failed; harmless, the next interval writes another.
     pub checkpoint_failures: u64,
@@ -116,10 +117,12 @@ impl ObjectStoreCatalog {
         }
     }
 
+    /// The store the catalog lives in.
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.log.store
     }
 
+    /// Where in the store: datasets live under `{prefix}/datasets/`.
     pub fn prefix(&self) -> &Path {
         &self.log.prefix
     }
@@ -130,6 +133,7 @@ impl ObjectStoreCatalog {
         Ok(self.load(dataset_id).await?.version)
     }
 
+    /// What this instance has read and written so far.
     pub fn stats(&self) -> ObjectStoreCatalogStats {
         let counters = &self.log.counters;
         let read = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
