@@ -1,25 +1,37 @@
-//! A progress line on the terminal for long runs: `observe intents  1200/5000`, or for bytes
-//! `upload s1  12.0/20.0 MiB`, redrawn in place on stderr. Drawn only when stderr is a
-//! terminal and a phase is big enough to last ([`SHOWN_FROM`] items, [`BYTES_SHOWN_FROM`]
-//! bytes), so short runs, pipes and `--json` output stay clean.
+//! A progress bar on the terminal for long runs (`observe intents  [####----] 1200/5000`, or
+//! for bytes `upload s1  [####----] 12.0 MiB/20.0 MiB`), drawn by `indicatif` on stderr. Drawn
+//! only when stderr is a terminal and a phase is big enough to last ([`SHOWN_FROM`] items,
+//! [`BYTES_SHOWN_FROM`] bytes), so short runs, pipes and `--json` output stay clean.
+//!
+//! The engine reports progress through the library's small [`Progress`] trait (begin a phase,
+//! advance, end); this is the command line's implementation of it.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use mend::progress::Progress;
 
-/// Phases with fewer items finish too fast to need a progress line.
+/// Phases with fewer items finish too fast to need a progress bar.
 pub const SHOWN_FROM: usize = 200;
-/// Files smaller than this are hashed or uploaded too fast to need a progress line.
+/// Files smaller than this are hashed or uploaded too fast to need a progress bar.
 pub const BYTES_SHOWN_FROM: usize = 8 << 20;
-/// Redraws at most this often.
-const REDRAW_EVERY: Duration = Duration::from_millis(100);
 
-#[derive(Debug)]
+/// Draws each phase of a run as one progress bar; see the module doc.
 pub struct TerminalProgress {
     unit: Unit,
-    phase: Mutex<Option<Phase>>,
+    /// Where each phase's bar draws: stderr, or a test's in-memory terminal.
+    target: Box<dyn Fn() -> ProgressDrawTarget + Send + Sync>,
+    // A std mutex: held to start, move or finish the bar, never across an await.
+    bar: Mutex<Option<ProgressBar>>,
+}
+
+impl std::fmt::Debug for TerminalProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TerminalProgress")
+            .field("unit", &self.unit)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a phase counts.
@@ -29,20 +41,32 @@ enum Unit {
     Bytes,
 }
 
-#[derive(Debug)]
-struct Phase {
-    name: String,
-    total: usize,
-    drawn_at: Option<Instant>,
+impl Unit {
+    fn shown_from(self) -> usize {
+        match self {
+            Unit::Items => SHOWN_FROM,
+            Unit::Bytes => BYTES_SHOWN_FROM,
+        }
+    }
+
+    fn style(self) -> ProgressStyle {
+        let template = match self {
+            Unit::Items => "{msg:<20} [{bar:30}] {pos}/{len}",
+            Unit::Bytes => "{msg:<20} [{bar:30}] {bytes}/{total_bytes}",
+        };
+        ProgressStyle::with_template(template)
+            .expect("the templates are valid")
+            .progress_chars("#-")
+    }
 }
 
 impl TerminalProgress {
-    /// A progress line counting items, or `None` where one must not be drawn.
+    /// A progress bar counting items, or `None` where one must not be drawn.
     pub fn for_stderr(json: bool) -> Option<Self> {
         Self::counting(Unit::Items, json)
     }
 
-    /// A progress line counting bytes (of a file hashed or uploaded), or `None` where one must
+    /// A progress bar counting bytes (of a file hashed or uploaded), or `None` where one must
     /// not be drawn.
     pub fn bytes_for_stderr(json: bool) -> Option<Self> {
         Self::counting(Unit::Bytes, json)
@@ -51,58 +75,81 @@ impl TerminalProgress {
     fn counting(unit: Unit, json: bool) -> Option<Self> {
         (!json && std::io::stderr().is_terminal()).then(|| Self {
             unit,
-            phase: Mutex::new(None),
+            target: Box::new(ProgressDrawTarget::stderr),
+            bar: Mutex::new(None),
         })
-    }
-
-    fn draw(&self, name: &str, done: usize, total: usize) {
-        let width = 30;
-        let filled = (done.min(total) * width)
-            .checked_div(total)
-            .unwrap_or(width);
-        let bar: String = "#".repeat(filled) + &"-".repeat(width - filled);
-        let amount = match self.unit {
-            Unit::Items => format!("{done}/{total}"),
-            Unit::Bytes => {
-                let mib = |bytes: usize| bytes as f64 / f64::from(1 << 20);
-                format!("{:.1}/{:.1} MiB", mib(done), mib(total))
-            }
-        };
-        let mut stderr = std::io::stderr().lock();
-        let _ = write!(stderr, "\r{name:<20} [{bar}] {amount}");
-        let _ = stderr.flush();
     }
 }
 
 impl Progress for TerminalProgress {
     fn begin(&self, phase: &str, total: usize) {
-        let shown_from = match self.unit {
-            Unit::Items => SHOWN_FROM,
-            Unit::Bytes => BYTES_SHOWN_FROM,
-        };
-        let mut current = self.phase.lock().unwrap_or_else(|e| e.into_inner());
-        *current = (total >= shown_from).then(|| Phase {
-            name: phase.to_string(),
-            total,
-            drawn_at: None,
+        let mut bar = self.bar.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(unfinished) = bar.take() {
+            unfinished.finish();
+        }
+        *bar = (total >= self.unit.shown_from()).then(|| {
+            ProgressBar::with_draw_target(Some(total as u64), (self.target)())
+                .with_style(self.unit.style())
+                .with_message(phase.to_string())
         });
     }
 
     fn advance(&self, done: usize) {
-        let mut current = self.phase.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(phase) = current.as_mut()
-            && phase.drawn_at.is_none_or(|at| at.elapsed() >= REDRAW_EVERY)
-        {
-            self.draw(&phase.name, done, phase.total);
-            phase.drawn_at = Some(Instant::now());
+        let bar = self.bar.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bar) = bar.as_ref() {
+            bar.set_position(done as u64);
         }
     }
 
     fn end(&self) {
-        let mut current = self.phase.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(phase) = current.take() {
-            self.draw(&phase.name, phase.total, phase.total);
-            eprintln!();
+        let mut bar = self.bar.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bar) = bar.take() {
+            bar.finish();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use indicatif::InMemoryTerm;
+
+    use super::*;
+
+    fn on(term: &InMemoryTerm, unit: Unit) -> TerminalProgress {
+        let term = term.clone();
+        TerminalProgress {
+            unit,
+            target: Box::new(move || ProgressDrawTarget::term_like(Box::new(term.clone()))),
+            bar: Mutex::new(None),
+        }
+    }
+
+    #[test]
+    fn a_long_phase_is_drawn_to_its_end_and_a_short_one_not_at_all() {
+        let term = InMemoryTerm::new(4, 80);
+        let progress = on(&term, Unit::Items);
+        progress.begin("observe intents", SHOWN_FROM - 1);
+        progress.advance(10);
+        progress.end();
+        assert_eq!(term.contents(), "", "a short phase draws nothing");
+
+        progress.begin("observe intents", 1000);
+        progress.advance(400);
+        progress.end();
+        let drawn = term.contents();
+        assert!(drawn.starts_with("observe intents"), "{drawn:?}");
+        assert!(drawn.contains("1000/1000"), "finished at its total: {drawn:?}");
+        assert!(drawn.contains("[####"), "{drawn:?}");
+    }
+
+    #[test]
+    fn bytes_are_shown_in_binary_units() {
+        let term = InMemoryTerm::new(4, 80);
+        let progress = on(&term, Unit::Bytes);
+        progress.begin("upload s1", 20 << 20);
+        progress.advance(12 << 20);
+        progress.end();
+        let drawn = term.contents();
+        assert!(drawn.contains("20.00 MiB/20.00 MiB"), "{drawn:?}");
     }
 }
