@@ -9,6 +9,27 @@
 //! CLI (and the server) take the resolved [`Settings`] and build what they need from it:
 //! [`Settings::engine_options`], [`Settings::load_options`],
 //! [`Settings::dataset_config_defaults`].
+//!
+//! # Why not a layered-configuration crate
+//!
+//! `figment` (0.10) was weighed for this module and left out. It would give the layering
+//! (defaults, a TOML file, the environment, flags) and a source per value, which is about 150
+//! of these lines (`Inputs`, `settings_file`, `read_file`, `env_text`); everything else stays
+//! and some would grow:
+//! - its `Env` provider maps `MEND_LIMITS_MAX_STAGE_BATCH` by splitting on `_`, which cannot
+//!   tell the section separator from the underscores inside keys (`max_stage_batch`); each
+//!   variable would still be mapped through [`SETTINGS`] by hand;
+//! - an empty variable is a value to it (`""`), not "unset" as documented here, so every
+//!   variable would need a filter;
+//! - its errors are serde's (`invalid type: found string "x", expected u64 for key ...`),
+//!   while mend's name the setting, its source and its range in one line that says what to
+//!   write ("bad value for limits.max_stage_batch from environment variable ...: "abc" is
+//!   not a whole number; its range is 1..=100000"): the messages the README and the CLI tests
+//!   promise would need a translation layer over its `Error`;
+//! - ranges ([`mend::bounds`]), URL schemes and the README table check are mend's either way.
+//!
+//! A second model of the same table to keep in step is a worse trade than these lines, so the
+//! table below is the one model: it parses, shows, documents and is checked against the README.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
