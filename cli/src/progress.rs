@@ -138,7 +138,10 @@ mod tests {
         progress.end();
         let drawn = term.contents();
         assert!(drawn.starts_with("observe intents"), "{drawn:?}");
-        assert!(drawn.contains("1000/1000"), "finished at its total: {drawn:?}");
+        assert!(
+            drawn.contains("1000/1000"),
+            "finished at its total: {drawn:?}"
+        );
         assert!(drawn.contains("[####"), "{drawn:?}");
     }
 
