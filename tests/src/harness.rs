@@ -20,11 +20,13 @@ use tempfile::TempDir;
 use crate::CountingStore;
 use crate::sql_counter::SqlCounter;
 
-/// The most splits a stage batch may carry in tests, so the limit itself can be tested.
-pub const TEST_MAX_STAGE_BATCH: usize = 2_000;
+/// The most splits a stage batch may carry in tests, so the limit itself can be tested: the
+/// conformance kit's, so that both harnesses build the same engine.
+pub const TEST_MAX_STAGE_BATCH: usize = mend_testkit::MAX_STAGE_BATCH;
 
-/// The clock's start: an arbitrary fixed instant, so timestamps in failures are readable.
-pub const TEST_EPOCH_MS: i64 = 1_700_000_000_000;
+/// The clock's start: an arbitrary fixed instant, so timestamps in failures are readable (the
+/// conformance kit's).
+pub const TEST_EPOCH_MS: i64 = mend_testkit::EPOCH_MS;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -201,55 +203,13 @@ impl Harness {
         dataset_id
     }
 
-    /// A fingerprint that changes whenever storage is written for `dataset_id`.
-    ///
-    /// On Postgres it covers every table of the catalog, found in the schema rather than
-    /// listed here, so that a table added by a later migration is covered too; a table that
-    /// holds no `dataset_id` column fails the fingerprint until it is accounted for.
+    /// A fingerprint that changes whenever storage is written for `dataset_id`: on Postgres
+    /// the [row versions](postgres_row_versions) of the dataset's rows and the split objects'
+    /// write count, on object storage the store's write count.
     pub async fn write_fingerprint(&self, dataset_id: &str) -> WriteFingerprint {
         match &self.pg {
             Some(pool) => {
-                let tables: Vec<(String, bool)> = sqlx::query_as(
-                    "SELECT t.table_name::text, EXISTS (SELECT 1 FROM information_schema.columns c \
-                     WHERE c.table_schema = t.table_schema AND c.table_name = t.table_name \
-                     AND c.column_name = 'dataset_id') \
-                     FROM information_schema.tables t \
-                     WHERE t.table_schema = current_schema() AND t.table_type = 'BASE TABLE' \
-                     ORDER BY t.table_name",
-                )
-                .fetch_all(pool)
-                .await
-                .expect("list the catalog's tables");
-                let mut versions = Vec::new();
-                for (table, has_dataset_id) in &tables {
-                    if TABLES_WITHOUT_DATASET_ROWS.contains(&table.as_str()) {
-                        continue;
-                    }
-                    assert!(
-                        has_dataset_id,
-                        "table {table} has no dataset_id column: the write fingerprint cannot \
-                         tell its rows apart; extend Harness::write_fingerprint"
-                    );
-                    // The table name comes from the catalog itself, quoted as an identifier.
-                    let rows: Vec<(String, String)> = sqlx::query_as(&format!(
-                        "SELECT ctid::text, xmin::text FROM \"{}\" WHERE dataset_id = $1 ORDER BY ctid",
-                        table.replace('"', "\"\"")
-                    ))
-                    .bind(dataset_id)
-                    .fetch_all(pool)
-                    .await
-                    .unwrap_or_else(|error| panic!("read row versions of {table}: {error}"));
-                    versions.extend(
-                        rows.into_iter()
-                            .map(|(ctid, xmin)| (table.clone(), ctid, xmin)),
-                    );
-                }
-                assert!(
-                    ["datasets", "splits", "intents", "audit"]
-                        .iter()
-                        .all(|expected| tables.iter().any(|(table, _)| table == expected)),
-                    "the fingerprint misses a catalog table: found {tables:?}"
-                );
+                let mut versions = postgres_row_versions(pool, dataset_id).await;
                 let object_writes = self.store.as_ref().map_or(0, |s| s.writes());
                 versions.push(("<objects>".into(), object_writes.to_string(), String::new()));
                 WriteFingerprint::RowVersions(versions)
@@ -336,20 +296,76 @@ impl Harness {
     }
 }
 
+/// The row versions (`ctid`, `xmin`) of `dataset_id`'s rows in every table of a Postgres
+/// catalog, as (table, ctid, xmin): any write to a row gives it a new version, so the list
+/// changes whenever anything is written for the dataset. The harness's write fingerprint on
+/// Postgres, and the catalog's part of the conformance kit's.
+///
+/// It covers every table of the catalog, found in the schema rather than listed here, so that
+/// a table added by a later migration is covered too; a table that holds no `dataset_id`
+/// column fails the fingerprint until it is accounted for.
+pub async fn postgres_row_versions(
+    pool: &PgPool,
+    dataset_id: &str,
+) -> Vec<(String, String, String)> {
+    let tables: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT t.table_name::text, EXISTS (SELECT 1 FROM information_schema.columns c \
+         WHERE c.table_schema = t.table_schema AND c.table_name = t.table_name \
+         AND c.column_name = 'dataset_id') \
+         FROM information_schema.tables t \
+         WHERE t.table_schema = current_schema() AND t.table_type = 'BASE TABLE' \
+         ORDER BY t.table_name",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("list the catalog's tables");
+    let mut versions = Vec::new();
+    for (table, has_dataset_id) in &tables {
+        if TABLES_WITHOUT_DATASET_ROWS.contains(&table.as_str()) {
+            continue;
+        }
+        assert!(
+            has_dataset_id,
+            "table {table} has no dataset_id column: the write fingerprint cannot \
+             tell its rows apart; extend postgres_row_versions"
+        );
+        // The table name comes from the catalog itself, quoted as an identifier.
+        let rows: Vec<(String, String)> = sqlx::query_as(&format!(
+            "SELECT ctid::text, xmin::text FROM \"{}\" WHERE dataset_id = $1 ORDER BY ctid",
+            table.replace('"', "\"\"")
+        ))
+        .bind(dataset_id)
+        .fetch_all(pool)
+        .await
+        .unwrap_or_else(|error| panic!("read row versions of {table}: {error}"));
+        versions.extend(
+            rows.into_iter()
+                .map(|(ctid, xmin)| (table.clone(), ctid, xmin)),
+        );
+    }
+    assert!(
+        ["datasets", "splits", "intents", "audit"]
+            .iter()
+            .all(|expected| tables.iter().any(|(table, _)| table == expected)),
+        "the fingerprint misses a catalog table: found {tables:?}"
+    );
+    versions
+}
+
 /// What a harness's engine stores its catalog and objects in.
-struct Storage {
-    catalog: Arc<dyn Catalog>,
+pub(crate) struct Storage {
+    pub(crate) catalog: Arc<dyn Catalog>,
     /// The split objects' store and, on object storage, the catalog's.
-    store: Arc<CountingStore>,
+    pub(crate) store: Arc<CountingStore>,
     /// Where the catalog and the objects live in `store`.
-    prefix: Path,
-    pg: Option<PgPool>,
-    sql: Option<SqlCounter>,
-    directory: Option<TempDir>,
+    pub(crate) prefix: Path,
+    pub(crate) pg: Option<PgPool>,
+    pub(crate) sql: Option<SqlCounter>,
+    pub(crate) directory: Option<TempDir>,
 }
 
 impl Storage {
-    async fn open(backend: Backend, count_sql: bool) -> Self {
+    pub(crate) async fn open(backend: Backend, count_sql: bool) -> Self {
         let (inner, prefix, directory): (Arc<dyn ObjectStore>, Path, _) = match backend {
             Backend::Postgres | Backend::Memory => {
                 (Arc::new(InMemory::new()), Path::default(), None)

@@ -22,7 +22,6 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use async_trait::async_trait;
-use mend_policy::ExistingRow;
 
 use crate::audit::AuditRecord;
 use crate::error::Result;
@@ -36,6 +35,9 @@ pub use self::object_store::ObjectStoreCatalog;
 #[cfg(feature = "postgres")]
 pub use self::postgres::PostgresCatalog;
 pub use self::recorded::{RecordedRequest, RequestKey};
+/// A row as a [`StagePlanner`] is shown it: a backend of an embedder's own builds these from
+/// the rows it read, so it is named here, not only in the policy crate.
+pub use mend_policy::ExistingRow;
 
 /// Named features a backend or host provides, such as `stage.create-only`. A policy lists the
 /// ones it requires; a request needing one that is missing fails loudly and changes nothing.
@@ -204,7 +206,8 @@ pub struct PublishObservation {
 pub type PublishValidator<'a> = dyn Fn(&PublishObservation) -> Result<()> + Send + Sync + 'a;
 
 /// A catalog backend. Implementations are [`PostgresCatalog`] and [`ObjectStoreCatalog`]; the
-/// conformance suite in `tests/` holds both to the same behaviour.
+/// conformance suite (the `mend-testkit` crate, `testkit/`) holds both, and any backend of an
+/// embedder's own, to the same behaviour.
 ///
 /// Every mutation is atomic: it happens whole or not at all, and an error says which
 /// ([`MendError::certainly_not_applied`](crate::MendError::certainly_not_applied)). A mutation

@@ -4,6 +4,9 @@
 //!
 //! Requests are counted when they are made, successful or not. A listing counts once per
 //! call, however many pages the store answers it with.
+//!
+//! The kit counts the split objects' writes with it; a backend on object storage can count its
+//! catalog's writes with it too, for its [`Fingerprint`](crate::Fingerprint).
 
 use std::fmt;
 use std::sync::Arc;
@@ -17,6 +20,7 @@ use object_store::{
     PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
 
+/// An [`ObjectStore`] that forwards every request to another one and counts it by kind.
 #[derive(Debug)]
 pub struct CountingStore {
     inner: Arc<dyn ObjectStore>,
@@ -29,9 +33,13 @@ pub struct CountingStore {
 /// The requests a [`CountingStore`] has seen, by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RequestCounts {
+    /// Puts (multipart ones counted once, when they start), deletes and copies.
     pub writes: u64,
+    /// GETs, ranged ones included.
     pub gets: u64,
+    /// HEADs.
     pub heads: u64,
+    /// Listings, each call once.
     pub lists: u64,
 }
 
@@ -72,6 +80,7 @@ impl fmt::Display for RequestCounts {
 }
 
 impl CountingStore {
+    /// Counts the requests made to `inner`, starting from zero.
     pub fn new(inner: Arc<dyn ObjectStore>) -> Self {
         Self {
             inner,

@@ -7,16 +7,16 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use mend::catalog::ExistingRow;
 use mend::catalog::{
     Catalog, PlannedAction, PlannedStage, PublishObservation, RecordedRequest, RequestKey,
     StagePlan,
 };
 use mend::model::{DatasetConfig, MarkResult, NewSplit, StageMode, StageOutcome, StagedSplit};
 use mend::{EntityKind, MendError};
-use mend_policy::ExistingRow;
 
 use super::{publish_request, rows};
-use crate::harness::{Backend, Harness};
+use crate::harness::Harness;
 
 /// A key for `request` of kind `kind`, digested as the engine does.
 fn key(name: &str, kind: &str, request: &impl serde::Serialize) -> RequestKey {
@@ -84,7 +84,7 @@ fn refused_as_another_request(error: &MendError, key: &str) -> bool {
         if message.contains(key) && message.contains("another request"))
 }
 
-async fn manifest(h: &Harness, dataset_id: &str) -> u64 {
+async fn manifest(h: &Harness<'_>, dataset_id: &str) -> u64 {
     h.engine
         .catalog()
         .dataset(dataset_id)
@@ -93,7 +93,7 @@ async fn manifest(h: &Harness, dataset_id: &str) -> u64 {
         .manifest_version
 }
 
-pub async fn keyed_creation_answers_a_retry_with_the_dataset_it_created(h: &Harness) {
+pub(super) async fn keyed_creation_answers_a_retry_with_the_dataset_it_created(h: &Harness<'_>) {
     let catalog = h.engine.catalog();
     let now = h.clock_now();
     let ds = h.unique_dataset_id("keyed-create");
@@ -171,10 +171,7 @@ pub async fn keyed_creation_answers_a_retry_with_the_dataset_it_created(h: &Harn
     checked += 3;
 
     // Copies sent at once create the dataset once; every copy answers the one that won.
-    let racers = match h.backend {
-        Backend::S3 => 3,
-        _ => 6,
-    };
+    let racers = h.scale().racing_creations;
     let raced = h.unique_dataset_id("keyed-create-race");
     let race_key = key("create-race", "create_dataset", &(&raced, &config));
     let mut tasks = Vec::new();
@@ -218,11 +215,11 @@ pub async fn keyed_creation_answers_a_retry_with_the_dataset_it_created(h: &Harn
     checked += 1;
     println!(
         "conformance[{}]: keyed creation: {checked} checks, {racers} racing copies created 1 dataset",
-        h.backend
+        h.name()
     );
 }
 
-pub async fn keyed_config_and_token_changes_answer_a_retry(h: &Harness) {
+pub(super) async fn keyed_config_and_token_changes_answer_a_retry(h: &Harness<'_>) {
     let catalog = h.engine.catalog();
     let ds = h.create_dataset("keyed-config").await;
     let now = h.clock_now();
@@ -311,11 +308,11 @@ pub async fn keyed_config_and_token_changes_answer_a_retry(h: &Harness) {
     checked += 5;
     println!(
         "conformance[{}]: keyed config and token changes: {checked} checks",
-        h.backend
+        h.name()
     );
 }
 
-pub async fn keyed_stage_and_publish_answer_a_retry(h: &Harness) {
+pub(super) async fn keyed_stage_and_publish_answer_a_retry(h: &Harness<'_>) {
     let catalog = h.engine.catalog();
     let ds = h.create_dataset("keyed-stage").await;
     let now = h.clock_now();
@@ -390,11 +387,11 @@ pub async fn keyed_stage_and_publish_answer_a_retry(h: &Harness) {
     checked += 6;
     println!(
         "conformance[{}]: keyed stage and publish: {checked} checks",
-        h.backend
+        h.name()
     );
 }
 
-pub async fn keyed_mark_and_delete_answer_a_retry_after_their_rows_moved(h: &Harness) {
+pub(super) async fn keyed_mark_and_delete_answer_a_retry_after_their_rows_moved(h: &Harness<'_>) {
     let catalog = h.engine.catalog();
     let ds = h.create_dataset("keyed-delete").await;
     let now = h.clock_now();
@@ -461,21 +458,18 @@ pub async fn keyed_mark_and_delete_answer_a_retry_after_their_rows_moved(h: &Har
     checked += 5;
     println!(
         "conformance[{}]: keyed mark and delete: {checked} checks",
-        h.backend
+        h.name()
     );
 }
 
-pub async fn record_request_keeps_the_first_record_of_racing_runs(h: &Harness) {
+pub(super) async fn record_request_keeps_the_first_record_of_racing_runs(h: &Harness<'_>) {
     let catalog = h.engine.catalog();
     let ds = h.create_dataset("record").await;
     let now = h.clock_now();
-    let racers = match h.backend {
-        Backend::S3 => 3,
-        _ => 8,
-    };
+    let racers = h.scale().racing_records;
     let run = key("gc-1", "gc", &(&ds, "node-a"));
     let mut tasks = Vec::new();
-    for racer in 0..racers {
+    for racer in 0..racers as i64 {
         let catalog = Arc::clone(catalog);
         let (ds, record) = (
             ds.clone(),
@@ -538,17 +532,13 @@ pub async fn record_request_keeps_the_first_record_of_racing_runs(h: &Harness) {
     );
     println!(
         "conformance[{}]: record_request: {racers} racing runs kept 1 record; 4 more checks",
-        h.backend
+        h.name()
     );
 }
 
-pub async fn keyed_records_survive_concurrent_writes(h: &Harness) {
+pub(super) async fn keyed_records_survive_concurrent_writes(h: &Harness<'_>) {
     let ds = h.create_dataset("keyed-concurrent").await;
-    let (workers, rounds) = match h.backend {
-        Backend::S3 => (3, 2),
-        Backend::Postgres => (6, 6),
-        _ => (4, 4),
-    };
+    let (workers, rounds) = (h.scale().keyed_writers, h.scale().keyed_rounds);
     let now = h.clock_now();
     let mut tasks = Vec::new();
     for worker in 0..workers {
@@ -613,7 +603,7 @@ pub async fn keyed_records_survive_concurrent_writes(h: &Harness) {
     assert_eq!(h.write_fingerprint(&ds).await, before, "retries wrote");
     println!(
         "conformance[{}]: {workers} workers x {rounds} rounds of keyed writes among unkeyed ones: {} records answered their retries, nothing written",
-        h.backend,
+        h.name(),
         answers.len() * 2
     );
 }

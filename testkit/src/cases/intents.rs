@@ -1,0 +1,424 @@
+//! Intents and audit records at the catalog trait itself: an intent created once, advanced only
+//! from the phase it is in, deleted; abandoning an expired armed intent, racing a heartbeat;
+//! audit records appended in order.
+
+use mend::audit::{AUDIT_FORMAT_VERSION, AuditRecord};
+use mend::intent::{
+    ExpectedState, INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, PlannedEffects,
+    PlannedRow,
+};
+use mend::{EntityKind, MendError};
+
+use crate::harness::Harness;
+
+fn intent(dataset_id: &str, operation_id: &str, created_at_ms: i64) -> Intent {
+    Intent {
+        format_version: INTENT_FORMAT_VERSION,
+        operation_id: operation_id.into(),
+        dataset_id: dataset_id.into(),
+        kind: OperationKind::Commit,
+        phase: IntentPhase::Armed,
+        owner: "node-a".into(),
+        lease_expires_at_ms: created_at_ms + 30_000,
+        created_at_ms,
+        updated_at_ms: created_at_ms,
+        effects: PlannedEffects {
+            stage: vec![PlannedRow {
+                split_id: format!("{operation_id}-split"),
+                metadata_json: "{}".into(),
+            }],
+            ..Default::default()
+        },
+        expected: ExpectedState::default(),
+    }
+}
+
+pub(super) async fn intents_are_created_once_advanced_conditionally_and_deleted(h: &Harness<'_>) {
+    let ds = h.create_dataset("intents").await;
+    let catalog = h.engine.catalog();
+    let manifest = h.engine.dataset(&ds).await.unwrap().manifest_version;
+    let first = intent(&ds, "op-b", 1_000);
+    let second = intent(&ds, "op-a", 2_000);
+    catalog.put_intent(&first).await.expect("put");
+    catalog.put_intent(&second).await.expect("put");
+    assert_eq!(
+        catalog.list_intents(&ds).await.unwrap(),
+        [first.clone(), second.clone()],
+        "oldest first"
+    );
+    assert_eq!(
+        h.engine.dataset(&ds).await.unwrap().manifest_version,
+        manifest,
+        "an intent is not part of the published view"
+    );
+
+    let again = catalog.put_intent(&first).await.unwrap_err();
+    assert!(
+        matches!(&again, MendError::AlreadyExists { kind: EntityKind::Intent, id } if id == "op-b"),
+        "{again:?}"
+    );
+    let nowhere = catalog
+        .put_intent(&intent("no-such-dataset", "op-x", 1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            nowhere,
+            MendError::NotFound {
+                kind: EntityKind::Dataset,
+                ..
+            }
+        ),
+        "{nowhere:?}"
+    );
+
+    let confirmed = Intent {
+        phase: IntentPhase::EffectsConfirmed,
+        updated_at_ms: 1_500,
+        ..first.clone()
+    };
+    catalog
+        .update_intent(&confirmed, IntentPhase::Armed)
+        .await
+        .expect("confirm");
+    let stale = catalog
+        .update_intent(&confirmed, IntentPhase::Armed)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(stale, MendError::FailedPrecondition { .. }),
+        "{stale:?}"
+    );
+    assert_eq!(
+        catalog.list_intents(&ds).await.unwrap(),
+        [confirmed.clone(), second.clone()]
+    );
+
+    catalog.delete_intent(&ds, "op-b", 0).await.expect("delete");
+    let gone = catalog.delete_intent(&ds, "op-b", 0).await.unwrap_err();
+    assert!(
+        matches!(
+            gone,
+            MendError::NotFound {
+                kind: EntityKind::Intent,
+                ..
+            }
+        ),
+        "{gone:?}"
+    );
+    let gone = catalog
+        .update_intent(&confirmed, IntentPhase::EffectsConfirmed)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            gone,
+            MendError::NotFound {
+                kind: EntityKind::Intent,
+                ..
+            }
+        ),
+        "{gone:?}"
+    );
+    assert_eq!(catalog.list_intents(&ds).await.unwrap(), [second]);
+    let missing = catalog.list_intents("no-such-dataset").await.unwrap_err();
+    assert!(
+        matches!(
+            missing,
+            MendError::NotFound {
+                kind: EntityKind::Dataset,
+                ..
+            }
+        ),
+        "{missing:?}"
+    );
+}
+
+fn failed_precondition_naming(error: &MendError, operation_id: &str) -> bool {
+    matches!(error, MendError::FailedPrecondition { ids, .. } if ids == &[operation_id.to_string()])
+}
+
+pub(super) async fn abandon_fences_an_expired_armed_intent_only(h: &Harness<'_>) {
+    let ds = h.create_dataset("abandon").await;
+    let catalog = h.engine.catalog();
+    let manifest = h.engine.dataset(&ds).await.unwrap().manifest_version;
+    let mut checks = 0;
+
+    // Armed, leased until 31,000.
+    let armed = intent(&ds, "op-a", 1_000);
+    catalog.put_intent(&armed).await.expect("put");
+    let live = catalog
+        .abandon_intent(&ds, "op-a", Some(30_999), 30_999)
+        .await
+        .unwrap_err();
+    assert!(failed_precondition_naming(&live, "op-a"), "{live:?}");
+    assert_eq!(
+        catalog.list_intents(&ds).await.unwrap(),
+        std::slice::from_ref(&armed)
+    );
+    checks += 2;
+
+    // A heartbeat that lands first wins: the lease now runs until 61,000.
+    let renewed = Intent {
+        lease_expires_at_ms: 61_000,
+        updated_at_ms: 30_000,
+        ..armed.clone()
+    };
+    catalog
+        .update_intent(&renewed, IntentPhase::Armed)
+        .await
+        .expect("renew");
+    let live = catalog
+        .abandon_intent(&ds, "op-a", Some(31_000), 31_000)
+        .await
+        .unwrap_err();
+    assert!(failed_precondition_naming(&live, "op-a"), "{live:?}");
+    checks += 1;
+
+    // Expired at exactly the cutoff: fenced.
+    let abandoned = catalog
+        .abandon_intent(&ds, "op-a", Some(61_000), 61_500)
+        .await
+        .expect("abandon");
+    assert_eq!(
+        abandoned,
+        Intent {
+            format_version: INTENT_FORMAT_VERSION,
+            phase: IntentPhase::Abandoned,
+            updated_at_ms: 61_500,
+            ..renewed.clone()
+        }
+    );
+    assert_eq!(
+        catalog.list_intents(&ds).await.unwrap(),
+        std::slice::from_ref(&abandoned)
+    );
+    checks += 2;
+
+    // Idempotent: the same intent, nothing written.
+    let again = catalog
+        .abandon_intent(&ds, "op-a", Some(99_000), 99_000)
+        .await
+        .expect("abandon again");
+    assert_eq!(again, abandoned);
+    checks += 1;
+
+    // Fenced at the write: its owner can neither confirm nor renew it.
+    for attempt in [
+        Intent {
+            phase: IntentPhase::EffectsConfirmed,
+            ..renewed.clone()
+        },
+        Intent {
+            lease_expires_at_ms: 200_000,
+            ..renewed.clone()
+        },
+    ] {
+        let fenced = catalog
+            .update_intent(&attempt, IntentPhase::Armed)
+            .await
+            .unwrap_err();
+        assert!(failed_precondition_naming(&fenced, "op-a"), "{fenced:?}");
+        checks += 1;
+    }
+    assert_eq!(
+        catalog.list_intents(&ds).await.unwrap(),
+        std::slice::from_ref(&abandoned)
+    );
+    checks += 1;
+
+    // A confirmed intent is rolled forward, never abandoned, whatever its lease.
+    let confirmed = Intent {
+        phase: IntentPhase::EffectsConfirmed,
+        ..intent(&ds, "op-b", 2_000)
+    };
+    catalog.put_intent(&confirmed).await.expect("put");
+    for lease_expired_by in [None, Some(i64::MAX)] {
+        let refused = catalog
+            .abandon_intent(&ds, "op-b", lease_expired_by, 100_000)
+            .await
+            .unwrap_err();
+        assert!(failed_precondition_naming(&refused, "op-b"), "{refused:?}");
+        checks += 1;
+    }
+
+    // `None`: its owner aborting, whatever the lease.
+    let aborting = intent(&ds, "op-c", 3_000);
+    catalog.put_intent(&aborting).await.expect("put");
+    let aborted = catalog
+        .abandon_intent(&ds, "op-c", None, 3_500)
+        .await
+        .expect("abort");
+    assert_eq!(aborted.phase, IntentPhase::Abandoned);
+    assert_eq!(aborted.lease_expires_at_ms, aborting.lease_expires_at_ms);
+    checks += 2;
+
+    let gone = catalog
+        .abandon_intent(&ds, "op-zzz", None, 0)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&gone, MendError::NotFound { kind: EntityKind::Intent, ids } if ids == &["op-zzz".to_string()]),
+        "{gone:?}"
+    );
+    let nowhere = catalog
+        .abandon_intent("no-such-dataset", "op-a", None, 0)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            nowhere,
+            MendError::NotFound {
+                kind: EntityKind::Dataset,
+                ..
+            }
+        ),
+        "{nowhere:?}"
+    );
+    assert_eq!(
+        h.engine.dataset(&ds).await.unwrap().manifest_version,
+        manifest,
+        "abandoning an intent changes nothing of the published view"
+    );
+    checks += 3;
+    println!(
+        "conformance[{}] abandon: {checks} checks: live leases and heartbeats win, expired intents fenced once, confirmed ones refused",
+        h.name()
+    );
+}
+
+pub(super) async fn abandon_and_a_heartbeat_race_and_exactly_one_wins(h: &Harness<'_>) {
+    const ROUNDS: usize = 8;
+    let ds = h.create_dataset("abandon-race").await;
+    let catalog = h.engine.catalog();
+    let (mut abandons, mut heartbeats) = (0, 0);
+    for round in 0..ROUNDS {
+        let operation_id = format!("op-{round}");
+        let armed = intent(&ds, &operation_id, 1_000);
+        catalog.put_intent(&armed).await.expect("put");
+        // The lease ran out at 31,000; the heartbeat moves it to 100,000.
+        let renewed = Intent {
+            lease_expires_at_ms: 100_000,
+            updated_at_ms: 40_000,
+            ..armed
+        };
+        let (abandon, heartbeat) = tokio::join!(
+            catalog.abandon_intent(&ds, &operation_id, Some(40_000), 40_000),
+            catalog.update_intent(&renewed, IntentPhase::Armed),
+        );
+        let stored = catalog
+            .list_intents(&ds)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|intent| intent.operation_id == operation_id)
+            .expect("the intent is still there");
+        match (abandon, heartbeat) {
+            (Ok(abandoned), Err(fenced)) => {
+                assert!(
+                    failed_precondition_naming(&fenced, &operation_id),
+                    "{fenced:?}"
+                );
+                assert_eq!(stored, abandoned);
+                assert_eq!(stored.lease_expires_at_ms, 31_000);
+                abandons += 1;
+            }
+            (Err(live), Ok(())) => {
+                assert!(failed_precondition_naming(&live, &operation_id), "{live:?}");
+                assert_eq!(stored, renewed);
+                heartbeats += 1;
+            }
+            other => panic!("round {round}: not exactly one winner: {other:?}"),
+        }
+    }
+    assert_eq!(abandons + heartbeats, ROUNDS);
+    println!(
+        "conformance[{}] abandon race: {ROUNDS} rounds, exactly one winner each ({abandons} abandons, {heartbeats} heartbeats)",
+        h.name()
+    );
+}
+
+fn audit(dataset_id: &str, operation_id: &str, recorded_at_ms: i64) -> AuditRecord {
+    AuditRecord {
+        format_version: AUDIT_FORMAT_VERSION,
+        dataset_id: dataset_id.into(),
+        operation_id: operation_id.into(),
+        recorded_at_ms,
+        mode: "roll-forward".into(),
+        policy_digest: "sha256:00".into(),
+        semantics_revision: 1,
+        inputs_hash: "sha256:11".into(),
+        decision: serde_json::json!("roll_forward"),
+        outcome: serde_json::json!({"outcome": "executed"}),
+        inputs: None,
+    }
+}
+
+pub(super) async fn audit_records_append_in_order_and_list_the_newest(h: &Harness<'_>) {
+    let ds = h.create_dataset("audit").await;
+    let catalog = h.engine.catalog();
+    let first = vec![audit(&ds, "op-1", 100), audit(&ds, "op-2", 100)];
+    let second = vec![audit(&ds, "op-3", 200)];
+    catalog.append_audit(&ds, &first).await.expect("append");
+    catalog.append_audit(&ds, &second).await.expect("append");
+    catalog
+        .append_audit(&ds, &[])
+        .await
+        .expect("an empty append");
+    let all = catalog.list_audit(&ds, None).await.unwrap();
+    assert_eq!(all, [first.clone(), second.clone()].concat());
+    assert_eq!(
+        catalog.list_audit(&ds, Some(2)).await.unwrap(),
+        [first[1].clone(), second[0].clone()]
+    );
+
+    let foreign = catalog
+        .append_audit(&ds, &[audit("other", "op-9", 300)])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(foreign, MendError::InvalidArgument { .. }),
+        "{foreign:?}"
+    );
+    let mut future = audit(&ds, "op-9", 300);
+    future.format_version = AUDIT_FORMAT_VERSION + 1;
+    let newer = catalog.append_audit(&ds, &[future]).await.unwrap_err();
+    assert!(
+        matches!(newer, MendError::InvalidArgument { .. }),
+        "{newer:?}"
+    );
+    assert_eq!(
+        catalog.list_audit(&ds, None).await.unwrap().len(),
+        3,
+        "a refused append wrote"
+    );
+
+    let missing = catalog
+        .list_audit("no-such-dataset", None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            missing,
+            MendError::NotFound {
+                kind: EntityKind::Dataset,
+                ..
+            }
+        ),
+        "{missing:?}"
+    );
+    let missing = catalog
+        .append_audit("no-such-dataset", &[audit("no-such-dataset", "op", 1)])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            missing,
+            MendError::NotFound {
+                kind: EntityKind::Dataset,
+                ..
+            }
+        ),
+        "{missing:?}"
+    );
+}

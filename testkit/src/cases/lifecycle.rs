@@ -1,0 +1,661 @@
+//! After staging: publish (states, checkpoint deltas, refusals that write nothing), fencing by
+//! publish token and by epoch, mark for deletion, delete, and listing with filters and pages.
+
+use mend::model::{
+    CheckpointDelta, ListQuery, PartitionDelta, PublishRequest, SplitState, StageMode, TimeRange,
+};
+use mend::{EntityKind, MendError};
+
+use super::{ids_of, metadata, publish, publish_request, request, row, rows, stage, strings};
+use crate::harness::{EPOCH_MS, Harness};
+
+pub(super) async fn publish_moves_states_and_checkpoint_at_once(h: &Harness<'_>) {
+    let ds = h.create_dataset("publish").await;
+    let created = h.engine.dataset(&ds).await.unwrap();
+    stage(h, &ds, StageMode::CreateOnly, &["s1", "s2"]).await;
+    h.clock.advance_ms(10);
+    let first = h
+        .engine
+        .publish(&PublishRequest {
+            checkpoint_delta: Some(delta("events", "0", None, 10)),
+            ..publish_request(&ds, &["s1"], &[])
+        })
+        .await
+        .expect("publish s1");
+    assert_eq!(first.published, ["s1"]);
+    assert!(first.manifest_version > created.manifest_version);
+    let s1 = row(h, &ds, "s1").await.unwrap();
+    assert_eq!(s1.state, SplitState::Published);
+    assert_eq!(s1.published_at_ms, Some(h.clock_now()));
+    let dataset = h.engine.dataset(&ds).await.unwrap();
+    assert_eq!(dataset.checkpoint["events"]["0"], 10);
+    assert_eq!(dataset.manifest_version, first.manifest_version);
+
+    h.clock.advance_ms(10);
+    let second = h
+        .engine
+        .publish(&PublishRequest {
+            checkpoint_delta: Some(delta("events", "0", Some(10), 20)),
+            ..publish_request(&ds, &["s2"], &["s1"])
+        })
+        .await
+        .expect("publish s2 replacing s1");
+    assert_eq!(second.published, ["s2"]);
+    assert_eq!(second.marked, ["s1"]);
+    assert!(second.manifest_version > first.manifest_version);
+    assert_eq!(
+        row(h, &ds, "s1").await.unwrap().state,
+        SplitState::MarkedForDeletion
+    );
+    assert_eq!(
+        row(h, &ds, "s2").await.unwrap().state,
+        SplitState::Published
+    );
+    assert_eq!(
+        h.engine.dataset(&ds).await.unwrap().checkpoint["events"]["0"],
+        20
+    );
+
+    // The same delta again is refused: a delta applies exactly once.
+    stage(h, &ds, StageMode::CreateOnly, &["s3"]).await;
+    let replay = h
+        .engine
+        .publish(&PublishRequest {
+            checkpoint_delta: Some(delta("events", "0", Some(10), 20)),
+            ..publish_request(&ds, &["s3"], &[])
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(replay, MendError::FailedPrecondition { .. }),
+        "{replay:?}"
+    );
+    assert_eq!(row(h, &ds, "s3").await.unwrap().state, SplitState::Staged);
+}
+
+fn delta(source: &str, partition: &str, from: Option<u64>, to: u64) -> CheckpointDelta {
+    CheckpointDelta {
+        source: source.into(),
+        partitions: vec![PartitionDelta {
+            partition: partition.into(),
+            from_position: from,
+            to_position: to,
+        }],
+    }
+}
+
+pub(super) async fn publish_errors_name_ids_and_write_nothing(h: &Harness<'_>) {
+    let ds = h.create_dataset("publish-errors").await;
+    stage(
+        h,
+        &ds,
+        StageMode::CreateOnly,
+        &["staged", "published", "marked"],
+    )
+    .await;
+    h.engine
+        .publish(&PublishRequest {
+            checkpoint_delta: Some(delta("events", "0", None, 5)),
+            ..publish_request(&ds, &["published", "marked"], &[])
+        })
+        .await
+        .expect("publish");
+    h.engine
+        .mark_for_deletion(&ds, &strings(&["marked"]))
+        .await
+        .expect("mark");
+    let before = h.write_fingerprint(&ds).await;
+    let rows_before = rows(h, &ds).await;
+
+    let unknown_dataset = h
+        .engine
+        .publish(&publish_request("no-such-dataset", &["staged"], &[]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            unknown_dataset,
+            MendError::NotFound {
+                kind: EntityKind::Dataset,
+                ..
+            }
+        ),
+        "{unknown_dataset:?}"
+    );
+
+    let missing = h
+        .engine
+        .publish(&publish_request(&ds, &["staged", "ghost"], &["phantom"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            missing,
+            MendError::NotFound {
+                kind: EntityKind::Split,
+                ..
+            }
+        ),
+        "{missing:?}"
+    );
+    assert_eq!(ids_of(&missing), ["ghost", "phantom"]);
+
+    let not_staged = h
+        .engine
+        .publish(&publish_request(
+            &ds,
+            &["staged", "published", "marked"],
+            &[],
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(not_staged, MendError::FailedPrecondition { .. }),
+        "{not_staged:?}"
+    );
+    assert_eq!(ids_of(&not_staged), ["marked", "published"]);
+
+    let not_published = h
+        .engine
+        .publish(&publish_request(&ds, &["staged"], &["marked"]))
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        not_published,
+        MendError::FailedPrecondition { .. }
+    ));
+    assert_eq!(ids_of(&not_published), ["marked"]);
+
+    for (label, bad_delta) in [
+        ("from-position behind", delta("events", "0", Some(4), 9)),
+        ("from-position missing", delta("events", "0", None, 9)),
+        (
+            "unknown partition with a from-position",
+            delta("events", "7", Some(1), 9),
+        ),
+    ] {
+        let error = h
+            .engine
+            .publish(&PublishRequest {
+                checkpoint_delta: Some(bad_delta),
+                ..publish_request(&ds, &["staged"], &[])
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, MendError::FailedPrecondition { .. }),
+            "{label}: {error:?}"
+        );
+    }
+    let backwards = h
+        .engine
+        .publish(&PublishRequest {
+            checkpoint_delta: Some(delta("events", "0", Some(5), 3)),
+            ..publish_request(&ds, &["staged"], &[])
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(backwards, MendError::InvalidArgument { .. }),
+        "{backwards:?}"
+    );
+
+    let stale_token = h
+        .engine
+        .publish(&PublishRequest {
+            publish_token: Some("not-the-token".into()),
+            ..publish_request(&ds, &["staged"], &[])
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(stale_token, MendError::FailedPrecondition { .. }),
+        "{stale_token:?}"
+    );
+
+    assert_eq!(
+        h.write_fingerprint(&ds).await,
+        before,
+        "a refused publish wrote something"
+    );
+    assert_eq!(rows(h, &ds).await, rows_before);
+    assert_eq!(
+        h.engine.dataset(&ds).await.unwrap().checkpoint["events"]["0"],
+        5
+    );
+}
+
+pub(super) async fn publish_token_fences_stale_publishers(h: &Harness<'_>) {
+    let ds = h.create_dataset("fencing").await;
+    stage(h, &ds, StageMode::CreateOnly, &["a", "b", "c"]).await;
+    h.engine
+        .set_publish_token(&ds, Some("epoch-1"))
+        .await
+        .expect("set token");
+    let without = h
+        .engine
+        .publish(&publish_request(&ds, &["a"], &[]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(without, MendError::FailedPrecondition { .. }),
+        "{without:?}"
+    );
+    h.engine
+        .publish(&PublishRequest {
+            publish_token: Some("epoch-1".into()),
+            ..publish_request(&ds, &["a"], &[])
+        })
+        .await
+        .expect("publish with the current token");
+    h.engine
+        .set_publish_token(&ds, Some("epoch-2"))
+        .await
+        .expect("rotate token");
+    let stale = h
+        .engine
+        .publish(&PublishRequest {
+            publish_token: Some("epoch-1".into()),
+            ..publish_request(&ds, &["b"], &[])
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(stale, MendError::FailedPrecondition { .. }),
+        "{stale:?}"
+    );
+    assert_eq!(row(h, &ds, "b").await.unwrap().state, SplitState::Staged);
+    h.engine
+        .set_publish_token(&ds, None)
+        .await
+        .expect("clear token");
+    h.engine
+        .publish(&publish_request(&ds, &["b"], &[]))
+        .await
+        .expect("publish without token");
+}
+
+/// Exclusive recovery's fence: advancing the epoch refuses every publish carrying an older
+/// one (invariant 7), whatever else is wrong with it, and writes nothing; publishes carrying
+/// the current epoch, or none, go through.
+pub(super) async fn fencing_epoch(h: &Harness<'_>) {
+    let ds = h.create_dataset("fencing-epoch").await;
+    let created = h.engine.dataset(&ds).await.unwrap();
+    assert_eq!(created.fencing_epoch, 0, "a new dataset is at epoch 0");
+    stage(h, &ds, StageMode::CreateOnly, &["a", "b", "c"]).await;
+    h.engine
+        .publish(&PublishRequest {
+            checkpoint_delta: Some(delta("events", "0", None, 5)),
+            fencing_epoch: Some(0),
+            ..publish_request(&ds, &["a"], &[])
+        })
+        .await
+        .expect("publish at the current epoch 0");
+
+    let before = h.engine.dataset(&ds).await.unwrap();
+    h.clock.advance_ms(10);
+    let advanced = h.engine.advance_fencing_epoch(&ds).await.expect("advance");
+    assert_eq!(advanced.fencing_epoch, 1);
+    assert!(advanced.manifest_version > before.manifest_version);
+    assert_eq!(advanced.updated_at_ms, h.clock_now());
+    assert_eq!(
+        (advanced.checkpoint.clone(), advanced.config_version),
+        (before.checkpoint.clone(), before.config_version),
+        "advancing the epoch changes nothing else"
+    );
+    assert_eq!(h.engine.dataset(&ds).await.unwrap(), advanced);
+
+    let fingerprint = h.write_fingerprint(&ds).await;
+    let stale_publishes = [
+        (
+            "stale epoch",
+            PublishRequest {
+                checkpoint_delta: Some(delta("events", "0", Some(5), 10)),
+                fencing_epoch: Some(0),
+                ..publish_request(&ds, &["b"], &[])
+            },
+        ),
+        (
+            "stale epoch and a missing split",
+            PublishRequest {
+                fencing_epoch: Some(0),
+                ..publish_request(&ds, &["b", "ghost"], &[])
+            },
+        ),
+        (
+            "an epoch from the future",
+            PublishRequest {
+                fencing_epoch: Some(2),
+                ..publish_request(&ds, &["b"], &[])
+            },
+        ),
+    ];
+    for (label, stale) in &stale_publishes {
+        let error = h.engine.publish(stale).await.unwrap_err();
+        assert!(
+            matches!(&error, MendError::FailedPrecondition { message, .. } if message.contains("fencing epoch")),
+            "{label}: {error:?}"
+        );
+        assert!(error.certainly_not_applied(), "{label}: {error:?}");
+    }
+    assert_eq!(
+        h.write_fingerprint(&ds).await,
+        fingerprint,
+        "a fenced publish wrote something"
+    );
+    assert_eq!(row(h, &ds, "b").await.unwrap().state, SplitState::Staged);
+    let after_refusals = h.engine.dataset(&ds).await.unwrap();
+    assert_eq!(after_refusals.checkpoint["events"]["0"], 5);
+    assert_eq!(after_refusals.manifest_version, advanced.manifest_version);
+
+    let current = h
+        .engine
+        .publish(&PublishRequest {
+            checkpoint_delta: Some(delta("events", "0", Some(5), 10)),
+            fencing_epoch: Some(1),
+            ..publish_request(&ds, &["b"], &[])
+        })
+        .await
+        .expect("publish at the current epoch 1");
+    assert_eq!(current.published, ["b"]);
+    assert!(current.manifest_version > advanced.manifest_version);
+    h.engine
+        .publish(&publish_request(&ds, &["c"], &[]))
+        .await
+        .expect("publish without an epoch");
+    assert_eq!(row(h, &ds, "c").await.unwrap().state, SplitState::Published);
+    let dataset = h.engine.dataset(&ds).await.unwrap();
+    assert_eq!(dataset.checkpoint["events"]["0"], 10);
+    assert_eq!(dataset.fencing_epoch, 1, "publishes leave the epoch alone");
+
+    let missing = h
+        .engine
+        .advance_fencing_epoch("no-such-dataset")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            missing,
+            MendError::NotFound {
+                kind: EntityKind::Dataset,
+                ..
+            }
+        ),
+        "{missing:?}"
+    );
+    println!(
+        "conformance[{}]: {} fenced publishes refused with nothing written, 2 let through",
+        h.name(),
+        stale_publishes.len()
+    );
+}
+
+pub(super) async fn mark_is_idempotent_and_names_unknown_ids(h: &Harness<'_>) {
+    let ds = h.create_dataset("mark").await;
+    stage(h, &ds, StageMode::CreateOnly, &["staged", "published"]).await;
+    publish(h, &ds, &["published"], &[]).await;
+    let manifest = h.engine.dataset(&ds).await.unwrap().manifest_version;
+
+    h.clock.advance_ms(100);
+    let first = h
+        .engine
+        .mark_for_deletion(&ds, &strings(&["published", "staged"]))
+        .await
+        .expect("mark");
+    assert_eq!(first.marked, ["published", "staged"]);
+    assert!(first.already_marked.is_empty());
+    let marked = rows(h, &ds).await;
+    assert!(
+        marked
+            .iter()
+            .all(|r| r.state == SplitState::MarkedForDeletion && r.updated_at_ms == h.clock_now())
+    );
+    let manifest_after = h.engine.dataset(&ds).await.unwrap().manifest_version;
+    assert!(manifest_after > manifest);
+
+    let before = h.write_fingerprint(&ds).await;
+    h.clock.advance_ms(100);
+    let again = h
+        .engine
+        .mark_for_deletion(&ds, &strings(&["staged", "published"]))
+        .await
+        .expect("mark again");
+    assert!(again.marked.is_empty());
+    assert_eq!(again.already_marked, ["published", "staged"]);
+    assert_eq!(
+        h.write_fingerprint(&ds).await,
+        before,
+        "marking marked splits wrote something"
+    );
+    assert_eq!(rows(h, &ds).await, marked);
+
+    stage(h, &ds, StageMode::CreateOnly, &["live"]).await;
+    let before = h.write_fingerprint(&ds).await;
+    let unknown = h
+        .engine
+        .mark_for_deletion(&ds, &strings(&["live", "ghost", "phantom"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            unknown,
+            MendError::NotFound {
+                kind: EntityKind::Split,
+                ..
+            }
+        ),
+        "{unknown:?}"
+    );
+    assert_eq!(ids_of(&unknown), ["ghost", "phantom"]);
+    assert_eq!(row(h, &ds, "live").await.unwrap().state, SplitState::Staged);
+    assert_eq!(h.write_fingerprint(&ds).await, before);
+    let no_dataset = h
+        .engine
+        .mark_for_deletion("no-such-dataset", &strings(&["a"]))
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        no_dataset,
+        MendError::NotFound {
+            kind: EntityKind::Dataset,
+            ..
+        }
+    ));
+}
+
+pub(super) async fn delete_removes_objects_then_rows_of_marked_splits_only(h: &Harness<'_>) {
+    let ds = h.create_dataset("delete").await;
+    stage(
+        h,
+        &ds,
+        StageMode::CreateOnly,
+        &["doomed", "staged", "published"],
+    )
+    .await;
+    // The stage helper uploaded an object for each split.
+    publish(h, &ds, &["published"], &[]).await;
+    h.engine
+        .mark_for_deletion(&ds, &strings(&["doomed"]))
+        .await
+        .expect("mark");
+    let store = h.objects_store().clone();
+    let before = h.write_fingerprint(&ds).await;
+
+    let live = h
+        .engine
+        .delete_splits(&ds, &strings(&["doomed", "staged", "published"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(live, MendError::FailedPrecondition { .. }),
+        "{live:?}"
+    );
+    assert_eq!(ids_of(&live), ["published", "staged"]);
+    let unknown = h
+        .engine
+        .delete_splits(&ds, &strings(&["doomed", "ghost"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            unknown,
+            MendError::NotFound {
+                kind: EntityKind::Split,
+                ..
+            }
+        ),
+        "{unknown:?}"
+    );
+    assert_eq!(ids_of(&unknown), ["ghost"]);
+    assert_eq!(
+        h.write_fingerprint(&ds).await,
+        before,
+        "a refused delete wrote something"
+    );
+
+    h.engine
+        .delete_splits(&ds, &strings(&["doomed"]))
+        .await
+        .expect("delete");
+    assert!(row(h, &ds, "doomed").await.is_none());
+    use object_store::ObjectStore;
+    let gone = store.head(&h.engine.objects().path(&ds, "doomed")).await;
+    assert!(
+        matches!(gone, Err(object_store::Error::NotFound { .. })),
+        "object survived: {gone:?}"
+    );
+    for kept in ["staged", "published"] {
+        store
+            .head(&h.engine.objects().path(&ds, kept))
+            .await
+            .unwrap_or_else(|e| panic!("object of live split {kept} was deleted: {e}"));
+    }
+    let again = h
+        .engine
+        .delete_splits(&ds, &strings(&["doomed"]))
+        .await
+        .unwrap_err();
+    assert!(matches!(again, MendError::NotFound { .. }), "{again:?}");
+}
+
+pub(super) async fn list_filters_and_pages(h: &Harness<'_>) {
+    let ds = h.create_dataset("list").await;
+    let mut all_ids = Vec::new();
+    for i in 0..10 {
+        let id = format!("split-{i:02}");
+        let metadata =
+            serde_json::json!({ "time_range": { "start": i * 100, "end": i * 100 + 99 } });
+        h.engine
+            .stage(&request(
+                &ds,
+                StageMode::CreateOnly,
+                "node",
+                &[(&id, metadata.to_string())],
+            ))
+            .await
+            .expect("stage");
+        h.clock.advance_ms(1_000);
+        all_ids.push(id);
+    }
+    h.engine
+        .stage(&request(
+            &ds,
+            StageMode::CreateOnly,
+            "node",
+            &[("no-range", metadata(1))],
+        ))
+        .await
+        .expect("stage");
+    publish(h, &ds, &["split-00", "split-01", "split-02"], &[]).await;
+    h.engine
+        .mark_for_deletion(&ds, &strings(&["split-02"]))
+        .await
+        .unwrap();
+
+    let ids = |page: &mend::model::SplitPage| -> Vec<String> {
+        page.splits.iter().map(|s| s.split_id.clone()).collect()
+    };
+    let list = |query: ListQuery| {
+        let ds = ds.clone();
+        async move { h.engine.list_splits(&ds, &query).await.expect("list") }
+    };
+
+    let published = list(ListQuery {
+        states: vec![SplitState::Published],
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(ids(&published), ["split-00", "split-01"]);
+    let live = list(ListQuery {
+        states: vec![SplitState::Published, SplitState::MarkedForDeletion],
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(ids(&live), ["split-00", "split-01", "split-02"]);
+
+    let by_id = list(ListQuery {
+        split_ids: Some(strings(&["split-05", "split-03", "nope"])),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(ids(&by_id), ["split-03", "split-05"]);
+
+    let by_time = list(ListQuery {
+        time_range: Some(TimeRange {
+            start: 250,
+            end: 420,
+        }),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(ids(&by_time), ["split-02", "split-03", "split-04"]);
+
+    let recent = list(ListQuery {
+        updated_since_ms: Some(EPOCH_MS + 7_000),
+        states: vec![SplitState::Staged],
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(
+        ids(&recent),
+        ["no-range", "split-07", "split-08", "split-09"]
+    );
+
+    let mut paged = Vec::new();
+    let mut after = None;
+    let mut pages = 0;
+    loop {
+        let page = list(ListQuery {
+            limit: Some(3),
+            after_split_id: after.clone(),
+            ..Default::default()
+        })
+        .await;
+        assert!(page.splits.len() <= 3);
+        pages += 1;
+        paged.extend(ids(&page));
+        match page.next_after_split_id {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+        assert!(pages < 10, "paging does not end");
+    }
+    let mut expected = all_ids.clone();
+    expected.push("no-range".into());
+    expected.sort();
+    assert_eq!(paged, expected);
+    assert_eq!(pages, 4);
+
+    let missing = h
+        .engine
+        .list_splits("no-such-dataset", &ListQuery::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        missing,
+        MendError::NotFound {
+            kind: EntityKind::Dataset,
+            ..
+        }
+    ));
+}
