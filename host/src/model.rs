@@ -17,6 +17,7 @@ pub type Checkpoint = BTreeMap<String, BTreeMap<String, u64>>;
 
 /// A dataset's configuration. Each change bumps `Dataset::config_version`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct DatasetConfig {
     /// A staged split untouched this long is abandoned (garbage collection marks it).
@@ -40,6 +41,7 @@ impl Default for DatasetConfig {
 
 /// A named collection of splits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Dataset {
     pub dataset_id: String,
     /// Unique per incarnation: a dataset deleted and created again under the same name has a
@@ -47,6 +49,8 @@ pub struct Dataset {
     pub uid: String,
     pub config: DatasetConfig,
     pub config_version: u64,
+    /// Source, then partition, then the position published up to.
+    #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<String, BTreeMap<String, u64>>))]
     pub checkpoint: Checkpoint,
     /// Grows with every change to the published view (publish, mark, delete, config, token,
     /// fencing epoch).
@@ -58,12 +62,15 @@ pub struct Dataset {
     /// before epochs existed read as 0.
     #[serde(default)]
     pub fencing_epoch: u64,
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub created_at_ms: TimestampMs,
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub updated_at_ms: TimestampMs,
 }
 
 /// A split's time range, taken from its metadata's `time_range` (inclusive bounds, ms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TimeRange {
     pub start: i64,
     pub end: i64,
@@ -77,6 +84,7 @@ impl TimeRange {
 
 /// A split's catalog row.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SplitRow {
     pub split_id: String,
     pub state: SplitState,
@@ -85,8 +93,11 @@ pub struct SplitRow {
     /// A JSON object: docs, bytes, time range, tags, parent splits, whatever the writer adds.
     pub metadata: serde_json::Value,
     pub time_range: Option<TimeRange>,
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub created_at_ms: TimestampMs,
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub updated_at_ms: TimestampMs,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
     pub published_at_ms: Option<TimestampMs>,
 }
 
@@ -128,6 +139,7 @@ impl NewSplit {
 
 /// What a stage request did to one split: the actual outcome at write time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "outcome", content = "existing_state", rename_all = "snake_case")]
 pub enum StageOutcome {
     /// This request created the row: the caller owns it.
@@ -139,6 +151,7 @@ pub enum StageOutcome {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StagedSplit {
     pub split_id: String,
     #[serde(flatten)]
@@ -147,6 +160,7 @@ pub struct StagedSplit {
 
 /// The result of a stage request: one entry per distinct split id, sorted by id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StageResult {
     pub dataset_id: String,
     pub mode: StageMode,
@@ -198,6 +212,7 @@ impl PublishRequest {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PublishResult {
     pub dataset_id: String,
     pub manifest_version: u64,
@@ -207,6 +222,7 @@ pub struct PublishResult {
 
 /// What a mark-for-deletion request did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MarkResult {
     /// Ids that this request moved to MarkedForDeletion.
     pub marked: Vec<String>,
@@ -267,6 +283,7 @@ impl ListQuery {
 
 /// One page of a listing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SplitPage {
     pub splits: Vec<SplitRow>,
     /// Pass as `after_split_id` to fetch the next page; `None` on the last page.

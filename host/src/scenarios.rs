@@ -178,6 +178,7 @@ pub enum Call {
 
 /// Which policy function a scenario calls, named as in the WIT contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum CallKind {
     PlanStage,
@@ -189,6 +190,7 @@ pub enum CallKind {
 
 /// What running a suite found, scenario by scenario.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SuiteReport {
     pub file: String,
     /// How many scenarios passed.
@@ -199,6 +201,7 @@ pub struct SuiteReport {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ScenarioResult {
     pub name: String,
     pub call: CallKind,
@@ -207,6 +210,8 @@ pub struct ScenarioResult {
 
 /// A scenario whose output differed from its expectation, or whose call failed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = ScenarioFailure))]
 pub struct Failure {
     pub name: String,
     pub call: CallKind,

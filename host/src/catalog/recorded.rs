@@ -43,11 +43,13 @@ impl RequestKey {
 
 /// A request's result, recorded with its effect.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RecordedRequest {
     pub key: String,
     pub request_digest: String,
     /// The result as the backend returned it, as JSON.
     pub result: serde_json::Value,
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub recorded_at_ms: TimestampMs,
 }
 

@@ -61,6 +61,7 @@ const PARTS_IN_FLIGHT: usize = 2;
 
 /// What kind of operation a writer begins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ExternalKind {
     /// New splits published with an optional checkpoint delta.
@@ -71,6 +72,7 @@ pub enum ExternalKind {
 
 /// One split an operation plans: its row and the payload its object will carry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PlannedSplit {
     pub split_id: String,
@@ -128,6 +130,7 @@ impl BeginOperation {
 
 /// Where an operation stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum OperationPhase {
     /// Begun: its rows are staged; objects may be uploaded.
@@ -143,6 +146,7 @@ pub enum OperationPhase {
 
 /// What became of one planned split's object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ObjectStatus {
     Missing,
@@ -154,6 +158,7 @@ pub enum ObjectStatus {
 
 /// One split of an operation, with what its writer needs to upload the object itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OperationSplit {
     pub split_id: String,
     /// The payload's size and `sha256:<hex>`, as planned.
@@ -183,6 +188,7 @@ pub struct OperationSplit {
 
 /// An operation as its writer sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OperationView {
     pub dataset_id: String,
     pub operation_id: String,
@@ -204,6 +210,7 @@ pub struct OperationView {
 
 /// What an upload did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UploadResult {
     pub split_id: String,
     /// The whole object's size.

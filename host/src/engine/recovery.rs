@@ -48,6 +48,7 @@ const OBSERVE_CONCURRENCY: usize = 16;
 
 /// What an intent needs, as a probe reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum IntentStatus {
     /// Already settled: only the intent itself is left.
@@ -64,6 +65,8 @@ pub enum IntentStatus {
 
 /// What the sweep did about one intent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = RecoveryOutcome))]
 #[serde(tag = "outcome", content = "detail", rename_all = "snake_case")]
 pub enum Outcome {
     /// Nothing was to be executed (probe, verify, defer, blocked).
@@ -79,6 +82,7 @@ pub enum Outcome {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IntentReport {
     pub operation_id: String,
     pub kind: OperationKind,
@@ -88,6 +92,7 @@ pub struct IntentReport {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RecoveryReport {
     pub dataset_id: String,
     pub mode: RecoveryMode,

@@ -19,6 +19,8 @@ use crate::model::{ListQuery, SplitState};
 use crate::validate;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = VerifyViolation))]
 pub struct Violation {
     /// The DESIGN.md invariant broken, when one is; 0 for a malformed object.
     pub invariant: u8,
@@ -27,6 +29,7 @@ pub struct Violation {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VerifyReport {
     pub dataset_id: String,
     pub rows_checked: usize,

@@ -18,6 +18,7 @@ use crate::error::PolicyError;
 
 /// What replaying a batch of audit records found.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReplayReport {
     /// The policy asked.
     pub digest: String,
@@ -35,6 +36,7 @@ pub struct ReplayReport {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KindCounts {
     pub replayed: usize,
     pub changed: usize,
@@ -42,6 +44,7 @@ pub struct KindCounts {
 
 /// One decision the policy would make differently.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChangedDecision {
     pub dataset_id: String,
     pub operation_id: String,
