@@ -407,6 +407,54 @@ fn every_route_answers_its_happy_path_and_its_main_failure() {
     println!("server: {checked} answers checked over loopback HTTP");
 }
 
+/// `GET /v1/openapi.json` answers, without a token, the document committed as
+/// `server/openapi.json`, and it documents the routes this file drives.
+#[test]
+fn the_openapi_document_is_served_as_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), Some(ADMIN_TOKEN));
+    let answer = server.0.get("/v1/openapi.json");
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.header("content-type"), Some("application/json"));
+    let committed = concat!(env!("CARGO_MANIFEST_DIR"), "/../server/openapi.json");
+    let committed: Value =
+        serde_json::from_str(&std::fs::read_to_string(committed).unwrap()).unwrap();
+    assert!(
+        answer.body == committed,
+        "the served document is not server/openapi.json: refresh it with \
+         `MEND_UPDATE_OPENAPI=1 cargo test -p mend-server openapi`"
+    );
+    assert_eq!(answer.body["openapi"], "3.1.0");
+    let paths = answer.body["paths"].as_object().unwrap();
+    for (method, path) in [
+        ("get", "/healthz"),
+        ("get", "/v1/openapi.json"),
+        ("post", "/v1/datasets"),
+        ("post", "/v1/datasets/{dataset}/stage"),
+        ("get", "/v1/datasets/{dataset}/splits"),
+        (
+            "put",
+            "/v1/datasets/{dataset}/operations/{operation}/splits/{split}",
+        ),
+        ("post", "/v1/policy/swap"),
+    ] {
+        assert!(
+            paths[path][method]["responses"].is_object(),
+            "{method} {path} is not documented"
+        );
+    }
+    // The document is a route like the others: another method is 405.
+    let (status, body) = server.post("/v1/openapi.json", json!({}));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (405, Some("method_not_allowed"))
+    );
+    println!(
+        "server: /v1/openapi.json answered the committed document, {} paths",
+        paths.len()
+    );
+}
+
 #[test]
 fn admin_requests_need_the_token_and_do_nothing_without_it() {
     let dir = tempfile::tempdir().unwrap();

@@ -13,6 +13,10 @@
 //!   (`bindings` is the only wasm-specific file, and it only converts types). Without the
 //!   `component` feature the adapter is still built but nothing is exported, so that another
 //!   component can wrap the default policy's decisions and export its own `describe()`.
+//!
+//! Natively, the `serde` feature makes the boundary types (de)serialisable for the host's
+//! records and answers, and `openapi` derives their `utoipa::ToSchema` for the HTTP server's
+//! OpenAPI document. Neither is for the component.
 
 #![cfg_attr(target_arch = "wasm32", no_std)]
 

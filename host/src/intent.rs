@@ -24,6 +24,7 @@ pub const INTENT_FORMAT_VERSION: u32 = 2;
 
 /// What kind of operation an intent belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum OperationKind {
     /// Stage, upload objects put-if-absent, publish with a checkpoint delta.

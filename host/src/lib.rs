@@ -9,6 +9,11 @@
 //! - [`engine`] is the one driver: it validates requests, observes the catalog, asks the
 //!   policy, checks the answer against [`invariants`] and has the backend execute it;
 //! - [`model`] and [`error`] are the data and the typed errors everything shares.
+//!
+//! Features: `postgres` (the Postgres catalog), `s3` (`s3://` catalogs and objects), and
+//! `openapi`, which derives `utoipa::ToSchema` for the requests, results and reports the HTTP
+//! server (`mend-server`) answers, so that its OpenAPI document is generated from these very
+//! types; an embedder without the server leaves it off and compiles no utoipa.
 
 #![warn(missing_docs)]
 

@@ -17,6 +17,7 @@ pub type Checkpoint = BTreeMap<String, BTreeMap<String, u64>>;
 
 /// A dataset's configuration. Each change bumps `Dataset::config_version`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct DatasetConfig {
     /// A staged split untouched this long is abandoned (garbage collection marks it).
@@ -40,6 +41,7 @@ impl Default for DatasetConfig {
 
 /// A named collection of splits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Dataset {
     /// The dataset's name: 1 to 128 of `A-Z a-z 0-9 . _ -`, starting with a letter or digit.
     pub dataset_id: String,
@@ -51,6 +53,7 @@ pub struct Dataset {
     /// Moves on by one with each config change; a config apply names the version it replaces.
     pub config_version: u64,
     /// Each source's partitions and the position published up to.
+    #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<String, BTreeMap<String, u64>>))]
     pub checkpoint: Checkpoint,
     /// Grows with every change to the published view (publish, mark, delete, config, token,
     /// fencing epoch).
@@ -63,13 +66,16 @@ pub struct Dataset {
     #[serde(default)]
     pub fencing_epoch: u64,
     /// When the dataset was created.
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub created_at_ms: TimestampMs,
     /// When anything of it last changed.
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub updated_at_ms: TimestampMs,
 }
 
 /// A split's time range, taken from its metadata's `time_range` (inclusive bounds, ms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TimeRange {
     /// The first millisecond, inclusive.
     pub start: i64,
@@ -86,6 +92,7 @@ impl TimeRange {
 
 /// A split's catalog row.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SplitRow {
     /// The split's id, unique in its dataset (the same alphabet as dataset ids).
     pub split_id: String,
@@ -98,10 +105,13 @@ pub struct SplitRow {
     /// The range its metadata's `time_range` names, if any; listings filter on it.
     pub time_range: Option<TimeRange>,
     /// When the row was staged.
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub created_at_ms: TimestampMs,
     /// When the row last changed (staged again, published, marked).
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub updated_at_ms: TimestampMs,
     /// When it was published; `None` while staged.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
     pub published_at_ms: Option<TimestampMs>,
 }
 
@@ -151,6 +161,7 @@ impl NewSplit {
 
 /// What a stage request did to one split: the actual outcome at write time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "outcome", content = "existing_state", rename_all = "snake_case")]
 pub enum StageOutcome {
     /// This request created the row: the caller owns it.
@@ -163,6 +174,7 @@ pub enum StageOutcome {
 
 /// What a stage did to one split.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StagedSplit {
     /// The split's id.
     pub split_id: String,
@@ -173,6 +185,7 @@ pub struct StagedSplit {
 
 /// The result of a stage request: one entry per distinct split id, sorted by id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StageResult {
     /// The dataset staged in.
     pub dataset_id: String,
@@ -233,6 +246,7 @@ impl PublishRequest {
 
 /// What a publish did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PublishResult {
     /// The dataset published in.
     pub dataset_id: String,
@@ -246,6 +260,7 @@ pub struct PublishResult {
 
 /// What a mark-for-deletion request did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MarkResult {
     /// Ids that this request moved to MarkedForDeletion.
     pub marked: Vec<String>,
@@ -306,6 +321,7 @@ impl ListQuery {
 
 /// One page of a listing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SplitPage {
     /// At most the query's limit of splits, sorted by id.
     pub splits: Vec<SplitRow>,

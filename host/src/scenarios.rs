@@ -196,6 +196,7 @@ pub enum Call {
 
 /// Which policy function a scenario calls, named as in the WIT contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum CallKind {
     /// `plan-stage`.
@@ -212,6 +213,7 @@ pub enum CallKind {
 
 /// What running a suite found, scenario by scenario.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SuiteReport {
     /// The suite's file, as given.
     pub file: String,
@@ -225,6 +227,7 @@ pub struct SuiteReport {
 
 /// One scenario's outcome.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ScenarioResult {
     /// The scenario's name.
     pub name: String,
@@ -236,6 +239,8 @@ pub struct ScenarioResult {
 
 /// A scenario whose output differed from its expectation, or whose call failed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = ScenarioFailure))]
 pub struct Failure {
     /// The scenario's name.
     pub name: String,

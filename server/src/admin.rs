@@ -23,10 +23,16 @@ use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
+use utoipa::ToSchema;
 
 use super::Shared;
 use super::api::{ApiError, ApiResult, admit, authorize, idempotency_key, ok, parse};
 use super::body::JsonBody;
+use super::errors::ErrorCode;
+use super::openapi::{
+    BadRequest, Conflict, IdempotencyKey, InternalError, NotFound, PayloadTooLarge,
+    PreconditionFailed, RecordsQuery, RequestTimeout, Unauthorized, Unavailable, Unprocessable,
+};
 use super::writes::Writes;
 use mend::error::PolicyError;
 use mend::runtime::PolicyRuntime;
@@ -38,12 +44,16 @@ pub(super) const FILE_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The records replayed per dataset when a request does not say.
 const DEFAULT_RECORDS: usize = 10_000;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = PolicyFileRequest)]
 struct PolicyFile {
     /// A component file on the server's machine.
+    #[schema(value_type = String)]
     component: PathBuf,
+    /// Golden scenario files the component must pass (swap only).
     #[serde(default)]
+    #[schema(value_type = Vec<String>)]
     scenarios: Vec<PathBuf>,
     #[serde(default = "default_records")]
     records: usize,
@@ -73,6 +83,26 @@ struct Candidate {
     records: usize,
 }
 
+/// Replays recorded decisions with a component: which it would change.
+#[utoipa::path(
+    post,
+    path = "/v1/policy/replay",
+    tag = "policy",
+    params(RecordsQuery),
+    request_body(description = "the component itself (`Content-Type: application/wasm`, with `?records=N`), or a JSON request naming files on the server's machine", content((PolicyFile = "application/json"), ("application/wasm"))),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "the replay report", body = mend::runtime::replay::ReplayReport),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 pub(super) async fn replay_policy(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
@@ -87,6 +117,31 @@ pub(super) async fn replay_policy(
         .await?)
 }
 
+/// Swaps the deployment's policy: replay, golden scenarios, then the new registry record.
+///
+/// 422 if a golden scenario fails or the component cannot run here; 412 if it is the active policy
+/// already; 409 if another swap won.
+#[utoipa::path(
+    post,
+    path = "/v1/policy/swap",
+    tag = "policy",
+    params(IdempotencyKey, RecordsQuery),
+    request_body(description = "the component itself (`Content-Type: application/wasm`, with `?records=N`), or a JSON request naming files on the server's machine", content((PolicyFile = "application/json"), ("application/wasm"))),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "the replay, the scenario reports and the new registry record", body = mend::engine::DeploymentSwap),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 409, response = Conflict),
+        (status = 412, response = PreconditionFailed),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 pub(super) async fn swap_policy(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
@@ -129,6 +184,27 @@ pub(super) async fn swap_policy(
     ok(&swap)
 }
 
+/// Rolls the deployment's policy back to the one the last swap replaced.
+#[utoipa::path(
+    post,
+    path = "/v1/policy/rollback",
+    tag = "policy",
+    params(IdempotencyKey),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "the new registry record", body = mend::runtime::registry::ActiveRecord),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 409, response = Conflict),
+        (status = 412, response = PreconditionFailed),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 pub(super) async fn rollback_policy(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
@@ -218,7 +294,7 @@ async fn candidate(
     .map_err(|error| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
+            ErrorCode::Internal,
             format!("compiling the component failed: {error}"),
         )
     })?;
@@ -239,7 +315,7 @@ fn load_refused(error: PolicyError) -> ApiError {
         ),
         other => ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "policy_failed",
+            ErrorCode::PolicyFailed,
             other
                 .to_string()
                 .split_whitespace()
@@ -257,11 +333,7 @@ async fn read_named_file(path: &Path, what: &str, max_bytes: usize) -> Result<Ve
     let refused = |status, message: String| {
         ApiError::new(
             status,
-            if status == StatusCode::PAYLOAD_TOO_LARGE {
-                "payload_too_large"
-            } else {
-                "invalid_argument"
-            },
+            ErrorCode::for_status(status),
             format!("{what} {}: {message}; nothing happened", path.display()),
         )
     };

@@ -2,8 +2,13 @@
 //!
 //! Bodies are JSON in and out. Every answer that is not a success, whoever produced it (a
 //! handler, a limit, the router itself for an unknown route or method), has its status and
-//! `{"error": CODE, "message": ..., "certainly_not_applied": BOOL}` (plus `ids` for a failed
-//! precondition, `operation_id` for `recovery_required`, `hint` where there is one).
+//! an [`ErrorBody`]: `{"error": CODE, "message": ..., "certainly_not_applied": BOOL}` (plus
+//! `ids` for a failed precondition, `operation_id` for `recovery_required`, `dataset_id` and
+//! `reason` for `dataset_unavailable`, `hint` where there is one).
+//!
+//! Each handler's `#[utoipa::path]` declares its route and documents it; the router is built
+//! from those declarations ([`documented_routes`]), so that it serves exactly what the OpenAPI
+//! document ([`openapi`]) lists.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,18 +20,31 @@ use axum::extract::{MatchedPath, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
 use mend_policy::RecoveryMode;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use utoipa::OpenApi;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use super::Shared;
 use super::admin;
+use super::answers::{
+    ActivePolicy, DatasetListing, DatasetStatus, Deleted, Health, Readiness, ServerStatus,
+    ShownDataset, UnavailableDataset,
+};
 use super::body::JsonBody;
 pub(super) use super::body::parse;
+use super::errors::{ErrorBody, ErrorCode};
 use super::limits::{BodyLimit, read_body};
+use super::openapi::{
+    self, BadRequest, Conflict, DatasetPath, IdempotencyKey, InternalError, ListSplitsQuery,
+    NotFound, PayloadTooLarge, PreconditionFailed, RequestTimeout, Unauthorized, Unavailable,
+    Unprocessable,
+};
 use super::operations;
 use super::writes::{Refused, WriteTicket, Writes};
+use super::{ServeLimits, Shared};
 use mend::error::MendError;
 use mend::model::{
     CheckpointDelta, DatasetConfig, ListQuery, PublishRequest, SplitState, StageMode, StageRequest,
@@ -43,67 +61,8 @@ const MAX_BODY_BYTES: usize = 64 << 20;
 const RETRY_AFTER_SECS: u64 = 1;
 
 pub(super) fn router(shared: Arc<Shared>) -> Router {
-    let limits = &shared.options.limits;
-    let body = BodyLimit {
-        max_bytes: MAX_BODY_BYTES,
-        timeout: limits.body_read_timeout,
-    };
-    let admin_body = BodyLimit {
-        max_bytes: limits.max_admin_component_bytes,
-        timeout: limits.body_read_timeout,
-    };
-    let routes = Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/v1/status", get(status))
-        .route("/v1/datasets", get(list_datasets).post(create_dataset))
-        .route("/v1/datasets/{dataset}", get(show_dataset))
-        .route("/v1/datasets/{dataset}/config", post(apply_config))
-        .route("/v1/datasets/{dataset}/fence", post(fence))
-        .route("/v1/datasets/{dataset}/stage", post(stage))
-        .route("/v1/datasets/{dataset}/publish", post(publish))
-        .route("/v1/datasets/{dataset}/mark", post(mark))
-        .route("/v1/datasets/{dataset}/delete", post(delete))
-        .route("/v1/datasets/{dataset}/splits", get(list_splits))
-        .route("/v1/datasets/{dataset}/gc", post(gc))
-        .route("/v1/datasets/{dataset}/reconcile", post(reconcile))
-        .route("/v1/datasets/{dataset}/recover", post(recover))
-        .route("/v1/datasets/{dataset}/verify", get(verify))
-        .route("/v1/policy", get(active_policy))
-        .route("/v1/policy/rollback", post(admin::rollback_policy))
-        .route("/v1/datasets/{dataset}/operations", post(operations::begin))
-        .route(
-            "/v1/datasets/{dataset}/operations/{operation}",
-            get(operations::show),
-        )
-        .route(
-            "/v1/datasets/{dataset}/operations/{operation}/heartbeat",
-            post(operations::heartbeat),
-        )
-        .route(
-            "/v1/datasets/{dataset}/operations/{operation}/publish",
-            post(operations::publish),
-        )
-        .route(
-            "/v1/datasets/{dataset}/operations/{operation}/abort",
-            post(operations::abort),
-        )
-        .layer(middleware::from_fn_with_state(body, read_body));
-    // An object upload streams: its cap is the size its operation planned, its deadline one
-    // per chunk (see `operations`).
-    let upload_routes = Router::new().route(
-        "/v1/datasets/{dataset}/operations/{operation}/splits/{split}",
-        put(operations::upload),
-    );
-    // A component upload has a cap of its own.
-    let admin_routes = Router::new()
-        .route("/v1/policy/replay", post(admin::replay_policy))
-        .route("/v1/policy/swap", post(admin::swap_policy))
-        .layer(middleware::from_fn_with_state(admin_body, read_body));
+    let (routes, _document) = documented_routes(&shared.options.limits).split_for_parts();
     routes
-        .merge(admin_routes)
-        .merge(upload_routes)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             shared.clone(),
@@ -113,52 +72,105 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
-/// An answer that is not a success.
+/// Every route, each registered from its handler's `#[utoipa::path]`: the router and the
+/// OpenAPI document are built from that one declaration (see [`openapi`]). Register a route
+/// with `.routes(routes!(handler))`, never with `.route(...)`, which the document would miss
+/// (and the OpenAPI tests would catch).
+pub(super) fn documented_routes(limits: &ServeLimits) -> OpenApiRouter<Arc<Shared>> {
+    let body = BodyLimit {
+        max_bytes: MAX_BODY_BYTES,
+        timeout: limits.body_read_timeout,
+    };
+    let admin_body = BodyLimit {
+        max_bytes: limits.max_admin_component_bytes,
+        timeout: limits.body_read_timeout,
+    };
+    let routes = OpenApiRouter::with_openapi(openapi::Frame::openapi())
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics))
+        .routes(routes!(openapi::serve_document))
+        .routes(routes!(status))
+        .routes(routes!(list_datasets, create_dataset))
+        .routes(routes!(show_dataset))
+        .routes(routes!(apply_config))
+        .routes(routes!(fence))
+        .routes(routes!(stage))
+        .routes(routes!(publish))
+        .routes(routes!(mark))
+        .routes(routes!(delete))
+        .routes(routes!(list_splits))
+        .routes(routes!(gc))
+        .routes(routes!(reconcile))
+        .routes(routes!(recover))
+        .routes(routes!(verify))
+        .routes(routes!(active_policy))
+        .routes(routes!(admin::rollback_policy))
+        .routes(routes!(operations::begin))
+        .routes(routes!(operations::show))
+        .routes(routes!(operations::heartbeat))
+        .routes(routes!(operations::publish))
+        .routes(routes!(operations::abort))
+        .layer(middleware::from_fn_with_state(body, read_body));
+    // An object upload streams: its cap is the size its operation planned, its deadline one
+    // per chunk (see `operations`).
+    let upload_routes = OpenApiRouter::default().routes(routes!(operations::upload));
+    // A component upload has a cap of its own.
+    let admin_routes = OpenApiRouter::default()
+        .routes(routes!(admin::replay_policy))
+        .routes(routes!(admin::swap_policy))
+        .layer(middleware::from_fn_with_state(admin_body, read_body));
+    routes.merge(admin_routes).merge(upload_routes)
+}
+
+/// An answer that is not a success: its status, its [`ErrorBody`] and, for a refusal a
+/// client should retry after a pause, `Retry-After`.
 #[derive(Debug)]
 pub(crate) struct ApiError {
     status: StatusCode,
-    body: Value,
+    /// Boxed: an `ApiError` is every handler's error, and most results are small.
+    body: Box<ErrorBody>,
     retry_after_secs: Option<u64>,
 }
 
 impl ApiError {
-    pub(super) fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+    pub(super) fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             status,
-            body: json!({"error": code, "message": message.into(), "certainly_not_applied": true}),
+            body: Box::new(ErrorBody::new(code, message)),
             retry_after_secs: None,
         }
     }
 
     pub(super) fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_argument", message)
+        Self::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidArgument, message)
     }
 
     /// What the answer says happened, in words.
     pub(crate) fn message(&self) -> &str {
-        self.body["message"].as_str().unwrap_or_default()
+        &self.body.message
     }
 
     /// The answer's status and its `error` code.
     pub(crate) fn status(&self) -> (StatusCode, &str) {
-        (self.status, self.body["error"].as_str().unwrap_or_default())
+        (self.status, self.body.error.as_str())
     }
 
     /// A write refused before it did anything.
     fn refused(refused: Refused) -> Self {
         let (code, message) = match refused {
             Refused::ShuttingDown => (
-                "shutting_down",
+                ErrorCode::ShuttingDown,
                 "the server is shutting down and admits no new writes".to_owned(),
             ),
             Refused::DatasetFull { limit } => (
-                "overloaded",
+                ErrorCode::Overloaded,
                 format!(
                     "{limit} writes are already queued on this dataset (serve.max_queued_writes_per_dataset); nothing happened: retry after a pause"
                 ),
             ),
             Refused::ServerFull { limit } => (
-                "overloaded",
+                ErrorCode::Overloaded,
                 format!(
                     "{limit} writes are already queued on this server (serve.max_queued_writes); nothing happened: retry after a pause"
                 ),
@@ -170,7 +182,7 @@ impl ApiError {
     }
 
     fn unauthorized(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+        Self::new(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, message)
     }
 
     /// Whether the request was decided against: refused by the policy or an invariant (412,
@@ -186,54 +198,68 @@ impl ApiError {
     fn dataset_unavailable(dataset_id: &str, reason: &str) -> Self {
         let mut error = Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "dataset_unavailable",
+            ErrorCode::DatasetUnavailable,
             format!("dataset {dataset_id} cannot be served: {reason}"),
         );
-        error.body["dataset_id"] = json!(dataset_id);
-        error.body["reason"] = json!(reason);
-        error.body["hint"] = json!(
-            "its supervisor retries with backoff; `mend recover DATASET --mode probe` shows the in-doubt work"
+        error.body.dataset_id = Some(dataset_id.to_owned());
+        error.body.reason = Some(reason.to_owned());
+        error.body.hint = Some(
+            "its supervisor retries with backoff; `mend recover DATASET --mode probe` shows the in-doubt work".to_owned(),
         );
         error.retry_after_secs = Some(RETRY_AFTER_SECS);
         error
     }
 }
 
+/// The status and code of an engine error. A variant this server does not know yet is a 500
+/// `internal`, never a code outside [`ErrorCode`].
+fn status_and_code(error: &MendError) -> (StatusCode, ErrorCode) {
+    match error {
+        MendError::InvalidArgument { .. } => (StatusCode::BAD_REQUEST, ErrorCode::InvalidArgument),
+        MendError::NotFound { .. } => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
+        MendError::AlreadyExists { .. } => (StatusCode::CONFLICT, ErrorCode::AlreadyExists),
+        MendError::Conflict { .. } => (StatusCode::CONFLICT, ErrorCode::Conflict),
+        MendError::FailedPrecondition { .. } => (
+            StatusCode::PRECONDITION_FAILED,
+            ErrorCode::FailedPrecondition,
+        ),
+        MendError::PolicyRejected { .. } => {
+            (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::PolicyRejected)
+        }
+        MendError::CapabilityMissing { .. } => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::CapabilityMissing,
+        ),
+        MendError::RecoveryRequired { .. } => {
+            (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::RecoveryRequired)
+        }
+        MendError::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable),
+        MendError::Transient { .. } => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Transient),
+        MendError::Corrupt { .. } => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Corrupt),
+        MendError::Policy(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::PolicyFailed),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
+    }
+}
+
 impl From<MendError> for ApiError {
     fn from(error: MendError) -> Self {
-        let status = match &error {
-            MendError::InvalidArgument { .. } => StatusCode::BAD_REQUEST,
-            MendError::NotFound { .. } => StatusCode::NOT_FOUND,
-            MendError::AlreadyExists { .. } | MendError::Conflict { .. } => StatusCode::CONFLICT,
-            MendError::FailedPrecondition { .. } => StatusCode::PRECONDITION_FAILED,
-            MendError::PolicyRejected { .. } | MendError::CapabilityMissing { .. } => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
-            MendError::RecoveryRequired { .. }
-            | MendError::Unavailable { .. }
-            | MendError::Transient { .. }
-            | MendError::Corrupt { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        let mut body = json!({
-            "error": error.code(),
-            "message": error.to_string(),
-            "certainly_not_applied": error.certainly_not_applied(),
-        });
+        let (status, code) = status_and_code(&error);
+        let mut body = ErrorBody::new(code, error.to_string());
+        body.certainly_not_applied = error.certainly_not_applied();
         match &error {
             // Only a precondition about splits names ids; a stale checkpoint or config
             // version says what it is about in its message instead of an empty list.
             MendError::FailedPrecondition { ids, .. } if !ids.is_empty() => {
-                body["ids"] = json!(ids)
+                body.ids = Some(ids.clone())
             }
             MendError::RecoveryRequired { operation_id } => {
-                body["operation_id"] = json!(operation_id);
-                body["hint"] = json!(
-                    "an unresolved operation touches these splits; the dataset's supervisor is resolving it: retry shortly"
+                body.operation_id = Some(operation_id.clone());
+                body.hint = Some(
+                    "an unresolved operation touches these splits; the dataset's supervisor is resolving it: retry shortly".to_owned(),
                 );
             }
             MendError::Unavailable { .. } | MendError::Transient { .. } => {
-                body["hint"] = json!("the outcome is unknown; the request is safe to retry");
+                body.hint = Some("the outcome is unknown; the request is safe to retry".to_owned());
             }
             _ => {}
         }
@@ -246,7 +272,7 @@ impl From<MendError> for ApiError {
         .then_some(1);
         Self {
             status,
-            body,
+            body: Box::new(body),
             retry_after_secs,
         }
     }
@@ -268,7 +294,10 @@ pub(super) type ApiResult = Result<Response, ApiError>;
 
 fn json_body(value: &impl serde::Serialize) -> Response {
     let text = serde_json::to_string(value).unwrap_or_else(|error| {
-        json!({"error": "internal", "message": format!("encode the answer: {error}")}).to_string()
+        // The request may have taken effect: only its answer could not be written.
+        let mut body = ErrorBody::new(ErrorCode::Internal, format!("encode the answer: {error}"));
+        body.certainly_not_applied = false;
+        serde_json::to_string(&body).unwrap_or_default()
     });
     ([(header::CONTENT_TYPE, "application/json")], text).into_response()
 }
@@ -469,19 +498,10 @@ async fn json_errors(request: Request, next: Next) -> Response {
             text
         }
     };
-    let code = match status {
-        StatusCode::BAD_REQUEST => "invalid_argument".to_owned(),
-        StatusCode::NOT_FOUND => "not_found".to_owned(),
-        _ => status
-            .canonical_reason()
-            .unwrap_or("error")
-            .to_lowercase()
-            .replace([' ', '-'], "_"),
-    };
-    let mut error = ApiError::new(status, &code, message);
+    let mut error = ApiError::new(status, ErrorCode::for_status(status), message);
     // Refused before a handler ran, or failed in a way no one described: only a 4xx
     // certainly did nothing.
-    error.body["certainly_not_applied"] = json!(status.is_client_error());
+    error.body.certainly_not_applied = status.is_client_error();
     let mut answer = error.into_response();
     for (name, value) in &parts.headers {
         if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
@@ -494,30 +514,55 @@ async fn json_errors(request: Request, next: Next) -> Response {
 async fn not_found() -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
-        "no_route",
+        ErrorCode::NoRoute,
         "no such route; see the HTTP API in README.md",
     )
 }
 
+/// Liveness: 200 while the process answers.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "health",
+    responses(
+        (status = 200, description = "the process answers", body = Health),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn healthz() -> ApiResult {
-    ok(&json!({"status": "ok"}))
+    ok(&Health { status: "ok" })
 }
 
+/// Readiness: 200 once the catalog is listed, 503 while starting or shutting down.
+///
+/// One dataset that cannot be served does not make the server unready: it is listed, and the others
+/// serve.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "health",
+    responses(
+        (status = 200, description = "the server serves", body = Readiness),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn readyz(State(shared): AppState) -> ApiResult {
-    let unavailable: Vec<Value> = shared
+    let unavailable: Vec<UnavailableDataset> = shared
         .supervisors
         .all()
         .into_iter()
         .filter_map(|(dataset_id, health)| {
             health
                 .unavailable
-                .map(|reason| json!({"dataset_id": dataset_id, "reason": reason}))
+                .map(|reason| UnavailableDataset { dataset_id, reason })
         })
         .collect();
     if shared.shutting_down.load(Ordering::SeqCst) {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
+            ErrorCode::ShuttingDown,
             "the server is shutting down",
         ));
     }
@@ -528,13 +573,27 @@ async fn readyz(State(shared): AppState) -> ApiResult {
         };
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "starting",
+            ErrorCode::Starting,
             message,
         ));
     } // One dataset that cannot be served does not make the server unready: the others serve.
-    ok(&json!({"ready": true, "unavailable_datasets": unavailable}))
+    ok(&Readiness {
+        ready: true,
+        unavailable_datasets: unavailable,
+    })
 }
 
+/// Prometheus metrics (text exposition format 0.0.4).
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "health",
+    responses(
+        (status = 200, description = "the metrics, README.md \"Metrics\"", body = String, content_type = "text/plain; version=0.0.4"),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn metrics(State(shared): AppState) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
@@ -543,58 +602,91 @@ async fn metrics(State(shared): AppState) -> Response {
         .into_response()
 }
 
+/// The catalog, the active policy, writes in flight and every dataset's versions and health.
+#[utoipa::path(
+    get,
+    path = "/v1/status",
+    tag = "health",
+    responses(
+        (status = 200, description = "the server's status", body = ServerStatus),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn status(State(shared): AppState) -> ApiResult {
     let policy = shared.engine.policy();
     let health = shared.supervisors.all();
-    let datasets: Vec<Value> = shared
+    let datasets: Vec<DatasetStatus> = shared
         .engine
         .each_dataset()
         .await?
         .into_iter()
-        .map(|(id, dataset)| match dataset {
-            Ok(dataset) => json!({
-                "dataset_id": id,
-                "manifest_version": dataset.manifest_version,
-                "config_version": dataset.config_version,
-                "fencing_epoch": dataset.fencing_epoch,
-                "health": health.get(&id),
-            }),
-            Err(error) => json!({
-                "dataset_id": id,
-                "unreadable": error.to_string(),
-                "health": health.get(&id),
-            }),
+        .map(|(id, dataset)| {
+            let health = health.get(&id).cloned();
+            match dataset {
+                Ok(dataset) => DatasetStatus::Readable {
+                    dataset_id: id,
+                    manifest_version: dataset.manifest_version,
+                    config_version: dataset.config_version,
+                    fencing_epoch: dataset.fencing_epoch,
+                    health,
+                },
+                Err(error) => DatasetStatus::Unreadable {
+                    dataset_id: id,
+                    unreadable: error.to_string(),
+                    health,
+                },
+            }
         })
         .collect();
-    ok(&json!({
-        "catalog": shared.engine.catalog().describe(),
-        "policy_digest": policy.digest(),
-        "policy": format!("{} {}", policy.description().name, policy.description().version),
-        "writes_in_flight": shared.writes.in_flight(),
-        "datasets": datasets,
-    }))
+    ok(&ServerStatus {
+        catalog: shared.engine.catalog().describe(),
+        policy_digest: policy.digest().to_owned(),
+        policy: format!(
+            "{} {}",
+            policy.description().name,
+            policy.description().version
+        ),
+        writes_in_flight: shared.writes.in_flight(),
+        datasets,
+    })
 }
 
-/// Every dataset; one that cannot be read is listed as `{"dataset_id", "error", "reason"}`
-/// rather than failing the listing.
+/// Every dataset.
+///
+/// One whose state cannot be read is listed as `{"dataset_id", "error", "reason"}` rather than
+/// failing the listing.
+#[utoipa::path(
+    get,
+    path = "/v1/datasets",
+    tag = "datasets",
+    responses(
+        (status = 200, description = "every dataset", body = Vec<DatasetListing>),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn list_datasets(State(shared): AppState) -> ApiResult {
-    let datasets: Vec<Value> = shared
+    let datasets: Vec<DatasetListing> = shared
         .engine
         .each_dataset()
         .await?
         .into_iter()
         .map(|(id, dataset)| match dataset {
-            Ok(dataset) => serde_json::to_value(dataset).unwrap_or(Value::Null),
-            Err(error) => {
-                json!({"dataset_id": id, "error": error.code(), "reason": error.to_string()})
-            }
+            Ok(dataset) => DatasetListing::Readable(dataset),
+            Err(error) => DatasetListing::Unreadable {
+                dataset_id: id,
+                error: status_and_code(&error).1,
+                reason: error.to_string(),
+            },
         })
         .collect();
     ok(&datasets)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = CreateDatasetRequest)]
 pub(crate) struct CreateDataset {
     pub(crate) dataset_id: String,
     staged_grace_period_ms: Option<u64>,
@@ -625,7 +717,27 @@ impl JsonBody for CreateDataset {
     ];
 }
 
-/// A creation under an `Idempotency-Key` that landed answers 201 and the dataset again.
+/// Creates a dataset.
+///
+/// Sent again under the `Idempotency-Key` that created it, answers 201 and the same dataset (the
+/// same uid); otherwise an existing id is 409.
+#[utoipa::path(
+    post,
+    path = "/v1/datasets",
+    tag = "datasets",
+    params(IdempotencyKey),
+    request_body = CreateDataset,
+    responses(
+        (status = 201, description = "the new dataset", body = mend::model::Dataset),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 409, response = Conflict),
+        (status = 413, response = PayloadTooLarge),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn create_dataset(State(shared): AppState, headers: HeaderMap, body: Bytes) -> ApiResult {
     let request: CreateDataset = parse(&body)?;
     let key = idempotency_key(&headers)?;
@@ -647,6 +759,20 @@ async fn create_dataset(State(shared): AppState, headers: HeaderMap, body: Bytes
     Ok((StatusCode::CREATED, json_body(&created)).into_response())
 }
 
+/// A dataset and its supervisor's health.
+#[utoipa::path(
+    get,
+    path = "/v1/datasets/{dataset}",
+    tag = "datasets",
+    params(DatasetPath),
+    responses(
+        (status = 200, description = "the dataset", body = ShownDataset),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn show_dataset(State(shared): AppState, Path(dataset_id): Path<String>) -> ApiResult {
     served(&shared, &dataset_id)?;
     let dataset = shared
@@ -654,14 +780,15 @@ async fn show_dataset(State(shared): AppState, Path(dataset_id): Path<String>) -
         .dataset(&dataset_id)
         .await
         .map_err(|error| engine_error(&shared, &dataset_id, error))?;
-    let mut value =
-        serde_json::to_value(&dataset).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    value["health"] = json!(shared.supervisors.health(&dataset_id));
-    ok(&value)
+    ok(&ShownDataset {
+        dataset,
+        health: shared.supervisors.health(&dataset_id),
+    })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = ApplyConfigRequest)]
 pub(crate) struct ApplyConfig {
     pub(crate) expected_config_version: u64,
     pub(crate) config: DatasetConfig,
@@ -688,6 +815,29 @@ fn server_node() -> String {
     "mend-serve".into()
 }
 
+/// Applies a new config to a dataset (staged, then promoted).
+///
+/// 412 if the config version moved. Under an `Idempotency-Key`, a retry answers the promotion;
+/// while the keyed apply it retries is unsettled, 503 `recovery_required`.
+#[utoipa::path(
+    post,
+    path = "/v1/datasets/{dataset}/config",
+    tag = "datasets",
+    params(DatasetPath, IdempotencyKey),
+    request_body = ApplyConfig,
+    responses(
+        (status = 200, description = "the dataset with its new config", body = mend::model::Dataset),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 409, response = Conflict),
+        (status = 412, response = PreconditionFailed),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn apply_config(
     State(shared): AppState,
     Path(dataset_id): Path<String>,
@@ -718,12 +868,14 @@ async fn apply_config(
 
 /// Sets or removes the fence. Removing it must be said: a body that says nothing (`{}`) is
 /// refused, never read as "no token".
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = FenceRequest)]
 struct Fence {
     /// Absent: not given; `null`: remove the token; a string: the token every publish must
     /// present.
     #[serde(default, deserialize_with = "given")]
+    #[schema(value_type = Option<String>)]
     token: Option<Option<String>>,
     #[serde(default)]
     clear: bool,
@@ -748,6 +900,27 @@ where
     Option::<T>::deserialize(deserializer).map(Some)
 }
 
+/// Sets or removes the dataset's publish token (the fence).
+///
+/// `{"token": "T"}` sets it; `{"clear": true}` or `{"token": null}` removes it; a body that says
+/// neither is 400.
+#[utoipa::path(
+    post,
+    path = "/v1/datasets/{dataset}/fence",
+    tag = "datasets",
+    params(DatasetPath, IdempotencyKey),
+    request_body = Fence,
+    responses(
+        (status = 200, description = "the dataset", body = mend::model::Dataset),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 409, response = Conflict),
+        (status = 413, response = PayloadTooLarge),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn fence(
     State(shared): AppState,
     Path(dataset_id): Path<String>,
@@ -786,8 +959,9 @@ async fn fence(
     .await?)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = StageRequest)]
 pub(crate) struct Stage {
     /// Required: there is no default mode.
     mode: StageMode,
@@ -796,11 +970,14 @@ pub(crate) struct Stage {
     splits: Vec<SplitEntry>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = StageSplitEntry)]
 struct SplitEntry {
     split_id: String,
+    /// A JSON object: docs, bytes, time range, tags, whatever the writer adds.
     #[serde(default = "empty_object")]
+    #[schema(value_type = Object)]
     metadata: Value,
 }
 
@@ -851,6 +1028,28 @@ pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Api
     }
 }
 
+/// Stages splits, in upsert or create-only mode (no default).
+///
+/// Each split is answered `inserted`, `overwritten` or `skipped` (with the existing state); an
+/// upsert that would touch a row not staged is 412 naming the ids, and writes nothing.
+#[utoipa::path(
+    post,
+    path = "/v1/datasets/{dataset}/stage",
+    tag = "splits",
+    params(DatasetPath, IdempotencyKey),
+    request_body = Stage,
+    responses(
+        (status = 200, description = "what became of each split", body = mend::model::StageResult),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 412, response = PreconditionFailed),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn stage(
     State(shared): AppState,
     Path(dataset_id): Path<String>,
@@ -885,8 +1084,9 @@ async fn stage(
     ok(&result?.0)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = PublishRequest)]
 pub(crate) struct Publish {
     #[serde(default)]
     staged_split_ids: Vec<String>,
@@ -926,6 +1126,28 @@ impl Publish {
     }
 }
 
+/// Publishes staged splits, marks replaced ones and applies a checkpoint delta, all at once.
+///
+/// 412 naming the ids at fault (not staged, not published, no object), or for a checkpoint or
+/// publish token that does not match; nothing happens then.
+#[utoipa::path(
+    post,
+    path = "/v1/datasets/{dataset}/publish",
+    tag = "splits",
+    params(DatasetPath, IdempotencyKey),
+    request_body = Publish,
+    responses(
+        (status = 200, description = "the manifest version, published and marked ids", body = mend::model::PublishResult),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 412, response = PreconditionFailed),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn publish(
     State(shared): AppState,
     Path(dataset_id): Path<String>,
@@ -965,8 +1187,9 @@ async fn publish(
     ok(&result?.0)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = SplitIdsRequest)]
 pub(crate) struct SplitIds {
     pub(crate) split_ids: Vec<String>,
 }
@@ -977,6 +1200,25 @@ impl JsonBody for SplitIds {
         &[("split_ids", "an array of split ids")];
 }
 
+/// Marks splits for deletion; marking is idempotent.
+#[utoipa::path(
+    post,
+    operation_id = "mark_for_deletion",
+    path = "/v1/datasets/{dataset}/mark",
+    tag = "splits",
+    params(DatasetPath, IdempotencyKey),
+    request_body = SplitIds,
+    responses(
+        (status = 200, description = "marked and already marked ids", body = mend::model::MarkResult),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 412, response = PreconditionFailed),
+        (status = 413, response = PayloadTooLarge),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn mark(
     State(shared): AppState,
     Path(dataset_id): Path<String>,
@@ -1009,8 +1251,28 @@ async fn mark(
     .0)
 }
 
-/// Answers the ids it was asked to delete: a retry under the same `Idempotency-Key` answers
-/// them again once the rows are gone.
+/// Deletes splits marked for deletion: their objects, then their rows.
+///
+/// 404 for an unknown split, 412 for one not marked. Under the same `Idempotency-Key` a retry
+/// answers the ids again once the rows are gone.
+#[utoipa::path(
+    post,
+    operation_id = "delete_splits",
+    path = "/v1/datasets/{dataset}/delete",
+    tag = "splits",
+    params(DatasetPath, IdempotencyKey),
+    request_body = SplitIds,
+    responses(
+        (status = 200, description = "the ids, deleted", body = Deleted),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 412, response = PreconditionFailed),
+        (status = 413, response = PayloadTooLarge),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn delete(
     State(shared): AppState,
     Path(dataset_id): Path<String>,
@@ -1036,9 +1298,27 @@ async fn delete(
         },
     )
     .await?;
-    ok(&json!({"deleted": request.split_ids}))
+    ok(&Deleted {
+        deleted: request.split_ids,
+    })
 }
 
+/// A page of a dataset's splits, sorted by id.
+///
+/// 400 for an unknown parameter or a number outside 0 to 9223372036854775807.
+#[utoipa::path(
+    get,
+    path = "/v1/datasets/{dataset}/splits",
+    tag = "splits",
+    params(DatasetPath, ListSplitsQuery),
+    responses(
+        (status = 200, description = "a page, and the cursor to the next", body = mend::model::SplitPage),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn list_splits(
     State(shared): AppState,
     Path(dataset_id): Path<String>,
@@ -1136,8 +1416,9 @@ pub(crate) fn list_query(params: &HashMap<String, String>) -> Result<ListQuery, 
     })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = NodeRequest)]
 struct Node {
     #[serde(default = "server_node")]
     node: String,
@@ -1149,6 +1430,25 @@ impl JsonBody for Node {
         &[("node", "a string naming the writer")];
 }
 
+/// Collects the dataset's abandoned staged splits and expired marked ones, as the policy plans.
+#[utoipa::path(
+    post,
+    path = "/v1/datasets/{dataset}/gc",
+    tag = "recovery",
+    params(DatasetPath, IdempotencyKey),
+    request_body = Node,
+    responses(
+        (status = 200, description = "marked and deleted ids", body = mend::engine::GcResult),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 409, response = Conflict),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn gc(
     State(shared): AppState,
     Path(dataset_id): Path<String>,
@@ -1168,6 +1468,25 @@ async fn gc(
     .await?)
 }
 
+/// Adopts or discards the dataset's orphan objects (objects with no row), as the policy decides.
+#[utoipa::path(
+    post,
+    path = "/v1/datasets/{dataset}/reconcile",
+    tag = "recovery",
+    params(DatasetPath, IdempotencyKey),
+    request_body = Node,
+    responses(
+        (status = 200, description = "the reconcile report", body = mend::engine::ReconcileReport),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 409, response = Conflict),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn reconcile(
     State(shared): AppState,
     Path(dataset_id): Path<String>,
@@ -1193,8 +1512,9 @@ async fn reconcile(
     ok(&report)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = RecoverRequest)]
 struct Recover {
     mode: RecoveryMode,
 }
@@ -1207,6 +1527,30 @@ impl JsonBody for Recover {
     )];
 }
 
+/// Runs a recovery sweep of the dataset's in-doubt operations.
+///
+/// `exclusive` may undo a live writer's work and fences every writer out: it needs the admin token.
+/// `probe` and `verify` write nothing.
+#[utoipa::path(
+    post,
+    path = "/v1/datasets/{dataset}/recover",
+    tag = "recovery",
+    params(DatasetPath, IdempotencyKey),
+    request_body = Recover,
+    security((), ("admin_token" = [])),
+    responses(
+        (status = 200, description = "the recovery report", body = mend::engine::RecoveryReport),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 409, response = Conflict),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn recover(
     State(shared): AppState,
     Path(dataset_id): Path<String>,
@@ -1241,6 +1585,22 @@ async fn recover(
     ok(&report)
 }
 
+/// Checks the dataset's invariants, bucket included; writes nothing.
+///
+/// Violations are listed in the report, answered 200.
+#[utoipa::path(
+    get,
+    path = "/v1/datasets/{dataset}/verify",
+    tag = "recovery",
+    params(DatasetPath),
+    responses(
+        (status = 200, description = "the verify report", body = mend::engine::VerifyReport),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn verify(State(shared): AppState, Path(dataset_id): Path<String>) -> ApiResult {
     served(&shared, &dataset_id)?;
     let report = shared
@@ -1251,13 +1611,82 @@ async fn verify(State(shared): AppState, Path(dataset_id): Path<String>) -> ApiR
     ok(&report)
 }
 
+/// The active policy and its registry record.
+#[utoipa::path(
+    get,
+    path = "/v1/policy",
+    tag = "policy",
+    responses(
+        (status = 200, description = "the active policy", body = ActivePolicy),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn active_policy(State(shared): AppState) -> ApiResult {
     let policy = shared.engine.policy();
     let record = shared.registry.active().await?;
-    ok(&json!({
-        "digest": policy.digest(),
-        "name": policy.description().name,
-        "version": policy.description().version,
-        "record": record,
-    }))
+    ok(&ActivePolicy {
+        digest: policy.digest().to_owned(),
+        name: policy.description().name.clone(),
+        version: policy.description().version.clone(),
+        record,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use mend::error::{EntityKind, PolicyError};
+
+    use super::*;
+
+    #[test]
+    fn every_engine_error_answers_its_own_code() {
+        let message = || "m".to_owned();
+        let errors = [
+            MendError::NotFound {
+                kind: EntityKind::Dataset,
+                ids: vec!["d".into()],
+            },
+            MendError::AlreadyExists {
+                kind: EntityKind::Dataset,
+                id: "d".into(),
+            },
+            MendError::FailedPrecondition {
+                message: message(),
+                ids: vec!["s".into()],
+            },
+            MendError::InvalidArgument { message: message() },
+            MendError::RecoveryRequired {
+                operation_id: "op".into(),
+            },
+            MendError::PolicyRejected { message: message() },
+            MendError::CapabilityMissing {
+                capability: "c".into(),
+                detail: message(),
+            },
+            MendError::Policy(PolicyError::Compile { message: message() }),
+            MendError::Conflict { message: message() },
+            MendError::Unavailable {
+                message: message(),
+                source: None,
+            },
+            MendError::Transient { message: message() },
+            MendError::Corrupt { message: message() },
+        ];
+        for error in errors {
+            let code = error.code();
+            let answer = ApiError::from(error);
+            let (status, answered) = answer.status();
+            assert_eq!(answered, code, "the engine's code is the answer's");
+            assert!(
+                answer.body.error.statuses().contains(&status),
+                "{code}: {status}"
+            );
+            // The body, as sent, is the documented one.
+            let sent = serde_json::to_value(&answer.body).unwrap();
+            let read: ErrorBody = serde_json::from_value(sent).unwrap();
+            assert_eq!(read, *answer.body);
+        }
+        println!("api: 12 engine errors answered with their own codes");
+    }
 }

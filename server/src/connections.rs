@@ -357,7 +357,8 @@ mod tests {
     fn the_refusal_is_one_json_answer_of_the_length_it_declares() {
         let (head, body) = TOO_MANY_CONNECTIONS.split_once("\r\n\r\n").unwrap();
         assert!(head.contains(&format!("content-length: {}", body.len())));
-        let value: serde_json::Value = serde_json::from_str(body).unwrap();
-        assert_eq!(value["error"], "too_many_connections");
+        // The documented error body, and nothing it does not document.
+        let body: crate::errors::ErrorBody = serde_json::from_str(body).unwrap();
+        assert_eq!(body.error, crate::errors::ErrorCode::TooManyConnections);
     }
 }

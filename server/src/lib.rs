@@ -9,7 +9,8 @@
 //!   server need the admin token (`Authorization: Bearer TOKEN`); without it the answer is
 //!   401 and nothing happens.
 //! - `/healthz` (the process answers), `/readyz` (it serves: started, not shutting down) and
-//!   `/metrics` (Prometheus text) sit outside `/v1`.
+//!   `/metrics` (Prometheus text) sit outside `/v1`; `/v1/openapi.json` is the OpenAPI
+//!   document of every route, generated from the code ([`openapi`]).
 //! - Everything a client can make the server hold is bounded ([`ServeLimits`]): connections
 //!   and the time their heads, bodies and idle waits take (`connections.rs`, `limits.rs`),
 //!   queued writes ([`writes`]), and the files and uploads of admin requests (`admin.rs`). Past
@@ -19,14 +20,17 @@
 //! process (`mend policy swap`) is loaded and installed within one supervisor interval.
 
 mod admin;
+mod answers;
 // Crate-visible for `fuzzing`, which feeds the body parsers arbitrary bytes.
 pub(crate) mod api;
 pub(crate) mod body;
 mod connections;
+mod errors;
 #[doc(hidden)]
 pub mod fuzzing;
 mod limits;
 pub mod metrics;
+mod openapi;
 mod operations;
 pub mod supervisor;
 pub mod writes;

@@ -15,6 +15,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::api::ApiError;
+use super::errors::ErrorCode;
 
 /// The limits of one server. Every one is a `serve.*` setting; the defaults are safe for a
 /// server on loopback or behind a proxy.
@@ -96,7 +97,7 @@ pub(super) async fn read_body(
             return closing(
                 ApiError::new(
                     StatusCode::REQUEST_TIMEOUT,
-                    "request_timeout",
+                    ErrorCode::RequestTimeout,
                     format!(
                         "the request body did not arrive within {} ms (serve.body_read_timeout_ms); nothing happened",
                         limit.timeout.as_millis()
@@ -113,7 +114,7 @@ pub(super) async fn read_body(
 fn too_large(max_bytes: usize) -> Response {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
-        "payload_too_large",
+        ErrorCode::PayloadTooLarge,
         format!(
             "the request body is over this route's limit of {max_bytes} bytes; nothing happened"
         ),

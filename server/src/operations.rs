@@ -25,10 +25,15 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
+use utoipa::ToSchema;
 
 use super::Shared;
 use super::api::{ApiResult, engine_error, ok, parse, write};
 use super::body::JsonBody;
+use super::openapi::{
+    BadRequest, Conflict, DatasetPath, InternalError, NotFound, OperationPath, PayloadTooLarge,
+    PreconditionFailed, RequestTimeout, Unavailable, Unprocessable, UploadPath,
+};
 use mend::engine::{BeginOperation, ExternalKind, PlannedSplit};
 use mend::error::MendError;
 use mend::model::CheckpointDelta;
@@ -36,8 +41,9 @@ use mend::model::CheckpointDelta;
 type AppState = State<Arc<Shared>>;
 
 /// A begin's body: [`BeginOperation`] without the dataset, which the path names.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = BeginRequest)]
 pub(crate) struct Begin {
     #[serde(default)]
     operation_id: Option<String>,
@@ -93,8 +99,9 @@ impl Begin {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = HeartbeatRequest)]
 struct Heartbeat {
     #[serde(default)]
     lease_ms: Option<u64>,
@@ -106,6 +113,30 @@ impl JsonBody for Heartbeat {
         &[("lease_ms", "milliseconds, 1000 to 604800000")];
 }
 
+/// Begins an operation: writes its intent and stages its rows create-only.
+///
+/// Choose `operation_id` yourself: it is every step's idempotency key, and a begin sent again
+/// resumes the operation. A row another writer holds ends the operation at once (412 naming it).
+#[utoipa::path(
+    post,
+    operation_id = "begin_operation",
+    path = "/v1/datasets/{dataset}/operations",
+    tag = "operations",
+    params(DatasetPath),
+    request_body = Begin,
+    responses(
+        (status = 200, description = "the operation: each split's object path, size and header (and upload URL where the store presigns)", body = mend::engine::OperationView),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 409, response = Conflict),
+        (status = 412, response = PreconditionFailed),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 pub(super) async fn begin(
     State(shared): AppState,
     Path(dataset_id): Path<String>,
@@ -119,6 +150,27 @@ pub(super) async fn begin(
     .await?)
 }
 
+/// Uploads one planned object, the body streamed into the store.
+///
+/// Nothing is written unless the bytes have the planned size and sha256 (400 otherwise); an object
+/// already in place as planned is answered `"written": false`.
+#[utoipa::path(
+    put,
+    operation_id = "upload_object",
+    path = "/v1/datasets/{dataset}/operations/{operation}/splits/{split}",
+    tag = "operations",
+    params(UploadPath),
+    request_body(description = "the payload bytes, streamed", content(("application/octet-stream"))),
+    responses(
+        (status = 200, description = "the object, in place", body = mend::engine::UploadResult),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 412, response = PreconditionFailed),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 pub(super) async fn upload(
     State(shared): AppState,
     Path((dataset_id, operation_id, split_id)): Path<(String, String, String)>,
@@ -136,6 +188,28 @@ pub(super) async fn upload(
     .await?)
 }
 
+/// Extends the operation's lease, so recovery never abandons a live slow writer.
+///
+/// 412 once the operation ended.
+#[utoipa::path(
+    post,
+    operation_id = "heartbeat_operation",
+    path = "/v1/datasets/{dataset}/operations/{operation}/heartbeat",
+    tag = "operations",
+    params(OperationPath),
+    request_body = Heartbeat,
+    responses(
+        (status = 200, description = "the operation with its new lease", body = mend::engine::OperationView),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 409, response = Conflict),
+        (status = 412, response = PreconditionFailed),
+        (status = 413, response = PayloadTooLarge),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 pub(super) async fn heartbeat(
     State(shared): AppState,
     Path((dataset_id, operation_id)): Path<(String, String)>,
@@ -152,6 +226,29 @@ pub(super) async fn heartbeat(
     .await?)
 }
 
+/// Checks every object, confirms and publishes the operation with its delta.
+///
+/// 412 naming objects not in place, or for a delta that no longer applies (nothing confirmed then).
+/// A publish that landed (by its writer or by recovery) answers its result again.
+#[utoipa::path(
+    post,
+    operation_id = "publish_operation",
+    path = "/v1/datasets/{dataset}/operations/{operation}/publish",
+    tag = "operations",
+    params(OperationPath),
+    responses(
+        (status = 200, description = "the operation, published, with `publish`", body = mend::engine::OperationView),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 409, response = Conflict),
+        (status = 412, response = PreconditionFailed),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 pub(super) async fn publish(
     State(shared): AppState,
     Path((dataset_id, operation_id)): Path<(String, String)>,
@@ -168,6 +265,27 @@ pub(super) async fn publish(
     ok(&result?)
 }
 
+/// Aborts the operation: fences it, then removes its rows and objects.
+///
+/// 412 once it confirmed; an ended operation answers `ended` again.
+#[utoipa::path(
+    post,
+    operation_id = "abort_operation",
+    path = "/v1/datasets/{dataset}/operations/{operation}/abort",
+    tag = "operations",
+    params(OperationPath),
+    responses(
+        (status = 200, description = "the operation, ended", body = mend::engine::OperationView),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 409, response = Conflict),
+        (status = 412, response = PreconditionFailed),
+        (status = 413, response = PayloadTooLarge),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 pub(super) async fn abort(
     State(shared): AppState,
     Path((dataset_id, operation_id)): Path<(String, String)>,
@@ -180,6 +298,21 @@ pub(super) async fn abort(
     .await?)
 }
 
+/// An operation: its phase, each object's status and what recovery would decide now.
+#[utoipa::path(
+    get,
+    operation_id = "show_operation",
+    path = "/v1/datasets/{dataset}/operations/{operation}",
+    tag = "operations",
+    params(OperationPath),
+    responses(
+        (status = 200, description = "the operation", body = mend::engine::OperationView),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
 pub(super) async fn show(
     State(shared): AppState,
     Path((dataset_id, operation_id)): Path<(String, String)>,

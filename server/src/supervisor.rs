@@ -44,12 +44,13 @@ impl Default for SupervisorOptions {
 }
 
 /// What a dataset's supervisor last found.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
 pub struct DatasetHealth {
     /// `None` while the dataset is served; the reason it is not otherwise.
     pub unavailable: Option<String>,
     /// When it became unavailable.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<i64>)]
     pub unavailable_since_ms: Option<TimestampMs>,
     /// Checks failed in a row.
     pub consecutive_failures: u32,
@@ -58,6 +59,7 @@ pub struct DatasetHealth {
     /// Operations the last sweep could not resolve by rolling forward (blocked, refused or
     /// failed): they need an operator, for example `mend recover DATASET --mode exclusive`.
     pub needs_operator: Vec<String>,
+    #[schema(value_type = Option<i64>)]
     pub last_check_ms: Option<TimestampMs>,
     pub sweeps: u64,
 }

@@ -43,6 +43,7 @@ impl RequestKey {
 
 /// A request's result, recorded with its effect.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RecordedRequest {
     /// The client's key, or mend's own for an operation's step.
     pub key: String,
@@ -51,6 +52,7 @@ pub struct RecordedRequest {
     /// The result as the backend returned it, as JSON.
     pub result: serde_json::Value,
     /// When it was recorded; gc forgets records after a week.
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub recorded_at_ms: TimestampMs,
 }
 

@@ -40,6 +40,7 @@ pub const RECORDED_REQUEST_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
 /// What one gc run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GcResult {
     /// Staged splits abandoned and marked for deletion by this run.
     pub marked: Vec<String>,

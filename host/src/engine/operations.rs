@@ -61,6 +61,7 @@ const PARTS_IN_FLIGHT: usize = 2;
 
 /// What kind of operation a writer begins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ExternalKind {
     /// New splits published with an optional checkpoint delta.
@@ -71,6 +72,7 @@ pub enum ExternalKind {
 
 /// One split an operation plans: its row and the payload its object will carry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PlannedSplit {
     /// The split's id; the begin stages it create-only.
@@ -134,6 +136,7 @@ impl BeginOperation {
 
 /// Where an operation stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum OperationPhase {
     /// Begun: its rows are staged; objects may be uploaded.
@@ -149,6 +152,7 @@ pub enum OperationPhase {
 
 /// What became of one planned split's object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ObjectStatus {
     /// No object is at the split's path.
@@ -161,6 +165,7 @@ pub enum ObjectStatus {
 
 /// One split of an operation, with what its writer needs to upload the object itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OperationSplit {
     /// The split's id.
     pub split_id: String,
@@ -192,6 +197,7 @@ pub struct OperationSplit {
 
 /// An operation as its writer sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OperationView {
     /// The dataset.
     pub dataset_id: String,
@@ -219,6 +225,7 @@ pub struct OperationView {
 
 /// What an upload did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UploadResult {
     /// The split's id.
     pub split_id: String,

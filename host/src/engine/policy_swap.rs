@@ -171,6 +171,7 @@ impl Engine {
 /// A swap made for a whole deployment: recorded in its policy registry, so every process
 /// opening the catalog runs the candidate, and published in this engine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeploymentSwap {
     /// Which recorded decisions the new policy would change.
     pub replay: ReplayReport,

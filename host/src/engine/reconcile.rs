@@ -45,6 +45,7 @@ use crate::{bounds, validate};
 
 /// What one reconcile run found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReconcileReport {
     /// The dataset reconciled.
     pub dataset_id: String,

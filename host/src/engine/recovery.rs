@@ -48,6 +48,7 @@ const OBSERVE_CONCURRENCY: usize = 16;
 
 /// What an intent needs, as a probe reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum IntentStatus {
     /// Already settled: only the intent itself is left.
@@ -67,6 +68,8 @@ pub enum IntentStatus {
 
 /// What the sweep did about one intent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = RecoveryOutcome))]
 #[serde(tag = "outcome", content = "detail", rename_all = "snake_case")]
 pub enum Outcome {
     /// Nothing was to be executed (probe, verify, defer, blocked).
@@ -84,6 +87,7 @@ pub enum Outcome {
 
 /// What a sweep found and did about one intent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IntentReport {
     /// The operation the intent belongs to.
     pub operation_id: String,
@@ -99,6 +103,7 @@ pub struct IntentReport {
 
 /// What a recovery sweep of one dataset found and did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RecoveryReport {
     /// The dataset swept.
     pub dataset_id: String,

@@ -20,6 +20,8 @@ use crate::validate;
 
 /// One broken invariant, or an object that is not what its path says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = VerifyViolation))]
 pub struct Violation {
     /// The DESIGN.md invariant broken, when one is; 0 for a malformed object.
     pub invariant: u8,
@@ -31,6 +33,7 @@ pub struct Violation {
 
 /// What `verify` checked and found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VerifyReport {
     /// The dataset verified.
     pub dataset_id: String,

@@ -32,6 +32,7 @@ use crate::model::TimestampMs;
 
 /// One change of the active policy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ActiveRecord {
     /// The record's number: the newest record is the active policy.
     pub version: u64,
@@ -42,6 +43,7 @@ pub struct ActiveRecord {
     /// `swap` or `rollback`.
     pub change: String,
     /// When the change was made.
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub changed_at_ms: TimestampMs,
     /// The request under an idempotency key that made this change, with its answer but for
     /// this record: what a retry of it answers.

@@ -18,6 +18,7 @@ use crate::error::PolicyError;
 
 /// What replaying a batch of audit records found.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReplayReport {
     /// The policy asked.
     pub digest: String,
@@ -39,6 +40,7 @@ pub struct ReplayReport {
 
 /// How many decisions of one kind were replayed, and changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KindCounts {
     /// Replayed.
     pub replayed: usize,
@@ -48,6 +50,7 @@ pub struct KindCounts {
 
 /// One decision the policy would make differently.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChangedDecision {
     /// The dataset of the decision.
     pub dataset_id: String,

@@ -1,0 +1,105 @@
+//! The answers the server puts together itself: health, readiness, status, the dataset
+//! listing, a dataset with its supervisor's health, a deletion, the active policy. (Every
+//! other answer is a result or report of the engine, typed in `mend`.) Each is a type, so
+//! that the OpenAPI document describes exactly what the handler writes.
+
+use mend::model::Dataset;
+use mend::runtime::registry::ActiveRecord;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::errors::ErrorCode;
+use super::supervisor::DatasetHealth;
+
+/// `GET /healthz`: the process answers.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Health {
+    /// Always `ok`.
+    pub(crate) status: &'static str,
+}
+
+/// `GET /readyz`: the server has listed the catalog's datasets and is not shutting down.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Readiness {
+    /// Always true: a server that is not ready answers 503.
+    pub(crate) ready: bool,
+    /// Datasets their supervisors cannot serve; the others serve.
+    pub(crate) unavailable_datasets: Vec<UnavailableDataset>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct UnavailableDataset {
+    pub(crate) dataset_id: String,
+    pub(crate) reason: String,
+}
+
+/// `GET /v1/status`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ServerStatus {
+    /// The catalog, as its backend describes itself.
+    pub(crate) catalog: String,
+    pub(crate) policy_digest: String,
+    /// The active policy's name and version.
+    pub(crate) policy: String,
+    /// Writes admitted and not yet finished.
+    pub(crate) writes_in_flight: usize,
+    pub(crate) datasets: Vec<DatasetStatus>,
+}
+
+/// One dataset of the status: its versions, or why its state cannot be read.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub(crate) enum DatasetStatus {
+    Readable {
+        dataset_id: String,
+        manifest_version: u64,
+        config_version: u64,
+        fencing_epoch: u64,
+        /// Its supervisor's last findings; null before its first check.
+        health: Option<DatasetHealth>,
+    },
+    Unreadable {
+        dataset_id: String,
+        /// Why its state cannot be read.
+        unreadable: String,
+        health: Option<DatasetHealth>,
+    },
+}
+
+/// One dataset of `GET /v1/datasets`: the dataset, or why its state cannot be read (the
+/// listing does not fail for it).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub(crate) enum DatasetListing {
+    Readable(Dataset),
+    Unreadable {
+        dataset_id: String,
+        error: ErrorCode,
+        reason: String,
+    },
+}
+
+/// `GET /v1/datasets/{dataset}`: the dataset and its supervisor's health.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ShownDataset {
+    #[serde(flatten)]
+    pub(crate) dataset: Dataset,
+    /// Null before its supervisor's first check.
+    pub(crate) health: Option<DatasetHealth>,
+}
+
+/// `POST /v1/datasets/{dataset}/delete`: the ids asked for, now gone.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Deleted {
+    pub(crate) deleted: Vec<String>,
+}
+
+/// `GET /v1/policy`: the policy this server decides with, and the registry record that made
+/// it active (none while the deployment runs the built-in default).
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ActivePolicy {
+    pub(crate) digest: String,
+    pub(crate) name: String,
+    pub(crate) version: String,
+    pub(crate) record: Option<ActiveRecord>,
+}
