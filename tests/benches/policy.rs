@@ -2,22 +2,35 @@
 //!
 //!     cargo bench -p mend-tests --bench policy
 //!
-//! - a stage decision (a fresh sandbox: instantiate, copy in, decide, copy out) in wasm
-//!   against the same code native, for plans of 1, 100 and 10,000 splits;
-//! - loading a new component: compiling it, and loading it from the on-disk cache;
-//! - preparing a swap (checks and a replay of 1,000 recorded decisions) and publishing it;
-//! - decision latency percentiles while the policy is swapped every few milliseconds, and
-//!   without swaps.
+//! Measured by criterion (`common`), each a group:
+//!
+//! - `stage decision`: a stage decision (a fresh sandbox: instantiate, copy in, decide, copy
+//!   out) in wasm against the same code native, for plans of 1, 100 and 10,000 splits;
+//! - `load a component`: compiling a new component (each iteration a distinct one, with an
+//!   empty cache), and loading one from the on-disk cache;
+//! - `swap`: preparing a swap (checks and a replay of 1,000 recorded decisions) and publishing
+//!   a prepared one.
+//!
+//! Not criterion's (it has no percentiles), printed beside: decision latency percentiles over
+//! 3 s (`MEND_BENCH_LATENCY_SECONDS`) while the policy is swapped every 2 ms, and without swaps.
+//!
+//! It takes about a minute on the 2-core development machine, most of it the six decision
+//! functions (3 s each with warm-up). For more samples or time:
+//! `-- --sample-size 200 --measurement-time 10`; `-- 'stage decision'` runs one group.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use criterion::{BatchSize, Throughput};
 use mend::engine::{CommitRequest, CommitSplit};
 use mend::faults::CrashAt;
 use mend::runtime::{DEFAULT_POLICY_WASM, LoadOptions, PolicyRuntime};
 use mend_policy::{ExistingRow, RecoveryMode, SplitState, StageMode, StagePlanInput};
 use mend_tests::{Backend, Harness};
+
+mod common;
+use common::{Bench, Sampling, micros, millis};
 
 fn plan_input(splits: usize) -> StagePlanInput {
     let split_ids: Vec<String> = (0..splits).map(|i| format!("split-{i:06}")).collect();
@@ -37,37 +50,6 @@ fn plan_input(splits: usize) -> StagePlanInput {
     }
 }
 
-/// The median of `runs` timings of `body`.
-fn median(runs: usize, mut body: impl FnMut()) -> Duration {
-    let mut times: Vec<Duration> = (0..runs)
-        .map(|_| {
-            let started = Instant::now();
-            body();
-            started.elapsed()
-        })
-        .collect();
-    times.sort();
-    times[runs / 2]
-}
-
-fn decision_cost(policy: &PolicyRuntime) {
-    for (splits, runs) in [(1, 2_000), (100, 1_000), (10_000, 30)] {
-        let input = plan_input(splits);
-        let wasm = median(runs, || {
-            policy.plan_stage(&input).expect("decides");
-        });
-        let native = median(runs, || {
-            std::hint::black_box(mend_policy::plan_stage(&input));
-        });
-        println!(
-            "stage decision of {splits:>6} splits: wasm {:>9.1} us, native {:>9.1} us, wasm/native {:>6.1}x",
-            wasm.as_secs_f64() * 1e6,
-            native.as_secs_f64() * 1e6,
-            wasm.as_secs_f64() / native.as_secs_f64()
-        );
-    }
-}
-
 /// A distinct component with the default policy's code: a custom section appended.
 fn rebadged(label: &str) -> Vec<u8> {
     let mut bytes = DEFAULT_POLICY_WASM.to_vec();
@@ -80,81 +62,9 @@ fn rebadged(label: &str) -> Vec<u8> {
     bytes
 }
 
-fn load_cost() {
-    let cache = tempfile::tempdir().expect("cache dir");
-    let options = LoadOptions {
-        cache_dir: Some(cache.path().to_path_buf()),
-        ..LoadOptions::default()
-    };
-    let bytes = rebadged("load-cost");
-    let started = Instant::now();
-    PolicyRuntime::load_with(&bytes, &options).expect("loads");
-    let cold = started.elapsed();
-    let started = Instant::now();
-    PolicyRuntime::load_with(&bytes, &options).expect("loads");
-    let warm = started.elapsed();
-    println!(
-        "loading a component: first time (compile, write the cache) {:.1} ms; again (compiled form reused, handshake) {:.2} ms",
-        cold.as_secs_f64() * 1e3,
-        warm.as_secs_f64() * 1e3,
-    );
-}
-
-async fn swap_cost() {
-    let h = Harness::new(Backend::Memory).await;
-    let dataset_id = h.create_dataset("bench").await;
-    // 1,000 recorded decisions to replay.
-    for i in 0..1_000 {
-        let request = CommitRequest {
-            dataset_id: dataset_id.clone(),
-            node: "w".into(),
-            splits: vec![CommitSplit {
-                split_id: format!("s-{i}"),
-                metadata_json: "{}".into(),
-                payload: bytes::Bytes::from_static(b"x"),
-            }],
-            checkpoint_delta: None,
-            publish_token: None,
-        };
-        let crashing = h.engine.with_faults(Arc::new(CrashAt::new(4, false)));
-        assert!(crashing.commit(&request).await.is_err());
-    }
-    h.clock.advance_ms(120_000);
-    h.engine
-        .recover(&dataset_id, RecoveryMode::RollForward)
-        .await
-        .expect("recover");
-    let candidates = [
-        PolicyRuntime::load(&rebadged("a"), Default::default()).expect("loads"),
-        PolicyRuntime::load(&rebadged("b"), Default::default()).expect("loads"),
-    ];
-    let mut prepare = Vec::new();
-    let mut publish = Vec::new();
-    for round in 0..10 {
-        let started = Instant::now();
-        let prepared = h
-            .engine
-            .prepare_policy_swap(candidates[round % 2].clone(), 1_000, &[])
-            .await
-            .expect("prepare");
-        prepare.push(started.elapsed());
-        assert_eq!(prepared.replay.replayed, 1_000);
-        let started = Instant::now();
-        h.engine.publish_policy_swap(prepared).expect("publish");
-        publish.push(started.elapsed());
-    }
-    prepare.sort();
-    publish.sort();
-    println!(
-        "swap: prepare (capabilities, replay of 1000 recorded decisions) {:.1} ms, publish {:.2} us (medians of 10)",
-        prepare[5].as_secs_f64() * 1e3,
-        publish[5].as_secs_f64() * 1e6
-    );
-}
-
-/// Decision latencies over `period` on `threads` of a blocking pool, optionally while
-/// another thread swaps the policy every 2 ms.
-async fn latencies(swapping: bool, period: Duration) -> Vec<Duration> {
+/// Decision latencies over `period`, optionally while another thread swaps the policy every
+/// 2 ms; how many swaps it made.
+async fn latencies(swapping: bool, period: Duration) -> (Vec<Duration>, Option<usize>) {
     let h = Harness::new(Backend::Memory).await;
     let engine = h.engine.clone();
     let stop = Arc::new(AtomicBool::new(false));
@@ -188,29 +98,193 @@ async fn latencies(swapping: bool, period: Duration) -> Vec<Duration> {
         times.push(begun.elapsed());
     }
     stop.store(true, Ordering::Relaxed);
-    if let Some(swapper) = swapper {
-        let swaps = swapper.join().expect("swapper");
-        println!("  ({swaps} swaps during the run)");
-    }
+    let swaps = swapper.map(|swapper| swapper.join().expect("swapper"));
     times.sort();
-    times
+    (times, swaps)
+}
+
+fn decision_cost(bench: &mut Bench, policy: &PolicyRuntime) {
+    let sizes = [1, 100, 10_000];
+    let inputs: Vec<StagePlanInput> = sizes.iter().map(|&splits| plan_input(splits)).collect();
+    let mut group = bench.group(
+        "stage decision",
+        Sampling::Quick {
+            measurement: Duration::from_secs(2),
+        },
+    );
+    for (splits, input) in sizes.iter().zip(&inputs) {
+        group.throughput(Throughput::Elements(*splits as u64));
+        group.bench(&format!("wasm/{splits}"), |b| {
+            b.iter(|| policy.plan_stage(input).expect("decides"))
+        });
+        group.bench(&format!("native/{splits}"), |b| {
+            b.iter(|| mend_policy::plan_stage(input))
+        });
+    }
+    group.finish().report(|times| {
+        sizes
+            .iter()
+            .map(|splits| {
+                let wasm = times[format!("wasm/{splits}").as_str()];
+                let native = times[format!("native/{splits}").as_str()];
+                format!(
+                    "stage decision of {splits:>6} splits: wasm {:>9.1} us, native {:>9.1} us, wasm/native {:>6.1}x",
+                    micros(wasm),
+                    micros(native),
+                    wasm.as_secs_f64() / native.as_secs_f64()
+                )
+            })
+            .collect()
+    });
+}
+
+fn load_cost(bench: &mut Bench) {
+    // Every first-time load is of a component no cache has seen, in a cache of its own.
+    let components = AtomicUsize::new(0);
+    let mut group = bench.group(
+        "load a component",
+        Sampling::Expensive {
+            measurement: Duration::from_secs(2),
+        },
+    );
+    group.bench("first time", |b| {
+        b.iter_custom(|iters| {
+            let mut took = Duration::ZERO;
+            for _ in 0..iters {
+                let cache = tempfile::tempdir().expect("cache dir");
+                let options = LoadOptions {
+                    cache_dir: Some(cache.path().to_path_buf()),
+                    ..LoadOptions::default()
+                };
+                let n = components.fetch_add(1, Ordering::Relaxed);
+                let bytes = rebadged(&format!("load-cost-{n}"));
+                let started = Instant::now();
+                PolicyRuntime::load_with(&bytes, &options).expect("loads");
+                took += started.elapsed();
+            }
+            took
+        })
+    });
+    let cache = tempfile::tempdir().expect("cache dir");
+    let options = LoadOptions {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..LoadOptions::default()
+    };
+    let bytes = rebadged("load-cost-cached");
+    PolicyRuntime::load_with(&bytes, &options).expect("loads");
+    group.sampling(Sampling::Quick {
+        measurement: Duration::from_secs(2),
+    });
+    group.bench("again", |b| {
+        b.iter(|| PolicyRuntime::load_with(&bytes, &options).expect("loads"))
+    });
+    group.finish().report(|times| {
+        vec![format!(
+            "loading a component: first time (compile, write the cache) {:.1} ms; again (compiled form reused, handshake) {:.2} ms",
+            millis(times["first time"]),
+            millis(times["again"]),
+        )]
+    });
+}
+
+fn swap_cost(bench: &mut Bench, runtime: &tokio::runtime::Runtime) {
+    let h = runtime.block_on(Harness::new(Backend::Memory));
+    runtime.block_on(async {
+        let dataset_id = h.create_dataset("bench").await;
+        // 1,000 recorded decisions to replay: each has two audit records, one written before
+        // its effect (`executing`) and one after it, and replay decides each operation once.
+        for i in 0..1_000 {
+            let request = CommitRequest {
+                dataset_id: dataset_id.clone(),
+                node: "w".into(),
+                splits: vec![CommitSplit {
+                    split_id: format!("s-{i}"),
+                    metadata_json: "{}".into(),
+                    payload: bytes::Bytes::from_static(b"x"),
+                }],
+                checkpoint_delta: None,
+                publish_token: None,
+            };
+            let crashing = h.engine.with_faults(Arc::new(CrashAt::new(4, false)));
+            assert!(crashing.commit(&request).await.is_err());
+        }
+        h.clock.advance_ms(120_000);
+        h.engine
+            .recover(&dataset_id, RecoveryMode::RollForward)
+            .await
+            .expect("recover");
+    });
+    let candidate = PolicyRuntime::load(&rebadged("a"), Default::default()).expect("loads");
+    let prepare = || {
+        let prepared = runtime
+            .block_on(
+                h.engine
+                    .prepare_policy_swap(candidate.clone(), 2 * 1_000, &[]),
+            )
+            .expect("prepare");
+        assert_eq!(prepared.replay.replayed, 1_000);
+        prepared
+    };
+    let prepared = prepare();
+    let mut group = bench.group(
+        "swap",
+        Sampling::Expensive {
+            measurement: Duration::from_secs(1),
+        },
+    );
+    group.bench("prepare", |b| b.iter(&prepare));
+    group.sampling(Sampling::Quick {
+        measurement: Duration::from_secs(1),
+    });
+    // Publishing checks only the generation the swap was prepared against: a copy of one
+    // prepared swap, brought to the current generation, is a swap prepared just now.
+    group.bench("publish", |b| {
+        b.iter_batched(
+            || {
+                let mut swap = prepared.clone();
+                swap.generation = h.engine.active_policy().generation();
+                swap
+            },
+            |swap| h.engine.publish_policy_swap(swap).expect("publish"),
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish().report(|times| {
+        vec![format!(
+            "swap: prepare (capabilities, replay of 1000 recorded decisions) {:.1} ms, publish {:.2} us",
+            millis(times["prepare"]),
+            micros(times["publish"])
+        )]
+    });
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index].as_secs_f64() * 1e6
+    micros(sorted[index])
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let mut bench = Bench::from_args();
     let policy = PolicyRuntime::default_policy().expect("default policy");
-    decision_cost(&policy);
-    load_cost();
-    swap_cost().await;
+    decision_cost(&mut bench, &policy);
+    load_cost(&mut bench);
+    swap_cost(&mut bench, &runtime);
+
+    // Percentiles are not criterion's: a plain timed loop, as long as MEND_BENCH_LATENCY_SECONDS.
+    let seconds = std::env::var("MEND_BENCH_LATENCY_SECONDS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(if common::test_mode() { 0.1 } else { 3.0 });
     for swapping in [false, true] {
-        let times = latencies(swapping, Duration::from_secs(3)).await;
-        println!(
-            "decision latency, 100 splits, {}: p50 {:.1} us, p99 {:.1} us, max {:.1} us over {} decisions",
+        let (times, swaps) =
+            runtime.block_on(latencies(swapping, Duration::from_secs_f64(seconds)));
+        bench.report(format!(
+            "decision latency, 100 splits, {}: p50 {:.1} us, p99 {:.1} us, max {:.1} us over {} decisions{} (a timed loop, not criterion)",
             if swapping {
                 "swapping every 2 ms"
             } else {
@@ -219,7 +293,9 @@ async fn main() {
             percentile(&times, 0.5),
             percentile(&times, 0.99),
             percentile(&times, 1.0),
-            times.len()
-        );
+            times.len(),
+            swaps.map_or(String::new(), |swaps| format!(", {swaps} swaps"))
+        ));
     }
+    bench.finish();
 }

@@ -1,4 +1,5 @@
-//! The operation protocol's upload path against writing the same bytes straight to the store.
+//! The operation protocol's upload path against writing the same bytes straight to the store,
+//! measured by criterion (`common`).
 //!
 //!     cargo bench -p mend-tests --bench protocol
 //!     scripts/with-s3 cargo bench -p mend-tests --bench protocol
@@ -6,24 +7,30 @@
 //!
 //! For objects in a local directory, and, when `MEND_TEST_S3_URL` names an S3-compatible
 //! store (`scripts/with-s3`), for objects there (the catalog in a local directory either way),
-//! interleaved [`RUNS`] times (the best run of each counts, so that a hiccup of the machine
-//! does not decide the ratio):
+//! one criterion group each (`protocol [local-directory]`, `protocol [s3]`) of two functions:
 //!
-//! - mend: one commit of [`SPLITS`] splits of 1 MiB through `mend serve`'s HTTP protocol:
+//! - `mend`: one commit of [`SPLITS`] splits of 1 MiB through `mend serve`'s HTTP protocol:
 //!   `begin`, each object streamed with `PUT .../splits/{split}` by [`CONCURRENCY`] clients at
 //!   once (plain HTTP/1.1, a connection per request), then `publish`. The server checks each
 //!   payload's size and sha256 and writes it with its recovery header put-if-absent; the
 //!   publish checks every object it did not put itself;
-//! - the floor: the same bytes put straight into the same store with `object_store`,
-//!   [`CONCURRENCY`] puts at once: no HTTP to mend, no checksum, no catalog.
+//! - `floor`: the same bytes put straight into the same store with `object_store`,
+//!   [`CONCURRENCY`] puts at once: no HTTP to mend, no checksum, no catalog. Each iteration's
+//!   objects are deleted after it, untimed, so that the runs do not fill the disk or moto.
 //!
-//! It prints both throughputs, the ratio mend/floor (target >= 0.8), the CPU time the server
-//! and this process (the client) used per commit against what the cores had in that time, and
-//! the server's peak resident memory (`VmHWM` of `/proc/<pid>/status`) once started, after the
-//! 1 MiB commits and after one commit of a single [`LARGE_OBJECT_MIB`] MiB object: an upload
-//! is streamed, so the peak grows by a few parts in flight, not by the object. (Objects up to
-//! 8 MiB are put in one request and so held, as the chunks that arrived, while they are
-//! checked; larger ones go up in 8 MiB parts.)
+//! It prints both throughputs and the ratio mend/floor (target >= 0.8) from criterion's
+//! estimates; beside them, not criterion's: each step's median time over the commits criterion
+//! ran, the CPU time the server and this process (the client) used per commit against what the
+//! cores had in that time, and the server's peak resident memory (`VmHWM` of
+//! `/proc/<pid>/status`) once started, after the 1 MiB commits and after one commit of a
+//! single [`LARGE_OBJECT_MIB`] MiB object, timed once: it is there for the memory, which one
+//! commit shows. An upload is streamed, so the peak grows by a few parts in flight, not by the
+//! object. (Objects up to 8 MiB are put in one request and so held, as the chunks that arrived,
+//! while they are checked; larger ones go up in 8 MiB parts.)
+//!
+//! It takes about half a minute for the local directory (about 20 commits and 40 floor runs in
+//! 2 s of timed work each, `Sampling::Expensive`) and a minute more on moto (20 of each in
+//! 6 s; 2 GiB of commits held in moto's memory). More: `-- --measurement-time 20`.
 //!
 //! The server is this binary run again with `MEND_PROTOCOL_BENCH_SERVE=DIR` (and
 //! `MEND_PROTOCOL_BENCH_OBJECTS=URL`): `mend serve`'s own server ([`mend_server::serve`])
@@ -39,42 +46,56 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use criterion::Throughput;
 use futures::StreamExt;
 use object_store::ObjectStore;
 use serde_json::{Value, json};
+
+mod common;
+use common::{Bench, Sampling, millis};
 
 const SPLITS: usize = 100;
 const SPLIT_BYTES: usize = 1 << 20;
 /// Uploads (and floor puts) at once; `MEND_BENCH_CONCURRENCY` overrides it.
 const CONCURRENCY: usize = 4;
-const RUNS: usize = 3;
 const LARGE_OBJECT_MIB: usize = 64;
 const SERVE_VARIABLE: &str = "MEND_PROTOCOL_BENCH_SERVE";
 
 const OBJECTS_VARIABLE: &str = "MEND_PROTOCOL_BENCH_OBJECTS";
 
 fn main() {
+    // The server's process: no criterion, no arguments.
     if let Ok(dir) = std::env::var(SERVE_VARIABLE) {
         serve(Path::new(&dir), std::env::var(OBJECTS_VARIABLE).ok());
         return;
     }
+    let mut bench = Bench::from_args();
     let payloads: Vec<Bytes> = (0..SPLITS).map(|n| payload(n, SPLIT_BYTES)).collect();
     let started = Instant::now();
     for bytes in &payloads {
         std::hint::black_box(mend::objects::format::sha256(bytes));
     }
-    let mib = (SPLITS * SPLIT_BYTES) as f64 / f64::from(1 << 20);
-    let hash_rate = mib / started.elapsed().as_secs_f64();
-    println!(
-        "commit {SPLITS} splits of 1 MiB, {} uploads at once, best of {RUNS}; for scale, sha256 \
-         (which mend computes of every byte) runs at {hash_rate:.1} MiB/s in one thread here",
+    let hash_rate = mib(payloads.len() * SPLIT_BYTES) / started.elapsed().as_secs_f64();
+    bench.report(format!(
+        "commit {SPLITS} splits of 1 MiB, {} uploads at once; for scale, sha256 (which mend \
+         computes of every byte) runs at {hash_rate:.1} MiB/s in one thread here (a timed loop)",
         concurrency()
-    );
+    ));
 
     let floor_dir = tempfile::tempdir().unwrap();
     let local: Arc<dyn ObjectStore> =
         Arc::new(object_store::local::LocalFileSystem::new_with_prefix(floor_dir.path()).unwrap());
-    measure("objects in a local directory", None, local, &payloads);
+    measure(
+        &mut bench,
+        Store {
+            name: "local-directory",
+            what: "objects in a local directory",
+            objects_url: None,
+            floor: local,
+            measurement: Duration::from_secs(2),
+        },
+        &payloads,
+    );
 
     // Objects on an S3-compatible server, as in a deployment: mend's server and the floor put
     // to the same store, through the network stack.
@@ -89,94 +110,187 @@ fn main() {
             s3,
             format!("{prefix}/floor"),
         ));
-        let objects = format!("{}/{prefix}/mend", url.trim_end_matches('/'));
         measure(
-            "objects on the S3-compatible server (MEND_TEST_S3_URL)",
-            Some(objects),
-            floor,
+            &mut bench,
+            Store {
+                name: "s3",
+                what: "objects on the S3-compatible server (MEND_TEST_S3_URL)",
+                objects_url: Some(format!("{}/{prefix}/mend", url.trim_end_matches('/'))),
+                floor,
+                // A commit takes about 0.45 s on moto: two per sample.
+                measurement: Duration::from_secs(6),
+            },
             &payloads,
         );
     } else {
-        println!("(set MEND_TEST_S3_URL, or run under scripts/with-s3, to measure on S3 too)");
+        bench.report("(set MEND_TEST_S3_URL, or run under scripts/with-s3, to measure on S3 too)");
     }
+    bench.finish();
 }
 
-/// One server with its objects in `objects_url` (its catalog's own directory when `None`),
-/// against `floor_store`: [`RUNS`] commits interleaved with as many floor runs, then one
-/// large object.
-fn measure(
-    what: &str,
+/// Where one group's objects go.
+struct Store {
+    /// The group's name: `protocol [<name>]`.
+    name: &'static str,
+    /// The heading of its lines.
+    what: &'static str,
+    /// The server's objects (its catalog's own directory when `None`).
     objects_url: Option<String>,
-    floor_store: Arc<dyn ObjectStore>,
-    payloads: &[Bytes],
-) {
+    /// The floor's store.
+    floor: Arc<dyn ObjectStore>,
+    /// Criterion's measurement time for each function.
+    measurement: Duration,
+}
+
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / f64::from(1 << 20)
+}
+
+/// One server with its objects in `store`, commits against floor runs in one criterion group,
+/// then one large object.
+fn measure(bench: &mut Bench, store: Store, payloads: &[Bytes]) {
     let served = tempfile::tempdir().unwrap();
-    let server = Server::start(served.path(), objects_url.as_deref());
+    let server = Server::start(served.path(), store.objects_url.as_deref());
     let started_hwm = server.peak_resident_kib();
     server.call("POST", "/v1/datasets", &json!({"dataset_id": "bench"}));
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let (mut best_mend, mut best_floor) = (Steps::default(), Duration::MAX);
-    let (mut server_cpu, mut client_cpu, mut mend_wall) =
-        (Duration::ZERO, Duration::ZERO, Duration::ZERO);
-    for run in 0..RUNS {
-        let (server_before, client_before) = (server.cpu_time(), own_cpu_time());
-        let took = server.commit("bench", &format!("run{run}"), payloads);
-        server_cpu += server.cpu_time() - server_before;
-        client_cpu += own_cpu_time() - client_before;
-        mend_wall += took.total();
-        if took.total() < best_mend.total() {
-            best_mend = took;
-        }
-        let took = runtime.block_on(floor(&*floor_store, &format!("run{run}"), payloads));
-        best_floor = best_floor.min(took);
-    }
+    let runs = AtomicUsize::new(0);
+    let mut commits: Vec<Steps> = Vec::new();
+    let (mut server_cpu, mut client_cpu) = (Duration::ZERO, Duration::ZERO);
+
+    let mut group = bench.group(
+        &format!("protocol [{}]", store.name),
+        Sampling::Expensive {
+            measurement: store.measurement,
+        },
+    );
+    group.throughput(Throughput::Bytes((payloads.len() * SPLIT_BYTES) as u64));
+    group.bench("mend", |b| {
+        b.iter_custom(|iters| {
+            let mut took = Duration::ZERO;
+            for _ in 0..iters {
+                let run = format!("run{}", runs.fetch_add(1, Ordering::Relaxed));
+                let (server_before, client_before) = (server.cpu_time(), own_cpu_time());
+                let steps = server.commit("bench", &run, payloads);
+                server_cpu += server.cpu_time() - server_before;
+                client_cpu += own_cpu_time() - client_before;
+                took += steps.total();
+                commits.push(steps);
+            }
+            took
+        })
+    });
+    group.bench("floor", |b| {
+        b.iter_custom(|iters| {
+            let mut took = Duration::ZERO;
+            for _ in 0..iters {
+                let run = format!("run{}", runs.fetch_add(1, Ordering::Relaxed));
+                took += runtime.block_on(floor(&*store.floor, &run, payloads));
+            }
+            took
+        })
+    });
+    let median_steps = Steps::medians(&commits);
+    let mib = mib(payloads.len() * SPLIT_BYTES);
+    group.finish().report(|times| {
+        let (mend, floor) = (times["mend"], times["floor"]);
+        let (mend_rate, floor_rate) = (mib / mend.as_secs_f64(), mib / floor.as_secs_f64());
+        vec![
+            format!("{}:", store.what),
+            format!(
+                "  mend protocol over HTTP (begin, uploads, publish): {:7.1} ms, {mend_rate:7.1} MiB/s \
+                 (medians of its {} commits: begin {:.1} ms, uploads {:.1} ms, publish {:.1} ms)",
+                millis(mend),
+                commits.len(),
+                millis(median_steps.begin),
+                millis(median_steps.uploads),
+                millis(median_steps.publish)
+            ),
+            format!(
+                "  floor (the same puts straight to the store)      : {:7.1} ms, {floor_rate:7.1} MiB/s",
+                millis(floor)
+            ),
+            format!("  mend/floor = {:.2} (target >= 0.8)", mend_rate / floor_rate),
+        ]
+    });
     let after_commits_hwm = server.peak_resident_kib();
 
     let large = vec![payload(SPLITS, LARGE_OBJECT_MIB << 20)];
     let large_took = server.commit("bench", "large", &large);
     let after_large_hwm = server.peak_resident_kib();
 
-    let mib = (payloads.len() * SPLIT_BYTES) as f64 / f64::from(1 << 20);
-    let mend_rate = mib / best_mend.total().as_secs_f64();
-    let floor_rate = mib / best_floor.as_secs_f64();
-    println!("{what}:");
-    println!(
-        "  mend protocol over HTTP (begin, uploads, publish): {:7.1} ms, {mend_rate:7.1} MiB/s \
-         (begin {:.1} ms, uploads {:.1} ms, publish {:.1} ms)",
-        best_mend.total().as_secs_f64() * 1e3,
-        best_mend.begin.as_secs_f64() * 1e3,
-        best_mend.uploads.as_secs_f64() * 1e3,
-        best_mend.publish.as_secs_f64() * 1e3
-    );
-    println!(
-        "  floor (the same puts straight to the store)      : {:7.1} ms, {floor_rate:7.1} MiB/s",
-        best_floor.as_secs_f64() * 1e3
-    );
-    println!(
-        "  mend/floor = {:.2} (target >= 0.8)",
-        mend_rate / floor_rate
-    );
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    println!(
-        "  CPU per mend commit (mean of {RUNS}): server {:.1} ms, this client {:.1} ms, of {:.1} ms \
+    let count = commits.len().max(1) as u32;
+    let wall = commits.iter().map(Steps::total).sum::<Duration>() / count;
+    bench.report(format!(
+        "  CPU per mend commit (mean of {count}): server {:.1} ms, this client {:.1} ms, of {:.1} ms \
          available ({cores} cores x {:.1} ms wall)",
-        server_cpu.as_secs_f64() * 1e3 / RUNS as f64,
-        client_cpu.as_secs_f64() * 1e3 / RUNS as f64,
-        cores as f64 * mend_wall.as_secs_f64() * 1e3 / RUNS as f64,
-        mend_wall.as_secs_f64() * 1e3 / RUNS as f64,
-    );
-    println!(
-        "  one commit of a single {LARGE_OBJECT_MIB} MiB object: {:.1} ms, {:.1} MiB/s",
-        large_took.total().as_secs_f64() * 1e3,
+        millis(server_cpu / count),
+        millis(client_cpu / count),
+        cores as f64 * millis(wall),
+        millis(wall),
+    ));
+    bench.report(format!(
+        "  one commit of a single {LARGE_OBJECT_MIB} MiB object: {:.1} ms, {:.1} MiB/s (one timed run)",
+        millis(large_took.total()),
         LARGE_OBJECT_MIB as f64 / large_took.total().as_secs_f64()
-    );
-    println!(
+    ));
+    bench.report(format!(
         "  server peak resident memory (VmHWM): {} MiB started, {} MiB after the 1 MiB commits, \
          {} MiB after the {LARGE_OBJECT_MIB} MiB object",
         started_hwm / 1024,
         after_commits_hwm / 1024,
         after_large_hwm / 1024
-    );
+    ));
+}
+
+/// The floor: the same payloads put into the store, [`CONCURRENCY`] at once; how long the puts
+/// took. The objects are deleted afterwards, untimed.
+async fn floor(store: &dyn ObjectStore, run: &str, payloads: &[Bytes]) -> Duration {
+    let path = |n: usize| object_store::path::Path::from(format!("floor/{run}/split-{n:03}"));
+    let started = Instant::now();
+    futures::stream::iter(payloads.iter().enumerate())
+        .map(|(n, bytes)| async move {
+            store.put(&path(n), bytes.clone().into()).await.unwrap();
+        })
+        .buffer_unordered(concurrency())
+        .collect::<Vec<()>>()
+        .await;
+    let took = started.elapsed();
+    futures::stream::iter(0..payloads.len())
+        .map(|n| async move { store.delete(&path(n)).await.unwrap() })
+        .buffer_unordered(concurrency())
+        .collect::<Vec<()>>()
+        .await;
+    took
+}
+
+/// How long each step of a commit took.
+#[derive(Debug, Clone, Copy, Default)]
+struct Steps {
+    begin: Duration,
+    uploads: Duration,
+    publish: Duration,
+}
+
+impl Steps {
+    fn total(&self) -> Duration {
+        self.begin + self.uploads + self.publish
+    }
+
+    /// Each step's median over `commits` (zero when there are none).
+    fn medians(commits: &[Steps]) -> Steps {
+        let median = |step: fn(&Steps) -> Duration| {
+            let mut times: Vec<Duration> = commits.iter().map(step).collect();
+            times.sort();
+            times.get(times.len() / 2).copied().unwrap_or_default()
+        };
+        Steps {
+            begin: median(|steps| steps.begin),
+            uploads: median(|steps| steps.uploads),
+            publish: median(|steps| steps.publish),
+        }
+    }
 }
 
 /// The CPU time this process has used, its exited threads included (user and system time
@@ -219,20 +333,6 @@ fn sha256_hex(bytes: &[u8]) -> String {
         .to_string()
 }
 
-/// The floor: the same payloads put into a local directory, [`CONCURRENCY`] at once.
-async fn floor(store: &dyn ObjectStore, run: &str, payloads: &[Bytes]) -> Duration {
-    let started = Instant::now();
-    futures::stream::iter(payloads.iter().enumerate())
-        .map(|(n, bytes)| async move {
-            let path = object_store::path::Path::from(format!("floor/{run}/split-{n:03}"));
-            store.put(&path, bytes.clone().into()).await.unwrap();
-        })
-        .buffer_unordered(concurrency())
-        .collect::<Vec<()>>()
-        .await;
-    started.elapsed()
-}
-
 /// The server side: `mend serve`'s server on a local-directory catalog in `dir`, its objects in
 /// `objects_url` when given, until killed.
 fn serve(dir: &Path, objects_url: Option<String>) {
@@ -263,31 +363,6 @@ fn serve(dir: &Path, objects_url: Option<String>) {
         .await
         .unwrap();
     });
-}
-
-/// How long each step of a commit took.
-#[derive(Debug, Clone, Copy)]
-struct Steps {
-    begin: Duration,
-    uploads: Duration,
-    publish: Duration,
-}
-
-impl Steps {
-    fn total(&self) -> Duration {
-        self.begin + self.uploads + self.publish
-    }
-}
-
-impl Default for Steps {
-    /// Longer than any run, so that the first run is the best so far.
-    fn default() -> Self {
-        Steps {
-            begin: Duration::MAX / 4,
-            uploads: Duration::ZERO,
-            publish: Duration::ZERO,
-        }
-    }
 }
 
 /// The server process; killed when dropped.

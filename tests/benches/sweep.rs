@@ -1,26 +1,43 @@
 //! Recovery sweep throughput against the floor of merely listing and heading the same objects,
-//! and the cost of an unchanged live-handle refresh as history grows.
+//! and the cost of an unchanged live-handle refresh as history grows, measured by criterion
+//! (`common`).
 //!
 //!     scripts/with-postgres cargo bench -p mend-tests --bench sweep
 //!
 //! For each catalog (a local directory, the embedded default; Postgres with the objects in a
 //! local directory) the bench leaves `MEND_BENCH_INTENTS` (default 10,000) crashed commits
-//! behind, each an `Armed` intent with its staged row and its uploaded object, then measures
-//! in the same run:
+//! behind, each an `Armed` intent with its staged row and its uploaded object (about 10 s),
+//! then measures:
 //!
-//! - the floor: list the dataset's objects and HEAD each one (16 in flight, as many as a
-//!   sweep observes at once), the least any sweep must read;
-//! - a probe sweep (reads only);
-//! - a roll-forward sweep, which publishes each commit and deletes its intent.
+//! - in the criterion group `sweep [<catalog>]`, on those intents, which neither changes:
+//!   - the floor: list the dataset's objects and HEAD each one (16 in flight, as many as a
+//!     sweep observes at once), the least any sweep must read;
+//!   - a probe sweep (reads only);
+//! - one roll-forward sweep of all of them, which publishes each commit and deletes its intent,
+//!   timed once and printed beside criterion's groups: it consumes the crashed commits, and a
+//!   roll-forward of 10,000 (about 15 s) after a setup of 10 s cannot run ten times here;
+//! - in the criterion group `roll-forward [<catalog>]`, roll-forward sweeps of
+//!   `MEND_BENCH_ROLL_FORWARD_INTENTS` (default 1,000) crashed commits, each left behind
+//!   outside the timed part: the same work per intent (one intent after another), sampled.
 //!
-//! It prints intents per second and mend/floor. Then it measures 100 unchanged refreshes of a
-//! read-write live handle at 1, 1,000 and 10,000 commits of history, per catalog, and prints
-//! each against the 1-commit case: it must stay flat (about 1.0).
+//! It prints intents per second and mend/floor (the floor measured on the 10,000). Then, in
+//! the group `refresh [<catalog>]`, unchanged refreshes of a read-write live handle at 1,
+//! 1,000 and 10,000 commits of history, each against the 1-commit case: it must stay flat
+//! (about 1.0).
+//!
+//! It takes about four minutes on the 2-core development machine: per catalog about 10 s to
+//! leave the crashed commits, 15 s for floor and probe (`Sampling::Expensive`, 20 to 30
+//! iterations each), 15 to 22 s for the one roll-forward, 30 s for ten roll-forwards of 1,000
+//! (one per sample, so criterion warns that it cannot complete 10 samples in the measurement
+//! time: that is the intended one iteration per sample), and the histories' setup. Smaller:
+//! `MEND_BENCH_INTENTS=2000 MEND_BENCH_ROLL_FORWARD_INTENTS=200`; larger, the same variables,
+//! or `-- --measurement-time 30` for more iterations per sample (every group).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use criterion::Throughput;
 use futures::StreamExt;
 use mend::catalog::{Catalog, ObjectStoreCatalog, PostgresCatalog};
 use mend::clock::{Clock, ManualClock, SystemClock};
@@ -36,15 +53,17 @@ use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 
+mod common;
+use common::{Bench, Sampling, micros, per_second};
+
 /// Commit steps: intent, stage, object, then (crashed before) confirm.
 const CRASH_BEFORE_CONFIRM: usize = 4;
-const REFRESHES: u32 = 100;
 
 fn intents() -> usize {
     std::env::var("MEND_BENCH_INTENTS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000)
+        .unwrap_or(if common::test_mode() { 100 } else { 10_000 })
 }
 
 struct Setup {
@@ -192,84 +211,179 @@ async fn floor(setup: &Setup, dataset_id: &str) -> (Duration, usize) {
     (started.elapsed(), listed.len())
 }
 
-fn per_second(items: usize, took: Duration) -> f64 {
-    items as f64 / took.as_secs_f64()
+fn roll_forward_intents() -> usize {
+    std::env::var("MEND_BENCH_ROLL_FORWARD_INTENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if common::test_mode() { 10 } else { 1_000 })
 }
 
-async fn sweep_bench(postgres: bool) {
-    let setup = setup(postgres).await;
-    let count = intents();
+/// A new dataset with `count` crashed commits whose writers' leases have run out.
+async fn dataset_with_crashed_commits(setup: &Setup, count: usize) -> String {
     let dataset_id = format!("sweep-{}", uuid::Uuid::new_v4().simple());
     setup
         .engine
         .create_dataset(&dataset_id, &DatasetConfig::default())
         .await
         .expect("create dataset");
-    let started = Instant::now();
     crashed_commits(&setup.engine, &dataset_id, count).await;
-    eprintln!(
-        "[{}] left {count} crashed commits in {:.1} s",
-        setup.name,
-        started.elapsed().as_secs_f64()
-    );
     // The writers are gone: their leases run out.
     setup.clock.advance_ms(120_000);
+    dataset_id
+}
 
-    let (floor_took, listed) = floor(&setup, &dataset_id).await;
-    assert_eq!(listed, count);
-
-    let probe_clock = Arc::new(PhaseClock::default());
+/// One sweep of `dataset_id` in `mode`, with its phases clocked; how long it took and the
+/// breakdown.
+async fn sweep(
+    setup: &Setup,
+    dataset_id: &str,
+    mode: RecoveryMode,
+    count: usize,
+) -> (Duration, String) {
+    let phases = Arc::new(PhaseClock::default());
     let started = Instant::now();
-    let probe = setup
+    let report = setup
         .engine
-        .with_progress(probe_clock.clone())
-        .recover(&dataset_id, RecoveryMode::Probe)
+        .with_progress(phases.clone())
+        .recover(dataset_id, mode)
         .await
-        .expect("probe");
-    let probe_took = started.elapsed();
-    let probe_breakdown = probe_clock.breakdown(started, Instant::now());
-    assert_eq!(probe.intents.len(), count);
+        .expect("sweep");
+    let took = started.elapsed();
+    assert_eq!(report.intents.len(), count);
+    (took, phases.breakdown(started, started + took))
+}
 
-    let roll_clock = Arc::new(PhaseClock::default());
+fn sweep_bench(bench: &mut Bench, runtime: &tokio::runtime::Runtime, postgres: bool) {
+    let setup = runtime.block_on(setup(postgres));
+    let name = setup.name;
+    let count = intents();
     let started = Instant::now();
-    let rolled = setup
-        .engine
-        .with_progress(roll_clock.clone())
-        .recover(&dataset_id, RecoveryMode::RollForward)
-        .await
-        .expect("roll forward");
-    let roll_took = started.elapsed();
-    let roll_breakdown = roll_clock.breakdown(started, Instant::now());
-    assert_eq!(rolled.intents.len(), count);
+    let dataset_id = runtime.block_on(dataset_with_crashed_commits(&setup, count));
+    eprintln!(
+        "[{name}] left {count} crashed commits in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    let mut probe_breakdown = String::new();
+    let mut group = bench.group(
+        &format!("sweep [{name}]"),
+        Sampling::Expensive {
+            measurement: Duration::from_millis(4_500),
+        },
+    );
+    group.throughput(Throughput::Elements(count as u64));
+    group.bench("floor", |b| {
+        b.iter_custom(|iters| {
+            runtime.block_on(async {
+                let mut took = Duration::ZERO;
+                for _ in 0..iters {
+                    let (time, listed) = floor(&setup, &dataset_id).await;
+                    assert_eq!(listed, count);
+                    took += time;
+                }
+                took
+            })
+        })
+    });
+    group.bench("probe", |b| {
+        b.iter_custom(|iters| {
+            runtime.block_on(async {
+                let mut took = Duration::ZERO;
+                for _ in 0..iters {
+                    let (time, breakdown) =
+                        sweep(&setup, &dataset_id, RecoveryMode::Probe, count).await;
+                    took += time;
+                    probe_breakdown = breakdown;
+                }
+                took
+            })
+        })
+    });
+    let estimates = group.finish();
+    let floor_time = estimates.time("floor");
+    estimates.report(|times| {
+        let floor_rate = per_second(count, times["floor"]);
+        let probe_rate = per_second(count, times["probe"]);
+        vec![
+            format!("sweep [{name}] over {count} intents:"),
+            format!(
+                "  floor (list + head each object)  : {floor_rate:>9.0} objects/s ({:.2} s)",
+                times["floor"].as_secs_f64()
+            ),
+            format!(
+                "  probe                            : {probe_rate:>9.0} intents/s ({:.2} s), mend/floor = {:.2}",
+                times["probe"].as_secs_f64(),
+                probe_rate / floor_rate
+            ),
+        ]
+    });
+    let floor_rate = floor_time.map(|time| per_second(count, time));
+    let against_floor = |rate: f64| {
+        floor_rate.map_or(String::new(), |floor| {
+            format!(", mend/floor = {:.2}", rate / floor)
+        })
+    };
+
+    // One run, timed here: see the module's doc for why it is not criterion's.
+    let (roll_took, roll_breakdown) =
+        runtime.block_on(sweep(&setup, &dataset_id, RecoveryMode::RollForward, count));
     assert!(
-        setup
-            .engine
-            .catalog()
-            .list_intents(&dataset_id)
-            .await
+        runtime
+            .block_on(setup.engine.catalog().list_intents(&dataset_id))
             .unwrap()
             .is_empty(),
         "every intent resolved"
     );
-
-    let floor_rate = per_second(count, floor_took);
-    let probe_rate = per_second(count, probe_took);
     let roll_rate = per_second(count, roll_took);
-    println!(
-        "sweep [{}] over {count} intents:\n  floor (list + head each object): {floor_rate:>9.0} objects/s ({:.2} s)\n  probe                          : {probe_rate:>9.0} intents/s ({:.2} s), mend/floor = {:.2}\n  roll-forward                   : {roll_rate:>9.0} intents/s ({:.2} s), mend/floor = {:.2}",
-        setup.name,
-        floor_took.as_secs_f64(),
-        probe_took.as_secs_f64(),
-        probe_rate / floor_rate,
+    bench.report(format!(
+        "  roll-forward, one run of {count}   : {roll_rate:>9.0} intents/s ({:.2} s){} (one timed run, not criterion)",
         roll_took.as_secs_f64(),
-        roll_rate / floor_rate,
+        against_floor(roll_rate)
+    ));
+
+    let smaller = roll_forward_intents();
+    let mut group = bench.group(
+        &format!("roll-forward [{name}]"),
+        Sampling::Expensive {
+            measurement: Duration::from_secs(5),
+        },
     );
-    println!("  probe breakdown       : {probe_breakdown}");
-    println!("  roll-forward breakdown: {roll_breakdown}");
+    group.throughput(Throughput::Elements(smaller as u64));
+    group.bench(&format!("intents/{smaller}"), |b| {
+        b.iter_custom(|iters| {
+            runtime.block_on(async {
+                let mut took = Duration::ZERO;
+                for _ in 0..iters {
+                    let dataset_id = dataset_with_crashed_commits(&setup, smaller).await;
+                    took += sweep(&setup, &dataset_id, RecoveryMode::RollForward, smaller)
+                        .await
+                        .0;
+                }
+                took
+            })
+        })
+    });
+    group.finish().report(|times| {
+        let time = times[format!("intents/{smaller}").as_str()];
+        let rate = per_second(smaller, time);
+        vec![format!(
+            "  roll-forward, {smaller} intents a run: {rate:>9.0} intents/s ({:.2} s){}",
+            time.as_secs_f64(),
+            against_floor(rate)
+        )]
+    });
+    if !probe_breakdown.is_empty() {
+        bench.report(format!(
+            "  probe breakdown (its last run)             : {probe_breakdown}"
+        ));
+    }
+    bench.report(format!(
+        "  roll-forward breakdown (the one run of {count}): {roll_breakdown}"
+    ));
 }
 
-/// 100 unchanged refreshes of a read-write handle on a dataset with `commits` of history.
-async fn refresh_cost(setup: &Setup, commits: usize) -> Duration {
+/// A read-write handle on a new dataset with `commits` of history.
+async fn handle_with_history(setup: &Setup, commits: usize) -> LiveHandle {
     let dataset_id = format!("refresh-{}", uuid::Uuid::new_v4().simple());
     setup
         .engine
@@ -284,37 +398,70 @@ async fn refresh_cost(setup: &Setup, commits: usize) -> Duration {
             .await
             .expect("history");
     }
-    let handle = LiveHandle::open(setup.engine.clone(), &dataset_id, HandleMode::ReadWrite)
+    LiveHandle::open(setup.engine.clone(), &dataset_id, HandleMode::ReadWrite)
         .await
-        .expect("open handle");
-    let started = Instant::now();
-    for _ in 0..REFRESHES {
-        assert_eq!(handle.refresh().await.expect("refresh"), Refresh::Unchanged);
-    }
-    started.elapsed() / REFRESHES
+        .expect("open handle")
 }
 
-async fn refresh_bench(postgres: bool) {
-    let setup = setup(postgres).await;
-    let mut baseline = None;
-    for commits in [1, 1_000, 10_000] {
-        let per_refresh = refresh_cost(&setup, commits).await;
-        let base = *baseline.get_or_insert(per_refresh);
-        println!(
-            "refresh [{}] at {commits:>6} commits of history: {:>8.1} us per unchanged refresh, {:.2}x the 1-commit case",
-            setup.name,
-            per_refresh.as_secs_f64() * 1e6,
-            per_refresh.as_secs_f64() / base.as_secs_f64()
-        );
+fn refresh_bench(bench: &mut Bench, runtime: &tokio::runtime::Runtime, postgres: bool) {
+    let setup = runtime.block_on(setup(postgres));
+    let name = setup.name;
+    let histories: &[usize] = if common::test_mode() {
+        &[1, 10, 100]
+    } else {
+        &[1, 1_000, 10_000]
+    };
+    let handles: Vec<LiveHandle> = histories
+        .iter()
+        .map(|&commits| runtime.block_on(handle_with_history(&setup, commits)))
+        .collect();
+    let mut group = bench.group(
+        &format!("refresh [{name}]"),
+        Sampling::Quick {
+            measurement: Duration::from_secs(2),
+        },
+    );
+    for (commits, handle) in histories.iter().zip(&handles) {
+        group.bench(&format!("history/{commits}"), |b| {
+            b.iter_custom(|iters| {
+                runtime.block_on(async {
+                    let started = Instant::now();
+                    for _ in 0..iters {
+                        assert_eq!(handle.refresh().await.expect("refresh"), Refresh::Unchanged);
+                    }
+                    started.elapsed()
+                })
+            })
+        });
     }
+    group.finish().report(|times| {
+        let base = times[format!("history/{}", histories[0]).as_str()];
+        histories
+            .iter()
+            .map(|commits| {
+                let per_refresh = times[format!("history/{commits}").as_str()];
+                format!(
+                    "refresh [{name}] at {commits:>6} commits of history: {:>8.1} us per unchanged refresh, {:.2}x the 1-commit case",
+                    micros(per_refresh),
+                    per_refresh.as_secs_f64() / base.as_secs_f64()
+                )
+            })
+            .collect()
+    });
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let mut bench = Bench::from_args();
     for postgres in [false, true] {
-        sweep_bench(postgres).await;
+        sweep_bench(&mut bench, &runtime, postgres);
     }
     for postgres in [false, true] {
-        refresh_bench(postgres).await;
+        refresh_bench(&mut bench, &runtime, postgres);
     }
+    bench.finish();
 }
