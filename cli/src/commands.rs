@@ -22,6 +22,7 @@ use super::{Args, BadInput, Command, DatasetCommand, ModeArg, PolicyCommand, Rec
 /// released (`interrupt.rs`).
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let settings = Settings::resolve(&args.settings_inputs())?;
+    super::logging::init(&settings);
     let json = args.json;
     output::set_table_width(output::TableWidth::for_stdout(args.wide));
     match args.command {

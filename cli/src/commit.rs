@@ -103,6 +103,8 @@ pub async fn run(
         Some(id) => id,
         None => {
             let id = uuid::Uuid::new_v4().to_string();
+            // Output for the person running the commit (what to resume it by), not a log
+            // line: written whatever the log settings say.
             eprintln!(
                 "operation {id}: to resume this commit, run it again with --operation-id {id}"
             );
@@ -383,6 +385,7 @@ impl LeftOperation {
 impl Drop for LeftOperation {
     fn drop(&mut self) {
         if self.armed {
+            // Output, like the error it goes with: what the person must do next.
             eprintln!(
                 "note: operation {} of dataset {} is left unfinished: {}",
                 self.operation_id,
@@ -428,8 +431,10 @@ impl KeepAlive {
                     Ok(_) => {}
                     // The outcome is unknown or another writer got in the way: the next
                     // beat, a third of a lease later, tries again.
-                    Err(error) if error.is_retryable() => eprintln!(
-                        "warning: renewing the lease of operation {operation_id} failed, trying again in {every:?}: {error}"
+                    Err(error) if error.is_retryable() => tracing::warn!(
+                        %operation_id,
+                        %error,
+                        "renewing the operation's lease failed; trying again in {every:?}"
                     ),
                     Err(error) => return Some(error),
                 }

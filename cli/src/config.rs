@@ -113,10 +113,35 @@ pub struct Settings {
     pub max_queued_writes: usize,
     pub max_queued_writes_per_dataset: usize,
     pub max_admin_component_bytes: usize,
+    /// Which log lines are written: an `EnvFilter` directive string. `RUST_LOG`, when set,
+    /// replaces whatever else gave it.
+    pub log_level: LogLevel,
+    pub log_format: LogFormat,
     /// The settings file that was read, if any.
     pub file: Option<PathBuf>,
     /// Where each setting's value came from, in the order of [`SETTINGS`].
     sources: Vec<Source>,
+}
+
+/// The variable that, when set, gives `log.level` over every other source (flags included),
+/// as in every program that logs with `tracing`: the one knob a person debugging reaches for.
+pub const RUST_LOG_ENV: &str = "RUST_LOG";
+
+/// The levels a `log.level` directive may name.
+const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+
+/// The `log.level` setting: a level, or comma-separated `TARGET=LEVEL` directives after an
+/// optional level (`info,mend=debug`), as `tracing_subscriber::EnvFilter` reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLevel(String);
+
+/// How log lines are written on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One line for people per event: time, level, spans with their fields, target, message.
+    Human,
+    /// One JSON object per line, with the current span and the list of spans and their fields.
+    Json,
 }
 
 /// Where a setting's value came from.
@@ -444,6 +469,18 @@ pub static SETTINGS: &[Setting] = &[
         "Largest policy component (or scenarios file) an admin request may upload or name, in bytes.",
     )
     .within(bounds::SERVE_MAX_ADMIN_COMPONENT_BYTES),
+    Setting::new(
+        "log.level",
+        "MEND_LOG_LEVEL",
+        field!(log_level),
+        "Which log lines are written on stderr: a level (trace, debug, info, warn, error, off), or directives such as `info,mend=debug`; `RUST_LOG`, when set, wins over every other source.",
+    ),
+    Setting::new(
+        "log.format",
+        "MEND_LOG_FORMAT",
+        field!(log_format),
+        "How log lines are written on stderr: `human` (one line for people) or `json` (one JSON object per line, with the spans and their fields).",
+    ),
 ];
 
 impl Settings {
@@ -464,7 +501,30 @@ impl Settings {
         for (flag, value) in &inputs.flags {
             settings.apply_flag(flag, value)?;
         }
+        if let Some(value) = env_text(&inputs.env, RUST_LOG_ENV)? {
+            settings.apply_rust_log(value)?;
+        }
         Ok(settings)
+    }
+
+    /// `RUST_LOG` as `log.level`, over any other source. It is read as every `tracing`
+    /// program reads it (a bare target such as `mend` is accepted: it means `mend=trace`),
+    /// since a shell may set it for other programs too; only what `EnvFilter` itself
+    /// refuses is refused.
+    fn apply_rust_log(&mut self, value: &str) -> Result<(), ConfigError> {
+        let from = Source::Env(RUST_LOG_ENV);
+        check_env_filter(value).map_err(|reason| ConfigError::InvalidValue {
+            key: "log.level".to_owned(),
+            from: from.clone(),
+            reason,
+        })?;
+        self.log_level = LogLevel(value.trim().to_owned());
+        let index = SETTINGS
+            .iter()
+            .position(|setting| setting.key == "log.level")
+            .expect("log.level is a setting");
+        self.sources[index] = from;
+        Ok(())
     }
 
     /// The built-in defaults with the settings file `text` applied, as [`Settings::resolve`]
@@ -576,6 +636,8 @@ impl Settings {
             max_queued_writes: serve.max_queued_writes,
             max_queued_writes_per_dataset: serve.max_queued_writes_per_dataset,
             max_admin_component_bytes: serve.max_admin_component_bytes,
+            log_level: LogLevel("info".to_owned()),
+            log_format: LogFormat::Human,
             file: None,
             sources: vec![Source::Default; SETTINGS.len()],
         }
@@ -801,7 +863,10 @@ impl Inputs {
             env: std::env::vars_os()
                 .filter_map(|(name, value)| Some((name.into_string().ok()?, value)))
                 .filter(|(name, _)| {
-                    name.starts_with("MEND_") || name == "XDG_CACHE_HOME" || name == "HOME"
+                    name.starts_with("MEND_")
+                        || name == RUST_LOG_ENV
+                        || name == "XDG_CACHE_HOME"
+                        || name == "HOME"
                 })
                 .collect(),
             flags: Vec::new(),
@@ -1020,6 +1085,84 @@ impl SettingValue for SocketAddr {
     fn show(&self) -> Shown {
         Shown::Text(self.to_string())
     }
+}
+
+impl LogLevel {
+    /// The directives, as `EnvFilter` parses them.
+    pub fn directives(&self) -> &str {
+        &self.0
+    }
+}
+
+impl SettingValue for LogLevel {
+    const EXPECTED: &'static str = "a level or directives such as info,mend=debug";
+
+    /// Stricter than `EnvFilter`, which takes a word that is not a level (`verbose`, `infoo`)
+    /// for a target to log everything of: every directive must name its level.
+    fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let levels = LOG_LEVELS.join(", ");
+        if text.is_empty() {
+            return Err(format!("must not be empty; give a level ({levels})"));
+        }
+        for directive in text.split(',').map(str::trim) {
+            let level = match directive.rsplit_once('=') {
+                Some((target, level)) if !target.trim().is_empty() => level.trim(),
+                Some(_) => "",
+                None => directive,
+            };
+            if !LOG_LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+                return Err(format!(
+                    "{:?} is not a level ({levels}) or TARGET=LEVEL",
+                    mend::validate::truncated(directive, mend::validate::QUOTED_CHARS)
+                ));
+            }
+        }
+        check_env_filter(text)?;
+        Ok(LogLevel(text.to_owned()))
+    }
+
+    fn show(&self) -> Shown {
+        Shown::Text(self.0.clone())
+    }
+}
+
+impl SettingValue for LogFormat {
+    const EXPECTED: &'static str = "human or json";
+
+    fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "human" => Ok(LogFormat::Human),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!(
+                "{:?} is not human or json",
+                mend::validate::truncated(other, mend::validate::QUOTED_CHARS)
+            )),
+        }
+    }
+
+    fn show(&self) -> Shown {
+        Shown::Text(
+            match self {
+                LogFormat::Human => "human",
+                LogFormat::Json => "json",
+            }
+            .to_owned(),
+        )
+    }
+}
+
+/// What `EnvFilter` itself refuses in a directive string, in one line.
+fn check_env_filter(text: &str) -> Result<(), String> {
+    tracing_subscriber::EnvFilter::builder()
+        .parse(text)
+        .map(|_| ())
+        .map_err(|error| {
+            format!(
+                "{:?} is not a log filter: {error}",
+                mend::validate::truncated(text, mend::validate::QUOTED_CHARS)
+            )
+        })
 }
 
 fn wrong_type(expected: &str, found: &toml::Value) -> String {
@@ -1531,6 +1674,81 @@ mod tests {
     }
 
     #[test]
+    fn the_log_level_and_format_come_from_the_settings_and_rust_log_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let defaults = Settings::resolve(&inputs(dir.path())).unwrap();
+        assert_eq!(defaults.log_level.directives(), "info");
+        assert_eq!(defaults.log_format, LogFormat::Human);
+
+        let file = write(
+            dir.path(),
+            "mend.toml",
+            "[log]\nlevel = \"warn,mend=debug\"\nformat = \"json\"\n",
+        );
+        let mut given = inputs(dir.path());
+        given.config_file = Some(file);
+        let settings = Settings::resolve(&given).unwrap();
+        assert_eq!(settings.log_level.directives(), "warn,mend=debug");
+        assert_eq!(settings.log_format, LogFormat::Json);
+
+        let flagged = flag(given.clone(), "--set", "log.level=error");
+        let settings = Settings::resolve(&flagged).unwrap();
+        assert_eq!(settings.log_level.directives(), "error");
+        assert_eq!(
+            settings.source("log.level"),
+            Some(&Source::Flag("--set log.level".into()))
+        );
+
+        // RUST_LOG wins over every other source, the flag included, and is read as any
+        // tracing program reads it: a bare target is a directive.
+        let overridden = with_env(flagged, &[("RUST_LOG", "mend_server")]);
+        let settings = Settings::resolve(&overridden).unwrap();
+        assert_eq!(settings.log_level.directives(), "mend_server");
+        assert_eq!(settings.source("log.level"), Some(&Source::Env("RUST_LOG")));
+        assert_eq!(settings.log_format, LogFormat::Json);
+        // An empty RUST_LOG is unset, as every variable is.
+        let empty = with_env(given, &[("RUST_LOG", "")]);
+        let settings = Settings::resolve(&empty).unwrap();
+        assert_eq!(settings.log_level.directives(), "warn,mend=debug");
+    }
+
+    #[test]
+    fn a_bad_log_setting_is_refused_naming_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, value, reason) in [
+            ("MEND_LOG_LEVEL", "verbose", "is not a level"),
+            ("MEND_LOG_LEVEL", "info,mend=loud", "is not a level"),
+            ("MEND_LOG_LEVEL", "=debug", "is not a level"),
+            ("MEND_LOG_LEVEL", " ", "must not be empty"),
+            ("MEND_LOG_FORMAT", "xml", "is not human or json"),
+            ("RUST_LOG", "mend=loud", "is not a log filter"),
+        ] {
+            let given = with_env(inputs(dir.path()), &[(name, value)]);
+            let message = Settings::resolve(&given).unwrap_err().to_string();
+            let key = if name == "MEND_LOG_FORMAT" {
+                "`log.format`"
+            } else {
+                "`log.level`"
+            };
+            assert!(
+                message.contains(key)
+                    && message.contains(&format!("environment variable {name}"))
+                    && message.contains(reason),
+                "{name}={value:?}: {message}"
+            );
+        }
+        for text in [
+            "info",
+            "DEBUG",
+            "off",
+            "info,mend=debug",
+            "mend[request]=debug",
+        ] {
+            assert!(LogLevel::parse(text).is_ok(), "{text}");
+        }
+    }
+
+    #[test]
     fn the_table_is_consistent() {
         let mut keys = std::collections::BTreeSet::new();
         for setting in SETTINGS {
@@ -1546,7 +1764,7 @@ mod tests {
         }
         assert_eq!(
             sections().collect::<Vec<_>>(),
-            ["postgres", "limits", "grace", "serve"]
+            ["postgres", "limits", "grace", "serve", "log"]
         );
     }
 

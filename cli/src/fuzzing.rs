@@ -14,7 +14,8 @@ pub const TARGETS: &[(&str, Target)] = &[("settings_file", settings_file)];
 
 /// A settings file (`mend.toml`), applied over the built-in defaults. Accepted: every numeric
 /// setting is within its range, every value came from the file or the defaults, and the
-/// options built from the settings hold (the dataset defaults pass `validate::config`).
+/// options built from the settings hold (the dataset defaults pass `validate::config`, the
+/// log level is a filter the log subscriber takes).
 pub fn settings_file(data: &[u8]) -> Verdict {
     // As for scenario files: a file that is not UTF-8 is refused when read.
     let text = String::from_utf8_lossy(data);
@@ -51,6 +52,14 @@ pub fn settings_file(data: &[u8]) -> Verdict {
     validate::config(&settings.dataset_config_defaults()).unwrap_or_else(|error| {
         panic!("settings_file: accepted grace periods make an invalid dataset config: {error}")
     });
+    tracing_subscriber::EnvFilter::builder()
+        .parse(settings.log_level.directives())
+        .unwrap_or_else(|error| {
+            panic!(
+                "settings_file: accepted log.level {:?} is no filter: {error}",
+                settings.log_level.directives()
+            )
+        });
     // `Debug` is what `mend config` and logs show; it walks every setting's shower.
     assert!(format!("{settings:?}").contains("fuzz.toml"));
     Verdict::Accepted

@@ -30,6 +30,7 @@ mod demo;
 #[doc(hidden)]
 pub mod fuzzing;
 mod interrupt;
+mod logging;
 mod operation;
 mod output;
 mod policy;

@@ -21,6 +21,8 @@ fn main() -> ExitCode {
     runtime.shutdown_background();
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The command's answer when it failed, not a log line: written whatever the log
+        // settings say (a bad one among them), in the form scripts and tests read.
         Err(error) => {
             eprintln!("error: {}", mend_cli::one_line(&error));
             if let Some(hint) = mend_cli::hint(&error) {

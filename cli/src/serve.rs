@@ -4,6 +4,11 @@
 //! retrying the same command will not help. It says when it listens and when it stopped: a
 //! line for people on stderr, or with `--json` a JSON object per line on stdout, for a
 //! supervisor that needs the address (`--listen 127.0.0.1:0` picks the port).
+//!
+//! Those two lines are the command's output, not logs: they are written directly, whatever
+//! `log.level` and `log.format` say, and exactly as before (tests, benches and scripts find
+//! the address in `listening on http://ADDR`). Everything else the server says is a log
+//! event (`tracing`).
 
 use crate::config::Settings;
 use mend::Engine;
@@ -79,7 +84,7 @@ async fn shutdown_signal() {
             match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
                 Ok(signal) => signal,
                 Err(error) => {
-                    eprintln!("mend serve: cannot watch SIGTERM ({error}); stop with Ctrl-C");
+                    tracing::warn!(%error, "cannot watch SIGTERM; stop with Ctrl-C");
                     let _ = interrupt.await;
                     return;
                 }

@@ -204,6 +204,13 @@ impl LiveHandle {
 
     /// Brings the handle up to date: one probe when nothing changed, else a new generation
     /// prepared to the side and published with one swap.
+    // At debug: a serving process refreshes often, and an unchanged refresh is one probe.
+    #[tracing::instrument(
+        level = "debug",
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %self.dataset_id)
+    )]
     pub async fn refresh(&self) -> Result<Refresh> {
         let _one_at_a_time = self.refreshing.lock().await;
         let current = self.current();
@@ -233,6 +240,12 @@ impl LiveHandle {
             number: next.number,
             manifest_version: next.manifest_version,
         };
+        tracing::debug!(
+            generation = next.number,
+            manifest_version = next.manifest_version,
+            config_version = next.config_version,
+            "publishing the next generation"
+        );
         self.publish(next);
         Ok(published)
     }

@@ -177,10 +177,6 @@ pub(super) async fn swap_policy(
         }
     })
     .await?;
-    eprintln!(
-        "mend serve: policy swapped to {} (registry change {})",
-        swap.record.digest, swap.record.version
-    );
     ok(&swap)
 }
 
@@ -226,10 +222,6 @@ pub(super) async fn rollback_policy(
         }
     })
     .await?;
-    eprintln!(
-        "mend serve: policy rolled back to {} (registry change {})",
-        record.digest, record.version
-    );
     ok(&record)
 }
 

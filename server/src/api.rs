@@ -596,7 +596,7 @@ async fn readyz(State(shared): AppState) -> ApiResult {
 )]
 async fn metrics(State(shared): AppState) -> Response {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(header::CONTENT_TYPE, super::metrics::CONTENT_TYPE)],
         shared.metrics.render(&shared.engine.policy()),
     )
         .into_response()

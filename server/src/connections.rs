@@ -90,7 +90,7 @@ pub(super) async fn serve_connections(
                 }
                 Err(error) => {
                     if !accept_failing {
-                        eprintln!("mend serve: cannot accept connections: {error}; retrying");
+                        tracing::warn!(%error, "cannot accept connections; retrying");
                         accept_failing = true;
                     }
                     // Out of file descriptors the same error comes back at once: wait for
@@ -107,8 +107,8 @@ pub(super) async fn serve_connections(
     })
     .await;
     if drained.is_err() {
-        eprintln!(
-            "mend serve: dropping {} connection(s) still open after the shutdown deadline of {} ms",
+        tracing::warn!(
+            "dropping {} connection(s) still open after the shutdown deadline of {} ms",
             connections.len(),
             limits.shutdown_deadline.as_millis()
         );

@@ -18,6 +18,10 @@
 //!
 //! The server follows the deployment's policy registry: a swap or rollback made by another
 //! process (`mend policy swap`) is loaded and installed within one supervisor interval.
+//!
+//! It logs with `tracing` and installs no subscriber: the binary does ([`request_span`] is
+//! the span each request's logs are in). What the binary prints for people when it starts
+//! and stops is its own output, not logs.
 
 mod admin;
 mod answers;
@@ -32,6 +36,7 @@ mod limits;
 pub mod metrics;
 mod openapi;
 mod operations;
+mod request_span;
 pub mod supervisor;
 pub mod writes;
 
@@ -162,15 +167,17 @@ pub async fn serve(
         shared.clone(),
         stop_supervisors.subscribe(),
     ));
-    let router = api::router(shared.clone());
+    // Outermost, so that the status it records is the one the client gets.
+    let router =
+        api::router(shared.clone()).layer(axum::middleware::from_fn(request_span::request_span));
     on_listening(address);
 
     let draining = shared.clone();
     let graceful = async move {
         shutdown.await;
-        eprintln!(
-            "mend serve: shutting down; {} admitted write(s) finish first",
-            draining.writes.in_flight()
+        tracing::info!(
+            admitted_writes = draining.writes.in_flight(),
+            "shutting down; the admitted writes finish first"
         );
         draining.shutting_down.store(true, Ordering::SeqCst);
         draining.ready.store(false, Ordering::SeqCst);
@@ -194,9 +201,9 @@ async fn watch_deployment(shared: Arc<Shared>, mut stopped: watch::Receiver<bool
         let discovered = shared.supervisors.discover().await;
         let discovery_error = discovered.as_ref().err().map(ToString::to_string);
         if discovery_error.is_some() && *shared.discovery_error() != discovery_error {
-            eprintln!(
-                "mend serve: cannot list datasets: {}",
-                discovery_error.as_deref().unwrap_or_default()
+            tracing::warn!(
+                error = %discovery_error.as_deref().unwrap_or_default(),
+                "cannot list the catalog's datasets; the server is not ready until it can"
             );
         }
         if discovered.is_ok() {
@@ -211,9 +218,9 @@ async fn watch_deployment(shared: Arc<Shared>, mut stopped: watch::Receiver<bool
             .err()
             .map(|error| error.to_string());
         if followed_now.is_some() && followed_now != last_registry_error {
-            eprintln!(
-                "mend serve: cannot follow the policy registry: {}",
-                followed_now.as_deref().unwrap_or_default()
+            tracing::warn!(
+                error = %followed_now.as_deref().unwrap_or_default(),
+                "cannot follow the policy registry; the server keeps its current policy"
             );
         }
         last_registry_error = followed_now;
@@ -237,9 +244,11 @@ async fn follow_registry(shared: &Shared, followed: &mut Option<u64>) -> Result<
         let policy = mend::runtime::PolicyRuntime::load_with(&bytes, &shared.options.load)?;
         shared.engine.check_policy(&policy)?;
         shared.engine.install_policy(policy);
-        eprintln!(
-            "mend serve: now running policy {} (registry change {}, {})",
-            record.digest, record.version, record.change
+        tracing::info!(
+            digest = %record.digest,
+            registry_version = record.version,
+            change = %record.change,
+            "now running the registry's active policy"
         );
     }
     *followed = Some(record.version);

@@ -1,55 +1,148 @@
-//! The server's Prometheus metrics, kept in plain maps and rendered as the text exposition
-//! format on `/metrics`. Nothing here blocks for long: each update takes one short lock.
+//! The server's Prometheus metrics, kept in a `prometheus-client` registry and encoded in
+//! the Prometheus text format (version 0.0.4) on `/metrics`. Nothing here blocks for long:
+//! each update is an atomic add, or one short lock of its family when a label set is new.
+//!
+//! The names, types, labels and help are the README's metrics table. prometheus-client adds
+//! `_total` to a counter's name itself, so counters are registered without it. A family
+//! without a series yet is left out of the exposition, its `# HELP` and `# TYPE` too.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 use mend::engine::{ReconcileReport, RecoveryReport};
 use mend::model::{StageOutcome, StageResult};
 use mend::runtime::PolicyRuntime;
 
+/// What `/metrics` answers with: the Prometheus text format, version 0.0.4.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
 /// Upper bounds (seconds) of the sweep duration histogram's buckets.
 const SWEEP_BUCKETS: [f64; 10] = [0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 120.0];
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
-    inner: Mutex<Inner>,
+    registry: Registry,
+    /// Only `render` writes it (the policy running then), under `rendering`.
+    active_policy: Family<PolicyLabels, Gauge>,
+    /// Policy decisions this server acted on, by (kind, outcome).
+    decisions: Family<DecisionLabels, Counter>,
+    sweep_duration: Histogram,
+    sweep_failures: Counter,
+    /// Intents pending per dataset, as each dataset's supervisor last saw them.
+    pending_intents: Family<DatasetLabels, Gauge>,
+    /// 1 while a dataset serves, 0 while it answers 503.
+    dataset_up: Family<DatasetLabels, Gauge>,
+    /// HTTP requests by (route, status).
+    requests: Family<RequestLabels, Counter>,
+    /// Held while one scrape sets the policy gauge and encodes, so that two scrapes at once
+    /// never see each other's half-replaced policy.
+    rendering: Mutex<()>,
 }
 
-#[derive(Debug, Default)]
-struct Inner {
-    /// Policy decisions this server acted on, by (kind, outcome).
-    decisions: BTreeMap<(String, String), u64>,
-    /// Supervisor sweeps: count per bucket (not cumulative), sum and count.
-    sweep_buckets: [u64; SWEEP_BUCKETS.len()],
-    sweep_sum_seconds: f64,
-    sweep_count: u64,
-    sweep_failures: u64,
-    /// Intents pending per dataset, as each dataset's supervisor last saw them.
-    pending_intents: BTreeMap<String, usize>,
-    /// 1 while a dataset serves, 0 while it answers 503.
-    dataset_up: BTreeMap<String, bool>,
-    /// HTTP requests by (route, status).
-    requests: BTreeMap<(String, u16), u64>,
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PolicyLabels {
+    digest: String,
+    name: String,
+    version: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DecisionLabels {
+    kind: String,
+    outcome: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DatasetLabels {
+    dataset: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RequestLabels {
+    route: String,
+    status: u16,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let active_policy = Family::default();
+        let decisions = Family::default();
+        let sweep_duration = Histogram::new(SWEEP_BUCKETS);
+        let sweep_failures: Counter = Counter::default();
+        let pending_intents = Family::default();
+        let dataset_up = Family::default();
+        let requests = Family::default();
+        // Help texts without their final period: the registry adds it.
+        let mut registry = Registry::default();
+        registry.register(
+            "mend_active_policy_info",
+            "The active policy: 1, labelled with its digest, name and version",
+            active_policy.clone(),
+        );
+        registry.register(
+            "mend_decisions",
+            "Policy decisions this server acted on, by kind and outcome",
+            decisions.clone(),
+        );
+        registry.register(
+            "mend_sweep_duration_seconds",
+            "Roll-forward sweeps run by the dataset supervisors",
+            sweep_duration.clone(),
+        );
+        registry.register(
+            "mend_sweep_failures",
+            "Supervisor sweeps that failed (the dataset answers 503 until one succeeds)",
+            sweep_failures.clone(),
+        );
+        registry.register(
+            "mend_pending_intents",
+            "Unresolved operations per dataset, as its supervisor last saw them",
+            pending_intents.clone(),
+        );
+        registry.register(
+            "mend_dataset_up",
+            "1 while a dataset is served, 0 while it answers 503",
+            dataset_up.clone(),
+        );
+        registry.register(
+            "mend_http_requests",
+            "HTTP requests by route and status",
+            requests.clone(),
+        );
+        Self {
+            registry,
+            active_policy,
+            decisions,
+            sweep_duration,
+            sweep_failures,
+            pending_intents,
+            dataset_up,
+            requests,
+            rendering: Mutex::new(()),
+        }
+    }
 }
 
 impl Metrics {
-    fn with<T>(&self, update: impl FnOnce(&mut Inner) -> T) -> T {
-        update(&mut self.inner.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-
     pub fn decision(&self, kind: &str, outcome: &str, count: u64) {
+        // No series for what never happened, as before a first decision of its kind.
         if count == 0 {
             return;
         }
-        self.with(|inner| {
-            *inner
-                .decisions
-                .entry((kind.to_string(), outcome.to_string()))
-                .or_default() += count;
-        });
+        self.decisions
+            .get_or_create(&DecisionLabels {
+                kind: kind.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc_by(count);
     }
 
     /// Counts a stage's per-split decisions by what happened to each row.
@@ -97,167 +190,118 @@ impl Metrics {
     }
 
     pub fn sweep(&self, took: Duration, failed: bool) {
-        let seconds = took.as_secs_f64();
-        self.with(|inner| {
-            if let Some(bucket) = SWEEP_BUCKETS.iter().position(|bound| seconds <= *bound) {
-                inner.sweep_buckets[bucket] += 1;
-            }
-            inner.sweep_sum_seconds += seconds;
-            inner.sweep_count += 1;
-            if failed {
-                inner.sweep_failures += 1;
-            }
-        });
+        self.sweep_duration.observe(took.as_secs_f64());
+        if failed {
+            self.sweep_failures.inc();
+        }
     }
 
+    /// A dataset's gauges as its supervisor found it: the pending intents only when it could
+    /// count them (a failed check leaves the last count), whether it is served always.
     pub fn dataset(&self, dataset_id: &str, pending_intents: Option<usize>, up: bool) {
-        self.with(|inner| {
-            if let Some(pending) = pending_intents {
-                inner
-                    .pending_intents
-                    .insert(dataset_id.to_string(), pending);
-            }
-            inner.dataset_up.insert(dataset_id.to_string(), up);
-        });
+        let labels = DatasetLabels {
+            dataset: dataset_id.to_string(),
+        };
+        if let Some(pending) = pending_intents {
+            self.pending_intents
+                .get_or_create(&labels)
+                .set(i64::try_from(pending).unwrap_or(i64::MAX));
+        }
+        self.dataset_up.get_or_create(&labels).set(i64::from(up));
     }
 
     pub fn request(&self, route: &str, status: u16) {
-        self.with(|inner| {
-            *inner
-                .requests
-                .entry((route.to_string(), status))
-                .or_default() += 1;
-        });
+        self.requests
+            .get_or_create(&RequestLabels {
+                route: route.to_string(),
+                status,
+            })
+            .inc();
     }
 
-    /// The text exposition format.
+    /// The text exposition format, with `policy` as the active policy.
     pub fn render(&self, policy: &PolicyRuntime) -> String {
+        let _one_at_a_time = self.rendering.lock().unwrap_or_else(|p| p.into_inner());
+        let description = policy.description();
+        let active = PolicyLabels {
+            digest: policy.digest().to_string(),
+            name: description.name.clone(),
+            version: description.version.clone(),
+        };
+        // One series, the policy running now: a swapped-out policy's series goes.
+        if self.active_policy.get(&active).is_none() {
+            self.active_policy.clear();
+            self.active_policy.get_or_create(&active).set(1);
+        }
         let mut out = String::new();
-        self.with(|inner| {
-            let description = policy.description();
-            header(
-                &mut out,
-                "mend_active_policy_info",
-                "gauge",
-                "The active policy: 1, labelled with its digest, name and version.",
-            );
-            let _ = writeln!(
-                out,
-                "mend_active_policy_info{{digest=\"{}\",name=\"{}\",version=\"{}\"}} 1",
-                escape(policy.digest()),
-                escape(&description.name),
-                escape(&description.version)
-            );
-
-            header(
-                &mut out,
-                "mend_decisions_total",
-                "counter",
-                "Policy decisions this server acted on, by kind and outcome.",
-            );
-            for ((kind, outcome), count) in &inner.decisions {
-                let _ = writeln!(
-                    out,
-                    "mend_decisions_total{{kind=\"{}\",outcome=\"{}\"}} {count}",
-                    escape(kind),
-                    escape(outcome)
-                );
-            }
-
-            header(
-                &mut out,
-                "mend_sweep_duration_seconds",
-                "histogram",
-                "Roll-forward sweeps run by the dataset supervisors.",
-            );
-            let mut cumulative = 0;
-            for (bound, count) in SWEEP_BUCKETS.iter().zip(inner.sweep_buckets) {
-                cumulative += count;
-                let _ = writeln!(
-                    out,
-                    "mend_sweep_duration_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
-                );
-            }
-            let _ = writeln!(
-                out,
-                "mend_sweep_duration_seconds_bucket{{le=\"+Inf\"}} {}",
-                inner.sweep_count
-            );
-            let _ = writeln!(
-                out,
-                "mend_sweep_duration_seconds_sum {}",
-                inner.sweep_sum_seconds
-            );
-            let _ = writeln!(
-                out,
-                "mend_sweep_duration_seconds_count {}",
-                inner.sweep_count
-            );
-
-            header(
-                &mut out,
-                "mend_sweep_failures_total",
-                "counter",
-                "Supervisor sweeps that failed (the dataset answers 503 until one succeeds).",
-            );
-            let _ = writeln!(out, "mend_sweep_failures_total {}", inner.sweep_failures);
-
-            header(
-                &mut out,
-                "mend_pending_intents",
-                "gauge",
-                "Unresolved operations per dataset, as its supervisor last saw them.",
-            );
-            for (dataset, pending) in &inner.pending_intents {
-                let _ = writeln!(
-                    out,
-                    "mend_pending_intents{{dataset=\"{}\"}} {pending}",
-                    escape(dataset)
-                );
-            }
-
-            header(
-                &mut out,
-                "mend_dataset_up",
-                "gauge",
-                "1 while a dataset is served, 0 while it answers 503.",
-            );
-            for (dataset, up) in &inner.dataset_up {
-                let _ = writeln!(
-                    out,
-                    "mend_dataset_up{{dataset=\"{}\"}} {}",
-                    escape(dataset),
-                    u8::from(*up)
-                );
-            }
-
-            header(
-                &mut out,
-                "mend_http_requests_total",
-                "counter",
-                "HTTP requests by route and status.",
-            );
-            for ((route, status), count) in &inner.requests {
-                let _ = writeln!(
-                    out,
-                    "mend_http_requests_total{{route=\"{}\",status=\"{status}\"}} {count}",
-                    escape(route)
-                );
-            }
-        });
+        prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+            .expect("encoding into a String cannot fail");
         out
     }
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Label values escape backslash, quote and newline.
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    /// The exposition as the README documents it: every family's `# HELP` and `# TYPE`
+    /// under its documented name, counters with `_total`, the histogram's buckets as they
+    /// were written before prometheus-client, and label values escaped.
+    #[test]
+    fn the_exposition_keeps_the_documented_names_types_and_labels() {
+        let metrics = Metrics::default();
+        metrics.decision("stage", "inserted", 4);
+        metrics.decision("stage", "skipped", 0);
+        metrics.sweep(Duration::from_millis(20), false);
+        metrics.sweep(Duration::from_secs(200), true);
+        metrics.dataset("d1", Some(3), true);
+        metrics.dataset("d1", None, false);
+        metrics.request("/v1/datasets/{dataset}/stage", 200);
+        metrics.request("/v1/datasets/{dataset}/stage", 200);
+        metrics.request("quote\"back\\slash", 404);
+        let policy = PolicyRuntime::default_policy().unwrap();
+        let text = metrics.render(&policy);
+        for line in [
+            "# TYPE mend_active_policy_info gauge",
+            "# HELP mend_decisions_total Policy decisions this server acted on, by kind and outcome.",
+            "# TYPE mend_decisions_total counter",
+            "mend_decisions_total{kind=\"stage\",outcome=\"inserted\"} 4",
+            "# TYPE mend_sweep_duration_seconds histogram",
+            "mend_sweep_duration_seconds_bucket{le=\"0.005\"} 0",
+            "mend_sweep_duration_seconds_bucket{le=\"0.05\"} 1",
+            "mend_sweep_duration_seconds_bucket{le=\"1\"} 1",
+            "mend_sweep_duration_seconds_bucket{le=\"120\"} 1",
+            "mend_sweep_duration_seconds_bucket{le=\"+Inf\"} 2",
+            "mend_sweep_duration_seconds_count 2",
+            "# TYPE mend_sweep_failures_total counter",
+            "mend_sweep_failures_total 1",
+            "# TYPE mend_pending_intents gauge",
+            "mend_pending_intents{dataset=\"d1\"} 3",
+            "# TYPE mend_dataset_up gauge",
+            "mend_dataset_up{dataset=\"d1\"} 0",
+            "# TYPE mend_http_requests_total counter",
+            "mend_http_requests_total{route=\"/v1/datasets/{dataset}/stage\",status=\"200\"} 2",
+            "mend_http_requests_total{route=\"quote\\\"back\\\\slash\",status=\"404\"} 1",
+        ] {
+            assert!(
+                text.lines().any(|candidate| candidate == line),
+                "{line:?} is not a line of:\n{text}"
+            );
+        }
+        assert!(!text.contains("outcome=\"skipped\""), "{text}");
+        assert!(
+            text.contains(&format!(
+                "mend_active_policy_info{{digest=\"{}\",name=\"{}\",version=\"{}\"}} 1",
+                policy.digest(),
+                policy.description().name,
+                policy.description().version
+            )),
+            "{text}"
+        );
+        let families = text
+            .lines()
+            .filter(|line| line.starts_with("# TYPE "))
+            .count();
+        assert_eq!(families, 7, "{text}");
+    }
 }

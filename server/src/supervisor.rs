@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use mend_policy::RecoveryMode;
 use serde::Serialize;
 use tokio::sync::{Notify, watch};
+use tracing::Instrument;
 
 use super::metrics::Metrics;
 use super::writes::Writes;
@@ -114,7 +115,12 @@ impl Supervisors {
             kick: Notify::new(),
         });
         datasets.insert(dataset_id.to_string(), supervisor.clone());
-        tokio::spawn(self.clone().run(dataset_id.to_string(), supervisor));
+        let span = tracing::info_span!("supervisor", dataset_id = %dataset_id);
+        tokio::spawn(
+            self.clone()
+                .run(dataset_id.to_string(), supervisor)
+                .instrument(span),
+        );
     }
 
     /// Lists the catalog's datasets and supervises each.
@@ -176,7 +182,7 @@ impl Supervisors {
             match checked {
                 Ok(check) => {
                     if health.unavailable.take().is_some() {
-                        eprintln!("mend serve: dataset {dataset_id} is served again");
+                        tracing::info!("dataset is served again");
                     }
                     health.unavailable_since_ms = None;
                     health.consecutive_failures = 0;
@@ -196,6 +202,7 @@ impl Supervisors {
                 }
                 Err(MendError::NotFound { .. }) => {
                     // The dataset is gone: nothing left to supervise.
+                    tracing::debug!("dataset is gone; its supervisor stops");
                     drop(health);
                     self.datasets().remove(&dataset_id);
                     return;
@@ -209,7 +216,10 @@ impl Supervisors {
                     health.consecutive_failures += 1;
                     let reason = error.to_string();
                     if health.unavailable.as_deref() != Some(reason.as_str()) {
-                        eprintln!("mend serve: dataset {dataset_id} is unavailable: {reason}");
+                        tracing::warn!(
+                            %reason,
+                            "dataset is unavailable: its requests answer 503 until a check succeeds"
+                        );
                     }
                     health.unavailable = Some(reason);
                     health.unavailable_since_ms.get_or_insert(now);

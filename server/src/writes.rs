@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
+use tracing::Instrument;
 
 #[derive(Debug)]
 pub struct Writes {
@@ -129,16 +130,20 @@ impl Writes {
     }
 
     /// Runs `write` on its own task, so that dropping the caller (a client that went away)
-    /// does not cancel it.
+    /// does not cancel it. The task stays in the caller's span (its request's), so what the
+    /// write logs names the request, even after its client left.
     pub async fn run<T: Send + 'static>(
         ticket: WriteTicket,
         write: impl Future<Output = T> + Send + 'static,
     ) -> T {
-        let task = tokio::spawn(async move {
-            let result = write.await;
-            drop(ticket);
-            result
-        });
+        let task = tokio::spawn(
+            async move {
+                let result = write.await;
+                drop(ticket);
+                result
+            }
+            .instrument(tracing::Span::current()),
+        );
         match task.await {
             Ok(result) => result,
             // Only a panic in the write, or a runtime shutting down under it, ends the task

@@ -11,8 +11,9 @@ use std::process::{Command, Output};
 pub const ACCEPT_UNSAFE_DURABILITY: &str = "MEND_POSTGRES_ACCEPT_UNSAFE_DURABILITY";
 
 /// `mend` run in `dir`, with its compiled-component cache in `dir` and none of the `MEND_*`
-/// variables of the shell running the tests (but [`ACCEPT_UNSAFE_DURABILITY`]): a leftover one
-/// would change the settings under test. Add what a test needs with `.env(...)`.
+/// variables of the shell running the tests (but [`ACCEPT_UNSAFE_DURABILITY`]), nor its
+/// `RUST_LOG`: a leftover one would change the settings (or the log lines) under test. Add
+/// what a test needs with `.env(...)`.
 pub fn mend_command(dir: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_mend"));
     for (name, _) in std::env::vars_os() {
@@ -20,6 +21,7 @@ pub fn mend_command(dir: &Path) -> Command {
             command.env_remove(name);
         }
     }
+    command.env_remove("RUST_LOG");
     command
         .current_dir(dir)
         .env("MEND_CACHE_DIR", dir.join("cache"));

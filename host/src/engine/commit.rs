@@ -87,6 +87,11 @@ pub struct CommitResult {
 impl Engine {
     /// Runs a commit to the end, or fails leaving an intent for recovery (or, when the commit
     /// certainly did nothing, no trace at all).
+    #[tracing::instrument(
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %request.dataset_id, operation_id = tracing::field::Empty)
+    )]
     pub async fn commit(&self, request: &CommitRequest) -> Result<CommitResult> {
         // Its stage and its publish are decided by the same policy.
         self.pinned()
@@ -96,6 +101,11 @@ impl Engine {
 
     /// Runs a merge to the end, like a commit: the replaced splits must be published, and
     /// become marked for deletion in the same step that publishes the new ones.
+    #[tracing::instrument(
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %request.dataset_id, operation_id = tracing::field::Empty)
+    )]
     pub async fn merge(&self, request: &MergeRequest) -> Result<CommitResult> {
         if request.replaced_split_ids.is_empty() {
             return Err(MendError::invalid(
@@ -160,6 +170,7 @@ impl Engine {
         };
 
         let operation_id = uuid::Uuid::new_v4().to_string();
+        tracing::Span::current().record("operation_id", tracing::field::display(&operation_id));
         let objects: Vec<(SplitObjectHeader, &Bytes)> = request
             .splits
             .iter()
@@ -277,6 +288,13 @@ impl Engine {
 
         self.finish_intent(&request.dataset_id, &operation_id)
             .await?;
+        tracing::debug!(
+            kind = ?kind,
+            splits = publish.staged_split_ids.len(),
+            replaced = publish.replaced_split_ids.len(),
+            manifest_version = published.manifest_version,
+            "published"
+        );
         Ok(CommitResult {
             operation_id,
             publish: published,

@@ -48,6 +48,12 @@ pub type ConfigEdit<'a> = dyn Fn(&DatasetConfig) -> Result<DatasetConfig> + Send
 
 impl Engine {
     /// Applies `config` to the dataset if it is still at `expected_config_version`.
+    #[tracing::instrument(
+        name = "config_apply",
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %dataset_id, operation_id = tracing::field::Empty)
+    )]
     pub async fn apply_config(
         &self,
         dataset_id: &str,
@@ -75,6 +81,12 @@ impl Engine {
     /// [`apply_config`](Self::apply_config) under an idempotency key (module doc): a retry
     /// of an apply that landed answers its promotion, never `FailedPrecondition` because the
     /// version moved.
+    #[tracing::instrument(
+        name = "config_apply",
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %dataset_id, operation_id = tracing::field::Empty)
+    )]
     pub async fn apply_config_recorded(
         &self,
         dataset_id: &str,
@@ -115,6 +127,12 @@ impl Engine {
     /// `edit` of the promoted config is the config promoted (an edit that sets values, sent
     /// again), at the version it replaced; another edit under the same key is
     /// `InvalidArgument`.
+    #[tracing::instrument(
+        name = "config_apply",
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %dataset_id, operation_id = tracing::field::Empty)
+    )]
     pub async fn apply_config_edit_recorded(
         &self,
         dataset_id: &str,
@@ -250,6 +268,7 @@ impl Engine {
                 Vec::new(),
             ));
         }
+        tracing::Span::current().record("operation_id", tracing::field::display(operation_id));
         let now = self.now_ms();
         let intent = Intent {
             effects: PlannedEffects {
@@ -274,6 +293,7 @@ impl Engine {
             .await?;
         let promoted = self.promote_config(&intent).await?;
         self.finish_intent(dataset_id, &intent.operation_id).await?;
+        tracing::info!(config_version = promoted.config_version, "config applied");
         Ok(promoted)
     }
 

@@ -51,6 +51,11 @@ pub struct GcResult {
 impl Engine {
     /// Collects a dataset's abandoned and expired splits, as the policy plans. A run with
     /// nothing to collect writes nothing.
+    #[tracing::instrument(
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %dataset_id, operation_id = tracing::field::Empty)
+    )]
     pub async fn gc(&self, dataset_id: &str, node: &str) -> Result<GcResult> {
         validate::dataset_id(dataset_id)?;
         validate::node(node)?;
@@ -103,6 +108,7 @@ impl Engine {
         };
         let plan = self.policy().plan_gc(&input)?;
         let operation_id = uuid::Uuid::new_v4().to_string();
+        tracing::Span::current().record("operation_id", tracing::field::display(&operation_id));
         let plan = match checked_plan(&input, &plan) {
             Ok(plan) => plan,
             Err(reason) => {
@@ -113,6 +119,7 @@ impl Engine {
                     self.catalog.append_audit(dataset_id, &[record]),
                 )
                 .await?;
+                tracing::warn!(%reason, "gc refused the policy's plan; nothing was executed");
                 return Err(MendError::PolicyRejected {
                     message: format!("{reason}; nothing was executed"),
                 });
@@ -163,6 +170,11 @@ impl Engine {
             self.catalog.append_audit(dataset_id, &[record]),
         )
         .await?;
+        tracing::info!(
+            marked = result.marked.len(),
+            deleted = result.deleted.len(),
+            "gc collected"
+        );
         Ok(result)
     }
 

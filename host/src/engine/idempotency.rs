@@ -139,6 +139,7 @@ impl Engine {
 
     /// [`gc`](Self::gc) under an idempotency key: a retry of a run that ended answers its
     /// report; see the module doc for the gap between its effects and its record.
+    #[tracing::instrument(skip_all, fields(dataset_id = %dataset_id, idempotency_key = %idempotency_key))]
     pub async fn gc_recorded(
         &self,
         dataset_id: &str,
@@ -155,6 +156,7 @@ impl Engine {
 
     /// [`reconcile`](Self::reconcile) under an idempotency key: a retry of a run that ended
     /// answers its report; see the module doc for the gap between its effects and its record.
+    #[tracing::instrument(skip_all, fields(dataset_id = %dataset_id, idempotency_key = %idempotency_key))]
     pub async fn reconcile_recorded(
         &self,
         dataset_id: &str,
@@ -173,6 +175,7 @@ impl Engine {
     /// records its report when it ends, and a retry answers it (an exclusive one does not
     /// fence writers a second time). Probe and verify write nothing, not even a record
     /// (invariant 6): the key is checked and the read simply runs again.
+    #[tracing::instrument(skip_all, fields(dataset_id = %dataset_id, idempotency_key = %idempotency_key))]
     pub async fn recover_recorded(
         &self,
         dataset_id: &str,
@@ -217,6 +220,7 @@ impl Engine {
         run: impl Future<Output = Result<T>>,
     ) -> Result<T> {
         if let Some(answer) = self.recorded_answer(dataset_id, Some(key)).await? {
+            tracing::debug!("answered from the record of the first request under its key");
             return Ok(answer);
         }
         let answer = run.await?;

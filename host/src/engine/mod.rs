@@ -309,6 +309,12 @@ impl Engine {
 
     /// Creates the dataset under a fresh uid; with `key`, its record lives in the new dataset
     /// and a retry of a creation that landed answers it ([`Catalog::create_dataset`]).
+    #[tracing::instrument(
+        name = "create_dataset",
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %dataset_id)
+    )]
     async fn create_dataset_keyed(
         &self,
         dataset_id: &str,
@@ -383,6 +389,12 @@ impl Engine {
             .await
     }
 
+    #[tracing::instrument(
+        name = "set_publish_token",
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %dataset_id)
+    )]
     async fn set_publish_token_keyed(
         &self,
         dataset_id: &str,
@@ -401,6 +413,7 @@ impl Engine {
 
     /// Moves the dataset's fencing epoch on by one: from now on a publish carrying an older
     /// epoch is refused. Returns the dataset after.
+    #[tracing::instrument(skip_all, err(level = "debug"), fields(dataset_id = %dataset_id))]
     pub async fn advance_fencing_epoch(&self, dataset_id: &str) -> Result<Dataset> {
         validate::dataset_id(dataset_id)?;
         self.catalog
@@ -414,6 +427,12 @@ impl Engine {
         self.stage_keyed(request, None).await
     }
 
+    #[tracing::instrument(
+        name = "stage",
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %request.dataset_id, mode = ?request.mode)
+    )]
     async fn stage_keyed(
         &self,
         request: &StageRequest,
@@ -485,6 +504,12 @@ impl Engine {
 
     /// [`publish_keyed`](Self::publish_keyed), leaving out the look for each split's object
     /// when the caller has just read every one of them (invariant 1 is still checked, by it).
+    #[tracing::instrument(
+        name = "publish",
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %request.dataset_id)
+    )]
     async fn publish_checking(
         &self,
         request: &PublishRequest,
@@ -565,6 +590,12 @@ impl Engine {
             .await
     }
 
+    #[tracing::instrument(
+        name = "mark",
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %dataset_id)
+    )]
     async fn mark_for_deletion_keyed(
         &self,
         dataset_id: &str,
@@ -585,6 +616,12 @@ impl Engine {
 
     /// [`delete_splits`](Self::delete_splits), its result recorded under `key` with the rows'
     /// delete; a recorded key answers before anything is read.
+    #[tracing::instrument(
+        name = "delete",
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %dataset_id)
+    )]
     async fn delete_splits_keyed(
         &self,
         dataset_id: &str,

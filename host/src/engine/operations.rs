@@ -246,6 +246,12 @@ impl Engine {
     /// Begins an operation: validates the plan, writes the intent, stages its rows
     /// create-only. A row another writer holds ends the operation at once (its own rows and
     /// intent are undone) with `FailedPrecondition` naming the rows it could not take.
+    #[tracing::instrument(
+        name = "operation_begin",
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %request.dataset_id, operation_id = tracing::field::Empty)
+    )]
     pub async fn begin_operation(&self, request: &BeginOperation) -> Result<OperationView> {
         self.pinned().begin_pinned(request).await
     }
@@ -256,6 +262,7 @@ impl Engine {
             Some(id) => id.clone(),
             None => uuid::Uuid::new_v4().to_string(),
         };
+        tracing::Span::current().record("operation_id", tracing::field::display(&operation_id));
         let dataset = self.catalog.dataset(&request.dataset_id).await?;
         let now = self.now_ms();
         let lease_ms = request
@@ -474,6 +481,12 @@ impl Engine {
     /// Streams one planned object into the store with its recovery header. The bytes must be
     /// exactly the planned payload (size and sha256), or nothing is written. An object already
     /// in place as planned is not written again (`written: false`).
+    #[tracing::instrument(
+        name = "operation_upload",
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %dataset_id, operation_id = %operation_id, split_id = %split_id)
+    )]
     pub async fn upload_object<S>(
         &self,
         dataset_id: &str,
@@ -642,6 +655,12 @@ impl Engine {
     /// Extends the lease of an operation that has not published, by `lease_ms` from now (the
     /// engine's intent lease when `None`). Refused once the operation ended: an abandoned
     /// operation's owner can never renew it.
+    #[tracing::instrument(
+        name = "operation_heartbeat",
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %dataset_id, operation_id = %operation_id)
+    )]
     pub async fn heartbeat_operation(
         &self,
         dataset_id: &str,
@@ -671,6 +690,12 @@ impl Engine {
     /// Confirms and publishes an operation: every planned object must be in place as planned;
     /// then the intent is confirmed, the splits published with the checkpoint delta, and the
     /// intent deleted. Sent again after it landed, it answers the same result.
+    #[tracing::instrument(
+        name = "operation_publish",
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %dataset_id, operation_id = %operation_id)
+    )]
     pub async fn publish_operation(
         &self,
         dataset_id: &str,
@@ -760,6 +785,11 @@ impl Engine {
             .await?;
         self.finish_intent(dataset_id, operation_id).await?;
         self.uploaded.forget(dataset_id, operation_id);
+        tracing::debug!(
+            splits = published.published.len(),
+            manifest_version = published.manifest_version,
+            "operation published"
+        );
         Ok(self.view(&intent, Some(published), &[]))
     }
 
@@ -794,6 +824,12 @@ impl Engine {
     /// Rolls an operation back at once: its staged rows are marked, its objects deleted, its
     /// rows deleted, its intent deleted. An operation that confirmed is past aborting (it
     /// publishes); one that already ended answers as ended.
+    #[tracing::instrument(
+        name = "operation_abort",
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %dataset_id, operation_id = %operation_id)
+    )]
     pub async fn abort_operation(
         &self,
         dataset_id: &str,
@@ -905,6 +941,12 @@ impl Engine {
     }
 
     /// An operation's phase, each split's object, and what recovery would decide now.
+    #[tracing::instrument(
+        name = "operation_show",
+        level = "debug",
+        skip_all,
+        fields(dataset_id = %dataset_id, operation_id = %operation_id)
+    )]
     pub async fn show_operation(
         &self,
         dataset_id: &str,

@@ -244,6 +244,12 @@ impl Engine {
         .await
     }
 
+    #[tracing::instrument(
+        name = "policy_swap",
+        skip_all,
+        err(level = "debug"),
+        fields(candidate = %candidate.digest())
+    )]
     async fn swap_deployment_keyed(
         &self,
         registry: &PolicyRegistry,
@@ -297,6 +303,12 @@ impl Engine {
             Err(error) => return lost_to_itself(registry, key, error, replayed_swap).await,
         };
         self.install_policy(prepared.candidate);
+        tracing::info!(
+            digest = %record.digest,
+            registry_version = record.version,
+            replaced = %prepared.replacing,
+            "policy swapped for the deployment"
+        );
         Ok(DeploymentSwap {
             replay: answer.replay,
             scenarios: answer.scenarios,
@@ -332,6 +344,7 @@ impl Engine {
             .await
     }
 
+    #[tracing::instrument(name = "policy_rollback", skip_all, err(level = "debug"))]
     async fn rollback_deployment_keyed(
         &self,
         registry: &PolicyRegistry,
@@ -369,6 +382,12 @@ impl Engine {
             Err(error) => return lost_to_itself(registry, key, error, replayed_rollback).await,
         };
         self.install_policy(policy);
+        tracing::info!(
+            digest = %record.digest,
+            registry_version = record.version,
+            replaced = %current.digest,
+            "policy rolled back for the deployment"
+        );
         Ok(ActiveRecord {
             recorded: None,
             ..record

@@ -75,6 +75,11 @@ struct ReadOrphan {
 impl Engine {
     /// Finds the dataset's orphan objects and adopts or discards them as the policy decides.
     /// A run that finds no orphan writes nothing.
+    #[tracing::instrument(
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %dataset_id, operation_id = tracing::field::Empty)
+    )]
     pub async fn reconcile(&self, dataset_id: &str, node: &str) -> Result<ReconcileReport> {
         validate::dataset_id(dataset_id)?;
         validate::node(node)?;
@@ -177,6 +182,7 @@ impl Engine {
         check_one_decision_each(&orphans, &decisions)?;
 
         let operation_id = uuid::Uuid::new_v4().to_string();
+        tracing::Span::current().record("operation_id", tracing::field::display(&operation_id));
         let mut audit = Vec::new();
         let (mut accepted, mut adopt, mut discard) = (Vec::new(), Vec::new(), Vec::new());
         for (orphan, decision) in orphans.iter().zip(&decisions) {
@@ -206,6 +212,7 @@ impl Engine {
         }
         if accepted.is_empty() {
             self.catalog.append_audit(dataset_id, &audit).await?;
+            log_reconcile(&report);
             return Ok(report);
         }
 
@@ -308,6 +315,7 @@ impl Engine {
             .into_iter()
             .filter(|(id, _)| ours.contains(id))
             .collect();
+        log_reconcile(&report);
         Ok(report)
     }
 
@@ -528,4 +536,22 @@ fn narrowed(effects: &PlannedEffects, ours: &BTreeSet<String>) -> PlannedEffects
         mark: effects.mark.iter().filter(|id| keep(id)).cloned().collect(),
         ..effects.clone()
     }
+}
+
+/// A run that found orphans: what became of them (a run that found none logs nothing).
+fn log_reconcile(report: &ReconcileReport) {
+    if !report.refused.is_empty() {
+        tracing::warn!(
+            refused = report.refused.len(),
+            "reconcile refused the policy's decision on some orphans; they are left as they are"
+        );
+    }
+    tracing::info!(
+        objects_listed = report.objects_listed,
+        adopted = report.adopted.len(),
+        discarded = report.discarded.len(),
+        taken_by_others = report.taken_by_others.len(),
+        refused = report.refused.len(),
+        "reconcile settled orphans"
+    );
 }

@@ -132,6 +132,11 @@ impl Engine {
     /// holds the dataset gate; exclusive holds the [`ExclusivePermit`] and bumps the dataset's
     /// fencing epoch before it looks, so that no writer that began before it can publish
     /// after it.
+    #[tracing::instrument(
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %dataset_id, mode = %mode_name(mode))
+    )]
     pub async fn recover(&self, dataset_id: &str, mode: RecoveryMode) -> Result<RecoveryReport> {
         validate::dataset_id(dataset_id)?;
         match mode {
@@ -262,6 +267,7 @@ impl Engine {
                     Err(error) => Outcome::Failed(error.to_string()),
                 };
             }
+            log_intent(mode, &report);
             // Every decision the host acted on or refused is audited, except in probe and
             // verify, which write nothing at all (invariant 6). Merely reported ones are not (a
             // supervisor deferring to a live owner every few seconds would only flood the trail).
@@ -277,13 +283,15 @@ impl Engine {
             progress.advance(reports.len());
         }
         progress.end();
-        Ok(RecoveryReport {
+        let report = RecoveryReport {
             dataset_id: dataset_id.to_string(),
             mode,
             policy_digest: self.policy().digest().to_string(),
             intents: reports,
             verify: None,
-        })
+        };
+        log_sweep(&report);
+        Ok(report)
     }
 
     fn audit_record(
@@ -719,6 +727,75 @@ fn kind_name(kind: OperationKind) -> &'static str {
         OperationKind::Gc => "gc",
         OperationKind::ConfigApply => "config apply",
         OperationKind::Reconcile => "reconcile",
+    }
+}
+
+/// One intent's decision and outcome: a warning when the host refused it or its execution
+/// failed in a sweep that writes (it stays for the next sweep, or for an operator), else
+/// at debug.
+fn log_intent(mode: RecoveryMode, report: &IntentReport) {
+    let read_only = matches!(mode, RecoveryMode::Probe | RecoveryMode::Verify);
+    match &report.outcome {
+        Outcome::Refused(reason) if !read_only => tracing::warn!(
+            operation_id = %report.operation_id,
+            kind = ?report.kind,
+            decision = ?report.decision,
+            %reason,
+            "recovery refused the policy's decision; nothing was executed for this intent"
+        ),
+        Outcome::Failed(error) => tracing::warn!(
+            operation_id = %report.operation_id,
+            kind = ?report.kind,
+            decision = ?report.decision,
+            %error,
+            "executing a recovery decision failed; the intent stays for the next sweep"
+        ),
+        outcome => tracing::debug!(
+            operation_id = %report.operation_id,
+            kind = ?report.kind,
+            status = ?report.status,
+            decision = ?report.decision,
+            ?outcome,
+            "intent resolved"
+        ),
+    }
+}
+
+/// A sweep's counts: at info when a sweep that writes executed, refused or failed anything,
+/// at debug otherwise (a probe, a verify, a supervisor's sweep that only deferred).
+fn log_sweep(report: &RecoveryReport) {
+    let count = |wanted: fn(&Outcome) -> bool| {
+        report
+            .intents
+            .iter()
+            .filter(|intent| wanted(&intent.outcome))
+            .count()
+    };
+    let executed = count(|outcome| *outcome == Outcome::Executed);
+    let refused = count(|outcome| matches!(outcome, Outcome::Refused(_)));
+    let failed = count(|outcome| matches!(outcome, Outcome::Failed(_)));
+    let blocked = report.count(IntentStatus::Blocked);
+    let deferred = report.count(IntentStatus::Deferred);
+    let read_only = matches!(report.mode, RecoveryMode::Probe | RecoveryMode::Verify);
+    macro_rules! sweep_event {
+        ($level:expr) => {
+            tracing::event!(
+                $level,
+                intents = report.intents.len(),
+                executed,
+                refused,
+                failed,
+                blocked,
+                deferred,
+                policy_digest = %report.policy_digest,
+                "recovery sweep finished"
+            )
+        };
+    }
+    if !read_only && executed + refused + failed > 0 {
+        sweep_event!(tracing::Level::INFO);
+    } else {
+        sweep_event!(tracing::Level::DEBUG);
     }
 }
 
