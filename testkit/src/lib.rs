@@ -57,6 +57,8 @@
 //! every case fails saying so, as mend itself would refuse such a backend. A case that needs a
 //! capability the policy does not require (`fencing_epoch` needs `publish.fencing-epoch`) is
 //! skipped, and reported as skipped, on a backend without it ([`Case::needs`]).
+//! [`WithoutCapability`] wraps a catalog so that it claims one capability fewer: how to see
+//! what mend refuses on an older build of a backend.
 //!
 //! # Time and data
 //!
@@ -70,8 +72,10 @@ mod cases;
 mod counting_store;
 mod harness;
 mod suite;
+mod without_capability;
 
 pub use backend::{BackendUnderTest, Fingerprint, FreshCatalog, Scale};
 pub use counting_store::{CountingStore, RequestCounts};
 pub use harness::{EPOCH_MS, Harness, MAX_STAGE_BATCH, WriteFingerprint};
 pub use suite::{Case, CaseReport, Outcome, Summary, case, cases, run_all, run_cases};
+pub use without_capability::WithoutCapability;

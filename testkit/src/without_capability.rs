@@ -1,0 +1,172 @@
+//! A catalog that hides one capability of another: an older backend, for the cases (and an
+//! embedder's tests) that check what mend does on a backend without it.
+
+use async_trait::async_trait;
+use mend::Result;
+use mend::audit::AuditRecord;
+use mend::catalog::{
+    Capabilities, Catalog, ManifestProbe, PublishValidator, RecordedRequest, RequestKey,
+    StagePlanner,
+};
+use mend::intent::{Intent, IntentPhase};
+use mend::model::{
+    Dataset, DatasetConfig, ListQuery, MarkResult, PublishRequest, PublishResult, SplitPage,
+    StageMode, StagedSplit, TimestampMs,
+};
+
+/// `inner` in every respect, except that its [`capabilities`](Catalog::capabilities) lack
+/// `lacks`: what an older build of a backend would claim. mend's checks go by the claim, so an
+/// engine on it refuses what needs the capability as it would on that older backend.
+#[derive(Debug)]
+pub struct WithoutCapability<C> {
+    /// The catalog that serves every call.
+    pub inner: C,
+    /// The capability it claims not to have (`mend_policy::capability::*`).
+    pub lacks: &'static str,
+}
+
+#[async_trait]
+impl<C: Catalog> Catalog for WithoutCapability<C> {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities().without(self.lacks)
+    }
+    fn describe(&self) -> String {
+        format!("{} without {}", self.inner.describe(), self.lacks)
+    }
+    async fn create_dataset(
+        &self,
+        id: &str,
+        uid: &str,
+        config: &DatasetConfig,
+        now: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<Dataset> {
+        self.inner.create_dataset(id, uid, config, now, key).await
+    }
+    async fn list_datasets(&self) -> Result<Vec<Dataset>> {
+        self.inner.list_datasets().await
+    }
+    async fn dataset(&self, id: &str) -> Result<Dataset> {
+        self.inner.dataset(id).await
+    }
+    async fn probe_manifest(&self, id: &str) -> Result<ManifestProbe> {
+        self.inner.probe_manifest(id).await
+    }
+    async fn update_config(
+        &self,
+        id: &str,
+        expected: u64,
+        config: &DatasetConfig,
+        now: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<Dataset> {
+        self.inner
+            .update_config(id, expected, config, now, key)
+            .await
+    }
+    async fn set_publish_token(
+        &self,
+        id: &str,
+        token: Option<&str>,
+        now: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<Dataset> {
+        self.inner.set_publish_token(id, token, now, key).await
+    }
+    async fn advance_fencing_epoch(&self, id: &str, now: TimestampMs) -> Result<Dataset> {
+        self.inner.advance_fencing_epoch(id, now).await
+    }
+    async fn stage(
+        &self,
+        id: &str,
+        mode: StageMode,
+        ids: &[String],
+        planner: &StagePlanner<'_>,
+        now: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<Vec<StagedSplit>> {
+        self.inner.stage(id, mode, ids, planner, now, key).await
+    }
+    async fn publish(
+        &self,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<PublishResult> {
+        self.inner.publish(request, validate, now, key).await
+    }
+    async fn record_request(&self, id: &str, record: &RecordedRequest) -> Result<RecordedRequest> {
+        self.inner.record_request(id, record).await
+    }
+    async fn recorded_request(&self, id: &str, key: &str) -> Result<Option<RecordedRequest>> {
+        self.inner.recorded_request(id, key).await
+    }
+    async fn forget_recorded_requests(
+        &self,
+        id: &str,
+        before: TimestampMs,
+        now: TimestampMs,
+    ) -> Result<usize> {
+        self.inner.forget_recorded_requests(id, before, now).await
+    }
+    async fn mark_for_deletion(
+        &self,
+        id: &str,
+        ids: &[String],
+        now: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<MarkResult> {
+        self.inner.mark_for_deletion(id, ids, now, key).await
+    }
+    async fn mark_stale_staged(
+        &self,
+        id: &str,
+        ids: &[String],
+        before: TimestampMs,
+        now: TimestampMs,
+    ) -> Result<Vec<String>> {
+        self.inner.mark_stale_staged(id, ids, before, now).await
+    }
+    async fn delete_splits(
+        &self,
+        id: &str,
+        ids: &[String],
+        now: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<()> {
+        self.inner.delete_splits(id, ids, now, key).await
+    }
+    async fn list_splits(&self, id: &str, query: &ListQuery) -> Result<SplitPage> {
+        self.inner.list_splits(id, query).await
+    }
+    async fn put_intent(&self, intent: &Intent) -> Result<()> {
+        self.inner.put_intent(intent).await
+    }
+    async fn update_intent(&self, intent: &Intent, expected: IntentPhase) -> Result<()> {
+        self.inner.update_intent(intent, expected).await
+    }
+    async fn abandon_intent(
+        &self,
+        id: &str,
+        operation_id: &str,
+        lease_expired_by: Option<TimestampMs>,
+        now: TimestampMs,
+    ) -> Result<Intent> {
+        self.inner
+            .abandon_intent(id, operation_id, lease_expired_by, now)
+            .await
+    }
+    async fn delete_intent(&self, id: &str, operation_id: &str, now: TimestampMs) -> Result<()> {
+        self.inner.delete_intent(id, operation_id, now).await
+    }
+    async fn list_intents(&self, id: &str) -> Result<Vec<Intent>> {
+        self.inner.list_intents(id).await
+    }
+    async fn append_audit(&self, id: &str, records: &[AuditRecord]) -> Result<()> {
+        self.inner.append_audit(id, records).await
+    }
+    async fn list_audit(&self, id: &str, limit: Option<usize>) -> Result<Vec<AuditRecord>> {
+        self.inner.list_audit(id, limit).await
+    }
+}
