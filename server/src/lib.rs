@@ -10,7 +10,7 @@
 //!   401 and nothing happens.
 //! - `/healthz` (the process answers), `/readyz` (it serves: started, not shutting down) and
 //!   `/metrics` (Prometheus text) sit outside `/v1`; `/v1/openapi.json` is the OpenAPI
-//!   document of every route, generated from the code ([`openapi`]).
+//!   document of every route, generated from the code (`openapi.rs`).
 //! - Everything a client can make the server hold is bounded ([`ServeLimits`]): connections
 //!   and the time their heads, bodies and idle waits take (`connections.rs`, `limits.rs`),
 //!   queued writes ([`writes`]), and the files and uploads of admin requests (`admin.rs`). Past
@@ -19,7 +19,7 @@
 //! The server follows the deployment's policy registry: a swap or rollback made by another
 //! process (`mend policy swap`) is loaded and installed within one supervisor interval.
 //!
-//! It logs with `tracing` and installs no subscriber: the binary does ([`request_span`] is
+//! It logs with `tracing` and installs no subscriber: the binary does (`request_span.rs` is
 //! the span each request's logs are in). What the binary prints for people when it starts
 //! and stops is its own output, not logs.
 
