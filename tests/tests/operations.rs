@@ -909,3 +909,107 @@ async fn bytes_that_are_not_a_split_object_are_refused_without_failing_the_datas
         "{refused} steps refused over 3 kinds of bytes that are not split objects, on every backend; the sweep settled the dataset's healthy operation each time"
     );
 }
+
+/// Moves an operation's intent to `to` just before the engine confirms it: recovery acting
+/// between the publish's read of the intent and its confirm, as when the writer's lease ran
+/// out while its publish was on its way (abandoned) or recovery rolled it forward (confirmed).
+#[derive(Debug)]
+struct RecoveryActsBeforeConfirm {
+    catalog: std::sync::Arc<dyn mend::Catalog>,
+    dataset_id: String,
+    to: mend::intent::IntentPhase,
+}
+
+impl mend::faults::Faults for RecoveryActsBeforeConfirm {
+    fn before(&self, step: &mend::faults::DurableStep) -> mend::Result<()> {
+        if *step != mend::faults::DurableStep::ConfirmIntent {
+            return Ok(());
+        }
+        // `before` is synchronous; the test runs on a multi-threaded runtime.
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(async {
+                let intents = self.catalog.list_intents(&self.dataset_id).await?;
+                let [intent] = intents.as_slice() else {
+                    panic!("one intent: {intents:?}");
+                };
+                let moved = mend::intent::Intent {
+                    phase: self.to,
+                    ..intent.clone()
+                };
+                self.catalog.update_intent(&moved, intent.phase).await
+            })
+        })
+    }
+
+    fn after(&self, _step: &mend::faults::DurableStep) -> mend::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_that_loses_its_intent_to_recovery_answers_what_recovery_made_of_it() {
+    use mend::intent::IntentPhase;
+    let mut checked = 0;
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        for (to, operation_id) in [
+            (IntentPhase::Abandoned, "op-abandoned"),
+            (IntentPhase::EffectsConfirmed, "op-confirmed"),
+        ] {
+            let ds = h.create_dataset("raced").await;
+            let bytes = payload(operation_id, 100);
+            h.engine
+                .begin_operation(&plan(&ds, operation_id, &[("s-r", &bytes)], 10))
+                .await
+                .unwrap();
+            h.engine
+                .upload_object(&ds, operation_id, "s-r", body(&bytes, 64))
+                .await
+                .unwrap();
+            let racing = h
+                .engine
+                .with_faults(std::sync::Arc::new(RecoveryActsBeforeConfirm {
+                    catalog: h.engine.catalog().clone(),
+                    dataset_id: ds.clone(),
+                    to,
+                }));
+            let answer = racing.publish_operation(&ds, operation_id).await;
+            match to {
+                // The writer is told its operation ended, as any later step would tell it,
+                // and starts over; nothing of it is visible.
+                IntentPhase::Abandoned => {
+                    let error = answer.unwrap_err();
+                    assert!(
+                        matches!(&error, MendError::FailedPrecondition { message, .. } if message.contains("has ended")),
+                        "{backend}: {error:?}"
+                    );
+                    assert!(
+                        h.rows(&ds)
+                            .await
+                            .iter()
+                            .all(|row| row.state != SplitState::Published),
+                        "{backend}"
+                    );
+                }
+                // Confirmed by recovery: this publish finishes it.
+                _ => {
+                    let view = answer.unwrap_or_else(|e| panic!("{backend}: {e:?}"));
+                    assert_eq!(view.phase, OperationPhase::Published, "{backend}");
+                    assert!(
+                        h.engine
+                            .catalog()
+                            .list_intents(&ds)
+                            .await
+                            .unwrap()
+                            .is_empty()
+                    );
+                }
+            }
+            checked += 1;
+        }
+    }
+    println!(
+        "{checked} publishes whose intent recovery moved before the confirm: abandoned ones told \
+         they ended, confirmed ones finished"
+    );
+}

@@ -683,6 +683,12 @@ impl Engine {
         match self.catalog.update_intent(&renewed, intent.phase).await {
             Ok(()) => Ok(self.view(&renewed, None, &[])),
             Err(MendError::NotFound { .. }) => self.after_the_end(dataset_id, operation_id).await,
+            Err(error @ MendError::FailedPrecondition { .. }) => {
+                // The intent moved since it was read: recovery abandoned it (its lease ran out
+                // while this request was on its way) or finished it. Answer what it is now.
+                self.live_intent(dataset_id, operation_id).await?;
+                Err(error)
+            }
             Err(error) => Err(error),
         }
     }
@@ -757,6 +763,16 @@ impl Engine {
                 Ok(()) => intent = confirmed,
                 Err(MendError::NotFound { .. }) => {
                     return self.after_the_end(dataset_id, operation_id).await;
+                }
+                Err(error @ MendError::FailedPrecondition { .. }) => {
+                    // The intent moved since it was read: recovery abandoned it (its lease ran
+                    // out while this request was on its way: the writer is told it ended, as
+                    // it would be a moment later), or confirmed it to roll it forward (then
+                    // this publish finishes it, under the same key as recovery's).
+                    match self.live_intent(dataset_id, operation_id).await? {
+                        now if now.phase == IntentPhase::EffectsConfirmed => intent = now,
+                        _ => return Err(error),
+                    }
                 }
                 Err(error) => return Err(error),
             }
