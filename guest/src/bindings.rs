@@ -9,8 +9,8 @@
 //! handler and [`DefaultPolicy`] to delegate to, and exports its own type with
 //! `mend_policy::bindings::export!(Wrapper with_types_in mend_policy::bindings)`.
 
-// The generated glue lifts and lowers through raw pointers; that is its job, and the only
-// unsafe code in the guest.
+// The generated glue lifts and lowers through raw pointers; that is its job, and with the
+// allocator the only unsafe code in the guest.
 #![allow(unsafe_code)]
 
 use alloc::vec::Vec;
@@ -27,7 +27,7 @@ wit_bindgen::generate!({
 use mend::policy::types as wit;
 
 #[global_allocator]
-static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+static ALLOCATOR: crate::allocator::BumpAllocator = crate::allocator::BumpAllocator::new();
 
 /// The canonical ABI's allocator entry point. On wasm32-wasip2 the standard library would
 /// export it; this crate is `no_std` there, so it exports its own, backed by the allocator above.

@@ -10,7 +10,7 @@
 //!   the host can compare the component against them (differential tests, benchmarks);
 //! - for `wasm32-wasip2`, as the policy component. There it is `no_std`: nothing from the
 //!   standard library's WASI layer is linked, so the component imports nothing at all
-//!   (`bindings` is the only wasm-specific file, and it only converts types). Without the
+//!   (`bindings`, which only converts types, and `allocator` are the only wasm-specific files). Without the
 //!   `component` feature the adapter is still built but nothing is exported, so that another
 //!   component can wrap the default policy's decisions and export its own `describe()`.
 //!
@@ -29,6 +29,8 @@ pub mod recovery;
 pub mod stage;
 pub mod types;
 
+#[cfg(target_arch = "wasm32")]
+mod allocator;
 #[cfg(target_arch = "wasm32")]
 pub mod bindings;
 

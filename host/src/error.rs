@@ -277,4 +277,18 @@ pub enum PolicyError {
         /// The output limit.
         limit: usize,
     },
+
+    /// Every sandbox of the process's pool was in use for as long as a decision may wait for
+    /// one: more decisions at once than [`crate::runtime::CONCURRENT_DECISIONS`].
+    #[error(
+        "policy call {function} found all {slots} sandboxes busy for {waited:?}; too many decisions at once in this process"
+    )]
+    Busy {
+        /// The contract function that was to be called.
+        function: &'static str,
+        /// The size of the pool.
+        slots: u32,
+        /// How long it waited for a sandbox.
+        waited: std::time::Duration,
+    },
 }

@@ -178,3 +178,59 @@ async fn misbehaving_components_are_contained_and_everything_else_keeps_working(
         rows.splits.len()
     );
 }
+
+/// The hostile policy's `remember` counts its decisions in a global, marks a static, leaves a
+/// marker on its heap and grows its memory; each answer says what it found of the decisions
+/// before it. Asked again and again (between runaways that trap and exhaust memory, and from
+/// several threads at once), every answer is the first decision's.
+#[test]
+fn a_decision_finds_nothing_of_the_decisions_before_it() {
+    let hostile = PolicyRuntime::load(HOSTILE_WASM, PolicyLimits::default()).expect("loads");
+    let remembered = |hostile: &PolicyRuntime| -> String {
+        let plan = hostile
+            .plan_stage(&plan_for("remember"))
+            .expect("remember answers");
+        match &plan[..] {
+            [planned] => match &planned.action {
+                StageAction::Reject(found) => found.clone(),
+                other => panic!("remember answers with a rejection, not {other:?}"),
+            },
+            other => panic!("remember answers one split, not {other:?}"),
+        }
+    };
+    let first = remembered(&hostile);
+    assert!(
+        first.starts_with(
+            "decisions seen 1, marked false, heap marker found false, pages on entry "
+        ),
+        "{first}"
+    );
+
+    let mut decisions = 1;
+    for round in 0..20 {
+        if round % 5 == 4 {
+            for runaway in ["panic", "bomb"] {
+                hostile
+                    .plan_stage(&plan_for(runaway))
+                    .expect_err("a runaway fails");
+            }
+        }
+        assert_eq!(remembered(&hostile), first, "decision {}", decisions + 1);
+        decisions += 1;
+    }
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let hostile = hostile.clone();
+            std::thread::spawn(move || (0..25).map(|_| remembered(&hostile)).collect::<Vec<_>>())
+        })
+        .collect();
+    for thread in threads {
+        for found in thread.join().expect("thread") {
+            assert_eq!(found, first);
+            decisions += 1;
+        }
+    }
+    println!(
+        "{decisions} decisions of the remembering policy each found nothing of another: {first}"
+    );
+}

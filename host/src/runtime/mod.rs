@@ -35,7 +35,7 @@ use mend_policy::{
 };
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Config, Engine, Store};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
 
 use crate::error::PolicyError;
 
@@ -44,10 +44,10 @@ pub use compat::{
     ALLOWED_IMPORTS, CONTRACT_TYPES_IMPORT, HOST_ABI_MAJOR, HOST_ABI_MINOR, HostAbi,
     KNOWN_SEMANTICS_REVISIONS,
 };
-pub use sandbox::PolicyLimits;
+pub use sandbox::{CONCURRENT_DECISIONS, PolicyLimits};
 
 use self::bindings::{Policy, PolicyPre};
-use self::sandbox::SandboxState;
+use self::sandbox::{SandboxState, Sandboxes};
 
 /// The default policy component, built from `guest/` by the build script.
 pub const DEFAULT_POLICY_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_WASM"));
@@ -301,6 +301,8 @@ impl Loaded {
         function: &'static str,
         body: impl FnOnce(&Policy, &mut Store<SandboxState>) -> wasmtime::Result<T>,
     ) -> Result<T, PolicyError> {
+        static SANDBOXES: Sandboxes = Sandboxes::new();
+        let _sandbox = SANDBOXES.take(function, sandbox::SANDBOX_WAIT)?;
         let mut store = Store::new(&self.engine, SandboxState::new(&self.limits));
         store.limiter(|state| state);
         store.set_epoch_deadline(deadline_ticks(self.limits.cpu_time_per_call));
@@ -343,6 +345,7 @@ fn shared_engine() -> Result<&'static Engine, PolicyError> {
             let mut config = Config::new();
             config.epoch_interruption(true);
             config.wasm_component_model(true);
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool()));
             let engine = Engine::new(&config).map_err(|error| format!("{error:#}"))?;
             start_epoch_ticker(&engine);
             Ok(engine)
@@ -352,6 +355,42 @@ fn shared_engine() -> Result<&'static Engine, PolicyError> {
             message: message.clone(),
         })
 }
+
+/// The pool decisions' instances are allocated from: [`CONCURRENT_DECISIONS`] sandboxes, with
+/// room in each for what the sandbox's limiter allows (one core instance with one memory and
+/// up to four tables). The pool sets no limit per component: it checks those when a component
+/// is compiled, which would refuse a component for its shape before the import check could
+/// say what is wrong with it (a WASI component has several core instances); the limiter
+/// refuses such shapes when an instance is made.
+fn pool() -> PoolingAllocationConfig {
+    let slots = CONCURRENT_DECISIONS;
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_component_instances(slots)
+        .total_core_instances(slots)
+        .total_memories(slots)
+        .total_tables(slots * sandbox::TABLES_PER_SANDBOX)
+        .max_tables_per_module(sandbox::TABLES_PER_SANDBOX)
+        .table_elements(sandbox::TABLE_ELEMENTS)
+        .max_memory_size(crate::bounds::POLICY_MEMORY_BYTES.max as usize);
+    // Where the kernel reports which pages a decision dirtied (`PAGEMAP_SCAN`, Linux 6.7), the
+    // sandbox is reset by rewriting just those, and its pages stay mapped: the next decision
+    // takes no page faults. Without it, a resident region would be rewritten whole on every
+    // reset, costlier than giving the pages back, so the pages are given back.
+    if PoolingAllocationConfig::is_pagemap_scan_available() {
+        pool.pagemap_scan(wasmtime::Enabled::Yes)
+            .linear_memory_keep_resident(MEMORY_KEPT_RESIDENT)
+            .table_keep_resident(TABLE_KEPT_RESIDENT);
+    }
+    pool
+}
+
+/// How much of a sandbox's memory and tables stays mapped between decisions, where the kernel
+/// can tell which pages were dirtied: the default policy's initial memory (1 MiB) and a few
+/// of its growths. Only pages a
+/// decision touched are resident, and only in the sandboxes that have been used at once (one
+/// per thread deciding at the same time), so this bounds what the pool keeps, per sandbox.
+const MEMORY_KEPT_RESIDENT: usize = 4 << 20;
+const TABLE_KEPT_RESIDENT: usize = 64 << 10;
 
 /// Advances the engine's epoch every tick. The thread holds only a weak reference, so it ends
 /// when the engine is dropped rather than keeping it alive.

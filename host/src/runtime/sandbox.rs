@@ -1,7 +1,16 @@
 //! The sandbox one decision runs in: a fresh store with a memory limiter and an epoch deadline,
-//! and the translation of whatever goes wrong inside it into a typed [`PolicyError`].
+//! the pool its instance is allocated from, and the translation of whatever goes wrong inside
+//! it into a typed [`PolicyError`].
+//!
+//! Every decision still gets a fresh instance: fresh linear memory initialised from the
+//! component's image, fresh globals and tables. The pool only keeps the virtual memory of each
+//! slot mapped between decisions, so that an instance is set up and torn down without an
+//! `mmap`/`munmap` (a slot's memory is reset to the image when its decision ends). The
+//! `remember` behaviour of the hostile test policy tries to carry state from one decision to
+//! the next and finds none.
 
-use std::time::Duration;
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use wasmtime::{ResourceLimiter, Trap};
 
@@ -29,6 +38,10 @@ impl Default for PolicyLimits {
         }
     }
 }
+
+/// The most tables one decision's instance may have, and the most elements in each.
+pub(crate) const TABLES_PER_SANDBOX: u32 = 4;
+pub(crate) const TABLE_ELEMENTS: usize = 100_000;
 
 /// The store's data: the limiter, which also remembers whether it refused a growth so that a
 /// trap caused by that refusal is reported as memory exhaustion rather than a bare trap.
@@ -66,7 +79,7 @@ impl ResourceLimiter for SandboxState {
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         // Tables hold function references; a policy has no reason for a large one.
-        Ok(desired <= 100_000)
+        Ok(desired <= TABLE_ELEMENTS)
     }
 
     fn instances(&self) -> usize {
@@ -78,7 +91,78 @@ impl ResourceLimiter for SandboxState {
     }
 
     fn tables(&self) -> usize {
-        4
+        TABLES_PER_SANDBOX as usize
+    }
+}
+
+/// How many decisions may run at once in one process: the pool holds this many sandboxes.
+/// Each reserves the virtual address space of the largest memory a policy may be allowed
+/// (`limits.policy_memory_bytes`, at most 4 GiB, plus guard pages); only the pages a decision
+/// touches are ever resident.
+pub const CONCURRENT_DECISIONS: u32 = 128;
+
+/// How long a decision waits for a free sandbox when all are in use before it fails with
+/// [`PolicyError::Busy`]. A sandbox is held for one call, which its CPU deadline bounds.
+pub(crate) const SANDBOX_WAIT: Duration = Duration::from_secs(10);
+
+/// The pool's sandboxes as a counting semaphore. wasmtime fails an instantiation when its pool
+/// is exhausted; waiting here first turns a burst of decisions into a short queue instead.
+/// Decisions are synchronous and never nest, so a std mutex and condvar suffice.
+pub(crate) struct Sandboxes {
+    in_use: Mutex<u32>,
+    freed: Condvar,
+}
+
+/// One sandbox of the pool, given back when dropped.
+pub(crate) struct SandboxPermit<'a> {
+    sandboxes: &'a Sandboxes,
+}
+
+impl Sandboxes {
+    pub(crate) const fn new() -> Self {
+        Self {
+            in_use: Mutex::new(0),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// Takes a sandbox, waiting up to `wait` for one.
+    pub(crate) fn take(
+        &self,
+        function: &'static str,
+        wait: Duration,
+    ) -> Result<SandboxPermit<'_>, PolicyError> {
+        let started = Instant::now();
+        let mut in_use = self.in_use.lock().unwrap_or_else(PoisonError::into_inner);
+        while *in_use >= CONCURRENT_DECISIONS {
+            let left = wait.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Err(PolicyError::Busy {
+                    function,
+                    slots: CONCURRENT_DECISIONS,
+                    waited: wait,
+                });
+            }
+            in_use = self
+                .freed
+                .wait_timeout(in_use, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        *in_use += 1;
+        Ok(SandboxPermit { sandboxes: self })
+    }
+}
+
+impl Drop for SandboxPermit<'_> {
+    fn drop(&mut self) {
+        let mut in_use = self
+            .sandboxes
+            .in_use
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *in_use -= 1;
+        self.sandboxes.freed.notify_one();
     }
 }
 
@@ -121,4 +205,40 @@ pub(crate) fn check_output_size(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_pool_makes_a_decision_wait_then_fail_busy() {
+        let sandboxes = Sandboxes::new();
+        let held: Vec<_> = (0..CONCURRENT_DECISIONS)
+            .map(|_| sandboxes.take("plan-stage", Duration::ZERO).expect("free"))
+            .collect();
+        let error = sandboxes
+            .take("plan-stage", Duration::from_millis(20))
+            .err()
+            .expect("the pool is full");
+        assert!(
+            matches!(error, PolicyError::Busy { function: "plan-stage", slots, .. } if slots == CONCURRENT_DECISIONS),
+            "{error:?}"
+        );
+
+        // A sandbox given back while a decision waits is the one it gets.
+        std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| {
+                sandboxes
+                    .take("plan-stage", Duration::from_secs(10))
+                    .is_ok()
+            });
+            std::thread::sleep(Duration::from_millis(20));
+            drop(held);
+            assert!(
+                waiter.join().expect("waiter"),
+                "the waiter got the freed sandbox"
+            );
+        });
+    }
 }

@@ -16,7 +16,11 @@
 //! - `bomb` allocates until memory runs out (the memory limit refuses the growth);
 //! - `huge` answers with more bytes than the output limit allows, while staying inside the
 //!   memory limit;
-//! - `panic` panics (a trap).
+//! - `panic` panics (a trap);
+//! - `remember` tries to carry state into the next decision: it counts its calls in a global,
+//!   marks a static buffer, fills a heap allocation and grows its memory, and answers (as the
+//!   reason of one rejected split) what it found of all that on entry. A fresh sandbox per
+//!   decision means it always finds nothing.
 //!
 //! It builds only for wasm32; natively it is empty.
 
@@ -28,6 +32,7 @@
 extern crate alloc;
 
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 wit_bindgen::generate!({
     world: "policy",
@@ -118,6 +123,7 @@ impl Guest for HostilePolicy {
             "bomb" => allocate_forever(),
             "huge" => return huge_plan(),
             "panic" => panic!("the hostile policy panics on request"),
+            "remember" => return remember(),
             _ => {}
         }
         let mut ids: Vec<(usize, alloc::string::String)> =
@@ -226,6 +232,33 @@ fn huge_plan() -> Vec<wit::PlannedSplit> {
         });
     }
     planned
+}
+
+/// What an earlier decision in the same instance would have left behind.
+static DECISIONS_SEEN: AtomicU32 = AtomicU32::new(0);
+static MARKED: AtomicBool = AtomicBool::new(false);
+/// Where the previous decision's heap marker was, if this memory remembers one.
+static HEAP_MARKER_AT: AtomicUsize = AtomicUsize::new(0);
+const HEAP_MARKER: u64 = 0x6d65_6e64_6d65_6e64;
+
+fn remember() -> Vec<wit::PlannedSplit> {
+    let seen = DECISIONS_SEEN.fetch_add(1, Ordering::Relaxed) + 1;
+    let marked = MARKED.swap(true, Ordering::Relaxed);
+    let pages_on_entry = core::arch::wasm32::memory_size(0);
+    let previous_marker = HEAP_MARKER_AT.load(Ordering::Relaxed);
+    let heap_marker_found = previous_marker != 0
+        // SAFETY: only read when this memory is the one the previous decision wrote to.
+        && unsafe { core::ptr::read_volatile(previous_marker as *const u64) } == HEAP_MARKER;
+    let marker = alloc::boxed::Box::leak(alloc::boxed::Box::new(HEAP_MARKER));
+    HEAP_MARKER_AT.store(core::ptr::from_mut(marker) as usize, Ordering::Relaxed);
+    core::arch::wasm32::memory_grow(0, 16);
+    alloc::vec![wit::PlannedSplit {
+        split_id: "a".into(),
+        request_index: 0,
+        action: wit::StageAction::Reject(alloc::format!(
+            "decisions seen {seen}, marked {marked}, heap marker found {heap_marker_found}, pages on entry {pages_on_entry}"
+        )),
+    }]
 }
 
 export!(HostilePolicy);

@@ -1,0 +1,291 @@
+//! Staging under contention on Postgres, shaped like an anchor workload: 8 writers at once,
+//! each staging 100 batches of 200 ids drawn at random (half of them already staged, in no
+//! order, some twice in a batch), in both modes, against the bare SQL floor of each mode in the
+//! same run. Measured by criterion (`common`):
+//!
+//!     scripts/with-postgres cargo bench -p mend-tests --bench contention
+//!
+//! - `create-only`: mend's `Engine::stage` against one sorted, deduplicated
+//!   `INSERT ... ON CONFLICT DO NOTHING RETURNING` per batch;
+//! - `upsert`: mend's `Engine::stage` against one sorted, deduplicated
+//!   `INSERT ... ON CONFLICT DO UPDATE ... WHERE state = 'staged' RETURNING` per batch.
+//!
+//! One iteration of a function runs the whole workload into a new dataset (created and filled
+//! with its already-staged half untimed, its rows deleted again after it, untimed). The
+//! deadlocks Postgres detected during each function are read from `pg_stat_database` and
+//! printed: mend's goal is none. `MEND_BENCH_CONTENTION_BATCHES` sets the batches per writer
+//! (100; 5 in test mode).
+//!
+//! It takes a few minutes on the 2-core development machine: 10 iterations of each of the
+//! four functions.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::Throughput;
+use mend::model::{StageMode, StageRequest, StageSplit};
+use mend_tests::{Backend, Harness};
+use sqlx::PgPool;
+
+mod common;
+use common::{Bench, Sampling, per_second};
+
+const WRITERS: usize = 8;
+const BATCH: usize = 200;
+/// Ids staged before the timed part: the half of every batch that already exists.
+const PRESENT: usize = 4_000;
+/// Ids no one has staged yet, which the writers race each other to insert.
+const FRESH: usize = 40_000;
+/// Of every batch, how many ids are repeats of another id of the same batch.
+const REPEATS: usize = 10;
+
+/// A small deterministic generator (xorshift64*): the same workload in every run.
+struct Ids(u64);
+
+impl Ids {
+    fn below(&mut self, bound: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % bound
+    }
+}
+
+fn present_id(n: usize) -> String {
+    format!("present-{n:06}")
+}
+
+fn fresh_id(n: usize) -> String {
+    format!("fresh-{n:06}")
+}
+
+/// Writer `writer`'s batches: half present ids, half fresh ones, shuffled, with repeats.
+fn workload(writer: usize, batches: usize) -> Vec<Vec<String>> {
+    let mut ids = Ids(0x9e37_79b9_7f4a_7c15 ^ (writer as u64 + 1));
+    (0..batches)
+        .map(|_| {
+            let distinct = BATCH - REPEATS;
+            let mut batch: Vec<String> = (0..distinct)
+                .map(|i| {
+                    if i % 2 == 0 {
+                        present_id(ids.below(PRESENT))
+                    } else {
+                        fresh_id(ids.below(FRESH))
+                    }
+                })
+                .collect();
+            for _ in 0..REPEATS {
+                let repeat = batch[ids.below(batch.len())].clone();
+                batch.push(repeat);
+            }
+            for i in (1..batch.len()).rev() {
+                batch.swap(i, ids.below(i + 1));
+            }
+            batch
+        })
+        .collect()
+}
+
+fn metadata(split_id: &str) -> String {
+    format!(r#"{{"num_docs":1000,"size_bytes":1048576,"source":"{split_id}"}}"#)
+}
+
+const FLOOR_CREATE_ONLY: &str = "
+INSERT INTO splits (dataset_id, split_id, state, node, metadata, time_range_start_ms,
+                    time_range_end_ms, created_at_ms, updated_at_ms, published_at_ms)
+SELECT $1, input.split_id, 'staged', $4, input.metadata::jsonb, NULL, NULL, $5, $5, NULL
+FROM UNNEST($2::text[], $3::text[]) AS input (split_id, metadata)
+ORDER BY input.split_id
+ON CONFLICT (dataset_id, split_id) DO NOTHING
+RETURNING split_id";
+
+const FLOOR_UPSERT: &str = "
+INSERT INTO splits (dataset_id, split_id, state, node, metadata, time_range_start_ms,
+                    time_range_end_ms, created_at_ms, updated_at_ms, published_at_ms)
+SELECT $1, input.split_id, 'staged', $4, input.metadata::jsonb, NULL, NULL, $5, $5, NULL
+FROM UNNEST($2::text[], $3::text[]) AS input (split_id, metadata)
+ORDER BY input.split_id
+ON CONFLICT (dataset_id, split_id) DO UPDATE
+    SET node = EXCLUDED.node, metadata = EXCLUDED.metadata, updated_at_ms = EXCLUDED.updated_at_ms
+    WHERE splits.state = 'staged'
+RETURNING split_id";
+
+/// Who runs the workload: mend in one mode, or a floor statement.
+#[derive(Clone, Copy)]
+enum Runner {
+    Mend(StageMode),
+    Floor(&'static str),
+}
+
+/// A new dataset with its present half staged, untimed.
+async fn prepared_dataset(harness: &Harness, name: &str) -> String {
+    let dataset_id = harness.create_dataset(name).await;
+    for chunk in (0..PRESENT).collect::<Vec<_>>().chunks(1_000) {
+        let request = StageRequest {
+            dataset_id: dataset_id.clone(),
+            mode: StageMode::CreateOnly,
+            node: "setup".into(),
+            splits: chunk
+                .iter()
+                .map(|&n| StageSplit {
+                    split_id: present_id(n),
+                    metadata_json: metadata(&present_id(n)),
+                })
+                .collect(),
+        };
+        harness.engine.stage(&request).await.expect("setup stage");
+    }
+    dataset_id
+}
+
+/// One batch as the floor sends it: sorted, each id once.
+async fn floor_batch(pool: &PgPool, statement: &str, dataset_id: &str, batch: &[String]) {
+    let mut ids: Vec<&str> = batch.iter().map(String::as_str).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let metadata: Vec<String> = ids.iter().map(|id| metadata(id)).collect();
+    sqlx::query(statement)
+        .bind(dataset_id)
+        .bind(&ids)
+        .bind(&metadata)
+        .bind("floor")
+        .bind(0_i64)
+        .fetch_all(pool)
+        .await
+        .expect("floor batch");
+}
+
+/// The whole workload once, all writers at once; the time from the first batch to the last.
+async fn iteration(
+    harness: &Arc<Harness>,
+    pool: &PgPool,
+    runner: Runner,
+    batches: usize,
+) -> Duration {
+    let dataset_id = prepared_dataset(harness, "contention").await;
+    let started = Instant::now();
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|writer| {
+            let harness = harness.clone();
+            let pool = pool.clone();
+            let dataset_id = dataset_id.clone();
+            tokio::spawn(async move {
+                for batch in workload(writer, batches) {
+                    match runner {
+                        Runner::Mend(mode) => {
+                            let request = StageRequest {
+                                dataset_id: dataset_id.clone(),
+                                mode,
+                                node: format!("writer-{writer}"),
+                                splits: batch
+                                    .iter()
+                                    .map(|id| StageSplit {
+                                        split_id: id.clone(),
+                                        metadata_json: metadata(id),
+                                    })
+                                    .collect(),
+                            };
+                            harness.engine.stage(&request).await.expect("stage");
+                        }
+                        Runner::Floor(statement) => {
+                            floor_batch(&pool, statement, &dataset_id, &batch).await
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    let took = started.elapsed();
+    sqlx::query("DELETE FROM splits WHERE dataset_id = $1")
+        .bind(&dataset_id)
+        .execute(pool)
+        .await
+        .expect("delete the iteration's rows");
+    took
+}
+
+async fn deadlocks(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
+        .fetch_one(pool)
+        .await
+        .expect("read pg_stat_database")
+}
+
+fn main() {
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let harness = Arc::new(runtime.block_on(Harness::new(Backend::Postgres)));
+    let pool = harness.pg.clone().expect("postgres harness has a pool");
+    let batches: usize = std::env::var("MEND_BENCH_CONTENTION_BATCHES")
+        .ok()
+        .map(|value| {
+            value
+                .parse()
+                .expect("MEND_BENCH_CONTENTION_BATCHES is a number")
+        })
+        .unwrap_or(if common::test_mode() { 5 } else { 100 });
+    let mut bench = Bench::from_args();
+    bench.report(format!(
+        "{WRITERS} writers x {batches} batches x {BATCH} ids (half already staged, shuffled, {REPEATS} repeats per batch) on Postgres"
+    ));
+
+    let functions: [(&str, Runner); 4] = [
+        ("create-only floor", Runner::Floor(FLOOR_CREATE_ONLY)),
+        ("create-only mend", Runner::Mend(StageMode::CreateOnly)),
+        ("upsert floor", Runner::Floor(FLOOR_UPSERT)),
+        ("upsert mend", Runner::Mend(StageMode::Upsert)),
+    ];
+    let deadlocks_seen: Vec<AtomicUsize> = functions.iter().map(|_| AtomicUsize::new(0)).collect();
+    let mut group = bench.group(
+        "contention",
+        Sampling::Expensive {
+            measurement: Duration::from_secs(10),
+        },
+    );
+    group.throughput(Throughput::Elements((WRITERS * batches * BATCH) as u64));
+    for ((id, runner), seen) in functions.iter().zip(&deadlocks_seen) {
+        group.bench(id, |b| {
+            b.iter_custom(|iters| {
+                runtime.block_on(async {
+                    let mut took = Duration::ZERO;
+                    for _ in 0..iters {
+                        let before = deadlocks(&pool).await;
+                        took += iteration(&harness, &pool, *runner, batches).await;
+                        let after = deadlocks(&pool).await;
+                        seen.fetch_add((after - before) as usize, Ordering::Relaxed);
+                    }
+                    took
+                })
+            })
+        });
+    }
+    group.finish().report(|times| {
+        let ids = WRITERS * batches * BATCH;
+        let mut lines = Vec::new();
+        for (mode, floor_of) in [("create-only", "create-only"), ("upsert", "upsert")] {
+            let floor = per_second(ids, times[format!("{floor_of} floor").as_str()]);
+            let mend = per_second(ids, times[format!("{mode} mend").as_str()]);
+            lines.push(format!(
+                "{mode:<11}: mend {mend:>8.0} ids/s, floor {floor:>8.0} ids/s, mend/floor = {:.2}",
+                mend / floor
+            ));
+        }
+        let create_only_floor = per_second(ids, times["create-only floor"]);
+        let upsert = per_second(ids, times["upsert mend"]);
+        lines.push(format!(
+            "upsert mend / create-only floor = {:.2}",
+            upsert / create_only_floor
+        ));
+        for ((id, _), seen) in functions.iter().zip(&deadlocks_seen) {
+            lines.push(format!(
+                "deadlocks Postgres detected during {id:<17}: {}",
+                seen.load(Ordering::Relaxed)
+            ));
+        }
+        lines
+    });
+    bench.finish();
+}
