@@ -91,25 +91,30 @@ fn metadata(split_id: &str) -> String {
     format!(r#"{{"num_docs":1000,"size_bytes":1048576,"source":"{split_id}"}}"#)
 }
 
-const FLOOR_CREATE_ONLY: &str = "
-INSERT INTO splits (dataset_id, split_id, state, node, metadata, time_range_start_ms,
+/// The floor's statement: the batch's rows, sorted, then what a conflict does.
+macro_rules! floor_insert {
+    ($on_conflict:literal) => {
+        concat!(
+            "INSERT INTO splits (dataset_id, split_id, state, node, metadata, time_range_start_ms,
                     time_range_end_ms, created_at_ms, updated_at_ms, published_at_ms)
 SELECT $1, input.split_id, 'staged', $4, input.metadata::jsonb, NULL, NULL, $5, $5, NULL
 FROM UNNEST($2::text[], $3::text[]) AS input (split_id, metadata)
 ORDER BY input.split_id
-ON CONFLICT (dataset_id, split_id) DO NOTHING
-RETURNING split_id";
+",
+            $on_conflict,
+            "
+RETURNING split_id"
+        )
+    };
+}
 
-const FLOOR_UPSERT: &str = "
-INSERT INTO splits (dataset_id, split_id, state, node, metadata, time_range_start_ms,
-                    time_range_end_ms, created_at_ms, updated_at_ms, published_at_ms)
-SELECT $1, input.split_id, 'staged', $4, input.metadata::jsonb, NULL, NULL, $5, $5, NULL
-FROM UNNEST($2::text[], $3::text[]) AS input (split_id, metadata)
-ORDER BY input.split_id
-ON CONFLICT (dataset_id, split_id) DO UPDATE
+const FLOOR_CREATE_ONLY: &str = floor_insert!("ON CONFLICT (dataset_id, split_id) DO NOTHING");
+
+const FLOOR_UPSERT: &str = floor_insert!(
+    "ON CONFLICT (dataset_id, split_id) DO UPDATE
     SET node = EXCLUDED.node, metadata = EXCLUDED.metadata, updated_at_ms = EXCLUDED.updated_at_ms
-    WHERE splits.state = 'staged'
-RETURNING split_id";
+    WHERE splits.state = 'staged'"
+);
 
 /// Who runs the workload: mend in one mode, or a floor statement.
 #[derive(Clone, Copy)]
