@@ -160,11 +160,14 @@ pub(super) fn stage(
                 if row.state == SplitState::Staged =>
             {
                 rows.push(SplitRow {
+                    split_id: split_id.clone(),
+                    state: row.state,
                     node: entry.split.node.clone(),
                     metadata: entry.split.metadata_value(),
                     time_range: entry.split.time_range,
+                    created_at_ms: row.created_at_ms,
                     updated_at_ms: now_ms,
-                    ..row.clone()
+                    published_at_ms: row.published_at_ms,
                 });
                 StageOutcome::Overwritten
             }
@@ -258,14 +261,14 @@ pub(super) fn publish(
             state: SplitState::Published,
             published_at_ms: Some(now_ms),
             updated_at_ms: now_ms,
-            ..state.splits[split_id].clone()
+            ..state.row(split_id)?
         });
     }
     for split_id in &replaced {
         rows.push(SplitRow {
             state: SplitState::MarkedForDeletion,
             updated_at_ms: now_ms,
-            ..state.splits[split_id].clone()
+            ..state.row(split_id)?
         });
     }
     let mut dataset = bumped(&state.dataset, now_ms);
@@ -296,14 +299,13 @@ pub(super) fn mark_for_deletion(
     };
     let mut rows = Vec::new();
     for split_id in split_ids {
-        let row = &state.splits[&split_id];
-        if row.state == SplitState::MarkedForDeletion {
+        if state.splits[&split_id].state == SplitState::MarkedForDeletion {
             result.already_marked.push(split_id);
         } else {
             rows.push(SplitRow {
                 state: SplitState::MarkedForDeletion,
                 updated_at_ms: now_ms,
-                ..row.clone()
+                ..state.row(&split_id)?
             });
             result.marked.push(split_id);
         }
@@ -338,7 +340,7 @@ pub(super) fn mark_stale_staged(
             rows.push(SplitRow {
                 state: SplitState::MarkedForDeletion,
                 updated_at_ms: now_ms,
-                ..row.clone()
+                ..state.row(&split_id)?
             });
         }
     }
