@@ -28,8 +28,9 @@
 //! - **Release.** Put-if-absent of the release marker, by `release().await` or in the
 //!   background when a guard is dropped ([`Gates::wait_for_releases`] waits for those). When
 //!   that fails, or the process dies first, the lease simply expires. Once the marker is in
-//!   place, the releaser deletes the earlier epochs' files and its own renewals, so that a
-//!   gate at rest holds two files: the newest lease and its marker.
+//!   place, the releaser deletes the earlier epochs' files and its own renewals in the
+//!   background (also waited for by `wait_for_releases`), so that a gate at rest holds two
+//!   files: the newest lease and its marker.
 //! - **Holders.** A lease names its holder (the program, pid and host given to
 //!   [`ObjectStoreGates::with_holder`], and an instance id) and its session, so that a waiter
 //!   that gives up says who holds the gate and when the lease ends.
@@ -638,7 +639,15 @@ impl GateLock for ObjectStoreLease {
         match written {
             Ok(()) => {
                 self.released = true;
-                clean_up_released(&self.store, &self.dir, self.epoch).await;
+                // In the background, so that a release costs its one put: the files only
+                // clutter listings until then.
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    let (store, dir, epoch) =
+                        (Arc::clone(&self.store), self.dir.clone(), self.epoch);
+                    self.background.spawn(&runtime, async move {
+                        clean_up_released(&store, &dir, epoch).await;
+                    });
+                }
                 Ok(())
             }
             // `released` stays false: dropping `self` tries once more in the background.

@@ -5,12 +5,17 @@
 //! checkpoint of the whole dataset. At most one such task runs per dataset and instance; a
 //! checkpoint that falls due while it runs is written right after, from the newest state
 //! then. A failure is counted and otherwise ignored: the commit it follows has landed, and the
-//! next checkpoint makes up for a missing one. Encoding runs on tokio's blocking pool: it
-//! takes tens of milliseconds for 100,000 splits, which would stall every request queued on
-//! the same async worker.
+//! next checkpoint makes up for a missing one.
+//!
+//! Encoding takes tens of milliseconds and tens of megabytes for 100,000 splits, so it runs
+//! neither on an async worker (it would stall every request queued there) nor on tokio's
+//! blocking pool, but on one thread of the process's own ([`encode_off_thread`]): glibc keeps
+//! the memory a thread's arena once held, and encodes spread over the blocking pool's threads
+//! left a checkpoint's worth of resident memory behind in each of them.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
@@ -20,7 +25,7 @@ use super::checkpoint;
 use super::log::{Counters, Log};
 use super::retention::{self, ListedFile};
 use super::state::DatasetState;
-use crate::error::Result;
+use crate::error::{MendError, Result};
 
 /// When checkpoints fall due and what retention keeps.
 #[derive(Debug, Clone, Copy)]
@@ -140,9 +145,7 @@ impl Task {
     /// writer's).
     async fn checkpoint(&self, state: &Arc<DatasetState>) -> bool {
         let counters = &self.log.counters;
-        let encoding = Arc::clone(state);
-        let encoded = tokio::task::spawn_blocking(move || checkpoint::encode(&encoding)).await;
-        let Ok(Ok(bytes)) = encoded else {
+        let Ok(bytes) = encode_off_thread(Arc::clone(state)).await else {
             Counters::bump(&counters.checkpoint_failures);
             return false;
         };
@@ -228,4 +231,41 @@ impl Drop for Task {
             .remove(&self.dataset_id);
         self.ended.notify_waiters();
     }
+}
+
+/// A checkpoint to encode, and where to send the bytes.
+type EncodeJob = (
+    Arc<DatasetState>,
+    tokio::sync::oneshot::Sender<Result<Vec<u8>>>,
+);
+
+/// `state`'s checkpoint, encoded on the process's checkpoint thread (see the module doc),
+/// which is started on first use and lives as long as the process.
+async fn encode_off_thread(state: Arc<DatasetState>) -> Result<Vec<u8>> {
+    static JOBS: OnceLock<Mutex<mpsc::Sender<EncodeJob>>> = OnceLock::new();
+    let jobs = JOBS.get_or_init(|| {
+        let (sender, receiver) = mpsc::channel::<EncodeJob>();
+        let spawned = std::thread::Builder::new()
+            .name("mend-checkpoints".to_string())
+            .spawn(move || {
+                for (state, reply) in receiver {
+                    let _ = reply.send(checkpoint::encode(&state));
+                }
+            });
+        if let Err(error) = spawned {
+            tracing::warn!(%error, "the checkpoint thread cannot start; checkpoints are not written");
+        }
+        Mutex::new(sender)
+    });
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let sent = jobs
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .send((state, reply));
+    let gone = || MendError::Unavailable {
+        message: "the checkpoint thread is gone".to_string(),
+        source: None,
+    };
+    sent.map_err(|_| gone())?;
+    answer.await.map_err(|_| gone())?
 }

@@ -169,7 +169,7 @@ impl Serialize for SplitsOut<'_> {
                 split.updated_at_ms,
                 split.published_at_ms,
                 split.time_range.map(|range| (range.start, range.end)),
-                &split.metadata,
+                split.metadata.raw(),
             );
             rows.serialize_element(&row)?;
         }
@@ -212,7 +212,7 @@ impl<'de> Visitor<'de> for SplitsVisitor {
             let split = StoredSplit {
                 state,
                 node,
-                metadata,
+                metadata: metadata.into(),
                 time_range: range.map(|(start, end)| TimeRange { start, end }),
                 created_at_ms,
                 updated_at_ms,

@@ -30,7 +30,7 @@ use super::state::DatasetState;
 use crate::catalog::RecordedRequest;
 use crate::error::{MendError, Result};
 use crate::intent::Intent;
-use crate::model::{Dataset, SplitRow, TimestampMs};
+use crate::model::{Dataset, SplitRow, SplitState, TimeRange, TimestampMs};
 
 /// The newest commit file format this code reads and the one it writes (checkpoints have
 /// their own, [`checkpoint::CHECKPOINT_FORMAT_VERSION`]).
@@ -55,7 +55,7 @@ pub(crate) enum Action {
         updated_at_ms: TimestampMs,
     },
     /// Rows after the commit, inserted or replaced whole.
-    PutSplits { rows: Vec<SplitRow> },
+    PutSplits { rows: Vec<LogRow> },
     /// Rows removed by the commit.
     DeleteSplits { split_ids: Vec<String> },
     /// An operation's intent after the commit, written or replaced whole.
@@ -69,6 +69,59 @@ pub(crate) enum Action {
     ForgetRequests { keys: Vec<String> },
 }
 
+/// A split row as a commit carries it: a [`SplitRow`], field for field and in the same JSON,
+/// whose metadata stays the JSON text it is, neither parsed when read nor written again from
+/// a parsed value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct LogRow {
+    pub split_id: String,
+    pub state: SplitState,
+    pub node: String,
+    pub metadata: RawJson,
+    pub time_range: Option<TimeRange>,
+    pub created_at_ms: TimestampMs,
+    pub updated_at_ms: TimestampMs,
+    pub published_at_ms: Option<TimestampMs>,
+}
+
+/// JSON text, checked to be well-formed JSON when it was made or read; equal when the texts
+/// are.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct RawJson(Box<serde_json::value::RawValue>);
+
+impl RawJson {
+    /// `text`, if it is JSON.
+    pub fn parse(text: String) -> std::result::Result<Self, serde_json::Error> {
+        serde_json::value::RawValue::from_string(text).map(Self)
+    }
+
+    /// The compact JSON of `value`.
+    pub fn of(value: &serde_json::Value) -> Self {
+        Self(serde_json::value::to_raw_value(value).expect("a JSON value always serialises"))
+    }
+
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    pub fn raw(&self) -> &serde_json::value::RawValue {
+        &self.0
+    }
+}
+
+impl From<Box<serde_json::value::RawValue>> for RawJson {
+    fn from(raw: Box<serde_json::value::RawValue>) -> Self {
+        Self(raw)
+    }
+}
+
+impl PartialEq for RawJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
 /// One version of a dataset's log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Commit {
@@ -77,7 +130,41 @@ pub(crate) struct Commit {
     /// Tells our own commit apart from another writer's when a put's outcome is unclear.
     pub commit_id: String,
     pub committed_at_ms: TimestampMs,
+    #[serde(deserialize_with = "deserialize_actions")]
     pub actions: Vec<Action>,
+}
+
+/// The actions of a commit. serde reads an internally tagged enum through a buffer that a
+/// [`RawJson`] cannot be read from, so each action is taken as JSON text first, and the
+/// rows of a `put_splits` are read from that text directly; every other kind goes through
+/// the derived reader.
+fn deserialize_actions<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<Vec<Action>, D::Error> {
+    use serde::de::Error;
+
+    #[derive(Deserialize)]
+    struct Kind<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: std::borrow::Cow<'a, str>,
+    }
+    #[derive(Deserialize)]
+    struct PutSplits {
+        rows: Vec<LogRow>,
+    }
+    let actions = Vec::<Box<serde_json::value::RawValue>>::deserialize(deserializer)?;
+    actions
+        .iter()
+        .map(|action| {
+            let Kind { kind } = serde_json::from_str(action.get()).map_err(D::Error::custom)?;
+            if kind == "put_splits" {
+                let PutSplits { rows } =
+                    serde_json::from_str(action.get()).map_err(D::Error::custom)?;
+                return Ok(Action::PutSplits { rows });
+            }
+            serde_json::from_str(action.get()).map_err(D::Error::custom)
+        })
+        .collect()
 }
 
 impl Commit {
@@ -323,6 +410,7 @@ impl Log {
         // Parsing a checkpoint of 100,000 splits takes tens of milliseconds: off the async
         // workers, so that other datasets' requests keep moving meanwhile.
         let parse_path = path.clone();
+
         let state = match tokio::runtime::Handle::try_current() {
             Ok(runtime) => runtime
                 .spawn_blocking(move || checkpoint::decode(&parse_path, &bytes))
@@ -330,6 +418,7 @@ impl Log {
                 .map_err(|err| MendError::unavailable(format!("reading {path}: {err}"), err))??,
             Err(_) => checkpoint::decode(&path, &bytes)?,
         };
+
         if state.version != version {
             return Err(corrupt(&path, format!("holds version {}", state.version)));
         }

@@ -145,6 +145,9 @@ struct Cached {
     confirmed_at: Instant,
 }
 
+/// How many log versions a replay reads at once, at most.
+const MAX_READS_AHEAD: u64 = 16;
+
 /// How many rounds a load takes (each a read to the end of the log and a listing) before it
 /// gives up: only a log checkpointed and pruned faster than a checkpoint can be read gets
 /// there.
@@ -323,21 +326,30 @@ impl ObjectStoreCatalog {
         }
     }
 
-    /// `base` with every version after it applied, up to the first missing one.
+    /// `base` with every version after it applied, up to the first missing one. The first
+    /// version after `base` is read alone (a probe that finds nothing costs one GET); while
+    /// versions keep coming, the next ones are read several at a time (2, 4, ... up to 16),
+    /// so that a replay of a hundred versions waits for a few rounds of reads, not a hundred.
     async fn roll_forward(
         &self,
         dataset_id: &str,
         base: Arc<DatasetState>,
     ) -> Result<Arc<DatasetState>> {
         let mut newer: Option<DatasetState> = None;
-        loop {
+        let mut window = 1;
+        'reading: loop {
             let next_version = newer.as_ref().unwrap_or(&base).version + 1;
-            let Some(commit) = self.log.read_commit(dataset_id, next_version).await? else {
-                break;
-            };
-            newer
-                .get_or_insert_with(|| DatasetState::clone(&base))
-                .apply(&commit)?;
+            let reads = (next_version..next_version + window)
+                .map(|version| self.log.read_commit(dataset_id, version));
+            for read in futures::future::join_all(reads).await {
+                let Some(commit) = read? else {
+                    break 'reading;
+                };
+                newer
+                    .get_or_insert_with(|| DatasetState::clone(&base))
+                    .apply(&commit)?;
+            }
+            window = (window * 2).min(MAX_READS_AHEAD);
         }
         Ok(newer.map(Arc::new).unwrap_or(base))
     }
@@ -371,27 +383,38 @@ impl ObjectStoreCatalog {
     /// the next version, and on a lost race read what won and do all of it again. `decide`
     /// runs once per attempt, each time on the exact state its commit would follow. A cached
     /// state is not probed before the put: the put finds out. What `decide` answers without
-    /// a commit (nothing to change, or a refusal) stands only on a state just read, so on a
-    /// cached one it is asked again after a read.
+    /// a commit (nothing to change, or a refusal) on a cached state stands only if a read
+    /// then finds no newer version; otherwise it decides again on the newer state.
     async fn mutate<T>(
         &self,
         dataset_id: &str,
         now_ms: TimestampMs,
         mut decide: impl FnMut(&DatasetState) -> Result<Change<T>> + Send,
     ) -> Result<T> {
-        let mut read_first = false;
+        // A state read just now, to decide on next.
+        let mut fresh: Option<Cached> = None;
         let mut attempt = 0;
         while attempt < self.options.max_commit_attempts {
-            let (base, just_read) = match self.cached(dataset_id) {
-                Some(cached) if !read_first && self.trusted(&cached) => (cached, false),
-                _ => (self.load_confirmed(dataset_id).await?, true),
+            let (base, just_read) = match fresh.take() {
+                Some(read) => (read, true),
+                None => match self.cached(dataset_id) {
+                    Some(cached) if self.trusted(&cached) => (cached, false),
+                    _ => (self.load_confirmed(dataset_id).await?, true),
+                },
             };
             let state = &base.state;
-            let decided = decide(state);
-            let (actions, output) = match decided {
+            let (actions, output) = match decide(state) {
                 Ok(Change::Commit { actions, output }) => (actions, output),
-                _ if !just_read => {
-                    read_first = true;
+                answer if !just_read => {
+                    // Nothing to write, or a refusal: it stands if the log has not moved.
+                    let read = self.load_confirmed(dataset_id).await?;
+                    if read.state.version == state.version {
+                        return answer.map(|change| match change {
+                            Change::Unchanged(output) => output,
+                            Change::Commit { .. } => unreachable!("matched above"),
+                        });
+                    }
+                    fresh = Some(read);
                     continue;
                 }
                 Ok(Change::Unchanged(output)) => return Ok(output),
@@ -408,8 +431,8 @@ impl ObjectStoreCatalog {
                     return Ok(output);
                 }
                 PutOutcome::Lost => {
-                    read_first = true;
                     backoff(attempt).await;
+                    fresh = Some(self.load_confirmed(dataset_id).await?);
                 }
             }
             attempt += 1;

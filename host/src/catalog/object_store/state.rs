@@ -13,11 +13,10 @@
 use std::ops::Bound;
 
 use imbl::OrdMap;
-use serde_json::value::RawValue;
 
 use mend_policy::ExistingRow;
 
-use super::log::{Action, Commit, Snapshot};
+use super::log::{Action, Commit, LogRow, RawJson, Snapshot};
 use crate::catalog::RecordedRequest;
 use crate::error::{MendError, Result};
 use crate::intent::{Intent, check_format};
@@ -130,10 +129,10 @@ impl DatasetState {
         Ok(state)
     }
 
-    /// The row of `split_id`, which the caller has found in the state.
-    pub fn row(&self, split_id: &str) -> Result<SplitRow> {
+    /// The row of `split_id` as a commit's post-image would carry it, unchanged.
+    pub fn log_row(&self, split_id: &str) -> Result<LogRow> {
         match self.splits.get(split_id) {
-            Some(stored) => stored.to_row(&self.dataset.dataset_id, split_id),
+            Some(stored) => Ok(stored.to_log_row(split_id)),
             None => Err(MendError::splits_not_found(vec![split_id.to_string()])),
         }
     }
@@ -201,7 +200,7 @@ impl DatasetState {
                 Action::PutSplits { rows } => {
                     for row in rows {
                         self.splits
-                            .insert(row.split_id.clone(), StoredSplit::from_row(row));
+                            .insert(row.split_id.clone(), StoredSplit::from_log_row(row));
                     }
                 }
                 Action::PutIntent { intent } => {
@@ -328,12 +327,12 @@ impl DatasetState {
 
 /// A split as a [`DatasetState`] keeps it, by id: a [`SplitRow`] whose metadata is the JSON
 /// text of the log rather than a parsed value.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StoredSplit {
     pub state: SplitState,
     pub node: Box<str>,
-    /// Compact JSON, as `serde_json` writes the row's metadata value.
-    pub metadata: Box<RawValue>,
+    /// The text the commit that wrote the row holds.
+    pub metadata: RawJson,
     pub time_range: Option<TimeRange>,
     pub created_at_ms: TimestampMs,
     pub updated_at_ms: TimestampMs,
@@ -341,12 +340,12 @@ pub(crate) struct StoredSplit {
 }
 
 impl StoredSplit {
+    /// A row of a format 1 checkpoint, its metadata written again as compact JSON.
     pub fn from_row(row: &SplitRow) -> Self {
         Self {
             state: row.state,
             node: row.node.as_str().into(),
-            metadata: serde_json::value::to_raw_value(&row.metadata)
-                .expect("a JSON value always serialises"),
+            metadata: RawJson::of(&row.metadata),
             time_range: row.time_range,
             created_at_ms: row.created_at_ms,
             updated_at_ms: row.updated_at_ms,
@@ -354,9 +353,34 @@ impl StoredSplit {
         }
     }
 
-    /// The row, with its metadata parsed. The text was JSON when it entered the state, but a
-    /// checkpoint's metadata is only checked to be well-formed there, not to be within the
-    /// nesting a value may have: a refusal here is the checkpoint's corruption.
+    pub fn from_log_row(row: &LogRow) -> Self {
+        Self {
+            state: row.state,
+            node: row.node.as_str().into(),
+            metadata: row.metadata.clone(),
+            time_range: row.time_range,
+            created_at_ms: row.created_at_ms,
+            updated_at_ms: row.updated_at_ms,
+            published_at_ms: row.published_at_ms,
+        }
+    }
+
+    pub fn to_log_row(&self, split_id: &str) -> LogRow {
+        LogRow {
+            split_id: split_id.to_string(),
+            state: self.state,
+            node: self.node.to_string(),
+            metadata: self.metadata.clone(),
+            time_range: self.time_range,
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.updated_at_ms,
+            published_at_ms: self.published_at_ms,
+        }
+    }
+
+    /// The row, with its metadata parsed. The text was JSON when it entered the state, but
+    /// only checked to be well-formed, not to be within the nesting a parsed value may have:
+    /// a refusal here is the file's corruption.
     pub fn to_row(&self, dataset_id: &str, split_id: &str) -> Result<SplitRow> {
         let metadata =
             serde_json::from_str(self.metadata.get()).map_err(|err| MendError::Corrupt {
@@ -374,18 +398,6 @@ impl StoredSplit {
             updated_at_ms: self.updated_at_ms,
             published_at_ms: self.published_at_ms,
         })
-    }
-}
-
-impl PartialEq for StoredSplit {
-    fn eq(&self, other: &Self) -> bool {
-        self.state == other.state
-            && self.node == other.node
-            && self.metadata.get() == other.metadata.get()
-            && self.time_range == other.time_range
-            && self.created_at_ms == other.created_at_ms
-            && self.updated_at_ms == other.updated_at_ms
-            && self.published_at_ms == other.published_at_ms
     }
 }
 

@@ -241,6 +241,8 @@ async fn files_are_laid_out_per_gate_and_old_epochs_cleaned_up() {
         held.release().await.unwrap();
     }
     assert_eq!(first.current_epoch(&gate).await.unwrap(), 20);
+    first.wait_for_releases().await;
+    second.wait_for_releases().await;
     let dir = "root/datasets/logs/gates/keys/a%2Fb";
     // Each release deletes the epochs before it and its own renewals.
     let expected = vec![
