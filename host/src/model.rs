@@ -297,25 +297,36 @@ pub struct ListQuery {
 impl ListQuery {
     /// Whether `row` passes every filter (not the paging cursor).
     pub fn matches(&self, row: &SplitRow) -> bool {
-        (self.states.is_empty() || self.states.contains(&row.state))
+        self.matches_fields(&row.split_id, row.state, row.time_range, row.updated_at_ms)
+    }
+
+    /// [`ListQuery::matches`] on the fields it looks at, for a backend that keeps its rows in
+    /// a form of its own and builds a [`SplitRow`] only for the rows it returns.
+    pub fn matches_fields(
+        &self,
+        split_id: &str,
+        state: SplitState,
+        time_range: Option<TimeRange>,
+        updated_at_ms: TimestampMs,
+    ) -> bool {
+        (self.states.is_empty() || self.states.contains(&state))
             && self
                 .split_ids
                 .as_ref()
-                .is_none_or(|ids| ids.contains(&row.split_id))
-            && self.time_range.is_none_or(|range| {
-                row.time_range
-                    .is_some_and(|row_range| row_range.overlaps(&range))
-            })
+                .is_none_or(|ids| ids.iter().any(|id| id == split_id))
+            && self
+                .time_range
+                .is_none_or(|range| time_range.is_some_and(|row_range| row_range.overlaps(&range)))
             && self
                 .updated_since_ms
-                .is_none_or(|since| row.updated_at_ms >= since)
+                .is_none_or(|since| updated_at_ms >= since)
             && self
                 .updated_before_ms
-                .is_none_or(|before| row.updated_at_ms < before)
+                .is_none_or(|before| updated_at_ms < before)
             && self
                 .after_split_id
                 .as_ref()
-                .is_none_or(|after| row.split_id.as_str() > after.as_str())
+                .is_none_or(|after| split_id > after.as_str())
     }
 }
 

@@ -27,7 +27,10 @@
 //!   contender may already have looked and taken the next epoch.
 //! - **Release.** Put-if-absent of the release marker, by `release().await` or in the
 //!   background when a guard is dropped ([`Gates::wait_for_releases`] waits for those). When
-//!   that fails, or the process dies first, the lease simply expires.
+//!   that fails, or the process dies first, the lease simply expires. Once the marker is in
+//!   place, the releaser deletes the earlier epochs' files and its own renewals in the
+//!   background (also waited for by `wait_for_releases`), so that a gate at rest holds two
+//!   files: the newest lease and its marker.
 //! - **Holders.** A lease names its holder (the program, pid and host given to
 //!   [`ObjectStoreGates::with_holder`], and an instance id) and its session, so that a waiter
 //!   that gives up says who holds the gate and when the lease ends.
@@ -636,6 +639,15 @@ impl GateLock for ObjectStoreLease {
         match written {
             Ok(()) => {
                 self.released = true;
+                // In the background, so that a release costs its one put: the files only
+                // clutter listings until then.
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    let (store, dir, epoch) =
+                        (Arc::clone(&self.store), self.dir.clone(), self.epoch);
+                    self.background.spawn(&runtime, async move {
+                        clean_up_released(&store, &dir, epoch).await;
+                    });
+                }
                 Ok(())
             }
             // `released` stays false: dropping `self` tries once more in the background.
@@ -662,11 +674,37 @@ impl Drop for ObjectStoreLease {
         let (path, record) = self.mark(GateFile::Released { epoch: self.epoch });
         let store = Arc::clone(&self.store);
         let notice = Arc::clone(&self.released_notice);
+        let (dir, epoch) = (self.dir.clone(), self.epoch);
         self.background.spawn(&runtime, async move {
-            let _ = put_if_absent(&store, &path, &record).await;
+            let written = put_if_absent(&store, &path, &record).await;
             notice.notify_waiters();
+            if written.is_ok() {
+                clean_up_released(&store, &dir, epoch).await;
+            }
         });
     }
+}
+
+/// Deletes, best-effort, what a released `epoch` leaves that nobody reads any more: the
+/// files of every earlier epoch, and this epoch's renewals (its release marker frees the gate
+/// whatever they say). Its lease and marker stay, so the newest epoch never goes back; a
+/// contender whose look predates this and re-creates a deleted older epoch finds a newer one
+/// in the listing after its put, and holds nothing (see the module doc). A gate at rest keeps
+/// two files.
+async fn clean_up_released(store: &Arc<dyn ObjectStore>, dir: &Path, epoch: u64) {
+    let Ok(look) = view(store, dir).await else {
+        return;
+    };
+    let stale = look
+        .files
+        .iter()
+        .filter(|(file, _)| {
+            file.epoch() < epoch
+                || matches!(file, GateFile::Renewal { epoch: renewed, .. } if *renewed == epoch)
+        })
+        .map(|(_, path)| store.delete(path));
+    // A file left behind costs a line in later listings, nothing more.
+    let _ = futures::future::join_all(stale).await;
 }
 
 /// Writes `record` at `path` unless something is there already, which counts as done: the

@@ -11,22 +11,29 @@
 //! A commit file is `{"format_version", "version", "commit_id", "committed_at_ms",
 //! "actions"}`; actions carry post-images (see [`Action`]), so applying a commit never
 //! depends on a clock or on anything outside the file. This module knows nothing about what
-//! the actions mean; [`super::state`] applies them.
+//! the actions mean; [`super::state`] applies them, and [`super::checkpoint`] says what a
+//! checkpoint file holds. Deleting old files is [`super::retention`]'s decision; this module
+//! only lists and deletes what it is told.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
+use futures::TryStreamExt;
 use object_store::path::{Path, PathPart};
 use object_store::{ObjectStore, PutMode, PutPayload};
 use serde::{Deserialize, Serialize};
 
+use super::checkpoint;
+use super::state::DatasetState;
+
 use crate::catalog::RecordedRequest;
 use crate::error::{MendError, Result};
 use crate::intent::Intent;
-use crate::model::{Dataset, SplitRow, TimestampMs};
+use crate::model::{Dataset, SplitRow, SplitState, TimeRange, TimestampMs};
 
-/// The newest file format this code reads and the one it writes.
+/// The newest commit file format this code reads and the one it writes (checkpoints have
+/// their own, [`checkpoint::CHECKPOINT_FORMAT_VERSION`]).
 pub(crate) const FORMAT_VERSION: u32 = 1;
 
 /// One change inside a commit, as a post-image.
@@ -48,7 +55,7 @@ pub(crate) enum Action {
         updated_at_ms: TimestampMs,
     },
     /// Rows after the commit, inserted or replaced whole.
-    PutSplits { rows: Vec<SplitRow> },
+    PutSplits { rows: Vec<LogRow> },
     /// Rows removed by the commit.
     DeleteSplits { split_ids: Vec<String> },
     /// An operation's intent after the commit, written or replaced whole.
@@ -62,6 +69,59 @@ pub(crate) enum Action {
     ForgetRequests { keys: Vec<String> },
 }
 
+/// A split row as a commit carries it: a [`SplitRow`], field for field and in the same JSON,
+/// whose metadata stays the JSON text it is, neither parsed when read nor written again from
+/// a parsed value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct LogRow {
+    pub split_id: String,
+    pub state: SplitState,
+    pub node: String,
+    pub metadata: RawJson,
+    pub time_range: Option<TimeRange>,
+    pub created_at_ms: TimestampMs,
+    pub updated_at_ms: TimestampMs,
+    pub published_at_ms: Option<TimestampMs>,
+}
+
+/// JSON text, checked to be well-formed JSON when it was made or read; equal when the texts
+/// are.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct RawJson(Box<serde_json::value::RawValue>);
+
+impl RawJson {
+    /// `text`, if it is JSON.
+    pub fn parse(text: String) -> std::result::Result<Self, serde_json::Error> {
+        serde_json::value::RawValue::from_string(text).map(Self)
+    }
+
+    /// The compact JSON of `value`.
+    pub fn of(value: &serde_json::Value) -> Self {
+        Self(serde_json::value::to_raw_value(value).expect("a JSON value always serialises"))
+    }
+
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    pub fn raw(&self) -> &serde_json::value::RawValue {
+        &self.0
+    }
+}
+
+impl From<Box<serde_json::value::RawValue>> for RawJson {
+    fn from(raw: Box<serde_json::value::RawValue>) -> Self {
+        Self(raw)
+    }
+}
+
+impl PartialEq for RawJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
 /// One version of a dataset's log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Commit {
@@ -70,7 +130,41 @@ pub(crate) struct Commit {
     /// Tells our own commit apart from another writer's when a put's outcome is unclear.
     pub commit_id: String,
     pub committed_at_ms: TimestampMs,
+    #[serde(deserialize_with = "deserialize_actions")]
     pub actions: Vec<Action>,
+}
+
+/// The actions of a commit. serde reads an internally tagged enum through a buffer that a
+/// [`RawJson`] cannot be read from, so each action is taken as JSON text first, and the
+/// rows of a `put_splits` are read from that text directly; every other kind goes through
+/// the derived reader.
+fn deserialize_actions<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<Vec<Action>, D::Error> {
+    use serde::de::Error;
+
+    #[derive(Deserialize)]
+    struct Kind<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: std::borrow::Cow<'a, str>,
+    }
+    #[derive(Deserialize)]
+    struct PutSplits {
+        rows: Vec<LogRow>,
+    }
+    let actions = Vec::<Box<serde_json::value::RawValue>>::deserialize(deserializer)?;
+    actions
+        .iter()
+        .map(|action| {
+            let Kind { kind } = serde_json::from_str(action.get()).map_err(D::Error::custom)?;
+            if kind == "put_splits" {
+                let PutSplits { rows } =
+                    serde_json::from_str(action.get()).map_err(D::Error::custom)?;
+                return Ok(Action::PutSplits { rows });
+            }
+            serde_json::from_str(action.get()).map_err(D::Error::custom)
+        })
+        .collect()
 }
 
 impl Commit {
@@ -85,7 +179,8 @@ impl Commit {
     }
 }
 
-/// The whole state of a dataset at one version: what a checkpoint file holds.
+/// The whole state of a dataset at one version as a format 1 checkpoint holds it; read, no
+/// longer written ([`super::checkpoint`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Snapshot {
     pub format_version: u32,
@@ -117,6 +212,9 @@ pub(super) struct Counters {
     pub lost_races: AtomicU64,
     pub checkpoints_written: AtomicU64,
     pub checkpoint_failures: AtomicU64,
+    pub files_pruned: AtomicU64,
+    pub prune_failures: AtomicU64,
+    pub reloads: AtomicU64,
 }
 
 impl Counters {
@@ -251,55 +349,113 @@ impl Log {
         }
     }
 
-    /// The newest checkpoint, if any has been written.
-    pub async fn latest_checkpoint(&self, dataset_id: &str) -> Result<Option<Snapshot>> {
-        let dir = self.checkpoints_dir(dataset_id);
-        let listing = self
-            .store
-            .list_with_delimiter(Some(&dir))
-            .await
-            .map_err(|err| store_error("listing checkpoints", err))?;
-        let Some(version) = listing
-            .objects
-            .iter()
-            .filter_map(|object| object.location.filename().and_then(parse_version_file_name))
-            .max()
-        else {
-            return Ok(None);
-        };
-        Counters::bump(&self.counters.checkpoint_reads);
-        let path = self.checkpoint_path(dataset_id, version);
-        let bytes = self
-            .read(&path)
-            .await?
-            .ok_or_else(|| corrupt(&path, "was listed but cannot be read".to_string()))?;
-        let snapshot: Snapshot = decode(&path, &bytes)?;
-        if snapshot.version != version {
-            return Err(corrupt(
-                &path,
-                format!("holds version {}", snapshot.version),
-            ));
-        }
-        Ok(Some(snapshot))
+    /// The versions of the dataset's checkpoints, in increasing order.
+    pub async fn checkpoint_versions(&self, dataset_id: &str) -> Result<Vec<u64>> {
+        let files = self
+            .list_versions(&self.checkpoints_dir(dataset_id))
+            .await?;
+        Ok(files.into_iter().map(|(version, _)| version).collect())
     }
 
-    /// Writes a checkpoint. It only shortens later replays, so a failure is counted and
-    /// otherwise ignored: the commit it follows has already landed.
-    pub async fn write_checkpoint(&self, dataset_id: &str, snapshot: &Snapshot) {
-        let path = self.checkpoint_path(dataset_id, snapshot.version);
-        let Ok(payload) = encode(snapshot) else {
-            Counters::bump(&self.counters.checkpoint_failures);
-            return;
+    /// The log files of the dataset, by version in increasing order, with their paths.
+    pub async fn log_files(
+        &self,
+        dataset_id: &str,
+    ) -> Result<Vec<(u64, object_store::ObjectMeta)>> {
+        self.list_versions(&self.catalog_dir(dataset_id).child("log"))
+            .await
+    }
+
+    /// The checkpoint files of the dataset, by version in increasing order.
+    pub async fn checkpoint_files(
+        &self,
+        dataset_id: &str,
+    ) -> Result<Vec<(u64, object_store::ObjectMeta)>> {
+        self.list_versions(&self.checkpoints_dir(dataset_id)).await
+    }
+
+    async fn list_versions(&self, dir: &Path) -> Result<Vec<(u64, object_store::ObjectMeta)>> {
+        let objects: Vec<object_store::ObjectMeta> = self
+            .store
+            .list(Some(dir))
+            .try_collect()
+            .await
+            .map_err(|err| store_error(&format!("listing {dir}"), err))?;
+        let mut files: Vec<(u64, object_store::ObjectMeta)> = objects
+            .into_iter()
+            .filter_map(|object| {
+                let version = object
+                    .location
+                    .filename()
+                    .and_then(parse_version_file_name)?;
+                Some((version, object))
+            })
+            .collect();
+        files.sort_by_key(|(version, _)| *version);
+        Ok(files)
+    }
+
+    /// The checkpoint at `version`, or `None` if it is not there (never written, or deleted
+    /// by retention since it was listed).
+    pub async fn read_checkpoint(
+        &self,
+        dataset_id: &str,
+        version: u64,
+    ) -> Result<Option<DatasetState>> {
+        Counters::bump(&self.counters.checkpoint_reads);
+        let path = self.checkpoint_path(dataset_id, version);
+        let Some(bytes) = self.read(&path).await? else {
+            return Ok(None);
         };
+        // Parsing a checkpoint of 100,000 splits takes tens of milliseconds: off the async
+        // workers, so that other datasets' requests keep moving meanwhile.
+        let parse_path = path.clone();
+
+        let state = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => runtime
+                .spawn_blocking(move || checkpoint::decode(&parse_path, &bytes))
+                .await
+                .map_err(|err| MendError::unavailable(format!("reading {path}: {err}"), err))??,
+            Err(_) => checkpoint::decode(&path, &bytes)?,
+        };
+
+        if state.version != version {
+            return Err(corrupt(&path, format!("holds version {}", state.version)));
+        }
+        if state.dataset.dataset_id != dataset_id {
+            return Err(corrupt(
+                &path,
+                format!("holds dataset {}", state.dataset.dataset_id),
+            ));
+        }
+        Ok(Some(state))
+    }
+
+    /// Writes an encoded checkpoint unless one is there: `false` if another writer wrote the
+    /// same version first.
+    pub async fn put_checkpoint(
+        &self,
+        dataset_id: &str,
+        version: u64,
+        bytes: Vec<u8>,
+    ) -> Result<bool> {
+        let path = self.checkpoint_path(dataset_id, version);
         match self
             .store
-            .put_opts(&path, payload, PutMode::Create.into())
+            .put_opts(&path, PutPayload::from(bytes), PutMode::Create.into())
             .await
         {
-            Ok(_) => Counters::bump(&self.counters.checkpoints_written),
-            // Another writer or reader wrote the same state first.
-            Err(object_store::Error::AlreadyExists { .. }) => {}
-            Err(_) => Counters::bump(&self.counters.checkpoint_failures),
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(err) => Err(store_error(&format!("writing {path}"), err)),
+        }
+    }
+
+    /// Deletes a file; one that is gone already counts as deleted.
+    pub async fn delete(&self, path: &Path) -> Result<()> {
+        match self.store.delete(path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(err) => Err(store_error(&format!("deleting {path}"), err)),
         }
     }
 
@@ -356,26 +512,52 @@ pub(crate) fn encode(value: &impl Serialize) -> Result<PutPayload> {
     Ok(PutPayload::from(bytes))
 }
 
-/// Parses a log or checkpoint file, refusing one that a newer mend wrote rather than
-/// guessing at fields this code does not know.
+/// Parses a commit file, refusing one that a newer mend wrote rather than guessing at fields
+/// this code does not know.
 pub(crate) fn decode<T: serde::de::DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T> {
+    format_version(path, bytes, FORMAT_VERSION)?;
+    serde_json::from_slice(bytes).map_err(|err| corrupt(path, format!("cannot be parsed: {err}")))
+}
+
+/// The `format_version` of a catalog file, refused if it is newer than `newest`. Every file
+/// mend writes begins with it (`{"format_version":N,`), which is read without parsing the
+/// rest: a checkpoint is tens of megabytes. Any other file is parsed whole for it.
+pub(crate) fn format_version(path: &Path, bytes: &[u8], newest: u32) -> Result<u32> {
     #[derive(Deserialize)]
     struct Header {
         format_version: u32,
     }
-    let header: Header = serde_json::from_slice(bytes)
-        .map_err(|err| corrupt(path, format!("is not a catalog file: {err}")))?;
-    if header.format_version > FORMAT_VERSION {
+    let leading = bytes
+        .strip_prefix(br#"{"format_version":"#.as_slice())
+        .and_then(|rest| {
+            let digits = rest.iter().take_while(|byte| byte.is_ascii_digit()).count();
+            let after = rest.get(digits)?;
+            if digits == 0 || digits > 9 || !matches!(after, b',' | b'}') {
+                return None;
+            }
+            std::str::from_utf8(&rest[..digits])
+                .ok()?
+                .parse::<u32>()
+                .ok()
+        });
+    let format_version = match leading {
+        Some(format_version) => format_version,
+        None => {
+            serde_json::from_slice::<Header>(bytes)
+                .map_err(|err| corrupt(path, format!("is not a catalog file: {err}")))?
+                .format_version
+        }
+    };
+    if format_version > newest {
         return Err(corrupt(
             path,
             format!(
-                "was written by a newer mend (format version {}, this mend reads up to {}); \
-                 upgrade mend to read this catalog",
-                header.format_version, FORMAT_VERSION
+                "was written by a newer mend (format version {format_version}, this mend reads \
+                 up to {newest}); upgrade mend to read this catalog"
             ),
         ));
     }
-    serde_json::from_slice(bytes).map_err(|err| corrupt(path, format!("cannot be parsed: {err}")))
+    Ok(format_version)
 }
 
 pub(super) fn corrupt(path: &Path, what: String) -> MendError {

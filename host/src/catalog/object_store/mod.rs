@@ -1,15 +1,23 @@
 //! The object-storage catalog: each dataset's catalog is a versioned commit log on any store
 //! the `object_store` crate speaks to (a local directory, memory, S3-compatible).
 //!
-//! - **Commits.** A mutation reads the newest state, decides on it (`mutations.rs`), and writes
-//!   the next version's log file with put-if-absent. Losing that race means another writer
-//!   committed first: read the new version and decide again, a bounded number of times, then
-//!   [`MendError::Conflict`]. No file is ever overwritten, so processes sharing a store never
-//!   lose an update, on any store that supports put-if-absent. A mutation that changes nothing
-//!   writes nothing.
+//! - **Commits.** A mutation decides on the newest state this instance knows
+//!   (`mutations.rs`) and writes the next version's log file with put-if-absent, with no
+//!   look for that version first. Losing the put means another writer committed first: read
+//!   the new versions and decide again, a bounded number of times, then
+//!   [`MendError::Conflict`]. A decision that writes nothing (or refuses) on a state not
+//!   read just now is checked against the log first, so that it never answers for a stale
+//!   view. No file is ever overwritten, so processes sharing a store never lose an update, on
+//!   any store that supports put-if-absent. A mutation that changes nothing writes nothing.
 //! - **Reads.** The instance caches each dataset's state; a read probes only for the version
 //!   after the cached one (one GET that finds nothing when nothing changed). Without a cache
-//!   it loads the newest checkpoint and replays the versions after it (`log.rs`, `state.rs`).
+//!   it loads the newest checkpoint and replays the versions after it (`log.rs`, `state.rs`),
+//!   then lists the checkpoints once more: one newer than what it reached means retention
+//!   may have cut the log under it, and it starts again from there.
+//! - **Checkpoints** fall due every `checkpoint_interval` versions and are written after the
+//!   commit is acknowledged, by a task of their own (`background.rs`), in a compact form
+//!   (`checkpoint.rs`). **Retention** then deletes old checkpoints and the log versions they
+//!   cover (`retention.rs`, which also says why racing readers and writers stay right).
 //! - **Recorded requests** ([`crate::catalog::recorded`]) live in the same log: a keyed
 //!   mutation's record is one more action of the very commit of its effect (version 0 for a
 //!   keyed creation), and a key found recorded is answered from the state, with no commit.
@@ -21,10 +29,13 @@
 //! which passes them in as planner and validator closures.
 
 mod audit;
+mod background;
 // Crate-visible for `crate::fuzzing`, which feeds the file decoders arbitrary bytes.
+pub(crate) mod checkpoint;
 pub(crate) mod log;
 mod mutations;
 mod open;
+mod retention;
 pub(crate) mod state;
 #[cfg(test)]
 mod tests;
@@ -33,14 +44,15 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ::object_store::ObjectStore;
 use ::object_store::path::Path;
 use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt};
 
-use self::log::{Action, Commit, Log, PutOutcome};
+use self::background::{Checkpointer, Schedule};
+use self::log::{Action, Commit, Counters, Log, PutOutcome};
 use self::mutations::Change;
 pub(crate) use self::open::open_objects;
 pub use self::open::open_store;
@@ -60,12 +72,20 @@ use crate::model::{
 /// Tuning for [`ObjectStoreCatalog`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectStoreCatalogOptions {
-    /// Every this many log versions a writer also stores the whole state, so that a fresh
-    /// reader replays at most this many commits.
+    /// Every this many log versions a writer also stores the whole state, in the background,
+    /// so that a fresh reader replays about this many commits at most.
     pub checkpoint_interval: u64,
     /// How many times a mutation re-reads and re-decides after losing a race before it gives
     /// up with `Conflict`.
     pub max_commit_attempts: u32,
+    /// Retention: the newest checkpoints kept per dataset after each checkpoint this
+    /// instance writes; older ones, and the log versions up to the oldest kept one, are
+    /// deleted. 0 deletes nothing.
+    pub checkpoints_kept: usize,
+    /// Retention: a log version is deleted only once it is this old, by the store's clock.
+    /// A cached state is committed on without a listing for half of this, so it must be
+    /// well over the time one store call may take and the clock skew between processes.
+    pub log_retention: Duration,
 }
 
 impl Default for ObjectStoreCatalogOptions {
@@ -73,6 +93,8 @@ impl Default for ObjectStoreCatalogOptions {
         Self {
             checkpoint_interval: 100,
             max_commit_attempts: 64,
+            checkpoints_kept: 3,
+            log_retention: Duration::from_secs(10 * 60),
         }
     }
 }
@@ -88,20 +110,48 @@ pub struct ObjectStoreCatalogStats {
     pub commits: u64,
     /// Commit attempts that found the version already taken by another writer.
     pub lost_races: u64,
-    /// Checkpoints this instance wrote (one every 100 commits).
+    /// Checkpoints this instance wrote (one every `checkpoint_interval` commits).
     pub checkpoints_written: u64,
     /// Checkpoint writes that failed; harmless, the next interval writes another.
     pub checkpoint_failures: u64,
+    /// Old checkpoints and log files retention deleted.
+    pub files_pruned: u64,
+    /// Listings or deletions of retention that failed; what stays goes with the next prune.
+    pub prune_failures: u64,
+    /// Loads that found the log cut under them by retention (a listed checkpoint gone, or a
+    /// version missing below a listed checkpoint) and started again from the newest
+    /// checkpoint.
+    pub reloads: u64,
 }
 
 /// A [`Catalog`] kept as per-dataset commit logs on an object store.
 pub struct ObjectStoreCatalog {
-    log: Log,
+    log: Arc<Log>,
     options: ObjectStoreCatalogOptions,
     /// A std mutex: it is only held to clone or swap an `Arc`, never across an await, and
     /// every map entry is a whole state, so a panic elsewhere cannot leave one half-written.
-    cache: Mutex<HashMap<String, Arc<DatasetState>>>,
+    cache: Mutex<HashMap<String, Cached>>,
+    checkpointer: Checkpointer,
 }
+
+/// A cached state, and since when it is known to be the newest.
+#[derive(Debug, Clone)]
+struct Cached {
+    state: Arc<DatasetState>,
+    /// A moment at which the version after `state` was missing from the log (before the GET
+    /// that found it missing, or the put that wrote `state`'s own version). Versions written
+    /// since were all written after it, so none of them can have been deleted by retention
+    /// until `log_retention` after it.
+    confirmed_at: Instant,
+}
+
+/// How many log versions a replay reads at once, at most.
+const MAX_READS_AHEAD: u64 = 16;
+
+/// How many rounds a load takes (each a read to the end of the log and a listing) before it
+/// gives up: only a log checkpointed and pruned faster than a checkpoint can be read gets
+/// there.
+const MAX_LOAD_ROUNDS: u32 = 32;
 
 impl ObjectStoreCatalog {
     /// A catalog under `prefix` of `store`. The store must support `PutMode::Create`.
@@ -110,8 +160,15 @@ impl ObjectStoreCatalog {
         prefix: Path,
         options: ObjectStoreCatalogOptions,
     ) -> Self {
+        let log = Arc::new(Log::new(store, prefix));
+        let schedule = Schedule {
+            checkpoint_interval: options.checkpoint_interval,
+            checkpoints_kept: options.checkpoints_kept,
+            log_retention: options.log_retention,
+        };
         Self {
-            log: Log::new(store, prefix),
+            checkpointer: Checkpointer::new(Arc::clone(&log), schedule),
+            log,
             options,
             cache: Mutex::new(HashMap::new()),
         }
@@ -133,6 +190,12 @@ impl ObjectStoreCatalog {
         Ok(self.load(dataset_id).await?.version)
     }
 
+    /// Waits until the checkpoints (and the retention after them) that this instance's
+    /// commits so far made due are written, or have failed.
+    pub async fn flush(&self) {
+        self.checkpointer.idle().await;
+    }
+
     /// What this instance has read and written so far.
     pub fn stats(&self) -> ObjectStoreCatalogStats {
         let counters = &self.log.counters;
@@ -144,92 +207,235 @@ impl ObjectStoreCatalog {
             lost_races: read(&counters.lost_races),
             checkpoints_written: read(&counters.checkpoints_written),
             checkpoint_failures: read(&counters.checkpoint_failures),
+            files_pruned: read(&counters.files_pruned),
+            prune_failures: read(&counters.prune_failures),
+            reloads: read(&counters.reloads),
         }
+    }
+
+    /// How long a cached state is committed on and probed without a listing after it was
+    /// confirmed ([`retention`]).
+    fn trust_window(&self) -> Duration {
+        self.options.log_retention / 2
+    }
+
+    fn trusted(&self, cached: &Cached) -> bool {
+        cached.confirmed_at.elapsed() < self.trust_window()
     }
 
     /// The newest state of a dataset: the cached one rolled forward, or the newest checkpoint
     /// (else version 0) rolled forward.
     async fn load(&self, dataset_id: &str) -> Result<Arc<DatasetState>> {
+        Ok(self.load_confirmed(dataset_id).await?.state)
+    }
+
+    /// [`Self::load`], with when the state was confirmed the newest.
+    async fn load_confirmed(&self, dataset_id: &str) -> Result<Cached> {
         if dataset_id.is_empty() {
             return Err(MendError::dataset_not_found(dataset_id));
         }
-        let cached = self.cached(dataset_id);
-        let base = match cached {
-            Some(state) => state,
-            None => Arc::new(self.load_base(dataset_id).await?),
+        let Some(cached) = self.cached(dataset_id) else {
+            return self.load_validated(dataset_id, None).await;
         };
-        let mut newer: Option<DatasetState> = None;
-        loop {
-            let next_version = newer.as_ref().unwrap_or(&base).version + 1;
-            let Some(commit) = self.log.read_commit(dataset_id, next_version).await? else {
-                break;
-            };
-            newer
-                .get_or_insert_with(|| DatasetState::clone(&base))
-                .apply(&commit)?;
+        if !self.trusted(&cached) {
+            return self.load_validated(dataset_id, Some(cached.state)).await;
         }
-        let state = newer.map(Arc::new).unwrap_or(base);
-        self.remember(dataset_id, &state);
-        Ok(state)
+        let started = Instant::now();
+        let state = self
+            .roll_forward(dataset_id, Arc::clone(&cached.state))
+            .await?;
+        // The probe that found the end must itself have been within the window.
+        if !self.trusted(&cached) {
+            return self.load_validated(dataset_id, Some(state)).await;
+        }
+        self.remember(dataset_id, &state, started);
+        Ok(Cached {
+            state,
+            confirmed_at: started,
+        })
     }
 
-    async fn load_base(&self, dataset_id: &str) -> Result<DatasetState> {
-        if let Some(snapshot) = self.log.latest_checkpoint(dataset_id).await? {
-            if snapshot.dataset.dataset_id != dataset_id {
-                return Err(log::corrupt(
-                    &self.log.checkpoint_path(dataset_id, snapshot.version),
-                    format!("holds dataset {}", snapshot.dataset.dataset_id),
-                ));
+    /// Loads without trusting that a missing version is the end of the log: after reaching
+    /// it, a listing must show no checkpoint past it (see [`retention`]). A checkpoint past
+    /// it means that writers moved on meanwhile, or that retention cut the log there: a
+    /// second look at the next version tells which (a version below a checkpoint was
+    /// written, so missing it is deleted), and the load follows the writers, or starts again
+    /// from the newest checkpoint.
+    async fn load_validated(
+        &self,
+        dataset_id: &str,
+        mut base: Option<Arc<DatasetState>>,
+    ) -> Result<Cached> {
+        for _ in 0..MAX_LOAD_ROUNDS {
+            let started = Instant::now();
+            let state = match base.take() {
+                Some(state) => state,
+                None => match self.load_base(dataset_id).await? {
+                    Some(state) => Arc::new(state),
+                    None => {
+                        Counters::bump(&self.log.counters.reloads);
+                        continue;
+                    }
+                },
+            };
+            let state = self.roll_forward(dataset_id, state).await?;
+            let newest = self
+                .log
+                .checkpoint_versions(dataset_id)
+                .await?
+                .last()
+                .copied();
+            if newest.is_none_or(|newest| newest <= state.version) {
+                self.remember(dataset_id, &state, started);
+                return Ok(Cached {
+                    state,
+                    confirmed_at: started,
+                });
             }
-            return DatasetState::from_snapshot(snapshot);
+            let followed = self.roll_forward(dataset_id, Arc::clone(&state)).await?;
+            if followed.version > state.version {
+                base = Some(followed);
+            } else {
+                Counters::bump(&self.log.counters.reloads);
+            }
+        }
+        Err(MendError::Unavailable {
+            message: format!(
+                "dataset {dataset_id}: the log kept moving past new checkpoints while it was \
+                 read ({MAX_LOAD_ROUNDS} rounds); read it again"
+            ),
+            source: None,
+        })
+    }
+
+    /// The state of the newest checkpoint, else of version 0; `None` if the newest listed
+    /// checkpoint was deleted before it could be read.
+    async fn load_base(&self, dataset_id: &str) -> Result<Option<DatasetState>> {
+        let newest = self
+            .log
+            .checkpoint_versions(dataset_id)
+            .await?
+            .last()
+            .copied();
+        if let Some(version) = newest {
+            return self.log.read_checkpoint(dataset_id, version).await;
         }
         match self.log.read_commit(dataset_id, 0).await? {
-            Some(creation) => DatasetState::from_creation(dataset_id, &creation),
+            Some(creation) => Ok(Some(DatasetState::from_creation(dataset_id, &creation)?)),
             None => Err(MendError::dataset_not_found(dataset_id)),
         }
     }
 
-    fn cached(&self, dataset_id: &str) -> Option<Arc<DatasetState>> {
+    /// `base` with every version after it applied, up to the first missing one. The first
+    /// version after `base` is read alone (a probe that finds nothing costs one GET); while
+    /// versions keep coming, the next ones are read several at a time (2, 4, ... up to 16),
+    /// so that a replay of a hundred versions waits for a few rounds of reads, not a hundred.
+    async fn roll_forward(
+        &self,
+        dataset_id: &str,
+        base: Arc<DatasetState>,
+    ) -> Result<Arc<DatasetState>> {
+        let mut newer: Option<DatasetState> = None;
+        let mut window = 1;
+        'reading: loop {
+            let next_version = newer.as_ref().unwrap_or(&base).version + 1;
+            let reads = (next_version..next_version + window)
+                .map(|version| self.log.read_commit(dataset_id, version));
+            for read in futures::future::join_all(reads).await {
+                let Some(commit) = read? else {
+                    break 'reading;
+                };
+                newer
+                    .get_or_insert_with(|| DatasetState::clone(&base))
+                    .apply(&commit)?;
+            }
+            window = (window * 2).min(MAX_READS_AHEAD);
+        }
+        Ok(newer.map(Arc::new).unwrap_or(base))
+    }
+
+    fn cached(&self, dataset_id: &str) -> Option<Cached> {
         let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
         cache.get(dataset_id).cloned()
     }
 
-    /// Caches `state` unless a concurrent task already cached a newer one.
-    fn remember(&self, dataset_id: &str, state: &Arc<DatasetState>) {
+    /// Caches `state`, confirmed newest at `confirmed_at`, unless a concurrent task already
+    /// cached a newer one.
+    fn remember(&self, dataset_id: &str, state: &Arc<DatasetState>, confirmed_at: Instant) {
         let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = cache
-            .entry(dataset_id.to_string())
-            .or_insert_with(|| Arc::clone(state));
-        if entry.version < state.version {
-            *entry = Arc::clone(state);
+        let fresh = Cached {
+            state: Arc::clone(state),
+            confirmed_at,
+        };
+        match cache.get_mut(dataset_id) {
+            None => {
+                cache.insert(dataset_id.to_string(), fresh);
+            }
+            Some(entry) if entry.state.version < state.version => *entry = fresh,
+            Some(entry) if entry.state.version == state.version => {
+                entry.confirmed_at = entry.confirmed_at.max(confirmed_at);
+            }
+            Some(_) => {}
         }
     }
 
-    /// Runs one optimistic mutation: read the newest state, decide, commit the next version,
-    /// and on a lost race do all of it again. `decide` runs once per attempt, each time on
-    /// the exact state its commit would follow.
+    /// Runs one optimistic mutation: decide on the newest state this instance knows, commit
+    /// the next version, and on a lost race read what won and do all of it again. `decide`
+    /// runs once per attempt, each time on the exact state its commit would follow. A cached
+    /// state is not probed before the put: the put finds out. What `decide` answers without
+    /// a commit (nothing to change, or a refusal) on a cached state stands only if a read
+    /// then finds no newer version; otherwise it decides again on the newer state.
     async fn mutate<T>(
         &self,
         dataset_id: &str,
         now_ms: TimestampMs,
         mut decide: impl FnMut(&DatasetState) -> Result<Change<T>> + Send,
     ) -> Result<T> {
-        for attempt in 0..self.options.max_commit_attempts {
-            let state = self.load(dataset_id).await?;
-            let (actions, output) = match decide(&state)? {
-                Change::Unchanged(output) => return Ok(output),
-                Change::Commit { actions, output } => (actions, output),
+        // A state read just now, to decide on next.
+        let mut fresh: Option<Cached> = None;
+        let mut attempt = 0;
+        while attempt < self.options.max_commit_attempts {
+            let (base, just_read) = match fresh.take() {
+                Some(read) => (read, true),
+                None => match self.cached(dataset_id) {
+                    Some(cached) if self.trusted(&cached) => (cached, false),
+                    _ => (self.load_confirmed(dataset_id).await?, true),
+                },
+            };
+            let state = &base.state;
+            let (actions, output) = match decide(state) {
+                Ok(Change::Commit { actions, output }) => (actions, output),
+                answer if !just_read => {
+                    // Nothing to write, or a refusal: it stands if the log has not moved.
+                    let read = self.load_confirmed(dataset_id).await?;
+                    if read.state.version == state.version {
+                        return answer.map(|change| match change {
+                            Change::Unchanged(output) => output,
+                            Change::Commit { .. } => unreachable!("matched above"),
+                        });
+                    }
+                    fresh = Some(read);
+                    continue;
+                }
+                Ok(Change::Unchanged(output)) => return Ok(output),
+                Err(error) => return Err(error),
             };
             let commit = Commit::new(state.version + 1, now_ms, actions);
-            let mut next = DatasetState::clone(&state);
+            let mut next = DatasetState::clone(state);
             next.apply(&commit)?;
+            let put_at = Instant::now();
             match self.log.put_commit(dataset_id, &commit).await? {
                 PutOutcome::Committed => {
-                    self.committed(dataset_id, next).await;
+                    self.committed(dataset_id, next, base.confirmed_at, put_at)
+                        .await?;
                     return Ok(output);
                 }
-                PutOutcome::Lost => backoff(attempt).await,
+                PutOutcome::Lost => {
+                    backoff(attempt).await;
+                    fresh = Some(self.load_confirmed(dataset_id).await?);
+                }
             }
+            attempt += 1;
         }
         Err(MendError::Conflict {
             message: format!(
@@ -239,17 +445,47 @@ impl ObjectStoreCatalog {
         })
     }
 
-    /// Caches the state a commit produced, then checkpoints it if its version is due. The
-    /// cache comes first so that other tasks of this instance skip re-reading the commit.
-    async fn committed(&self, dataset_id: &str, state: DatasetState) {
-        let state = Arc::new(state);
-        self.remember(dataset_id, &state);
-        let interval = self.options.checkpoint_interval.max(1);
-        if state.version.is_multiple_of(interval) {
-            self.log
-                .write_checkpoint(dataset_id, &state.to_snapshot())
-                .await;
+    /// Caches the state a commit produced and hands it to the checkpointer. A put that
+    /// landed later than the state it follows may be trusted (`base_confirmed_at`, see
+    /// [`Cached`]) is confirmed by a listing first: a checkpoint at or past its version means
+    /// the version may have been written and pruned before, and the put re-created it behind
+    /// that checkpoint, where no reader looks.
+    async fn committed(
+        &self,
+        dataset_id: &str,
+        state: DatasetState,
+        base_confirmed_at: Instant,
+        put_at: Instant,
+    ) -> Result<()> {
+        if base_confirmed_at.elapsed() >= self.trust_window() {
+            let newest = self
+                .log
+                .checkpoint_versions(dataset_id)
+                .await?
+                .last()
+                .copied();
+            if newest.is_some_and(|newest| newest >= state.version) {
+                self.forget(dataset_id);
+                return Err(MendError::Unavailable {
+                    message: format!(
+                        "dataset {dataset_id}: the commit of version {} took longer than the \
+                         log retention allows for, and a checkpoint at or past it exists; \
+                         whether it counts is unknown: read the dataset again before retrying",
+                        state.version
+                    ),
+                    source: None,
+                });
+            }
         }
+        let state = Arc::new(state);
+        self.remember(dataset_id, &state, put_at);
+        self.checkpointer.committed(dataset_id, &state);
+        Ok(())
+    }
+
+    fn forget(&self, dataset_id: &str) {
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        cache.remove(dataset_id);
     }
 }
 
@@ -332,10 +568,11 @@ impl Catalog for ObjectStoreCatalog {
             });
         }
         let creation = Commit::new(0, now_ms, actions);
+        let put_at = Instant::now();
         match self.log.put_commit(dataset_id, &creation).await? {
             PutOutcome::Committed => {
                 let state = DatasetState::from_creation(dataset_id, &creation)?;
-                self.remember(dataset_id, &Arc::new(state));
+                self.remember(dataset_id, &Arc::new(state), put_at);
                 Ok(dataset)
             }
             PutOutcome::Lost => match key {
@@ -532,7 +769,7 @@ impl Catalog for ObjectStoreCatalog {
     }
 
     async fn list_splits(&self, dataset_id: &str, query: &ListQuery) -> Result<SplitPage> {
-        Ok(self.load(dataset_id).await?.list_splits(query))
+        self.load(dataset_id).await?.list_splits(query)
     }
 
     async fn put_intent(&self, intent: &Intent) -> Result<()> {

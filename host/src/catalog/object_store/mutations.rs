@@ -10,11 +10,11 @@ use crate::catalog::{PlannedAction, PublishObservation, PublishValidator, StageP
 use crate::error::{EntityKind, MendError, Result};
 use crate::intent::{Intent, IntentPhase};
 use crate::model::{
-    Dataset, DatasetConfig, MarkResult, PublishRequest, PublishResult, SplitRow, SplitState,
-    StageMode, StageOutcome, StagedSplit, TimestampMs,
+    Dataset, DatasetConfig, MarkResult, PublishRequest, PublishResult, SplitState, StageMode,
+    StageOutcome, StagedSplit, TimestampMs,
 };
 
-use super::log::Action;
+use super::log::{Action, LogRow, RawJson};
 use super::state::DatasetState;
 use crate::catalog::{RecordedRequest, RequestKey};
 
@@ -140,11 +140,11 @@ pub(super) fn stage(
         let current = state.splits.get(split_id);
         let outcome = match (mode, &entry.action, current) {
             (_, PlannedAction::Insert, None) => {
-                rows.push(SplitRow {
+                rows.push(LogRow {
                     split_id: split_id.clone(),
                     state: SplitState::Staged,
                     node: entry.split.node.clone(),
-                    metadata: entry.split.metadata_value(),
+                    metadata: metadata(&entry.split)?,
                     time_range: entry.split.time_range,
                     created_at_ms: now_ms,
                     updated_at_ms: now_ms,
@@ -159,12 +159,15 @@ pub(super) fn stage(
             (StageMode::Upsert, PlannedAction::Overwrite, Some(row))
                 if row.state == SplitState::Staged =>
             {
-                rows.push(SplitRow {
+                rows.push(LogRow {
+                    split_id: split_id.clone(),
+                    state: row.state,
                     node: entry.split.node.clone(),
-                    metadata: entry.split.metadata_value(),
+                    metadata: metadata(&entry.split)?,
                     time_range: entry.split.time_range,
+                    created_at_ms: row.created_at_ms,
                     updated_at_ms: now_ms,
-                    ..row.clone()
+                    published_at_ms: row.published_at_ms,
                 });
                 StageOutcome::Overwritten
             }
@@ -254,18 +257,18 @@ pub(super) fn publish(
 
     let mut rows = Vec::with_capacity(staged.len() + replaced.len());
     for split_id in &staged {
-        rows.push(SplitRow {
+        rows.push(LogRow {
             state: SplitState::Published,
             published_at_ms: Some(now_ms),
             updated_at_ms: now_ms,
-            ..state.splits[split_id].clone()
+            ..state.log_row(split_id)?
         });
     }
     for split_id in &replaced {
-        rows.push(SplitRow {
+        rows.push(LogRow {
             state: SplitState::MarkedForDeletion,
             updated_at_ms: now_ms,
-            ..state.splits[split_id].clone()
+            ..state.log_row(split_id)?
         });
     }
     let mut dataset = bumped(&state.dataset, now_ms);
@@ -296,14 +299,13 @@ pub(super) fn mark_for_deletion(
     };
     let mut rows = Vec::new();
     for split_id in split_ids {
-        let row = &state.splits[&split_id];
-        if row.state == SplitState::MarkedForDeletion {
+        if state.splits[&split_id].state == SplitState::MarkedForDeletion {
             result.already_marked.push(split_id);
         } else {
-            rows.push(SplitRow {
+            rows.push(LogRow {
                 state: SplitState::MarkedForDeletion,
                 updated_at_ms: now_ms,
-                ..row.clone()
+                ..state.log_row(&split_id)?
             });
             result.marked.push(split_id);
         }
@@ -335,10 +337,10 @@ pub(super) fn mark_stale_staged(
             && row.state == SplitState::Staged
             && row.updated_at_ms < untouched_before_ms
         {
-            rows.push(SplitRow {
+            rows.push(LogRow {
                 state: SplitState::MarkedForDeletion,
                 updated_at_ms: now_ms,
-                ..row.clone()
+                ..state.log_row(&split_id)?
             });
         }
     }
@@ -578,4 +580,15 @@ pub(super) fn distinct_sorted(split_ids: &[String]) -> Vec<String> {
     split_ids.sort();
     split_ids.dedup();
     split_ids
+}
+
+/// A staged split's metadata as the log keeps it: the caller's text, which validation found
+/// to be a JSON object.
+fn metadata(split: &crate::model::NewSplit) -> Result<RawJson> {
+    RawJson::parse(split.metadata_json.clone()).map_err(|err| {
+        MendError::invalid(format!(
+            "the metadata of split {} is not JSON: {err}",
+            split.split_id
+        ))
+    })
 }

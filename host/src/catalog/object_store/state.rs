@@ -2,17 +2,25 @@
 //!
 //! Readers and writers share [`DatasetState::apply`], so the state a writer caches after its
 //! own commit is exactly what any other process replays from the same file. Deciding what to
-//! commit is [`super::mutations`]' job; reading and writing files is [`super::log`]'s.
+//! commit is [`super::mutations`]' job; reading and writing files is [`super::log`]'s and
+//! [`super::checkpoint`]'s.
+//!
+//! A state keeps each split as a [`StoredSplit`]: its metadata stays the JSON text the log and
+//! the checkpoints hold, and becomes a `serde_json::Value` only in a [`SplitRow`] handed out
+//! (a listing, a commit's post-image). A parsed metadata object costs about ten times its
+//! text; a process that only writes to a dataset of 100,000 splits held them all.
+
+use std::ops::Bound;
 
 use imbl::OrdMap;
 
 use mend_policy::ExistingRow;
 
-use super::log::{Action, Commit, FORMAT_VERSION, Snapshot};
+use super::log::{Action, Commit, LogRow, RawJson, Snapshot};
 use crate::catalog::RecordedRequest;
 use crate::error::{MendError, Result};
 use crate::intent::{Intent, check_format};
-use crate::model::{Dataset, ListQuery, SplitPage, SplitRow};
+use crate::model::{Dataset, ListQuery, SplitPage, SplitRow, SplitState, TimeRange, TimestampMs};
 
 /// The largest log version, manifest version, config version or fencing epoch a state holds:
 /// the range Postgres stores them in (`BIGINT`), so both backends read the same numbers, and
@@ -29,7 +37,7 @@ pub(crate) struct DatasetState {
     /// Persistent maps: a writer clones the state for every commit it attempts, and a clone
     /// shares everything it does not change, so a commit costs what it touches, not the size
     /// of the dataset.
-    pub splits: OrdMap<String, SplitRow>,
+    pub splits: OrdMap<String, StoredSplit>,
     /// Unresolved operations, by operation id.
     pub intents: OrdMap<String, Intent>,
     /// Results of keyed requests, by key.
@@ -76,26 +84,43 @@ impl DatasetState {
         Ok(state)
     }
 
-    /// The state a checkpoint holds; an intent in a format newer than this host's is refused.
+    /// The state a format 1 checkpoint holds ([`super::checkpoint`]).
     pub fn from_snapshot(snapshot: Snapshot) -> Result<Self> {
-        for intent in &snapshot.intents {
+        let splits = snapshot
+            .splits
+            .into_iter()
+            .map(|row| (row.split_id.clone(), StoredSplit::from_row(&row)))
+            .collect();
+        Self::from_parts(
+            snapshot.version,
+            snapshot.dataset,
+            splits,
+            snapshot.intents,
+            snapshot.recorded,
+        )
+    }
+
+    /// The state a checkpoint holds; an intent in a format newer than this host's is refused,
+    /// and so are counters that leave no room for the next commit.
+    pub fn from_parts(
+        version: u64,
+        dataset: Dataset,
+        splits: OrdMap<String, StoredSplit>,
+        intents: Vec<Intent>,
+        recorded: Vec<RecordedRequest>,
+    ) -> Result<Self> {
+        for intent in &intents {
             check_format(intent.format_version)?;
         }
         let state = Self {
-            version: snapshot.version,
-            dataset: snapshot.dataset,
-            splits: snapshot
-                .splits
-                .into_iter()
-                .map(|row| (row.split_id.clone(), row))
-                .collect(),
-            intents: snapshot
-                .intents
+            version,
+            dataset,
+            splits,
+            intents: intents
                 .into_iter()
                 .map(|intent| (intent.operation_id.clone(), intent))
                 .collect(),
-            recorded: snapshot
-                .recorded
+            recorded: recorded
                 .into_iter()
                 .map(|record| (record.key.clone(), record))
                 .collect(),
@@ -104,14 +129,11 @@ impl DatasetState {
         Ok(state)
     }
 
-    pub fn to_snapshot(&self) -> Snapshot {
-        Snapshot {
-            format_version: FORMAT_VERSION,
-            version: self.version,
-            dataset: self.dataset.clone(),
-            splits: self.splits.values().cloned().collect(),
-            intents: self.intents.values().cloned().collect(),
-            recorded: self.recorded.values().cloned().collect(),
+    /// The row of `split_id` as a commit's post-image would carry it, unchanged.
+    pub fn log_row(&self, split_id: &str) -> Result<LogRow> {
+        match self.splits.get(split_id) {
+            Some(stored) => Ok(stored.to_log_row(split_id)),
+            None => Err(MendError::splits_not_found(vec![split_id.to_string()])),
         }
     }
 
@@ -177,7 +199,8 @@ impl DatasetState {
                 }
                 Action::PutSplits { rows } => {
                     for row in rows {
-                        self.splits.insert(row.split_id.clone(), row.clone());
+                        self.splits
+                            .insert(row.split_id.clone(), StoredSplit::from_log_row(row));
                     }
                 }
                 Action::PutIntent { intent } => {
@@ -249,38 +272,132 @@ impl DatasetState {
     pub fn existing_rows(&self, split_ids: &[String]) -> Vec<ExistingRow> {
         split_ids
             .iter()
-            .filter_map(|split_id| self.splits.get(split_id))
-            .map(|row| ExistingRow {
-                split_id: row.split_id.clone(),
-                state: row.state,
+            .filter_map(|split_id| {
+                self.splits.get(split_id).map(|stored| ExistingRow {
+                    split_id: split_id.clone(),
+                    state: stored.state,
+                })
             })
             .collect()
     }
 
-    pub fn list_splits(&self, query: &ListQuery) -> SplitPage {
+    pub fn list_splits(&self, query: &ListQuery) -> Result<SplitPage> {
         // Asked for by id (as recovery asks, once per intent), a listing looks the ids up
-        // rather than scanning the dataset, so its cost follows the ids, not the dataset.
-        let by_id: Option<Vec<&SplitRow>> = query.split_ids.as_ref().map(|ids| {
+        // rather than scanning the dataset, so its cost follows the ids, not the dataset; a
+        // page after a cursor starts at the cursor.
+        let by_id: Option<Vec<(&String, &StoredSplit)>> = query.split_ids.as_ref().map(|ids| {
             let ids: std::collections::BTreeSet<&String> = ids.iter().collect();
             ids.into_iter()
-                .filter_map(|id| self.splits.get(id))
+                .filter_map(|id| self.splits.get_key_value(id))
                 .collect()
         });
-        let candidates: Box<dyn Iterator<Item = &SplitRow>> = match by_id {
-            Some(rows) => Box::new(rows.into_iter()),
-            None => Box::new(self.splits.values()),
-        };
-        let mut matching = candidates.filter(|row| query.matches(row));
+        let candidates: Box<dyn Iterator<Item = (&String, &StoredSplit)>> =
+            match (by_id, &query.after_split_id) {
+                (Some(rows), _) => Box::new(rows.into_iter()),
+                (None, Some(after)) => Box::new(
+                    self.splits
+                        .range::<_, str>((Bound::Excluded(after.as_str()), Bound::Unbounded)),
+                ),
+                (None, None) => Box::new(self.splits.iter()),
+            };
+        let mut matching = candidates.filter(|(split_id, stored)| {
+            query.matches_fields(
+                split_id,
+                stored.state,
+                stored.time_range,
+                stored.updated_at_ms,
+            )
+        });
         let limit = query.limit.unwrap_or(usize::MAX);
-        let splits: Vec<SplitRow> = matching.by_ref().take(limit).cloned().collect();
+        let splits = matching
+            .by_ref()
+            .take(limit)
+            .map(|(split_id, stored)| stored.to_row(&self.dataset.dataset_id, split_id))
+            .collect::<Result<Vec<SplitRow>>>()?;
         let next_after_split_id = match matching.next() {
             Some(_) => splits.last().map(|row| row.split_id.clone()),
             None => None,
         };
-        SplitPage {
+        Ok(SplitPage {
             splits,
             next_after_split_id,
+        })
+    }
+}
+
+/// A split as a [`DatasetState`] keeps it, by id: a [`SplitRow`] whose metadata is the JSON
+/// text of the log rather than a parsed value.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StoredSplit {
+    pub state: SplitState,
+    pub node: Box<str>,
+    /// The text the commit that wrote the row holds.
+    pub metadata: RawJson,
+    pub time_range: Option<TimeRange>,
+    pub created_at_ms: TimestampMs,
+    pub updated_at_ms: TimestampMs,
+    pub published_at_ms: Option<TimestampMs>,
+}
+
+impl StoredSplit {
+    /// A row of a format 1 checkpoint, its metadata written again as compact JSON.
+    pub fn from_row(row: &SplitRow) -> Self {
+        Self {
+            state: row.state,
+            node: row.node.as_str().into(),
+            metadata: RawJson::of(&row.metadata),
+            time_range: row.time_range,
+            created_at_ms: row.created_at_ms,
+            updated_at_ms: row.updated_at_ms,
+            published_at_ms: row.published_at_ms,
         }
+    }
+
+    pub fn from_log_row(row: &LogRow) -> Self {
+        Self {
+            state: row.state,
+            node: row.node.as_str().into(),
+            metadata: row.metadata.clone(),
+            time_range: row.time_range,
+            created_at_ms: row.created_at_ms,
+            updated_at_ms: row.updated_at_ms,
+            published_at_ms: row.published_at_ms,
+        }
+    }
+
+    pub fn to_log_row(&self, split_id: &str) -> LogRow {
+        LogRow {
+            split_id: split_id.to_string(),
+            state: self.state,
+            node: self.node.to_string(),
+            metadata: self.metadata.clone(),
+            time_range: self.time_range,
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.updated_at_ms,
+            published_at_ms: self.published_at_ms,
+        }
+    }
+
+    /// The row, with its metadata parsed. The text was JSON when it entered the state, but
+    /// only checked to be well-formed, not to be within the nesting a parsed value may have:
+    /// a refusal here is the file's corruption.
+    pub fn to_row(&self, dataset_id: &str, split_id: &str) -> Result<SplitRow> {
+        let metadata =
+            serde_json::from_str(self.metadata.get()).map_err(|err| MendError::Corrupt {
+                message: format!(
+                    "dataset {dataset_id}: the metadata of split {split_id} cannot be read: {err}"
+                ),
+            })?;
+        Ok(SplitRow {
+            split_id: split_id.to_string(),
+            state: self.state,
+            node: self.node.to_string(),
+            metadata,
+            time_range: self.time_range,
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.updated_at_ms,
+            published_at_ms: self.published_at_ms,
+        })
     }
 }
 

@@ -1,9 +1,11 @@
 //! Tests of the object-storage catalog: the trait's semantics in `semantics`, the log itself
-//! (checkpoints, format versions, races, unclear put outcomes, URLs) in `durability`. This
-//! file holds what both share: a store wrapper that counts and can fail, and simple planners
-//! standing in for the policy, which is not this backend's concern.
+//! (checkpoints, format versions, races, unclear put outcomes, URLs) in `durability`,
+//! checkpoint formats and retention racing readers and writers in `retention`. This file
+//! holds what they share: a store wrapper that counts and can fail or dawdle, and simple
+//! planners standing in for the policy, which is not this backend's concern.
 
 mod durability;
+mod retention;
 mod semantics;
 
 use std::fmt;
@@ -41,6 +43,9 @@ struct CountingStore {
     fail_next_put_after_write: AtomicBool,
     fail_next_put_before_write: AtomicBool,
     refuse_puts: AtomicBool,
+    /// Every GET waits up to half a millisecond first, so that races with deletions happen
+    /// often.
+    slow_gets: AtomicBool,
 }
 
 impl CountingStore {
@@ -52,6 +57,7 @@ impl CountingStore {
             fail_next_put_after_write: AtomicBool::new(false),
             fail_next_put_before_write: AtomicBool::new(false),
             refuse_puts: AtomicBool::new(false),
+            slow_gets: AtomicBool::new(false),
         })
     }
 
@@ -118,7 +124,12 @@ impl ObjectStore for CountingStore {
         location: &Path,
         options: GetOptions,
     ) -> ::object_store::Result<GetResult> {
-        self.gets.lock().unwrap().push(location.to_string());
+        if self.slow_gets.load(Ordering::Relaxed) {
+            let micros = uuid::Uuid::new_v4().as_u128() % 500;
+            tokio::time::sleep(std::time::Duration::from_micros(micros as u64)).await;
+        } else {
+            self.gets.lock().unwrap().push(location.to_string());
+        }
         self.inner.get_opts(location, options).await
     }
 

@@ -241,14 +241,27 @@ async fn files_are_laid_out_per_gate_and_old_epochs_cleaned_up() {
         held.release().await.unwrap();
     }
     assert_eq!(first.current_epoch(&gate).await.unwrap(), 20);
+    first.wait_for_releases().await;
+    second.wait_for_releases().await;
     let dir = "root/datasets/logs/gates/keys/a%2Fb";
-    let renewed_until = START_MS + 2_000 + LEASE_MS;
+    // Each release deletes the epochs before it and its own renewals.
     let expected = vec![
-        format!("{dir}/00000000000000000019.json"),
-        format!("{dir}/00000000000000000019.released.json"),
         format!("{dir}/00000000000000000020.json"),
         format!("{dir}/00000000000000000020.released.json"),
-        format!("{dir}/00000000000000000020.renewal-{renewed_until:020}.json"),
+    ];
+    assert_eq!(file_names(&store).await, expected);
+
+    // A guard dropped without `release` is released, and cleaned up, in the background.
+    let dropped = second
+        .acquire_one(&GateSession::new(), gate.clone(), PATIENT)
+        .await
+        .unwrap();
+    assert_eq!(dropped.fencing_epoch(), 21);
+    drop(dropped);
+    second.wait_for_releases().await;
+    let expected = vec![
+        format!("{dir}/00000000000000000021.json"),
+        format!("{dir}/00000000000000000021.released.json"),
     ];
     assert_eq!(file_names(&store).await, expected);
 

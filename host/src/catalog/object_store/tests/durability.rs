@@ -29,17 +29,19 @@ async fn a_file_from_a_newer_mend_is_refused_not_guessed_at() {
     let err = catalog.dataset("logs").await.unwrap_err();
     assert!(matches!(err, MendError::Corrupt { .. }), "{err}");
     assert!(err.to_string().contains("newer mend"), "{err}");
-    let puts = store.puts();
-    assert!(
-        stage(&catalog, StageMode::CreateOnly, "n", &ids(&["a"]), T0)
-            .await
-            .is_err()
-    );
+    // The writer's cached state is at version 0, so it puts version 1 without a look: the
+    // put is refused (the file is there), and reading what holds the version refuses it.
+    let err = stage(&catalog, StageMode::CreateOnly, "n", &ids(&["a"]), T0)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("newer mend"), "{err}");
+    let written = store.get(&log.commit_path("logs", 1)).await.unwrap();
     assert_eq!(
-        store.puts(),
-        puts,
+        written.bytes().await.unwrap(),
+        future.as_bytes(),
         "nothing is written on top of an unreadable log"
     );
+    assert!(store.get(&log.commit_path("logs", 2)).await.is_err());
 
     let err = sibling(&catalog).dataset("other").await.unwrap_err();
     assert!(matches!(err, MendError::Corrupt { .. }), "{err}");
@@ -142,7 +144,11 @@ async fn a_fresh_reader_starts_from_the_newest_checkpoint() {
     }
     let version = writer.probe_version("logs").await.unwrap();
     assert_eq!(version, 31);
-    assert_eq!(writer.stats().checkpoints_written, 6);
+    // Written in the background, one at a time: a checkpoint that falls due while another is
+    // being written is superseded by the newest due one, so at least the first and the last.
+    writer.flush().await;
+    let written = writer.stats().checkpoints_written;
+    assert!((2..=6).contains(&written), "{written} checkpoints");
 
     let log = Log::new(store.clone(), Path::from("mend"));
     let mut replayed =
@@ -158,22 +164,27 @@ async fn a_fresh_reader_starts_from_the_newest_checkpoint() {
     let reader = sibling(&writer);
     let loaded = reader.load("logs").await.unwrap();
     assert_eq!(*loaded, replayed);
-    let gets = store.take_gets();
+    let mut gets = store.take_gets();
+    gets.sort();
+    // 31 alone, then 32 and 33 together (the replay reads ahead once versions keep coming).
     let expected: Vec<String> = [
         log.checkpoint_path("logs", 30),
         log.commit_path("logs", 31),
         log.commit_path("logs", 32),
+        log.commit_path("logs", 33),
     ]
     .iter()
     .map(ToString::to_string)
     .collect();
+    let mut expected = expected;
+    expected.sort();
     assert_eq!(
         gets, expected,
         "no log version before the checkpoint is read"
     );
     assert_eq!(
         (reader.stats().checkpoint_reads, reader.stats().log_reads),
-        (1, 2)
+        (1, 3)
     );
 }
 
