@@ -357,6 +357,11 @@ impl Log {
         Ok(files.into_iter().map(|(version, _)| version).collect())
     }
 
+    /// The version of the dataset's newest checkpoint, if it has one.
+    pub async fn newest_checkpoint_version(&self, dataset_id: &str) -> Result<Option<u64>> {
+        Ok(self.checkpoint_versions(dataset_id).await?.last().copied())
+    }
+
     /// The log files of the dataset, by version in increasing order, with their paths.
     pub async fn log_files(
         &self,

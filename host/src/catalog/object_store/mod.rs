@@ -279,12 +279,7 @@ impl ObjectStoreCatalog {
                 },
             };
             let state = self.roll_forward(dataset_id, state).await?;
-            let newest = self
-                .log
-                .checkpoint_versions(dataset_id)
-                .await?
-                .last()
-                .copied();
+            let newest = self.log.newest_checkpoint_version(dataset_id).await?;
             if newest.is_none_or(|newest| newest <= state.version) {
                 self.remember(dataset_id, &state, started);
                 return Ok(Cached {
@@ -311,12 +306,7 @@ impl ObjectStoreCatalog {
     /// The state of the newest checkpoint, else of version 0; `None` if the newest listed
     /// checkpoint was deleted before it could be read.
     async fn load_base(&self, dataset_id: &str) -> Result<Option<DatasetState>> {
-        let newest = self
-            .log
-            .checkpoint_versions(dataset_id)
-            .await?
-            .last()
-            .copied();
+        let newest = self.log.newest_checkpoint_version(dataset_id).await?;
         if let Some(version) = newest {
             return self.log.read_checkpoint(dataset_id, version).await;
         }
@@ -458,12 +448,7 @@ impl ObjectStoreCatalog {
         put_at: Instant,
     ) -> Result<()> {
         if base_confirmed_at.elapsed() >= self.trust_window() {
-            let newest = self
-                .log
-                .checkpoint_versions(dataset_id)
-                .await?
-                .last()
-                .copied();
+            let newest = self.log.newest_checkpoint_version(dataset_id).await?;
             if newest.is_some_and(|newest| newest >= state.version) {
                 self.forget(dataset_id);
                 return Err(MendError::Unavailable {
