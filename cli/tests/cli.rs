@@ -2,7 +2,7 @@
 //! happy path and its main failure, with the exit codes the README documents; and where its
 //! settings come from.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Output;

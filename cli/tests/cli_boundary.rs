@@ -3,7 +3,7 @@
 //! refused with its exit code and one error line naming the field, the ids or the settings, and
 //! changes nothing.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

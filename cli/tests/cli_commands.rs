@@ -3,7 +3,7 @@
 //! (2 invalid input, 3 not found, 4 precondition or conflict, 6 policy), and nothing changed
 //! by a failure. `serve` has its own file (server.rs), `demo` too (demo.rs).
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 //! publish, abort, show), `--idempotency-key` on `stage` and `publish`, and the inputs the
 //! command line refuses before anything is written.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! --json`, and gates released by a command stopped with SIGINT or SIGTERM, named with their
 //! holder and lease end when another process holds them.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -2,7 +2,7 @@
 //! catalog: what its summary says happened, that it runs again in the same directory, and that
 //! it leaves the deployment's policy as it found it.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

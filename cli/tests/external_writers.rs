@@ -53,7 +53,7 @@
 //!
 //! Every failure is collected and reported together, after the counts.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;

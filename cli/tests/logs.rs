@@ -5,7 +5,7 @@
 //! The lines `mend serve` writes for people (listening, stopped) stay as they were, whatever
 //! the format: tests, benches and scripts read the address from them.
 
-mod common;
+use crate::common;
 
 use common::server::{ServerOptions, TestServer};
 use common::{mend, mend_command};

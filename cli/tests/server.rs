@@ -4,7 +4,7 @@
 //! the dataset's supervisor, a client disconnecting during an admitted write, and a graceful
 //! shutdown waiting for one.
 
-mod common;
+use crate::common;
 
 use common::server::{ADMIN_TOKEN, ServerOptions, TestServer, parse_answer, request_bytes};
 

@@ -3,7 +3,7 @@
 //! used to mislead. Each is a 400 (or the 412 a precondition is) with the documented JSON,
 //! naming the field, cap or range, and changes nothing.
 
-mod common;
+use crate::common;
 
 use common::server::{Answer, ServerOptions, TestServer};
 use serde_json::{Value, json};

@@ -4,7 +4,7 @@
 //! version moved answers its promotion, a swap answers its swap); the same key with another
 //! body is 400 `invalid_argument` naming the key; a bad key is 400.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -3,7 +3,7 @@
 //! half-open connections, a flood of writes, and error answers that are always the
 //! documented JSON. Every wait is bounded; nothing asserts how fast anything is beyond that.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::io::{ErrorKind, Read, Write};

@@ -1,0 +1,18 @@
+//! The tests that drive the real `mend` binary and `mend serve`, as one test binary: one
+//! module per file, so that the build links one executable rather than one per file (each
+//! links wasmtime, sqlx and the server; a binary per file took gigabytes of disk).
+
+mod common;
+
+mod cli;
+mod cli_boundary;
+mod cli_commands;
+mod cli_operations;
+mod cli_output;
+mod demo;
+mod external_writers;
+mod logs;
+mod server;
+mod server_boundary;
+mod server_idempotency;
+mod server_limits;

@@ -1,0 +1,30 @@
+//! mend's integration tests as one test binary, one module per file: the build links one
+//! executable rather than one per file (each links wasmtime, sqlx, object_store and the
+//! server; a binary per file took gigabytes of disk). Run one file's tests with its module
+//! name as the filter: `cargo test -p mend-tests --test integration crash_commit::`.
+
+mod abandonment;
+mod capabilities;
+mod component;
+mod conformance;
+mod crash_commit;
+mod crash_gc;
+mod crash_operations;
+mod engine_gates;
+mod fuzz;
+mod grace_periods;
+mod hostile_components;
+mod hostile_policy;
+mod idempotency;
+mod live_handles;
+mod mixed_versions;
+mod object_store_writers;
+mod operations;
+mod policy_swap;
+mod reconcile;
+mod recovery_audit;
+mod recovery_modes;
+mod scenarios;
+mod split_ids;
+mod verify;
+mod write_fingerprint;
