@@ -9,7 +9,7 @@ wasmtime::component::bindgen!({
     path: "../wit",
 });
 
-use mend::policy::types as wit;
+pub(crate) use mend::policy::types as wit;
 
 pub(crate) fn stage_plan_input(input: &plain::StagePlanInput) -> wit::StagePlanInput {
     wit::StagePlanInput {

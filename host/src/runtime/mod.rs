@@ -34,7 +34,7 @@ use mend_policy::{
     PublishViolation, ReconcileDecision, ReconcileInput, RecoveryInput, StagePlanInput,
 };
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, Linker};
+use wasmtime::component::{Component, ComponentExportIndex, ComponentType, Lift, Linker, Lower};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
 
 use crate::error::PolicyError;
@@ -46,7 +46,7 @@ pub use compat::{
 };
 pub use sandbox::{CONCURRENT_DECISIONS, PolicyLimits};
 
-use self::bindings::{Policy, PolicyPre};
+use self::bindings::{Policy, PolicyPre, wit};
 use self::sandbox::{SandboxState, Sandboxes};
 
 /// The default policy component, built from `guest/` by the build script.
@@ -81,6 +81,7 @@ pub struct PolicyRuntime {
 struct Loaded {
     engine: Engine,
     pre: PolicyPre<SandboxState>,
+    exports: Exports,
     digest: String,
     description: PolicyDescription,
     limits: PolicyLimits,
@@ -134,9 +135,11 @@ impl PolicyRuntime {
             reason: format!("the component does not export the mend:policy world: {error:#}"),
         })?;
 
+        let exports = Exports::of(&component)?;
         let mut runtime = Loaded {
             engine: engine.clone(),
             pre,
+            exports,
             digest,
             description: PolicyDescription {
                 name: String::new(),
@@ -176,15 +179,15 @@ impl PolicyRuntime {
     /// One decision per distinct split id of the request.
     pub fn plan_stage(&self, input: &StagePlanInput) -> Result<Vec<PlannedSplit>, PolicyError> {
         let wit_input = bindings::stage_plan_input(input);
-        let planned = self.inner.call("plan-stage", |policy, store| {
-            policy.call_plan_stage(store, &wit_input)
-        })?;
+        let planned: Vec<wit::PlannedSplit> =
+            self.inner
+                .call_export("plan-stage", &self.inner.exports.plan_stage, &wit_input)?;
         let size = planned
             .iter()
             .map(|p| {
                 16 + p.split_id.len()
                     + match &p.action {
-                        bindings::mend::policy::types::StageAction::Reject(why) => why.len(),
+                        wit::StageAction::Reject(why) => why.len(),
                         _ => 0,
                     }
             })
@@ -199,9 +202,11 @@ impl PolicyRuntime {
         input: &PublishInput,
     ) -> Result<Vec<PublishViolation>, PolicyError> {
         let wit_input = bindings::publish_input(input);
-        let violations = self.inner.call("validate-publish", |policy, store| {
-            policy.call_validate_publish(store, &wit_input)
-        })?;
+        let violations: Vec<wit::PublishViolation> = self.inner.call_export(
+            "validate-publish",
+            &self.inner.exports.validate_publish,
+            &wit_input,
+        )?;
         let size = violations
             .iter()
             .map(|v| 16 + v.message.len() + v.subjects.iter().map(String::len).sum::<usize>())
@@ -221,19 +226,20 @@ impl PolicyRuntime {
         input: &RecoveryInput,
     ) -> Result<Vec<IntentDecision>, PolicyError> {
         let wit_input = bindings::recovery_input(input);
-        let decisions = self.inner.call("decide-recovery", |policy, store| {
-            policy.call_decide_recovery(store, &wit_input)
-        })?;
+        let decisions: Vec<wit::IntentDecision> = self.inner.call_export(
+            "decide-recovery",
+            &self.inner.exports.decide_recovery,
+            &wit_input,
+        )?;
         let size = decisions
             .iter()
             .map(|d| {
                 16 + d.operation_id.len()
                     + match &d.decision {
-                        bindings::mend::policy::types::RecoveryDecision::Defer(why)
-                        | bindings::mend::policy::types::RecoveryDecision::Abandon(why) => {
+                        wit::RecoveryDecision::Defer(why) | wit::RecoveryDecision::Abandon(why) => {
                             why.len()
                         }
-                        bindings::mend::policy::types::RecoveryDecision::Blocked(reason) => {
+                        wit::RecoveryDecision::Blocked(reason) => {
                             reason.why.len() + reason.operator_action.len()
                         }
                         _ => 0,
@@ -255,16 +261,18 @@ impl PolicyRuntime {
         input: &ReconcileInput,
     ) -> Result<Vec<ReconcileDecision>, PolicyError> {
         let wit_input = bindings::reconcile_input(input);
-        let decisions = self.inner.call("plan-reconcile", |policy, store| {
-            policy.call_plan_reconcile(store, &wit_input)
-        })?;
+        let decisions: Vec<wit::ReconcileDecision> = self.inner.call_export(
+            "plan-reconcile",
+            &self.inner.exports.plan_reconcile,
+            &wit_input,
+        )?;
         let size = decisions
             .iter()
             .map(|d| {
                 16 + d.split_id.len()
                     + match &d.action {
-                        bindings::mend::policy::types::ReconcileAction::Discard(why) => why.len(),
-                        bindings::mend::policy::types::ReconcileAction::Adopt => 0,
+                        wit::ReconcileAction::Discard(why) => why.len(),
+                        wit::ReconcileAction::Adopt => 0,
                     }
             })
             .sum();
@@ -280,9 +288,9 @@ impl PolicyRuntime {
     /// Which gc candidates to mark and which to delete (ABI 1.3).
     pub fn plan_gc(&self, input: &GcInput) -> Result<GcPlan, PolicyError> {
         let wit_input = bindings::gc_input(input);
-        let plan = self.inner.call("plan-gc", |policy, store| {
-            policy.call_plan_gc(store, &wit_input)
-        })?;
+        let plan: wit::GcPlan =
+            self.inner
+                .call_export("plan-gc", &self.inner.exports.plan_gc, &wit_input)?;
         let size = plan
             .mark
             .iter()
@@ -294,22 +302,85 @@ impl PolicyRuntime {
     }
 }
 
+/// Where each decision function is among the component's exports, found once at load.
+struct Exports {
+    plan_stage: ComponentExportIndex,
+    validate_publish: ComponentExportIndex,
+    decide_recovery: ComponentExportIndex,
+    plan_reconcile: ComponentExportIndex,
+    plan_gc: ComponentExportIndex,
+}
+
+impl Exports {
+    fn of(component: &Component) -> Result<Self, PolicyError> {
+        let index = |name: &str| {
+            component
+                .get_export_index(None, name)
+                .ok_or_else(|| PolicyError::Incompatible {
+                    reason: format!("the component does not export `{name}`"),
+                })
+        };
+        Ok(Self {
+            plan_stage: index("plan-stage")?,
+            validate_publish: index("validate-publish")?,
+            decide_recovery: index("decide-recovery")?,
+            plan_reconcile: index("plan-reconcile")?,
+            plan_gc: index("plan-gc")?,
+        })
+    }
+}
+
 impl Loaded {
-    /// Instantiates the component in a fresh sandbox and runs `body` against it.
+    /// Instantiates the component in a fresh sandbox and calls the one function at `export`
+    /// with `input`. Only that function's type is checked against the contract here: the
+    /// generated `Policy` would check every export on every instantiation (about a tenth of a
+    /// small decision), and all of them were checked once already, when the policy was loaded
+    /// (`describe` goes through it).
+    fn call_export<I, O>(
+        &self,
+        function: &'static str,
+        export: &ComponentExportIndex,
+        input: &I,
+    ) -> Result<O, PolicyError>
+    where
+        I: ComponentType + Lower + Sync,
+        O: ComponentType + Lift + Send + Sync + 'static,
+    {
+        self.in_sandbox(function, |store| {
+            let instance = self.pre.instance_pre().instantiate(&mut *store)?;
+            let decide = instance.get_typed_func::<(&I,), (O,)>(&mut *store, export)?;
+            // No `post_return`: it would only free the answer inside an instance that is
+            // thrown away with its store right after.
+            let (output,) = decide.call(&mut *store, (input,))?;
+            Ok(output)
+        })
+    }
+
+    /// Instantiates the component through the generated bindings, every export type-checked,
+    /// and runs `body` against it: how a policy is first called when it is loaded.
     fn call<T>(
         &self,
         function: &'static str,
         body: impl FnOnce(&Policy, &mut Store<SandboxState>) -> wasmtime::Result<T>,
+    ) -> Result<T, PolicyError> {
+        self.in_sandbox(function, |store| {
+            let policy = self.pre.instantiate(&mut *store)?;
+            body(&policy, store)
+        })
+    }
+
+    /// Runs `body` in a fresh store taken from the pool, with the limits of a decision.
+    fn in_sandbox<T>(
+        &self,
+        function: &'static str,
+        body: impl FnOnce(&mut Store<SandboxState>) -> wasmtime::Result<T>,
     ) -> Result<T, PolicyError> {
         static SANDBOXES: Sandboxes = Sandboxes::new();
         let _sandbox = SANDBOXES.take(function, sandbox::SANDBOX_WAIT)?;
         let mut store = Store::new(&self.engine, SandboxState::new(&self.limits));
         store.limiter(|state| state);
         store.set_epoch_deadline(deadline_ticks(self.limits.cpu_time_per_call));
-        let result = self
-            .pre
-            .instantiate(&mut store)
-            .and_then(|policy| body(&policy, &mut store));
+        let result = body(&mut store);
         result.map_err(|error| sandbox::call_error(function, error, store.data(), &self.limits))
     }
 }
