@@ -9,14 +9,25 @@
 //!
 //! - `in-process`, the baseline: `Engine::stage`, one batch after another;
 //! - `http-1`: the same batches as `POST /v1/datasets/{id}/stage` to `mend serve` over
-//!   loopback, one request at a time (a new connection each, as the simplest client does);
-//! - `http-4`: the same with 4 clients at once;
+//!   loopback, one request at a time on one keep-alive connection, as an HTTP client library
+//!   does;
+//! - `http-4`: the same with 4 clients at once, a connection each;
+//! - `http-1-new-connection`: one client opening a new connection for every request (the
+//!   simplest client, and what this bench measured before);
 //!
-//! and in the group `serve list`, each iteration one page of 100 published splits:
-//! `Engine::list_splits` (`in-process`) against `GET .../splits?limit=100` (`http-1`).
+//! The requests are built before the timed part on both sides (`StageRequest`s in process,
+//! JSON bodies over HTTP), so the comparison is of what the server adds to the engine: reading
+//! and parsing the request, the admitted write's task, and encoding the answer.
+//!
+//! In the group `serve round trip`, a keep-alive `GET /healthz`: the least any request costs.
+//! In the group `serve list`, each iteration one page of 100 published splits:
+//! `Engine::list_splits` (`in-process`) against `GET .../splits?limit=100` (`http-1`, on a
+//! keep-alive connection).
 //!
 //! It prints batches (pages) per second and HTTP/in-process for each, from criterion's
-//! estimates. It takes about a minute on the 2-core development machine: 20 to 30 iterations
+//! estimates. Last, timed once: the server's resident memory (`/proc/PID/status`) after
+//! staging 100,000 splits into one dataset, and 10 s after that load ended. It takes about
+//! two minutes on the 2-core development machine: 20 to 30 iterations
 //! of each stage function (`Sampling::Expensive`, 5 s of timed work each) and 3 s for each list
 //! function. Smaller or larger: `MEND_BENCH_BATCHES=50` (per iteration), `-- --measurement-time
 //! 10` (every group).
@@ -57,6 +68,8 @@ fn main() {
     let datasets = AtomicUsize::new(0);
     let next_dataset = || format!("bench-{}", datasets.fetch_add(1, Ordering::Relaxed));
 
+    // Seconds per in-process batch, for the round trip's comparison below.
+    let stage_in_process = std::cell::OnceCell::new();
     let mut group = bench.group(
         "serve stage",
         Sampling::Expensive {
@@ -72,11 +85,12 @@ fn main() {
                 runtime
                     .block_on(engine.create_dataset(&dataset_id, &DatasetConfig::default()))
                     .unwrap();
+                let requests: Vec<StageRequest> = (0..batches)
+                    .map(|batch| stage_request(&dataset_id, batch))
+                    .collect();
                 let started = Instant::now();
-                for batch in 0..batches {
-                    runtime
-                        .block_on(engine.stage(&stage_request(&dataset_id, batch)))
-                        .unwrap();
+                for request in &requests {
+                    runtime.block_on(engine.stage(request)).unwrap();
                 }
                 took += started.elapsed();
             }
@@ -84,14 +98,20 @@ fn main() {
         })
     });
     group.bench("http-1", |b| {
+        let mut client = server.client();
         b.iter_custom(|iters| {
             let mut took = Duration::ZERO;
             for _ in 0..iters {
                 let dataset_id = next_dataset();
-                server.call("POST", "/v1/datasets", &json!({"dataset_id": dataset_id}));
+                client.call(
+                    "POST",
+                    "/v1/datasets",
+                    &json!({"dataset_id": dataset_id}).to_string(),
+                );
+                let bodies: Vec<String> = (0..batches).map(stage_body).collect();
                 let started = Instant::now();
-                for batch in 0..batches {
-                    server.stage(&dataset_id, batch);
+                for body in &bodies {
+                    client.stage(&dataset_id, body);
                 }
                 took += started.elapsed();
             }
@@ -99,18 +119,24 @@ fn main() {
         })
     });
     group.bench(&format!("http-{CLIENTS}"), |b| {
+        let mut clients: Vec<Client> = (0..CLIENTS).map(|_| server.client()).collect();
         b.iter_custom(|iters| {
             let mut took = Duration::ZERO;
             for _ in 0..iters {
                 let dataset_id = next_dataset();
-                server.call("POST", "/v1/datasets", &json!({"dataset_id": dataset_id}));
+                clients[0].call(
+                    "POST",
+                    "/v1/datasets",
+                    &json!({"dataset_id": dataset_id}).to_string(),
+                );
+                let bodies: Vec<String> = (0..batches).map(stage_body).collect();
                 let started = Instant::now();
                 std::thread::scope(|scope| {
-                    for client in 0..CLIENTS {
-                        let (server, dataset_id) = (&server, &dataset_id);
+                    for (first, client) in clients.iter_mut().enumerate() {
+                        let (bodies, dataset_id) = (&bodies, &dataset_id);
                         scope.spawn(move || {
-                            for batch in (client..batches).step_by(CLIENTS) {
-                                server.stage(dataset_id, batch);
+                            for body in bodies.iter().skip(first).step_by(CLIENTS) {
+                                client.stage(dataset_id, body);
                             }
                         });
                     }
@@ -120,10 +146,30 @@ fn main() {
             took
         })
     });
+    group.bench("http-1-new-connection", |b| {
+        b.iter_custom(|iters| {
+            let mut took = Duration::ZERO;
+            for _ in 0..iters {
+                let dataset_id = next_dataset();
+                server.call("POST", "/v1/datasets", &json!({"dataset_id": dataset_id}));
+                let bodies: Vec<String> = (0..batches).map(stage_body).collect();
+                let started = Instant::now();
+                for body in &bodies {
+                    let answer =
+                        server.call_raw("POST", &format!("/v1/datasets/{dataset_id}/stage"), body);
+                    assert_eq!(answer["splits"].as_array().unwrap().len(), SPLITS_PER_BATCH);
+                }
+                took += started.elapsed();
+            }
+            took
+        })
+    });
     group.finish().report(|times| {
         let in_process = per_second(batches, times["in-process"]);
+        let _ = stage_in_process.set(times["in-process"].as_secs_f64() / batches as f64);
         let over_http = per_second(batches, times["http-1"]);
         let concurrent = per_second(batches, times[format!("http-{CLIENTS}").as_str()]);
+        let new_connections = per_second(batches, times["http-1-new-connection"]);
         vec![
             format!(
                 "stage, {batches} create-only batches of {SPLITS_PER_BATCH} splits on a local directory:"
@@ -137,7 +183,31 @@ fn main() {
                 "  HTTP, {CLIENTS} clients                 : {concurrent:8.1} batches/s, http/in-process = {:.2}",
                 concurrent / in_process
             ),
+            format!(
+                "  HTTP, 1 client, new connection each: {new_connections:8.1} batches/s, http/in-process = {:.2}",
+                new_connections / in_process
+            ),
         ]
+    });
+
+    // What any request costs on a keep-alive connection: the floor under the lines above.
+    let mut group = bench.group(
+        "serve round trip",
+        Sampling::Quick {
+            measurement: Duration::from_secs(2),
+        },
+    );
+    group.throughput(Throughput::Elements(1));
+    group.bench("healthz", |b| {
+        let mut client = server.client();
+        b.iter(|| client.call("GET", "/healthz", ""))
+    });
+    group.finish().report(|times| {
+        vec![format!(
+            "a keep-alive round trip of GET /healthz (the least a request costs): {:.1} us, {:.2} of the in-process batch",
+            times["healthz"].as_secs_f64() * 1e6,
+            times["healthz"].as_secs_f64() / stage_in_process.get().copied().unwrap_or(f64::NAN)
+        )]
     });
 
     // Reads: a page of 100 published splits of a dataset of its own, both ways.
@@ -149,7 +219,7 @@ fn main() {
         .block_on(engine.stage(&stage_request("listed", 0)))
         .unwrap();
     server.call("POST", "/v1/datasets", &json!({"dataset_id": "listed"}));
-    server.stage("listed", 0);
+    server.client().stage("listed", &stage_body(0));
     // Their objects first: a publish refuses a split without one (invariant 1).
     for (catalog, id) in [local.path(), served.path()]
         .into_iter()
@@ -195,11 +265,12 @@ fn main() {
         })
     });
     group.bench("http-1", |b| {
+        let mut client = server.client();
         b.iter(|| {
-            let page = server.call(
+            let page = client.call(
                 "GET",
                 "/v1/datasets/listed/splits?state=published&limit=100",
-                &Value::Null,
+                "",
             );
             assert_eq!(page["splits"].as_array().unwrap().len(), SPLITS_PER_BATCH);
         })
@@ -216,7 +287,36 @@ fn main() {
             ),
         ]
     });
+    // The server's memory after staging many splits into one dataset, and once the load ends.
+    let splits = if common::test_mode() { 1_000 } else { 100_000 };
+    let before = server.memory();
+    let mut client = server.client();
+    client.call(
+        "POST",
+        "/v1/datasets",
+        &json!({"dataset_id": "memory"}).to_string(),
+    );
+    let started = Instant::now();
+    for batch in 0..splits / SPLITS_PER_BATCH {
+        client.stage("memory", &stage_body(batch));
+    }
+    let staged_in = started.elapsed();
+    let loaded = server.memory();
+    let idle_seconds = if common::test_mode() { 0 } else { 10 };
+    std::thread::sleep(Duration::from_secs(idle_seconds));
+    let idle = server.memory();
+    bench.report(format!(
+        "server memory: resident {} MiB started, {} MiB after staging {splits} splits into one dataset \
+         ({:.1} s, batches of {SPLITS_PER_BATCH}), {} MiB {idle_seconds} s later; peak {} MiB (a timed run, not criterion)",
+        before.resident_mib, loaded.resident_mib, staged_in.as_secs_f64(), idle.resident_mib, idle.peak_mib
+    ));
     bench.finish();
+}
+
+/// A process's resident memory now and at its peak, from `/proc/PID/status`.
+struct Memory {
+    resident_mib: u64,
+    peak_mib: u64,
 }
 
 async fn open_engine(dir: &Path) -> Engine {
@@ -250,6 +350,64 @@ fn stage_request(dataset_id: &str, batch: usize) -> StageRequest {
                 metadata_json: metadata().to_string(),
             })
             .collect(),
+    }
+}
+
+/// The JSON body of batch `batch`'s create-only stage request.
+fn stage_body(batch: usize) -> String {
+    let splits: Vec<Value> = (0..SPLITS_PER_BATCH)
+        .map(|index| json!({"split_id": split_id(batch, index), "metadata": metadata()}))
+        .collect();
+    json!({"mode": "create-only", "node": "bench", "splits": splits}).to_string()
+}
+
+/// A client on one keep-alive connection: requests one after another, each answer read to
+/// the end of its `Content-Length` before the next request is written.
+struct Client {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Client {
+    fn connect(address: SocketAddr) -> Client {
+        let writer = TcpStream::connect(address).unwrap();
+        writer.set_nodelay(true).unwrap();
+        let reader = BufReader::new(writer.try_clone().unwrap());
+        Client { reader, writer }
+    }
+
+    fn stage(&mut self, dataset_id: &str, body: &str) {
+        let answer = self.call("POST", &format!("/v1/datasets/{dataset_id}/stage"), body);
+        assert_eq!(answer["splits"].as_array().unwrap().len(), SPLITS_PER_BATCH);
+    }
+
+    /// One request on the connection; panics unless the answer is 2xx with a length.
+    fn call(&mut self, method: &str, path: &str, body: &str) -> Value {
+        write!(
+            self.writer,
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut status = String::new();
+        self.reader.read_line(&mut status).unwrap();
+        assert!(status.starts_with("HTTP/1.1 2"), "{status}");
+        let mut length = None;
+        loop {
+            let mut header = String::new();
+            self.reader.read_line(&mut header).unwrap();
+            if header == "\r\n" {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = Some(value.trim().parse::<usize>().unwrap());
+            }
+        }
+        let mut answer = vec![0; length.expect("the server sends a Content-Length")];
+        self.reader.read_exact(&mut answer).unwrap();
+        serde_json::from_slice(&answer).unwrap()
     }
 }
 
@@ -287,16 +445,27 @@ impl Server {
         Server { child, address }
     }
 
-    fn stage(&self, dataset_id: &str, batch: usize) {
-        let splits: Vec<Value> = (0..SPLITS_PER_BATCH)
-            .map(|index| json!({"split_id": split_id(batch, index), "metadata": metadata()}))
-            .collect();
-        let answer = self.call(
-            "POST",
-            &format!("/v1/datasets/{dataset_id}/stage"),
-            &json!({"mode": "create-only", "node": "bench", "splits": splits}),
-        );
-        assert_eq!(answer["splits"].as_array().unwrap().len(), SPLITS_PER_BATCH);
+    /// The server process's memory.
+    fn memory(&self) -> Memory {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("read the server's /proc status");
+        let kib = |field: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(field))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|value| value.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("{field} in /proc status"))
+        };
+        Memory {
+            resident_mib: kib("VmRSS:") / 1024,
+            peak_mib: kib("VmHWM:") / 1024,
+        }
+    }
+
+    /// A keep-alive client of this server.
+    fn client(&self) -> Client {
+        Client::connect(self.address)
     }
 
     /// One request on a new connection; panics unless the answer is 2xx.
@@ -306,6 +475,11 @@ impl Server {
         } else {
             body.to_string()
         };
+        self.call_raw(method, path, &body)
+    }
+
+    /// [`Server::call`] with the body as text.
+    fn call_raw(&self, method: &str, path: &str, body: &str) -> Value {
         let mut stream = TcpStream::connect(self.address).unwrap();
         write!(
             stream,
