@@ -1,26 +1,37 @@
 //! The WIT glue on the host side: wasmtime's generated bindings for the `policy` world and
 //! conversions to and from the plain types of `mend_policy`. Only types are converted here;
 //! nothing is decided.
+//!
+//! Inputs cross as borrowed views of the plain types (`ownership: Borrowing`): a decision over
+//! 10,000 splits copies each id once, into the sandbox, instead of first into an owned WIT copy
+//! that is dropped after the call. Each `with_*` builds the view's lists of references and
+//! lends the view to `decide`.
 
 use mend_policy as plain;
 
 wasmtime::component::bindgen!({
     world: "policy",
     path: "../wit",
+    ownership: Borrowing { duplicate_if_necessary: false },
 });
 
 pub(crate) use mend::policy::types as wit;
 
-pub(crate) fn stage_plan_input(input: &plain::StagePlanInput) -> wit::StagePlanInput {
-    wit::StagePlanInput {
-        dataset_id: input.dataset_id.clone(),
+pub(crate) fn with_stage_plan_input<R>(
+    input: &plain::StagePlanInput,
+    decide: impl FnOnce(&wit::StagePlanInput<'_>) -> R,
+) -> R {
+    let split_ids = strs(&input.split_ids);
+    let existing: Vec<_> = input.existing.iter().map(existing_row).collect();
+    decide(&wit::StagePlanInput {
+        dataset_id: &input.dataset_id,
         mode: match input.mode {
             plain::StageMode::Upsert => wit::StageMode::Upsert,
             plain::StageMode::CreateOnly => wit::StageMode::CreateOnly,
         },
-        split_ids: input.split_ids.clone(),
-        existing: input.existing.iter().map(existing_row).collect(),
-    }
+        split_ids: &split_ids,
+        existing: &existing,
+    })
 }
 
 pub(crate) fn planned_split(planned: wit::PlannedSplit) -> plain::PlannedSplit {
@@ -36,38 +47,47 @@ pub(crate) fn planned_split(planned: wit::PlannedSplit) -> plain::PlannedSplit {
     }
 }
 
-pub(crate) fn publish_input(input: &plain::PublishInput) -> wit::PublishInput {
-    wit::PublishInput {
-        dataset_id: input.dataset_id.clone(),
-        staged_split_ids: input.staged_split_ids.clone(),
-        replaced_split_ids: input.replaced_split_ids.clone(),
+pub(crate) fn with_publish_input<R>(
+    input: &plain::PublishInput,
+    decide: impl FnOnce(&wit::PublishInput<'_>) -> R,
+) -> R {
+    let staged = strs(&input.staged_split_ids);
+    let replaced = strs(&input.replaced_split_ids);
+    let delta_partitions: Vec<_> = input
+        .checkpoint_delta
+        .iter()
+        .flat_map(|delta| &delta.partitions)
+        .map(|p| wit::PartitionDelta {
+            partition: &p.partition,
+            from_position: p.from_position,
+            to_position: p.to_position,
+        })
+        .collect();
+    let rows: Vec<_> = input.rows.iter().map(existing_row).collect();
+    let checkpoint: Vec<_> = input
+        .checkpoint
+        .iter()
+        .map(|p| wit::PartitionPosition {
+            partition: &p.partition,
+            position: p.position,
+        })
+        .collect();
+    decide(&wit::PublishInput {
+        dataset_id: &input.dataset_id,
+        staged_split_ids: &staged,
+        replaced_split_ids: &replaced,
         checkpoint_delta: input
             .checkpoint_delta
             .as_ref()
             .map(|delta| wit::CheckpointDelta {
-                source: delta.source.clone(),
-                partitions: delta
-                    .partitions
-                    .iter()
-                    .map(|p| wit::PartitionDelta {
-                        partition: p.partition.clone(),
-                        from_position: p.from_position,
-                        to_position: p.to_position,
-                    })
-                    .collect(),
+                source: &delta.source,
+                partitions: &delta_partitions,
             }),
-        publish_token: input.publish_token.clone(),
-        rows: input.rows.iter().map(existing_row).collect(),
-        checkpoint: input
-            .checkpoint
-            .iter()
-            .map(|p| wit::PartitionPosition {
-                partition: p.partition.clone(),
-                position: p.position,
-            })
-            .collect(),
-        current_publish_token: input.current_publish_token.clone(),
-    }
+        publish_token: input.publish_token.as_deref(),
+        rows: &rows,
+        checkpoint: &checkpoint,
+        current_publish_token: input.current_publish_token.as_deref(),
+    })
 }
 
 pub(crate) fn publish_violation(violation: wit::PublishViolation) -> plain::PublishViolation {
@@ -96,11 +116,15 @@ pub(crate) fn description(description: wit::PolicyDescription) -> plain::PolicyD
     }
 }
 
-fn existing_row(row: &plain::ExistingRow) -> wit::ExistingRow {
+fn existing_row(row: &plain::ExistingRow) -> wit::ExistingRow<'_> {
     wit::ExistingRow {
-        split_id: row.split_id.clone(),
+        split_id: &row.split_id,
         state: wit_split_state(row.state),
     }
+}
+
+fn strs(strings: &[String]) -> Vec<&str> {
+    strings.iter().map(String::as_str).collect()
 }
 
 fn wit_split_state(state: plain::SplitState) -> wit::SplitState {
@@ -119,9 +143,77 @@ fn split_state(state: wit::SplitState) -> plain::SplitState {
     }
 }
 
-pub(crate) fn recovery_input(input: &plain::RecoveryInput) -> wit::RecoveryInput {
-    wit::RecoveryInput {
-        dataset_id: input.dataset_id.clone(),
+pub(crate) fn with_recovery_input<R>(
+    input: &plain::RecoveryInput,
+    decide: impl FnOnce(&wit::RecoveryInput<'_>) -> R,
+) -> R {
+    /// The lists of one intent's observation, which its view borrows.
+    struct Lists<'a> {
+        planned_rows: Vec<&'a str>,
+        rows: Vec<wit::ExistingRow<'a>>,
+        objects: Vec<wit::ObjectObservation<'a>>,
+        publish_staged: Vec<&'a str>,
+        publish_replaced: Vec<&'a str>,
+        gc_splits: Vec<&'a str>,
+        mark_splits: Vec<&'a str>,
+    }
+    let lists: Vec<Lists<'_>> = input
+        .intents
+        .iter()
+        .map(|intent| Lists {
+            planned_rows: strs(&intent.planned_rows),
+            rows: intent.rows.iter().map(existing_row).collect(),
+            objects: intent
+                .objects
+                .iter()
+                .map(|object| wit::ObjectObservation {
+                    split_id: &object.split_id,
+                    present: object.present,
+                    matches: object.matches,
+                })
+                .collect(),
+            publish_staged: strs(&intent.publish_staged),
+            publish_replaced: strs(&intent.publish_replaced),
+            gc_splits: strs(&intent.gc_splits),
+            mark_splits: strs(&intent.mark_splits),
+        })
+        .collect();
+    let intents: Vec<_> = input
+        .intents
+        .iter()
+        .zip(&lists)
+        .map(|(intent, lists)| wit::IntentObservation {
+            operation_id: &intent.operation_id,
+            kind: match intent.kind {
+                plain::OperationKind::Commit => wit::OperationKind::Commit,
+                plain::OperationKind::Merge => wit::OperationKind::Merge,
+                plain::OperationKind::Gc => wit::OperationKind::Gc,
+                plain::OperationKind::ConfigApply => wit::OperationKind::ConfigApply,
+                plain::OperationKind::Reconcile => wit::OperationKind::Reconcile,
+            },
+            phase: match intent.phase {
+                plain::IntentPhase::Armed => wit::IntentPhase::Armed,
+                plain::IntentPhase::EffectsConfirmed => wit::IntentPhase::EffectsConfirmed,
+                plain::IntentPhase::Abandoned => wit::IntentPhase::Abandoned,
+            },
+            owner_lease_live: intent.owner_lease_live,
+            planned_rows: &lists.planned_rows,
+            rows: &lists.rows,
+            objects: &lists.objects,
+            publish_staged: &lists.publish_staged,
+            publish_replaced: &lists.publish_replaced,
+            has_checkpoint_delta: intent.has_checkpoint_delta,
+            checkpoint_at_from: intent.checkpoint_at_from,
+            checkpoint_at_to: intent.checkpoint_at_to,
+            checkpoint_reached_to: intent.checkpoint_reached_to,
+            gc_splits: &lists.gc_splits,
+            mark_splits: &lists.mark_splits,
+            config_at_expected: intent.config_at_expected,
+            config_applied: intent.config_applied,
+        })
+        .collect();
+    decide(&wit::RecoveryInput {
+        dataset_id: &input.dataset_id,
         mode: match input.mode {
             plain::RecoveryMode::Probe => wit::RecoveryMode::Probe,
             plain::RecoveryMode::RollForward => wit::RecoveryMode::RollForward,
@@ -129,48 +221,8 @@ pub(crate) fn recovery_input(input: &plain::RecoveryInput) -> wit::RecoveryInput
             plain::RecoveryMode::Verify => wit::RecoveryMode::Verify,
         },
         now_ms: input.now_ms,
-        intents: input
-            .intents
-            .iter()
-            .map(|intent| wit::IntentObservation {
-                operation_id: intent.operation_id.clone(),
-                kind: match intent.kind {
-                    plain::OperationKind::Commit => wit::OperationKind::Commit,
-                    plain::OperationKind::Merge => wit::OperationKind::Merge,
-                    plain::OperationKind::Gc => wit::OperationKind::Gc,
-                    plain::OperationKind::ConfigApply => wit::OperationKind::ConfigApply,
-                    plain::OperationKind::Reconcile => wit::OperationKind::Reconcile,
-                },
-                phase: match intent.phase {
-                    plain::IntentPhase::Armed => wit::IntentPhase::Armed,
-                    plain::IntentPhase::EffectsConfirmed => wit::IntentPhase::EffectsConfirmed,
-                    plain::IntentPhase::Abandoned => wit::IntentPhase::Abandoned,
-                },
-                owner_lease_live: intent.owner_lease_live,
-                planned_rows: intent.planned_rows.clone(),
-                rows: intent.rows.iter().map(existing_row).collect(),
-                objects: intent
-                    .objects
-                    .iter()
-                    .map(|object| wit::ObjectObservation {
-                        split_id: object.split_id.clone(),
-                        present: object.present,
-                        matches: object.matches,
-                    })
-                    .collect(),
-                publish_staged: intent.publish_staged.clone(),
-                publish_replaced: intent.publish_replaced.clone(),
-                has_checkpoint_delta: intent.has_checkpoint_delta,
-                checkpoint_at_from: intent.checkpoint_at_from,
-                checkpoint_at_to: intent.checkpoint_at_to,
-                checkpoint_reached_to: intent.checkpoint_reached_to,
-                gc_splits: intent.gc_splits.clone(),
-                mark_splits: intent.mark_splits.clone(),
-                config_at_expected: intent.config_at_expected,
-                config_applied: intent.config_applied,
-            })
-            .collect(),
-    }
+        intents: &intents,
+    })
 }
 
 pub(crate) fn intent_decision(decision: wit::IntentDecision) -> plain::IntentDecision {
@@ -192,22 +244,26 @@ pub(crate) fn intent_decision(decision: wit::IntentDecision) -> plain::IntentDec
     }
 }
 
-pub(crate) fn reconcile_input(input: &plain::ReconcileInput) -> wit::ReconcileInput {
-    wit::ReconcileInput {
-        dataset_id: input.dataset_id.clone(),
+pub(crate) fn with_reconcile_input<R>(
+    input: &plain::ReconcileInput,
+    decide: impl FnOnce(&wit::ReconcileInput<'_>) -> R,
+) -> R {
+    let orphans: Vec<_> = input
+        .orphans
+        .iter()
+        .map(|orphan| wit::OrphanObject {
+            split_id: &orphan.split_id,
+            same_incarnation: orphan.same_incarnation,
+            intact: orphan.intact,
+            metadata_json: &orphan.metadata_json,
+            age_ms: orphan.age_ms,
+        })
+        .collect();
+    decide(&wit::ReconcileInput {
+        dataset_id: &input.dataset_id,
         now_ms: input.now_ms,
-        orphans: input
-            .orphans
-            .iter()
-            .map(|orphan| wit::OrphanObject {
-                split_id: orphan.split_id.clone(),
-                same_incarnation: orphan.same_incarnation,
-                intact: orphan.intact,
-                metadata_json: orphan.metadata_json.clone(),
-                age_ms: orphan.age_ms,
-            })
-            .collect(),
-    }
+        orphans: &orphans,
+    })
 }
 
 pub(crate) fn reconcile_decision(decision: wit::ReconcileDecision) -> plain::ReconcileDecision {
@@ -220,22 +276,26 @@ pub(crate) fn reconcile_decision(decision: wit::ReconcileDecision) -> plain::Rec
     }
 }
 
-pub(crate) fn gc_input(input: &plain::GcInput) -> wit::GcInput {
-    wit::GcInput {
-        dataset_id: input.dataset_id.clone(),
+pub(crate) fn with_gc_input<R>(
+    input: &plain::GcInput,
+    decide: impl FnOnce(&wit::GcInput<'_>) -> R,
+) -> R {
+    let candidates: Vec<_> = input
+        .candidates
+        .iter()
+        .map(|candidate| wit::GcCandidate {
+            split_id: &candidate.split_id,
+            state: wit_split_state(candidate.state),
+            updated_at_ms: candidate.updated_at_ms,
+        })
+        .collect();
+    decide(&wit::GcInput {
+        dataset_id: &input.dataset_id,
         now_ms: input.now_ms,
         staged_grace_period_ms: input.staged_grace_period_ms,
         deletion_grace_period_ms: input.deletion_grace_period_ms,
-        candidates: input
-            .candidates
-            .iter()
-            .map(|candidate| wit::GcCandidate {
-                split_id: candidate.split_id.clone(),
-                state: wit_split_state(candidate.state),
-                updated_at_ms: candidate.updated_at_ms,
-            })
-            .collect(),
-    }
+        candidates: &candidates,
+    })
 }
 
 pub(crate) fn gc_plan(plan: wit::GcPlan) -> plain::GcPlan {

@@ -178,10 +178,11 @@ impl PolicyRuntime {
 
     /// One decision per distinct split id of the request.
     pub fn plan_stage(&self, input: &StagePlanInput) -> Result<Vec<PlannedSplit>, PolicyError> {
-        let wit_input = bindings::stage_plan_input(input);
         let planned: Vec<wit::PlannedSplit> =
-            self.inner
-                .call_export("plan-stage", &self.inner.exports.plan_stage, &wit_input)?;
+            bindings::with_stage_plan_input(input, |wit_input| {
+                self.inner
+                    .call_export("plan-stage", &self.inner.exports.plan_stage, wit_input)
+            })?;
         let size = planned
             .iter()
             .map(|p| {
@@ -201,12 +202,14 @@ impl PolicyRuntime {
         &self,
         input: &PublishInput,
     ) -> Result<Vec<PublishViolation>, PolicyError> {
-        let wit_input = bindings::publish_input(input);
-        let violations: Vec<wit::PublishViolation> = self.inner.call_export(
-            "validate-publish",
-            &self.inner.exports.validate_publish,
-            &wit_input,
-        )?;
+        let violations: Vec<wit::PublishViolation> =
+            bindings::with_publish_input(input, |wit_input| {
+                self.inner.call_export(
+                    "validate-publish",
+                    &self.inner.exports.validate_publish,
+                    wit_input,
+                )
+            })?;
         let size = violations
             .iter()
             .map(|v| 16 + v.message.len() + v.subjects.iter().map(String::len).sum::<usize>())
@@ -225,12 +228,14 @@ impl PolicyRuntime {
         &self,
         input: &RecoveryInput,
     ) -> Result<Vec<IntentDecision>, PolicyError> {
-        let wit_input = bindings::recovery_input(input);
-        let decisions: Vec<wit::IntentDecision> = self.inner.call_export(
-            "decide-recovery",
-            &self.inner.exports.decide_recovery,
-            &wit_input,
-        )?;
+        let decisions: Vec<wit::IntentDecision> =
+            bindings::with_recovery_input(input, |wit_input| {
+                self.inner.call_export(
+                    "decide-recovery",
+                    &self.inner.exports.decide_recovery,
+                    wit_input,
+                )
+            })?;
         let size = decisions
             .iter()
             .map(|d| {
@@ -260,12 +265,14 @@ impl PolicyRuntime {
         &self,
         input: &ReconcileInput,
     ) -> Result<Vec<ReconcileDecision>, PolicyError> {
-        let wit_input = bindings::reconcile_input(input);
-        let decisions: Vec<wit::ReconcileDecision> = self.inner.call_export(
-            "plan-reconcile",
-            &self.inner.exports.plan_reconcile,
-            &wit_input,
-        )?;
+        let decisions: Vec<wit::ReconcileDecision> =
+            bindings::with_reconcile_input(input, |wit_input| {
+                self.inner.call_export(
+                    "plan-reconcile",
+                    &self.inner.exports.plan_reconcile,
+                    wit_input,
+                )
+            })?;
         let size = decisions
             .iter()
             .map(|d| {
@@ -287,10 +294,10 @@ impl PolicyRuntime {
 impl PolicyRuntime {
     /// Which gc candidates to mark and which to delete (ABI 1.3).
     pub fn plan_gc(&self, input: &GcInput) -> Result<GcPlan, PolicyError> {
-        let wit_input = bindings::gc_input(input);
-        let plan: wit::GcPlan =
+        let plan: wit::GcPlan = bindings::with_gc_input(input, |wit_input| {
             self.inner
-                .call_export("plan-gc", &self.inner.exports.plan_gc, &wit_input)?;
+                .call_export("plan-gc", &self.inner.exports.plan_gc, wit_input)
+        })?;
         let size = plan
             .mark
             .iter()
