@@ -33,6 +33,7 @@ use mend_policy::{
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
+use super::settle::{Batch, Sweep};
 use crate::audit::{AUDIT_FORMAT_VERSION, AuditRecord, DecisionInput};
 use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
@@ -217,14 +218,30 @@ impl Engine {
             dataset_id: dataset_id.to_string(),
             mode,
             now_ms,
-            intents: observations.clone(),
+            intents: observations,
         };
         let decisions = self.policy().decide_recovery(&input)?;
         check_one_decision_each(&intents, &decisions)?;
+        let observations = input.intents;
 
+        let read_only = matches!(mode, RecoveryMode::Probe | RecoveryMode::Verify);
+        let sweep = Sweep {
+            dataset_id,
+            mode,
+            now_ms,
+            dataset: &dataset,
+            intents: &intents,
+            observations: &observations,
+        };
         let mut reports = Vec::with_capacity(intents.len());
+        // Decisions executing together (`settle.rs`), and the records of refusals, which go
+        // with the next append.
+        let mut batch = Batch::default();
+        let mut pending: Vec<AuditRecord> = Vec::new();
         progress.begin("resolve intents", intents.len());
-        for ((intent, observation), decision) in intents.iter().zip(&observations).zip(decisions) {
+        for (index, ((intent, observation), decision)) in
+            intents.iter().zip(&observations).zip(decisions).enumerate()
+        {
             let status = match &decision.decision {
                 RecoveryDecision::Stale => IntentStatus::Clean,
                 RecoveryDecision::RollForward => IntentStatus::RollForwardRequired,
@@ -241,7 +258,6 @@ impl Engine {
                 outcome: Outcome::Reported,
             };
             let reason = refusal(mode, intent, observation, &report.decision, now_ms);
-            let read_only = matches!(mode, RecoveryMode::Probe | RecoveryMode::Verify);
             let executes = reason.is_none()
                 && !read_only
                 && !matches!(
@@ -250,38 +266,34 @@ impl Engine {
                 );
             if let Some(reason) = reason {
                 report.outcome = Outcome::Refused(reason);
-            } else if executes {
-                // The record first: no decision is ever executed without one (module doc).
-                report.outcome = Outcome::Executing;
-                let before = self.audit_record(dataset_id, mode, now_ms, &report, observation);
-                self.durably(
-                    DurableStep::AppendAudit,
-                    self.catalog.append_audit(dataset_id, &[before]),
-                )
-                .await?;
-                report.outcome = match self
-                    .execute(intent, &report.decision, &dataset, now_ms)
-                    .await
-                {
-                    Ok(()) => Outcome::Executed,
-                    Err(error) => Outcome::Failed(error.to_string()),
-                };
-            }
-            log_intent(mode, &report);
-            // Every decision the host acted on or refused is audited, except in probe and
-            // verify, which write nothing at all (invariant 6). Merely reported ones are not (a
-            // supervisor deferring to a live owner every few seconds would only flood the trail).
-            if report.outcome != Outcome::Reported && !read_only {
-                let record = self.audit_record(dataset_id, mode, now_ms, &report, observation);
-                self.durably(
-                    DurableStep::AppendAudit,
-                    self.catalog.append_audit(dataset_id, &[record]),
-                )
-                .await?;
             }
             reports.push(report);
-            progress.advance(reports.len());
+            if executes {
+                self.execute_in_order(&sweep, index, &mut batch, &mut reports, &mut pending)
+                    .await?;
+            } else {
+                let report = &reports[index];
+                log_intent(mode, report);
+                // Every decision the host acted on or refused is audited, except in probe and
+                // verify, which write nothing at all (invariant 6). Merely reported ones are
+                // not (a supervisor deferring to a live owner every few seconds would only
+                // flood the trail).
+                if report.outcome != Outcome::Reported && !read_only {
+                    pending.push(self.audit_record(&sweep, report, index));
+                }
+            }
+            progress.advance(reports.len() - batch.len());
         }
+        self.execute_batch(&sweep, &mut batch, &mut reports, &mut pending)
+            .await?;
+        if !pending.is_empty() {
+            self.durably(
+                DurableStep::AppendAudit,
+                self.catalog.append_audit(dataset_id, &pending),
+            )
+            .await?;
+        }
+        progress.advance(reports.len());
         progress.end();
         let report = RecoveryReport {
             dataset_id: dataset_id.to_string(),
@@ -294,30 +306,31 @@ impl Engine {
         Ok(report)
     }
 
-    fn audit_record(
+    /// The audit record of the decision on the intent at `index` of `sweep`, as `report`
+    /// says it now.
+    pub(super) fn audit_record(
         &self,
-        dataset_id: &str,
-        mode: RecoveryMode,
-        now_ms: i64,
+        sweep: &Sweep<'_>,
         report: &IntentReport,
-        observation: &IntentObservation,
+        index: usize,
     ) -> AuditRecord {
+        let observation = &sweep.observations[index];
         let canonical = serde_json::to_vec(observation).expect("observations always serialise");
         AuditRecord {
             format_version: AUDIT_FORMAT_VERSION,
-            dataset_id: dataset_id.to_string(),
+            dataset_id: sweep.dataset_id.to_string(),
             operation_id: report.operation_id.clone(),
             recorded_at_ms: self.now_ms(),
-            mode: mode_name(mode).to_string(),
+            mode: mode_name(sweep.mode).to_string(),
             policy_digest: self.policy().digest().to_string(),
             semantics_revision: self.policy().description().semantics_revision,
             inputs_hash: sha256(&canonical),
             decision: serde_json::to_value(&report.decision).expect("decisions always serialise"),
             outcome: serde_json::to_value(&report.outcome).expect("outcomes always serialise"),
             inputs: Some(DecisionInput::DecideRecovery {
-                dataset_id: dataset_id.to_string(),
-                mode,
-                now_ms,
+                dataset_id: sweep.dataset_id.to_string(),
+                mode: sweep.mode,
+                now_ms: sweep.now_ms,
                 intent: observation.clone(),
             }),
         }
@@ -448,7 +461,7 @@ impl Engine {
     /// Publishes carry the fencing epoch the sweep read (after exclusive recovery's bump), so a
     /// sweep fenced out by a later exclusive one cannot publish either. `now_ms` is the time
     /// the sweep observed at: an abandonment fences only an intent whose lease ran out by then.
-    async fn execute(
+    pub(super) async fn execute(
         &self,
         intent: &Intent,
         decision: &RecoveryDecision,
@@ -628,7 +641,7 @@ impl Engine {
 }
 
 /// Every split an intent's effects name.
-fn touched_splits(intent: &Intent) -> BTreeSet<String> {
+pub(super) fn touched_splits(intent: &Intent) -> BTreeSet<String> {
     let effects = &intent.effects;
     let publish = effects.publish.iter().flat_map(|publish| {
         publish
@@ -733,7 +746,7 @@ fn kind_name(kind: OperationKind) -> &'static str {
 /// One intent's decision and outcome: a warning when the host refused it or its execution
 /// failed in a sweep that writes (it stays for the next sweep, or for an operator), else
 /// at debug.
-fn log_intent(mode: RecoveryMode, report: &IntentReport) {
+pub(super) fn log_intent(mode: RecoveryMode, report: &IntentReport) {
     let read_only = matches!(mode, RecoveryMode::Probe | RecoveryMode::Verify);
     match &report.outcome {
         Outcome::Refused(reason) if !read_only => tracing::warn!(
