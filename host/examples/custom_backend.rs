@@ -38,8 +38,8 @@ use mend::Catalog;
 use mend::Result;
 use mend::audit::AuditRecord;
 use mend::catalog::{
-    Capabilities, ManifestProbe, ObjectStoreCatalog, PublishValidator, RecordedRequest, RequestKey,
-    SettleValidator, Settled, Settlement, StagePlanner,
+    Capabilities, ExistingRow, ManifestProbe, ObjectStoreCatalog, PublishValidator,
+    RecordedRequest, RequestKey, SettleValidator, Settled, Settlement, StagePlanner,
 };
 use mend::intent::{Intent, IntentPhase};
 use mend::model::{
@@ -268,6 +268,14 @@ impl Catalog for MeteredCatalog {
 
     async fn list_splits(&self, dataset_id: &str, query: &ListQuery) -> Result<SplitPage> {
         self.inner.list_splits(dataset_id, query).await
+    }
+
+    async fn split_states(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+    ) -> Result<Vec<ExistingRow>> {
+        self.inner.split_states(dataset_id, split_ids).await
     }
 
     async fn put_intent(&self, intent: &Intent) -> Result<()> {

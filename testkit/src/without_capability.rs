@@ -5,8 +5,8 @@ use async_trait::async_trait;
 use mend::Result;
 use mend::audit::AuditRecord;
 use mend::catalog::{
-    Capabilities, Catalog, ManifestProbe, PublishValidator, RecordedRequest, RequestKey,
-    SettleValidator, Settled, Settlement, StagePlanner,
+    Capabilities, Catalog, ExistingRow, ManifestProbe, PublishValidator, RecordedRequest,
+    RequestKey, SettleValidator, Settled, Settlement, StagePlanner,
 };
 use mend::intent::{Intent, IntentPhase};
 use mend::model::{
@@ -141,6 +141,9 @@ impl<C: Catalog> Catalog for WithoutCapability<C> {
     }
     async fn list_splits(&self, id: &str, query: &ListQuery) -> Result<SplitPage> {
         self.inner.list_splits(id, query).await
+    }
+    async fn split_states(&self, id: &str, split_ids: &[String]) -> Result<Vec<ExistingRow>> {
+        self.inner.split_states(id, split_ids).await
     }
     async fn put_intent(&self, intent: &Intent) -> Result<()> {
         self.inner.put_intent(intent).await

@@ -401,6 +401,30 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     /// Splits matching `query`, sorted by id, one page at a time.
     async fn list_splits(&self, dataset_id: &str, query: &ListQuery) -> Result<SplitPage>;
 
+    /// The state of each of `split_ids` that has a row, sorted by id; ids without a row are
+    /// left out. Only states, so that recovery, which observes thousands of splits by id, reads
+    /// no metadata. `NotFound` if the dataset does not exist. The default lists the rows.
+    async fn split_states(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+    ) -> Result<Vec<ExistingRow>> {
+        let query = ListQuery {
+            split_ids: Some(split_ids.to_vec()),
+            ..ListQuery::default()
+        };
+        Ok(self
+            .list_splits(dataset_id, &query)
+            .await?
+            .splits
+            .into_iter()
+            .map(|row| ExistingRow {
+                split_id: row.split_id,
+                state: row.state,
+            })
+            .collect())
+    }
+
     /// Records a new operation's intent, before its first effect. `AlreadyExists` if the
     /// operation id is taken in this dataset, `NotFound` if the dataset does not exist. Intents
     /// are not part of the published view: the manifest version does not move.

@@ -230,7 +230,9 @@ pub(crate) fn plan(
         dataset: None,
     };
     let state = |split_id: &String| view.rows.get(split_id).copied();
+    let mut validated = validate_ahead(view, original, settlements, validate).into_iter();
     for settlement in settlements {
+        let ahead = validated.next().flatten();
         let operation_id = settlement.operation_id();
         let intent = view.intents.get(operation_id);
         let output = match settlement {
@@ -257,7 +259,7 @@ pub(crate) fn plan(
                         }
                         Some(_) => {}
                     }
-                    let result = publish(&mut dataset, &state, request, validate, now_ms)?;
+                    let result = publish(&mut dataset, &state, request, validate, ahead, now_ms)?;
                     plan.published.extend(result.published.iter().cloned());
                     plan.replaced.extend(result.marked.iter().cloned());
                     plan.records
@@ -306,35 +308,146 @@ pub(crate) fn plan(
     Ok(plan)
 }
 
+/// What validating a publish ahead of the batch's pass found: the observation it was shown
+/// and the validator's answer.
+type ValidatedAhead = (PublishObservation, Result<()>);
+
+/// The observation a publish of a batch is validated on: its rows as read (the batch's splits
+/// are disjoint, so no settlement before it changed them) and the dataset as the settlements
+/// before it left it.
+fn observation(
+    dataset: &Dataset,
+    state: &impl Fn(&String) -> Option<SplitState>,
+    request: &PublishRequest,
+) -> PublishObservation {
+    let observed = sorted_distinct(
+        request
+            .staged_split_ids
+            .iter()
+            .chain(&request.replaced_split_ids),
+    );
+    PublishObservation {
+        rows: observed
+            .iter()
+            .filter_map(|id| {
+                state(id).map(|state| crate::catalog::ExistingRow {
+                    split_id: id.clone(),
+                    state,
+                })
+            })
+            .collect(),
+        checkpoint: dataset.checkpoint.clone(),
+        publish_token: dataset.publish_token.clone(),
+        fencing_epoch: dataset.fencing_epoch,
+    }
+}
+
+/// Batches with fewer publishes than this validate them on the calling thread.
+const MIN_PUBLISHES_PER_THREAD: usize = 64;
+/// The most threads a batch's validation takes.
+const MAX_VALIDATION_THREADS: usize = 4;
+
+/// Runs the validator of every publish [`plan`] will reach, on the observation it will show
+/// it, several at a time: asking the policy is most of a batch's cost (a fresh sandbox per
+/// question), and the answers do not depend on one another. The checkpoint is the only state
+/// one publish of a batch passes to the next (the splits are disjoint), so each observation is
+/// known ahead, as long as every publish before it succeeds; past a publish that would fail
+/// there is nothing to validate, since the batch fails there. One entry per settlement;
+/// [`plan`] still checks that each observation is the one it builds, and asks again if not.
+fn validate_ahead(
+    view: &SettleView,
+    original: &Dataset,
+    settlements: &[Settlement],
+    validate: &SettleValidator<'_>,
+) -> Vec<Option<ValidatedAhead>> {
+    let state = |split_id: &String| view.rows.get(split_id).copied();
+    let mut dataset = original.clone();
+    let mut jobs: Vec<(usize, &PublishRequest, PublishObservation)> = Vec::new();
+    for (index, settlement) in settlements.iter().enumerate() {
+        let Settlement::Publish {
+            operation_id,
+            request,
+            key,
+        } = settlement
+        else {
+            continue;
+        };
+        if view.recorded.contains_key(&key.key) {
+            continue;
+        }
+        let publishable = view
+            .intents
+            .get(operation_id)
+            .is_some_and(|seen| seen.phase != IntentPhase::Abandoned);
+        if !publishable {
+            break;
+        }
+        jobs.push((index, request, observation(&dataset, &state, request)));
+        if let Some(delta) = &request.checkpoint_delta {
+            match crate::catalog::checkpoint_after(&dataset.checkpoint, delta) {
+                Ok(checkpoint) => dataset.checkpoint = checkpoint,
+                Err(_) => break,
+            }
+        }
+    }
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(MAX_VALIDATION_THREADS)
+        .min(jobs.len() / MIN_PUBLISHES_PER_THREAD)
+        .max(1);
+    let answers: Vec<Result<()>> = if threads == 1 {
+        jobs.iter()
+            .map(|(_, request, observation)| validate(request, observation))
+            .collect()
+    } else {
+        let per_thread = jobs.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let running: Vec<_> = jobs
+                .chunks(per_thread)
+                .map(|part| {
+                    scope.spawn(move || {
+                        part.iter()
+                            .map(|(_, request, observation)| validate(request, observation))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            running
+                .into_iter()
+                .flat_map(|thread| {
+                    thread
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        })
+    };
+    let mut ahead: Vec<Option<ValidatedAhead>> = settlements.iter().map(|_| None).collect();
+    for ((index, _, observation), answer) in jobs.into_iter().zip(answers) {
+        ahead[index] = Some((observation, answer));
+    }
+    ahead
+}
+
 /// One publish of a batch on `dataset` as the ones before it left it, in the order of checks
-/// of both backends' `publish`; moves `dataset` on when it changes anything.
+/// of both backends' `publish`; moves `dataset` on when it changes anything. `ahead` is its
+/// validation made ahead ([`validate_ahead`]), used if it saw the very observation this pass
+/// builds.
 fn publish(
     dataset: &mut Dataset,
     state: &impl Fn(&String) -> Option<SplitState>,
     request: &PublishRequest,
     validate: &SettleValidator<'_>,
+    ahead: Option<ValidatedAhead>,
     now_ms: TimestampMs,
 ) -> Result<PublishResult> {
     let staged = sorted_distinct(&request.staged_split_ids);
     let replaced = sorted_distinct(&request.replaced_split_ids);
-    let observed = sorted_distinct(staged.iter().chain(&replaced));
-    validate(
-        request,
-        &PublishObservation {
-            rows: observed
-                .iter()
-                .filter_map(|id| {
-                    state(id).map(|state| crate::catalog::ExistingRow {
-                        split_id: id.clone(),
-                        state,
-                    })
-                })
-                .collect(),
-            checkpoint: dataset.checkpoint.clone(),
-            publish_token: dataset.publish_token.clone(),
-            fencing_epoch: dataset.fencing_epoch,
-        },
-    )?;
+    let observed = observation(dataset, state, request);
+    match ahead {
+        Some((seen, answer)) if seen == observed => answer?,
+        _ => validate(request, &observed)?,
+    }
 
     // Defense in depth, as in `publish`: the validator checks all of this.
     let in_both: Vec<String> = staged
@@ -605,6 +718,65 @@ mod tests {
         let refused = plan(&view(&["s1", "s2"], &["a", "b"]), &batch, &accept, 7).unwrap_err();
         assert!(
             matches!(refused, MendError::FailedPrecondition { .. }),
+            "{refused:?}"
+        );
+    }
+
+    /// Validated several at a time, each publish is still shown the checkpoint the ones
+    /// before it left, and the first refusal in the batch's order is the batch's error.
+    #[test]
+    fn publishes_validated_ahead_see_the_checkpoint_of_their_place() {
+        let count = 4 * MIN_PUBLISHES_PER_THREAD;
+        let ids: Vec<String> = (0..count).map(|i| format!("s{i:04}")).collect();
+        let operations: Vec<String> = (0..count).map(|i| format!("op{i:04}")).collect();
+        let batch: Vec<Settlement> = (0..count)
+            .map(|i| {
+                let from = (i > 0).then(|| i as u64);
+                publish_of(
+                    &operations[i],
+                    &[ids[i].as_str()],
+                    Some((from, i as u64 + 1)),
+                )
+            })
+            .collect();
+        let staged: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let ops: Vec<&str> = operations.iter().map(String::as_str).collect();
+        let seen = std::sync::Mutex::new(Vec::new());
+        let seen = &seen;
+        let refuse_from = |refused: Option<usize>| {
+            move |request: &PublishRequest, observation: &PublishObservation| {
+                let index: usize = request.staged_split_ids[0][1..].parse().unwrap();
+                let position = observation
+                    .checkpoint
+                    .get("src")
+                    .and_then(|positions| positions.get("p"))
+                    .copied();
+                seen.lock().unwrap().push((index, position));
+                match refused {
+                    Some(refused) if index >= refused => Err(MendError::PolicyRejected {
+                        message: format!("no {index}"),
+                    }),
+                    _ => Ok(()),
+                }
+            }
+        };
+        let planned = plan(&view(&staged, &ops), &batch, &refuse_from(None), 7).unwrap();
+        assert_eq!(
+            planned.dataset.unwrap().checkpoint["src"]["p"],
+            count as u64
+        );
+        let mut shown = std::mem::take(&mut *seen.lock().unwrap());
+        shown.sort();
+        let expected: Vec<(usize, Option<u64>)> =
+            (0..count).map(|i| (i, (i > 0).then(|| i as u64))).collect();
+        assert_eq!(
+            shown, expected,
+            "each asked once, on the checkpoint of its place"
+        );
+
+        let refused = plan(&view(&staged, &ops), &batch, &refuse_from(Some(100)), 7).unwrap_err();
+        assert!(
+            matches!(&refused, MendError::PolicyRejected { message } if message == "no 100"),
             "{refused:?}"
         );
     }

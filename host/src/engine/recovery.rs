@@ -39,7 +39,7 @@ use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
 use crate::gates::{ExclusivePermit, GateName, GateSession};
 use crate::intent::{Intent, IntentPhase, OperationKind};
-use crate::model::{Dataset, ListQuery, PublishRequest, SplitRow, SplitState, TimestampMs};
+use crate::model::{Dataset, ListQuery, PublishRequest, SplitState, TimestampMs};
 use crate::objects::FoundObject;
 use crate::objects::format::sha256;
 use crate::validate;
@@ -190,29 +190,46 @@ impl Engine {
         let dataset = self.catalog.dataset(dataset_id).await?;
         let now_ms = self.now_ms();
         let progress = &self.options.progress;
-        // Observing is reads only, one intent independent of the next: several at a time, so
-        // that a sweep over thousands of intents waits on its reads together, not in turn.
-        let mut observations = Vec::with_capacity(intents.len());
         progress.begin("observe intents", intents.len());
+        // Observing is reads only, one intent independent of the next: the objects of several
+        // intents at a time (each intent's reads are independent, so whichever finishes first
+        // makes room for the next), while the rows of every intent's splits are read in a few
+        // batched listings rather than one per intent.
         // The futures are made up front: a stream that maps borrowed intents lazily would make
         // the sweep's future not `Send` for every lifetime, and so not spawnable.
-        // The rows of every intent's splits, read in a few batched listings rather than one
-        // per intent.
-        let rows = self.rows_touched_by(dataset_id, &intents).await?;
-        let rows_by_id: HashMap<&str, &SplitRow> = rows
+        let reading_objects = async {
+            let reads: Vec<_> = intents
+                .iter()
+                .enumerate()
+                .map(|(index, intent)| async move { (index, self.observe_objects(intent).await) })
+                .collect();
+            let mut found: Vec<Option<Vec<ObjectObservation>>> =
+                intents.iter().map(|_| None).collect();
+            let mut reading = futures::stream::iter(reads).buffer_unordered(OBSERVE_CONCURRENCY);
+            let mut done = 0;
+            while let Some((index, objects)) = reading.next().await {
+                found[index] = Some(objects?);
+                done += 1;
+                progress.advance(done);
+            }
+            Ok::<_, MendError>(found)
+        };
+        let (objects, rows) = futures::try_join!(
+            reading_objects,
+            self.states_touched_by(dataset_id, &intents)
+        )?;
+        let states: HashMap<&str, SplitState> = rows
             .iter()
-            .map(|row| (row.split_id.as_str(), row))
+            .map(|row| (row.split_id.as_str(), row.state))
             .collect();
-        let observing: Vec<_> = intents
+        let observations: Vec<IntentObservation> = intents
             .iter()
-            .map(|intent| self.observe(intent, &dataset, &rows_by_id, now_ms))
+            .zip(objects)
+            .map(|(intent, objects)| {
+                let objects = objects.expect("every intent's objects were read");
+                observation(intent, objects, &dataset, &states, now_ms)
+            })
             .collect();
-        let mut observed = futures::stream::iter(observing).buffered(OBSERVE_CONCURRENCY);
-        while let Some(observation) = observed.next().await {
-            observations.push(observation?);
-            progress.advance(observations.len());
-        }
-        drop(observed);
         progress.end();
         let input = RecoveryInput {
             dataset_id: dataset_id.to_string(),
@@ -234,8 +251,8 @@ impl Engine {
             observations: &observations,
         };
         let mut reports = Vec::with_capacity(intents.len());
-        // Decisions executing together (`settle.rs`), and the records of refusals, which go
-        // with the next append.
+        // Decisions executing together (`settle.rs`), and the audit records waiting for the
+        // sweep's next append (refusals', a batch's settled ones).
         let mut batch = Batch::default();
         let mut pending: Vec<AuditRecord> = Vec::new();
         progress.begin("resolve intents", intents.len());
@@ -336,48 +353,28 @@ impl Engine {
         }
     }
 
-    /// The rows of every split any of `intents` touches, listed by id in batches.
-    async fn rows_touched_by(&self, dataset_id: &str, intents: &[Intent]) -> Result<Vec<SplitRow>> {
-        /// Ids per listing: large enough to amortise a round trip, small enough to keep one
+    /// The state of every split any of `intents` touches, read by id in batches.
+    async fn states_touched_by(
+        &self,
+        dataset_id: &str,
+        intents: &[Intent],
+    ) -> Result<Vec<ExistingRow>> {
+        /// Ids per read: large enough to amortise a round trip, small enough to keep one
         /// statement or request modest.
         const BATCH: usize = 1_000;
         let touched: BTreeSet<String> = intents.iter().flat_map(touched_splits).collect();
         let touched: Vec<String> = touched.into_iter().collect();
         let mut rows = Vec::with_capacity(touched.len());
         for ids in touched.chunks(BATCH) {
-            let query = ListQuery {
-                split_ids: Some(ids.to_vec()),
-                ..ListQuery::default()
-            };
-            rows.extend(self.catalog.list_splits(dataset_id, &query).await?.splits);
+            rows.extend(self.catalog.split_states(dataset_id, ids).await?);
         }
         Ok(rows)
     }
 
-    /// Everything the policy needs to know about one intent.
-    async fn observe(
-        &self,
-        intent: &Intent,
-        dataset: &Dataset,
-        rows_by_id: &HashMap<&str, &SplitRow>,
-        now_ms: i64,
-    ) -> Result<IntentObservation> {
-        let effects = &intent.effects;
-        let publish = effects
-            .publish
-            .clone()
-            .unwrap_or_else(|| crate::intent::PlannedPublish {
-                staged_split_ids: Vec::new(),
-                replaced_split_ids: Vec::new(),
-                checkpoint_delta: None,
-                publish_token: None,
-            });
-        let rows: Vec<&SplitRow> = touched_splits(intent)
-            .iter()
-            .filter_map(|id| rows_by_id.get(id.as_str()).copied())
-            .collect();
-        let mut objects = Vec::with_capacity(effects.objects.len());
-        for planned in &effects.objects {
+    /// What is in the store of each object `intent` plans: present, and as planned.
+    async fn observe_objects(&self, intent: &Intent) -> Result<Vec<ObjectObservation>> {
+        let mut objects = Vec::with_capacity(intent.effects.objects.len());
+        for planned in &intent.effects.objects {
             // Bytes that are not a split object count as an object, not the one planned.
             let found = self
                 .objects
@@ -397,64 +394,7 @@ impl Engine {
                 matches,
             });
         }
-        let (at_from, at_to, reached_to) = match &publish.checkpoint_delta {
-            None => (true, true, true),
-            Some(delta) => {
-                let positions = dataset.checkpoint.get(&delta.source);
-                let current = |partition: &str| positions.and_then(|p| p.get(partition)).copied();
-                (
-                    delta
-                        .partitions
-                        .iter()
-                        .all(|p| current(&p.partition) == p.from_position),
-                    delta
-                        .partitions
-                        .iter()
-                        .all(|p| current(&p.partition) == Some(p.to_position)),
-                    // Positions never move backwards (invariant 4): at or past the end.
-                    delta
-                        .partitions
-                        .iter()
-                        .all(|p| current(&p.partition).is_some_and(|at| at >= p.to_position)),
-                )
-            }
-        };
-        Ok(IntentObservation {
-            operation_id: intent.operation_id.clone(),
-            kind: policy_kind(intent.kind),
-            phase: match intent.phase {
-                IntentPhase::Armed => mend_policy::IntentPhase::Armed,
-                IntentPhase::EffectsConfirmed => mend_policy::IntentPhase::EffectsConfirmed,
-                IntentPhase::Abandoned => mend_policy::IntentPhase::Abandoned,
-            },
-            owner_lease_live: now_ms < intent.lease_expires_at_ms,
-            planned_rows: effects
-                .stage
-                .iter()
-                .map(|row| row.split_id.clone())
-                .collect(),
-            rows: rows
-                .iter()
-                .map(|row| ExistingRow {
-                    split_id: row.split_id.clone(),
-                    state: row.state,
-                })
-                .collect(),
-            objects,
-            publish_staged: publish.staged_split_ids,
-            publish_replaced: publish.replaced_split_ids,
-            has_checkpoint_delta: publish.checkpoint_delta.is_some(),
-            checkpoint_at_from: at_from,
-            checkpoint_at_to: at_to,
-            checkpoint_reached_to: reached_to,
-            gc_splits: effects.delete.clone(),
-            mark_splits: effects.mark.clone(),
-            config_at_expected: intent.expected.config_version == Some(dataset.config_version),
-            config_applied: intent.expected.config_version.is_some_and(|expected| {
-                dataset.config_version > expected
-                    && effects.config.as_ref() == Some(&dataset.config)
-            }),
-        })
+        Ok(objects)
     }
 
     /// Carries out a checked decision that executes something (not a defer or a blocked).
@@ -658,6 +598,85 @@ pub(super) fn touched_splits(intent: &Intent) -> BTreeSet<String> {
         .chain(&effects.delete)
         .cloned()
         .collect()
+}
+
+/// Everything the policy needs to know about one intent, given what was found of its objects.
+fn observation(
+    intent: &Intent,
+    objects: Vec<ObjectObservation>,
+    dataset: &Dataset,
+    states: &HashMap<&str, SplitState>,
+    now_ms: i64,
+) -> IntentObservation {
+    let effects = &intent.effects;
+    let rows: Vec<ExistingRow> = touched_splits(intent)
+        .into_iter()
+        .filter_map(|id| {
+            states.get(id.as_str()).map(|&state| ExistingRow {
+                split_id: id,
+                state,
+            })
+        })
+        .collect();
+    let (publish_staged, publish_replaced, delta) = match &effects.publish {
+        Some(publish) => (
+            publish.staged_split_ids.clone(),
+            publish.replaced_split_ids.clone(),
+            publish.checkpoint_delta.as_ref(),
+        ),
+        None => (Vec::new(), Vec::new(), None),
+    };
+    let (at_from, at_to, reached_to) = match delta {
+        None => (true, true, true),
+        Some(delta) => {
+            let positions = dataset.checkpoint.get(&delta.source);
+            let current = |partition: &str| positions.and_then(|p| p.get(partition)).copied();
+            (
+                delta
+                    .partitions
+                    .iter()
+                    .all(|p| current(&p.partition) == p.from_position),
+                delta
+                    .partitions
+                    .iter()
+                    .all(|p| current(&p.partition) == Some(p.to_position)),
+                // Positions never move backwards (invariant 4): at or past the end.
+                delta
+                    .partitions
+                    .iter()
+                    .all(|p| current(&p.partition).is_some_and(|at| at >= p.to_position)),
+            )
+        }
+    };
+    IntentObservation {
+        operation_id: intent.operation_id.clone(),
+        kind: policy_kind(intent.kind),
+        phase: match intent.phase {
+            IntentPhase::Armed => mend_policy::IntentPhase::Armed,
+            IntentPhase::EffectsConfirmed => mend_policy::IntentPhase::EffectsConfirmed,
+            IntentPhase::Abandoned => mend_policy::IntentPhase::Abandoned,
+        },
+        owner_lease_live: now_ms < intent.lease_expires_at_ms,
+        planned_rows: effects
+            .stage
+            .iter()
+            .map(|row| row.split_id.clone())
+            .collect(),
+        rows,
+        objects,
+        publish_staged,
+        publish_replaced,
+        has_checkpoint_delta: delta.is_some(),
+        checkpoint_at_from: at_from,
+        checkpoint_at_to: at_to,
+        checkpoint_reached_to: reached_to,
+        gc_splits: effects.delete.clone(),
+        mark_splits: effects.mark.clone(),
+        config_at_expected: intent.expected.config_version == Some(dataset.config_version),
+        config_applied: intent.expected.config_version.is_some_and(|expected| {
+            dataset.config_version > expected && effects.config.as_ref() == Some(&dataset.config)
+        }),
+    }
 }
 
 /// Why the host refuses a decision, if it does.

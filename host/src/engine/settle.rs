@@ -4,9 +4,11 @@
 //! roll-forward: its publish and its intent's delete; a stale intent's delete; an
 //! abandonment: its marks and its intent's delete) gather in a [`Batch`] while the sweep walks
 //! its intents in order, and execute together: one append of their `executing` audit records,
-//! one atomic catalog step ([`Catalog::settle_intents`], [`DurableStep::SettleIntents`]), one
-//! append of their settled records. Every other decision (a gc, a config apply, a reconcile,
-//! a roll-back) executes alone, as one intent's steps.
+//! one atomic catalog step ([`Catalog::settle_intents`], [`DurableStep::SettleIntents`]); their
+//! settled records go with the sweep's next append (the next batch's `executing` records, or
+//! the sweep's last append), so that a sweep of many batches appends once per batch, plus
+//! once. Every other decision (a gc, a config apply, a reconcile, a roll-back) executes alone,
+//! as one intent's steps.
 //!
 //! Order is kept wherever it could matter: a decision joins the batch only if it names no
 //! split another decision of the batch names, and the batch is executed first whenever one
@@ -180,7 +182,8 @@ impl Engine {
     }
 
     /// Executes the batch's decisions and empties it: their `executing` records (with the
-    /// `pending` records of refusals before them), one catalog step, their settled records.
+    /// `pending` records before them), one catalog step; their settled records are left in
+    /// `pending`, for the sweep's next append.
     pub(super) async fn execute_batch(
         &self,
         sweep: &Sweep<'_>,
@@ -213,7 +216,10 @@ impl Engine {
             Ok(()) => self.settle(sweep, &settlements).await,
             Err(error) => vec![Outcome::Failed(error.to_string()); settlements.len()],
         };
-        let mut settled = Vec::with_capacity(indices.len());
+        // The settled records go with the sweep's next append: the next batch's (or decision's)
+        // `executing` records, or the sweep's last append. They follow this batch's effects
+        // either way, and a sweep that stops before appending them leaves `executing` records
+        // of intents that are gone, which says the decisions finished (`audit.rs`).
         for ((index, mut record), outcome) in indices
             .into_iter()
             .zip(executing.drain(first..))
@@ -225,13 +231,9 @@ impl Engine {
             record.recorded_at_ms = self.now_ms();
             record.outcome =
                 serde_json::to_value(&report.outcome).expect("outcomes always serialise");
-            settled.push(record);
+            pending.push(record);
         }
-        self.durably(
-            DurableStep::AppendAudit,
-            self.catalog.append_audit(sweep.dataset_id, &settled),
-        )
-        .await
+        Ok(())
     }
 
     /// Settles `settlements` in one catalog step; if the catalog refuses the batch (which

@@ -88,6 +88,10 @@ pub(crate) const ALL: &[Case] = &[
     ),
     case!(lifecycle::list_filters_and_pages, [STAGE_CREATE_ONLY]),
     case!(
+        lifecycle::split_states_name_each_row_by_id,
+        [STAGE_CREATE_ONLY]
+    ),
+    case!(
         staging::concurrent_create_only_batches_claim_each_id_once,
         [STAGE_CREATE_ONLY]
     ),

@@ -758,6 +758,15 @@ impl Catalog for ObjectStoreCatalog {
         self.load(dataset_id).await?.list_splits(query)
     }
 
+    async fn split_states(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+    ) -> Result<Vec<super::ExistingRow>> {
+        let state = self.load(dataset_id).await?;
+        Ok(state.existing_rows(&mutations::distinct_sorted(split_ids)))
+    }
+
     async fn put_intent(&self, intent: &Intent) -> Result<()> {
         check_written_format(intent)?;
         self.mutate(&intent.dataset_id, intent.updated_at_ms, |state| {

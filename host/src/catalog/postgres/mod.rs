@@ -538,6 +538,14 @@ impl Catalog for PostgresCatalog {
         list::list_splits(&self.pool, dataset_id, query).await
     }
 
+    async fn split_states(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+    ) -> Result<Vec<crate::catalog::ExistingRow>> {
+        list::split_states(&self.pool, dataset_id, split_ids).await
+    }
+
     async fn put_intent(&self, intent: &Intent) -> Result<()> {
         intents::put(&self.pool, intent).await
     }
