@@ -38,8 +38,8 @@ use mend::Catalog;
 use mend::Result;
 use mend::audit::AuditRecord;
 use mend::catalog::{
-    Capabilities, ManifestProbe, ObjectStoreCatalog, PublishValidator, RecordedRequest, RequestKey,
-    StagePlanner,
+    Capabilities, ExistingRow, ManifestProbe, ObjectStoreCatalog, PublishValidator,
+    RecordedRequest, RequestKey, SettleValidator, Settled, Settlement, StagePlanner,
 };
 use mend::intent::{Intent, IntentPhase};
 use mend::model::{
@@ -270,6 +270,14 @@ impl Catalog for MeteredCatalog {
         self.inner.list_splits(dataset_id, query).await
     }
 
+    async fn split_states(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+    ) -> Result<Vec<ExistingRow>> {
+        self.inner.split_states(dataset_id, split_ids).await
+    }
+
     async fn put_intent(&self, intent: &Intent) -> Result<()> {
         let result = self.inner.put_intent(intent).await;
         self.meter.count(&intent.dataset_id, result)
@@ -309,6 +317,23 @@ impl Catalog for MeteredCatalog {
 
     async fn list_intents(&self, dataset_id: &str) -> Result<Vec<Intent>> {
         self.inner.list_intents(dataset_id).await
+    }
+
+    // Forwarded whole, so the batch stays one atomic step of the inner catalog (the trait's
+    // default would settle one intent at a time, and then `capabilities` must not claim
+    // `settle.atomic`).
+    async fn settle_intents(
+        &self,
+        dataset_id: &str,
+        settlements: &[Settlement],
+        validate: &SettleValidator<'_>,
+        now_ms: TimestampMs,
+    ) -> Result<Vec<Settled>> {
+        let result = self
+            .inner
+            .settle_intents(dataset_id, settlements, validate, now_ms)
+            .await;
+        self.meter.count(dataset_id, result)
     }
 
     async fn append_audit(&self, dataset_id: &str, records: &[AuditRecord]) -> Result<()> {

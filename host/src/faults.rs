@@ -44,9 +44,13 @@ pub enum DurableStep {
     /// Recovery's fencing of one unconfirmed operation whose lease ran out (`Armed` to
     /// `Abandoned`).
     AbandonIntent,
-    /// An append of audit records: a sweep's "executing" record before it executes a decision,
-    /// and the settled record after.
+    /// An append of audit records: a sweep's "executing" records before it executes
+    /// decisions (one batch's, or one decision's), and the settled records after.
     AppendAudit,
+    /// Recovery's settlement of a batch of intents (publishes, marks and intent deletes of
+    /// many roll-forwards, stale intents and abandonments) in one atomic catalog step; also
+    /// each batch of one a sweep settles one at a time after a batch was refused.
+    SettleIntents,
 }
 
 impl fmt::Display for DurableStep {

@@ -5,8 +5,8 @@ use async_trait::async_trait;
 use mend::Result;
 use mend::audit::AuditRecord;
 use mend::catalog::{
-    Capabilities, Catalog, ManifestProbe, PublishValidator, RecordedRequest, RequestKey,
-    StagePlanner,
+    Capabilities, Catalog, ExistingRow, ManifestProbe, PublishValidator, RecordedRequest,
+    RequestKey, SettleValidator, Settled, Settlement, StagePlanner,
 };
 use mend::intent::{Intent, IntentPhase};
 use mend::model::{
@@ -16,7 +16,9 @@ use mend::model::{
 
 /// `inner` in every respect, except that its [`capabilities`](Catalog::capabilities) lack
 /// `lacks`: what an older build of a backend would claim. mend's checks go by the claim, so an
-/// engine on it refuses what needs the capability as it would on that older backend.
+/// engine on it refuses what needs the capability as it would on that older backend. Without
+/// `settle.atomic` it also settles batches as such a backend does, one step at a time (the
+/// trait's default, [`one_at_a_time`](mend::catalog::settle::one_at_a_time)).
 #[derive(Debug)]
 pub struct WithoutCapability<C> {
     /// The catalog that serves every call.
@@ -140,6 +142,9 @@ impl<C: Catalog> Catalog for WithoutCapability<C> {
     async fn list_splits(&self, id: &str, query: &ListQuery) -> Result<SplitPage> {
         self.inner.list_splits(id, query).await
     }
+    async fn split_states(&self, id: &str, split_ids: &[String]) -> Result<Vec<ExistingRow>> {
+        self.inner.split_states(id, split_ids).await
+    }
     async fn put_intent(&self, intent: &Intent) -> Result<()> {
         self.inner.put_intent(intent).await
     }
@@ -162,6 +167,22 @@ impl<C: Catalog> Catalog for WithoutCapability<C> {
     }
     async fn list_intents(&self, id: &str) -> Result<Vec<Intent>> {
         self.inner.list_intents(id).await
+    }
+    async fn settle_intents(
+        &self,
+        id: &str,
+        settlements: &[Settlement],
+        validate: &SettleValidator<'_>,
+        now: TimestampMs,
+    ) -> Result<Vec<Settled>> {
+        // Without atomic batches, a backend settles one step at a time: the trait's default.
+        if self.lacks == mend::catalog::SETTLE_ATOMIC {
+            return mend::catalog::settle::one_at_a_time(self, id, settlements, validate, now)
+                .await;
+        }
+        self.inner
+            .settle_intents(id, settlements, validate, now)
+            .await
     }
     async fn append_audit(&self, id: &str, records: &[AuditRecord]) -> Result<()> {
         self.inner.append_audit(id, records).await

@@ -156,6 +156,26 @@ async fn a_scale_below_what_a_case_needs_fails_naming_the_field() {
         panic!("{summary:?}");
     };
     assert!(message.contains("Scale::stage_race_ids is 2"), "{message}");
-    assert_eq!(mend_testkit::cases().len(), 24, "every case is listed");
+    assert_eq!(mend_testkit::cases().len(), 28, "every case is listed");
     println!("4 ways of being wrong, each reported by the case it concerns");
+}
+
+/// A backend that keeps the trait's default `settle_intents` (one step at a time) and so does
+/// not claim `settle.atomic`: it passes the cases of what a batch does, and the case of a batch
+/// refused whole is skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settling_one_step_at_a_time_passes_all_but_the_atomic_case() {
+    let backend = InMemoryBackend {
+        lacks: Some(mend::catalog::SETTLE_ATOMIC),
+        ..Default::default()
+    };
+    let chosen = [
+        "settle_intents_publishes_marks_and_deletes_in_order",
+        "settle_intents_checks_the_batch_before_reading",
+        "settle_intents_refuses_a_batch_whole",
+    ];
+    let summary = run_cases(&backend, chosen.map(|name| case(name).expect("a case"))).await;
+    assert_eq!(summary.passed(), 2, "{summary:?}");
+    assert_eq!(summary.skipped(), ["settle_intents_refuses_a_batch_whole"]);
+    summary.assert_passed();
 }

@@ -232,12 +232,15 @@ async fn damage_stays_blocked(backend: Backend) {
     );
 }
 
-/// A sweep that stops right after fencing (the abandon landed, the sweep was told it failed)
-/// leaves an `Abandoned` intent; the next sweep finishes it, whatever its lease says.
+/// An abandonment is one atomic step of a sweep: a sweep whose catalog step landed but was
+/// told it failed left nothing half-done (the intent gone, its rows marked). A fenced intent
+/// whose abandonment never finished (an abort that stopped after fencing, or a sweep of a
+/// backend that settles one step at a time) is `Abandoned`; the next sweep finishes it,
+/// whatever its lease says.
 async fn a_sweep_stopped_after_fencing_is_finished_next_time(backend: Backend) {
     let h = Harness::new(backend).await;
     let dataset_id = h.create_dataset("half-abandoned").await;
-    let operation_id = crashed_before_confirming(&h, &dataset_id).await;
+    crashed_before_confirming(&h, &dataset_id).await;
     h.clock.advance_ms(LEASE_RUN_OUT_MS);
     let crash = Arc::new(CrashAt::new(2, true));
     let stopped = h
@@ -250,12 +253,41 @@ async fn a_sweep_stopped_after_fencing_is_finished_next_time(backend: Backend) {
         crash.steps(),
         [
             DurableStep::AppendAudit,
-            DurableStep::AbandonIntent,
+            DurableStep::SettleIntents,
             DurableStep::AppendAudit
         ]
     );
     let report = stopped.unwrap();
     assert!(matches!(report.intents[0].outcome, Outcome::Failed(_)));
+    assert!(
+        h.engine
+            .catalog()
+            .list_intents(&dataset_id)
+            .await
+            .unwrap()
+            .is_empty(),
+        "the abandonment landed whole"
+    );
+    for split_id in SPLITS {
+        assert_eq!(
+            state_of(&h, &dataset_id, split_id).await,
+            Some(SplitState::MarkedForDeletion)
+        );
+    }
+
+    let dataset_id = h.create_dataset("half-abandoned").await;
+    let operation_id = crashed_before_confirming(&h, &dataset_id).await;
+    h.clock.advance_ms(LEASE_RUN_OUT_MS);
+    h.engine
+        .catalog()
+        .abandon_intent(
+            &dataset_id,
+            &operation_id,
+            Some(h.clock_now()),
+            h.clock_now(),
+        )
+        .await
+        .expect("fence it, and stop there");
     let intents = h.engine.catalog().list_intents(&dataset_id).await.unwrap();
     assert_eq!(intents.len(), 1);
     assert_eq!(intents[0].phase, IntentPhase::Abandoned);
@@ -317,7 +349,7 @@ async fn a_sweep_stopped_after_fencing_is_finished_next_time(backend: Backend) {
         "{gone:?}"
     );
     println!(
-        "abandonment [{backend}]: a sweep stopped after fencing left the intent abandoned (its owner fenced); the next sweep finished it"
+        "abandonment [{backend}]: a sweep told its abandonment failed had landed it whole; an intent left abandoned (its owner fenced) was finished by the next sweep"
     );
 }
 

@@ -59,9 +59,7 @@ async fn check(backend: Backend) {
         steps,
         [
             DurableStep::AppendAudit,
-            DurableStep::AbandonIntent,
-            DurableStep::MarkRows,
-            DurableStep::DeleteIntent,
+            DurableStep::SettleIntents,
             DurableStep::AppendAudit,
         ],
         "{backend}: the sweep's steps changed"

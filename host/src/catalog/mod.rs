@@ -17,6 +17,7 @@ pub mod object_store;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod recorded;
+pub mod settle;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -35,6 +36,7 @@ pub use self::object_store::ObjectStoreCatalog;
 #[cfg(feature = "postgres")]
 pub use self::postgres::PostgresCatalog;
 pub use self::recorded::{RecordedRequest, RequestKey};
+pub use self::settle::{SETTLE_ATOMIC, SettleValidator, Settled, Settlement};
 /// A row as a [`StagePlanner`] is shown it: a backend of an embedder's own builds these from
 /// the rows it read, so it is named here, not only in the policy crate.
 pub use mend_policy::ExistingRow;
@@ -72,7 +74,8 @@ impl Capabilities {
         self.0.iter().map(String::as_str)
     }
 
-    /// The capabilities every complete backend provides.
+    /// The capabilities every complete backend provides: mend's own provide all of them,
+    /// [`SETTLE_ATOMIC`] included.
     pub fn full_backend() -> Self {
         use mend_policy::capability::*;
         Self::new([
@@ -81,6 +84,7 @@ impl Capabilities {
             PUBLISH_CHECKPOINT,
             PUBLISH_TOKEN,
             PUBLISH_FENCING_EPOCH,
+            SETTLE_ATOMIC,
         ])
     }
 }
@@ -397,6 +401,30 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     /// Splits matching `query`, sorted by id, one page at a time.
     async fn list_splits(&self, dataset_id: &str, query: &ListQuery) -> Result<SplitPage>;
 
+    /// The state of each of `split_ids` that has a row, sorted by id; ids without a row are
+    /// left out. Only states, so that recovery, which observes thousands of splits by id, reads
+    /// no metadata. `NotFound` if the dataset does not exist. The default lists the rows.
+    async fn split_states(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+    ) -> Result<Vec<ExistingRow>> {
+        let query = ListQuery {
+            split_ids: Some(split_ids.to_vec()),
+            ..ListQuery::default()
+        };
+        Ok(self
+            .list_splits(dataset_id, &query)
+            .await?
+            .splits
+            .into_iter()
+            .map(|row| ExistingRow {
+                split_id: row.split_id,
+                state: row.state,
+            })
+            .collect())
+    }
+
     /// Records a new operation's intent, before its first effect. `AlreadyExists` if the
     /// operation id is taken in this dataset, `NotFound` if the dataset does not exist. Intents
     /// are not part of the published view: the manifest version does not move.
@@ -433,6 +461,35 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     /// The dataset's intents, oldest first (by creation time, then operation id). An intent
     /// in a format newer than this host's is refused with `Corrupt`, never guessed at.
     async fn list_intents(&self, dataset_id: &str) -> Result<Vec<Intent>>;
+
+    /// Settles the intents of a recovery sweep's batch ([`settle`]): each settlement's publish
+    /// (validated by `validate`, recorded under its key), marks and intent delete, applied as
+    /// if one after another in order, each on the state the ones before it left. Returns one
+    /// [`Settled`] per settlement, in order.
+    ///
+    /// A backend claiming [`SETTLE_ATOMIC`] applies the whole batch in **one atomic step** (one
+    /// transaction, one commit): if any settlement is refused (its validation, a publish that
+    /// no longer applies, a live lease, a key recorded for another request), the batch fails
+    /// with that settlement's error and nothing is written. The engine then settles the same
+    /// intents one batch of one at a time, so one refusal never takes the others down.
+    ///
+    /// A batch is checked first ([`settle::check_batch`]): at most
+    /// [`settle::MAX_SETTLEMENTS`], each operation once, no split named by two settlements,
+    /// every publish of this dataset; otherwise `InvalidArgument`, nothing read or written.
+    /// `NotFound` if the dataset does not exist. A batch that changes nothing writes nothing.
+    ///
+    /// The default applies each settlement as the single steps the engine used to take, one
+    /// at a time ([`settle::one_at_a_time`]): not atomic as a whole, so a backend keeping it
+    /// must not claim [`SETTLE_ATOMIC`].
+    async fn settle_intents(
+        &self,
+        dataset_id: &str,
+        settlements: &[Settlement],
+        validate: &SettleValidator<'_>,
+        now_ms: TimestampMs,
+    ) -> Result<Vec<Settled>> {
+        settle::one_at_a_time(self, dataset_id, settlements, validate, now_ms).await
+    }
 
     /// Appends audit records of one dataset (all of `records` name it); append-only, never
     /// rewritten. `NotFound` if the dataset does not exist.

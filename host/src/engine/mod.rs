@@ -17,6 +17,7 @@ mod operations;
 mod policy_swap;
 mod reconcile;
 mod recovery;
+mod settle;
 mod uploaded;
 mod verify;
 
@@ -112,6 +113,7 @@ pub fn host_capabilities() -> Capabilities {
         PUBLISH_CHECKPOINT,
         PUBLISH_TOKEN,
         PUBLISH_FENCING_EPOCH,
+        crate::catalog::SETTLE_ATOMIC,
     ])
 }
 
@@ -516,16 +518,7 @@ impl Engine {
         key: Option<&RequestKey>,
         objects: ObjectCheck,
     ) -> Result<PublishResult> {
-        validate::publish_request(request, self.options.max_stage_batch)?;
-        if request.checkpoint_delta.is_some() {
-            self.require(PUBLISH_CHECKPOINT, "the publish carries a checkpoint delta")?;
-        }
-        if request.publish_token.is_some() {
-            self.require(PUBLISH_TOKEN, "the publish carries a publish token")?;
-        }
-        if request.fencing_epoch.is_some() {
-            self.require(PUBLISH_FENCING_EPOCH, "the publish carries a fencing epoch")?;
-        }
+        self.check_publish_request(request)?;
         if let Some(answer) = self.recorded_answer(&request.dataset_id, key).await? {
             return Ok(answer);
         }
@@ -541,6 +534,22 @@ impl Engine {
         self.catalog
             .publish(request, &validator, self.now_ms(), key)
             .await
+    }
+
+    /// The checks of a publish request before anything is read: its limits, and the
+    /// capabilities what it carries needs.
+    fn check_publish_request(&self, request: &PublishRequest) -> Result<()> {
+        validate::publish_request(request, self.options.max_stage_batch)?;
+        if request.checkpoint_delta.is_some() {
+            self.require(PUBLISH_CHECKPOINT, "the publish carries a checkpoint delta")?;
+        }
+        if request.publish_token.is_some() {
+            self.require(PUBLISH_TOKEN, "the publish carries a publish token")?;
+        }
+        if request.fencing_epoch.is_some() {
+            self.require(PUBLISH_FENCING_EPOCH, "the publish carries a fencing epoch")?;
+        }
+        Ok(())
     }
 
     /// Refuses a publish naming a split whose object is not in the store (invariant 1: every

@@ -33,12 +33,13 @@ use mend_policy::{
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
+use super::settle::{Batch, Sweep};
 use crate::audit::{AUDIT_FORMAT_VERSION, AuditRecord, DecisionInput};
 use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
 use crate::gates::{ExclusivePermit, GateName, GateSession};
 use crate::intent::{Intent, IntentPhase, OperationKind};
-use crate::model::{Dataset, ListQuery, PublishRequest, SplitRow, SplitState, TimestampMs};
+use crate::model::{Dataset, ListQuery, PublishRequest, SplitState, TimestampMs};
 use crate::objects::FoundObject;
 use crate::objects::format::sha256;
 use crate::validate;
@@ -189,42 +190,75 @@ impl Engine {
         let dataset = self.catalog.dataset(dataset_id).await?;
         let now_ms = self.now_ms();
         let progress = &self.options.progress;
-        // Observing is reads only, one intent independent of the next: several at a time, so
-        // that a sweep over thousands of intents waits on its reads together, not in turn.
-        let mut observations = Vec::with_capacity(intents.len());
         progress.begin("observe intents", intents.len());
+        // Observing is reads only, one intent independent of the next: the objects of several
+        // intents at a time (each intent's reads are independent, so whichever finishes first
+        // makes room for the next), while the rows of every intent's splits are read in a few
+        // batched listings rather than one per intent.
         // The futures are made up front: a stream that maps borrowed intents lazily would make
         // the sweep's future not `Send` for every lifetime, and so not spawnable.
-        // The rows of every intent's splits, read in a few batched listings rather than one
-        // per intent.
-        let rows = self.rows_touched_by(dataset_id, &intents).await?;
-        let rows_by_id: HashMap<&str, &SplitRow> = rows
+        let reading_objects = async {
+            let reads: Vec<_> = intents
+                .iter()
+                .enumerate()
+                .map(|(index, intent)| async move { (index, self.observe_objects(intent).await) })
+                .collect();
+            let mut found: Vec<Option<Vec<ObjectObservation>>> =
+                intents.iter().map(|_| None).collect();
+            let mut reading = futures::stream::iter(reads).buffer_unordered(OBSERVE_CONCURRENCY);
+            let mut done = 0;
+            while let Some((index, objects)) = reading.next().await {
+                found[index] = Some(objects?);
+                done += 1;
+                progress.advance(done);
+            }
+            Ok::<_, MendError>(found)
+        };
+        let (objects, rows) = futures::try_join!(
+            reading_objects,
+            self.states_touched_by(dataset_id, &intents)
+        )?;
+        let states: HashMap<&str, SplitState> = rows
             .iter()
-            .map(|row| (row.split_id.as_str(), row))
+            .map(|row| (row.split_id.as_str(), row.state))
             .collect();
-        let observing: Vec<_> = intents
+        let observations: Vec<IntentObservation> = intents
             .iter()
-            .map(|intent| self.observe(intent, &dataset, &rows_by_id, now_ms))
+            .zip(objects)
+            .map(|(intent, objects)| {
+                let objects = objects.expect("every intent's objects were read");
+                observation(intent, objects, &dataset, &states, now_ms)
+            })
             .collect();
-        let mut observed = futures::stream::iter(observing).buffered(OBSERVE_CONCURRENCY);
-        while let Some(observation) = observed.next().await {
-            observations.push(observation?);
-            progress.advance(observations.len());
-        }
-        drop(observed);
         progress.end();
         let input = RecoveryInput {
             dataset_id: dataset_id.to_string(),
             mode,
             now_ms,
-            intents: observations.clone(),
+            intents: observations,
         };
         let decisions = self.policy().decide_recovery(&input)?;
         check_one_decision_each(&intents, &decisions)?;
+        let observations = input.intents;
 
+        let read_only = matches!(mode, RecoveryMode::Probe | RecoveryMode::Verify);
+        let sweep = Sweep {
+            dataset_id,
+            mode,
+            now_ms,
+            dataset: &dataset,
+            intents: &intents,
+            observations: &observations,
+        };
         let mut reports = Vec::with_capacity(intents.len());
+        // Decisions executing together (`settle.rs`), and the audit records waiting for the
+        // sweep's next append (refusals', a batch's settled ones).
+        let mut batch = Batch::default();
+        let mut pending: Vec<AuditRecord> = Vec::new();
         progress.begin("resolve intents", intents.len());
-        for ((intent, observation), decision) in intents.iter().zip(&observations).zip(decisions) {
+        for (index, ((intent, observation), decision)) in
+            intents.iter().zip(&observations).zip(decisions).enumerate()
+        {
             let status = match &decision.decision {
                 RecoveryDecision::Stale => IntentStatus::Clean,
                 RecoveryDecision::RollForward => IntentStatus::RollForwardRequired,
@@ -241,7 +275,6 @@ impl Engine {
                 outcome: Outcome::Reported,
             };
             let reason = refusal(mode, intent, observation, &report.decision, now_ms);
-            let read_only = matches!(mode, RecoveryMode::Probe | RecoveryMode::Verify);
             let executes = reason.is_none()
                 && !read_only
                 && !matches!(
@@ -250,38 +283,34 @@ impl Engine {
                 );
             if let Some(reason) = reason {
                 report.outcome = Outcome::Refused(reason);
-            } else if executes {
-                // The record first: no decision is ever executed without one (module doc).
-                report.outcome = Outcome::Executing;
-                let before = self.audit_record(dataset_id, mode, now_ms, &report, observation);
-                self.durably(
-                    DurableStep::AppendAudit,
-                    self.catalog.append_audit(dataset_id, &[before]),
-                )
-                .await?;
-                report.outcome = match self
-                    .execute(intent, &report.decision, &dataset, now_ms)
-                    .await
-                {
-                    Ok(()) => Outcome::Executed,
-                    Err(error) => Outcome::Failed(error.to_string()),
-                };
-            }
-            log_intent(mode, &report);
-            // Every decision the host acted on or refused is audited, except in probe and
-            // verify, which write nothing at all (invariant 6). Merely reported ones are not (a
-            // supervisor deferring to a live owner every few seconds would only flood the trail).
-            if report.outcome != Outcome::Reported && !read_only {
-                let record = self.audit_record(dataset_id, mode, now_ms, &report, observation);
-                self.durably(
-                    DurableStep::AppendAudit,
-                    self.catalog.append_audit(dataset_id, &[record]),
-                )
-                .await?;
             }
             reports.push(report);
-            progress.advance(reports.len());
+            if executes {
+                self.execute_in_order(&sweep, index, &mut batch, &mut reports, &mut pending)
+                    .await?;
+            } else {
+                let report = &reports[index];
+                log_intent(mode, report);
+                // Every decision the host acted on or refused is audited, except in probe and
+                // verify, which write nothing at all (invariant 6). Merely reported ones are
+                // not (a supervisor deferring to a live owner every few seconds would only
+                // flood the trail).
+                if report.outcome != Outcome::Reported && !read_only {
+                    pending.push(self.audit_record(&sweep, report, index));
+                }
+            }
+            progress.advance(reports.len() - batch.len());
         }
+        self.execute_batch(&sweep, &mut batch, &mut reports, &mut pending)
+            .await?;
+        if !pending.is_empty() {
+            self.durably(
+                DurableStep::AppendAudit,
+                self.catalog.append_audit(dataset_id, &pending),
+            )
+            .await?;
+        }
+        progress.advance(reports.len());
         progress.end();
         let report = RecoveryReport {
             dataset_id: dataset_id.to_string(),
@@ -294,77 +323,58 @@ impl Engine {
         Ok(report)
     }
 
-    fn audit_record(
+    /// The audit record of the decision on the intent at `index` of `sweep`, as `report`
+    /// says it now.
+    pub(super) fn audit_record(
         &self,
-        dataset_id: &str,
-        mode: RecoveryMode,
-        now_ms: i64,
+        sweep: &Sweep<'_>,
         report: &IntentReport,
-        observation: &IntentObservation,
+        index: usize,
     ) -> AuditRecord {
+        let observation = &sweep.observations[index];
         let canonical = serde_json::to_vec(observation).expect("observations always serialise");
         AuditRecord {
             format_version: AUDIT_FORMAT_VERSION,
-            dataset_id: dataset_id.to_string(),
+            dataset_id: sweep.dataset_id.to_string(),
             operation_id: report.operation_id.clone(),
             recorded_at_ms: self.now_ms(),
-            mode: mode_name(mode).to_string(),
+            mode: mode_name(sweep.mode).to_string(),
             policy_digest: self.policy().digest().to_string(),
             semantics_revision: self.policy().description().semantics_revision,
             inputs_hash: sha256(&canonical),
             decision: serde_json::to_value(&report.decision).expect("decisions always serialise"),
             outcome: serde_json::to_value(&report.outcome).expect("outcomes always serialise"),
             inputs: Some(DecisionInput::DecideRecovery {
-                dataset_id: dataset_id.to_string(),
-                mode,
-                now_ms,
+                dataset_id: sweep.dataset_id.to_string(),
+                mode: sweep.mode,
+                now_ms: sweep.now_ms,
                 intent: observation.clone(),
             }),
         }
     }
 
-    /// The rows of every split any of `intents` touches, listed by id in batches.
-    async fn rows_touched_by(&self, dataset_id: &str, intents: &[Intent]) -> Result<Vec<SplitRow>> {
-        /// Ids per listing: large enough to amortise a round trip, small enough to keep one
+    /// The state of every split any of `intents` touches, read by id in batches.
+    async fn states_touched_by(
+        &self,
+        dataset_id: &str,
+        intents: &[Intent],
+    ) -> Result<Vec<ExistingRow>> {
+        /// Ids per read: large enough to amortise a round trip, small enough to keep one
         /// statement or request modest.
         const BATCH: usize = 1_000;
         let touched: BTreeSet<String> = intents.iter().flat_map(touched_splits).collect();
         let touched: Vec<String> = touched.into_iter().collect();
         let mut rows = Vec::with_capacity(touched.len());
         for ids in touched.chunks(BATCH) {
-            let query = ListQuery {
-                split_ids: Some(ids.to_vec()),
-                ..ListQuery::default()
-            };
-            rows.extend(self.catalog.list_splits(dataset_id, &query).await?.splits);
+            rows.extend(self.catalog.split_states(dataset_id, ids).await?);
         }
         Ok(rows)
     }
 
-    /// Everything the policy needs to know about one intent.
-    async fn observe(
-        &self,
-        intent: &Intent,
-        dataset: &Dataset,
-        rows_by_id: &HashMap<&str, &SplitRow>,
-        now_ms: i64,
-    ) -> Result<IntentObservation> {
-        let effects = &intent.effects;
-        let publish = effects
-            .publish
-            .clone()
-            .unwrap_or_else(|| crate::intent::PlannedPublish {
-                staged_split_ids: Vec::new(),
-                replaced_split_ids: Vec::new(),
-                checkpoint_delta: None,
-                publish_token: None,
-            });
-        let rows: Vec<&SplitRow> = touched_splits(intent)
-            .iter()
-            .filter_map(|id| rows_by_id.get(id.as_str()).copied())
-            .collect();
-        let mut objects = Vec::with_capacity(effects.objects.len());
-        for planned in &effects.objects {
+    /// What is in the store of each object `intent` plans: present, and as planned.
+    async fn observe_objects(&self, intent: &Intent) -> Result<Vec<ObjectObservation>> {
+        let mut objects = Vec::with_capacity(intent.effects.objects.len());
+        for planned in &intent.effects.objects {
             // Bytes that are not a split object count as an object, not the one planned.
             let found = self
                 .objects
@@ -384,71 +394,14 @@ impl Engine {
                 matches,
             });
         }
-        let (at_from, at_to, reached_to) = match &publish.checkpoint_delta {
-            None => (true, true, true),
-            Some(delta) => {
-                let positions = dataset.checkpoint.get(&delta.source);
-                let current = |partition: &str| positions.and_then(|p| p.get(partition)).copied();
-                (
-                    delta
-                        .partitions
-                        .iter()
-                        .all(|p| current(&p.partition) == p.from_position),
-                    delta
-                        .partitions
-                        .iter()
-                        .all(|p| current(&p.partition) == Some(p.to_position)),
-                    // Positions never move backwards (invariant 4): at or past the end.
-                    delta
-                        .partitions
-                        .iter()
-                        .all(|p| current(&p.partition).is_some_and(|at| at >= p.to_position)),
-                )
-            }
-        };
-        Ok(IntentObservation {
-            operation_id: intent.operation_id.clone(),
-            kind: policy_kind(intent.kind),
-            phase: match intent.phase {
-                IntentPhase::Armed => mend_policy::IntentPhase::Armed,
-                IntentPhase::EffectsConfirmed => mend_policy::IntentPhase::EffectsConfirmed,
-                IntentPhase::Abandoned => mend_policy::IntentPhase::Abandoned,
-            },
-            owner_lease_live: now_ms < intent.lease_expires_at_ms,
-            planned_rows: effects
-                .stage
-                .iter()
-                .map(|row| row.split_id.clone())
-                .collect(),
-            rows: rows
-                .iter()
-                .map(|row| ExistingRow {
-                    split_id: row.split_id.clone(),
-                    state: row.state,
-                })
-                .collect(),
-            objects,
-            publish_staged: publish.staged_split_ids,
-            publish_replaced: publish.replaced_split_ids,
-            has_checkpoint_delta: publish.checkpoint_delta.is_some(),
-            checkpoint_at_from: at_from,
-            checkpoint_at_to: at_to,
-            checkpoint_reached_to: reached_to,
-            gc_splits: effects.delete.clone(),
-            mark_splits: effects.mark.clone(),
-            config_at_expected: intent.expected.config_version == Some(dataset.config_version),
-            config_applied: intent.expected.config_version.is_some_and(|expected| {
-                dataset.config_version > expected
-                    && effects.config.as_ref() == Some(&dataset.config)
-            }),
-        })
+        Ok(objects)
     }
 
     /// Carries out a checked decision that executes something (not a defer or a blocked).
     /// Publishes carry the fencing epoch the sweep read (after exclusive recovery's bump), so a
     /// sweep fenced out by a later exclusive one cannot publish either. `now_ms` is the time
     /// the sweep observed at: an abandonment fences only an intent whose lease ran out by then.
-    async fn execute(
+    pub(super) async fn execute(
         &self,
         intent: &Intent,
         decision: &RecoveryDecision,
@@ -628,7 +581,7 @@ impl Engine {
 }
 
 /// Every split an intent's effects name.
-fn touched_splits(intent: &Intent) -> BTreeSet<String> {
+pub(super) fn touched_splits(intent: &Intent) -> BTreeSet<String> {
     let effects = &intent.effects;
     let publish = effects.publish.iter().flat_map(|publish| {
         publish
@@ -645,6 +598,85 @@ fn touched_splits(intent: &Intent) -> BTreeSet<String> {
         .chain(&effects.delete)
         .cloned()
         .collect()
+}
+
+/// Everything the policy needs to know about one intent, given what was found of its objects.
+fn observation(
+    intent: &Intent,
+    objects: Vec<ObjectObservation>,
+    dataset: &Dataset,
+    states: &HashMap<&str, SplitState>,
+    now_ms: i64,
+) -> IntentObservation {
+    let effects = &intent.effects;
+    let rows: Vec<ExistingRow> = touched_splits(intent)
+        .into_iter()
+        .filter_map(|id| {
+            states.get(id.as_str()).map(|&state| ExistingRow {
+                split_id: id,
+                state,
+            })
+        })
+        .collect();
+    let (publish_staged, publish_replaced, delta) = match &effects.publish {
+        Some(publish) => (
+            publish.staged_split_ids.clone(),
+            publish.replaced_split_ids.clone(),
+            publish.checkpoint_delta.as_ref(),
+        ),
+        None => (Vec::new(), Vec::new(), None),
+    };
+    let (at_from, at_to, reached_to) = match delta {
+        None => (true, true, true),
+        Some(delta) => {
+            let positions = dataset.checkpoint.get(&delta.source);
+            let current = |partition: &str| positions.and_then(|p| p.get(partition)).copied();
+            (
+                delta
+                    .partitions
+                    .iter()
+                    .all(|p| current(&p.partition) == p.from_position),
+                delta
+                    .partitions
+                    .iter()
+                    .all(|p| current(&p.partition) == Some(p.to_position)),
+                // Positions never move backwards (invariant 4): at or past the end.
+                delta
+                    .partitions
+                    .iter()
+                    .all(|p| current(&p.partition).is_some_and(|at| at >= p.to_position)),
+            )
+        }
+    };
+    IntentObservation {
+        operation_id: intent.operation_id.clone(),
+        kind: policy_kind(intent.kind),
+        phase: match intent.phase {
+            IntentPhase::Armed => mend_policy::IntentPhase::Armed,
+            IntentPhase::EffectsConfirmed => mend_policy::IntentPhase::EffectsConfirmed,
+            IntentPhase::Abandoned => mend_policy::IntentPhase::Abandoned,
+        },
+        owner_lease_live: now_ms < intent.lease_expires_at_ms,
+        planned_rows: effects
+            .stage
+            .iter()
+            .map(|row| row.split_id.clone())
+            .collect(),
+        rows,
+        objects,
+        publish_staged,
+        publish_replaced,
+        has_checkpoint_delta: delta.is_some(),
+        checkpoint_at_from: at_from,
+        checkpoint_at_to: at_to,
+        checkpoint_reached_to: reached_to,
+        gc_splits: effects.delete.clone(),
+        mark_splits: effects.mark.clone(),
+        config_at_expected: intent.expected.config_version == Some(dataset.config_version),
+        config_applied: intent.expected.config_version.is_some_and(|expected| {
+            dataset.config_version > expected && effects.config.as_ref() == Some(&dataset.config)
+        }),
+    }
 }
 
 /// Why the host refuses a decision, if it does.
@@ -733,7 +765,7 @@ fn kind_name(kind: OperationKind) -> &'static str {
 /// One intent's decision and outcome: a warning when the host refused it or its execution
 /// failed in a sweep that writes (it stays for the next sweep, or for an operator), else
 /// at debug.
-fn log_intent(mode: RecoveryMode, report: &IntentReport) {
+pub(super) fn log_intent(mode: RecoveryMode, report: &IntentReport) {
     let read_only = matches!(mode, RecoveryMode::Probe | RecoveryMode::Verify);
     match &report.outcome {
         Outcome::Refused(reason) if !read_only => tracing::warn!(

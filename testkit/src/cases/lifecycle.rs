@@ -1,5 +1,6 @@
 //! After staging: publish (states, checkpoint deltas, refusals that write nothing), fencing by
-//! publish token and by epoch, mark for deletion, delete, and listing with filters and pages.
+//! publish token and by epoch, mark for deletion, delete, listing with filters and pages, and
+//! the states of splits by id.
 
 use mend::model::{
     CheckpointDelta, ListQuery, PartitionDelta, PublishRequest, SplitState, StageMode, TimeRange,
@@ -658,4 +659,53 @@ pub(super) async fn list_filters_and_pages(h: &Harness<'_>) {
             ..
         }
     ));
+}
+
+pub(super) async fn split_states_name_each_row_by_id(h: &Harness<'_>) {
+    let ds = h.create_dataset("states").await;
+    stage(h, &ds, StageMode::CreateOnly, &["s1", "s2", "s3"]).await;
+    publish(h, &ds, &["s2"], &[]).await;
+    h.engine
+        .mark_for_deletion(&ds, &strings(&["s3"]))
+        .await
+        .expect("mark s3");
+    let catalog = h.engine.catalog();
+    let before = h.write_fingerprint(&ds).await;
+    let states = catalog
+        .split_states(&ds, &strings(&["s3", "unknown", "s1", "s2", "s1"]))
+        .await
+        .expect("split states");
+    let states: Vec<(String, SplitState)> = states
+        .into_iter()
+        .map(|row| (row.split_id, row.state))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("s1".to_string(), SplitState::Staged),
+            ("s2".to_string(), SplitState::Published),
+            ("s3".to_string(), SplitState::MarkedForDeletion),
+        ],
+        "sorted by id, once each, unknown ids left out"
+    );
+    assert!(catalog.split_states(&ds, &[]).await.unwrap().is_empty());
+    assert_eq!(
+        h.write_fingerprint(&ds).await,
+        before,
+        "reading states wrote"
+    );
+    let missing = catalog
+        .split_states("no-such-dataset", &strings(&["s1"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            missing,
+            MendError::NotFound {
+                kind: EntityKind::Dataset,
+                ..
+            }
+        ),
+        "{missing:?}"
+    );
 }

@@ -9,9 +9,11 @@
 //! - `staging.rs`: datasets, staging in both modes, refused input, racing create-only batches;
 //! - `lifecycle.rs`: publish, fencing (tokens, epochs), mark, delete, list;
 //! - `intents.rs`: intents, abandoning them, audit records;
-//! - `recorded.rs`: requests under an idempotency key, at the catalog trait itself.
+//! - `recorded.rs`: requests under an idempotency key, at the catalog trait itself;
+//! - `settle.rs`: a recovery sweep's batches of settlements, at the catalog trait itself.
 
 use mend::MendError;
+use mend::catalog::SETTLE_ATOMIC;
 use mend::model::{
     ListQuery, PublishRequest, SplitRow, StageMode, StageOutcome, StageRequest, StageResult,
     StageSplit,
@@ -26,6 +28,7 @@ use crate::suite::Case;
 mod intents;
 mod lifecycle;
 mod recorded;
+mod settle;
 mod staging;
 
 /// `case!(module::name, [capabilities])`: the case `name`, running `module::name`.
@@ -85,6 +88,10 @@ pub(crate) const ALL: &[Case] = &[
     ),
     case!(lifecycle::list_filters_and_pages, [STAGE_CREATE_ONLY]),
     case!(
+        lifecycle::split_states_name_each_row_by_id,
+        [STAGE_CREATE_ONLY]
+    ),
+    case!(
         staging::concurrent_create_only_batches_claim_each_id_once,
         [STAGE_CREATE_ONLY]
     ),
@@ -124,6 +131,18 @@ pub(crate) const ALL: &[Case] = &[
     case!(
         recorded::keyed_records_survive_concurrent_writes,
         [STAGE_CREATE_ONLY]
+    ),
+    case!(
+        settle::settle_intents_publishes_marks_and_deletes_in_order,
+        [STAGE_CREATE_ONLY, PUBLISH_CHECKPOINT]
+    ),
+    case!(
+        settle::settle_intents_checks_the_batch_before_reading,
+        [STAGE_CREATE_ONLY, PUBLISH_CHECKPOINT]
+    ),
+    case!(
+        settle::settle_intents_refuses_a_batch_whole,
+        [STAGE_CREATE_ONLY, PUBLISH_CHECKPOINT, SETTLE_ATOMIC]
     ),
 ];
 

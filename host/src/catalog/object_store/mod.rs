@@ -36,6 +36,7 @@ pub(crate) mod log;
 mod mutations;
 mod open;
 mod retention;
+mod settle;
 pub(crate) mod state;
 #[cfg(test)]
 mod tests;
@@ -59,7 +60,7 @@ pub use self::open::open_store;
 use self::state::DatasetState;
 use super::{
     Capabilities, Catalog, ManifestProbe, PublishValidator, RecordedRequest, RequestKey,
-    StagePlanner,
+    SettleValidator, Settled, Settlement, StagePlanner,
 };
 use crate::audit::AuditRecord;
 use crate::error::{EntityKind, MendError, Result};
@@ -757,6 +758,15 @@ impl Catalog for ObjectStoreCatalog {
         self.load(dataset_id).await?.list_splits(query)
     }
 
+    async fn split_states(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+    ) -> Result<Vec<super::ExistingRow>> {
+        let state = self.load(dataset_id).await?;
+        Ok(state.existing_rows(&mutations::distinct_sorted(split_ids)))
+    }
+
     async fn put_intent(&self, intent: &Intent) -> Result<()> {
         check_written_format(intent)?;
         self.mutate(&intent.dataset_id, intent.updated_at_ms, |state| {
@@ -805,6 +815,17 @@ impl Catalog for ObjectStoreCatalog {
             (a.created_at_ms, &a.operation_id).cmp(&(b.created_at_ms, &b.operation_id))
         });
         Ok(intents)
+    }
+
+    async fn settle_intents(
+        &self,
+        dataset_id: &str,
+        settlements: &[Settlement],
+        validate: &SettleValidator<'_>,
+        now_ms: TimestampMs,
+    ) -> Result<Vec<Settled>> {
+        self.settle_intents_batch(dataset_id, settlements, validate, now_ms)
+            .await
     }
 
     async fn append_audit(&self, dataset_id: &str, records: &[AuditRecord]) -> Result<()> {

@@ -170,7 +170,7 @@ pub(super) async fn list(pool: &PgPool, dataset_id: &str) -> Result<Vec<Intent>>
 
 /// Decodes a row of `intent_list.sql`. A body in a newer format fails in `Intent::from_json`
 /// with the `Corrupt` that tells the operator to upgrade, passed on as it is.
-fn intent(row: &PgRow, dataset_id: &str) -> Result<Intent> {
+pub(super) fn intent(row: &PgRow, dataset_id: &str) -> Result<Intent> {
     let operation_id: String = column(row, "operation_id")?;
     let phase = stored_phase(row, &operation_id)?;
     let intent = Intent::from_json(&column::<String>(row, "body")?)?;
@@ -234,7 +234,7 @@ fn phase_name(phase: IntentPhase) -> &'static str {
     }
 }
 
-fn stored_phase(row: &PgRow, operation_id: &str) -> Result<IntentPhase> {
+pub(super) fn stored_phase(row: &PgRow, operation_id: &str) -> Result<IntentPhase> {
     let name: String = column(row, "phase")?;
     match name.as_str() {
         "armed" => Ok(IntentPhase::Armed),

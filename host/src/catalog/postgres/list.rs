@@ -1,8 +1,10 @@
 //! Listing splits: every filter of a [`ListQuery`] in one static statement whose unused
-//! parameters are NULL, sorted by id, one page at a time.
+//! parameters are NULL, sorted by id, one page at a time; and the states of splits by id,
+//! one primary-key probe each.
 
 use sqlx::PgPool;
 
+use crate::catalog::ExistingRow;
 use crate::error::{MendError, Result};
 use crate::model::{ListQuery, SplitPage, SplitRow};
 
@@ -62,4 +64,32 @@ pub(super) async fn list_splits(
         splits,
         next_after_split_id,
     })
+}
+
+/// The states of the rows among `split_ids`, sorted by id. The generic listing's plan for a
+/// long list of ids can be a scan of the whole dataset in id order; this statement probes the
+/// primary key once per id, whatever the dataset's size.
+pub(super) async fn split_states(
+    pool: &PgPool,
+    dataset_id: &str,
+    split_ids: &[String],
+) -> Result<Vec<ExistingRow>> {
+    let exists: bool = sqlx::query_scalar(sql::DATASET_EXISTS)
+        .bind(dataset_id)
+        .fetch_one(pool)
+        .await
+        .map_err(|error| database_error(error, dataset_id))?;
+    if !exists {
+        return Err(MendError::dataset_not_found(dataset_id));
+    }
+    let mut ids = split_ids.to_vec();
+    ids.sort();
+    ids.dedup();
+    let found = sqlx::query(sql::SPLIT_STATES)
+        .bind(dataset_id)
+        .bind(&ids)
+        .fetch_all(pool)
+        .await
+        .map_err(|error| database_error(error, dataset_id))?;
+    found.iter().map(rows::existing).collect()
 }

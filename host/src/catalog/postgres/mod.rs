@@ -33,6 +33,7 @@ mod list;
 mod queries;
 mod recorded;
 mod rows;
+mod settle;
 mod sql;
 mod stage;
 #[cfg(test)]
@@ -48,7 +49,8 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool, Postgres, Transaction};
 
 use crate::catalog::{
-    Capabilities, Catalog, PublishValidator, RecordedRequest, RequestKey, StagePlanner,
+    Capabilities, Catalog, PublishValidator, RecordedRequest, RequestKey, SettleValidator, Settled,
+    Settlement, StagePlanner,
 };
 use crate::error::{MendError, Result};
 use crate::intent::{Intent, IntentPhase};
@@ -536,6 +538,14 @@ impl Catalog for PostgresCatalog {
         list::list_splits(&self.pool, dataset_id, query).await
     }
 
+    async fn split_states(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+    ) -> Result<Vec<crate::catalog::ExistingRow>> {
+        list::split_states(&self.pool, dataset_id, split_ids).await
+    }
+
     async fn put_intent(&self, intent: &Intent) -> Result<()> {
         intents::put(&self.pool, intent).await
     }
@@ -572,6 +582,22 @@ impl Catalog for PostgresCatalog {
 
     async fn list_intents(&self, dataset_id: &str) -> Result<Vec<Intent>> {
         intents::list(&self.pool, dataset_id).await
+    }
+
+    async fn settle_intents(
+        &self,
+        dataset_id: &str,
+        settlements: &[Settlement],
+        validate: &SettleValidator<'_>,
+        now_ms: TimestampMs,
+    ) -> Result<Vec<Settled>> {
+        crate::catalog::settle::check_batch(dataset_id, settlements)?;
+        self.in_transaction(dataset_id, |mut transaction| async move {
+            let result =
+                settle::settle(&mut transaction, dataset_id, settlements, validate, now_ms).await;
+            (transaction, result)
+        })
+        .await
     }
 
     async fn append_audit(

@@ -105,7 +105,7 @@ pub(super) async fn forget(
     Ok(done.rows_affected() as usize)
 }
 
-fn record(row: &PgRow) -> Result<RecordedRequest> {
+pub(super) fn record(row: &PgRow) -> Result<RecordedRequest> {
     let result: String = column(row, "result")?;
     Ok(RecordedRequest {
         key: column(row, "key")?,

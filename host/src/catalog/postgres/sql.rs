@@ -15,6 +15,7 @@ pub(super) const DATASET_ADVANCE_FENCING_EPOCH: &str =
     include_str!("sql/dataset_advance_fencing_epoch.sql");
 pub(super) const DATASET_BUMP_MANIFEST: &str = include_str!("sql/dataset_bump_manifest.sql");
 pub(super) const DATASET_PROBE: &str = include_str!("sql/dataset_probe.sql");
+pub(super) const DATASET_SETTLE: &str = include_str!("sql/dataset_settle.sql");
 
 pub(super) const SPLIT_STATES: &str = include_str!("sql/split_states.sql");
 pub(super) const SPLIT_STATES_FOR_UPDATE: &str = include_str!("sql/split_states_for_update.sql");
@@ -33,6 +34,8 @@ pub(super) const INTENT_ABANDON: &str = include_str!("sql/intent_abandon.sql");
 pub(super) const INTENT_SELECT: &str = include_str!("sql/intent_select.sql");
 pub(super) const INTENT_DELETE: &str = include_str!("sql/intent_delete.sql");
 pub(super) const INTENT_LIST: &str = include_str!("sql/intent_list.sql");
+pub(super) const INTENT_SELECT_FOR_SETTLE: &str = include_str!("sql/intent_select_for_settle.sql");
+pub(super) const INTENT_DELETE_BATCH: &str = include_str!("sql/intent_delete_batch.sql");
 
 pub(super) const AUDIT_INSERT: &str = include_str!("sql/audit_insert.sql");
 pub(super) const AUDIT_LIST: &str = include_str!("sql/audit_list.sql");
@@ -41,3 +44,6 @@ pub(super) const RECORDED_LOCK_KEY: &str = include_str!("sql/recorded_lock_key.s
 pub(super) const RECORDED_SELECT: &str = include_str!("sql/recorded_select.sql");
 pub(super) const RECORDED_INSERT: &str = include_str!("sql/recorded_insert.sql");
 pub(super) const RECORDED_FORGET: &str = include_str!("sql/recorded_forget.sql");
+pub(super) const RECORDED_LOCK_KEYS: &str = include_str!("sql/recorded_lock_keys.sql");
+pub(super) const RECORDED_SELECT_KEYS: &str = include_str!("sql/recorded_select_keys.sql");
+pub(super) const RECORDED_INSERT_BATCH: &str = include_str!("sql/recorded_insert_batch.sql");
