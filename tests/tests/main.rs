@@ -26,5 +26,6 @@ mod recovery_audit;
 mod recovery_modes;
 mod scenarios;
 mod split_ids;
+mod staging_contention;
 mod verify;
 mod write_fingerprint;

@@ -11,15 +11,20 @@ wasmtime::component::bindgen!({
 
 use mend::policy::types as wit;
 
-pub(crate) fn stage_plan_input(input: &plain::StagePlanInput) -> wit::StagePlanInput {
+pub(crate) fn stage_plan_input(
+    dataset_id: &str,
+    mode: plain::StageMode,
+    split_ids: &[String],
+    existing: &[plain::ExistingRow],
+) -> wit::StagePlanInput {
     wit::StagePlanInput {
-        dataset_id: input.dataset_id.clone(),
-        mode: match input.mode {
+        dataset_id: dataset_id.to_string(),
+        mode: match mode {
             plain::StageMode::Upsert => wit::StageMode::Upsert,
             plain::StageMode::CreateOnly => wit::StageMode::CreateOnly,
         },
-        split_ids: input.split_ids.clone(),
-        existing: input.existing.iter().map(existing_row).collect(),
+        split_ids: split_ids.to_vec(),
+        existing: existing.iter().map(existing_row).collect(),
     }
 }
 
