@@ -43,8 +43,8 @@ use mend::catalog::{
 };
 use mend::intent::{Intent, IntentPhase};
 use mend::model::{
-    Dataset, DatasetConfig, ListQuery, MarkResult, PublishRequest, PublishResult, SplitPage,
-    StageMode, StagedSplit, TimestampMs,
+    Dataset, DatasetConfig, ListQuery, MarkResult, NewSplit, PublishRequest, PublishResult,
+    SplitPage, StageMode, StagedSplit, TimestampMs,
 };
 use mend::objects::SplitObjects;
 use mend_testkit::{BackendUnderTest, CountingStore, Fingerprint, FreshCatalog, Scale};
@@ -171,14 +171,14 @@ impl Catalog for MeteredCatalog {
         &self,
         dataset_id: &str,
         mode: StageMode,
-        split_ids: &[String],
+        splits: &[Arc<NewSplit>],
         planner: &StagePlanner<'_>,
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Vec<StagedSplit>> {
         let result = self
             .inner
-            .stage(dataset_id, mode, split_ids, planner, now_ms, key)
+            .stage(dataset_id, mode, splits, planner, now_ms, key)
             .await;
         self.meter.count(dataset_id, result)
     }

@@ -32,21 +32,29 @@ pub fn checked_stage_plan(
     existing: &[ExistingRow],
     mut planned: Vec<PlannedSplit>,
 ) -> Result<StagePlan> {
-    let observed: BTreeMap<&str, SplitState> = existing
-        .iter()
-        .map(|row| (row.split_id.as_str(), row.state))
-        .collect();
-    // Sorted, the plan must list exactly the sorted distinct requested ids: one linear pass,
-    // where a set of thousands of ids would cost more than the policy's decision.
-    planned.sort_by(|a, b| a.split_id.cmp(&b.split_id));
+    // Sorted, the plan must list exactly the sorted distinct requested ids, and each decision
+    // meets its observed row in one merge pass: a map of thousands of ids would cost more than
+    // the policy's decision. Backends observe in id order; a sort is only a fallback.
+    if !planned.is_sorted_by(|a, b| a.split_id <= b.split_id) {
+        planned.sort_by(|a, b| a.split_id.cmp(&b.split_id));
+    }
     if let Some(problem) = coverage_problem(&planned, distinct_ids) {
         return Err(rejected_plan(problem));
     }
+    let mut observed: Vec<&ExistingRow> = existing.iter().collect();
+    if !observed.is_sorted_by(|a, b| a.split_id <= b.split_id) {
+        observed.sort_by(|a, b| a.split_id.cmp(&b.split_id));
+    }
+    let mut observed = observed.into_iter().peekable();
     let mut entries = Vec::with_capacity(planned.len());
     let mut rejected: Vec<(String, String)> = Vec::new();
 
     for decision in planned {
         let id = decision.split_id.as_str();
+        while observed.next_if(|row| row.split_id.as_str() < id).is_some() {}
+        let state = observed
+            .next_if(|row| row.split_id == id)
+            .map(|row| row.state);
         let source = requested
             .get(decision.request_index as usize)
             .filter(|source| source.split_id == decision.split_id)
@@ -56,7 +64,6 @@ pub fn checked_stage_plan(
                     decision.request_index
                 ))
             })?;
-        let state = observed.get(id).copied();
         let action = match (decision.action, state) {
             (StageAction::Insert, None) => PlannedAction::Insert,
             (StageAction::Insert, Some(state)) => {

@@ -191,11 +191,12 @@ pub fn stage_request(request: &StageRequest, limits: StageLimits) -> Result<Vec<
 /// Checks split metadata in one pass without building it: a JSON object, whose optional
 /// `time_range` is `{"start": <ms>, "end": <ms>}` with `start <= end`.
 pub fn metadata(split_id: &str, metadata_json: &str) -> Result<Option<TimeRange>> {
-    /// Reads only `time_range`; every other field is checked and skipped, not allocated.
+    /// Reads only `time_range`, as the text it is; every other field is checked and skipped,
+    /// not allocated.
     #[derive(serde::Deserialize)]
-    struct Fields {
-        #[serde(default)]
-        time_range: Option<serde_json::Value>,
+    struct Fields<'a> {
+        #[serde(default, borrow)]
+        time_range: Option<&'a serde_json::value::RawValue>,
     }
     // A struct also deserialises from a JSON array; only an object is metadata.
     if !metadata_json.trim_start().starts_with('{') {
@@ -214,8 +215,8 @@ pub fn metadata(split_id: &str, metadata_json: &str) -> Result<Option<TimeRange>
     })?;
     fields
         .time_range
-        .map(|value| {
-            serde_json::from_value::<TimeRange>(value)
+        .map(|text| {
+            serde_json::from_str::<TimeRange>(text.get())
                 .ok()
                 .filter(|range| range.start <= range.end)
                 .ok_or_else(|| {

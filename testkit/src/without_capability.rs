@@ -1,6 +1,8 @@
 //! A catalog that hides one capability of another: an older backend, for the cases (and an
 //! embedder's tests) that check what mend does on a backend without it.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use mend::Result;
 use mend::audit::AuditRecord;
@@ -10,8 +12,8 @@ use mend::catalog::{
 };
 use mend::intent::{Intent, IntentPhase};
 use mend::model::{
-    Dataset, DatasetConfig, ListQuery, MarkResult, PublishRequest, PublishResult, SplitPage,
-    StageMode, StagedSplit, TimestampMs,
+    Dataset, DatasetConfig, ListQuery, MarkResult, NewSplit, PublishRequest, PublishResult,
+    SplitPage, StageMode, StagedSplit, TimestampMs,
 };
 
 /// `inner` in every respect, except that its [`capabilities`](Catalog::capabilities) lack
@@ -82,12 +84,12 @@ impl<C: Catalog> Catalog for WithoutCapability<C> {
         &self,
         id: &str,
         mode: StageMode,
-        ids: &[String],
+        splits: &[Arc<NewSplit>],
         planner: &StagePlanner<'_>,
         now: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Vec<StagedSplit>> {
-        self.inner.stage(id, mode, ids, planner, now, key).await
+        self.inner.stage(id, mode, splits, planner, now, key).await
     }
     async fn publish(
         &self,

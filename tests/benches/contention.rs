@@ -223,7 +223,7 @@ async fn deadlocks(pool: &PgPool) -> i64 {
 fn main() {
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let harness = Arc::new(runtime.block_on(Harness::new(Backend::Postgres)));
-    let pool = harness.pg.clone().expect("postgres harness has a pool");
+    let pool = runtime.block_on(mend_tests::harness::floor_pool());
     let batches: usize = std::env::var("MEND_BENCH_CONTENTION_BATCHES")
         .ok()
         .map(|value| {

@@ -140,7 +140,7 @@ async fn forget_rows(pool: &PgPool, dataset_id: &str) {
 fn main() {
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let harness = runtime.block_on(Harness::new(Backend::Postgres));
-    let pool = harness.pg.clone().expect("postgres harness has a pool");
+    let pool = runtime.block_on(mend_tests::harness::floor_pool());
     let mut bench = Bench::from_args();
     bench.report(format!(
         "staging {SPLITS} splits in batches of {BATCH} on Postgres"

@@ -64,6 +64,18 @@ pub fn postgres_url() -> String {
     })
 }
 
+/// A pool on the test server for the benches' floors: the bare statement, one round trip, with
+/// no liveness ping before each acquire (sqlx's default would add one to every floor batch;
+/// the catalog's own pool pings only a connection idle for seconds).
+pub async fn floor_pool() -> PgPool {
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(16)
+        .test_before_acquire(false)
+        .connect(&postgres_url())
+        .await
+        .expect("connect the floor's pool")
+}
+
 /// How the tests open their Postgres: `scripts/with-postgres` starts a fast, non-durable
 /// cluster and says so with `MEND_POSTGRES_ACCEPT_UNSAFE_DURABILITY=true`; a server of your own
 /// is held to mend's durability check.

@@ -28,5 +28,6 @@ mod recovery_batches;
 mod recovery_modes;
 mod scenarios;
 mod split_ids;
+mod staging_contention;
 mod verify;
 mod write_fingerprint;

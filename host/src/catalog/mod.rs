@@ -21,6 +21,7 @@ pub mod settle;
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
@@ -111,7 +112,7 @@ pub enum PlannedAction {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlannedStage {
     /// Shared with the request: a plan of thousands of splits copies no metadata.
-    pub split: std::sync::Arc<NewSplit>,
+    pub split: Arc<NewSplit>,
     /// What to do with it.
     pub action: PlannedAction,
 }
@@ -125,22 +126,27 @@ pub struct StagePlan {
 
 impl StagePlan {
     /// The entries sorted by id, if a backend can apply them as written to the rows it
-    /// observed (`split_ids` sorted and distinct, `existing` what it read for them); otherwise
-    /// `PolicyRejected`, with nothing written. The engine has checked the plan against the
-    /// policy's invariants already; this is the backend's own line, in one place for all
-    /// backends: one decision per requested id, no overwrite in create-only mode, in upsert
-    /// mode no insert over a row and no overwrite of a row that is not staged.
+    /// observed (`splits` as [`Catalog::stage`] is given them, `existing` what it observed for
+    /// them); otherwise `PolicyRejected`, with nothing written. The engine has checked the plan
+    /// against the policy's invariants already; this is the backend's own line, in one place
+    /// for all backends: one decision per requested id, no overwrite in create-only mode, in
+    /// upsert mode no insert over a row and no overwrite of a row that is not staged.
     pub fn into_applicable(
         self,
         mode: StageMode,
-        split_ids: &[String],
+        splits: &[Arc<NewSplit>],
         existing: &[ExistingRow],
     ) -> Result<Vec<PlannedStage>> {
         let rejected = |message: String| Err(crate::MendError::PolicyRejected { message });
         let mut entries = self.entries;
         entries.sort_by(|a, b| a.split.split_id.cmp(&b.split.split_id));
-        let ids: Vec<&str> = entries.iter().map(|e| e.split.split_id.as_str()).collect();
-        if ids.len() != split_ids.len() || ids.iter().zip(split_ids).any(|(a, b)| a != b) {
+        if entries.len() != splits.len()
+            || entries
+                .iter()
+                .zip(splits)
+                .any(|(entry, split)| entry.split.split_id != split.split_id)
+        {
+            let ids: Vec<&str> = entries.iter().map(|e| e.split.split_id.as_str()).collect();
             return rejected(format!(
                 "the stage plan does not hold exactly one decision per requested split: it names {}",
                 ids.join(", ")
@@ -183,6 +189,25 @@ impl StagePlan {
 
 /// Called by a backend inside its atomic step with the rows that exist for the requested ids.
 pub type StagePlanner<'a> = dyn Fn(&[ExistingRow]) -> Result<StagePlan> + Send + Sync + 'a;
+
+/// The splits of a stage request as [`Catalog::stage`] is given them: one per distinct id,
+/// sorted by id, each with the content that the mode's semantics give a repeated id
+/// (create-only keeps the first entry of an id, upsert the last, as if the entries ran one
+/// after another). The entries are shared, not copied.
+pub fn distinct_splits(mode: StageMode, requested: &[Arc<NewSplit>]) -> Vec<Arc<NewSplit>> {
+    let mut splits = requested.to_vec();
+    // A stable sort keeps the entries of one id in request order.
+    splits.sort_by(|a, b| a.split_id.cmp(&b.split_id));
+    if mode == StageMode::Upsert {
+        // `dedup_by` keeps the first of a run: reversed, that is the last entry.
+        splits.reverse();
+        splits.dedup_by(|a, b| a.split_id == b.split_id);
+        splits.reverse();
+    } else {
+        splits.dedup_by(|a, b| a.split_id == b.split_id);
+    }
+    splits
+}
 
 /// What a live handle's refresh learns from one probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -312,15 +337,25 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     async fn advance_fencing_epoch(&self, dataset_id: &str, now_ms: TimestampMs)
     -> Result<Dataset>;
 
-    /// Reads the rows of `split_ids` (distinct, sorted), asks `planner` for the plan and
-    /// applies it atomically with conditional writes. Returns the actual outcome per split,
-    /// sorted by id. `mode` is passed so that the backend can refuse a mode it lacks; a
-    /// create-only stage never executes anything that could modify an existing row.
+    /// Stages `splits` (one per distinct id, sorted by id: [`distinct_splits`]) in `mode`:
+    /// observes the rows that exist for their ids, asks `planner` for the plan on what it
+    /// observed, and applies the plan atomically with conditional writes. Returns the actual
+    /// outcome per split, sorted by id. `mode` is passed so that the backend can refuse a mode
+    /// it lacks; a create-only stage never executes anything that could modify an existing
+    /// row, nor lock one.
+    ///
+    /// A backend may observe by writing: apply what the mode's semantics say for `splits`
+    /// (insert the missing ones; in upsert mode overwrite the staged ones too) in one step that
+    /// also reports what it found, ask `planner` on what that step found, and keep the write
+    /// only if the plan is exactly what was executed (the same action for every id, the same
+    /// content for every written one), undoing it otherwise, before anyone else can see it, and
+    /// applying the plan instead. Either way the plan is the planner's answer to the rows the
+    /// write met.
     async fn stage(
         &self,
         dataset_id: &str,
         mode: StageMode,
-        split_ids: &[String],
+        splits: &[Arc<NewSplit>],
         planner: &StagePlanner<'_>,
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
@@ -565,7 +600,7 @@ pub(crate) fn no_postgres_backend() -> crate::MendError {
 pub async fn open(
     catalog_url: &str,
     objects_url: Option<&str>,
-) -> Result<(std::sync::Arc<dyn Catalog>, crate::objects::SplitObjects)> {
+) -> Result<(Arc<dyn Catalog>, crate::objects::SplitObjects)> {
     open_with(catalog_url, objects_url, PostgresOptions::default()).await
 }
 
@@ -574,9 +609,7 @@ pub async fn open_with(
     catalog_url: &str,
     objects_url: Option<&str>,
     postgres: PostgresOptions,
-) -> Result<(std::sync::Arc<dyn Catalog>, crate::objects::SplitObjects)> {
-    use std::sync::Arc;
-
+) -> Result<(Arc<dyn Catalog>, crate::objects::SplitObjects)> {
     let separate_objects = objects_url
         .map(self::object_store::open_objects)
         .transpose()?;
@@ -595,14 +628,14 @@ async fn open_postgres(
     catalog_url: &str,
     objects: Option<crate::objects::SplitObjects>,
     options: PostgresOptions,
-) -> Result<(std::sync::Arc<dyn Catalog>, crate::objects::SplitObjects)> {
+) -> Result<(Arc<dyn Catalog>, crate::objects::SplitObjects)> {
     let objects = objects.ok_or_else(|| {
         crate::MendError::invalid(
             "a Postgres catalog keeps rows only: give --objects URL (file://DIR, s3://...) for the split objects",
         )
     })?;
     let catalog = PostgresCatalog::connect_with(catalog_url, options).await?;
-    Ok((std::sync::Arc::new(catalog), objects))
+    Ok((Arc::new(catalog), objects))
 }
 
 #[cfg(not(feature = "postgres"))]
@@ -610,6 +643,6 @@ async fn open_postgres(
     _catalog_url: &str,
     _objects: Option<crate::objects::SplitObjects>,
     _options: PostgresOptions,
-) -> Result<(std::sync::Arc<dyn Catalog>, crate::objects::SplitObjects)> {
+) -> Result<(Arc<dyn Catalog>, crate::objects::SplitObjects)> {
     Err(no_postgres_backend())
 }

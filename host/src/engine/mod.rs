@@ -41,9 +41,9 @@ use futures::StreamExt;
 use mend_policy::capability::{
     PUBLISH_CHECKPOINT, PUBLISH_FENCING_EPOCH, PUBLISH_TOKEN, STAGE_CREATE_ONLY, STAGE_UPSERT,
 };
-use mend_policy::{ExistingRow, PartitionPosition, PublishInput, StagePlanInput};
+use mend_policy::{ExistingRow, PartitionPosition, PublishInput};
 
-use crate::catalog::{Capabilities, Catalog, PublishObservation, RequestKey, StagePlan};
+use crate::catalog::{self, Capabilities, Catalog, PublishObservation, RequestKey, StagePlan};
 use crate::clock::{Clock, SystemClock};
 use crate::error::{MendError, Result};
 use crate::faults::{Faults, NoFaults};
@@ -448,20 +448,14 @@ impl Engine {
             )?,
             StageMode::Upsert => self.require(STAGE_UPSERT, "an upsert stage needs upsert")?,
         }
-        let mut split_ids: Vec<String> = requested.iter().map(|s| s.split_id.clone()).collect();
-        split_ids.sort();
-        split_ids.dedup();
+        let distinct = catalog::distinct_splits(request.mode, &requested);
+        let split_ids: Vec<String> = distinct.iter().map(|s| s.split_id.clone()).collect();
 
         let request_ids: Vec<String> = requested.iter().map(|s| s.split_id.clone()).collect();
         let policy = self.policy();
         let planner = |existing: &[ExistingRow]| -> Result<StagePlan> {
-            let input = StagePlanInput {
-                dataset_id: request.dataset_id.clone(),
-                mode: request.mode,
-                split_ids: request_ids.clone(),
-                existing: existing.to_vec(),
-            };
-            let planned = policy.plan_stage(&input)?;
+            let planned =
+                policy.plan_stage_of(&request.dataset_id, request.mode, &request_ids, existing)?;
             invariants::checked_stage_plan(request.mode, &requested, &split_ids, existing, planned)
         };
         let now_ms = self.now_ms();
@@ -472,7 +466,7 @@ impl Engine {
                     .stage(
                         &request.dataset_id,
                         request.mode,
-                        &split_ids,
+                        &distinct,
                         &planner,
                         now_ms,
                         key,

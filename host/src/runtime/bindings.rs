@@ -18,14 +18,17 @@ wasmtime::component::bindgen!({
 pub(crate) use mend::policy::types as wit;
 
 pub(crate) fn with_stage_plan_input<R>(
-    input: &plain::StagePlanInput,
+    dataset_id: &str,
+    mode: plain::StageMode,
+    split_ids: &[String],
+    existing: &[plain::ExistingRow],
     decide: impl FnOnce(&wit::StagePlanInput<'_>) -> R,
 ) -> R {
-    let split_ids = strs(&input.split_ids);
-    let existing: Vec<_> = input.existing.iter().map(existing_row).collect();
+    let split_ids = strs(split_ids);
+    let existing: Vec<_> = existing.iter().map(existing_row).collect();
     decide(&wit::StagePlanInput {
-        dataset_id: &input.dataset_id,
-        mode: match input.mode {
+        dataset_id,
+        mode: match mode {
             plain::StageMode::Upsert => wit::StageMode::Upsert,
             plain::StageMode::CreateOnly => wit::StageMode::CreateOnly,
         },

@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use mend_policy::{
-    GcInput, GcPlan, IntentDecision, PlannedSplit, PolicyDescription, PublishInput,
-    PublishViolation, ReconcileDecision, ReconcileInput, RecoveryInput, StagePlanInput,
+    ExistingRow, GcInput, GcPlan, IntentDecision, PlannedSplit, PolicyDescription, PublishInput,
+    PublishViolation, ReconcileDecision, ReconcileInput, RecoveryInput, StageMode, StagePlanInput,
 };
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, ComponentExportIndex, ComponentType, Lift, Linker, Lower};
@@ -178,11 +178,33 @@ impl PolicyRuntime {
 
     /// One decision per distinct split id of the request.
     pub fn plan_stage(&self, input: &StagePlanInput) -> Result<Vec<PlannedSplit>, PolicyError> {
-        let planned: Vec<wit::PlannedSplit> =
-            bindings::with_stage_plan_input(input, |wit_input| {
+        self.plan_stage_of(
+            &input.dataset_id,
+            input.mode,
+            &input.split_ids,
+            &input.existing,
+        )
+    }
+
+    /// [`Self::plan_stage`] on the input's parts, borrowed: the engine asks on every stage
+    /// batch, and this spares it a copy of every id before the one into the sandbox.
+    pub fn plan_stage_of(
+        &self,
+        dataset_id: &str,
+        mode: StageMode,
+        split_ids: &[String],
+        existing: &[ExistingRow],
+    ) -> Result<Vec<PlannedSplit>, PolicyError> {
+        let planned: Vec<wit::PlannedSplit> = bindings::with_stage_plan_input(
+            dataset_id,
+            mode,
+            split_ids,
+            existing,
+            |wit_input| {
                 self.inner
                     .call_export("plan-stage", &self.inner.exports.plan_stage, wit_input)
-            })?;
+            },
+        )?;
         let size = planned
             .iter()
             .map(|p| {
@@ -516,7 +538,7 @@ fn compiled(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mend_policy::{StageAction, StageMode};
+    use mend_policy::StageAction;
 
     #[test]
     fn default_policy_loads_describes_itself_and_decides() {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use mend::catalog::ExistingRow;
 use mend::catalog::{
     Catalog, PlannedAction, PlannedStage, PublishObservation, RecordedRequest, RequestKey,
-    StagePlan,
+    StagePlan, distinct_splits,
 };
 use mend::model::{DatasetConfig, MarkResult, NewSplit, StageMode, StageOutcome, StagedSplit};
 use mend::{EntityKind, MendError};
@@ -58,15 +58,14 @@ async fn stage_keyed(
     key: Option<&RequestKey>,
 ) -> mend::Result<Vec<StagedSplit>> {
     let splits = new_splits(ids);
-    let mut sorted: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
-    sorted.sort();
-    sorted.dedup();
+    let requested: Vec<Arc<NewSplit>> = splits.iter().cloned().map(Arc::new).collect();
+    let distinct = distinct_splits(StageMode::CreateOnly, &requested);
     let planner = |existing: &[ExistingRow]| create_only(&splits, existing);
     catalog
         .stage(
             dataset_id,
             StageMode::CreateOnly,
-            &sorted,
+            &distinct,
             &planner,
             now_ms,
             key,

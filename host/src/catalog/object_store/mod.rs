@@ -66,8 +66,8 @@ use crate::audit::AuditRecord;
 use crate::error::{EntityKind, MendError, Result};
 use crate::intent::{Intent, IntentPhase, check_written_format};
 use crate::model::{
-    Dataset, DatasetConfig, ListQuery, MarkResult, PublishRequest, PublishResult, SplitPage,
-    StageMode, StagedSplit, TimestampMs,
+    Dataset, DatasetConfig, ListQuery, MarkResult, NewSplit, PublishRequest, PublishResult,
+    SplitPage, StageMode, StagedSplit, TimestampMs,
 };
 
 /// Tuning for [`ObjectStoreCatalog`].
@@ -652,14 +652,14 @@ impl Catalog for ObjectStoreCatalog {
         &self,
         dataset_id: &str,
         mode: StageMode,
-        split_ids: &[String],
+        splits: &[Arc<NewSplit>],
         planner: &StagePlanner<'_>,
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Vec<StagedSplit>> {
         self.mutate(dataset_id, now_ms, |state| {
             mutations::keyed(state, key, now_ms, |state| {
-                mutations::stage(state, mode, split_ids, planner, now_ms)
+                mutations::stage(state, mode, splits, planner, now_ms)
             })
         })
         .await

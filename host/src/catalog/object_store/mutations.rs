@@ -6,12 +6,14 @@
 //! state the commit will sit on top of, so a planner or validator never answers for a stale
 //! read.
 
+use std::sync::Arc;
+
 use crate::catalog::{PlannedAction, PublishObservation, PublishValidator, StagePlanner};
 use crate::error::{EntityKind, MendError, Result};
 use crate::intent::{Intent, IntentPhase};
 use crate::model::{
-    Dataset, DatasetConfig, MarkResult, PublishRequest, PublishResult, SplitState, StageMode,
-    StageOutcome, StagedSplit, TimestampMs,
+    Dataset, DatasetConfig, MarkResult, NewSplit, PublishRequest, PublishResult, SplitState,
+    StageMode, StageOutcome, StagedSplit, TimestampMs,
 };
 
 use super::log::{Action, LogRow, RawJson};
@@ -125,13 +127,13 @@ pub(super) fn new_dataset(
 pub(super) fn stage(
     state: &DatasetState,
     mode: StageMode,
-    split_ids: &[String],
+    splits: &[Arc<NewSplit>],
     planner: &StagePlanner<'_>,
     now_ms: TimestampMs,
 ) -> Result<Change<Vec<StagedSplit>>> {
-    let requested = distinct_sorted(split_ids);
+    let requested: Vec<String> = splits.iter().map(|split| split.split_id.clone()).collect();
     let existing = state.existing_rows(&requested);
-    let entries = planner(&existing)?.into_applicable(mode, &requested, &existing)?;
+    let entries = planner(&existing)?.into_applicable(mode, splits, &existing)?;
 
     let mut rows = Vec::new();
     let mut results = Vec::with_capacity(entries.len());
@@ -584,7 +586,7 @@ pub(super) fn distinct_sorted(split_ids: &[String]) -> Vec<String> {
 
 /// A staged split's metadata as the log keeps it: the caller's text, which validation found
 /// to be a JSON object.
-fn metadata(split: &crate::model::NewSplit) -> Result<RawJson> {
+fn metadata(split: &NewSplit) -> Result<RawJson> {
     RawJson::parse(split.metadata_json.clone()).map_err(|err| {
         MendError::invalid(format!(
             "the metadata of split {} is not JSON: {err}",

@@ -23,7 +23,7 @@ use futures::stream::BoxStream;
 use mend_policy::ExistingRow;
 
 use super::{ObjectStoreCatalog, ObjectStoreCatalogOptions};
-use crate::catalog::{Catalog, PlannedAction, PlannedStage, StagePlan};
+use crate::catalog::{Catalog, PlannedAction, PlannedStage, StagePlan, distinct_splits};
 use crate::error::{MendError, Result};
 use crate::model::{
     DatasetConfig, NewSplit, PublishRequest, SplitState, StageMode, StagedSplit, TimeRange,
@@ -237,6 +237,16 @@ fn plan(
     Ok(StagePlan { entries })
 }
 
+/// `split_ids` (in any order, repeats allowed) written by `node`, as `Catalog::stage` takes
+/// them.
+fn splits(mode: StageMode, node: &str, split_ids: &[String]) -> Vec<Arc<NewSplit>> {
+    let requested: Vec<Arc<NewSplit>> = split_ids
+        .iter()
+        .map(|split_id| Arc::new(new_split(split_id, node)))
+        .collect();
+    distinct_splits(mode, &requested)
+}
+
 async fn stage(
     catalog: &ObjectStoreCatalog,
     mode: StageMode,
@@ -246,7 +256,14 @@ async fn stage(
 ) -> Result<Vec<StagedSplit>> {
     let planner = |existing: &[ExistingRow]| plan(mode, node, split_ids, existing);
     catalog
-        .stage("logs", mode, split_ids, &planner, now_ms, None)
+        .stage(
+            "logs",
+            mode,
+            &splits(mode, node, split_ids),
+            &planner,
+            now_ms,
+            None,
+        )
         .await
 }
 

@@ -26,6 +26,10 @@ pub(super) enum StepError {
     /// A concurrent writer got in the way and this attempt certainly wrote nothing: run the
     /// whole step again, from its first read.
     Raced(String),
+    /// A stage wrote what the mode presumes, and the planner, asked on what that write
+    /// observed, planned something else: roll it back and run the stage again, reading before
+    /// it writes (`stage.rs`).
+    PlanDiffers,
     /// The step failed for a reason that running it again will not fix.
     Failed(MendError),
 }
@@ -51,6 +55,10 @@ impl StepError {
             }
             Self::Database(error) => Resolution::Fail(database_error(error, dataset_id)),
             Self::Raced(reason) => Resolution::Retry(reason),
+            Self::PlanDiffers => Resolution::Retry(
+                "the policy planned otherwise than the stage presumed; staged again reading first"
+                    .to_string(),
+            ),
             Self::Failed(error) => Resolution::Fail(error),
         }
     }

@@ -9,7 +9,9 @@
 //! CONFLICT DO NOTHING`, atomic by itself: it runs on a plain connection, two round trips
 //! cheaper, and is never retried here, because an attempt that inserted and then lost its
 //! connection must not come back reporting the caller's own rows as skipped. It fails as
-//! `Unavailable` instead.
+//! `Unavailable` instead. Upsert staging observes by writing: its transaction's first
+//! statement writes what the mode presumes and says what it met, and the policy's plan on that
+//! decides between commit and rollback (`stage.rs`).
 //!
 //! A mutation under an idempotency key ([`crate::catalog::recorded`]) always runs as one
 //! transaction, create-only staging and dataset creation included: it first takes the key's
@@ -41,6 +43,8 @@ mod tests;
 
 use std::future::Future;
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -55,8 +59,8 @@ use crate::catalog::{
 use crate::error::{MendError, Result};
 use crate::intent::{Intent, IntentPhase};
 use crate::model::{
-    Dataset, DatasetConfig, ListQuery, MarkResult, PublishRequest, PublishResult, SplitPage,
-    StageMode, StagedSplit, TimestampMs,
+    Dataset, DatasetConfig, ListQuery, MarkResult, NewSplit, PublishRequest, PublishResult,
+    SplitPage, StageMode, StagedSplit, TimestampMs,
 };
 
 use self::errors::{Resolution, StepError, commit_error, connect_error, migrate_error};
@@ -66,6 +70,11 @@ const MAX_ATTEMPTS: u32 = 16;
 const MAX_CONNECTIONS: u32 = 16;
 /// How long a request waits for a pooled connection before it fails as `Unavailable`.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A pooled connection idle for this long is pinged before a request gets it, so one the server
+/// dropped meanwhile (a restart, an idle timeout) is replaced, not handed out. One used more
+/// recently is handed out as it is: under load, a ping on every acquire (sqlx's default) is a
+/// round trip per request, as many as a create-only stage's own statements.
+const PING_IDLE_AFTER: Duration = Duration::from_secs(5);
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
@@ -144,6 +153,15 @@ impl PostgresCatalog {
         let pool = match PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
+            .test_before_acquire(false)
+            .before_acquire(|connection, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_IDLE_AFTER {
+                        connection.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(options.clone())
             .await
         {
@@ -394,7 +412,7 @@ impl Catalog for PostgresCatalog {
         &self,
         dataset_id: &str,
         mode: StageMode,
-        split_ids: &[String],
+        splits: &[Arc<NewSplit>],
         planner: &StagePlanner<'_>,
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
@@ -410,9 +428,10 @@ impl Catalog for PostgresCatalog {
                 &mut connection,
                 dataset_id,
                 mode,
-                split_ids,
+                splits,
                 planner,
                 now_ms,
+                stage::Observation::ReadFirst,
             )
             .await
             .map_err(|error| match error.resolve(dataset_id) {
@@ -420,16 +439,29 @@ impl Catalog for PostgresCatalog {
                 Resolution::Retry(reason) => MendError::Transient { message: reason },
             });
         }
+        // An upsert presumes the plan until an attempt finds that the policy plans otherwise;
+        // from then on this request reads first (`stage.rs`).
+        let read_first = AtomicBool::new(false);
+        let read_first = &read_first;
         self.keyed_transaction(dataset_id, key, now_ms, |mut transaction| async move {
+            let observation = if read_first.load(Ordering::Relaxed) {
+                stage::Observation::ReadFirst
+            } else {
+                stage::Observation::Presumed
+            };
             let result = stage::stage(
                 &mut transaction,
                 dataset_id,
                 mode,
-                split_ids,
+                splits,
                 planner,
                 now_ms,
+                observation,
             )
             .await;
+            if let Err(StepError::PlanDiffers) = &result {
+                read_first.store(true, Ordering::Relaxed);
+            }
             (transaction, result)
         })
         .await

@@ -3,6 +3,7 @@
 //! ids it changed, so the caller can check it changed all it meant to), bumping the manifest.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
@@ -71,6 +72,57 @@ pub(super) async fn split_states(
         .fetch_all(conn)
         .await?;
     Ok(found.iter().map(rows::existing).collect::<Result<_, _>>()?)
+}
+
+/// What the upsert stage statement did with one requested id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StageEffect {
+    Inserted,
+    Overwritten,
+    /// A row was there and is left as it was: in this state, once it is known.
+    Untouched(Option<SplitState>),
+}
+
+/// Inserts those of `splits` (sorted by id, distinct) that have no row and overwrites those
+/// whose row is still staged; returns what it did with each, in the order of `splits`. A row
+/// in another state is left as it was, but locked until the transaction ends, and is
+/// `Untouched(None)`: the statement does not say its state.
+pub(super) async fn stage_upsert(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    splits: &[Arc<NewSplit>],
+    now_ms: TimestampMs,
+) -> Result<Vec<StageEffect>, StepError> {
+    debug_assert!(splits.is_sorted_by(|a, b| a.split_id < b.split_id));
+    let columns = SplitColumns::new(splits.iter().map(AsRef::as_ref));
+    let written = sqlx::query(sql::SPLIT_STAGE_UPSERT)
+        .bind(dataset_id)
+        .bind(&columns.split_ids)
+        .bind(&columns.nodes)
+        .bind(&columns.metadata)
+        .bind(&columns.time_range_starts)
+        .bind(&columns.time_range_ends)
+        .bind(now_ms)
+        .fetch_all(conn)
+        .await?;
+    let mut effects = vec![StageEffect::Untouched(None); splits.len()];
+    for row in &written {
+        let split_id = rows::split_id(row)?;
+        let inserted: bool = rows::column(row, "inserted")?;
+        let position = splits
+            .binary_search_by(|split| split.split_id.as_str().cmp(&split_id))
+            .map_err(|_| {
+                StepError::corrupt(format!(
+                    "the upsert stage statement wrote split {split_id}, which was not requested"
+                ))
+            })?;
+        effects[position] = if inserted {
+            StageEffect::Inserted
+        } else {
+            StageEffect::Overwritten
+        };
+    }
+    Ok(effects)
 }
 
 /// Inserts `splits` as staged rows where no row exists yet; returns the ids it inserted.

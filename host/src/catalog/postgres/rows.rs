@@ -58,18 +58,21 @@ pub(super) fn split(row: &PgRow) -> Result<SplitRow> {
     })
 }
 
-/// A row of `split_states.sql`: an id and its state.
+/// A row of `split_states.sql`: an id and its state. A stage reads hundreds per batch, so the
+/// columns are taken by position (the statement selects `split_id, state`) and the state's
+/// name is matched where it lies, not copied.
 pub(super) fn existing(row: &PgRow) -> Result<ExistingRow> {
-    let split_id: String = column(row, "split_id")?;
-    Ok(ExistingRow {
-        state: state(row, &split_id)?,
-        split_id,
-    })
+    let split_id: String = column_at(row, 0, "split_id")?;
+    let name: &str = column_at(row, 1, "state")?;
+    let state = SplitState::parse(name)
+        .ok_or_else(|| corrupt(format!("split {split_id} has unknown state {name:?}")))?;
+    Ok(ExistingRow { split_id, state })
 }
 
-/// A row of a statement that returns `split_id` alone.
+/// The `split_id` of a row of a statement that returns it first (the split writes' `RETURNING
+/// split_id`), taken by position as in [`existing`].
 pub(super) fn split_id(row: &PgRow) -> Result<String> {
-    column(row, "split_id")
+    column_at(row, 0, "split_id")
 }
 
 fn state(row: &PgRow, split_id: &str) -> Result<SplitState> {
@@ -90,6 +93,15 @@ where
     T: Decode<'r, Postgres> + Type<Postgres>,
 {
     row.try_get(name)
+        .map_err(|error| corrupt(format!("cannot decode column {name}: {error}")))
+}
+
+/// Column `index` of `row`, which the statement names `name` (for the error).
+fn column_at<'r, T>(row: &'r PgRow, index: usize, name: &str) -> Result<T>
+where
+    T: Decode<'r, Postgres> + Type<Postgres>,
+{
+    row.try_get(index)
         .map_err(|error| corrupt(format!("cannot decode column {name}: {error}")))
 }
 

@@ -1,44 +1,79 @@
 //! Staging splits, in both modes.
 //!
 //! - **Create-only** reads without locks, asks the planner, then runs one
-//!   `INSERT ... ON CONFLICT DO NOTHING RETURNING` with the ids sorted. `DO NOTHING` takes no
-//!   lock on a row that exists, so no statement here can modify, or even lock, an existing
-//!   row; a planned insert that a concurrent writer won is reported as skipped, with the state
-//!   that writer left.
-//! - **Upsert** locks the rows that exist (`FOR UPDATE`, in id order), asks the planner,
-//!   overwrites the planned rows that are still staged and inserts the missing ones. A planned
-//!   insert that a concurrent writer won means the planner saw a stale view: the attempt rolls
-//!   back and the caller's retry loop runs it again from the read.
+//!   `INSERT ... ON CONFLICT DO NOTHING RETURNING` of the planned inserts, sorted by id. `DO
+//!   NOTHING` takes no lock on a row that exists, so no statement here can modify, or even
+//!   lock, an existing row, and the insert holds its new rows only while it runs: it needs no
+//!   transaction (`mod.rs` runs it on a plain connection unless it is keyed). A planned insert
+//!   that a concurrent writer won is reported as skipped, with the state that writer left,
+//!   which is the mode's answer for a row that exists.
+//! - **Upsert** first **presumes** the plan that its semantics give and observes by writing
+//!   it: one `INSERT ... ON CONFLICT DO UPDATE ... WHERE state = 'staged'` inserts the missing
+//!   rows, overwrites the staged ones and says which it did. It resolves each conflict on the
+//!   newest version of the row and locks it, so a row a concurrent writer inserted meanwhile is
+//!   overwritten, never lost, and nothing has to be retried for it; a row in another state is
+//!   left as it was (locked) and read for its state. The planner is asked on what the
+//!   statement met, and the transaction commits only if the plan is exactly what it did
+//!   (`executed_as_planned`); a plan that rejects the batch rolls it all back, nothing written.
+//!   Overlapping batches wait for each other only from that statement to the commit.
 //!
-//! Whether a plan is right for the policy is the engine's business; this module only refuses a
-//! plan it could not apply as written (an overwrite in create-only mode, an id twice, an id the
-//! request did not name), with nothing written.
+//!   When the plan is anything else (another action for an id, another entry's content for a
+//!   repeated id), the attempt fails with [`StepError::PlanDiffers`], its transaction rolls
+//!   back (none of it was ever visible), and the next attempt **reads first**: it locks the
+//!   rows that exist (`FOR UPDATE`, in id order), asks the planner, overwrites the planned
+//!   rows that are still staged and inserts the missing ones. A planned insert that a
+//!   concurrent writer won there means the planner saw a stale view: the attempt rolls back
+//!   and the caller's retry loop runs it again from the read.
+//!
+//! Every statement takes its row locks in id order, so overlapping batches wait for each other
+//! in one order and never deadlock. Whether a plan is right for the policy is the engine's
+//! business; this module only refuses a plan it could not apply as written (an overwrite in
+//! create-only mode, an id twice, an id the request did not name), with nothing written.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use sqlx::PgConnection;
+
+use mend_policy::ExistingRow;
 
 use crate::catalog::{PlannedAction, PlannedStage, StagePlanner};
 use crate::error::MendError;
 use crate::model::{NewSplit, SplitState, StageMode, StageOutcome, StagedSplit, TimestampMs};
 
 use super::errors::StepError;
-use super::queries::{self, RowLock};
+use super::queries::{self, RowLock, StageEffect};
+
+/// How an upsert attempt observes the rows it stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Observation {
+    /// By writing what the mode presumes, kept only if the planner agrees.
+    Presumed,
+    /// By reading before writing, after an attempt whose plan differed from the presumption.
+    ReadFirst,
+}
 
 pub(super) async fn stage(
     conn: &mut PgConnection,
     dataset_id: &str,
     mode: StageMode,
-    split_ids: &[String],
+    splits: &[Arc<NewSplit>],
     planner: &StagePlanner<'_>,
     now_ms: TimestampMs,
+    observation: Observation,
 ) -> Result<Vec<StagedSplit>, StepError> {
-    // No separate existence check up front: it would cost a round trip per batch. Rows found
-    // for the ids prove the dataset exists, and an insert into a missing dataset fails on the
-    // foreign key (mapped to NotFound). Only a refused plan asks, so that NotFound wins.
-    let staged = match mode {
-        StageMode::CreateOnly => create_only(conn, dataset_id, split_ids, planner, now_ms).await,
-        StageMode::Upsert => upsert(conn, dataset_id, split_ids, planner, now_ms).await,
+    // No separate existence check up front: it would cost a round trip per batch. An insert
+    // into a missing dataset fails on the foreign key (mapped to NotFound), and rows found for
+    // the ids prove that it exists. So the presumed upsert, which got past its insert, never
+    // asks; a read-first stage asks only when its plan was refused, so that NotFound wins.
+    let staged = match (mode, observation) {
+        (StageMode::Upsert, Observation::Presumed) => {
+            return upsert_presumed(conn, dataset_id, splits, planner, now_ms).await;
+        }
+        (StageMode::CreateOnly, _) => create_only(conn, dataset_id, splits, planner, now_ms).await,
+        (StageMode::Upsert, Observation::ReadFirst) => {
+            upsert_read_first(conn, dataset_id, splits, planner, now_ms).await
+        }
     };
     if let Err(StepError::Failed(_)) = &staged {
         queries::require_dataset(conn, dataset_id).await?;
@@ -46,15 +81,117 @@ pub(super) async fn stage(
     staged
 }
 
-async fn create_only(
+/// Writes what upsert presumes, asks the planner on what the write met, and keeps the write
+/// only if the plan is exactly what it did.
+async fn upsert_presumed(
     conn: &mut PgConnection,
     dataset_id: &str,
-    split_ids: &[String],
+    splits: &[Arc<NewSplit>],
     planner: &StagePlanner<'_>,
     now_ms: TimestampMs,
 ) -> Result<Vec<StagedSplit>, StepError> {
-    let existing = queries::split_states(conn, dataset_id, split_ids, RowLock::None).await?;
-    let plan = planner(&existing)?.into_applicable(StageMode::CreateOnly, split_ids, &existing)?;
+    let mut effects = queries::stage_upsert(conn, dataset_id, splits, now_ms).await?;
+    // The rows in another state than staged, which the statement locked but does not describe:
+    // a fresh statement reads them as they stay until the commit.
+    let unseen: Vec<String> = splits
+        .iter()
+        .zip(&effects)
+        .filter(|(_, effect)| **effect == StageEffect::Untouched(None))
+        .map(|(split, _)| split.split_id.clone())
+        .collect();
+    if !unseen.is_empty() {
+        let states: BTreeMap<String, SplitState> =
+            queries::split_states(conn, dataset_id, &unseen, RowLock::None)
+                .await?
+                .into_iter()
+                .map(|row| (row.split_id, row.state))
+                .collect();
+        for (split, effect) in splits.iter().zip(effects.iter_mut()) {
+            if *effect == StageEffect::Untouched(None) {
+                // A locked row cannot go; were it gone all the same, `None` stays, which no
+                // plan matches, and the read-first attempt settles it.
+                *effect = StageEffect::Untouched(states.get(&split.split_id).copied());
+            }
+        }
+    }
+
+    let existing: Vec<ExistingRow> = splits
+        .iter()
+        .zip(&effects)
+        .filter_map(|(split, effect)| {
+            let state = match effect {
+                StageEffect::Inserted | StageEffect::Untouched(None) => return None,
+                StageEffect::Overwritten => SplitState::Staged,
+                StageEffect::Untouched(Some(state)) => *state,
+            };
+            Some(ExistingRow {
+                split_id: split.split_id.clone(),
+                state,
+            })
+        })
+        .collect();
+    let plan = planner(&existing)?.into_applicable(StageMode::Upsert, splits, &existing)?;
+    if !executed_as_planned(&plan, splits, &effects) {
+        return Err(StepError::PlanDiffers);
+    }
+    Ok(plan
+        .iter()
+        .zip(&effects)
+        .map(|(entry, effect)| StagedSplit {
+            split_id: entry.split.split_id.clone(),
+            outcome: match effect {
+                StageEffect::Inserted => StageOutcome::Inserted,
+                StageEffect::Overwritten => StageOutcome::Overwritten,
+                // `executed_as_planned` matched every untouched row to a skip of its state.
+                StageEffect::Untouched(state) => StageOutcome::Skipped(
+                    state.expect("an untouched row in an applied plan has a known state"),
+                ),
+            },
+        })
+        .collect())
+}
+
+/// Whether the statement did exactly what `plan` says, entry by entry (both sorted by id, one
+/// per requested id: `into_applicable` checked): an insert where it inserted, an overwrite
+/// where it overwrote, each with the very content it wrote, and a skip of a row in the state it
+/// found where it wrote nothing.
+fn executed_as_planned(
+    plan: &[PlannedStage],
+    splits: &[Arc<NewSplit>],
+    effects: &[StageEffect],
+) -> bool {
+    plan.len() == effects.len()
+        && plan
+            .iter()
+            .zip(splits)
+            .zip(effects)
+            .all(|((entry, written), effect)| {
+                let same_content =
+                    || Arc::ptr_eq(&entry.split, written) || *entry.split == **written;
+                match (&entry.action, effect) {
+                    (PlannedAction::Insert, StageEffect::Inserted)
+                    | (PlannedAction::Overwrite, StageEffect::Overwritten) => same_content(),
+                    (PlannedAction::Skip(planned), StageEffect::Untouched(Some(found))) => {
+                        planned == found
+                    }
+                    _ => false,
+                }
+            })
+}
+
+fn ids_of(splits: &[Arc<NewSplit>]) -> Vec<String> {
+    splits.iter().map(|split| split.split_id.clone()).collect()
+}
+
+async fn create_only(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    splits: &[Arc<NewSplit>],
+    planner: &StagePlanner<'_>,
+    now_ms: TimestampMs,
+) -> Result<Vec<StagedSplit>, StepError> {
+    let existing = queries::split_states(conn, dataset_id, &ids_of(splits), RowLock::None).await?;
+    let plan = planner(&existing)?.into_applicable(StageMode::CreateOnly, splits, &existing)?;
     let inserts = splits_with(&plan, PlannedAction::Insert);
     if inserts.is_empty() {
         return Ok(outcomes(&plan, &BTreeSet::new(), &BTreeMap::new()));
@@ -80,15 +217,16 @@ async fn create_only(
     Ok(outcomes(&plan, &inserted, &actual))
 }
 
-async fn upsert(
+async fn upsert_read_first(
     conn: &mut PgConnection,
     dataset_id: &str,
-    split_ids: &[String],
+    splits: &[Arc<NewSplit>],
     planner: &StagePlanner<'_>,
     now_ms: TimestampMs,
 ) -> Result<Vec<StagedSplit>, StepError> {
-    let existing = queries::split_states(conn, dataset_id, split_ids, RowLock::ForUpdate).await?;
-    let plan = planner(&existing)?.into_applicable(StageMode::Upsert, split_ids, &existing)?;
+    let existing =
+        queries::split_states(conn, dataset_id, &ids_of(splits), RowLock::ForUpdate).await?;
+    let plan = planner(&existing)?.into_applicable(StageMode::Upsert, splits, &existing)?;
 
     let overwrites = splits_with(&plan, PlannedAction::Overwrite);
     if !overwrites.is_empty() {

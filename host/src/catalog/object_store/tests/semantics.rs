@@ -59,7 +59,7 @@ async fn datasets_are_created_listed_and_shown() {
         .stage(
             "metrics",
             StageMode::CreateOnly,
-            &ids(&["a"]),
+            &splits(StageMode::CreateOnly, "n", &ids(&["a"])),
             &planner,
             T0,
             None,
@@ -289,7 +289,14 @@ async fn a_plan_that_does_not_fit_the_rows_it_was_given_is_refused() {
             })
         };
         let err = catalog
-            .stage("logs", mode, &ids(&["a", "b", "c"]), &planner, T0 + 2, None)
+            .stage(
+                "logs",
+                mode,
+                &splits(mode, "n", &ids(&["a", "b", "c"])),
+                &planner,
+                T0 + 2,
+                None,
+            )
             .await
             .unwrap_err();
         assert!(matches!(err, MendError::PolicyRejected { .. }), "{err}");
@@ -387,7 +394,7 @@ async fn publish_moves_splits_applies_the_checkpoint_and_checks_in_its_step() {
         .stage(
             "logs",
             StageMode::CreateOnly,
-            &ids(&["c"]),
+            &splits(StageMode::CreateOnly, "n", &ids(&["c"])),
             &|e: &[ExistingRow]| plan(StageMode::CreateOnly, "n", &ids(&["c"]), e),
             T0 + 3,
             None,

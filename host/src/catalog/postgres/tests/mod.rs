@@ -14,6 +14,7 @@ mod list;
 mod stage;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::json;
 
@@ -22,6 +23,7 @@ use mend_policy::{ExistingRow, PartitionDelta};
 use super::PostgresCatalog;
 use crate::catalog::{
     Capabilities, Catalog, PlannedAction, PlannedStage, PublishObservation, StagePlan,
+    distinct_splits,
 };
 use crate::error::{EntityKind, MendError, Result};
 use crate::model::{
@@ -106,10 +108,10 @@ fn plan(mode: StageMode, splits: &[NewSplit], existing: &[ExistingRow]) -> Resul
     Ok(StagePlan { entries })
 }
 
-fn sorted_ids(splits: &[NewSplit]) -> Vec<String> {
-    let mut ids: Vec<String> = splits.iter().map(|split| split.split_id.clone()).collect();
-    ids.sort();
-    ids
+/// `splits` as `Catalog::stage` takes them: one per id, sorted.
+fn distinct(mode: StageMode, splits: &[NewSplit]) -> Vec<Arc<NewSplit>> {
+    let requested: Vec<Arc<NewSplit>> = splits.iter().cloned().map(Arc::new).collect();
+    distinct_splits(mode, &requested)
 }
 
 async fn stage(
@@ -124,7 +126,7 @@ async fn stage(
         .stage(
             dataset_id,
             mode,
-            &sorted_ids(splits),
+            &distinct(mode, splits),
             &planner,
             now_ms,
             None,

@@ -120,7 +120,7 @@ async fn create_only_reports_a_lost_insert_as_skipped_with_the_winners_state() {
         .stage(
             &dataset_id,
             StageMode::CreateOnly,
-            &ids(&["a", "b"]),
+            &distinct(StageMode::CreateOnly, &splits),
             &stale_planner,
             30,
             None,
@@ -185,7 +185,7 @@ async fn concurrent_create_only_batches_claim_each_split_exactly_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_upserts_retry_lost_inserts_and_all_succeed() {
+async fn concurrent_upserts_insert_each_id_once_and_all_succeed() {
     let catalog = catalog().await;
     let dataset_id = new_dataset(&catalog).await;
     let batches: Vec<Vec<NewSplit>> = (0..6)
@@ -320,7 +320,7 @@ async fn a_plan_the_backend_cannot_apply_as_written_is_refused() {
         .stage(
             &dataset_id,
             StageMode::CreateOnly,
-            &ids(&["a"]),
+            &distinct(StageMode::CreateOnly, &[new_split("a", "node-2", None)]),
             &overwrite,
             20,
             None,
@@ -344,7 +344,7 @@ async fn a_plan_the_backend_cannot_apply_as_written_is_refused() {
         .stage(
             &dataset_id,
             StageMode::Upsert,
-            &ids(&["b"]),
+            &distinct(StageMode::Upsert, &[new_split("b", "node-2", None)]),
             &unrequested,
             20,
             None,
@@ -356,4 +356,113 @@ async fn a_plan_the_backend_cannot_apply_as_written_is_refused() {
         "{refused:?}"
     );
     assert_eq!(all_rows(&catalog, &dataset_id).await, before);
+}
+
+#[tokio::test]
+async fn upsert_applies_a_plan_other_than_the_presumed_one_by_reading_first() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    stage(
+        &catalog,
+        &dataset_id,
+        StageMode::Upsert,
+        &[new_split("a", "node-1", None)],
+        10,
+    )
+    .await
+    .unwrap();
+    let a_before = row(&catalog, &dataset_id, "a").await;
+
+    // The request presumes an overwrite of "a" and an insert of "b" with its own content; the
+    // planner skips "a" and inserts "b" with other content.
+    let requested = [
+        new_split("a", "node-2", None),
+        new_split("b", "node-2", None),
+    ];
+    let calls = AtomicUsize::new(0);
+    let planner = |existing: &[ExistingRow]| {
+        calls.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(
+            existing,
+            [ExistingRow {
+                split_id: "a".into(),
+                state: SplitState::Staged
+            }],
+            "the planner sees what was there before the write, whichever way it was observed"
+        );
+        Ok(StagePlan {
+            entries: vec![
+                PlannedStage {
+                    split: new_split("a", "node-2", None).into(),
+                    action: PlannedAction::Skip(SplitState::Staged),
+                },
+                PlannedStage {
+                    split: new_split("b", "chosen", Some((1, 2))).into(),
+                    action: PlannedAction::Insert,
+                },
+            ],
+        })
+    };
+    let staged = catalog
+        .stage(
+            &dataset_id,
+            StageMode::Upsert,
+            &distinct(StageMode::Upsert, &requested),
+            &planner,
+            20,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes(&staged),
+        [
+            ("a", StageOutcome::Skipped(SplitState::Staged)),
+            ("b", StageOutcome::Inserted)
+        ]
+    );
+    // Asked on the presumed write, then again reading first.
+    assert_eq!(calls.load(Ordering::Relaxed), 2);
+    assert_eq!(row(&catalog, &dataset_id, "a").await, a_before);
+    let b = row(&catalog, &dataset_id, "b").await;
+    assert_eq!(b.node, "chosen");
+    assert_eq!(b.time_range, Some(TimeRange { start: 1, end: 2 }));
+}
+
+#[tokio::test]
+async fn upsert_tells_each_insert_from_each_overwrite_in_one_statement() {
+    // The presumed statement reports, per row it wrote, whether it inserted or updated it
+    // (`xmax = 0`); the outcome and the time stamps follow from that.
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    let first = [new_split("a", "first", None), new_split("c", "first", None)];
+    stage(&catalog, &dataset_id, StageMode::Upsert, &first, 10)
+        .await
+        .unwrap();
+    let second = [
+        new_split("c", "second", None),
+        new_split("b", "second", None),
+        new_split("a", "second", None),
+    ];
+    let staged = stage(&catalog, &dataset_id, StageMode::Upsert, &second, 20)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes(&staged),
+        [
+            ("a", StageOutcome::Overwritten),
+            ("b", StageOutcome::Inserted),
+            ("c", StageOutcome::Overwritten)
+        ]
+    );
+    for (split_id, created_at_ms) in [("a", 10), ("b", 20), ("c", 10)] {
+        let row = row(&catalog, &dataset_id, split_id).await;
+        assert_eq!(
+            (row.node.as_str(), row.created_at_ms, row.updated_at_ms),
+            ("second", created_at_ms, 20),
+            "{split_id}"
+        );
+    }
 }

@@ -1,0 +1,32 @@
+-- $1 dataset_id, $2 split ids (sorted, distinct), $3 nodes, $4 metadata, $5 time range starts,
+-- $6 time range ends, $7 created and updated at (ms).
+--
+-- Upsert staging as one statement that both writes and observes: it inserts every id that has
+-- no row and overwrites every row that is still staged (created_at_ms keeps the time of the
+-- first write; updated_at_ms, which the staged grace period counts from, moves). It returns
+-- each id it wrote and whether it inserted it (a row this statement inserted has no xmax; one
+-- it updated carries the row lock the conflict took). An id it did not return has a row in
+-- another state, which it left as it was, but locked (DO UPDATE locks every conflicting row,
+-- whether its WHERE lets the update happen or not) until the transaction ends.
+--
+-- The conflict is resolved on the newest committed version of a row, even one committed after
+-- the statement began, so a row inserted by a concurrent writer is overwritten or reported,
+-- never missed. Rows are taken in sorted order (byte order, as the caller sorts) so that
+-- concurrent batches with overlapping ids wait for each other in one order and never deadlock.
+INSERT INTO splits (
+    dataset_id, split_id, state, node, metadata, time_range_start_ms, time_range_end_ms,
+    created_at_ms, updated_at_ms, published_at_ms
+)
+SELECT $1, input.split_id, 'staged', input.node, input.metadata::jsonb, input.time_range_start_ms,
+       input.time_range_end_ms, $7, $7, NULL
+FROM UNNEST($2::text[], $3::text[], $4::text[], $5::int8[], $6::int8[])
+     AS input (split_id, node, metadata, time_range_start_ms, time_range_end_ms)
+ORDER BY input.split_id COLLATE "C"
+ON CONFLICT (dataset_id, split_id) DO UPDATE
+SET node = EXCLUDED.node,
+    metadata = EXCLUDED.metadata,
+    time_range_start_ms = EXCLUDED.time_range_start_ms,
+    time_range_end_ms = EXCLUDED.time_range_end_ms,
+    updated_at_ms = EXCLUDED.updated_at_ms
+WHERE splits.state = 'staged'
+RETURNING split_id, (xmax = 0) AS inserted
