@@ -5,8 +5,8 @@ use async_trait::async_trait;
 use mend::Result;
 use mend::audit::AuditRecord;
 use mend::catalog::{
-    Capabilities, Catalog, ManifestProbe, PublishValidator, RecordedRequest, RequestKey,
-    StagePlanner,
+    BegunCommit, Capabilities, Catalog, IntentBuilder, ManifestProbe, PublishValidator,
+    RecordedRequest, RequestKey, StagePlanner,
 };
 use mend::intent::{Intent, IntentPhase};
 use mend::model::{
@@ -168,5 +168,27 @@ impl<C: Catalog> Catalog for WithoutCapability<C> {
     }
     async fn list_audit(&self, id: &str, limit: Option<usize>) -> Result<Vec<AuditRecord>> {
         self.inner.list_audit(id, limit).await
+    }
+    async fn begin_commit(
+        &self,
+        id: &str,
+        intent: &IntentBuilder<'_>,
+        ids: &[String],
+        planner: &StagePlanner<'_>,
+        now: TimestampMs,
+    ) -> Result<BegunCommit> {
+        self.inner.begin_commit(id, intent, ids, planner, now).await
+    }
+    async fn publish_commit(
+        &self,
+        intent: &Intent,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now: TimestampMs,
+        key: &RequestKey,
+    ) -> Result<PublishResult> {
+        self.inner
+            .publish_commit(intent, request, validate, now, key)
+            .await
     }
 }

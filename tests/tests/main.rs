@@ -24,6 +24,7 @@ mod policy_swap;
 mod reconcile;
 mod recovery_audit;
 mod recovery_modes;
+mod round_trips;
 mod scenarios;
 mod split_ids;
 mod verify;

@@ -438,30 +438,7 @@ impl Engine {
         request: &StageRequest,
         key: Option<&RequestKey>,
     ) -> Result<StageResult> {
-        let requested = validate::stage_request(request, self.stage_limits())?;
-        match request.mode {
-            StageMode::CreateOnly => self.require(
-                STAGE_CREATE_ONLY,
-                "a create-only stage must never run as an upsert",
-            )?,
-            StageMode::Upsert => self.require(STAGE_UPSERT, "an upsert stage needs upsert")?,
-        }
-        let mut split_ids: Vec<String> = requested.iter().map(|s| s.split_id.clone()).collect();
-        split_ids.sort();
-        split_ids.dedup();
-
-        let request_ids: Vec<String> = requested.iter().map(|s| s.split_id.clone()).collect();
-        let policy = self.policy();
-        let planner = |existing: &[ExistingRow]| -> Result<StagePlan> {
-            let input = StagePlanInput {
-                dataset_id: request.dataset_id.clone(),
-                mode: request.mode,
-                split_ids: request_ids.clone(),
-                existing: existing.to_vec(),
-            };
-            let planned = policy.plan_stage(&input)?;
-            invariants::checked_stage_plan(request.mode, &requested, &split_ids, existing, planned)
-        };
+        let (split_ids, planner) = self.stage_planner(request)?;
         let now_ms = self.now_ms();
         let splits: Vec<StagedSplit> = match self.recorded_answer(&request.dataset_id, key).await? {
             Some(answer) => answer,
@@ -483,6 +460,45 @@ impl Engine {
             mode: request.mode,
             splits,
         })
+    }
+
+    /// A stage request checked (its input, and the capability its mode needs), as the ids a
+    /// backend stages (sorted, distinct) and the planner it calls with the rows it finds: the
+    /// policy plans, the invariants check the plan.
+    fn stage_planner(
+        &self,
+        request: &StageRequest,
+    ) -> Result<(
+        Vec<String>,
+        impl Fn(&[ExistingRow]) -> Result<StagePlan> + Send + Sync + use<>,
+    )> {
+        let requested = validate::stage_request(request, self.stage_limits())?;
+        match request.mode {
+            StageMode::CreateOnly => self.require(
+                STAGE_CREATE_ONLY,
+                "a create-only stage must never run as an upsert",
+            )?,
+            StageMode::Upsert => self.require(STAGE_UPSERT, "an upsert stage needs upsert")?,
+        }
+        let mut split_ids: Vec<String> = requested.iter().map(|s| s.split_id.clone()).collect();
+        split_ids.sort();
+        split_ids.dedup();
+
+        let request_ids: Vec<String> = requested.iter().map(|s| s.split_id.clone()).collect();
+        let policy = self.policy();
+        let (dataset_id, mode) = (request.dataset_id.clone(), request.mode);
+        let planned_ids = split_ids.clone();
+        let planner = move |existing: &[ExistingRow]| -> Result<StagePlan> {
+            let input = StagePlanInput {
+                dataset_id: dataset_id.clone(),
+                mode,
+                split_ids: request_ids.clone(),
+                existing: existing.to_vec(),
+            };
+            let planned = policy.plan_stage(&input)?;
+            invariants::checked_stage_plan(mode, &requested, &planned_ids, existing, planned)
+        };
+        Ok((split_ids, planner))
     }
 
     /// Publishes staged splits, marks replaced ones and applies the checkpoint delta, all at
@@ -516,6 +532,22 @@ impl Engine {
         key: Option<&RequestKey>,
         objects: ObjectCheck,
     ) -> Result<PublishResult> {
+        self.check_publish(request)?;
+        if let Some(answer) = self.recorded_answer(&request.dataset_id, key).await? {
+            return Ok(answer);
+        }
+        if objects == ObjectCheck::LookForEach {
+            self.check_objects_exist(request).await?;
+        }
+        let validator = self.publish_validator(request);
+        self.catalog
+            .publish(request, &validator, self.now_ms(), key)
+            .await
+    }
+
+    /// Refuses a publish request that is malformed, or that needs a capability this engine
+    /// lacks.
+    fn check_publish(&self, request: &PublishRequest) -> Result<()> {
         validate::publish_request(request, self.options.max_stage_batch)?;
         if request.checkpoint_delta.is_some() {
             self.require(PUBLISH_CHECKPOINT, "the publish carries a checkpoint delta")?;
@@ -526,21 +558,21 @@ impl Engine {
         if request.fencing_epoch.is_some() {
             self.require(PUBLISH_FENCING_EPOCH, "the publish carries a fencing epoch")?;
         }
-        if let Some(answer) = self.recorded_answer(&request.dataset_id, key).await? {
-            return Ok(answer);
-        }
-        if objects == ObjectCheck::LookForEach {
-            self.check_objects_exist(request).await?;
-        }
+        Ok(())
+    }
+
+    /// The validator a publish hands its backend: the policy's verdict on what the backend
+    /// observed, checked against the invariants.
+    fn publish_validator<'a>(
+        &self,
+        request: &'a PublishRequest,
+    ) -> impl Fn(&PublishObservation) -> Result<()> + Send + Sync + use<'a> {
         let policy = self.policy();
-        let validator = |observation: &PublishObservation| -> Result<()> {
+        move |observation: &PublishObservation| -> Result<()> {
             let input = publish_input(request, observation);
             let violations = policy.validate_publish(&input)?;
             invariants::checked_publish(request, observation, violations)
-        };
-        self.catalog
-            .publish(request, &validator, self.now_ms(), key)
-            .await
+        }
     }
 
     /// Refuses a publish naming a split whose object is not in the store (invariant 1: every

@@ -58,8 +58,8 @@ pub(crate) use self::open::open_objects;
 pub use self::open::open_store;
 use self::state::DatasetState;
 use super::{
-    Capabilities, Catalog, ManifestProbe, PublishValidator, RecordedRequest, RequestKey,
-    StagePlanner,
+    BegunCommit, Capabilities, Catalog, IntentBuilder, ManifestProbe, PublishValidator,
+    RecordedRequest, RequestKey, StagePlanner,
 };
 use crate::audit::AuditRecord;
 use crate::error::{EntityKind, MendError, Result};
@@ -813,5 +813,34 @@ impl Catalog for ObjectStoreCatalog {
 
     async fn list_audit(&self, dataset_id: &str, limit: Option<usize>) -> Result<Vec<AuditRecord>> {
         self.list_audit_records(dataset_id, limit).await
+    }
+
+    async fn begin_commit(
+        &self,
+        dataset_id: &str,
+        intent: &IntentBuilder<'_>,
+        split_ids: &[String],
+        planner: &StagePlanner<'_>,
+        now_ms: TimestampMs,
+    ) -> Result<BegunCommit> {
+        self.mutate(dataset_id, now_ms, |state| {
+            mutations::begin_commit(state, intent, split_ids, planner, now_ms)
+        })
+        .await
+    }
+
+    async fn publish_commit(
+        &self,
+        intent: &Intent,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now_ms: TimestampMs,
+        key: &RequestKey,
+    ) -> Result<PublishResult> {
+        super::commit::same_dataset(intent, request)?;
+        self.mutate(&request.dataset_id, now_ms, |state| {
+            mutations::publish_commit(state, &intent.operation_id, request, validate, now_ms, key)
+        })
+        .await
     }
 }

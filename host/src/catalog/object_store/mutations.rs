@@ -6,7 +6,9 @@
 //! state the commit will sit on top of, so a planner or validator never answers for a stale
 //! read.
 
-use crate::catalog::{PlannedAction, PublishObservation, PublishValidator, StagePlanner};
+use crate::catalog::{
+    BegunCommit, IntentBuilder, PlannedAction, PublishObservation, PublishValidator, StagePlanner,
+};
 use crate::error::{EntityKind, MendError, Result};
 use crate::intent::{Intent, IntentPhase};
 use crate::model::{
@@ -532,6 +534,77 @@ pub(super) fn delete_intent(state: &DatasetState, operation_id: &str) -> Result<
         }],
         output: (),
     })
+}
+
+/// A commit's first step ([`crate::catalog::Catalog::begin_commit`]): its intent, built from
+/// the dataset as this state holds it, and its rows staged create-only, in one commit. Always a
+/// commit: the intent is written even when every row is another writer's.
+pub(super) fn begin_commit(
+    state: &DatasetState,
+    build: &IntentBuilder<'_>,
+    split_ids: &[String],
+    planner: &StagePlanner<'_>,
+    now_ms: TimestampMs,
+) -> Result<Change<BegunCommit>> {
+    let intent = crate::catalog::built_intent(&state.dataset.dataset_id, &state.dataset, build)?;
+    let mut actions = match put_intent(state, &intent)? {
+        Change::Commit { actions, .. } => actions,
+        Change::Unchanged(()) => unreachable!("a new intent is always written"),
+    };
+    let splits = match stage(state, StageMode::CreateOnly, split_ids, planner, now_ms)? {
+        Change::Commit {
+            actions: staged,
+            output,
+        } => {
+            actions.extend(staged);
+            output
+        }
+        Change::Unchanged(output) => output,
+    };
+    Ok(Change::Commit {
+        actions,
+        output: BegunCommit {
+            dataset: state.dataset.clone(),
+            intent,
+            splits,
+        },
+    })
+}
+
+/// A commit's last step ([`crate::catalog::Catalog::publish_commit`]): its publish, the
+/// deletion of its intent and the record of `key`, in one commit, while the intent is there
+/// and not abandoned. With `key` recorded, its result, and the intent deleted if it is left.
+pub(super) fn publish_commit(
+    state: &DatasetState,
+    operation_id: &str,
+    request: &PublishRequest,
+    validate: &PublishValidator<'_>,
+    now_ms: TimestampMs,
+    key: &RequestKey,
+) -> Result<Change<PublishResult>> {
+    let delete_intent = Action::DeleteIntent {
+        operation_id: operation_id.to_string(),
+    };
+    if let Some(found) = state.recorded.get(&key.key) {
+        let output = found.replay(key)?;
+        if !state.intents.contains_key(operation_id) {
+            return Ok(Change::Unchanged(output));
+        }
+        return Ok(Change::Commit {
+            actions: vec![delete_intent],
+            output,
+        });
+    }
+    crate::catalog::refuse_abandoned(stored_intent(state, operation_id)?)?;
+    let (mut actions, output) = match publish(state, request, validate, now_ms)? {
+        Change::Commit { actions, output } => (actions, output),
+        Change::Unchanged(output) => (Vec::new(), output),
+    };
+    actions.push(delete_intent);
+    actions.push(Action::RecordRequest {
+        record: Box::new(RecordedRequest::new(key, &output, now_ms)),
+    });
+    Ok(Change::Commit { actions, output })
 }
 
 fn stored_intent<'a>(state: &'a DatasetState, operation_id: &str) -> Result<&'a Intent> {

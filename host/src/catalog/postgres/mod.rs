@@ -25,6 +25,7 @@
 //! this module stores it and refuses what it cannot apply as asked.
 
 mod audit;
+mod commit;
 mod datasets;
 mod errors;
 mod intents;
@@ -48,7 +49,8 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool, Postgres, Transaction};
 
 use crate::catalog::{
-    Capabilities, Catalog, PublishValidator, RecordedRequest, RequestKey, StagePlanner,
+    BegunCommit, Capabilities, Catalog, IntentBuilder, PublishValidator, RecordedRequest,
+    RequestKey, StagePlanner,
 };
 use crate::error::{MendError, Result};
 use crate::intent::{Intent, IntentPhase};
@@ -588,6 +590,46 @@ impl Catalog for PostgresCatalog {
         limit: Option<usize>,
     ) -> Result<Vec<crate::audit::AuditRecord>> {
         audit::list(&self.pool, dataset_id, limit).await
+    }
+
+    async fn begin_commit(
+        &self,
+        dataset_id: &str,
+        intent: &IntentBuilder<'_>,
+        split_ids: &[String],
+        planner: &StagePlanner<'_>,
+        now_ms: TimestampMs,
+    ) -> Result<BegunCommit> {
+        self.in_transaction(dataset_id, |mut transaction| async move {
+            let result = commit::begin(
+                &mut transaction,
+                dataset_id,
+                intent,
+                split_ids,
+                planner,
+                now_ms,
+            )
+            .await;
+            (transaction, result)
+        })
+        .await
+    }
+
+    async fn publish_commit(
+        &self,
+        intent: &Intent,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now_ms: TimestampMs,
+        key: &RequestKey,
+    ) -> Result<PublishResult> {
+        crate::catalog::commit::same_dataset(intent, request)?;
+        self.in_transaction(&intent.dataset_id, |mut transaction| async move {
+            let result =
+                commit::publish(&mut transaction, intent, request, validate, now_ms, key).await;
+            (transaction, result)
+        })
+        .await
     }
 }
 

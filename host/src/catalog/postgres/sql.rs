@@ -32,6 +32,8 @@ pub(super) const INTENT_SELECT_PHASE: &str = include_str!("sql/intent_select_pha
 pub(super) const INTENT_ABANDON: &str = include_str!("sql/intent_abandon.sql");
 pub(super) const INTENT_SELECT: &str = include_str!("sql/intent_select.sql");
 pub(super) const INTENT_DELETE: &str = include_str!("sql/intent_delete.sql");
+pub(super) const INTENT_DELETE_UNABANDONED: &str =
+    include_str!("sql/intent_delete_unabandoned.sql");
 pub(super) const INTENT_LIST: &str = include_str!("sql/intent_list.sql");
 
 pub(super) const AUDIT_INSERT: &str = include_str!("sql/audit_insert.sql");
