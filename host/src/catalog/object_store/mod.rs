@@ -36,6 +36,8 @@ pub(crate) mod log;
 mod mutations;
 mod open;
 mod retention;
+mod scan;
+mod splits;
 pub(crate) mod state;
 #[cfg(test)]
 mod tests;

@@ -132,14 +132,14 @@ pub(super) fn stage(
     now_ms: TimestampMs,
 ) -> Result<Change<Vec<StagedSplit>>> {
     let requested = distinct_sorted(split_ids);
-    let existing = state.existing_rows(&requested);
+    let existing = state.existing_rows(&requested)?;
     let entries = planner(&existing)?.into_applicable(mode, &requested, &existing)?;
 
     let mut rows = Vec::new();
     let mut results = Vec::with_capacity(entries.len());
     for entry in &entries {
         let split_id = &entry.split.split_id;
-        let current = state.splits.get(split_id);
+        let current = state.splits.get(split_id)?;
         let outcome = match (mode, &entry.action, current) {
             (_, PlannedAction::Insert, None) => {
                 rows.push(LogRow {
@@ -205,7 +205,7 @@ pub(super) fn publish(
     let replaced = distinct_sorted(&request.replaced_split_ids);
     let observed: Vec<String> = distinct_sorted(&[staged.clone(), replaced.clone()].concat());
     validate(&PublishObservation {
-        rows: state.existing_rows(&observed),
+        rows: state.existing_rows(&observed)?,
         checkpoint: state.dataset.checkpoint.clone(),
         publish_token: state.dataset.publish_token.clone(),
         fencing_epoch: state.dataset.fencing_epoch,
@@ -236,20 +236,23 @@ pub(super) fn publish(
             marked: Vec::new(),
         }));
     }
-    let not_in = |ids: &[String], wanted: SplitState| -> Vec<String> {
-        ids.iter()
-            .filter(|id| state.splits.get(*id).is_none_or(|row| row.state != wanted))
-            .cloned()
-            .collect()
+    let not_in = |ids: &[String], wanted: SplitState| -> Result<Vec<String>> {
+        let mut not = Vec::new();
+        for id in ids {
+            if state.split_state(id)? != Some(wanted) {
+                not.push(id.clone());
+            }
+        }
+        Ok(not)
     };
-    let not_staged = not_in(&staged, SplitState::Staged);
+    let not_staged = not_in(&staged, SplitState::Staged)?;
     if !not_staged.is_empty() {
         return Err(MendError::failed_precondition(
             "splits to publish are not staged",
             not_staged,
         ));
     }
-    let not_published = not_in(&replaced, SplitState::Published);
+    let not_published = not_in(&replaced, SplitState::Published)?;
     if !not_published.is_empty() {
         return Err(MendError::failed_precondition(
             "splits to replace are not published",
@@ -301,7 +304,7 @@ pub(super) fn mark_for_deletion(
     };
     let mut rows = Vec::new();
     for split_id in split_ids {
-        if state.splits[&split_id].state == SplitState::MarkedForDeletion {
+        if state.split_state(&split_id)? == Some(SplitState::MarkedForDeletion) {
             result.already_marked.push(split_id);
         } else {
             rows.push(LogRow {
@@ -335,7 +338,7 @@ pub(super) fn mark_stale_staged(
 ) -> Result<Change<Vec<String>>> {
     let mut rows = Vec::new();
     for split_id in distinct_sorted(split_ids) {
-        if let Some(row) = state.splits.get(&split_id)
+        if let Some(row) = state.splits.get(&split_id)?
             && row.state == SplitState::Staged
             && row.updated_at_ms < untouched_before_ms
         {
@@ -368,11 +371,12 @@ pub(super) fn delete_splits(
 ) -> Result<Change<()>> {
     let split_ids = distinct_sorted(split_ids);
     require_known(state, &split_ids)?;
-    let not_marked: Vec<String> = split_ids
-        .iter()
-        .filter(|id| state.splits[*id].state != SplitState::MarkedForDeletion)
-        .cloned()
-        .collect();
+    let mut not_marked = Vec::new();
+    for id in &split_ids {
+        if state.split_state(id)? != Some(SplitState::MarkedForDeletion) {
+            not_marked.push(id.clone());
+        }
+    }
     if !not_marked.is_empty() {
         return Err(MendError::failed_precondition(
             "only splits marked for deletion can be deleted; mark them first",
@@ -638,7 +642,7 @@ fn set_dataset(dataset: Dataset) -> Change<Dataset> {
 fn require_known(state: &DatasetState, split_ids: &[String]) -> Result<()> {
     let unknown: Vec<String> = split_ids
         .iter()
-        .filter(|id| !state.splits.contains_key(*id))
+        .filter(|id| !state.splits.contains(id))
         .cloned()
         .collect();
     if unknown.is_empty() {
