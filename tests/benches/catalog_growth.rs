@@ -12,7 +12,8 @@
 //! every commit it timed, p50, mean, p99 and max, each as a ratio against the same measure at
 //! 1k, from the same run; then, after the commits, the bytes and files of each dataset on
 //! disk (log and checkpoints), the first write of a new catalog instance on the 100k dataset
-//! (a process reopening it), and the resident memory of this process (`/proc/self/statm`):
+//! (a process reopening it; and apart, the GET of its newest checkpoint's bytes and a load of
+//! its state without a write), and the resident memory of this process (`/proc/self/statm`):
 //! before the datasets, after staging 100,000 splits, after the commits, and a second later.
 //!
 //! Retention keeps the default 3 checkpoints, with a log retention of 2 s instead of the
@@ -151,6 +152,27 @@ fn on_disk(root: &std::path::Path, dataset: &str, kind: &str) -> (usize, u64) {
         })
 }
 
+/// The size of the dataset's newest checkpoint file and the time a GET of its bytes takes;
+/// `None` before its first checkpoint (in test mode).
+async fn read_newest_checkpoint(
+    store: &dyn ObjectStore,
+    dataset: &str,
+) -> Option<(usize, Duration)> {
+    use futures::TryStreamExt;
+    let dir = Path::from(format!("datasets/{dataset}/catalog/checkpoints"));
+    let mut files: Vec<Path> = store
+        .list(Some(&dir))
+        .map_ok(|meta| meta.location)
+        .try_collect()
+        .await
+        .unwrap();
+    files.sort();
+    let newest = files.last()?;
+    let started = Instant::now();
+    let bytes = store.get(newest).await.unwrap().bytes().await.unwrap();
+    Some((bytes.len(), started.elapsed()))
+}
+
 /// p50, mean, p99 and max of `times`.
 fn summary(times: &mut [Duration]) -> [Duration; 4] {
     times.sort();
@@ -232,6 +254,16 @@ fn main() {
     let resident_settled = resident_mib();
 
     // A process that opens the catalog again: its first write loads the newest checkpoint.
+    // Apart, on fresh instances of their own: reading the checkpoint file's bytes, and loading
+    // the state (the checkpoint and the log versions after it) without writing.
+    let large = format!("growth-{}", sizes[1].0);
+    let checkpoint_read = runtime.block_on(read_newest_checkpoint(&*store, &large));
+    let (load, replayed) = {
+        let loading = ObjectStoreCatalog::new(Arc::clone(&store), Path::default(), options());
+        let started = Instant::now();
+        runtime.block_on(loading.probe_version(&large)).unwrap();
+        (started.elapsed(), loading.stats().log_reads)
+    };
     let reopened = ObjectStoreCatalog::new(Arc::clone(&store), Path::default(), options());
     let first_write = {
         let size = sizes[1].1;
@@ -303,6 +335,20 @@ fn main() {
         sizes[1].0,
         millis(reopened_1k),
         sizes[0].0
+    ));
+    let file = match checkpoint_read {
+        Some((bytes, took)) => format!(
+            "reading its checkpoint file ({:.1} MB) {:.1} ms",
+            bytes as f64 / 1e6,
+            millis(took)
+        ),
+        None => "no checkpoint written yet".to_string(),
+    };
+    bench.report(format!(
+        "  at {}, apart (one timed run each): {file}; loading the state (the checkpoint, and \
+         {replayed} log reads for the versions after it) {:.1} ms",
+        sizes[1].0,
+        millis(load),
     ));
     bench.report(format!(
         "catalog growth: resident memory {resident_before:.0} MiB before, {resident_staged:.0} \
