@@ -193,16 +193,12 @@ impl Engine {
                 .collect(),
         };
         let (split_ids, planner) = self.stage_planner(&stage)?;
-        if split_ids.len() < request.splits.len() {
-            let mut ids: Vec<&str> = request.splits.iter().map(|s| s.split_id.as_str()).collect();
-            ids.sort_unstable();
-            let twice = ids
-                .windows(2)
-                .find(|pair| pair[0] == pair[1])
-                .map(|pair| pair[0]);
+        let mut ids: Vec<&str> = request.splits.iter().map(|s| s.split_id.as_str()).collect();
+        ids.sort_unstable();
+        if let Some(pair) = ids.windows(2).find(|pair| pair[0] == pair[1]) {
             return Err(MendError::invalid(format!(
                 "split {} appears twice in one commit",
-                twice.unwrap_or_default()
+                pair[0]
             )));
         }
         let planned = PlannedPublish {

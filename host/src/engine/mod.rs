@@ -465,13 +465,7 @@ impl Engine {
     /// A stage request checked (its input, and the capability its mode needs), as the ids a
     /// backend stages (sorted, distinct) and the planner it calls with the rows it finds: the
     /// policy plans, the invariants check the plan.
-    fn stage_planner(
-        &self,
-        request: &StageRequest,
-    ) -> Result<(
-        Vec<String>,
-        impl Fn(&[ExistingRow]) -> Result<StagePlan> + Send + Sync + use<>,
-    )> {
+    fn stage_planner(&self, request: &StageRequest) -> Result<(Vec<String>, impl Planner + use<>)> {
         let requested = validate::stage_request(request, self.stage_limits())?;
         match request.mode {
             StageMode::CreateOnly => self.require(
@@ -720,6 +714,11 @@ impl Engine {
         }
     }
 }
+
+/// What a stage hands its backend to plan with ([`crate::catalog::StagePlanner`]).
+trait Planner: Fn(&[ExistingRow]) -> Result<StagePlan> + Send + Sync {}
+
+impl<F: Fn(&[ExistingRow]) -> Result<StagePlan> + Send + Sync> Planner for F {}
 
 /// Refuses `policy` if it requires a capability not in `capabilities`.
 fn check_capabilities(

@@ -140,7 +140,7 @@ pub(super) async fn begin_commit_writes_the_intent_and_stages_at_once(h: &Harnes
     );
     assert_eq!(
         intents(h, &ds).await,
-        [begun.intent.clone()],
+        std::slice::from_ref(&begun.intent),
         "written, armed"
     );
     for id in ["a", "b"] {
@@ -416,10 +416,10 @@ pub(super) async fn publish_commit_and_an_abandonment_race_and_exactly_one_wins(
         let state = row(h, &ds, &split_id).await.unwrap().state;
         match (publish, abandon) {
             (Ok(result), Err(late)) => {
-                assert_eq!(result.published, [split_id.clone()]);
+                assert_eq!(result.published, std::slice::from_ref(&split_id));
                 // Gone; or, on a backend running the separate steps, confirmed and not yet
                 // deleted when the abandonment looked.
-                let confirmed = matches!(&late, MendError::FailedPrecondition { ids, .. } if ids == &[operation_id.clone()]);
+                let confirmed = matches!(&late, MendError::FailedPrecondition { ids, .. } if ids.as_slice() == std::slice::from_ref(&operation_id));
                 assert!(
                     is_intent_not_found(&late, &operation_id) || confirmed,
                     "{late:?}"
@@ -430,7 +430,7 @@ pub(super) async fn publish_commit_and_an_abandonment_race_and_exactly_one_wins(
             }
             (Err(fenced), Ok(intent)) => {
                 assert!(
-                    matches!(&fenced, MendError::FailedPrecondition { ids, .. } if ids == &[operation_id.clone()]),
+                    matches!(&fenced, MendError::FailedPrecondition { ids, .. } if ids.as_slice() == std::slice::from_ref(&operation_id)),
                     "{fenced:?}"
                 );
                 assert_eq!(intent.phase, IntentPhase::Abandoned);
