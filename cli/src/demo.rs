@@ -39,9 +39,9 @@ const STAGED_GRACE_PERIOD_MS: u64 = 100;
 const DELETION_GRACE_PERIOD_MS: u64 = 1_000;
 const COMMITS_PER_WRITER: usize = 3;
 const SPLITS_PER_COMMIT: usize = 2;
-/// A commit's durable steps: write the intent, stage, one upload per split, confirm the
-/// intent, publish, delete the intent (`engine/commit.rs`).
-const STEPS_PER_COMMIT: usize = SPLITS_PER_COMMIT + 5;
+/// A commit's durable steps: begin (the intent and the stage), one upload per split, publish
+/// (with the intent's deletion) (`engine/commit.rs`).
+const STEPS_PER_COMMIT: usize = SPLITS_PER_COMMIT + 2;
 /// The commit, counting from 1, in which a crashing writer crashes: it publishes the ones
 /// before.
 const CRASHING_COMMIT: usize = 2;
@@ -64,25 +64,25 @@ const WRITERS: [(&str, Option<Crash>); 4] = [
     (
         "writer-2",
         Some(Crash {
-            step: SPLITS_PER_COMMIT + 3,
+            step: SPLITS_PER_COMMIT + 2,
             after: false,
-            what: "after uploading its objects, before confirming its intent",
+            what: "after uploading its objects, before publishing",
         }),
     ),
     (
         "writer-3",
         Some(Crash {
-            step: SPLITS_PER_COMMIT + 4,
-            after: false,
-            what: "after confirming its intent, before publishing",
+            step: SPLITS_PER_COMMIT + 1,
+            after: true,
+            what: "as its uploads landed, before hearing so",
         }),
     ),
     (
         "writer-4",
         Some(Crash {
-            step: SPLITS_PER_COMMIT + 4,
+            step: SPLITS_PER_COMMIT + 2,
             after: true,
-            what: "after its publish landed, before deleting its intent",
+            what: "after its publish landed, before hearing so",
         }),
     ),
 ];
@@ -218,7 +218,7 @@ pub async fn run(engine: &Engine, settings: &Settings, json: bool) -> anyhow::Re
     say(
         json,
         &format!(
-            "{} writers commit concurrently, {COMMITS_PER_WRITER} commits of {SPLITS_PER_COMMIT} splits each (intent, stage, upload, confirm, publish); {} of them crash in commit {CRASHING_COMMIT}",
+            "{} writers commit concurrently, {COMMITS_PER_WRITER} commits of {SPLITS_PER_COMMIT} splits each (begin: intent and stage; uploads; publish); {} of them crash in commit {CRASHING_COMMIT}",
             WRITERS.len(),
             WRITERS.iter().filter(|(_, crash)| crash.is_some()).count()
         ),

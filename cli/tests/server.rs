@@ -665,7 +665,8 @@ fn crashed_commit_waits_for_the_supervisor(server: &Server, dataset_id: &str) {
             },
         )
         .unwrap()
-        .with_faults(Arc::new(mend::faults::CrashAt::new(5, false)));
+        // Before its publish: its steps are begin, the object, publish.
+        .with_faults(Arc::new(mend::faults::CrashAt::new(3, false)));
         let crashed = engine
             .commit(&mend::engine::CommitRequest {
                 dataset_id: dataset_id.into(),

@@ -6,8 +6,10 @@
 //!
 //! `MeteredCatalog` is the backend: it wraps mend's object-storage catalog (here in memory) and
 //! counts, per dataset, the mutations it served, as an embedder would to export a metric or
-//! enforce a quota. It implements every method of [`mend::Catalog`], so mend's engine runs on
-//! it. `main` runs every case of the kit (`mend-testkit`) against it, prints a line per case
+//! enforce a quota. It implements every required method of [`mend::Catalog`], so mend's engine
+//! runs on it; it leaves the provided ones to the trait (`begin_commit` and `publish_commit`,
+//! a commit's two steps, then run as the separate steps they fold, each counted), as a
+//! backend written before them does. `main` runs every case of the kit (`mend-testkit`) against it, prints a line per case
 //! and a summary, and exits with 1 if a case failed.
 //!
 //! # Plugging in a real backend

@@ -28,6 +28,12 @@ pub enum DurableStep {
     Publish,
     /// The intent deleted: the operation's last step.
     DeleteIntent,
+    /// A commit's first step: its intent written and its rows staged create-only, in one
+    /// atomic step ([`Catalog::begin_commit`](crate::catalog::Catalog::begin_commit)).
+    BeginCommit,
+    /// A commit's last step: its publish and the deletion of the intent it settles, in one
+    /// atomic step ([`Catalog::publish_commit`](crate::catalog::Catalog::publish_commit)).
+    PublishCommit,
     /// Rows marked for deletion (gc, reconcile's discards, an abandonment).
     MarkRows,
     /// One object deleted.
@@ -88,13 +94,20 @@ impl Faults for NoFaults {
 
 /// Crashes at the `k`-th durable step (counting from 1): before its write, or, when
 /// `ambiguous`, after the write landed. Every step seen is recorded.
+///
+/// Steps may run concurrently (a commit uploads its objects several at a time): the `k`-th
+/// step is the `k`-th to begin, and an ambiguous crash fires when that very step ends, however
+/// many others began meanwhile. Those others run on, as uploads in flight when a process dies
+/// may still land.
 #[derive(Debug)]
 pub struct CrashAt {
     k: usize,
     ambiguous: bool,
     seen: AtomicUsize,
-    // A std mutex: only pushed to, never held across an await.
+    // std mutexes: only held for a push or a swap, never across an await.
     steps: Mutex<Vec<DurableStep>>,
+    /// The `k`-th step while its write is in flight, for an ambiguous crash when it ends.
+    pending: Mutex<Option<DurableStep>>,
 }
 
 impl CrashAt {
@@ -105,6 +118,7 @@ impl CrashAt {
             ambiguous,
             seen: AtomicUsize::new(0),
             steps: Mutex::new(Vec::new()),
+            pending: Mutex::new(None),
         }
     }
 
@@ -128,14 +142,22 @@ impl Faults for CrashAt {
             .unwrap_or_else(|p| p.into_inner())
             .push(step.clone());
         let count = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
-        if count == self.k && !self.ambiguous {
-            return Err(Self::crash(step, "before"));
+        if count == self.k {
+            if !self.ambiguous {
+                return Err(Self::crash(step, "before"));
+            }
+            *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(step.clone());
         }
         Ok(())
     }
 
     fn after(&self, step: &DurableStep) -> Result<()> {
-        if self.seen.load(Ordering::SeqCst) == self.k && self.ambiguous {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        // Steps that run at once are told apart by what they write (an object's split id);
+        // steps that repeat (audit appends) run one after another, so the first to end after
+        // the `k`-th began is the `k`-th.
+        if pending.as_ref() == Some(step) {
+            *pending = None;
             return Err(Self::crash(step, "after"));
         }
         Ok(())

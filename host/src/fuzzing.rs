@@ -171,7 +171,7 @@ pub fn commit_log_entry(data: &[u8]) -> Verdict {
 /// state round-trips through a checkpoint.
 pub fn checkpoint(data: &[u8]) -> Verdict {
     let path = StorePath::from("datasets/logs/catalog/checkpoints/00000000000000000100.json");
-    let mut state = match checkpoint::decode(&path, data) {
+    let mut state = match checkpoint::decode(&path, Bytes::copy_from_slice(data)) {
         Ok(state) => state,
         Err(error) => return expect_corrupt("checkpoint: decode", &error),
     };
@@ -289,7 +289,7 @@ fn checkpoint_round_trip(target: &str, state: &DatasetState) {
     let path = StorePath::from("datasets/logs/catalog/checkpoints/fuzz.json");
     let encoded = checkpoint::encode(state)
         .unwrap_or_else(|error| panic!("{target}: an accepted state cannot be encoded: {error}"));
-    let read = checkpoint::decode(&path, &encoded)
+    let read = checkpoint::decode(&path, Bytes::from(encoded))
         .unwrap_or_else(|error| panic!("{target}: a written checkpoint is refused: {error}"));
     assert_eq!(&read, state, "{target}: checkpoint round trip");
 }

@@ -2,9 +2,12 @@
 //!
 //! An operation with more than one durable effect (a commit stages rows, uploads objects and
 //! publishes; a gc marks, deletes objects, then deletes rows) first writes an intent naming
-//! every effect it plans and the state each one expects to find. It moves the intent from
-//! `Armed` to `EffectsConfirmed` once its effects are all in place, and deletes it after the
-//! publish. Recovery may move an `Armed` intent whose lease ran out to `Abandoned`
+//! every effect it plans and the state each one expects to find. An operation of a writer in
+//! another process (and a reconcile) moves the intent from `Armed` to `EffectsConfirmed` once
+//! its effects are all in place, and deletes it after the publish; an in-process commit
+//! publishes from `Armed` and deletes the intent in the publish's own step
+//! ([`Catalog::publish_commit`](crate::catalog::Catalog::publish_commit)), which refuses an
+//! intent recovery abandoned as a confirmation does. Recovery may move an `Armed` intent whose lease ran out to `Abandoned`
 //! ([`Catalog::abandon_intent`](crate::catalog::Catalog::abandon_intent)): from then on its
 //! owner's confirmation (an update expecting `Armed`) fails, so it can never publish. Whatever is left behind by a crash or a retry is thus described by an intent, which
 //! recovery reads, hands to the policy, and resolves.

@@ -7,8 +7,9 @@ use async_trait::async_trait;
 use mend::Result;
 use mend::audit::AuditRecord;
 use mend::catalog::{
-    Capabilities, Catalog, ExistingRow, ManifestProbe, PublishValidator, RecordedRequest,
-    RequestKey, SettleValidator, Settled, Settlement, StagePlanner,
+    BegunCommit, Capabilities, Catalog, ExistingRow, IntentBuilder, ManifestProbe,
+    PublishValidator, RecordedRequest, RequestKey, SettleValidator, Settled, Settlement,
+    StagePlanner,
 };
 use mend::intent::{Intent, IntentPhase};
 use mend::model::{
@@ -191,5 +192,29 @@ impl<C: Catalog> Catalog for WithoutCapability<C> {
     }
     async fn list_audit(&self, id: &str, limit: Option<usize>) -> Result<Vec<AuditRecord>> {
         self.inner.list_audit(id, limit).await
+    }
+    async fn begin_commit(
+        &self,
+        id: &str,
+        intent: &IntentBuilder<'_>,
+        splits: &[Arc<NewSplit>],
+        planner: &StagePlanner<'_>,
+        now: TimestampMs,
+    ) -> Result<BegunCommit> {
+        self.inner
+            .begin_commit(id, intent, splits, planner, now)
+            .await
+    }
+    async fn publish_commit(
+        &self,
+        intent: &Intent,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now: TimestampMs,
+        key: &RequestKey,
+    ) -> Result<PublishResult> {
+        self.inner
+            .publish_commit(intent, request, validate, now, key)
+            .await
     }
 }

@@ -11,8 +11,9 @@
 //! of the commits around it, if anywhere. Besides criterion's medians the bench prints, from
 //! every commit it timed, p50, mean, p99 and max, each as a ratio against the same measure at
 //! 1k, from the same run; then, after the commits, the bytes and files of each dataset on
-//! disk (log and checkpoints), the first write of a new catalog instance on the 100k dataset
-//! (a process reopening it), and the resident memory of this process (`/proc/self/statm`):
+//! disk (log and checkpoints), the first write of a new catalog instance on each dataset (a
+//! process reopening it; and apart, at 100k, the GET of the newest checkpoint's bytes and a
+//! load of the state without a write), medians of 5 reopenings, and the resident memory of this process (`/proc/self/statm`):
 //! before the datasets, after staging 100,000 splits, after the commits, and a second later.
 //!
 //! Retention keeps the default 3 checkpoints, with a log retention of 2 s instead of the
@@ -69,8 +70,9 @@ fn split(index: usize, round: usize) -> NewSplit {
 /// Stages `splits` (ids `first..first + len`) in upsert mode: inserts the missing rows,
 /// overwrites the staged ones.
 async fn upsert(catalog: &ObjectStoreCatalog, dataset: &str, splits: Vec<NewSplit>) {
-    let ids: Vec<String> = splits.iter().map(|split| split.split_id.clone()).collect();
-    let splits: Vec<Arc<NewSplit>> = splits.into_iter().map(Arc::new).collect();
+    // As `Catalog::stage` takes them: one per id, sorted by id.
+    let mut splits: Vec<Arc<NewSplit>> = splits.into_iter().map(Arc::new).collect();
+    splits.sort_by(|a, b| a.split_id.cmp(&b.split_id));
     let planner = |existing: &[mend::catalog::ExistingRow]| {
         let mut entries: Vec<PlannedStage> = splits
             .iter()
@@ -90,7 +92,7 @@ async fn upsert(catalog: &ObjectStoreCatalog, dataset: &str, splits: Vec<NewSpli
         .stage(
             dataset,
             StageMode::Upsert,
-            &ids,
+            &splits,
             &planner,
             1_700_000_000_000,
             None,
@@ -149,6 +151,59 @@ fn on_disk(root: &std::path::Path, dataset: &str, kind: &str) -> (usize, u64) {
         .fold((0, 0), |(files, bytes), meta| {
             (files + 1, bytes + meta.len())
         })
+}
+
+/// The size of the dataset's newest checkpoint file and the time a GET of its bytes takes;
+/// `None` before its first checkpoint (in test mode).
+async fn read_newest_checkpoint(
+    store: &dyn ObjectStore,
+    dataset: &str,
+) -> Option<(usize, Duration)> {
+    use futures::TryStreamExt;
+    let dir = Path::from(format!("datasets/{dataset}/catalog/checkpoints"));
+    let mut files: Vec<Path> = store
+        .list(Some(&dir))
+        .map_ok(|meta| meta.location)
+        .try_collect()
+        .await
+        .unwrap();
+    files.sort();
+    let newest = files.last()?;
+    let started = Instant::now();
+    let bytes = store.get(newest).await.unwrap().bytes().await.unwrap();
+    Some((bytes.len(), started.elapsed()))
+}
+
+/// How many times the bench reopens the catalog, for the first write's median.
+const REOPENINGS: usize = 5;
+
+/// The measures of the reopened catalogs, one entry per reopening.
+#[derive(Default)]
+struct Reopened {
+    /// The newest checkpoint's size and the time of a GET of its bytes.
+    file_reads: Vec<(usize, Duration)>,
+    /// A load of the large dataset's state without a write.
+    loads: Vec<Duration>,
+    /// The log reads of each load (the versions after the checkpoint, and the probes past
+    /// the last one).
+    log_reads: Vec<u64>,
+    /// The first write on each dataset, small then large.
+    writes: [Vec<Duration>; 2],
+}
+
+/// `times` as their median, with their range when there are several.
+fn spread(times: &mut [Duration]) -> String {
+    times.sort();
+    match times {
+        [] => "not measured".to_string(),
+        [one] => format!("{:.1} ms", millis(*one)),
+        _ => format!(
+            "{:.1} ms ({:.1} to {:.1})",
+            millis(times[times.len() / 2]),
+            millis(times[0]),
+            millis(times[times.len() - 1])
+        ),
+    }
 }
 
 /// p50, mean, p99 and max of `times`.
@@ -232,22 +287,29 @@ fn main() {
     let resident_settled = resident_mib();
 
     // A process that opens the catalog again: its first write loads the newest checkpoint.
-    let reopened = ObjectStoreCatalog::new(Arc::clone(&store), Path::default(), options());
-    let first_write = {
-        let size = sizes[1].1;
-        let splits = commit_splits(size, rounds[1].fetch_add(1, Ordering::Relaxed));
+    // Apart, on fresh instances of their own: reading the checkpoint file's bytes, and loading
+    // the state (the checkpoint and the log versions after it) without writing. Each a few
+    // times, for the median: one run of tens of milliseconds on a shared machine is noise.
+    let reopenings = if quick { 1 } else { REOPENINGS };
+    let large = format!("growth-{}", sizes[1].0);
+    let mut reopened = Reopened::default();
+    for _ in 0..reopenings {
+        reopened
+            .file_reads
+            .extend(runtime.block_on(read_newest_checkpoint(&*store, &large)));
+        let loading = ObjectStoreCatalog::new(Arc::clone(&store), Path::default(), options());
         let started = Instant::now();
-        let dataset = format!("growth-{}", sizes[1].0);
-        runtime.block_on(upsert(&reopened, &dataset, splits));
-        started.elapsed()
-    };
-    let reopened_1k = {
-        let reopened = ObjectStoreCatalog::new(Arc::clone(&store), Path::default(), options());
-        let splits = commit_splits(sizes[0].1, rounds[0].fetch_add(1, Ordering::Relaxed));
-        let started = Instant::now();
-        runtime.block_on(upsert(&reopened, "growth-1k", splits));
-        started.elapsed()
-    };
+        runtime.block_on(loading.probe_version(&large)).unwrap();
+        reopened.loads.push(started.elapsed());
+        reopened.log_reads.push(loading.stats().log_reads);
+        for (index, (name, size)) in sizes.iter().enumerate() {
+            let writer = ObjectStoreCatalog::new(Arc::clone(&store), Path::default(), options());
+            let splits = commit_splits(*size, rounds[index].fetch_add(1, Ordering::Relaxed));
+            let started = Instant::now();
+            runtime.block_on(upsert(&writer, &format!("growth-{name}"), splits));
+            reopened.writes[index].push(started.elapsed());
+        }
+    }
 
     let [small, large] = [0, 1].map(|index| summary(&mut times[index]));
     let stats = catalog.stats();
@@ -298,11 +360,32 @@ fn main() {
         ));
     }
     bench.report(format!(
-        "catalog growth: the first write after reopening: {:.1} ms at {} splits, {:.1} ms at {}",
-        millis(first_write),
+        "catalog growth: the first write after reopening: {} at {} splits, {} at {} (medians of {reopenings})",
+        spread(&mut reopened.writes[1]),
         sizes[1].0,
-        millis(reopened_1k),
+        spread(&mut reopened.writes[0]),
         sizes[0].0
+    ));
+    let file = match reopened.file_reads.first() {
+        Some((bytes, _)) => {
+            let mut reads: Vec<Duration> =
+                reopened.file_reads.iter().map(|(_, took)| *took).collect();
+            format!(
+                "reading its checkpoint file ({:.1} MB) {}",
+                *bytes as f64 / 1e6,
+                spread(&mut reads)
+            )
+        }
+        None => "no checkpoint written yet".to_string(),
+    };
+    reopened.log_reads.sort();
+    bench.report(format!(
+        "  at {}, apart: {file}; loading the state (the checkpoint, and {} to {} log reads for \
+         the versions after it) {}",
+        sizes[1].0,
+        reopened.log_reads.first().unwrap_or(&0),
+        reopened.log_reads.last().unwrap_or(&0),
+        spread(&mut reopened.loads),
     ));
     bench.report(format!(
         "catalog growth: resident memory {resident_before:.0} MiB before, {resident_staged:.0} \
@@ -312,6 +395,5 @@ fn main() {
         staging.as_secs_f64(),
         settling * 2,
     ));
-    drop(reopened);
     bench.finish();
 }

@@ -10,6 +10,7 @@
 pub mod conformance;
 pub mod crash;
 pub mod harness;
+pub mod latency_store;
 pub mod rendezvous;
 pub mod sql_counter;
 

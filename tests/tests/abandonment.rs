@@ -37,10 +37,11 @@ fn request(dataset_id: &str, split_ids: &[&str]) -> CommitRequest {
     }
 }
 
-/// A commit that crashed before its second object: both rows staged, one object written,
-/// the intent `Armed`. Returns its operation id.
+/// A commit that crashed before its second object (its steps: begin, the two objects,
+/// publish): both rows staged, one object written, the intent `Armed`. Returns its operation
+/// id.
 async fn crashed_before_confirming(h: &Harness, dataset_id: &str) -> String {
-    let crash = Arc::new(CrashAt::new(4, false));
+    let crash = Arc::new(CrashAt::new(3, false));
     let crashing = h.engine.with_faults(crash.clone());
     assert!(
         crashing

@@ -6,17 +6,21 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use mend::engine::{CommitRequest, CommitSplit, IntentStatus, Outcome};
+use mend::engine::{
+    BeginOperation, CommitRequest, CommitSplit, ExternalKind, IntentStatus, Outcome, PlannedSplit,
+};
 use mend::faults::{CrashAt, DurableStep};
 use mend::model::{CheckpointDelta, ListQuery, PartitionDelta, SplitState};
+use mend::objects::format::sha256;
 use mend_policy::{RecoveryDecision, RecoveryMode};
 use mend_tests::crash::{RecoveryCrash, SecondCrashes, recover_after_crash};
 use mend_tests::{Backend, Harness};
 
 const SPLITS: [&str; 2] = ["c-1", "c-2"];
-/// Intent, stage, two objects, confirm, publish, delete intent: checked against a clean run,
-/// so that a step added to the commit cannot go uncrashed.
-const DURABLE_STEPS: usize = 7;
+/// Begin (intent and stage, one atomic step), two objects (put at once), publish (with the
+/// intent's deletion, one atomic step): checked against a clean run, so that a step added to
+/// the commit cannot go uncrashed.
+const DURABLE_STEPS: usize = 4;
 /// Roll-forward first (it finishes or abandons what it can); what it cannot, exclusive rolls
 /// back.
 const MODES: &[RecoveryMode] = &[RecoveryMode::RollForward, RecoveryMode::Exclusive];
@@ -125,13 +129,10 @@ async fn clean_run_steps(backend: Backend) -> Vec<DurableStep> {
     assert_eq!(
         steps,
         [
-            DurableStep::WriteIntent,
-            DurableStep::StageRows,
+            DurableStep::BeginCommit,
             put(SPLITS[0]),
             put(SPLITS[1]),
-            DurableStep::ConfirmIntent,
-            DurableStep::Publish,
-            DurableStep::DeleteIntent,
+            DurableStep::PublishCommit,
         ],
         "{backend}: the commit's durable steps changed; update DURABLE_STEPS and its comment"
     );
@@ -155,10 +156,20 @@ async fn run_schedules(backend: Backend) {
             let crashing = h.engine.with_faults(crash.clone());
             let result = crashing.commit(&request(&dataset_id)).await;
             assert!(result.is_err(), "{schedule}: the commit did not crash");
+            let taken = crash.steps();
             assert_eq!(
-                crash.steps(),
+                taken[..k],
                 steps[..k],
                 "{schedule}: the crashed run did not take the clean run's steps"
+            );
+            // The objects are put at once: those in flight when the k-th step crashed run on,
+            // as they would when a process dies (the commit waits for them before it fails).
+            assert!(
+                taken[k..]
+                    .iter()
+                    .all(|step| matches!(step, DurableStep::PutObject { .. })),
+                "{schedule}: steps after the crash: {:?}",
+                &taken[k..]
             );
 
             // The writer is gone: its lease runs out, then recovery runs.
@@ -208,17 +219,53 @@ async fn run_schedules(backend: Backend) {
 /// moves the same partition on: the first one's delta applied (its splits are published, and
 /// the checkpoint is past its end, which it never moves back from), so it is settled. Every
 /// mode says so; roll-forward discards its intent as stale and audits it; nothing is blocked
-/// and nothing is undone.
+/// and nothing is undone. An in-process commit deletes its intent in its publish's own step,
+/// so the first commit is a writer's in another process (`operations.rs`), whose publish
+/// still deletes the intent in a step of its own (as a backend running the catalog's default,
+/// separate steps does).
 async fn a_completed_commit_is_never_blocked(backend: Backend) {
     let h = Harness::new(backend).await;
     let dataset_id = h.create_dataset("settled").await;
-    let crash = Arc::new(CrashAt::new(DURABLE_STEPS, false));
+    let payloads: Vec<Vec<u8>> = SPLITS
+        .iter()
+        .map(|id| format!("payload of {id}").into_bytes())
+        .collect();
+    let begin = BeginOperation {
+        dataset_id: dataset_id.clone(),
+        operation_id: Some("first".into()),
+        kind: ExternalKind::Commit,
+        node: "writer".into(),
+        lease_ms: None,
+        splits: SPLITS
+            .iter()
+            .zip(&payloads)
+            .map(|(id, payload)| PlannedSplit {
+                split_id: (*id).into(),
+                metadata_json: r#"{"num_docs": 10}"#.into(),
+                size: payload.len() as u64,
+                sha256: sha256(payload),
+            })
+            .collect(),
+        checkpoint_delta: request(&dataset_id).checkpoint_delta,
+        replaced_split_ids: Vec::new(),
+        publish_token: None,
+    };
+    h.engine.begin_operation(&begin).await.unwrap();
+    for (id, payload) in SPLITS.iter().zip(&payloads) {
+        let body = futures::stream::iter([Ok(Bytes::from(payload.clone()))]);
+        h.engine
+            .upload_object(&dataset_id, "first", id, body)
+            .await
+            .unwrap();
+    }
+    // The publish's steps: confirm, publish, delete the intent.
+    let crash = Arc::new(CrashAt::new(3, false));
     let result = h
         .engine
         .with_faults(crash.clone())
-        .commit(&request(&dataset_id))
+        .publish_operation(&dataset_id, "first")
         .await;
-    assert!(result.is_err(), "the commit did not crash");
+    assert!(result.is_err(), "the publish did not crash");
     assert_eq!(crash.steps().last(), Some(&DurableStep::DeleteIntent));
     let first = h.engine.catalog().list_intents(&dataset_id).await.unwrap();
     assert_eq!(first.len(), 1, "its intent is left");

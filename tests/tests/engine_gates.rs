@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mend::MendError;
 use mend::clock::SystemClock;
-use mend::engine::{CommitRequest, CommitSplit};
+use mend::engine::{CommitRequest, CommitSplit, IntentStatus};
 use mend::faults::{CrashAt, DurableStep, Faults};
 use mend::gates::{GateName, GateSession, Gates, ObjectStoreGates, PostgresGates};
 use mend::model::{CheckpointDelta, DatasetConfig, PartitionDelta, SplitState};
@@ -64,7 +64,8 @@ fn one_split_commit(dataset_id: &str, node: &str) -> CommitRequest {
 /// Leaves a crashed commit's intent in the dataset.
 async fn crashed_commit(h: &Harness, dataset_id: &str) {
     let request = one_split_commit(dataset_id, "writer");
-    let crashing = h.engine.with_faults(Arc::new(CrashAt::new(3, false)));
+    // Before its object (its steps: begin, the object, publish).
+    let crashing = h.engine.with_faults(Arc::new(CrashAt::new(2, false)));
     assert!(crashing.commit(&request).await.is_err());
     h.clock.advance_ms(120_000);
 }
@@ -239,7 +240,7 @@ fn paused_before(
 async fn a_stale_writer_cannot_publish(backend: Backend) {
     let h = Harness::new(backend).await;
     let dataset_id = h.create_dataset("fenced").await;
-    let (writer, reached_rx, resume_tx) = paused_before(&h, DurableStep::Publish);
+    let (writer, reached_rx, resume_tx) = paused_before(&h, DurableStep::PublishCommit);
     let request = CommitRequest {
         checkpoint_delta: Some(CheckpointDelta {
             source: "events".into(),
@@ -320,26 +321,32 @@ async fn a_stale_writer_cannot_publish_on_s3() {
     a_stale_writer_cannot_publish(Backend::S3).await;
 }
 
-/// A writer stalls after its publish, before deleting its intent; a sweep finds the commit
-/// settled and discards the intent. The writer then finishes successfully: its operation
-/// happened, and the intent it meant to delete is gone.
+/// A writer stalls before its publish, its lease runs out, and a roll-forward sweep finds
+/// every effect of its commit in place: it publishes the commit under the operation's key and
+/// deletes the intent. The writer then finishes successfully: its publish finds the key
+/// recorded and answers recovery's result, writing nothing; the split is published once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operation_whose_intent_a_sweep_settled_still_succeeds() {
     for backend in [Backend::Memory, Backend::Postgres] {
         let h = Harness::new(backend).await;
         let dataset_id = h.create_dataset("settled").await;
-        let (writer, reached_rx, resume_tx) = paused_before(&h, DurableStep::DeleteIntent);
+        let (writer, reached_rx, resume_tx) = paused_before(&h, DurableStep::PublishCommit);
         let request = one_split_commit(&dataset_id, "slow-writer");
         let stalled = tokio::spawn(async move { writer.commit(&request).await });
         tokio::task::spawn_blocking(move || reached_rx.recv().unwrap())
             .await
             .unwrap();
+        h.clock.advance_ms(120_000);
         let report = h
             .engine
             .recover(&dataset_id, RecoveryMode::RollForward)
             .await
             .unwrap();
-        assert_eq!(report.intents.len(), 1);
+        assert_eq!(
+            report.count(IntentStatus::RollForwardRequired),
+            1,
+            "{report:?}"
+        );
         assert!(
             h.engine
                 .catalog()
@@ -348,11 +355,25 @@ async fn an_operation_whose_intent_a_sweep_settled_still_succeeds() {
                 .unwrap()
                 .is_empty()
         );
+        let published = h.engine.dataset(&dataset_id).await.unwrap();
         resume_tx.send(()).unwrap();
         let result = stalled.await.unwrap();
-        assert!(result.is_ok(), "{backend}: {result:?}");
+        let answered = result.unwrap_or_else(|error| panic!("{backend}: {error}"));
+        assert_eq!(
+            answered.publish.manifest_version, published.manifest_version,
+            "{backend}: the writer is answered recovery's publish"
+        );
+        assert_eq!(
+            h.engine
+                .dataset(&dataset_id)
+                .await
+                .unwrap()
+                .manifest_version,
+            published.manifest_version,
+            "{backend}: the writer's publish wrote nothing"
+        );
         println!(
-            "settled [{backend}]: the sweep discarded a published commit's intent; the writer still succeeded"
+            "settled [{backend}]: the sweep rolled a stalled writer's commit forward; the writer still succeeded, answered the recorded publish"
         );
     }
 }

@@ -119,7 +119,8 @@ async fn check_hostile(backend: Backend) {
 
     // Invariant 6: compensation in roll-forward mode; invariant 1: a roll-forward that would
     // publish splits whose objects are missing.
-    for (crash_at, label) in [(5, "complete effects"), (3, "a missing object")] {
+    // The commit's steps: begin, the objects of a and b, publish.
+    for (crash_at, label) in [(4, "complete effects"), (3, "a missing object")] {
         let ds = h.create_dataset("hostile-recovery").await;
         let crashing = h
             .engine

@@ -196,9 +196,9 @@ async fn read_only_handles_never_recover_and_read_write_handles_do() {
             checkpoint_delta: None,
             publish_token: None,
         };
-        // Crash after the object landed and before the intent was confirmed: roll-forward
-        // can finish it.
-        let crashing = h.engine.with_faults(Arc::new(CrashAt::new(4, false)));
+        // Crash after the object landed and before the publish (the commit's steps: begin,
+        // the object, publish): roll-forward can finish it.
+        let crashing = h.engine.with_faults(Arc::new(CrashAt::new(3, false)));
         assert!(crashing.commit(&commit).await.is_err());
         h.clock.advance_ms(120_000);
         let pending = h.engine.catalog().list_intents(&dataset_id).await.unwrap();
@@ -343,7 +343,8 @@ async fn the_write_path_refreshes_its_snapshot_only_and_never_sweeps() {
             checkpoint_delta: None,
             publish_token: None,
         };
-        let crashing = h.engine.with_faults(Arc::new(CrashAt::new(5, false)));
+        // Before its publish: begin, the object, publish.
+        let crashing = h.engine.with_faults(Arc::new(CrashAt::new(3, false)));
         assert!(crashing.commit(&commit).await.is_err());
         let pending = h.engine.catalog().list_intents(&dataset_id).await.unwrap();
         let error = handle

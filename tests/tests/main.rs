@@ -26,6 +26,7 @@ mod reconcile;
 mod recovery_audit;
 mod recovery_batches;
 mod recovery_modes;
+mod round_trips;
 mod scenarios;
 mod split_ids;
 mod staging_contention;

@@ -76,7 +76,8 @@ async fn a_swap_is_prepared_to_the_side_published_at_once_and_rolled_back() {
 
     // Some recorded decisions to replay: a crashed commit, recovered.
     let dataset_id = h.create_dataset("swap").await;
-    let crashing = engine.with_faults(Arc::new(CrashAt::new(4, false)));
+    // Crashed before its publish (its steps: begin, the object, publish).
+    let crashing = engine.with_faults(Arc::new(CrashAt::new(3, false)));
     assert!(crashing.commit(&commit(&dataset_id, "s")).await.is_err());
     h.clock.advance_ms(120_000);
     engine
@@ -196,7 +197,7 @@ async fn swaps_under_load(backend: Backend) {
             let mut reports = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 // A writer crashes after its upload; its lease runs out; recovery finishes it.
-                let crashing = h.engine.with_faults(Arc::new(CrashAt::new(4, false)));
+                let crashing = h.engine.with_faults(Arc::new(CrashAt::new(3, false)));
                 assert!(
                     crashing
                         .commit(&commit(&ds, &format!("c-{round}")))

@@ -33,7 +33,8 @@ async fn unconfirmed_commit(h: &Harness) -> (String, String) {
         checkpoint_delta: None,
         publish_token: None,
     };
-    let crashing = h.engine.with_faults(Arc::new(CrashAt::new(4, false)));
+    // Before its second object (its steps: begin, the two objects, publish).
+    let crashing = h.engine.with_faults(Arc::new(CrashAt::new(3, false)));
     assert!(crashing.commit(&request).await.is_err());
     h.clock.advance_ms(120_000);
     let intents = h.engine.catalog().list_intents(&dataset_id).await.unwrap();

@@ -13,6 +13,7 @@
 //! transaction, or one optimistic commit attempt), so the decision and the write see the same
 //! state. A backend calls it again if it retries the step.
 
+mod commit;
 pub mod object_store;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -33,6 +34,7 @@ use crate::model::{
     PublishRequest, PublishResult, SplitPage, SplitState, StageMode, StagedSplit, TimestampMs,
 };
 
+pub use self::commit::{BegunCommit, IntentBuilder, built_intent, refuse_abandoned};
 pub use self::object_store::ObjectStoreCatalog;
 #[cfg(feature = "postgres")]
 pub use self::postgres::PostgresCatalog;
@@ -533,6 +535,57 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     /// The dataset's audit records, oldest first (by recorded time, then in append order),
     /// at most `limit` of the newest when given.
     async fn list_audit(&self, dataset_id: &str, limit: Option<usize>) -> Result<Vec<AuditRecord>>;
+
+    // One commit's two catalog steps (`commit.rs`). Each folds steps above into one atomic
+    // step, so that a commit writes two log versions (or transactions) instead of five. The
+    // defaults run the folded steps one after another: a backend that does not implement
+    // these keeps working, at the old cost.
+
+    /// A commit's first step: reads the dataset, builds the commit's intent from it
+    /// (`intent`, called once per attempt, with the dataset as read in that attempt), writes
+    /// the intent, which must be `Armed` and in this host's format, and stages `split_ids`
+    /// (distinct, sorted) create-only as [`stage`](Catalog::stage) does with `planner`, all in
+    /// one atomic step. The intent is written whatever the stage's outcomes: a row another
+    /// writer holds is reported `Skipped`, and the caller undoes its own. `AlreadyExists` if
+    /// the operation id is taken, `NotFound` if the dataset does not exist; nothing is
+    /// written in either case.
+    ///
+    /// The default runs [`dataset`](Catalog::dataset), [`put_intent`](Catalog::put_intent)
+    /// and [`stage`](Catalog::stage) one after another.
+    async fn begin_commit(
+        &self,
+        dataset_id: &str,
+        intent: &IntentBuilder<'_>,
+        splits: &[Arc<NewSplit>],
+        planner: &StagePlanner<'_>,
+        now_ms: TimestampMs,
+    ) -> Result<BegunCommit> {
+        commit::begin_in_steps(self, dataset_id, intent, splits, planner, now_ms).await
+    }
+
+    /// A commit's last step: publishes `request` as [`publish`](Catalog::publish) does, its
+    /// result recorded under `key`, and deletes the intent of `intent.operation_id`, which the
+    /// publish settles, in one atomic step, and only while that intent is there and not
+    /// `Abandoned`: once recovery has abandoned the operation (its lease ran out before it
+    /// published), it never publishes (`FailedPrecondition` naming the operation), and an
+    /// intent that is gone is `NotFound` (recovery settled the operation). Both are checked
+    /// before the publish, in the same step. With `key` recorded already (recovery rolled the
+    /// operation forward under the same key), the recorded result is answered and the intent,
+    /// if still there, deleted; nothing else is read or checked.
+    ///
+    /// The default: the record if there is one; otherwise moves the intent from `Armed` to
+    /// `EffectsConfirmed` ([`update_intent`](Catalog::update_intent), which fails once
+    /// recovery abandoned it), publishes, and deletes the intent, one after another.
+    async fn publish_commit(
+        &self,
+        intent: &Intent,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now_ms: TimestampMs,
+        key: &RequestKey,
+    ) -> Result<PublishResult> {
+        commit::publish_in_steps(self, intent, request, validate, now_ms, key).await
+    }
 }
 
 /// `checkpoint` with `delta` applied, for backends to store. Each partition's from-position

@@ -5,34 +5,83 @@
 //!
 //! Steps, each a durable write passing through the fault seam:
 //!
-//! 1. write the intent (`Armed`): every row, object (size and payload checksum) and the
-//!    publish it plans, and the state it expects;
-//! 2. stage the rows, create-only: a row someone else holds fails the commit, after undoing
-//!    only this commit's own rows;
-//! 3. upload each object put-if-absent, with its recovery metadata embedded;
-//! 4. confirm the intent (`EffectsConfirmed`);
-//! 5. publish;
-//! 6. delete the intent.
+//! 1. **begin** ([`Catalog::begin_commit`](crate::catalog::Catalog::begin_commit)): one
+//!    atomic step that reads the dataset, writes the intent (`Armed`: every row, object (size
+//!    and payload checksum) and the publish it plans, and the state it expects) and stages the
+//!    rows create-only; a row someone else holds fails the commit, after undoing only this
+//!    commit's own rows;
+//! 2. **upload** each object put-if-absent, with its recovery metadata embedded,
+//!    [`UPLOADS_IN_FLIGHT`] at a time;
+//! 3. **publish** ([`Catalog::publish_commit`](crate::catalog::Catalog::publish_commit)): one
+//!    atomic step that publishes, records the result under the operation's key and deletes
+//!    the intent, only while the intent is there and not abandoned.
+//!
+//! On an object store that is two log versions and, with the uploads in between, three
+//! rounds of requests one after another (each log version is one put-if-absent on the state
+//! the catalog last read or wrote, with no look first); in Postgres two transactions.
+//!
+//! **Why there is no confirmation step.** A commit used to move its intent to
+//! `EffectsConfirmed` between its uploads and its publish: five catalog writes in all
+//! (intent, stage, confirm, publish, delete intent). The confirmation did two things, and
+//! both are done without it:
+//!
+//! - *It told recovery that every effect was in place.* Recovery never took its word for
+//!   that: it reads every planned object's header (size, payload checksum, and the operation
+//!   id, so an object of another operation never counts), because an object deleted or
+//!   replaced since must never be published (invariant 1); and it rolls an `Armed` commit
+//!   forward already when every planned row and object is found as planned and the publish
+//!   still applies. Object puts land whole or not at all, so there is no half-uploaded object
+//!   to tell from a landed one. What recovery can observe of a commit is exactly what the
+//!   confirmation said, and more reliably.
+//! - *It fenced the owner against abandonment.* Recovery abandons only an `Armed` intent whose
+//!   lease ran out, moving it to `Abandoned` in one atomic step; a confirmation had to find the
+//!   intent `Armed`, so once abandoned, the owner could never publish, and once confirmed, it
+//!   could no longer be abandoned. The publish step now makes the same check in the same atomic
+//!   step as its effect: it publishes only while the intent is there and not `Abandoned`, and
+//!   deletes it. Of a publish and an abandonment racing, exactly one lands, as of a
+//!   confirmation and an abandonment: an abandonment that lands first makes the publish fail
+//!   (`FailedPrecondition`), a publish that lands first leaves nothing to abandon
+//!   (`NotFound`). Recovery rolling the commit forward while its owner publishes is settled
+//!   by the operation's key: both publish under it, and the second answers the first's
+//!   record.
+//!
+//! So a crash leaves one of four states, each one recovery resolved before the steps were
+//! folded: nothing; an `Armed` intent with its rows and some or none of its objects (abandoned
+//! once its lease runs out: fenced, its rows marked, its objects left to gc); an `Armed`
+//! intent with every object in place (rolled forward: published under the operation's key, and
+//! abandoned instead if its publish no longer applies, since nothing of it is visible); or the
+//! commit published with its intent gone. A published commit whose intent is left, and a
+//! confirmed intent, are no longer left by a commit, but still by an operation of a writer
+//! in another process (`operations.rs`) and by a backend that runs the folded steps one after
+//! another (the trait's defaults); recovery resolves them as before.
 //!
 //! A crash anywhere leaves an intent that [`recovery`](super::recovery) resolves: rolled
-//! forward when every effect is in place, otherwise rolled back in exclusive mode.
+//! forward when every effect is in place, otherwise abandoned, or rolled back in exclusive
+//! mode.
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
 use crate::error::{EntityKind, MendError, Result};
 use crate::faults::DurableStep;
 use crate::intent::{
-    ExpectedState, Intent, IntentPhase, OperationKind, PlannedEffects, PlannedObject,
-    PlannedPublish, PlannedRow,
+    ExpectedState, Intent, OperationKind, PlannedEffects, PlannedObject, PlannedPublish, PlannedRow,
 };
 use crate::model::{
-    CheckpointDelta, PublishRequest, PublishResult, SplitState, StageMode, StageOutcome,
-    StageRequest, StageSplit,
+    CheckpointDelta, Dataset, PublishRequest, PublishResult, SplitState, StageMode, StageOutcome,
+    StageRequest, StageSplit, TimestampMs,
 };
 use crate::objects::format::{HEADER_FORMAT_VERSION, SplitObjectHeader, sha256};
-use crate::validate;
+
+/// How many of a commit's objects are put at once: enough that a commit of a typical batch
+/// (up to 16 splits) waits for one round of puts, however far the store is (each put waits
+/// tens of milliseconds on S3), few enough that a commit of large objects holds a bounded
+/// share of the store's connections.
+const UPLOADS_IN_FLIGHT: usize = 16;
 
 /// One split of a commit: its row and the bytes of its object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,7 +192,7 @@ impl Engine {
                 })
                 .collect(),
         };
-        validate::stage_request(&stage, self.stage_limits())?;
+        let (splits, planner) = self.stage_planner(&stage)?;
         let mut ids: Vec<&str> = request.splits.iter().map(|s| s.split_id.as_str()).collect();
         ids.sort_unstable();
         if let Some(pair) = ids.windows(2).find(|pair| pair[0] == pair[1]) {
@@ -152,141 +201,74 @@ impl Engine {
                 pair[0]
             )));
         }
-        let publish = PublishRequest {
-            dataset_id: request.dataset_id.clone(),
+        let planned = PlannedPublish {
             staged_split_ids: request.splits.iter().map(|s| s.split_id.clone()).collect(),
             replaced_split_ids: replaced_split_ids.to_vec(),
             checkpoint_delta: request.checkpoint_delta.clone(),
             publish_token: request.publish_token.clone(),
-            fencing_epoch: None,
         };
-        validate::publish_request(&publish, self.options.max_stage_batch)?;
-        let dataset = self.catalog.dataset(&request.dataset_id).await?;
-        // The epoch the commit began under: if exclusive recovery moves it on meanwhile, this
-        // writer's publish is refused (invariant 7).
-        let publish = PublishRequest {
-            fencing_epoch: Some(dataset.fencing_epoch),
-            ..publish
+        let publish = |fencing_epoch: Option<u64>| PublishRequest {
+            dataset_id: request.dataset_id.clone(),
+            staged_split_ids: planned.staged_split_ids.clone(),
+            replaced_split_ids: planned.replaced_split_ids.clone(),
+            checkpoint_delta: planned.checkpoint_delta.clone(),
+            publish_token: planned.publish_token.clone(),
+            fencing_epoch,
         };
+        // Checked whole before the first write; with the epoch the dataset is at when the
+        // intent is written, once it is known.
+        self.check_publish(&publish(Some(0)))?;
 
         let operation_id = uuid::Uuid::new_v4().to_string();
         tracing::Span::current().record("operation_id", tracing::field::display(&operation_id));
-        let objects: Vec<(SplitObjectHeader, &Bytes)> = request
-            .splits
-            .iter()
-            .map(|split| {
-                let header = SplitObjectHeader {
-                    format_version: HEADER_FORMAT_VERSION,
-                    dataset_id: request.dataset_id.clone(),
-                    dataset_uid: dataset.uid.clone(),
-                    split_id: split.split_id.clone(),
-                    node: request.node.clone(),
-                    metadata_json: split.metadata_json.clone(),
-                    operation_id: Some(operation_id.clone()),
-                    payload_size: split.payload.len() as u64,
-                    payload_sha256: sha256(&split.payload),
-                };
-                (header, &split.payload)
-            })
-            .collect();
         let now = self.now_ms();
-        let mut intent = Intent {
-            effects: PlannedEffects {
-                stage: request
-                    .splits
-                    .iter()
-                    .map(|split| PlannedRow {
-                        split_id: split.split_id.clone(),
-                        metadata_json: split.metadata_json.clone(),
-                    })
-                    .collect(),
-                objects: objects
-                    .iter()
-                    .map(|(header, payload)| PlannedObject {
-                        split_id: header.split_id.clone(),
-                        size: crate::objects::format::encoded_len(header, payload.len()),
-                        checksum: header.payload_sha256.clone(),
-                    })
-                    .collect(),
-                publish: Some(PlannedPublish {
-                    staged_split_ids: publish.staged_split_ids.clone(),
-                    replaced_split_ids: publish.replaced_split_ids.clone(),
-                    checkpoint_delta: publish.checkpoint_delta.clone(),
-                    publish_token: publish.publish_token.clone(),
-                }),
-                ..PlannedEffects::default()
-            },
-            expected: ExpectedState {
-                manifest_version: dataset.manifest_version,
-                split_states: request
-                    .splits
-                    .iter()
-                    .map(|split| (split.split_id.clone(), None))
-                    .chain(
-                        replaced_split_ids
-                            .iter()
-                            .map(|id| (id.clone(), Some(SplitState::Published))),
-                    )
-                    .collect(),
-                config_version: None,
-            },
-            ..Intent::armed(
-                operation_id.clone(),
+        let lease_ms = self.options.intent_lease_ms;
+        let build = |dataset: &Dataset| -> Result<Intent> {
+            Ok(commit_intent(
                 kind,
-                &request.dataset_id,
-                &request.node,
+                request,
+                &planned,
+                &operation_id,
+                dataset,
                 now,
-                self.options.intent_lease_ms,
-            )
+                lease_ms,
+            ))
         };
-
-        self.durably(DurableStep::WriteIntent, self.catalog.put_intent(&intent))
+        let begun = self
+            .durably(
+                DurableStep::BeginCommit,
+                self.catalog
+                    .begin_commit(&request.dataset_id, &build, &splits, &planner, now),
+            )
             .await?;
-
-        let staged = self
-            .durably(DurableStep::StageRows, self.stage(&stage))
-            .await?;
-        let taken: Vec<String> = staged
+        let taken: Vec<String> = begun
             .splits
             .iter()
             .filter(|split| split.outcome != StageOutcome::Inserted)
             .map(|split| split.split_id.clone())
             .collect();
         if !taken.is_empty() {
-            return Err(self
-                .abandon_commit(
-                    &intent,
-                    staged.inserted().map(str::to_string).collect(),
-                    taken,
-                )
-                .await);
+            let own = begun
+                .splits
+                .iter()
+                .filter(|split| split.outcome == StageOutcome::Inserted)
+                .map(|split| split.split_id.clone())
+                .collect();
+            return Err(self.abandon_commit(&begun.intent, own, taken).await);
         }
 
-        for (header, payload) in &objects {
-            let step = DurableStep::PutObject {
-                split_id: header.split_id.clone(),
-            };
-            self.durably(step, self.objects.put_split(header, payload))
-                .await?;
-        }
+        // The objects the intent planned, from the very dataset it was built from.
+        let headers = object_headers(request, &begun.dataset.uid, &operation_id);
+        self.upload_objects(&headers, request).await?;
 
-        intent.phase = IntentPhase::EffectsConfirmed;
-        intent.updated_at_ms = self.now_ms();
-        self.durably(
-            DurableStep::ConfirmIntent,
-            self.catalog.update_intent(&intent, IntentPhase::Armed),
-        )
-        .await?;
-
-        let key = super::operations::publish_key(&operation_id);
+        // The epoch the commit began under: if exclusive recovery moves it on meanwhile, this
+        // writer's publish is refused (invariant 7).
+        let publish = publish(Some(begun.dataset.fencing_epoch));
         let published = self
             .durably(
-                DurableStep::Publish,
-                self.publish_keyed(&publish, Some(&key)),
+                DurableStep::PublishCommit,
+                self.publish_commit(&begun.intent, &publish),
             )
-            .await?;
-
-        self.finish_intent(&request.dataset_id, &operation_id)
             .await?;
         tracing::debug!(
             kind = ?kind,
@@ -299,6 +281,65 @@ impl Engine {
             operation_id,
             publish: published,
         })
+    }
+
+    /// Puts the commit's objects, [`UPLOADS_IN_FLIGHT`] at a time, each put-if-absent and
+    /// through the fault seam. Once one fails, those not begun are not begun (as a process
+    /// that died would not begin them), and the commit answers once those in flight have
+    /// ended, so that nothing of it is still landing when its caller hears of the failure.
+    async fn upload_objects(
+        &self,
+        headers: &[SplitObjectHeader],
+        request: &CommitRequest,
+    ) -> Result<()> {
+        let failed = AtomicBool::new(false);
+        // The futures are made up front (they start when first polled): a stream that maps
+        // borrowed items lazily would make the commit's future not `Send` for every lifetime,
+        // and so not spawnable.
+        let uploads: Vec<_> = headers
+            .iter()
+            .zip(&request.splits)
+            .map(|(header, split)| {
+                let failed = &failed;
+                async move {
+                    if failed.load(Ordering::SeqCst) {
+                        return Ok(());
+                    }
+                    let step = DurableStep::PutObject {
+                        split_id: header.split_id.clone(),
+                    };
+                    let put = self
+                        .durably(step, self.objects.put_split(header, &split.payload))
+                        .await;
+                    if put.is_err() {
+                        failed.store(true, Ordering::SeqCst);
+                    }
+                    put.map(|_| ())
+                }
+            })
+            .collect();
+        let ended: Vec<Result<()>> = futures::stream::iter(uploads)
+            .buffer_unordered(UPLOADS_IN_FLIGHT)
+            .collect()
+            .await;
+        ended.into_iter().collect()
+    }
+
+    /// The commit's publish, with the deletion of its intent, in one atomic step. The commit
+    /// put every object itself, put-if-absent (the same bytes found in place count as put),
+    /// and nothing deletes an object of a live intent's staged row outside exclusive recovery,
+    /// which fences this publish first: so the publish looks for none of them again
+    /// (invariant 1 holds by the puts).
+    async fn publish_commit(
+        &self,
+        intent: &Intent,
+        publish: &PublishRequest,
+    ) -> Result<PublishResult> {
+        let key = super::operations::publish_key(&intent.operation_id);
+        let validator = self.publish_validator(publish);
+        self.catalog
+            .publish_commit(intent, publish, &validator, self.now_ms(), &key)
+            .await
     }
 
     /// Another writer holds some of the commit's splits: undo this commit's own rows (they
@@ -366,5 +407,91 @@ impl Engine {
         let value = write.await?;
         self.options.faults.after(&step)?;
         Ok(value)
+    }
+}
+
+/// The header of each split's object: a function of the request, the dataset's uid and the
+/// operation, so that the intent (built inside the catalog's step) and the uploads (after it)
+/// agree on every object's size.
+fn object_headers(
+    request: &CommitRequest,
+    dataset_uid: &str,
+    operation_id: &str,
+) -> Vec<SplitObjectHeader> {
+    request
+        .splits
+        .iter()
+        .map(|split| SplitObjectHeader {
+            format_version: HEADER_FORMAT_VERSION,
+            dataset_id: request.dataset_id.clone(),
+            dataset_uid: dataset_uid.to_string(),
+            split_id: split.split_id.clone(),
+            node: request.node.clone(),
+            metadata_json: split.metadata_json.clone(),
+            operation_id: Some(operation_id.to_string()),
+            payload_size: split.payload.len() as u64,
+            payload_sha256: sha256(&split.payload),
+        })
+        .collect()
+}
+
+/// The commit's intent, `Armed`, as built from `dataset` inside the step that writes it:
+/// every row, object (size and payload checksum) and the publish it plans, and the state it
+/// expects.
+fn commit_intent(
+    kind: OperationKind,
+    request: &CommitRequest,
+    planned: &PlannedPublish,
+    operation_id: &str,
+    dataset: &Dataset,
+    now_ms: TimestampMs,
+    lease_ms: i64,
+) -> Intent {
+    let headers = object_headers(request, &dataset.uid, operation_id);
+    Intent {
+        effects: PlannedEffects {
+            stage: request
+                .splits
+                .iter()
+                .map(|split| PlannedRow {
+                    split_id: split.split_id.clone(),
+                    metadata_json: split.metadata_json.clone(),
+                })
+                .collect(),
+            objects: headers
+                .iter()
+                .zip(&request.splits)
+                .map(|(header, split)| PlannedObject {
+                    split_id: header.split_id.clone(),
+                    size: crate::objects::format::encoded_len(header, split.payload.len()),
+                    checksum: header.payload_sha256.clone(),
+                })
+                .collect(),
+            publish: Some(planned.clone()),
+            ..PlannedEffects::default()
+        },
+        expected: ExpectedState {
+            manifest_version: dataset.manifest_version,
+            split_states: request
+                .splits
+                .iter()
+                .map(|split| (split.split_id.clone(), None))
+                .chain(
+                    planned
+                        .replaced_split_ids
+                        .iter()
+                        .map(|id| (id.clone(), Some(SplitState::Published))),
+                )
+                .collect(),
+            config_version: None,
+        },
+        ..Intent::armed(
+            operation_id.to_string(),
+            kind,
+            &request.dataset_id,
+            &request.node,
+            now_ms,
+            lease_ms,
+        )
     }
 }

@@ -50,8 +50,8 @@ use crate::faults::{Faults, NoFaults};
 use crate::gates::{GateName, GateSession, GateSet, Gates, HeldGates, InProcessGates};
 use crate::invariants;
 use crate::model::{
-    Dataset, DatasetConfig, ListQuery, MarkResult, PublishRequest, PublishResult, SplitPage,
-    SplitState, StageMode, StageRequest, StageResult, StagedSplit,
+    Dataset, DatasetConfig, ListQuery, MarkResult, NewSplit, PublishRequest, PublishResult,
+    SplitPage, SplitState, StageMode, StageRequest, StageResult, StagedSplit,
 };
 use crate::objects::SplitObjects;
 use crate::progress::{NoProgress, Progress};
@@ -440,24 +440,7 @@ impl Engine {
         request: &StageRequest,
         key: Option<&RequestKey>,
     ) -> Result<StageResult> {
-        let requested = validate::stage_request(request, self.stage_limits())?;
-        match request.mode {
-            StageMode::CreateOnly => self.require(
-                STAGE_CREATE_ONLY,
-                "a create-only stage must never run as an upsert",
-            )?,
-            StageMode::Upsert => self.require(STAGE_UPSERT, "an upsert stage needs upsert")?,
-        }
-        let distinct = catalog::distinct_splits(request.mode, &requested);
-        let split_ids: Vec<String> = distinct.iter().map(|s| s.split_id.clone()).collect();
-
-        let request_ids: Vec<String> = requested.iter().map(|s| s.split_id.clone()).collect();
-        let policy = self.policy();
-        let planner = |existing: &[ExistingRow]| -> Result<StagePlan> {
-            let planned =
-                policy.plan_stage_of(&request.dataset_id, request.mode, &request_ids, existing)?;
-            invariants::checked_stage_plan(request.mode, &requested, &split_ids, existing, planned)
-        };
+        let (distinct, planner) = self.stage_planner(request)?;
         let now_ms = self.now_ms();
         let splits: Vec<StagedSplit> = match self.recorded_answer(&request.dataset_id, key).await? {
             Some(answer) => answer,
@@ -479,6 +462,33 @@ impl Engine {
             mode: request.mode,
             splits,
         })
+    }
+
+    /// A stage request checked (its input, and the capability its mode needs), as the splits a
+    /// backend stages (one per id, sorted, [`catalog::distinct_splits`]) and the planner it calls with the rows it finds: the
+    /// policy plans, the invariants check the plan.
+    fn stage_planner(
+        &self,
+        request: &StageRequest,
+    ) -> Result<(Vec<Arc<NewSplit>>, impl Planner + use<>)> {
+        let requested = validate::stage_request(request, self.stage_limits())?;
+        match request.mode {
+            StageMode::CreateOnly => self.require(
+                STAGE_CREATE_ONLY,
+                "a create-only stage must never run as an upsert",
+            )?,
+            StageMode::Upsert => self.require(STAGE_UPSERT, "an upsert stage needs upsert")?,
+        }
+        let distinct = catalog::distinct_splits(request.mode, &requested);
+        let split_ids: Vec<String> = distinct.iter().map(|s| s.split_id.clone()).collect();
+        let request_ids: Vec<String> = requested.iter().map(|s| s.split_id.clone()).collect();
+        let policy = self.policy();
+        let (dataset_id, mode) = (request.dataset_id.clone(), request.mode);
+        let planner = move |existing: &[ExistingRow]| -> Result<StagePlan> {
+            let planned = policy.plan_stage_of(&dataset_id, mode, &request_ids, existing)?;
+            invariants::checked_stage_plan(mode, &requested, &split_ids, existing, planned)
+        };
+        Ok((distinct, planner))
     }
 
     /// Publishes staged splits, marks replaced ones and applies the checkpoint delta, all at
@@ -512,27 +522,22 @@ impl Engine {
         key: Option<&RequestKey>,
         objects: ObjectCheck,
     ) -> Result<PublishResult> {
-        self.check_publish_request(request)?;
+        self.check_publish(request)?;
         if let Some(answer) = self.recorded_answer(&request.dataset_id, key).await? {
             return Ok(answer);
         }
         if objects == ObjectCheck::LookForEach {
             self.check_objects_exist(request).await?;
         }
-        let policy = self.policy();
-        let validator = |observation: &PublishObservation| -> Result<()> {
-            let input = publish_input(request, observation);
-            let violations = policy.validate_publish(&input)?;
-            invariants::checked_publish(request, observation, violations)
-        };
+        let validator = self.publish_validator(request);
         self.catalog
             .publish(request, &validator, self.now_ms(), key)
             .await
     }
 
-    /// The checks of a publish request before anything is read: its limits, and the
-    /// capabilities what it carries needs.
-    fn check_publish_request(&self, request: &PublishRequest) -> Result<()> {
+    /// Refuses a publish request that is malformed, or that needs a capability this engine
+    /// lacks.
+    fn check_publish(&self, request: &PublishRequest) -> Result<()> {
         validate::publish_request(request, self.options.max_stage_batch)?;
         if request.checkpoint_delta.is_some() {
             self.require(PUBLISH_CHECKPOINT, "the publish carries a checkpoint delta")?;
@@ -544,6 +549,20 @@ impl Engine {
             self.require(PUBLISH_FENCING_EPOCH, "the publish carries a fencing epoch")?;
         }
         Ok(())
+    }
+
+    /// The validator a publish hands its backend: the policy's verdict on what the backend
+    /// observed, checked against the invariants.
+    fn publish_validator<'a>(
+        &self,
+        request: &'a PublishRequest,
+    ) -> impl Fn(&PublishObservation) -> Result<()> + Send + Sync + use<'a> {
+        let policy = self.policy();
+        move |observation: &PublishObservation| -> Result<()> {
+            let input = publish_input(request, observation);
+            let violations = policy.validate_publish(&input)?;
+            invariants::checked_publish(request, observation, violations)
+        }
     }
 
     /// Refuses a publish naming a split whose object is not in the store (invariant 1: every
@@ -691,6 +710,11 @@ impl Engine {
         }
     }
 }
+
+/// What a stage hands its backend to plan with ([`crate::catalog::StagePlanner`]).
+trait Planner: Fn(&[ExistingRow]) -> Result<StagePlan> + Send + Sync {}
+
+impl<F: Fn(&[ExistingRow]) -> Result<StagePlan> + Send + Sync> Planner for F {}
 
 /// Refuses `policy` if it requires a capability not in `capabilities`.
 fn check_capabilities(

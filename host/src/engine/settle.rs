@@ -141,7 +141,7 @@ impl Engine {
                     publish_token: planned.publish_token.clone(),
                     fencing_epoch: Some(sweep.dataset.fencing_epoch),
                 };
-                self.check_publish_request(&request).ok()?;
+                self.check_publish(&request).ok()?;
                 // Its objects were read in this sweep, as planned, while its rows were staged
                 // (the policy rolls forward only then). A staged row's object is never deleted
                 // (only a marked row's is, and a marked row never returns), and the batch

@@ -195,16 +195,11 @@ impl PolicyRuntime {
         split_ids: &[String],
         existing: &[ExistingRow],
     ) -> Result<Vec<PlannedSplit>, PolicyError> {
-        let planned: Vec<wit::PlannedSplit> = bindings::with_stage_plan_input(
-            dataset_id,
-            mode,
-            split_ids,
-            existing,
-            |wit_input| {
+        let planned: Vec<wit::PlannedSplit> =
+            bindings::with_stage_plan_input(dataset_id, mode, split_ids, existing, |wit_input| {
                 self.inner
                     .call_export("plan-stage", &self.inner.exports.plan_stage, wit_input)
-            },
-        )?;
+            })?;
         let size = planned
             .iter()
             .map(|p| {

@@ -9,6 +9,7 @@
 //! - `staging.rs`: datasets, staging in both modes, refused input, racing create-only batches;
 //! - `lifecycle.rs`: publish, fencing (tokens, epochs), mark, delete, list;
 //! - `intents.rs`: intents, abandoning them, audit records;
+//! - `commits.rs`: one commit's two catalog steps (`begin_commit`, `publish_commit`);
 //! - `recorded.rs`: requests under an idempotency key, at the catalog trait itself;
 //! - `settle.rs`: a recovery sweep's batches of settlements, at the catalog trait itself.
 
@@ -25,6 +26,7 @@ use mend_policy::capability::{
 use crate::harness::Harness;
 use crate::suite::Case;
 
+mod commits;
 mod intents;
 mod lifecycle;
 mod recorded;
@@ -107,6 +109,18 @@ pub(crate) const ALL: &[Case] = &[
     case!(
         intents::audit_records_append_in_order_and_list_the_newest,
         []
+    ),
+    case!(
+        commits::begin_commit_writes_the_intent_and_stages_at_once,
+        [STAGE_CREATE_ONLY]
+    ),
+    case!(
+        commits::publish_commit_settles_its_intent_at_once,
+        [STAGE_CREATE_ONLY, PUBLISH_CHECKPOINT]
+    ),
+    case!(
+        commits::publish_commit_and_an_abandonment_race_and_exactly_one_wins,
+        [STAGE_CREATE_ONLY]
     ),
     case!(
         recorded::keyed_creation_answers_a_retry_with_the_dataset_it_created,

@@ -418,10 +418,10 @@ impl Log {
 
         let state = match tokio::runtime::Handle::try_current() {
             Ok(runtime) => runtime
-                .spawn_blocking(move || checkpoint::decode(&parse_path, &bytes))
+                .spawn_blocking(move || checkpoint::decode(&parse_path, bytes))
                 .await
                 .map_err(|err| MendError::unavailable(format!("reading {path}: {err}"), err))??,
-            Err(_) => checkpoint::decode(&path, &bytes)?,
+            Err(_) => checkpoint::decode(&path, bytes)?,
         };
 
         if state.version != version {

@@ -36,7 +36,9 @@ pub(crate) mod log;
 mod mutations;
 mod open;
 mod retention;
+mod scan;
 mod settle;
+mod splits;
 pub(crate) mod state;
 #[cfg(test)]
 mod tests;
@@ -59,8 +61,8 @@ pub(crate) use self::open::open_objects;
 pub use self::open::open_store;
 use self::state::DatasetState;
 use super::{
-    Capabilities, Catalog, ManifestProbe, PublishValidator, RecordedRequest, RequestKey,
-    SettleValidator, Settled, Settlement, StagePlanner,
+    BegunCommit, Capabilities, Catalog, IntentBuilder, ManifestProbe, PublishValidator,
+    RecordedRequest, RequestKey, SettleValidator, Settled, Settlement, StagePlanner,
 };
 use crate::audit::AuditRecord;
 use crate::error::{EntityKind, MendError, Result};
@@ -764,7 +766,7 @@ impl Catalog for ObjectStoreCatalog {
         split_ids: &[String],
     ) -> Result<Vec<super::ExistingRow>> {
         let state = self.load(dataset_id).await?;
-        Ok(state.existing_rows(&mutations::distinct_sorted(split_ids)))
+        state.existing_rows(&mutations::distinct_sorted(split_ids))
     }
 
     async fn put_intent(&self, intent: &Intent) -> Result<()> {
@@ -834,5 +836,34 @@ impl Catalog for ObjectStoreCatalog {
 
     async fn list_audit(&self, dataset_id: &str, limit: Option<usize>) -> Result<Vec<AuditRecord>> {
         self.list_audit_records(dataset_id, limit).await
+    }
+
+    async fn begin_commit(
+        &self,
+        dataset_id: &str,
+        intent: &IntentBuilder<'_>,
+        splits: &[Arc<NewSplit>],
+        planner: &StagePlanner<'_>,
+        now_ms: TimestampMs,
+    ) -> Result<BegunCommit> {
+        self.mutate(dataset_id, now_ms, |state| {
+            mutations::begin_commit(state, intent, splits, planner, now_ms)
+        })
+        .await
+    }
+
+    async fn publish_commit(
+        &self,
+        intent: &Intent,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now_ms: TimestampMs,
+        key: &RequestKey,
+    ) -> Result<PublishResult> {
+        super::commit::same_dataset(intent, request)?;
+        self.mutate(&request.dataset_id, now_ms, |state| {
+            mutations::publish_commit(state, &intent.operation_id, request, validate, now_ms, key)
+        })
+        .await
     }
 }

@@ -8,7 +8,9 @@
 
 use std::sync::Arc;
 
-use crate::catalog::{PlannedAction, PublishObservation, PublishValidator, StagePlanner};
+use crate::catalog::{
+    BegunCommit, IntentBuilder, PlannedAction, PublishObservation, PublishValidator, StagePlanner,
+};
 use crate::error::{EntityKind, MendError, Result};
 use crate::intent::{Intent, IntentPhase};
 use crate::model::{
@@ -132,14 +134,14 @@ pub(super) fn stage(
     now_ms: TimestampMs,
 ) -> Result<Change<Vec<StagedSplit>>> {
     let requested: Vec<String> = splits.iter().map(|split| split.split_id.clone()).collect();
-    let existing = state.existing_rows(&requested);
+    let existing = state.existing_rows(&requested)?;
     let entries = planner(&existing)?.into_applicable(mode, splits, &existing)?;
 
     let mut rows = Vec::new();
     let mut results = Vec::with_capacity(entries.len());
     for entry in &entries {
         let split_id = &entry.split.split_id;
-        let current = state.splits.get(split_id);
+        let current = state.splits.get(split_id)?;
         let outcome = match (mode, &entry.action, current) {
             (_, PlannedAction::Insert, None) => {
                 rows.push(LogRow {
@@ -205,7 +207,7 @@ pub(super) fn publish(
     let replaced = distinct_sorted(&request.replaced_split_ids);
     let observed: Vec<String> = distinct_sorted(&[staged.clone(), replaced.clone()].concat());
     validate(&PublishObservation {
-        rows: state.existing_rows(&observed),
+        rows: state.existing_rows(&observed)?,
         checkpoint: state.dataset.checkpoint.clone(),
         publish_token: state.dataset.publish_token.clone(),
         fencing_epoch: state.dataset.fencing_epoch,
@@ -236,20 +238,23 @@ pub(super) fn publish(
             marked: Vec::new(),
         }));
     }
-    let not_in = |ids: &[String], wanted: SplitState| -> Vec<String> {
-        ids.iter()
-            .filter(|id| state.splits.get(*id).is_none_or(|row| row.state != wanted))
-            .cloned()
-            .collect()
+    let not_in = |ids: &[String], wanted: SplitState| -> Result<Vec<String>> {
+        let mut not = Vec::new();
+        for id in ids {
+            if state.split_state(id)? != Some(wanted) {
+                not.push(id.clone());
+            }
+        }
+        Ok(not)
     };
-    let not_staged = not_in(&staged, SplitState::Staged);
+    let not_staged = not_in(&staged, SplitState::Staged)?;
     if !not_staged.is_empty() {
         return Err(MendError::failed_precondition(
             "splits to publish are not staged",
             not_staged,
         ));
     }
-    let not_published = not_in(&replaced, SplitState::Published);
+    let not_published = not_in(&replaced, SplitState::Published)?;
     if !not_published.is_empty() {
         return Err(MendError::failed_precondition(
             "splits to replace are not published",
@@ -301,7 +306,7 @@ pub(super) fn mark_for_deletion(
     };
     let mut rows = Vec::new();
     for split_id in split_ids {
-        if state.splits[&split_id].state == SplitState::MarkedForDeletion {
+        if state.split_state(&split_id)? == Some(SplitState::MarkedForDeletion) {
             result.already_marked.push(split_id);
         } else {
             rows.push(LogRow {
@@ -335,7 +340,7 @@ pub(super) fn mark_stale_staged(
 ) -> Result<Change<Vec<String>>> {
     let mut rows = Vec::new();
     for split_id in distinct_sorted(split_ids) {
-        if let Some(row) = state.splits.get(&split_id)
+        if let Some(row) = state.splits.get(&split_id)?
             && row.state == SplitState::Staged
             && row.updated_at_ms < untouched_before_ms
         {
@@ -368,11 +373,12 @@ pub(super) fn delete_splits(
 ) -> Result<Change<()>> {
     let split_ids = distinct_sorted(split_ids);
     require_known(state, &split_ids)?;
-    let not_marked: Vec<String> = split_ids
-        .iter()
-        .filter(|id| state.splits[*id].state != SplitState::MarkedForDeletion)
-        .cloned()
-        .collect();
+    let mut not_marked = Vec::new();
+    for id in &split_ids {
+        if state.split_state(id)? != Some(SplitState::MarkedForDeletion) {
+            not_marked.push(id.clone());
+        }
+    }
     if !not_marked.is_empty() {
         return Err(MendError::failed_precondition(
             "only splits marked for deletion can be deleted; mark them first",
@@ -536,6 +542,77 @@ pub(super) fn delete_intent(state: &DatasetState, operation_id: &str) -> Result<
     })
 }
 
+/// A commit's first step ([`crate::catalog::Catalog::begin_commit`]): its intent, built from
+/// the dataset as this state holds it, and its rows staged create-only, in one commit. Always a
+/// commit: the intent is written even when every row is another writer's.
+pub(super) fn begin_commit(
+    state: &DatasetState,
+    build: &IntentBuilder<'_>,
+    requested: &[Arc<NewSplit>],
+    planner: &StagePlanner<'_>,
+    now_ms: TimestampMs,
+) -> Result<Change<BegunCommit>> {
+    let intent = crate::catalog::built_intent(&state.dataset.dataset_id, &state.dataset, build)?;
+    let mut actions = match put_intent(state, &intent)? {
+        Change::Commit { actions, .. } => actions,
+        Change::Unchanged(()) => unreachable!("a new intent is always written"),
+    };
+    let splits = match stage(state, StageMode::CreateOnly, requested, planner, now_ms)? {
+        Change::Commit {
+            actions: staged,
+            output,
+        } => {
+            actions.extend(staged);
+            output
+        }
+        Change::Unchanged(output) => output,
+    };
+    Ok(Change::Commit {
+        actions,
+        output: BegunCommit {
+            dataset: state.dataset.clone(),
+            intent,
+            splits,
+        },
+    })
+}
+
+/// A commit's last step ([`crate::catalog::Catalog::publish_commit`]): its publish, the
+/// deletion of its intent and the record of `key`, in one commit, while the intent is there
+/// and not abandoned. With `key` recorded, its result, and the intent deleted if it is left.
+pub(super) fn publish_commit(
+    state: &DatasetState,
+    operation_id: &str,
+    request: &PublishRequest,
+    validate: &PublishValidator<'_>,
+    now_ms: TimestampMs,
+    key: &RequestKey,
+) -> Result<Change<PublishResult>> {
+    let delete_intent = Action::DeleteIntent {
+        operation_id: operation_id.to_string(),
+    };
+    if let Some(found) = state.recorded.get(&key.key) {
+        let output = found.replay(key)?;
+        if !state.intents.contains_key(operation_id) {
+            return Ok(Change::Unchanged(output));
+        }
+        return Ok(Change::Commit {
+            actions: vec![delete_intent],
+            output,
+        });
+    }
+    crate::catalog::refuse_abandoned(stored_intent(state, operation_id)?)?;
+    let (mut actions, output) = match publish(state, request, validate, now_ms)? {
+        Change::Commit { actions, output } => (actions, output),
+        Change::Unchanged(output) => (Vec::new(), output),
+    };
+    actions.push(delete_intent);
+    actions.push(Action::RecordRequest {
+        record: Box::new(RecordedRequest::new(key, &output, now_ms)),
+    });
+    Ok(Change::Commit { actions, output })
+}
+
 fn stored_intent<'a>(state: &'a DatasetState, operation_id: &str) -> Result<&'a Intent> {
     state
         .intents
@@ -567,7 +644,7 @@ fn set_dataset(dataset: Dataset) -> Change<Dataset> {
 fn require_known(state: &DatasetState, split_ids: &[String]) -> Result<()> {
     let unknown: Vec<String> = split_ids
         .iter()
-        .filter(|id| !state.splits.contains_key(*id))
+        .filter(|id| !state.splits.contains(id))
         .cloned()
         .collect();
     if unknown.is_empty() {

@@ -26,7 +26,7 @@ impl ObjectStoreCatalog {
     ) -> Result<Vec<Settled>> {
         settle::check_batch(dataset_id, settlements)?;
         self.mutate(dataset_id, now_ms, |state| {
-            let planned = settle::plan(&view(state, settlements), settlements, validate, now_ms)?;
+            let planned = settle::plan(&view(state, settlements)?, settlements, validate, now_ms)?;
             commit(state, planned, now_ms)
         })
         .await
@@ -34,7 +34,7 @@ impl ObjectStoreCatalog {
 }
 
 /// What the batch reads of `state`.
-fn view(state: &DatasetState, settlements: &[Settlement]) -> SettleView {
+fn view(state: &DatasetState, settlements: &[Settlement]) -> Result<SettleView> {
     let mut view = SettleView {
         dataset: Some(state.dataset.clone()),
         rows: HashMap::new(),
@@ -43,7 +43,7 @@ fn view(state: &DatasetState, settlements: &[Settlement]) -> SettleView {
     };
     for settlement in settlements {
         for split_id in settlement.split_ids() {
-            if let Some(stored) = state.splits.get(split_id) {
+            if let Some(stored) = state.splits.get(split_id)? {
                 view.rows.insert(split_id.clone(), stored.state);
             }
         }
@@ -61,7 +61,7 @@ fn view(state: &DatasetState, settlements: &[Settlement]) -> SettleView {
             view.recorded.insert(key.key.clone(), found.clone());
         }
     }
-    view
+    Ok(view)
 }
 
 /// The planned batch as the actions of one commit on `state`.

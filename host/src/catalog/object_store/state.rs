@@ -10,6 +10,7 @@
 //! (a listing, a commit's post-image). A parsed metadata object costs about ten times its
 //! text; a process that only writes to a dataset of 100,000 splits held them all.
 
+use std::borrow::Cow;
 use std::ops::Bound;
 
 use imbl::OrdMap;
@@ -17,6 +18,7 @@ use imbl::OrdMap;
 use mend_policy::ExistingRow;
 
 use super::log::{Action, Commit, LogRow, RawJson, Snapshot};
+use super::splits::Splits;
 use crate::catalog::RecordedRequest;
 use crate::error::{MendError, Result};
 use crate::intent::{Intent, check_format};
@@ -36,8 +38,9 @@ pub(crate) struct DatasetState {
     pub dataset: Dataset,
     /// Persistent maps: a writer clones the state for every commit it attempts, and a clone
     /// shares everything it does not change, so a commit costs what it touches, not the size
-    /// of the dataset.
-    pub splits: OrdMap<String, StoredSplit>,
+    /// of the dataset. The splits of a state loaded from a checkpoint stay the checkpoint's
+    /// bytes until a row is read ([`Splits`]).
+    pub splits: Splits,
     /// Unresolved operations, by operation id.
     pub intents: OrdMap<String, Intent>,
     /// Results of keyed requests, by key.
@@ -76,7 +79,7 @@ impl DatasetState {
         let state = Self {
             version: 0,
             dataset: dataset.clone(),
-            splits: OrdMap::new(),
+            splits: Splits::new(),
             intents: OrdMap::new(),
             recorded,
         };
@@ -105,7 +108,7 @@ impl DatasetState {
     pub fn from_parts(
         version: u64,
         dataset: Dataset,
-        splits: OrdMap<String, StoredSplit>,
+        splits: Splits,
         intents: Vec<Intent>,
         recorded: Vec<RecordedRequest>,
     ) -> Result<Self> {
@@ -131,7 +134,7 @@ impl DatasetState {
 
     /// The row of `split_id` as a commit's post-image would carry it, unchanged.
     pub fn log_row(&self, split_id: &str) -> Result<LogRow> {
-        match self.splits.get(split_id) {
+        match self.splits.get(split_id)? {
             Some(stored) => Ok(stored.to_log_row(split_id)),
             None => Err(MendError::splits_not_found(vec![split_id.to_string()])),
         }
@@ -235,7 +238,7 @@ impl DatasetState {
                 }
                 Action::DeleteSplits { split_ids } => {
                     for split_id in split_ids {
-                        if self.splits.remove(split_id).is_none() {
+                        if !self.splits.remove(split_id) {
                             return Err(contradiction(
                                 &self.dataset.dataset_id,
                                 commit.version,
@@ -269,55 +272,62 @@ impl DatasetState {
     }
 
     /// The rows among `split_ids` that exist, in the order of `split_ids`.
-    pub fn existing_rows(&self, split_ids: &[String]) -> Vec<ExistingRow> {
-        split_ids
-            .iter()
-            .filter_map(|split_id| {
-                self.splits.get(split_id).map(|stored| ExistingRow {
+    pub fn existing_rows(&self, split_ids: &[String]) -> Result<Vec<ExistingRow>> {
+        let mut rows = Vec::new();
+        for split_id in split_ids {
+            if let Some(stored) = self.splits.get(split_id)? {
+                rows.push(ExistingRow {
                     split_id: split_id.clone(),
                     state: stored.state,
-                })
-            })
-            .collect()
+                });
+            }
+        }
+        Ok(rows)
+    }
+
+    /// The state of the row of `split_id`, if there is one.
+    pub fn split_state(&self, split_id: &str) -> Result<Option<SplitState>> {
+        Ok(self.splits.get(split_id)?.map(|stored| stored.state))
     }
 
     pub fn list_splits(&self, query: &ListQuery) -> Result<SplitPage> {
         // Asked for by id (as recovery asks, once per intent), a listing looks the ids up
         // rather than scanning the dataset, so its cost follows the ids, not the dataset; a
         // page after a cursor starts at the cursor.
-        let by_id: Option<Vec<(&String, &StoredSplit)>> = query.split_ids.as_ref().map(|ids| {
-            let ids: std::collections::BTreeSet<&String> = ids.iter().collect();
-            ids.into_iter()
-                .filter_map(|id| self.splits.get_key_value(id))
-                .collect()
-        });
-        let candidates: Box<dyn Iterator<Item = (&String, &StoredSplit)>> =
-            match (by_id, &query.after_split_id) {
-                (Some(rows), _) => Box::new(rows.into_iter()),
-                (None, Some(after)) => Box::new(
-                    self.splits
-                        .range::<_, str>((Bound::Excluded(after.as_str()), Bound::Unbounded)),
-                ),
-                (None, None) => Box::new(self.splits.iter()),
+        type Candidate<'a> = Result<(Cow<'a, str>, Cow<'a, StoredSplit>)>;
+        let candidates: Box<dyn Iterator<Item = Candidate<'_>>> =
+            match (&query.split_ids, &query.after_split_id) {
+                (Some(ids), _) => {
+                    let ids: std::collections::BTreeSet<&String> = ids.iter().collect();
+                    let found = ids.into_iter().filter_map(|id| match self.splits.get(id) {
+                        Ok(Some(stored)) => Some(Ok((Cow::Borrowed(id.as_str()), stored))),
+                        Ok(None) => None,
+                        Err(error) => Some(Err(error)),
+                    });
+                    Box::new(found)
+                }
+                (None, Some(after)) => Box::new(self.splits.range(Bound::Excluded(after.as_str()))),
+                (None, None) => Box::new(self.splits.range(Bound::Unbounded)),
             };
-        let mut matching = candidates.filter(|(split_id, stored)| {
-            query.matches_fields(
-                split_id,
+        let limit = query.limit.unwrap_or(usize::MAX);
+        let mut splits = Vec::new();
+        let mut next_after_split_id = None;
+        for candidate in candidates {
+            let (split_id, stored) = candidate?;
+            if !query.matches_fields(
+                &split_id,
                 stored.state,
                 stored.time_range,
                 stored.updated_at_ms,
-            )
-        });
-        let limit = query.limit.unwrap_or(usize::MAX);
-        let splits = matching
-            .by_ref()
-            .take(limit)
-            .map(|(split_id, stored)| stored.to_row(&self.dataset.dataset_id, split_id))
-            .collect::<Result<Vec<SplitRow>>>()?;
-        let next_after_split_id = match matching.next() {
-            Some(_) => splits.last().map(|row| row.split_id.clone()),
-            None => None,
-        };
+            ) {
+                continue;
+            }
+            if splits.len() == limit {
+                next_after_split_id = splits.last().map(|row: &SplitRow| row.split_id.clone());
+                break;
+            }
+            splits.push(stored.to_row(&self.dataset.dataset_id, &split_id)?);
+        }
         Ok(SplitPage {
             splits,
             next_after_split_id,

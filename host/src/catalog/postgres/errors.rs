@@ -130,6 +130,13 @@ pub(super) fn intent_error(error: sqlx::Error, dataset_id: &str, operation_id: &
     database_error(error, dataset_id)
 }
 
+/// Whether a statement failed because the operation id of the intent it inserted is taken.
+pub(super) fn is_intent_taken(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(database)
+        if database.code().as_deref() == Some(UNIQUE_VIOLATION)
+            && database.constraint() == Some(INTENTS_PRIMARY_KEY))
+}
+
 fn unavailable(error: sqlx::Error) -> MendError {
     MendError::unavailable(format!("postgres: {error}"), error)
 }

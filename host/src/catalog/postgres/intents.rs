@@ -195,7 +195,7 @@ pub(super) fn intent(row: &PgRow, dataset_id: &str) -> Result<Intent> {
 }
 
 /// A host writes only its own format; returns the version as the `INT` column stores it.
-fn own_format(intent: &Intent) -> Result<i32> {
+pub(super) fn own_format(intent: &Intent) -> Result<i32> {
     check_written_format(intent)?;
     Ok(i32::try_from(INTENT_FORMAT_VERSION).expect("format versions are small numbers"))
 }
@@ -226,7 +226,7 @@ async fn require_dataset(pool: &PgPool, dataset_id: &str) -> Result<()> {
 }
 
 /// The name of a phase in the `phase` column, as its CHECK constraint lists them.
-fn phase_name(phase: IntentPhase) -> &'static str {
+pub(super) fn phase_name(phase: IntentPhase) -> &'static str {
     match phase {
         IntentPhase::Armed => "armed",
         IntentPhase::EffectsConfirmed => "effects_confirmed",

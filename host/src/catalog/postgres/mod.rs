@@ -27,6 +27,7 @@
 //! this module stores it and refuses what it cannot apply as asked.
 
 mod audit;
+mod commit;
 mod datasets;
 mod errors;
 mod intents;
@@ -53,8 +54,8 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool, Postgres, Transaction};
 
 use crate::catalog::{
-    Capabilities, Catalog, PublishValidator, RecordedRequest, RequestKey, SettleValidator, Settled,
-    Settlement, StagePlanner,
+    BegunCommit, Capabilities, Catalog, IntentBuilder, PublishValidator, RecordedRequest,
+    RequestKey, SettleValidator, Settled, Settlement, StagePlanner,
 };
 use crate::error::{MendError, Result};
 use crate::intent::{Intent, IntentPhase};
@@ -646,6 +647,46 @@ impl Catalog for PostgresCatalog {
         limit: Option<usize>,
     ) -> Result<Vec<crate::audit::AuditRecord>> {
         audit::list(&self.pool, dataset_id, limit).await
+    }
+
+    async fn begin_commit(
+        &self,
+        dataset_id: &str,
+        intent: &IntentBuilder<'_>,
+        splits: &[Arc<NewSplit>],
+        planner: &StagePlanner<'_>,
+        now_ms: TimestampMs,
+    ) -> Result<BegunCommit> {
+        self.in_transaction(dataset_id, |mut transaction| async move {
+            let result = commit::begin(
+                &mut transaction,
+                dataset_id,
+                intent,
+                splits,
+                planner,
+                now_ms,
+            )
+            .await;
+            (transaction, result)
+        })
+        .await
+    }
+
+    async fn publish_commit(
+        &self,
+        intent: &Intent,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now_ms: TimestampMs,
+        key: &RequestKey,
+    ) -> Result<PublishResult> {
+        crate::catalog::commit::same_dataset(intent, request)?;
+        self.in_transaction(&intent.dataset_id, |mut transaction| async move {
+            let result =
+                commit::publish(&mut transaction, intent, request, validate, now_ms, key).await;
+            (transaction, result)
+        })
+        .await
     }
 }
 

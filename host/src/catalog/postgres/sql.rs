@@ -34,6 +34,8 @@ pub(super) const INTENT_SELECT_PHASE: &str = include_str!("sql/intent_select_pha
 pub(super) const INTENT_ABANDON: &str = include_str!("sql/intent_abandon.sql");
 pub(super) const INTENT_SELECT: &str = include_str!("sql/intent_select.sql");
 pub(super) const INTENT_DELETE: &str = include_str!("sql/intent_delete.sql");
+pub(super) const INTENT_DELETE_UNABANDONED: &str =
+    include_str!("sql/intent_delete_unabandoned.sql");
 pub(super) const INTENT_LIST: &str = include_str!("sql/intent_list.sql");
 pub(super) const INTENT_SELECT_FOR_SETTLE: &str = include_str!("sql/intent_select_for_settle.sql");
 pub(super) const INTENT_DELETE_BATCH: &str = include_str!("sql/intent_delete_batch.sql");

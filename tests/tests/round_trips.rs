@@ -1,0 +1,138 @@
+//! A commit's requests on object storage, counted by kind with the sequential round trips
+//! among them (`mend_tests::latency_store`): a commit on a catalog that holds the dataset's
+//! state writes two log versions, one put-if-absent each with no look first, and puts its
+//! objects at once, so that it waits for three round trips however many splits it carries
+//! (up to the 16 put at once). `tests/benches/round_trips.rs` times the same against a floor.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use mend::catalog::ObjectStoreCatalog;
+use mend::catalog::object_store::ObjectStoreCatalogOptions;
+use mend::engine::{CommitRequest, CommitSplit};
+use mend::model::DatasetConfig;
+use mend::objects::SplitObjects;
+use mend::runtime::PolicyRuntime;
+use mend::{Engine, EngineOptions};
+use mend_tests::latency_store::LatencyStore;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+
+fn commit(label: &str, splits: usize) -> CommitRequest {
+    CommitRequest {
+        dataset_id: "events".into(),
+        node: "writer".into(),
+        splits: (0..splits)
+            .map(|index| CommitSplit {
+                split_id: format!("{label}-{index:02}"),
+                metadata_json: "{}".into(),
+                payload: Bytes::from_static(b"payload"),
+            })
+            .collect(),
+        checkpoint_delta: None,
+        publish_token: None,
+    }
+}
+
+fn engine(store: &Arc<LatencyStore>) -> Engine {
+    // No checkpoint falls due during the test: only the commits' own requests are counted.
+    let options = ObjectStoreCatalogOptions {
+        checkpoint_interval: 1_000_000,
+        ..ObjectStoreCatalogOptions::default()
+    };
+    let catalog = ObjectStoreCatalog::new(store.clone(), Path::default(), options);
+    Engine::new(
+        Arc::new(catalog),
+        SplitObjects::new(store.clone(), Path::default()),
+        PolicyRuntime::default_policy().unwrap(),
+        EngineOptions::default(),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_waits_for_three_round_trips_and_writes_two_log_versions() {
+    let store = Arc::new(LatencyStore::new(
+        Arc::new(InMemory::new()),
+        Duration::from_millis(2),
+    ));
+    let engine = engine(&store);
+    engine
+        .create_dataset("events", &DatasetConfig::default())
+        .await
+        .unwrap();
+    // A writer that has committed before: its catalog holds the dataset's state.
+    engine.commit(&commit("warm", 1)).await.unwrap();
+    let mut checks = 0;
+    for splits in [1, 10, 16] {
+        store.take();
+        engine
+            .commit(&commit(&format!("c{splits}"), splits))
+            .await
+            .unwrap();
+        let counts = store.take();
+        assert_eq!(counts.log_puts, 2, "{splits} splits: {counts}");
+        assert_eq!(
+            counts.object_puts, splits as u64,
+            "{splits} splits: {counts}"
+        );
+        assert_eq!(
+            counts.put_if_absent,
+            2 + splits as u64,
+            "{splits} splits: every put is put-if-absent: {counts}"
+        );
+        assert_eq!(
+            counts.requests(),
+            2 + splits as u64,
+            "{splits} splits: no GET, HEAD, LIST, delete or other put: {counts}"
+        );
+        assert_eq!(counts.sequential, 3, "{splits} splits: {counts}");
+        checks += 5;
+    }
+    // 17 splits: the 17th put waits for a slot.
+    store.take();
+    engine.commit(&commit("c17", 17)).await.unwrap();
+    let counts = store.take();
+    assert_eq!((counts.requests(), counts.sequential), (19, 4), "{counts}");
+    checks += 1;
+    println!(
+        "round trips: {checks} checks: commits of 1, 10 and 16 splits took 2 log puts and one put per object, all put-if-absent, in 3 sequential round trips; 17 splits in 4"
+    );
+}
+
+/// Two writers on one store, each with a cached state: the second's put of the next version
+/// loses to the first's, and it learns of it from the put's failure, reads what won and
+/// commits on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_learns_of_a_lost_race_from_its_put() {
+    let store = Arc::new(LatencyStore::new(
+        Arc::new(InMemory::new()),
+        Duration::from_millis(2),
+    ));
+    let (first, second) = (engine(&store), engine(&store));
+    first
+        .create_dataset("events", &DatasetConfig::default())
+        .await
+        .unwrap();
+    first.commit(&commit("a", 1)).await.unwrap();
+    second.commit(&commit("b", 1)).await.unwrap();
+    first.commit(&commit("c", 1)).await.unwrap();
+    // `second` holds the state before `c`: its begin's put finds the version taken.
+    store.take();
+    second.commit(&commit("d", 1)).await.unwrap();
+    let counts = store.take();
+    // The lost put, the read back of the version that won, the read of the version after it
+    // (none), the put again, the object, the publish.
+    assert_eq!(counts.log_puts, 3, "{counts}");
+    assert_eq!(counts.object_puts, 1, "{counts}");
+    assert_eq!(counts.heads + counts.lists, 0, "{counts}");
+    assert!(counts.gets <= 4, "{counts}");
+    let rows = first
+        .list_splits("events", &Default::default())
+        .await
+        .unwrap()
+        .splits;
+    assert_eq!(rows.len(), 4);
+    println!("round trips: a writer that lost a race learned of it from its put: {counts}");
+}
