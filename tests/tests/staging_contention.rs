@@ -63,7 +63,7 @@ fn fresh_id(n: usize) -> String {
 /// Writer `writer`'s batches: about half fresh ids, the rest staged ones, shuffled, with
 /// repeats; with `others`, one id in every `others`-th batch is published or marked.
 fn batches(writer: usize, count: usize, others: Option<usize>) -> Vec<Vec<String>> {
-    let mut draw = Draw(0x9e37_79b9_7f4a_7c15 ^ (writer as u64 + 1) * 0x1000_0001);
+    let mut draw = Draw(0x9e37_79b9_7f4a_7c15 ^ ((writer as u64 + 1) * 0x1000_0001));
     (0..count)
         .map(|index| {
             let mut batch: Vec<String> = (0..BATCH - REPEATS)

@@ -731,7 +731,7 @@ mod tests {
         let operations: Vec<String> = (0..count).map(|i| format!("op{i:04}")).collect();
         let batch: Vec<Settlement> = (0..count)
             .map(|i| {
-                let from = (i > 0).then(|| i as u64);
+                let from = (i > 0).then_some(i as u64);
                 publish_of(
                     &operations[i],
                     &[ids[i].as_str()],
@@ -768,7 +768,7 @@ mod tests {
         let mut shown = std::mem::take(&mut *seen.lock().unwrap());
         shown.sort();
         let expected: Vec<(usize, Option<u64>)> =
-            (0..count).map(|i| (i, (i > 0).then(|| i as u64))).collect();
+            (0..count).map(|i| (i, (i > 0).then_some(i as u64))).collect();
         assert_eq!(
             shown, expected,
             "each asked once, on the checkpoint of its place"
