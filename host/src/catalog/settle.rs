@@ -767,8 +767,9 @@ mod tests {
         );
         let mut shown = std::mem::take(&mut *seen.lock().unwrap());
         shown.sort();
-        let expected: Vec<(usize, Option<u64>)> =
-            (0..count).map(|i| (i, (i > 0).then_some(i as u64))).collect();
+        let expected: Vec<(usize, Option<u64>)> = (0..count)
+            .map(|i| (i, (i > 0).then_some(i as u64)))
+            .collect();
         assert_eq!(
             shown, expected,
             "each asked once, on the checkpoint of its place"
