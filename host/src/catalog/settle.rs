@@ -8,9 +8,9 @@
 //!
 //! The batch's meaning is the one of its settlements applied one after another, in order, each
 //! on the state the ones before it left (only the checkpoint and the manifest version carry
-//! from one to the next: the splits are disjoint). [`plan`] computes it once for every backend,
-//! on what the backend read inside its atomic step ([`SettleView`]); the backend writes the
-//! result ([`SettlePlan`]) in the same step. [`one_at_a_time`] is the trait's default for a
+//! from one to the next: the splits are disjoint). `plan` computes it once for every backend,
+//! on what the backend read inside its atomic step (a `SettleView`); the backend writes the
+//! result (a `SettlePlan`) in the same step. `one_at_a_time` is the trait's default for a
 //! backend that has no atomic step for a batch: the old steps, one after another.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
