@@ -205,7 +205,8 @@ fn swap_cost(bench: &mut Bench, runtime: &tokio::runtime::Runtime) {
                 checkpoint_delta: None,
                 publish_token: None,
             };
-            let crashing = h.engine.with_faults(Arc::new(CrashAt::new(4, false)));
+            // Steps: begin, the object, then (crashed before) the publish.
+            let crashing = h.engine.with_faults(Arc::new(CrashAt::new(3, false)));
             assert!(crashing.commit(&request).await.is_err());
         }
         h.clock.advance_ms(120_000);

@@ -56,8 +56,9 @@ use object_store::path::Path;
 mod common;
 use common::{Bench, Sampling, micros, per_second};
 
-/// Commit steps: intent, stage, object, then (crashed before) confirm.
-const CRASH_BEFORE_CONFIRM: usize = 4;
+/// A commit of one split's durable steps: begin (its intent and its staged row), its object,
+/// then (crashed before) the publish: an armed intent whose object is in place.
+const CRASH_BEFORE_PUBLISH: usize = 3;
 
 fn intents() -> usize {
     std::env::var("MEND_BENCH_INTENTS")
@@ -182,7 +183,7 @@ async fn crashed_commits(engine: &Engine, dataset_id: &str, count: usize) {
                 checkpoint_delta: None,
                 publish_token: None,
             };
-            let crashing = engine.with_faults(Arc::new(CrashAt::new(CRASH_BEFORE_CONFIRM, false)));
+            let crashing = engine.with_faults(Arc::new(CrashAt::new(CRASH_BEFORE_PUBLISH, false)));
             assert!(
                 crashing.commit(&request).await.is_err(),
                 "the commit crashes"
