@@ -298,6 +298,57 @@ impl Harness {
         }
     }
 
+    /// Leaves a stale intent: `request` (one commit's splits, delta and token) published
+    /// through the protocol of a writer in another process, whose publish deletes the intent
+    /// in a step of its own, crashed right before that delete. An in-process commit cannot
+    /// leave one: its publish deletes its intent in the same atomic step.
+    pub async fn leave_stale_intent(&self, request: &mend::engine::CommitRequest) {
+        use mend::engine::{BeginOperation, ExternalKind, PlannedSplit};
+        use mend::faults::{CrashAt, DurableStep};
+        let begin = BeginOperation {
+            dataset_id: request.dataset_id.clone(),
+            operation_id: None,
+            kind: ExternalKind::Commit,
+            node: request.node.clone(),
+            lease_ms: None,
+            splits: request
+                .splits
+                .iter()
+                .map(|split| PlannedSplit {
+                    split_id: split.split_id.clone(),
+                    metadata_json: split.metadata_json.clone(),
+                    size: split.payload.len() as u64,
+                    sha256: mend::objects::format::sha256(&split.payload),
+                })
+                .collect(),
+            checkpoint_delta: request.checkpoint_delta.clone(),
+            replaced_split_ids: Vec::new(),
+            publish_token: request.publish_token.clone(),
+        };
+        let begun = self.engine.begin_operation(&begin).await.expect("begin");
+        for split in &request.splits {
+            let body = futures::stream::iter([Ok(split.payload.clone())]);
+            self.engine
+                .upload_object(
+                    &request.dataset_id,
+                    &begun.operation_id,
+                    &split.split_id,
+                    body,
+                )
+                .await
+                .expect("upload");
+        }
+        // The publish's steps: confirm, publish, delete the intent.
+        let crash = Arc::new(CrashAt::new(3, false));
+        let published = self
+            .engine
+            .with_faults(crash.clone())
+            .publish_operation(&request.dataset_id, &begun.operation_id)
+            .await;
+        assert!(published.is_err(), "the publish did not crash");
+        assert_eq!(crash.steps().last(), Some(&DurableStep::DeleteIntent));
+    }
+
     /// Moves the manual clock past `by_ms` after the store's own clock, which stamps objects.
     pub fn set_clock_past_wall_clock(&self, by_ms: i64) {
         let wall = std::time::SystemTime::now()

@@ -23,16 +23,39 @@ const LEASE_RUN_OUT_MS: i64 = 120_000;
 /// records; checked against a clean sweep.
 const SWEEP_STEPS: usize = 3;
 
-/// The crashed operations, by split, with the step (of intent, stage, object, confirm,
-/// publish, delete intent) each commit crashed before, and how recovery settles it.
-const COMMITS: [(&str, Option<&str>, usize, SplitState); 4] = [
-    // Effects in place, never confirmed: rolled forward, each moving its own partition.
-    ("roll-1", Some("0"), 4, SplitState::Published),
-    ("roll-2", Some("1"), 4, SplitState::Published),
+/// How a crashed operation was left.
+#[derive(Debug, Clone, Copy)]
+enum Left {
+    /// A commit crashed before its `k`-th durable step (of begin, object, publish).
+    CrashedBefore(usize),
+    /// Published, its intent left ([`Harness::leave_stale_intent`]).
+    StaleIntent,
+}
+
+/// The crashed operations, by split, with how each was left and how recovery settles it.
+const COMMITS: [(&str, Option<&str>, Left, SplitState); 4] = [
+    // Effects in place, never published: rolled forward, each moving its own partition.
+    (
+        "roll-1",
+        Some("0"),
+        Left::CrashedBefore(3),
+        SplitState::Published,
+    ),
+    (
+        "roll-2",
+        Some("1"),
+        Left::CrashedBefore(3),
+        SplitState::Published,
+    ),
     // Its object never written: abandoned, its row marked.
-    ("lost-1", None, 3, SplitState::MarkedForDeletion),
+    (
+        "lost-1",
+        None,
+        Left::CrashedBefore(2),
+        SplitState::MarkedForDeletion,
+    ),
     // Published, its intent left: stale.
-    ("done-1", None, 6, SplitState::Published),
+    ("done-1", None, Left::StaleIntent, SplitState::Published),
 ];
 
 fn commit(dataset_id: &str, split_id: &str, partition: Option<&str>) -> CommitRequest {
@@ -59,14 +82,15 @@ fn commit(dataset_id: &str, split_id: &str, partition: Option<&str>) -> CommitRe
 /// A dataset with the four crashed commits, their writers' leases run out.
 async fn setup(h: &Harness) -> String {
     let dataset_id = h.create_dataset("crash-batch").await;
-    for (split_id, partition, step, _) in COMMITS {
-        let crashing = h.engine.with_faults(Arc::new(CrashAt::new(step, false)));
-        assert!(
-            crashing
-                .commit(&commit(&dataset_id, split_id, partition))
-                .await
-                .is_err()
-        );
+    for (split_id, partition, left, _) in COMMITS {
+        let request = commit(&dataset_id, split_id, partition);
+        match left {
+            Left::CrashedBefore(step) => {
+                let crashing = h.engine.with_faults(Arc::new(CrashAt::new(step, false)));
+                assert!(crashing.commit(&request).await.is_err());
+            }
+            Left::StaleIntent => h.leave_stale_intent(&request).await,
+        }
         h.clock.advance_ms(1);
     }
     h.clock.advance_ms(LEASE_RUN_OUT_MS);

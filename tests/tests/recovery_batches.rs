@@ -17,9 +17,9 @@ use mend_tests::{Backend, Harness};
 
 /// Past the writers' lease (60 s by default).
 const LEASE_RUN_OUT_MS: i64 = 120_000;
-/// A commit's durable steps with one split: intent, stage, object, confirm, publish, delete.
-const BEFORE_CONFIRM: usize = 4;
-const BEFORE_DELETE_INTENT: usize = 6;
+/// A commit's durable steps with one split: begin (intent and stage), object, publish (and the
+/// intent's delete); crashed before the publish, its effects are in place, unpublished.
+const BEFORE_PUBLISH: usize = 3;
 
 fn commit(dataset_id: &str, split_id: &str, delta: Option<(&str, u64)>) -> CommitRequest {
     CommitRequest {
@@ -68,14 +68,14 @@ async fn a_refused_batch_settles_one_at_a_time(backend: Backend) {
     crash_commit(
         &h,
         &commit(&dataset_id, "x-1", Some(("0", 10))),
-        BEFORE_CONFIRM,
+        BEFORE_PUBLISH,
     )
     .await;
     h.clock.advance_ms(1);
     crash_commit(
         &h,
         &commit(&dataset_id, "x-2", Some(("0", 20))),
-        BEFORE_CONFIRM,
+        BEFORE_PUBLISH,
     )
     .await;
     h.clock.advance_ms(LEASE_RUN_OUT_MS);
@@ -207,7 +207,7 @@ async fn a_batch_holds_at_most_a_thousand_intents() {
     let count = MAX_SETTLEMENTS + 1;
     for i in 0..count {
         let request = commit(&dataset_id, &format!("s-{i:05}"), None);
-        crash_commit(&h, &request, BEFORE_DELETE_INTENT).await;
+        h.leave_stale_intent(&request).await;
     }
     h.clock.advance_ms(LEASE_RUN_OUT_MS);
     let steps = Arc::new(CrashAt::new(usize::MAX, false));
