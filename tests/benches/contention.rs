@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use criterion::Throughput;
 use mend::model::{StageMode, StageRequest, StageSplit};
+use mend_tests::draw::Draw;
 use mend_tests::{Backend, Harness};
 use sqlx::PgPool;
 
@@ -40,18 +41,6 @@ const FRESH: usize = 40_000;
 /// Of every batch, how many ids are repeats of another id of the same batch.
 const REPEATS: usize = 10;
 
-/// A small deterministic generator (xorshift64*): the same workload in every run.
-struct Ids(u64);
-
-impl Ids {
-    fn below(&mut self, bound: usize) -> usize {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % bound
-    }
-}
-
 fn present_id(n: usize) -> String {
     format!("present-{n:06}")
 }
@@ -62,7 +51,7 @@ fn fresh_id(n: usize) -> String {
 
 /// Writer `writer`'s batches: half present ids, half fresh ones, shuffled, with repeats.
 fn workload(writer: usize, batches: usize) -> Vec<Vec<String>> {
-    let mut ids = Ids(0x9e37_79b9_7f4a_7c15 ^ (writer as u64 + 1));
+    let mut ids = Draw(0x9e37_79b9_7f4a_7c15 ^ (writer as u64 + 1));
     (0..batches)
         .map(|_| {
             let distinct = BATCH - REPEATS;

@@ -9,6 +9,7 @@
 
 pub mod conformance;
 pub mod crash;
+pub mod draw;
 pub mod harness;
 pub mod latency_store;
 pub mod rendezvous;

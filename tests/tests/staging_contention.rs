@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use mend::MendError;
 use mend::model::{SplitRow, SplitState, StageMode, StageOutcome, StageRequest, StageSplit};
+use mend_tests::draw::Draw;
 use mend_tests::{Backend, Harness};
 
 const WRITERS: usize = 8;
@@ -31,18 +32,6 @@ const BATCH: usize = 100;
 const REPEATS: usize = 5;
 /// Every this many batches of a writer, one id is a published or marked one.
 const OTHERS_EVERY: usize = 4;
-
-/// A small deterministic generator (xorshift64*): the same batches in every run.
-struct Draw(u64);
-
-impl Draw {
-    fn below(&mut self, bound: usize) -> usize {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % bound
-    }
-}
 
 fn staged_id(n: usize) -> String {
     format!("staged-{n:04}")

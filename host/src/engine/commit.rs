@@ -470,21 +470,7 @@ fn commit_intent(
             publish: Some(planned.clone()),
             ..PlannedEffects::default()
         },
-        expected: ExpectedState {
-            manifest_version: dataset.manifest_version,
-            split_states: request
-                .splits
-                .iter()
-                .map(|split| (split.split_id.clone(), None))
-                .chain(
-                    planned
-                        .replaced_split_ids
-                        .iter()
-                        .map(|id| (id.clone(), Some(SplitState::Published))),
-                )
-                .collect(),
-            config_version: None,
-        },
+        expected: expected_state(dataset, planned),
         ..Intent::armed(
             operation_id.to_string(),
             kind,
@@ -493,5 +479,25 @@ fn commit_intent(
             now_ms,
             lease_ms,
         )
+    }
+}
+
+/// What a commit or merge expects of its dataset when its intent is written: the manifest
+/// version it read, no row yet for each split it stages, each split it replaces published.
+pub(super) fn expected_state(dataset: &Dataset, publish: &PlannedPublish) -> ExpectedState {
+    ExpectedState {
+        manifest_version: dataset.manifest_version,
+        split_states: publish
+            .staged_split_ids
+            .iter()
+            .map(|id| (id.clone(), None))
+            .chain(
+                publish
+                    .replaced_split_ids
+                    .iter()
+                    .map(|id| (id.clone(), Some(SplitState::Published))),
+            )
+            .collect(),
+        config_version: None,
     }
 }

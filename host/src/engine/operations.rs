@@ -42,8 +42,7 @@ use crate::bounds;
 use crate::catalog::RequestKey;
 use crate::error::{EntityKind, MendError, Result};
 use crate::intent::{
-    ExpectedState, Intent, IntentPhase, OperationKind, PlannedEffects, PlannedObject,
-    PlannedPublish, PlannedRow,
+    Intent, IntentPhase, OperationKind, PlannedEffects, PlannedObject, PlannedPublish, PlannedRow,
 };
 use crate::model::{
     CheckpointDelta, ListQuery, PublishRequest, PublishResult, SplitState, StageMode, StageOutcome,
@@ -268,6 +267,13 @@ impl Engine {
         let lease_ms = request
             .lease_ms
             .map_or(self.options.intent_lease_ms, |ms| ms as i64);
+        let publish = PlannedPublish {
+            staged_split_ids: request.splits.iter().map(|s| s.split_id.clone()).collect(),
+            replaced_split_ids: request.replaced_split_ids.clone(),
+            checkpoint_delta: request.checkpoint_delta.clone(),
+            publish_token: request.publish_token.clone(),
+        };
+        let expected = super::commit::expected_state(&dataset, &publish);
         let planned = Intent {
             effects: PlannedEffects {
                 stage: request
@@ -287,29 +293,10 @@ impl Engine {
                         checksum: header.payload_sha256.clone(),
                     })
                     .collect(),
-                publish: Some(PlannedPublish {
-                    staged_split_ids: request.splits.iter().map(|s| s.split_id.clone()).collect(),
-                    replaced_split_ids: request.replaced_split_ids.clone(),
-                    checkpoint_delta: request.checkpoint_delta.clone(),
-                    publish_token: request.publish_token.clone(),
-                }),
+                publish: Some(publish),
                 ..PlannedEffects::default()
             },
-            expected: ExpectedState {
-                manifest_version: dataset.manifest_version,
-                split_states: request
-                    .splits
-                    .iter()
-                    .map(|split| (split.split_id.clone(), None))
-                    .chain(
-                        request
-                            .replaced_split_ids
-                            .iter()
-                            .map(|id| (id.clone(), Some(SplitState::Published))),
-                    )
-                    .collect(),
-                config_version: None,
-            },
+            expected,
             ..Intent::armed(
                 operation_id.clone(),
                 internal_kind(request.kind),
