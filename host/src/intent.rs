@@ -19,7 +19,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{MendError, Result};
-use crate::model::{CheckpointDelta, DatasetConfig, SplitState, TimestampMs};
+use crate::model::{CheckpointDelta, DatasetConfig, PublishRequest, SplitState, TimestampMs};
 
 /// The intent format this host writes and the newest it reads. Format 2 added the
 /// [`IntentPhase::Abandoned`] phase; format 1 is read as it was (it never holds that phase).
@@ -113,6 +113,21 @@ pub struct PlannedPublish {
     /// The publish token the dataset required when the operation began.
     #[serde(default)]
     pub publish_token: Option<String>,
+}
+
+impl PlannedPublish {
+    /// The publish request this plan makes on `dataset_id`, carrying `fencing_epoch`: what
+    /// the operation's own publish sends, and what recovery sends when it rolls it forward.
+    pub fn request(&self, dataset_id: &str, fencing_epoch: Option<u64>) -> PublishRequest {
+        PublishRequest {
+            dataset_id: dataset_id.to_string(),
+            staged_split_ids: self.staged_split_ids.clone(),
+            replaced_split_ids: self.replaced_split_ids.clone(),
+            checkpoint_delta: self.checkpoint_delta.clone(),
+            publish_token: self.publish_token.clone(),
+            fencing_epoch,
+        }
+    }
 }
 
 /// The state the operation expects to find before its effects: recovery compares it with

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::audit::AuditRecord;
-use crate::error::Result;
+use crate::error::{MendError, Result};
 use crate::intent::{Intent, IntentPhase};
 use crate::model::{
     Checkpoint, CheckpointDelta, Dataset, DatasetConfig, ListQuery, MarkResult, NewSplit,
@@ -586,6 +586,80 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     ) -> Result<PublishResult> {
         commit::publish_in_steps(self, intent, request, validate, now_ms, key).await
     }
+}
+
+/// What a publish changes once the validator accepted it: the splits it publishes and those it
+/// replaces (sorted, distinct) and the checkpoint after its delta.
+pub(crate) struct PublishEffects {
+    pub staged: Vec<String>,
+    pub replaced: Vec<String>,
+    pub checkpoint: Checkpoint,
+}
+
+/// The checks every in-memory publish makes after the validator, in the Postgres backend's
+/// order (defense in depth: the validator checks all of this, but a publish must not break the
+/// lifecycle or move a checkpoint even if it has a bug): no split both published and replaced,
+/// the delta applies, the splits to publish are staged and those replaced published, as
+/// `state_of` tells. `None` for a publish that changes nothing.
+pub(crate) fn publish_effects(
+    dataset: &Dataset,
+    request: &PublishRequest,
+    state_of: impl Fn(&String) -> Result<Option<SplitState>>,
+) -> Result<Option<PublishEffects>> {
+    let staged = sorted_distinct(&request.staged_split_ids);
+    let replaced = sorted_distinct(&request.replaced_split_ids);
+    let in_both: Vec<String> = staged
+        .iter()
+        .filter(|id| replaced.binary_search(id).is_ok())
+        .cloned()
+        .collect();
+    if !in_both.is_empty() {
+        return Err(MendError::failed_precondition(
+            "splits cannot be both published and replaced",
+            in_both,
+        ));
+    }
+    let checkpoint = match &request.checkpoint_delta {
+        Some(delta) => checkpoint_after(&dataset.checkpoint, delta)?,
+        None => dataset.checkpoint.clone(),
+    };
+    if staged.is_empty() && replaced.is_empty() && checkpoint == dataset.checkpoint {
+        return Ok(None);
+    }
+    let not_in = |ids: &[String], wanted: SplitState| -> Result<Vec<String>> {
+        let mut not = Vec::new();
+        for id in ids {
+            if state_of(id)? != Some(wanted) {
+                not.push(id.clone());
+            }
+        }
+        Ok(not)
+    };
+    let not_staged = not_in(&staged, SplitState::Staged)?;
+    if !not_staged.is_empty() {
+        return Err(MendError::failed_precondition(
+            "splits to publish are not staged",
+            not_staged,
+        ));
+    }
+    let not_published = not_in(&replaced, SplitState::Published)?;
+    if !not_published.is_empty() {
+        return Err(MendError::failed_precondition(
+            "splits to replace are not published",
+            not_published,
+        ));
+    }
+    Ok(Some(PublishEffects {
+        staged,
+        replaced,
+        checkpoint,
+    }))
+}
+
+/// `ids` sorted, each once.
+pub(crate) fn sorted_distinct<'a>(ids: impl IntoIterator<Item = &'a String>) -> Vec<String> {
+    let distinct: BTreeSet<&String> = ids.into_iter().collect();
+    distinct.into_iter().cloned().collect()
 }
 
 /// `checkpoint` with `delta` applied, for backends to store. Each partition's from-position

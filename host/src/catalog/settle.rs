@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::catalog::{Catalog, PublishObservation, RecordedRequest, RequestKey};
+use crate::catalog::{Catalog, PublishObservation, RecordedRequest, RequestKey, sorted_distinct};
 use crate::error::{EntityKind, MendError, Result};
 use crate::intent::{Intent, IntentPhase};
 use crate::model::{Dataset, PublishRequest, PublishResult, SplitState, TimestampMs};
@@ -441,65 +441,27 @@ fn publish(
     ahead: Option<ValidatedAhead>,
     now_ms: TimestampMs,
 ) -> Result<PublishResult> {
-    let staged = sorted_distinct(&request.staged_split_ids);
-    let replaced = sorted_distinct(&request.replaced_split_ids);
     let observed = observation(dataset, state, request);
     match ahead {
         Some((seen, answer)) if seen == observed => answer?,
         _ => validate(request, &observed)?,
     }
-
-    // Defense in depth, as in `publish`: the validator checks all of this.
-    let in_both: Vec<String> = staged
-        .iter()
-        .filter(|id| replaced.binary_search(id).is_ok())
-        .cloned()
-        .collect();
-    if !in_both.is_empty() {
-        return Err(MendError::failed_precondition(
-            "splits cannot be both published and replaced",
-            in_both,
-        ));
-    }
-    let checkpoint = match &request.checkpoint_delta {
-        Some(delta) => crate::catalog::checkpoint_after(&dataset.checkpoint, delta)?,
-        None => dataset.checkpoint.clone(),
-    };
-    if staged.is_empty() && replaced.is_empty() && checkpoint == dataset.checkpoint {
+    let Some(effects) = crate::catalog::publish_effects(dataset, request, |id| Ok(state(id)))?
+    else {
         return Ok(PublishResult {
             dataset_id: dataset.dataset_id.clone(),
             manifest_version: dataset.manifest_version,
             published: Vec::new(),
             marked: Vec::new(),
         });
-    }
-    let not_in = |ids: &[String], wanted: SplitState| -> Vec<String> {
-        ids.iter()
-            .filter(|id| state(id) != Some(wanted))
-            .cloned()
-            .collect()
     };
-    let not_staged = not_in(&staged, SplitState::Staged);
-    if !not_staged.is_empty() {
-        return Err(MendError::failed_precondition(
-            "splits to publish are not staged",
-            not_staged,
-        ));
-    }
-    let not_published = not_in(&replaced, SplitState::Published);
-    if !not_published.is_empty() {
-        return Err(MendError::failed_precondition(
-            "splits to replace are not published",
-            not_published,
-        ));
-    }
-    dataset.checkpoint = checkpoint;
+    dataset.checkpoint = effects.checkpoint;
     bump(dataset, now_ms);
     Ok(PublishResult {
         dataset_id: dataset.dataset_id.clone(),
         manifest_version: dataset.manifest_version,
-        published: staged,
-        marked: replaced,
+        published: effects.staged,
+        marked: effects.replaced,
     })
 }
 
@@ -508,11 +470,6 @@ fn publish(
 fn bump(dataset: &mut Dataset, now_ms: TimestampMs) {
     dataset.manifest_version += 1;
     dataset.updated_at_ms = now_ms;
-}
-
-fn sorted_distinct<'a>(ids: impl IntoIterator<Item = &'a String>) -> Vec<String> {
-    let distinct: BTreeSet<&String> = ids.into_iter().collect();
-    distinct.into_iter().cloned().collect()
 }
 
 /// The trait's default [`Catalog::settle_intents`]: each settlement as the catalog's own

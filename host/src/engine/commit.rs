@@ -207,14 +207,8 @@ impl Engine {
             checkpoint_delta: request.checkpoint_delta.clone(),
             publish_token: request.publish_token.clone(),
         };
-        let publish = |fencing_epoch: Option<u64>| PublishRequest {
-            dataset_id: request.dataset_id.clone(),
-            staged_split_ids: planned.staged_split_ids.clone(),
-            replaced_split_ids: planned.replaced_split_ids.clone(),
-            checkpoint_delta: planned.checkpoint_delta.clone(),
-            publish_token: planned.publish_token.clone(),
-            fencing_epoch,
-        };
+        let publish =
+            |fencing_epoch: Option<u64>| planned.request(&request.dataset_id, fencing_epoch);
         // Checked whole before the first write; with the epoch the dataset is at when the
         // intent is written, once it is known.
         self.check_publish(&publish(Some(0)))?;

@@ -39,7 +39,7 @@ use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
 use crate::gates::{ExclusivePermit, GateName, GateSession};
 use crate::intent::{Intent, IntentPhase, OperationKind};
-use crate::model::{Dataset, ListQuery, PublishRequest, SplitState, TimestampMs};
+use crate::model::{Dataset, ListQuery, SplitState, TimestampMs};
 use crate::objects::FoundObject;
 use crate::objects::format::sha256;
 use crate::validate;
@@ -431,14 +431,7 @@ impl Engine {
             (RecoveryDecision::Stale, _) => {}
             (RecoveryDecision::RollForward, OperationKind::Commit | OperationKind::Merge) => {
                 if let Some(planned) = &intent.effects.publish {
-                    let publish = PublishRequest {
-                        dataset_id: intent.dataset_id.clone(),
-                        staged_split_ids: planned.staged_split_ids.clone(),
-                        replaced_split_ids: planned.replaced_split_ids.clone(),
-                        checkpoint_delta: planned.checkpoint_delta.clone(),
-                        publish_token: planned.publish_token.clone(),
-                        fencing_epoch: Some(dataset.fencing_epoch),
-                    };
+                    let publish = planned.request(&intent.dataset_id, Some(dataset.fencing_epoch));
                     // Recorded as the operation's own publish would be, so that its writer,
                     // asking again, is answered the result rather than "ended".
                     let key = super::operations::publish_key(&intent.operation_id);

@@ -133,14 +133,8 @@ impl Engine {
                 };
                 // Carries the fencing epoch the sweep read (after exclusive recovery's bump),
                 // so a sweep fenced out by a later exclusive one cannot publish either.
-                let request = PublishRequest {
-                    dataset_id: intent.dataset_id.clone(),
-                    staged_split_ids: planned.staged_split_ids.clone(),
-                    replaced_split_ids: planned.replaced_split_ids.clone(),
-                    checkpoint_delta: planned.checkpoint_delta.clone(),
-                    publish_token: planned.publish_token.clone(),
-                    fencing_epoch: Some(sweep.dataset.fencing_epoch),
-                };
+                let request =
+                    planned.request(&intent.dataset_id, Some(sweep.dataset.fencing_epoch));
                 self.check_publish(&request).ok()?;
                 // Its objects were read in this sweep, as planned, while its rows were staged
                 // (the policy rolls forward only then). A staged row's object is never deleted

@@ -766,7 +766,7 @@ impl Catalog for ObjectStoreCatalog {
         split_ids: &[String],
     ) -> Result<Vec<super::ExistingRow>> {
         let state = self.load(dataset_id).await?;
-        state.existing_rows(&mutations::distinct_sorted(split_ids))
+        state.existing_rows(&super::sorted_distinct(split_ids))
     }
 
     async fn put_intent(&self, intent: &Intent) -> Result<()> {

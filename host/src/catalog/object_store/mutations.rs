@@ -9,7 +9,8 @@
 use std::sync::Arc;
 
 use crate::catalog::{
-    BegunCommit, IntentBuilder, PlannedAction, PublishObservation, PublishValidator, StagePlanner,
+    BegunCommit, IntentBuilder, PlannedAction, PublishEffects, PublishObservation,
+    PublishValidator, StagePlanner, sorted_distinct,
 };
 use crate::error::{EntityKind, MendError, Result};
 use crate::intent::{Intent, IntentPhase};
@@ -203,9 +204,12 @@ pub(super) fn publish(
     validate: &PublishValidator<'_>,
     now_ms: TimestampMs,
 ) -> Result<Change<PublishResult>> {
-    let staged = distinct_sorted(&request.staged_split_ids);
-    let replaced = distinct_sorted(&request.replaced_split_ids);
-    let observed: Vec<String> = distinct_sorted(&[staged.clone(), replaced.clone()].concat());
+    let observed = sorted_distinct(
+        request
+            .staged_split_ids
+            .iter()
+            .chain(&request.replaced_split_ids),
+    );
     validate(&PublishObservation {
         rows: state.existing_rows(&observed)?,
         checkpoint: state.dataset.checkpoint.clone(),
@@ -213,54 +217,19 @@ pub(super) fn publish(
         fencing_epoch: state.dataset.fencing_epoch,
     })?;
 
-    // Defense in depth, in the Postgres backend's order: the validator checks all of this,
-    // but a publish must not break the lifecycle or move a checkpoint even if it has a bug.
-    let in_both: Vec<String> = staged
-        .iter()
-        .filter(|id| replaced.binary_search(id).is_ok())
-        .cloned()
-        .collect();
-    if !in_both.is_empty() {
-        return Err(MendError::failed_precondition(
-            "splits cannot be both published and replaced",
-            in_both,
-        ));
-    }
-    let checkpoint = match &request.checkpoint_delta {
-        Some(delta) => crate::catalog::checkpoint_after(&state.dataset.checkpoint, delta)?,
-        None => state.dataset.checkpoint.clone(),
-    };
-    if staged.is_empty() && replaced.is_empty() && checkpoint == state.dataset.checkpoint {
+    let Some(PublishEffects {
+        staged,
+        replaced,
+        checkpoint,
+    }) = crate::catalog::publish_effects(&state.dataset, request, |id| state.split_state(id))?
+    else {
         return Ok(Change::Unchanged(PublishResult {
             dataset_id: state.dataset.dataset_id.clone(),
             manifest_version: state.dataset.manifest_version,
             published: Vec::new(),
             marked: Vec::new(),
         }));
-    }
-    let not_in = |ids: &[String], wanted: SplitState| -> Result<Vec<String>> {
-        let mut not = Vec::new();
-        for id in ids {
-            if state.split_state(id)? != Some(wanted) {
-                not.push(id.clone());
-            }
-        }
-        Ok(not)
     };
-    let not_staged = not_in(&staged, SplitState::Staged)?;
-    if !not_staged.is_empty() {
-        return Err(MendError::failed_precondition(
-            "splits to publish are not staged",
-            not_staged,
-        ));
-    }
-    let not_published = not_in(&replaced, SplitState::Published)?;
-    if !not_published.is_empty() {
-        return Err(MendError::failed_precondition(
-            "splits to replace are not published",
-            not_published,
-        ));
-    }
 
     let mut rows = Vec::with_capacity(staged.len() + replaced.len());
     for split_id in &staged {
@@ -298,7 +267,7 @@ pub(super) fn mark_for_deletion(
     split_ids: &[String],
     now_ms: TimestampMs,
 ) -> Result<Change<MarkResult>> {
-    let split_ids = distinct_sorted(split_ids);
+    let split_ids = sorted_distinct(split_ids);
     require_known(state, &split_ids)?;
     let mut result = MarkResult {
         marked: Vec::new(),
@@ -339,7 +308,7 @@ pub(super) fn mark_stale_staged(
     now_ms: TimestampMs,
 ) -> Result<Change<Vec<String>>> {
     let mut rows = Vec::new();
-    for split_id in distinct_sorted(split_ids) {
+    for split_id in sorted_distinct(split_ids) {
         if let Some(row) = state.splits.get(&split_id)?
             && row.state == SplitState::Staged
             && row.updated_at_ms < untouched_before_ms
@@ -371,7 +340,7 @@ pub(super) fn delete_splits(
     split_ids: &[String],
     now_ms: TimestampMs,
 ) -> Result<Change<()>> {
-    let split_ids = distinct_sorted(split_ids);
+    let split_ids = sorted_distinct(split_ids);
     require_known(state, &split_ids)?;
     let mut not_marked = Vec::new();
     for id in &split_ids {
@@ -652,13 +621,6 @@ fn require_known(state: &DatasetState, split_ids: &[String]) -> Result<()> {
     } else {
         Err(MendError::splits_not_found(unknown))
     }
-}
-
-pub(super) fn distinct_sorted(split_ids: &[String]) -> Vec<String> {
-    let mut split_ids = split_ids.to_vec();
-    split_ids.sort();
-    split_ids.dedup();
-    split_ids
 }
 
 /// A staged split's metadata as the log keeps it: the caller's text, which validation found
