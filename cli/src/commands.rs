@@ -300,12 +300,36 @@ struct Status {
     /// policy; absent when the deployment's active policy runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     policy_file: Option<std::path::PathBuf>,
+    fleet: FleetSummary,
     datasets: Vec<DatasetStatus>,
+}
+
+/// The `mend serve` replicas sharing the catalog, as their membership leases say (a
+/// rebalance or takeover count lives in each replica: its `/v1/status` and metrics).
+#[derive(serde::Serialize)]
+struct FleetSummary {
+    members: Vec<MemberSummary>,
+    /// Members whose lease ran out without their leaving (dead or stalled).
+    expired: Vec<mend::fleet::Member>,
+    /// Why the fleet could not be read, if it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unreadable: Option<String>,
+}
+
+/// A live replica and its load: the datasets it owns, and those of them with pending intents.
+#[derive(serde::Serialize)]
+struct MemberSummary {
+    #[serde(flatten)]
+    member: mend::fleet::Member,
+    owned_datasets: usize,
+    owned_pending_datasets: usize,
 }
 
 #[derive(serde::Serialize)]
 struct DatasetStatus {
     dataset_id: String,
+    /// The live replica whose supervision it is; none while no replica runs.
+    owner: Option<String>,
     #[serde(flatten)]
     state: DatasetState,
 }
@@ -328,6 +352,32 @@ enum DatasetState {
 
 async fn status(engine: &Engine, settings: &Settings, json: bool) -> anyhow::Result<()> {
     let policy = engine.policy();
+    // Read only: `mend status` observes the fleet and never joins it.
+    let observed = match mend::fleet::replica_id(Some("mend-status")) {
+        Ok(id) => match mend::fleet::open_membership(
+            &settings.catalog,
+            id,
+            mend::fleet::DEFAULT_MEMBER_LEASE,
+        )
+        .await
+        {
+            Ok(membership) if !settings.catalog.starts_with("memory://") => {
+                membership.observe().await
+            }
+            Ok(_) => Ok(mend::fleet::Observed::default()),
+            Err(error) => Err(error),
+        },
+        Err(error) => Err(error),
+    };
+    let (observed, fleet_unreadable) = match observed {
+        Ok(observed) => (observed, None),
+        Err(error) => (mend::fleet::Observed::default(), Some(error.to_string())),
+    };
+    let mut load: std::collections::BTreeMap<&str, (usize, usize)> = observed
+        .members
+        .iter()
+        .map(|member| (member.replica_id.as_str(), (0, 0)))
+        .collect();
     let mut datasets = Vec::new();
     for (dataset_id, dataset) in engine.each_dataset().await.context("list datasets")? {
         let intents = match &dataset {
@@ -345,8 +395,38 @@ async fn status(engine: &Engine, settings: &Settings, json: bool) -> anyhow::Res
                 unreadable: error.to_string(),
             },
         };
-        datasets.push(DatasetStatus { dataset_id, state });
+        let owner = mend::fleet::owner_of(&dataset_id, &observed.members)
+            .map(|member| member.replica_id.clone());
+        if let Some(owner) = &owner
+            && let Some((owned, pending)) = load.get_mut(owner.as_str())
+        {
+            *owned += 1;
+            if matches!(state, DatasetState::Read { pending_intents, .. } if pending_intents > 0) {
+                *pending += 1;
+            }
+        }
+        datasets.push(DatasetStatus {
+            dataset_id,
+            owner,
+            state,
+        });
     }
+    let fleet = FleetSummary {
+        members: observed
+            .members
+            .iter()
+            .map(|member| {
+                let (owned, pending) = load[member.replica_id.as_str()];
+                MemberSummary {
+                    member: member.clone(),
+                    owned_datasets: owned,
+                    owned_pending_datasets: pending,
+                }
+            })
+            .collect(),
+        expired: observed.expired.clone(),
+        unreadable: fleet_unreadable,
+    };
     let status = Status {
         catalog: engine.catalog().describe(),
         policy_digest: policy.digest().to_string(),
@@ -356,6 +436,7 @@ async fn status(engine: &Engine, settings: &Settings, json: bool) -> anyhow::Res
             policy.description().version
         ),
         policy_file: settings.policy.clone(),
+        fleet,
         datasets,
     };
     output::json_or(&status, json, || {
@@ -371,7 +452,37 @@ async fn status(engine: &Engine, settings: &Settings, json: bool) -> anyhow::Res
                 ),
             },
         ];
+        match &status.fleet.unreadable {
+            Some(reason) => lines.push(format!("fleet: cannot be read: {reason}")),
+            None if status.fleet.members.is_empty() => {
+                lines.push("fleet: no replica running".to_string())
+            }
+            None => {
+                for member in &status.fleet.members {
+                    lines.push(format!(
+                        "replica {} (epoch {}): owns {} dataset(s), {} with pending intents",
+                        member.member.replica_id,
+                        member.member.epoch,
+                        member.owned_datasets,
+                        member.owned_pending_datasets
+                    ));
+                }
+            }
+        }
+        for member in &status.fleet.expired {
+            lines.push(format!(
+                "replica {} (epoch {}): lease ran out at {}; its datasets are taken over",
+                member.replica_id,
+                member.epoch,
+                mend::clock::rfc3339(member.expires_at_ms)
+            ));
+        }
         for dataset in &status.datasets {
+            let owner = dataset
+                .owner
+                .as_deref()
+                .map(|owner| format!(", owned by {owner}"))
+                .unwrap_or_default();
             lines.push(match &dataset.state {
                 DatasetState::Read {
                     manifest_version,
@@ -379,7 +490,7 @@ async fn status(engine: &Engine, settings: &Settings, json: bool) -> anyhow::Res
                     fencing_epoch,
                     pending_intents,
                 } => format!(
-                    "dataset {}: manifest {manifest_version}, config {config_version}, fencing epoch {fencing_epoch}, {pending_intents} pending intent(s){}",
+                    "dataset {}: manifest {manifest_version}, config {config_version}, fencing epoch {fencing_epoch}, {pending_intents} pending intent(s){owner}{}",
                     dataset.dataset_id,
                     if *pending_intents > 0 {
                         " (see `mend recover DATASET --mode probe`)"
@@ -388,7 +499,7 @@ async fn status(engine: &Engine, settings: &Settings, json: bool) -> anyhow::Res
                     }
                 ),
                 DatasetState::Unreadable { unreadable } => format!(
-                    "dataset {}: cannot be read: {unreadable}",
+                    "dataset {}: cannot be read: {unreadable}{owner}",
                     dataset.dataset_id
                 ),
             });

@@ -65,6 +65,7 @@ pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::ne
 ));
 pub const DEFAULT_SUPERVISOR_INTERVAL: Duration = Duration::from_secs(1);
 pub const DEFAULT_SUPERVISOR_MAX_BACKOFF: Duration = Duration::from_secs(60);
+pub const DEFAULT_SUPERVISOR_FULL_SCAN_EVERY: usize = 300;
 
 const CATALOG_SCHEMES: &[&str] = &["file", "memory", "s3", "postgres", "postgresql"];
 const OBJECT_STORE_SCHEMES: &[&str] = &["file", "memory", "s3"];
@@ -104,6 +105,12 @@ pub struct Settings {
     pub admin_token: Option<String>,
     pub supervisor_interval: Duration,
     pub supervisor_max_backoff: Duration,
+    /// A full scan of every dataset every this many supervisor rounds.
+    pub supervisor_full_scan_every: usize,
+    /// This replica's name in its fleet (a random suffix is added); the host and pid if unset.
+    pub replica_name: Option<String>,
+    /// How long this replica's fleet membership lasts unless renewed.
+    pub member_lease: Duration,
     /// The server's limits; each is its `serve.*` setting, range-checked.
     pub max_connections: usize,
     pub header_read_timeout: Duration,
@@ -414,6 +421,27 @@ pub static SETTINGS: &[Setting] = &[
     )
     .within(bounds::SUPERVISOR_MAX_BACKOFF_MS),
     Setting::new(
+        "serve.supervisor_full_scan_every",
+        "MEND_SERVE_SUPERVISOR_FULL_SCAN_EVERY",
+        field!(supervisor_full_scan_every),
+        "Every this many supervisor rounds, list every dataset: the backstop for pending work the index missed.",
+    )
+    .within(bounds::SUPERVISOR_FULL_SCAN_EVERY),
+    Setting::new(
+        "serve.replica_name",
+        "MEND_SERVE_REPLICA_NAME",
+        field!(replica_name),
+        "This replica's name in its fleet (a random suffix is added at each start).",
+    )
+    .default_doc("host and pid"),
+    Setting::new(
+        "serve.member_lease_ms",
+        "MEND_SERVE_MEMBER_LEASE_MS",
+        field!(member_lease),
+        "How long a replica's fleet membership lasts unless renewed, in ms: its datasets are taken over this long (plus an interval) after it dies.",
+    )
+    .within(bounds::MEMBER_LEASE_MS),
+    Setting::new(
         "serve.max_connections",
         "MEND_SERVE_MAX_CONNECTIONS",
         field!(max_connections),
@@ -628,6 +656,9 @@ impl Settings {
             admin_token: None,
             supervisor_interval: DEFAULT_SUPERVISOR_INTERVAL,
             supervisor_max_backoff: DEFAULT_SUPERVISOR_MAX_BACKOFF,
+            supervisor_full_scan_every: DEFAULT_SUPERVISOR_FULL_SCAN_EVERY,
+            replica_name: None,
+            member_lease: mend::fleet::DEFAULT_MEMBER_LEASE,
             max_connections: serve.max_connections,
             header_read_timeout: serve.header_read_timeout,
             body_read_timeout: serve.body_read_timeout,

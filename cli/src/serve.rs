@@ -10,6 +10,8 @@
 //! the address in `listening on http://ADDR`). Everything else the server says is a log
 //! event (`tracing`).
 
+use anyhow::Context;
+
 use crate::config::Settings;
 use mend::Engine;
 use mend_server::supervisor::SupervisorOptions;
@@ -18,11 +20,18 @@ use mend_server::{ServeLimits, ServeOptions};
 use super::BadInput;
 
 pub async fn run(engine: Engine, settings: &Settings, json: bool) -> anyhow::Result<()> {
+    let replica_id = mend::fleet::replica_id(settings.replica_name.as_deref())
+        .map_err(|error| BadInput(error.to_string()))?;
+    let membership =
+        mend::fleet::open_membership(&settings.catalog, replica_id, settings.member_lease)
+            .await
+            .with_context(|| format!("join the fleet of catalog {}", settings.catalog))?;
     let options = ServeOptions {
         admin_token: settings.admin_token.clone(),
         supervisor: SupervisorOptions {
             interval: settings.supervisor_interval,
             max_backoff: settings.supervisor_max_backoff,
+            full_scan_every: u32::try_from(settings.supervisor_full_scan_every).unwrap_or(u32::MAX),
         },
         load: settings.load_options(),
         dataset_defaults: settings.dataset_config_defaults(),
@@ -36,6 +45,7 @@ pub async fn run(engine: Engine, settings: &Settings, json: bool) -> anyhow::Res
             max_queued_writes_per_dataset: settings.max_queued_writes_per_dataset,
             max_admin_component_bytes: settings.max_admin_component_bytes,
         },
+        membership: Some(membership),
     };
     let listen = settings.listen;
     let catalog = engine.catalog().describe();

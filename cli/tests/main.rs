@@ -11,6 +11,7 @@ mod cli_operations;
 mod cli_output;
 mod demo;
 mod external_writers;
+mod fleet;
 mod logs;
 mod server;
 mod server_boundary;

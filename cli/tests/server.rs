@@ -105,7 +105,7 @@ fn splits(ids: &[&str]) -> Value {
 
 /// The supervisor's copy of the policy: a rebadged default policy (a custom section appended),
 /// so a different digest with the same decisions.
-fn second_policy(dir: &Path) -> PathBuf {
+pub(crate) fn second_policy(dir: &Path) -> PathBuf {
     let mut bytes = mend::runtime::DEFAULT_POLICY_WASM.to_vec();
     let name = b"mend-test-rebadge";
     let payload = b"second build";

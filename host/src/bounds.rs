@@ -75,6 +75,11 @@ pub const SUPERVISOR_INTERVAL_MS: Bound =
 /// The longest a failing supervisor waits, in ms.
 pub const SUPERVISOR_MAX_BACKOFF_MS: Bound =
     Bound::new("serve.supervisor_max_backoff_ms", 10, DAY_MS);
+/// How long a fleet member's lease lasts, in ms (see [`crate::fleet::MEMBER_LEASE_RANGE`]).
+pub const MEMBER_LEASE_MS: Bound = Bound::new("serve.member_lease_ms", 200, 600_000);
+/// A supervisor's full scan of every dataset, every this many rounds.
+pub const SUPERVISOR_FULL_SCAN_EVERY: Bound =
+    Bound::new("serve.supervisor_full_scan_every", 1, 1_000_000);
 /// Connections a server keeps open.
 pub const SERVE_MAX_CONNECTIONS: Bound = Bound::new("serve.max_connections", 1, 100_000);
 /// From a request head's first byte to its last, in ms.

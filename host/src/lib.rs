@@ -26,6 +26,7 @@ pub mod error;
 pub mod faults;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod fleet;
 pub mod gates;
 pub mod intent;
 pub mod invariants;

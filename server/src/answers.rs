@@ -9,7 +9,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::errors::ErrorCode;
-use super::supervisor::DatasetHealth;
+use super::supervisor::{DatasetHealth, FleetStatus};
 
 /// `GET /healthz`: the process answers.
 #[derive(Debug, Serialize, ToSchema)]
@@ -43,6 +43,8 @@ pub(crate) struct ServerStatus {
     pub(crate) policy: String,
     /// Writes admitted and not yet finished.
     pub(crate) writes_in_flight: usize,
+    /// This replica in its fleet: the members, its load, rebalances and takeovers.
+    pub(crate) fleet: FleetStatus,
     pub(crate) datasets: Vec<DatasetStatus>,
 }
 
@@ -55,13 +57,17 @@ pub(crate) enum DatasetStatus {
         manifest_version: u64,
         config_version: u64,
         fencing_epoch: u64,
-        /// Its supervisor's last findings; null before its first check.
+        /// The replica whose supervision it is, by this replica's last heartbeat.
+        owner: Option<String>,
+        /// Its supervisor's last findings on this replica; null unless it had pending work,
+        /// was unavailable or was kicked here lately.
         health: Option<DatasetHealth>,
     },
     Unreadable {
         dataset_id: String,
         /// Why its state cannot be read.
         unreadable: String,
+        owner: Option<String>,
         health: Option<DatasetHealth>,
     },
 }

@@ -568,8 +568,8 @@ async fn readyz(State(shared): AppState) -> ApiResult {
     }
     if !shared.ready.load(Ordering::SeqCst) {
         let message = match shared.discovery_error().as_deref() {
-            Some(error) => format!("the server cannot list the catalog's datasets: {error}"),
-            None => "the server has not listed the catalog's datasets yet".to_string(),
+            Some(error) => format!("the server cannot take part in the fleet or find its pending work: {error}"),
+            None => "the server has not run its first supervision round yet".to_string(),
         };
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -623,15 +623,18 @@ async fn status(State(shared): AppState) -> ApiResult {
         .into_iter()
         .map(|(id, dataset)| {
             let health = health.get(&id).cloned();
+            let owner = shared.supervisors.owner_of(&id);
             match dataset {
                 Ok(dataset) => DatasetStatus::Readable {
                     dataset_id: id,
                     manifest_version: dataset.manifest_version,
                     config_version: dataset.config_version,
                     fencing_epoch: dataset.fencing_epoch,
+                    owner,
                     health,
                 },
                 Err(error) => DatasetStatus::Unreadable {
+                    owner,
                     dataset_id: id,
                     unreadable: error.to_string(),
                     health,
@@ -648,6 +651,7 @@ async fn status(State(shared): AppState) -> ApiResult {
             policy.description().version
         ),
         writes_in_flight: shared.writes.in_flight(),
+        fleet: shared.supervisors.fleet(),
         datasets,
     })
 }
@@ -755,7 +759,6 @@ async fn create_dataset(State(shared): AppState, headers: HeaderMap, body: Bytes
         }
     })
     .await?;
-    shared.supervisors.supervise(&created.dataset_id);
     Ok((StatusCode::CREATED, json_body(&created)).into_response())
 }
 

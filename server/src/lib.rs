@@ -69,6 +69,9 @@ pub struct ServeOptions {
     /// The config of a dataset created without one.
     pub dataset_defaults: DatasetConfig,
     pub limits: ServeLimits,
+    /// This replica's membership of its fleet; `None` runs it alone (a
+    /// [`SoloMembership`](mend::fleet::SoloMembership)), owning every dataset.
+    pub membership: Option<Arc<dyn mend::fleet::Membership>>,
 }
 
 /// Why the server could not start. Nothing was served.
@@ -79,6 +82,8 @@ pub enum ServeError {
         "address {address} is already in use: another process listens there; stop it or choose another address (serve.listen, --listen)"
     )]
     AddressInUse { address: SocketAddr },
+    #[error("cannot take part in the fleet: {message}")]
+    Fleet { message: String },
     #[error("cannot listen on {address}: {source}")]
     Listen {
         address: SocketAddr,
@@ -144,11 +149,24 @@ pub async fn serve(
         shutdown_deadline: options.limits.shutdown_deadline,
     };
     let (stop_supervisors, supervisors_stopped) = watch::channel(false);
+    let membership = match &options.membership {
+        Some(membership) => membership.clone(),
+        None => {
+            let replica_id = mend::fleet::replica_id(None).map_err(|error| ServeError::Fleet {
+                message: error.to_string(),
+            })?;
+            Arc::new(mend::fleet::SoloMembership::new(
+                replica_id,
+                mend::fleet::DEFAULT_MEMBER_LEASE,
+            ))
+        }
+    };
     let supervisors = Supervisors::new(
         engine.clone(),
         options.supervisor,
         metrics.clone(),
         writes.clone(),
+        membership,
         supervisors_stopped,
     );
     let shared = Arc::new(Shared {
@@ -167,6 +185,25 @@ pub async fn serve(
         shared.clone(),
         stop_supervisors.subscribe(),
     ));
+    let rounds = {
+        let shared = shared.clone();
+        tokio::spawn(shared.supervisors.clone().run(move |round| {
+            if round.is_ok() {
+                shared.ready.store(
+                    !shared.shutting_down.load(Ordering::SeqCst),
+                    Ordering::SeqCst,
+                );
+            }
+            let error = round.err();
+            if error.is_some() && *shared.discovery_error() != error {
+                tracing::warn!(
+                    error = %error.as_deref().unwrap_or_default(),
+                    "cannot take part in the fleet or find its pending work; the server is not ready until it can"
+                );
+            }
+            *shared.discovery_error() = error;
+        }))
+    };
     // Outermost, so that the status it records is the one the client gets.
     let router =
         api::router(shared.clone()).layer(axum::middleware::from_fn(request_span::request_span));
@@ -188,31 +225,18 @@ pub async fn serve(
     shared.writes.close();
     let _ = stop_supervisors.send(true);
     shared.writes.drained().await;
+    // The last round ends and the replica leaves the fleet.
+    let _ = rounds.await;
     watcher.abort();
     Ok(())
 }
 
-/// Keeps the supervisors' dataset list and the active policy current, every interval.
+/// Keeps the active policy current, every interval.
 async fn watch_deployment(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
     let mut followed: Option<u64> = None;
     // Each problem is logged when it starts, not again every interval while it lasts.
     let mut last_registry_error = None;
     loop {
-        let discovered = shared.supervisors.discover().await;
-        let discovery_error = discovered.as_ref().err().map(ToString::to_string);
-        if discovery_error.is_some() && *shared.discovery_error() != discovery_error {
-            tracing::warn!(
-                error = %discovery_error.as_deref().unwrap_or_default(),
-                "cannot list the catalog's datasets; the server is not ready until it can"
-            );
-        }
-        if discovered.is_ok() {
-            shared.ready.store(
-                !shared.shutting_down.load(Ordering::SeqCst),
-                Ordering::SeqCst,
-            );
-        }
-        *shared.discovery_error() = discovery_error;
         let followed_now = follow_registry(&shared, &mut followed)
             .await
             .err()

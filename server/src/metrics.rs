@@ -42,6 +42,13 @@ pub struct Metrics {
     dataset_up: Family<DatasetLabels, Gauge>,
     /// HTTP requests by (route, status).
     requests: Family<RequestLabels, Counter>,
+    /// This replica: 1, labelled with its id and fencing epoch (one series).
+    fleet_replica: Family<ReplicaLabels, Gauge>,
+    fleet_members: Gauge,
+    fleet_pending_datasets: Gauge,
+    fleet_owned_pending_datasets: Gauge,
+    fleet_rebalances: Counter,
+    fleet_takeovers: Counter,
     /// Held while one scrape sets the policy gauge and encodes, so that two scrapes at once
     /// never see each other's half-replaced policy.
     rendering: Mutex<()>,
@@ -66,6 +73,12 @@ struct DatasetLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReplicaLabels {
+    replica: String,
+    epoch: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RequestLabels {
     route: String,
     status: u16,
@@ -80,6 +93,12 @@ impl Default for Metrics {
         let pending_intents = Family::default();
         let dataset_up = Family::default();
         let requests = Family::default();
+        let fleet_replica = Family::default();
+        let fleet_members = Gauge::default();
+        let fleet_pending_datasets = Gauge::default();
+        let fleet_owned_pending_datasets = Gauge::default();
+        let fleet_rebalances = Counter::default();
+        let fleet_takeovers = Counter::default();
         // Help texts without their final period: the registry adds it.
         let mut registry = Registry::default();
         registry.register(
@@ -117,6 +136,36 @@ impl Default for Metrics {
             "HTTP requests by route and status",
             requests.clone(),
         );
+        registry.register(
+            "mend_fleet_replica_info",
+            "This replica: 1, labelled with its id and the fencing epoch it joined with",
+            fleet_replica.clone(),
+        );
+        registry.register(
+            "mend_fleet_members",
+            "Live members of the fleet at this replica's last heartbeat, itself included",
+            fleet_members.clone(),
+        );
+        registry.register(
+            "mend_fleet_pending_datasets",
+            "Datasets with pending intents at the last discovery",
+            fleet_pending_datasets.clone(),
+        );
+        registry.register(
+            "mend_fleet_owned_pending_datasets",
+            "Datasets with pending intents this replica owns: its load",
+            fleet_owned_pending_datasets.clone(),
+        );
+        registry.register(
+            "mend_fleet_rebalances",
+            "Fleet changes (members joining or leaving) that moved datasets",
+            fleet_rebalances.clone(),
+        );
+        registry.register(
+            "mend_fleet_takeovers",
+            "Members found expired (dead or stalled) whose datasets the fleet took over",
+            fleet_takeovers.clone(),
+        );
         Self {
             registry,
             active_policy,
@@ -126,6 +175,12 @@ impl Default for Metrics {
             pending_intents,
             dataset_up,
             requests,
+            fleet_replica,
+            fleet_members,
+            fleet_pending_datasets,
+            fleet_owned_pending_datasets,
+            fleet_rebalances,
+            fleet_takeovers,
             rendering: Mutex::new(()),
         }
     }
@@ -210,6 +265,37 @@ impl Metrics {
         self.dataset_up.get_or_create(&labels).set(i64::from(up));
     }
 
+    /// The fleet as this replica's last heartbeat found it.
+    pub fn fleet_members(&self, members: usize, epoch: u64, replica_id: &str) {
+        self.fleet_members
+            .set(i64::try_from(members).unwrap_or(i64::MAX));
+        let labels = ReplicaLabels {
+            replica: replica_id.to_string(),
+            epoch: epoch.to_string(),
+        };
+        if self.fleet_replica.get(&labels).is_none() {
+            // One series: a rejoining's new epoch replaces the old one.
+            self.fleet_replica.clear();
+            self.fleet_replica.get_or_create(&labels).set(1);
+        }
+    }
+
+    /// The pending datasets at the last discovery and those this replica owns.
+    pub fn fleet_load(&self, pending: usize, owned: usize) {
+        self.fleet_pending_datasets
+            .set(i64::try_from(pending).unwrap_or(i64::MAX));
+        self.fleet_owned_pending_datasets
+            .set(i64::try_from(owned).unwrap_or(i64::MAX));
+    }
+
+    pub fn fleet_rebalance(&self) {
+        self.fleet_rebalances.inc();
+    }
+
+    pub fn fleet_takeover(&self, members: u64) {
+        self.fleet_takeovers.inc_by(members);
+    }
+
     pub fn request(&self, route: &str, status: u16) {
         self.requests
             .get_or_create(&RequestLabels {
@@ -259,6 +345,11 @@ mod tests {
         metrics.request("/v1/datasets/{dataset}/stage", 200);
         metrics.request("/v1/datasets/{dataset}/stage", 200);
         metrics.request("quote\"back\\slash", 404);
+        metrics.fleet_members(3, 6, "old-1");
+        metrics.fleet_members(3, 7, "r-1");
+        metrics.fleet_load(5, 2);
+        metrics.fleet_rebalance();
+        metrics.fleet_takeover(2);
         let policy = PolicyRuntime::default_policy().unwrap();
         let text = metrics.render(&policy);
         for line in [
@@ -282,6 +373,13 @@ mod tests {
             "# TYPE mend_http_requests_total counter",
             "mend_http_requests_total{route=\"/v1/datasets/{dataset}/stage\",status=\"200\"} 2",
             "mend_http_requests_total{route=\"quote\\\"back\\\\slash\",status=\"404\"} 1",
+            "mend_fleet_replica_info{replica=\"r-1\",epoch=\"7\"} 1",
+            "mend_fleet_members 3",
+            "mend_fleet_pending_datasets 5",
+            "mend_fleet_owned_pending_datasets 2",
+            "# TYPE mend_fleet_rebalances_total counter",
+            "mend_fleet_rebalances_total 1",
+            "mend_fleet_takeovers_total 2",
         ] {
             assert!(
                 text.lines().any(|candidate| candidate == line),
@@ -289,6 +387,7 @@ mod tests {
             );
         }
         assert!(!text.contains("outcome=\"skipped\""), "{text}");
+        assert!(!text.contains("old-1"), "a rejoining replaces the series: {text}");
         assert!(
             text.contains(&format!(
                 "mend_active_policy_info{{digest=\"{}\",name=\"{}\",version=\"{}\"}} 1",
@@ -302,6 +401,6 @@ mod tests {
             .lines()
             .filter(|line| line.starts_with("# TYPE "))
             .count();
-        assert_eq!(families, 7, "{text}");
+        assert_eq!(families, 13, "{text}");
     }
 }

@@ -1,23 +1,42 @@
-//! One supervisor per dataset: it resolves the in-doubt work crashed operations leave
-//! (`RecoveryRequired` on the write path) with roll-forward sweeps, off the request path.
+//! The supervisors: they resolve the in-doubt work crashed operations leave
+//! (`RecoveryRequired` on the write path) with roll-forward sweeps, off the request path, on
+//! the datasets this replica owns in its fleet ([`mend::fleet`]).
 //!
-//! Each supervisor wakes every interval, or at once when a request is kicked back with
-//! `RecoveryRequired`, lists the dataset's intents and, when one of them has outlived its
-//! owner's lease, runs a roll-forward sweep (which leaves a live owner's intent alone). Work
-//! a sweep leaves for an operator (blocked, refused) is swept again only with backoff. A check that fails makes
-//! the dataset *unavailable*: its requests answer 503 with the reason while every other
-//! dataset keeps serving, and the supervisor retries with exponential backoff until a check
-//! succeeds. Roll-forward never undoes anyone's work; exclusive recovery stays an
-//! operator's decision.
+//! Every interval one round runs:
+//! 1. **Heartbeat.** The replica renews its membership lease and reads the fleet's live
+//!    members; a dataset's owner is the member rendezvous hashing picks. Members that appear or
+//!    leave are a *rebalance*; members whose lease ran out are a *takeover* of what they
+//!    owned. A replica whose own lease ran out (it stalled) starts no sweep until it has
+//!    joined again.
+//! 2. **Discovery.** One call finds the datasets that may have pending intents
+//!    ([`mend::catalog::Catalog::pending_datasets`]: one query on Postgres, one listing of
+//!    the pending index on object storage), never a listing of every dataset. Every
+//!    `full_scan_every` rounds, and at the first, a full scan lists every dataset and the
+//!    intents of those this replica owns: the backstop for an intent the index may have
+//!    missed.
+//! 3. **Checks.** Each owned dataset with pending intents, each dataset found unavailable
+//!    (retried with backoff) and each dataset a request kicked is checked: its intents are
+//!    listed, and when one has outlived its owner's lease a roll-forward sweep runs under the
+//!    dataset gate (which leaves a live owner's intent alone). A dataset left with no intents
+//!    is taken off the pending index. A kicked dataset this replica does not own gets a read
+//!    of the dataset only, so that a damaged one answers 503 here too.
+//!
+//! A check that fails makes the dataset *unavailable*: its requests answer 503 with the reason
+//! while every other dataset keeps serving, and the check is retried with exponential backoff
+//! until it succeeds. Roll-forward never undoes anyone's work; exclusive recovery stays an
+//! operator's decision. Every sweep is logged with the dataset gate's fencing epoch and when
+//! the gate was held (`swept dataset`), which is what shows that no two replicas swept a
+//! dataset at once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use mend_policy::RecoveryMode;
+use futures::StreamExt;
+use mend::fleet::{FleetView, Member, Membership};
 use serde::Serialize;
 use tokio::sync::{Notify, watch};
-use tracing::Instrument;
 
 use super::metrics::Metrics;
 use super::writes::Writes;
@@ -27,12 +46,17 @@ use mend::engine::{IntentStatus, Outcome};
 use mend::error::{MendError, Result};
 use mend::model::TimestampMs;
 
+/// How many datasets one round checks at once.
+const CHECKS_AT_ONCE: usize = 8;
+
 #[derive(Debug, Clone, Copy)]
 pub struct SupervisorOptions {
-    /// How often each dataset is checked when nothing kicks it.
+    /// How often a round runs: heartbeat, discovery, checks.
     pub interval: Duration,
     /// The longest wait between retries of a failing dataset.
     pub max_backoff: Duration,
+    /// A full scan of every dataset every this many rounds (and at the first).
+    pub full_scan_every: u32,
 }
 
 impl Default for SupervisorOptions {
@@ -40,6 +64,7 @@ impl Default for SupervisorOptions {
         Self {
             interval: Duration::from_secs(1),
             max_backoff: Duration::from_secs(60),
+            full_scan_every: 300,
         }
     }
 }
@@ -65,21 +90,74 @@ pub struct DatasetHealth {
     pub sweeps: u64,
 }
 
+/// This replica in its fleet, as `/v1/status` reports it.
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
+pub struct FleetStatus {
+    /// This replica.
+    pub replica_id: String,
+    /// The fencing epoch it joined with (0 before it joined).
+    pub epoch: u64,
+    /// Whether its membership lease is live by its own clock: it sweeps only while it is.
+    pub member: bool,
+    /// How long a membership lease lasts, in ms.
+    pub lease_ms: u64,
+    /// The live members at the last heartbeat, this one included.
+    #[schema(value_type = Vec<Object>)]
+    pub members: Vec<Member>,
+    /// Members whose lease ran out without their leaving, still on record.
+    #[schema(value_type = Vec<Object>)]
+    pub expired: Vec<Member>,
+    /// Datasets with pending intents at the last discovery, and how many this replica owns
+    /// (its load).
+    pub pending_datasets: usize,
+    pub owned_pending_datasets: usize,
+    /// Membership changes that moved datasets to or from this replica (members joining or
+    /// leaving).
+    pub rebalances: u64,
+    /// Members found expired (dead or stalled) whose datasets this replica took a share of.
+    pub takeovers: u64,
+    /// Times this replica found its own lease run out and joined again.
+    pub rejoins: u64,
+    /// Sweeps this replica ran.
+    pub sweeps: u64,
+    /// What the last round's heartbeat and discovery cost: statements or requests.
+    pub last_round_requests: u32,
+    #[schema(value_type = Option<i64>)]
+    pub last_heartbeat_ms: Option<TimestampMs>,
+    /// Why the last heartbeat or discovery failed, if it did.
+    pub error: Option<String>,
+}
+
 #[derive(Debug)]
 struct DatasetSupervisor {
     health: RwLock<DatasetHealth>,
-    kick: Notify,
+    /// Not checked again before this (backoff), unless kicked.
+    next_check: Mutex<Instant>,
+    kicked: AtomicBool,
+    /// Sweeps in a row that left work only an operator can finish.
+    stuck: Mutex<u32>,
 }
 
-/// The supervisors of every dataset the server knows.
+/// The supervision of the datasets this replica owns.
 #[derive(Debug)]
 pub struct Supervisors {
     engine: Engine,
     options: SupervisorOptions,
     metrics: Arc<Metrics>,
     writes: Arc<Writes>,
+    membership: Arc<dyn Membership>,
     shutdown: watch::Receiver<bool>,
+    fleet: RwLock<FleetState>,
+    /// The datasets being checked: pending, unavailable or kicked ones. It follows the pending
+    /// work, not the number of datasets.
     datasets: Mutex<BTreeMap<String, Arc<DatasetSupervisor>>>,
+    wake: Notify,
+}
+
+#[derive(Debug, Default)]
+struct FleetState {
+    status: FleetStatus,
+    view: Option<FleetView>,
 }
 
 impl Supervisors {
@@ -88,15 +166,27 @@ impl Supervisors {
         options: SupervisorOptions,
         metrics: Arc<Metrics>,
         writes: Arc<Writes>,
+        membership: Arc<dyn Membership>,
         shutdown: watch::Receiver<bool>,
     ) -> Arc<Self> {
+        let status = FleetStatus {
+            replica_id: membership.replica_id().to_string(),
+            lease_ms: u64::try_from(membership.lease_duration().as_millis()).unwrap_or(u64::MAX),
+            ..FleetStatus::default()
+        };
         Arc::new(Self {
             engine,
             options,
             metrics,
             writes,
+            membership,
             shutdown,
+            fleet: RwLock::new(FleetState {
+                status,
+                view: None,
+            }),
             datasets: Mutex::new(BTreeMap::new()),
+            wake: Notify::new(),
         })
     }
 
@@ -104,40 +194,26 @@ impl Supervisors {
         self.datasets.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts supervising `dataset_id` unless it already is.
-    pub fn supervise(self: &Arc<Self>, dataset_id: &str) {
-        let mut datasets = self.datasets();
-        if datasets.contains_key(dataset_id) {
-            return;
-        }
-        let supervisor = Arc::new(DatasetSupervisor {
-            health: RwLock::new(DatasetHealth::default()),
-            kick: Notify::new(),
-        });
-        datasets.insert(dataset_id.to_string(), supervisor.clone());
-        let span = tracing::info_span!("supervisor", dataset_id = %dataset_id);
-        tokio::spawn(
-            self.clone()
-                .run(dataset_id.to_string(), supervisor)
-                .instrument(span),
-        );
+    fn tracked(&self, dataset_id: &str) -> Arc<DatasetSupervisor> {
+        self.datasets()
+            .entry(dataset_id.to_string())
+            .or_insert_with(|| {
+                Arc::new(DatasetSupervisor {
+                    health: RwLock::new(DatasetHealth::default()),
+                    next_check: Mutex::new(Instant::now()),
+                    kicked: AtomicBool::new(false),
+                    stuck: Mutex::new(0),
+                })
+            })
+            .clone()
     }
 
-    /// Lists the catalog's datasets and supervises each.
-    pub async fn discover(self: &Arc<Self>) -> Result<usize> {
-        // Ids only: a dataset that cannot be read gets a supervisor too, which reports it.
-        let ids = self.engine.catalog().list_dataset_ids().await?;
-        for id in &ids {
-            self.supervise(id);
-        }
-        Ok(ids.len())
-    }
-
-    /// Asks the dataset's supervisor to check now (a request met `RecoveryRequired`).
+    /// Asks for a check of `dataset_id` now (a request met `RecoveryRequired` or damage).
     pub fn kick(&self, dataset_id: &str) {
-        if let Some(supervisor) = self.datasets().get(dataset_id) {
-            supervisor.kick.notify_one();
-        }
+        self.tracked(dataset_id)
+            .kicked
+            .store(true, Ordering::SeqCst);
+        self.wake.notify_one();
     }
 
     pub fn health(&self, dataset_id: &str) -> Option<DatasetHealth> {
@@ -156,82 +232,317 @@ impl Supervisors {
             .collect()
     }
 
-    async fn run(self: Arc<Self>, dataset_id: String, supervisor: Arc<DatasetSupervisor>) {
+    /// This replica in its fleet.
+    pub fn fleet(&self) -> FleetStatus {
+        self.fleet_state().status.clone()
+    }
+
+    /// The live member that owns `dataset_id`, by the last heartbeat.
+    pub fn owner_of(&self, dataset_id: &str) -> Option<String> {
+        let state = self.fleet_state();
+        let view = state.view.as_ref()?;
+        view.owner_of(dataset_id)
+            .map(|member| member.replica_id.clone())
+    }
+
+    fn fleet_state(&self) -> std::sync::RwLockReadGuard<'_, FleetState> {
+        self.fleet.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether this replica owns `dataset_id` and its lease is live by its own clock: the
+    /// condition for starting a sweep.
+    fn may_sweep(&self, dataset_id: &str) -> bool {
+        let state = self.fleet_state();
+        let Some(view) = &state.view else {
+            return false;
+        };
+        SystemClock.now_ms() < view.me.expires_at_ms && view.owns(dataset_id)
+    }
+
+    /// Runs rounds until the shutdown; then leaves the fleet, so that the others take this
+    /// replica's datasets over at once. `ready` is told after each round whether its heartbeat
+    /// and discovery succeeded.
+    pub async fn run(
+        self: Arc<Self>,
+        ready: impl Fn(std::result::Result<(), String>) + Send + Sync,
+    ) {
         let mut shutdown = self.shutdown.clone();
-        let mut wait = Duration::ZERO;
-        // Sweeps in a row that left work only an operator can finish: backed off like
-        // failures, since sweeping again changes nothing until someone acts.
-        let mut stuck: u32 = 0;
+        let mut round: u64 = 0;
         loop {
+            if *shutdown.borrow() {
+                break;
+            }
+            let full_scan = round % u64::from(self.options.full_scan_every.max(1)) == 0;
+            round += 1;
+            ready(self.round(full_scan).await);
             tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = supervisor.kick.notified() => {}
+                _ = tokio::time::sleep(self.options.interval) => {}
+                _ = self.wake.notified() => {}
                 _ = shutdown.changed() => {}
             }
-            if *shutdown.borrow() {
-                return;
+        }
+        if let Err(error) = self.membership.leave().await {
+            tracing::warn!(%error, "could not leave the fleet; this replica's lease runs out instead");
+        }
+    }
+
+    async fn round(&self, full_scan: bool) -> std::result::Result<(), String> {
+        let mut requests = 0;
+        let heartbeat = self.membership.heartbeat().await;
+        let now = SystemClock.now_ms();
+        let view = match heartbeat {
+            Ok(view) => {
+                requests += view.requests;
+                self.follow(view.clone(), now);
+                Some(view)
             }
-            let checked = match self.check(&dataset_id).await {
-                Ok(None) => return, // shutting down
-                Ok(Some(check)) => Ok(check),
-                Err(error) => Err(error),
-            };
-            let now = SystemClock.now_ms();
-            let mut health = supervisor.health.write().unwrap_or_else(|p| p.into_inner());
-            health.last_check_ms = Some(now);
-            match checked {
-                Ok(check) => {
-                    if health.unavailable.take().is_some() {
-                        tracing::info!("dataset is served again");
-                    }
-                    health.unavailable_since_ms = None;
-                    health.consecutive_failures = 0;
-                    health.pending_intents = Some(check.pending);
-                    stuck = if check.needs_operator.is_empty() {
-                        0
-                    } else {
-                        stuck + 1
-                    };
-                    health.needs_operator = check.needs_operator;
-                    health.sweeps += u64::from(check.swept);
-                    self.metrics.dataset(&dataset_id, Some(check.pending), true);
-                    wait = match stuck {
-                        0 => self.options.interval,
-                        rounds => backoff(self.options, rounds),
-                    };
+            Err(error) => {
+                let reason = format!("fleet heartbeat failed: {error}");
+                tracing::warn!(%reason, "this replica sweeps nothing until a heartbeat succeeds");
+                let mut state = self.fleet.write().unwrap_or_else(|p| p.into_inner());
+                state.status.member = state
+                    .view
+                    .as_ref()
+                    .is_some_and(|view| now < view.me.expires_at_ms);
+                state.status.error = Some(reason.clone());
+                None
+            }
+        };
+
+        // Discovery: the pending datasets, and on a full scan every dataset this replica owns
+        // that has intents.
+        let discovered = self.engine.catalog().pending_datasets().await;
+        requests += 1;
+        let mut candidates: BTreeSet<String> = BTreeSet::new();
+        let mut discovery_error = None;
+        match discovered {
+            Ok(pending) => {
+                let owned = view.as_ref().map_or(0, |view| {
+                    pending
+                        .iter()
+                        .filter(|pending| view.owns(&pending.dataset_id))
+                        .count()
+                });
+                {
+                    let mut state = self.fleet.write().unwrap_or_else(|p| p.into_inner());
+                    state.status.pending_datasets = pending.len();
+                    state.status.owned_pending_datasets = owned;
                 }
-                Err(MendError::NotFound { .. }) => {
-                    // The dataset is gone: nothing left to supervise.
-                    tracing::debug!("dataset is gone; its supervisor stops");
-                    drop(health);
+                self.metrics.fleet_load(pending.len(), owned);
+                candidates.extend(pending.into_iter().map(|pending| pending.dataset_id));
+            }
+            Err(error) => discovery_error = Some(format!("discovery failed: {error}")),
+        }
+        if full_scan && let Some(view) = &view {
+            match self.engine.catalog().list_dataset_ids().await {
+                Ok(ids) => candidates.extend(ids.into_iter().filter(|id| view.owns(id))),
+                Err(error) => discovery_error = Some(format!("listing the datasets failed: {error}")),
+            }
+        }
+        // Datasets being followed already: unavailable, stuck or kicked ones.
+        candidates.extend(self.datasets().keys().cloned());
+
+        let now_instant = Instant::now();
+        let mut checks = Vec::new();
+        for dataset_id in candidates {
+            let owned = view.as_ref().is_some_and(|view| view.owns(&dataset_id));
+            let supervisor = self.datasets().get(&dataset_id).cloned();
+            let kicked = supervisor
+                .as_ref()
+                .is_some_and(|s| s.kicked.swap(false, Ordering::SeqCst));
+            let due = supervisor.as_ref().is_none_or(|s| {
+                *s.next_check.lock().unwrap_or_else(|p| p.into_inner()) <= now_instant
+            });
+            if owned && (due || kicked) {
+                checks.push((dataset_id, true));
+            } else if !owned && kicked {
+                checks.push((dataset_id, false));
+            } else if !owned && supervisor.is_some() {
+                // Another replica owns it: its health there is that replica's business.
+                let unavailable = supervisor.as_ref().is_some_and(|s| {
+                    s.health
+                        .read()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .unavailable
+                        .is_some()
+                });
+                if !unavailable {
                     self.datasets().remove(&dataset_id);
-                    return;
                 }
-                // Someone else holds the dataset's gate (an operator's gc or recovery): not
-                // a fault of the dataset; try again later.
-                Err(MendError::Conflict { .. }) => {
-                    wait = self.options.interval;
-                }
-                Err(error) => {
-                    health.consecutive_failures += 1;
-                    let reason = error.to_string();
-                    if health.unavailable.as_deref() != Some(reason.as_str()) {
-                        tracing::warn!(
-                            %reason,
-                            "dataset is unavailable: its requests answer 503 until a check succeeds"
-                        );
-                    }
-                    health.unavailable = Some(reason);
-                    health.unavailable_since_ms.get_or_insert(now);
-                    self.metrics.dataset(&dataset_id, None, false);
-                    wait = backoff(self.options, health.consecutive_failures);
+            }
+        }
+        futures::stream::iter(checks)
+            .for_each_concurrent(CHECKS_AT_ONCE, |(dataset_id, owned)| async move {
+                self.supervise_once(&dataset_id, owned).await;
+            })
+            .await;
+
+        let mut state = self.fleet.write().unwrap_or_else(|p| p.into_inner());
+        state.status.last_round_requests = requests;
+        match (view.is_some(), discovery_error) {
+            (true, None) => {
+                state.status.error = None;
+                Ok(())
+            }
+            (_, Some(reason)) => {
+                state.status.error = Some(reason.clone());
+                Err(reason)
+            }
+            (false, None) => Err(state.status.error.clone().unwrap_or_default()),
+        }
+    }
+
+    /// Takes a heartbeat's view: counts rebalances and takeovers against the last one.
+    fn follow(&self, view: FleetView, now: TimestampMs) {
+        let mut state = self.fleet.write().unwrap_or_else(|p| p.into_inner());
+        let ids = |members: &[Member]| -> BTreeSet<String> {
+            members.iter().map(|m| m.replica_id.clone()).collect()
+        };
+        let current = ids(&view.members);
+        if let Some(previous) = &state.view {
+            let before = ids(&previous.members);
+            let gone: Vec<&String> = before.difference(&current).collect();
+            let joined: Vec<&String> = current.difference(&before).collect();
+            let expired = ids(&view.expired);
+            let taken_over = gone.iter().filter(|id| expired.contains(**id)).count();
+            if taken_over > 0 {
+                state.status.takeovers += taken_over as u64;
+                self.metrics.fleet_takeover(taken_over as u64);
+                tracing::info!(
+                    members = ?gone,
+                    "took over the datasets of members whose lease ran out"
+                );
+            }
+            if gone.len() > taken_over || !joined.is_empty() {
+                state.status.rebalances += 1;
+                self.metrics.fleet_rebalance();
+                tracing::info!(joined = ?joined, left = ?gone, "the fleet changed; datasets rebalanced");
+            }
+        }
+        if view.rejoined {
+            state.status.rejoins += 1;
+            tracing::warn!(
+                epoch = view.me.epoch,
+                "this replica's membership lease had run out: joined again with a new epoch"
+            );
+        }
+        state.status.epoch = view.me.epoch;
+        state.status.member = now < view.me.expires_at_ms;
+        state.status.members = view.members.clone();
+        state.status.expired = view.expired.clone();
+        state.status.last_heartbeat_ms = Some(now);
+        self.metrics
+            .fleet_members(view.members.len(), view.me.epoch, &view.me.replica_id);
+        state.view = Some(view);
+    }
+
+    /// One check of one dataset, recorded in its health.
+    async fn supervise_once(&self, dataset_id: &str, owned: bool) {
+        let supervisor = self.tracked(dataset_id);
+        let checked = if owned {
+            self.check(dataset_id).await
+        } else {
+            self.engine.dataset(dataset_id).await.map(|_| {
+                Some(Check {
+                    pending: 0,
+                    needs_operator: Vec::new(),
+                    swept: false,
+                })
+            })
+        };
+        let checked = match checked {
+            Ok(None) => return, // shutting down
+            Ok(Some(check)) => Ok(check),
+            Err(error) => Err(error),
+        };
+        let now = SystemClock.now_ms();
+        match self.record(&supervisor, dataset_id, checked, now) {
+            Next::Check(wait) => {
+                *supervisor
+                    .next_check
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Instant::now() + wait;
+            }
+            Next::Forget => {
+                self.datasets().remove(dataset_id);
+            }
+            Next::Settled => {
+                // Nothing left to follow: the dataset leaves the map, and the pending index,
+                // until a writer puts it back.
+                self.datasets().remove(dataset_id);
+                if owned && let Err(error) = self.engine.catalog().clear_pending(dataset_id).await
+                {
+                    tracing::debug!(
+                        dataset_id,
+                        %error,
+                        "could not take the dataset off the pending index; a later round tries again"
+                    );
                 }
             }
         }
     }
 
+    /// Records a check's result in the dataset's health and says what comes next.
+    fn record(
+        &self,
+        supervisor: &DatasetSupervisor,
+        dataset_id: &str,
+        checked: Result<Check>,
+        now: TimestampMs,
+    ) -> Next {
+        let mut health = supervisor.health.write().unwrap_or_else(|p| p.into_inner());
+        let mut stuck = supervisor.stuck.lock().unwrap_or_else(|p| p.into_inner());
+        health.last_check_ms = Some(now);
+        match checked {
+            Ok(check) => {
+                if health.unavailable.take().is_some() {
+                    tracing::info!(dataset_id, "dataset is served again");
+                }
+                health.unavailable_since_ms = None;
+                health.consecutive_failures = 0;
+                health.pending_intents = Some(check.pending);
+                *stuck = if check.needs_operator.is_empty() {
+                    0
+                } else {
+                    *stuck + 1
+                };
+                health.needs_operator = check.needs_operator;
+                health.sweeps += u64::from(check.swept);
+                self.metrics.dataset(dataset_id, Some(check.pending), true);
+                match *stuck {
+                    0 if check.pending == 0 => Next::Settled,
+                    0 => Next::Check(self.options.interval),
+                    rounds => Next::Check(backoff(self.options, rounds)),
+                }
+            }
+            Err(MendError::NotFound { .. }) => {
+                tracing::debug!(dataset_id, "dataset is gone; nothing left to supervise");
+                Next::Forget
+            }
+            // Someone else holds the dataset's gate (an operator's gc or recovery, or a
+            // replica finishing a sweep it began before the fleet changed): not a fault of
+            // the dataset; try again next round.
+            Err(MendError::Conflict { .. }) => Next::Check(self.options.interval),
+            Err(error) => {
+                health.consecutive_failures += 1;
+                let reason = error.to_string();
+                if health.unavailable.as_deref() != Some(reason.as_str()) {
+                    tracing::warn!(
+                        dataset_id,
+                        %reason,
+                        "dataset is unavailable: its requests answer 503 until a check succeeds"
+                    );
+                }
+                health.unavailable = Some(reason);
+                health.unavailable_since_ms.get_or_insert(now);
+                self.metrics.dataset(dataset_id, None, false);
+                Next::Check(backoff(self.options, health.consecutive_failures))
+            }
+        }
+    }
+
     /// Lists the dataset's intents and rolls forward what can be; `None` once the server is
-    /// shutting down.
+    /// shutting down or this replica may no longer sweep the dataset.
     async fn check(&self, dataset_id: &str) -> Result<Option<Check>> {
         // Reading the dataset first catches a catalog that cannot be read at all.
         self.engine.dataset(dataset_id).await?;
@@ -249,19 +560,38 @@ impl Supervisors {
                 swept: false,
             }));
         }
+        // Ownership is checked last, just before the gate: a replica whose lease ran out
+        // since the round began starts nothing.
+        if !self.may_sweep(dataset_id) {
+            return Ok(None);
+        }
         // A sweep writes: it is admitted like any write, so a graceful shutdown waits for
         // it, and none starts once the shutdown began.
         let Some(ticket) = self.writes.admit_sweep() else {
             return Ok(None);
         };
         let started = Instant::now();
-        let swept = self
-            .engine
-            .recover(dataset_id, RecoveryMode::RollForward)
-            .await;
+        let swept = self.engine.roll_forward_gated(dataset_id).await;
         drop(ticket);
         self.metrics.sweep(started.elapsed(), swept.is_err());
-        let report = swept?;
+        let swept = swept?;
+        let epoch = self.fleet_state().status.epoch;
+        tracing::info!(
+            dataset_id,
+            replica = %self.membership.replica_id(),
+            member_epoch = epoch,
+            gate_epoch = swept.gate_epoch,
+            held_from_ms = swept.held_from_ms,
+            held_until_ms = swept.held_until_ms,
+            intents = swept.report.intents.len(),
+            "swept dataset"
+        );
+        self.fleet
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .status
+            .sweeps += 1;
+        let report = swept.report;
         self.metrics.recovery(&report);
         let needs_operator = report
             .intents
@@ -279,6 +609,16 @@ impl Supervisors {
             swept: true,
         }))
     }
+}
+
+/// What follows a check.
+enum Next {
+    /// Check again after this wait (or when kicked).
+    Check(Duration),
+    /// Nothing pending and nothing wrong: stop following it.
+    Settled,
+    /// The dataset is gone.
+    Forget,
 }
 
 struct Check {
@@ -305,6 +645,7 @@ mod tests {
         let options = SupervisorOptions {
             interval: Duration::from_millis(100),
             max_backoff: Duration::from_secs(1),
+            full_scan_every: 1,
         };
         let waits: Vec<u128> = (1..=6)
             .map(|failures| backoff(options, failures).as_millis())

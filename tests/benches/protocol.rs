@@ -354,6 +354,7 @@ fn serve(dir: &Path, objects_url: Option<String>) {
             supervisor: mend_server::supervisor::SupervisorOptions::default(),
             load: mend::runtime::LoadOptions::default(),
             dataset_defaults: mend::model::DatasetConfig::default(),
+            membership: None,
             limits: mend_server::ServeLimits::default(),
         };
         let listen = SocketAddr::from(([127, 0, 0, 1], 0));

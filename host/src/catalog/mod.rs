@@ -499,6 +499,28 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     /// in a format newer than this host's is refused with `Corrupt`, never guessed at.
     async fn list_intents(&self, dataset_id: &str) -> Result<Vec<Intent>>;
 
+    /// The datasets that may have unresolved intents, sorted by id. (Placeholder default:
+    /// every dataset's intents listed; the fleet's discovery replaces it per backend.)
+    async fn pending_datasets(&self) -> Result<Vec<PendingDataset>> {
+        let mut pending = Vec::new();
+        for dataset_id in self.list_dataset_ids().await? {
+            let intents = self.list_intents(&dataset_id).await?;
+            if !intents.is_empty() {
+                pending.push(PendingDataset {
+                    dataset_id,
+                    intents: Some(intents.len()),
+                    earliest_lease_expiry_ms: intents.iter().map(|i| i.lease_expires_at_ms).min(),
+                });
+            }
+        }
+        Ok(pending)
+    }
+
+    /// Takes `dataset_id` off the pending index when it has no intents left.
+    async fn clear_pending(&self, _dataset_id: &str) -> Result<()> {
+        Ok(())
+    }
+
     /// Settles the intents of a recovery sweep's batch ([`settle`]): each settlement's publish
     /// (validated by `validate`, recorded under its key), marks and intent delete, applied as
     /// if one after another in order, each on the state the ones before it left. Returns one
@@ -710,6 +732,14 @@ pub struct PostgresOptions {
 /// Whether `url` names a Postgres catalog.
 pub fn is_postgres_url(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// A dataset that may have unresolved intents, as discovery finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingDataset {
+    pub dataset_id: String,
+    pub intents: Option<usize>,
+    pub earliest_lease_expiry_ms: Option<TimestampMs>,
 }
 
 /// What a `postgres://` URL meets in a build without the `postgres` feature.

@@ -30,7 +30,7 @@ pub use operations::{
 };
 pub use policy_swap::{DeploymentSwap, PreparedSwap, SwapPreview};
 pub use reconcile::ReconcileReport;
-pub use recovery::{IntentReport, IntentStatus, Outcome, RecoveryReport};
+pub use recovery::{GatedSweep, IntentReport, IntentStatus, Outcome, RecoveryReport};
 pub use verify::{VerifyReport, Violation};
 
 use std::sync::Arc;

@@ -341,6 +341,7 @@ async fn shared(admin_token: Option<&str>) -> Arc<Shared> {
         supervisor: SupervisorOptions::default(),
         load: Default::default(),
         dataset_defaults: Default::default(),
+        membership: None,
         limits: ServeLimits::default(),
     };
     let metrics = Arc::new(Metrics::default());
@@ -354,6 +355,10 @@ async fn shared(admin_token: Option<&str>) -> Arc<Shared> {
         options.supervisor,
         metrics.clone(),
         writes.clone(),
+        Arc::new(mend::fleet::SoloMembership::new(
+            "openapi-test".to_string(),
+            mend::fleet::DEFAULT_MEMBER_LEASE,
+        )),
         stopped,
     );
     Arc::new(Shared {
