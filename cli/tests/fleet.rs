@@ -161,7 +161,7 @@ fn run_fleet(label: &str, dir: &Path, catalog: String, objects: Option<String>) 
     let stop = Arc::new(AtomicBool::new(false));
     let acknowledged: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
     let crashed = Arc::new(AtomicUsize::new(0));
-    let refused = Arc::new(AtomicUsize::new(0));
+    let refused: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
     let writers: Vec<_> = (0..3)
         .map(|writer| {
             let (addresses, stop, acknowledged, crashed, refused, ids) = (
@@ -192,8 +192,17 @@ fn run_fleet(label: &str, dir: &Path, catalog: String, objects: Option<String>) 
                     let base = format!("/v1/datasets/{dataset}/operations");
                     match call_json(address, "POST", &base, &begin) {
                         Some((200 | 201, _)) => {}
-                        Some(_) | None => {
-                            refused.fetch_add(1, Ordering::SeqCst);
+                        answer => {
+                            let why = match answer {
+                                Some((status, body)) => format!("{status} {}", body["error"].as_str().unwrap_or_default()),
+                                None => {
+                                    // A replica killed moments ago: the next try goes to
+                                    // another one.
+                                    std::thread::sleep(Duration::from_millis(20));
+                                    "no answer".to_string()
+                                }
+                            };
+                            *refused.lock().unwrap().entry(why).or_default() += 1;
                             continue;
                         }
                     }
@@ -271,7 +280,7 @@ fn run_fleet(label: &str, dir: &Path, catalog: String, objects: Option<String>) 
     // A policy swap through replica 0 reaches the other two within an interval (plus the
     // time the swap's own answer and a poll take).
     let policy_path = crate::server::second_policy(dir);
-    let swapped_at = Instant::now();
+    let asked_at = Instant::now();
     let (status, body) = call_json(
         fleet.replicas[0].address,
         "POST",
@@ -281,6 +290,8 @@ fn run_fleet(label: &str, dir: &Path, catalog: String, objects: Option<String>) 
     .unwrap();
     assert_eq!(status, 200, "{body}");
     let digest = body["record"]["digest"].as_str().unwrap().to_string();
+    let swap_took = asked_at.elapsed();
+    let swapped_at = Instant::now();
     for index in 1..3 {
         loop {
             let (_, policy) =
@@ -418,16 +429,17 @@ fn run_fleet(label: &str, dir: &Path, catalog: String, objects: Option<String>) 
     times.sort_unstable();
     println!(
         "fleet {label}: {datasets} datasets, 3 replicas, {KILLS} SIGKILLs; takeover ms max {} median {} (lease {MEMBER_LEASE_MS} ms + interval {INTERVAL_MS} ms); \
-         {} acknowledged commits all published, {} crashed writers' operations and {} refused begins, every intent settled; \
+         {} acknowledged commits all published, {} crashed writers' operations, begins refused {:?}, every intent settled; \
          {} sweeps by {} replicas, {overlaps_checked} consecutive sweeps of a dataset apart; owners {owned:?}; \
-         policy swap reached all replicas in {} ms; {checked} checks",
+         policy swap answered in {} ms and reached the other replicas {} ms later; {checked} checks",
         times.last().unwrap(),
         times[times.len() / 2],
         acknowledged.len(),
         crashed.load(Ordering::SeqCst),
-        refused.load(Ordering::SeqCst),
+        refused.lock().unwrap(),
         sweeps.len(),
         replicas_sweeping.len(),
+        swap_took.as_millis(),
         swap_reached.as_millis(),
     );
     assert!(!acknowledged.is_empty() && crashed.load(Ordering::SeqCst) > 0);

@@ -274,7 +274,7 @@ impl Supervisors {
             }
             let full_scan = round % u64::from(self.options.full_scan_every.max(1)) == 0;
             round += 1;
-            ready(self.round(full_scan).await);
+            self.round(full_scan, &ready).await;
             tokio::select! {
                 _ = tokio::time::sleep(self.options.interval) => {}
                 _ = self.wake.notified() => {}
@@ -286,7 +286,9 @@ impl Supervisors {
         }
     }
 
-    async fn round(&self, full_scan: bool) -> std::result::Result<(), String> {
+    /// One round. `ready` hears whether the heartbeat and the discovery succeeded as soon as
+    /// they have, before the full scan and the checks, which may take long.
+    async fn round(&self, full_scan: bool, ready: &(impl Fn(std::result::Result<(), String>) + Sync)) {
         let mut requests = 0;
         let heartbeat = self.membership.heartbeat().await;
         let now = SystemClock.now_ms();
@@ -333,10 +335,28 @@ impl Supervisors {
             }
             Err(error) => discovery_error = Some(format!("discovery failed: {error}")),
         }
+        let found = {
+            let mut state = self.fleet.write().unwrap_or_else(|p| p.into_inner());
+            state.status.last_round_requests = requests;
+            match (view.is_some(), discovery_error) {
+                (true, None) => {
+                    state.status.error = None;
+                    Ok(())
+                }
+                (_, Some(reason)) => {
+                    state.status.error = Some(reason.clone());
+                    Err(reason)
+                }
+                (false, None) => Err(state.status.error.clone().unwrap_or_default()),
+            }
+        };
+        ready(found);
         if full_scan && let Some(view) = &view {
             match self.engine.catalog().list_dataset_ids().await {
                 Ok(ids) => candidates.extend(ids.into_iter().filter(|id| view.owns(id))),
-                Err(error) => discovery_error = Some(format!("listing the datasets failed: {error}")),
+                Err(error) => {
+                    tracing::warn!(%error, "the full scan could not list the datasets; the next one tries again");
+                }
             }
         }
         // Datasets being followed already: unavailable, stuck or kicked ones.
@@ -376,20 +396,6 @@ impl Supervisors {
                 self.supervise_once(&dataset_id, owned).await;
             })
             .await;
-
-        let mut state = self.fleet.write().unwrap_or_else(|p| p.into_inner());
-        state.status.last_round_requests = requests;
-        match (view.is_some(), discovery_error) {
-            (true, None) => {
-                state.status.error = None;
-                Ok(())
-            }
-            (_, Some(reason)) => {
-                state.status.error = Some(reason.clone());
-                Err(reason)
-            }
-            (false, None) => Err(state.status.error.clone().unwrap_or_default()),
-        }
     }
 
     /// Takes a heartbeat's view: counts rebalances and takeovers against the last one.
