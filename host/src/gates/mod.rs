@@ -18,24 +18,46 @@
 //!   its guards) awaits [`Gates::wait_for_releases`] first, so that those background releases
 //!   land instead of leaving leases to run out. A process that dies without that still leaves
 //!   no gate held for ever: a lease expires, a Postgres session ends with its connection.
+//! - **Renewal.** A lease (object-store gates) is renewed in the background, every third of
+//!   its duration, by a task the lock owns for as long as the guard lives; the release (or
+//!   the drop) stops it before writing the release marker. Nobody has to call
+//!   [`GateGuard::renew`]; it renews at once. A renewal the store does not answer is tried
+//!   again sooner, until the lease runs out.
+//! - **Lost holds.** A hold is lost when a renewal finds a newer epoch of the gate (it names
+//!   its holder) or lands only after the lease ran out, and when the lease has run out by this
+//!   process's clock with no renewal landed. [`GateGuard::check_held`] (and
+//!   [`HeldGates::check_held`], [`ExclusivePermit::check_held`], or a [`Hold`] cloned off the
+//!   guard) says so with no IO: `Conflict` naming the gate, its epoch and, where a renewal
+//!   found out, who took it over. Work under a gate calls it before each write; the engine
+//!   does before every durable write of gated work (gc, reconcile, recovery, config apply).
+//!   That is a check just before the write, not a fence at it: a process that stalls between
+//!   the check and the write (longer than the lease and the skew allowance) can still make
+//!   that one write. What refuses a stale write at the write itself is the catalog: a publish
+//!   carries the dataset's publish token and its fencing epoch as read when the work began,
+//!   which exclusive recovery bumps (see [`ExclusivePermit`]); gc's marks and row deletes are
+//!   conditional on the rows' states. No catalog write carries a gate's own epoch, so two
+//!   holders of one dataset gate (one of them stale) are kept apart by the check alone.
+//!   Holds that do not expire (in-process, Postgres) never report lost.
 //! - **Holders.** A gate held by someone else at the deadline is a `Conflict` that names the
 //!   holder where the implementation can tell: the process (command, pid, host) and when its
 //!   lease ends for object-store leases, the backend's pid and application name for Postgres.
 //! - **Fencing.** A guard carries the gate's fencing epoch, which grows with every acquisition
 //!   of that gate where the implementation can count ([`Gates::has_fencing_epochs`]). An
-//!   expired lease can make two holders believe they hold one gate; the epoch is what lets a
-//!   later write (publish) refuse the stale one.
+//!   expired lease can make two holders believe they hold one gate; the epoch is what tells
+//!   the stale one, at its next renewal, that it was superseded.
 //!
-//! | implementation       | across                       | waiting                       | fencing epoch         |
-//! |----------------------|------------------------------|-------------------------------|-----------------------|
-//! | [`InProcessGates`]   | the tasks of one process     | tokio mutex, FIFO             | yes                   |
-//! | [`PostgresGates`]    | processes sharing a database | advisory lock, `lock_timeout` | no: the publish token |
-//! | [`ObjectStoreGates`] | processes sharing a store    | leases, polled                | yes                   |
+//! | implementation       | across                       | waiting                       | fencing epoch         | held until                                  |
+//! |----------------------|------------------------------|-------------------------------|-----------------------|---------------------------------------------|
+//! | [`InProcessGates`]   | the tasks of one process     | tokio mutex, FIFO             | yes                   | released                                    |
+//! | [`PostgresGates`]    | processes sharing a database | advisory lock, `lock_timeout` | no: the publish token | released, or its connection closes; one connection each, so at most the pool's size held at once ([`POSTGRES_GATE_CONNECTIONS`] for [`open_gates`]) |
+//! | [`ObjectStoreGates`] | processes sharing a store    | leases, polled                | yes                   | released, or its lease runs out: renewed in the background while the guard lives, lost if a renewal cannot land in time |
 //!
 //! Errors: re-acquiring or acquiring out of order is a bug in the caller, not a state that
 //! retrying fixes, so it is `FailedPrecondition` (not retryable, nothing happened) naming the
 //! gate. A timeout is `Conflict`: another session holds the gate, nothing was taken, and a
-//! retry may succeed. A store or database that does not answer is `Unavailable`.
+//! retry may succeed; so is a Postgres gates' pool with every connection holding a gate
+//! past the timeout, and a lost hold (the refused write did not happen, and running the work
+//! again waits for the gate). A store or database that does not answer is `Unavailable`.
 
 mod in_process;
 mod object_store;

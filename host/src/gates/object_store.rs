@@ -20,13 +20,18 @@
 //!   epoch, see Epochs) is taking the gate; losing it means another session did, and the
 //!   wait goes on. A held gate is polled with a growing, jittered pause
 //!   (up to the poll interval); a release by this same instance wakes its waiters at once.
-//! - **Renew.** The holder writes a renewal file, put-if-absent as well, whose name carries
-//!   the new expiry, so that a contender learns it from the listing alone (rather than from
-//!   numbered renewals it would have to read), then deletes the renewal before it. A renewal
-//!   counts only if it landed before the lease expired, by the holder's clock; afterwards a
-//!   contender may already have looked and taken the next epoch.
-//! - **Release.** Put-if-absent of the release marker, by `release().await` or in the
-//!   background when a guard is dropped ([`Gates::wait_for_releases`] waits for those). When
+//! - **Renew.** A task the lease owns renews it every third of the lease (or as
+//!   [`ObjectStoreGates::with_renewal_interval`] says) for as long as the guard lives. A
+//!   renewal is a renewal file, put-if-absent as well, whose name carries the new expiry, so
+//!   that a contender learns it from the listing alone (rather than from numbered renewals it
+//!   would have to read), then the deletion of the renewal before it. A renewal counts only if
+//!   it landed before the lease expired, by the holder's clock; afterwards a contender may
+//!   already have looked and taken the next epoch. Then, or when the listing after it shows a
+//!   newer epoch, the hold is marked lost (naming the newer epoch's holder) and the task ends.
+//!   A put the store does not answer is tried again after a quarter of the interval; if none
+//!   lands before the expiry, the hold is lost by the local clock and the next try marks it.
+//! - **Release.** The renewing task is stopped and awaited, then put-if-absent of the release
+//!   marker, by `release().await` or in the background when a guard is dropped ([`Gates::wait_for_releases`] waits for those). When
 //!   that fails, or the process dies first, the lease simply expires. Once the marker is in
 //!   place, the releaser deletes the earlier epochs' files and its own renewals in the
 //!   background (also waited for by `wait_for_releases`), so that a gate at rest holds two
@@ -42,12 +47,14 @@
 //!   be written again, though, by a contender whose look predates the deletion: so a won put
 //!   counts only if a listing after it shows no newer epoch (the newest never goes back, so
 //!   a newer one cannot hide), and otherwise the contender holds nothing and looks again.
-//! - **Clocks.** Time comes from the [`Clock`]. Processes sharing a store must keep their
-//!   clocks within `max_clock_skew` of each other, and a holder must renew before its lease
-//!   expires and stop working under the gate when it cannot (an error from `renew`). A holder
-//!   that stalls past its expiry without noticing (a long pause, a clock further off than the
-//!   allowance) can overlap with the next holder: the fencing epoch, checked where it
-//!   publishes, is what stops it from doing harm.
+//! - **Clocks.** Time comes from the [`Clock`] (expiries) and the runtime's timer (when to
+//!   renew). Processes sharing a store must keep their clocks within `max_clock_skew` of each
+//!   other; a holder stops working under the gate once its hold is lost
+//!   ([`GateGuard::check_held`](super::GateGuard::check_held) before each write). A holder
+//!   that stalls past its expiry between that check and its write (a long pause), or whose
+//!   clock is further off than the allowance (caught only at its next renewal), can overlap
+//!   with the next holder for that write: the catalog's fencing where it publishes is what
+//!   stops a stale publish (see the gates' module doc for what is fenced where).
 
 use std::fmt;
 use std::sync::Arc;
