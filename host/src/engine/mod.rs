@@ -213,6 +213,10 @@ impl Engine {
     /// | recovery, roll-forward          | the dataset gate                                   |
     /// | recovery, exclusive             | the exclusive permit: config and dataset gates, then the fencing epoch bumped |
     /// | recovery, probe and verify      | none: they write nothing, not even a lease          |
+    ///
+    /// Gated work checks that its gates are still held before each of its durable writes: one
+    /// whose object-store lease was lost (its renewals could not land, or another process took
+    /// the gate over) stops there with `Conflict`, leaving its intent to recovery.
     pub fn with_gates(&self, gates: Arc<dyn Gates>) -> Engine {
         let mut engine = self.clone();
         engine.gates = gates;
