@@ -3,14 +3,15 @@
 //! Probe and verify take no gate. The holder is another engine's gates (another "process":
 //! separate lease writers on one object store, separate pools on one Postgres database).
 //! Exclusive recovery bumps the fencing epoch, and a writer that began before it cannot
-//! publish after it (invariant 7).
+//! publish after it (invariant 7). A gc longer than its object-store lease keeps its gate
+//! (renewed in the background), and one that loses it stops before its next write.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mend::MendError;
-use mend::clock::SystemClock;
+use mend::clock::{ManualClock, SystemClock};
 use mend::engine::{CommitRequest, CommitSplit, IntentStatus};
 use mend::faults::{CrashAt, DurableStep, Faults};
 use mend::gates::{GateName, GateSession, Gates, ObjectStoreGates, PostgresGates};
@@ -376,4 +377,235 @@ async fn an_operation_whose_intent_a_sweep_settled_still_succeeds() {
             "settled [{backend}]: the sweep rolled a stalled writer's commit forward; the writer still succeeded, answered the recorded publish"
         );
     }
+}
+
+/// A dataset whose gc has four expired marked splits to delete (objects, then rows), and one
+/// published split it must leave.
+async fn four_to_collect(h: &Harness) -> String {
+    let dataset_id = h.create_dataset("lease").await;
+    let ids = ["live", "expired-1", "expired-2", "expired-3", "expired-4"];
+    let request = CommitRequest {
+        dataset_id: dataset_id.clone(),
+        node: "writer".into(),
+        splits: ids
+            .iter()
+            .map(|id| CommitSplit {
+                split_id: (*id).into(),
+                metadata_json: "{}".into(),
+                payload: Bytes::from(format!("payload of {id}")),
+            })
+            .collect(),
+        checkpoint_delta: None,
+        publish_token: None,
+    };
+    h.engine.commit(&request).await.unwrap();
+    let expired: Vec<String> = ids[1..].iter().map(|id| id.to_string()).collect();
+    h.engine
+        .mark_for_deletion(&dataset_id, &expired)
+        .await
+        .unwrap();
+    h.clock.advance_ms(2 * 60 * 60 * 1000);
+    dataset_id
+}
+
+/// The split ids whose objects are in `dataset_id`'s folder.
+async fn objects_left(h: &Harness, dataset_id: &str) -> Vec<String> {
+    let mut ids: Vec<String> = h
+        .engine
+        .objects()
+        .list(dataset_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|object| object.split_id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Before every object delete: a pause, as a slow store (or a long gc) would take.
+#[derive(Debug)]
+struct SlowDeletes(Duration);
+
+impl Faults for SlowDeletes {
+    fn before(&self, step: &DurableStep) -> mend::Result<()> {
+        if matches!(step, DurableStep::DeleteObject { .. }) {
+            // A blocking pause on purpose: the lease's keeper must renew from another thread
+            // while the operation's own thread is stuck.
+            std::thread::sleep(self.0);
+        }
+        Ok(())
+    }
+
+    fn after(&self, _step: &DurableStep) -> mend::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gc_longer_than_its_lease_keeps_its_gate() {
+    let h = Harness::new(Backend::LocalDirectory).await;
+    let dataset_id = four_to_collect(&h).await;
+    let store = h.store.clone().expect("object-store backends have a store");
+    let lease = Duration::from_millis(300);
+    let gates = || {
+        Arc::new(
+            ObjectStoreGates::new(
+                store.clone(),
+                Default::default(),
+                lease,
+                Arc::new(SystemClock),
+            )
+            .with_max_clock_skew(Duration::from_millis(50)),
+        )
+    };
+    let (ours, theirs) = (gates(), gates());
+    // Four deletes of 250 ms each: the run lasts over three leases.
+    let engine = h
+        .engine
+        .with_gates(ours)
+        .with_faults(Arc::new(SlowDeletes(Duration::from_millis(250))));
+    let gc = {
+        let (engine, dataset_id) = (engine.clone(), dataset_id.clone());
+        tokio::spawn(async move { engine.gc(&dataset_id, "n").await })
+    };
+    let gate = GateName::dataset(&dataset_id);
+    let mut checks = 0;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    while !gc.is_finished() {
+        let taken = theirs
+            .acquire_one(&GateSession::new(), gate.clone(), Duration::ZERO)
+            .await;
+        assert!(
+            is_conflict(&taken) || gc.is_finished(),
+            "another process took the gate of a running gc: {taken:?}"
+        );
+        checks += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let result = gc.await.unwrap().unwrap();
+    assert_eq!(result.deleted.len(), 4);
+    assert_eq!(objects_left(&h, &dataset_id).await, ["live"]);
+    assert_eq!(theirs.current_epoch(&gate).await.unwrap(), 1);
+    checks += 3;
+    assert!(checks > 10, "the gc ran for {checks} looks only");
+    println!(
+        "a gc longer than its lease: {checks} checks: the other process was refused the gate at every look while the gc ran, the gc deleted all four, the gate stayed at epoch 1"
+    );
+}
+
+/// Moves the gates' clock past the lease (and the skew allowance) at the first object delete,
+/// as a process stalled past its lease would find, and records every step after that.
+#[derive(Debug)]
+struct LoseLeaseAtFirstDelete {
+    gate_clock: Arc<ManualClock>,
+    by_ms: i64,
+    fired: std::sync::atomic::AtomicBool,
+    steps_after: std::sync::Mutex<Vec<String>>,
+}
+
+impl Faults for LoseLeaseAtFirstDelete {
+    fn before(&self, step: &DurableStep) -> mend::Result<()> {
+        use std::sync::atomic::Ordering;
+        if self.fired.load(Ordering::SeqCst) {
+            self.steps_after.lock().unwrap().push(step.to_string());
+        } else if matches!(step, DurableStep::DeleteObject { .. }) {
+            // This delete was checked already and goes ahead; the next write must not.
+            self.gate_clock.advance_ms(self.by_ms);
+            self.fired.store(true, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    fn after(&self, _step: &DurableStep) -> mend::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gc_that_loses_its_lease_stops_before_its_next_write() {
+    let h = Harness::new(Backend::LocalDirectory).await;
+    let dataset_id = four_to_collect(&h).await;
+    let store = h.store.clone().expect("object-store backends have a store");
+    // The gates' own clock, so that moving it leaves the engine's alone.
+    let gate_clock = Arc::new(ManualClock::new(1_800_000_000_000));
+    let lease = Duration::from_secs(10);
+    let gates = || {
+        Arc::new(ObjectStoreGates::new(
+            store.clone(),
+            Default::default(),
+            lease,
+            gate_clock.clone(),
+        ))
+    };
+    let (ours, theirs) = (gates(), gates());
+    let faults = Arc::new(LoseLeaseAtFirstDelete {
+        gate_clock: gate_clock.clone(),
+        by_ms: 10_000 + 1_000,
+        fired: Default::default(),
+        steps_after: Default::default(),
+    });
+    let engine = h.engine.with_gates(ours).with_faults(faults.clone());
+    let error = engine.gc(&dataset_id, "n").await.unwrap_err();
+    let gate = GateName::dataset(&dataset_id);
+    let mut checks = 0;
+    match &error {
+        MendError::Conflict { message } => {
+            assert!(message.contains("no longer held"), "{message}");
+            assert!(message.contains(&gate.to_string()), "{message}");
+            assert!(message.contains("fencing epoch 1"), "{message}");
+        }
+        other => panic!("expected Conflict for the lost lease, got {other:?}"),
+    }
+    checks += 1;
+    // Nothing was written after the loss: one object went, three stay, and so do the four
+    // marked rows and the gc's intent.
+    assert!(
+        faults.steps_after.lock().unwrap().is_empty(),
+        "steps after the loss: {:?}",
+        faults.steps_after.lock().unwrap()
+    );
+    let left = objects_left(&h, &dataset_id).await;
+    assert_eq!(left.len(), 4, "{left:?}");
+    assert!(left.contains(&"live".to_string()));
+    let marked = h
+        .rows(&dataset_id)
+        .await
+        .into_iter()
+        .filter(|row| row.state == SplitState::MarkedForDeletion)
+        .count();
+    assert_eq!(marked, 4);
+    let intents = engine.catalog().list_intents(&dataset_id).await.unwrap();
+    assert_eq!(intents.len(), 1);
+    checks += 4;
+
+    // The other process takes the gate, at a higher epoch.
+    let next = theirs
+        .acquire_one(&GateSession::new(), gate.clone(), Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(next.fencing_epoch(), 2);
+    checks += 1;
+    next.release().await.unwrap();
+
+    // Recovery, once the gc's intent lease ran out, finishes the collection.
+    h.clock.advance_ms(120_000);
+    let recovering = h.engine.with_gates(gates());
+    recovering
+        .recover(&dataset_id, RecoveryMode::RollForward)
+        .await
+        .unwrap();
+    assert_eq!(objects_left(&h, &dataset_id).await, ["live"]);
+    assert!(
+        recovering
+            .catalog()
+            .list_intents(&dataset_id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    checks += 2;
+    println!(
+        "a gc that loses its lease: {checks} checks: refused with Conflict at its next write, one of four objects deleted and no write after, the other process took the gate at epoch 2, recovery finished the gc"
+    );
 }

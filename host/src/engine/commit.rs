@@ -391,12 +391,15 @@ impl Engine {
         }
     }
 
-    /// Runs one durable step through the fault seam.
+    /// Runs one durable step through the fault seam, after checking that the gates this
+    /// engine works under are still held ([`Engine::check_held`]): work whose lease was lost
+    /// stops before its next write.
     pub(super) async fn durably<T>(
         &self,
         step: DurableStep,
         write: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
+        self.check_held()?;
         self.options.faults.before(&step)?;
         let value = write.await?;
         self.options.faults.after(&step)?;

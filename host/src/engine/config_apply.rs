@@ -65,16 +65,17 @@ impl Engine {
         validate::config(config)?;
         validate::node(node)?;
         let operation_id = uuid::Uuid::new_v4().to_string();
-        self.under_gates(
-            [GateName::config(dataset_id)],
-            self.apply_config_holding_gate(
-                dataset_id,
-                expected_config_version,
-                config,
-                node,
-                &operation_id,
-            ),
-        )
+        self.under_gates([GateName::config(dataset_id)], |engine| async move {
+            engine
+                .apply_config_holding_gate(
+                    dataset_id,
+                    expected_config_version,
+                    config,
+                    node,
+                    &operation_id,
+                )
+                .await
+        })
         .await
     }
 
@@ -107,16 +108,17 @@ impl Engine {
         {
             return Ok(promoted);
         }
-        self.under_gates(
-            [GateName::config(dataset_id)],
-            self.apply_keyed_holding_gate(
-                dataset_id,
-                expected_config_version,
-                config,
-                node,
-                idempotency_key,
-            ),
-        )
+        self.under_gates([GateName::config(dataset_id)], |engine| async move {
+            engine
+                .apply_keyed_holding_gate(
+                    dataset_id,
+                    expected_config_version,
+                    config,
+                    node,
+                    idempotency_key,
+                )
+                .await
+        })
         .await
     }
 
@@ -144,7 +146,7 @@ impl Engine {
         validate::dataset_id(dataset_id)?;
         validate::node(node)?;
         let operation_id = keyed_operation_id(idempotency_key);
-        self.under_gates([GateName::config(dataset_id)], async {
+        self.under_gates([GateName::config(dataset_id)], |engine| async move {
             // Read before the record: a promotion recovery makes in between is then found as
             // the record, or else not yet made when the dataset was read, so the request made
             // from what was read is the one recovery promotes.
@@ -173,14 +175,15 @@ impl Engine {
             }
             let config = edit(&current.config)?;
             validate::config(&config)?;
-            self.apply_keyed_holding_gate(
-                dataset_id,
-                current.config_version,
-                &config,
-                node,
-                idempotency_key,
-            )
-            .await
+            engine
+                .apply_keyed_holding_gate(
+                    dataset_id,
+                    current.config_version,
+                    &config,
+                    node,
+                    idempotency_key,
+                )
+                .await
         })
         .await
     }

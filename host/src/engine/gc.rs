@@ -62,10 +62,9 @@ impl Engine {
         // The plan and its audit records name one policy.
         let pinned = self.pinned();
         pinned
-            .under_gates(
-                [GateName::dataset(dataset_id)],
-                pinned.gc_holding_gate(dataset_id, node),
-            )
+            .under_gates([GateName::dataset(dataset_id)], |engine| async move {
+                engine.gc_holding_gate(dataset_id, node).await
+            })
             .await
     }
 
@@ -74,6 +73,7 @@ impl Engine {
         let now = self.now_ms();
         // Results recorded for idempotent retries are kept this long, then forgotten: a retry
         // after that runs as a new request. (Writes nothing when there is nothing to forget.)
+        self.check_held()?;
         self.catalog
             .forget_recorded_requests(
                 dataset_id,

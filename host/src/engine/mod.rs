@@ -47,7 +47,7 @@ use crate::catalog::{self, Capabilities, Catalog, PublishObservation, RequestKey
 use crate::clock::{Clock, SystemClock};
 use crate::error::{MendError, Result};
 use crate::faults::{Faults, NoFaults};
-use crate::gates::{GateName, GateSession, GateSet, Gates, HeldGates, InProcessGates};
+use crate::gates::{GateName, GateSession, GateSet, Gates, HeldGates, Holds, InProcessGates};
 use crate::invariants;
 use crate::model::{
     Dataset, DatasetConfig, ListQuery, MarkResult, NewSplit, PublishRequest, PublishResult,
@@ -133,6 +133,9 @@ pub struct Engine {
     options: EngineOptions,
     /// What this process uploaded for operations in flight, shared by every clone.
     uploaded: Arc<uploaded::UploadedObjects>,
+    /// The gates the operation running on this clone holds ([`Engine::under_gates`]), checked
+    /// before each of its durable writes; empty outside gated work.
+    holds: Holds,
 }
 
 impl Engine {
@@ -154,6 +157,7 @@ impl Engine {
             capabilities,
             options,
             uploaded: Arc::default(),
+            holds: Holds::default(),
         })
     }
 
@@ -209,6 +213,10 @@ impl Engine {
     /// | recovery, roll-forward          | the dataset gate                                   |
     /// | recovery, exclusive             | the exclusive permit: config and dataset gates, then the fencing epoch bumped |
     /// | recovery, probe and verify      | none: they write nothing, not even a lease          |
+    ///
+    /// Gated work checks that its gates are still held before each of its durable writes: one
+    /// whose object-store lease was lost (its renewals could not land, or another process took
+    /// the gate over) stops there with `Conflict`, leaving its intent to recovery.
     pub fn with_gates(&self, gates: Arc<dyn Gates>) -> Engine {
         let mut engine = self.clone();
         engine.gates = gates;
@@ -238,18 +246,40 @@ impl Engine {
             .await
     }
 
-    /// Runs `operation` holding `names`, and releases them after.
-    async fn under_gates<T>(
+    /// Runs `operation` holding `names`, and releases them after. The operation runs on a
+    /// clone of this engine that checks the gates are still held before each durable write
+    /// (`durably`), so that work whose lease was lost (object-store gates: renewals failed, or
+    /// another process took the gate over) stops with `Conflict` before its next write.
+    async fn under_gates<T, Operation, Running>(
         &self,
         names: impl IntoIterator<Item = GateName>,
-        operation: impl std::future::Future<Output = Result<T>>,
-    ) -> Result<T> {
+        operation: Operation,
+    ) -> Result<T>
+    where
+        Operation: FnOnce(Engine) -> Running,
+        Running: std::future::Future<Output = Result<T>>,
+    {
         let held = self.take_gates(names).await?;
-        let result = operation.await;
+        let result = operation(self.holding(held.holds())).await;
         // A release that fails still ends the hold (the connection closes or the lease runs
         // out); the operation's own result is what the caller needs.
         let _ = held.release().await;
         result
+    }
+
+    /// The same engine checking `holds` before each durable write.
+    fn holding(&self, holds: Holds) -> Engine {
+        let mut engine = self.clone();
+        engine.holds = holds;
+        engine
+    }
+
+    /// `Ok` while every gate the running operation holds is still held; `Conflict` naming
+    /// the gate and its epoch once one is lost. A check, not a fence: a write that starts
+    /// right after it can still land after the lease ran out, and the catalog's fencing (the
+    /// publish token, the dataset's fencing epoch) is what refuses a stale publish there.
+    fn check_held(&self) -> Result<()> {
+        self.holds.check()
     }
 
     /// The same engine reporting the progress of long runs to `progress`.

@@ -86,10 +86,9 @@ impl Engine {
         // One policy decides and is audited for the whole run.
         let pinned = self.pinned();
         pinned
-            .under_gates(
-                [GateName::dataset(dataset_id)],
-                pinned.reconcile_holding_gate(dataset_id, node),
-            )
+            .under_gates([GateName::dataset(dataset_id)], |engine| async move {
+                engine.reconcile_holding_gate(dataset_id, node).await
+            })
             .await
     }
 
@@ -211,6 +210,7 @@ impl Engine {
             accepted.push((orphan, decision));
         }
         if accepted.is_empty() {
+            self.check_held()?;
             self.catalog.append_audit(dataset_id, &audit).await?;
             log_reconcile(&report);
             return Ok(report);
@@ -306,6 +306,7 @@ impl Engine {
                 outcome,
             ));
         }
+        self.check_held()?;
         self.catalog.append_audit(dataset_id, &audit).await?;
 
         self.finish_intent(dataset_id, &operation_id).await?;

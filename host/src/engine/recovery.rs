@@ -186,10 +186,9 @@ impl Engine {
                 Ok(report)
             }
             RecoveryMode::RollForward => {
-                self.under_gates(
-                    [GateName::dataset(dataset_id)],
-                    self.sweep(dataset_id, mode),
-                )
+                self.under_gates([GateName::dataset(dataset_id)], |engine| async move {
+                    engine.sweep(dataset_id, mode).await
+                })
                 .await
             }
             RecoveryMode::Exclusive => {
@@ -200,15 +199,19 @@ impl Engine {
                     self.options.gate_timeout,
                 )
                 .await?;
+                // Every write of the sweep checks first that the permit still stands.
+                let holding = self.holding(permit.holds());
                 let result = async {
                     // Every writer that began before the permit is fenced out from here on.
-                    self.durably(
-                        DurableStep::FenceWriters,
-                        self.catalog
-                            .advance_fencing_epoch(dataset_id, self.now_ms()),
-                    )
-                    .await?;
-                    self.sweep(dataset_id, mode).await
+                    holding
+                        .durably(
+                            DurableStep::FenceWriters,
+                            holding
+                                .catalog
+                                .advance_fencing_epoch(dataset_id, holding.now_ms()),
+                        )
+                        .await?;
+                    holding.sweep(dataset_id, mode).await
                 }
                 .await;
                 let _ = permit.release().await;

@@ -18,24 +18,46 @@
 //!   its guards) awaits [`Gates::wait_for_releases`] first, so that those background releases
 //!   land instead of leaving leases to run out. A process that dies without that still leaves
 //!   no gate held for ever: a lease expires, a Postgres session ends with its connection.
+//! - **Renewal.** A lease (object-store gates) is renewed in the background, every third of
+//!   its duration, by a task the lock owns for as long as the guard lives; the release (or
+//!   the drop) stops it before writing the release marker. Nobody has to call
+//!   [`GateGuard::renew`]; it renews at once. A renewal the store does not answer is tried
+//!   again sooner, until the lease runs out.
+//! - **Lost holds.** A hold is lost when a renewal finds a newer epoch of the gate (it names
+//!   its holder) or lands only after the lease ran out, and when the lease has run out by this
+//!   process's clock with no renewal landed. [`GateGuard::check_held`] (and
+//!   [`HeldGates::check_held`], [`ExclusivePermit::check_held`], or a [`Hold`] cloned off the
+//!   guard) says so with no IO: `Conflict` naming the gate, its epoch and, where a renewal
+//!   found out, who took it over. Work under a gate calls it before each write; the engine
+//!   does before every durable write of gated work (gc, reconcile, recovery, config apply).
+//!   That is a check just before the write, not a fence at it: a process that stalls between
+//!   the check and the write (longer than the lease and the skew allowance) can still make
+//!   that one write. What refuses a stale write at the write itself is the catalog: a publish
+//!   carries the dataset's publish token and its fencing epoch as read when the work began,
+//!   which exclusive recovery bumps (see [`ExclusivePermit`]); gc's marks and row deletes are
+//!   conditional on the rows' states. No catalog write carries a gate's own epoch, so two
+//!   holders of one dataset gate (one of them stale) are kept apart by the check alone.
+//!   Holds that do not expire (in-process, Postgres) never report lost.
 //! - **Holders.** A gate held by someone else at the deadline is a `Conflict` that names the
 //!   holder where the implementation can tell: the process (command, pid, host) and when its
 //!   lease ends for object-store leases, the backend's pid and application name for Postgres.
 //! - **Fencing.** A guard carries the gate's fencing epoch, which grows with every acquisition
 //!   of that gate where the implementation can count ([`Gates::has_fencing_epochs`]). An
-//!   expired lease can make two holders believe they hold one gate; the epoch is what lets a
-//!   later write (publish) refuse the stale one.
+//!   expired lease can make two holders believe they hold one gate; the epoch is what tells
+//!   the stale one, at its next renewal, that it was superseded.
 //!
-//! | implementation       | across                       | waiting                       | fencing epoch         |
-//! |----------------------|------------------------------|-------------------------------|-----------------------|
-//! | [`InProcessGates`]   | the tasks of one process     | tokio mutex, FIFO             | yes                   |
-//! | [`PostgresGates`]    | processes sharing a database | advisory lock, `lock_timeout` | no: the publish token |
-//! | [`ObjectStoreGates`] | processes sharing a store    | leases, polled                | yes                   |
+//! | implementation       | across                       | waiting                       | fencing epoch         | held until                                  |
+//! |----------------------|------------------------------|-------------------------------|-----------------------|---------------------------------------------|
+//! | [`InProcessGates`]   | the tasks of one process     | tokio mutex, FIFO             | yes                   | released                                    |
+//! | [`PostgresGates`]    | processes sharing a database | advisory lock, `lock_timeout` | no: the publish token | released, or its connection closes; one connection each, so at most the pool's size held at once ([`POSTGRES_GATE_CONNECTIONS`] for [`open_gates`]) |
+//! | [`ObjectStoreGates`] | processes sharing a store    | leases, polled                | yes                   | released, or its lease runs out: renewed in the background while the guard lives, lost if a renewal cannot land in time |
 //!
 //! Errors: re-acquiring or acquiring out of order is a bug in the caller, not a state that
 //! retrying fixes, so it is `FailedPrecondition` (not retryable, nothing happened) naming the
 //! gate. A timeout is `Conflict`: another session holds the gate, nothing was taken, and a
-//! retry may succeed. A store or database that does not answer is `Unavailable`.
+//! retry may succeed; so is a Postgres gates' pool with every connection holding a gate
+//! past the timeout, and a lost hold (the refused write did not happen, and running the work
+//! again waits for the gate). A store or database that does not answer is `Unavailable`.
 
 mod in_process;
 mod object_store;
@@ -60,6 +82,15 @@ pub use self::object_store::{DEFAULT_MAX_CLOCK_SKEW, DEFAULT_POLL_INTERVAL, Obje
 #[cfg(feature = "postgres")]
 pub use self::postgres::PostgresGates;
 
+/// How many gates one process can hold at once on [`open_gates`]'s Postgres gates: the size of
+/// their pool, since each held gate keeps a connection. One more waits for one of them to be
+/// released until its gate timeout, then fails with `Conflict` (see [`PostgresGates`]).
+pub const POSTGRES_GATE_CONNECTIONS: u32 = 8;
+
+/// How long [`open_gates`]'s Postgres gates may take to open a connection.
+#[cfg(feature = "postgres")]
+const POSTGRES_GATE_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Advisory-lock gates on a pool of their own, its connections named `holder`.
 #[cfg(feature = "postgres")]
 async fn postgres_gates(catalog_url: &str, holder: &str) -> Result<Arc<dyn Gates>> {
@@ -67,8 +98,8 @@ async fn postgres_gates(catalog_url: &str, holder: &str) -> Result<Arc<dyn Gates
         .parse()
         .map_err(|error| MendError::unavailable("parse the gates' database URL", error))?;
     let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(8)
-        .acquire_timeout(Duration::from_secs(10))
+        .max_connections(POSTGRES_GATE_CONNECTIONS)
+        .acquire_timeout(POSTGRES_GATE_CONNECT_TIMEOUT)
         .connect_with(options.application_name(holder))
         .await
         .map_err(|error| MendError::unavailable("connect the gates' pool", error))?;
@@ -407,6 +438,11 @@ impl LockRequest<'_> {
         self.deadline
     }
 
+    /// The timeout of the whole set, for error messages.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// The error for a gate still held by someone else at the deadline, when the
     /// implementation cannot tell who.
     pub fn timed_out(&self) -> MendError {
@@ -439,6 +475,13 @@ pub trait GateLock: Send + Sync + fmt::Debug {
 
     /// When the hold ends unless renewed (lease-based implementations only).
     fn expires_at_ms(&self) -> Option<TimestampMs> {
+        None
+    }
+
+    /// Whether the hold still stands, shared with whatever renews it (lease-based
+    /// implementations); `None` for holds that last until released, which
+    /// [`Gates::acquire`] then gives a [`Hold`] that never runs out.
+    fn hold(&self) -> Option<Hold> {
         None
     }
 
@@ -495,6 +538,9 @@ pub trait Gates: Send + Sync + fmt::Debug {
             match self.lock(&request).await {
                 Ok(lock) => held.guards.push(GateGuard {
                     name: name.clone(),
+                    hold: lock
+                        .hold()
+                        .unwrap_or_else(|| Hold::lasting(name.clone(), lock.fencing_epoch())),
                     lock: Some(lock),
                     session: reservation.hand_over(name),
                 }),
@@ -580,6 +626,8 @@ fn deadline_after(timeout: Duration) -> Instant {
 #[derive(Debug)]
 pub struct GateGuard {
     name: GateName,
+    /// Whether the hold still stands; clones of it outlive the guard.
+    hold: Hold,
     /// `None` only once released.
     lock: Option<Box<dyn GateLock>>,
     session: Arc<SessionState>,
@@ -603,8 +651,22 @@ impl GateGuard {
         self.lock().expires_at_ms()
     }
 
-    /// Extends a lease before it expires; a no-op for gates that do not expire. An error
-    /// means the hold may be lost: stop working under the gate.
+    /// Whether this guard still holds its gate: `Conflict` naming the gate, its epoch and,
+    /// where known, who took it over, once a renewal found the lease lost or the lease ran
+    /// out by this process's clock. Cheap (no IO): call it before each write made under the
+    /// gate. Holds that never expire (in-process, Postgres) always pass.
+    pub fn check_held(&self) -> Result<()> {
+        self.hold.check()
+    }
+
+    /// The guard's [`Hold`], to check from code that does not own the guard.
+    pub fn hold(&self) -> Hold {
+        self.hold.clone()
+    }
+
+    /// Extends a lease before it expires; a no-op for gates that do not expire. Object-store
+    /// leases are renewed in the background while the guard lives, so nobody needs to call
+    /// this; it renews now. An error means the hold may be lost: stop working under the gate.
     pub async fn renew(&mut self) -> Result<()> {
         self.lock
             .as_mut()
@@ -663,6 +725,17 @@ impl HeldGates {
     /// The fencing epoch `name` was acquired at, if it is held here.
     pub fn fencing_epoch(&self, name: &GateName) -> Option<u64> {
         self.guard(name).map(GateGuard::fencing_epoch)
+    }
+
+    /// Whether every gate here is still held; the first that is not, as
+    /// [`GateGuard::check_held`] says it.
+    pub fn check_held(&self) -> Result<()> {
+        self.guards.iter().try_for_each(GateGuard::check_held)
+    }
+
+    /// The [`Hold`]s of every gate here, to check from code that does not own the guards.
+    pub fn holds(&self) -> Holds {
+        Holds(self.guards.iter().map(GateGuard::hold).collect())
     }
 
     /// The guards, to release them one by one.
@@ -749,7 +822,18 @@ impl ExclusivePermit {
         &self.gates
     }
 
-    /// Extends the leases of the permit's gates (object-store leases); a no-op for the others.
+    /// Whether both gates are still held; see [`GateGuard::check_held`].
+    pub fn check_held(&self) -> Result<()> {
+        self.gates.check_held()
+    }
+
+    /// The [`Hold`]s of both gates.
+    pub fn holds(&self) -> Holds {
+        self.gates.holds()
+    }
+
+    /// Extends the leases of the permit's gates now (object-store leases, which are renewed
+    /// in the background anyway); a no-op for the others.
     pub async fn renew(&mut self) -> Result<()> {
         self.gates.renew().await
     }
@@ -757,5 +841,166 @@ impl ExclusivePermit {
     /// Releases both gates.
     pub async fn release(self) -> Result<()> {
         self.gates.release().await
+    }
+}
+
+/// Whether one hold of a gate still stands: a cheap, cloneable view shared with the lock that
+/// holds it (and, for a lease, with the task that renews it in the background), so that work
+/// under the gate can ask before each write without owning the guard.
+///
+/// A hold is lost when a renewal finds its lease taken over or landed too late (the lock marks
+/// it), or when its lease has run out by this process's clock because no renewal landed in
+/// time. Once lost it stays lost. A hold that never expires (in-process, Postgres) never
+/// reports lost: a Postgres advisory lock is lost only with its connection, which this does not
+/// see; fencing there is the catalog's publish token.
+#[derive(Clone)]
+pub struct Hold(Arc<HoldState>);
+
+struct HoldState {
+    name: GateName,
+    epoch: u64,
+    /// The lease's expiry and the clock that reads it, for leases.
+    lease: Option<(std::sync::atomic::AtomicI64, Arc<dyn crate::clock::Clock>)>,
+    /// Why the hold was lost, once it was. A std mutex: set or read in one step, never held
+    /// across an await.
+    lost: Mutex<Option<String>>,
+}
+
+impl Hold {
+    /// A hold that lasts until released.
+    pub(crate) fn lasting(name: GateName, epoch: u64) -> Self {
+        Self::new(name, epoch, None)
+    }
+
+    /// A lease's hold, running out at `expires_at_ms` by `clock` unless extended.
+    pub(crate) fn leased(
+        name: GateName,
+        epoch: u64,
+        expires_at_ms: TimestampMs,
+        clock: Arc<dyn crate::clock::Clock>,
+    ) -> Self {
+        let expiry = std::sync::atomic::AtomicI64::new(expires_at_ms);
+        Self::new(name, epoch, Some((expiry, clock)))
+    }
+
+    fn new(
+        name: GateName,
+        epoch: u64,
+        lease: Option<(std::sync::atomic::AtomicI64, Arc<dyn crate::clock::Clock>)>,
+    ) -> Self {
+        Self(Arc::new(HoldState {
+            name,
+            epoch,
+            lease,
+            lost: Mutex::new(None),
+        }))
+    }
+
+    /// The gate held.
+    pub fn name(&self) -> &GateName {
+        &self.0.name
+    }
+
+    /// The fencing epoch of this hold (0 where the implementation has none).
+    pub fn fencing_epoch(&self) -> u64 {
+        self.0.epoch
+    }
+
+    /// When the lease runs out unless renewed; `None` for holds that never expire.
+    pub fn expires_at_ms(&self) -> Option<TimestampMs> {
+        self.0
+            .lease
+            .as_ref()
+            .map(|(expiry, _)| expiry.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// `Ok` while the hold stands; `Conflict` once it is lost or its lease has run out by this
+    /// process's clock. No IO.
+    pub fn check(&self) -> Result<()> {
+        let state = &self.0;
+        if let Some(why) = state.lost().as_deref() {
+            return Err(self.lost_error(why));
+        }
+        if let Some((expiry, clock)) = &state.lease {
+            let expires_at_ms = expiry.load(std::sync::atomic::Ordering::SeqCst);
+            let now_ms = clock.now_ms();
+            if now_ms >= expires_at_ms {
+                return Err(self.lost_error(&format!(
+                    "its lease ran out at {} by this process's clock (now {}) before a renewal \
+                     landed, so another process may take the gate at a higher epoch",
+                    crate::clock::rfc3339(expires_at_ms),
+                    crate::clock::rfc3339(now_ms)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether [`Hold::check`] passes.
+    pub fn is_held(&self) -> bool {
+        self.check().is_ok()
+    }
+
+    /// Moves the lease's expiry to `expires_at_ms` (a renewal landed in time).
+    pub(crate) fn extend(&self, expires_at_ms: TimestampMs) {
+        if let Some((expiry, _)) = &self.0.lease {
+            expiry.fetch_max(expires_at_ms, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Marks the hold lost for good, `why` saying how it was found; the first reason stays.
+    pub(crate) fn mark_lost(&self, why: String) {
+        self.0.lost().get_or_insert(why);
+    }
+
+    /// Whether the hold was marked lost (not counting a lease that merely ran out).
+    pub(crate) fn is_marked_lost(&self) -> bool {
+        self.0.lost().is_some()
+    }
+
+    fn lost_error(&self, why: &str) -> MendError {
+        MendError::Conflict {
+            message: format!(
+                "the {} is no longer held by this process at fencing epoch {}: {why}; the work \
+                 under it stopped before its next write (what it wrote before stays, and its \
+                 intent, if any, is left for recovery): run it again, which waits for the gate",
+                self.0.name, self.0.epoch
+            ),
+        }
+    }
+}
+
+impl HoldState {
+    fn lost(&self) -> MutexGuard<'_, Option<String>> {
+        // Set once, in one call that cannot panic half-way.
+        self.lost.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl fmt::Debug for Hold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hold")
+            .field("name", &self.0.name)
+            .field("epoch", &self.0.epoch)
+            .field("expires_at_ms", &self.expires_at_ms())
+            .field("lost", &*self.0.lost())
+            .finish()
+    }
+}
+
+/// The [`Hold`]s of several gates held together (of a [`HeldGates`] or an
+/// [`ExclusivePermit`]); empty for work that holds no gate, whose check always passes.
+#[derive(Debug, Clone, Default)]
+pub struct Holds(Vec<Hold>);
+
+impl Holds {
+    /// `Ok` while every hold stands; else the first one's error, see [`Hold::check`].
+    pub fn check(&self) -> Result<()> {
+        self.0.iter().try_for_each(Hold::check)
+    }
+
+    /// The holds, in lock order.
+    pub fn iter(&self) -> impl Iterator<Item = &Hold> {
+        self.0.iter()
     }
 }

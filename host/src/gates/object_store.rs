@@ -20,13 +20,18 @@
 //!   epoch, see Epochs) is taking the gate; losing it means another session did, and the
 //!   wait goes on. A held gate is polled with a growing, jittered pause
 //!   (up to the poll interval); a release by this same instance wakes its waiters at once.
-//! - **Renew.** The holder writes a renewal file, put-if-absent as well, whose name carries
-//!   the new expiry, so that a contender learns it from the listing alone (rather than from
-//!   numbered renewals it would have to read), then deletes the renewal before it. A renewal
-//!   counts only if it landed before the lease expired, by the holder's clock; afterwards a
-//!   contender may already have looked and taken the next epoch.
-//! - **Release.** Put-if-absent of the release marker, by `release().await` or in the
-//!   background when a guard is dropped ([`Gates::wait_for_releases`] waits for those). When
+//! - **Renew.** A task the lease owns renews it every third of the lease (or as
+//!   [`ObjectStoreGates::with_renewal_interval`] says) for as long as the guard lives. A
+//!   renewal is a renewal file, put-if-absent as well, whose name carries the new expiry, so
+//!   that a contender learns it from the listing alone (rather than from numbered renewals it
+//!   would have to read), then the deletion of the renewal before it. A renewal counts only if
+//!   it landed before the lease expired, by the holder's clock; afterwards a contender may
+//!   already have looked and taken the next epoch. Then, or when the listing after it shows a
+//!   newer epoch, the hold is marked lost (naming the newer epoch's holder) and the task ends.
+//!   A put the store does not answer is tried again after a quarter of the interval; if none
+//!   lands before the expiry, the hold is lost by the local clock and the next try marks it.
+//! - **Release.** The renewing task is stopped and awaited, then put-if-absent of the release
+//!   marker, by `release().await` or in the background when a guard is dropped ([`Gates::wait_for_releases`] waits for those). When
 //!   that fails, or the process dies first, the lease simply expires. Once the marker is in
 //!   place, the releaser deletes the earlier epochs' files and its own renewals in the
 //!   background (also waited for by `wait_for_releases`), so that a gate at rest holds two
@@ -42,12 +47,14 @@
 //!   be written again, though, by a contender whose look predates the deletion: so a won put
 //!   counts only if a listing after it shows no newer epoch (the newest never goes back, so
 //!   a newer one cannot hide), and otherwise the contender holds nothing and looks again.
-//! - **Clocks.** Time comes from the [`Clock`]. Processes sharing a store must keep their
-//!   clocks within `max_clock_skew` of each other, and a holder must renew before its lease
-//!   expires and stop working under the gate when it cannot (an error from `renew`). A holder
-//!   that stalls past its expiry without noticing (a long pause, a clock further off than the
-//!   allowance) can overlap with the next holder: the fencing epoch, checked where it
-//!   publishes, is what stops it from doing harm.
+//! - **Clocks.** Time comes from the [`Clock`] (expiries) and the runtime's timer (when to
+//!   renew). Processes sharing a store must keep their clocks within `max_clock_skew` of each
+//!   other; a holder stops working under the gate once its hold is lost
+//!   ([`GateGuard::check_held`](super::GateGuard::check_held) before each write). A holder
+//!   that stalls past its expiry between that check and its write (a long pause), or whose
+//!   clock is further off than the allowance (caught only at its next renewal), can overlap
+//!   with the next holder for that write: the catalog's fencing where it publishes is what
+//!   stops a stale publish (see the gates' module doc for what is fenced where).
 
 use std::fmt;
 use std::sync::Arc;
@@ -60,7 +67,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{BackgroundReleases, GateLock, GateName, Gates, LockRequest};
+use super::{BackgroundReleases, GateLock, GateName, Gates, Hold, LockRequest};
 use crate::clock::{Clock, rfc3339};
 use crate::error::{MendError, Result};
 use crate::model::TimestampMs;
@@ -72,6 +79,9 @@ pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_secs(1);
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// The first pause; pauses double up to the poll interval.
 const FIRST_PAUSE: Duration = Duration::from_millis(2);
+/// How many renewals a lease gets in its duration: two may fail (or be late) before it runs
+/// out.
+const RENEWALS_PER_LEASE: u32 = 3;
 /// The newest lease format this code reads, and the one it writes.
 const FORMAT_VERSION: u32 = 1;
 
@@ -81,6 +91,8 @@ pub struct ObjectStoreGates {
     store: Arc<dyn ObjectStore>,
     prefix: Path,
     lease_duration: Duration,
+    /// How often a held lease is renewed in the background; `None`: only when asked.
+    renew_every: Option<Duration>,
     max_clock_skew: Duration,
     poll_interval: Duration,
     clock: Arc<dyn Clock>,
@@ -95,7 +107,8 @@ pub struct ObjectStoreGates {
 
 impl ObjectStoreGates {
     /// Gates under `prefix` of `store`, which must support `PutMode::Create`. A lease lasts
-    /// `lease_duration` from its acquisition or latest renewal.
+    /// `lease_duration` from its acquisition or latest renewal, and is renewed in the
+    /// background every third of that while its guard lives.
     pub fn new(
         store: Arc<dyn ObjectStore>,
         prefix: Path,
@@ -106,6 +119,7 @@ impl ObjectStoreGates {
             store,
             prefix,
             lease_duration,
+            renew_every: Some((lease_duration / RENEWALS_PER_LEASE).max(FIRST_PAUSE)),
             max_clock_skew: DEFAULT_MAX_CLOCK_SKEW,
             poll_interval: DEFAULT_POLL_INTERVAL,
             clock,
@@ -133,6 +147,14 @@ impl ObjectStoreGates {
     /// The longest pause between two looks at a held gate.
     pub fn with_poll_interval(mut self, poll_interval: Duration) -> Self {
         self.poll_interval = poll_interval.max(FIRST_PAUSE);
+        self
+    }
+
+    /// How often a held lease is renewed in the background (every third of the lease
+    /// unless told otherwise); `None` renews only when the guard's `renew` is called, for tests
+    /// that drive renewals by hand.
+    pub fn with_renewal_interval(mut self, every: Option<Duration>) -> Self {
+        self.renew_every = every.map(|every| every.max(FIRST_PAUSE));
         self
     }
 
@@ -164,18 +186,7 @@ impl ObjectStoreGates {
     /// The lease of `epoch`, or `None` if it is gone (the gate moved on and a newer holder
     /// cleaned it up).
     async fn read_lease(&self, dir: &Path, epoch: u64) -> Result<Option<LeaseRecord>> {
-        let path = dir.child(GateFile::Lease { epoch }.file_name());
-        let bytes = match self.store.get(&path).await {
-            Ok(result) => result.bytes().await,
-            Err(::object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(error) => Err(error),
-        }
-        .map_err(|error| store_error(format!("reading {path}"), error))?;
-        let lease: LeaseRecord = decode(&path, &bytes)?;
-        if lease.epoch != epoch {
-            return Err(corrupt(&path, format!("holds epoch {}", lease.epoch)));
-        }
-        Ok(Some(lease))
+        read_lease_at(&self.store, dir, epoch).await
     }
 
     /// Writes the lease of `epoch` if nobody has: `Some` if this session won it.
@@ -236,18 +247,26 @@ impl ObjectStoreGates {
             },
         };
         Ok(won.then(|| ObjectStoreLease {
-            store: Arc::clone(&self.store),
-            clock: Arc::clone(&self.clock),
+            state: Arc::new(LeaseState {
+                store: Arc::clone(&self.store),
+                clock: Arc::clone(&self.clock),
+                dir: dir.clone(),
+                name: name.clone(),
+                session_id: record.session,
+                epoch,
+                lease_duration: self.lease_duration,
+                hold: Hold::leased(
+                    name.clone(),
+                    epoch,
+                    record.expires_at_ms,
+                    Arc::clone(&self.clock),
+                ),
+                last_renewal: tokio::sync::Mutex::new(None),
+            }),
+            keeper: None,
+            renew_every: self.renew_every,
             released_notice: Arc::clone(&self.released),
             background: self.background.clone(),
-            dir: dir.clone(),
-            name: name.clone(),
-            session_id: record.session,
-            epoch,
-            lease_duration: self.lease_duration,
-            expires_at_ms: record.expires_at_ms,
-            last_renewal: None,
-            lost: false,
             released: false,
         }))
     }
@@ -270,6 +289,7 @@ impl fmt::Debug for ObjectStoreGates {
             .field("store", &self.store.to_string())
             .field("prefix", &self.prefix.as_ref())
             .field("lease_duration", &self.lease_duration)
+            .field("renew_every", &self.renew_every)
             .field("max_clock_skew", &self.max_clock_skew)
             .field("poll_interval", &self.poll_interval)
             .field("holder", &self.holder)
@@ -321,6 +341,7 @@ impl Gates for ObjectStoreGates {
                 let after = view(&self.store, &dir).await?;
                 if after.newest.map(|newest| newest.epoch) == Some(epoch) {
                     self.clean_up(&after.files, epoch).await;
+                    lease.keep();
                     return Ok(Box::new(lease));
                 }
                 // Nobody reads an epoch below the newest: no release marker is needed.
@@ -344,6 +365,27 @@ impl Gates for ObjectStoreGates {
     async fn wait_for_releases(&self) {
         self.background.idle().await;
     }
+}
+
+/// The lease of `epoch` in `dir`, or `None` if it is gone (the gate moved on and a newer
+/// holder cleaned it up).
+async fn read_lease_at(
+    store: &Arc<dyn ObjectStore>,
+    dir: &Path,
+    epoch: u64,
+) -> Result<Option<LeaseRecord>> {
+    let path = dir.child(GateFile::Lease { epoch }.file_name());
+    let bytes = match store.get(&path).await {
+        Ok(result) => result.bytes().await,
+        Err(::object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(error) => Err(error),
+    }
+    .map_err(|error| store_error(format!("reading {path}"), error))?;
+    let lease: LeaseRecord = decode(&path, &bytes)?;
+    if lease.epoch != epoch {
+        return Err(corrupt(&path, format!("holds epoch {}", lease.epoch)));
+    }
+    Ok(Some(lease))
 }
 
 /// `holder, instance UUID`: one [`ObjectStoreGates`] among those of a process.
@@ -515,37 +557,88 @@ struct MarkRecord {
     written_at_ms: TimestampMs,
 }
 
-/// A held lease.
+/// A held lease: the shared state that renews it, the keeper task that does so in the
+/// background while the lease is held, and the release.
 struct ObjectStoreLease {
-    store: Arc<dyn ObjectStore>,
-    clock: Arc<dyn Clock>,
+    state: Arc<LeaseState>,
+    /// Renews the lease every `renew_every` until aborted (by the release, or the drop).
+    keeper: Option<tokio::task::JoinHandle<()>>,
+    renew_every: Option<Duration>,
     released_notice: Arc<Notify>,
     background: BackgroundReleases,
+    released: bool,
+}
+
+/// What renewing a lease needs, shared by the lease and its keeper.
+struct LeaseState {
+    store: Arc<dyn ObjectStore>,
+    clock: Arc<dyn Clock>,
     dir: Path,
     name: GateName,
     session_id: String,
     epoch: u64,
     lease_duration: Duration,
-    expires_at_ms: TimestampMs,
-    /// The file of the latest renewal, which the next one replaces.
-    last_renewal: Option<Path>,
-    /// A renewal found the lease expired or superseded.
-    lost: bool,
-    released: bool,
+    /// The expiry (by this process's clock) and whether the hold was lost.
+    hold: Hold,
+    /// The file of the latest renewal, which the next one replaces. An async mutex: it also
+    /// keeps a renewal by the keeper and one asked for by the caller from interleaving.
+    last_renewal: tokio::sync::Mutex<Option<Path>>,
 }
 
 impl ObjectStoreLease {
-    fn lost(&mut self, now_ms: TimestampMs) -> MendError {
-        self.lost = true;
-        MendError::failed_precondition(
-            format!(
-                "the lease on the {} (fencing epoch {}) ran out at {} ms (now {now_ms} ms) or \
-                 was taken over before it was renewed; another session may hold the gate: stop \
-                 working under it and acquire it again",
-                self.name, self.epoch, self.expires_at_ms
-            ),
-            vec![self.name.to_string()],
-        )
+    /// Starts the keeper, once the lease is known to be held.
+    fn keep(&mut self) {
+        let Some(every) = self.renew_every else {
+            return;
+        };
+        let state = Arc::clone(&self.state);
+        self.keeper = Some(tokio::spawn(keep_renewed(state, every)));
+    }
+
+    /// Stops the keeper and waits until it has, so that no renewal lands after the release
+    /// marker is written. (One that was in flight may still land; the marker frees the gate
+    /// whatever renewals say.)
+    async fn stop_keeper(&mut self) {
+        if let Some(keeper) = self.keeper.take() {
+            keeper.abort();
+            let _ = keeper.await;
+        }
+    }
+}
+
+/// Renews the lease every `every` until it is lost (then it stops: a lost lease never comes
+/// back) or the task is aborted. A renewal that fails without an answer (the store did not
+/// answer) is tried again sooner, until the lease runs out: then the next try finds it run
+/// out and marks the hold lost. Work under the gate learns all this from [`Hold::check`].
+async fn keep_renewed(state: Arc<LeaseState>, every: Duration) {
+    let retry = (every / 4).max(FIRST_PAUSE);
+    let mut pause = every;
+    loop {
+        tokio::time::sleep(pause).await;
+        pause = match state.renew().await {
+            Ok(()) => every,
+            Err(_) if state.hold.is_marked_lost() => return,
+            Err(error) => {
+                tracing::warn!(gate = %state.name, epoch = state.epoch, %error, "renewing a gate lease failed; trying again");
+                retry
+            }
+        };
+    }
+}
+
+impl LeaseState {
+    fn expires_at_ms(&self) -> TimestampMs {
+        self.hold
+            .expires_at_ms()
+            .expect("a lease's hold has an expiry")
+    }
+
+    /// Marks the hold lost and says so as the error of a renewal.
+    fn lost(&self, why: String) -> MendError {
+        self.hold.mark_lost(why);
+        self.hold
+            .check()
+            .expect_err("a hold marked lost fails its check")
     }
 
     fn mark(&self, file: GateFile) -> (Path, MarkRecord) {
@@ -557,36 +650,19 @@ impl ObjectStoreLease {
         };
         (self.dir.child(file.file_name()), record)
     }
-}
 
-impl fmt::Debug for ObjectStoreLease {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ObjectStoreLease")
-            .field("store", &self.store.to_string())
-            .field("dir", &self.dir.as_ref())
-            .field("session_id", &self.session_id)
-            .field("epoch", &self.epoch)
-            .field("expires_at_ms", &self.expires_at_ms)
-            .field("lost", &self.lost)
-            .field("released", &self.released)
-            .finish_non_exhaustive()
-    }
-}
-
-#[async_trait]
-impl GateLock for ObjectStoreLease {
-    fn fencing_epoch(&self) -> u64 {
-        self.epoch
-    }
-
-    fn expires_at_ms(&self) -> Option<TimestampMs> {
-        Some(self.expires_at_ms)
-    }
-
-    async fn renew(&mut self) -> Result<()> {
+    /// Writes a renewal; see the module doc. Marks the hold lost when the lease ran out before
+    /// the renewal landed or a newer epoch exists.
+    async fn renew(&self) -> Result<()> {
+        let mut last_renewal = self.last_renewal.lock().await;
         let now = self.clock.now_ms();
-        if self.lost || now >= self.expires_at_ms {
-            return Err(self.lost(now));
+        let expires_at = self.expires_at_ms();
+        if self.hold.is_marked_lost() || now >= expires_at {
+            return Err(self.lost(format!(
+                "its lease ran out at {} (now {}) or was taken over before it was renewed",
+                rfc3339(expires_at),
+                rfc3339(now)
+            )));
         }
         let expires_at_ms = now.saturating_add(duration_ms(self.lease_duration));
         let (path, record) = self.mark(GateFile::Renewal {
@@ -598,8 +674,9 @@ impl GateLock for ObjectStoreLease {
             .map_err(|error| {
                 MendError::unavailable(
                     format!(
-                        "renewing the lease on the {} failed; it still runs out at {} ms: {error}",
-                        self.name, self.expires_at_ms
+                        "renewing the lease on the {} failed; it still runs out at {}: {error}",
+                        self.name,
+                        rfc3339(expires_at)
                     ),
                     error,
                 )
@@ -608,8 +685,13 @@ impl GateLock for ObjectStoreLease {
         // that landed before it is in every listing from then on; one that landed later may
         // have been missed.
         let landed = self.clock.now_ms();
-        if landed >= self.expires_at_ms {
-            return Err(self.lost(landed));
+        if landed >= expires_at {
+            return Err(self.lost(format!(
+                "its renewal landed at {}, after the lease ran out at {}, so a contender may \
+                 have taken the gate",
+                rfc3339(landed),
+                rfc3339(expires_at)
+            )));
         }
         // Clocks further apart than the allowance could still let a contender in: a newer
         // epoch settles it. (A listing, not a look at the next epoch's name: that one may be
@@ -618,23 +700,63 @@ impl GateLock for ObjectStoreLease {
             .await?
             .newest
             .map(|newest| newest.epoch);
-        if newest != Some(self.epoch) {
-            return Err(self.lost(landed));
+        if let Some(newer) = newest.filter(|newest| *newest != self.epoch) {
+            let by = match read_lease_at(&self.store, &self.dir, newer).await {
+                Ok(Some(lease)) => format!("{} (session {})", lease.holder, lease.session),
+                _ => "another session".to_string(),
+            };
+            return Err(self.lost(format!(
+                "it was taken over: fencing epoch {newer} is held by {by}"
+            )));
         }
-        self.expires_at_ms = expires_at_ms;
+        self.hold.extend(expires_at_ms);
         // The older renewal says less than this one, which is in place: deleting it keeps a
         // long-held lease from growing its directory with every renewal.
-        if let Some(older) = self.last_renewal.replace(path.clone())
+        if let Some(older) = last_renewal.replace(path.clone())
             && older != path
         {
             let _ = self.store.delete(&older).await;
         }
         Ok(())
     }
+}
+
+impl fmt::Debug for ObjectStoreLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectStoreLease")
+            .field("store", &self.state.store.to_string())
+            .field("dir", &self.state.dir.as_ref())
+            .field("session_id", &self.state.session_id)
+            .field("hold", &self.state.hold)
+            .field("renew_every", &self.renew_every)
+            .field("released", &self.released)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl GateLock for ObjectStoreLease {
+    fn fencing_epoch(&self) -> u64 {
+        self.state.epoch
+    }
+
+    fn expires_at_ms(&self) -> Option<TimestampMs> {
+        self.state.hold.expires_at_ms()
+    }
+
+    fn hold(&self) -> Option<Hold> {
+        Some(self.state.hold.clone())
+    }
+
+    async fn renew(&mut self) -> Result<()> {
+        self.state.renew().await
+    }
 
     async fn release(mut self: Box<Self>) -> Result<()> {
-        let (path, record) = self.mark(GateFile::Released { epoch: self.epoch });
-        let written = put_if_absent(&self.store, &path, &record).await;
+        self.stop_keeper().await;
+        let state = Arc::clone(&self.state);
+        let (path, record) = state.mark(GateFile::Released { epoch: state.epoch });
+        let written = put_if_absent(&state.store, &path, &record).await;
         self.released_notice.notify_waiters();
         match written {
             Ok(()) => {
@@ -643,7 +765,7 @@ impl GateLock for ObjectStoreLease {
                 // clutter listings until then.
                 if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                     let (store, dir, epoch) =
-                        (Arc::clone(&self.store), self.dir.clone(), self.epoch);
+                        (Arc::clone(&state.store), state.dir.clone(), state.epoch);
                     self.background.spawn(&runtime, async move {
                         clean_up_released(&store, &dir, epoch).await;
                     });
@@ -653,8 +775,9 @@ impl GateLock for ObjectStoreLease {
             // `released` stays false: dropping `self` tries once more in the background.
             Err(error) => Err(MendError::unavailable(
                 format!(
-                    "releasing the {} failed; the lease runs out at {} ms anyway: {error}",
-                    self.name, self.expires_at_ms
+                    "releasing the {} failed; the lease runs out at {} anyway: {error}",
+                    state.name,
+                    rfc3339(state.expires_at_ms())
                 ),
                 error,
             )),
@@ -664,6 +787,10 @@ impl GateLock for ObjectStoreLease {
 
 impl Drop for ObjectStoreLease {
     fn drop(&mut self) {
+        let keeper = self.keeper.take();
+        if let Some(keeper) = &keeper {
+            keeper.abort();
+        }
         if self.released {
             return;
         }
@@ -671,11 +798,17 @@ impl Drop for ObjectStoreLease {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (path, record) = self.mark(GateFile::Released { epoch: self.epoch });
-        let store = Arc::clone(&self.store);
+        let (path, record) = self.state.mark(GateFile::Released {
+            epoch: self.state.epoch,
+        });
+        let store = Arc::clone(&self.state.store);
         let notice = Arc::clone(&self.released_notice);
-        let (dir, epoch) = (self.dir.clone(), self.epoch);
+        let (dir, epoch) = (self.state.dir.clone(), self.state.epoch);
         self.background.spawn(&runtime, async move {
+            // The keeper ends first, so that no renewal of its lands after the marker.
+            if let Some(keeper) = keeper {
+                let _ = keeper.await;
+            }
             let written = put_if_absent(&store, &path, &record).await;
             notice.notify_waiters();
             if written.is_ok() {

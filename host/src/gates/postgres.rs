@@ -29,9 +29,17 @@
 //!   until released or until its connection closes, which a dying process's does.
 //! - **Fencing.** Guards carry epoch 0: counting acquisitions would need a table. Fencing on
 //!   Postgres comes from the catalog's publish token.
-//! - **Pool.** Every held gate occupies a connection. Give the gates their own pool, sized for
-//!   the gates held at once: on a pool shared with the catalog, holders could use up the
-//!   connections the catalog work under their gates needs.
+//! - **Pool.** Every held gate occupies a connection, so a process holds at most
+//!   [`PostgresGates::max_held`] gates at once: the pool's `max_connections`,
+//!   [`POSTGRES_GATE_CONNECTIONS`](super::POSTGRES_GATE_CONNECTIONS) for
+//!   [`open_gates`](super::open_gates). Give the gates their own pool, sized for the gates held
+//!   at once: on a pool shared with the catalog, holders could use up the connections the
+//!   catalog work under their gates needs. When every connection holds a gate, a further
+//!   acquisition waits for one to be released only until its gate timeout (a try not at all),
+//!   then fails with `Conflict` saying the pool is exhausted, its size and what to do; it never
+//!   waits past its timeout for a connection. When the pool has room, opening a connection
+//!   gets the pool's own acquire timeout, even for a try; a database that does not answer
+//!   within it is `Unavailable`.
 
 use std::time::Duration;
 
@@ -62,11 +70,69 @@ pub struct PostgresGates {
 
 impl PostgresGates {
     /// Gates on the database of `pool`. Its `max_connections` bounds how many gates this
-    /// process can hold at once.
+    /// process can hold at once ([`PostgresGates::max_held`]), and its `acquire_timeout` how
+    /// long opening a connection may take.
     pub fn new(pool: PgPool) -> Self {
         Self {
             pool,
             background: BackgroundReleases::new(),
+        }
+    }
+
+    /// How many gates this process can hold at once: one per connection of the pool.
+    pub fn max_held(&self) -> u32 {
+        self.pool.options().get_max_connections()
+    }
+
+    /// A connection to take `request`'s gate on; see Pool in the module doc. While every
+    /// connection of the pool holds a gate, waits for one to come free only until the gate's
+    /// deadline, and then fails with `Conflict` saying the pool is exhausted; otherwise an idle
+    /// or newly opened connection comes within the pool's acquire timeout (even for a try:
+    /// opening a connection is not waiting for a holder), or the database is `Unavailable`.
+    async fn connection_for(&self, request: &LockRequest<'_>) -> Result<PoolConnection<Postgres>> {
+        let name = request.name();
+        if let Some(connection) = self.pool.try_acquire() {
+            return Ok(connection);
+        }
+        let exhausted = || self.pool.size() >= self.max_held() && self.pool.num_idle() == 0;
+        let connect_allowance = Instant::now() + self.pool.options().get_acquire_timeout();
+        let until = if exhausted() {
+            request.deadline()
+        } else {
+            request.deadline().max(connect_allowance)
+        };
+        match tokio::time::timeout_at(until, self.pool.acquire()).await {
+            Ok(Ok(connection)) => Ok(connection),
+            Ok(Err(sqlx::Error::PoolTimedOut)) | Err(_) if exhausted() => {
+                Err(self.pool_exhausted(request))
+            }
+            Ok(Err(sqlx::Error::PoolTimedOut)) | Err(_) => Err(MendError::Unavailable {
+                message: format!(
+                    "no database connection came to take the {name} within {:?}: the \
+                     database is unreachable or slow to accept connections",
+                    self.pool.options().get_acquire_timeout()
+                ),
+                source: Some(Box::new(sqlx::Error::PoolTimedOut)),
+            }),
+            Ok(Err(error)) => Err(database_error(name, "connecting to take", error)),
+        }
+    }
+
+    /// The error of a wait for a connection that ran out while every connection of the pool
+    /// held a gate of this process: certain that nothing was taken, and a retry may succeed
+    /// once one of them is released, so `Conflict` (not `Unavailable`, whose outcome is
+    /// unknown).
+    fn pool_exhausted(&self, request: &LockRequest<'_>) -> MendError {
+        MendError::Conflict {
+            message: format!(
+                "the {} was not taken: the gates' connection pool is exhausted, all {} \
+                 connections holding gates of this process (each held gate keeps one), and none \
+                 came free within the gate timeout of {:?}; release gates sooner or hold fewer \
+                 at once, or give the gates a larger pool (PostgresGates::new)",
+                request.name(),
+                self.max_held(),
+                request.timeout()
+            ),
         }
     }
 
@@ -103,21 +169,7 @@ impl Gates for PostgresGates {
 
     async fn lock(&self, request: &LockRequest<'_>) -> Result<Box<dyn GateLock>> {
         let name = request.name();
-        // The timeout is for waiting on other holders; a connection comes first, within the
-        // pool's own acquire timeout, since not even a try can answer without one.
-        let connection = match self.pool.acquire().await {
-            Ok(connection) => connection,
-            Err(sqlx::Error::PoolTimedOut) => {
-                return Err(MendError::Unavailable {
-                    message: format!(
-                        "no database connection came free to take the {name}: the gates' pool \
-                         is exhausted (each held gate keeps one) or the database is unreachable"
-                    ),
-                    source: Some(Box::new(sqlx::Error::PoolTimedOut)),
-                });
-            }
-            Err(error) => return Err(database_error(name, "connecting to take", error)),
-        };
+        let connection = self.connection_for(request).await?;
         let key = Self::lock_key(name);
         let mut unsettled = Unsettled(Some(connection));
         let locked = loop {

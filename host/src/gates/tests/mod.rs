@@ -11,6 +11,7 @@ mod in_process;
 mod object_store;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod renewal;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -131,6 +132,19 @@ fn assert_refused(error: &MendError, gate: &GateName, words: &str) {
         other => panic!("expected FailedPrecondition naming the {gate}, got {other:?}"),
     }
     assert!(error.certainly_not_applied() && !error.is_retryable());
+}
+
+/// A hold found lost: `Conflict` naming the gate, with `words` saying how.
+fn assert_lost(error: &MendError, gate: &GateName, words: &str) {
+    match error {
+        MendError::Conflict { message } => {
+            assert!(message.contains(words), "{message}");
+            assert!(message.contains(&gate.to_string()), "{message}");
+            assert!(message.contains("no longer held"), "{message}");
+        }
+        other => panic!("expected Conflict saying the {gate} was lost, got {other:?}"),
+    }
+    assert!(error.certainly_not_applied() && error.is_retryable());
 }
 
 fn assert_timed_out(error: &MendError, gate: &GateName) {

@@ -19,7 +19,7 @@ use futures::TryStreamExt;
 use futures::stream::BoxStream;
 use tokio::sync::Notify;
 
-use super::{PATIENT, Processes, assert_refused, assert_timed_out, run_all};
+use super::{PATIENT, Processes, assert_lost, assert_timed_out, run_all};
 use crate::clock::{Clock, ManualClock};
 use crate::gates::{DEFAULT_MAX_CLOCK_SKEW, GateName, GateSession, Gates, ObjectStoreGates};
 
@@ -34,8 +34,11 @@ fn gates(store: &Arc<dyn ObjectStore>, clock: &Arc<ManualClock>) -> ObjectStoreG
         Duration::from_millis(SKEW_MS as u64)
     );
     let clock: Arc<dyn Clock> = clock.clone();
+    // These tests renew by hand, under a manual clock; the background renewal has tests of
+    // its own (`renewal.rs`).
     ObjectStoreGates::new(Arc::clone(store), Path::from("root"), LEASE, clock)
         .with_poll_interval(Duration::from_millis(10))
+        .with_renewal_interval(None)
 }
 
 fn processes(label: &'static str, store: Arc<dyn ObjectStore>) -> Processes {
@@ -120,7 +123,7 @@ async fn a_lease_that_is_not_renewed_passes_to_a_waiter_with_a_higher_epoch() {
     // The stale holder learns it when it renews, and by its epoch where it publishes.
     assert!(stale.fencing_epoch() < first.current_epoch(&gate).await.unwrap());
     let error = stale.renew().await.unwrap_err();
-    assert_refused(&error, &gate, "ran out");
+    assert_lost(&error, &gate, "ran out");
 
     // Its release, late, does not free the gate its successor holds.
     stale.release().await.unwrap();
@@ -182,7 +185,7 @@ async fn a_renewal_at_or_after_the_expiry_does_not_count() {
         .unwrap();
     clock.set_ms(START_MS + LEASE_MS);
     let error = held.renew().await.unwrap_err();
-    assert_refused(&error, &gate, "ran out");
+    assert_lost(&error, &gate, "ran out");
     // Lost for good, even if the clock went back.
     clock.set_ms(START_MS);
     assert!(held.renew().await.is_err());
@@ -216,7 +219,7 @@ async fn a_clock_off_by_more_than_the_allowance_is_caught_at_renewal() {
     assert_eq!(next.fencing_epoch(), 2);
     // The renewal lands before the holder's expiry, but a newer epoch exists: lost.
     let error = held.renew().await.unwrap_err();
-    assert_refused(&error, &gate, "taken over");
+    assert_lost(&error, &gate, "taken over");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

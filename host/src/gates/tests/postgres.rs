@@ -138,3 +138,78 @@ async fn connections_go_back_to_the_pool_holding_nothing() {
         .unwrap();
     assert_eq!(lock_timeout, "0");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_pool_is_a_conflict_within_the_gate_timeout() {
+    // Three connections, each acquisition allowed 30 s to get one from the pool: the gate
+    // timeout, not that, must bound a wait while every connection holds a gate.
+    let gates = PostgresGates::new(pool(3).await);
+    assert_eq!(gates.max_held(), 3);
+    let dataset = format!("pool-{}", uuid::Uuid::new_v4());
+    let name = |index: usize| GateName::key(&dataset, format!("k{index}"));
+    let mut held = Vec::new();
+    for index in 0..3 {
+        held.push(
+            gates
+                .acquire_one(&GateSession::new(), name(index), PATIENT)
+                .await
+                .unwrap(),
+        );
+    }
+    let mut checks = 1;
+    for timeout in [Duration::ZERO, Duration::from_millis(500)] {
+        let started = std::time::Instant::now();
+        let error = gates
+            .acquire_one(&GateSession::new(), name(3), timeout)
+            .await
+            .unwrap_err();
+        let waited = started.elapsed();
+        match &error {
+            crate::MendError::Conflict { message } => {
+                assert!(message.contains("pool is exhausted"), "{message}");
+                assert!(message.contains("all 3 connections"), "{message}");
+                assert!(message.contains(&name(3).to_string()), "{message}");
+            }
+            other => panic!("expected Conflict saying the pool is exhausted, got {other:?}"),
+        }
+        assert!(error.certainly_not_applied() && error.is_retryable());
+        assert!(
+            waited < timeout + Duration::from_millis(500),
+            "waited {waited:?} past a gate timeout of {timeout:?}"
+        );
+        println!("exhausted pool, gate timeout {timeout:?}: refused after {waited:?}");
+        checks += 3;
+    }
+    // A waiter gets the connection a release frees, within its timeout.
+    let waiter = {
+        let (gates, name) = (gates.clone(), name(3));
+        tokio::spawn(async move {
+            gates
+                .acquire_one(&GateSession::new(), name, Duration::from_secs(5))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter got a connection nobody freed"
+    );
+    held.pop().unwrap().release().await.unwrap();
+    let next = waiter.await.unwrap().unwrap();
+    checks += 2;
+    // And after all are released, the pool serves three again.
+    next.release().await.unwrap();
+    for guard in held.drain(..) {
+        guard.release().await.unwrap();
+    }
+    for index in 0..3 {
+        held.push(
+            gates
+                .acquire_one(&GateSession::new(), name(index), Duration::ZERO)
+                .await
+                .unwrap(),
+        );
+    }
+    checks += 1;
+    println!("an exhausted pool: {checks} checks");
+}

@@ -1,0 +1,246 @@
+//! Object-store leases renewed in the background while their guard lives: a lease held across
+//! work several times longer than its duration stays held and keeps contenders out; a holder
+//! whose renewals cannot land loses it, the gate passes to a contender at a higher epoch, and
+//! the stale holder's check refuses its next write. Real time here (leases of 300 ms): the
+//! keeper sleeps on the runtime's timer.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use ::object_store::memory::InMemory;
+use ::object_store::path::Path;
+use ::object_store::{
+    GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+
+use super::{PATIENT, assert_lost, assert_timed_out};
+use crate::clock::{Clock, ManualClock, SystemClock};
+use crate::gates::{ExclusivePermit, GateName, GateSession, Gates, ObjectStoreGates};
+
+const LEASE: Duration = Duration::from_millis(300);
+
+fn gates(store: Arc<dyn ObjectStore>, clock: Arc<dyn Clock>) -> ObjectStoreGates {
+    ObjectStoreGates::new(store, Path::from("root"), LEASE, clock)
+        .with_max_clock_skew(Duration::from_millis(50))
+        .with_poll_interval(Duration::from_millis(10))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_held_across_long_work_stays_held() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let (ours, theirs) = (
+        gates(Arc::clone(&store), Arc::new(SystemClock)),
+        gates(Arc::clone(&store), Arc::new(SystemClock)),
+    );
+    let gate = GateName::dataset("logs");
+    let held = ours
+        .acquire_one(&GateSession::new(), gate.clone(), PATIENT)
+        .await
+        .unwrap();
+    let first_expiry = held.expires_at_ms().unwrap();
+    let mut checks = 0;
+    // Work lasting five leases, checking the hold before each "write", as gc does, while
+    // another process keeps trying to take the gate.
+    for _ in 0..30 {
+        tokio::time::sleep(LEASE / 6).await;
+        held.check_held().unwrap();
+        let error = theirs
+            .acquire_one(&GateSession::new(), gate.clone(), Duration::ZERO)
+            .await
+            .unwrap_err();
+        assert_timed_out(&error, &gate);
+        checks += 2;
+    }
+    assert!(
+        held.expires_at_ms().unwrap() > first_expiry + 3 * 300,
+        "the lease was renewed"
+    );
+    assert_eq!(theirs.current_epoch(&gate).await.unwrap(), 1);
+    checks += 2;
+    // Released, it passes on at the next epoch, and no renewal lands after the release.
+    held.release().await.unwrap();
+    let next = theirs
+        .acquire_one(&GateSession::new(), gate.clone(), Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(next.fencing_epoch(), 2);
+    checks += 1;
+    println!("a lease held across long work: {checks} checks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_renewals_fail_loses_the_gate_to_a_higher_epoch() {
+    let failing = Arc::new(FailingRenewals::default());
+    let store: Arc<dyn ObjectStore> = failing.clone();
+    let (ours, theirs) = (
+        gates(Arc::clone(&store), Arc::new(SystemClock)),
+        gates(Arc::clone(&store), Arc::new(SystemClock)),
+    );
+    let gate = GateName::dataset("logs");
+    let permit = ExclusivePermit::acquire(&ours, &GateSession::new(), "logs", PATIENT)
+        .await
+        .unwrap();
+    let holds = permit.holds();
+    assert_eq!(permit.fencing_epoch(), 1);
+    let mut checks = 0;
+    // A while with renewals landing: held.
+    tokio::time::sleep(LEASE * 2).await;
+    permit.check_held().unwrap();
+    holds.check().unwrap();
+    checks += 2;
+
+    // From now on no renewal lands: the hold is lost once the lease runs out.
+    failing.fail.store(true, Ordering::SeqCst);
+    let started = tokio::time::Instant::now();
+    while permit.check_held().is_ok() {
+        assert!(
+            started.elapsed() < LEASE * 3,
+            "the hold outlived its lease without renewals"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The first gate of the permit is the config gate, the one that answers.
+    let error = holds.check().unwrap_err();
+    assert_lost(&error, &GateName::config("logs"), "ran out");
+    checks += 1;
+
+    // The other process takes the gate at the next epoch.
+    let next = theirs
+        .acquire_one(&GateSession::new(), gate.clone(), PATIENT)
+        .await
+        .unwrap();
+    assert_eq!(next.fencing_epoch(), 2);
+    checks += 1;
+    // Renewals work again, but a lost hold stays lost: the keeper's next renewal finds the
+    // lease run out (or taken over) and says so for good.
+    failing.fail.store(false, Ordering::SeqCst);
+    tokio::time::sleep(LEASE).await;
+    for hold in holds.iter() {
+        let error = hold.check().unwrap_err();
+        assert!(
+            matches!(error, crate::MendError::Conflict { .. }),
+            "{error}"
+        );
+        checks += 1;
+    }
+    assert_eq!(theirs.current_epoch(&gate).await.unwrap(), 2);
+    next.check_held().unwrap();
+    checks += 2;
+    println!("a holder whose renewals fail: {checks} checks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_that_finds_a_newer_epoch_marks_the_hold_lost_naming_it() {
+    // Clocks further apart than the allowance: by the contender's, the lease ran out; by the
+    // holder's it has not, so only the holder's next renewal can tell.
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let behind = Arc::new(ManualClock::new(1_700_000_000_000));
+    let ahead = Arc::new(ManualClock::new(1_700_000_000_000 + 1_000));
+    let (slow, fast) = (
+        gates(Arc::clone(&store), behind.clone()).with_holder("slow"),
+        gates(Arc::clone(&store), ahead.clone()).with_holder("fast"),
+    );
+    let gate = GateName::key("logs", "source-1");
+    let held = slow
+        .acquire_one(&GateSession::new(), gate.clone(), PATIENT)
+        .await
+        .unwrap();
+    let next = fast
+        .acquire_one(&GateSession::with_id("usurper"), gate.clone(), PATIENT)
+        .await
+        .unwrap();
+    assert_eq!(next.fencing_epoch(), 2);
+    let mut checks = 1;
+    let started = tokio::time::Instant::now();
+    while held.check_held().is_ok() {
+        assert!(
+            started.elapsed() < LEASE * 3,
+            "no renewal noticed the newer epoch"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let error = held.check_held().unwrap_err();
+    assert_lost(&error, &gate, "taken over: fencing epoch 2 is held by fast");
+    assert!(error.to_string().contains("usurper"), "{error}");
+    checks += 2;
+    println!("a renewal finding a newer epoch: {checks} checks");
+}
+
+/// An in-memory store whose renewal puts fail while `fail` is set, as a store that stopped
+/// answering would: the lease's other files (claims, release markers) still land.
+#[derive(Debug, Default)]
+struct FailingRenewals {
+    inner: InMemory,
+    fail: AtomicBool,
+}
+
+impl fmt::Display for FailingRenewals {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FailingRenewals({})", self.inner)
+    }
+}
+
+#[async_trait]
+impl ObjectStore for FailingRenewals {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> ::object_store::Result<PutResult> {
+        if self.fail.load(Ordering::SeqCst) && location.as_ref().contains(".renewal-") {
+            return Err(::object_store::Error::Generic {
+                store: "failing",
+                source: "the store does not answer".into(),
+            });
+        }
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> ::object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> ::object_store::Result<GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    async fn delete(&self, location: &Path) -> ::object_store::Result<()> {
+        self.inner.delete(location).await
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&Path>,
+    ) -> BoxStream<'static, ::object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&Path>,
+    ) -> ::object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy(&self, from: &Path, to: &Path) -> ::object_store::Result<()> {
+        self.inner.copy(from, to).await
+    }
+
+    async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> ::object_store::Result<()> {
+        self.inner.copy_if_not_exists(from, to).await
+    }
+}
