@@ -46,8 +46,10 @@ use mend::engine::{IntentStatus, Outcome};
 use mend::error::{MendError, Result};
 use mend::model::TimestampMs;
 
-/// How many datasets one round checks at once.
-const CHECKS_AT_ONCE: usize = 8;
+/// How many datasets one round checks at once: half the Postgres gates' pool
+/// ([`mend::gates::POSTGRES_GATE_CONNECTIONS`]), since each sweep holds a dataset gate, so that
+/// the writes this replica serves still find connections.
+const CHECKS_AT_ONCE: usize = 4;
 
 #[derive(Debug, Clone, Copy)]
 pub struct SupervisorOptions {

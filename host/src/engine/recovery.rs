@@ -150,7 +150,10 @@ impl Engine {
         let held = self.take_gates([gate.clone()]).await?;
         let gate_epoch = held.fencing_epoch(&gate).unwrap_or(0);
         let held_from_ms = SystemClock.now_ms();
-        let swept = self.sweep(dataset_id, RecoveryMode::RollForward).await;
+        let swept = self
+            .holding(held.holds())
+            .sweep(dataset_id, RecoveryMode::RollForward)
+            .await;
         let held_until_ms = SystemClock.now_ms();
         // A release that fails still ends the hold (the connection closes or the lease runs
         // out); the sweep's own result is what the caller needs.
