@@ -12,9 +12,14 @@
 //! a closure that the backend calls with what it observed *inside* its atomic step (a
 //! transaction, or one optimistic commit attempt), so the decision and the write see the same
 //! state. A backend calls it again if it retries the step.
+//!
+//! Finding work: a supervisor finds the datasets with unresolved intents through
+//! [`Catalog::pending_datasets`] without listing every dataset; each backend's index, its
+//! cost and what it promises are in [`pending`].
 
 mod commit;
 pub mod object_store;
+pub mod pending;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod recorded;
@@ -36,6 +41,7 @@ use crate::model::{
 
 pub use self::commit::{BegunCommit, IntentBuilder, built_intent, refuse_abandoned};
 pub use self::object_store::ObjectStoreCatalog;
+pub use self::pending::{PENDING_INDEX, PendingDataset};
 #[cfg(feature = "postgres")]
 pub use self::postgres::PostgresCatalog;
 pub use self::recorded::{RecordedRequest, RequestKey};
@@ -64,6 +70,14 @@ impl Capabilities {
     pub fn without(&self, name: &str) -> Self {
         let mut names = self.0.clone();
         names.remove(name);
+        Self(names)
+    }
+
+    /// These and `name`: a backend that provides one more than [`Self::full_backend`]
+    /// ([`PENDING_INDEX`]).
+    pub fn with(&self, name: &str) -> Self {
+        let mut names = self.0.clone();
+        names.insert(name.to_string());
         Self(names)
     }
 
@@ -498,6 +512,30 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     /// The dataset's intents, oldest first (by creation time, then operation id). An intent
     /// in a format newer than this host's is refused with `Corrupt`, never guessed at.
     async fn list_intents(&self, dataset_id: &str) -> Result<Vec<Intent>>;
+
+    /// The datasets that may have unresolved intents, sorted by id ([`pending`]). Never misses
+    /// a dataset whose intent was written by a writer that then crashed (each backend says
+    /// exactly what it promises: Postgres's intents table is the index itself; on object
+    /// storage, see `object_store/pending.rs`); may name a dataset whose intents have since
+    /// been settled, so the caller reads its intents to know. Names only datasets that had an
+    /// intent at some point: a dataset that never had one is never named.
+    ///
+    /// A backend claiming [`PENDING_INDEX`] answers from an index, at a cost in proportion to
+    /// the datasets it names. The default reads every dataset's intents
+    /// ([`pending::scan_every_dataset`]), at a cost in proportion to all datasets.
+    async fn pending_datasets(&self) -> Result<Vec<PendingDataset>> {
+        pending::scan_every_dataset(self).await
+    }
+
+    /// Takes `dataset_id` off the pending index when it has no intents left: a supervisor
+    /// calls it after a check found none. It may leave the dataset on the index (a backend
+    /// keeps a recently written entry for a grace period, and one whose dataset has intents
+    /// again); it never takes off a dataset whose intents it can see. A no-op where the index
+    /// is the intents themselves (Postgres), and by default.
+    async fn clear_pending(&self, dataset_id: &str) -> Result<()> {
+        let _ = dataset_id;
+        Ok(())
+    }
 
     /// Settles the intents of a recovery sweep's batch ([`settle`]): each settlement's publish
     /// (validated by `validate`, recorded under its key), marks and intent delete, applied as
