@@ -20,6 +20,7 @@ mod idempotency;
 mod live_handles;
 mod mixed_versions;
 mod object_store_writers;
+mod pending_discovery;
 mod operations;
 mod policy_swap;
 mod reconcile;
