@@ -186,7 +186,10 @@ async fn object_store_discovery(name: &str, inner: Arc<dyn ObjectStore>) {
         (1, 1),
         "{name}: one LIST: {cost}"
     );
-    assert_eq!(entries, PENDING as u64, "{name}: the listing returned the markers only");
+    assert_eq!(
+        entries, PENDING as u64,
+        "{name}: the listing returned the markers only"
+    );
     println!(
         "pending discovery [{name}]: {DATASETS} datasets, {PENDING} with intents: 1 pending_datasets() = {cost} ({} requests); the listing returned {entries} entries, {key_bytes} bytes of keys",
         cost.total()
@@ -260,10 +263,16 @@ async fn one_discovery_on_postgres_is_one_statement() {
         );
     }
     assert_eq!(cost.statements, 1, "{cost:?}");
+    // Again, on a connection that has the statement prepared already.
+    let before = counter.counts();
+    catalog.pending_datasets().await.unwrap();
+    let again = counter.counts().since(&before);
+    assert_eq!(again.statements, 1, "{again:?}");
     println!(
-        "pending discovery [postgres]: {DATASETS} datasets of this run, {PENDING} with intents: 1 pending_datasets() = {} statement, {} round trips on the wire; {} rows returned ({} of this run's, the rest other tests' leftovers in the shared database)",
+        "pending discovery [postgres]: {DATASETS} datasets of this run, {PENDING} with intents: 1 pending_datasets() = {} statement, {} round trips on the wire ({} the next time); {} rows returned ({} of this run's, the rest other tests' leftovers in the shared database)",
         cost.statements,
         cost.round_trips,
+        again.round_trips,
         found.len(),
         ours.len()
     );

@@ -99,10 +99,11 @@ pub struct ObjectStoreCatalogOptions {
     pub log_retention: Duration,
     /// `C` of the pending index ([`pending`]): a process that created a dataset's pending
     /// marker itself skips putting it again for this long, so that a steady stream of commits
-    /// costs no request for it. A marker is deleted only once it is twice this old (`G`), so
-    /// this must stay well under half of how far the clocks of the processes and the store may
-    /// be apart, plus the time one log put may take, below `G`. Zero puts the marker before
-    /// every commit that adds an intent and lets `clear_pending` delete it at once (tests).
+    /// costs no request for it. `clear_pending` deletes a marker only once it is twice this old
+    /// (`G`), so the margin `G - C`, this same length, must stay well above the skew between
+    /// the clocks of the processes and the store plus the time one log put may take. Every
+    /// process on a catalog must use the same value. Zero puts the marker before every commit
+    /// that adds an intent and lets `clear_pending` delete it at once (for tests).
     pub pending_marker_reuse: Duration,
 }
 
