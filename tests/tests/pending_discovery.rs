@@ -124,7 +124,7 @@ fn dataset_id(index: usize) -> String {
 
 /// Every 1,000th dataset has an intent: 10 of 10,000.
 fn has_intent(index: usize) -> bool {
-    index % (DATASETS / PENDING) == 0
+    index.is_multiple_of(DATASETS / PENDING)
 }
 
 fn intent(dataset_id: &str) -> Intent {
