@@ -31,9 +31,17 @@ const MEMBER_LEASE_MS: u64 = 2_000;
 const KILLS: usize = 3;
 
 /// One request on a connection of its own; `None` when the replica does not answer (killed).
-fn call(address: SocketAddr, method: &str, path: &str, body: &[u8], kind: &str) -> Option<(u16, Value)> {
+fn call(
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    kind: &str,
+) -> Option<(u16, Value)> {
     let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .ok()?;
     stream
         .write_all(&request_bytes(method, path, kind, Some(ADMIN_TOKEN), body))
         .ok()?;
@@ -47,7 +55,13 @@ fn call(address: SocketAddr, method: &str, path: &str, body: &[u8], kind: &str) 
 }
 
 fn call_json(address: SocketAddr, method: &str, path: &str, body: &Value) -> Option<(u16, Value)> {
-    call(address, method, path, body.to_string().as_bytes(), "application/json")
+    call(
+        address,
+        method,
+        path,
+        body.to_string().as_bytes(),
+        "application/json",
+    )
 }
 
 struct Fleet<'a> {
@@ -60,9 +74,10 @@ struct Fleet<'a> {
 
 impl Fleet<'_> {
     fn start_replica(&self, index: usize) -> TestServer {
-        let options = self.options.clone().with_settings(&[
-            &format!("serve.replica_name=replica-{index}"),
-        ]);
+        let options = self
+            .options
+            .clone()
+            .with_settings(&[&format!("serve.replica_name=replica-{index}")]);
         TestServer::start(self.dir, options)
     }
 
@@ -71,8 +86,13 @@ impl Fleet<'_> {
     }
 
     fn status(&self, index: usize) -> Value {
-        let (status, body) = call_json(self.replicas[index].address, "GET", "/v1/status", &Value::Null)
-            .expect("a live replica answers");
+        let (status, body) = call_json(
+            self.replicas[index].address,
+            "GET",
+            "/v1/status",
+            &Value::Null,
+        )
+        .expect("a live replica answers");
         assert_eq!(status, 200, "{body}");
         body
     }
@@ -294,8 +314,13 @@ fn run_fleet(label: &str, dir: &Path, catalog: String, objects: Option<String>) 
     let swapped_at = Instant::now();
     for index in 1..3 {
         loop {
-            let (_, policy) =
-                call_json(fleet.replicas[index].address, "GET", "/v1/policy", &Value::Null).unwrap();
+            let (_, policy) = call_json(
+                fleet.replicas[index].address,
+                "GET",
+                "/v1/policy",
+                &Value::Null,
+            )
+            .unwrap();
             if policy["digest"] == digest.as_str() {
                 break;
             }
@@ -367,7 +392,10 @@ fn run_fleet(label: &str, dir: &Path, catalog: String, objects: Option<String>) 
         published
     });
     for commit in &acknowledged {
-        assert!(published.contains(commit), "{label}: acknowledged {commit:?} is not published");
+        assert!(
+            published.contains(commit),
+            "{label}: acknowledged {commit:?} is not published"
+        );
         checked += 1;
     }
 
@@ -392,13 +420,24 @@ fn run_fleet(label: &str, dir: &Path, catalog: String, objects: Option<String>) 
                 dataset["owner"].as_str().unwrap_or_default().to_string()
             })
             .collect();
-        assert_eq!(owners.len(), 1, "{label}: replicas disagree on {id}'s owner: {owners:?}");
+        assert_eq!(
+            owners.len(),
+            1,
+            "{label}: replicas disagree on {id}'s owner: {owners:?}"
+        );
         let owner = owners.into_iter().next().unwrap();
-        assert!(live.contains(&owner), "{label}: {id} is owned by {owner:?}, not a live replica");
+        assert!(
+            live.contains(&owner),
+            "{label}: {id} is owned by {owner:?}, not a live replica"
+        );
         *owned.entry(owner).or_default() += 1;
         checked += 1;
     }
-    assert_eq!(owned.len(), 3, "{label}: every replica owns a share: {owned:?}");
+    assert_eq!(
+        owned.len(),
+        3,
+        "{label}: every replica owns a share: {owned:?}"
+    );
 
     // No dataset ever swept by two replicas at once.
     let sweeps = sweeps(&fleet.logs());
@@ -480,7 +519,12 @@ fn a_fleet_on_postgres_with_objects_on_s3_survives_sigkills() {
         });
     let (base, _) = postgres.rsplit_once('/').unwrap();
     let catalog = format!("{base}/{database}");
-    run_fleet("pg", dir.path(), catalog, Some(format!("{s3}/fleet-{prefix}")));
+    run_fleet(
+        "pg",
+        dir.path(),
+        catalog,
+        Some(format!("{s3}/fleet-{prefix}")),
+    );
 }
 
 #[test]

@@ -93,7 +93,11 @@ struct MeteredCatalog {
 #[async_trait]
 impl Catalog for MeteredCatalog {
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        // It keeps the trait's default discovery of pending work, which reads every dataset's
+        // intents: no index, whatever the inner catalog keeps.
+        self.inner
+            .capabilities()
+            .without(mend::catalog::PENDING_INDEX)
     }
 
     fn describe(&self) -> String {

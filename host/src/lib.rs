@@ -24,9 +24,9 @@ pub mod clock;
 pub mod engine;
 pub mod error;
 pub mod faults;
+pub mod fleet;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod fleet;
 pub mod gates;
 pub mod intent;
 pub mod invariants;

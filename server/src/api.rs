@@ -568,7 +568,9 @@ async fn readyz(State(shared): AppState) -> ApiResult {
     }
     if !shared.ready.load(Ordering::SeqCst) {
         let message = match shared.discovery_error().as_deref() {
-            Some(error) => format!("the server cannot take part in the fleet or find its pending work: {error}"),
+            Some(error) => format!(
+                "the server cannot take part in the fleet or find its pending work: {error}"
+            ),
             None => "the server has not run its first supervision round yet".to_string(),
         };
         return Err(ApiError::new(

@@ -387,7 +387,10 @@ mod tests {
             );
         }
         assert!(!text.contains("outcome=\"skipped\""), "{text}");
-        assert!(!text.contains("old-1"), "a rejoining replaces the series: {text}");
+        assert!(
+            !text.contains("old-1"),
+            "a rejoining replaces the series: {text}"
+        );
         assert!(
             text.contains(&format!(
                 "mend_active_policy_info{{digest=\"{}\",name=\"{}\",version=\"{}\"}} 1",

@@ -183,10 +183,7 @@ impl Supervisors {
             writes,
             membership,
             shutdown,
-            fleet: RwLock::new(FleetState {
-                status,
-                view: None,
-            }),
+            fleet: RwLock::new(FleetState { status, view: None }),
             datasets: Mutex::new(BTreeMap::new()),
             wake: Notify::new(),
         })
@@ -290,7 +287,11 @@ impl Supervisors {
 
     /// One round. `ready` hears whether the heartbeat and the discovery succeeded as soon as
     /// they have, before the full scan and the checks, which may take long.
-    async fn round(&self, full_scan: bool, ready: &(impl Fn(std::result::Result<(), String>) + Sync)) {
+    async fn round(
+        &self,
+        full_scan: bool,
+        ready: &(impl Fn(std::result::Result<(), String>) + Sync),
+    ) {
         let mut requests = 0;
         let heartbeat = self.membership.heartbeat().await;
         let now = SystemClock.now_ms();
@@ -478,8 +479,7 @@ impl Supervisors {
                 // Nothing left to follow: the dataset leaves the map, and the pending index,
                 // until a writer puts it back.
                 self.datasets().remove(dataset_id);
-                if owned && let Err(error) = self.engine.catalog().clear_pending(dataset_id).await
-                {
+                if owned && let Err(error) = self.engine.catalog().clear_pending(dataset_id).await {
                     tracing::debug!(
                         dataset_id,
                         %error,

@@ -6,7 +6,8 @@
 //! does, through an [`Engine`](mend::Engine) with mend's default policy, and at the trait
 //! itself where the engine adds nothing (intents, audit records, requests under an idempotency
 //! key): staging in both modes, publish with its checkpoint deltas and fencing, mark, delete,
-//! listing, racing create-only batches, intents and their abandonment, keyed retries. Where the
+//! listing, racing create-only batches, intents and their abandonment, keyed retries, discovery
+//! of the datasets with pending intents. Where the
 //! protocol says a step writes nothing (a create-only batch of existing rows, a refused
 //! publish, a retried keyed request), the case checks that it wrote nothing.
 //!
@@ -44,7 +45,7 @@
 //! [`run_all`] runs every case one after another, each on a fresh catalog, and prints a line
 //! per case, `conformance[NAME] CASE ... ok` (or `FAILED`, or `skipped: needs CAPABILITY`),
 //! the counts some cases make (`conformance[NAME]: 8 workers x 200 rounds: 4800 ids each
-//! inserted exactly once, 0 errors`), and a summary, `conformance[NAME]: 24 passed, 0
+//! inserted exactly once, 0 errors`), and a summary, `conformance[NAME]: 34 passed, 0
 //! failed`. It returns the [`Summary`]; [`Summary::assert_passed`] panics naming each failed
 //! case and its message. A failing case does not stop the others. [`cases`], [`case`] and
 //! [`run_cases`] run a chosen few, for instance one per test function.
@@ -59,6 +60,15 @@
 //! skipped, and reported as skipped, on a backend without it ([`Case::needs`]).
 //! [`WithoutCapability`] wraps a catalog so that it claims one capability fewer: how to see
 //! what mend refuses on an older build of a backend.
+//!
+//! # Pending work
+//!
+//! The pending cases hold for every backend, whether it keeps an index of the datasets with
+//! pending intents ([`mend::catalog::PENDING_INDEX`]) or keeps the trait's default discovery.
+//! They call [`clear_pending`](mend::Catalog::clear_pending) and expect it to take a dataset
+//! without intents off at once: a backend that keeps an entry for a grace period opens its
+//! catalogs for the kit with the grace at zero (mend's object-storage catalog with
+//! `ObjectStoreCatalogOptions::pending_marker_reuse` zero, as `tests/src/conformance.rs` does).
 //!
 //! # Time and data
 //!

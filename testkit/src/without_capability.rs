@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use mend::Result;
 use mend::audit::AuditRecord;
 use mend::catalog::{
-    BegunCommit, Capabilities, Catalog, ExistingRow, IntentBuilder, ManifestProbe,
+    BegunCommit, Capabilities, Catalog, ExistingRow, IntentBuilder, ManifestProbe, PendingDataset,
     PublishValidator, RecordedRequest, RequestKey, SettleValidator, Settled, Settlement,
     StagePlanner,
 };
@@ -21,7 +21,9 @@ use mend::model::{
 /// `lacks`: what an older build of a backend would claim. mend's checks go by the claim, so an
 /// engine on it refuses what needs the capability as it would on that older backend. Without
 /// `settle.atomic` it also settles batches as such a backend does, one step at a time (the
-/// trait's default, [`one_at_a_time`](mend::catalog::settle::one_at_a_time)).
+/// trait's default, [`one_at_a_time`](mend::catalog::settle::one_at_a_time)); without
+/// `pending.index` it discovers pending work by reading every dataset's intents (the trait's
+/// default, [`scan_every_dataset`](mend::catalog::pending::scan_every_dataset)).
 #[derive(Debug)]
 pub struct WithoutCapability<C> {
     /// The catalog that serves every call.
@@ -170,6 +172,19 @@ impl<C: Catalog> Catalog for WithoutCapability<C> {
     }
     async fn list_intents(&self, id: &str) -> Result<Vec<Intent>> {
         self.inner.list_intents(id).await
+    }
+    async fn pending_datasets(&self) -> Result<Vec<PendingDataset>> {
+        // Without an index, a backend reads every dataset's intents: the trait's default.
+        if self.lacks == mend::catalog::PENDING_INDEX {
+            return mend::catalog::pending::scan_every_dataset(self).await;
+        }
+        self.inner.pending_datasets().await
+    }
+    async fn clear_pending(&self, id: &str) -> Result<()> {
+        if self.lacks == mend::catalog::PENDING_INDEX {
+            return Ok(());
+        }
+        self.inner.clear_pending(id).await
     }
     async fn settle_intents(
         &self,

@@ -5,10 +5,12 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use mend::Catalog;
 use mend::catalog::ObjectStoreCatalog;
+use mend::catalog::object_store::ObjectStoreCatalogOptions;
 use mend::objects::SplitObjects;
 use mend_testkit::{
     BackendUnderTest, CountingStore, Fingerprint, FreshCatalog, Outcome, Scale, WithoutCapability,
@@ -40,7 +42,13 @@ impl BackendUnderTest for InMemoryBackend {
     async fn open(&self) -> FreshCatalog<Arc<CountingStore>> {
         let store = Arc::new(InMemory::new());
         let counted = Arc::new(CountingStore::new(store.clone()));
-        let inner = ObjectStoreCatalog::new(counted.clone(), Path::default(), Default::default());
+        // No grace on the pending markers: the pending cases expect `clear_pending` to take a
+        // dataset off at once.
+        let options = ObjectStoreCatalogOptions {
+            pending_marker_reuse: Duration::ZERO,
+            ..Default::default()
+        };
+        let inner = ObjectStoreCatalog::new(counted.clone(), Path::default(), options);
         let catalog: Arc<dyn Catalog> = match self.lacks {
             Some(lacks) => Arc::new(WithoutCapability { inner, lacks }),
             None => Arc::new(inner),
@@ -156,7 +164,7 @@ async fn a_scale_below_what_a_case_needs_fails_naming_the_field() {
         panic!("{summary:?}");
     };
     assert!(message.contains("Scale::stage_race_ids is 2"), "{message}");
-    assert_eq!(mend_testkit::cases().len(), 31, "every case is listed");
+    assert_eq!(mend_testkit::cases().len(), 34, "every case is listed");
     println!("4 ways of being wrong, each reported by the case it concerns");
 }
 
@@ -178,4 +186,25 @@ async fn settling_one_step_at_a_time_passes_all_but_the_atomic_case() {
     assert_eq!(summary.passed(), 2, "{summary:?}");
     assert_eq!(summary.skipped(), ["settle_intents_refuses_a_batch_whole"]);
     summary.assert_passed();
+}
+
+/// A backend without a pending index (the trait's default discovery, which reads every
+/// dataset's intents, and a `clear_pending` that does nothing) passes the pending cases: they
+/// hold for every backend, index or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_without_an_index_passes_the_pending_cases() {
+    let chosen = [
+        "pending_datasets_name_every_dataset_with_an_intent",
+        "a_crashed_commit_leaves_its_dataset_discoverable",
+        "clear_pending_takes_off_a_dataset_only_without_intents",
+    ];
+    for lacks in [None, Some(mend::catalog::PENDING_INDEX)] {
+        let backend = InMemoryBackend {
+            lacks,
+            ..Default::default()
+        };
+        let summary = run_cases(&backend, chosen.map(|name| case(name).expect("a case"))).await;
+        assert_eq!(summary.passed(), 3, "lacking {lacks:?}: {summary:?}");
+        summary.assert_passed();
+    }
 }

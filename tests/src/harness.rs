@@ -4,6 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use mend::catalog::object_store::ObjectStoreCatalogOptions;
 use mend::catalog::{Catalog, ObjectStoreCatalog, PostgresCatalog};
 use mend::clock::ManualClock;
 use mend::model::DatasetConfig;
@@ -155,7 +156,7 @@ impl Harness {
 
     async fn build(backend: Backend, policy: PolicyRuntime, count_sql: bool) -> Self {
         let clock = Arc::new(ManualClock::new(TEST_EPOCH_MS));
-        let storage = Storage::open(backend, count_sql).await;
+        let storage = Storage::open(backend, count_sql, Default::default()).await;
         let objects = SplitObjects::new(storage.store.clone(), storage.prefix.clone());
         let engine = Engine::new(storage.catalog, objects, policy, engine_options(&clock))
             .expect("engine starts");
@@ -428,7 +429,12 @@ pub(crate) struct Storage {
 }
 
 impl Storage {
-    pub(crate) async fn open(backend: Backend, count_sql: bool) -> Self {
+    /// `options` for an object-storage catalog (unused by Postgres).
+    pub(crate) async fn open(
+        backend: Backend,
+        count_sql: bool,
+        options: ObjectStoreCatalogOptions,
+    ) -> Self {
         let (inner, prefix, directory): (Arc<dyn ObjectStore>, Path, _) = match backend {
             Backend::Postgres | Backend::Memory => {
                 (Arc::new(InMemory::new()), Path::default(), None)
@@ -461,8 +467,7 @@ impl Storage {
                 (Arc::new(catalog), Some(pool), sql)
             }
             _ => {
-                let catalog =
-                    ObjectStoreCatalog::new(store.clone(), prefix.clone(), Default::default());
+                let catalog = ObjectStoreCatalog::new(store.clone(), prefix.clone(), options);
                 (Arc::new(catalog), None, None)
             }
         };

@@ -21,6 +21,7 @@ mod live_handles;
 mod mixed_versions;
 mod object_store_writers;
 mod operations;
+mod pending_discovery;
 mod policy_swap;
 mod reconcile;
 mod recovery_audit;

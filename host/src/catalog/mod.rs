@@ -12,9 +12,14 @@
 //! a closure that the backend calls with what it observed *inside* its atomic step (a
 //! transaction, or one optimistic commit attempt), so the decision and the write see the same
 //! state. A backend calls it again if it retries the step.
+//!
+//! Finding work: a supervisor finds the datasets with unresolved intents through
+//! [`Catalog::pending_datasets`] without listing every dataset; each backend's index, its
+//! cost and what it promises are in [`pending`].
 
 mod commit;
 pub mod object_store;
+pub mod pending;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod recorded;
@@ -36,6 +41,7 @@ use crate::model::{
 
 pub use self::commit::{BegunCommit, IntentBuilder, built_intent, refuse_abandoned};
 pub use self::object_store::ObjectStoreCatalog;
+pub use self::pending::{PENDING_INDEX, PendingDataset};
 #[cfg(feature = "postgres")]
 pub use self::postgres::PostgresCatalog;
 pub use self::recorded::{RecordedRequest, RequestKey};
@@ -64,6 +70,14 @@ impl Capabilities {
     pub fn without(&self, name: &str) -> Self {
         let mut names = self.0.clone();
         names.remove(name);
+        Self(names)
+    }
+
+    /// These and `name`: a backend that provides one more than [`Self::full_backend`]
+    /// ([`PENDING_INDEX`]).
+    pub fn with(&self, name: &str) -> Self {
+        let mut names = self.0.clone();
+        names.insert(name.to_string());
         Self(names)
     }
 
@@ -499,25 +513,27 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     /// in a format newer than this host's is refused with `Corrupt`, never guessed at.
     async fn list_intents(&self, dataset_id: &str) -> Result<Vec<Intent>>;
 
-    /// The datasets that may have unresolved intents, sorted by id. (Placeholder default:
-    /// every dataset's intents listed; the fleet's discovery replaces it per backend.)
+    /// The datasets that may have unresolved intents, sorted by id ([`pending`]). Never misses
+    /// a dataset whose intent was written by a writer that then crashed (each backend says
+    /// exactly what it promises: Postgres's intents table is the index itself; on object
+    /// storage, see `object_store/pending.rs`); may name a dataset whose intents have since
+    /// been settled, so the caller reads its intents to know. Names only datasets that had an
+    /// intent at some point: a dataset that never had one is never named.
+    ///
+    /// A backend claiming [`PENDING_INDEX`] answers from an index, at a cost in proportion to
+    /// the datasets it names. The default reads every dataset's intents
+    /// ([`pending::scan_every_dataset`]), at a cost in proportion to all datasets.
     async fn pending_datasets(&self) -> Result<Vec<PendingDataset>> {
-        let mut pending = Vec::new();
-        for dataset_id in self.list_dataset_ids().await? {
-            let intents = self.list_intents(&dataset_id).await?;
-            if !intents.is_empty() {
-                pending.push(PendingDataset {
-                    dataset_id,
-                    intents: Some(intents.len()),
-                    earliest_lease_expiry_ms: intents.iter().map(|i| i.lease_expires_at_ms).min(),
-                });
-            }
-        }
-        Ok(pending)
+        pending::scan_every_dataset(self).await
     }
 
-    /// Takes `dataset_id` off the pending index when it has no intents left.
-    async fn clear_pending(&self, _dataset_id: &str) -> Result<()> {
+    /// Takes `dataset_id` off the pending index when it has no intents left: a supervisor
+    /// calls it after a check found none. It may leave the dataset on the index (a backend
+    /// keeps a recently written entry for a grace period, and one whose dataset has intents
+    /// again); it never takes off a dataset whose intents it can see. A no-op where the index
+    /// is the intents themselves (Postgres), and by default.
+    async fn clear_pending(&self, dataset_id: &str) -> Result<()> {
+        let _ = dataset_id;
         Ok(())
     }
 
@@ -732,14 +748,6 @@ pub struct PostgresOptions {
 /// Whether `url` names a Postgres catalog.
 pub fn is_postgres_url(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
-}
-
-/// A dataset that may have unresolved intents, as discovery finds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingDataset {
-    pub dataset_id: String,
-    pub intents: Option<usize>,
-    pub earliest_lease_expiry_ms: Option<TimestampMs>,
 }
 
 /// What a `postgres://` URL meets in a build without the `postgres` feature.

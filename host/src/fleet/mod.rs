@@ -147,7 +147,11 @@ fn score(replica_id: &str, dataset_id: &str) -> u64 {
     hasher.update([0]);
     hasher.update(dataset_id.as_bytes());
     let digest = hasher.finalize();
-    u64::from_be_bytes(digest[..8].try_into().expect("a SHA-256 digest has 32 bytes"))
+    u64::from_be_bytes(
+        digest[..8]
+            .try_into()
+            .expect("a SHA-256 digest has 32 bytes"),
+    )
 }
 
 /// A replica id: `name` (or this host and pid) and 8 random hex characters, so that a
@@ -363,7 +367,11 @@ mod tests {
 
     #[test]
     fn replica_names_are_checked() {
-        assert!(replica_id(Some("replica-1")).unwrap().starts_with("replica-1-"));
+        assert!(
+            replica_id(Some("replica-1"))
+                .unwrap()
+                .starts_with("replica-1-")
+        );
         assert!(replica_id(None).is_ok());
         for bad in ["", "a/b", ".hidden", &"x".repeat(49), "sp ace"] {
             assert!(check_replica_name(bad).is_err(), "{bad:?}");

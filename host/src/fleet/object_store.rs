@@ -290,7 +290,12 @@ impl ObjectStoreMembership {
         requests += 1;
         let mut newest: std::collections::BTreeMap<String, Heartbeat> = Default::default();
         for object in &listed {
-            let mut parts = object.location.parts().collect::<Vec<_>>().into_iter().rev();
+            let mut parts = object
+                .location
+                .parts()
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev();
             let (Some(file), Some(replica)) = (parts.next(), parts.next()) else {
                 continue;
             };
@@ -339,10 +344,7 @@ impl ObjectStoreMembership {
         *requests += claimed;
         let heartbeat = Heartbeat {
             epoch,
-            expires_at_ms: self
-                .clock
-                .now_ms()
-                .saturating_add(duration_ms(self.lease)),
+            expires_at_ms: self.clock.now_ms().saturating_add(duration_ms(self.lease)),
         };
         self.put_heartbeat(&heartbeat).await?;
         *requests += 1;

@@ -84,7 +84,7 @@ fn create_only(ids: &[&str], existing: &[ExistingRow]) -> mend::Result<StagePlan
 }
 
 /// Begins a commit of `ids` (sorted, distinct) as operation `operation_id`.
-async fn begin(
+pub(super) async fn begin(
     catalog: &dyn Catalog,
     dataset_id: &str,
     operation_id: &str,

@@ -11,7 +11,7 @@ use mend::{EntityKind, MendError};
 
 use crate::harness::Harness;
 
-fn intent(dataset_id: &str, operation_id: &str, created_at_ms: i64) -> Intent {
+pub(super) fn intent(dataset_id: &str, operation_id: &str, created_at_ms: i64) -> Intent {
     Intent {
         format_version: INTENT_FORMAT_VERSION,
         operation_id: operation_id.into(),

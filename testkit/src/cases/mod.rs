@@ -11,7 +11,8 @@
 //! - `intents.rs`: intents, abandoning them, audit records;
 //! - `commits.rs`: one commit's two catalog steps (`begin_commit`, `publish_commit`);
 //! - `recorded.rs`: requests under an idempotency key, at the catalog trait itself;
-//! - `settle.rs`: a recovery sweep's batches of settlements, at the catalog trait itself.
+//! - `settle.rs`: a recovery sweep's batches of settlements, at the catalog trait itself;
+//! - `pending.rs`: discovery of the datasets with pending intents, and taking them off.
 
 use mend::MendError;
 use mend::catalog::SETTLE_ATOMIC;
@@ -29,6 +30,7 @@ use crate::suite::Case;
 mod commits;
 mod intents;
 mod lifecycle;
+mod pending;
 mod recorded;
 mod settle;
 mod staging;
@@ -157,6 +159,18 @@ pub(crate) const ALL: &[Case] = &[
     case!(
         settle::settle_intents_refuses_a_batch_whole,
         [STAGE_CREATE_ONLY, PUBLISH_CHECKPOINT, SETTLE_ATOMIC]
+    ),
+    case!(
+        pending::pending_datasets_name_every_dataset_with_an_intent,
+        [STAGE_CREATE_ONLY]
+    ),
+    case!(
+        pending::a_crashed_commit_leaves_its_dataset_discoverable,
+        [STAGE_CREATE_ONLY]
+    ),
+    case!(
+        pending::clear_pending_takes_off_a_dataset_only_without_intents,
+        [STAGE_CREATE_ONLY]
     ),
 ];
 

@@ -8,6 +8,9 @@
 //! datasets/{dataset_id}/catalog/checkpoints/{version:020}.json  the whole state at a version
 //! ```
 //!
+//! Beside the datasets, `index/pending/{dataset_id}` marks the datasets that may have pending
+//! intents ([`super::pending`]).
+//!
 //! A commit file is `{"format_version", "version", "commit_id", "committed_at_ms",
 //! "actions"}`; actions carry post-images (see [`Action`]), so applying a commit never
 //! depends on a clock or on anything outside the file. This module knows nothing about what
@@ -492,7 +495,7 @@ fn parse_version_file_name(name: &str) -> Option<u64> {
 
 /// Undoes the percent-encoding `PathPart` applies to a dataset id. A name that does not
 /// round-trip is not a directory this catalog made, and is skipped.
-fn decode_path_part(raw: &str) -> Option<String> {
+pub(super) fn decode_path_part(raw: &str) -> Option<String> {
     let bytes = raw.as_bytes();
     let mut decoded = Vec::with_capacity(bytes.len());
     let mut index = 0;

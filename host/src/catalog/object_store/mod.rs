@@ -25,6 +25,11 @@
 //!   `manifest_version` grows only with changes to the published view (publish, mark, delete,
 //!   config, token, fencing epoch), as the [`Catalog`] trait says.
 //!
+//! - **Pending work.** Writers keep an index of the datasets that may have pending intents,
+//!   a marker per dataset under `index/pending/`, put before any log version that adds an
+//!   intent, so that [`Catalog::pending_datasets`] is one listing (`pending.rs`, which says
+//!   exactly what it promises and the one window it leaves).
+//!
 //! Opening a catalog from a URL lives in `open.rs`; policy decisions stay with the engine,
 //! which passes them in as planner and validator closures.
 
@@ -35,6 +40,7 @@ pub(crate) mod checkpoint;
 pub(crate) mod log;
 mod mutations;
 mod open;
+pub mod pending;
 mod retention;
 mod scan;
 mod settle;
@@ -59,10 +65,12 @@ use self::log::{Action, Commit, Counters, Log, PutOutcome};
 use self::mutations::Change;
 pub(crate) use self::open::open_objects;
 pub use self::open::open_store;
+use self::pending::PendingIndex;
 use self::state::DatasetState;
 use super::{
-    BegunCommit, Capabilities, Catalog, IntentBuilder, ManifestProbe, PublishValidator,
-    RecordedRequest, RequestKey, SettleValidator, Settled, Settlement, StagePlanner,
+    BegunCommit, Capabilities, Catalog, IntentBuilder, ManifestProbe, PENDING_INDEX,
+    PendingDataset, PublishValidator, RecordedRequest, RequestKey, SettleValidator, Settled,
+    Settlement, StagePlanner,
 };
 use crate::audit::AuditRecord;
 use crate::error::{EntityKind, MendError, Result};
@@ -89,6 +97,14 @@ pub struct ObjectStoreCatalogOptions {
     /// A cached state is committed on without a listing for half of this, so it must be
     /// well over the time one store call may take and the clock skew between processes.
     pub log_retention: Duration,
+    /// `C` of the pending index ([`pending`]): a process that created a dataset's pending
+    /// marker itself skips putting it again for this long, so that a steady stream of commits
+    /// costs no request for it. `clear_pending` deletes a marker only once it is twice this old
+    /// (`G`), so the margin `G - C`, this same length, must stay well above the skew between
+    /// the clocks of the processes and the store plus the time one log put may take. Every
+    /// process on a catalog must use the same value. Zero puts the marker before every commit
+    /// that adds an intent and lets `clear_pending` delete it at once (for tests).
+    pub pending_marker_reuse: Duration,
 }
 
 impl Default for ObjectStoreCatalogOptions {
@@ -98,6 +114,7 @@ impl Default for ObjectStoreCatalogOptions {
             max_commit_attempts: 64,
             checkpoints_kept: 3,
             log_retention: Duration::from_secs(10 * 60),
+            pending_marker_reuse: pending::PENDING_MARKER_REUSE,
         }
     }
 }
@@ -135,6 +152,8 @@ pub struct ObjectStoreCatalog {
     /// every map entry is a whole state, so a panic elsewhere cannot leave one half-written.
     cache: Mutex<HashMap<String, Cached>>,
     checkpointer: Checkpointer,
+    /// The markers of datasets that may have pending intents ([`pending`]).
+    pending: PendingIndex,
 }
 
 /// A cached state, and since when it is known to be the newest.
@@ -163,6 +182,7 @@ impl ObjectStoreCatalog {
         prefix: Path,
         options: ObjectStoreCatalogOptions,
     ) -> Self {
+        let pending = PendingIndex::new(store.clone(), &prefix, options.pending_marker_reuse);
         let log = Arc::new(Log::new(store, prefix));
         let schedule = Schedule {
             checkpoint_interval: options.checkpoint_interval,
@@ -174,6 +194,7 @@ impl ObjectStoreCatalog {
             log,
             options,
             cache: Mutex::new(HashMap::new()),
+            pending,
         }
     }
 
@@ -386,6 +407,8 @@ impl ObjectStoreCatalog {
     ) -> Result<T> {
         // A state read just now, to decide on next.
         let mut fresh: Option<Cached> = None;
+        // The pending marker was found there during this mutation (see `pending.rs`).
+        let mut marker_existed = false;
         let mut attempt = 0;
         while attempt < self.options.max_commit_attempts {
             let (base, just_read) = match fresh.take() {
@@ -413,6 +436,11 @@ impl ObjectStoreCatalog {
                 Ok(Change::Unchanged(output)) => return Ok(output),
                 Err(error) => return Err(error),
             };
+            // Rule 1 of the pending index: the marker before any version that adds an intent.
+            if !marker_existed && adds_intent(state, &actions) {
+                marker_existed =
+                    self.pending.ensure(dataset_id).await? == pending::MarkerPut::Existed;
+            }
             let commit = Commit::new(state.version + 1, now_ms, actions);
             let mut next = DatasetState::clone(state);
             next.apply(&commit)?;
@@ -477,6 +505,15 @@ impl ObjectStoreCatalog {
     }
 }
 
+/// Whether committing `actions` on `state` adds an intent: writes one under an operation id
+/// that `state` does not hold.
+fn adds_intent(state: &DatasetState, actions: &[Action]) -> bool {
+    actions.iter().any(|action| match action {
+        Action::PutIntent { intent } => !state.intents.contains_key(&intent.operation_id),
+        _ => false,
+    })
+}
+
 /// The answer to a keyed creation of a dataset that exists: the recorded creation, if this
 /// very request (its key) created it; `AlreadyExists` otherwise.
 fn created_before(state: &DatasetState, dataset_id: &str, key: &RequestKey) -> Result<Dataset> {
@@ -514,7 +551,7 @@ impl fmt::Debug for ObjectStoreCatalog {
 #[async_trait]
 impl Catalog for ObjectStoreCatalog {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::full_backend()
+        Capabilities::full_backend().with(PENDING_INDEX)
     }
 
     fn describe(&self) -> String {
@@ -817,6 +854,53 @@ impl Catalog for ObjectStoreCatalog {
             (a.created_at_ms, &a.operation_id).cmp(&(b.created_at_ms, &b.operation_id))
         });
         Ok(intents)
+    }
+
+    /// One listing of the pending markers ([`pending`]): every dataset a writer put a marker
+    /// for and no `clear_pending` took off since. A writer that crashed after its intent
+    /// landed left its marker, except in the one window `pending.rs` describes.
+    async fn pending_datasets(&self) -> Result<Vec<PendingDataset>> {
+        Ok(self
+            .pending
+            .list()
+            .await?
+            .into_iter()
+            .map(|(pending, _)| pending)
+            .collect())
+    }
+
+    /// Rule 3 of [`pending`]: nothing while the dataset has intents or its marker is younger
+    /// than `G`; otherwise deletes the marker, reads the log again, and puts the marker back if
+    /// an intent appeared meanwhile. Costs one log probe (GET), and one HEAD when there are no
+    /// intents; one delete and one more probe when it deletes.
+    async fn clear_pending(&self, dataset_id: &str) -> Result<()> {
+        let has_intents = |read: Result<Arc<DatasetState>>| match read {
+            Ok(state) => Ok(!state.intents.is_empty()),
+            // No dataset, no intents (the catalog has no dataset deletion: a marker without a
+            // dataset is one put for an intent that never landed).
+            Err(MendError::NotFound { .. }) => Ok(false),
+            Err(error) => Err(error),
+        };
+        if has_intents(self.load(dataset_id).await)? {
+            return Ok(());
+        }
+        let Some(marker) = self.pending.head(dataset_id).await? else {
+            return Ok(());
+        };
+        let written_at_ms = marker.last_modified.timestamp_millis();
+        if !pending::past_grace(
+            written_at_ms,
+            pending::wall_clock_ms(),
+            self.pending.grace(),
+        ) {
+            return Ok(());
+        }
+        self.pending.delete(dataset_id).await?;
+        // An intent that landed between the first read and the delete is seen here.
+        if has_intents(self.load(dataset_id).await)? {
+            self.pending.put(dataset_id).await?;
+        }
+        Ok(())
     }
 
     async fn settle_intents(

@@ -1,10 +1,12 @@
 //! Tests of the object-storage catalog: the trait's semantics in `semantics`, the log itself
 //! (checkpoints, format versions, races, unclear put outcomes, URLs) in `durability`,
-//! checkpoint formats and retention racing readers and writers in `retention`. This file
+//! checkpoint formats and retention racing readers and writers in `retention`, the index of
+//! datasets with pending intents in `pending`. This file
 //! holds what they share: a store wrapper that counts and can fail or dawdle, and simple
 //! planners standing in for the policy, which is not this backend's concern.
 
 mod durability;
+mod pending;
 mod retention;
 mod semantics;
 

@@ -12,6 +12,7 @@
 use sqlx::PgPool;
 use sqlx::postgres::PgRow;
 
+use crate::catalog::PendingDataset;
 use crate::error::{EntityKind, MendError, Result};
 use crate::intent::{INTENT_FORMAT_VERSION, Intent, IntentPhase, check_written_format};
 use crate::model::TimestampMs;
@@ -166,6 +167,28 @@ pub(super) async fn list(pool: &PgPool, dataset_id: &str) -> Result<Vec<Intent>>
         .await
         .map_err(|error| database_error(error, dataset_id))?;
     found.iter().map(|row| intent(row, dataset_id)).collect()
+}
+
+/// Every dataset with intents, with how many and their earliest lease: one grouped query
+/// (`intent_pending_datasets.sql`) that reads the intents in flight, not the datasets.
+pub(super) async fn pending_datasets(pool: &PgPool) -> Result<Vec<PendingDataset>> {
+    let found = sqlx::query(sql::INTENT_PENDING_DATASETS)
+        .fetch_all(pool)
+        .await
+        .map_err(|error| database_error(error, "*"))?;
+    found
+        .iter()
+        .map(|row| {
+            let count: i64 = column(row, "intents")?;
+            Ok(PendingDataset {
+                dataset_id: column(row, "dataset_id")?,
+                intents: Some(usize::try_from(count).map_err(|_| MendError::Corrupt {
+                    message: format!("postgres counted {count} intents of a dataset"),
+                })?),
+                earliest_lease_expiry_ms: column(row, "earliest_lease_expiry_ms")?,
+            })
+        })
+        .collect()
 }
 
 /// Decodes a row of `intent_list.sql`. A body in a newer format fails in `Intent::from_json`

@@ -315,7 +315,7 @@ impl PostgresCatalog {
 #[async_trait]
 impl Catalog for PostgresCatalog {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::full_backend()
+        Capabilities::full_backend().with(crate::catalog::PENDING_INDEX)
     }
 
     fn describe(&self) -> String {
@@ -615,6 +615,14 @@ impl Catalog for PostgresCatalog {
 
     async fn list_intents(&self, dataset_id: &str) -> Result<Vec<Intent>> {
         intents::list(&self.pool, dataset_id).await
+    }
+
+    /// One grouped query over the intents table, which is the index: it holds exactly the
+    /// intents not yet settled, so every dataset named has intents as of the query, and every
+    /// intent committed before it is counted. A crashed writer's intent stays in the table
+    /// until recovery settles it. `clear_pending` is the trait's no-op.
+    async fn pending_datasets(&self) -> Result<Vec<crate::catalog::PendingDataset>> {
+        intents::pending_datasets(&self.pool).await
     }
 
     async fn settle_intents(

@@ -39,6 +39,7 @@ pub(super) const INTENT_DELETE_UNABANDONED: &str =
 pub(super) const INTENT_LIST: &str = include_str!("sql/intent_list.sql");
 pub(super) const INTENT_SELECT_FOR_SETTLE: &str = include_str!("sql/intent_select_for_settle.sql");
 pub(super) const INTENT_DELETE_BATCH: &str = include_str!("sql/intent_delete_batch.sql");
+pub(super) const INTENT_PENDING_DATASETS: &str = include_str!("sql/intent_pending_datasets.sql");
 
 pub(super) const AUDIT_INSERT: &str = include_str!("sql/audit_insert.sql");
 pub(super) const AUDIT_LIST: &str = include_str!("sql/audit_list.sql");

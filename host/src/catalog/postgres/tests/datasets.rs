@@ -7,7 +7,10 @@ async fn datasets_are_created_listed_and_shown() {
     let catalog = catalog().await;
     assert!(catalog.describe().starts_with("postgres://"));
     assert!(!catalog.describe().contains('@'));
-    assert_eq!(catalog.capabilities(), Capabilities::full_backend());
+    assert_eq!(
+        catalog.capabilities(),
+        Capabilities::full_backend().with(crate::catalog::PENDING_INDEX)
+    );
 
     let dataset_id = unique_id("dataset");
     let config = DatasetConfig {
