@@ -382,6 +382,10 @@ fn every_route_answers_its_happy_path_and_its_main_failure() {
 
     let status = expect("status", server.get("/v1/status"), 200);
     assert_eq!(status["datasets"][0]["dataset_id"], "d1");
+    // A server alone is a fleet of one: it owns every dataset.
+    let fleet = expect("fleet", server.get("/v1/fleet"), 200);
+    assert_eq!(fleet["members"].as_array().map(Vec::len), Some(1));
+    assert_eq!(status["datasets"][0]["owner"], fleet["replica_id"]);
     let policy = expect("policy", server.get("/v1/policy"), 200);
     assert_eq!(policy["digest"], status["policy_digest"]);
     expect("no route", server.get("/v2/anything"), 404);

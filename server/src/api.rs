@@ -91,6 +91,7 @@ pub(super) fn documented_routes(limits: &ServeLimits) -> OpenApiRouter<Arc<Share
         .routes(routes!(metrics))
         .routes(routes!(openapi::serve_document))
         .routes(routes!(status))
+        .routes(routes!(fleet))
         .routes(routes!(list_datasets, create_dataset))
         .routes(routes!(show_dataset))
         .routes(routes!(apply_config))
@@ -602,6 +603,20 @@ async fn metrics(State(shared): AppState) -> Response {
         shared.metrics.render(&shared.engine.policy()),
     )
         .into_response()
+}
+
+/// This replica in its fleet: its id and fencing epoch, the live and expired members, its
+/// load, and its rebalances and takeovers. Cheap (no catalog read), unlike `/v1/status`.
+#[utoipa::path(
+    get,
+    path = "/v1/fleet",
+    tag = "health",
+    responses(
+        (status = 200, description = "this replica in its fleet", body = crate::supervisor::FleetStatus),
+    )
+)]
+async fn fleet(State(shared): AppState) -> ApiResult {
+    ok(&shared.supervisors.fleet())
 }
 
 /// The catalog, the active policy, writes in flight and every dataset's versions and health.

@@ -319,6 +319,8 @@ impl Supervisors {
         let discovered = self.engine.catalog().pending_datasets().await;
         requests += 1;
         let mut candidates: BTreeSet<String> = BTreeSet::new();
+        // What discovery said of each pending dataset (counts and lease expiries on Postgres).
+        let mut indexed: BTreeMap<String, mend::catalog::PendingDataset> = BTreeMap::new();
         let mut discovery_error = None;
         match discovered {
             Ok(pending) => {
@@ -334,7 +336,12 @@ impl Supervisors {
                     state.status.owned_pending_datasets = owned;
                 }
                 self.metrics.fleet_load(pending.len(), owned);
-                candidates.extend(pending.into_iter().map(|pending| pending.dataset_id));
+                candidates.extend(pending.iter().map(|pending| pending.dataset_id.clone()));
+                indexed.extend(
+                    pending
+                        .into_iter()
+                        .map(|pending| (pending.dataset_id.clone(), pending)),
+                );
             }
             Err(error) => discovery_error = Some(format!("discovery failed: {error}")),
         }
@@ -366,6 +373,7 @@ impl Supervisors {
         candidates.extend(self.datasets().keys().cloned());
 
         let now_instant = Instant::now();
+        let now_ms = SystemClock.now_ms();
         let mut checks = Vec::new();
         for dataset_id in candidates {
             let owned = view.as_ref().is_some_and(|view| view.owns(&dataset_id));
@@ -376,27 +384,47 @@ impl Supervisors {
             let due = supervisor.as_ref().is_none_or(|s| {
                 *s.next_check.lock().unwrap_or_else(|p| p.into_inner()) <= now_instant
             });
-            if owned && (due || kicked) {
-                checks.push((dataset_id, true));
-            } else if !owned && kicked {
-                checks.push((dataset_id, false));
-            } else if !owned && supervisor.is_some() {
-                // Another replica owns it: its health there is that replica's business.
-                let unavailable = supervisor.as_ref().is_some_and(|s| {
-                    s.health
-                        .read()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .unavailable
-                        .is_some()
-                });
-                if !unavailable {
-                    self.datasets().remove(&dataset_id);
+            let unavailable = supervisor.as_ref().is_some_and(|s| {
+                s.health
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .unavailable
+                    .is_some()
+            });
+            let pending = indexed.get(&dataset_id);
+            // Discovery already says every intent's owner may still be working (Postgres
+            // knows the leases): nothing a check could do yet, so none is made.
+            let all_leases_live = pending.is_some_and(|pending| {
+                pending
+                    .earliest_lease_expiry_ms
+                    .is_some_and(|expiry| expiry > now_ms)
+            });
+            let check = Check {
+                dataset_id: dataset_id.clone(),
+                owned,
+                indexed: pending.is_some(),
+            };
+            if owned && kicked {
+                checks.push(check);
+            } else if owned && due {
+                if all_leases_live && supervisor.is_none() {
+                    let intents = pending.and_then(|pending| pending.intents);
+                    self.metrics.dataset(&dataset_id, intents, true);
+                } else {
+                    checks.push(check);
                 }
+            } else if !owned && (kicked || (unavailable && due)) {
+                // A read of the dataset only, so that a damaged one answers 503 here too and
+                // serves again here once repaired.
+                checks.push(check);
+            } else if !owned && supervisor.is_some() && !unavailable {
+                // Another replica owns it and it serves: nothing to follow here.
+                self.datasets().remove(&dataset_id);
             }
         }
         futures::stream::iter(checks)
-            .for_each_concurrent(CHECKS_AT_ONCE, |(dataset_id, owned)| async move {
-                self.supervise_once(&dataset_id, owned).await;
+            .for_each_concurrent(CHECKS_AT_ONCE, |check| async move {
+                self.supervise_once(&check).await;
             })
             .await;
     }
@@ -446,13 +474,14 @@ impl Supervisors {
     }
 
     /// One check of one dataset, recorded in its health.
-    async fn supervise_once(&self, dataset_id: &str, owned: bool) {
+    async fn supervise_once(&self, check: &Check) {
+        let (dataset_id, owned) = (check.dataset_id.as_str(), check.owned);
         let supervisor = self.tracked(dataset_id);
         let checked = if owned {
             self.check(dataset_id).await
         } else {
             self.engine.dataset(dataset_id).await.map(|_| {
-                Some(Check {
+                Some(Checked {
                     pending: 0,
                     needs_operator: Vec::new(),
                     swept: false,
@@ -479,7 +508,12 @@ impl Supervisors {
                 // Nothing left to follow: the dataset leaves the map, and the pending index,
                 // until a writer puts it back.
                 self.datasets().remove(dataset_id);
-                if owned && let Err(error) = self.engine.catalog().clear_pending(dataset_id).await {
+                // Only a dataset the index named is taken off it: a full scan's idle datasets
+                // cost no request here.
+                if owned
+                    && check.indexed
+                    && let Err(error) = self.engine.catalog().clear_pending(dataset_id).await
+                {
                     tracing::debug!(
                         dataset_id,
                         %error,
@@ -495,7 +529,7 @@ impl Supervisors {
         &self,
         supervisor: &DatasetSupervisor,
         dataset_id: &str,
-        checked: Result<Check>,
+        checked: Result<Checked>,
         now: TimestampMs,
     ) -> Next {
         let mut health = supervisor.health.write().unwrap_or_else(|p| p.into_inner());
@@ -551,7 +585,7 @@ impl Supervisors {
 
     /// Lists the dataset's intents and rolls forward what can be; `None` once the server is
     /// shutting down or this replica may no longer sweep the dataset.
-    async fn check(&self, dataset_id: &str) -> Result<Option<Check>> {
+    async fn check(&self, dataset_id: &str) -> Result<Option<Checked>> {
         // Reading the dataset first catches a catalog that cannot be read at all.
         self.engine.dataset(dataset_id).await?;
         let intents = self.engine.catalog().list_intents(dataset_id).await?;
@@ -562,7 +596,7 @@ impl Supervisors {
             .iter()
             .all(|intent| intent.lease_expires_at_ms > now)
         {
-            return Ok(Some(Check {
+            return Ok(Some(Checked {
                 pending: intents.len(),
                 needs_operator: Vec::new(),
                 swept: false,
@@ -611,7 +645,7 @@ impl Supervisors {
             .map(|intent| intent.operation_id.clone())
             .collect();
         let pending = self.engine.catalog().list_intents(dataset_id).await?.len();
-        Ok(Some(Check {
+        Ok(Some(Checked {
             pending,
             needs_operator,
             swept: true,
@@ -629,7 +663,17 @@ enum Next {
     Forget,
 }
 
+/// A dataset a round checks.
 struct Check {
+    dataset_id: String,
+    /// Whether this replica owns it (else only a read of the dataset).
+    owned: bool,
+    /// Whether discovery named it (so it is on the pending index).
+    indexed: bool,
+}
+
+/// What a check found.
+struct Checked {
     pending: usize,
     needs_operator: Vec<String>,
     swept: bool,

@@ -952,6 +952,7 @@ async fn openapi_every_answer_of_a_session_is_what_its_route_documents() {
             .admin(),
         Step::new(M::GET, "/v1/datasets/{dataset}/verify", 200),
         Step::new(M::GET, "/v1/status", 200),
+        Step::new(M::GET, "/v1/fleet", 200),
         Step::new(M::GET, "/v1/policy", 200),
         Step::new(M::POST, "/v1/policy/replay", 200)
             .uri("/v1/policy/replay?records=10")
