@@ -99,8 +99,13 @@ impl Fleet<'_> {
 
     /// `GET /v1/fleet` of a replica: cheap, unlike the status, which reads every dataset.
     fn fleet(&self, index: usize) -> Value {
-        let (status, body) = call_json(self.replicas[index].address, "GET", "/v1/fleet", &Value::Null)
-            .expect("a live replica answers");
+        let (status, body) = call_json(
+            self.replicas[index].address,
+            "GET",
+            "/v1/fleet",
+            &Value::Null,
+        )
+        .expect("a live replica answers");
         assert_eq!(status, 200, "{body}");
         body
     }
