@@ -195,7 +195,8 @@ fn object_store_setup(
     directory: tempfile::TempDir,
 ) -> Setup {
     let counting = Arc::new(CountingStore::new(store.clone()));
-    let writer_catalog = ObjectStoreCatalog::new(store.clone(), Path::default(), Default::default());
+    let writer_catalog =
+        ObjectStoreCatalog::new(store.clone(), Path::default(), Default::default());
     let catalog = ObjectStoreCatalog::new(counting.clone(), Path::default(), Default::default());
     let membership = ObjectStoreMembership::new(
         counting.clone(),
@@ -332,7 +333,11 @@ fn expected_pending() -> BTreeSet<String> {
 }
 
 fn check_view(setup: &Setup, view: &FleetView) {
-    assert_eq!(view.members.len(), 1, "the replica is the fleet's only member");
+    assert_eq!(
+        view.members.len(),
+        1,
+        "the replica is the fleet's only member"
+    );
     assert_eq!(view.me.replica_id, setup.membership.replica_id());
     assert!(
         expected_pending().iter().all(|id| view.owns(id)),
@@ -386,9 +391,17 @@ async fn round(setup: &Setup) -> Round {
         .filter(|id| view.owns(id))
         .collect();
     let listed: BTreeSet<String> = pending.iter().cloned().collect();
-    assert_eq!(listed, expected_pending(), "discovery finds exactly the pending");
+    assert_eq!(
+        listed,
+        expected_pending(),
+        "discovery finds exactly the pending"
+    );
     let (checked, checks) = measured(meter, with_intents(&*setup.catalog, pending)).await;
-    assert_eq!(checked, expected_pending(), "each pending one has its intent");
+    assert_eq!(
+        checked,
+        expected_pending(),
+        "each pending one has its intent"
+    );
     Round {
         heartbeat,
         discovery,
