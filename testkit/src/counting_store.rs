@@ -5,6 +5,11 @@
 //! Requests are counted when they are made, successful or not. A listing counts once per
 //! call, however many pages the store answers it with.
 //!
+//! It also counts the bytes the store answers with ([`CountingStore::bytes_received`]): a
+//! GET's body (the range it returns) and a listing's keys (each listed object's and common
+//! prefix's path). A store's listing response wraps each key in more (S3's XML adds its size,
+//! modification time and ETag), so the count is a floor of what crosses the wire.
+//!
 //! The kit counts the split objects' writes with it; a backend on object storage can count its
 //! catalog's writes with it too, for its [`Fingerprint`](crate::Fingerprint).
 
@@ -13,6 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
+use futures::StreamExt;
 use futures::stream::BoxStream;
 use object_store::path::Path;
 use object_store::{
@@ -28,6 +34,8 @@ pub struct CountingStore {
     gets: AtomicU64,
     heads: AtomicU64,
     lists: AtomicU64,
+    /// Shared with the listing streams, which outlive the call that made them.
+    bytes_received: Arc<AtomicU64>,
 }
 
 /// The requests a [`CountingStore`] has seen, by kind.
@@ -88,6 +96,7 @@ impl CountingStore {
             gets: AtomicU64::new(0),
             heads: AtomicU64::new(0),
             lists: AtomicU64::new(0),
+            bytes_received: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -109,6 +118,11 @@ impl CountingStore {
             heads: self.heads.load(Ordering::SeqCst),
             lists: self.lists.load(Ordering::SeqCst),
         }
+    }
+
+    /// Bytes the store has answered with so far: GET bodies and listed keys.
+    pub fn bytes_received(&self) -> u64 {
+        self.bytes_received.load(Ordering::SeqCst)
     }
 
     fn count(counter: &AtomicU64) {
@@ -155,7 +169,13 @@ impl ObjectStore for CountingStore {
         } else {
             &self.gets
         });
-        self.inner.get_opts(location, options).await
+        let head = options.head;
+        let result = self.inner.get_opts(location, options).await?;
+        if !head {
+            let body = result.range.end - result.range.start;
+            self.bytes_received.fetch_add(body, Ordering::SeqCst);
+        }
+        Ok(result)
     }
 
     async fn delete(&self, location: &Path) -> object_store::Result<()> {
@@ -165,12 +185,26 @@ impl ObjectStore for CountingStore {
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
         Self::count(&self.lists);
-        self.inner.list(prefix)
+        let bytes_received = self.bytes_received.clone();
+        self.inner
+            .list(prefix)
+            .inspect(move |listed| {
+                if let Ok(meta) = listed {
+                    let key = meta.location.as_ref().len() as u64;
+                    bytes_received.fetch_add(key, Ordering::SeqCst);
+                }
+            })
+            .boxed()
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
         Self::count(&self.lists);
-        self.inner.list_with_delimiter(prefix).await
+        let listed = self.inner.list_with_delimiter(prefix).await?;
+        let keys = listed.common_prefixes.iter().map(|p| p.as_ref().len());
+        let keys = keys.chain(listed.objects.iter().map(|o| o.location.as_ref().len()));
+        self.bytes_received
+            .fetch_add(keys.sum::<usize>() as u64, Ordering::SeqCst);
+        Ok(listed)
     }
 
     async fn copy(&self, from: &Path, to: &Path) -> object_store::Result<()> {

@@ -1,12 +1,14 @@
-//! A loopback proxy in front of the test Postgres server that counts what a client sends: the
-//! statements it executes and the round trips it makes. A catalog connected through it shows
+//! A loopback proxy in front of the test Postgres server that counts what a client sends (the
+//! statements it executes and the round trips it makes) and the bytes the server answers
+//! with. A catalog connected through it shows
 //! what one of its calls costs the database, as [`CountingStore`](crate::CountingStore) does
 //! for object storage.
 //!
 //! It reads the frontend half of the wire protocol only far enough to split it into messages:
 //! the untyped start-up packets first (SSL and GSS encryption requests, then the startup
 //! message), then typed messages. The connection must stay unencrypted, so the proxied URL
-//! carries `sslmode=disable`. What the server sends back is copied through untouched.
+//! carries `sslmode=disable`. What the server sends back is copied through untouched, its
+//! bytes counted.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +24,8 @@ pub struct SqlCounts {
     /// Requests the client waits on an answer for: `Sync` and simple `Query` messages
     /// (a pool's liveness ping is a bare `Sync`).
     pub round_trips: u64,
+    /// Bytes the server sent back: rows, completions, the protocol's framing.
+    pub bytes_received: u64,
 }
 
 impl SqlCounts {
@@ -30,6 +34,7 @@ impl SqlCounts {
         SqlCounts {
             statements: self.statements - earlier.statements,
             round_trips: self.round_trips - earlier.round_trips,
+            bytes_received: self.bytes_received - earlier.bytes_received,
         }
     }
 }
@@ -38,6 +43,7 @@ impl std::ops::AddAssign for SqlCounts {
     fn add_assign(&mut self, other: Self) {
         self.statements += other.statements;
         self.round_trips += other.round_trips;
+        self.bytes_received += other.bytes_received;
     }
 }
 
@@ -45,6 +51,7 @@ impl std::ops::AddAssign for SqlCounts {
 struct Counters {
     statements: AtomicU64,
     round_trips: AtomicU64,
+    bytes_received: AtomicU64,
 }
 
 /// The proxy: accepts on a loopback port until dropped, forwarding each connection to the
@@ -101,6 +108,7 @@ impl SqlCounter {
         SqlCounts {
             statements: self.counters.statements.load(Ordering::SeqCst),
             round_trips: self.counters.round_trips.load(Ordering::SeqCst),
+            bytes_received: self.counters.bytes_received.load(Ordering::SeqCst),
         }
     }
 }
@@ -112,7 +120,7 @@ impl Drop for SqlCounter {
     }
 }
 
-/// Copies one connection both ways, counting the client's messages.
+/// Copies one connection both ways, counting the client's messages and the server's bytes.
 async fn relay(client: TcpStream, server: TcpStream, counters: &Counters) -> std::io::Result<()> {
     // Without it, Nagle's algorithm holds back each short message for the previous one's
     // (delayed) acknowledgement: tens of milliseconds a statement.
@@ -121,7 +129,19 @@ async fn relay(client: TcpStream, server: TcpStream, counters: &Counters) -> std
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
     let answers = async {
-        tokio::io::copy(&mut server_read, &mut client_write).await?;
+        let mut buffer = vec![0; 64 * 1024];
+        loop {
+            let read = server_read.read(&mut buffer).await?;
+            if read == 0 {
+                break;
+            }
+            // Counted before it is forwarded, so that a client holding its answer finds it
+            // counted.
+            counters
+                .bytes_received
+                .fetch_add(read as u64, Ordering::SeqCst);
+            client_write.write_all(&buffer[..read]).await?;
+        }
         client_write.shutdown().await
     };
     let requests = async {
