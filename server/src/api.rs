@@ -613,6 +613,8 @@ async fn metrics(State(shared): AppState) -> Response {
     tag = "health",
     responses(
         (status = 200, description = "this replica in its fleet", body = crate::supervisor::FleetStatus),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
     )
 )]
 async fn fleet(State(shared): AppState) -> ApiResult {

@@ -271,7 +271,7 @@ impl Supervisors {
             if *shutdown.borrow() {
                 break;
             }
-            let full_scan = round % u64::from(self.options.full_scan_every.max(1)) == 0;
+            let full_scan = round.is_multiple_of(u64::from(self.options.full_scan_every.max(1)));
             round += 1;
             self.round(full_scan, &ready).await;
             tokio::select! {
