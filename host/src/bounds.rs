@@ -75,7 +75,7 @@ pub const SUPERVISOR_INTERVAL_MS: Bound =
 /// The longest a failing supervisor waits, in ms.
 pub const SUPERVISOR_MAX_BACKOFF_MS: Bound =
     Bound::new("serve.supervisor_max_backoff_ms", 10, DAY_MS);
-/// How long a fleet member's lease lasts, in ms (see [`crate::fleet::MEMBER_LEASE_RANGE`]).
+/// How long a fleet member's lease lasts, in ms ([`crate::fleet::check_member_lease`]).
 pub const MEMBER_LEASE_MS: Bound = Bound::new("serve.member_lease_ms", 200, 600_000);
 /// A supervisor's full scan of every dataset, every this many rounds.
 pub const SUPERVISOR_FULL_SCAN_EVERY: Bound =

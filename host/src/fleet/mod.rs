@@ -47,9 +47,6 @@ pub use self::postgres::PostgresMembership;
 
 /// How long a membership lease lasts unless renewed, by default.
 pub const DEFAULT_MEMBER_LEASE: Duration = Duration::from_secs(10);
-/// The shortest and longest membership lease accepted.
-pub const MEMBER_LEASE_RANGE: (Duration, Duration) =
-    (Duration::from_millis(200), Duration::from_secs(600));
 /// The longest replica name accepted (a replica id adds a dash and 8 characters).
 pub const MAX_REPLICA_NAME: usize = 48;
 
@@ -201,15 +198,10 @@ pub fn check_replica_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Checks a membership lease against [`MEMBER_LEASE_RANGE`].
+/// Checks a membership lease against [`crate::bounds::MEMBER_LEASE_MS`].
 pub fn check_member_lease(lease: Duration) -> Result<()> {
-    let (min, max) = MEMBER_LEASE_RANGE;
-    if lease < min || lease > max {
-        return Err(MendError::invalid(format!(
-            "a membership lease of {lease:?} is outside {min:?}..={max:?}"
-        )));
-    }
-    Ok(())
+    let ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+    crate::bounds::MEMBER_LEASE_MS.check(ms).map(|_| ())
 }
 
 /// The membership of a process alone on its catalog (`memory://`, which no other process can

@@ -243,9 +243,9 @@ impl Membership for ObjectStoreMembership {
         }
         *self.joined() = Some(current);
 
-        let (mut members, expired, read) = self.read_members(Some(current)).await?;
+        // By replica id: they come out of a map keyed by it.
+        let (members, expired, read) = self.read_members(Some(current)).await?;
         requests += read;
-        members.sort_by(|a, b| a.replica_id.cmp(&b.replica_id));
         Ok(FleetView {
             me: Member {
                 replica_id: self.replica_id.clone(),
