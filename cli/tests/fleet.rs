@@ -241,7 +241,7 @@ fn run_fleet(label: &str, dir: &Path, catalog: String, objects: Option<String>) 
                     }
                     let upload = format!("{base}/{operation}/splits/{split}");
                     let uploaded = call(address, "PUT", &upload, &payload, "application/octet-stream");
-                    if n % 5 == 0 || !matches!(uploaded, Some((200 | 201, _))) {
+                    if n.is_multiple_of(5) || !matches!(uploaded, Some((200 | 201, _))) {
                         crashed.fetch_add(1, Ordering::SeqCst);
                         continue;
                     }
