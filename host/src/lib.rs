@@ -28,6 +28,8 @@ pub mod fleet;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gates;
+#[cfg(test)]
+mod hooked_store;
 pub mod intent;
 pub mod invariants;
 pub mod live;

@@ -7,7 +7,7 @@
 //!
 //! It also counts the bytes the store answers with ([`CountingStore::bytes_received`]): a
 //! GET's body (the range it returns) and a listing's keys (each listed object's and common
-//! prefix's path). A store's listing response wraps each key in more (S3's XML adds its size,
+//! prefix's path); and the entries listings answer with ([`CountingStore::entries_listed`]). A store's listing response wraps each key in more (S3's XML adds its size,
 //! modification time and ETag), so the count is a floor of what crosses the wire.
 //!
 //! The kit counts the split objects' writes with it; a backend on object storage can count its
@@ -36,6 +36,8 @@ pub struct CountingStore {
     lists: AtomicU64,
     /// Shared with the listing streams, which outlive the call that made them.
     bytes_received: Arc<AtomicU64>,
+    /// Likewise.
+    entries_listed: Arc<AtomicU64>,
 }
 
 /// The requests a [`CountingStore`] has seen, by kind.
@@ -97,6 +99,7 @@ impl CountingStore {
             heads: AtomicU64::new(0),
             lists: AtomicU64::new(0),
             bytes_received: Arc::new(AtomicU64::new(0)),
+            entries_listed: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -123,6 +126,11 @@ impl CountingStore {
     /// Bytes the store has answered with so far: GET bodies and listed keys.
     pub fn bytes_received(&self) -> u64 {
         self.bytes_received.load(Ordering::SeqCst)
+    }
+
+    /// Entries listings have answered with so far: objects and common prefixes.
+    pub fn entries_listed(&self) -> u64 {
+        self.entries_listed.load(Ordering::SeqCst)
     }
 
     fn count(counter: &AtomicU64) {
@@ -186,12 +194,14 @@ impl ObjectStore for CountingStore {
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
         Self::count(&self.lists);
         let bytes_received = self.bytes_received.clone();
+        let entries_listed = self.entries_listed.clone();
         self.inner
             .list(prefix)
             .inspect(move |listed| {
                 if let Ok(meta) = listed {
                     let key = meta.location.as_ref().len() as u64;
                     bytes_received.fetch_add(key, Ordering::SeqCst);
+                    entries_listed.fetch_add(1, Ordering::SeqCst);
                 }
             })
             .boxed()
@@ -204,6 +214,9 @@ impl ObjectStore for CountingStore {
         let keys = keys.chain(listed.objects.iter().map(|o| o.location.as_ref().len()));
         self.bytes_received
             .fetch_add(keys.sum::<usize>() as u64, Ordering::SeqCst);
+        let entries = listed.common_prefixes.len() + listed.objects.len();
+        self.entries_listed
+            .fetch_add(entries as u64, Ordering::SeqCst);
         Ok(listed)
     }
 

@@ -65,6 +65,40 @@ pub fn postgres_url() -> String {
     })
 }
 
+/// Creates a database of its own on the test server, named `{label}_{random}`, and answers
+/// its URL and name: for a test or bench whose counts or scale must not meet other tests' rows
+/// in the shared database (and whose rows must not slow them down). [`drop_database`] removes it.
+pub async fn own_database(label: &str) -> (String, String) {
+    let server = postgres_url();
+    let admin = PgPool::connect(&server)
+        .await
+        .expect("connect to the test Postgres");
+    let name = format!("{label}_{}", uuid::Uuid::new_v4().simple());
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&admin)
+        .await
+        .unwrap_or_else(|error| panic!("create the database {name}: {error}"));
+    admin.close().await;
+    let mut url = url::Url::parse(&server).expect("a postgres url");
+    url.set_path(&format!("/{name}"));
+    (url.into(), name)
+}
+
+/// Drops a database [`own_database`] created, whatever connections still use it.
+pub async fn drop_database(name: &str) {
+    let admin = PgPool::connect(&postgres_url())
+        .await
+        .expect("connect to the test Postgres");
+    // FORCE: the catalogs' pools may still hold connections.
+    if let Err(error) = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .execute(&admin)
+        .await
+    {
+        eprintln!("could not drop the database {name}: {error}");
+    }
+    admin.close().await;
+}
+
 /// A pool on the test server for the benches' floors: the bare statement, one round trip, with
 /// no liveness ping before each acquire (sqlx's default would add one to every floor batch;
 /// the catalog's own pool pings only a connection idle for seconds).
@@ -135,8 +169,10 @@ pub enum WriteFingerprint {
     RowVersions(Vec<(String, String, String)>),
 }
 
-/// The catalog tables that hold no dataset's rows, and so are not part of a fingerprint.
-const TABLES_WITHOUT_DATASET_ROWS: &[&str] = &["_sqlx_migrations"];
+/// The catalog tables that hold no dataset's rows, and so are not part of a fingerprint:
+/// the migrations' bookkeeping, and the fleet's members (`mend serve` replicas' leases, which
+/// no operation on a dataset writes).
+const TABLES_WITHOUT_DATASET_ROWS: &[&str] = &["_sqlx_migrations", "fleet_members"];
 
 impl Harness {
     pub async fn new(backend: Backend) -> Self {

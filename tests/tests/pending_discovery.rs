@@ -5,118 +5,23 @@
 //! default discovery (every dataset's intents) on the same memory catalog.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use async_trait::async_trait;
 use futures::StreamExt;
-use futures::stream::BoxStream;
 use mend::Catalog;
 use mend::catalog::ObjectStoreCatalog;
+use mend::catalog::PostgresCatalog;
 use mend::intent::{Intent, OperationKind};
 use mend::model::DatasetConfig;
-use mend_tests::harness::TEST_EPOCH_MS;
-use mend_tests::{Backend, CountingStore, Harness};
+use mend_tests::CountingStore;
+use mend_tests::harness::{TEST_EPOCH_MS, drop_database, own_database, postgres_options};
+use mend_tests::sql_counter::SqlCounter;
+use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::{
-    GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
 
 const DATASETS: usize = 10_000;
 const PENDING: usize = 10;
-
-/// Counts what listings return: entries, and the bytes of their keys (an S3 LIST answers
-/// each key in about 300 bytes of XML, its key included, up to 1,000 keys a page).
-#[derive(Debug)]
-struct ListMeter {
-    inner: Arc<dyn ObjectStore>,
-    entries: Arc<AtomicU64>,
-    key_bytes: Arc<AtomicU64>,
-}
-
-impl ListMeter {
-    fn take(&self) -> (u64, u64) {
-        (
-            self.entries.swap(0, Ordering::SeqCst),
-            self.key_bytes.swap(0, Ordering::SeqCst),
-        )
-    }
-}
-
-impl std::fmt::Display for ListMeter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ListMeter({})", self.inner)
-    }
-}
-
-#[async_trait]
-impl ObjectStore for ListMeter {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    async fn delete(&self, location: &Path) -> object_store::Result<()> {
-        self.inner.delete(location).await
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        let (entries, key_bytes) = (self.entries.clone(), self.key_bytes.clone());
-        self.inner
-            .list(prefix)
-            .inspect(move |item| {
-                if let Ok(meta) = item {
-                    entries.fetch_add(1, Ordering::SeqCst);
-                    key_bytes.fetch_add(meta.location.as_ref().len() as u64, Ordering::SeqCst);
-                }
-            })
-            .boxed()
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        let listed = self.inner.list_with_delimiter(prefix).await?;
-        let keys = listed
-            .objects
-            .iter()
-            .map(|meta| meta.location.as_ref().len())
-            .chain(listed.common_prefixes.iter().map(|dir| dir.as_ref().len()));
-        for key in keys {
-            self.entries.fetch_add(1, Ordering::SeqCst);
-            self.key_bytes.fetch_add(key as u64, Ordering::SeqCst);
-        }
-        Ok(listed)
-    }
-
-    async fn copy(&self, from: &Path, to: &Path) -> object_store::Result<()> {
-        self.inner.copy(from, to).await
-    }
-
-    async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> object_store::Result<()> {
-        self.inner.copy_if_not_exists(from, to).await
-    }
-}
 
 fn dataset_id(index: usize) -> String {
     format!("ds-{index:05}")
@@ -164,21 +69,21 @@ fn expected() -> Vec<String> {
 /// Discovery on an object-storage catalog over `inner`, by a process other than the writers
 /// (a fresh instance, nothing cached), counted.
 async fn object_store_discovery(name: &str, inner: Arc<dyn ObjectStore>) {
-    let meter = Arc::new(ListMeter {
-        inner,
-        entries: Arc::default(),
-        key_bytes: Arc::default(),
-    });
-    let counted = Arc::new(CountingStore::new(meter.clone()));
+    let counted = Arc::new(CountingStore::new(inner));
     let writer = ObjectStoreCatalog::new(counted.clone(), Path::default(), Default::default());
     populate(&writer).await;
 
     let supervisor = ObjectStoreCatalog::new(counted.clone(), Path::default(), Default::default());
-    let before = counted.requests();
-    meter.take();
+    let before = (
+        counted.requests(),
+        counted.entries_listed(),
+        counted.bytes_received(),
+    );
     let found = supervisor.pending_datasets().await.unwrap();
-    let cost = counted.requests().since(&before);
-    let (entries, key_bytes) = meter.take();
+    let cost = counted.requests().since(&before.0);
+    let entries = counted.entries_listed() - before.1;
+    // Listed keys only: the one request is a LIST (asserted below).
+    let key_bytes = counted.bytes_received() - before.2;
     let ids: Vec<String> = found.into_iter().map(|p| p.dataset_id).collect();
     assert_eq!(ids, expected());
     assert_eq!(
@@ -198,17 +103,16 @@ async fn object_store_discovery(name: &str, inner: Arc<dyn ObjectStore>) {
     if name == "memory" {
         // The trait's default, for comparison: every dataset's intents.
         let cold = ObjectStoreCatalog::new(counted.clone(), Path::default(), Default::default());
-        let before = counted.requests();
-        meter.take();
+        let before = (counted.requests(), counted.entries_listed());
         let scanned = mend::catalog::pending::scan_every_dataset(&cold)
             .await
             .unwrap();
-        let cost = counted.requests().since(&before);
-        let (entries, key_bytes) = meter.take();
+        let cost = counted.requests().since(&before.0);
+        let entries = counted.entries_listed() - before.1;
         let scanned: Vec<String> = scanned.into_iter().map(|p| p.dataset_id).collect();
         assert_eq!(scanned, expected());
         println!(
-            "pending discovery [{name}, the trait's default for comparison]: every dataset's intents = {cost} ({} requests); listings returned {entries} entries, {key_bytes} bytes of keys",
+            "pending discovery [{name}, the trait's default for comparison]: every dataset's intents = {cost} ({} requests); listings returned {entries} entries",
             cost.total()
         );
     }
@@ -228,13 +132,15 @@ async fn one_discovery_on_a_local_directory_is_one_list_of_the_pending_markers()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_discovery_on_postgres_is_one_statement() {
-    let harness = Harness::counting_sql(Backend::Postgres).await;
-    let catalog = harness.engine.catalog();
-    // The database is shared with other tests: ids of this run's own.
-    let run = uuid::Uuid::new_v4().simple().to_string();
-    let ids: Vec<String> = (0..DATASETS)
-        .map(|index| format!("{run}-{}", dataset_id(index)))
-        .collect();
+    // A database of its own: 10,000 datasets left in the shared one would slow every test
+    // that goes through all datasets (a policy swap's replay reads each one's audit).
+    let (url, database) = own_database("mend_pending_discovery").await;
+    let counter = SqlCounter::start(&url).await;
+    let catalog = PostgresCatalog::connect_with(counter.url(), postgres_options())
+        .await
+        .expect("connect to Postgres through the counting proxy");
+    let catalog = &catalog;
+    let ids: Vec<String> = (0..DATASETS).map(dataset_id).collect();
     futures::stream::iter(ids.iter().enumerate())
         .for_each_concurrent(16, |(index, id)| async move {
             catalog
@@ -246,16 +152,12 @@ async fn one_discovery_on_postgres_is_one_statement() {
             }
         })
         .await;
-    let counter = harness.sql.as_ref().expect("counting sql");
     let before = counter.counts();
     let found = catalog.pending_datasets().await.unwrap();
     let cost = counter.counts().since(&before);
-    let ours: Vec<_> = found
-        .iter()
-        .filter(|pending| pending.dataset_id.starts_with(&run))
-        .collect();
-    assert_eq!(ours.len(), PENDING);
-    for pending in &ours {
+    let ids: Vec<&str> = found.iter().map(|p| p.dataset_id.as_str()).collect();
+    assert_eq!(ids, expected());
+    for pending in &found {
         assert_eq!(pending.intents, Some(1));
         assert_eq!(
             pending.earliest_lease_expiry_ms,
@@ -269,11 +171,12 @@ async fn one_discovery_on_postgres_is_one_statement() {
     let again = counter.counts().since(&before);
     assert_eq!(again.statements, 1, "{again:?}");
     println!(
-        "pending discovery [postgres]: {DATASETS} datasets of this run, {PENDING} with intents: 1 pending_datasets() = {} statement, {} round trips on the wire ({} the next time); {} rows returned ({} of this run's, the rest other tests' leftovers in the shared database)",
+        "pending discovery [postgres]: {DATASETS} datasets, {PENDING} with intents: 1 pending_datasets() = {} statement, {} round trips on the wire ({} the next time), {} bytes received; {} rows returned",
         cost.statements,
         cost.round_trips,
         again.round_trips,
-        found.len(),
-        ours.len()
+        cost.bytes_received,
+        found.len()
     );
+    drop_database(&database).await;
 }

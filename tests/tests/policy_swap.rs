@@ -230,9 +230,27 @@ async fn swaps_under_load(backend: Backend) {
         // Two sweeps, not one: the second began after the first ended, so after the last
         // swap was published, and it runs (and audits) under the digest that swap made
         // current. Both digests are thus used, whatever the scheduler does.
+        let waiting = std::time::Instant::now();
         while stages.load(Ordering::Relaxed) == stages_before
-            || (swap % 5 == 0 && sweeps.load(Ordering::Relaxed) < sweeps_before + 2)
+            || (swap.is_multiple_of(5) && sweeps.load(Ordering::Relaxed) < sweeps_before + 2)
         {
+            // A stager or the recoverer that stopped (it panicked) would never move its count:
+            // say which instead of waiting for ever.
+            if let Some(stopped) = workers.iter().position(|worker| worker.is_finished()) {
+                let worker = workers.swap_remove(stopped);
+                worker.await.expect("a stager failed");
+                panic!("stager {stopped} stopped during swaps");
+            }
+            if recoverer.is_finished() {
+                recoverer.await.expect("the recoverer failed");
+                panic!("the recoverer stopped during swaps");
+            }
+            assert!(
+                waiting.elapsed() < std::time::Duration::from_secs(60),
+                "swap {swap}: no stage or sweep for 60 s ({} stages, {} sweeps so far)",
+                stages.load(Ordering::Relaxed),
+                sweeps.load(Ordering::Relaxed)
+            );
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
         let candidate = versions[(swap + 1) % 2].clone();

@@ -20,6 +20,7 @@
 //! record leaves out its own recorded request (which holds the answer), the first time as on
 //! a retry. Registry records are history: never forgotten, unlike the catalog's records.
 
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
@@ -77,6 +78,9 @@ impl PreparedSwap {
     }
 }
 
+/// Datasets whose audit trails a replay reads at once.
+const REPLAY_READS_AT_ONCE: usize = 8;
+
 impl Engine {
     /// Replays the newest `records_per_dataset` audit records of every dataset against
     /// `candidate`, changing nothing.
@@ -87,16 +91,25 @@ impl Engine {
     ) -> Result<ReplayReport> {
         let mut records = Vec::new();
         let mut unreadable = Vec::new();
-        for dataset in self.catalog.list_datasets().await? {
-            match self
-                .catalog
-                .list_audit(&dataset.dataset_id, Some(records_per_dataset))
-                .await
-            {
+        // A few datasets' trails read at once, in the datasets' order: with thousands of
+        // datasets, one after another would make a swap wait thousands of round trips.
+        let trails = futures::stream::iter(self.catalog.list_datasets().await?)
+            .map(|dataset| async move {
+                let found = self
+                    .catalog
+                    .list_audit(&dataset.dataset_id, Some(records_per_dataset))
+                    .await;
+                (dataset.dataset_id, found)
+            })
+            .buffered(REPLAY_READS_AT_ONCE)
+            .collect::<Vec<_>>()
+            .await;
+        for (dataset_id, found) in trails {
+            match found {
                 Ok(found) => records.extend(found),
                 // One dataset's damaged trail must not hide what the others say.
                 Err(MendError::Corrupt { message }) => {
-                    unreadable.push((dataset.dataset_id, message));
+                    unreadable.push((dataset_id, message));
                 }
                 Err(error) => return Err(error),
             }

@@ -2,26 +2,21 @@
 //! two instances sharing a store (two "processes"), and what leases add: expiry under a manual
 //! clock, renewal, fencing of a stale holder, the file layout and the cleanup of old epochs.
 
-use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use ::object_store::ObjectStore;
 use ::object_store::local::LocalFileSystem;
 use ::object_store::memory::InMemory;
 use ::object_store::path::Path;
-use ::object_store::{
-    GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
-use async_trait::async_trait;
-use futures::TryStreamExt;
-use futures::stream::BoxStream;
+use futures::{FutureExt, TryStreamExt};
 use tokio::sync::Notify;
 
 use super::{PATIENT, Processes, assert_lost, assert_timed_out, run_all};
 use crate::clock::{Clock, ManualClock};
 use crate::gates::{DEFAULT_MAX_CLOCK_SKEW, GateName, GateSession, Gates, ObjectStoreGates};
+use crate::hooked_store::HookedStore;
 
 const LEASE: Duration = Duration::from_secs(10);
 const LEASE_MS: i64 = 10_000;
@@ -284,8 +279,9 @@ async fn files_are_laid_out_per_gate_and_old_epochs_cleaned_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_that_lands_after_its_epoch_was_cleaned_up_holds_nothing() {
-    let pausing = Arc::new(PausingStore::new("00000000000000000002.json"));
-    let store: Arc<dyn ObjectStore> = pausing.clone();
+    let hooked = Arc::new(HookedStore::default());
+    let pausing = pause_first_put(&hooked, "00000000000000000002.json");
+    let store: Arc<dyn ObjectStore> = hooked;
     let clock = Arc::new(ManualClock::new(START_MS));
     let (slow, fast) = (gates(&store, &clock), gates(&store, &clock));
     let gate = GateName::dataset("logs");
@@ -343,89 +339,34 @@ async fn a_claim_that_lands_after_its_epoch_was_cleaned_up_holds_nothing() {
     assert_eq!(taken.fencing_epoch(), 6);
 }
 
-/// A store that holds back the first put to a path ending in `suffix` until told to go on: a
-/// contender whose look at a gate grows old before its claim lands.
-#[derive(Debug)]
-struct PausingStore {
-    inner: InMemory,
-    suffix: &'static str,
+/// Holds back the first put to a path ending in `suffix` until `resume`: a contender whose look
+/// at a gate grows old before its claim lands. `paused` is notified when the put is held.
+struct Pause {
     armed: AtomicBool,
     paused: Notify,
     resume: Notify,
 }
 
-impl PausingStore {
-    fn new(suffix: &'static str) -> Self {
-        Self {
-            inner: InMemory::new(),
-            suffix,
-            armed: AtomicBool::new(true),
-            paused: Notify::new(),
-            resume: Notify::new(),
+fn pause_first_put(store: &HookedStore, suffix: &'static str) -> Arc<Pause> {
+    let pause = Arc::new(Pause {
+        armed: AtomicBool::new(true),
+        paused: Notify::new(),
+        resume: Notify::new(),
+    });
+    store.set_before_put({
+        let pause = Arc::clone(&pause);
+        move |path| {
+            let held = path.as_ref().ends_with(suffix) && pause.armed.swap(false, Ordering::SeqCst);
+            let pause = Arc::clone(&pause);
+            async move {
+                if held {
+                    pause.paused.notify_one();
+                    pause.resume.notified().await;
+                }
+                None
+            }
+            .boxed()
         }
-    }
-}
-
-impl fmt::Display for PausingStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Pausing({})", self.inner)
-    }
-}
-
-#[async_trait]
-impl ObjectStore for PausingStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> ::object_store::Result<PutResult> {
-        if location.as_ref().ends_with(self.suffix) && self.armed.swap(false, Ordering::SeqCst) {
-            self.paused.notify_one();
-            self.resume.notified().await;
-        }
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> ::object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> ::object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    async fn delete(&self, location: &Path) -> ::object_store::Result<()> {
-        self.inner.delete(location).await
-    }
-
-    fn list(
-        &self,
-        prefix: Option<&Path>,
-    ) -> BoxStream<'static, ::object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(
-        &self,
-        prefix: Option<&Path>,
-    ) -> ::object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy(&self, from: &Path, to: &Path) -> ::object_store::Result<()> {
-        self.inner.copy(from, to).await
-    }
-
-    async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> ::object_store::Result<()> {
-        self.inner.copy_if_not_exists(from, to).await
-    }
+    });
+    pause
 }

@@ -4,23 +4,19 @@
 //! the stale holder's check refuses its next write. Real time here (leases of 300 ms): the
 //! keeper sleeps on the runtime's timer.
 
-use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use ::object_store::ObjectStore;
 use ::object_store::memory::InMemory;
 use ::object_store::path::Path;
-use ::object_store::{
-    GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
-use async_trait::async_trait;
-use futures::stream::BoxStream;
+use futures::FutureExt;
 
 use super::{PATIENT, assert_lost, assert_timed_out};
 use crate::clock::{Clock, ManualClock, SystemClock};
 use crate::gates::{ExclusivePermit, GateName, GateSession, Gates, ObjectStoreGates};
+use crate::hooked_store::{HookedStore, unanswered};
 
 const LEASE: Duration = Duration::from_millis(300);
 
@@ -75,8 +71,18 @@ async fn a_lease_held_across_long_work_stays_held() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_whose_renewals_fail_loses_the_gate_to_a_higher_epoch() {
-    let failing = Arc::new(FailingRenewals::default());
-    let store: Arc<dyn ObjectStore> = failing.clone();
+    // Renewal puts fail while `fail` is set, as a store that stopped answering would; the
+    // lease's other files (claims, release markers) still land.
+    let fail = Arc::new(AtomicBool::new(false));
+    let failing = Arc::new(HookedStore::default());
+    failing.set_before_put({
+        let fail = Arc::clone(&fail);
+        move |path| {
+            let refused = fail.load(Ordering::SeqCst) && path.as_ref().contains(".renewal-");
+            async move { refused.then(unanswered) }.boxed()
+        }
+    });
+    let store: Arc<dyn ObjectStore> = failing;
     let (ours, theirs) = (
         gates(Arc::clone(&store), Arc::new(SystemClock)),
         gates(Arc::clone(&store), Arc::new(SystemClock)),
@@ -95,7 +101,7 @@ async fn a_holder_whose_renewals_fail_loses_the_gate_to_a_higher_epoch() {
     checks += 2;
 
     // From now on no renewal lands: the hold is lost once the lease runs out.
-    failing.fail.store(true, Ordering::SeqCst);
+    fail.store(true, Ordering::SeqCst);
     let started = tokio::time::Instant::now();
     while permit.check_held().is_ok() {
         assert!(
@@ -118,7 +124,7 @@ async fn a_holder_whose_renewals_fail_loses_the_gate_to_a_higher_epoch() {
     checks += 1;
     // Renewals work again, but a lost hold stays lost: the keeper's next renewal finds the
     // lease run out (or taken over) and says so for good.
-    failing.fail.store(false, Ordering::SeqCst);
+    fail.store(false, Ordering::SeqCst);
     tokio::time::sleep(LEASE).await;
     for hold in holds.iter() {
         let error = hold.check().unwrap_err();
@@ -169,78 +175,4 @@ async fn a_renewal_that_finds_a_newer_epoch_marks_the_hold_lost_naming_it() {
     assert!(error.to_string().contains("usurper"), "{error}");
     checks += 2;
     println!("a renewal finding a newer epoch: {checks} checks");
-}
-
-/// An in-memory store whose renewal puts fail while `fail` is set, as a store that stopped
-/// answering would: the lease's other files (claims, release markers) still land.
-#[derive(Debug, Default)]
-struct FailingRenewals {
-    inner: InMemory,
-    fail: AtomicBool,
-}
-
-impl fmt::Display for FailingRenewals {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "FailingRenewals({})", self.inner)
-    }
-}
-
-#[async_trait]
-impl ObjectStore for FailingRenewals {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> ::object_store::Result<PutResult> {
-        if self.fail.load(Ordering::SeqCst) && location.as_ref().contains(".renewal-") {
-            return Err(::object_store::Error::Generic {
-                store: "failing",
-                source: "the store does not answer".into(),
-            });
-        }
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> ::object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> ::object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    async fn delete(&self, location: &Path) -> ::object_store::Result<()> {
-        self.inner.delete(location).await
-    }
-
-    fn list(
-        &self,
-        prefix: Option<&Path>,
-    ) -> BoxStream<'static, ::object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(
-        &self,
-        prefix: Option<&Path>,
-    ) -> ::object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy(&self, from: &Path, to: &Path) -> ::object_store::Result<()> {
-        self.inner.copy(from, to).await
-    }
-
-    async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> ::object_store::Result<()> {
-        self.inner.copy_if_not_exists(from, to).await
-    }
 }

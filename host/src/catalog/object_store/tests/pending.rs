@@ -5,108 +5,12 @@
 
 use std::time::Duration;
 
-use futures::future::BoxFuture;
+use futures::FutureExt;
 
 use super::*;
 use crate::catalog::object_store::pending::{MarkerPut, PendingIndex};
+use crate::hooked_store::HookedStore;
 use crate::intent::{Intent, OperationKind};
-
-/// Records the path of every put, and runs a hook once, right after the first delete of a
-/// pending marker has landed: a writer acting between a clearer's delete and its re-read.
-#[derive(Default)]
-struct HookedStore {
-    inner: InMemory,
-    puts: Mutex<Vec<String>>,
-    after_marker_delete: Mutex<Option<BoxFuture<'static, ()>>>,
-}
-
-impl HookedStore {
-    fn marker_puts(&self) -> usize {
-        let puts = self.puts.lock().unwrap();
-        puts.iter()
-            .filter(|path| path.contains("/index/pending/"))
-            .count()
-    }
-
-    fn log_puts(&self) -> usize {
-        let puts = self.puts.lock().unwrap();
-        puts.iter().filter(|path| path.contains("/log/")).count()
-    }
-}
-
-impl fmt::Debug for HookedStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("HookedStore")
-    }
-}
-
-impl fmt::Display for HookedStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("HookedStore")
-    }
-}
-
-#[async_trait]
-impl ObjectStore for HookedStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> ::object_store::Result<PutResult> {
-        self.puts.lock().unwrap().push(location.to_string());
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> ::object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> ::object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    async fn delete(&self, location: &Path) -> ::object_store::Result<()> {
-        let deleted = self.inner.delete(location).await;
-        if location.as_ref().contains("/index/pending/") {
-            let hook = self.after_marker_delete.lock().unwrap().take();
-            if let Some(hook) = hook {
-                hook.await;
-            }
-        }
-        deleted
-    }
-
-    fn list(
-        &self,
-        prefix: Option<&Path>,
-    ) -> BoxStream<'static, ::object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(
-        &self,
-        prefix: Option<&Path>,
-    ) -> ::object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy(&self, from: &Path, to: &Path) -> ::object_store::Result<()> {
-        self.inner.copy(from, to).await
-    }
-
-    async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> ::object_store::Result<()> {
-        self.inner.copy_if_not_exists(from, to).await
-    }
-}
 
 fn catalog_on(store: &Arc<HookedStore>, pending_marker_reuse: Duration) -> ObjectStoreCatalog {
     let options = ObjectStoreCatalogOptions {
@@ -154,7 +58,7 @@ async fn the_marker_goes_first_and_once_per_c_for_the_process_that_created_it() 
     assert_eq!(pending_ids(&writer).await, Vec::<String>::new());
 
     writer.put_intent(&intent("logs", "op-1")).await.unwrap();
-    let puts = store.puts.lock().unwrap().clone();
+    let puts = store.puts();
     assert!(
         puts[1].ends_with("index/pending/logs") && puts[2].contains("/log/"),
         "the marker before the log version that adds the intent: {puts:?}"
@@ -168,9 +72,9 @@ async fn the_marker_goes_first_and_once_per_c_for_the_process_that_created_it() 
     stage(&writer, StageMode::CreateOnly, "node-a", &ids(&["a"]), T0)
         .await
         .unwrap();
-    assert_eq!(store.marker_puts(), 1);
+    assert_eq!(store.puts_containing("/index/pending/"), 1);
     assert_eq!(
-        store.log_puts(),
+        store.puts_containing("/log/"),
         5,
         "creation, 2 intents, a delete, a stage"
     );
@@ -179,7 +83,7 @@ async fn the_marker_goes_first_and_once_per_c_for_the_process_that_created_it() 
     let other = catalog_on(&store, C);
     other.put_intent(&intent("logs", "op-3")).await.unwrap();
     other.put_intent(&intent("logs", "op-4")).await.unwrap();
-    assert_eq!(store.marker_puts(), 3);
+    assert_eq!(store.puts_containing("/index/pending/"), 3);
 }
 
 #[tokio::test]
@@ -274,21 +178,30 @@ async fn an_intent_between_the_delete_and_the_re_read_puts_the_marker_back() {
     create(&writer, "logs").await;
     writer.put_intent(&intent("logs", "op-1")).await.unwrap();
     writer.delete_intent("logs", "op-1", T0).await.unwrap();
-    assert_eq!(store.marker_puts(), 1);
+    assert_eq!(store.puts_containing("/index/pending/"), 1);
 
-    let late = Arc::clone(&writer);
-    *store.after_marker_delete.lock().unwrap() = Some(Box::pin(async move {
-        late.put_intent(&intent("logs", "op-2")).await.unwrap();
-    }));
+    // A writer acting between the clearer's delete of the marker and its re-read.
+    let ran = Arc::new(AtomicBool::new(false));
+    store.set_after_delete({
+        let (writer, ran) = (Arc::clone(&writer), Arc::clone(&ran));
+        move |path| {
+            let first =
+                path.as_ref().contains("/index/pending/") && !ran.swap(true, Ordering::SeqCst);
+            let writer = Arc::clone(&writer);
+            async move {
+                if first {
+                    writer.put_intent(&intent("logs", "op-2")).await.unwrap();
+                }
+            }
+            .boxed()
+        }
+    });
     let clearer = catalog_on(&store, Duration::ZERO);
     clearer.clear_pending("logs").await.unwrap();
 
-    assert!(
-        store.after_marker_delete.lock().unwrap().is_none(),
-        "the hook ran"
-    );
+    assert!(ran.load(Ordering::SeqCst), "the hook ran");
     assert_eq!(
-        store.marker_puts(),
+        store.puts_containing("/index/pending/"),
         2,
         "the writer skipped its put (its own C), the clearer put the marker back"
     );
