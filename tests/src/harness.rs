@@ -65,6 +65,25 @@ pub fn postgres_url() -> String {
     })
 }
 
+/// A commit by node `writer` of `split_ids`, each with metadata `{}` and the payload
+/// `payload of {id}`, with no checkpoint delta and no publish token: the commit most tests make.
+pub fn commit_request(dataset_id: &str, split_ids: &[&str]) -> mend::engine::CommitRequest {
+    mend::engine::CommitRequest {
+        dataset_id: dataset_id.into(),
+        node: "writer".into(),
+        splits: split_ids
+            .iter()
+            .map(|id| mend::engine::CommitSplit {
+                split_id: (*id).into(),
+                metadata_json: "{}".into(),
+                payload: bytes::Bytes::from(format!("payload of {id}")),
+            })
+            .collect(),
+        checkpoint_delta: None,
+        publish_token: None,
+    }
+}
+
 /// Creates a database of its own on the test server, named `{label}_{random}`, and answers
 /// its URL and name: for a test or bench whose counts or scale must not meet other tests' rows
 /// in the shared database (and whose rows must not slow them down). [`drop_database`] removes it.

@@ -7,35 +7,18 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use mend::engine::{CommitRequest, CommitSplit, IntentStatus, Outcome};
+use mend::engine::{IntentStatus, Outcome};
 use mend::faults::{CrashAt, DurableStep};
 use mend::intent::IntentPhase;
 use mend::model::{DatasetConfig, PublishRequest, SplitState};
 use mend::{EntityKind, MendError};
 use mend_policy::{RecoveryDecision, RecoveryMode};
+use mend_tests::harness::commit_request;
 use mend_tests::{Backend, Harness};
 
 const SPLITS: [&str; 2] = ["a-1", "a-2"];
 /// Past the writer's lease (60 s by default).
 const LEASE_RUN_OUT_MS: i64 = 120_000;
-
-fn request(dataset_id: &str, split_ids: &[&str]) -> CommitRequest {
-    CommitRequest {
-        dataset_id: dataset_id.into(),
-        node: "writer".into(),
-        splits: split_ids
-            .iter()
-            .map(|id| CommitSplit {
-                split_id: (*id).into(),
-                metadata_json: "{}".into(),
-                payload: Bytes::from(format!("payload of {id}")),
-            })
-            .collect(),
-        checkpoint_delta: None,
-        publish_token: None,
-    }
-}
 
 /// A commit that crashed before its second object (its steps: begin, the two objects,
 /// publish): both rows staged, one object written, the intent `Armed`. Returns its operation
@@ -45,7 +28,7 @@ async fn crashed_before_confirming(h: &Harness, dataset_id: &str) -> String {
     let crashing = h.engine.with_faults(crash.clone());
     assert!(
         crashing
-            .commit(&request(dataset_id, &SPLITS))
+            .commit(&commit_request(dataset_id, &SPLITS))
             .await
             .is_err()
     );
@@ -180,7 +163,7 @@ async fn abandons_on_its_own(backend: Backend) {
 
     // Another writer of the dataset is not disturbed.
     h.engine
-        .commit(&request(&dataset_id, &["b-1"]))
+        .commit(&commit_request(&dataset_id, &["b-1"]))
         .await
         .expect("a live writer's commit after the abandonment");
     assert_eq!(

@@ -5,12 +5,11 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use mend::engine::{CommitRequest, CommitSplit};
 use mend::faults::{CrashAt, DurableStep};
 use mend::model::{ListQuery, SplitState, StageMode, StageRequest, StageSplit};
 use mend_policy::RecoveryMode;
 use mend_tests::crash::{RecoveryCrash, SecondCrashes, recover_after_crash};
+use mend_tests::harness::commit_request;
 use mend_tests::{Backend, Harness};
 
 /// Intent, the plan's `executing` audit record, mark, two object deletes, the row delete, the
@@ -20,20 +19,7 @@ const DURABLE_STEPS: usize = 8;
 const HOUR_MS: i64 = 60 * 60 * 1000;
 
 async fn commit(h: &Harness, dataset_id: &str, ids: &[&str]) {
-    let request = CommitRequest {
-        dataset_id: dataset_id.into(),
-        node: "writer".into(),
-        splits: ids
-            .iter()
-            .map(|id| CommitSplit {
-                split_id: (*id).into(),
-                metadata_json: "{}".into(),
-                payload: Bytes::from(format!("payload of {id}")),
-            })
-            .collect(),
-        checkpoint_delta: None,
-        publish_token: None,
-    };
+    let request = commit_request(dataset_id, ids);
     h.engine.commit(&request).await.expect("commit");
 }
 

@@ -17,6 +17,7 @@ use mend::faults::{CrashAt, DurableStep, Faults};
 use mend::gates::{GateName, GateSession, Gates, ObjectStoreGates, PostgresGates};
 use mend::model::{CheckpointDelta, DatasetConfig, PartitionDelta, SplitState};
 use mend_policy::RecoveryMode;
+use mend_tests::harness::commit_request;
 use mend_tests::{Backend, Harness};
 
 const WAIT: Duration = Duration::from_millis(300);
@@ -384,20 +385,7 @@ async fn an_operation_whose_intent_a_sweep_settled_still_succeeds() {
 async fn four_to_collect(h: &Harness) -> String {
     let dataset_id = h.create_dataset("lease").await;
     let ids = ["live", "expired-1", "expired-2", "expired-3", "expired-4"];
-    let request = CommitRequest {
-        dataset_id: dataset_id.clone(),
-        node: "writer".into(),
-        splits: ids
-            .iter()
-            .map(|id| CommitSplit {
-                split_id: (*id).into(),
-                metadata_json: "{}".into(),
-                payload: Bytes::from(format!("payload of {id}")),
-            })
-            .collect(),
-        checkpoint_delta: None,
-        publish_token: None,
-    };
+    let request = commit_request(&dataset_id, &ids);
     h.engine.commit(&request).await.unwrap();
     let expired: Vec<String> = ids[1..].iter().map(|id| id.to_string()).collect();
     h.engine
