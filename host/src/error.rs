@@ -209,6 +209,13 @@ impl MendError {
     }
 }
 
+/// How to build a policy without imports, said with every [`PolicyError::ForbiddenImport`].
+pub const BUILD_WITHOUT_IMPORTS: &str = "To build one mend accepts: in Rust, a `#![no_std]` crate for wasm32-wasip2 \
+     that uses no std::env, std::time, std::fs, std::net or random numbers (as guest/ does); in \
+     JavaScript, componentize-js with every WASI feature disabled (`disableFeatures: ['stdio', \
+     'random', 'clocks', 'http', 'fetch-event']`, or `jco componentize --disable all`) and no \
+     Date, Math.random or console in the decisions.";
+
 /// Why the policy component could not give a decision. Each is contained to that one decision
 /// (or that one load); the host keeps serving.
 #[derive(Debug, thiserror::Error)]
@@ -223,11 +230,12 @@ pub enum PolicyError {
 
     /// The component imports something outside the allowlist (WASI, say).
     #[error(
-        "policy component imports {import}, which is not allowed: a policy gets no files, network, environment, clock or randomness"
+        "policy component imports {}, which a policy may not: it gets no files, network, environment, clock or randomness, only the contract's types. {BUILD_WITHOUT_IMPORTS}",
+        .imports.join(", ")
     )]
     ForbiddenImport {
-        /// The import outside the allowlist.
-        import: String,
+        /// Every import outside the allowlist, in the component's order.
+        imports: Vec<String>,
     },
 
     /// The component's contract does not match this host's: ABI, semantics revision,

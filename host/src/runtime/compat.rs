@@ -154,19 +154,23 @@ pub(crate) fn check_imports(
         }
     }
 
-    for (import, item) in &imports {
-        let types_only = match item {
-            ComponentItem::ComponentInstance(instance) => instance
-                .exports(engine)
-                .all(|(_, export)| matches!(export.ty, ComponentItem::Type(_))),
-            ComponentItem::Type(_) => true,
-            _ => false,
-        };
-        if *import != host.contract_import || !types_only {
-            return Err(PolicyError::ForbiddenImport {
-                import: import.to_string(),
-            });
-        }
+    // Every forbidden import at once: a policy author fixes the build once, not once per import.
+    let forbidden: Vec<String> = imports
+        .iter()
+        .filter(|(import, item)| {
+            let types_only = match item {
+                ComponentItem::ComponentInstance(instance) => instance
+                    .exports(engine)
+                    .all(|(_, export)| matches!(export.ty, ComponentItem::Type(_))),
+                ComponentItem::Type(_) => true,
+                _ => false,
+            };
+            *import != host.contract_import || !types_only
+        })
+        .map(|(import, _)| import.to_string())
+        .collect();
+    if !forbidden.is_empty() {
+        return Err(PolicyError::ForbiddenImport { imports: forbidden });
     }
 
     let built_against = built_against.ok_or_else(|| PolicyError::Incompatible {
