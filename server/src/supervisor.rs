@@ -2,19 +2,23 @@
 //! (`RecoveryRequired` on the write path) with roll-forward sweeps, off the request path, on
 //! the datasets this replica owns in its fleet ([`mend::fleet`]).
 //!
-//! Every interval one round runs:
-//! 1. **Heartbeat.** The replica renews its membership lease and reads the fleet's live
-//!    members; a dataset's owner is the member rendezvous hashing picks. Members that appear or
-//!    leave are a *rebalance*; members whose lease ran out are a *takeover* of what they
-//!    owned. A replica whose own lease ran out (it stalled) starts no sweep until it has
-//!    joined again.
-//! 2. **Discovery.** One call finds the datasets that may have pending intents
+//! **Heartbeats** keep their own beat, every interval, whatever a round is doing: the replica
+//! renews its membership lease and reads the fleet's live members; a dataset's owner is the
+//! member rendezvous hashing picks. Members that appear or leave are a *rebalance*; members
+//! whose lease ran out are a *takeover* of what they owned. A replica whose own lease ran out
+//! (it stalled) starts no sweep until it has joined again. A round as long as a lease (a full
+//! scan of many datasets on a slow store, a sweep waiting at a gate) thus never lets the
+//! membership lapse.
+//!
+//! Every interval after the last one ended, one round runs on the fleet as the last heartbeat
+//! saw it:
+//! 1. **Discovery.** One call finds the datasets that may have pending intents
 //!    ([`mend::catalog::Catalog::pending_datasets`]: one query on Postgres, one listing of
 //!    the pending index on object storage), never a listing of every dataset. Every
 //!    `full_scan_every` rounds, and at the first, a full scan lists every dataset and the
 //!    intents of those this replica owns: the backstop for an intent the index may have
 //!    missed.
-//! 3. **Checks.** Each owned dataset with pending intents, each dataset found unavailable
+//! 2. **Checks.** Each owned dataset with pending intents, each dataset found unavailable
 //!    (retried with backoff) and each dataset a request kicked is checked: its intents are
 //!    listed, and when one has outlived its owner's lease a roll-forward sweep runs under the
 //!    dataset gate (which leaves a live owner's intent alone). A dataset left with no intents
@@ -160,6 +164,10 @@ pub struct Supervisors {
 struct FleetState {
     status: FleetStatus,
     view: Option<FleetView>,
+    /// Why the last heartbeat failed, until one succeeds.
+    heartbeat_error: Option<String>,
+    /// What the last heartbeat cost (statements or requests).
+    heartbeat_requests: u32,
 }
 
 impl Supervisors {
@@ -183,7 +191,10 @@ impl Supervisors {
             writes,
             membership,
             shutdown,
-            fleet: RwLock::new(FleetState { status, view: None }),
+            fleet: RwLock::new(FleetState {
+                status,
+                ..FleetState::default()
+            }),
             datasets: Mutex::new(BTreeMap::new()),
             wake: Notify::new(),
         })
@@ -233,7 +244,15 @@ impl Supervisors {
 
     /// This replica in its fleet.
     pub fn fleet(&self) -> FleetStatus {
-        self.fleet_state().status.clone()
+        let state = self.fleet_state();
+        let mut status = state.status.clone();
+        // Live now, not at the last heartbeat: a replica that stalled says so at once.
+        let now = SystemClock.now_ms();
+        status.member = state
+            .view
+            .as_ref()
+            .is_some_and(|view| now < view.me.expires_at_ms);
+        status
     }
 
     /// The live member that owns `dataset_id`, by the last heartbeat.
@@ -265,21 +284,43 @@ impl Supervisors {
         self: Arc<Self>,
         ready: impl Fn(std::result::Result<(), String>) + Send + Sync,
     ) {
-        let mut shutdown = self.shutdown.clone();
-        let mut round: u64 = 0;
-        loop {
-            if *shutdown.borrow() {
-                break;
+        // The first heartbeat before the first round, so that the first round knows the
+        // fleet; then heartbeats keep their own beat, every interval, however long a round
+        // takes: a full scan of many datasets on a slow store, or a sweep waiting at a gate,
+        // must not let this replica's membership run out while it works.
+        self.heartbeat().await;
+        let heartbeats = async {
+            let mut shutdown = self.shutdown.clone();
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(self.options.interval) => {}
+                    _ = shutdown.changed() => {}
+                }
+                if *shutdown.borrow() {
+                    break;
+                }
+                self.heartbeat().await;
             }
-            let full_scan = round.is_multiple_of(u64::from(self.options.full_scan_every.max(1)));
-            round += 1;
-            self.round(full_scan, &ready).await;
-            tokio::select! {
-                _ = tokio::time::sleep(self.options.interval) => {}
-                _ = self.wake.notified() => {}
-                _ = shutdown.changed() => {}
+        };
+        let rounds = async {
+            let mut shutdown = self.shutdown.clone();
+            let mut round: u64 = 0;
+            loop {
+                if *shutdown.borrow() {
+                    break;
+                }
+                let full_scan =
+                    round.is_multiple_of(u64::from(self.options.full_scan_every.max(1)));
+                round += 1;
+                self.round(full_scan, &ready).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(self.options.interval) => {}
+                    _ = self.wake.notified() => {}
+                    _ = shutdown.changed() => {}
+                }
             }
-        }
+        };
+        tokio::join!(heartbeats, rounds);
         if let Err(error) = self.membership.leave().await {
             tracing::warn!(%error, "could not leave the fleet; this replica's lease runs out instead");
         }
@@ -292,26 +333,27 @@ impl Supervisors {
         full_scan: bool,
         ready: &(impl Fn(std::result::Result<(), String>) + Sync),
     ) {
-        let mut requests = 0;
-        let heartbeat = self.membership.heartbeat().await;
-        let now = SystemClock.now_ms();
-        let view = match heartbeat {
-            Ok(view) => {
-                requests += view.requests;
-                self.follow(view.clone(), now);
-                Some(view)
-            }
-            Err(error) => {
-                let reason = format!("fleet heartbeat failed: {error}");
-                tracing::warn!(%reason, "this replica sweeps nothing until a heartbeat succeeds");
-                let mut state = self.fleet.write().unwrap_or_else(|p| p.into_inner());
-                state.status.member = state
-                    .view
-                    .as_ref()
-                    .is_some_and(|view| now < view.me.expires_at_ms);
-                state.status.error = Some(reason.clone());
-                None
-            }
+        // The fleet as the last heartbeat saw it, while this replica's lease is live by its
+        // own clock; none otherwise (it then sweeps nothing).
+        let (view, not_member, heartbeat_error, mut requests) = {
+            let state = self.fleet.read().unwrap_or_else(|p| p.into_inner());
+            let now = SystemClock.now_ms();
+            let view = state
+                .view
+                .clone()
+                .filter(|view| now < view.me.expires_at_ms);
+            let not_member = view.is_none().then(|| {
+                state
+                    .heartbeat_error
+                    .clone()
+                    .unwrap_or_else(|| "this replica's fleet membership is not live".to_string())
+            });
+            (
+                view,
+                not_member,
+                state.heartbeat_error.clone(),
+                state.heartbeat_requests,
+            )
         };
 
         // Discovery: the pending datasets, and on a full scan every dataset this replica owns
@@ -348,17 +390,11 @@ impl Supervisors {
         let found = {
             let mut state = self.fleet.write().unwrap_or_else(|p| p.into_inner());
             state.status.last_round_requests = requests;
-            match (view.is_some(), discovery_error) {
-                (true, None) => {
-                    state.status.error = None;
-                    Ok(())
-                }
-                (_, Some(reason)) => {
-                    state.status.error = Some(reason.clone());
-                    Err(reason)
-                }
-                (false, None) => Err(state.status.error.clone().unwrap_or_default()),
-            }
+            // Not ready without a live membership or a discovery; a failed heartbeat while the
+            // lease is still live is reported, and the replica keeps serving its datasets.
+            let unready = discovery_error.or(not_member);
+            state.status.error = unready.clone().or(heartbeat_error);
+            unready.map_or(Ok(()), Err)
         };
         ready(found);
         if full_scan && let Some(view) = &view {
@@ -427,6 +463,34 @@ impl Supervisors {
                 self.supervise_once(&check).await;
             })
             .await;
+    }
+
+    /// Renews this replica's membership and follows the fleet it sees; a failure is kept for
+    /// the next round to report (the replica keeps its last view while its lease is live).
+    async fn heartbeat(&self) {
+        let heartbeat = self.membership.heartbeat().await;
+        let now = SystemClock.now_ms();
+        match heartbeat {
+            Ok(view) => {
+                {
+                    let mut state = self.fleet.write().unwrap_or_else(|p| p.into_inner());
+                    state.heartbeat_error = None;
+                    state.heartbeat_requests = view.requests;
+                }
+                self.follow(view, now);
+            }
+            Err(error) => {
+                let reason = format!("fleet heartbeat failed: {error}");
+                tracing::warn!(%reason, "this replica sweeps nothing once its lease runs out, until a heartbeat succeeds");
+                let mut state = self.fleet.write().unwrap_or_else(|p| p.into_inner());
+                state.status.member = state
+                    .view
+                    .as_ref()
+                    .is_some_and(|view| now < view.me.expires_at_ms);
+                state.status.error = Some(reason.clone());
+                state.heartbeat_error = Some(reason);
+            }
+        }
     }
 
     /// Takes a heartbeat's view: counts rebalances and takeovers against the last one.
@@ -703,5 +767,95 @@ mod tests {
             .map(|failures| backoff(options, failures).as_millis())
             .collect();
         assert_eq!(waits, [200, 400, 800, 1000, 1000, 1000]);
+    }
+
+    /// Rounds far longer than the membership lease (every listing of the catalog's store takes
+    /// 800 ms; the lease is 200 ms): heartbeats keep their own beat, so the replica stays a
+    /// member throughout, with the epoch it joined with, and never has to join again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_round_longer_than_the_lease_keeps_the_membership() {
+        use std::sync::atomic::AtomicU64;
+
+        use mend::EngineOptions;
+        use mend::catalog::ObjectStoreCatalog;
+        use mend::fleet::ObjectStoreMembership;
+        use mend::objects::SplitObjects;
+        use mend::runtime::PolicyRuntime;
+        use object_store::ObjectStore;
+        use object_store::memory::InMemory;
+        use object_store::path::Path;
+        use object_store::throttle::{ThrottleConfig, ThrottledStore};
+
+        let listing = Duration::from_millis(800);
+        let slow: Arc<dyn ObjectStore> = Arc::new(ThrottledStore::new(
+            InMemory::new(),
+            ThrottleConfig {
+                wait_list_per_call: listing,
+                ..ThrottleConfig::default()
+            },
+        ));
+        let catalog = ObjectStoreCatalog::new(slow.clone(), Path::from("mend"), Default::default());
+        let engine = Engine::new(
+            Arc::new(catalog),
+            SplitObjects::new(slow, Path::from("mend")),
+            PolicyRuntime::default_policy().expect("the default policy loads"),
+            EngineOptions::default(),
+        )
+        .expect("engine starts");
+        let lease = Duration::from_millis(200);
+        let membership = Arc::new(ObjectStoreMembership::new(
+            Arc::new(InMemory::new()),
+            Path::from("mend"),
+            "replica-a".into(),
+            lease,
+            Arc::new(SystemClock),
+        ));
+        let (stop, stopped) = watch::channel(false);
+        let supervisors = Supervisors::new(
+            engine,
+            SupervisorOptions {
+                interval: Duration::from_millis(50),
+                max_backoff: Duration::from_secs(1),
+                full_scan_every: 300,
+            },
+            Arc::new(Metrics::default()),
+            Arc::new(Writes::new(16, 16)),
+            membership,
+            stopped,
+        );
+        let rounds = Arc::new(AtomicU64::new(0));
+        let running = tokio::spawn(supervisors.clone().run({
+            let rounds = Arc::clone(&rounds);
+            move |_| {
+                rounds.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+        // Ten leases long; the first round (discovery and the full scan: two listings) alone
+        // lasts eight.
+        let mut checks = 0;
+        let started = Instant::now();
+        while started.elapsed() < lease * 10 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let status = supervisors.fleet();
+            if status.last_heartbeat_ms.is_some() {
+                assert!(
+                    status.member,
+                    "the membership lapsed during a round: {status:?}"
+                );
+                checks += 1;
+            }
+        }
+        let status = supervisors.fleet();
+        stop.send(true).expect("the supervisors listen");
+        running.await.expect("the supervisors stop");
+        assert_eq!(status.rejoins, 0, "{status:?}");
+        assert_eq!(status.epoch, 1, "{status:?}");
+        assert!(rounds.load(Ordering::SeqCst) >= 1, "no round reported");
+        println!(
+            "rounds of {}+ ms against a lease of {} ms: {} rounds, member at each of {checks} looks, 0 rejoins",
+            listing.as_millis(),
+            lease.as_millis(),
+            rounds.load(Ordering::SeqCst)
+        );
     }
 }
