@@ -471,22 +471,11 @@ impl Supervisors {
         let heartbeat = self.membership.heartbeat().await;
         let now = SystemClock.now_ms();
         match heartbeat {
-            Ok(view) => {
-                {
-                    let mut state = self.fleet.write().unwrap_or_else(|p| p.into_inner());
-                    state.heartbeat_error = None;
-                    state.heartbeat_requests = view.requests;
-                }
-                self.follow(view, now);
-            }
+            Ok(view) => self.follow(view, now),
             Err(error) => {
                 let reason = format!("fleet heartbeat failed: {error}");
                 tracing::warn!(%reason, "this replica sweeps nothing once its lease runs out, until a heartbeat succeeds");
                 let mut state = self.fleet.write().unwrap_or_else(|p| p.into_inner());
-                state.status.member = state
-                    .view
-                    .as_ref()
-                    .is_some_and(|view| now < view.me.expires_at_ms);
                 state.status.error = Some(reason.clone());
                 state.heartbeat_error = Some(reason);
             }
@@ -528,10 +517,11 @@ impl Supervisors {
             );
         }
         state.status.epoch = view.me.epoch;
-        state.status.member = now < view.me.expires_at_ms;
         state.status.members = view.members.clone();
         state.status.expired = view.expired.clone();
         state.status.last_heartbeat_ms = Some(now);
+        state.heartbeat_error = None;
+        state.heartbeat_requests = view.requests;
         self.metrics
             .fleet_members(view.members.len(), view.me.epoch, &view.me.replica_id);
         state.view = Some(view);

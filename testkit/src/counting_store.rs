@@ -7,7 +7,8 @@
 //!
 //! It also counts the bytes the store answers with ([`CountingStore::bytes_received`]): a
 //! GET's body (the range it returns) and a listing's keys (each listed object's and common
-//! prefix's path); and the entries listings answer with ([`CountingStore::entries_listed`]). A store's listing response wraps each key in more (S3's XML adds its size,
+//! prefix's path); and the entries listings answer with ([`CountingStore::entries_listed`]).
+//! A store's listing response wraps each key in more (S3's XML adds its size,
 //! modification time and ETag), so the count is a floor of what crosses the wire.
 //!
 //! The kit counts the split objects' writes with it; a backend on object storage can count its
