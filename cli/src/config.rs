@@ -91,6 +91,9 @@ pub struct Settings {
     pub max_metadata_bytes: usize,
     pub max_list_page: usize,
     pub policy_memory_bytes: usize,
+    pub policy_core_instances: u32,
+    pub policy_memories: u32,
+    pub policy_tables: u32,
     pub policy_cpu_time: Duration,
     pub policy_output_bytes: usize,
     pub gate_timeout: Duration,
@@ -346,9 +349,30 @@ pub static SETTINGS: &[Setting] = &[
         "limits.policy_memory_bytes",
         "MEND_LIMITS_POLICY_MEMORY_BYTES",
         field!(policy_memory_bytes),
-        "Largest memory one policy decision may grow to, in bytes.",
+        "Most memory one policy decision may use, all its memories together, in bytes.",
     )
     .within(bounds::POLICY_MEMORY_BYTES),
+    Setting::new(
+        "limits.policy_core_instances",
+        "MEND_LIMITS_POLICY_CORE_INSTANCES",
+        field!(policy_core_instances),
+        "Most core instances a policy component may create (1 for a Rust policy; a composed or JavaScript one has several). Checked when it is loaded.",
+    )
+    .within(bounds::POLICY_CORE_INSTANCES),
+    Setting::new(
+        "limits.policy_memories",
+        "MEND_LIMITS_POLICY_MEMORIES",
+        field!(policy_memories),
+        "Most linear memories a policy component may define. Checked when it is loaded.",
+    )
+    .within(bounds::POLICY_MEMORIES),
+    Setting::new(
+        "limits.policy_tables",
+        "MEND_LIMITS_POLICY_TABLES",
+        field!(policy_tables),
+        "Most tables a policy component may define. Checked when it is loaded.",
+    )
+    .within(bounds::POLICY_TABLES),
     Setting::new(
         "limits.policy_cpu_time_ms",
         "MEND_LIMITS_POLICY_CPU_TIME_MS",
@@ -588,6 +612,9 @@ impl Settings {
     pub fn policy_limits(&self) -> PolicyLimits {
         PolicyLimits {
             max_memory_bytes: self.policy_memory_bytes,
+            max_core_instances: self.policy_core_instances,
+            max_memories: self.policy_memories,
+            max_tables: self.policy_tables,
             cpu_time_per_call: self.policy_cpu_time,
             max_output_bytes: self.policy_output_bytes,
         }
@@ -646,6 +673,9 @@ impl Settings {
             max_metadata_bytes: engine.max_metadata_bytes,
             max_list_page: engine.max_list_page,
             policy_memory_bytes: limits.max_memory_bytes,
+            policy_core_instances: limits.max_core_instances,
+            policy_memories: limits.max_memories,
+            policy_tables: limits.max_tables,
             policy_cpu_time: limits.cpu_time_per_call,
             policy_output_bytes: limits.max_output_bytes,
             gate_timeout: engine.gate_timeout,
@@ -1065,6 +1095,23 @@ impl SettingValue for usize {
 
     fn show(&self) -> Shown {
         Shown::Number(u64::try_from(*self).unwrap_or(u64::MAX))
+    }
+}
+
+impl SettingValue for u32 {
+    const EXPECTED: &'static str = u64::EXPECTED;
+
+    fn parse(text: &str) -> Result<Self, String> {
+        u32::try_from(u64::parse(text)?).map_err(|_| format!("{text} is too large"))
+    }
+
+    fn from_toml(value: &toml::Value) -> Result<Self, String> {
+        let number = u64::from_toml(value)?;
+        u32::try_from(number).map_err(|_| format!("{number} is too large"))
+    }
+
+    fn show(&self) -> Shown {
+        Shown::Number(u64::from(*self))
     }
 }
 

@@ -46,8 +46,17 @@ pub const STAGE_BATCH: Bound = Bound::new("limits.max_stage_batch", 1, 100_000);
 pub const METADATA_BYTES: Bound = Bound::new("limits.max_metadata_bytes", 2, 512 << 10);
 /// Splits in one page of a listing (the `limits.max_list_page` setting's own range).
 pub const LIST_PAGE: Bound = Bound::new("limits.max_list_page", 1, 100_000);
-/// A policy decision's memory: at least a few wasm pages, at most what wasm32 can address.
+/// A policy decision's memory, all its memories together: at least a few wasm pages, at most
+/// what wasm32 can address.
 pub const POLICY_MEMORY_BYTES: Bound = Bound::new("limits.policy_memory_bytes", 1 << 20, 4 << 30);
+/// Core instances one instantiation of a policy may create: a Rust policy is one, a
+/// JavaScript engine with its shims a handful, a composition of components more.
+pub const POLICY_CORE_INSTANCES: Bound = Bound::new("limits.policy_core_instances", 1, 32);
+/// Linear memories one instantiation of a policy may define. Each reserves address space (not
+/// memory) for the largest memory allowed in every sandbox of the pool, so the range is small.
+pub const POLICY_MEMORIES: Bound = Bound::new("limits.policy_memories", 1, 8);
+/// Tables one instantiation of a policy may define.
+pub const POLICY_TABLES: Bound = Bound::new("limits.policy_tables", 1, 32);
 /// A policy decision's running time, in ms: one epoch tick to a minute.
 pub const POLICY_CPU_TIME_MS: Bound = Bound::new("limits.policy_cpu_time_ms", 10, 60_000);
 /// A policy decision's answer, in bytes.

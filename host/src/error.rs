@@ -238,6 +238,20 @@ pub enum PolicyError {
         imports: Vec<String>,
     },
 
+    /// One instantiation of the component needs more of a decision's sandbox than the limits
+    /// allow: more core instances, memories or tables, or more memory to start with. Found when
+    /// the component is loaded, before any of it runs.
+    #[error(
+        "policy component needs {needs}, more than a decision's sandbox allows: {}. Raise the setting (within its range) or build the policy from fewer modules",
+        .over.join("; ")
+    )]
+    ExceedsSandbox {
+        /// What one instantiation of the component creates.
+        needs: crate::runtime::ComponentShape,
+        /// Each limit it is over: what it needs, the setting, and what the setting allows.
+        over: Vec<String>,
+    },
+
     /// The component's contract does not match this host's: ABI, semantics revision,
     /// capabilities, or a `describe()` that lies.
     #[error("policy component is incompatible with this host: {reason}")]

@@ -23,6 +23,7 @@ mod compat;
 pub mod registry;
 pub mod replay;
 mod sandbox;
+mod shape;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -45,6 +46,7 @@ pub use compat::{
     KNOWN_SEMANTICS_REVISIONS,
 };
 pub use sandbox::{CONCURRENT_DECISIONS, PolicyLimits};
+pub use shape::ComponentShape;
 
 use self::bindings::{Policy, PolicyPre, wit};
 use self::sandbox::{SandboxState, Sandboxes};
@@ -123,6 +125,7 @@ impl PolicyRuntime {
         let component = compiled(engine, &digest, bytes, options.cache_dir.as_deref())?;
 
         let built_against = compat::check_imports(engine, &component, &options.host)?;
+        check_shape(&ComponentShape::of(bytes)?, &limits)?;
 
         let linker = Linker::<SandboxState>::new(engine);
         let instance_pre =
@@ -409,6 +412,62 @@ impl Loaded {
     }
 }
 
+/// Refuses a component one instantiation of which needs more than `limits` allow (or more
+/// than the pool was sized for, for a library caller whose limits are out of the settings'
+/// ranges), naming each limit it is over.
+fn check_shape(needs: &ComponentShape, limits: &PolicyLimits) -> Result<(), PolicyError> {
+    use crate::bounds;
+    let counts = [
+        (
+            needs.core_instances,
+            "core instances",
+            bounds::POLICY_CORE_INSTANCES,
+            limits.max_core_instances,
+        ),
+        (
+            needs.memories,
+            "memories",
+            bounds::POLICY_MEMORIES,
+            limits.max_memories,
+        ),
+        (
+            needs.tables,
+            "tables",
+            bounds::POLICY_TABLES,
+            limits.max_tables,
+        ),
+    ];
+    let mut over = Vec::new();
+    for (needed, what, bound, limit) in counts {
+        let allowed = u64::from(limit).min(bound.max);
+        if needed > allowed {
+            over.push(format!("{needed} {what} where {} is {allowed}", bound.name));
+        }
+    }
+    let memory_allowed =
+        (limits.max_memory_bytes as u64).min(crate::bounds::POLICY_MEMORY_BYTES.max);
+    if needs.initial_memory_bytes > memory_allowed {
+        over.push(format!(
+            "{} bytes of memory to start with where {} is {memory_allowed}",
+            needs.initial_memory_bytes,
+            crate::bounds::POLICY_MEMORY_BYTES.name
+        ));
+    }
+    if over.is_empty() {
+        Ok(())
+    } else {
+        Err(PolicyError::ExceedsSandbox {
+            needs: *needs,
+            over,
+        })
+    }
+}
+
+/// A count bound's largest value, which the pool's sizes take.
+fn bound_u32(bound: crate::bounds::Bound) -> u32 {
+    u32::try_from(bound.max).expect("count bounds are small")
+}
+
 /// The names of the interfaces and functions a component imports.
 pub fn imports_of(bytes: &[u8]) -> Result<Vec<String>, PolicyError> {
     let engine = shared_engine()?;
@@ -458,15 +517,28 @@ fn shared_engine() -> Result<&'static Engine, PolicyError> {
 /// say what is wrong with it (a WASI component has several core instances); the limiter
 /// refuses such shapes when an instance is made.
 fn pool() -> PoolingAllocationConfig {
+    use crate::bounds::{
+        POLICY_CORE_INSTANCES, POLICY_MEMORIES, POLICY_MEMORY_BYTES, POLICY_TABLES,
+    };
+    // One engine serves every policy of the process, whatever limits each was loaded with, so
+    // the pool is sized for the largest limits the settings allow; each decision's limiter
+    // holds it to its own.
     let slots = CONCURRENT_DECISIONS;
+    let instances = bound_u32(POLICY_CORE_INSTANCES);
+    let memories = bound_u32(POLICY_MEMORIES);
+    let tables = bound_u32(POLICY_TABLES);
     let mut pool = PoolingAllocationConfig::new();
     pool.total_component_instances(slots)
-        .total_core_instances(slots)
-        .total_memories(slots)
-        .total_tables(slots * sandbox::TABLES_PER_SANDBOX)
-        .max_tables_per_module(sandbox::TABLES_PER_SANDBOX)
+        .total_core_instances(slots * instances)
+        .max_core_instances_per_component(instances)
+        .total_memories(slots * memories)
+        .max_memories_per_component(memories)
+        .max_memories_per_module(memories)
+        .total_tables(slots * tables)
+        .max_tables_per_component(tables)
+        .max_tables_per_module(tables)
         .table_elements(sandbox::TABLE_ELEMENTS)
-        .max_memory_size(crate::bounds::POLICY_MEMORY_BYTES.max as usize);
+        .max_memory_size(POLICY_MEMORY_BYTES.max as usize);
     // Where the kernel reports which pages a decision dirtied (`PAGEMAP_SCAN`, Linux 6.7), the
     // sandbox is reset by rewriting just those, and its pages stay mapped: the next decision
     // takes no page faults. Without it, a resident region would be rewritten whole on every

@@ -17,10 +17,21 @@ use wasmtime::{ResourceLimiter, Trap};
 use crate::error::PolicyError;
 
 /// Per-decision limits. Each decision gets a fresh instance, so these bound one call.
+///
+/// The counts bound what one instantiation of the component may create: a policy built as one
+/// Rust module needs one core instance, one memory and a table; a composed one (a JavaScript
+/// engine with its shims, components wired together) needs several. A component over them is
+/// refused when it is loaded ([`super::ComponentShape`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PolicyLimits {
-    /// Largest linear memory the component may grow to, in bytes.
+    /// Most memory the component's memories may hold together, in bytes.
     pub max_memory_bytes: usize,
+    /// Most core instances one instantiation may create.
+    pub max_core_instances: u32,
+    /// Most linear memories those instances may define together.
+    pub max_memories: u32,
+    /// Most tables those instances may define together.
+    pub max_tables: u32,
     /// Time one call may run before it is interrupted. Enforced in epoch ticks of
     /// [`EPOCH_TICK`](super::EPOCH_TICK), so the bound is rounded up to a whole tick; zero
     /// interrupts a call at its first instruction.
@@ -33,43 +44,66 @@ impl Default for PolicyLimits {
     fn default() -> Self {
         Self {
             max_memory_bytes: 64 << 20,
+            max_core_instances: 16,
+            max_memories: 4,
+            max_tables: 16,
             cpu_time_per_call: Duration::from_secs(1),
             max_output_bytes: 32 << 20,
         }
     }
 }
 
-/// The most tables one decision's instance may have, and the most elements in each.
-pub(crate) const TABLES_PER_SANDBOX: u32 = 4;
+/// The most elements in one table.
 pub(crate) const TABLE_ELEMENTS: usize = 100_000;
 
 /// The store's data: the limiter, which also remembers whether it refused a growth so that a
 /// trap caused by that refusal is reported as memory exhaustion rather than a bare trap.
 #[derive(Debug)]
 pub(crate) struct SandboxState {
-    max_memory_bytes: usize,
+    limits: PolicyLimits,
+    /// Bytes every memory of the instance holds together, as the limiter has allowed them.
+    memory_bytes: usize,
+    /// The growth allowed last, taken back if the memory then fails to grow.
+    last_growth: usize,
     pub(crate) memory_refused: bool,
 }
 
 impl SandboxState {
     pub(crate) fn new(limits: &PolicyLimits) -> Self {
         Self {
-            max_memory_bytes: limits.max_memory_bytes,
+            limits: *limits,
+            memory_bytes: 0,
+            last_growth: 0,
             memory_refused: false,
         }
     }
 }
 
 impl ResourceLimiter for SandboxState {
+    /// Called for every memory when it is created (from 0 to its initial size) and at every
+    /// growth: the sum of the growths is what all the memories hold, and the limit is on that
+    /// sum, so a composed component has the same budget as a single module.
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        let allowed = desired <= self.max_memory_bytes;
+        let growth = desired.saturating_sub(current);
+        let total = self.memory_bytes.saturating_add(growth);
+        let allowed = total <= self.limits.max_memory_bytes;
         self.memory_refused |= !allowed;
+        if allowed {
+            self.memory_bytes = total;
+            self.last_growth = growth;
+        }
         Ok(allowed)
+    }
+
+    fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.memory_bytes = self.memory_bytes.saturating_sub(self.last_growth);
+        self.last_growth = 0;
+        Ok(())
     }
 
     fn table_growing(
@@ -82,16 +116,17 @@ impl ResourceLimiter for SandboxState {
         Ok(desired <= TABLE_ELEMENTS)
     }
 
+    // The counts were checked when the component was loaded; these hold them true anyway.
     fn instances(&self) -> usize {
-        1
+        self.limits.max_core_instances as usize
     }
 
     fn memories(&self) -> usize {
-        1
+        self.limits.max_memories as usize
     }
 
     fn tables(&self) -> usize {
-        TABLES_PER_SANDBOX as usize
+        self.limits.max_tables as usize
     }
 }
 
