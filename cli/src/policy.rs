@@ -98,6 +98,8 @@ struct Inspection<'a> {
     #[serde(flatten)]
     description: &'a mend_policy::PolicyDescription,
     imports: Vec<String>,
+    /// What one decision's sandbox holds of it.
+    needs: &'a mend::runtime::ComponentShape,
 }
 
 /// `policy inspect`: the component file and the settings' limits are all it needs, so it
@@ -108,12 +110,13 @@ pub fn inspect(settings: &Settings, component: &Path, json: bool) -> anyhow::Res
         digest: policy.digest(),
         description: policy.description(),
         imports: imports_of(&bytes).context("list the component's imports")?,
+        needs: policy.shape(),
     };
     check_capabilities(&policy).context("this host could not run it")?;
     output::json_or(&inspection, json, || {
         let d = inspection.description;
         format!(
-            "{}\n  name {} {}\n  ABI {}.{}, semantics revision {}\n  requires [{}]\n  imports [{}]\n  loads and runs on this host, with every catalog backend",
+            "{}\n  name {} {}\n  ABI {}.{}, semantics revision {}\n  requires [{}]\n  imports [{}]\n  needs {}\n  loads and runs on this host, with every catalog backend",
             inspection.digest,
             d.name,
             d.version,
@@ -121,7 +124,8 @@ pub fn inspect(settings: &Settings, component: &Path, json: bool) -> anyhow::Res
             d.abi_minor,
             d.semantics_revision,
             d.required_capabilities.join(", "),
-            inspection.imports.join(", ")
+            inspection.imports.join(", "),
+            inspection.needs
         )
     })
 }

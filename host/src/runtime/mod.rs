@@ -86,6 +86,7 @@ struct Loaded {
     exports: Exports,
     digest: String,
     description: PolicyDescription,
+    shape: ComponentShape,
     limits: PolicyLimits,
 }
 
@@ -125,7 +126,8 @@ impl PolicyRuntime {
         let component = compiled(engine, &digest, bytes, options.cache_dir.as_deref())?;
 
         let built_against = compat::check_imports(engine, &component, &options.host)?;
-        check_shape(&ComponentShape::of(bytes)?, &limits)?;
+        let shape = ComponentShape::of(bytes)?;
+        check_shape(&shape, &limits)?;
 
         let linker = Linker::<SandboxState>::new(engine);
         let instance_pre =
@@ -152,6 +154,7 @@ impl PolicyRuntime {
                 semantics_revision: 0,
                 required_capabilities: Vec::new(),
             },
+            shape,
             limits,
         };
         let description = runtime.call("describe", |policy, store| {
@@ -172,6 +175,11 @@ impl PolicyRuntime {
     /// What the policy's `describe()` said: name, version, ABI, semantics revision, capabilities.
     pub fn description(&self) -> &PolicyDescription {
         &self.inner.description
+    }
+
+    /// What one instantiation of the component creates: core instances, memories, tables.
+    pub fn shape(&self) -> &ComponentShape {
+        &self.inner.shape
     }
 
     /// The limits each decision runs under.

@@ -28,7 +28,7 @@ use wasmparser::{
 use crate::error::PolicyError;
 
 /// What one instantiation of a component (or of one core module) needs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ComponentShape {
     /// Core module instances created.
     pub core_instances: u64,
