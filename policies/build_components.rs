@@ -41,8 +41,18 @@ fn build_components(target_name: &str, packages: &[&str], shipped: Option<&str>)
     let workspace = manifest_dir.parent().expect("crates sit in the workspace").to_path_buf();
     // Only paths that exist: cargo counts a missing one as changed on every build, and a
     // watched `guest/build.rs` that no longer existed rebuilt the host at every cargo command.
-    for watched in ["guest/src", "guest/Cargo.toml", "guest/build.rs", "policies", "wit", "Cargo.lock"] {
-        let path = workspace.join(watched);
+    // `policies/js` is not Rust, and an `npm ci` there writes thousands of files: each policy
+    // crate of `policies/` is watched instead of the folder.
+    let policy_crates = std::fs::read_dir(workspace.join("policies"))
+        .expect("read policies/")
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.join("Cargo.toml").is_file());
+    let watched = ["policy-sdk", "guest/src", "guest/Cargo.toml", "guest/build.rs", "wit", "Cargo.lock"]
+        .iter()
+        .map(|path| workspace.join(path))
+        .chain(policy_crates)
+        .chain([workspace.join("policies/build_components.rs")]);
+    for path in watched {
         if path.exists() {
             println!("cargo:rerun-if-changed={}", path.display());
         }

@@ -28,6 +28,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         // Needs no catalog: it must work when the catalog is what is being fixed.
         Command::Config => return output::settings(&settings, json),
+        // Writes files only; opening the catalog would create ./mend-data.
+        Command::Policy {
+            command:
+                PolicyCommand::New {
+                    name,
+                    lang,
+                    dir,
+                    mend_dir,
+                },
+        } => {
+            let project = super::scaffold::new_policy(&name, lang, &dir, mend_dir.as_deref())?;
+            return super::policy::announce_project(&project, &name, lang, json);
+        }
         // Needs only the component file; opening the catalog would create ./mend-data.
         Command::Policy {
             command: PolicyCommand::Inspect { component },

@@ -35,6 +35,7 @@ mod operation;
 mod output;
 mod policy;
 mod progress;
+pub mod scaffold;
 mod serve;
 
 use std::path::PathBuf;
@@ -400,6 +401,25 @@ pub enum OperationCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
+    /// Write a new policy project: a Rust crate on mend's policy SDK or a JavaScript module
+    /// with its pinned builders. It starts as the default policy's decisions and passes its
+    /// golden scenarios (copied into scenarios/); its README says how to build, test and swap
+    /// it. Opens no catalog.
+    New {
+        /// The project's name: its folder, package and crate name, and the name its
+        /// `describe()` reports.
+        name: String,
+        /// The language to write it in.
+        #[arg(long, value_enum)]
+        lang: scaffold::Language,
+        /// The folder to write the project's folder in.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+        /// The mend checkout a Rust project builds against (its policy-sdk/ and guest/). By
+        /// default the one this binary was built from.
+        #[arg(long)]
+        mend_dir: Option<PathBuf>,
+    },
     /// Load a component, check it (imports, ABI, semantics, capabilities) and describe it.
     /// Opens no catalog.
     Inspect {
@@ -540,6 +560,7 @@ impl Command {
             Self::Reconcile { .. } => "mend reconcile",
             Self::Verify { .. } => "mend verify",
             Self::Policy { command } => match command {
+                PolicyCommand::New { .. } => "mend policy new",
                 PolicyCommand::Inspect { .. } => "mend policy inspect",
                 PolicyCommand::Test { .. } => "mend policy test",
                 PolicyCommand::Active => "mend policy active",

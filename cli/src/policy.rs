@@ -130,6 +130,49 @@ pub fn inspect(settings: &Settings, component: &Path, json: bool) -> anyhow::Res
     })
 }
 
+/// What `policy new` wrote, and the commands that build and test it.
+pub fn announce_project(
+    project: &Path,
+    name: &str,
+    language: crate::scaffold::Language,
+    json: bool,
+) -> anyhow::Result<()> {
+    let (build, component) = match language {
+        crate::scaffold::Language::Rust => (
+            "cargo build --release --target wasm32-wasip2".to_string(),
+            format!(
+                "target/wasm32-wasip2/release/{}.wasm",
+                name.replace('-', "_")
+            ),
+        ),
+        crate::scaffold::Language::Js => (
+            "npm ci && node build.mjs dist".to_string(),
+            "dist/mend_policy_js.wasm".to_string(),
+        ),
+    };
+    #[derive(Serialize)]
+    struct Written<'a> {
+        project: &'a Path,
+        build: &'a str,
+        component: &'a str,
+    }
+    let written = Written {
+        project,
+        build: &build,
+        component: &component,
+    };
+    output::json_or(&written, json, || {
+        format!(
+            "wrote {}
+  build: cd {} && {build}
+  test:  mend policy test {component} scenarios/
+  its README.md says how to swap it in and roll it back",
+            project.display(),
+            project.display()
+        )
+    })
+}
+
 /// `policy test`: like [`inspect`], it opens no catalog.
 pub fn test(
     settings: &Settings,
@@ -190,6 +233,15 @@ pub async fn run(
     json: bool,
 ) -> anyhow::Result<()> {
     match command {
+        PolicyCommand::New {
+            name,
+            lang,
+            dir,
+            mend_dir,
+        } => {
+            let project = crate::scaffold::new_policy(&name, lang, &dir, mend_dir.as_deref())?;
+            announce_project(&project, &name, lang, json)
+        }
         PolicyCommand::Inspect { component } => inspect(settings, &component, json),
         PolicyCommand::Test {
             component,

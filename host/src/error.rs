@@ -213,8 +213,9 @@ impl MendError {
 pub const BUILD_WITHOUT_IMPORTS: &str = "To build one mend accepts: in Rust, a `#![no_std]` crate for wasm32-wasip2 \
      that uses no std::env, std::time, std::fs, std::net or random numbers (as guest/ does); in \
      JavaScript, componentize-js with every WASI feature disabled (`disableFeatures: ['stdio', \
-     'random', 'clocks', 'http', 'fetch-event']`, or `jco componentize --disable all`) and no \
-     Date, Math.random or console in the decisions.";
+     'random', 'clocks', 'http', 'fetch-event']`, or `jco componentize --disable all`), or \
+     componentize-qjs with its WASI stubbed (`--stub-wasi --sync`), and no Date, Math.random or \
+     console in the decisions (policies/js/ builds both ways).";
 
 /// Why the policy component could not give a decision. Each is contained to that one decision
 /// (or that one load); the host keeps serving.

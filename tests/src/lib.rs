@@ -11,6 +11,7 @@ pub mod conformance;
 pub mod crash;
 pub mod draw;
 pub mod harness;
+pub mod js_policies;
 pub mod latency_store;
 pub mod rendezvous;
 pub mod sql_counter;

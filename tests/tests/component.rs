@@ -746,13 +746,20 @@ fn reconcile_outcomes() -> Vec<String> {
 /// the comparison covers each of them.
 #[test]
 fn component_and_native_build_decide_identically() {
-    const VECTORS: u32 = 500;
     let policy = PolicyRuntime::default_policy().expect("default policy");
+    decides_like_native(&policy, "wasm", 500);
+}
+
+/// Asks `policy` and the native build of the default policy `vectors` random inputs of each
+/// call, fails on the first difference, checks that the inputs reached every outcome of each
+/// call, and prints the spread. Any component that claims to decide like `mend-default` (the
+/// default component, the JavaScript policy) is held to it.
+pub(crate) fn decides_like_native(policy: &PolicyRuntime, label: &str, vectors: u32) {
     // One runner per function: a runner counts its passing cases across runs, so a second
     // run on the same runner would stop at once, having tried nothing.
     let runner = || {
         TestRunner::new(Config {
-            cases: VECTORS,
+            cases: vectors,
             ..Config::default()
         })
     };
@@ -828,12 +835,12 @@ fn component_and_native_build_decide_identically() {
         })
         .unwrap();
     println!(
-        "differential: {VECTORS} stage, {VECTORS} publish, {VECTORS} recovery, {VECTORS} reconcile and {VECTORS} gc vectors identical in wasm and native"
+        "differential: {vectors} stage, {vectors} publish, {vectors} recovery, {vectors} reconcile and {vectors} gc vectors identical in {label} and native"
     );
-    let stage = stage.check("plan_stage", VECTORS, &stage_outcomes());
-    let publish = publish.check("validate_publish", VECTORS, &publish_outcomes());
-    let recovery = recovery.check("decide_recovery", VECTORS, &recovery_outcomes());
-    let reconcile = reconcile.check("plan_reconcile", VECTORS, &reconcile_outcomes());
+    let stage = stage.check("plan_stage", vectors, &stage_outcomes());
+    let publish = publish.check("validate_publish", vectors, &publish_outcomes());
+    let recovery = recovery.check("decide_recovery", vectors, &recovery_outcomes());
+    let reconcile = reconcile.check("plan_reconcile", vectors, &reconcile_outcomes());
     let gc_outcomes = [
         "staged collected",
         "staged kept",
@@ -841,12 +848,12 @@ fn component_and_native_build_decide_identically() {
         "marked_for_deletion kept",
     ]
     .map(String::from);
-    let gc = gc.check("plan_gc", VECTORS, &gc_outcomes);
-    println!("differential outcomes, plan_stage (per split): {stage}");
+    let gc = gc.check("plan_gc", vectors, &gc_outcomes);
+    println!("differential outcomes ({label}), plan_stage (per split): {stage}");
     println!(
-        "differential outcomes, validate_publish (per vector; accepted or each violation): {publish}"
+        "differential outcomes ({label}), validate_publish (per vector; accepted or each violation): {publish}"
     );
-    println!("differential outcomes, decide_recovery (per intent): {recovery}");
-    println!("differential outcomes, plan_reconcile (per orphan): {reconcile}");
-    println!("differential outcomes, plan_gc (per candidate): {gc}");
+    println!("differential outcomes ({label}), decide_recovery (per intent): {recovery}");
+    println!("differential outcomes ({label}), plan_reconcile (per orphan): {reconcile}");
+    println!("differential outcomes ({label}), plan_gc (per candidate): {gc}");
 }

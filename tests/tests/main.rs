@@ -17,6 +17,7 @@ mod grace_periods;
 mod hostile_components;
 mod hostile_policy;
 mod idempotency;
+mod js_policy;
 mod live_handles;
 mod mixed_versions;
 mod object_store_writers;

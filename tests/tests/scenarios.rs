@@ -17,7 +17,7 @@ const SCENARIOS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../guest/scena
 const HOSTILE_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_HOSTILE_WASM"));
 
 /// Every `*.json` of `guest/scenarios`, by file name.
-fn default_suites() -> Vec<Suite> {
+pub(crate) fn default_suites() -> Vec<Suite> {
     let dir = std::fs::canonicalize(SCENARIOS_DIR).expect("guest/scenarios exists");
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .expect("guest/scenarios is readable")
