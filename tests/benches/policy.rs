@@ -9,7 +9,12 @@
 //! - `load a component`: compiling a new component (each iteration a distinct one, with an
 //!   empty cache), and loading one from the on-disk cache;
 //! - `swap`: preparing a swap (checks and a replay of 1,000 recorded decisions) and publishing
-//!   a prepared one.
+//!   a prepared one;
+//! - `policy languages`: the default policy in Rust against the same decisions in JavaScript
+//!   (`policies/js`, built with componentize-js and with componentize-qjs): stage decisions of
+//!   1 and 100 splits, a recovery decision of 10 intents, and loading from the on-disk cache;
+//!   beside them, not criterion's, each component's size, its compiled size and one first
+//!   load (compiling it), timed once.
 //!
 //! Not criterion's (it has no percentiles), printed beside: decision latency percentiles over
 //! 3 s (`MEND_BENCH_LATENCY_SECONDS`) while the policy is swapped every 2 ms, and without swaps.
@@ -27,6 +32,7 @@ use mend::engine::{CommitRequest, CommitSplit};
 use mend::faults::CrashAt;
 use mend::runtime::{DEFAULT_POLICY_WASM, LoadOptions, PolicyRuntime};
 use mend_policy::{ExistingRow, RecoveryMode, SplitState, StageMode, StagePlanInput};
+use mend_tests::js_policies::{JsEngine, js_policy};
 use mend_tests::{Backend, Harness};
 
 mod common;
@@ -187,6 +193,144 @@ fn load_cost(bench: &mut Bench) {
     });
 }
 
+/// Ten in-doubt commits, each with its rows staged and its objects present: a roll forward.
+fn recovery_input() -> mend_policy::RecoveryInput {
+    let intents = (0..10)
+        .map(|i| {
+            let split = format!("split-{i}");
+            mend_policy::IntentObservation {
+                operation_id: format!("op-{i}"),
+                kind: mend_policy::OperationKind::Commit,
+                phase: mend_policy::IntentPhase::EffectsConfirmed,
+                owner_lease_live: false,
+                planned_rows: vec![split.clone()],
+                rows: vec![ExistingRow {
+                    split_id: split.clone(),
+                    state: SplitState::Staged,
+                }],
+                objects: vec![mend_policy::ObjectObservation {
+                    split_id: split.clone(),
+                    present: true,
+                    matches: true,
+                }],
+                publish_staged: vec![split],
+                publish_replaced: Vec::new(),
+                has_checkpoint_delta: false,
+                checkpoint_at_from: false,
+                checkpoint_at_to: false,
+                checkpoint_reached_to: false,
+                gc_splits: Vec::new(),
+                mark_splits: Vec::new(),
+                config_at_expected: false,
+                config_applied: false,
+            }
+        })
+        .collect();
+    mend_policy::RecoveryInput {
+        dataset_id: "bench".into(),
+        mode: RecoveryMode::RollForward,
+        now_ms: 1_000_000,
+        intents,
+    }
+}
+
+/// The default policy in Rust and in JavaScript (both engines): decisions, cached loads, and
+/// each component's size, compiled size and first (compiling) load.
+fn language_cost(bench: &mut Bench) {
+    let components: Vec<(String, Vec<u8>)> =
+        std::iter::once(("rust".to_string(), DEFAULT_POLICY_WASM.to_vec()))
+            .chain(JsEngine::ALL.map(|engine| {
+                let name = match engine {
+                    JsEngine::SpiderMonkey => "js-spidermonkey",
+                    JsEngine::QuickJs => "js-quickjs",
+                };
+                (name.to_string(), js_policy(engine))
+            }))
+            .collect();
+    // Each component's size, compiled size and first load: one timed load each, not criterion.
+    let cache = tempfile::tempdir().expect("cache dir");
+    let options = LoadOptions {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..LoadOptions::default()
+    };
+    let mut policies = Vec::new();
+    for (name, bytes) in &components {
+        let before = folder_bytes(cache.path());
+        let started = Instant::now();
+        let policy = PolicyRuntime::load_with(bytes, &options).expect("loads");
+        let first_load = started.elapsed();
+        let compiled = folder_bytes(cache.path()) - before;
+        bench.report(format!(
+            "{name:<16} component {:>6.2} MB, compiled {:>6.2} MB, first load (compile) {:>7.1} ms, needs {}",
+            bytes.len() as f64 / 1e6,
+            compiled as f64 / 1e6,
+            millis(first_load),
+            policy.shape()
+        ));
+        policies.push((name.clone(), policy));
+    }
+    let stage_1 = plan_input(1);
+    let stage_100 = plan_input(100);
+    let recovery = recovery_input();
+    let mut group = bench.group(
+        "policy languages",
+        Sampling::Quick {
+            measurement: Duration::from_secs(2),
+        },
+    );
+    for ((name, policy), (_, bytes)) in policies.iter().zip(&components) {
+        group.bench(&format!("{name}/stage 1"), |b| {
+            b.iter(|| policy.plan_stage(&stage_1).expect("decides"))
+        });
+        group.bench(&format!("{name}/stage 100"), |b| {
+            b.iter(|| policy.plan_stage(&stage_100).expect("decides"))
+        });
+        group.bench(&format!("{name}/recovery 10"), |b| {
+            b.iter(|| policy.decide_recovery(&recovery).expect("decides"))
+        });
+        group.bench(&format!("{name}/load again"), |b| {
+            b.iter(|| PolicyRuntime::load_with(bytes, &options).expect("loads"))
+        });
+    }
+    let names: Vec<String> = policies.iter().map(|(name, _)| name.clone()).collect();
+    group.finish().report(|times| {
+        let mut lines = Vec::new();
+        for case in ["stage 1", "stage 100", "recovery 10", "load again"] {
+            let rust = times[format!("rust/{case}").as_str()];
+            let mut line = format!("{case:<12} rust {:>9.1} us", micros(rust));
+            for name in names.iter().skip(1) {
+                let time = times[format!("{name}/{case}").as_str()];
+                line.push_str(&format!(
+                    ", {name} {:>9.1} us ({:.1}x rust)",
+                    micros(time),
+                    time.as_secs_f64() / rust.as_secs_f64()
+                ));
+            }
+            lines.push(line);
+        }
+        lines
+    });
+}
+
+/// Bytes of every file under `folder`.
+fn folder_bytes(folder: &std::path::Path) -> u64 {
+    std::fs::read_dir(folder)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|entry| {
+                    let path = entry.path();
+                    if path.is_dir() {
+                        folder_bytes(&path)
+                    } else {
+                        entry.metadata().map_or(0, |metadata| metadata.len())
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
 fn swap_cost(bench: &mut Bench, runtime: &tokio::runtime::Runtime) {
     let h = runtime.block_on(Harness::new(Backend::Memory));
     runtime.block_on(async {
@@ -277,6 +421,7 @@ fn main() {
     decision_cost(&mut bench, &policy);
     load_cost(&mut bench);
     swap_cost(&mut bench, &runtime);
+    language_cost(&mut bench);
 
     // Percentiles are not criterion's: a plain timed loop, as long as MEND_BENCH_LATENCY_SECONDS.
     let seconds = std::env::var("MEND_BENCH_LATENCY_SECONDS")
