@@ -41,7 +41,15 @@ fn build_components(target_name: &str, packages: &[&str], shipped: Option<&str>)
     let workspace = manifest_dir.parent().expect("crates sit in the workspace").to_path_buf();
     // Only paths that exist: cargo counts a missing one as changed on every build, and a
     // watched `guest/build.rs` that no longer existed rebuilt the host at every cargo command.
-    for watched in ["guest/src", "guest/Cargo.toml", "guest/build.rs", "policies", "wit", "Cargo.lock"] {
+    for watched in [
+        "guest/src",
+        "guest/Cargo.toml",
+        "guest/build.rs",
+        "policy-sdk",
+        "policies",
+        "wit",
+        "Cargo.lock",
+    ] {
         let path = workspace.join(watched);
         if path.exists() {
             println!("cargo:rerun-if-changed={}", path.display());
