@@ -9,10 +9,12 @@
 //! - natively, as an ordinary Rust library, so the decisions are unit-tested without wasm and
 //!   the host can compare the component against them (differential tests, benchmarks);
 //! - for `wasm32-wasip2`, as the policy component. There it is `no_std`: nothing from the
-//!   standard library's WASI layer is linked, so the component imports nothing at all
-//!   (`bindings`, which only converts types, and `allocator` are the only wasm-specific files). Without the
-//!   `component` feature the adapter is still built but nothing is exported, so that another
-//!   component can wrap the default policy's decisions and export its own `describe()`.
+//!   standard library's WASI layer is linked, so the component imports nothing at all.
+//!   `bindings`, which only converts types, is the only wasm-specific file; the contract's
+//!   generated bindings, the allocator and the panic handler are mend-policy-sdk's, as in every
+//!   Rust policy. Without the `component` feature the adapter is still built but nothing is
+//!   exported, so that another component can wrap the default policy's decisions and export its
+//!   own `describe()`.
 //!
 //! Natively, the `serde` feature makes the boundary types (de)serialisable for the host's
 //! records and answers, and `openapi` derives their `utoipa::ToSchema` for the HTTP server's
@@ -29,8 +31,6 @@ pub mod recovery;
 pub mod stage;
 pub mod types;
 
-#[cfg(target_arch = "wasm32")]
-mod allocator;
 #[cfg(target_arch = "wasm32")]
 pub mod bindings;
 

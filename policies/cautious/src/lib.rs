@@ -9,16 +9,14 @@
 
 #![cfg_attr(target_arch = "wasm32", no_std)]
 #![cfg(target_arch = "wasm32")]
-// The export glue lifts and lowers through raw pointers.
-#![allow(unsafe_code)]
 
 extern crate alloc;
 
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use mend_policy::bindings::mend::policy::types as wit;
-use mend_policy::bindings::{DefaultPolicy, Guest, export};
+use mend_policy::bindings::DefaultPolicy;
+use mend_policy_sdk::{Guest, wit};
 
 /// Why an orphan the default policy would adopt is discarded.
 const CAUTIOUS_DISCARD: &str =
@@ -69,4 +67,4 @@ impl Guest for CautiousPolicy {
     }
 }
 
-export!(CautiousPolicy with_types_in mend_policy::bindings);
+mend_policy_sdk::export!(CautiousPolicy with_types_in mend_policy_sdk::bindings);

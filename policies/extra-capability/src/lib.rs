@@ -6,15 +6,13 @@
 
 #![cfg_attr(target_arch = "wasm32", no_std)]
 #![cfg(target_arch = "wasm32")]
-// The export glue lifts and lowers through raw pointers.
-#![allow(unsafe_code)]
 
 extern crate alloc;
 
 use alloc::vec::Vec;
 
-use mend_policy::bindings::mend::policy::types as wit;
-use mend_policy::bindings::{DefaultPolicy, Guest, export};
+use mend_policy::bindings::DefaultPolicy;
+use mend_policy_sdk::{Guest, wit};
 
 /// A capability no host or backend provides.
 const MERGE_ON_WRITE: &str = "stage.merge-on-write";
@@ -52,4 +50,4 @@ impl Guest for ExtraCapability {
     }
 }
 
-export!(ExtraCapability with_types_in mend_policy::bindings);
+mend_policy_sdk::export!(ExtraCapability with_types_in mend_policy_sdk::bindings);

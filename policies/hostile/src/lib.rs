@@ -26,7 +26,7 @@
 
 #![cfg_attr(target_arch = "wasm32", no_std)]
 #![cfg(target_arch = "wasm32")]
-// The generated glue lifts and lowers through raw pointers.
+// `remember` reads memory an earlier decision would have left behind, through a raw pointer.
 #![allow(unsafe_code)]
 
 extern crate alloc;
@@ -34,73 +34,7 @@ extern crate alloc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
-wit_bindgen::generate!({
-    world: "policy",
-    path: "../../wit",
-});
-
-use mend::policy::types as wit;
-
-#[global_allocator]
-static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
-
-#[unsafe(no_mangle)]
-unsafe extern "C" fn cabi_realloc(
-    old_ptr: *mut u8,
-    old_len: usize,
-    align: usize,
-    new_len: usize,
-) -> *mut u8 {
-    use alloc::alloc::{Layout, alloc, realloc};
-    if new_len == 0 {
-        return align as *mut u8;
-    }
-    // SAFETY: the canonical ABI passes a power-of-two alignment and, for a reallocation, an
-    // allocation it made through this function.
-    let ptr = unsafe {
-        if old_len == 0 {
-            alloc(Layout::from_size_align_unchecked(new_len, align))
-        } else {
-            realloc(
-                old_ptr,
-                Layout::from_size_align_unchecked(old_len, align),
-                new_len,
-            )
-        }
-    };
-    if ptr.is_null() {
-        core::arch::wasm32::unreachable()
-    }
-    ptr
-}
-
-#[unsafe(no_mangle)]
-unsafe extern "C" fn memcmp(left: *const u8, right: *const u8, len: usize) -> i32 {
-    // SAFETY: memcmp's contract: two readable regions of `len` bytes.
-    let (left, right) = unsafe {
-        (
-            core::slice::from_raw_parts(left, len),
-            core::slice::from_raw_parts(right, len),
-        )
-    };
-    for (a, b) in left.iter().zip(right) {
-        if a != b {
-            return i32::from(*a) - i32::from(*b);
-        }
-    }
-    0
-}
-
-#[unsafe(no_mangle)]
-unsafe extern "C" fn bcmp(left: *const u8, right: *const u8, len: usize) -> i32 {
-    // SAFETY: as for memcmp.
-    unsafe { memcmp(left, right, len) }
-}
-
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
-    core::arch::wasm32::unreachable()
-}
+use mend_policy_sdk::{Guest, wit};
 
 struct HostilePolicy;
 
@@ -261,4 +195,4 @@ fn remember() -> Vec<wit::PlannedSplit> {
     }]
 }
 
-export!(HostilePolicy);
+mend_policy_sdk::export!(HostilePolicy with_types_in mend_policy_sdk::bindings);

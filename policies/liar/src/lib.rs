@@ -7,15 +7,13 @@
 
 #![cfg_attr(target_arch = "wasm32", no_std)]
 #![cfg(target_arch = "wasm32")]
-// The export glue lifts and lowers through raw pointers.
-#![allow(unsafe_code)]
 
 extern crate alloc;
 
 use alloc::vec::Vec;
 
-use mend_policy::bindings::mend::policy::types as wit;
-use mend_policy::bindings::{DefaultPolicy, Guest, export};
+use mend_policy::bindings::DefaultPolicy;
+use mend_policy_sdk::{Guest, wit};
 
 struct Liar;
 
@@ -49,4 +47,4 @@ impl Guest for Liar {
     }
 }
 
-export!(Liar with_types_in mend_policy::bindings);
+mend_policy_sdk::export!(Liar with_types_in mend_policy_sdk::bindings);

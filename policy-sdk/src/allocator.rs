@@ -10,9 +10,13 @@
 //! in place (a `Vec` growing while nothing else is allocated, a temporary dropped at once);
 //! any other free is a no-op, so a decision's peak memory is everything it ever allocated.
 //! The component's initial memory leaves room for a small decision's heap
-//! (`build.rs`: `--initial-memory`), so it never grows; a larger one grows the memory in steps
+//! ([`crate::memory_layout`], linked by the policy's `build.rs`), so it never grows; a larger one grows the memory in steps
 //! of at least [`GROW_PAGES`], up to the host's memory limit, past which an allocation fails
 //! and the call traps with that limit named.
+//!
+//! It is the `#[global_allocator]` of every policy that links this crate, and `cabi_realloc`,
+//! through which the host allocates a decision's input inside the component, allocates with
+//! it too.
 
 // An allocator is raw pointers by nature.
 #![allow(unsafe_code)]
@@ -25,6 +29,9 @@ const PAGE_BYTES: usize = 65_536;
 
 /// The smallest growth of the memory, in pages (1 MiB): fewer, larger growths.
 const GROW_PAGES: usize = 16;
+
+#[global_allocator]
+static ALLOCATOR: BumpAllocator = BumpAllocator::new();
 
 /// The bump pointer, the end of the memory, and the newest allocation. A component instance
 /// runs one thread, so relaxed atomics are plain loads and stores; they only make the statics
@@ -140,4 +147,38 @@ unsafe impl GlobalAlloc for BumpAllocator {
         }
         new
     }
+}
+
+/// The canonical ABI's allocator entry point. On wasm32-wasip2 the standard library would
+/// export it; a policy is `no_std` there, so this crate exports its own, backed by the
+/// allocator above.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cabi_realloc(
+    old_ptr: *mut u8,
+    old_len: usize,
+    align: usize,
+    new_len: usize,
+) -> *mut u8 {
+    use alloc::alloc::{alloc, realloc};
+    if new_len == 0 {
+        return align as *mut u8;
+    }
+    // SAFETY: the canonical ABI passes a power-of-two alignment and, for a reallocation, the
+    // pointer and size of an allocation it made through this same function.
+    let ptr = unsafe {
+        if old_len == 0 {
+            alloc(Layout::from_size_align_unchecked(new_len, align))
+        } else {
+            realloc(
+                old_ptr,
+                Layout::from_size_align_unchecked(old_len, align),
+                new_len,
+            )
+        }
+    };
+    if ptr.is_null() {
+        // Out of memory: trap, and let the host report it for this one decision.
+        wasm32::unreachable()
+    }
+    ptr
 }
