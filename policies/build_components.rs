@@ -35,7 +35,6 @@ const RUSTUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 fn build_components(target_name: &str, packages: &[&str], shipped: Option<&str>) {
     use std::env;
     use std::path::PathBuf;
-    use std::process::Command;
 
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let workspace = manifest_dir.parent().expect("crates sit in the workspace").to_path_buf();
@@ -91,15 +90,37 @@ fn build_components(target_name: &str, packages: &[&str], shipped: Option<&str>)
         .unwrap_or_else(|| workspace.join("target"))
         .join(target_name);
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    for package in packages {
+        build_component(&cargo, &workspace, &target_dir, package);
+    }
+    for package in packages {
+        let file = component_file(package);
+        let built = target_dir.join(WASM_TARGET).join("guest").join(&file);
+        let copied = out_dir.join(&file);
+        std::fs::copy(&built, &copied).expect("copy a policy component into OUT_DIR");
+        announce(package, &copied, "built");
+    }
+}
+
+/// Builds one package's component. `cargo rustc --crate-type cdylib` rather than `cargo
+/// build`: a crate that is also an rlib (the default policy is, for the host and the tests)
+/// gets no LTO from `cargo build`, and without it the SDK's `memcmp` is a call in every
+/// comparison rather than inlined (stage decisions were 5 to 7% slower).
+fn build_component(
+    cargo: &std::ffi::OsStr,
+    workspace: &std::path::Path,
+    target_dir: &std::path::Path,
+    package: &str,
+) {
+    use std::process::Command;
+
     let mut command = Command::new(cargo);
     command
-        .current_dir(&workspace)
-        .args(["build", "--lib", "--target", WASM_TARGET, "--profile", "guest"])
+        .current_dir(workspace)
+        .args(["rustc", "--lib", "--crate-type", "cdylib", "--target", WASM_TARGET])
+        .args(["--profile", "guest", "--package", package])
         .arg("--target-dir")
-        .arg(&target_dir);
-    for package in packages {
-        command.args(["--package", package]);
-    }
+        .arg(target_dir);
     // The host's flags and wrappers (clippy, coverage, target-cpu) are for native code; the
     // components are built the same way whatever builds the crate.
     for inherited in [
@@ -113,19 +134,12 @@ fn build_components(target_name: &str, packages: &[&str], shipped: Option<&str>)
         command.env_remove(inherited);
     }
     command.env("CARGO_ENCODED_RUSTFLAGS", reproducible_rustflags(&workspace));
-    let output = command.output().expect("run cargo to build the policy components");
+    let output = command.output().expect("run cargo to build a policy component");
     if !output.status.success() {
         panic!(
-            "building the policy components {packages:?} failed:\n{}",
+            "building the policy component {package} failed:\n{}",
             String::from_utf8_lossy(&output.stderr)
         );
-    }
-    for package in packages {
-        let file = component_file(package);
-        let built = target_dir.join(WASM_TARGET).join("guest").join(&file);
-        let copied = out_dir.join(&file);
-        std::fs::copy(&built, &copied).expect("copy a policy component into OUT_DIR");
-        announce(package, &copied, "built");
     }
 }
 
