@@ -82,6 +82,10 @@ const RUST_FILES: &[(&str, &str)] = &[
         ".gitignore",
         include_str!("../templates/policy-rust/gitignore"),
     ),
+    // mend's own lock file: cargo keeps the versions of every package the project shares with
+    // mend (wit-bindgen above all) and drops the rest, so the project builds with the
+    // dependencies mend is tested with rather than whatever is newest.
+    ("Cargo.lock", include_str!("../../Cargo.lock")),
 ];
 
 const JS_FILES: &[(&str, &str)] = &[
@@ -117,6 +121,10 @@ pub fn new_policy(
     mend_dir: Option<&Path>,
 ) -> anyhow::Result<PathBuf> {
     check_name(name)?;
+    fs::create_dir_all(parent).with_context(|| format!("create {}", parent.display()))?;
+    let parent = parent
+        .canonicalize()
+        .with_context(|| format!("find {}", parent.display()))?;
     let destination = parent.join(name);
     if destination.exists() {
         return Err(MendError::invalid(format!(
@@ -134,10 +142,9 @@ pub fn new_policy(
     };
     let files = project_files(name, language, mend_dir.as_deref())?;
 
-    fs::create_dir_all(parent).with_context(|| format!("create {}", parent.display()))?;
     let staging = tempfile::Builder::new()
         .prefix(&format!(".{name}.new-"))
-        .tempdir_in(parent)
+        .tempdir_in(&parent)
         .with_context(|| format!("create a folder in {}", parent.display()))?;
     for (path, contents) in &files {
         let file = staging.path().join(path);
@@ -177,12 +184,13 @@ fn project_files(
     let mut files: Vec<(String, String)> = templates
         .iter()
         .map(|(path, text)| {
-            // The contract and the lock file are copied as they are.
-            let text = if path.ends_with(".wit") || path.ends_with(".json") {
-                (*text).to_string()
-            } else {
-                fill(text)
-            };
+            // The contract and the lock files are copied as they are.
+            let text =
+                if path.ends_with(".wit") || path.ends_with(".json") || path.ends_with(".lock") {
+                    (*text).to_string()
+                } else {
+                    fill(text)
+                };
             ((*path).to_string(), text)
         })
         .collect();

@@ -13,6 +13,7 @@ mod demo;
 mod external_writers;
 mod fleet;
 mod logs;
+mod policy_new;
 mod server;
 mod server_boundary;
 mod server_idempotency;
