@@ -133,7 +133,7 @@ fn build_component(
     ] {
         command.env_remove(inherited);
     }
-    command.env("CARGO_ENCODED_RUSTFLAGS", reproducible_rustflags(&workspace));
+    command.env("CARGO_ENCODED_RUSTFLAGS", reproducible_rustflags(workspace));
     let output = command.output().expect("run cargo to build a policy component");
     if !output.status.success() {
         panic!(
