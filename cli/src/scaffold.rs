@@ -92,6 +92,10 @@ const JS_FILES: &[(&str, &str)] = &[
     ("policy.js", include_str!("../../policies/js/policy.js")),
     ("build.mjs", include_str!("../../policies/js/build.mjs")),
     (
+        "fixed-entropy.c",
+        include_str!("../../policies/js/fixed-entropy.c"),
+    ),
+    (
         "package.json",
         include_str!("../../policies/js/package.json"),
     ),
@@ -185,12 +189,15 @@ fn project_files(
         .iter()
         .map(|(path, text)| {
             // The contract and the lock files are copied as they are.
-            let text =
-                if path.ends_with(".wit") || path.ends_with(".json") || path.ends_with(".lock") {
-                    (*text).to_string()
-                } else {
-                    fill(text)
-                };
+            let text = if path.ends_with(".wit")
+                || path.ends_with(".json")
+                || path.ends_with(".lock")
+                || path.ends_with(".c")
+            {
+                (*text).to_string()
+            } else {
+                fill(text)
+            };
             ((*path).to_string(), text)
         })
         .collect();

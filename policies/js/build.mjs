@@ -5,24 +5,27 @@
 // - OUT_DIR/mend_policy_js.wasm      componentize-js (StarlingMonkey: SpiderMonkey in wasm)
 // - OUT_DIR/mend_policy_js_qjs.wasm  componentize-qjs (QuickJS)
 //
-// Both are built against the contract in ./wit (or ../../wit) and may import nothing but its types: mend
-// refuses any other import, so every WASI feature of each engine is turned off here. Each file
-// is printed with its sha256.
+// Both are built against the contract in ./wit (or ../../wit) and may import nothing but its
+// types: mend refuses any other import, so every WASI feature of each engine is turned off
+// here. Each file is printed with its sha256.
 //
-// Everything that made two builds differ and that a build script can reach is pinned here (the
-// source's name, componentize-js's work folder, the time it writes into its clock stubs), so
-// that two builds differ only inside the engines' initialised heaps, which Wizer snapshots
-// after running the engine with the host's real randomness and clocks: neither engine's
-// output is bit-for-bit reproducible yet. README.md ("Reproducibility") has the details.
+// Everything that made two builds differ is pinned here: the source's name, componentize-js's
+// work folder, the time it writes into its clock stubs, and (fixed-entropy.c, preloaded into
+// Wizer) the randomness and clocks the engine's initialisation reads before Wizer snapshots
+// it. Two SpiderMonkey builds give the same bytes; the QuickJS build still differs in a few
+// bytes of its snapshot, made inside componentize-qjs's native binding, which this cannot
+// reach. README.md ("Reproducibility") has the details.
 
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { spawnSync } from 'node:child_process';
+import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { componentize as componentizeJs } from '@bytecodealliance/componentize-js';
 import { componentize as componentizeQjs } from 'componentize-qjs';
+import wizer from '@bytecodealliance/wizer';
 
 const here = dirname(fileURLToPath(import.meta.url));
 // The contract: `wit/` beside this script in a project written by `mend policy new` (and in
@@ -95,6 +98,7 @@ async function buildStarlingMonkey() {
       witPath,
       worldName: WORLD,
       disableFeatures: ['stdio', 'random', 'clocks', 'http', 'fetch-event'],
+      wizerBin: await fixedEntropyWizer(),
     });
     restoreWorkFolder();
     const { component } = await building;
@@ -103,6 +107,32 @@ async function buildStarlingMonkey() {
     restoreWorkFolder();
     Date.now = saved.now;
   }
+}
+
+/// Wizer with `fixed-entropy.c` preloaded, as a script for componentize-js to run in Wizer's
+/// place (under OUT_DIR/.fixed-entropy/). Needs a C compiler (`cc`); without one, the build
+/// goes on with Wizer as it is and says that its digest will not be reproducible.
+async function fixedEntropyWizer() {
+  const folder = join(outDir, '.fixed-entropy');
+  await mkdir(folder, { recursive: true });
+  const library = join(folder, 'fixed-entropy.so');
+  const compiled = spawnSync(
+    'cc',
+    ['-O2', '-shared', '-fPIC', '-o', library, join(here, 'fixed-entropy.c'), '-ldl'],
+    { stdio: 'inherit' },
+  );
+  if (compiled.status !== 0) {
+    console.warn(
+      'build.mjs: no C compiler (cc) to build fixed-entropy.c: the SpiderMonkey component is built, but two builds will not give the same digest',
+    );
+    return undefined;
+  }
+  const script = join(folder, 'wizer');
+  // The shell exports the working directory as PWD, and Wizer hands its environment to the
+  // module it initialises: PWD is unset so that where the build ran stays out of the snapshot.
+  await writeFile(script, `#!/bin/sh\nunset PWD OLDPWD\nLD_PRELOAD='${library}' exec '${wizer}' "$@"\n`);
+  await chmod(script, 0o755);
+  return script;
 }
 
 /// componentize-qjs with its WASI imports replaced by traps (`stubWasi`; without it the
