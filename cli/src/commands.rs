@@ -30,17 +30,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Command::Config => return output::settings(&settings, json),
         // Writes files only; opening the catalog would create ./mend-data.
         Command::Policy {
-            command:
-                PolicyCommand::New {
-                    name,
-                    lang,
-                    dir,
-                    mend_dir,
-                },
-        } => {
-            let project = super::scaffold::new_policy(&name, lang, &dir, mend_dir.as_deref())?;
-            return super::policy::announce_project(&project, &name, lang, json);
-        }
+            command: command @ PolicyCommand::New { .. },
+        } => return super::policy::new_project(command, json),
         // Needs only the component file; opening the catalog would create ./mend-data.
         Command::Policy {
             command: PolicyCommand::Inspect { component },

@@ -130,8 +130,24 @@ pub fn inspect(settings: &Settings, component: &Path, json: bool) -> anyhow::Res
     })
 }
 
+/// `policy new`: writes the project, then says where and how to build and test it. Opens no
+/// catalog.
+pub fn new_project(command: PolicyCommand, json: bool) -> anyhow::Result<()> {
+    let PolicyCommand::New {
+        name,
+        lang,
+        dir,
+        mend_dir,
+    } = command
+    else {
+        unreachable!("new_project is given `policy new` only");
+    };
+    let project = crate::scaffold::new_policy(&name, lang, &dir, mend_dir.as_deref())?;
+    announce_project(&project, &name, lang, json)
+}
+
 /// What `policy new` wrote, and the commands that build and test it.
-pub fn announce_project(
+fn announce_project(
     project: &Path,
     name: &str,
     language: crate::scaffold::Language,
@@ -233,15 +249,7 @@ pub async fn run(
     json: bool,
 ) -> anyhow::Result<()> {
     match command {
-        PolicyCommand::New {
-            name,
-            lang,
-            dir,
-            mend_dir,
-        } => {
-            let project = crate::scaffold::new_policy(&name, lang, &dir, mend_dir.as_deref())?;
-            announce_project(&project, &name, lang, json)
-        }
+        PolicyCommand::New { .. } => new_project(command, json),
         PolicyCommand::Inspect { component } => inspect(settings, &component, json),
         PolicyCommand::Test {
             component,
