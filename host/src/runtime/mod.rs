@@ -106,8 +106,9 @@ impl PolicyRuntime {
         Self::load(DEFAULT_POLICY_WASM, PolicyLimits::default())
     }
 
-    /// Compiles (or reuses the compiled form of) `bytes`, checks its imports and its
-    /// `describe()`, and returns it ready to call.
+    /// Checks what one instantiation of `bytes` needs against `limits`, compiles (or reuses
+    /// the compiled form of) it, checks its imports and its `describe()`, and returns it ready
+    /// to call.
     pub fn load(bytes: &[u8], limits: PolicyLimits) -> Result<Self, PolicyError> {
         Self::load_with(
             bytes,
@@ -121,13 +122,17 @@ impl PolicyRuntime {
     /// [`PolicyRuntime::load`] with every option.
     pub fn load_with(bytes: &[u8], options: &LoadOptions) -> Result<Self, PolicyError> {
         let limits = options.limits;
+        // The shape is read from the bytes before compiling: a component over the sandbox is
+        // refused without paying for its compilation, and always by this check, naming the
+        // setting, never by the pool's own check at compile time (the pool is sized for the
+        // settings' largest values, so nothing this check lets through exceeds it).
+        let shape = ComponentShape::of(bytes)?;
+        check_shape(&shape, &limits)?;
         let engine = shared_engine()?;
         let digest = digest_of(bytes);
         let component = compiled(engine, &digest, bytes, options.cache_dir.as_deref())?;
 
         let built_against = compat::check_imports(engine, &component, &options.host)?;
-        let shape = ComponentShape::of(bytes)?;
-        check_shape(&shape, &limits)?;
 
         let linker = Linker::<SandboxState>::new(engine);
         let instance_pre =
@@ -452,13 +457,12 @@ fn check_shape(needs: &ComponentShape, limits: &PolicyLimits) -> Result<(), Poli
             over.push(format!("{needed} {what} where {} is {allowed}", bound.name));
         }
     }
-    let memory_allowed =
-        (limits.max_memory_bytes as u64).min(crate::bounds::POLICY_MEMORY_BYTES.max);
+    let memory_allowed = (limits.max_memory_bytes as u64).min(bounds::POLICY_MEMORY_BYTES.max);
     if needs.initial_memory_bytes > memory_allowed {
         over.push(format!(
             "{} bytes of memory to start with where {} is {memory_allowed}",
             needs.initial_memory_bytes,
-            crate::bounds::POLICY_MEMORY_BYTES.name
+            bounds::POLICY_MEMORY_BYTES.name
         ));
     }
     if over.is_empty() {
@@ -519,11 +523,9 @@ fn shared_engine() -> Result<&'static Engine, PolicyError> {
 }
 
 /// The pool decisions' instances are allocated from: [`CONCURRENT_DECISIONS`] sandboxes, with
-/// room in each for what the sandbox's limiter allows (one core instance with one memory and
-/// up to four tables). The pool sets no limit per component: it checks those when a component
-/// is compiled, which would refuse a component for its shape before the import check could
-/// say what is wrong with it (a WASI component has several core instances); the limiter
-/// refuses such shapes when an instance is made.
+/// room in each for the most core instances, memories and tables the settings allow. Its
+/// per-component limits are those same maxima; wasmtime checks them when a component is
+/// compiled, after the load's shape check has already refused anything over them.
 fn pool() -> PoolingAllocationConfig {
     use crate::bounds::{
         POLICY_CORE_INSTANCES, POLICY_MEMORIES, POLICY_MEMORY_BYTES, POLICY_TABLES,

@@ -322,8 +322,8 @@ mod tests {
         module
     }
 
-    /// A component that imports the contract's types (as a policy does), so that loading it
-    /// reaches the shape check, with `build` adding the rest.
+    /// A component that imports the contract's types (as a policy does), so that past the
+    /// shape check it also passes the import check, with `build` adding the rest.
     fn component(build: impl FnOnce(&mut ComponentBuilder)) -> Vec<u8> {
         let mut builder = ComponentBuilder::default();
         let types = builder.type_instance(None, &InstanceType::new());
@@ -446,6 +446,33 @@ mod tests {
         assert!(
             matches!(error, PolicyError::Incompatible { .. }),
             "past the shape check: {error:?}"
+        );
+    }
+
+    #[test]
+    fn a_component_over_the_largest_settings_is_refused_as_over_the_sandbox_before_compiling() {
+        // More instances than any setting allows, so more than the pool was sized for: refused
+        // by the same check, naming the setting, rather than by the pool's own check when the
+        // component is compiled.
+        let most = crate::bounds::POLICY_CORE_INSTANCES.max;
+        let bytes = component(|builder| {
+            let program = builder.core_module(None, &module(&[], 0));
+            for _ in 0..=most {
+                builder.core_instantiate(None, program, []);
+            }
+        });
+        let error = PolicyRuntime::load(&bytes, PolicyLimits::default()).unwrap_err();
+        let PolicyError::ExceedsSandbox { needs, over } = &error else {
+            panic!("refused as over the sandbox, not {error:?}");
+        };
+        assert_eq!(needs.core_instances, most + 1);
+        assert_eq!(
+            over,
+            &[format!(
+                "{} core instances where limits.policy_core_instances is {}",
+                most + 1,
+                PolicyLimits::default().max_core_instances
+            )]
         );
     }
 
