@@ -30,8 +30,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Command::Config => return output::settings(&settings, json),
         // Writes files only; opening the catalog would create ./mend-data.
         Command::Policy {
-            command: command @ PolicyCommand::New { .. },
-        } => return super::policy::new_project(command, json),
+            command:
+                PolicyCommand::New {
+                    name,
+                    lang,
+                    dir,
+                    mend_dir,
+                },
+        } => return super::policy::new_project(&name, lang, &dir, mend_dir.as_deref(), json),
         // Needs only the component file; opening the catalog would create ./mend-data.
         Command::Policy {
             command: PolicyCommand::Inspect { component },

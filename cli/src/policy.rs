@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use super::PolicyCommand;
 use super::output;
+use crate::scaffold::{self, Language};
 
 /// How many of each dataset's newest audit records a swap or replay asks the candidate.
 pub const DEFAULT_REPLAY_RECORDS: usize = 10_000;
@@ -130,61 +131,37 @@ pub fn inspect(settings: &Settings, component: &Path, json: bool) -> anyhow::Res
     })
 }
 
-/// `policy new`: writes the project, then says where and how to build and test it. Opens no
-/// catalog.
-pub fn new_project(command: PolicyCommand, json: bool) -> anyhow::Result<()> {
-    let PolicyCommand::New {
-        name,
-        lang,
-        dir,
-        mend_dir,
-    } = command
-    else {
-        unreachable!("new_project is given `policy new` only");
-    };
-    let project = crate::scaffold::new_policy(&name, lang, &dir, mend_dir.as_deref())?;
-    announce_project(&project, &name, lang, json)
-}
-
-/// What `policy new` wrote, and the commands that build and test it.
-fn announce_project(
-    project: &Path,
+/// `policy new`: writes the project, then says where it is and how to build and test it.
+/// Opens no catalog.
+pub fn new_project(
     name: &str,
-    language: crate::scaffold::Language,
+    language: Language,
+    parent: &Path,
+    mend_dir: Option<&Path>,
     json: bool,
 ) -> anyhow::Result<()> {
-    let (build, component) = match language {
-        crate::scaffold::Language::Rust => (
-            "cargo build --release --target wasm32-wasip2".to_string(),
-            format!(
-                "target/wasm32-wasip2/release/{}.wasm",
-                name.replace('-', "_")
-            ),
-        ),
-        crate::scaffold::Language::Js => (
-            "npm ci && node build.mjs dist".to_string(),
-            "dist/mend_policy_js.wasm".to_string(),
-        ),
-    };
+    let project = scaffold::new_policy(name, language, parent, mend_dir)?;
     #[derive(Serialize)]
     struct Written<'a> {
         project: &'a Path,
         build: &'a str,
         component: &'a str,
     }
+    let component = scaffold::component_path(name, language);
     let written = Written {
-        project,
-        build: &build,
+        project: &project,
+        build: language.build_command(),
         component: &component,
     };
     output::json_or(&written, json, || {
         format!(
             "wrote {}
-  build: cd {} && {build}
+  build: cd {} && {}
   test:  mend policy test {component} scenarios/
   its README.md says how to swap it in and roll it back",
             project.display(),
-            project.display()
+            project.display(),
+            written.build,
         )
     })
 }
@@ -249,7 +226,12 @@ pub async fn run(
     json: bool,
 ) -> anyhow::Result<()> {
     match command {
-        PolicyCommand::New { .. } => new_project(command, json),
+        PolicyCommand::New {
+            name,
+            lang,
+            dir,
+            mend_dir,
+        } => new_project(&name, lang, &dir, mend_dir.as_deref(), json),
         PolicyCommand::Inspect { component } => inspect(settings, &component, json),
         PolicyCommand::Test {
             component,

@@ -26,6 +26,30 @@ pub enum Language {
     Js,
 }
 
+impl Language {
+    /// The command, run in the project's folder, that builds its component (as its README
+    /// says).
+    pub fn build_command(self) -> &'static str {
+        match self {
+            Self::Rust => "cargo build --release --target wasm32-wasip2",
+            Self::Js => "npm ci && node build.mjs dist",
+        }
+    }
+}
+
+/// Where the build of the project `name` writes its component, in the project's folder.
+pub fn component_path(name: &str, language: Language) -> String {
+    match language {
+        Language::Rust => format!("target/wasm32-wasip2/release/{}.wasm", crate_name(name)),
+        Language::Js => "dist/mend_policy_js.wasm".to_string(),
+    }
+}
+
+/// The Rust crate a project name makes: dashes are not allowed in a crate's name.
+fn crate_name(name: &str) -> String {
+    name.replace('-', "_")
+}
+
 /// The longest project name: it becomes a folder, a package and a crate name.
 const MAX_NAME_CHARS: usize = 64;
 
@@ -172,7 +196,7 @@ fn project_files(
     language: Language,
     mend_dir: Option<&Path>,
 ) -> anyhow::Result<Vec<(String, String)>> {
-    let crate_name = name.replace('-', "_");
+    let crate_name = crate_name(name);
     let mend_dir = mend_dir
         .map(|dir| dir.display().to_string())
         .unwrap_or_default();
