@@ -278,11 +278,13 @@ async fn execute(
             .with_context(|| format!("reconcile dataset {dataset}"))?;
             output::reconcile_report(&report, json)
         }
-        Command::Verify { dataset } => {
-            let report = engine
-                .verify(&dataset)
-                .await
-                .with_context(|| format!("verify dataset {dataset}"))?;
+        Command::Verify { dataset, deep } => {
+            let report = if deep {
+                engine.verify_deep(&dataset).await
+            } else {
+                engine.verify(&dataset).await
+            }
+            .with_context(|| format!("verify dataset {dataset}"))?;
             output::verify_report(&report, json)?;
             if !report.violations.is_empty() {
                 bail!(

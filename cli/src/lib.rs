@@ -277,6 +277,10 @@ pub enum Command {
     Verify {
         /// The dataset to check.
         dataset: String,
+        /// Read every object back whole and hash its payload against the sha256 its header
+        /// records (every byte of the dataset is read; without it, only each object's header).
+        #[arg(long)]
+        deep: bool,
     },
     /// Look at a policy component, replay recorded decisions against it, swap the active
     /// policy, roll it back.

@@ -328,6 +328,7 @@ fn outcome_text(outcome: &Outcome) -> String {
         Outcome::Executing => "executing".to_string(),
         Outcome::Executed => "executed".to_string(),
         Outcome::Refused(why) => format!("refused: {why}"),
+        Outcome::Overtaken(why) => format!("overtaken: {why}"),
         Outcome::Failed(why) => format!("failed: {why}"),
     }
 }
@@ -572,6 +573,12 @@ pub fn verify_report(report: &VerifyReport, json: bool) -> anyhow::Result<()> {
         report.orphan_objects.len(),
         report.violations.len()
     );
+    if report.payloads_hashed > 0 {
+        println!(
+            "  {} payload(s) read back and hashed, {} bytes",
+            report.payloads_hashed, report.bytes_hashed
+        );
+    }
     Ok(())
 }
 

@@ -18,3 +18,4 @@ mod server;
 mod server_boundary;
 mod server_idempotency;
 mod server_limits;
+mod server_races;

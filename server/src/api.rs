@@ -38,6 +38,7 @@ pub(super) use super::body::parse;
 use super::errors::{ErrorBody, ErrorCode};
 use super::limits::{BodyLimit, read_body};
 use super::openapi::{
+    VerifyQuery,
     self, BadRequest, Conflict, DatasetPath, IdempotencyKey, InternalError, ListSplitsQuery,
     NotFound, PayloadTooLarge, PreconditionFailed, RequestTimeout, Unauthorized, Unavailable,
     Unprocessable,
@@ -112,6 +113,7 @@ pub(super) fn documented_routes(limits: &ServeLimits) -> OpenApiRouter<Arc<Share
         .routes(routes!(operations::heartbeat))
         .routes(routes!(operations::publish))
         .routes(routes!(operations::abort))
+        .routes(routes!(operations::upload_urls))
         .layer(middleware::from_fn_with_state(body, read_body));
     // An object upload streams: its cap is the size its operation planned, its deadline one
     // per chunk (see `operations`).
@@ -1609,12 +1611,12 @@ async fn recover(
 
 /// Checks the dataset's invariants, bucket included; writes nothing.
 ///
-/// Violations are listed in the report, answered 200.
+/// Violations are listed in the report, answered 200. `?deep=true` also hashes every payload.
 #[utoipa::path(
     get,
     path = "/v1/datasets/{dataset}/verify",
     tag = "recovery",
-    params(DatasetPath),
+    params(DatasetPath, VerifyQuery),
     responses(
         (status = 200, description = "the verify report", body = mend::engine::VerifyReport),
         (status = 400, response = BadRequest),
@@ -1623,13 +1625,33 @@ async fn recover(
         (status = 503, response = Unavailable),
     )
 )]
-async fn verify(State(shared): AppState, Path(dataset_id): Path<String>) -> ApiResult {
+async fn verify(
+    State(shared): AppState,
+    Path(dataset_id): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> ApiResult {
     served(&shared, &dataset_id)?;
-    let report = shared
-        .engine
-        .verify(&dataset_id)
-        .await
-        .map_err(|error| engine_error(&shared, &dataset_id, error))?;
+    if let Some(unknown) = params.keys().find(|key| *key != "deep") {
+        return Err(ApiError::bad_request(format!(
+            "unknown query parameter {unknown:?}; verify takes only deep=true|false"
+        )));
+    }
+    let deep = match params.get("deep").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "deep: {:?} is neither true nor false",
+                mend::validate::truncated(other, 64)
+            )));
+        }
+    };
+    let verified = if deep {
+        shared.engine.verify_deep(&dataset_id).await
+    } else {
+        shared.engine.verify(&dataset_id).await
+    };
+    let report = verified.map_err(|error| engine_error(&shared, &dataset_id, error))?;
     ok(&report)
 }
 

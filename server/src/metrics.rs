@@ -232,6 +232,7 @@ impl Metrics {
                 mend::engine::Outcome::Executing => "executing",
                 mend::engine::Outcome::Executed => "executed",
                 mend::engine::Outcome::Refused(_) => "refused",
+                mend::engine::Outcome::Overtaken(_) => "overtaken",
                 mend::engine::Outcome::Failed(_) => "failed",
             };
             self.decision("recovery", &format!("{decision}_{outcome}"), 1);

@@ -353,6 +353,23 @@ impl IntoParams for ListSplitsQuery {
     }
 }
 
+/// `?deep=true` of a verify. Any other parameter is 400.
+pub(crate) enum VerifyQuery {}
+
+impl IntoParams for VerifyQuery {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![parameter(
+            "deep",
+            ParameterIn::Query,
+            false,
+            ObjectBuilder::new().schema_type(Type::Boolean),
+            "true: read every object back whole and hash its payload against the sha256 its \
+             header records (every byte of the dataset is read); false or absent: only each \
+             object's header",
+        )]
+    }
+}
+
 /// `?records=N` of an uploaded component (`Content-Type: application/wasm`).
 pub(crate) enum RecordsQuery {}
 

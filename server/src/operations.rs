@@ -9,6 +9,7 @@
 //! | `POST /v1/datasets/{d}/operations/{op}/publish`              | confirm and publish |
 //! | `POST /v1/datasets/{d}/operations/{op}/abort`                | abort     |
 //! | `GET  /v1/datasets/{d}/operations/{op}`                      | show      |
+//! | `POST /v1/datasets/{d}/operations/{op}/upload-urls`          | presigned URLs for objects the writer puts itself (S3) |
 //!
 //! The operation id is every step's idempotency key: each is safe to send again.
 //!
@@ -24,7 +25,7 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use futures::{Stream, StreamExt};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::Shared;
@@ -34,7 +35,7 @@ use super::openapi::{
     BadRequest, Conflict, DatasetPath, InternalError, NotFound, OperationPath, PayloadTooLarge,
     PreconditionFailed, RequestTimeout, Unavailable, Unprocessable, UploadPath,
 };
-use mend::engine::{BeginOperation, ExternalKind, PlannedSplit};
+use mend::engine::{BeginOperation, ExternalKind, ObjectToPut, ObjectUploadUrl, PlannedSplit};
 use mend::error::MendError;
 use mend::model::CheckpointDelta;
 
@@ -113,6 +114,28 @@ impl JsonBody for Heartbeat {
         &[("lease_ms", "milliseconds, 1000 to 604800000")];
 }
 
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = UploadUrlsRequest)]
+struct UploadUrlsBody {
+    objects: Vec<ObjectToPut>,
+}
+
+impl JsonBody for UploadUrlsBody {
+    const SHAPE: &'static str = r#"{"objects": [{"split_id": ID, "object_sha256": HEX}]}"#;
+    const FIELDS: &'static [(&'static str, &'static str)] = &[(
+        "objects",
+        r#"an array of {"split_id": ID, "object_sha256": HEX (the sha256 of the whole object: prefix, header, payload)}"#,
+    )];
+}
+
+/// The presigned URLs, one per object asked for, in order.
+#[derive(Serialize, ToSchema)]
+#[schema(as = UploadUrls)]
+struct UploadUrls {
+    objects: Vec<ObjectUploadUrl>,
+}
+
 /// Begins an operation: writes its intent and stages its rows create-only.
 ///
 /// Choose `operation_id` yourself: it is every step's idempotency key, and a begin sent again
@@ -125,7 +148,7 @@ impl JsonBody for Heartbeat {
     params(DatasetPath),
     request_body = Begin,
     responses(
-        (status = 200, description = "the operation: each split's object path, size and header (and upload URL where the store presigns)", body = mend::engine::OperationView),
+        (status = 200, description = "the operation: each split's object path, size and header", body = mend::engine::OperationView),
         (status = 400, response = BadRequest),
         (status = 404, response = NotFound),
         (status = 408, response = RequestTimeout),
@@ -296,6 +319,47 @@ pub(super) async fn abort(
         engine.abort_operation(&dataset, &operation_id).await
     })
     .await?)
+}
+
+/// Presigned URLs to put objects of the operation straight into the store (S3 and
+/// S3-compatible stores).
+///
+/// Give each object's whole sha256 (prefix, header, payload): each URL is signed over
+/// `If-None-Match: *` and that checksum, so the store takes exactly that object, once. Send the
+/// answered `headers` with the `PUT`. 422 `capability_missing` where the store cannot presign
+/// (upload through mend there); 412 once the operation confirmed, ended or its lease ran out.
+/// Publish still reads each object back and hashes its payload against the plan.
+#[utoipa::path(
+    post,
+    operation_id = "operation_upload_urls",
+    path = "/v1/datasets/{dataset}/operations/{operation}/upload-urls",
+    tag = "operations",
+    params(OperationPath),
+    request_body = UploadUrlsBody,
+    responses(
+        (status = 200, description = "one URL per object, with the headers its `PUT` must carry", body = UploadUrls),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 412, response = PreconditionFailed),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
+pub(super) async fn upload_urls(
+    State(shared): AppState,
+    Path((dataset_id, operation_id)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult {
+    let request: UploadUrlsBody = parse(&body)?;
+    let objects = shared
+        .engine
+        .upload_urls(&dataset_id, &operation_id, &request.objects)
+        .await
+        .map_err(|error| engine_error(&shared, &dataset_id, error))?;
+    ok(&UploadUrls { objects })
 }
 
 /// An operation: its phase, each object's status and what recovery would decide now.

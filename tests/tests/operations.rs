@@ -7,7 +7,8 @@ use bytes::Bytes;
 use futures::stream;
 use mend::MendError;
 use mend::engine::{
-    BeginOperation, ExternalKind, ObjectStatus, OperationPhase, PlannedSplit, SINGLE_PUT_BYTES,
+    BeginOperation, ExternalKind, ObjectStatus, ObjectToPut, OperationPhase, PlannedSplit,
+    SINGLE_PUT_BYTES,
 };
 use mend::model::{
     CheckpointDelta, PartitionDelta, PublishRequest, SplitState, StageMode, StageRequest,
@@ -288,6 +289,104 @@ async fn a_writer_may_write_the_object_itself_in_the_documented_format() {
         assert_eq!(published.phase, OperationPhase::Published, "{backend}");
         assert_eq!(object_payload(&h, &ds, "s-d").await, bytes);
     }
+}
+
+/// A payload put straight into the store behind the header begin answered, of the planned
+/// size, with one byte flipped, is never published: `show` says `different`, `publish`
+/// refuses naming it, the supervisor's roll-forward (the writer gone, its lease run out)
+/// reports it blocked, and a deep verify finds it; the same operation with the right bytes
+/// publishes. The header is a claim; only the bytes hashed against the plan are proof.
+#[tokio::test]
+async fn a_payload_that_does_not_hash_to_its_plan_is_never_published() {
+    let mut checks = 0;
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("flipped").await;
+        let bytes = payload("f", 5000);
+        let mut request = plan(&ds, "op-flip", &[("s-f", &bytes)], 10);
+        request.lease_ms = Some(1_000);
+        let begun = engine.begin_operation(&request).await.unwrap();
+        let split = &begun.splits[0];
+        let mut object = b"MENDSPL1".to_vec();
+        object.extend_from_slice(&(split.header_json.len() as u32).to_le_bytes());
+        object.extend_from_slice(split.header_json.as_bytes());
+        object.extend_from_slice(&bytes);
+        *object.last_mut().unwrap() ^= 0x20;
+        assert_eq!(object.len() as u64, split.object_size, "{backend}");
+        let (store, _) = engine.objects().store();
+        store
+            .put(&Path::from(split.object_path.as_str()), object.into())
+            .await
+            .unwrap();
+
+        let shown = engine.show_operation(&ds, "op-flip").await.unwrap();
+        assert_eq!(
+            shown.splits[0].object,
+            Some(ObjectStatus::Different),
+            "{backend}"
+        );
+        let error = engine.publish_operation(&ds, "op-flip").await.unwrap_err();
+        assert!(
+            matches!(&error, MendError::FailedPrecondition { ids, .. } if ids == &["s-f"]),
+            "{backend}: {error:?}"
+        );
+        // The writer is gone: its lease runs out, and the supervisor's sweep reads the payload
+        // back rather than trusting the header.
+        h.clock.advance_ms(2_000);
+        let swept = engine
+            .recover(&ds, mend_policy::RecoveryMode::RollForward)
+            .await
+            .unwrap();
+        assert_eq!(
+            swept.count(mend::engine::IntentStatus::Blocked),
+            1,
+            "{backend}: {swept:?}"
+        );
+        let rows = h.rows(&ds).await;
+        assert!(
+            rows.iter().all(|row| row.state == SplitState::Staged),
+            "{backend}: {rows:?}"
+        );
+        assert!(
+            engine.dataset(&ds).await.unwrap().checkpoint.is_empty(),
+            "{backend}: the checkpoint moved"
+        );
+        // A plain verify reads headers only; a deep one hashes every payload.
+        let plain = engine.verify(&ds).await.unwrap();
+        assert!(plain.violations.is_empty(), "{backend}: {plain:?}");
+        let deep = engine.verify_deep(&ds).await.unwrap();
+        assert_eq!(deep.payloads_hashed, 1, "{backend}");
+        assert_eq!(deep.violations.len(), 1, "{backend}: {deep:?}");
+        assert!(
+            deep.violations[0].message.contains("does not hash"),
+            "{backend}: {deep:?}"
+        );
+        checks += 8;
+
+        // The same plan with the right bytes, written the same way, publishes.
+        let begun = engine
+            .begin_operation(&plan(&ds, "op-right", &[("s-r", &bytes)], 10))
+            .await
+            .unwrap();
+        let split = &begun.splits[0];
+        let mut object = b"MENDSPL1".to_vec();
+        object.extend_from_slice(&(split.header_json.len() as u32).to_le_bytes());
+        object.extend_from_slice(split.header_json.as_bytes());
+        object.extend_from_slice(&bytes);
+        store
+            .put(&Path::from(split.object_path.as_str()), object.into())
+            .await
+            .unwrap();
+        let published = engine.publish_operation(&ds, "op-right").await.unwrap();
+        assert_eq!(published.phase, OperationPhase::Published, "{backend}");
+        checks += 1;
+    }
+    println!(
+        "a flipped payload behind a correct header: {checks} checks on {} backends; shown \
+         different, refused by publish, blocked in roll-forward, found by a deep verify",
+        Backend::ALL.len()
+    );
 }
 
 #[tokio::test]
@@ -572,8 +671,9 @@ async fn a_writer_that_dies_is_settled_by_roll_forward_alone_and_told_so_when_it
 }
 
 /// A publish reads back only the objects this process did not upload itself
-/// (`engine::uploaded`): none after every upload went through it, every one when one object
-/// was written straight to the store or when another process publishes; and an operation
+/// (`engine::uploaded`): none after every upload went through it, the one written straight to
+/// the store when the other went through it, every one when another process publishes; and an
+/// operation
 /// another process aborted after the uploads still cannot publish. Counted on Postgres, whose
 /// store holds the split objects only, so every request it sees is about them.
 #[tokio::test]
@@ -627,7 +727,11 @@ async fn a_publish_reads_back_only_the_objects_this_process_did_not_upload() {
     let before = store.requests();
     engine.publish_operation(&ds, "op-mixed").await.unwrap();
     let mixed = reads(before);
-    assert!(mixed >= 2, "both objects are read back: {mixed} reads");
+    assert_eq!(
+        mixed, 1,
+        "only the object written straight to the store is read back (one GET, its payload \
+         hashed): {mixed} reads"
+    );
 
     // Uploaded here, published by another process: it reads every object back.
     engine
@@ -644,9 +748,9 @@ async fn a_publish_reads_back_only_the_objects_this_process_did_not_upload() {
     let before = store.requests();
     other.publish_operation(&ds, "op-moved").await.unwrap();
     let elsewhere = reads(before);
-    assert!(
-        elsewhere >= 2,
-        "another process reads both back: {elsewhere} reads"
+    assert_eq!(
+        elsewhere, 2,
+        "another process reads both back, one GET each: {elsewhere} reads"
     );
 
     // Uploaded here, aborted by another process: this process's memory of the uploads does
@@ -675,8 +779,10 @@ async fn a_publish_reads_back_only_the_objects_this_process_did_not_upload() {
     );
 }
 
-/// `PUT url` with `body` over plain HTTP (the test store listens on loopback); the status.
-fn put_to(url: &str, body: &[u8]) -> u16 {
+/// `PUT url` with `headers` and `body` over plain HTTP (the test store listens on loopback);
+/// the status. The `Host` header names the port, as every HTTP client sends it and as the
+/// URL's signature covers it.
+fn put_to(url: &str, headers: &std::collections::BTreeMap<String, String>, body: &[u8]) -> u16 {
     use std::io::{Read, Write};
     let parsed = url::Url::parse(url).unwrap();
     let address = format!(
@@ -684,15 +790,19 @@ fn put_to(url: &str, body: &[u8]) -> u16 {
         parsed.host_str().unwrap(),
         parsed.port_or_known_default().unwrap()
     );
+    let host = &parsed[url::Position::BeforeHost..url::Position::AfterPort];
     let mut target = parsed.path().to_string();
     if let Some(query) = parsed.query() {
         target = format!("{target}?{query}");
     }
+    let extra: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     let mut stream = std::net::TcpStream::connect(address).unwrap();
     write!(
         stream,
-        "PUT {target} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
-        parsed.host_str().unwrap(),
+        "PUT {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{extra}Content-Length: {}\r\n\r\n",
         body.len()
     )
     .unwrap();
@@ -706,12 +816,17 @@ fn put_to(url: &str, body: &[u8]) -> u16 {
         .unwrap_or_else(|| panic!("not an HTTP answer: {answer}"))
 }
 
-/// Where the store presigns (S3), begin and show hand out an upload URL per object not yet in
-/// place, valid until the lease ends; a writer puts the object through it and publishes. An
-/// object put through it that is not the plan is refused by publish. A local directory hands
-/// out none.
+/// Where the store presigns (S3), a writer asks for an upload URL per object it puts itself,
+/// giving the whole object's sha256; each URL is signed over `If-None-Match: *` and that
+/// checksum, and valid until the lease ends. The S3-compatible test server (moto) enforces
+/// put-if-absent: a second `PUT` through the URL is refused, so an object read back and
+/// published can never be replaced through it. It does not verify the checksum (real S3
+/// answers 400 `BadDigest`) nor the signature (real S3 answers 403): an object whose payload
+/// does not hash to the plan still lands there, and mend's read-back refuses it at publish
+/// and in recovery. A local directory presigns nothing.
 #[tokio::test]
 async fn a_writer_puts_objects_through_presigned_urls_where_the_store_presigns() {
+    use sha2::Digest;
     let url = format!(
         "{}/presign-{}",
         mend_tests::harness::s3_url(),
@@ -740,14 +855,6 @@ async fn a_writer_puts_objects_through_presigned_urls_where_the_store_presigns()
         .await
         .unwrap();
     let lease_end = begun.lease_expires_at_ms.unwrap();
-    for split in &begun.splits {
-        assert!(split.upload_url.is_some(), "{split:?}");
-        let expires = split.upload_url_expires_at_ms.unwrap();
-        assert!(
-            expires <= lease_end + 1000,
-            "{expires} > lease end {lease_end}"
-        );
-    }
     let object = |split: &mend::engine::OperationSplit, payload: &[u8]| {
         let mut object = b"MENDSPL1".to_vec();
         object.extend_from_slice(&(split.header_json.len() as u32).to_le_bytes());
@@ -755,26 +862,76 @@ async fn a_writer_puts_objects_through_presigned_urls_where_the_store_presigns()
         object.extend_from_slice(payload);
         object
     };
+    let hex = |bytes: &[u8]| -> String {
+        sha2::Sha256::digest(bytes)
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect()
+    };
     let (split_a, split_b) = (&begun.splits[0], &begun.splits[1]);
     assert_eq!(split_a.split_id, "u-a");
-    let status = put_to(split_a.upload_url.as_ref().unwrap(), &object(split_a, &a));
-    assert_eq!(status, 200, "the presigned PUT of u-a");
+    let good_a = object(split_a, &a);
+    // u-b goes up with its header as begin answered it, the planned size, one byte flipped.
+    let mut bad_b = object(split_b, &b);
+    *bad_b.last_mut().unwrap() ^= 1;
+    let urls = engine
+        .upload_urls(
+            "presigned",
+            "op-url",
+            &[
+                ObjectToPut {
+                    split_id: "u-a".into(),
+                    object_sha256: hex(&good_a),
+                },
+                ObjectToPut {
+                    split_id: "u-b".into(),
+                    object_sha256: hex(&bad_b),
+                },
+            ],
+        )
+        .await
+        .unwrap();
+    for signed in &urls {
+        assert!(signed.expires_at_ms <= lease_end + 1000, "{signed:?}");
+        assert_eq!(signed.headers["If-None-Match"], "*", "{signed:?}");
+        let query: std::collections::BTreeMap<String, String> = url::Url::parse(&signed.url)
+            .unwrap()
+            .query_pairs()
+            .map(|(key, value)| (key.into_owned(), value.into_owned()))
+            .collect();
+        assert_eq!(
+            query["X-Amz-SignedHeaders"], "host;if-none-match;x-amz-checksum-sha256",
+            "the URL's signature covers put-if-absent and the checksum"
+        );
+    }
+    assert_eq!(
+        urls[0].headers["x-amz-checksum-sha256"],
+        mend::objects::presign::base64(&sha2::Sha256::digest(&good_a)),
+    );
+    assert_eq!(put_to(&urls[0].url, &urls[0].headers, &good_a), 200);
+    // The URL cannot put the path again: the store refuses, the object stays.
+    assert_eq!(
+        put_to(&urls[0].url, &urls[0].headers, &object(split_a, &b[..4000])),
+        412,
+        "a second PUT through the URL is refused by If-None-Match"
+    );
+    assert_eq!(put_to(&urls[1].url, &urls[1].headers, &bad_b), 200);
 
-    // Show hands out a URL only for the object still missing.
+    // u-b's header is the planned one, its size too; its payload is not: show says so,
+    // publish refuses naming it, and nothing can replace it through the URL.
     let shown = engine.show_operation("presigned", "op-url").await.unwrap();
-    let urls: Vec<(&str, bool)> = shown
+    let statuses: Vec<(&str, Option<ObjectStatus>)> = shown
         .splits
         .iter()
-        .map(|split| (split.split_id.as_str(), split.upload_url.is_some()))
+        .map(|split| (split.split_id.as_str(), split.object))
         .collect();
-    assert_eq!(urls, [("u-a", false), ("u-b", true)]);
-
-    // A wrong object through the URL (the right size, another header) is refused by publish.
-    let mut wrong = object(split_b, &b);
-    let at = wrong.len() - b.len() - 5;
-    wrong[at] ^= 1;
-    let status = put_to(shown.splits[1].upload_url.as_ref().unwrap(), &wrong);
-    assert_eq!(status, 200);
+    assert_eq!(
+        statuses,
+        [
+            ("u-a", Some(ObjectStatus::Present)),
+            ("u-b", Some(ObjectStatus::Different))
+        ]
+    );
     let error = engine
         .publish_operation("presigned", "op-url")
         .await
@@ -783,36 +940,46 @@ async fn a_writer_puts_objects_through_presigned_urls_where_the_store_presigns()
         matches!(&error, MendError::FailedPrecondition { ids, .. } if ids == &["u-b"]),
         "{error:?}"
     );
-    // Put right (the URL may overwrite until it expires), it publishes.
-    let status = put_to(
-        shown.splits[1].upload_url.as_ref().unwrap(),
-        &object(split_b, &b),
+    assert_eq!(
+        put_to(&urls[1].url, &urls[1].headers, &object(split_b, &b)),
+        412,
+        "the damaged object cannot be replaced through its URL either"
     );
-    assert_eq!(status, 200);
-    let published = engine
-        .publish_operation("presigned", "op-url")
-        .await
-        .unwrap();
-    assert_eq!(published.phase, OperationPhase::Published);
     let rows = engine
         .list_splits("presigned", &Default::default())
         .await
         .unwrap()
         .splits;
-    assert!(rows.iter().all(|row| row.state == SplitState::Published));
+    assert!(rows.iter().all(|row| row.state == SplitState::Staged));
+    engine.abort_operation("presigned", "op-url").await.unwrap();
 
-    // A store that cannot presign hands out none.
+    // A store that cannot presign says so, and the writer uploads through mend.
     let h = Harness::new(Backend::LocalDirectory).await;
     let ds = h.create_dataset("no-urls").await;
-    let begun = h
-        .engine
+    h.engine
         .begin_operation(&plan(&ds, "op-local", &[("l-a", &a)], 10))
         .await
         .unwrap();
-    assert!(begun.splits.iter().all(|split| split.upload_url.is_none()));
+    let refused = h
+        .engine
+        .upload_urls(
+            &ds,
+            "op-local",
+            &[ObjectToPut {
+                split_id: "l-a".into(),
+                object_sha256: hex(&a),
+            }],
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, MendError::CapabilityMissing { .. }),
+        "{refused:?}"
+    );
     println!(
-        "presigned: 2 URLs at begin, 1 at show, a wrong object refused, published through the \
-         URLs; none on a local directory"
+        "presigned: 2 URLs signed over If-None-Match and the checksum; a second PUT refused \
+         (412) twice; a payload that does not hash to its plan shown different and refused by \
+         publish; none on a local directory"
     );
 }
 

@@ -58,8 +58,8 @@ pub enum Settlement {
     /// `lease_expired_by` (or `Abandoned` already), is deleted, and the rows of `mark` that
     /// are still staged are marked for deletion (checked at the write: a row published or
     /// marked meanwhile is left alone). A live lease or a confirmed intent refuses the batch
-    /// with `FailedPrecondition` naming the operation. An intent already gone is fine, and
-    /// marks nothing.
+    /// with `FailedPrecondition` naming the operation. An intent already gone is fine: it marks
+    /// nothing and settles as [`Settled::Gone`].
     Abandon {
         /// The operation whose intent it settles.
         operation_id: String,
@@ -107,6 +107,10 @@ pub enum Settled {
         /// The rows it marked, sorted.
         marked: Vec<String>,
     },
+    /// An abandonment whose intent was gone: the operation was settled another way first (its
+    /// writer published or aborted it, another sweep settled it), and nothing was written for
+    /// it. Not "abandoned": the operation may well have published.
+    Gone,
 }
 
 /// Called by a backend inside its atomic step for each publish of a batch, with the request
@@ -273,7 +277,7 @@ pub(crate) fn plan(
                 mark,
                 ..
             } => match intent {
-                None => Settled::Abandoned { marked: Vec::new() },
+                None => Settled::Gone,
                 Some(seen) => {
                     let stored = seen.intent.as_ref().ok_or_else(|| MendError::Corrupt {
                         message: format!(
@@ -535,7 +539,7 @@ pub async fn one_at_a_time<C: Catalog + ?Sized>(
                     Err(MendError::NotFound {
                         kind: EntityKind::Intent,
                         ..
-                    }) => Settled::Abandoned { marked: Vec::new() },
+                    }) => Settled::Gone,
                     Err(error) => return Err(error),
                     Ok(_) => {
                         let marked = if mark.is_empty() {

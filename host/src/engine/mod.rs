@@ -25,8 +25,8 @@ pub use commit::{CommitRequest, CommitResult, CommitSplit, MergeRequest};
 pub use config_apply::ConfigEdit;
 pub use gc::{GcResult, RECORDED_REQUEST_RETENTION_MS};
 pub use operations::{
-    BeginOperation, ExternalKind, ObjectStatus, OperationPhase, OperationSplit, OperationView,
-    PlannedSplit, SINGLE_PUT_BYTES, UploadResult,
+    BeginOperation, ExternalKind, ObjectStatus, ObjectToPut, ObjectUploadUrl, OperationPhase,
+    OperationSplit, OperationView, PlannedSplit, SINGLE_PUT_BYTES, UploadResult,
 };
 pub use policy_swap::{DeploymentSwap, PreparedSwap, SwapPreview};
 pub use reconcile::ReconcileReport;
@@ -562,6 +562,29 @@ impl Engine {
         let validator = self.publish_validator(request);
         self.catalog
             .publish(request, &validator, self.now_ms(), key)
+            .await
+    }
+
+    /// Publishes the publish an operation's intent plans, recorded under the operation's
+    /// `key`, and deletes the intent, in one atomic step that holds only while the intent is
+    /// there and not fenced ([`Catalog::publish_commit`]). Every object is looked for first
+    /// (invariant 1), as any publish that did not just read them.
+    pub(crate) async fn publish_settling(
+        &self,
+        intent: &crate::intent::Intent,
+        request: &PublishRequest,
+        key: &RequestKey,
+    ) -> Result<PublishResult> {
+        self.check_publish(request)?;
+        if let Some(answer) = self.recorded_answer(&request.dataset_id, Some(key)).await? {
+            self.finish_intent(&intent.dataset_id, &intent.operation_id)
+                .await?;
+            return Ok(answer);
+        }
+        self.check_objects_exist(request).await?;
+        let validator = self.publish_validator(request);
+        self.catalog
+            .publish_commit(intent, request, &validator, self.now_ms(), key)
             .await
     }
 

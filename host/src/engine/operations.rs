@@ -29,7 +29,7 @@
 //! same bytes. A writer may also write the object itself, straight to the store: `begin`
 //! answers the exact header to put before the payload ([`OperationSplit::header_json`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
@@ -49,7 +49,7 @@ use crate::model::{
     StageRequest, StageResult, StageSplit,
 };
 use crate::objects::format::{self, HEADER_FORMAT_VERSION, SplitObjectHeader};
-use crate::objects::{FoundObject, PutOutcome};
+use crate::objects::{PutOutcome, ReadBack};
 use crate::validate;
 
 /// Objects up to this size are uploaded in one put-if-absent, buffered; larger ones stream
@@ -57,6 +57,9 @@ use crate::validate;
 pub const SINGLE_PUT_BYTES: u64 = 8 << 20;
 /// Parts of a multipart upload written at once.
 const PARTS_IN_FLIGHT: usize = 2;
+/// How many times a heartbeat renews a lease whose intent changed phase between its read and
+/// its write (each change is one step of the operation, and there are two).
+const HEARTBEAT_ATTEMPTS: usize = 3;
 
 /// What kind of operation a writer begins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -182,16 +185,35 @@ pub struct OperationSplit {
     /// Whether the object is in place; absent where not looked at (begin).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object: Option<ObjectStatus>,
-    /// Where the store presigns requests (S3): a URL to `PUT` the whole object to (prefix,
-    /// header, payload), straight into the store, instead of uploading it through mend.
-    /// Handed out by begin and by show while the operation can still take objects, for an
-    /// object not in place yet.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub upload_url: Option<String>,
-    /// When `upload_url` stops working: at the operation's lease end, at most an hour on; a
-    /// heartbeat does not extend it (show hands out a fresh one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub upload_url_expires_at_ms: Option<i64>,
+}
+
+/// An object a writer will put straight into the store, through a presigned URL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ObjectToPut {
+    /// The planned split whose object it is.
+    pub split_id: String,
+    /// The sha256 of the whole object the writer will put (prefix, header, payload), 64 hex
+    /// digits (or `sha256:<hex>`): the store refuses any other bytes through the URL.
+    pub object_sha256: String,
+}
+
+/// A presigned URL for one object of an operation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ObjectUploadUrl {
+    /// The split whose object it puts.
+    pub split_id: String,
+    /// The URL to `PUT` the whole object to (prefix, header, payload), with no credentials.
+    pub url: String,
+    /// The headers the `PUT` must carry, exactly these (they are signed): `If-None-Match: *`
+    /// (the store refuses the `PUT` once an object is at the path) and
+    /// `x-amz-checksum-sha256` (the store refuses bytes that do not hash to it).
+    pub headers: BTreeMap<String, String>,
+    /// When the URL stops working: at the operation's lease end, at most an hour on (a
+    /// heartbeat does not extend it; ask again for a fresh one).
+    pub expires_at_ms: i64,
 }
 
 /// An operation as its writer sees it.
@@ -340,6 +362,9 @@ impl Engine {
                         "operation {operation_id} of dataset {dataset_id} was begun with another plan; an operation id names one operation: begin a new one with a new id"
                     )));
                 }
+                if stored.phase == IntentPhase::Abandoned {
+                    return Err(ended(dataset_id, &operation_id));
+                }
                 stored
             }
             None => {
@@ -353,13 +378,26 @@ impl Engine {
                     )
                     .await
                 {
-                    Ok(()) => intent,
+                    Ok(()) => {}
                     // Two copies of the begin at once: the other wrote it; resume as above.
                     Err(MendError::AlreadyExists { .. }) => {
                         return Box::pin(self.begin_pinned(request)).await;
                     }
                     Err(error) => return Err(error),
                 }
+                // An abort that found no trace of the operation recorded itself first, then
+                // looked for its intent: looking for that record after writing the intent,
+                // one of the two always sees the other. Seen here, the begin undoes itself.
+                if self
+                    .catalog
+                    .recorded_request(dataset_id, &step_key(&operation_id, "abort"))
+                    .await?
+                    .is_some()
+                {
+                    self.roll_back_own(&intent).await?;
+                    return Err(ended(dataset_id, &operation_id));
+                }
+                intent
             }
         };
 
@@ -380,42 +418,118 @@ impl Engine {
         if !taken.is_empty() {
             return Err(self.undo_begin(&intent, taken).await);
         }
-        let mut view = self.view(&intent, None, &headers);
-        self.add_upload_urls(&intent, &mut view).await?;
-        Ok(view)
+        // Aborted (or abandoned) while its rows were being staged: the abort removed the rows
+        // it knew of, which may not be these; they are removed here, so nothing of an ended
+        // operation is left staged.
+        let live = self
+            .find_intent(dataset_id, &operation_id)
+            .await?
+            .is_some_and(|now| now.phase != IntentPhase::Abandoned);
+        if !live {
+            // Or published meanwhile, by a copy of this begin whose writer went on.
+            if let Some(published) = self.recorded_publish(dataset_id, &operation_id).await? {
+                return Ok(published_view(dataset_id, &operation_id, published));
+            }
+            self.roll_back_own(&intent).await?;
+            return Err(ended(dataset_id, &operation_id));
+        }
+        Ok(self.view(&intent, None, &headers))
     }
 
-    /// Presigned upload URLs, where the store presigns, for the splits of an operation that
-    /// can still take objects whose object is not known to be in place.
-    async fn add_upload_urls(&self, intent: &Intent, view: &mut OperationView) -> Result<()> {
+    /// Presigned `PUT` URLs for objects of an operation that a writer puts straight into the
+    /// store (S3 and S3-compatible stores; a local directory or memory cannot presign, and
+    /// answers `CapabilityMissing`: upload through mend there). Each URL is signed over
+    /// `If-None-Match: *` and the whole object's sha256 as the writer computed it, so the store
+    /// takes that one object once and nothing else ([`crate::objects::UploadSigner`]). The
+    /// operation must still take objects (armed, its lease not run out); the URLs work until
+    /// its lease ends, at most an hour. Publish still reads every such object back and hashes
+    /// its payload against the plan.
+    #[tracing::instrument(
+        name = "operation_upload_urls",
+        skip_all,
+        err(level = "debug"),
+        fields(dataset_id = %dataset_id, operation_id = %operation_id)
+    )]
+    pub async fn upload_urls(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+        objects: &[ObjectToPut],
+    ) -> Result<Vec<ObjectUploadUrl>> {
+        validate::dataset_id(dataset_id)?;
+        validate::split_id(operation_id)?;
+        // An operation plans at most a stage batch of objects, each once.
+        if objects.len() > self.options.max_stage_batch {
+            return Err(MendError::invalid(format!(
+                "{} objects asked for; an operation plans at most {} (limits.max_stage_batch)",
+                objects.len(),
+                self.options.max_stage_batch
+            )));
+        }
+        let mut digests = Vec::with_capacity(objects.len());
+        let mut seen = BTreeSet::new();
+        for (index, object) in objects.iter().enumerate() {
+            validate::split_id(&object.split_id)?;
+            if !seen.insert(object.split_id.as_str()) {
+                return Err(MendError::invalid(format!(
+                    "objects[{index}]: split {} is asked for twice",
+                    object.split_id
+                )));
+            }
+            digests.push(object_digest(index, &object.object_sha256)?);
+        }
+        if !self.objects.presigns() {
+            return Err(MendError::CapabilityMissing {
+                capability: "objects.presigned-upload".into(),
+                detail: format!(
+                    "the objects store of dataset {dataset_id} cannot presign uploads (a local directory or memory): upload each object through mend instead"
+                ),
+            });
+        }
+        let intent = self.live_intent(dataset_id, operation_id).await?;
         if intent.phase != IntentPhase::Armed {
-            return Ok(());
+            return Err(MendError::failed_precondition(
+                format!("operation {operation_id} confirmed its effects: it takes no new object"),
+                vec![operation_id.to_string()],
+            ));
         }
         let now = self.now_ms();
         let lease_left = intent.lease_expires_at_ms.saturating_sub(now);
         if lease_left <= 0 {
-            return Ok(());
+            return Err(MendError::failed_precondition(
+                format!(
+                    "operation {operation_id}'s lease ran out: send a heartbeat first, then ask again"
+                ),
+                vec![operation_id.to_string()],
+            ));
         }
         let valid_for = std::time::Duration::from_millis(lease_left as u64);
-        for split in &mut view.splits {
-            if split
-                .object
-                .is_some_and(|status| status != ObjectStatus::Missing)
-            {
-                continue;
-            }
-            let Some(signed) = self
+        let mut urls = Vec::with_capacity(objects.len());
+        for (object, digest) in objects.iter().zip(&digests) {
+            if !intent
+                .effects
                 .objects
-                .upload_url(&intent.dataset_id, &split.split_id, valid_for)
+                .iter()
+                .any(|planned| planned.split_id == object.split_id)
+            {
+                return Err(MendError::invalid(format!(
+                    "operation {operation_id} plans no split {}",
+                    object.split_id
+                )));
+            }
+            let signed = self
+                .objects
+                .upload_url(dataset_id, &object.split_id, valid_for, digest)
                 .await?
-            else {
-                return Ok(());
-            };
-            split.upload_url = Some(signed.url);
-            split.upload_url_expires_at_ms =
-                Some(now.saturating_add(signed.valid_for.as_millis() as i64));
+                .expect("the store presigns: checked above");
+            urls.push(ObjectUploadUrl {
+                split_id: object.split_id.clone(),
+                url: signed.signed.url,
+                headers: signed.signed.headers.into_iter().collect(),
+                expires_at_ms: now.saturating_add(signed.valid_for.as_millis() as i64),
+            });
         }
-        Ok(())
+        Ok(urls)
     }
 
     /// A `begin` for an operation whose intent is gone: its answer if it published, or
@@ -660,24 +774,33 @@ impl Engine {
             Some(ms) => bounds::OPERATION_LEASE_MS.check(ms)? as i64,
             None => self.options.intent_lease_ms,
         };
-        let intent = self.live_intent(dataset_id, operation_id).await?;
-        let now = self.now_ms();
-        let renewed = Intent {
-            lease_expires_at_ms: now.saturating_add(lease_ms),
-            updated_at_ms: now,
-            ..intent.clone()
-        };
-        match self.catalog.update_intent(&renewed, intent.phase).await {
-            Ok(()) => Ok(self.view(&renewed, None, &[])),
-            Err(MendError::NotFound { .. }) => self.after_the_end(dataset_id, operation_id).await,
-            Err(error @ MendError::FailedPrecondition { .. }) => {
-                // The intent moved since it was read: recovery abandoned it (its lease ran out
-                // while this request was on its way) or finished it. Answer what it is now.
-                self.live_intent(dataset_id, operation_id).await?;
-                Err(error)
+        // The renewal is conditional on the phase read. A phase that moved since (a publish
+        // confirmed it, recovery or an abort fenced it) refuses it; the heartbeat then reads
+        // the intent again and renews the phase it finds, or answers why it cannot.
+        let mut intent = self.live_intent(dataset_id, operation_id).await?;
+        for _ in 0..HEARTBEAT_ATTEMPTS {
+            let now = self.now_ms();
+            let renewed = Intent {
+                lease_expires_at_ms: now.saturating_add(lease_ms),
+                updated_at_ms: now,
+                ..intent.clone()
+            };
+            match self.catalog.update_intent(&renewed, intent.phase).await {
+                Ok(()) => return Ok(self.view(&renewed, None, &[])),
+                Err(MendError::NotFound { .. }) => {
+                    return self.after_the_end(dataset_id, operation_id).await;
+                }
+                Err(MendError::FailedPrecondition { .. }) => {
+                    intent = self.live_intent(dataset_id, operation_id).await?;
+                }
+                Err(error) => return Err(error),
             }
-            Err(error) => Err(error),
         }
+        Err(MendError::Conflict {
+            message: format!(
+                "operation {operation_id}'s intent changed under {HEARTBEAT_ATTEMPTS} heartbeats in a row; nothing was renewed"
+            ),
+        })
     }
 
     /// Confirms and publishes an operation: every planned object must be in place as planned;
@@ -711,6 +834,29 @@ impl Engine {
         if let Some(published) = self.recorded_publish(dataset_id, operation_id).await? {
             return Ok(published_view(dataset_id, operation_id, published));
         }
+        match self.confirm_and_publish(dataset_id, operation_id).await {
+            // Refused on what it read: recovery (or another replica) may have published the
+            // operation since the record was looked for, after which its checkpoint delta no
+            // longer applies and its intent is gone. A publish that landed answers published,
+            // whatever else moved since.
+            Err(error @ (MendError::FailedPrecondition { .. } | MendError::NotFound { .. })) => {
+                match self.recorded_publish(dataset_id, operation_id).await? {
+                    Some(published) => Ok(published_view(dataset_id, operation_id, published)),
+                    None => Err(error),
+                }
+            }
+            answer => answer,
+        }
+    }
+
+    /// The steps of a publish not recorded yet: check the objects and the delta, confirm the
+    /// intent (`Armed` to `EffectsConfirmed`, one conditional write that an abort's fence
+    /// races), publish under the operation's key, delete the intent.
+    async fn confirm_and_publish(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+    ) -> Result<OperationView> {
         let mut intent = self.live_intent(dataset_id, operation_id).await?;
         // Made sure of here before confirming (read back, or put by this process); an
         // operation confirmed by an earlier publish that died is looked at again by the
@@ -840,28 +986,25 @@ impl Engine {
     ) -> Result<OperationView> {
         validate::dataset_id(dataset_id)?;
         validate::split_id(operation_id)?;
-        let Some(intent) = self.find_intent(dataset_id, operation_id).await? else {
-            if let Some(published) = self.recorded_publish(dataset_id, operation_id).await? {
-                return Err(MendError::failed_precondition(
-                    format!(
-                        "operation {operation_id} published at manifest version {}: it cannot be aborted",
-                        published.manifest_version
-                    ),
-                    vec![operation_id.to_string()],
-                ));
-            }
-            return Ok(ended_view(dataset_id, operation_id));
+        let intent = match self.find_intent(dataset_id, operation_id).await? {
+            Some(intent) => intent,
+            None => match self.end_without_intent(dataset_id, operation_id).await? {
+                Some(answer) => return answer,
+                // No trace of it: the abort is recorded first, so that a begin still on its
+                // way can never start it; a begin that wrote its intent meanwhile is aborted.
+                None => match self.abort_before_begin(dataset_id, operation_id).await? {
+                    Some(intent) => intent,
+                    None => return Ok(ended_view(dataset_id, operation_id)),
+                },
+            },
         };
         if intent.phase == IntentPhase::EffectsConfirmed {
-            return Err(MendError::failed_precondition(
-                format!(
-                    "operation {operation_id} confirmed its effects: it is being published and cannot be aborted"
-                ),
-                vec![operation_id.to_string()],
-            ));
+            return Err(confirmed_cannot_abort(operation_id));
         }
-        // Fenced first: from here its confirm fails, so no publish of it can land while its
-        // rows go (an abort sent again finds it fenced already and goes on).
+        // Fenced first, by one conditional write (`Armed` to `Abandoned`): from here its
+        // confirm fails, so no publish of it can land while its rows go. The publish it races
+        // confirms by the same kind of write, so exactly one of them wins; the loser answers
+        // what the winner did (an abort sent again finds it fenced already and goes on).
         let fenced = self.durably(
             crate::faults::DurableStep::AbandonIntent,
             self.catalog
@@ -869,12 +1012,82 @@ impl Engine {
         );
         match fenced.await {
             Ok(_) => {}
-            Err(MendError::NotFound { .. }) => return Ok(ended_view(dataset_id, operation_id)),
+            // Settled meanwhile: published (by its writer, or rolled forward by recovery), or
+            // ended another way.
+            Err(MendError::NotFound { .. }) => {
+                return match self.end_without_intent(dataset_id, operation_id).await? {
+                    Some(answer) => answer,
+                    None => Ok(ended_view(dataset_id, operation_id)),
+                };
+            }
+            // Confirmed meanwhile: it publishes.
+            Err(error @ MendError::FailedPrecondition { .. }) => {
+                return match self.find_intent(dataset_id, operation_id).await? {
+                    Some(now) if now.phase == IntentPhase::EffectsConfirmed => {
+                        Err(confirmed_cannot_abort(operation_id))
+                    }
+                    Some(_) => Err(error),
+                    None => match self.end_without_intent(dataset_id, operation_id).await? {
+                        Some(answer) => answer,
+                        None => Ok(ended_view(dataset_id, operation_id)),
+                    },
+                };
+            }
             Err(error) => return Err(error),
         }
         self.uploaded.forget(dataset_id, operation_id);
         self.roll_back_own(&intent).await?;
         Ok(ended_view(dataset_id, operation_id))
+    }
+
+    /// What an abort of an operation whose intent is gone answers, from what it left: a 412
+    /// naming its publish if it published, `ended` if it began and ended another way (or an
+    /// abort of it was recorded); `None` if mend has no trace of it.
+    async fn end_without_intent(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+    ) -> Result<Option<Result<OperationView>>> {
+        if let Some(published) = self.recorded_publish(dataset_id, operation_id).await? {
+            return Ok(Some(Err(published_cannot_abort(operation_id, &published))));
+        }
+        let (stage, abort) = (
+            step_key(operation_id, "stage"),
+            step_key(operation_id, "abort"),
+        );
+        if self
+            .catalog
+            .recorded_request(dataset_id, &stage)
+            .await?
+            .is_some()
+            || self
+                .catalog
+                .recorded_request(dataset_id, &abort)
+                .await?
+                .is_some()
+        {
+            return Ok(Some(Ok(ended_view(dataset_id, operation_id))));
+        }
+        Ok(None)
+    }
+
+    /// Records the abort of an operation mend has no trace of, so that a begin of it that
+    /// arrives later is refused as ended, then looks for its intent once more: a begin that
+    /// wrote it in between (it looks for this record after writing its intent, so one of the
+    /// two sees the other) is returned, for the abort to fence.
+    async fn abort_before_begin(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+    ) -> Result<Option<Intent>> {
+        let key = RequestKey::new(step_key(operation_id, "abort"), &operation_id);
+        let record = crate::catalog::RecordedRequest::new(
+            &key,
+            &ended_view(dataset_id, operation_id),
+            self.now_ms(),
+        );
+        self.catalog.record_request(dataset_id, &record).await?;
+        self.find_intent(dataset_id, operation_id).await
     }
 
     /// Undoes what an operation itself did: the rows its begin inserted (as recorded), while
@@ -982,7 +1195,6 @@ impl Engine {
         for (split, planned) in view.splits.iter_mut().zip(&intent.effects.objects) {
             split.object = Some(self.object_status(&intent, planned).await?);
         }
-        self.add_upload_urls(&intent, &mut view).await?;
         let probe = self
             .recover(dataset_id, mend_policy::RecoveryMode::Probe)
             .await?;
@@ -1094,25 +1306,50 @@ impl Engine {
         Ok(header)
     }
 
+    /// Whether a planned object is in place as planned: its header (size, checksum, operation)
+    /// and its payload's bytes, hashed against the planned sha256 as they are read back (the
+    /// header is the writer's claim; a payload of the right size with one byte flipped must
+    /// never be published). An object this process received and hashed itself, or read back
+    /// before, is not read again ([`super::uploaded`]).
     async fn object_status(
         &self,
         intent: &Intent,
         planned: &PlannedObject,
     ) -> Result<ObjectStatus> {
+        let (dataset_id, operation_id) = (&intent.dataset_id, &intent.operation_id);
+        if self.uploaded.holds(
+            dataset_id,
+            operation_id,
+            &planned.split_id,
+            planned.size,
+            &planned.checksum,
+        ) {
+            return Ok(ObjectStatus::Present);
+        }
+        let expected = |header: &SplitObjectHeader, size: u64| {
+            size == planned.size
+                && header.payload_sha256 == planned.checksum
+                && header.operation_id.as_deref() == Some(operation_id.as_str())
+        };
         let found = self
             .objects
-            .inspect(&intent.dataset_id, &planned.split_id)
+            .read_back(dataset_id, &planned.split_id, &expected)
             .await?;
         Ok(match found {
-            FoundObject::Missing => ObjectStatus::Missing,
-            FoundObject::Split { header, size }
-                if size == planned.size
-                    && header.payload_sha256 == planned.checksum
-                    && header.operation_id.as_deref() == Some(intent.operation_id.as_str()) =>
-            {
+            ReadBack::Missing => ObjectStatus::Missing,
+            ReadBack::Intact { .. } => {
+                // Objects are never overwritten (put-if-absent, and presigned URLs carry
+                // `If-None-Match: *`), so hashed once is hashed for good.
+                self.uploaded.remember(
+                    dataset_id,
+                    operation_id,
+                    &planned.split_id,
+                    planned.size,
+                    &planned.checksum,
+                );
                 ObjectStatus::Present
             }
-            _ => ObjectStatus::Different,
+            ReadBack::Damaged { .. } | ReadBack::Other { .. } => ObjectStatus::Different,
         })
     }
 
@@ -1165,8 +1402,6 @@ impl Engine {
                     .to_string(),
                 header_json: serde_json::to_string(header).expect("headers serialise"),
                 object: None,
-                upload_url: None,
-                upload_url_expires_at_ms: None,
             })
             .collect();
         OperationView {
@@ -1330,6 +1565,25 @@ fn ended(dataset_id: &str, operation_id: &str) -> MendError {
     )
 }
 
+fn confirmed_cannot_abort(operation_id: &str) -> MendError {
+    MendError::failed_precondition(
+        format!(
+            "operation {operation_id} confirmed its effects (phase effects_confirmed): it is being published and cannot be aborted"
+        ),
+        vec![operation_id.to_string()],
+    )
+}
+
+fn published_cannot_abort(operation_id: &str, published: &PublishResult) -> MendError {
+    MendError::failed_precondition(
+        format!(
+            "operation {operation_id} published at manifest version {}: it cannot be aborted",
+            published.manifest_version
+        ),
+        vec![operation_id.to_string()],
+    )
+}
+
 fn ended_view(dataset_id: &str, operation_id: &str) -> OperationView {
     OperationView {
         dataset_id: dataset_id.to_string(),
@@ -1356,7 +1610,9 @@ fn status_name(status: ObjectStatus) -> &'static str {
     match status {
         ObjectStatus::Missing => "missing",
         ObjectStatus::Present => "present",
-        ObjectStatus::Different => "different: another size, checksum or operation",
+        ObjectStatus::Different => {
+            "different: another size, checksum or operation, or a payload that does not hash to the planned sha256"
+        }
     }
 }
 
@@ -1374,6 +1630,26 @@ fn payload_size_for(object_size: u64, bare: u64) -> u64 {
         payload = candidate;
     }
     payload
+}
+
+/// The 32 bytes of a whole object's sha256, given as 64 hex digits (or `sha256:<hex>`).
+fn object_digest(index: usize, given: &str) -> Result<[u8; 32]> {
+    let hex = given.strip_prefix("sha256:").unwrap_or(given);
+    let invalid = || {
+        MendError::invalid(format!(
+            "objects[{index}].object_sha256 {:?} is invalid: give the whole object's sha256 as 64 hex digits",
+            validate::truncated(given, 80)
+        ))
+    };
+    if hex.len() != 64 || !hex.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+        return Err(invalid());
+    }
+    let mut digest = [0u8; 32];
+    for (byte, pair) in digest.iter_mut().zip(hex.as_bytes().chunks(2)) {
+        let pair = std::str::from_utf8(pair).map_err(|_| invalid())?;
+        *byte = u8::from_str_radix(pair, 16).map_err(|_| invalid())?;
+    }
+    Ok(digest)
 }
 
 /// `sha256:<hex>` from `sha256:<hex>` or bare hex, lower-cased; refused otherwise.

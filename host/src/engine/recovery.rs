@@ -46,6 +46,21 @@ use crate::validate;
 
 /// How many intents a sweep observes at once.
 const OBSERVE_CONCURRENCY: usize = 16;
+/// How many times a sweep reads what it decides on when the dataset keeps moving meanwhile
+/// ([`Engine::observe`]).
+const OBSERVE_ATTEMPTS: usize = 3;
+
+/// What a sweep read to decide on, as of one manifest version where it could.
+struct Observed {
+    dataset: Dataset,
+    intents: Vec<Intent>,
+    /// Per intent, in order: what is in the store of each object it plans.
+    objects: Vec<Vec<ObjectObservation>>,
+    /// Per intent, in order: whether its objects' payloads were read back and hashed.
+    payloads_read: Vec<bool>,
+    /// The rows of every split an intent touches.
+    rows: Vec<ExistingRow>,
+}
 
 /// What an intent needs, as a probe reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +97,11 @@ pub enum Outcome {
     Executed,
     /// The host refused the decision; nothing was executed.
     Refused(String),
+    /// Another step changed the operation after the sweep observed it (its writer published,
+    /// confirmed, renewed or aborted it; another sweep settled it), so the decision no longer
+    /// applied and nothing was executed: what the reason says happened instead. Not a failure:
+    /// the next sweep decides on what it finds.
+    Overtaken(String),
     /// Execution failed part way; the intent stays for the next sweep.
     Failed(String),
 }
@@ -230,38 +250,15 @@ impl Engine {
     }
 
     async fn sweep_pinned(&self, dataset_id: &str, mode: RecoveryMode) -> Result<RecoveryReport> {
-        let intents = self.catalog.list_intents(dataset_id).await?;
-        let dataset = self.catalog.dataset(dataset_id).await?;
+        let Observed {
+            dataset,
+            intents,
+            objects,
+            payloads_read,
+            rows,
+        } = self.observe(dataset_id, mode).await?;
         let now_ms = self.now_ms();
         let progress = &self.options.progress;
-        progress.begin("observe intents", intents.len());
-        // Observing is reads only, one intent independent of the next: the objects of several
-        // intents at a time (each intent's reads are independent, so whichever finishes first
-        // makes room for the next), while the rows of every intent's splits are read in a few
-        // batched listings rather than one per intent.
-        // The futures are made up front: a stream that maps borrowed intents lazily would make
-        // the sweep's future not `Send` for every lifetime, and so not spawnable.
-        let reading_objects = async {
-            let reads: Vec<_> = intents
-                .iter()
-                .enumerate()
-                .map(|(index, intent)| async move { (index, self.observe_objects(intent).await) })
-                .collect();
-            let mut found: Vec<Option<Vec<ObjectObservation>>> =
-                intents.iter().map(|_| None).collect();
-            let mut reading = futures::stream::iter(reads).buffer_unordered(OBSERVE_CONCURRENCY);
-            let mut done = 0;
-            while let Some((index, objects)) = reading.next().await {
-                found[index] = Some(objects?);
-                done += 1;
-                progress.advance(done);
-            }
-            Ok::<_, MendError>(found)
-        };
-        let (objects, rows) = futures::try_join!(
-            reading_objects,
-            self.states_touched_by(dataset_id, &intents)
-        )?;
         let states: HashMap<&str, SplitState> = rows
             .iter()
             .map(|row| (row.split_id.as_str(), row.state))
@@ -269,12 +266,8 @@ impl Engine {
         let observations: Vec<IntentObservation> = intents
             .iter()
             .zip(objects)
-            .map(|(intent, objects)| {
-                let objects = objects.expect("every intent's objects were read");
-                observation(intent, objects, &dataset, &states, now_ms)
-            })
+            .map(|(intent, objects)| observation(intent, objects, &dataset, &states, now_ms))
             .collect();
-        progress.end();
         let input = RecoveryInput {
             dataset_id: dataset_id.to_string(),
             mode,
@@ -318,7 +311,14 @@ impl Engine {
                 decision: decision.decision,
                 outcome: Outcome::Reported,
             };
-            let reason = refusal(mode, intent, observation, &report.decision, now_ms);
+            let reason = refusal(
+                mode,
+                intent,
+                observation,
+                payloads_read[index],
+                &report.decision,
+                now_ms,
+            );
             let executes = reason.is_none()
                 && !read_only
                 && !matches!(
@@ -365,6 +365,84 @@ impl Engine {
         };
         log_sweep(&report);
         Ok(report)
+    }
+
+    /// What a sweep decides on: the dataset, its intents, their objects and the rows of their
+    /// splits, read as of one manifest version. The reads are several, so a publish landing in
+    /// the middle of them (an operation's writer, another replica) would show the sweep an
+    /// intent from before it and rows or a checkpoint from after it: an operation published a
+    /// moment ago would look blocked ("its publish no longer applies"), or abandoned. The
+    /// manifest version, which every publish, mark and delete moves on, is read before and
+    /// after; if it moved, everything is read again, up to [`OBSERVE_ATTEMPTS`] times (a
+    /// dataset publishing without pause keeps the last reading; every decision still executes
+    /// by conditional writes, so a stale one is refused, never applied).
+    async fn observe(&self, dataset_id: &str, mode: RecoveryMode) -> Result<Observed> {
+        let progress = &self.options.progress;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let dataset = self.catalog.dataset(dataset_id).await?;
+            let intents = self.catalog.list_intents(dataset_id).await?;
+            let read_now = self.now_ms();
+            let payloads_read: Vec<bool> = intents
+                .iter()
+                .map(|intent| payloads_to_read(intent, mode, read_now))
+                .collect();
+            progress.begin("observe intents", intents.len());
+            // Observing is reads only, one intent independent of the next: the objects of
+            // several intents at a time (each intent's reads are independent, so whichever
+            // finishes first makes room for the next), while the rows of every intent's splits
+            // are read in a few batched listings rather than one per intent.
+            // The futures are made up front: a stream that maps borrowed intents lazily would
+            // make the sweep's future not `Send` for every lifetime, and so not spawnable.
+            let reading_objects = async {
+                let reads: Vec<_> = intents
+                    .iter()
+                    .enumerate()
+                    .zip(&payloads_read)
+                    .map(|((index, intent), &read_payloads)| async move {
+                        (index, self.observe_objects(intent, read_payloads).await)
+                    })
+                    .collect();
+                let mut found: Vec<Option<Vec<ObjectObservation>>> =
+                    intents.iter().map(|_| None).collect();
+                let mut reading =
+                    futures::stream::iter(reads).buffer_unordered(OBSERVE_CONCURRENCY);
+                let mut done = 0;
+                while let Some((index, objects)) = reading.next().await {
+                    found[index] = Some(objects?);
+                    done += 1;
+                    progress.advance(done);
+                }
+                Ok::<_, MendError>(
+                    found
+                        .into_iter()
+                        .map(|objects| objects.expect("every intent's objects were read"))
+                        .collect::<Vec<_>>(),
+                )
+            };
+            let (objects, rows) = futures::try_join!(
+                reading_objects,
+                self.states_touched_by(dataset_id, &intents)
+            )?;
+            progress.end();
+            let after = self.catalog.probe_manifest(dataset_id).await?;
+            if after.manifest_version == dataset.manifest_version || attempt >= OBSERVE_ATTEMPTS {
+                return Ok(Observed {
+                    dataset,
+                    intents,
+                    objects,
+                    payloads_read,
+                    rows,
+                });
+            }
+            tracing::debug!(
+                dataset_id,
+                before = dataset.manifest_version,
+                after = after.manifest_version,
+                "the dataset moved while the sweep observed it; observing again"
+            );
+        }
     }
 
     /// The audit record of the decision on the intent at `index` of `sweep`, as `report`
@@ -416,25 +494,64 @@ impl Engine {
     }
 
     /// What is in the store of each object `intent` plans: present, and as planned.
-    async fn observe_objects(&self, intent: &Intent) -> Result<Vec<ObjectObservation>> {
+    /// What is in the store of each object `intent` plans: present, and as planned.
+    ///
+    /// With `read_payloads`, "as planned" is proven: each object is read back and its payload
+    /// hashed against the planned sha256 (an object this process received or read back already
+    /// is not read again). Otherwise its header is compared, which is enough to decide to wait
+    /// or to undo, never to publish: see [`payloads_to_read`].
+    async fn observe_objects(
+        &self,
+        intent: &Intent,
+        read_payloads: bool,
+    ) -> Result<Vec<ObjectObservation>> {
         let mut objects = Vec::with_capacity(intent.effects.objects.len());
         for planned in &intent.effects.objects {
-            // Bytes that are not a split object count as an object, not the one planned.
-            let found = self
-                .objects
-                .inspect(&intent.dataset_id, &planned.split_id)
-                .await?;
             // A reconcile plans objects other operations wrote; every other kind, its own.
             let ours = |header: &crate::objects::format::SplitObjectHeader| {
                 intent.kind == OperationKind::Reconcile
                     || header.operation_id.as_deref() == Some(intent.operation_id.as_str())
             };
-            let matches = found.split().is_some_and(|(header, size)| {
+            let expected = |header: &crate::objects::format::SplitObjectHeader, size: u64| {
                 size == planned.size && header.payload_sha256 == planned.checksum && ours(header)
-            });
+            };
+            let (present, matches) = if !read_payloads {
+                // Bytes that are not a split object count as an object, not the one planned.
+                let found = self
+                    .objects
+                    .inspect(&intent.dataset_id, &planned.split_id)
+                    .await?;
+                let matches = found
+                    .split()
+                    .is_some_and(|(header, size)| expected(header, size));
+                (found != FoundObject::Missing, matches)
+            } else if self.uploaded.holds(
+                &intent.dataset_id,
+                &intent.operation_id,
+                &planned.split_id,
+                planned.size,
+                &planned.checksum,
+            ) {
+                (true, true)
+            } else {
+                let found = self
+                    .objects
+                    .read_back(&intent.dataset_id, &planned.split_id, &expected)
+                    .await?;
+                if found.intact() {
+                    self.uploaded.remember(
+                        &intent.dataset_id,
+                        &intent.operation_id,
+                        &planned.split_id,
+                        planned.size,
+                        &planned.checksum,
+                    );
+                }
+                (found.present(), found.intact())
+            };
             objects.push(ObjectObservation {
                 split_id: planned.split_id.clone(),
-                present: found != FoundObject::Missing,
+                present,
                 matches,
             });
         }
@@ -477,13 +594,17 @@ impl Engine {
                 if let Some(planned) = &intent.effects.publish {
                     let publish = planned.request(&intent.dataset_id, Some(dataset.fencing_epoch));
                     // Recorded as the operation's own publish would be, so that its writer,
-                    // asking again, is answered the result rather than "ended".
+                    // asking again, is answered the result rather than "ended"; and only while
+                    // its intent is there and not fenced, checked in the publish's own atomic
+                    // step: an abort or an abandonment that landed first wins, and this
+                    // roll-forward then publishes nothing.
                     let key = super::operations::publish_key(&intent.operation_id);
                     self.durably(
                         DurableStep::Publish,
-                        self.publish_keyed(&publish, Some(&key)),
+                        self.publish_settling(intent, &publish, &key),
                     )
                     .await?;
+                    return Ok(());
                 }
             }
             // Its splits to mark were read when the intent was created: one touched since is
@@ -717,14 +838,36 @@ fn observation(
 }
 
 /// Why the host refuses a decision, if it does.
+/// Whether a sweep reads back the payloads of `intent`'s objects: an unconfirmed commit's or
+/// merge's, once its owner's lease has run out (or in exclusive mode, which may act on a live
+/// owner's work). Only then may a policy publish it, so only then is the proof worth its cost;
+/// a live writer's objects are not read again by every supervisor round while it works. A
+/// confirmed operation's objects were read (or received) by the publish that confirmed it, and
+/// are never overwritten; a reconcile read its orphans whole when it planned them.
+fn payloads_to_read(intent: &Intent, mode: RecoveryMode, now_ms: i64) -> bool {
+    matches!(intent.kind, OperationKind::Commit | OperationKind::Merge)
+        && intent.phase == IntentPhase::Armed
+        && (mode == RecoveryMode::Exclusive || intent.lease_expires_at_ms <= now_ms)
+}
+
 fn refusal(
     mode: RecoveryMode,
     intent: &Intent,
     observation: &IntentObservation,
+    payloads_read: bool,
     decision: &RecoveryDecision,
     now_ms: i64,
 ) -> Option<String> {
     match decision {
+        RecoveryDecision::RollForward
+            if matches!(intent.kind, OperationKind::Commit | OperationKind::Merge)
+                && intent.phase == IntentPhase::Armed
+                && !payloads_read =>
+        {
+            Some(
+                "its objects' payloads were not read back in this sweep (its owner's lease was live when the sweep looked): an unconfirmed commit is published only once every payload is hashed against its plan; the next sweep reads them".into(),
+            )
+        }
         RecoveryDecision::Abandon(_)
             if !matches!(intent.kind, OperationKind::Commit | OperationKind::Merge) =>
         {
@@ -936,6 +1079,7 @@ mod tests {
                 RecoveryMode::RollForward,
                 intent,
                 &observation(damaged),
+                true,
                 &abandon,
                 now,
             )
@@ -988,5 +1132,69 @@ mod tests {
             }
         }
         assert_eq!(cases.len(), 7);
+    }
+
+    /// An unconfirmed commit or merge is rolled forward only by a sweep that read its payloads
+    /// back; a confirmed one (read when it confirmed) and any other kind need no read.
+    #[test]
+    fn an_unconfirmed_commit_rolls_forward_only_on_payloads_read_back() {
+        let forward = RecoveryDecision::RollForward;
+        let mut intact = observation(true);
+        intact.objects[0].matches = true;
+        let check = |intent: &Intent, payloads_read: bool| {
+            refusal(
+                RecoveryMode::RollForward,
+                intent,
+                &intact,
+                payloads_read,
+                &forward,
+                1_000,
+            )
+        };
+        for kind in [OperationKind::Commit, OperationKind::Merge] {
+            let armed = intent(kind, IntentPhase::Armed, 0);
+            assert_eq!(check(&armed, true), None);
+            assert!(
+                check(&armed, false).is_some_and(|why| why.contains("not read back")),
+                "{kind:?}"
+            );
+            let confirmed = intent(kind, IntentPhase::EffectsConfirmed, 0);
+            assert_eq!(check(&confirmed, false), None);
+        }
+        // Which intents a sweep reads: unconfirmed commits and merges whose lease ran out,
+        // and every one of them in exclusive mode.
+        let read = |kind, phase, lease: i64, mode| {
+            payloads_to_read(&intent(kind, phase, lease), mode, 1_000)
+        };
+        assert!(read(
+            OperationKind::Commit,
+            IntentPhase::Armed,
+            1_000,
+            RecoveryMode::RollForward
+        ));
+        assert!(!read(
+            OperationKind::Commit,
+            IntentPhase::Armed,
+            1_001,
+            RecoveryMode::RollForward
+        ));
+        assert!(read(
+            OperationKind::Merge,
+            IntentPhase::Armed,
+            5_000,
+            RecoveryMode::Exclusive
+        ));
+        assert!(!read(
+            OperationKind::Commit,
+            IntentPhase::EffectsConfirmed,
+            0,
+            RecoveryMode::RollForward
+        ));
+        assert!(!read(
+            OperationKind::Reconcile,
+            IntentPhase::Armed,
+            0,
+            RecoveryMode::Exclusive
+        ));
     }
 }

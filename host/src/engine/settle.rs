@@ -31,8 +31,8 @@ use super::Engine;
 use super::recovery::{IntentReport, Outcome, log_intent, touched_splits};
 use crate::audit::AuditRecord;
 use crate::catalog::settle::MAX_SETTLEMENTS;
-use crate::catalog::{PublishObservation, Settlement};
-use crate::error::Result;
+use crate::catalog::{PublishObservation, Settled, Settlement};
+use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
 use crate::intent::{Intent, OperationKind};
 use crate::invariants;
@@ -207,7 +207,7 @@ impl Engine {
             .own_rows_of_abandonments(sweep, &indices, &mut settlements)
             .await
         {
-            Ok(()) => self.settle(sweep, &settlements).await,
+            Ok(()) => self.settle(sweep, &indices, &settlements).await,
             Err(error) => vec![Outcome::Failed(error.to_string()); settlements.len()],
         };
         // The settled records go with the sweep's next append: the next batch's (or decision's)
@@ -230,9 +230,17 @@ impl Engine {
         Ok(())
     }
 
-    /// Settles `settlements` in one catalog step; if the catalog refuses the batch (which
-    /// then wrote nothing), one at a time. One outcome per settlement.
-    async fn settle(&self, sweep: &Sweep<'_>, settlements: &[Settlement]) -> Vec<Outcome> {
+    /// Settles `settlements` (of the intents at `indices` of the sweep) in one catalog step;
+    /// if the catalog refuses the batch (which then wrote nothing), one at a time. One outcome
+    /// per settlement: `Executed`, or `Overtaken` where another step settled or changed the
+    /// operation after the sweep observed it (the settlement found its intent gone, or was
+    /// refused and the intent is no longer the one observed), or `Failed`.
+    async fn settle(
+        &self,
+        sweep: &Sweep<'_>,
+        indices: &[usize],
+        settlements: &[Settlement],
+    ) -> Vec<Outcome> {
         let policy = self.policy();
         let validator = |request: &PublishRequest, observation: &PublishObservation| {
             let input = super::publish_input(request, observation);
@@ -250,32 +258,107 @@ impl Engine {
                 ),
             )
         };
-        match settle(settlements).await {
-            Ok(_) => vec![Outcome::Executed; settlements.len()],
+        let results: Vec<Result<Option<Settled>>> = match settle(settlements).await {
+            Ok(settled) => settled
+                .into_iter()
+                .map(|settled| Ok(Some(settled)))
+                .collect(),
             // Refused whole, certainly: each on its own, so that one refusal fails only its
             // own decision.
-            Err(error)
-                if settlements.len() > 1
-                    && error.certainly_not_applied()
-                    && !error.is_retryable() =>
-            {
+            Err(error) if error.certainly_not_applied() && !error.is_retryable() => {
+                if settlements.len() == 1 {
+                    return self.outcomes(sweep, indices, vec![Err(error)]).await;
+                }
                 tracing::debug!(
                     %error,
                     settlements = settlements.len(),
                     "the catalog refused a batch of settlements; settling them one at a time"
                 );
-                let mut outcomes = Vec::with_capacity(settlements.len());
+                let mut results = Vec::with_capacity(settlements.len());
                 for settlement in settlements {
-                    outcomes.push(match settle(std::slice::from_ref(settlement)).await {
-                        Ok(_) => Outcome::Executed,
-                        Err(error) => Outcome::Failed(error.to_string()),
-                    });
+                    results.push(
+                        settle(std::slice::from_ref(settlement))
+                            .await
+                            .map(|settled| settled.into_iter().next()),
+                    );
                 }
-                outcomes
+                results
             }
             // The outcome is unknown: the next sweep observes what landed.
-            Err(error) => vec![Outcome::Failed(error.to_string()); settlements.len()],
-        }
+            Err(error) => return vec![Outcome::Failed(error.to_string()); settlements.len()],
+        };
+        self.outcomes(sweep, indices, results).await
+    }
+
+    /// The outcome of each executed decision (of the intents at `indices`), from what its
+    /// execution returned (a settlement's result, or `None` for a decision executed alone):
+    /// `Executed`;
+    /// `Overtaken` when the catalog found its intent gone, or refused it on state and the
+    /// intent is no longer the one the sweep observed (the refusal was another step's win: a
+    /// heartbeat renewed the lease, a publish confirmed it, an abort fenced it, not a failure
+    /// anyone must look at); `Failed` otherwise.
+    pub(super) async fn outcomes(
+        &self,
+        sweep: &Sweep<'_>,
+        indices: &[usize],
+        results: Vec<Result<Option<Settled>>>,
+    ) -> Vec<Outcome> {
+        let lost_on_state = |result: &Result<Option<Settled>>| {
+            matches!(
+                result,
+                Err(MendError::FailedPrecondition { .. } | MendError::NotFound { .. })
+            )
+        };
+        // Read again only when a refusal may have been a lost race; without it (the listing
+        // failed too) the refusals stand as failures.
+        let now = if results.iter().any(lost_on_state) {
+            self.catalog.list_intents(sweep.dataset_id).await.ok()
+        } else {
+            None
+        };
+        indices
+            .iter()
+            .zip(results)
+            .map(|(&index, result)| {
+                let error = match result {
+                    Ok(Some(Settled::Gone)) => {
+                        return Outcome::Overtaken(
+                            "its intent was gone when the sweep executed: the operation was settled another way first (published or aborted by its writer, or settled by another sweep); nothing was written for it".into(),
+                        );
+                    }
+                    Ok(_) => return Outcome::Executed,
+                    Err(error) => error,
+                };
+                let refused_on_state = matches!(
+                    error,
+                    MendError::FailedPrecondition { .. } | MendError::NotFound { .. }
+                );
+                let observed = &sweep.intents[index];
+                let changed = now.as_ref().filter(|_| refused_on_state).and_then(|now| {
+                    match now
+                        .iter()
+                        .find(|intent| intent.operation_id == observed.operation_id)
+                    {
+                        None => Some("its intent is gone".to_string()),
+                        Some(intent) if intent.phase != observed.phase => {
+                            Some(format!("its intent moved to phase {:?}", intent.phase))
+                        }
+                        Some(intent)
+                            if intent.lease_expires_at_ms != observed.lease_expires_at_ms =>
+                        {
+                            Some("its owner renewed its lease".to_string())
+                        }
+                        Some(_) => None,
+                    }
+                });
+                match changed {
+                    Some(changed) => Outcome::Overtaken(format!(
+                        "another step changed the operation after the sweep observed it ({changed}); nothing was executed: {error}"
+                    )),
+                    None => Outcome::Failed(error.to_string()),
+                }
+            })
+            .collect()
     }
 
     /// Fills in the rows each abandonment of the batch marks: the rows its operation planned
@@ -344,18 +427,21 @@ impl Engine {
             self.catalog.append_audit(sweep.dataset_id, &records),
         )
         .await?;
-        report.outcome = match self
+        let executed = self
             .execute(
                 &sweep.intents[index],
                 &report.decision,
                 sweep.dataset,
                 sweep.now_ms,
             )
+            .await;
+        let outcome = self
+            .outcomes(sweep, &[index], vec![executed.map(|()| None)])
             .await
-        {
-            Ok(()) => Outcome::Executed,
-            Err(error) => Outcome::Failed(error.to_string()),
-        };
+            .pop()
+            .expect("one outcome per result");
+        let report = &mut reports[index];
+        report.outcome = outcome;
         log_intent(sweep.mode, report);
         let settled = AuditRecord {
             recorded_at_ms: self.now_ms(),

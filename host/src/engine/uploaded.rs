@@ -86,6 +86,26 @@ impl UploadedObjects {
         }
     }
 
+    /// Whether this process put (or read back) this object of the operation, as planned.
+    pub(crate) fn holds(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+        split_id: &str,
+        size: u64,
+        checksum: &str,
+    ) -> bool {
+        let inner = self.inner.lock().expect("no panic while the lock is held");
+        let key = (dataset_id.to_string(), operation_id.to_string());
+        inner
+            .operations
+            .get(&key)
+            .and_then(|(_, objects)| objects.get(split_id))
+            .is_some_and(|(held_size, held_checksum)| {
+                *held_size == size && held_checksum == checksum
+            })
+    }
+
     /// Whether this process put every object the intent plans, each as planned.
     pub(crate) fn all_in_place(&self, intent: &Intent) -> bool {
         let inner = self.inner.lock().expect("no panic while the lock is held");

@@ -5,6 +5,8 @@
 //! object written by [`SplitObjects::put_split`] embeds its recovery metadata ([`format`](mod@format)).
 
 pub mod format;
+#[cfg(feature = "s3")]
+pub mod presign;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,6 +72,48 @@ impl FoundObject {
     }
 }
 
+/// What [`SplitObjects::read_back`] found at a split's path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadBack {
+    /// No object is at the path.
+    Missing,
+    /// Not the object expected: bytes that are not a split object, or a split object whose
+    /// header or size is not the one expected. Its payload was not read.
+    Other {
+        /// What is there.
+        found: FoundObject,
+    },
+    /// The header and size expected, but the payload's bytes are not what the header says:
+    /// another size, or bytes that do not hash to its sha256.
+    Damaged {
+        /// The header it carries.
+        header: format::SplitObjectHeader,
+        /// The object's size, header included.
+        size: u64,
+        /// How many payload bytes were read.
+        payload_bytes: u64,
+    },
+    /// The object expected, every payload byte hashed to the sha256 its header records.
+    Intact {
+        /// The header it carries.
+        header: format::SplitObjectHeader,
+        /// The object's size, header included.
+        size: u64,
+    },
+}
+
+impl ReadBack {
+    /// Whether the object is there, whatever it is.
+    pub fn present(&self) -> bool {
+        !matches!(self, ReadBack::Missing)
+    }
+
+    /// Whether it is the object expected, its payload hashed as its header says.
+    pub fn intact(&self) -> bool {
+        matches!(self, ReadBack::Intact { .. })
+    }
+}
+
 /// What a put-if-absent of an object did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PutOutcome {
@@ -82,32 +126,37 @@ pub enum PutOutcome {
 /// The longest a presigned upload URL is valid, whatever the operation's lease.
 pub const MAX_UPLOAD_URL_VALIDITY: Duration = Duration::from_secs(60 * 60);
 
-/// What presigns uploads for a store that can (S3's client, with the `s3` feature): a URL
-/// that lets whoever holds it `PUT` one path without credentials until it expires.
+/// What presigns uploads for a store that can (S3's client, with the `s3` feature:
+/// `presign::S3UploadSigner`): a URL that lets whoever holds it `PUT` one object to one path
+/// without credentials until it expires, and nothing else.
 #[async_trait::async_trait]
 pub trait UploadSigner: Send + Sync + std::fmt::Debug {
-    /// A presigned `PUT` URL for `path`, valid for `valid_for`.
-    async fn upload_url(&self, path: &Path, valid_for: Duration) -> Result<String>;
+    /// A presigned `PUT` URL for `path`, valid for `valid_for`, that the store honours only for
+    /// a body whose sha256 is `object_sha256` and only while nothing is at `path`; with the
+    /// headers the writer must send.
+    async fn upload_url(
+        &self,
+        path: &Path,
+        valid_for: Duration,
+        object_sha256: &[u8; 32],
+    ) -> Result<SignedUpload>;
 }
 
-#[cfg(feature = "s3")]
-#[async_trait::async_trait]
-impl UploadSigner for object_store::aws::AmazonS3 {
-    async fn upload_url(&self, path: &Path, valid_for: Duration) -> Result<String> {
-        use object_store::signer::Signer;
-        let url = self
-            .signed_url(http::Method::PUT, path, valid_for)
-            .await
-            .map_err(|error| MendError::unavailable(format!("presign {path}"), error))?;
-        Ok(url.to_string())
-    }
+/// A presigned `PUT`: the URL, and the headers the request must carry, exactly (they are
+/// signed: a request without them, or with other values, is refused by the store).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignedUpload {
+    /// The URL to `PUT` the whole object to.
+    pub url: String,
+    /// The headers to send with it, names as the store spells them.
+    pub headers: Vec<(String, String)>,
 }
 
 /// A URL a writer can `PUT` one split object to, straight into the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UploadUrl {
-    /// The URL to `PUT` the whole object to.
-    pub url: String,
+    /// The URL and the headers the `PUT` must carry.
+    pub signed: SignedUpload,
     /// How long it works, from when it was made.
     pub valid_for: Duration,
 }
@@ -140,27 +189,32 @@ impl SplitObjects {
         }
     }
 
-    /// A presigned `PUT` URL for a split's object, valid for `valid_for` (at most
-    /// [`MAX_UPLOAD_URL_VALIDITY`]); `None` where the store cannot presign (a local directory,
-    /// memory).
+    /// A presigned `PUT` URL for a split's object whose whole bytes (prefix, header, payload)
+    /// hash to `object_sha256`, valid for `valid_for` (at most [`MAX_UPLOAD_URL_VALIDITY`]);
+    /// `None` where the store cannot presign (a local directory, memory).
     ///
-    /// The URL lets its holder put that one path until it expires, and cannot carry
-    /// put-if-absent (the signature covers no conditional header), so the writer is trusted
-    /// with it as with a lease: publish checks the object it finds (size, checksum and
-    /// operation in its header).
+    /// The store honours it once, for that object only: its signature covers
+    /// `If-None-Match: *` and the object's `x-amz-checksum-sha256` (module `presign`), so nothing
+    /// can replace the object once it is there, and no other bytes can be put through it.
     pub async fn upload_url(
         &self,
         dataset_id: &str,
         split_id: &str,
         valid_for: Duration,
+        object_sha256: &[u8; 32],
     ) -> Result<Option<UploadUrl>> {
         let Some(signer) = &self.signer else {
             return Ok(None);
         };
         let valid_for = valid_for.clamp(Duration::from_secs(1), MAX_UPLOAD_URL_VALIDITY);
         let path = self.path(dataset_id, split_id);
-        let url = signer.upload_url(&path, valid_for).await?;
-        Ok(Some(UploadUrl { url, valid_for }))
+        let signed = signer.upload_url(&path, valid_for, object_sha256).await?;
+        Ok(Some(UploadUrl { signed, valid_for }))
+    }
+
+    /// Whether the store presigns upload URLs.
+    pub fn presigns(&self) -> bool {
+        self.signer.is_some()
     }
 
     /// The store the objects live in, and the prefix under it.
@@ -365,32 +419,118 @@ impl SplitObjects {
         Ok(objects)
     }
 
-    /// A split's whole object: its decoded header, and whether its payload has the size and
-    /// checksum the header records; `None` if there is no object. An object whose header
-    /// cannot be read is `Corrupt`.
+    /// Reads a split's object back whole, as a stream: its header, then every byte of its
+    /// payload hashed (at most the header and one chunk in memory, whatever the object's
+    /// size). `expected` is asked about the header and the object's whole size first; an
+    /// object it does not expect is answered [`ReadBack::Other`] without reading its payload.
+    ///
+    /// This is how mend knows a payload it did not receive itself: a header is a claim made by
+    /// whoever wrote the object, and only the bytes hashed against it are proof.
+    pub async fn read_back(
+        &self,
+        dataset_id: &str,
+        split_id: &str,
+        expected: &(dyn Fn(&format::SplitObjectHeader, u64) -> bool + Send + Sync),
+    ) -> Result<ReadBack> {
+        use futures::StreamExt;
+        use sha2::{Digest, Sha256};
+
+        let path = self.path(dataset_id, split_id);
+        let unavailable = |error| MendError::unavailable(format!("read {path}"), error);
+        let found = match self.store.get(&path).await {
+            Ok(found) => found,
+            Err(object_store::Error::NotFound { .. }) => return Ok(ReadBack::Missing),
+            Err(error) => return Err(unavailable(error)),
+        };
+        let size = found.meta.size;
+        let mut chunks = found.into_stream();
+        // The prefix and the header, gathered from however many chunks they span (a header is
+        // at most `MAX_HEADER_LEN`, checked before it is gathered).
+        let mut head = Vec::new();
+        let mut header_end = None;
+        let mut hasher = Sha256::new();
+        let mut payload_bytes: u64 = 0;
+        let not_a_split = |message: String| ReadBack::Other {
+            found: FoundObject::NotASplitObject { message },
+        };
+        let mut header = None;
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(unavailable)?;
+            let mut rest = &chunk[..];
+            if header.is_none() {
+                let wanted = header_end.unwrap_or(format::PREFIX_LEN);
+                let take = rest.len().min(wanted - head.len());
+                head.extend_from_slice(&rest[..take]);
+                rest = &rest[take..];
+                if head.len() == format::PREFIX_LEN && header_end.is_none() {
+                    let len = match format::header_len(&head) {
+                        Ok(len) => len as usize,
+                        Err(error) => return Ok(not_a_split(error.to_string())),
+                    };
+                    header_end = Some(format::PREFIX_LEN + len);
+                    let take = rest.len().min(len);
+                    head.extend_from_slice(&rest[..take]);
+                    rest = &rest[take..];
+                }
+                if header_end == Some(head.len()) {
+                    let decoded = match format::decode_header(&head[format::PREFIX_LEN..]) {
+                        Ok(decoded) => decoded,
+                        Err(MendError::Corrupt { message }) => return Ok(not_a_split(message)),
+                        Err(error) => return Err(error),
+                    };
+                    if !expected(&decoded, size) {
+                        return Ok(ReadBack::Other {
+                            found: FoundObject::Split {
+                                header: decoded,
+                                size,
+                            },
+                        });
+                    }
+                    header = Some(decoded);
+                }
+            }
+            hasher.update(rest);
+            payload_bytes += rest.len() as u64;
+        }
+        let Some(header) = header else {
+            return Ok(not_a_split(format!(
+                "{path} is {size} bytes, shorter than a split object's prefix and header"
+            )));
+        };
+        let digest = hasher.finalize();
+        let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+        let intact = payload_bytes == header.payload_size
+            && format!("sha256:{hex}") == header.payload_sha256;
+        Ok(if intact {
+            ReadBack::Intact { header, size }
+        } else {
+            ReadBack::Damaged {
+                header,
+                size,
+                payload_bytes,
+            }
+        })
+    }
+
+    /// A split's whole object, read back as [`read_back`](Self::read_back) reads it: its
+    /// decoded header, and whether its payload has the size and checksum the header records;
+    /// `None` if there is no object. Bytes that are not a split object are `Corrupt`.
     pub async fn read_split(
         &self,
         dataset_id: &str,
         split_id: &str,
     ) -> Result<Option<(format::SplitObjectHeader, bool)>> {
-        let path = self.path(dataset_id, split_id);
-        let unavailable = |error| MendError::unavailable(format!("read {path}"), error);
-        let bytes = match self.store.get(&path).await {
-            Ok(found) => found.bytes().await.map_err(unavailable)?,
-            Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(error) => return Err(unavailable(error)),
-        };
-        let header_end = format::PREFIX_LEN + format::header_len(&bytes)? as usize;
-        let header =
-            format::decode_header(bytes.get(format::PREFIX_LEN..header_end).ok_or_else(|| {
-                MendError::Corrupt {
-                    message: format!("{path} is shorter than its header"),
-                }
-            })?)?;
-        let payload = &bytes[header_end..];
-        let intact = payload.len() as u64 == header.payload_size
-            && format::sha256(payload) == header.payload_sha256;
-        Ok(Some((header, intact)))
+        match self.read_back(dataset_id, split_id, &|_, _| true).await? {
+            ReadBack::Missing => Ok(None),
+            ReadBack::Intact { header, .. } => Ok(Some((header, true))),
+            ReadBack::Damaged { header, .. } => Ok(Some((header, false))),
+            ReadBack::Other {
+                found: FoundObject::NotASplitObject { message },
+            } => Err(MendError::Corrupt { message }),
+            ReadBack::Other { found } => Err(MendError::Corrupt {
+                message: format!("{split_id}: an unexpected object: {found:?}"),
+            }),
+        }
     }
 
     /// Deletes a split's object; an object already gone is fine.

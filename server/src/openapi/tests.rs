@@ -933,6 +933,14 @@ async fn openapi_every_answer_of_a_session_is_what_its_route_documents() {
             200,
         ),
         Step::new(M::POST, "/v1/datasets/{dataset}/operations", 200).json(planned("op2", "s3")),
+        // The session's store is in memory, which presigns nothing.
+        Step::new(
+            M::POST,
+            "/v1/datasets/{dataset}/operations/{operation}/upload-urls",
+            422,
+        )
+        .uri("/v1/datasets/d1/operations/op2/upload-urls")
+        .json(json!({"objects": [{"split_id": "s3", "object_sha256": "ab".repeat(32)}]})),
         Step::new(
             M::POST,
             "/v1/datasets/{dataset}/operations/{operation}/abort",
@@ -951,6 +959,8 @@ async fn openapi_every_answer_of_a_session_is_what_its_route_documents() {
             .json(json!({"mode": "exclusive"}))
             .admin(),
         Step::new(M::GET, "/v1/datasets/{dataset}/verify", 200),
+        Step::new(M::GET, "/v1/datasets/{dataset}/verify", 200)
+            .uri("/v1/datasets/d1/verify?deep=true"),
         Step::new(M::GET, "/v1/status", 200),
         Step::new(M::GET, "/v1/fleet", 200),
         Step::new(M::GET, "/v1/policy", 200),

@@ -86,7 +86,8 @@ fn open_store_and_signer(url: &str) -> Result<OpenedStore> {
                     MendError::invalid(format!("catalog url {url}: cannot configure s3: {err}"))
                 })?;
             let store = Arc::new(store);
-            Ok((store.clone(), url_prefix(&parsed)?, Some(store)))
+            let signer = Arc::new(crate::objects::presign::S3UploadSigner::new(store.clone()));
+            Ok((store, url_prefix(&parsed)?, Some(signer)))
         }
         #[cfg(not(feature = "s3"))]
         "s3" => Err(MendError::invalid(format!(

@@ -1,0 +1,56 @@
+"""moto's S3 server, with each write request handled whole before the next one starts.
+
+moto checks a conditional PUT (`If-None-Match: *`, `If-Match`) and then writes, without a lock,
+on a threaded server: two racing conditional writes of one key can both pass the check and
+both answer 200, the second overwriting the first. Real S3 decides a conditional write
+atomically, and mend's object-storage catalog relies on that (each commit is a put-if-absent of
+the log's next version). So this runs moto's own application behind one lock for the requests
+that write (PUT, POST, DELETE); reads still run concurrently. Run by scripts/with-s3:
+
+    python moto-server.py HOST PORT
+"""
+
+import os
+import sys
+import threading
+
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
+from werkzeug.serving import run_simple
+
+WRITES = {"PUT", "POST", "DELETE"}
+
+
+class WritesOneAtATime:
+    def __init__(self, app):
+        self.app = app
+        self.lock = threading.Lock()
+
+    def __call__(self, environ, start_response):
+        if environ.get("REQUEST_METHOD") not in WRITES:
+            return self.app(environ, start_response)
+        with self.lock:
+            # The whole answer is produced under the lock: moto decides and writes while the
+            # body of its response is built.
+            return list(self.app(environ, start_response))
+
+
+def main():
+    host, port = sys.argv[1], int(sys.argv[2])
+    # moto builds the URLs it answers (presigned, multipart) from it, as its own server does.
+    os.environ.setdefault("MOTO_PORT", str(port))
+    app = DomainDispatcherApplication(create_backend_app)
+    run_simple(
+        host,
+        port,
+        WritesOneAtATime(app),
+        threaded=True,
+        request_handler=MotoRequestHandler,
+    )
+
+
+if __name__ == "__main__":
+    main()
