@@ -22,6 +22,7 @@ from moto.moto_server.werkzeug_app import (
 from werkzeug.serving import run_simple
 
 WRITES = {"PUT", "POST", "DELETE"}
+MARKER = "x-mend-test-server"
 
 
 class WritesOneAtATime:
@@ -30,12 +31,16 @@ class WritesOneAtATime:
         self.lock = threading.Lock()
 
     def __call__(self, environ, start_response):
+        def marked(status, headers, exc_info=None):
+            # Tells a test that it talks to this server, not to moto's own.
+            return start_response(status, headers + [(MARKER, "writes-one-at-a-time")], exc_info)
+
         if environ.get("REQUEST_METHOD") not in WRITES:
-            return self.app(environ, start_response)
+            return self.app(environ, marked)
         with self.lock:
             # The whole answer is produced under the lock: moto decides and writes while the
             # body of its response is built.
-            return list(self.app(environ, start_response))
+            return list(self.app(environ, marked))
 
 
 def main():

@@ -38,10 +38,9 @@ pub(super) use super::body::parse;
 use super::errors::{ErrorBody, ErrorCode};
 use super::limits::{BodyLimit, read_body};
 use super::openapi::{
-    VerifyQuery,
     self, BadRequest, Conflict, DatasetPath, IdempotencyKey, InternalError, ListSplitsQuery,
     NotFound, PayloadTooLarge, PreconditionFailed, RequestTimeout, Unauthorized, Unavailable,
-    Unprocessable,
+    Unprocessable, VerifyQuery,
 };
 use super::operations;
 use super::writes::{Refused, WriteTicket, Writes};

@@ -18,7 +18,14 @@
 //!   [`CONCURRENCY`] puts at once: no HTTP to mend, no checksum, no catalog. Each iteration's
 //!   objects are deleted after it, untimed, so that the runs do not fill the disk or moto.
 //!
-//! It prints both throughputs and the ratio mend/floor (target >= 0.8) from criterion's
+//! - `direct`: the same commit with each object put straight into the store by the client (as
+//!   a writer with credentials, or through a presigned URL, does): `begin`, [`CONCURRENCY`]
+//!   puts at once of the whole object (prefix, the header `begin` answered, payload), then
+//!   `publish`, which reads every object back and hashes its payload against the plan: mend
+//!   did not receive those bytes, and a header is only a claim. Its publish step against
+//!   `mend`'s is what the read-back costs.
+//!
+//! It prints the throughputs and the ratios mend/floor (target >= 0.8) and direct/floor from criterion's
 //! estimates; beside them, not criterion's: each step's median time over the commits criterion
 //! ran, the CPU time the server and this process (the client) used per commit against what the
 //! cores had in that time, and the server's peak resident memory (`VmHWM` of
@@ -85,13 +92,18 @@ fn main() {
     let floor_dir = tempfile::tempdir().unwrap();
     let local: Arc<dyn ObjectStore> =
         Arc::new(object_store::local::LocalFileSystem::new_with_prefix(floor_dir.path()).unwrap());
+    let objects_dir = tempfile::tempdir().unwrap();
+    let direct: Arc<dyn ObjectStore> = Arc::new(
+        object_store::local::LocalFileSystem::new_with_prefix(objects_dir.path()).unwrap(),
+    );
     measure(
         &mut bench,
         Store {
             name: "local-directory",
             what: "objects in a local directory",
-            objects_url: None,
+            objects_url: Some(format!("file://{}", objects_dir.path().display())),
             floor: local,
+            direct,
             measurement: Duration::from_secs(2),
         },
         &payloads,
@@ -106,9 +118,14 @@ fn main() {
             .with_bucket_name(bucket)
             .build()
             .unwrap();
+        let s3: Arc<dyn ObjectStore> = Arc::new(s3);
         let floor: Arc<dyn ObjectStore> = Arc::new(object_store::prefix::PrefixStore::new(
-            s3,
+            s3.clone(),
             format!("{prefix}/floor"),
+        ));
+        let direct: Arc<dyn ObjectStore> = Arc::new(object_store::prefix::PrefixStore::new(
+            s3,
+            format!("{prefix}/mend"),
         ));
         measure(
             &mut bench,
@@ -117,6 +134,7 @@ fn main() {
                 what: "objects on the S3-compatible server (MEND_TEST_S3_URL)",
                 objects_url: Some(format!("{}/{prefix}/mend", url.trim_end_matches('/'))),
                 floor,
+                direct,
                 // A commit takes about 0.45 s on moto: two per sample.
                 measurement: Duration::from_secs(6),
             },
@@ -138,6 +156,8 @@ struct Store {
     objects_url: Option<String>,
     /// The floor's store.
     floor: Arc<dyn ObjectStore>,
+    /// The store the server's objects are in, for a writer putting them itself.
+    direct: Arc<dyn ObjectStore>,
     /// Criterion's measurement time for each function.
     measurement: Duration,
 }
@@ -180,6 +200,21 @@ fn measure(bench: &mut Bench, store: Store, payloads: &[Bytes]) {
             took
         })
     });
+    let direct_store = store.direct.clone();
+    let mut directs: Vec<Steps> = Vec::new();
+    group.bench("direct", |b| {
+        b.iter_custom(|iters| {
+            let mut took = Duration::ZERO;
+            for _ in 0..iters {
+                let run = format!("run{}", runs.fetch_add(1, Ordering::Relaxed));
+                let steps =
+                    runtime.block_on(server.commit_direct(&*direct_store, "bench", &run, payloads));
+                took += steps.total();
+                directs.push(steps);
+            }
+            took
+        })
+    });
     group.bench("floor", |b| {
         b.iter_custom(|iters| {
             let mut took = Duration::ZERO;
@@ -191,10 +226,13 @@ fn measure(bench: &mut Bench, store: Store, payloads: &[Bytes]) {
         })
     });
     let median_steps = Steps::medians(&commits);
+    let direct_steps = Steps::medians(&directs);
     let mib = mib(payloads.len() * SPLIT_BYTES);
     group.finish().report(|times| {
-        let (mend, floor) = (times["mend"], times["floor"]);
+        let (mend, floor, direct) = (times["mend"], times["floor"], times["direct"]);
         let (mend_rate, floor_rate) = (mib / mend.as_secs_f64(), mib / floor.as_secs_f64());
+        let direct_rate = mib / direct.as_secs_f64();
+        let read_back = direct_steps.publish.saturating_sub(median_steps.publish);
         vec![
             format!("{}:", store.what),
             format!(
@@ -210,10 +248,36 @@ fn measure(bench: &mut Bench, store: Store, payloads: &[Bytes]) {
                 "  floor (the same puts straight to the store)      : {:7.1} ms, {floor_rate:7.1} MiB/s",
                 millis(floor)
             ),
+            format!(
+                "  direct puts, then publish reading each back     : {:7.1} ms, {direct_rate:7.1} MiB/s \
+                 (medians of its {} commits: begin {:.1} ms, puts {:.1} ms, publish {:.1} ms)",
+                millis(direct),
+                directs.len(),
+                millis(direct_steps.begin),
+                millis(direct_steps.uploads),
+                millis(direct_steps.publish)
+            ),
             format!("  mend/floor = {:.2} (target >= 0.8)", mend_rate / floor_rate),
+            format!(
+                "  direct/floor = {:.2}; the read-back (publish of direct puts less publish of \
+                 uploads through mend) {:.1} ms for {} MiB, {:.0} MiB/s",
+                direct_rate / floor_rate,
+                millis(read_back),
+                mib,
+                mib / read_back.as_secs_f64().max(1e-9)
+            ),
         ]
     });
     let after_commits_hwm = server.peak_resident_kib();
+
+    // A deep verify of a dataset holding one commit: every object read back and hashed.
+    server.call("POST", "/v1/datasets", &json!({"dataset_id": "deep"}));
+    server.commit("deep", "verified", payloads);
+    let started = Instant::now();
+    let verified = server.call("GET", "/v1/datasets/deep/verify?deep=true", &Value::Null);
+    let deep_took = started.elapsed();
+    assert_eq!(verified["payloads_hashed"], payloads.len(), "{verified}");
+    assert_eq!(verified["violations"], json!([]), "{verified}");
 
     let large = vec![payload(SPLITS, LARGE_OBJECT_MIB << 20)];
     let large_took = server.commit("bench", "large", &large);
@@ -229,6 +293,14 @@ fn measure(bench: &mut Bench, store: Store, payloads: &[Bytes]) {
         millis(client_cpu / count),
         cores as f64 * millis(wall),
         millis(wall),
+    ));
+    let hashed = verified["bytes_hashed"].as_u64().unwrap_or_default() as usize;
+    bench.report(format!(
+        "  a deep verify of {} objects ({:.1} MiB), each read back and hashed: {:.1} ms, {:.1} MiB/s (one timed run)",
+        payloads.len(),
+        mib(hashed),
+        millis(deep_took),
+        mib(hashed) / deep_took.as_secs_f64()
     ));
     bench.report(format!(
         "  one commit of a single {LARGE_OBJECT_MIB} MiB object: {:.1} ms, {:.1} MiB/s (one timed run)",
@@ -457,6 +529,60 @@ impl Server {
                 });
             }
         });
+        let uploads = started.elapsed() - begin;
+        let published = self.call("POST", &format!("{operation}/publish"), &Value::Null);
+        assert_eq!(published["phase"], "published", "{published}");
+        Steps {
+            begin,
+            uploads,
+            publish: started.elapsed() - begin - uploads,
+        }
+    }
+
+    /// One commit of `payloads` whose objects the client puts itself into `objects` (the
+    /// server's objects store), [`CONCURRENCY`] at once; how long each step took.
+    async fn commit_direct(
+        &self,
+        objects: &dyn ObjectStore,
+        dataset: &str,
+        run: &str,
+        payloads: &[Bytes],
+    ) -> Steps {
+        let split_id = |n: usize| format!("{run}-split-{n:03}");
+        let splits: Vec<Value> = payloads
+            .iter()
+            .enumerate()
+            .map(|(n, bytes)| {
+                json!({"split_id": split_id(n), "metadata_json": "{\"num_docs\": 1000}",
+                       "size": bytes.len(), "sha256": sha256_hex(bytes)})
+            })
+            .collect();
+        let operation = format!("/v1/datasets/{dataset}/operations/{run}");
+        let started = Instant::now();
+        let begun = self.call(
+            "POST",
+            &format!("/v1/datasets/{dataset}/operations"),
+            &json!({"operation_id": run, "kind": "commit", "node": "bench", "splits": splits}),
+        );
+        let begin = started.elapsed();
+        let planned = begun["splits"].as_array().unwrap().clone();
+        futures::stream::iter(planned.iter().zip(payloads))
+            .map(|(split, payload)| async move {
+                let header = split["header_json"].as_str().unwrap().as_bytes();
+                let mut object = Vec::with_capacity(12 + header.len() + payload.len());
+                object.extend_from_slice(b"MENDSPL1");
+                object.extend_from_slice(&(header.len() as u32).to_le_bytes());
+                object.extend_from_slice(header);
+                object.extend_from_slice(payload);
+                let path = object_store::path::Path::from(split["object_path"].as_str().unwrap());
+                objects
+                    .put_opts(&path, object.into(), object_store::PutMode::Create.into())
+                    .await
+                    .unwrap();
+            })
+            .buffer_unordered(concurrency())
+            .collect::<Vec<()>>()
+            .await;
         let uploads = started.elapsed() - begin;
         let published = self.call("POST", &format!("{operation}/publish"), &Value::Null);
         assert_eq!(published["phase"], "published", "{published}");

@@ -569,9 +569,9 @@ async fn settle_leftover(race: Race, writer: &Engine, dataset_id: &str, operatio
         });
     if in_flight
         && writer
-        .publish_operation(dataset_id, operation_id)
-        .await
-        .is_err()
+            .publish_operation(dataset_id, operation_id)
+            .await
+            .is_err()
     {
         writer
             .abort_operation(dataset_id, operation_id)

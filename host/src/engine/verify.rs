@@ -172,7 +172,11 @@ impl Engine {
                 if let Some(message) = problem {
                     // A damaged published split breaks invariant 1: its object is not there
                     // as published.
-                    let invariant = if published.contains(split_id.as_str()) { 1 } else { 0 };
+                    let invariant = if published.contains(split_id.as_str()) {
+                        1
+                    } else {
+                        0
+                    };
                     violations.push(Violation {
                         invariant,
                         split_id,
@@ -238,7 +242,10 @@ fn header_problem(
     uid: &str,
 ) -> Option<String> {
     if header.split_id != split_id {
-        Some(format!("the object's header names split {}", header.split_id))
+        Some(format!(
+            "the object's header names split {}",
+            header.split_id
+        ))
     } else if header.dataset_uid != uid {
         Some(format!(
             "the object belongs to another incarnation of the dataset (uid {})",
