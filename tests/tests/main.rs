@@ -5,6 +5,7 @@
 
 mod abandonment;
 mod capabilities;
+mod checkpoint_bounds;
 mod component;
 mod conformance;
 mod crash_commit;
@@ -20,6 +21,7 @@ mod idempotency;
 mod js_policy;
 mod live_handles;
 mod mixed_versions;
+mod nul_characters;
 mod object_store_writers;
 mod operations;
 mod pending_discovery;
