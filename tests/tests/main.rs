@@ -20,6 +20,7 @@ mod hostile_policy;
 mod idempotency;
 mod js_policy;
 mod live_handles;
+mod manifests;
 mod mixed_versions;
 mod nul_characters;
 mod object_store_writers;
