@@ -14,6 +14,7 @@ mod external_writers;
 mod fleet;
 mod logs;
 mod policy_new;
+mod postgres_notices;
 mod server;
 mod server_boundary;
 mod server_idempotency;
