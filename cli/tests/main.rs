@@ -12,6 +12,7 @@ mod cli_output;
 mod demo;
 mod external_writers;
 mod fleet;
+mod hints;
 mod logs;
 mod policy_new;
 mod postgres_notices;
