@@ -19,4 +19,5 @@ mod postgres_notices;
 mod server;
 mod server_boundary;
 mod server_idempotency;
+mod server_json_body;
 mod server_limits;

@@ -110,6 +110,11 @@ pub const SERVE_MAX_QUEUED_WRITES_PER_DATASET: Bound =
 /// Bytes of a policy component (or scenarios file) an admin request may upload or name.
 pub const SERVE_MAX_ADMIN_COMPONENT_BYTES: Bound =
     Bound::new("serve.max_admin_component_bytes", 1024, 1 << 30);
+/// Bytes of one JSON request body of the server (every route but the uploads). Its default
+/// holds the largest legal request under the default `limits.*`; `mend serve` refuses to start
+/// with a cap that cannot hold the largest request its `limits.*` allow.
+pub const SERVE_MAX_JSON_BODY_BYTES: Bound =
+    Bound::new("serve.max_json_body_bytes", 1 << 20, 1 << 30);
 /// Recorded decisions a policy replay reads per dataset.
 pub const REPLAY_RECORDS: Bound = Bound::new("records", 1, 100_000);
 /// Entries of a dataset's `policy_params`.
