@@ -365,7 +365,7 @@ fn a_body_one_byte_over_the_cap_is_refused_naming_it_and_nothing_is_applied() {
     // Content-Length (refused before a byte of it is read), and sent chunked (refused when the
     // byte past the cap arrives).
     let mut body =
-        format!(r#"{{"mode":"create-only","splits":[{{"split_id":"over","metadata":{{}}}}]}}"#);
+        r#"{"mode":"create-only","splits":[{"split_id":"over","metadata":{}}]}"#.to_owned();
     body.push_str(&" ".repeat(cap + 1 - body.len()));
     assert_eq!(body.len(), cap + 1);
     let declared = request_bytes("POST", &path, "application/json", None, body.as_bytes());
