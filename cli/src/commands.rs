@@ -505,9 +505,9 @@ async fn status(engine: &Engine, settings: &Settings, json: bool) -> anyhow::Res
                     "dataset {}: manifest {manifest_version}, config {config_version}, fencing epoch {fencing_epoch}, {pending_intents} pending intent(s){owner}{}",
                     dataset.dataset_id,
                     if *pending_intents > 0 {
-                        " (see `mend recover DATASET --mode probe`)"
+                        format!(" (see `mend recover {} --mode probe`)", dataset.dataset_id)
                     } else {
-                        ""
+                        String::new()
                     }
                 ),
                 DatasetState::Unreadable { unreadable } => format!(

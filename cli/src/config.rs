@@ -66,6 +66,14 @@ pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::ne
 pub const DEFAULT_SUPERVISOR_INTERVAL: Duration = Duration::from_secs(1);
 pub const DEFAULT_SUPERVISOR_MAX_BACKOFF: Duration = Duration::from_secs(60);
 pub const DEFAULT_SUPERVISOR_FULL_SCAN_EVERY: usize = 300;
+/// The default of `limits.max_stage_batch`. With [`DEFAULT_MAX_METADATA_BYTES`] it is sized
+/// with `serve.max_json_body_bytes`'s default, so that the server reads the largest request
+/// they allow (about 52 MB under 64 MiB; [`mend_server::largest_json_body`]). They were
+/// 10,000 and 64 KiB, a largest request of about 4 GB of JSON. The library's
+/// [`EngineOptions`] default keeps those for writers in process, which send no JSON.
+pub const DEFAULT_MAX_STAGE_BATCH: usize = 1_000;
+/// The default of `limits.max_metadata_bytes` (see [`DEFAULT_MAX_STAGE_BATCH`]).
+pub const DEFAULT_MAX_METADATA_BYTES: usize = 8 << 10;
 
 const CATALOG_SCHEMES: &[&str] = &["file", "memory", "s3", "postgres", "postgresql"];
 const OBJECT_STORE_SCHEMES: &[&str] = &["file", "memory", "s3"];
@@ -123,6 +131,7 @@ pub struct Settings {
     pub max_queued_writes: usize,
     pub max_queued_writes_per_dataset: usize,
     pub max_admin_component_bytes: usize,
+    pub max_json_body_bytes: usize,
     /// Which log lines are written: an `EnvFilter` directive string. `RUST_LOG`, when set,
     /// replaces whatever else gave it.
     pub log_level: LogLevel,
@@ -515,6 +524,13 @@ pub static SETTINGS: &[Setting] = &[
     )
     .within(bounds::SERVE_MAX_QUEUED_WRITES_PER_DATASET),
     Setting::new(
+        "serve.max_json_body_bytes",
+        "MEND_SERVE_MAX_JSON_BODY_BYTES",
+        field!(max_json_body_bytes),
+        "Largest JSON request body the server reads, in bytes (uploads of objects and policy components have caps of their own); the server does not start unless the largest request the `limits.*` settings allow fits.",
+    )
+    .within(bounds::SERVE_MAX_JSON_BODY_BYTES),
+    Setting::new(
         "serve.max_admin_component_bytes",
         "MEND_SERVE_MAX_ADMIN_COMPONENT_BYTES",
         field!(max_admin_component_bytes),
@@ -667,10 +683,11 @@ impl Settings {
             objects: None,
             cache_dir: cache_base.map(|base| base.join("mend").join("components")),
             policy: None,
-            // A zero limit would refuse every stage; the engine's default is never zero.
             accept_unsafe_durability: false,
-            max_stage_batch: NonZeroUsize::new(engine.max_stage_batch).unwrap_or(NonZeroUsize::MIN),
-            max_metadata_bytes: engine.max_metadata_bytes,
+            // A zero limit would refuse every stage; the default is never zero.
+            max_stage_batch: NonZeroUsize::new(DEFAULT_MAX_STAGE_BATCH)
+                .unwrap_or(NonZeroUsize::MIN),
+            max_metadata_bytes: DEFAULT_MAX_METADATA_BYTES,
             max_list_page: engine.max_list_page,
             policy_memory_bytes: limits.max_memory_bytes,
             policy_core_instances: limits.max_core_instances,
@@ -697,6 +714,7 @@ impl Settings {
             max_queued_writes: serve.max_queued_writes,
             max_queued_writes_per_dataset: serve.max_queued_writes_per_dataset,
             max_admin_component_bytes: serve.max_admin_component_bytes,
+            max_json_body_bytes: serve.max_json_body_bytes,
             log_level: LogLevel("info".to_owned()),
             log_format: LogFormat::Human,
             file: None,
@@ -1452,7 +1470,10 @@ mod tests {
         );
         assert_eq!(settings.catalog, "./mend-data");
         assert_eq!(settings.file, None);
-        assert_eq!(settings.engine_options().max_stage_batch, 10_000);
+        assert_eq!(
+            settings.engine_options().max_stage_batch,
+            DEFAULT_MAX_STAGE_BATCH
+        );
         assert_eq!(settings.engine_options().intent_lease_ms, 60_000);
         assert_eq!(
             settings.engine_options().gate_timeout,
@@ -1870,6 +1891,46 @@ mod tests {
             ));
         }
         lines.join("\n")
+    }
+
+    #[test]
+    fn the_default_json_body_cap_holds_the_largest_request_of_the_default_limits() {
+        let settings = Settings::built_in(&BTreeMap::new());
+        let needed = mend_server::largest_json_body(
+            settings.max_stage_batch.get(),
+            settings.max_metadata_bytes,
+        );
+        assert!(
+            needed <= settings.max_json_body_bytes,
+            "{needed} > {}",
+            settings.max_json_body_bytes
+        );
+        // Not by a wide margin either: the cap is sized for the limits.
+        assert!(needed * 4 > settings.max_json_body_bytes * 3, "{needed}");
+        let serve = ServeLimits::default();
+        assert!(
+            serve
+                .check_json_body(DEFAULT_MAX_STAGE_BATCH, DEFAULT_MAX_METADATA_BYTES)
+                .is_ok()
+        );
+        assert!(
+            serve
+                .check_json_body(DEFAULT_MAX_STAGE_BATCH * 10, DEFAULT_MAX_METADATA_BYTES)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn the_readme_lists_every_fixed_limit() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        for bound in bounds::FIXED {
+            let row = format!("| `{}` | `{bound}` |", bound.name);
+            assert!(
+                readme.contains(&row),
+                "README.md's table of fixed limits has no row {row}"
+            );
+        }
     }
 
     #[test]

@@ -649,6 +649,14 @@ pub fn hint(error: &anyhow::Error) -> Option<&'static str> {
             kind: mend::EntityKind::Dataset,
             ..
         } => "list datasets with `mend dataset list`, create one with `mend dataset create NAME`",
+        // An operation is not a split: its hint names the command that lists a dataset's
+        // operations in flight (the intents recovery would look at), not the split listing.
+        MendError::NotFound {
+            kind: mend::EntityKind::Intent,
+            ..
+        } => {
+            "list the dataset's operations in flight with `mend recover DATASET --mode probe` (it writes nothing)"
+        }
         MendError::NotFound { .. } => "list splits with `mend list DATASET`",
         MendError::Unavailable { .. } | MendError::Transient { .. } => {
             "the outcome is unknown; the request is safe to retry"

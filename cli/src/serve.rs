@@ -1,6 +1,7 @@
 //! `mend serve`: runs the HTTP server until SIGINT or SIGTERM, then shuts down gracefully
 //! (no new requests; requests being answered get until the shutdown deadline; admitted writes
-//! finish). A server that cannot start (its address in use) exits 2: nothing happened, and
+//! finish). A server that cannot start (its address in use, or a JSON body cap that cannot
+//! hold the largest request its limits allow) exits 2: nothing happened, and
 //! retrying the same command will not help. It says when it listens and when it stopped: a
 //! line for people on stderr, or with `--json` a JSON object per line on stdout, for a
 //! supervisor that needs the address (`--listen 127.0.0.1:0` picks the port).
@@ -20,6 +21,22 @@ use mend_server::{ServeLimits, ServeOptions};
 use super::BadInput;
 
 pub async fn run(engine: Engine, settings: &Settings, json: bool) -> anyhow::Result<()> {
+    let limits = ServeLimits {
+        max_connections: settings.max_connections,
+        header_read_timeout: settings.header_read_timeout,
+        body_read_timeout: settings.body_read_timeout,
+        idle_timeout: settings.idle_timeout,
+        shutdown_deadline: settings.shutdown_deadline,
+        max_queued_writes: settings.max_queued_writes,
+        max_queued_writes_per_dataset: settings.max_queued_writes_per_dataset,
+        max_admin_component_bytes: settings.max_admin_component_bytes,
+        max_json_body_bytes: settings.max_json_body_bytes,
+    };
+    // Before the fleet is joined: a server that would refuse requests within every limit as
+    // too large does not start.
+    limits
+        .check_json_body(settings.max_stage_batch.get(), settings.max_metadata_bytes)
+        .map_err(|error| BadInput(error.to_string()))?;
     let replica_id = mend::fleet::replica_id(settings.replica_name.as_deref())
         .map_err(|error| BadInput(error.to_string()))?;
     let membership =
@@ -35,16 +52,7 @@ pub async fn run(engine: Engine, settings: &Settings, json: bool) -> anyhow::Res
         },
         load: settings.load_options(),
         dataset_defaults: settings.dataset_config_defaults(),
-        limits: ServeLimits {
-            max_connections: settings.max_connections,
-            header_read_timeout: settings.header_read_timeout,
-            body_read_timeout: settings.body_read_timeout,
-            idle_timeout: settings.idle_timeout,
-            shutdown_deadline: settings.shutdown_deadline,
-            max_queued_writes: settings.max_queued_writes,
-            max_queued_writes_per_dataset: settings.max_queued_writes_per_dataset,
-            max_admin_component_bytes: settings.max_admin_component_bytes,
-        },
+        limits,
         membership: Some(membership),
     };
     let listen = settings.listen;

@@ -87,7 +87,7 @@ fn settings_come_from_the_file_then_the_environment_then_flags() {
     assert_eq!(config["settings"]["catalog"]["source"]["kind"], "default");
     assert_eq!(
         config["settings"]["limits.max_stage_batch"]["value"],
-        10_000
+        mend_cli::config::DEFAULT_MAX_STAGE_BATCH
     );
     checked += 1;
 

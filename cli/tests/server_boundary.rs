@@ -120,7 +120,7 @@ fn numbers_ids_caps_and_names_are_refused_at_the_edge() {
     checks += 1;
 
     // Item 9: caps on metadata bytes, splits per request and page size.
-    let big = json!([{"split_id": "big", "metadata": {"blob": "x".repeat(70_000)}}]);
+    let big = json!([{"split_id": "big", "metadata": {"blob": "x".repeat(9_000)}}]);
     let answer = server.post(
         "/v1/datasets/d/stage",
         json!({"mode": "create-only", "splits": big}),
@@ -129,7 +129,7 @@ fn numbers_ids_caps_and_names_are_refused_at_the_edge() {
         "metadata cap",
         &answer,
         400,
-        &["limits.max_metadata_bytes", "65536"],
+        &["limits.max_metadata_bytes", "8192"],
     );
     let eleven: Vec<String> = (0..11).map(|i| format!("s{i}")).collect();
     let eleven: Vec<&str> = eleven.iter().map(String::as_str).collect();

@@ -110,12 +110,37 @@ pub const SERVE_MAX_QUEUED_WRITES_PER_DATASET: Bound =
 /// Bytes of a policy component (or scenarios file) an admin request may upload or name.
 pub const SERVE_MAX_ADMIN_COMPONENT_BYTES: Bound =
     Bound::new("serve.max_admin_component_bytes", 1024, 1 << 30);
+/// Bytes of one JSON request body of the server (every route but the uploads). Its default
+/// holds the largest legal request under the default `limits.*`; `mend serve` refuses to start
+/// with a cap that cannot hold the largest request its `limits.*` allow.
+pub const SERVE_MAX_JSON_BODY_BYTES: Bound =
+    Bound::new("serve.max_json_body_bytes", 1 << 20, 1 << 30);
 /// Recorded decisions a policy replay reads per dataset.
 pub const REPLAY_RECORDS: Bound = Bound::new("records", 1, 100_000);
 /// Entries of a dataset's `policy_params`.
 pub const POLICY_PARAMS: Bound = Bound::new("policy_params", 0, 64);
 /// Bytes of one policy parameter's value.
 pub const POLICY_PARAM_VALUE_BYTES: Bound = Bound::new("policy_params value", 0, 4096);
+/// Partitions one checkpoint delta moves. A delta is one source's move in one publish; a
+/// source with more partitions moves them in several publishes.
+pub const CHECKPOINT_DELTA_PARTITIONS: Bound =
+    Bound::new("partitions per checkpoint delta", 1, 1_000);
+/// Partitions a dataset's checkpoint holds, all sources together. Every publish reads and
+/// writes the whole checkpoint, and a partition, once there, stays for the dataset's life.
+pub const CHECKPOINT_PARTITIONS: Bound = Bound::new("partitions per dataset checkpoint", 0, 10_000);
+/// A partition's position, `from_position` and `to_position` alike: at most `i64::MAX`, the
+/// largest a signed 64-bit column stores (and the largest number every JSON reader reads
+/// exactly). A position moves only forward, so a partition at the top stays there.
+pub const CHECKPOINT_POSITION: Bound = Bound::new("position", 0, i64::MAX as u64);
+
+/// The limits that are not settings, as the README's table of fixed limits lists them.
+pub const FIXED: [Bound; 5] = [
+    POLICY_PARAMS,
+    POLICY_PARAM_VALUE_BYTES,
+    CHECKPOINT_DELTA_PARTITIONS,
+    CHECKPOINT_PARTITIONS,
+    CHECKPOINT_POSITION,
+];
 
 impl Bound {
     /// The range `min..=max` of the number called `name`.

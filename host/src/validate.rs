@@ -2,13 +2,26 @@
 //! is read or written. Numbers are checked against their ranges in [`crate::bounds`]; this
 //! module checks everything else, and says what was wrong quoting at most the first
 //! [`QUOTED_CHARS`] characters of what it refuses.
+//!
+//! Text is checked here once for every backend: whatever a request carries into the catalog
+//! (ids, names, metadata, checkpoint names, policy parameters) holds no NUL character
+//! (U+0000). PostgreSQL stores none in `text` or `jsonb` and fails the statement, so without
+//! this check the same request was stored by the object-storage catalogs and answered
+//! "outcome unknown" by Postgres.
 
+use std::cell::Cell;
 use std::collections::BTreeSet;
+use std::fmt;
 use std::sync::Arc;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 
 use crate::bounds;
 use crate::error::{MendError, Result};
-use crate::model::{DatasetConfig, ListQuery, NewSplit, PublishRequest, StageRequest, TimeRange};
+use crate::model::{
+    CheckpointDelta, DatasetConfig, ListQuery, NewSplit, PublishRequest, StageRequest, TimeRange,
+};
 
 /// Longest dataset or split id, in bytes. Ids become object paths, so they stay short.
 pub const MAX_ID_BYTES: usize = 128;
@@ -189,18 +202,13 @@ pub fn stage_request(request: &StageRequest, limits: StageLimits) -> Result<Vec<
 }
 
 /// Checks split metadata in one pass without building it: a JSON object, whose optional
-/// `time_range` is `{"start": <ms>, "end": <ms>}` with `start <= end`.
+/// `time_range` is `{"start": <ms>, "end": <ms>}` with `start <= end`, and whose strings, keys
+/// and values at any depth, are text every catalog stores: no NUL character (`\u0000`) and no
+/// lone surrogate escape (`\ud800`, which is no character at all).
 pub fn metadata(split_id: &str, metadata_json: &str) -> Result<Option<TimeRange>> {
-    /// Reads only `time_range`, as the text it is; every other field is checked and skipped,
-    /// not allocated.
-    #[derive(serde::Deserialize)]
-    struct Fields<'a> {
-        #[serde(default, borrow)]
-        time_range: Option<&'a serde_json::value::RawValue>,
-    }
     // A struct also deserialises from a JSON array; only an object is metadata.
     if !metadata_json.trim_start().starts_with('{') {
-        let problem = match serde_json::from_str::<serde::de::IgnoredAny>(metadata_json) {
+        let problem = match serde_json::from_str::<de::IgnoredAny>(metadata_json) {
             Ok(_) => "must be a JSON object".to_string(),
             Err(error) => format!("is not valid JSON: {error}"),
         };
@@ -208,13 +216,23 @@ pub fn metadata(split_id: &str, metadata_json: &str) -> Result<Option<TimeRange>
             "metadata of split {split_id:?} {problem}"
         )));
     }
-    let fields: Fields = serde_json::from_str(metadata_json).map_err(|error| {
-        MendError::invalid(format!(
-            "metadata of split {split_id:?} is not valid JSON: {error}"
-        ))
-    })?;
-    fields
-        .time_range
+    let found_nul = Cell::new(false);
+    let mut json = serde_json::Deserializer::from_str(metadata_json);
+    let time_range = TopLevel {
+        found_nul: &found_nul,
+    }
+    .deserialize(&mut json)
+    .and_then(|range| json.end().map(|()| range));
+    let time_range = match time_range {
+        Ok(range) => range,
+        Err(_) if found_nul.get() => return Err(nul_in_metadata(split_id, metadata_json)),
+        Err(error) => {
+            return Err(MendError::invalid(format!(
+                "metadata of split {split_id:?} is not valid JSON: {error}"
+            )));
+        }
+    };
+    time_range
         .map(|text| {
             serde_json::from_str::<TimeRange>(text.get())
                 .ok()
@@ -226,6 +244,225 @@ pub fn metadata(split_id: &str, metadata_json: &str) -> Result<Option<TimeRange>
                 })
         })
         .transpose()
+}
+
+/// Metadata's top-level object: `time_range` kept as the text it is, every other member
+/// walked by [`Strings`]. Nothing is allocated but what the parser needs to unescape a string.
+struct TopLevel<'a> {
+    found_nul: &'a Cell<bool>,
+}
+
+impl<'de> DeserializeSeed<'de> for TopLevel<'_> {
+    type Value = Option<&'de RawValue>;
+
+    fn deserialize<D: Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TopLevel<'_> {
+    type Value = Option<&'de RawValue>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        // `null` is no time range, as an absent one.
+        let mut time_range: Option<Option<&'de RawValue>> = None;
+        while let Some(key) = map.next_key_seed(Key {
+            found_nul: self.found_nul,
+        })? {
+            if key == KeyKind::TimeRange {
+                if time_range.is_some() {
+                    return Err(de::Error::duplicate_field("time_range"));
+                }
+                time_range = Some(map.next_value()?);
+            } else {
+                map.next_value_seed(Strings {
+                    found_nul: self.found_nul,
+                })?;
+            }
+        }
+        Ok(time_range.flatten())
+    }
+}
+
+/// A top-level key of metadata, checked: whether it is `time_range`.
+struct Key<'a> {
+    found_nul: &'a Cell<bool>,
+}
+
+/// What a top-level key of metadata is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyKind {
+    TimeRange,
+    Other,
+}
+
+impl<'de> DeserializeSeed<'de> for Key<'_> {
+    type Value = KeyKind;
+
+    fn deserialize<D: Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> std::result::Result<KeyKind, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key<'_> {
+    type Value = KeyKind;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> std::result::Result<KeyKind, E> {
+        check_text(self.found_nul, key)?;
+        Ok(if key == "time_range" {
+            KeyKind::TimeRange
+        } else {
+            KeyKind::Other
+        })
+    }
+}
+
+/// Any JSON value of metadata, walked to check every string in it, keys included; nothing is
+/// kept. (serde_json refuses a lone surrogate escape in a string it hands over as text.)
+#[derive(Clone, Copy)]
+struct Strings<'a> {
+    found_nul: &'a Cell<bool>,
+}
+
+impl<'de> DeserializeSeed<'de> for Strings<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> std::result::Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Strings<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> std::result::Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> std::result::Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> std::result::Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> std::result::Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> std::result::Result<(), E> {
+        check_text(self.found_nul, text)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> std::result::Result<(), A::Error> {
+        while items.next_element_seed(self)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut fields: A) -> std::result::Result<(), A::Error> {
+        while fields.next_key_seed(self)?.is_some() {
+            fields.next_value_seed(self)?;
+        }
+        Ok(())
+    }
+}
+
+/// Fails the walk at a NUL character, and says so in `found_nul`: the parser's error is then
+/// replaced by one that says where the NUL is.
+fn check_text<E: de::Error>(found_nul: &Cell<bool>, text: &str) -> std::result::Result<(), E> {
+    if text.contains('\0') {
+        found_nul.set(true);
+        return Err(E::custom("a NUL character"));
+    }
+    Ok(())
+}
+
+/// The error for metadata holding a NUL character, saying where: it is read again, whole,
+/// only to find it (a refusal is rare; the walk that found it keeps no path).
+fn nul_in_metadata(split_id: &str, metadata_json: &str) -> MendError {
+    let place = serde_json::from_str::<serde_json::Value>(metadata_json)
+        .ok()
+        .and_then(|value| nul_place(&value, &mut String::new()))
+        .unwrap_or_else(|| "a string".to_owned());
+    MendError::invalid(format!(
+        "metadata of split {split_id:?} has a NUL character (\\u0000) in {place}: no catalog stores one (PostgreSQL cannot), so remove it"
+    ))
+}
+
+/// Where the first NUL character of `value` is, `path` being where `value` is: "the value at
+/// tags[2].name", or "the key \"a\\0\" at the top level".
+fn nul_place(value: &serde_json::Value, path: &mut String) -> Option<String> {
+    use serde_json::Value;
+    let shown = |path: &str| {
+        if path.is_empty() {
+            "the top level".to_owned()
+        } else {
+            truncated(path, QUOTED_CHARS)
+        }
+    };
+    let within = |path: &mut String, step: &str, item: &Value| {
+        let length = path.len();
+        path.push_str(step);
+        let found = nul_place(item, path);
+        path.truncate(length);
+        found
+    };
+    match value {
+        Value::String(text) if text.contains('\0') => Some(format!("the value at {}", shown(path))),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(index, item)| within(path, &format!("[{index}]"), item)),
+        Value::Object(fields) => fields.iter().find_map(|(key, item)| {
+            if key.contains('\0') {
+                return Some(format!(
+                    "the key {:?} at {}",
+                    truncated(key, QUOTED_CHARS),
+                    shown(path)
+                ));
+            }
+            let plain = !key.is_empty()
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
+            let step = match (plain, path.is_empty()) {
+                (true, true) => key.clone(),
+                (true, false) => format!(".{key}"),
+                (false, _) => format!("[{key:?}]"),
+            };
+            within(path, &step, item)
+        }),
+        _ => None,
+    }
 }
 
 /// A publish names at most `max_splits` splits to publish and replace together.
@@ -264,30 +501,61 @@ pub fn publish_request(request: &PublishRequest, max_splits: usize) -> Result<()
         )));
     }
     if let Some(delta) = &request.checkpoint_delta {
-        if delta.source.is_empty() || delta.partitions.is_empty() {
-            return Err(MendError::invalid(
-                "a checkpoint delta needs a source and at least one partition",
-            ));
+        checkpoint_delta(delta)?;
+    }
+    Ok(())
+}
+
+/// A checkpoint delta: a source named as nodes are ([`name`]), and 1 to
+/// [`bounds::CHECKPOINT_DELTA_PARTITIONS`] partitions, each named as nodes are and named once,
+/// whose positions are within [`bounds::CHECKPOINT_POSITION`] and move forward. (Whether it
+/// applies to the dataset's checkpoint, and fits its cap of partitions, is the publish's to
+/// say: `catalog::checkpoint_after`.)
+pub fn checkpoint_delta(delta: &CheckpointDelta) -> Result<()> {
+    name("checkpoint source", &delta.source)?;
+    let source = truncated(&delta.source, QUOTED_CHARS);
+    let most = bounds::CHECKPOINT_DELTA_PARTITIONS.max;
+    match u64::try_from(delta.partitions.len()).unwrap_or(u64::MAX) {
+        0 => {
+            return Err(MendError::invalid(format!(
+                "the checkpoint delta of source {source:?} moves no partition: name at least one"
+            )));
         }
-        let mut partitions = BTreeSet::new();
-        for partition in &delta.partitions {
-            if partition.partition.is_empty() || !partitions.insert(&partition.partition) {
-                return Err(MendError::invalid(format!(
-                    "checkpoint delta partition {:?} is empty or named twice",
-                    partition.partition
-                )));
-            }
-            if partition
-                .from_position
-                .is_some_and(|from| partition.to_position <= from)
-            {
-                return Err(MendError::invalid(format!(
-                    "checkpoint delta of partition {:?} moves from {} to {}: positions only move forward",
-                    partition.partition,
-                    partition.from_position.unwrap_or_default(),
-                    partition.to_position
-                )));
-            }
+        count if count > most => {
+            return Err(MendError::invalid(format!(
+                "the checkpoint delta of source {source:?} moves {count} partitions, over the limit of {most} per delta; move them in several publishes"
+            )));
+        }
+        _ => {}
+    }
+    let mut partitions = BTreeSet::new();
+    for partition in &delta.partitions {
+        name("checkpoint partition", &partition.partition)?;
+        let quoted = truncated(&partition.partition, QUOTED_CHARS);
+        if !partitions.insert(partition.partition.as_str()) {
+            return Err(MendError::invalid(format!(
+                "checkpoint partition {quoted:?} is named twice in one delta"
+            )));
+        }
+        let position = |field: &str, value: u64| {
+            bounds::CHECKPOINT_POSITION.within(value).map_err(|_| {
+                MendError::invalid(format!(
+                    "checkpoint partition {quoted:?}: {field} is {value}, out of its range {}",
+                    bounds::CHECKPOINT_POSITION
+                ))
+            })
+        };
+        if let Some(from) = partition.from_position {
+            position("from_position", from)?;
+        }
+        position("to_position", partition.to_position)?;
+        if let Some(from) = partition.from_position
+            && partition.to_position <= from
+        {
+            return Err(MendError::invalid(format!(
+                "checkpoint delta of partition {quoted:?} moves from {from} to {}: positions only move forward",
+                partition.to_position
+            )));
         }
     }
     Ok(())
@@ -320,6 +588,12 @@ pub fn config(config: &DatasetConfig) -> Result<()> {
     bounds::POLICY_PARAMS.check_usize(config.policy_params.len())?;
     for (key, value) in &config.policy_params {
         name("policy parameter", key)?;
+        if value.contains('\0') {
+            return Err(MendError::invalid(format!(
+                "policy parameter {:?} has a NUL character (\\u0000) in its value: no catalog stores one (PostgreSQL cannot), so remove it",
+                truncated(key, QUOTED_CHARS)
+            )));
+        }
         if value.len() > bounds::POLICY_PARAM_VALUE_BYTES.max as usize {
             return Err(MendError::invalid(format!(
                 "policy parameter {:?} is {} bytes long, over the limit of {}",
@@ -468,6 +742,96 @@ mod tests {
         ] {
             assert!(metadata("s", bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn metadata_with_a_nul_character_is_refused_saying_where() {
+        let cases = [
+            (r#"{"k\u0000": 1}"#, r#"the key "k\0" at the top level"#),
+            (r#"{"k": "a\u0000b"}"#, "the value at k"),
+            (
+                r#"{"a": {"b": ["x", {"c": "y\u0000"}]}}"#,
+                "the value at a.b[1].c",
+            ),
+            (
+                r#"{"odd key": {"\u0000": 1}}"#,
+                r#"the key "\0" at ["odd key"]"#,
+            ),
+            (
+                r#"{"time_range": {"start": 1, "end": 2}, "t": "\u0000"}"#,
+                "the value at t",
+            ),
+        ];
+        for (text, place) in cases {
+            let message = metadata("s", text).unwrap_err().to_string();
+            assert!(
+                message.contains(r#"metadata of split "s" has a NUL character (\u0000)"#)
+                    && message.contains(place),
+                "{text}: {message}"
+            );
+            assert!(!message.contains('\0'), "{message:?}");
+        }
+        // An escaped backslash before `u0000` is six ordinary characters; `null` is no time
+        // range; a lone surrogate is no character and is refused as JSON.
+        assert!(metadata("s", r#"{"k": "\\u0000", "\\u0000": 1}"#).is_ok());
+        assert_eq!(metadata("s", r#"{"time_range": null}"#).unwrap(), None);
+        let lone = metadata("s", r#"{"k": "\ud800"}"#).unwrap_err().to_string();
+        assert!(lone.contains("is not valid JSON"), "{lone}");
+        let twice = metadata("s", r#"{"time_range": null, "time_range": null}"#);
+        assert!(twice.is_err());
+    }
+
+    #[test]
+    fn checkpoint_deltas_are_named_counted_and_bounded() {
+        use crate::model::PartitionDelta;
+        let delta = |source: &str, partitions: Vec<(&str, Option<u64>, u64)>| CheckpointDelta {
+            source: source.into(),
+            partitions: partitions
+                .into_iter()
+                .map(|(partition, from_position, to_position)| PartitionDelta {
+                    partition: partition.into(),
+                    from_position,
+                    to_position,
+                })
+                .collect(),
+        };
+        let top = i64::MAX as u64;
+        assert!(checkpoint_delta(&delta("kafka", vec![("0", None, top)])).is_ok());
+        assert!(checkpoint_delta(&delta("kafka", vec![("0", Some(top - 1), top)])).is_ok());
+        let bad = [
+            (delta("", vec![("0", None, 1)]), "checkpoint source"),
+            (delta("k\0", vec![("0", None, 1)]), "checkpoint source"),
+            (delta("kafka", vec![]), "moves no partition"),
+            (
+                delta("kafka", vec![("p\u{202E}", None, 1)]),
+                "checkpoint partition",
+            ),
+            (
+                delta("kafka", vec![("0", None, 1), ("0", None, 2)]),
+                "named twice",
+            ),
+            (delta("kafka", vec![("0", None, top + 1)]), "to_position"),
+            (
+                delta("kafka", vec![("0", Some(top + 1), u64::MAX)]),
+                "from_position",
+            ),
+            (delta("kafka", vec![("0", Some(5), 5)]), "only move forward"),
+        ];
+        for (delta, says) in bad {
+            let message = checkpoint_delta(&delta).unwrap_err().to_string();
+            assert!(message.contains(says), "{delta:?}: {message}");
+        }
+        let most = bounds::CHECKPOINT_DELTA_PARTITIONS.max as usize;
+        let names: Vec<String> = (0..=most).map(|n| n.to_string()).collect();
+        let many = delta(
+            "kafka",
+            names.iter().map(|name| (name.as_str(), None, 1)).collect(),
+        );
+        let message = checkpoint_delta(&many).unwrap_err().to_string();
+        assert!(message.contains(&format!(
+            "{} partitions, over the limit of {most}",
+            most + 1
+        )));
     }
 
     #[test]

@@ -53,10 +53,6 @@ use mend::model::{
 
 type AppState = State<Arc<Shared>>;
 
-/// The largest request body but an admin upload's; larger ones are refused with 413.
-/// A stage of the largest batch (10,000 splits by default) with metadata is a few MiB.
-const MAX_BODY_BYTES: usize = 64 << 20;
-
 /// How long a client is told to wait before it retries a refusal for load.
 const RETRY_AFTER_SECS: u64 = 1;
 
@@ -78,11 +74,13 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
 /// (and the OpenAPI tests would catch).
 pub(super) fn documented_routes(limits: &ServeLimits) -> OpenApiRouter<Arc<Shared>> {
     let body = BodyLimit {
-        max_bytes: MAX_BODY_BYTES,
+        max_bytes: limits.max_json_body_bytes,
+        setting: "serve.max_json_body_bytes",
         timeout: limits.body_read_timeout,
     };
     let admin_body = BodyLimit {
         max_bytes: limits.max_admin_component_bytes,
+        setting: "serve.max_admin_component_bytes",
         timeout: limits.body_read_timeout,
     };
     let routes = OpenApiRouter::with_openapi(openapi::Frame::openapi())

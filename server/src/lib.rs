@@ -48,7 +48,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use connections::ConnectionLimits;
-pub use limits::ServeLimits;
+pub use limits::{ServeLimits, largest_json_body};
 use mend::Engine;
 use mend::error::Result;
 use mend::model::DatasetConfig;
@@ -84,6 +84,15 @@ pub enum ServeError {
     AddressInUse { address: SocketAddr },
     #[error("cannot take part in the fleet: {message}")]
     Fleet { message: String },
+    #[error(
+        "serve.max_json_body_bytes is {cap} bytes, but the largest request that limits.max_stage_batch ({max_stage_batch}) and limits.max_metadata_bytes ({max_metadata_bytes}) allow is {needed} bytes: raise serve.max_json_body_bytes to {needed} or more, or lower those limits"
+    )]
+    JsonBodyCap {
+        cap: usize,
+        needed: usize,
+        max_stage_batch: usize,
+        max_metadata_bytes: usize,
+    },
     #[error("cannot listen on {address}: {source}")]
     Listen {
         address: SocketAddr,

@@ -5,6 +5,7 @@
 
 mod abandonment;
 mod capabilities;
+mod checkpoint_bounds;
 mod component;
 mod conformance;
 mod crash_commit;
@@ -19,7 +20,9 @@ mod hostile_policy;
 mod idempotency;
 mod js_policy;
 mod live_handles;
+mod manifests;
 mod mixed_versions;
+mod nul_characters;
 mod object_store_writers;
 mod operation_races;
 mod operations;

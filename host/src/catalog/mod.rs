@@ -25,7 +25,7 @@ pub mod postgres;
 pub mod recorded;
 pub mod settle;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -703,7 +703,10 @@ pub(crate) fn sorted_distinct<'a>(ids: impl IntoIterator<Item = &'a String>) -> 
 /// `checkpoint` with `delta` applied, for backends to store. Each partition's from-position
 /// must be its current position and its to-position must not be behind it, so a delta applies
 /// exactly once and positions never move backwards (invariant 4); otherwise
-/// `FailedPrecondition` naming the partitions.
+/// `FailedPrecondition` naming the partitions. A delta that adds partitions must leave the
+/// checkpoint within [`crate::bounds::CHECKPOINT_PARTITIONS`] (all sources together);
+/// otherwise `FailedPrecondition` naming the partitions it would add. (A checkpoint over the
+/// cap from before it existed still moves the partitions it holds.)
 pub(crate) fn checkpoint_after(
     checkpoint: &Checkpoint,
     delta: &CheckpointDelta,
@@ -711,12 +714,16 @@ pub(crate) fn checkpoint_after(
     let mut next = checkpoint.clone();
     let positions = next.entry(delta.source.clone()).or_default();
     let mut stale = Vec::new();
+    let mut added = Vec::new();
     for partition in &delta.partitions {
         let current = positions.get(&partition.partition).copied();
         let backwards = current.is_some_and(|current| partition.to_position < current);
         if current != partition.from_position || backwards {
             stale.push(partition.partition.clone());
         } else {
+            if current.is_none() {
+                added.push(partition.partition.clone());
+            }
             positions.insert(partition.partition.clone(), partition.to_position);
         }
     }
@@ -732,6 +739,18 @@ pub(crate) fn checkpoint_after(
     if positions.is_empty() {
         // An empty delta must not leave an empty source behind.
         next.remove(&delta.source);
+    }
+    let held: usize = next.values().map(BTreeMap::len).sum();
+    let most = crate::bounds::CHECKPOINT_PARTITIONS.max;
+    if !added.is_empty() && u64::try_from(held).unwrap_or(u64::MAX) > most {
+        return Err(crate::MendError::failed_precondition(
+            format!(
+                "the checkpoint delta of source {} adds {} partition(s), and the dataset's checkpoint would hold {held}, over the limit of {most} partitions per dataset; nothing was written",
+                delta.source,
+                added.len()
+            ),
+            added,
+        ));
     }
     Ok(next)
 }

@@ -184,10 +184,31 @@ impl PostgresCatalog {
         if !catalog_options.accept_unsafe_durability {
             check_durability(&pool, &target).await?;
         }
-        MIGRATOR
-            .run(&pool)
+        // The migrations run on a connection of their own that asks the server for warnings
+        // and errors only (`client_min_messages`). sqlx's `CREATE TABLE IF NOT EXISTS
+        // _sqlx_migrations` draws a NOTICE at every start ("relation ... already exists,
+        // skipping"), which sqlx logs at INFO, so it reached stderr at every `mend` command,
+        // whose output is its own. Only this connection is quieted, and only below WARNING:
+        // the pool's connections keep every notice of the catalog's own statements (a filter
+        // on sqlx's notice target would have hidden those too), and a migration's WARNING
+        // is still logged.
+        // (A pool of that one connection: the migrator's future is `Send` only over a pool.)
+        let migrating = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(
+                options
+                    .clone()
+                    .options([("client_min_messages", "warning")]),
+            )
             .await
-            .map_err(|error| migrate_error(error, &target))?;
+            .map_err(|error| connect_error(error, &target))?;
+        let migrated = MIGRATOR
+            .run(&migrating)
+            .await
+            .map_err(|error| migrate_error(error, &target));
+        migrating.close().await;
+        migrated?;
         Ok(Self {
             pool,
             description: format!("postgres://{target}"),
