@@ -2,8 +2,8 @@
 //! killed: the operation protocol, proven crash-safe end to end.
 //!
 //! ```text
-//! scripts/with-s3 cargo test --locked -p mend-cli --test external_writers -- --show-output
-//! MEND_CRASH_FULL=1 scripts/with-s3 cargo test --locked -p mend-cli --test external_writers -- --show-output
+//! scripts/with-s3 cargo test --locked -p mend-cli --test cli external_writers -- --show-output
+//! MEND_CRASH_FULL=1 scripts/with-s3 cargo test --locked -p mend-cli --test cli external_writers -- --show-output
 //! MEND_CRASH_SEED=1234 ...   replays the schedule a run printed
 //! ```
 //!
@@ -28,12 +28,15 @@
 //! server is killed with SIGKILL and restarted, a writer is killed with SIGKILL and restarted,
 //! and (Postgres run) PostgreSQL is stopped in immediate mode and started again once. Small by
 //! default: 5 server kills and 5 writer kills in about 30 s. `MEND_CRASH_FULL=1`: 24 of each in
-//! about 150 s.
+//! about 150 s. A Python writer that cannot make progress (a commit without an answer that
+//! settles it for 30 s, or 5 operations in a row that ended unpublished) exits with the reason,
+//! and the test fails naming it; a build without `mend commit` fails the test at once.
 //!
-//! Then every Python writer is killed one last time and left dead (what it had in flight is
-//! for recovery to settle), the CLI writer finishes its commit, the server's supervisors get
-//! until the writers' leases have run out and a few intervals more, and
-//! `mend recover --mode roll-forward` runs if an intent is left. What is asserted:
+//! After the last crash the writers go on until each has acknowledged a commit since (at
+//! least 3 s, at most 2 minutes). Then every Python writer is killed one last time and left
+//! dead (what it had in flight is for recovery to settle), the CLI writer finishes its commit,
+//! the server's supervisors get until the writers' leases have run out and a few intervals
+//! more, and `mend recover --mode roll-forward` runs if an intent is left. What is asserted:
 //!
 //! 1. Every acknowledged commit (a line its writer fsynced after the answer) is Published: all
 //!    its splits, each object present, written by that operation, and intact (the payload's
@@ -50,6 +53,12 @@
 //! 4. `mend verify` finds no violation.
 //! 5. No intent is left without exclusive mode: the supervisors and one roll-forward settled
 //!    every operation, those of the writers killed for good included.
+//! 6. The run tested something: every writer (each Python writer and the CLI writer)
+//!    acknowledged commits, after the last crash too; some writer kill found its writer
+//!    inside an operation (a Python writer whose log shows an operation begun and not
+//!    settled, or a `mend commit` running); and some server kill found the server with writes
+//!    in flight (`writes_in_flight` of `/v1/status`, asked just before the kill). Without
+//!    them, 1 to 5 hold of nothing.
 //!
 //! Every failure is collected and reported together, after the counts.
 
@@ -78,6 +87,17 @@ const PAYLOAD_BYTES: usize = 4096;
 /// The Python writers' lease: the supervisors may settle a dead writer's operation this long
 /// after its last heartbeat.
 const WRITER_LEASE_MS: u64 = 5_000;
+/// How long a Python writer retries one commit whose steps get no answer that settles it
+/// before it gives up: longer than any restart of the server or of PostgreSQL takes here,
+/// shorter than the run, so that a writer stuck on an answer that never changes (a 503 that
+/// is no restart) fails the run with the answer it got.
+const WRITER_RETRY_FOR_S: u64 = 30;
+/// A Python writer gives up after this many operations in a row ended without publishing.
+const WRITER_MAX_ENDED_IN_A_ROW: u32 = 5;
+/// The CLI writer gives up on a commit whose outcome stayed unknown this long.
+const CLI_RETRY_FOR: Duration = Duration::from_secs(60);
+/// The longest the calm after the crashes waits for every writer to acknowledge a commit.
+const CALM_DEADLINE: Duration = Duration::from_secs(120);
 
 /// Only one of these runs at a time: each is a server, five writers and a store.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -88,7 +108,11 @@ fn postgres_catalog_objects_on_s3() {
     let postgres = DurablePostgres::start();
     let catalogs = Catalogs {
         catalog: postgres.url(),
-        objects: Some(format!("{}/{}", s3_url(), uuid::Uuid::new_v4().simple())),
+        objects: Some(format!(
+            "{}/{}",
+            common::s3_url(),
+            uuid::Uuid::new_v4().simple()
+        )),
     };
     run("postgres catalog, objects on s3", catalogs, Some(&postgres));
 }
@@ -97,20 +121,10 @@ fn postgres_catalog_objects_on_s3() {
 fn s3_catalog() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let catalogs = Catalogs {
-        catalog: format!("{}/{}", s3_url(), uuid::Uuid::new_v4().simple()),
+        catalog: format!("{}/{}", common::s3_url(), uuid::Uuid::new_v4().simple()),
         objects: None,
     };
     run("s3 catalog", catalogs, None);
-}
-
-fn s3_url() -> String {
-    std::env::var("MEND_TEST_S3_URL").unwrap_or_else(|_| {
-        panic!(
-            "MEND_TEST_S3_URL is not set: run this test under scripts/with-s3 (it starts a \
-             throwaway S3-compatible server), or set MEND_TEST_S3_URL=s3://BUCKET and the AWS_* \
-             variables for one of yours"
-        )
-    })
 }
 
 /// How big a run is.
@@ -168,25 +182,18 @@ fn run(label: &str, catalogs: Catalogs, postgres: Option<&DurablePostgres>) {
         created.body
     );
 
+    // Before any writer starts: a build without `mend commit` fails here.
+    let cli = Arc::new(CliWriter::new(dir.path(), &catalogs, dataset));
     let mut writers: Vec<PythonWriter> = (0..PYTHON_WRITERS)
         .map(|n| PythonWriter::new(dir.path(), &format!("p{n}")))
         .collect();
     for writer in &mut writers {
         writer.spawn(&server.url(), dataset);
     }
-    let cli = Arc::new(CliWriter::new(dir.path(), &catalogs, dataset));
-    let cli_thread = cli.available.then(|| {
-        std::thread::spawn({
-            let cli = cli.clone();
-            move || cli.run()
-        })
+    let cli_thread = std::thread::spawn({
+        let cli = cli.clone();
+        move || cli.run()
     });
-    if !cli.available {
-        println!(
-            "  the CLI writer does not run: this build has no `mend commit` (it is being built \
-             on another branch); the four Python writers run alone"
-        );
-    }
 
     // The schedule: every kill and restart at a moment of its own.
     let mut events: Vec<(Duration, Event)> = Vec::new();
@@ -214,21 +221,31 @@ fn run(label: &str, catalogs: Catalogs, postgres: Option<&DurablePostgres>) {
         }
         match event {
             Event::KillServer => {
+                // What the kill interrupts: writes the server admitted and has not answered,
+                // and operations the writers began and have not settled.
+                let writes = server.writes_in_flight();
+                let operations = writers.iter().filter(|w| w.in_flight().is_some()).count();
                 server.kill();
                 std::thread::sleep(Duration::from_millis(rng.below(500)));
                 server.start();
                 counts.server_kills += 1;
+                counts.server_kills_with_writes += usize::from(writes.is_some_and(|n| n > 0));
+                counts.server_kills_inside_operations += usize::from(operations > 0);
             }
             Event::KillWriter => {
                 let pick = rng.below(PYTHON_WRITERS as u64 + 1) as usize;
+                // A `mend commit` killed is always inside its operation.
                 if pick == PYTHON_WRITERS && cli.kill() {
                     counts.cli_kills += 1;
+                    counts.writer_kills_inside_operations += 1;
                 } else {
                     let writer = &mut writers[pick % PYTHON_WRITERS];
+                    let inside = writer.in_flight().is_some();
                     writer.kill();
                     std::thread::sleep(Duration::from_millis(rng.below(300)));
                     writer.spawn(&server.url(), dataset);
                     counts.python_kills += 1;
+                    counts.writer_kills_inside_operations += usize::from(inside);
                 }
             }
             Event::RestartPostgres => {
@@ -239,11 +256,34 @@ fn run(label: &str, catalogs: Catalogs, postgres: Option<&DurablePostgres>) {
             }
         }
     }
-    // A last stretch without crashes, so that commits flow after the last restart too.
+    // A last stretch without crashes, so that commits flow after the last restart too: at
+    // least 3 s, and until every writer has acknowledged a commit since the last crash (a
+    // slow store under a loaded machine takes many seconds per commit).
+    let after_chaos = acknowledged_by(&writers, &cli);
     let calm = Instant::now();
-    while calm.elapsed() < Duration::from_secs(3) {
+    loop {
         std::thread::sleep(Duration::from_millis(20));
         watch(&mut writers, &server.url(), dataset, &mut failures);
+        if calm.elapsed() < Duration::from_secs(3) {
+            continue;
+        }
+        let now = acknowledged_by(&writers, &cli);
+        let stalled: Vec<&String> = after_chaos
+            .iter()
+            .filter(|(writer, before)| now.get(*writer) <= Some(before))
+            .map(|(writer, _)| writer)
+            .collect();
+        if stalled.is_empty() || cli.failure.lock().unwrap().is_some() {
+            break;
+        }
+        if calm.elapsed() > CALM_DEADLINE {
+            failures.push(format!(
+                "writers {stalled:?} acknowledged no commit in the {CALM_DEADLINE:?} after the \
+                 last crash"
+            ));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
 
     // The end: the Python writers die for good, the CLI writer finishes its commit.
@@ -251,9 +291,7 @@ fn run(label: &str, catalogs: Catalogs, postgres: Option<&DurablePostgres>) {
         writer.kill();
     }
     cli.stop.store(true, Ordering::SeqCst);
-    if let Some(thread) = cli_thread {
-        thread.join().expect("the CLI writer's thread");
-    }
+    cli_thread.join().expect("the CLI writer's thread");
     failures.extend(cli.failure.lock().unwrap().clone());
 
     // The supervisors settle what was in flight once its lease has run out.
@@ -280,10 +318,20 @@ fn run(label: &str, catalogs: Catalogs, postgres: Option<&DurablePostgres>) {
     counts.intents_after_roll_forward = intents.len();
 
     // What the writers were told, and what the catalog holds.
-    let mut acknowledged: Vec<Commit> = writers.iter().flat_map(|w| w.acknowledged()).collect();
+    let mut acknowledged: Vec<Commit> = Vec::new();
+    for writer in &writers {
+        let commits = writer.acknowledged();
+        counts
+            .acknowledged_by
+            .insert(writer.partition.clone(), commits.len());
+        acknowledged.extend(commits);
+    }
     counts.acknowledged_python = acknowledged.len();
     acknowledged.extend(cli.acknowledged.lock().unwrap().iter().cloned());
     counts.acknowledged_cli = acknowledged.len() - counts.acknowledged_python;
+    counts
+        .acknowledged_by
+        .insert("cli".into(), counts.acknowledged_cli);
     let rows = server.splits(dataset);
     let checkpoint = server.checkpoint(dataset);
     check(
@@ -334,20 +382,56 @@ fn run(label: &str, catalogs: Catalogs, postgres: Option<&DurablePostgres>) {
         ));
     }
 
+    // 6: the run tested something.
+    for (writer, acknowledged) in &counts.acknowledged_by {
+        if *acknowledged == 0 {
+            let why = writers
+                .iter()
+                .find(|w| &w.partition == writer)
+                .map_or_else(String::new, |w| {
+                    format!("; its stderr ends: {}", w.stderr_tail())
+                });
+            failures.push(format!(
+                "writer {writer} acknowledged no commit: nothing it wrote was checked{why}"
+            ));
+        }
+    }
+    if counts.writer_kills_inside_operations == 0 {
+        failures.push(format!(
+            "none of the {} writer kills found its writer inside an operation: no kill \
+             interrupted a commit",
+            counts.python_kills + counts.cli_kills
+        ));
+    }
+    if counts.server_kills_with_writes == 0 {
+        failures.push(format!(
+            "none of the {} server kills found the server with writes in flight: no kill \
+             interrupted a request",
+            counts.server_kills
+        ));
+    }
+
     println!(
-        "  {} server kills, {} writer kills ({} python, {} cli), {} postgres restarts in {:.1} s",
+        "  {} server kills ({} with writes in flight, {} with a writer's operation in flight), \
+         {} writer kills ({} python, {} cli; {} inside an operation), {} postgres restarts in \
+         {:.1} s",
         counts.server_kills,
+        counts.server_kills_with_writes,
+        counts.server_kills_inside_operations,
         counts.python_kills + counts.cli_kills,
         counts.python_kills,
         counts.cli_kills,
+        counts.writer_kills_inside_operations,
         counts.postgres_restarts,
         started.elapsed().as_secs_f64()
     );
     println!(
-        "  acknowledged commits: {} ({} python, {} cli); published commits: {}; checkpoint: {}",
+        "  acknowledged commits: {} ({} python, {} cli; by writer {:?}); published commits: {}; \
+         checkpoint: {}",
         counts.acknowledged_python + counts.acknowledged_cli,
         counts.acknowledged_python,
         counts.acknowledged_cli,
+        counts.acknowledged_by,
         counts.published_commits,
         serde_json::to_string(&checkpoint).unwrap()
     );
@@ -367,6 +451,16 @@ fn run(label: &str, catalogs: Catalogs, postgres: Option<&DurablePostgres>) {
             kept.display()
         );
     }
+}
+
+/// How many commits each writer (its partition) has acknowledged so far.
+fn acknowledged_by(writers: &[PythonWriter], cli: &CliWriter) -> BTreeMap<String, usize> {
+    let mut counts: BTreeMap<String, usize> = writers
+        .iter()
+        .map(|writer| (writer.partition.clone(), writer.acknowledged().len()))
+        .collect();
+    counts.insert("cli".into(), cli.acknowledged.lock().unwrap().len());
+    counts
 }
 
 /// Notes each Python writer that stopped without being killed (it never should), and starts
@@ -503,11 +597,19 @@ struct Commit {
 #[derive(Debug, Default)]
 struct Counts {
     server_kills: usize,
+    /// Server kills that found writes admitted and not answered.
+    server_kills_with_writes: usize,
+    /// Server kills while some Python writer had an operation begun and not settled.
+    server_kills_inside_operations: usize,
     python_kills: usize,
     cli_kills: usize,
+    /// Writer kills that found the writer inside an operation.
+    writer_kills_inside_operations: usize,
     postgres_restarts: usize,
     acknowledged_python: usize,
     acknowledged_cli: usize,
+    /// Acknowledged commits per writer (its partition).
+    acknowledged_by: BTreeMap<String, usize>,
     published_commits: usize,
     objects_checked: usize,
     intents_after_supervisors: usize,
@@ -682,6 +784,15 @@ impl Server {
         }
     }
 
+    /// The writes the server has admitted and not answered (`writes_in_flight` of
+    /// `/v1/status`); `None` if it did not answer at once.
+    fn writes_in_flight(&self) -> Option<u64> {
+        let answer = http(self.port, "GET", "/v1/status", None).ok()?;
+        (answer.status == 200)
+            .then(|| answer.body["writes_in_flight"].as_u64())
+            .flatten()
+    }
+
     /// A request, retried while the server does not answer (at most 60 s).
     fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Answer {
         let started = Instant::now();
@@ -794,6 +905,11 @@ impl PythonWriter {
             .arg("--log")
             .arg(&self.log)
             .args(["--lease-ms", &WRITER_LEASE_MS.to_string()])
+            .args(["--retry-for-s", &WRITER_RETRY_FOR_S.to_string()])
+            .args([
+                "--max-ended-in-a-row",
+                &WRITER_MAX_ENDED_IN_A_ROW.to_string(),
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -813,12 +929,20 @@ impl PythonWriter {
     fn exited_on_its_own(&mut self) -> Option<String> {
         let status = self.child.as_mut()?.try_wait().unwrap()?;
         self.child = None;
-        let stderr = std::fs::read_to_string(&self.stderr).unwrap_or_default();
         Some(format!(
             "python writer {} exited on its own ({status}): {}",
             self.partition,
-            stderr.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+            self.stderr_tail()
         ))
+    }
+
+    /// The last lines the writer wrote to stderr, newest first.
+    fn stderr_tail(&self) -> String {
+        let stderr = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        match stderr.trim().is_empty() {
+            true => "(nothing)".to_string(),
+            false => stderr.lines().rev().take(5).collect::<Vec<_>>().join(" | "),
+        }
     }
 
     /// The operation its log says it began last, if no outcome follows.
@@ -855,16 +979,22 @@ impl PythonWriter {
     }
 }
 
+/// A test that fails part way leaves no writer running.
+impl Drop for PythonWriter {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// The fifth writer: `mend commit` in a loop, straight to the catalog, on partition `cli`.
 /// Like the Python writers it settles a commit it lost track of (killed) by running the same
-/// command with the same operation id again, before it reads the checkpoint for the next.
+/// command with the same operation id again, before it reads the checkpoint for the next; a
+/// commit whose outcome stays unknown for [`CLI_RETRY_FOR`] is a failure.
 #[derive(Debug)]
 struct CliWriter {
     dir: PathBuf,
     catalogs: Catalogs,
     dataset: String,
-    /// Whether this build has `mend commit`.
-    available: bool,
     stop: AtomicBool,
     running: Mutex<Option<Child>>,
     acknowledged: Mutex<Vec<Commit>>,
@@ -872,16 +1002,22 @@ struct CliWriter {
 }
 
 impl CliWriter {
+    /// Panics if this build's `mend commit --help` fails: the run needs its fifth writer.
     fn new(dir: &Path, catalogs: &Catalogs, dataset: &str) -> CliWriter {
-        let available = mend_command(dir)
+        let help = mend_command(dir)
             .args(["commit", "--help"])
             .output()
-            .is_ok_and(|output| output.status.success());
+            .expect("run mend commit --help");
+        assert!(
+            help.status.success(),
+            "the CLI writer cannot run: `mend commit --help` failed ({}): {}",
+            help.status,
+            String::from_utf8_lossy(&help.stderr)
+        );
         CliWriter {
             dir: dir.to_path_buf(),
             catalogs: catalogs.clone(),
             dataset: dataset.to_string(),
-            available,
             stop: AtomicBool::new(false),
             running: Mutex::new(None),
             acknowledged: Mutex::new(Vec::new()),
@@ -903,8 +1039,11 @@ impl CliWriter {
 
     fn run(&self) {
         let mut pending: Option<(Commit, Value)> = None;
+        // Since when the pending commit's outcome has been unknown.
+        let mut unknown_since: Option<Instant> = None;
         loop {
             if pending.is_none() {
+                unknown_since = None;
                 if self.stop.load(Ordering::SeqCst) {
                     return;
                 }
@@ -960,8 +1099,19 @@ impl CliWriter {
                 }
                 // Rolled back (abandoned after its lease): nothing of it is visible.
                 Some(4) if stderr.contains("has ended") => pending = None,
-                // Outcome unknown (the catalog restarting): the same id again.
-                Some(5) => std::thread::sleep(Duration::from_millis(200)),
+                // Outcome unknown (the catalog restarting): the same id again, for a while.
+                Some(5) => {
+                    let since = *unknown_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > CLI_RETRY_FOR {
+                        *self.failure.lock().unwrap() = Some(format!(
+                            "the CLI writer's mend commit of {} answered outcome unknown for \
+                             {CLI_RETRY_FOR:?}: {stderr}",
+                            commit.operation_id
+                        ));
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
                 code => {
                     *self.failure.lock().unwrap() = Some(format!(
                         "the CLI writer's mend commit of {} failed (exit {code:?}): {stderr}",
@@ -1015,8 +1165,7 @@ impl CliWriter {
 }
 
 /// `mend commit DATASET --split ID=FILE... --checkpoint-delta JSON --operation-id ID`: one
-/// crash-safe commit by the command line, straight to the catalog. The command is being built
-/// on another branch; [`CliWriter::available`] says whether this build has it.
+/// crash-safe commit by the command line, straight to the catalog.
 fn cli_commit(
     mut command: Command,
     dataset: &str,

@@ -1,8 +1,8 @@
 //! A fleet: three `mend serve` replicas on one catalog, external writers committing through any
 //! of them, one replica killed with SIGKILL and restarted several times. Run on a Postgres
-//! catalog with objects on the S3-compatible test server, and on the S3-only catalog (each
-//! where its server is configured: `scripts/with-postgres`, `scripts/with-s3`), and on a local
-//! directory always.
+//! catalog with objects on the S3-compatible test server, on the S3-only catalog, and on a
+//! local directory. The first two need their servers (`scripts/with-postgres`,
+//! `scripts/with-s3`) and fail without them, saying how to start them, as every test does.
 //!
 //! Afterwards: every acknowledged commit is published, every pending intent settled, every
 //! dataset owned by exactly one live replica (all replicas agree on the owner), no dataset
@@ -12,6 +12,12 @@
 //! survivors' counting the takeover) and how long the swap took to reach the others are
 //! printed; the test fails only on one that never comes (30 s), since a loaded machine slows
 //! rounds down and the times are measurements, not assertions.
+//!
+//! The sweeps that check compares are made to happen, on a slow store too: before each kill,
+//! every crashed writer's operation goes to one dataset, so that its owner sweeps it again and
+//! again; the replica seen sweeping it is the one killed, and the kill's round ends only once
+//! another replica has swept it. The test fails unless sweeps were found, consecutive sweeps of
+//! a dataset were compared, some by two replicas, and (on object storage) their epochs too.
 //!
 //! `MEND_TEST_FLEET_DATASETS` sets the number of datasets (200 by default; the issue's larger
 //! run is 1000).
@@ -26,11 +32,15 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::common;
 use crate::common::server::{ADMIN_TOKEN, ServerOptions, TestServer, parse_answer, request_bytes};
 
 const INTERVAL_MS: u64 = 200;
 const MEMBER_LEASE_MS: u64 = 2_000;
 const KILLS: usize = 3;
+/// The longest a sweep the test waits for may take to come (a liveness bound: on a loaded
+/// machine, or a slow store, rounds slow down).
+const SWEEP_DEADLINE: Duration = Duration::from_secs(60);
 
 /// One request on a connection of its own; `None` when the replica does not answer (killed).
 fn call(
@@ -117,6 +127,45 @@ impl Fleet<'_> {
         logs.extend(self.replicas.iter().map(TestServer::log));
         logs
     }
+
+    /// Waits for a live replica other than `except` to log a sweep of `dataset` held from
+    /// `since_ms` (wall clock) on; answers its index.
+    fn await_sweep(
+        &self,
+        label: &str,
+        dataset: &str,
+        since_ms: i64,
+        except: Option<usize>,
+    ) -> usize {
+        let started = Instant::now();
+        loop {
+            let sweeper = (0..self.replicas.len())
+                .filter(|index| Some(*index) != except)
+                .find(|index| {
+                    sweeps(&[self.replicas[*index].log()])
+                        .iter()
+                        .any(|sweep| sweep.dataset == dataset && sweep.from_ms >= since_ms)
+                });
+            if let Some(index) = sweeper {
+                return index;
+            }
+            assert!(
+                started.elapsed() < SWEEP_DEADLINE,
+                "{label}: no replica{} swept {dataset} within {SWEEP_DEADLINE:?}, though every \
+                 crashed writer's operation went there",
+                except.map_or(String::new(), |index| format!(" but {index}"))
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Now, by the wall clock (what the replicas stamp their sweeps with), in ms.
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as i64
 }
 
 /// A sweep as a replica logged it.
@@ -197,21 +246,28 @@ fn run_fleet(label: &str, dir: &Path, catalog: String, objects: Option<String>) 
     let acknowledged: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
     let crashed = Arc::new(AtomicUsize::new(0));
     let refused: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    // Where the crashed operations go: one dataset at a time, set by the kills below.
+    let hot = Arc::new(Mutex::new(ids[0].clone()));
     let writers: Vec<_> = (0..3)
         .map(|writer| {
-            let (addresses, stop, acknowledged, crashed, refused, ids) = (
+            let (addresses, stop, acknowledged, crashed, refused, ids, hot) = (
                 addresses.clone(),
                 stop.clone(),
                 acknowledged.clone(),
                 crashed.clone(),
                 refused.clone(),
                 ids.clone(),
+                hot.clone(),
             );
             std::thread::spawn(move || {
                 let mut n = 0usize;
                 while !stop.load(Ordering::SeqCst) {
                     n += 1;
-                    let dataset = &ids[(n * 7 + writer * 13) % ids.len()];
+                    let crash = n.is_multiple_of(5);
+                    let dataset = &match crash {
+                        true => hot.lock().unwrap().clone(),
+                        false => ids[(n * 7 + writer * 13) % ids.len()].clone(),
+                    };
                     let address = addresses.lock().unwrap()[(n + writer) % 3];
                     let split = format!("w{writer}-{n}");
                     let operation = format!("op-{writer}-{n}");
@@ -243,7 +299,7 @@ fn run_fleet(label: &str, dir: &Path, catalog: String, objects: Option<String>) 
                     }
                     let upload = format!("{base}/{operation}/splits/{split}");
                     let uploaded = call(address, "PUT", &upload, &payload, "application/octet-stream");
-                    if n.is_multiple_of(5) || !matches!(uploaded, Some((200 | 201, _))) {
+                    if crash || !matches!(uploaded, Some((200 | 201, _))) {
                         crashed.fetch_add(1, Ordering::SeqCst);
                         continue;
                     }
@@ -262,11 +318,15 @@ fn run_fleet(label: &str, dir: &Path, catalog: String, objects: Option<String>) 
         })
         .collect();
 
-    // Kill a replica with SIGKILL, time the takeover, restart it; several times.
+    // Kill a replica with SIGKILL, time the takeover, restart it; several times. The victim is
+    // the replica seen sweeping this round's hot dataset, which another must sweep after it.
     let mut takeovers = Vec::new();
     for kill in 0..KILLS {
+        let hot_dataset = ids[kill % ids.len()].clone();
+        let since = wall_ms();
+        *hot.lock().unwrap() = hot_dataset.clone();
         std::thread::sleep(Duration::from_millis(1_500));
-        let victim = (kill + 1) % 3;
+        let victim = fleet.await_sweep(label, &hot_dataset, since, None);
         let survivor = (victim + 1) % 3;
         let victim_id = fleet.fleet(victim)["replica_id"]
             .as_str()
@@ -276,6 +336,7 @@ fn run_fleet(label: &str, dir: &Path, catalog: String, objects: Option<String>) 
             .filter(|i| *i != victim)
             .map(|i| fleet.fleet(i)["takeovers"].as_u64().unwrap())
             .sum();
+        let killed_ms = wall_ms();
         fleet.replicas[victim].child().kill().unwrap();
         let killed_at = Instant::now();
         fleet.replicas[victim].child().wait().unwrap();
@@ -306,6 +367,7 @@ fn run_fleet(label: &str, dir: &Path, catalog: String, objects: Option<String>) 
         }
         takeovers.push(killed_at.elapsed());
         checked += 1;
+        fleet.await_sweep(label, &hot_dataset, killed_ms, Some(victim));
         fleet.dead_logs.push(fleet.replicas[victim].log());
         fleet.replicas[victim] = fleet.start_replica(victim);
         addresses.lock().unwrap()[victim] = fleet.replicas[victim].address;
@@ -465,7 +527,7 @@ fn run_fleet(label: &str, dir: &Path, catalog: String, objects: Option<String>) 
     for sweep in &sweeps {
         by_dataset.entry(&sweep.dataset).or_default().push(sweep);
     }
-    let mut overlaps_checked = 0;
+    let (mut overlaps_checked, mut across_replicas, mut epochs_checked) = (0, 0, 0);
     for (dataset, mut list) in by_dataset {
         list.sort_by_key(|s| (s.from_ms, s.until_ms));
         for pair in list.windows(2) {
@@ -477,19 +539,40 @@ fn run_fleet(label: &str, dir: &Path, catalog: String, objects: Option<String>) 
             );
             if pair[0].gate_epoch > 0 {
                 assert!(pair[0].gate_epoch < pair[1].gate_epoch, "{label}: {pair:?}");
+                epochs_checked += 1;
             }
             overlaps_checked += 1;
+            across_replicas += usize::from(pair[0].replica != pair[1].replica);
         }
     }
     checked += overlaps_checked;
     let replicas_sweeping: BTreeSet<&str> = sweeps.iter().map(|s| s.replica.as_str()).collect();
+    // The check above holds of nothing unless there were sweeps to compare, and the pairs
+    // that matter are those of two replicas (a replica's own sweeps run one at a time).
+    assert!(
+        overlaps_checked > 0 && across_replicas > 0,
+        "{label}: {} `swept dataset` events in the replicas' logs, by {} replicas; {overlaps_checked} \
+         consecutive sweeps of a dataset compared, {across_replicas} of them by two replicas: \
+         nothing shows that no two replicas swept a dataset at once",
+        sweeps.len(),
+        replicas_sweeping.len()
+    );
+    // Object storage's gates carry fencing epochs (Postgres advisory locks have none): every
+    // pair's were compared.
+    if !catalog.starts_with("postgres") {
+        assert_eq!(
+            epochs_checked, overlaps_checked,
+            "{label}: consecutive sweeps whose gate epochs were compared"
+        );
+    }
 
     let mut times: Vec<u128> = takeovers.iter().map(Duration::as_millis).collect();
     times.sort_unstable();
     println!(
         "fleet {label}: {datasets} datasets, 3 replicas, {KILLS} SIGKILLs; takeover ms max {} median {} (lease {MEMBER_LEASE_MS} ms + interval {INTERVAL_MS} ms); \
          {} acknowledged commits all published, {} crashed writers' operations, begins refused {:?}, every intent settled; \
-         {} sweeps by {} replicas, {overlaps_checked} consecutive sweeps of a dataset apart; owners {owned:?}; \
+         {} sweeps by {} replicas, {overlaps_checked} consecutive sweeps of a dataset apart ({across_replicas} of them by two replicas, \
+         {epochs_checked} with growing gate epochs); owners {owned:?}; \
          policy swap answered in {} ms and reached the other replicas {} ms later; {checked} checks",
         times.last().unwrap(),
         times[times.len() / 2],
@@ -513,13 +596,7 @@ fn a_fleet_on_a_local_directory_survives_sigkills() {
 
 #[test]
 fn a_fleet_on_postgres_with_objects_on_s3_survives_sigkills() {
-    let (Ok(postgres), Ok(s3)) = (
-        std::env::var("MEND_TEST_DATABASE_URL"),
-        std::env::var("MEND_TEST_S3_URL"),
-    ) else {
-        println!("fleet postgres+s3: skipped, MEND_TEST_DATABASE_URL and MEND_TEST_S3_URL unset");
-        return;
-    };
+    let (postgres, s3) = (common::postgres_url(), common::s3_url());
     let dir = tempfile::tempdir().unwrap();
     let prefix = uuid::Uuid::new_v4().simple().to_string();
     // A database of its own: the servers of other tests on the shared one would join this
@@ -549,10 +626,7 @@ fn a_fleet_on_postgres_with_objects_on_s3_survives_sigkills() {
 
 #[test]
 fn a_fleet_on_s3_survives_sigkills() {
-    let Ok(s3) = std::env::var("MEND_TEST_S3_URL") else {
-        println!("fleet s3: skipped, MEND_TEST_S3_URL unset");
-        return;
-    };
+    let s3 = common::s3_url();
     let dir = tempfile::tempdir().unwrap();
     let prefix = uuid::Uuid::new_v4().simple().to_string();
     run_fleet("s3", dir.path(), format!("{s3}/fleet-{prefix}"), None);

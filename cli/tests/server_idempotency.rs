@@ -3,10 +3,19 @@
 //! answers 201 again, a delete whose rows went answers what it answered, a config apply whose
 //! version moved answers its promotion, a swap answers its swap); the same key with another
 //! body is 400 `invalid_argument` naming the key; a bad key is 400.
+//!
+//! Each keyed retry is held against the same request without a key, sent when the two must
+//! answer differently, so that a server that ignored keys would fail: a fence is retried after
+//! the token moved on (the keyed retry answers its first answer and fences nothing; without a
+//! key the fence is set again), a roll-forward after it settled an operation whose writer went
+//! away (the keyed retry answers what it settled; without a key there is nothing left). A
+//! probe is a read, so it is the other way round: its retry under the same key answers what is
+//! pending now, as a probe without a key does, and the key stays free for another request.
 
 use crate::common;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use common::server::{ADMIN_TOKEN, Answer, ServerOptions, TestServer};
 use serde_json::{Value, json};
@@ -71,6 +80,44 @@ fn refused(answer: &Answer, mentions: &str) {
     );
 }
 
+/// The operation ids of a recovery report's intents.
+fn intent_ids(report: &Value) -> Vec<&str> {
+    report["intents"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a recovery report: {report}"))
+        .iter()
+        .map(|intent| intent["operation_id"].as_str().unwrap())
+        .collect()
+}
+
+/// Creates `dataset` and begins operation `operation_id` on it (one planned split, no
+/// upload) with a lease of `lease_ms`: an intent for recovery to find.
+fn begin_operation(server: &TestServer, dataset: &str, operation_id: &str, lease_ms: u64) {
+    let created = server.post("/v1/datasets", json!({"dataset_id": dataset}));
+    assert_eq!(created.status, 201, "{}", created.body);
+    let payload = b"payload of a writer that went away";
+    let begun = server.post(
+        &format!("/v1/datasets/{dataset}/operations"),
+        json!({
+            "operation_id": operation_id,
+            "kind": "commit",
+            "node": "lost-writer",
+            "lease_ms": lease_ms,
+            "splits": [{
+                "split_id": format!("{operation_id}.s0"),
+                "metadata_json": "{}",
+                "size": payload.len(),
+                "sha256": mend::objects::format::sha256(payload),
+            }],
+        }),
+    );
+    assert!(
+        matches!(begun.status, 200 | 201),
+        "begin {operation_id}: {}",
+        begun.body
+    );
+}
+
 fn split_ids(body: &Value) -> Vec<String> {
     body["splits"]
         .as_array()
@@ -84,7 +131,10 @@ fn split_ids(body: &Value) -> Vec<String> {
 fn every_mutating_route_answers_a_keyed_retry_as_it_answered_first() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let server = TestServer::start(dir, ServerOptions::admin());
+    // No supervisor round during the test (an hour apart; the first one, at the start, finds
+    // nothing): the operation left to recovery below is the keyed roll-forward's to settle.
+    let options = ServerOptions::admin().with_settings(&["serve.supervisor_interval_ms=3600000"]);
+    let server = TestServer::start(dir, options);
     let catalog_dir = dir.join("mend-data");
     let admin = Some(ADMIN_TOKEN);
     let mut requests = 0;
@@ -121,27 +171,27 @@ fn every_mutating_route_answers_a_keyed_retry_as_it_answered_first() {
     requests += 1;
     refusals += 1;
 
+    // A fence to the token the dataset already has changes nothing, so its retry answers the
+    // same with the key ignored: the token moves on before the retry.
     let fence = Keyed {
         path: "/v1/datasets/d1/fence",
         token: None,
         body: json!({"token": "t1"}),
     };
-    assert_eq!(
-        twice(&server, &fence, "fence-1", 200)["publish_token"],
-        "t1"
-    );
+    let fenced = twice(&server, &fence, "fence-1", 200);
+    assert_eq!(fenced["publish_token"], "t1");
     refused(
         &fence.send_other(&server, "fence-1", &json!({"token": "t2"})),
         "fence-1",
     );
+    retried_after_the_token_moved(&server, &fence, "fence-1", &fenced, "t2");
     let unfence = Keyed {
         body: json!({"clear": true}),
         ..fence
     };
-    assert_eq!(
-        twice(&server, &unfence, "fence-2", 200)["publish_token"],
-        Value::Null
-    );
+    let unfenced = twice(&server, &unfence, "fence-2", 200);
+    assert_eq!(unfenced["publish_token"], Value::Null);
+    retried_after_the_token_moved(&server, &unfence, "fence-2", &unfenced, "t3");
     requests += 2;
     refusals += 1;
 
@@ -241,26 +291,75 @@ fn every_mutating_route_answers_a_keyed_retry_as_it_answered_first() {
         &reconcile.send_other(&server, "reconcile-1", &json!({"node": "other"})),
         "reconcile-1",
     );
+    // Recovery with nothing pending answers the same with the key ignored: on a dataset of its
+    // own, an operation whose writer went away, its lease of a second run out.
+    begin_operation(&server, "d2", "lost-1", 1_000);
+    std::thread::sleep(Duration::from_millis(1_200));
     let recover = Keyed {
-        path: "/v1/datasets/d1/recover",
+        path: "/v1/datasets/d2/recover",
         token: None,
         body: json!({"mode": "roll-forward"}),
     };
-    twice(&server, &recover, "recover-1", 200);
+    let recovered = twice(&server, &recover, "recover-1", 200);
+    assert_eq!(intent_ids(&recovered), ["lost-1"], "{recovered}");
+    let plain = server.post(recover.path, recover.body.clone());
+    assert_eq!(plain.status, 200, "{}", plain.body);
+    assert_eq!(
+        intent_ids(&plain.body),
+        Vec::<&str>::new(),
+        "without a key the roll-forward finds the operation settled"
+    );
+    let again = recover.send(&server, "recover-1");
+    assert_eq!(
+        (again.status, &again.body),
+        (200, &recovered),
+        "the keyed retry answers what it settled, after the request without a key"
+    );
     let exclusive = Keyed {
         token: admin,
         body: json!({"mode": "exclusive"}),
         ..recover
     };
     refused(&exclusive.send(&server, "recover-1"), "recover-1");
-    // A probe is a read: under any key it answers, and records nothing.
+    // A probe is a read: under any key it answers what is pending now, and records nothing.
+    // On a dataset of its own, an operation whose writer is alive (a long lease, which no
+    // supervisor settles), then aborted by it.
+    begin_operation(&server, "d3", "live-1", 600_000);
     let probe = Keyed {
+        path: "/v1/datasets/d3/recover",
+        token: None,
         body: json!({"mode": "probe"}),
-        ..recover
     };
-    twice(&server, &probe, "probe-1", 200);
+    let probed = probe.send(&server, "probe-1");
+    assert_eq!(probed.status, 200, "{}", probed.body);
+    assert_eq!(intent_ids(&probed.body), ["live-1"], "{}", probed.body);
+    let aborted = server.post("/v1/datasets/d3/operations/live-1/abort", json!({}));
+    assert_eq!(aborted.status, 200, "{}", aborted.body);
+    let reprobed = probe.send(&server, "probe-1");
+    assert_eq!(reprobed.status, 200, "{}", reprobed.body);
+    assert_eq!(
+        intent_ids(&reprobed.body),
+        Vec::<&str>::new(),
+        "a probe retried under its key answers what is pending now, not its first answer"
+    );
+    let plain = server.post(probe.path, probe.body.clone());
+    assert_eq!(
+        (plain.status, &plain.body),
+        (200, &reprobed.body),
+        "a probe answers alike with and without a key"
+    );
+    let under_probe_key = Keyed {
+        body: json!({"mode": "roll-forward"}),
+        ..probe
+    }
+    .send(&server, "probe-1");
+    assert_eq!(
+        under_probe_key.status, 200,
+        "a probe's key holds no record: another request may use it: {}",
+        under_probe_key.body
+    );
     requests += 4;
-    refusals += 3;
+    refusals += 1;
 
     let component = second_policy(dir);
     let swap = Keyed {
@@ -304,7 +403,42 @@ fn every_mutating_route_answers_a_keyed_retry_as_it_answered_first() {
     assert_eq!(split_ids(&listed.body), ["orphan", "s1", "s3"]);
     assert_eq!(published["published"], json!(["s1", "s2"]));
     println!(
-        "server idempotency: {requests} keyed requests on 12 routes each answered their retry as they answered first; {refusals} reuses of a key for another body refused"
+        "server idempotency: {requests} keyed requests on 12 routes each answered their retry as they answered first (a fence and a roll-forward also after the state moved on, unlike the same request without a key); a probe's retry under its key answered what was pending at the retry, its key left free; {refusals} reuses of a key for another body refused"
+    );
+}
+
+/// `keyed` was sent under `key` and answered `first`; the fence then moved to `other`
+/// without a key. The keyed retry answers `first` and leaves `other` in place; the same
+/// request without a key fences again, as a new change of the dataset.
+fn retried_after_the_token_moved(
+    server: &TestServer,
+    keyed: &Keyed,
+    key: &str,
+    first: &Value,
+    other: &str,
+) {
+    let moved = server.post(keyed.path, json!({"token": other}));
+    assert_eq!(moved.status, 200, "{}", moved.body);
+    let retried = keyed.send(server, key);
+    assert_eq!(
+        (retried.status, &retried.body),
+        (200, first),
+        "{} under {key}, retried after the token moved to {other}",
+        keyed.path
+    );
+    let dataset = keyed.path.trim_end_matches("/fence");
+    assert_eq!(
+        server.get(dataset).body["publish_token"],
+        other,
+        "the keyed retry fenced again"
+    );
+    let plain = server.post(keyed.path, keyed.body.clone());
+    assert_eq!(plain.status, 200, "{}", plain.body);
+    assert_eq!(plain.body["publish_token"], first["publish_token"]);
+    assert!(
+        plain.body["manifest_version"].as_u64() > first["manifest_version"].as_u64(),
+        "without a key the fence is set again, a new version of the dataset: {} after {first}",
+        plain.body
     );
 }
 

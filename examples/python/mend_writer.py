@@ -41,7 +41,14 @@ begin in flight, may land after the read and make the next commit's delta stale.
 position, and appends every acknowledged commit to the log as one JSON line, fsynced before
 the next commit begins, so whoever kills the writer can count what was acknowledged. The log
 also holds a "begun" line before each operation and a "not_applied" line for one that ended;
-the crash test (`host/tests/external_writers.rs`) counts the "acknowledged" ones.
+the crash test (`cli/tests/external_writers.rs`) counts the "acknowledged" ones.
+
+A `--loop` writer that cannot make progress says so and exits 1 rather than retry forever
+unseen: when one commit has gone `--retry-for-s` seconds (300 by default) without an answer
+that settles it (every step sent again after connection errors, 503s and 409s, as above;
+a server restarting answers well within that), or when `--max-ended-in-a-row` operations in a
+row (10 by default) ended without publishing (each one is retried as a new commit, which a
+lease that ran out while the server was down explains once, not ten times).
 """
 
 import argparse
@@ -62,6 +69,10 @@ import uuid
 REQUEST_TIMEOUT_S = 30
 # The lease a writer asks for; `commit` heartbeats when a third of it has passed.
 LEASE_MS = 10_000
+# How long one commit retries steps whose outcome is unknown before it gives up.
+RETRY_FOR_S = 300
+# `--loop` gives up after this many operations in a row ended without publishing.
+MAX_ENDED_IN_A_ROW = 10
 
 
 class MendError(Exception):
@@ -90,6 +101,10 @@ class OutcomeUnknown(Exception):
 
 class CheckpointMoved(Exception):
     """The partition is no longer where the delta starts: another commit moved it."""
+
+
+class NoProgress(Exception):
+    """`--loop` gave up: its operations keep ending without publishing."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -272,7 +287,7 @@ def _delta_still_applies(base_url, dataset, checkpoint_delta, deadline):
 
 
 def commit(base_url, dataset, splits, checkpoint_delta=None, operation_id=None,
-           node="python-writer", metadata=None, retry_for_s=300, direct=False):
+           node="python-writer", metadata=None, retry_for_s=RETRY_FOR_S, direct=False):
     """Commits `splits` ({split_id: bytes or path}) with `checkpoint_delta`, crash-safely.
 
     With `direct`, each object goes straight into the store through the presigned URL begin
@@ -377,15 +392,25 @@ def payload_for(split_id, size):
 
 
 def loop(base_url, dataset, partition, log_path, source="mend-writer", split_bytes=4096,
-         splits_per_commit=2, stop_file=None, lease_ms=LEASE_MS):
+         splits_per_commit=2, stop_file=None, lease_ms=LEASE_MS, retry_for_s=RETRY_FOR_S,
+         max_ended_in_a_row=MAX_ENDED_IN_A_ROW):
+    """Commits on `partition` until `stop_file` exists. Raises OutcomeUnknown when a commit
+    went `retry_for_s` without an answer that settles it, NoProgress when
+    `max_ended_in_a_row` operations in a row ended without publishing, MendError on any
+    other refusal."""
     node = f"writer-{partition}"
-    forever = 3600 * 24
+    ended_in_a_row = 0
     with open(log_path, "a") as log:
         pending = _last_begun(log_path)
         while stop_file is None or not os.path.exists(stop_file):
             if pending is None:
-                positions = _retrying(lambda: dataset_checkpoint(base_url, dataset),
-                                      time.monotonic() + forever)
+                try:
+                    positions = _retrying(lambda: dataset_checkpoint(base_url, dataset),
+                                          time.monotonic() + retry_for_s)
+                except OutcomeUnknown as error:
+                    raise OutcomeUnknown(
+                        f"reading the checkpoint got no answer in {retry_for_s} s; giving up: "
+                        f"{error}") from error
                 current = positions.get(source, {}).get(partition)
                 to_position = (current or 0) + 1
                 operation_id = f"{partition}-{to_position}-{uuid.uuid4().hex[:8]}"
@@ -407,14 +432,24 @@ def loop(base_url, dataset, partition, log_path, source="mend-writer", split_byt
             splits = {s: payload_for(s, split_bytes) for s in record["split_ids"]}
             try:
                 result = _run_once(base_url, dataset, record["operation_id"], splits, delta,
-                                   node, metadata, time.monotonic() + forever, lease_ms)
+                                   node, metadata, time.monotonic() + retry_for_s, lease_ms)
+            except OutcomeUnknown as error:
+                raise OutcomeUnknown(
+                    f"operation {record['operation_id']} got no answer that settles it in "
+                    f"{retry_for_s} s; giving up: {error}") from error
             except MendError as error:
                 if not error.ended:
                     raise
                 # Abandoned (its lease ran out) or refused: nothing of it is visible, and the
                 # next commit reads the position again.
                 _append(log, dict(record, event="not_applied"))
+                ended_in_a_row += 1
+                if ended_in_a_row >= max_ended_in_a_row:
+                    raise NoProgress(
+                        f"{ended_in_a_row} operations in a row ended without publishing, the "
+                        f"last {record['operation_id']}: {error}; giving up") from error
                 continue
+            ended_in_a_row = 0
             _append(log, dict(record, event="acknowledged",
                               manifest_version=result["manifest_version"]))
 
@@ -433,6 +468,12 @@ def main():
     parser.add_argument("--stop-file", help="--loop: stop once this file exists")
     parser.add_argument("--lease-ms", type=int, default=LEASE_MS,
                         help="how long an operation may go without a heartbeat")
+    parser.add_argument("--retry-for-s", type=float, default=RETRY_FOR_S,
+                        help="how long one commit retries steps whose outcome is unknown "
+                             "(no answer, 503) before the writer gives up")
+    parser.add_argument("--max-ended-in-a-row", type=int, default=MAX_ENDED_IN_A_ROW,
+                        help="--loop: give up after this many operations in a row ended "
+                             "without publishing")
     parser.add_argument("--direct", action="store_true",
                         help="put objects straight into the store through presigned URLs "
                              "where it presigns (S3)")
@@ -442,20 +483,21 @@ def main():
         if not args.log:
             parser.error("--loop needs --log")
         loop(base_url, args.dataset, args.partition, args.log, args.source,
-             stop_file=args.stop_file, lease_ms=args.lease_ms)
+             stop_file=args.stop_file, lease_ms=args.lease_ms, retry_for_s=args.retry_for_s,
+             max_ended_in_a_row=args.max_ended_in_a_row)
         return
     splits = dict(item.split("=", 1) for item in args.splits)
     if not splits:
         parser.error("name at least one SPLIT_ID=FILE")
     delta = json.loads(args.checkpoint_delta) if args.checkpoint_delta else None
     result = commit(base_url, args.dataset, splits, delta, args.operation_id,
-                    direct=args.direct)
+                    retry_for_s=args.retry_for_s, direct=args.direct)
     print(json.dumps(result))
 
 
 if __name__ == "__main__":
     try:
         main()
-    except (MendError, OutcomeUnknown, CheckpointMoved) as error:
+    except (MendError, OutcomeUnknown, CheckpointMoved, NoProgress) as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(1)

@@ -1,7 +1,7 @@
 //! The fuzz targets of `mend::fuzzing`, `mend_server::fuzzing` and `mend_cli::fuzzing`, run for a few seconds each on the stable toolchain, as
 //! part of `cargo test`: every file of the target's corpus (`fuzz/corpus/<target>/`) is
 //! replayed, then a seeded mutator feeds it variations of the corpus until the target's time
-//! is up. `cargo fuzz` (nightly, `fuzz/`) runs the same targets for as long as one likes,
+//! is up and it has tried at least [`MIN_MUTATED_INPUTS`] of them. `cargo fuzz` (nightly, `fuzz/`) runs the same targets for as long as one likes,
 //! guided by coverage; this run needs nothing but `cargo test` and keeps every crasher ever
 //! committed to the corpus fixed.
 //!
@@ -12,9 +12,11 @@
 //! other JSON types; split objects get their length prefix and payload checksum resealed half
 //! the time, so that mutations of the header reach past the checksum.
 //!
-//! - `MEND_FUZZ_SECONDS` (default 2.5): the mutation time per target.
+//! - `MEND_FUZZ_SECONDS` (default 2.5): the mutation time per target. A run goes on past it
+//!   until it has tried [`MIN_MUTATED_INPUTS`] mutated inputs, so that a loaded machine (or
+//!   `MEND_FUZZ_SECONDS=0`) still tries that many.
 //! - `MEND_FUZZ_SEED` (default fixed): the seed; every run with one seed tries the same
-//!   inputs in the same order (as many of them as the time allows).
+//!   inputs in the same order (as many of them as the time allows, and at least the floor).
 //!
 //! A failing input is written to `target/fuzz-failures/<target>/seed-<seed>-input-<n>` and
 //! named in the failure; copy it into `fuzz/corpus/<target>/` once fixed, and every later run
@@ -46,6 +48,11 @@ const DEFAULT_SEED: u64 = 0x6d65_6e64_6675_7a7a;
 const MAX_INPUT_BYTES: usize = 64 << 10;
 /// Accepted mutants are kept for further mutation, up to this many per target.
 const MAX_POOL: usize = 512;
+/// Every target tries at least this many mutated inputs, however long they take: the floor
+/// of what a run checks, met even when the time is up first (a loaded machine, or
+/// `MEND_FUZZ_SECONDS=0`). The slowest target (`checkpoint`) tries that many in under two
+/// seconds, with every other target running beside it on two cores.
+const MIN_MUTATED_INPUTS: u64 = 1_000;
 
 #[test]
 fn split_object() {
@@ -170,7 +177,7 @@ fn run(name: &str) {
     let mut rng = Rng::new(seed ^ fnv(name.as_bytes()));
     let started = Instant::now();
     let mut index: u64 = 0;
-    while started.elapsed() < budget {
+    while started.elapsed() < budget || index < MIN_MUTATED_INPUTS {
         let input = mutate(name, &pool, &mut rng);
         let verdict =
             attempt(target, &input).unwrap_or_else(|| save_failure(name, seed, index, &input));
@@ -181,9 +188,15 @@ fn run(name: &str) {
         index += 1;
     }
     let elapsed = started.elapsed().as_secs_f64();
+    assert!(
+        mutated.total() >= MIN_MUTATED_INPUTS,
+        "fuzz {name}: {} mutated inputs tried, fewer than the floor of {MIN_MUTATED_INPUTS}",
+        mutated.total()
+    );
     println!(
         "fuzz {name}: seed {seed}; {} corpus files replayed ({} accepted, {} refused); \
-         {} mutated inputs in {elapsed:.1} s ({:.0}/s): {} accepted, {} refused",
+         {} mutated inputs (at least {MIN_MUTATED_INPUTS}) in {elapsed:.1} s ({:.0}/s): {} \
+         accepted, {} refused",
         corpus.len(),
         replayed.accepted,
         replayed.refused,

@@ -1,14 +1,28 @@
 //! Grace periods at the edges of their range: every value is refused or honoured, and gc,
-//! reconcile and recovery never touch a split younger than its grace period.
+//! reconcile and recovery leave a split alone until it is older than its grace period, and
+//! collect it once it is.
 //!
 //! Each grace field is tried at 0, 1, max-1, max, max+1 and `u64::MAX`, where max is
 //! [`MAX_GRACE_PERIOD_MS`]. A value out of range is refused with `InvalidArgument` naming the
 //! field and its range, at create and at config apply, and leaves nothing behind. A value in
 //! range (with the other field at its maximum, so that only the one under test can expire
-//! anything) gets a dataset holding a staged split with its object, a marked split and an
-//! orphan object, each as old as the clock allows short of the grace period (0 ms, 1 ms and
-//! grace-1 ms). Then gc runs twice, reconcile once and a roll-forward sweep settles a crashed gc
-//! intent that names the staged split, and every split and object is still where it was.
+//! anything) gets rounds on datasets of their own, each holding a staged split with its
+//! object, a marked split and an orphan object, all born at one instant (the orphan's
+//! last-modified time, which the store stamps from the wall clock, is where the manual clock is
+//! set before the rows are written). The clock then moves on by one age: short of the grace
+//! period (0, 1 ms, grace-1 ms), exactly at it, one ms past it, and far past it (a whole
+//! maximum grace period more). Then gc runs twice, reconcile once, a roll-forward sweep
+//! settles a crashed gc intent that names the staged split (keeping it from gc until then),
+//! and gc runs once more. What is older than its grace period is collected, and nothing else
+//! (an age equal to the grace period is not past it, as the default policy's rule says):
+//!
+//! - the staged split is marked for deletion once its age is past the staged grace period,
+//!   and staged otherwise, its object in place either way;
+//! - the marked split loses its object and its row once its age is past the deletion grace
+//!   period, and keeps both otherwise;
+//! - the orphan is adopted (published under its name) once its age is past the staged grace
+//!   period, and left alone (no row, its object in place) otherwise.
+//!
 //! (Before `bounds::ms_before`, a grace of `u64::MAX` wrapped the cutoff into the future: the
 //! first gc marked the fresh split, the second deleted it.)
 
@@ -59,9 +73,10 @@ impl Field {
 }
 
 #[tokio::test]
-async fn gc_reconcile_and_recovery_never_touch_a_split_younger_than_its_grace_period() {
+async fn gc_reconcile_and_recovery_collect_a_split_only_once_past_its_grace_period() {
     let h = Harness::new(Backend::Memory).await;
-    let (mut refused, mut accepted, mut rounds, mut checks) = (0, 0, 0, 0);
+    let (mut refused, mut accepted, mut checks) = (0, 0, 0);
+    let mut rounds = Rounds::default();
     for field in [Field::Staged, Field::Deletion] {
         for value in EDGES {
             let bound = field.bound();
@@ -95,14 +110,19 @@ async fn gc_reconcile_and_recovery_never_touch_a_split_younger_than_its_grace_pe
                 Field::Staged => config.staged_grace_period_ms,
                 Field::Deletion => config.deletion_grace_period_ms,
             };
-            // Every age short of the grace period: nothing may be touched at any of them.
-            let mut ages: Vec<u64> = [0, 1, grace.saturating_sub(1)]
-                .into_iter()
-                .filter(|age| *age < grace)
-                .collect();
+            // Short of the grace period, exactly at it, one ms past it and far past it.
+            let mut ages: Vec<u64> = vec![
+                0,
+                1,
+                grace.saturating_sub(1),
+                grace,
+                grace + 1,
+                grace + FAR_PAST_MS,
+            ];
+            ages.sort_unstable();
             ages.dedup();
-            // Each age on a dataset of its own: splits left by a younger round would be
-            // rightly collected once the clock passes their grace period.
+            // Each age on a dataset of its own: splits left by another round would rightly be
+            // collected once the clock passes their grace period.
             for (round, age) in ages.into_iter().enumerate() {
                 let dataset_id = if round == 0 {
                     dataset_id.clone()
@@ -111,18 +131,71 @@ async fn gc_reconcile_and_recovery_never_touch_a_split_younger_than_its_grace_pe
                     h.engine.create_dataset(&other, &config).await.unwrap();
                     other
                 };
-                checks += young_splits_survive(&h, &dataset_id, field, age).await;
-                rounds += 1;
+                rounds.count(age.cmp(&grace));
+                checks += one_round(&h, &dataset_id, &config, field, age, &mut rounds).await;
             }
         }
     }
     println!(
-        "grace edges: {refused} values refused (with their range), {accepted} accepted, \
-         {rounds} rounds of gc x2 + reconcile + roll-forward, {checks} checks"
+        "grace edges: {refused} values refused (with their range), {accepted} accepted; \
+         {} rounds of gc x2 + reconcile + roll-forward + gc: {} short of the grace period and \
+         {} exactly at it (nothing collected), {} past it (collected: {} staged splits marked, \
+         {} marked splits deleted, {} orphans adopted); {checks} checks",
+        rounds.total(),
+        rounds.short,
+        rounds.at,
+        rounds.past,
+        rounds.marked,
+        rounds.deleted,
+        rounds.adopted,
     );
     assert_eq!(refused, 5, "0 staged, and max+1 and u64::MAX of each field");
     assert_eq!(accepted, 7);
-    assert!(rounds >= 14, "{rounds} rounds");
+    // Per accepted value: 0, 1 and grace-1 (those that are short of it and distinct), grace,
+    // grace+1 and far past. Staged 1, max-1, max; deletion 0, 1, max-1, max.
+    assert_eq!(
+        (rounds.short, rounds.at, rounds.past),
+        (14, 7, 14),
+        "{rounds:?}"
+    );
+    // Collected in every round past the grace period under test (2 per value: 6 staged
+    // splits marked and orphans adopted, 8 marked splits deleted), and in the rounds whose age
+    // also passes the other field's maximum: grace+1 of a maximum grace, and far past of
+    // 1, max-1 and max (4 of each field).
+    assert_eq!(
+        (rounds.marked, rounds.adopted, rounds.deleted),
+        (6 + 4, 6 + 4, 8 + 4),
+        "{rounds:?}"
+    );
+}
+
+/// How far past its grace period the last age of a round is: a whole maximum grace period.
+const FAR_PAST_MS: u64 = MAX_GRACE_PERIOD_MS;
+
+/// The rounds run, by where their age stands against the grace period under test, and what
+/// they collected.
+#[derive(Debug, Default)]
+struct Rounds {
+    short: usize,
+    at: usize,
+    past: usize,
+    marked: usize,
+    deleted: usize,
+    adopted: usize,
+}
+
+impl Rounds {
+    fn count(&mut self, age: std::cmp::Ordering) {
+        match age {
+            std::cmp::Ordering::Less => self.short += 1,
+            std::cmp::Ordering::Equal => self.at += 1,
+            std::cmp::Ordering::Greater => self.past += 1,
+        }
+    }
+
+    fn total(&self) -> usize {
+        self.short + self.at + self.past
+    }
 }
 
 fn assert_out_of_range(result: Result<(), MendError>, bound: bounds::Bound, value: u64) {
@@ -136,10 +209,18 @@ fn assert_out_of_range(result: Result<(), MendError>, bound: bounds::Bound, valu
     }
 }
 
-/// Stages, marks and orphans splits at the clock's now, moves the clock on by `age` (short
-/// of the grace period under test), runs every collector and checks that nothing moved.
-/// Returns how many checks it made.
-async fn young_splits_survive(h: &Harness, dataset_id: &str, field: Field, age: u64) -> usize {
+/// One round on `dataset_id`: a staged split with its object, a marked split and an orphan
+/// object, all born at one instant; the clock moved on by `age`; every collector run; then
+/// each is checked against what its grace period says (see the module doc), and what was
+/// collected is counted in `rounds`. Returns how many checks it made.
+async fn one_round(
+    h: &Harness,
+    dataset_id: &str,
+    config: &DatasetConfig,
+    field: Field,
+    age: u64,
+    rounds: &mut Rounds,
+) -> usize {
     let engine = &h.engine;
     let round = uuid::Uuid::new_v4().simple().to_string();
     let staged = format!("staged-{round}");
@@ -147,8 +228,13 @@ async fn young_splits_survive(h: &Harness, dataset_id: &str, field: Field, age: 
     let orphan = format!("orphan-{round}");
     let dataset = engine.dataset(dataset_id).await.unwrap();
 
-    // The orphan object's age comes from the store's clock, which is the wall clock.
-    h.set_clock_past_wall_clock(0);
+    // The orphan's age comes from the store's clock (the wall clock, which stamps objects):
+    // the rows are written with the manual clock at the orphan's birth, so that all three are
+    // exactly `age` old below.
+    h.plant_orphan(dataset_id, &orphan, &dataset.uid, false)
+        .await;
+    let born = listed(h, dataset_id).await[&orphan];
+    h.clock.set_ms(born);
     for id in [&staged, &marked] {
         let metadata = r#"{"num_docs": 1}"#;
         let request = mend::model::StageRequest {
@@ -171,12 +257,10 @@ async fn young_splits_survive(h: &Harness, dataset_id: &str, field: Field, age: 
         .mark_for_deletion(dataset_id, std::slice::from_ref(&marked))
         .await
         .unwrap();
-    h.plant_orphan(dataset_id, &orphan, &dataset.uid, false)
-        .await;
-    let started = h.clock_now();
 
     // A gc that planned to mark the staged split and crashed: its roll-forward marks only
-    // what is older than the intent's own cutoff.
+    // what is older than the intent's own cutoff (its birth), and until then the split is
+    // its intent's, not gc's.
     let crashed_gc = Intent {
         effects: PlannedEffects {
             mark: vec![staged.clone()],
@@ -187,14 +271,14 @@ async fn young_splits_survive(h: &Harness, dataset_id: &str, field: Field, age: 
             OperationKind::Gc,
             dataset_id,
             "crashed-node",
-            started,
+            born,
             0,
         )
     };
     engine.catalog().put_intent(&crashed_gc).await.unwrap();
 
-    let age = i64::try_from(age).unwrap_or(i64::MAX);
-    h.clock.set_ms(started.saturating_add(age));
+    h.clock
+        .set_ms(born.saturating_add(i64::try_from(age).unwrap_or(i64::MAX)));
     for _ in 0..2 {
         engine.gc(dataset_id, "node-a").await.unwrap();
     }
@@ -203,6 +287,8 @@ async fn young_splits_survive(h: &Harness, dataset_id: &str, field: Field, age: 
         .recover(dataset_id, RecoveryMode::RollForward)
         .await
         .unwrap();
+    // The crashed gc is settled: the staged split is gc's to judge again.
+    engine.gc(dataset_id, "node-a").await.unwrap();
 
     let rows = engine
         .list_splits(dataset_id, &ListQuery::default())
@@ -214,34 +300,49 @@ async fn young_splits_survive(h: &Harness, dataset_id: &str, field: Field, age: 
             .find(|row| row.split_id == id)
             .map(|row| row.state)
     };
-    let context = format!("{field:?} grace, age {age} ms");
-    assert_eq!(state(&staged), Some(SplitState::Staged), "{context}");
+    let objects = listed(h, dataset_id).await;
+    let context = format!(
+        "{field:?} grace under test; staged grace {} ms, deletion grace {} ms; age {age} ms",
+        config.staged_grace_period_ms, config.deletion_grace_period_ms
+    );
+
+    // The staged split: marked once past the staged grace period; its object stays.
+    let staged_past = age > config.staged_grace_period_ms;
+    let expected = match staged_past {
+        true => SplitState::MarkedForDeletion,
+        false => SplitState::Staged,
+    };
     assert_eq!(
-        state(&marked),
-        Some(SplitState::MarkedForDeletion),
-        "{context}"
+        state(&staged),
+        Some(expected),
+        "{context}: the staged split"
     );
-    // The orphan is younger than the staged grace, so reconcile neither adopts nor discards it.
     assert!(
-        reconciled.adopted.is_empty() && reconciled.discarded.is_empty(),
-        "{context}: {reconciled:?}"
+        objects.contains_key(&staged),
+        "{context}: the staged split's object is gone"
     );
-    assert_eq!(state(&orphan), None, "{context}");
-    let objects: Vec<String> = engine
-        .objects()
-        .list(dataset_id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|object| object.split_id)
-        .collect();
-    for id in [&staged, &marked, &orphan] {
-        assert!(
-            objects.contains(id),
-            "{context}: the object of {id} is gone"
-        );
-    }
-    // The crashed gc was settled without marking the young split.
+    // The marked split: its object and its row removed once past the deletion grace period.
+    let deletion_past = age > config.deletion_grace_period_ms;
+    let expected = (!deletion_past).then_some(SplitState::MarkedForDeletion);
+    assert_eq!(state(&marked), expected, "{context}: the marked split");
+    assert_eq!(
+        objects.contains_key(&marked),
+        !deletion_past,
+        "{context}: the marked split's object"
+    );
+    // The orphan: adopted (published) once past the staged grace period, else left alone.
+    let (adopted, row) = match staged_past {
+        true => (vec![orphan.clone()], Some(SplitState::Published)),
+        false => (Vec::new(), None),
+    };
+    assert_eq!(reconciled.adopted, adopted, "{context}: {reconciled:?}");
+    assert!(reconciled.discarded.is_empty(), "{context}: {reconciled:?}");
+    assert_eq!(state(&orphan), row, "{context}: the orphan");
+    assert!(
+        objects.contains_key(&orphan),
+        "{context}: the orphan's object is gone"
+    );
+    // The crashed gc was settled.
     assert!(
         engine
             .catalog()
@@ -251,5 +352,20 @@ async fn young_splits_survive(h: &Harness, dataset_id: &str, field: Field, age: 
             .is_empty(),
         "{context}: the crashed gc's intent is still there"
     );
-    7
+    rounds.marked += usize::from(staged_past);
+    rounds.adopted += usize::from(staged_past);
+    rounds.deleted += usize::from(deletion_past);
+    9
+}
+
+/// The dataset's objects, each with its last-modified time (ms).
+async fn listed(h: &Harness, dataset_id: &str) -> std::collections::BTreeMap<String, i64> {
+    h.engine
+        .objects()
+        .list(dataset_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|object| (object.split_id, object.last_modified_ms))
+        .collect()
 }

@@ -10,6 +10,7 @@
 
 use mend::MendError;
 use mend::model::{ListQuery, PublishRequest, StageMode, StageRequest, StageSplit};
+use mend::validate::QUOTED_CHARS;
 use mend_tests::harness::{Backend, Harness};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -140,12 +141,12 @@ async fn round_trip(backend: Backend) {
 }
 
 /// Ids outside the alphabet are refused at stage with `InvalidArgument`, and nothing is
-/// written; the error quotes at most the first 64 characters.
+/// written; the error quotes at most the first 64 characters ([`QUOTED_CHARS`]) of the id.
 async fn refused_ids_write_nothing(backend: Backend) {
     let h = Harness::new(backend).await;
     let dataset_id = h.create_dataset("bad-ids").await;
     let before = h.write_fingerprint(&dataset_id).await;
-    let mut refused = 0;
+    let (mut refused, mut longest_quote) = (0, 0);
     let mut bad: Vec<String> = "%*~#?[]{}^|<>\"`\\/ :;=+@!$&',()"
         .chars()
         .map(|c| format!("a{c}12"))
@@ -182,14 +183,46 @@ async fn refused_ids_write_nothing(backend: Backend) {
             .await;
         match result {
             Err(MendError::InvalidArgument { message }) => {
-                assert!(message.chars().count() < 400, "{message}");
+                let quoted = quoted_chars(id, &message);
+                assert_eq!(
+                    quoted,
+                    Some(id.chars().count().min(QUOTED_CHARS)),
+                    "[{backend}] the refusal of {id:?} quotes its first {QUOTED_CHARS} characters \
+                     at most (with … when cut): {message}"
+                );
+                longest_quote = longest_quote.max(quoted.unwrap_or_default());
                 refused += 1;
             }
             other => panic!("[{backend}] split id {id:?} was not refused: {other:?}"),
         }
     }
     assert_eq!(h.write_fingerprint(&dataset_id).await, before);
-    println!("[{backend}] {refused} ids outside the alphabet refused, nothing written");
+    assert_eq!(
+        longest_quote, QUOTED_CHARS,
+        "[{backend}] the ids longer than {QUOTED_CHARS} characters were quoted cut short"
+    );
+    println!(
+        "[{backend}] {refused} ids outside the alphabet refused, nothing written; each refusal \
+         quotes the id, the longest ones cut to their first {longest_quote} characters"
+    );
+}
+
+/// How many of `id`'s characters `message` quotes: the quote is `split id "..."`, holding
+/// the id's first characters (escaped as `{:?}` escapes them), followed by `…` when the id
+/// was cut. `None` when the message quotes no prefix of the id that way.
+fn quoted_chars(id: &str, message: &str) -> Option<usize> {
+    let quoted = message
+        .strip_prefix("split id ")?
+        .split_once(" is invalid")?
+        .0;
+    let chars: Vec<char> = id.chars().collect();
+    (0..=chars.len()).find(|&n| {
+        let mut prefix: String = chars[..n].iter().collect();
+        if n < chars.len() {
+            prefix.push('…');
+        }
+        quoted == format!("{prefix:?}")
+    })
 }
 
 #[tokio::test]

@@ -28,6 +28,33 @@ pub fn mend_command(dir: &Path) -> Command {
     command
 }
 
+/// The Postgres server the tests use (`scripts/with-postgres` starts a throwaway one); fails,
+/// with instructions, when there is none: a test that needs it never passes without it.
+pub fn postgres_url() -> String {
+    std::env::var("MEND_TEST_DATABASE_URL").unwrap_or_else(|_| {
+        panic!(
+            "MEND_TEST_DATABASE_URL is not set. The Postgres tests need a real server: run them \
+             through `scripts/test` (which starts a throwaway one), or \
+             `scripts/with-postgres cargo test ...`, or point MEND_TEST_DATABASE_URL at a server \
+             you own"
+        )
+    })
+}
+
+/// The S3-compatible store the tests use (`s3://BUCKET`, endpoint and credentials in the usual
+/// `AWS_*` variables; `scripts/with-s3` starts a throwaway one); fails, with instructions,
+/// when there is none.
+pub fn s3_url() -> String {
+    std::env::var("MEND_TEST_S3_URL").unwrap_or_else(|_| {
+        panic!(
+            "MEND_TEST_S3_URL is not set. The S3 tests need an S3-compatible server: run them \
+             through `scripts/test` (which starts a throwaway one), or \
+             `scripts/with-s3 cargo test ...`, or set MEND_TEST_S3_URL=s3://BUCKET and the \
+             AWS_* variables for a store you own"
+        )
+    })
+}
+
 /// How a test opens the test Postgres in process: as `mend` would with the environment's
 /// [`ACCEPT_UNSAFE_DURABILITY`].
 pub fn postgres_options() -> mend::catalog::PostgresOptions {
