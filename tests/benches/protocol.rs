@@ -294,13 +294,13 @@ fn measure(bench: &mut Bench, store: Store, payloads: &[Bytes]) {
         cores as f64 * millis(wall),
         millis(wall),
     ));
-    let hashed = verified["bytes_hashed"].as_u64().unwrap_or_default() as usize;
+    let hashed_mib = self::mib(verified["bytes_hashed"].as_u64().unwrap_or_default() as usize);
     bench.report(format!(
         "  a deep verify of {} objects ({:.1} MiB), each read back and hashed: {:.1} ms, {:.1} MiB/s (one timed run)",
         payloads.len(),
-        mib(hashed),
+        hashed_mib,
         millis(deep_took),
-        mib(hashed) / deep_took.as_secs_f64()
+        hashed_mib / deep_took.as_secs_f64()
     ));
     bench.report(format!(
         "  one commit of a single {LARGE_OBJECT_MIB} MiB object: {:.1} ms, {:.1} MiB/s (one timed run)",
