@@ -22,7 +22,9 @@
 //! In each: one `mend serve`, always on the same loopback port (picked free at the start;
 //! every restart listens on it again, so a writer keeps one URL and retries while the server
 //! is down); four writers running `examples/python/mend_writer.py --loop`, each on a
-//! partition of its own, logging every acknowledged commit; and a fifth writer, a thread of
+//! partition of its own, logging every acknowledged commit, two of them with `--direct` (their
+//! objects go straight into the store through presigned URLs, which publish reads back and
+//! hashes); and a fifth writer, a thread of
 //! this test, committing with `mend commit` straight to the catalog ([`cli_commit`]). At
 //! moments drawn from a seeded RNG (the seed is printed; `MEND_CRASH_SEED` replays it) the
 //! server is killed with SIGKILL and restarted, a writer is killed with SIGKILL and restarted,
@@ -185,7 +187,7 @@ fn run(label: &str, catalogs: Catalogs, postgres: Option<&DurablePostgres>) {
     // Before any writer starts: a build without `mend commit` fails here.
     let cli = Arc::new(CliWriter::new(dir.path(), &catalogs, dataset));
     let mut writers: Vec<PythonWriter> = (0..PYTHON_WRITERS)
-        .map(|n| PythonWriter::new(dir.path(), &format!("p{n}")))
+        .map(|n| PythonWriter::new(dir.path(), &format!("p{n}"), n % 2 == 1))
         .collect();
     for writer in &mut writers {
         writer.spawn(&server.url(), dataset);
@@ -320,6 +322,7 @@ fn run(label: &str, catalogs: Catalogs, postgres: Option<&DurablePostgres>) {
     // What the writers were told, and what the catalog holds.
     let mut acknowledged: Vec<Commit> = Vec::new();
     for writer in &writers {
+        counts.direct_puts += writer.direct_puts();
         let commits = writer.acknowledged();
         counts
             .acknowledged_by
@@ -396,6 +399,14 @@ fn run(label: &str, catalogs: Catalogs, postgres: Option<&DurablePostgres>) {
             ));
         }
     }
+    // Half the Python writers put their objects through presigned URLs (objects are on the
+    // S3-compatible server in both runs): those objects were read back at publish.
+    if counts.direct_puts == 0 {
+        failures.push(
+            "the --direct writers acknowledged no commit whose objects went through presigned URLs"
+                .to_string(),
+        );
+    }
     if counts.writer_kills_inside_operations == 0 {
         failures.push(format!(
             "none of the {} writer kills found its writer inside an operation: no kill \
@@ -436,8 +447,12 @@ fn run(label: &str, catalogs: Catalogs, postgres: Option<&DurablePostgres>) {
         serde_json::to_string(&checkpoint).unwrap()
     );
     println!(
-        "  objects checked: {}; intents after the supervisors: {}, after roll-forward: {}",
-        counts.objects_checked, counts.intents_after_supervisors, counts.intents_after_roll_forward
+        "  objects checked: {}; put through presigned URLs by the --direct writers: {}; intents \
+         after the supervisors: {}, after roll-forward: {}",
+        counts.objects_checked,
+        counts.direct_puts,
+        counts.intents_after_supervisors,
+        counts.intents_after_roll_forward
     );
     if !failures.is_empty() {
         let tail = server.log_tail();
@@ -610,6 +625,8 @@ struct Counts {
     acknowledged_cli: usize,
     /// Acknowledged commits per writer (its partition).
     acknowledged_by: BTreeMap<String, usize>,
+    /// Objects the `--direct` writers put through presigned URLs, in acknowledged commits.
+    direct_puts: usize,
     published_commits: usize,
     objects_checked: usize,
     intents_after_supervisors: usize,
@@ -875,15 +892,18 @@ fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> std::io::R
 #[derive(Debug)]
 struct PythonWriter {
     partition: String,
+    /// Puts its objects straight into the store through presigned URLs (`--direct`).
+    direct: bool,
     log: PathBuf,
     stderr: PathBuf,
     child: Option<Child>,
 }
 
 impl PythonWriter {
-    fn new(dir: &Path, partition: &str) -> PythonWriter {
+    fn new(dir: &Path, partition: &str, direct: bool) -> PythonWriter {
         PythonWriter {
             partition: partition.to_string(),
+            direct,
             log: dir.join(format!("writer-{partition}.jsonl")),
             stderr: dir.join(format!("writer-{partition}.stderr")),
             child: None,
@@ -910,6 +930,7 @@ impl PythonWriter {
                 "--max-ended-in-a-row",
                 &WRITER_MAX_ENDED_IN_A_ROW.to_string(),
             ])
+            .args(self.direct.then_some("--direct"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -964,6 +985,16 @@ impl PythonWriter {
     }
 
     /// The commits its log says were acknowledged.
+    /// The objects its acknowledged commits put through presigned URLs.
+    fn direct_puts(&self) -> usize {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        log.lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|record| record["event"] == "acknowledged")
+            .filter_map(|record| record["direct_puts"].as_u64())
+            .sum::<u64>() as usize
+    }
+
     fn acknowledged(&self) -> Vec<Commit> {
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
         log.lines()

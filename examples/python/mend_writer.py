@@ -203,24 +203,51 @@ class _Concatenated(io.RawIOBase):
         super().close()
 
 
-def put_presigned(upload_url, header_json, payload):
-    """Puts the whole object (magic, header length, header, payload) straight into the store
-    through the presigned URL begin or show handed out (only where the store presigns, S3).
-
-    The object format is the README's: b"MENDSPL1", the header's length as u32 little-endian,
-    the header exactly as answered, then the payload. Raises OutcomeUnknown on any failure:
-    the caller may upload through mend instead, which is always possible.
-    """
+def object_prefix(header_json):
+    """What comes before the payload in a split object (the README's format): b"MENDSPL1",
+    the header's length as u32 little-endian, the header exactly as begin answered it."""
     header = header_json.encode()
-    prefix = b"MENDSPL1" + struct.pack("<I", len(header)) + header
+    return b"MENDSPL1" + struct.pack("<I", len(header)) + header
+
+
+def object_sha256(prefix, payload):
+    """The sha256 (hex) of the whole object: `prefix`, then the payload (bytes, or a path
+    read in chunks). A presigned URL is signed over it: the store takes these bytes only."""
+    digest = hashlib.sha256(prefix)
+    if isinstance(payload, (bytes, bytearray)):
+        digest.update(payload)
+    else:
+        with open(payload, "rb") as file:
+            for chunk in iter(lambda: file.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def upload_urls(base_url, dataset, operation_id, objects):
+    """Presigned URLs for objects the writer puts itself: `objects` is [{"split_id",
+    "object_sha256"}]; the answer's "objects" are [{"split_id", "url", "headers",
+    "expires_at_ms"}]. 422 capability_missing where the store cannot presign (upload through
+    mend there)."""
+    path = _operation_path(dataset, operation_id, "/upload-urls")
+    return _request(base_url, "POST", path, {"objects": objects})["objects"]
+
+
+def put_presigned(signed, prefix, payload):
+    """Puts the whole object (`prefix`, then the payload) straight into the store through a
+    URL from `upload_urls`, with exactly the headers it came with (they are signed: the store
+    refuses the PUT without them; `If-None-Match: *` makes it put-if-absent, and
+    `x-amz-checksum-sha256` refuses other bytes). Raises OutcomeUnknown on any failure: the
+    caller uploads through mend instead, which is always possible (an object already in
+    place as planned writes nothing)."""
     if isinstance(payload, (bytes, bytearray)):
         body = _Concatenated(prefix, io.BytesIO(payload), len(payload))
     else:
         body = _Concatenated(prefix, open(payload, "rb"), os.path.getsize(payload))
+    headers = dict(signed["headers"])
+    headers["Content-Length"] = str(body.length)
     # No Content-Type: the store keeps what it is given, and the URL signs none.
-    request = urllib.request.Request(upload_url, data=body, method="PUT",
-                                     headers={"Content-Length": str(body.length),
-                                              "Content-Type": ""})
+    headers["Content-Type"] = ""
+    request = urllib.request.Request(signed["url"], data=body, method="PUT", headers=headers)
     try:
         with body, urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as answer:
             answer.read()
@@ -290,9 +317,9 @@ def commit(base_url, dataset, splits, checkpoint_delta=None, operation_id=None,
            node="python-writer", metadata=None, retry_for_s=RETRY_FOR_S, direct=False):
     """Commits `splits` ({split_id: bytes or path}) with `checkpoint_delta`, crash-safely.
 
-    With `direct`, each object goes straight into the store through the presigned URL begin
-    hands out where the store presigns (S3), and through mend where it does not or the put
-    fails.
+    With `direct`, each object goes straight into the store through a presigned URL
+    (`upload_urls`, signed over the object's sha256 and put-if-absent) where the store
+    presigns (S3), and through mend where it does not or the put fails.
 
     Returns {"operation_id", "split_ids", "publish"}: the ids that were published (with the
     `.rN` suffix if the commit had to start over) and the PublishResult. Raises
@@ -322,23 +349,26 @@ def commit(base_url, dataset, splits, checkpoint_delta=None, operation_id=None,
 
 
 def _run_once(base_url, dataset, operation_id, splits, checkpoint_delta, node, metadata,
-              deadline, lease_ms=LEASE_MS, direct=False):
+              deadline, lease_ms=LEASE_MS, direct=False, stats=None):
     planned = [plan_split(split_id, payload, metadata) for split_id, payload in splits.items()]
     view = _retrying(lambda: begin(base_url, dataset, operation_id, planned, checkpoint_delta,
                                    node, lease_ms), deadline)
     if view["phase"] == "published":
         return view["publish"]
     answered = {split["split_id"]: split for split in view.get("splits", [])}
+    signed = _presigned(base_url, dataset, operation_id, splits, answered) if direct else {}
     try:
         renewed = time.monotonic()
         for split_id, payload in splits.items():
             if time.monotonic() - renewed > lease_ms / 3000:
                 _retrying(lambda: heartbeat(base_url, dataset, operation_id, lease_ms), deadline)
                 renewed = time.monotonic()
-            split = answered.get(split_id, {})
-            if direct and split.get("upload_url"):
+            if split_id in signed:
+                url, prefix = signed[split_id]
                 try:
-                    put_presigned(split["upload_url"], split["header_json"], payload)
+                    put_presigned(url, prefix, payload)
+                    if stats is not None:
+                        stats["direct_puts"] += 1
                     continue
                 except OutcomeUnknown:
                     pass  # through mend instead: an object already in place writes nothing
@@ -354,6 +384,23 @@ def _run_once(base_url, dataset, operation_id, splits, checkpoint_delta, node, m
         if view["phase"] == "published":
             return view["publish"]
         raise
+
+
+def _presigned(base_url, dataset, operation_id, splits, answered):
+    """{split_id: (signed URL, object prefix)} for the splits to put straight into the store;
+    empty where the store cannot presign or the URLs cannot be had now (every object then goes
+    through mend)."""
+    prefixes = {split_id: object_prefix(answered[split_id]["header_json"])
+                for split_id in splits if split_id in answered}
+    objects = [{"split_id": split_id, "object_sha256": object_sha256(prefix, splits[split_id])}
+               for split_id, prefix in prefixes.items()]
+    if not objects:
+        return {}
+    try:
+        urls = upload_urls(base_url, dataset, operation_id, objects)
+    except (MendError, OutcomeUnknown):
+        return {}
+    return {url["split_id"]: (url, prefixes[url["split_id"]]) for url in urls}
 
 
 # ---------------------------------------------------------------------------------------
@@ -393,8 +440,9 @@ def payload_for(split_id, size):
 
 def loop(base_url, dataset, partition, log_path, source="mend-writer", split_bytes=4096,
          splits_per_commit=2, stop_file=None, lease_ms=LEASE_MS, retry_for_s=RETRY_FOR_S,
-         max_ended_in_a_row=MAX_ENDED_IN_A_ROW):
-    """Commits on `partition` until `stop_file` exists. Raises OutcomeUnknown when a commit
+         max_ended_in_a_row=MAX_ENDED_IN_A_ROW, direct=False):
+    """Commits on `partition` until `stop_file` exists (with `direct`, putting objects through
+    presigned URLs where the store presigns; each acknowledged line counts them). Raises OutcomeUnknown when a commit
     went `retry_for_s` without an answer that settles it, NoProgress when
     `max_ended_in_a_row` operations in a row ended without publishing, MendError on any
     other refusal."""
@@ -430,9 +478,11 @@ def loop(base_url, dataset, partition, log_path, source="mend-writer", split_byt
                 {"partition": partition, "from_position": record["from_position"],
                  "to_position": record["to_position"]}]}
             splits = {s: payload_for(s, split_bytes) for s in record["split_ids"]}
+            stats = {"direct_puts": 0}
             try:
                 result = _run_once(base_url, dataset, record["operation_id"], splits, delta,
-                                   node, metadata, time.monotonic() + retry_for_s, lease_ms)
+                                   node, metadata, time.monotonic() + retry_for_s, lease_ms,
+                                   direct=direct, stats=stats)
             except OutcomeUnknown as error:
                 raise OutcomeUnknown(
                     f"operation {record['operation_id']} got no answer that settles it in "
@@ -451,7 +501,8 @@ def loop(base_url, dataset, partition, log_path, source="mend-writer", split_byt
                 continue
             ended_in_a_row = 0
             _append(log, dict(record, event="acknowledged",
-                              manifest_version=result["manifest_version"]))
+                              manifest_version=result["manifest_version"],
+                              direct_puts=stats["direct_puts"]))
 
 
 def main():
@@ -484,7 +535,7 @@ def main():
             parser.error("--loop needs --log")
         loop(base_url, args.dataset, args.partition, args.log, args.source,
              stop_file=args.stop_file, lease_ms=args.lease_ms, retry_for_s=args.retry_for_s,
-             max_ended_in_a_row=args.max_ended_in_a_row)
+             max_ended_in_a_row=args.max_ended_in_a_row, direct=args.direct)
         return
     splits = dict(item.split("=", 1) for item in args.splits)
     if not splits:
