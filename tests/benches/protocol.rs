@@ -123,10 +123,8 @@ fn main() {
             s3.clone(),
             format!("{prefix}/floor"),
         ));
-        let direct: Arc<dyn ObjectStore> = Arc::new(object_store::prefix::PrefixStore::new(
-            s3,
-            format!("{prefix}/mend"),
-        ));
+        // `begin` answers each object's path from the bucket's root, the server's prefix in it.
+        let direct = s3;
         measure(
             &mut bench,
             Store {
@@ -156,7 +154,8 @@ struct Store {
     objects_url: Option<String>,
     /// The floor's store.
     floor: Arc<dyn ObjectStore>,
-    /// The store the server's objects are in, for a writer putting them itself.
+    /// The store the server's objects are in, at the root `begin`'s object paths start from,
+    /// for a writer putting them itself.
     direct: Arc<dyn ObjectStore>,
     /// Criterion's measurement time for each function.
     measurement: Duration,
@@ -399,6 +398,23 @@ fn payload(n: usize, len: usize) -> Bytes {
     Bytes::from(bytes)
 }
 
+/// The id of a commit's `n`th split.
+fn split_id_of(run: &str, n: usize) -> String {
+    format!("{run}-split-{n:03}")
+}
+
+/// A begin's `splits` for `payloads`, one split each.
+fn planned_splits(run: &str, payloads: &[Bytes]) -> Vec<Value> {
+    payloads
+        .iter()
+        .enumerate()
+        .map(|(n, bytes)| {
+            json!({"split_id": split_id_of(run, n), "metadata_json": "{\"num_docs\": 1000}",
+                   "size": bytes.len(), "sha256": sha256_hex(bytes)})
+        })
+        .collect()
+}
+
 fn sha256_hex(bytes: &[u8]) -> String {
     mend::objects::format::sha256(bytes)
         .trim_start_matches("sha256:")
@@ -498,15 +514,8 @@ impl Server {
 
     /// One commit of `payloads` through the protocol; how long each step took.
     fn commit(&self, dataset: &str, run: &str, payloads: &[Bytes]) -> Steps {
-        let split_id = |n: usize| format!("{run}-split-{n:03}");
-        let splits: Vec<Value> = payloads
-            .iter()
-            .enumerate()
-            .map(|(n, bytes)| {
-                json!({"split_id": split_id(n), "metadata_json": "{\"num_docs\": 1000}",
-                       "size": bytes.len(), "sha256": sha256_hex(bytes)})
-            })
-            .collect();
+        let split_id = |n: usize| split_id_of(run, n);
+        let splits = planned_splits(run, payloads);
         let operation = format!("/v1/datasets/{dataset}/operations/{run}");
         let started = Instant::now();
         self.call(
@@ -548,15 +557,7 @@ impl Server {
         run: &str,
         payloads: &[Bytes],
     ) -> Steps {
-        let split_id = |n: usize| format!("{run}-split-{n:03}");
-        let splits: Vec<Value> = payloads
-            .iter()
-            .enumerate()
-            .map(|(n, bytes)| {
-                json!({"split_id": split_id(n), "metadata_json": "{\"num_docs\": 1000}",
-                       "size": bytes.len(), "sha256": sha256_hex(bytes)})
-            })
-            .collect();
+        let splits = planned_splits(run, payloads);
         let operation = format!("/v1/datasets/{dataset}/operations/{run}");
         let started = Instant::now();
         let begun = self.call(

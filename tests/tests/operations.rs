@@ -63,6 +63,16 @@ fn body(
     stream::iter(chunks)
 }
 
+/// A split's whole object as a writer putting it straight into the store builds it: the
+/// magic, the header's length, the header `begin` answered, the payload.
+fn whole_object(split: &mend::engine::OperationSplit, payload: &[u8]) -> Vec<u8> {
+    let mut object = b"MENDSPL1".to_vec();
+    object.extend_from_slice(&(split.header_json.len() as u32).to_le_bytes());
+    object.extend_from_slice(split.header_json.as_bytes());
+    object.extend_from_slice(payload);
+    object
+}
+
 async fn object_payload(h: &Harness, dataset_id: &str, split_id: &str) -> Vec<u8> {
     let (store, _) = h.engine.objects().store();
     let path = h.engine.objects().path(dataset_id, split_id);
@@ -275,10 +285,7 @@ async fn a_writer_may_write_the_object_itself_in_the_documented_format() {
             .unwrap();
         let split = &begun.splits[0];
         // What a writer in another language does: magic, header length, header, payload.
-        let mut object = b"MENDSPL1".to_vec();
-        object.extend_from_slice(&(split.header_json.len() as u32).to_le_bytes());
-        object.extend_from_slice(split.header_json.as_bytes());
-        object.extend_from_slice(&bytes);
+        let object = whole_object(split, &bytes);
         assert_eq!(object.len() as u64, split.object_size, "{backend}");
         let (store, _) = engine.objects().store();
         store
@@ -308,10 +315,7 @@ async fn a_payload_that_does_not_hash_to_its_plan_is_never_published() {
         request.lease_ms = Some(1_000);
         let begun = engine.begin_operation(&request).await.unwrap();
         let split = &begun.splits[0];
-        let mut object = b"MENDSPL1".to_vec();
-        object.extend_from_slice(&(split.header_json.len() as u32).to_le_bytes());
-        object.extend_from_slice(split.header_json.as_bytes());
-        object.extend_from_slice(&bytes);
+        let mut object = whole_object(split, &bytes);
         *object.last_mut().unwrap() ^= 0x20;
         assert_eq!(object.len() as u64, split.object_size, "{backend}");
         let (store, _) = engine.objects().store();
@@ -370,10 +374,7 @@ async fn a_payload_that_does_not_hash_to_its_plan_is_never_published() {
             .await
             .unwrap();
         let split = &begun.splits[0];
-        let mut object = b"MENDSPL1".to_vec();
-        object.extend_from_slice(&(split.header_json.len() as u32).to_le_bytes());
-        object.extend_from_slice(split.header_json.as_bytes());
-        object.extend_from_slice(&bytes);
+        let object = whole_object(split, &bytes);
         store
             .put(&Path::from(split.object_path.as_str()), object.into())
             .await
@@ -715,10 +716,7 @@ async fn a_publish_reads_back_only_the_objects_this_process_did_not_upload() {
         .await
         .unwrap();
     let direct = begun.splits.iter().find(|s| s.split_id == "x-b").unwrap();
-    let mut object = b"MENDSPL1".to_vec();
-    object.extend_from_slice(&(direct.header_json.len() as u32).to_le_bytes());
-    object.extend_from_slice(direct.header_json.as_bytes());
-    object.extend_from_slice(&b);
+    let object = whole_object(direct, &b);
     let (objects_store, _) = engine.objects().store();
     objects_store
         .put(&Path::from(direct.object_path.as_str()), object.into())
@@ -855,13 +853,7 @@ async fn a_writer_puts_objects_through_presigned_urls_where_the_store_presigns()
         .await
         .unwrap();
     let lease_end = begun.lease_expires_at_ms.unwrap();
-    let object = |split: &mend::engine::OperationSplit, payload: &[u8]| {
-        let mut object = b"MENDSPL1".to_vec();
-        object.extend_from_slice(&(split.header_json.len() as u32).to_le_bytes());
-        object.extend_from_slice(split.header_json.as_bytes());
-        object.extend_from_slice(payload);
-        object
-    };
+    let object = whole_object;
     let hex = |bytes: &[u8]| -> String {
         sha2::Sha256::digest(bytes)
             .iter()
