@@ -22,7 +22,7 @@
 //! The URL, its host and its query (credential scope, date, expiry, security token) come from
 //! object_store's own signer, so the path and host are exactly the ones object_store would
 //! use; this module recomputes the signature over the added headers with the same credential.
-//! [`signature`] is the specification's algorithm on its own, tested against the example the
+//! `signature` is the specification's algorithm on its own, tested against the example the
 //! S3 documentation gives.
 
 use std::collections::BTreeMap;
