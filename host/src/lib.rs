@@ -17,10 +17,12 @@
 
 #![warn(missing_docs)]
 
+pub mod ambient;
 pub mod audit;
 pub mod bounds;
 pub mod catalog;
 pub mod clock;
+pub mod deliberate_bugs;
 pub mod engine;
 pub mod error;
 pub mod faults;

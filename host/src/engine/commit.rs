@@ -213,7 +213,7 @@ impl Engine {
         // intent is written, once it is known.
         self.check_publish(&publish(Some(0)))?;
 
-        let operation_id = uuid::Uuid::new_v4().to_string();
+        let operation_id = crate::ambient::uuid_v4().to_string();
         tracing::Span::current().record("operation_id", tracing::field::display(&operation_id));
         let now = self.now_ms();
         let lease_ms = self.options.intent_lease_ms;

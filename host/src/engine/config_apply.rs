@@ -64,7 +64,7 @@ impl Engine {
         validate::dataset_id(dataset_id)?;
         validate::config(config)?;
         validate::node(node)?;
-        let operation_id = uuid::Uuid::new_v4().to_string();
+        let operation_id = crate::ambient::uuid_v4().to_string();
         self.under_gates([GateName::config(dataset_id)], |engine| async move {
             engine
                 .apply_config_holding_gate(

@@ -107,7 +107,7 @@ impl Engine {
             candidates,
         };
         let plan = self.policy().plan_gc(&input)?;
-        let operation_id = uuid::Uuid::new_v4().to_string();
+        let operation_id = crate::ambient::uuid_v4().to_string();
         tracing::Span::current().record("operation_id", tracing::field::display(&operation_id));
         let plan = match checked_plan(&input, &plan) {
             Ok(plan) => plan,

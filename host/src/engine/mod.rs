@@ -355,7 +355,7 @@ impl Engine {
     ) -> Result<Dataset> {
         validate::dataset_id(dataset_id)?;
         validate::config(config)?;
-        let uid = uuid::Uuid::new_v4().to_string();
+        let uid = crate::ambient::uuid_v4().to_string();
         self.catalog
             .create_dataset(dataset_id, &uid, config, self.now_ms(), key)
             .await

@@ -40,6 +40,7 @@ use super::Engine;
 use super::recovery::IntentReport;
 use crate::bounds;
 use crate::catalog::RequestKey;
+use crate::deliberate_bugs::{self, Bug};
 use crate::error::{EntityKind, MendError, Result};
 use crate::intent::{
     Intent, IntentPhase, OperationKind, PlannedEffects, PlannedObject, PlannedPublish, PlannedRow,
@@ -281,7 +282,7 @@ impl Engine {
         let checked = self.check_begin(request)?;
         let operation_id = match &request.operation_id {
             Some(id) => id.clone(),
-            None => uuid::Uuid::new_v4().to_string(),
+            None => crate::ambient::uuid_v4().to_string(),
         };
         tracing::Span::current().record("operation_id", tracing::field::display(&operation_id));
         let dataset = self.catalog.dataset(&request.dataset_id).await?;
@@ -831,6 +832,9 @@ impl Engine {
     ) -> Result<OperationView> {
         // Sent again after it landed (by its writer or rolled forward by recovery): the
         // recorded result, whether or not the intent is still there.
+        if deliberate_bugs::active(Bug::PublishRetryIgnoresRecord) {
+            return self.confirm_and_publish(dataset_id, operation_id).await;
+        }
         if let Some(published) = self.recorded_publish(dataset_id, operation_id).await? {
             return Ok(published_view(dataset_id, operation_id, published));
         }
@@ -926,12 +930,24 @@ impl Engine {
             fencing_epoch: None,
         };
         let key = publish_key(operation_id);
-        let published = self
+        let published = match self
             .durably(
                 crate::faults::DurableStep::Publish,
                 self.publish_checking(&publish, Some(&key), objects),
             )
-            .await?;
+            .await
+        {
+            Ok(published) => published,
+            // Another operation may have published from the same checkpoint positions after
+            // this one's delta was checked and before it confirmed: then it never can.
+            Err(error @ MendError::FailedPrecondition { .. }) => {
+                return Err(match self.end_overtaken(&intent).await? {
+                    Some(ended) => ended,
+                    None => error,
+                });
+            }
+            Err(error) => return Err(error),
+        };
         self.finish_intent(dataset_id, operation_id).await?;
         self.uploaded.forget(dataset_id, operation_id);
         tracing::debug!(
@@ -945,7 +961,7 @@ impl Engine {
     /// Refuses, before the intent is confirmed, a publish whose checkpoint delta no longer
     /// starts at the current positions: confirmed, the operation could no longer be aborted by
     /// its writer, and its publish would never apply. (A delta overtaken between this check
-    /// and the publish is left to recovery, which treats it as settled or blocked.)
+    /// and the publish ends the operation: [`Engine::end_overtaken`].)
     async fn check_delta_applies(&self, intent: &Intent) -> Result<()> {
         let Some(delta) = intent
             .effects
@@ -970,9 +986,62 @@ impl Engine {
         })
     }
 
+    /// Ends a confirmed operation whose checkpoint delta was overtaken: another operation
+    /// published from the same positions between this one's check of its delta and its
+    /// confirmation (found by mend-sim, seed 33). Positions only move forward, so its publish
+    /// can never apply; left confirmed, its writer would be told it is being published and
+    /// recovery would block on it until an operator came. It is fenced by one conditional write
+    /// (`EffectsConfirmed` to `Abandoned`, which no publish of it can follow), then rolled
+    /// back; a roll-back that fails is left to recovery, which settles an abandoned intent.
+    /// `None` when its delta still applies, or the intent moved meanwhile.
+    async fn end_overtaken(&self, intent: &Intent) -> Result<Option<MendError>> {
+        let Some(delta) = intent
+            .effects
+            .publish
+            .as_ref()
+            .and_then(|publish| publish.checkpoint_delta.as_ref())
+        else {
+            return Ok(None);
+        };
+        let dataset = self.catalog.dataset(&intent.dataset_id).await?;
+        if !delta_overtaken(&dataset.checkpoint, delta) {
+            return Ok(None);
+        }
+        let fenced = Intent {
+            phase: IntentPhase::Abandoned,
+            updated_at_ms: self.now_ms(),
+            ..intent.clone()
+        };
+        let fencing = self.durably(
+            crate::faults::DurableStep::AbandonIntent,
+            self.catalog
+                .update_intent(&fenced, IntentPhase::EffectsConfirmed),
+        );
+        match fencing.await {
+            Ok(()) => {}
+            Err(MendError::NotFound { .. } | MendError::FailedPrecondition { .. }) => {
+                return Ok(None);
+            }
+            Err(error) => return Err(error),
+        }
+        let (dataset_id, operation_id) = (&intent.dataset_id, &intent.operation_id);
+        self.uploaded.forget(dataset_id, operation_id);
+        if let Err(error) = self.roll_back_own(&fenced).await {
+            tracing::debug!(%error, "rolling back an overtaken operation failed; recovery settles it");
+        }
+        Ok(Some(MendError::failed_precondition(
+            format!(
+                "{}; its checkpoint delta was overtaken after it confirmed (another operation published from the same positions), so it could never publish",
+                ended(dataset_id, operation_id)
+            ),
+            vec![operation_id.clone()],
+        )))
+    }
+
     /// Rolls an operation back at once: its staged rows are marked, its objects deleted, its
     /// rows deleted, its intent deleted. An operation that confirmed is past aborting (it
-    /// publishes); one that already ended answers as ended.
+    /// publishes), unless its checkpoint delta was overtaken ([`Engine::end_overtaken`]); one
+    /// that already ended answers as ended.
     #[tracing::instrument(
         name = "operation_abort",
         skip_all,
@@ -999,7 +1068,10 @@ impl Engine {
             },
         };
         if intent.phase == IntentPhase::EffectsConfirmed {
-            return Err(confirmed_cannot_abort(operation_id));
+            return match self.end_overtaken(&intent).await? {
+                Some(_) => Ok(ended_view(dataset_id, operation_id)),
+                None => Err(confirmed_cannot_abort(operation_id)),
+            };
         }
         // Fenced first, by one conditional write (`Armed` to `Abandoned`): from here its
         // confirm fails, so no publish of it can land while its rows go. The publish it races
@@ -1010,6 +1082,12 @@ impl Engine {
             self.catalog
                 .abandon_intent(dataset_id, operation_id, None, self.now_ms()),
         );
+        let fenced = async {
+            if deliberate_bugs::active(Bug::AbortWithoutConditionalWrite) {
+                return Ok(());
+            }
+            fenced.await.map(|_| ())
+        };
         match fenced.await {
             Ok(_) => {}
             // Settled meanwhile: published (by its writer, or rolled forward by recovery), or
@@ -1554,6 +1632,20 @@ fn internal_kind(kind: ExternalKind) -> OperationKind {
         ExternalKind::Commit => OperationKind::Commit,
         ExternalKind::Merge => OperationKind::Merge,
     }
+}
+
+/// Whether `delta` can never apply again: a partition it moves stands past the position the
+/// delta starts from, or exists where the delta expects none (positions only move forward).
+fn delta_overtaken(checkpoint: &crate::model::Checkpoint, delta: &CheckpointDelta) -> bool {
+    let positions = checkpoint.get(&delta.source);
+    delta.partitions.iter().any(|partition| {
+        let now = positions.and_then(|positions| positions.get(&partition.partition));
+        match (partition.from_position, now) {
+            (None, Some(_)) => true,
+            (Some(from), Some(now)) => *now > from,
+            (_, None) => false,
+        }
+    })
 }
 
 fn ended(dataset_id: &str, operation_id: &str) -> MendError {

@@ -180,7 +180,7 @@ impl Engine {
         let decisions = self.policy().plan_reconcile(&input)?;
         check_one_decision_each(&orphans, &decisions)?;
 
-        let operation_id = uuid::Uuid::new_v4().to_string();
+        let operation_id = crate::ambient::uuid_v4().to_string();
         tracing::Span::current().record("operation_id", tracing::field::display(&operation_id));
         let mut audit = Vec::new();
         let (mut accepted, mut adopt, mut discard) = (Vec::new(), Vec::new(), Vec::new());

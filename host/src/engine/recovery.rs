@@ -155,7 +155,7 @@ pub struct GatedSweep {
     /// The dataset gate's fencing epoch while the sweep held it (0 where the gates have
     /// none: Postgres advisory locks, which no two sessions hold at once).
     pub gate_epoch: u64,
-    /// When the gate was taken, by this process's wall clock.
+    /// When the gate was taken, by the engine's clock.
     pub held_from_ms: TimestampMs,
     /// When the sweep ended, just before the gate was released.
     pub held_until_ms: TimestampMs,
@@ -164,17 +164,16 @@ pub struct GatedSweep {
 impl Engine {
     /// [`Engine::recover`] in roll-forward mode, reporting the dataset gate the sweep held.
     pub async fn roll_forward_gated(&self, dataset_id: &str) -> Result<GatedSweep> {
-        use crate::clock::{Clock, SystemClock};
         validate::dataset_id(dataset_id)?;
         let gate = GateName::dataset(dataset_id);
         let held = self.take_gates([gate.clone()]).await?;
         let gate_epoch = held.fencing_epoch(&gate).unwrap_or(0);
-        let held_from_ms = SystemClock.now_ms();
+        let held_from_ms = self.now_ms();
         let swept = self
             .holding(held.holds())
             .sweep(dataset_id, RecoveryMode::RollForward)
             .await;
-        let held_until_ms = SystemClock.now_ms();
+        let held_until_ms = self.now_ms();
         // A release that fails still ends the hold (the connection closes or the lease runs
         // out); the sweep's own result is what the caller needs.
         let _ = held.release().await;

@@ -154,7 +154,7 @@ fn score(replica_id: &str, dataset_id: &str) -> u64 {
 /// A replica id: `name` (or this host and pid) and 8 random hex characters, so that a
 /// restarted replica is a new member.
 pub fn replica_id(name: Option<&str>) -> Result<String> {
-    let suffix = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let suffix = &crate::ambient::uuid_v4().simple().to_string()[..8];
     let name = match name {
         Some(name) => {
             check_replica_name(name)?;

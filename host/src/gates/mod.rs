@@ -311,7 +311,7 @@ struct SessionState {
 impl GateSession {
     /// A session with a fresh random id.
     pub fn new() -> Self {
-        Self::with_id(uuid::Uuid::new_v4().to_string())
+        Self::with_id(crate::ambient::uuid_v4().to_string())
     }
 
     /// A session named after the operation it serves, for leases and error messages. Ids need

@@ -204,7 +204,7 @@ impl ObjectStoreGates {
             gate: name.to_string(),
             holder: self.holder.clone(),
             session: request.session_id().to_string(),
-            lease_id: uuid::Uuid::new_v4().to_string(),
+            lease_id: crate::ambient::uuid_v4().to_string(),
             acquired_at_ms: now,
             expires_at_ms: now.saturating_add(duration_ms(self.lease_duration)),
         };
@@ -325,7 +325,10 @@ impl Gates for ObjectStoreGates {
                         .expires_at_ms
                         .max(newest.renewed_until.unwrap_or(TimestampMs::MIN));
                     let now = self.clock.now_ms();
-                    let free = now >= expires_at_ms.saturating_add(skew_ms);
+                    let free = now >= expires_at_ms.saturating_add(skew_ms)
+                        || crate::deliberate_bugs::active(
+                            crate::deliberate_bugs::Bug::GateTakeoverBeforeExpiry,
+                        );
                     held_by = (!free).then(|| describe_holder(&lease, expires_at_ms, now));
                     free.then_some(newest.epoch + 1)
                 }
@@ -390,7 +393,7 @@ async fn read_lease_at(
 
 /// `holder, instance UUID`: one [`ObjectStoreGates`] among those of a process.
 fn instance_of(holder: &str) -> String {
-    format!("{holder}, instance {}", uuid::Uuid::new_v4())
+    format!("{holder}, instance {}", crate::ambient::uuid_v4())
 }
 
 /// Who holds a gate, since when, and when the lease ends, as of `now_ms`: for the error of a
@@ -907,6 +910,6 @@ fn duration_ms(duration: Duration) -> i64 {
 /// `pause` scaled by a random factor in [0.5, 1), so that waiters of several processes do not
 /// look in lockstep.
 fn jittered(pause: Duration) -> Duration {
-    let fraction = (uuid::Uuid::new_v4().as_u128() % 1024) as u32;
+    let fraction = crate::ambient::below(1024) as u32;
     pause / 2 + pause * fraction / 2048
 }

@@ -120,7 +120,7 @@ impl ObjectStoreCatalog {
         self.load(dataset_id).await?;
         let prefix = self.audit_prefix(dataset_id);
         for chunk in records.chunks(RECORDS_PER_FILE) {
-            let append_id = uuid::Uuid::now_v7().simple().to_string();
+            let append_id = crate::ambient::uuid_v7().simple().to_string();
             let newest = chunk
                 .iter()
                 .map(|record| record.recorded_at_ms)

@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::sync::Notify;
@@ -203,11 +203,7 @@ impl Task {
         };
         let checkpoints = listed(self.log.checkpoint_files(&self.dataset_id).await?);
         let log = listed(self.log.log_files(&self.dataset_id).await?);
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| {
-                i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
-            });
+        let now_ms = crate::ambient::wall_clock_ms();
         let retention_ms =
             i64::try_from(self.schedule.log_retention.as_millis()).unwrap_or(i64::MAX);
         Ok(retention::files_to_delete(
@@ -242,6 +238,9 @@ type EncodeJob = (
 /// `state`'s checkpoint, encoded on the process's checkpoint thread (see the module doc),
 /// which is started on first use and lives as long as the process.
 async fn encode_off_thread(state: Arc<DatasetState>) -> Result<Vec<u8>> {
+    if crate::ambient::is_deterministic() {
+        return checkpoint::encode(&state);
+    }
     static JOBS: OnceLock<Mutex<mpsc::Sender<EncodeJob>>> = OnceLock::new();
     let jobs = JOBS.get_or_init(|| {
         let (sender, receiver) = mpsc::channel::<EncodeJob>();

@@ -175,7 +175,7 @@ impl Commit {
         Self {
             format_version: FORMAT_VERSION,
             version,
-            commit_id: uuid::Uuid::new_v4().to_string(),
+            commit_id: crate::ambient::uuid_v4().to_string(),
             committed_at_ms,
             actions,
         }
@@ -419,12 +419,15 @@ impl Log {
         // workers, so that other datasets' requests keep moving meanwhile.
         let parse_path = path.clone();
 
-        let state = match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => runtime
+        let off_thread = tokio::runtime::Handle::try_current()
+            .ok()
+            .filter(|_| !crate::ambient::is_deterministic());
+        let state = match off_thread {
+            Some(runtime) => runtime
                 .spawn_blocking(move || checkpoint::decode(&parse_path, bytes))
                 .await
                 .map_err(|err| MendError::unavailable(format!("reading {path}: {err}"), err))??,
-            Err(_) => checkpoint::decode(&path, bytes)?,
+            None => checkpoint::decode(&path, bytes)?,
         };
 
         if state.version != version {

@@ -53,12 +53,13 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ::object_store::ObjectStore;
 use ::object_store::path::Path;
 use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt};
+use tokio::time::Instant;
 
 use self::background::{Checkpointer, Schedule};
 use self::log::{Action, Commit, Counters, Log, PutOutcome};
@@ -534,7 +535,7 @@ fn already_exists(dataset_id: &str) -> MendError {
 /// that two writers do not retry in lockstep.
 async fn backoff(attempt: u32) {
     let ceiling_us = 1_000u64 << attempt.min(6);
-    let jitter_us = (uuid::Uuid::new_v4().as_u128() % u128::from(ceiling_us)) as u64;
+    let jitter_us = crate::ambient::below(ceiling_us);
     tokio::time::sleep(Duration::from_micros(jitter_us)).await;
 }
 

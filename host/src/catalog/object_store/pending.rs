@@ -48,11 +48,12 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures::TryStreamExt;
 use object_store::path::{Path, PathPart};
 use object_store::{ObjectMeta, ObjectStore, PutMode, PutPayload};
+use tokio::time::Instant;
 
 use super::log::decode_path_part;
 use crate::catalog::PendingDataset;
@@ -217,11 +218,7 @@ pub(super) fn past_grace(written_at_ms: i64, now_ms: i64, grace: Duration) -> bo
 /// This process's wall clock, in ms since the epoch: what a marker's age is measured against,
 /// as retention measures a log file's.
 pub(super) fn wall_clock_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| {
-            i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
-        })
+    crate::ambient::wall_clock_ms()
 }
 
 #[cfg(test)]

@@ -1,0 +1,71 @@
+//! Deliberate bugs, each a known way to break mend's protocol, for showing that the simulator
+//! (`mend-sim`) finds what it is meant to find. A bug acts only where a test enabled it, on its
+//! own thread, and only in a build with the `deliberate-bugs` feature (mend-sim's tests turn it
+//! on); without the feature [`enable`] does not exist and every check below is `false`.
+
+/// One deliberate bug.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Bug {
+    /// An abort rolls its operation back without first fencing the intent by a conditional
+    /// write (`Armed` to `Abandoned`): a publish racing it can land, and the abort still
+    /// answers "ended".
+    AbortWithoutConditionalWrite,
+    /// The object-store catalog replaces an intent whatever phase it is in: a writer's
+    /// confirmation lands on an intent recovery abandoned, and publishes it.
+    ConfirmIgnoresPhase,
+    /// The object-store gates take a gate over while its holder's lease still runs: two
+    /// replicas sweep a dataset at once.
+    GateTakeoverBeforeExpiry,
+    /// A publish that finds its operation's intent gone answers "not found" rather than
+    /// reading what ended it: a retried publish of an operation that published says it did not.
+    PublishRetryIgnoresRecord,
+}
+
+impl Bug {
+    /// Every deliberate bug.
+    pub const ALL: [Bug; 4] = [
+        Bug::AbortWithoutConditionalWrite,
+        Bug::ConfirmIgnoresPhase,
+        Bug::GateTakeoverBeforeExpiry,
+        Bug::PublishRetryIgnoresRecord,
+    ];
+}
+
+#[cfg(feature = "deliberate-bugs")]
+thread_local! {
+    static ENABLED: std::cell::Cell<Option<Bug>> = const { std::cell::Cell::new(None) };
+}
+
+/// Enables `bug` on this thread until the guard is dropped.
+#[cfg(feature = "deliberate-bugs")]
+pub fn enable(bug: Bug) -> Enabled {
+    let previous = ENABLED.with(|enabled| enabled.replace(Some(bug)));
+    Enabled { previous }
+}
+
+/// While alive, a deliberate bug acts on its thread.
+#[cfg(feature = "deliberate-bugs")]
+#[derive(Debug)]
+#[must_use = "the bug is disabled when the guard is dropped"]
+pub struct Enabled {
+    previous: Option<Bug>,
+}
+
+#[cfg(feature = "deliberate-bugs")]
+impl Drop for Enabled {
+    fn drop(&mut self) {
+        ENABLED.with(|enabled| enabled.set(self.previous));
+    }
+}
+
+/// Whether `bug` acts here.
+#[cfg(feature = "deliberate-bugs")]
+pub(crate) fn active(bug: Bug) -> bool {
+    ENABLED.with(|enabled| enabled.get() == Some(bug))
+}
+
+/// Whether `bug` acts here: never, in a build without the feature.
+#[cfg(not(feature = "deliberate-bugs"))]
+pub(crate) fn active(_bug: Bug) -> bool {
+    false
+}

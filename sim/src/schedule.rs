@@ -1,0 +1,897 @@
+//! One simulated run: a dataset on the object-store catalog over the simulated store, served
+//! by a few replicas (engines of their own over the same store, each with its clock's skew, its
+//! object-store gates and a supervisor sweeping the dataset), written to by writers through
+//! the operation protocol and by in-process committers, all on one thread whose every choice
+//! is drawn from the seed. After the actors stop, the faults stop, and the run checks that
+//! every intent settles with no operator (liveness), then holds every answer given to what
+//! storage ends up saying ([`crate::check`]).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::stream;
+use mend::catalog::ObjectStoreCatalog;
+use mend::catalog::object_store::ObjectStoreCatalogOptions;
+use mend::engine::{
+    BeginOperation, CommitRequest, CommitSplit, ExternalKind, OperationPhase, OperationView,
+    Outcome, PlannedSplit,
+};
+use mend::gates::ObjectStoreGates;
+use mend::model::{CheckpointDelta, DatasetConfig, PartitionDelta};
+use mend::objects::SplitObjects;
+use mend::objects::format::sha256;
+use mend::runtime::PolicyRuntime;
+use mend::{Engine, EngineOptions, MendError};
+use mend_policy::RecoveryDecision;
+use object_store::ObjectStore;
+use object_store::path::Path;
+
+use crate::check::{self, Claim, History, OperationRecord, SweepRecord};
+use crate::rng::SimRng;
+use crate::store::{FaultRates, SimStore};
+use crate::time::{SimAmbient, SimTime, SkewedClock};
+use crate::trace::Trace;
+
+/// The dataset every run writes to.
+pub const DATASET: &str = "sim";
+/// The checkpoint source of every writer's deltas; each writer owns one partition of it.
+pub const SOURCE: &str = "sim";
+
+/// The shape of a run: how many of each actor, how much each does, how unkind the store is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Writers through the operation protocol (begin, upload, heartbeat, publish, abort).
+    pub protocol_writers: usize,
+    /// Writers committing in process (`Engine::commit`).
+    pub committers: usize,
+    /// Operations each writer and committer runs.
+    pub operations_each: usize,
+    /// Engines over the same store, each with a supervisor.
+    pub replicas: usize,
+    /// The store's faults while the actors run.
+    pub faults: FaultRates,
+    /// Percent of protocol operations whose writer stops ("crashes") part way through.
+    pub crash_pct: u64,
+    /// Replicas' clocks are off by up to this much, either way (within the gates' allowance
+    /// of 1 s unless a run asks for more).
+    pub max_skew_ms: i64,
+    /// Keep the trace's lines (a replay, a failure) rather than only its digest.
+    pub keep_trace: bool,
+}
+
+impl Config {
+    /// The schedule `scripts/test` and the bench run: 3 protocol writers and 2 committers of 10
+    /// operations each (50 operations, plus the supervisors' sweeps), 2 replicas, a store that
+    /// fails 3% of requests before and 3% of writes after their effect.
+    pub fn standard() -> Self {
+        Self {
+            protocol_writers: 3,
+            committers: 2,
+            operations_each: 10,
+            replicas: 2,
+            faults: FaultRates {
+                fail_before_pct: 3,
+                fail_after_pct: 3,
+                max_latency_ms: 40,
+            },
+            crash_pct: 10,
+            max_skew_ms: 400,
+            keep_trace: false,
+        }
+    }
+
+    /// Operations the writers run (sweeps not counted).
+    pub fn operations(&self) -> usize {
+        (self.protocol_writers + self.committers) * self.operations_each
+    }
+}
+
+/// What a run did and found.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    /// The run's seed.
+    pub seed: u64,
+    /// Writers' operations run, and sweeps run.
+    pub operations: usize,
+    pub sweeps: usize,
+    /// Store requests answered, and how many with an injected failure.
+    pub requests: u64,
+    pub injected_failures: u64,
+    /// Operations published, and operations ended without publishing.
+    pub published: usize,
+    pub ended: usize,
+    /// Answers held against storage.
+    pub claims_checked: usize,
+    /// Every check that failed; empty when the run held.
+    pub violations: Vec<String>,
+    /// The digest of the trace, and its line count: equal for equal seeds and configs.
+    pub trace_digest: u64,
+    pub trace_lines: u64,
+    /// The trace's lines, when the config kept them.
+    pub trace: Vec<String>,
+    /// Simulated time the run took, in ms.
+    pub simulated_ms: u64,
+}
+
+impl RunReport {
+    /// Whether every check held.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// Percent of requests cut off part way (see [`with_retries`]).
+const CUT_PCT: u64 = 4;
+/// How many times a writer sends a step again after an answer whose outcome is unknown.
+const RETRIES: usize = 4;
+/// The lease of a protocol operation, in simulated ms.
+const OPERATION_LEASE_MS: u64 = 3_000;
+/// The lease of an in-process commit's intent (the engine's option; 60 s by default).
+const IN_PROCESS_LEASE_MS: i64 = 5_000;
+/// How long the quiet phase waits, once the faults stop, before it sweeps: every lease runs out.
+const QUIET_WAIT_MS: u64 = 30_000;
+/// Sweeps per replica in the quiet phase before an unsettled intent is a liveness failure.
+const QUIET_ROUNDS: usize = 6;
+
+/// The default policy, compiled once per process: the same component every run loads.
+fn policy() -> PolicyRuntime {
+    static POLICY: OnceLock<PolicyRuntime> = OnceLock::new();
+    POLICY
+        .get_or_init(|| PolicyRuntime::default_policy().expect("the default policy loads"))
+        .clone()
+}
+
+/// Runs the schedule of `seed` under `config`.
+pub fn run(seed: u64, config: &Config) -> RunReport {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    runtime.block_on(run_on_runtime(seed, config))
+}
+
+/// One replica: an engine of its own, and its clock's skew.
+#[derive(Clone)]
+struct Replica {
+    engine: Engine,
+    skew_ms: i64,
+}
+
+async fn run_on_runtime(seed: u64, config: &Config) -> RunReport {
+    let time = SimTime::start();
+    let _ambient = mend::ambient::install(SimAmbient::new(seed, time));
+    let trace = Trace::new(time, config.keep_trace);
+    let store = SimStore::new(
+        SimRng::fork(seed, "store"),
+        config.faults,
+        time,
+        trace.clone(),
+    );
+    let shared: Arc<dyn ObjectStore> = Arc::new(store.clone());
+    let mut setup = SimRng::fork(seed, "setup");
+    let replicas: Vec<Replica> = (0..config.replicas.max(1))
+        .map(|index| {
+            let skew_ms =
+                setup.below(2 * config.max_skew_ms.max(0) as u64 + 1) as i64 - config.max_skew_ms;
+            let clock = Arc::new(SkewedClock { time, skew_ms });
+            let catalog = ObjectStoreCatalog::new(
+                shared.clone(),
+                Path::default(),
+                ObjectStoreCatalogOptions {
+                    // Checkpoints and retention every few commits, so that runs meet them.
+                    checkpoint_interval: 8,
+                    ..ObjectStoreCatalogOptions::default()
+                },
+            );
+            let gates = ObjectStoreGates::new(
+                shared.clone(),
+                Path::from("gates"),
+                Duration::from_secs(10),
+                clock.clone(),
+            )
+            .with_holder(&format!("replica-{index}"));
+            let engine = Engine::new(
+                Arc::new(catalog),
+                SplitObjects::new(shared.clone(), Path::default()),
+                policy(),
+                EngineOptions {
+                    clock,
+                    intent_lease_ms: IN_PROCESS_LEASE_MS,
+                    ..EngineOptions::default()
+                },
+            )
+            .expect("the engine starts")
+            .with_gates(Arc::new(gates));
+            Replica { engine, skew_ms }
+        })
+        .collect();
+    trace.line(format!(
+        "seed {seed}: {} replicas (skews {:?} ms), {} protocol writers, {} committers, {} operations each",
+        replicas.len(),
+        replicas.iter().map(|r| r.skew_ms).collect::<Vec<_>>(),
+        config.protocol_writers,
+        config.committers,
+        config.operations_each
+    ));
+
+    let history = Arc::new(Mutex::new(History::default()));
+    create_dataset(&replicas[0].engine, &trace).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut supervisors = Vec::new();
+    for (index, replica) in replicas.iter().enumerate() {
+        supervisors.push(tokio::spawn(supervise(
+            index,
+            replica.clone(),
+            SimRng::fork(seed, &format!("supervisor-{index}")),
+            stop.clone(),
+            history.clone(),
+            trace.clone(),
+        )));
+    }
+    let mut writers = Vec::new();
+    for index in 0..config.protocol_writers {
+        writers.push(tokio::spawn(protocol_writer(
+            index,
+            replicas.clone(),
+            SimRng::fork(seed, &format!("writer-{index}")),
+            config.clone(),
+            history.clone(),
+            trace.clone(),
+        )));
+    }
+    for index in 0..config.committers {
+        writers.push(tokio::spawn(committer(
+            index,
+            replicas.clone(),
+            SimRng::fork(seed, &format!("committer-{index}")),
+            config.clone(),
+            history.clone(),
+            trace.clone(),
+        )));
+    }
+    for writer in writers {
+        writer.await.expect("a writer task panicked");
+    }
+    stop.store(true, Ordering::SeqCst);
+    for supervisor in supervisors {
+        supervisor.await.expect("a supervisor task panicked");
+    }
+
+    // The quiet phase: no more faults, every lease runs out, and the supervisors alone must
+    // settle every intent.
+    store.stop_faults();
+    trace.line("quiet: faults stopped; waiting for every lease to run out".into());
+    tokio::time::sleep(Duration::from_millis(QUIET_WAIT_MS)).await;
+    let mut unsettled = Vec::new();
+    for round in 0..QUIET_ROUNDS {
+        for (index, replica) in replicas.iter().enumerate() {
+            sweep_once(index, replica, &history, &trace).await;
+        }
+        unsettled = match replicas[0].engine.catalog().list_intents(DATASET).await {
+            Ok(intents) => intents
+                .iter()
+                .map(|intent| format!("{} ({:?})", intent.operation_id, intent.phase))
+                .collect(),
+            Err(error) => vec![format!("listing intents failed: {error}")],
+        };
+        if unsettled.is_empty() {
+            trace.line(format!(
+                "quiet: every intent settled after {} rounds",
+                round + 1
+            ));
+            break;
+        }
+    }
+
+    let history = Arc::try_unwrap(history)
+        .map(|history| history.into_inner().unwrap_or_else(PoisonError::into_inner))
+        .unwrap_or_else(|shared| {
+            shared
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        });
+    let mut found = check::against_storage(&replicas[0].engine, &history).await;
+    if !unsettled.is_empty() {
+        found.violations.push(format!(
+            "liveness: {} intents still unsettled {} simulated s after the faults stopped, \
+             after {QUIET_ROUNDS} sweeps by each replica: {}",
+            unsettled.len(),
+            QUIET_WAIT_MS / 1000,
+            unsettled.join(", ")
+        ));
+    }
+    for violation in &found.violations {
+        trace.line(format!("VIOLATION {violation}"));
+    }
+    let (requests, injected_failures) = store.counts();
+    let (trace_digest, trace_lines) = trace.digest();
+    RunReport {
+        seed,
+        operations: config.operations(),
+        sweeps: history.sweeps.len(),
+        requests,
+        injected_failures,
+        published: found.published,
+        ended: found.ended,
+        claims_checked: found.claims_checked,
+        violations: found.violations,
+        trace_digest,
+        trace_lines,
+        trace: trace.lines(),
+        simulated_ms: time.elapsed_ms(),
+    }
+}
+
+async fn create_dataset(engine: &Engine, trace: &Trace) {
+    for attempt in 0.. {
+        match engine
+            .create_dataset(DATASET, &DatasetConfig::default())
+            .await
+        {
+            Ok(_) | Err(MendError::AlreadyExists { .. }) => return,
+            Err(error) if attempt < 100 => {
+                trace.line(format!("create dataset: {error}"));
+            }
+            Err(error) => panic!("the dataset cannot be created in 100 attempts: {error}"),
+        }
+    }
+}
+
+/// Sleeps a drawn number of simulated ms in `low..=high`.
+async fn pause(rng: &mut SimRng, low: u64, high: u64) {
+    tokio::time::sleep(Duration::from_millis(rng.between(low, high))).await;
+}
+
+fn partition_position(dataset: &mend::model::Dataset, partition: &str) -> Option<u64> {
+    dataset
+        .checkpoint
+        .get(SOURCE)
+        .and_then(|positions| positions.get(partition))
+        .copied()
+}
+
+/// Reads where `partition` stands, as a writer resuming its exactly-once loop does.
+async fn read_position(
+    engine: &Engine,
+    partition: &str,
+    rng: &mut SimRng,
+) -> Result<Option<u64>, MendError> {
+    let mut last = None;
+    for _ in 0..=RETRIES {
+        match engine.dataset(DATASET).await {
+            Ok(dataset) => return Ok(partition_position(&dataset, partition)),
+            Err(error) => last = Some(error),
+        }
+        pause(rng, 10, 200).await;
+    }
+    Err(last.expect("at least one attempt"))
+}
+
+fn payload_of(split_id: &str) -> Vec<u8> {
+    split_id.bytes().cycle().take(64).collect()
+}
+
+fn body(bytes: &[u8]) -> impl futures::Stream<Item = Result<Bytes, MendError>> + Send + Unpin {
+    stream::iter(vec![Ok(Bytes::copy_from_slice(bytes))])
+}
+
+/// What an answer to a step that ends an operation claims about it.
+fn claim_of(answer: &Result<OperationView, MendError>) -> Claim {
+    match answer {
+        Ok(view) => match view.phase {
+            OperationPhase::Published => Claim::Published,
+            OperationPhase::Ended => Claim::Ended,
+            OperationPhase::Armed | OperationPhase::EffectsConfirmed => Claim::Nothing,
+        },
+        Err(error) => refusal_claim(error),
+    }
+}
+
+/// A 412 names what the step found: the publish (or a confirmation, which always publishes),
+/// or the end, in the engine's own words; any other answer claims nothing about the end.
+fn refusal_claim(error: &MendError) -> Claim {
+    const PUBLISHED: [&str; 3] = [
+        "already published, at manifest version",
+        "cannot be aborted",
+        "confirmed its effects (phase effects_confirmed)",
+    ];
+    const ENDED: &str = "has ended without publishing";
+    let MendError::FailedPrecondition { .. } = error else {
+        return Claim::Nothing;
+    };
+    let message = error.to_string();
+    if PUBLISHED.iter().any(|words| message.contains(words)) {
+        Claim::Published
+    } else if message.contains(ENDED) {
+        Claim::Ended
+    } else {
+        Claim::Nothing
+    }
+}
+
+/// A publish's answer: its view, or a refusal. A refusal that names neither the publish nor
+/// the end says the operation has not published, and, in this run's writers (which give an
+/// operation up once its publish is refused), never will.
+fn publish_claim(answer: &Result<OperationView, MendError>) -> Claim {
+    match answer {
+        Err(error @ (MendError::FailedPrecondition { .. } | MendError::NotFound { .. })) => {
+            match refusal_claim(error) {
+                Claim::Nothing => Claim::NotPublished,
+                claim => claim,
+            }
+        }
+        answer => claim_of(answer),
+    }
+}
+
+/// Sends `step` until its answer's outcome is known, at most [`RETRIES`] times more, each time
+/// to a replica drawn anew (a client retrying through a load balancer).
+async fn with_retries<T, F, Fut>(
+    replicas: &[Replica],
+    rng: &mut SimRng,
+    trace: &Trace,
+    what: &str,
+    mut step: F,
+) -> Result<T, MendError>
+where
+    F: FnMut(Engine) -> Fut,
+    Fut: std::future::Future<Output = Result<T, MendError>>,
+{
+    let mut attempt = 0;
+    loop {
+        let replica = &replicas[rng.below(replicas.len() as u64) as usize];
+        // Sometimes the request is cut off part way (the client's connection drops, and the
+        // server drops the request's future at whatever await point it had reached): the
+        // client sees an unknown outcome.
+        let cut_after_ms = rng.chance(CUT_PCT).then(|| rng.between(1, 120));
+        let answer = match cut_after_ms {
+            None => step(replica.engine.clone()).await,
+            Some(ms) => {
+                match tokio::time::timeout(Duration::from_millis(ms), step(replica.engine.clone()))
+                    .await
+                {
+                    Ok(answer) => answer,
+                    Err(_) => {
+                        trace.line(format!("{what}: cut off after {ms} ms"));
+                        Err(MendError::Unavailable {
+                            message: format!("{what}: the request was cut off after {ms} ms"),
+                            source: None,
+                        })
+                    }
+                }
+            }
+        };
+        match &answer {
+            Err(error) if error.is_retryable() && attempt < RETRIES => {
+                trace.line(format!("{what}: {error}; sending it again"));
+                attempt += 1;
+                pause(rng, 5, 300).await;
+            }
+            _ => return answer,
+        }
+    }
+}
+
+/// A writer through the operation protocol: begin, upload, perhaps heartbeat or stop, then
+/// publish, abort, or both at once from two replicas.
+async fn protocol_writer(
+    index: usize,
+    replicas: Vec<Replica>,
+    mut rng: SimRng,
+    config: Config,
+    history: Arc<Mutex<History>>,
+    trace: Trace,
+) {
+    let partition = format!("w{index}");
+    // The operation whose end this writer does not know (it crashed, or its last answer was
+    // unknown): as the README's exactly-once loop says, the writer sends it again until it
+    // knows, and only then reads the position it continues from.
+    let mut in_doubt: Option<String> = None;
+    for number in 0..config.operations_each {
+        pause(&mut rng, 0, 400).await;
+        if let Some(operation_id) = in_doubt.take() {
+            resolve(&replicas, &mut rng, &trace, &operation_id, &history).await;
+        }
+        let operation_id = format!("w{index}-{number}");
+        let reader = &replicas[rng.below(replicas.len() as u64) as usize].engine;
+        let from = match read_position(reader, &partition, &mut rng).await {
+            Ok(from) => from,
+            Err(error) => {
+                trace.line(format!(
+                    "{operation_id}: cannot read the checkpoint: {error}"
+                ));
+                continue;
+            }
+        };
+        let splits: Vec<String> = (0..rng.between(1, 2))
+            .map(|split| format!("{operation_id}-s{split}"))
+            .collect();
+        let request = BeginOperation {
+            dataset_id: DATASET.into(),
+            operation_id: Some(operation_id.clone()),
+            kind: ExternalKind::Commit,
+            node: format!("writer-{index}"),
+            lease_ms: Some(OPERATION_LEASE_MS),
+            splits: splits
+                .iter()
+                .map(|split_id| {
+                    let payload = payload_of(split_id);
+                    PlannedSplit {
+                        split_id: split_id.clone(),
+                        metadata_json: "{}".into(),
+                        size: payload.len() as u64,
+                        sha256: sha256(&payload),
+                    }
+                })
+                .collect(),
+            checkpoint_delta: Some(CheckpointDelta {
+                source: SOURCE.into(),
+                partitions: vec![PartitionDelta {
+                    partition: partition.clone(),
+                    from_position: from,
+                    to_position: from.unwrap_or(0) + 1,
+                }],
+            }),
+            replaced_split_ids: Vec::new(),
+            publish_token: None,
+        };
+        history
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .operations
+            .push(OperationRecord {
+                operation_id: operation_id.clone(),
+                partition: partition.clone(),
+                from: from.unwrap_or(0),
+                split_ids: splits.clone(),
+                claims: Vec::new(),
+            });
+        let claim = |claim: Claim, by: String| {
+            history
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .claim(&operation_id, claim, by);
+        };
+        trace.line(format!(
+            "{operation_id}: begin from {from:?} with {splits:?}"
+        ));
+        let begun = with_retries(&replicas, &mut rng, &trace, &operation_id, |engine| {
+            let request = request.clone();
+            async move { engine.begin_operation(&request).await }
+        })
+        .await;
+        if let Err(error) = begun {
+            trace.line(format!("{operation_id}: begin answered {error}"));
+            if error.certainly_not_applied() {
+                claim(Claim::NotBegun, format!("begin answered {error}"));
+            } else {
+                in_doubt = Some(operation_id.clone());
+            }
+            continue;
+        }
+        // Uploads, in a drawn order; a crash may come between any two steps.
+        let mut uploaded_all = true;
+        for split_id in &splits {
+            if rng.chance(config.crash_pct / 2) {
+                break;
+            }
+            let payload = payload_of(split_id);
+            let uploaded = with_retries(&replicas, &mut rng, &trace, &operation_id, |engine| {
+                let (operation_id, split_id, payload) =
+                    (operation_id.clone(), split_id.clone(), payload.clone());
+                async move {
+                    engine
+                        .upload_object(DATASET, &operation_id, &split_id, body(&payload))
+                        .await
+                        .map(|_| ())
+                }
+            })
+            .await;
+            trace.line(format!("{operation_id}: upload {split_id}: {uploaded:?}"));
+            if let Err(error) = uploaded {
+                uploaded_all = false;
+                claim(refusal_claim(&error), format!("upload answered {error}"));
+                break;
+            }
+        }
+        if rng.chance(config.crash_pct) {
+            trace.line(format!("{operation_id}: the writer crashes"));
+            in_doubt = Some(operation_id.clone());
+            continue;
+        }
+        // Sometimes slow: past the lease (the supervisor may settle it first), with or without
+        // a heartbeat before.
+        if rng.chance(25) {
+            if rng.chance(50) {
+                let beat = with_retries(&replicas, &mut rng, &trace, &operation_id, |engine| {
+                    let operation_id = operation_id.clone();
+                    async move {
+                        engine
+                            .heartbeat_operation(DATASET, &operation_id, Some(OPERATION_LEASE_MS))
+                            .await
+                    }
+                })
+                .await;
+                trace.line(format!(
+                    "{operation_id}: heartbeat: {:?}",
+                    beat.as_ref().map(|v| v.phase)
+                ));
+                if let Err(error) = &beat {
+                    claim(refusal_claim(error), format!("heartbeat answered {error}"));
+                }
+            }
+            pause(&mut rng, OPERATION_LEASE_MS / 2, OPERATION_LEASE_MS * 2).await;
+        }
+        let ending = rng.below(100);
+        if ending < 10 || !uploaded_all && ending < 50 {
+            abort(&replicas, &mut rng, &trace, &operation_id, &claim).await;
+        } else if ending < 18 {
+            // A publish and an abort sent at once, from two replicas.
+            let (first, second) = (
+                replicas[rng.below(replicas.len() as u64) as usize]
+                    .engine
+                    .clone(),
+                replicas[rng.below(replicas.len() as u64) as usize]
+                    .engine
+                    .clone(),
+            );
+            let (published, aborted) = futures::join!(
+                first.publish_operation(DATASET, &operation_id),
+                second.abort_operation(DATASET, &operation_id)
+            );
+            trace.line(format!(
+                "{operation_id}: publish and abort at once: {:?} / {:?}",
+                published.as_ref().map(|v| v.phase),
+                aborted.as_ref().map(|v| v.phase)
+            ));
+            claim(
+                publish_claim(&published),
+                "a publish racing an abort".into(),
+            );
+            claim(claim_of(&aborted), "an abort racing a publish".into());
+            let unknown = |answer: &Result<OperationView, MendError>| matches!(answer, Err(error) if !error.certainly_not_applied());
+            if unknown(&published) && unknown(&aborted) {
+                in_doubt = Some(operation_id.clone());
+            }
+        } else {
+            let published = with_retries(&replicas, &mut rng, &trace, &operation_id, |engine| {
+                let operation_id = operation_id.clone();
+                async move { engine.publish_operation(DATASET, &operation_id).await }
+            })
+            .await;
+            trace.line(format!(
+                "{operation_id}: publish: {:?}",
+                published.as_ref().map(|v| v.phase)
+            ));
+            claim(
+                publish_claim(&published),
+                format!("publish answered {published:?}"),
+            );
+            if matches!(&published, Err(error) if !error.certainly_not_applied()) {
+                in_doubt = Some(operation_id.clone());
+            }
+            // Refused without a word on its end (objects missing, the checkpoint moved): the
+            // writer gives it up, as a client is told to.
+            if let Err(error) = &published
+                && refusal_claim(error) == Claim::Nothing
+                && !error.is_retryable()
+            {
+                abort(&replicas, &mut rng, &trace, &operation_id, &claim).await;
+            }
+        }
+    }
+}
+
+/// Sends an operation whose end its writer does not know again until it does: its publish
+/// (which answers published, or why not), then, refused for another reason than its end, its
+/// abort. Faults are drawn per request, so this ends; a bound keeps a broken run finite.
+async fn resolve(
+    replicas: &[Replica],
+    rng: &mut SimRng,
+    trace: &Trace,
+    operation_id: &str,
+    history: &Mutex<History>,
+) {
+    let claim = |claim: Claim, by: String| {
+        history
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .claim(operation_id, claim, by);
+    };
+    for _ in 0..20 {
+        let published = with_retries(replicas, rng, trace, operation_id, |engine| {
+            let operation_id = operation_id.to_string();
+            async move { engine.publish_operation(DATASET, &operation_id).await }
+        })
+        .await;
+        trace.line(format!(
+            "{operation_id}: publish, sent again to resolve it: {:?}",
+            published.as_ref().map(|v| v.phase)
+        ));
+        let said = publish_claim(&published);
+        claim(
+            said.clone(),
+            format!("a resolving publish answered {published:?}"),
+        );
+        match &published {
+            Ok(_) => return,
+            Err(error) if error.is_retryable() => continue,
+            Err(_) if said != Claim::NotPublished => return,
+            Err(_) => {}
+        }
+        let aborted = with_retries(replicas, rng, trace, operation_id, |engine| {
+            let operation_id = operation_id.to_string();
+            async move { engine.abort_operation(DATASET, &operation_id).await }
+        })
+        .await;
+        trace.line(format!(
+            "{operation_id}: abort, to resolve it: {:?}",
+            aborted.as_ref().map(|v| v.phase)
+        ));
+        claim(
+            claim_of(&aborted),
+            format!("a resolving abort answered {aborted:?}"),
+        );
+        if !matches!(&aborted, Err(error) if error.is_retryable()) {
+            return;
+        }
+    }
+    trace.line(format!("{operation_id}: still unresolved after 20 rounds"));
+}
+
+async fn abort(
+    replicas: &[Replica],
+    rng: &mut SimRng,
+    trace: &Trace,
+    operation_id: &str,
+    claim: &impl Fn(Claim, String),
+) {
+    let aborted = with_retries(replicas, rng, trace, operation_id, |engine| {
+        let operation_id = operation_id.to_string();
+        async move { engine.abort_operation(DATASET, &operation_id).await }
+    })
+    .await;
+    trace.line(format!(
+        "{operation_id}: abort: {:?}",
+        aborted.as_ref().map(|v| v.phase)
+    ));
+    claim(claim_of(&aborted), format!("abort answered {aborted:?}"));
+}
+
+/// A writer committing in process: one `Engine::commit` per operation, its answer final.
+async fn committer(
+    index: usize,
+    replicas: Vec<Replica>,
+    mut rng: SimRng,
+    config: Config,
+    history: Arc<Mutex<History>>,
+    trace: Trace,
+) {
+    let partition = format!("c{index}");
+    for number in 0..config.operations_each {
+        pause(&mut rng, 0, 400).await;
+        let engine = &replicas[rng.below(replicas.len() as u64) as usize].engine;
+        let label = format!("c{index}-{number}");
+        let from = match read_position(engine, &partition, &mut rng).await {
+            Ok(from) => from,
+            Err(error) => {
+                trace.line(format!("{label}: cannot read the checkpoint: {error}"));
+                continue;
+            }
+        };
+        let split_ids: Vec<String> = (0..rng.between(1, 3))
+            .map(|split| format!("{label}-s{split}"))
+            .collect();
+        let request = CommitRequest {
+            dataset_id: DATASET.into(),
+            node: format!("committer-{index}"),
+            splits: split_ids
+                .iter()
+                .map(|split_id| CommitSplit {
+                    split_id: split_id.clone(),
+                    metadata_json: "{}".into(),
+                    payload: Bytes::from(payload_of(split_id)),
+                })
+                .collect(),
+            checkpoint_delta: Some(CheckpointDelta {
+                source: SOURCE.into(),
+                partitions: vec![PartitionDelta {
+                    partition: partition.clone(),
+                    from_position: from,
+                    to_position: from.unwrap_or(0) + 1,
+                }],
+            }),
+            publish_token: None,
+        };
+        // Sometimes the process dies part way through the commit: its future is dropped at
+        // whatever await point it reached, and recovery finds what it left.
+        let answer = match rng.chance(CUT_PCT).then(|| rng.between(1, 120)) {
+            None => engine.commit(&request).await,
+            Some(ms) => tokio::time::timeout(Duration::from_millis(ms), engine.commit(&request))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(MendError::Unavailable {
+                        message: format!("{label}: the committing process died after {ms} ms"),
+                        source: None,
+                    })
+                }),
+        };
+        trace.line(format!(
+            "{label}: commit from {from:?}: {:?}",
+            answer.as_ref().map(|result| &result.operation_id)
+        ));
+        let claim = match &answer {
+            Ok(_) => Claim::Published,
+            Err(error) if error.certainly_not_applied() => Claim::NotBegun,
+            Err(_) => Claim::Nothing,
+        };
+        let mut history = history.lock().unwrap_or_else(PoisonError::into_inner);
+        history.operations.push(OperationRecord {
+            operation_id: label.clone(),
+            partition: partition.clone(),
+            from: from.unwrap_or(0),
+            split_ids,
+            claims: Vec::new(),
+        });
+        history.claim(&label, claim, format!("commit answered {answer:?}"));
+    }
+}
+
+/// A replica's supervisor: sweeps the dataset now and then, as `mend serve` does.
+async fn supervise(
+    index: usize,
+    replica: Replica,
+    mut rng: SimRng,
+    stop: Arc<AtomicBool>,
+    history: Arc<Mutex<History>>,
+    trace: Trace,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        pause(&mut rng, 200, 2_000).await;
+        sweep_once(index, &replica, &history, &trace).await;
+    }
+}
+
+async fn sweep_once(index: usize, replica: &Replica, history: &Mutex<History>, trace: &Trace) {
+    let swept = replica.engine.roll_forward_gated(DATASET).await;
+    let mut history = history.lock().unwrap_or_else(PoisonError::into_inner);
+    match swept {
+        Ok(sweep) => {
+            let mut settled = BTreeMap::new();
+            for intent in &sweep.report.intents {
+                let claim = match (&intent.outcome, &intent.decision) {
+                    (Outcome::Executed, RecoveryDecision::RollForward) => Claim::Published,
+                    (Outcome::Executed, RecoveryDecision::Abandon(_)) => Claim::Ended,
+                    _ => Claim::Nothing,
+                };
+                settled.insert(
+                    intent.operation_id.clone(),
+                    format!("{:?} {:?}", intent.decision, intent.outcome),
+                );
+                history.claim(
+                    &intent.operation_id,
+                    claim,
+                    format!(
+                        "replica {index}'s sweep: {:?} {:?}",
+                        intent.decision, intent.outcome
+                    ),
+                );
+            }
+            trace.line(format!("replica {index} swept: {settled:?}"));
+            history.sweeps.push(SweepRecord {
+                replica: index,
+                gate_epoch: sweep.gate_epoch,
+                // Back to simulated time: the replica's clock is off by its skew.
+                from_ms: sweep.held_from_ms - replica.skew_ms,
+                until_ms: sweep.held_until_ms - replica.skew_ms,
+            });
+        }
+        Err(error) => trace.line(format!("replica {index}'s sweep: {error}")),
+    }
+}

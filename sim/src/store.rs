@@ -1,0 +1,293 @@
+//! The simulated object store: object_store's in-memory store, with every request passed
+//! through the run's fault plan, and every object stamped with simulated time.
+//!
+//! Before each request it draws from the seed: a latency (simulated ms, so that other tasks run
+//! meanwhile), and, while faults are on, a failure before the effect (nothing written), or a
+//! failure after it (written, yet answered with an error: the outcome is unknown to the
+//! caller, as after a timeout that fired while the request landed). Every request is one line
+//! of the run's trace.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use futures::stream::{self, BoxStream, StreamExt};
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{
+    GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
+
+use crate::rng::SimRng;
+use crate::time::SimTime;
+use crate::trace::Trace;
+
+/// How often requests fail, and how slow they are, while faults are on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FaultRates {
+    /// Percent of requests that fail before their effect.
+    pub fail_before_pct: u64,
+    /// Percent of writes that land and are answered with an error.
+    pub fail_after_pct: u64,
+    /// The longest latency of a request, in simulated ms.
+    pub max_latency_ms: u64,
+}
+
+impl FaultRates {
+    /// No failures, and requests that take no time: a run with its faults shrunk away.
+    pub const NONE: FaultRates = FaultRates {
+        fail_before_pct: 0,
+        fail_after_pct: 0,
+        max_latency_ms: 0,
+    };
+}
+
+/// What the plan decided for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    None,
+    Before,
+    After,
+}
+
+/// The simulated store; see the module doc. Its state is shared, so that a listing (a stream
+/// that outlives the call) can draw its fault when it is first polled.
+#[derive(Clone)]
+pub struct SimStore {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    inner: InMemory,
+    rng: Mutex<SimRng>,
+    rates: FaultRates,
+    faults_on: AtomicBool,
+    time: SimTime,
+    /// Each object's simulated last-modified time (the in-memory store stamps the host's).
+    modified: Mutex<HashMap<Path, i64>>,
+    trace: Trace,
+    requests: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl SimStore {
+    /// An empty store whose faults draw from `rng`.
+    pub fn new(rng: SimRng, rates: FaultRates, time: SimTime, trace: Trace) -> Self {
+        let shared = Arc::new(Shared {
+            inner: InMemory::new(),
+            rng: Mutex::new(rng),
+            rates,
+            faults_on: AtomicBool::new(true),
+            time,
+            modified: Mutex::default(),
+            trace,
+            requests: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        });
+        Self { shared }
+    }
+
+    /// Stops injecting failures and latency (the run's quiet phase, for liveness).
+    pub fn stop_faults(&self) {
+        self.shared.faults_on.store(false, Ordering::SeqCst);
+    }
+
+    /// Requests answered so far, and how many of them with an injected failure.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.shared.requests.load(Ordering::SeqCst),
+            self.shared.failed.load(Ordering::SeqCst),
+        )
+    }
+}
+
+impl Shared {
+    /// Draws the request's latency and fault, waits out the latency, and records it.
+    async fn enter(&self, request: &str, location: &str, writes: bool) -> Fault {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        let (latency_ms, fault) = {
+            let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
+            if !self.faults_on.load(Ordering::SeqCst) {
+                (0, Fault::None)
+            } else {
+                let latency_ms = rng.below(self.rates.max_latency_ms + 1);
+                let roll = rng.below(100);
+                let fault = if roll < self.rates.fail_before_pct {
+                    Fault::Before
+                } else if writes && roll < self.rates.fail_before_pct + self.rates.fail_after_pct {
+                    Fault::After
+                } else {
+                    Fault::None
+                };
+                (latency_ms, fault)
+            }
+        };
+        if latency_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+        } else {
+            // Even an instant request lets other tasks run: an await point of the real store.
+            tokio::task::yield_now().await;
+        }
+        let what = match fault {
+            Fault::None => "",
+            Fault::Before => " (fails before)",
+            Fault::After => " (lands, then fails)",
+        };
+        self.trace.line(format!("store {request} {location}{what}"));
+        if fault != Fault::None {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+        }
+        fault
+    }
+
+    fn injected(request: &str, location: &str) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "simulated",
+            source: format!("injected failure of {request} {location}").into(),
+        }
+    }
+
+    fn stamp(&self, location: &Path) {
+        self.modified
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(location.clone(), self.time.now_ms());
+    }
+
+    fn restamp(&self, mut meta: ObjectMeta) -> ObjectMeta {
+        let modified = self.modified.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(ms) = modified.get(&meta.location)
+            && let Some(at) = DateTime::<Utc>::from_timestamp_millis(*ms)
+        {
+            meta.last_modified = at;
+        }
+        meta
+    }
+}
+
+impl fmt::Debug for SimStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SimStore")
+    }
+}
+
+impl fmt::Display for SimStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SimStore")
+    }
+}
+
+#[async_trait]
+impl ObjectStore for SimStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        let fault = self.shared.enter("put", location.as_ref(), true).await;
+        if fault == Fault::Before {
+            return Err(Shared::injected("put", location.as_ref()));
+        }
+        let put = self.shared.inner.put_opts(location, payload, opts).await;
+        if put.is_ok() {
+            self.shared.stamp(location);
+        }
+        match fault {
+            Fault::After if put.is_ok() => Err(Shared::injected("put", location.as_ref())),
+            _ => put,
+        }
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        // mend's objects are put whole; a multipart upload would bypass the plan.
+        self.shared.stamp(location);
+        self.shared.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        if self.shared.enter("get", location.as_ref(), false).await == Fault::Before {
+            return Err(Shared::injected("get", location.as_ref()));
+        }
+        let mut got = self.shared.inner.get_opts(location, options).await?;
+        got.meta = self.shared.restamp(got.meta);
+        Ok(got)
+    }
+
+    async fn delete(&self, location: &Path) -> object_store::Result<()> {
+        let fault = self.shared.enter("delete", location.as_ref(), true).await;
+        if fault == Fault::Before {
+            return Err(Shared::injected("delete", location.as_ref()));
+        }
+        let deleted = self.shared.inner.delete(location).await;
+        self.shared
+            .modified
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(location);
+        match fault {
+            Fault::After if deleted.is_ok() => Err(Shared::injected("delete", location.as_ref())),
+            _ => deleted,
+        }
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        // The fault is drawn, and the objects listed, when the listing is first polled, as a
+        // real listing's first page is requested then.
+        let shared = Arc::clone(&self.shared);
+        let prefix = prefix.cloned();
+        stream::once(async move {
+            let location = prefix.as_ref().map_or_else(String::new, |p| p.to_string());
+            if shared.enter("list", &location, false).await == Fault::Before {
+                return vec![Err(Shared::injected("list", &location))];
+            }
+            let listed: Vec<_> = shared.inner.list(prefix.as_ref()).collect().await;
+            listed
+                .into_iter()
+                .map(|meta| meta.map(|meta| shared.restamp(meta)))
+                .collect()
+        })
+        .flat_map(stream::iter)
+        .boxed()
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        let location = prefix.map_or_else(String::new, |p| p.to_string());
+        if self.shared.enter("list", &location, false).await == Fault::Before {
+            return Err(Shared::injected("list", &location));
+        }
+        let mut listed = self.shared.inner.list_with_delimiter(prefix).await?;
+        listed.objects = listed
+            .objects
+            .into_iter()
+            .map(|meta| self.shared.restamp(meta))
+            .collect();
+        Ok(listed)
+    }
+
+    async fn copy(&self, from: &Path, to: &Path) -> object_store::Result<()> {
+        self.shared.stamp(to);
+        self.shared.inner.copy(from, to).await
+    }
+
+    async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> object_store::Result<()> {
+        let copied = self.shared.inner.copy_if_not_exists(from, to).await;
+        if copied.is_ok() {
+            self.shared.stamp(to);
+        }
+        copied
+    }
+}

@@ -1,0 +1,151 @@
+//! The simulator in `scripts/test`: a fixed range of seeds and some fresh ones hold, a seed
+//! replays bit for bit, and every deliberate bug is found within its budget of seeds.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use mend::deliberate_bugs::{self, Bug};
+use mend_sim::rng::SimRng;
+use mend_sim::shrink::shrink;
+use mend_sim::{Config, RunReport, run};
+
+/// Seeds every run of the suite checks, from 0.
+const FIXED_SEEDS: u64 = 40;
+/// Fresh seeds each run adds (printed, so that a failure among them can be replayed).
+const FRESH_SEEDS: u64 = 10;
+/// Seeds tried per deliberate bug before the bug counts as not found.
+const BUG_BUDGET: u64 = 60;
+
+fn describe(report: &RunReport) -> String {
+    format!(
+        "seed {}: {} operations ({} published, {} ended), {} sweeps, {} requests ({} failed by \
+         the plan), {} answers checked; violations: {:?}\nreplay: cargo run --release -p mend-sim \
+         -- --seed {} --trace",
+        report.seed,
+        report.operations,
+        report.published,
+        report.ended,
+        report.sweeps,
+        report.requests,
+        report.injected_failures,
+        report.claims_checked,
+        report.violations,
+        report.seed
+    )
+}
+
+fn assert_holds(seeds: impl Iterator<Item = u64>, label: &str) {
+    let config = Config::standard();
+    let started = Instant::now();
+    let (mut runs, mut published, mut ended, mut claims, mut failures, mut sweeps) =
+        (0, 0, 0, 0, 0, 0);
+    for seed in seeds {
+        let report = run(seed, &config);
+        if !report.passed() {
+            let (smallest, shrunk) = shrink(seed, &config);
+            panic!(
+                "{}\nshrunk to {smallest:?}:\n{}",
+                describe(&report),
+                shrunk.trace.join("\n")
+            );
+        }
+        runs += 1;
+        published += report.published;
+        ended += report.ended;
+        claims += report.claims_checked;
+        failures += report.injected_failures;
+        sweeps += report.sweeps;
+    }
+    println!(
+        "simulation[{label}]: {runs} schedules held in {:.1} s: {published} operations \
+         published, {ended} ended, {claims} answers checked, {sweeps} sweeps, {failures} \
+         injected store failures",
+        started.elapsed().as_secs_f64()
+    );
+    // A run in which nothing published, nothing ended, or no answer was checked checked nothing.
+    assert!(published > 0 && ended > 0 && claims > 0 && failures > 0 && sweeps > 0);
+}
+
+#[test]
+fn a_fixed_range_of_seeds_holds() {
+    assert_holds(0..FIXED_SEEDS, "fixed seeds");
+}
+
+#[test]
+fn fresh_seeds_hold() {
+    let base = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos() as u64);
+    let mut fresh = SimRng::new(base);
+    let seeds: Vec<u64> = (0..FRESH_SEEDS).map(|_| fresh.next_u64()).collect();
+    println!("simulation[fresh seeds]: {seeds:?}");
+    assert_holds(seeds.into_iter(), "fresh seeds");
+}
+
+#[test]
+fn a_seed_replays_bit_for_bit() {
+    let config = Config {
+        keep_trace: true,
+        ..Config::standard()
+    };
+    for seed in [3, 17, 4_242] {
+        let (first, second) = (run(seed, &config), run(seed, &config));
+        assert!(
+            first.trace_lines > 100,
+            "a run of {} lines",
+            first.trace_lines
+        );
+        if first.trace != second.trace {
+            let at = first
+                .trace
+                .iter()
+                .zip(&second.trace)
+                .position(|(a, b)| a != b)
+                .unwrap_or(first.trace.len().min(second.trace.len()));
+            panic!(
+                "seed {seed} ran two ways; first difference at line {at}:\n  {:?}\n  {:?}",
+                first.trace.get(at),
+                second.trace.get(at)
+            );
+        }
+        assert_eq!(first.trace_digest, second.trace_digest);
+        println!(
+            "simulation[replay]: seed {seed}: {} trace lines, digest {:016x}, twice",
+            first.trace_lines, first.trace_digest
+        );
+    }
+    let (a, b) = (run(1, &config), run(2, &config));
+    assert_ne!(a.trace_digest, b.trace_digest, "two seeds, one schedule");
+}
+
+#[test]
+fn every_deliberate_bug_is_found_within_its_budget() {
+    let config = Config::standard();
+    let mut missed = Vec::new();
+    for bug in Bug::ALL {
+        let _enabled = deliberate_bugs::enable(bug);
+        let started = Instant::now();
+        let found = (0..BUG_BUDGET).find_map(|seed| {
+            let report = run(seed, &config);
+            (!report.passed()).then_some(report)
+        });
+        match found {
+            Some(report) => println!(
+                "simulation[bugs]: {bug:?} found by seed {} ({} of {BUG_BUDGET} seeds, {:.1} s): {}",
+                report.seed,
+                report.seed + 1,
+                started.elapsed().as_secs_f64(),
+                report.violations[0]
+            ),
+            None => missed.push(bug),
+        }
+    }
+    assert!(
+        missed.is_empty(),
+        "not found within {BUG_BUDGET} seeds: {missed:?}"
+    );
+    // And with no bug enabled, the same seeds hold: what found them was the bug.
+    for seed in 0..5 {
+        let report = run(seed, &config);
+        assert!(report.passed(), "{}", describe(&report));
+    }
+}
