@@ -6,8 +6,7 @@
 //! replica's skew), and, through the [`Ambient`] the run installs, the wall clock of code that
 //! has no `Clock` (the object-store catalog's ages) and every id the engine draws.
 
-use std::cell::RefCell;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use mend::ambient::Ambient;
 use mend::clock::Clock;
@@ -62,7 +61,7 @@ impl Clock for SkewedClock {
 #[derive(Debug)]
 pub struct SimAmbient {
     pub time: SimTime,
-    pub rng: RefCell<SimRng>,
+    pub rng: Mutex<SimRng>,
 }
 
 impl SimAmbient {
@@ -70,14 +69,17 @@ impl SimAmbient {
     pub fn new(seed: u64, time: SimTime) -> Arc<Self> {
         Arc::new(Self {
             time,
-            rng: RefCell::new(SimRng::fork(seed, "ambient")),
+            rng: Mutex::new(SimRng::fork(seed, "ambient")),
         })
     }
 }
 
 impl Ambient for SimAmbient {
     fn next_u64(&self) -> u64 {
-        self.rng.borrow_mut().next_u64()
+        self.rng
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .next_u64()
     }
 
     fn wall_clock_ms(&self) -> i64 {

@@ -1,0 +1,161 @@
+//! Which engine function implements each model action, and which atomic catalog step it
+//! takes. The replay test (`tests/replay.rs`) dispatches every action through this table, and
+//! checks that it names every action exactly once, so the model and the code cannot drift
+//! apart silently: an action added to the model without an entry here fails the replay.
+
+use crate::protocol::Action;
+
+/// An action without its writer or replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ActionKind {
+    Tick,
+    Begin,
+    Upload,
+    Heartbeat,
+    PublishStart,
+    PublishConfirm,
+    PublishLand,
+    AbortStart,
+    AbortFence,
+    AbortUnstage,
+    WritersStop,
+    MemberHeartbeat,
+    SweepStart,
+    SweepSettle,
+    ExclusiveStart,
+    ExclusiveSettle,
+}
+
+impl ActionKind {
+    pub fn of(action: Action) -> Self {
+        match action {
+            Action::Tick => Self::Tick,
+            Action::Begin(_) => Self::Begin,
+            Action::Upload(_) => Self::Upload,
+            Action::Heartbeat(_) => Self::Heartbeat,
+            Action::PublishStart(_) => Self::PublishStart,
+            Action::PublishConfirm(_) => Self::PublishConfirm,
+            Action::PublishLand(_) => Self::PublishLand,
+            Action::AbortStart(_) => Self::AbortStart,
+            Action::AbortFence(_) => Self::AbortFence,
+            Action::AbortUnstage(_) => Self::AbortUnstage,
+            Action::WritersStop => Self::WritersStop,
+            Action::MemberHeartbeat(_) => Self::MemberHeartbeat,
+            Action::SweepStart(_) => Self::SweepStart,
+            Action::SweepSettle(_) => Self::SweepSettle,
+            Action::ExclusiveStart => Self::ExclusiveStart,
+            Action::ExclusiveSettle => Self::ExclusiveSettle,
+        }
+    }
+}
+
+/// One row of the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ActionEntry {
+    pub kind: ActionKind,
+    /// The engine (or library) function whose step it is.
+    pub engine_function: &'static str,
+    /// The one conditional catalog write the step ends with (`-` for a client step that
+    /// writes no catalog state).
+    pub catalog_step: &'static str,
+}
+
+const fn entry(
+    kind: ActionKind,
+    engine_function: &'static str,
+    catalog_step: &'static str,
+) -> ActionEntry {
+    ActionEntry {
+        kind,
+        engine_function,
+        catalog_step,
+    }
+}
+
+/// Every model action, the function implementing it, and its atomic catalog step.
+pub const ACTION_TABLE: [ActionEntry; 16] = [
+    entry(ActionKind::Tick, "ManualClock::advance_ms", "-"),
+    entry(
+        ActionKind::Begin,
+        "Engine::begin_operation",
+        "Catalog::put_intent, then Catalog::stage (create-only)",
+    ),
+    entry(
+        ActionKind::Upload,
+        "Engine::upload_object",
+        "- (object put-if-absent)",
+    ),
+    entry(
+        ActionKind::Heartbeat,
+        "Engine::heartbeat_operation",
+        "Catalog::update_intent (expecting the phase read)",
+    ),
+    entry(
+        ActionKind::PublishStart,
+        "Engine::publish_operation (reads up to the confirm)",
+        "-",
+    ),
+    entry(
+        ActionKind::PublishConfirm,
+        "Engine::publish_operation (confirm)",
+        "Catalog::update_intent (expecting Armed)",
+    ),
+    entry(
+        ActionKind::PublishLand,
+        "Engine::publish_operation (publish)",
+        "Catalog::publish (under op:<id>:publish), then Catalog::delete_intent",
+    ),
+    entry(
+        ActionKind::AbortStart,
+        "Engine::abort_operation (reads up to the fence)",
+        "-",
+    ),
+    entry(
+        ActionKind::AbortFence,
+        "Engine::abort_operation (fence)",
+        "Catalog::abandon_intent (lease_expired_by: None)",
+    ),
+    entry(
+        ActionKind::AbortUnstage,
+        "Engine::abort_operation (roll_back_own)",
+        "Catalog::mark_stale_staged, then delete_splits, delete_intent",
+    ),
+    entry(
+        ActionKind::WritersStop,
+        "- (every writer process stops)",
+        "-",
+    ),
+    entry(
+        ActionKind::MemberHeartbeat,
+        "Membership::heartbeat",
+        "- (the fleet's member lease)",
+    ),
+    entry(
+        ActionKind::SweepStart,
+        "Engine::recover(RollForward) (gate, observe, decide)",
+        "Gates::acquire (the dataset gate)",
+    ),
+    entry(
+        ActionKind::SweepSettle,
+        "Engine::recover(RollForward) (settle)",
+        "Catalog::settle_intents",
+    ),
+    entry(
+        ActionKind::ExclusiveStart,
+        "Engine::recover(Exclusive) (permit, fence, observe, decide, roll-backs)",
+        "Catalog::advance_fencing_epoch",
+    ),
+    entry(
+        ActionKind::ExclusiveSettle,
+        "Engine::recover(Exclusive) (settle, roll-backs)",
+        "Catalog::settle_intents",
+    ),
+];
+
+/// The row of `kind`.
+pub fn entry_of(kind: ActionKind) -> &'static ActionEntry {
+    ACTION_TABLE
+        .iter()
+        .find(|entry| entry.kind == kind)
+        .expect("the table names every action kind")
+}
