@@ -1,7 +1,7 @@
 //! Deliberate bugs, each a known way to break mend's protocol, for showing that the simulator
 //! (`mend-sim`) finds what it is meant to find. A bug acts only where a test enabled it, on its
 //! own thread, and only in a build with the `deliberate-bugs` feature (mend-sim's tests turn it
-//! on); without the feature [`enable`] does not exist and every check below is `false`.
+//! on); without the feature `enable` does not exist and every check below is `false`.
 
 /// One deliberate bug.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

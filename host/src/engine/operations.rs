@@ -1040,7 +1040,7 @@ impl Engine {
 
     /// Rolls an operation back at once: its staged rows are marked, its objects deleted, its
     /// rows deleted, its intent deleted. An operation that confirmed is past aborting (it
-    /// publishes), unless its checkpoint delta was overtaken ([`Engine::end_overtaken`]); one
+    /// publishes), unless its checkpoint delta was overtaken (`Engine::end_overtaken`); one
     /// that already ended answers as ended.
     #[tracing::instrument(
         name = "operation_abort",
