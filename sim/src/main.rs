@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p mend-sim -- --seed 42 --trace     # one schedule, its trace printed
+//! cargo run --release -p mend-sim -- --seed 42 --trace --payloads   # and each log version's text
 //! cargo run --release -p mend-sim -- --first 0 --count 1000
 //! cargo run --release -p mend-sim -- --soak-seconds 3600   # fresh seeds for an hour
 //! ```
@@ -33,6 +34,9 @@ struct Args {
     /// Prints the trace of the run (with --seed).
     #[arg(long)]
     trace: bool,
+    /// With --trace, also the text of every catalog log version the run puts.
+    #[arg(long, requires = "trace")]
+    payloads: bool,
 }
 
 fn main() -> ExitCode {
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
             seed,
             &Config {
                 keep_trace: args.trace,
+                trace_log_payloads: args.payloads,
                 ..config.clone()
             },
         );

@@ -60,6 +60,8 @@ pub struct Config {
     pub max_skew_ms: i64,
     /// Keep the trace's lines (a replay, a failure) rather than only its digest.
     pub keep_trace: bool,
+    /// Trace the text of every catalog log version put (with `keep_trace`).
+    pub trace_log_payloads: bool,
 }
 
 impl Config {
@@ -80,6 +82,7 @@ impl Config {
             crash_pct: 10,
             max_skew_ms: 400,
             keep_trace: false,
+            trace_log_payloads: false,
         }
     }
 
@@ -170,6 +173,7 @@ async fn run_on_runtime(seed: u64, config: &Config) -> RunReport {
         config.faults,
         time,
         trace.clone(),
+        config.keep_trace && config.trace_log_payloads,
     );
     let shared: Arc<dyn ObjectStore> = Arc::new(store.clone());
     let mut setup = SimRng::fork(seed, "setup");
@@ -629,8 +633,10 @@ async fn protocol_writer(
             pause(&mut rng, OPERATION_LEASE_MS / 2, OPERATION_LEASE_MS * 2).await;
         }
         let ending = rng.below(100);
-        if ending < 10 || !uploaded_all && ending < 50 {
-            abort(&replicas, &mut rng, &trace, &operation_id, &claim).await;
+        let known = if ending < 10 || !uploaded_all && ending < 50 {
+            let aborted = send_end(End::Abort, &replicas, &mut rng, &trace, &operation_id).await;
+            claim(claim_of(&aborted), format!("abort answered {aborted:?}"));
+            knows_end(&aborted)
         } else if ending < 18 {
             // A publish and an abort sent at once, from two replicas.
             let (first, second) = (
@@ -655,36 +661,83 @@ async fn protocol_writer(
                 "a publish racing an abort".into(),
             );
             claim(claim_of(&aborted), "an abort racing a publish".into());
-            let unknown = |answer: &Result<OperationView, MendError>| matches!(answer, Err(error) if !error.certainly_not_applied());
-            if unknown(&published) && unknown(&aborted) {
-                in_doubt = Some(operation_id.clone());
-            }
+            knows_end(&published) || knows_end(&aborted)
         } else {
-            let published = with_retries(&replicas, &mut rng, &trace, &operation_id, |engine| {
-                let operation_id = operation_id.clone();
-                async move { engine.publish_operation(DATASET, &operation_id).await }
-            })
-            .await;
-            trace.line(format!(
-                "{operation_id}: publish: {:?}",
-                published.as_ref().map(|v| v.phase)
-            ));
+            let published =
+                send_end(End::Publish, &replicas, &mut rng, &trace, &operation_id).await;
             claim(
                 publish_claim(&published),
                 format!("publish answered {published:?}"),
             );
-            if matches!(&published, Err(error) if !error.certainly_not_applied()) {
-                in_doubt = Some(operation_id.clone());
-            }
             // Refused without a word on its end (objects missing, the checkpoint moved): the
             // writer gives it up, as a client is told to.
-            if let Err(error) = &published
-                && refusal_claim(error) == Claim::Nothing
-                && !error.is_retryable()
-            {
-                abort(&replicas, &mut rng, &trace, &operation_id, &claim).await;
+            match &published {
+                Err(error) if refusal_claim(error) == Claim::Nothing && !error.is_retryable() => {
+                    let aborted =
+                        send_end(End::Abort, &replicas, &mut rng, &trace, &operation_id).await;
+                    claim(claim_of(&aborted), format!("abort answered {aborted:?}"));
+                    knows_end(&aborted)
+                }
+                answer => knows_end(answer),
+            }
+        };
+        if !known {
+            in_doubt = Some(operation_id.clone());
+        }
+    }
+}
+
+/// The step that ends an operation.
+#[derive(Debug, Clone, Copy)]
+enum End {
+    Publish,
+    Abort,
+}
+
+/// Sends `step` of `operation_id` (with retries) and traces its answer.
+async fn send_end(
+    step: End,
+    replicas: &[Replica],
+    rng: &mut SimRng,
+    trace: &Trace,
+    operation_id: &str,
+) -> Result<OperationView, MendError> {
+    let answer = with_retries(replicas, rng, trace, operation_id, |engine| {
+        let operation_id = operation_id.to_string();
+        async move {
+            match step {
+                End::Publish => engine.publish_operation(DATASET, &operation_id).await,
+                End::Abort => engine.abort_operation(DATASET, &operation_id).await,
             }
         }
+    })
+    .await;
+    trace.line(format!(
+        "{operation_id}: {step:?}: {:?}",
+        answer.as_ref().map(|v| v.phase)
+    ));
+    answer
+}
+
+/// Whether `answer` tells its writer how the operation ended: published, or ended without
+/// publishing. "Confirmed: it is being published" does not; a writer sends the publish again
+/// until it is told.
+fn knows_end(answer: &Result<OperationView, MendError>) -> bool {
+    const KNOWN: [&str; 3] = [
+        "already published, at manifest version",
+        "published at manifest version",
+        "has ended without publishing",
+    ];
+    match answer {
+        Ok(view) => matches!(
+            view.phase,
+            OperationPhase::Published | OperationPhase::Ended
+        ),
+        Err(error @ MendError::FailedPrecondition { .. }) => {
+            let message = error.to_string();
+            KNOWN.iter().any(|words| message.contains(words))
+        }
+        Err(_) => false,
     }
 }
 
@@ -705,63 +758,28 @@ async fn resolve(
             .claim(operation_id, claim, by);
     };
     for _ in 0..20 {
-        let published = with_retries(replicas, rng, trace, operation_id, |engine| {
-            let operation_id = operation_id.to_string();
-            async move { engine.publish_operation(DATASET, &operation_id).await }
-        })
-        .await;
-        trace.line(format!(
-            "{operation_id}: publish, sent again to resolve it: {:?}",
-            published.as_ref().map(|v| v.phase)
-        ));
-        let said = publish_claim(&published);
+        let published = send_end(End::Publish, replicas, rng, trace, operation_id).await;
         claim(
-            said.clone(),
+            publish_claim(&published),
             format!("a resolving publish answered {published:?}"),
         );
-        match &published {
-            Ok(_) => return,
-            Err(error) if error.is_retryable() => continue,
-            Err(_) if said != Claim::NotPublished => return,
-            Err(_) => {}
-        }
-        let aborted = with_retries(replicas, rng, trace, operation_id, |engine| {
-            let operation_id = operation_id.to_string();
-            async move { engine.abort_operation(DATASET, &operation_id).await }
-        })
-        .await;
-        trace.line(format!(
-            "{operation_id}: abort, to resolve it: {:?}",
-            aborted.as_ref().map(|v| v.phase)
-        ));
-        claim(
-            claim_of(&aborted),
-            format!("a resolving abort answered {aborted:?}"),
-        );
-        if !matches!(&aborted, Err(error) if error.is_retryable()) {
+        if knows_end(&published) {
             return;
         }
+        if matches!(&published, Err(error) if refusal_claim(error) == Claim::Nothing && !error.is_retryable())
+        {
+            let aborted = send_end(End::Abort, replicas, rng, trace, operation_id).await;
+            claim(
+                claim_of(&aborted),
+                format!("a resolving abort answered {aborted:?}"),
+            );
+            if knows_end(&aborted) {
+                return;
+            }
+        }
+        pause(rng, 50, 500).await;
     }
     trace.line(format!("{operation_id}: still unresolved after 20 rounds"));
-}
-
-async fn abort(
-    replicas: &[Replica],
-    rng: &mut SimRng,
-    trace: &Trace,
-    operation_id: &str,
-    claim: &impl Fn(Claim, String),
-) {
-    let aborted = with_retries(replicas, rng, trace, operation_id, |engine| {
-        let operation_id = operation_id.to_string();
-        async move { engine.abort_operation(DATASET, &operation_id).await }
-    })
-    .await;
-    trace.line(format!(
-        "{operation_id}: abort: {:?}",
-        aborted.as_ref().map(|v| v.phase)
-    ));
-    claim(claim_of(&aborted), format!("abort answered {aborted:?}"));
 }
 
 /// A writer committing in process: one `Engine::commit` per operation, its answer final.

@@ -71,13 +71,21 @@ struct Shared {
     /// Each object's simulated last-modified time (the in-memory store stamps the host's).
     modified: Mutex<HashMap<Path, i64>>,
     trace: Trace,
+    /// Trace the text of every catalog log version put (`mend-sim --payloads`).
+    trace_log_payloads: bool,
     requests: AtomicU64,
     failed: AtomicU64,
 }
 
 impl SimStore {
     /// An empty store whose faults draw from `rng`.
-    pub fn new(rng: SimRng, rates: FaultRates, time: SimTime, trace: Trace) -> Self {
+    pub fn new(
+        rng: SimRng,
+        rates: FaultRates,
+        time: SimTime,
+        trace: Trace,
+        trace_log_payloads: bool,
+    ) -> Self {
         let shared = Arc::new(Shared {
             inner: InMemory::new(),
             rng: Mutex::new(rng),
@@ -86,6 +94,7 @@ impl SimStore {
             time,
             modified: Mutex::default(),
             trace,
+            trace_log_payloads,
             requests: AtomicU64::new(0),
             failed: AtomicU64::new(0),
         });
@@ -191,6 +200,13 @@ impl ObjectStore for SimStore {
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         let fault = self.shared.enter("put", location.as_ref(), true).await;
+        if self.shared.trace_log_payloads && location.as_ref().contains("/catalog/log/") {
+            // What each catalog log version says, for reading a failure's trace.
+            let bytes: Vec<u8> = payload.iter().flat_map(|chunk| chunk.to_vec()).collect();
+            let text = String::from_utf8_lossy(&bytes);
+            let shown: String = text.chars().take(600).collect();
+            self.shared.trace.line(format!("  payload {shown}"));
+        }
         if fault == Fault::Before {
             return Err(Shared::injected("put", location.as_ref()));
         }

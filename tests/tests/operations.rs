@@ -1172,3 +1172,140 @@ async fn a_publish_that_loses_its_intent_to_recovery_answers_what_recovery_made_
          they ended, confirmed ones finished"
     );
 }
+
+/// Fails one kind of durable step before its write, every time: a process that dies there.
+#[derive(Debug)]
+struct DiesBefore(mend::faults::DurableStep);
+
+impl mend::faults::Faults for DiesBefore {
+    fn before(&self, step: &mend::faults::DurableStep) -> mend::Result<()> {
+        if *step == self.0 {
+            return Err(MendError::Unavailable {
+                message: format!("the process died before {step}"),
+                source: None,
+            });
+        }
+        Ok(())
+    }
+
+    fn after(&self, _step: &mend::faults::DurableStep) -> mend::Result<()> {
+        Ok(())
+    }
+}
+
+/// mend-sim seed 33: an operation confirmed, then another operation published from the same
+/// checkpoint positions before it did. Its publish can never apply; it used to stay confirmed
+/// for good, its abort answering "being published" and recovery blocking on it. Its publish
+/// (and an abort) now end it.
+#[tokio::test]
+async fn a_confirmed_operation_overtaken_from_its_own_positions_ends() {
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("overtaken").await;
+        let (a, b) = (payload("a", 100), payload("b", 100));
+        // Both start from p0 at 10, as a writer that lost track of its first one would.
+        for (op, split, bytes) in [("op-a", "s-a", &a), ("op-b", "s-b", &b)] {
+            engine
+                .begin_operation(&plan(&ds, op, &[(split, bytes)], 20))
+                .await
+                .unwrap();
+            engine
+                .upload_object(&ds, op, split, body(bytes, 64))
+                .await
+                .unwrap();
+        }
+        // op-b's delta needs p0 at 10: a first operation puts it there.
+        engine
+            .begin_operation(&plan(
+                &ds,
+                "op-first",
+                &[("s-first", &payload("f", 10))],
+                10,
+            ))
+            .await
+            .unwrap();
+        engine
+            .upload_object(&ds, "op-first", "s-first", body(&payload("f", 10), 64))
+            .await
+            .unwrap();
+        engine.publish_operation(&ds, "op-first").await.unwrap();
+        // op-a confirms, and its process dies before the publish.
+        let dying = engine.with_faults(std::sync::Arc::new(DiesBefore(
+            mend::faults::DurableStep::Publish,
+        )));
+        let died = dying.publish_operation(&ds, "op-a").await.unwrap_err();
+        assert!(
+            matches!(died, MendError::Unavailable { .. }),
+            "{backend}: {died:?}"
+        );
+        let shown = engine.show_operation(&ds, "op-a").await.unwrap();
+        assert_eq!(shown.phase, OperationPhase::EffectsConfirmed, "{backend}");
+        // op-b publishes from the same positions first.
+        let b_view = engine.publish_operation(&ds, "op-b").await.unwrap();
+        assert_eq!(b_view.phase, OperationPhase::Published, "{backend}");
+        // op-a's publish, sent again, is told it ended; an abort agrees; nothing is left.
+        let refused = engine.publish_operation(&ds, "op-a").await.unwrap_err();
+        assert!(
+            matches!(&refused, MendError::FailedPrecondition { message, .. }
+                if message.contains("has ended without publishing") && message.contains("overtaken")),
+            "{backend}: {refused:?}"
+        );
+        let aborted = engine.abort_operation(&ds, "op-a").await.unwrap();
+        assert_eq!(aborted.phase, OperationPhase::Ended, "{backend}");
+        let rows = h.rows(&ds).await;
+        assert!(
+            rows.iter()
+                .all(|row| row.split_id != "s-a" || row.state != SplitState::Published),
+            "{backend}: {rows:?}"
+        );
+        assert!(
+            engine.catalog().list_intents(&ds).await.unwrap().is_empty(),
+            "{backend}: an intent is left"
+        );
+    }
+}
+
+/// mend-sim seed 215: an operation's publish landed and its process died before deleting the
+/// intent (still confirmed). The checkpoint has moved past the delta's start, by the publish
+/// itself: an abort must not take that for another operation overtaking it. It answers that
+/// the operation published.
+#[tokio::test]
+async fn an_abort_of_an_operation_whose_own_publish_landed_answers_published() {
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("own-publish").await;
+        let bytes = payload("x", 100);
+        engine
+            .begin_operation(&plan(&ds, "op-x", &[("s-x", &bytes)], 10))
+            .await
+            .unwrap();
+        engine
+            .upload_object(&ds, "op-x", "s-x", body(&bytes, 64))
+            .await
+            .unwrap();
+        let dying = engine.with_faults(std::sync::Arc::new(DiesBefore(
+            mend::faults::DurableStep::DeleteIntent,
+        )));
+        let died = dying.publish_operation(&ds, "op-x").await.unwrap_err();
+        assert!(
+            matches!(died, MendError::Unavailable { .. }),
+            "{backend}: {died:?}"
+        );
+        let refused = engine.abort_operation(&ds, "op-x").await.unwrap_err();
+        assert!(
+            matches!(&refused, MendError::FailedPrecondition { message, .. }
+                if message.contains("cannot be aborted")),
+            "{backend}: {refused:?}"
+        );
+        let rows = h.rows(&ds).await;
+        assert!(
+            rows.iter()
+                .any(|row| row.split_id == "s-x" && row.state == SplitState::Published),
+            "{backend}: {rows:?}"
+        );
+        let published = engine.publish_operation(&ds, "op-x").await.unwrap();
+        assert_eq!(published.phase, OperationPhase::Published, "{backend}");
+    }
+}
