@@ -54,7 +54,7 @@ fn main() -> ExitCode {
         for line in &report.trace {
             println!("{line}");
         }
-        summary(&report);
+        println!("{report}");
         return if report.passed() {
             ExitCode::SUCCESS
         } else {
@@ -90,7 +90,7 @@ fn main() -> ExitCode {
         operations += report.operations as u64;
         claims += report.claims_checked as u64;
         if !report.passed() {
-            summary(&report);
+            println!("{report}");
             return fail(&report, &config);
         }
     }
@@ -102,32 +102,11 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn summary(report: &RunReport) {
-    println!(
-        "seed {}: {} operations ({} published, {} ended), {} sweeps, {} store requests ({} failed by the plan), {} answers checked, {} simulated s, trace {:016x} ({} lines): {}",
-        report.seed,
-        report.operations,
-        report.published,
-        report.ended,
-        report.sweeps,
-        report.requests,
-        report.injected_failures,
-        report.claims_checked,
-        report.simulated_ms / 1000,
-        report.trace_digest,
-        report.trace_lines,
-        if report.passed() { "passed" } else { "FAILED" }
-    );
-}
-
 fn fail(report: &RunReport, config: &Config) -> ExitCode {
     for violation in &report.violations {
         println!("  violation: {violation}");
     }
-    println!(
-        "replay: cargo run --release -p mend-sim -- --seed {} --trace",
-        report.seed
-    );
+    println!("replay: {}", report.replay_command());
     let (smallest, shrunk) = shrink(report.seed, config);
     println!("shrunk to {smallest:?}; its trace:");
     for line in &shrunk.trace {

@@ -124,6 +124,38 @@ impl RunReport {
     pub fn passed(&self) -> bool {
         self.violations.is_empty()
     }
+
+    /// The command that replays this run bit for bit, its trace printed.
+    pub fn replay_command(&self) -> String {
+        format!(
+            "cargo run --release -p mend-sim -- --seed {} --trace",
+            self.seed
+        )
+    }
+}
+
+impl std::fmt::Display for RunReport {
+    /// One line: what the run did, its trace's digest, and whether it held.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "seed {}: {} operations ({} published, {} ended), {} sweeps, {} store requests \
+             ({} failed by the plan), {} answers checked, {} simulated s, trace {:016x} ({} \
+             lines): {}",
+            self.seed,
+            self.operations,
+            self.published,
+            self.ended,
+            self.sweeps,
+            self.requests,
+            self.injected_failures,
+            self.claims_checked,
+            self.simulated_ms / 1000,
+            self.trace_digest,
+            self.trace_lines,
+            if self.passed() { "passed" } else { "FAILED" }
+        )
+    }
 }
 
 /// Percent of requests cut off part way (see [`with_retries`]).

@@ -17,19 +17,9 @@ const BUG_BUDGET: u64 = 60;
 
 fn describe(report: &RunReport) -> String {
     format!(
-        "seed {}: {} operations ({} published, {} ended), {} sweeps, {} requests ({} failed by \
-         the plan), {} answers checked; violations: {:?}\nreplay: cargo run --release -p mend-sim \
-         -- --seed {} --trace",
-        report.seed,
-        report.operations,
-        report.published,
-        report.ended,
-        report.sweeps,
-        report.requests,
-        report.injected_failures,
-        report.claims_checked,
+        "{report}; violations: {:?}\nreplay: {}",
         report.violations,
-        report.seed
+        report.replay_command()
     )
 }
 

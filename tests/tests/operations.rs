@@ -1173,6 +1173,26 @@ async fn a_publish_that_loses_its_intent_to_recovery_answers_what_recovery_made_
     );
 }
 
+/// Begins `operation_id` with one split moving p0 on to `to` (see [`plan`]) and uploads its
+/// object.
+async fn begin_and_upload(
+    engine: &mend::Engine,
+    dataset_id: &str,
+    operation_id: &str,
+    split_id: &str,
+    bytes: &[u8],
+    to: u64,
+) {
+    engine
+        .begin_operation(&plan(dataset_id, operation_id, &[(split_id, bytes)], to))
+        .await
+        .unwrap();
+    engine
+        .upload_object(dataset_id, operation_id, split_id, body(bytes, 64))
+        .await
+        .unwrap();
+}
+
 /// Fails one kind of durable step before its write, every time: a process that dies there.
 #[derive(Debug)]
 struct DiesBefore(mend::faults::DurableStep);
@@ -1205,30 +1225,10 @@ async fn a_confirmed_operation_overtaken_from_its_own_positions_ends() {
         let ds = h.create_dataset("overtaken").await;
         let (a, b) = (payload("a", 100), payload("b", 100));
         // Both start from p0 at 10, as a writer that lost track of its first one would.
-        for (op, split, bytes) in [("op-a", "s-a", &a), ("op-b", "s-b", &b)] {
-            engine
-                .begin_operation(&plan(&ds, op, &[(split, bytes)], 20))
-                .await
-                .unwrap();
-            engine
-                .upload_object(&ds, op, split, body(bytes, 64))
-                .await
-                .unwrap();
-        }
-        // op-b's delta needs p0 at 10: a first operation puts it there.
-        engine
-            .begin_operation(&plan(
-                &ds,
-                "op-first",
-                &[("s-first", &payload("f", 10))],
-                10,
-            ))
-            .await
-            .unwrap();
-        engine
-            .upload_object(&ds, "op-first", "s-first", body(&payload("f", 10), 64))
-            .await
-            .unwrap();
+        begin_and_upload(engine, &ds, "op-a", "s-a", &a, 20).await;
+        begin_and_upload(engine, &ds, "op-b", "s-b", &b, 20).await;
+        // Their deltas need p0 at 10: a first operation puts it there.
+        begin_and_upload(engine, &ds, "op-first", "s-first", &payload("f", 10), 10).await;
         engine.publish_operation(&ds, "op-first").await.unwrap();
         // op-a confirms, and its process dies before the publish.
         let dying = engine.with_faults(std::sync::Arc::new(DiesBefore(
@@ -1276,15 +1276,7 @@ async fn an_abort_of_an_operation_whose_own_publish_landed_answers_published() {
         let h = Harness::new(backend).await;
         let engine = &h.engine;
         let ds = h.create_dataset("own-publish").await;
-        let bytes = payload("x", 100);
-        engine
-            .begin_operation(&plan(&ds, "op-x", &[("s-x", &bytes)], 10))
-            .await
-            .unwrap();
-        engine
-            .upload_object(&ds, "op-x", "s-x", body(&bytes, 64))
-            .await
-            .unwrap();
+        begin_and_upload(engine, &ds, "op-x", "s-x", &payload("x", 100), 10).await;
         let dying = engine.with_faults(std::sync::Arc::new(DiesBefore(
             mend::faults::DurableStep::DeleteIntent,
         )));
