@@ -19,7 +19,12 @@
 //!    host then publishes or marks only rows still staged that no other intent names.
 //!    A commit or merge whose effects are all in place (confirmed, or every planned row and
 //!    object found as planned) and whose publish still applies is rolled **forward**.
-//! 6. A commit or merge that never confirmed (`Armed`) and whose owner's lease ran out is
+//! 6. A commit or merge that confirmed, but whose checkpoint delta another publish overtook
+//!    before its own landed (its splits still staged, the checkpoint moved on from the
+//!    delta's start), can never publish: it is **abandoned** in every mode, as its writer's
+//!    own publish or abort would end it.
+//!
+//!    A commit or merge that never confirmed (`Armed`) and whose owner's lease ran out is
 //!    **abandoned** outside exclusive mode: it is fenced, its own staged rows are marked and
 //!    its objects left to gc. Nothing of it was ever visible, so this compensates nothing.
 //!    Not when one of its objects is present but not as planned: that is damage an operator
@@ -133,6 +138,11 @@ fn decide(mode: RecoveryMode, intent: &IntentObservation) -> RecoveryDecision {
     if effects_in_place && publish_applies {
         return RecoveryDecision::RollForward;
     }
+    if intent.phase == IntentPhase::EffectsConfirmed && overtaken(intent, &state) {
+        return RecoveryDecision::Abandon(String::from(
+            "abandoned: it confirmed, but another publish moved the checkpoint on from the positions its delta starts at before its own publish landed, so it can never publish; fenced, its staged rows marked for deletion, its objects left to gc",
+        ));
+    }
     let damaged: Vec<&str> = intent
         .objects
         .iter()
@@ -187,6 +197,22 @@ fn missing_objects(intent: &IntentObservation) -> Vec<&str> {
         .filter(|object| !object.matches)
         .map(|object| object.split_id.as_str())
         .collect()
+}
+
+/// Whether a confirmed operation's publish can never land: its checkpoint no longer stands at
+/// the delta's from-positions (positions only move forward, and its publish checked them
+/// before it confirmed) while every split its publish makes published is still staged (its
+/// own publish moves them and the checkpoint in one step, so it did not land). A delta-only
+/// publish is never taken for overtaken: without splits, its own landed publish and
+/// another's look alike.
+fn overtaken(intent: &IntentObservation, state: &impl Fn(&String) -> Option<SplitState>) -> bool {
+    intent.has_checkpoint_delta
+        && !intent.checkpoint_at_from
+        && !intent.publish_staged.is_empty()
+        && intent
+            .publish_staged
+            .iter()
+            .all(|id| state(id) == Some(SplitState::Staged))
 }
 
 /// Whether the operation's visible effects already happened.
@@ -424,12 +450,17 @@ mod tests {
 
     #[test]
     fn a_publish_that_no_longer_applies_is_never_rolled_forward() {
+        // A split it replaces is no longer published (another merge replaced it first).
         let mut moved = commit(
             IntentPhase::EffectsConfirmed,
-            &[("s1", STAGED), ("s2", STAGED)],
+            &[
+                ("s1", STAGED),
+                ("s2", STAGED),
+                ("old", SplitState::MarkedForDeletion),
+            ],
             &[],
         );
-        moved.checkpoint_at_from = false;
+        moved.publish_replaced = vec!["old".into()];
         assert!(matches!(
             decide_one(RecoveryMode::RollForward, moved.clone()),
             RecoveryDecision::Blocked(_)
@@ -438,6 +469,61 @@ mod tests {
             decide_one(RecoveryMode::Exclusive, moved),
             RecoveryDecision::RollBack
         );
+    }
+
+    /// mend-sim seeds 73 and 496: a confirmed commit whose delta another publish overtook
+    /// blocked every roll-forward sweep until an operator came; it can never publish, so it is
+    /// abandoned, in every mode. Not when its own publish landed (its splits published), nor
+    /// for a delta-only publish (its own publish and another's look alike).
+    #[test]
+    fn a_confirmed_commit_whose_delta_was_overtaken_is_abandoned() {
+        let mut overtaken = commit(
+            IntentPhase::EffectsConfirmed,
+            &[("s1", STAGED), ("s2", STAGED)],
+            &[],
+        );
+        overtaken.checkpoint_at_from = false;
+        for mode in [
+            RecoveryMode::RollForward,
+            RecoveryMode::Exclusive,
+            RecoveryMode::Probe,
+        ] {
+            assert!(
+                matches!(
+                    decide_one(mode, overtaken.clone()),
+                    RecoveryDecision::Abandon(_)
+                ),
+                "{mode:?}"
+            );
+        }
+        let mut live = overtaken.clone();
+        live.owner_lease_live = true;
+        assert!(matches!(
+            decide_one(RecoveryMode::RollForward, live),
+            RecoveryDecision::Defer(_)
+        ));
+        let mut own_published = overtaken.clone();
+        own_published.rows = vec![
+            ExistingRow {
+                split_id: "s1".into(),
+                state: PUBLISHED,
+            },
+            ExistingRow {
+                split_id: "s2".into(),
+                state: PUBLISHED,
+            },
+        ];
+        own_published.checkpoint_reached_to = true;
+        assert_eq!(
+            decide_one(RecoveryMode::RollForward, own_published),
+            RecoveryDecision::Stale
+        );
+        let mut delta_only = overtaken;
+        delta_only.publish_staged.clear();
+        assert!(matches!(
+            decide_one(RecoveryMode::RollForward, delta_only),
+            RecoveryDecision::Blocked(_)
+        ));
     }
 
     #[test]

@@ -50,6 +50,9 @@ pub enum DurableStep {
     /// Recovery's fencing of one unconfirmed operation whose lease ran out (`Armed` to
     /// `Abandoned`).
     AbandonIntent,
+    /// The record that an operation ended without publishing, written before its intent is
+    /// deleted (its abort, recovery's abandonment or roll-back).
+    RecordEnd,
     /// An append of audit records: a sweep's "executing" records before it executes
     /// decisions (one batch's, or one decision's), and the settled records after.
     AppendAudit,

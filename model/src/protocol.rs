@@ -86,6 +86,10 @@ pub enum Bug {
     TakeoverBeforeLeaseEnd,
     /// Recovery's publish does not check the fencing epoch it carries.
     PublishWithoutEpochCheck,
+    /// Exclusive recovery rolls an operation back on what it observed, without fencing it
+    /// first: the engine before mend-model found that a writer's confirm landing after the
+    /// sweep observed was undone, and the promise an abort then answered was broken.
+    RollBackWithoutFence,
 }
 
 /// Which recovery mode a sweep runs in.
@@ -247,7 +251,7 @@ impl Protocol {
     }
 
     /// `update_intent(confirmed, Armed)`: the conditional write a publish races an abort's
-    /// fence and recovery's abandonment with.
+    /// fence and recovery's abandonment and roll-back with.
     fn publish_confirm(&self, state: &mut State, w: u8) -> bool {
         let i = w as usize;
         let PublishCall::AtConfirm { lease_read } = state.writers[i].publish else {
@@ -257,11 +261,12 @@ impl Protocol {
             Some(intent)
                 if intent.phase == Phase::Armed || self.has(Bug::ConfirmWithoutPhaseCheck) =>
             {
-                // The engine confirms the intent as it read it before: a heartbeat that
-                // renewed the lease since is undone (the README's "What the model found").
+                // The engine confirms the intent as it read it before, but a lease never
+                // moves back (`update_intent` keeps the later one): a heartbeat that renewed
+                // it since stands (mend-model found the confirm undoing it).
                 state.intents[i] = Some(IntentRow {
                     phase: Phase::EffectsConfirmed,
-                    lease_until: lease_read,
+                    lease_until: intent.lease_until.max(lease_read),
                     ..intent
                 });
                 state.writers[i].publish = PublishCall::AtPublish;
@@ -335,12 +340,12 @@ impl Protocol {
         let hold_until = self.take_gate(state, Sweeper::Replica(r));
         let sweep = Sweep { hold_until, steps };
         state.replicas[ri].sweep = Some(sweep);
-        self.run_free_steps(state, Sweeper::Replica(r));
         true
     }
 
     /// The operator's exclusive recovery: the permit (every gate of the dataset), the fencing
-    /// epoch bumped, then observe and decide in exclusive mode.
+    /// epoch bumped, then observe and decide in exclusive mode; it parks at its first step, or
+    /// ends when it has none.
     fn exclusive_start(&self, state: &mut State) -> bool {
         if state.operator != Operator::NotRun || !self.gate_takeable(state) {
             return false;
@@ -349,18 +354,25 @@ impl Protocol {
         state.epoch += 1;
         let steps = decide(state, Mode::Exclusive);
         state.operator = Operator::Sweeping(Sweep { hold_until, steps });
-        self.run_free_steps(state, Sweeper::Operator);
+        end_when_done(state, Sweeper::Operator);
         true
     }
 
-    /// The sweep's next batch, settled by one conditional catalog write, then the roll-backs
-    /// up to the next batch.
+    /// The sweep's next step, one conditional catalog write: a batch settled, or an exclusive
+    /// roll-back's fence (and, once it landed, the roll-back). The sweep ends after its last.
     fn sweep_settle(&self, state: &mut State, sweeper: Sweeper) -> bool {
         let Some(sweep) = sweep_of(state, sweeper) else {
             return false;
         };
-        let Some(SweepStep::Settle(batch)) = sweep.steps[0] else {
-            return false;
+        let batch = match sweep.steps[0] {
+            Some(SweepStep::Settle(batch)) => batch,
+            Some(SweepStep::RollBack { writer, observed }) => {
+                self.roll_back(state, writer, observed);
+                pop_step(state, sweeper);
+                end_when_done(state, sweeper);
+                return true;
+            }
+            None => return false,
         };
         // A holder whose lease ran out may not have noticed yet (its renewal had not run):
         // its write is not refused for that, so the conditional writes and the fencing
@@ -395,33 +407,12 @@ impl Protocol {
             set_sweep(state, sweeper, Some(sweep));
             return true;
         }
-        self.run_free_steps(state, sweeper);
+        end_when_done(state, sweeper);
         true
     }
 
-    /// The steps that need no conditional write (exclusive roll-backs), until the next batch;
-    /// ends the sweep when none is left.
-    fn run_free_steps(&self, state: &mut State, sweeper: Sweeper) {
-        loop {
-            let Some(sweep) = sweep_of(state, sweeper) else {
-                return;
-            };
-            match sweep.steps[0] {
-                Some(SweepStep::Settle(_)) => return,
-                Some(SweepStep::RollBack(w)) => {
-                    roll_back(state, w);
-                    pop_step(state, sweeper);
-                }
-                None => {
-                    end_sweep(state, sweeper);
-                    return;
-                }
-            }
-        }
-    }
-
-    /// One settlement of a batch, on the state the ones before it left.
-    /// One settlement on `state`; false where the catalog refuses it (nothing written).
+    /// One settlement of a batch, on the state the ones before it left; false where the
+    /// catalog refuses it (then the whole batch wrote nothing).
     fn settle(&self, state: &mut State, settlement: Settlement) -> bool {
         match settlement {
             Settlement::Abandon {
@@ -429,10 +420,14 @@ impl Protocol {
                 observed_at,
             } => {
                 let i = writer as usize;
-                // Renewed, confirmed or settled since it observed: overtaken, nothing written.
-                if let Some(intent) = state.intents[i]
-                    && (intent.phase == Phase::Abandoned
-                        || (intent.phase == Phase::Armed && intent.lease_until <= observed_at))
+                let Some(intent) = state.intents[i] else {
+                    // Settled another way first: nothing written, and the batch goes on
+                    // (`Settled::Gone`).
+                    return true;
+                };
+                // Renewed or confirmed since it observed: refused, nothing written.
+                if intent.phase == Phase::Abandoned
+                    || (intent.phase == Phase::Armed && intent.lease_until <= observed_at)
                 {
                     state.history.abandoned[i] = true;
                     if state.splits[i] == SplitRow::Staged {
@@ -445,7 +440,14 @@ impl Protocol {
             }
             Settlement::Publish { writer, epoch } => {
                 let i = writer as usize;
-                // Only while its intent is there and not fenced, checked in the same step.
+                // Published already under the operation's key: answered from the record,
+                // the intent deleted if still there.
+                if state.recorded_publish[i] {
+                    state.intents[i] = None;
+                    return true;
+                }
+                // Otherwise only while its intent is there and not fenced, checked in the same
+                // step.
                 let Some(intent) = state.intents[i] else {
                     return false;
                 };
@@ -453,10 +455,7 @@ impl Protocol {
                     return false;
                 }
                 let epoch_holds = epoch == state.epoch || self.has(Bug::PublishWithoutEpochCheck);
-                if state.recorded_publish[i] {
-                    state.intents[i] = None;
-                    true
-                } else if epoch_holds && publish_applies(state, i) {
+                if epoch_holds && publish_applies(state, i) {
                     if epoch != state.epoch {
                         state.history.fenced_publish_landed = true;
                     }
@@ -472,6 +471,38 @@ impl Protocol {
                 true
             }
         }
+    }
+
+    /// The exclusive sweep's roll-back of one operation (`execute`, `RollBack`): first its
+    /// fence, one conditional write on the phase the sweep observed (`Armed`:
+    /// `abandon_intent(None)`, which an intent fenced already also passes; `EffectsConfirmed`:
+    /// `update_intent` to `Abandoned` expecting it). If the operation moved since (confirmed,
+    /// settled), the fence fails and nothing is touched: the sweep reports it overtaken. Once
+    /// fenced, no publish of it can land, and its rows go: each not published marked, its
+    /// object deleted, the row deleted; then the intent.
+    fn roll_back(&self, state: &mut State, w: u8, observed: Phase) {
+        let i = w as usize;
+        let Some(intent) = state.intents[i] else {
+            return;
+        };
+        let fenced = match observed {
+            Phase::Armed => intent.phase != Phase::EffectsConfirmed,
+            Phase::EffectsConfirmed => intent.phase == Phase::EffectsConfirmed,
+            // Never decided (a fenced intent is abandoned); the engine writes nothing for it.
+            Phase::Abandoned => true,
+        };
+        if self.has(Bug::RollBackWithoutFence) {
+            // Rolled back on what it observed, whatever happened since.
+        } else if fenced {
+            state.history.abandoned[i] = true;
+        } else {
+            return;
+        }
+        if state.splits[i] != SplitRow::Published {
+            state.splits[i] = SplitRow::Absent;
+            state.objects[i] = false;
+        }
+        state.intents[i] = None;
     }
 }
 
@@ -530,7 +561,8 @@ fn upload(state: &mut State, w: u8) -> bool {
 }
 
 /// `heartbeat_operation`: renews the lease, conditional on the phase it read (it reads again
-/// and retries when the phase moved).
+/// and retries when the phase moved). A lease never moves back (`update_intent` keeps the
+/// later one).
 fn heartbeat(state: &mut State, config: Config, w: u8) -> bool {
     let i = w as usize;
     if !sends_new_calls(state, i) {
@@ -539,9 +571,15 @@ fn heartbeat(state: &mut State, config: Config, w: u8) -> bool {
     match state.intents[i] {
         Some(intent) if intent.phase != Phase::Abandoned => {
             state.intents[i] = Some(IntentRow {
-                lease_until: state.now + config.intent_lease,
+                lease_until: intent.lease_until.max(state.now + config.intent_lease),
                 ..intent
             });
+            // Its answer shows the phase renewed: a confirmed operation's says its publish is
+            // under way, a promise that it publishes. The writer goes on (its heartbeats run
+            // beside its calls, and it does not act on their answers).
+            if intent.phase == Phase::EffectsConfirmed {
+                state.history.claimed_will_publish[i] = true;
+            }
         }
         _ => answer_after_the_end(state, w, Call::Other),
     }
@@ -579,8 +617,9 @@ fn publish_start(state: &mut State, w: u8) -> bool {
     true
 }
 
-/// `publish_operation`'s publish under the operation's key (answered from the record when
-/// recovery published it first), then the intent deleted.
+/// `publish_operation`'s publish (`publish_commit`): published, recorded under the
+/// operation's key and the intent deleted in one step, only while the intent is there and not
+/// fenced (answered from the record when recovery published it first).
 fn publish_land(state: &mut State, w: u8) -> bool {
     let i = w as usize;
     if state.writers[i].publish != PublishCall::AtPublish {
@@ -589,13 +628,23 @@ fn publish_land(state: &mut State, w: u8) -> bool {
     if state.recorded_publish[i] {
         state.intents[i] = None;
         claim(state, w, Call::Publish, Answer::Published);
-    } else if publish_applies(state, i) {
-        land_publish(state, i);
-        state.intents[i] = None;
-        claim(state, w, Call::Publish, Answer::Published);
-    } else {
+        return true;
+    }
+    match state.intents[i] {
+        // Settled another way meanwhile (recovery rolled it forward, or ended it): the answer
+        // says how.
+        None => answer_after_the_end(state, w, Call::Publish),
+        // Fenced (exclusive recovery rolls it back): it never publishes.
+        Some(intent) if intent.phase == Phase::Abandoned => {
+            claim(state, w, Call::Publish, Answer::Ended);
+        }
+        Some(_) if publish_applies(state, i) => {
+            land_publish(state, i);
+            state.intents[i] = None;
+            claim(state, w, Call::Publish, Answer::Published);
+        }
         // Refused (its rows or checkpoint moved); nothing landed.
-        claim(state, w, Call::Publish, Answer::Nothing);
+        Some(_) => claim(state, w, Call::Publish, Answer::Nothing),
     }
     true
 }
@@ -679,6 +728,9 @@ fn decide(state: &State, mode: Mode) -> [Option<SweepStep>; 2 * WRITERS] {
                 epoch: state.epoch,
             })
         } else if intent.phase == Phase::Armed && mode == Mode::RollForward {
+            // (A confirmed operation whose checkpoint delta another publish overtook is
+            // abandoned too, in every mode; in the model none is, since each writer's delta
+            // moves its own partition, which only its own publish moves.)
             Some(Settlement::Abandon {
                 writer,
                 observed_at: state.now,
@@ -690,7 +742,10 @@ fn decide(state: &State, mode: Mode) -> [Option<SweepStep>; 2 * WRITERS] {
                 batch = [None; WRITERS];
                 batched = 0;
             }
-            steps.push(SweepStep::RollBack(writer));
+            steps.push(SweepStep::RollBack {
+                writer,
+                observed: intent.phase,
+            });
             None
         } else {
             // Blocked: an operator must decide.
@@ -709,20 +764,6 @@ fn decide(state: &State, mode: Mode) -> [Option<SweepStep>; 2 * WRITERS] {
         *slot = Some(step);
     }
     fixed
-}
-
-/// The exclusive sweep's roll-back of one operation: its staged row marked, its object
-/// deleted, the row deleted, the intent deleted; a published row is never touched.
-fn roll_back(state: &mut State, w: u8) {
-    let i = w as usize;
-    if matches!(
-        state.splits[i],
-        SplitRow::Staged | SplitRow::MarkedForDeletion
-    ) {
-        state.splits[i] = SplitRow::Absent;
-        state.objects[i] = false;
-    }
-    state.intents[i] = None;
 }
 
 /// Whether writer `i`'s publish applies: its row staged, its partition where the delta starts.
@@ -810,8 +851,11 @@ fn pop_step(state: &mut State, sweeper: Sweeper) {
     }
 }
 
-/// The sweep ends and releases the gate if it still holds it.
-fn end_sweep(state: &mut State, sweeper: Sweeper) {
+/// The sweep ends once it has no step left, and releases the gate if it still holds it.
+fn end_when_done(state: &mut State, sweeper: Sweeper) {
+    if sweep_of(state, sweeper).is_none_or(|sweep| sweep.steps[0].is_some()) {
+        return;
+    }
     set_sweep(state, sweeper, None);
     if state.gate.is_some_and(|hold| hold.holder == sweeper) {
         state.gate = None;

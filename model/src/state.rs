@@ -45,9 +45,12 @@ pub enum PublishCall {
     /// None in flight.
     Idle,
     /// It read the intent `Armed` (with this lease end) and every object in place; next: the
-    /// confirm, which writes the intent as it read it, so its lease too.
+    /// confirm, which writes the intent as it read it, but for its lease: a lease never moves
+    /// back, so one a heartbeat renewed since is kept.
     AtConfirm { lease_read: Time },
-    /// It confirmed (or found it confirmed); next: the publish.
+    /// It confirmed (or found it confirmed); next: the publish, which publishes, records the
+    /// result under the operation's key and deletes the intent in one step, only while the
+    /// intent is there and not fenced.
     AtPublish,
 }
 
@@ -83,7 +86,10 @@ pub enum Answer {
     Nothing,
     /// Published (a publish's view, or a refusal naming the publish).
     Published,
-    /// Confirmed: it is being published and cannot be aborted (a promise that it publishes).
+    /// Confirmed: it can no longer be aborted and publishes (a promise that it publishes). The
+    /// engine adds "unless another operation publishes from the same checkpoint positions
+    /// first"; in the model none does (each writer moves its own partition), so the promise
+    /// is whole.
     WillPublish,
     /// Ended without publishing; never becomes visible.
     Ended,
@@ -94,30 +100,32 @@ pub enum Answer {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Settlement {
     /// Fence (if still `Armed` and its lease ran out by `observed_at`), mark its own staged
-    /// rows, delete the intent.
+    /// rows, delete the intent; an intent gone already writes nothing and refuses nothing.
     Abandon { writer: u8, observed_at: Time },
     /// Publish as planned carrying `epoch`, record it under the operation's key, delete the
-    /// intent; only while the intent is there and not `Abandoned`.
+    /// intent; only while the intent is there and not `Abandoned` (a publish recorded already
+    /// only deletes the intent, if still there).
     Publish { writer: u8, epoch: u8 },
     /// Already settled: delete the intent.
     Discard { writer: u8 },
 }
 
-/// One step of a sweep after it observed: a batch settled in one conditional catalog write
-/// (`settle_intents`), or an exclusive sweep's roll-back of one operation, which it executes
-/// alone between batches.
+/// One step of a sweep after it observed, each one conditional catalog write: a batch
+/// settled (`settle_intents`), or an exclusive sweep's roll-back of one operation, which it
+/// executes alone between batches and which starts with the operation's fence, conditional on
+/// the phase the sweep observed: only a roll-back whose fence landed touches the operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SweepStep {
     Settle([Option<Settlement>; WRITERS]),
-    RollBack(u8),
+    RollBack { writer: u8, observed: Phase },
 }
 
-/// A sweep in progress, parked at its next settle (the steps before it have run).
+/// A sweep in progress, parked at its next step (the steps before it have run).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Sweep {
     /// The gate hold it runs under: its writes are refused from `hold_until` on.
     pub hold_until: Time,
-    /// The steps left, in order; the first is always a `Settle`.
+    /// The steps left, in order; a sweep in progress has at least one.
     pub steps: [Option<SweepStep>; 2 * WRITERS],
 }
 

@@ -1,5 +1,5 @@
 //! Which engine function implements each model action, and which atomic catalog step it
-//! takes. The replay test (`tests/replay.rs`) dispatches every action through this table, and
+//! takes. The replay test (`tests/replay/`) dispatches every action through this table, and
 //! checks that it names every action exactly once, so the model and the code cannot drift
 //! apart silently: an action added to the model without an entry here fails the replay.
 
@@ -103,7 +103,7 @@ pub const ACTION_TABLE: [ActionEntry; 16] = [
     entry(
         ActionKind::PublishLand,
         "Engine::publish_operation (publish)",
-        "Catalog::publish (under op:<id>:publish), then Catalog::delete_intent",
+        "Catalog::publish_commit (publish under op:<id>:publish and delete the intent, only while it is there and not Abandoned)",
     ),
     entry(
         ActionKind::AbortStart,
@@ -142,13 +142,16 @@ pub const ACTION_TABLE: [ActionEntry; 16] = [
     ),
     entry(
         ActionKind::ExclusiveStart,
-        "Engine::recover(Exclusive) (permit, fence, observe, decide, roll-backs)",
+        "Engine::recover(Exclusive) (permit, fencing epoch, observe, decide)",
         "Catalog::advance_fencing_epoch",
     ),
     entry(
         ActionKind::ExclusiveSettle,
-        "Engine::recover(Exclusive) (settle, roll-backs)",
-        "Catalog::settle_intents",
+        "Engine::recover(Exclusive) (settle, or fence and roll back one operation)",
+        "Catalog::settle_intents; or the roll-back's fence on the phase observed \
+         (Catalog::abandon_intent (lease_expired_by: None) when Armed, Catalog::update_intent \
+         to Abandoned expecting EffectsConfirmed), then, once fenced, mark_for_deletion, \
+         delete_splits, delete_intent",
     ),
 ];
 

@@ -26,6 +26,10 @@ use crate::schedule::{DATASET, SOURCE};
 pub enum Claim {
     /// Published, or certain to be.
     Published,
+    /// Confirmed: publishes unless another operation publishes from the same checkpoint
+    /// positions first (only a writer that begins again without resolving its operation
+    /// races itself so).
+    PublishesUnlessOvertaken,
     /// Ended without publishing, and never will.
     Ended,
     /// Refused with an error that certainly had no effect: nothing of it may ever publish.
@@ -58,11 +62,25 @@ pub struct SweepRecord {
     pub until_ms: i64,
 }
 
-/// Everything the actors were told.
+/// One generation a reader's live handle published.
+#[derive(Debug, Clone)]
+pub struct GenerationRead {
+    pub reader: usize,
+    pub manifest_version: u64,
+    /// The published splits it shows.
+    pub published: BTreeSet<String>,
+}
+
+/// Everything the actors were told and saw.
 #[derive(Debug, Clone, Default)]
 pub struct History {
     pub operations: Vec<OperationRecord>,
     pub sweeps: Vec<SweepRecord>,
+    /// Every generation the readers' handles published, in the order they did.
+    pub reads: Vec<GenerationRead>,
+    /// What an actor found wrong while the run went on (a mid-run verify, a read-only handle
+    /// that swept).
+    pub violations: Vec<String>,
 }
 
 impl History {
@@ -88,6 +106,7 @@ pub struct Found {
     pub published: usize,
     pub ended: usize,
     pub claims_checked: usize,
+    pub generations_checked: usize,
     pub violations: Vec<String>,
 }
 
@@ -115,6 +134,7 @@ pub async fn against_storage(engine: &Engine, history: &History) -> Found {
 
     // Which operations published, by their splits.
     let mut published_from: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    let mut published_ids: BTreeSet<&str> = BTreeSet::new();
     for record in &history.operations {
         let states: Vec<Option<SplitState>> = record
             .split_ids
@@ -130,6 +150,7 @@ pub async fn against_storage(engine: &Engine, history: &History) -> Found {
         }
         if published {
             found.published += 1;
+            published_ids.insert(record.operation_id.as_str());
             published_from
                 .entry(&record.partition)
                 .or_default()
@@ -137,10 +158,19 @@ pub async fn against_storage(engine: &Engine, history: &History) -> Found {
         } else {
             found.ended += 1;
         }
+    }
+    for record in &history.operations {
+        let published = published_ids.contains(record.operation_id.as_str());
         for (claim, by) in &record.claims {
             found.claims_checked += 1;
             let holds = match claim {
                 Claim::Published => published,
+                Claim::PublishesUnlessOvertaken => {
+                    published
+                        || published_from
+                            .get(record.partition.as_str())
+                            .is_some_and(|froms| froms.contains(&record.from))
+                }
                 Claim::Ended | Claim::NotBegun | Claim::NotPublished => !published,
                 Claim::Nothing => true,
             };
@@ -157,6 +187,9 @@ pub async fn against_storage(engine: &Engine, history: &History) -> Found {
             }
         }
     }
+
+    found.violations.extend(history.violations.iter().cloned());
+    check_reads(history, &rows, &mut found);
 
     // Exactly once: a partition at N was moved by N published deltas, from 0 to N - 1.
     let partitions: BTreeSet<&str> = history
@@ -214,6 +247,53 @@ pub async fn against_storage(engine: &Engine, history: &History) -> Found {
         }
     }
     found
+}
+
+/// What the readers saw: each handle's manifest versions only move forward; each generation
+/// shows every operation whole or not at all; and a split a reader ever saw published is
+/// published at the end (nothing in this run unpublishes a split, so a split seen and gone is
+/// data lost, and a split of an operation answered ended that was ever seen is a false answer
+/// the end state alone could miss).
+fn check_reads(history: &History, rows: &BTreeMap<String, SplitState>, found: &mut Found) {
+    let mut last: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
+    for read in &history.reads {
+        found.generations_checked += 1;
+        if let Some(&before) = last.get(&read.reader)
+            && read.manifest_version <= before
+        {
+            found.violations.push(format!(
+                "reader {}'s handle went from manifest version {before} to {}",
+                read.reader, read.manifest_version
+            ));
+        }
+        last.insert(read.reader, read.manifest_version);
+        for record in &history.operations {
+            let shown = record
+                .split_ids
+                .iter()
+                .filter(|split_id| read.published.contains(*split_id))
+                .count();
+            if shown != 0 && shown != record.split_ids.len() {
+                found.violations.push(format!(
+                    "reader {} at manifest version {} shows {shown} of {}'s {} splits",
+                    read.reader,
+                    read.manifest_version,
+                    record.operation_id,
+                    record.split_ids.len()
+                ));
+            }
+        }
+        seen.extend(read.published.iter().map(String::as_str));
+    }
+    for split_id in seen {
+        if rows.get(split_id) != Some(&SplitState::Published) {
+            found.violations.push(format!(
+                "a reader saw {split_id} published, yet at the end it is {:?}",
+                rows.get(split_id)
+            ));
+        }
+    }
 }
 
 async fn all_rows(engine: &Engine) -> mend::Result<BTreeMap<String, SplitState>> {

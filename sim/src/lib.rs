@@ -8,6 +8,8 @@
 //!   latency, simulated timestamps;
 //! - [`time`] is simulated time: the paused clock of a current-thread tokio runtime, and the
 //!   engine's ambient inputs ([`mend::ambient`]) drawn from the seed;
+//! - `operator` holds the actors beside the writers and supervisors: the operator (gc,
+//!   reconcile, verify, exclusive recovery) and the readers (read-only live handles);
 //! - [`check`] holds every answer of a run against what storage says at its end;
 //! - [`shrink`] finds a smaller schedule that still fails.
 //!
@@ -15,6 +17,7 @@
 //! turmoil, and what is not simulated.
 
 pub mod check;
+mod operator;
 pub mod rng;
 pub mod schedule;
 pub mod shrink;

@@ -53,6 +53,14 @@ pub struct Config {
     pub replicas: usize,
     /// The store's faults while the actors run.
     pub faults: FaultRates,
+    /// The last this many protocol writers forget an operation whose end they do not know
+    /// (their process restarted without its state) and begin the next from the positions
+    /// they read: recovery must end the forgotten one, which the next may overtake.
+    pub forgetful_writers: usize,
+    /// An operator runs gc, reconcile, verify and exclusive recovery while the writers work.
+    pub operator: bool,
+    /// Readers serving the dataset through read-only live handles.
+    pub readers: usize,
     /// Percent of protocol operations whose writer stops ("crashes") part way through.
     pub crash_pct: u64,
     /// Replicas' clocks are off by up to this much, either way (within the gates' allowance
@@ -65,9 +73,10 @@ pub struct Config {
 }
 
 impl Config {
-    /// The schedule `scripts/test` and the bench run: 3 protocol writers and 2 committers of 10
-    /// operations each (50 operations, plus the supervisors' sweeps), 2 replicas, a store that
-    /// fails 3% of requests before and 3% of writes after their effect.
+    /// The schedule `scripts/test` and the bench run: 3 protocol writers (one forgetful) and 2
+    /// committers of 10 operations each (50 operations, plus the supervisors' sweeps), 2
+    /// replicas, an operator, a reader, a store that fails 3% of requests before and 3% of
+    /// writes after their effect.
     pub fn standard() -> Self {
         Self {
             protocol_writers: 3,
@@ -79,6 +88,9 @@ impl Config {
                 fail_after_pct: 3,
                 max_latency_ms: 40,
             },
+            forgetful_writers: 1,
+            operator: true,
+            readers: 1,
             crash_pct: 10,
             max_skew_ms: 400,
             keep_trace: false,
@@ -106,8 +118,9 @@ pub struct RunReport {
     /// Operations published, and operations ended without publishing.
     pub published: usize,
     pub ended: usize,
-    /// Answers held against storage.
+    /// Answers held against storage, and readers' generations checked.
     pub claims_checked: usize,
+    pub generations_checked: usize,
     /// Every check that failed; empty when the run held.
     pub violations: Vec<String>,
     /// The digest of the trace, and its line count: equal for equal seeds and configs.
@@ -140,8 +153,8 @@ impl std::fmt::Display for RunReport {
         write!(
             f,
             "seed {}: {} operations ({} published, {} ended), {} sweeps, {} store requests \
-             ({} failed by the plan), {} answers checked, {} simulated s, trace {:016x} ({} \
-             lines): {}",
+             ({} failed by the plan), {} answers and {} generations checked, {} simulated s, \
+             trace {:016x} ({} lines): {}",
             self.seed,
             self.operations,
             self.published,
@@ -150,6 +163,7 @@ impl std::fmt::Display for RunReport {
             self.requests,
             self.injected_failures,
             self.claims_checked,
+            self.generations_checked,
             self.simulated_ms / 1000,
             self.trace_digest,
             self.trace_lines,
@@ -191,9 +205,9 @@ pub fn run(seed: u64, config: &Config) -> RunReport {
 
 /// One replica: an engine of its own, and its clock's skew.
 #[derive(Clone)]
-struct Replica {
-    engine: Engine,
-    skew_ms: i64,
+pub(crate) struct Replica {
+    pub engine: Engine,
+    pub skew_ms: i64,
 }
 
 async fn run_on_runtime(seed: u64, config: &Config) -> RunReport {
@@ -290,12 +304,33 @@ async fn run_on_runtime(seed: u64, config: &Config) -> RunReport {
             trace.clone(),
         )));
     }
+    if config.operator {
+        supervisors.push(tokio::spawn(crate::operator::operator(
+            replicas.clone(),
+            SimRng::fork(seed, "operator"),
+            stop.clone(),
+            history.clone(),
+            trace.clone(),
+        )));
+    }
+    for index in 0..config.readers {
+        supervisors.push(tokio::spawn(crate::operator::reader(
+            index,
+            replicas.clone(),
+            SimRng::fork(seed, &format!("reader-{index}")),
+            stop.clone(),
+            history.clone(),
+            trace.clone(),
+        )));
+    }
     for writer in writers {
         writer.await.expect("a writer task panicked");
     }
     stop.store(true, Ordering::SeqCst);
     for supervisor in supervisors {
-        supervisor.await.expect("a supervisor task panicked");
+        supervisor
+            .await
+            .expect("a supervisor, the operator or a reader panicked");
     }
 
     // The quiet phase: no more faults, every lease runs out, and the supervisors alone must
@@ -356,6 +391,7 @@ async fn run_on_runtime(seed: u64, config: &Config) -> RunReport {
         published: found.published,
         ended: found.ended,
         claims_checked: found.claims_checked,
+        generations_checked: found.generations_checked,
         violations: found.violations,
         trace_digest,
         trace_lines,
@@ -366,10 +402,7 @@ async fn run_on_runtime(seed: u64, config: &Config) -> RunReport {
 
 async fn create_dataset(engine: &Engine, trace: &Trace) {
     for attempt in 0.. {
-        match engine
-            .create_dataset(DATASET, &DatasetConfig::default())
-            .await
-        {
+        match engine.create_dataset(DATASET, &DATASET_CONFIG).await {
             Ok(_) | Err(MendError::AlreadyExists { .. }) => return,
             Err(error) if attempt < 100 => {
                 trace.line(format!("create dataset: {error}"));
@@ -379,8 +412,17 @@ async fn create_dataset(engine: &Engine, trace: &Trace) {
     }
 }
 
+/// The dataset's grace periods are short, so that the operator's gc and reconcile act within
+/// a run: a staged split untouched for 4 simulated s that no intent names is abandoned, a
+/// marked one is deleted 2 s after its mark, and an object without a row is an orphan after 4 s.
+const DATASET_CONFIG: DatasetConfig = DatasetConfig {
+    staged_grace_period_ms: 4_000,
+    deletion_grace_period_ms: 2_000,
+    policy_params: BTreeMap::new(),
+};
+
 /// Sleeps a drawn number of simulated ms in `low..=high`.
-async fn pause(rng: &mut SimRng, low: u64, high: u64) {
+pub(crate) async fn pause(rng: &mut SimRng, low: u64, high: u64) {
     tokio::time::sleep(Duration::from_millis(rng.between(low, high))).await;
 }
 
@@ -429,20 +471,23 @@ fn claim_of(answer: &Result<OperationView, MendError>) -> Claim {
     }
 }
 
-/// A 412 names what the step found: the publish (or a confirmation, which always publishes),
-/// or the end, in the engine's own words; any other answer claims nothing about the end.
+/// A 412 names what the step found: the publish, a confirmation (which publishes unless
+/// another operation publishes from the same positions first), or the end, in the engine's
+/// own words; any other answer claims nothing about the end.
 fn refusal_claim(error: &MendError) -> Claim {
-    const PUBLISHED: [&str; 3] = [
+    const PUBLISHED: [&str; 2] = [
         "already published, at manifest version",
-        "cannot be aborted",
-        "confirmed its effects (phase effects_confirmed)",
+        "published at manifest version",
     ];
+    const CONFIRMED: &str = "confirmed its effects (phase effects_confirmed)";
     const ENDED: &str = "has ended without publishing";
     let MendError::FailedPrecondition { .. } = error else {
         return Claim::Nothing;
     };
     let message = error.to_string();
-    if PUBLISHED.iter().any(|words| message.contains(words)) {
+    if message.contains(CONFIRMED) {
+        Claim::PublishesUnlessOvertaken
+    } else if PUBLISHED.iter().any(|words| message.contains(words)) {
         Claim::Published
     } else if message.contains(ENDED) {
         Claim::Ended
@@ -525,6 +570,7 @@ async fn protocol_writer(
     trace: Trace,
 ) {
     let partition = format!("w{index}");
+    let forgetful = index + config.forgetful_writers >= config.protocol_writers;
     // The operation whose end this writer does not know (it crashed, or its last answer was
     // unknown): as the README's exactly-once loop says, the writer sends it again until it
     // knows, and only then reads the position it continues from.
@@ -532,7 +578,11 @@ async fn protocol_writer(
     for number in 0..config.operations_each {
         pause(&mut rng, 0, 400).await;
         if let Some(operation_id) = in_doubt.take() {
-            resolve(&replicas, &mut rng, &trace, &operation_id, &history).await;
+            if forgetful {
+                trace.line(format!("{operation_id}: forgotten by its writer"));
+            } else {
+                resolve(&replicas, &mut rng, &trace, &operation_id, &history).await;
+            }
         }
         let operation_id = format!("w{index}-{number}");
         let reader = &replicas[rng.below(replicas.len() as u64) as usize].engine;
@@ -752,8 +802,8 @@ async fn send_end(
 }
 
 /// Whether `answer` tells its writer how the operation ended: published, or ended without
-/// publishing. "Confirmed: it is being published" does not; a writer sends the publish again
-/// until it is told.
+/// publishing. "Confirmed" does not (another operation may overtake it); a writer sends the
+/// publish again until it is told.
 fn knows_end(answer: &Result<OperationView, MendError>) -> bool {
     const KNOWN: [&str; 3] = [
         "already published, at manifest version",

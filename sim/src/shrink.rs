@@ -42,6 +42,18 @@ fn candidates(config: &Config) -> Vec<Config> {
         ..config.clone()
     });
     push(Config {
+        operator: false,
+        ..config.clone()
+    });
+    push(Config {
+        readers: 0,
+        ..config.clone()
+    });
+    push(Config {
+        forgetful_writers: 0,
+        ..config.clone()
+    });
+    push(Config {
         crash_pct: 0,
         ..config.clone()
     });

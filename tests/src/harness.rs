@@ -355,12 +355,11 @@ impl Harness {
     }
 
     /// Leaves a stale intent: `request` (one commit's splits, delta and token) published
-    /// through the protocol of a writer in another process, whose publish deletes the intent
-    /// in a step of its own, crashed right before that delete. An in-process commit cannot
-    /// leave one: its publish deletes its intent in the same atomic step.
+    /// through the protocol of a writer in another process, its intent left behind
+    /// ([`Harness::publish_leaving_intent`]). An in-process commit cannot leave one: its
+    /// publish deletes its intent in the same atomic step.
     pub async fn leave_stale_intent(&self, request: &mend::engine::CommitRequest) {
         use mend::engine::{BeginOperation, ExternalKind, PlannedSplit};
-        use mend::faults::{CrashAt, DurableStep};
         let begin = BeginOperation {
             dataset_id: request.dataset_id.clone(),
             operation_id: None,
@@ -394,15 +393,49 @@ impl Harness {
                 .await
                 .expect("upload");
         }
-        // The publish's steps: confirm, publish, delete the intent.
-        let crash = Arc::new(CrashAt::new(3, false));
-        let published = self
-            .engine
-            .with_faults(crash.clone())
-            .publish_operation(&request.dataset_id, &begun.operation_id)
+        self.publish_leaving_intent(&request.dataset_id, &begun.operation_id)
             .await;
-        assert!(published.is_err(), "the publish did not crash");
-        assert_eq!(crash.steps().last(), Some(&DurableStep::DeleteIntent));
+    }
+
+    /// Publishes the begun operation `operation_id` as its writer's publish does, under the
+    /// operation's key, but leaves its intent (confirmed) behind: what a writer's publish
+    /// whose process died before deleting the intent left when the delete was a step of its
+    /// own (mend before the publish deleted it in its own atomic step), and what a backend
+    /// running the catalog's default, separate `publish_commit` steps can still leave.
+    pub async fn publish_leaving_intent(&self, dataset_id: &str, operation_id: &str) {
+        use mend::intent::{Intent, IntentPhase};
+        let catalog = self.engine.catalog();
+        let intent = catalog
+            .list_intents(dataset_id)
+            .await
+            .expect("the intents")
+            .into_iter()
+            .find(|intent| intent.operation_id == operation_id)
+            .expect("the operation's intent");
+        let confirmed = Intent {
+            phase: IntentPhase::EffectsConfirmed,
+            ..intent
+        };
+        catalog
+            .update_intent(&confirmed, IntentPhase::Armed)
+            .await
+            .expect("confirm");
+        let planned = confirmed
+            .effects
+            .publish
+            .as_ref()
+            .expect("a planned publish");
+        let key =
+            mend::catalog::RequestKey::new(format!("op:{operation_id}:publish"), &operation_id);
+        catalog
+            .publish(
+                &planned.request(dataset_id, None),
+                &|_| Ok(()),
+                self.clock_now(),
+                Some(&key),
+            )
+            .await
+            .expect("publish");
     }
 
     /// Moves the manual clock past `by_ms` after the store's own clock, which stamps objects.

@@ -219,10 +219,9 @@ async fn run_schedules(backend: Backend) {
 /// moves the same partition on: the first one's delta applied (its splits are published, and
 /// the checkpoint is past its end, which it never moves back from), so it is settled. Every
 /// mode says so; roll-forward discards its intent as stale and audits it; nothing is blocked
-/// and nothing is undone. An in-process commit deletes its intent in its publish's own step,
-/// so the first commit is a writer's in another process (`operations.rs`), whose publish
-/// still deletes the intent in a step of its own (as a backend running the catalog's default,
-/// separate steps does).
+/// and nothing is undone. Every publish deletes its intent in its own atomic step now, so the
+/// first commit's intent is left as an older mend (or a backend running the catalog's default,
+/// separate steps) left it ([`Harness::publish_leaving_intent`]).
 async fn a_completed_commit_is_never_blocked(backend: Backend) {
     let h = Harness::new(backend).await;
     let dataset_id = h.create_dataset("settled").await;
@@ -258,15 +257,7 @@ async fn a_completed_commit_is_never_blocked(backend: Backend) {
             .await
             .unwrap();
     }
-    // The publish's steps: confirm, publish, delete the intent.
-    let crash = Arc::new(CrashAt::new(3, false));
-    let result = h
-        .engine
-        .with_faults(crash.clone())
-        .publish_operation(&dataset_id, "first")
-        .await;
-    assert!(result.is_err(), "the publish did not crash");
-    assert_eq!(crash.steps().last(), Some(&DurableStep::DeleteIntent));
+    h.publish_leaving_intent(&dataset_id, "first").await;
     let first = h.engine.catalog().list_intents(&dataset_id).await.unwrap();
     assert_eq!(first.len(), 1, "its intent is left");
 

@@ -1266,10 +1266,80 @@ async fn a_confirmed_operation_overtaken_from_its_own_positions_ends() {
     }
 }
 
-/// mend-sim seed 215: an operation's publish landed and its process died before deleting the
-/// intent (still confirmed). The checkpoint has moved past the delta's start, by the publish
-/// itself: an abort must not take that for another operation overtaking it. It answers that
-/// the operation published.
+/// mend-sim seeds 73 and 496: as in seed 33, an operation confirmed and another published
+/// from the same checkpoint positions first; but its writer never came back (it lost track of
+/// it). Its lease runs out: a roll-forward sweep, which used to block on it until an operator
+/// ran exclusive recovery, abandons it (its publish can never apply), marking its row; its
+/// writer, asking later, is told it ended.
+#[tokio::test]
+async fn recovery_ends_a_confirmed_operation_whose_delta_was_overtaken() {
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("overtaken-sweep").await;
+        begin_and_upload(engine, &ds, "op-a", "s-a", &payload("a", 100), 20).await;
+        begin_and_upload(engine, &ds, "op-b", "s-b", &payload("b", 100), 20).await;
+        begin_and_upload(engine, &ds, "op-first", "s-first", &payload("f", 10), 10).await;
+        engine.publish_operation(&ds, "op-first").await.unwrap();
+        let dying = engine.with_faults(std::sync::Arc::new(DiesBefore(
+            mend::faults::DurableStep::Publish,
+        )));
+        dying.publish_operation(&ds, "op-a").await.unwrap_err();
+        engine.publish_operation(&ds, "op-b").await.unwrap();
+        // While op-a's lease is live, the sweep waits for its writer.
+        let report = engine
+            .recover(&ds, mend_policy::RecoveryMode::RollForward)
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                report.intents.as_slice(),
+                [intent] if matches!(intent.decision, mend_policy::RecoveryDecision::Defer(_))
+            ),
+            "{backend}: {report:?}"
+        );
+        h.clock.advance_ms(600_000);
+        let report = engine
+            .recover(&ds, mend_policy::RecoveryMode::RollForward)
+            .await
+            .unwrap();
+        let [settled] = report.intents.as_slice() else {
+            panic!("{backend}: one intent: {report:?}");
+        };
+        assert!(
+            matches!(settled.decision, mend_policy::RecoveryDecision::Abandon(_)),
+            "{backend}: {settled:?}"
+        );
+        assert_eq!(
+            settled.outcome,
+            mend::engine::Outcome::Executed,
+            "{backend}: {settled:?}"
+        );
+        assert!(
+            engine.catalog().list_intents(&ds).await.unwrap().is_empty(),
+            "{backend}: an intent is left"
+        );
+        let rows = h.rows(&ds).await;
+        let a = rows.iter().find(|row| row.split_id == "s-a").unwrap();
+        assert_eq!(a.state, SplitState::MarkedForDeletion, "{backend}");
+        let refused = engine.publish_operation(&ds, "op-a").await.unwrap_err();
+        assert!(
+            matches!(&refused, MendError::FailedPrecondition { message, .. }
+                if message.contains("has ended without publishing")),
+            "{backend}: {refused:?}"
+        );
+        let aborted = engine.abort_operation(&ds, "op-a").await.unwrap();
+        assert_eq!(aborted.phase, OperationPhase::Ended, "{backend}");
+        let verified = engine.verify(&ds).await.unwrap();
+        assert!(verified.violations.is_empty(), "{backend}: {verified:?}");
+    }
+}
+
+/// mend-sim seed 215: an operation's publish landed while its intent stayed, confirmed (a
+/// writer's publish used to delete its intent in a step after the publish, and a process
+/// that died between them left this; a catalog may still hold such intents). The checkpoint
+/// has moved past the delta's start, by the publish itself: an abort must not take that for
+/// another operation overtaking it. It answers that the operation published.
 #[tokio::test]
 async fn an_abort_of_an_operation_whose_own_publish_landed_answers_published() {
     for backend in Backend::ALL {
@@ -1277,14 +1347,7 @@ async fn an_abort_of_an_operation_whose_own_publish_landed_answers_published() {
         let engine = &h.engine;
         let ds = h.create_dataset("own-publish").await;
         begin_and_upload(engine, &ds, "op-x", "s-x", &payload("x", 100), 10).await;
-        let dying = engine.with_faults(std::sync::Arc::new(DiesBefore(
-            mend::faults::DurableStep::DeleteIntent,
-        )));
-        let died = dying.publish_operation(&ds, "op-x").await.unwrap_err();
-        assert!(
-            matches!(died, MendError::Unavailable { .. }),
-            "{backend}: {died:?}"
-        );
+        h.publish_leaving_intent(&ds, "op-x").await;
         let refused = engine.abort_operation(&ds, "op-x").await.unwrap_err();
         assert!(
             matches!(&refused, MendError::FailedPrecondition { message, .. }

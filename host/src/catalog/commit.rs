@@ -68,8 +68,9 @@ pub fn refuse_abandoned(stored: &Intent) -> Result<()> {
     if stored.phase == IntentPhase::Abandoned {
         return Err(MendError::failed_precondition(
             format!(
-                "operation {} was abandoned by recovery (its lease ran out before it published): \
-                 it never publishes; commit again",
+                "operation {} has ended without publishing: it was fenced (aborted, abandoned by \
+                 recovery once its lease ran out, or rolled back by exclusive recovery), so it \
+                 never publishes; commit again",
                 stored.operation_id
             ),
             vec![stored.operation_id.clone()],

@@ -483,7 +483,9 @@ pub trait Catalog: Send + Sync + fmt::Debug {
 
     /// Replaces the stored intent of `intent.operation_id` with `intent` if the stored one is
     /// still in `expected_phase`: `FailedPrecondition` if it is not, `NotFound` if it is gone.
-    /// Confirms effects (`Armed` to `EffectsConfirmed`) and renews the owner's lease.
+    /// Confirms effects (`Armed` to `EffectsConfirmed`) and renews the owner's lease. A lease
+    /// never moves back: where `intent` carries an earlier lease than the stored one (it was
+    /// read before a heartbeat landed), the stored lease is kept, in the same atomic step.
     async fn update_intent(&self, intent: &Intent, expected_phase: IntentPhase) -> Result<()>;
 
     /// Moves an `Armed` intent to `Abandoned`, fencing it: it can never be confirmed or renewed

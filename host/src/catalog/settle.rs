@@ -67,10 +67,23 @@ pub enum Settlement {
         lease_expired_by: TimestampMs,
         /// The operation's own rows, which no other intent names.
         mark: Vec<String>,
+        /// The record that the operation ended, written in the same step unless its key is
+        /// recorded already (an abort recorded it first): a begin of the operation still on
+        /// its way looks for it, and is refused as ended rather than begin it again.
+        end: RecordedRequest,
     },
 }
 
 impl Settlement {
+    /// The idempotency key it records: a publish's, an abandonment's end record.
+    pub fn record_key(&self) -> Option<&str> {
+        match self {
+            Self::Publish { key, .. } => Some(&key.key),
+            Self::Discard { .. } => None,
+            Self::Abandon { end, .. } => Some(&end.key),
+        }
+    }
+
     /// The operation whose intent it settles.
     pub fn operation_id(&self) -> &str {
         match self {
@@ -175,7 +188,7 @@ pub(crate) struct SettleView {
     pub rows: HashMap<String, SplitState>,
     /// The intents of the settled operations that exist.
     pub intents: HashMap<String, SeenIntent>,
-    /// The records of the publish keys that are recorded.
+    /// The records of the settlements' keys that are recorded (publishes', abandonments' ends).
     pub recorded: HashMap<String, RecordedRequest>,
 }
 
@@ -190,7 +203,7 @@ pub(crate) struct SettlePlan {
     pub replaced: Vec<String>,
     /// Staged rows of abandoned operations, to mark, sorted.
     pub abandoned_rows: Vec<String>,
-    /// Records of the publish keys, in order.
+    /// Records of the publish keys and the abandonments' ends, in order.
     pub records: Vec<RecordedRequest>,
     /// Intents to delete, sorted.
     pub deleted_intents: Vec<String>,
@@ -275,6 +288,7 @@ pub(crate) fn plan(
             Settlement::Abandon {
                 lease_expired_by,
                 mark,
+                end,
                 ..
             } => match intent {
                 None => Settled::Gone,
@@ -293,6 +307,11 @@ pub(crate) fn plan(
                         bump(&mut dataset, now_ms);
                     }
                     plan.abandoned_rows.extend(marked.iter().cloned());
+                    let recorded = view.recorded.contains_key(&end.key)
+                        || plan.records.iter().any(|record| record.key == end.key);
+                    if !recorded {
+                        plan.records.push(end.clone());
+                    }
                     Settled::Abandoned { marked }
                 }
             },
@@ -530,6 +549,7 @@ pub async fn one_at_a_time<C: Catalog + ?Sized>(
             Settlement::Abandon {
                 lease_expired_by,
                 mark,
+                end,
                 ..
             } => {
                 let abandoned = catalog
@@ -549,6 +569,14 @@ pub async fn one_at_a_time<C: Catalog + ?Sized>(
                                 .mark_stale_staged(dataset_id, mark, TimestampMs::MAX, now_ms)
                                 .await?
                         };
+                        // Before the intent goes (an abort may have recorded it already).
+                        if catalog
+                            .recorded_request(dataset_id, &end.key)
+                            .await?
+                            .is_none()
+                        {
+                            catalog.record_request(dataset_id, end).await?;
+                        }
                         Settled::Abandoned { marked }
                     }
                 }
@@ -786,6 +814,7 @@ mod tests {
                 operation_id: "b".into(),
                 lease_expired_by: 0,
                 mark: vec!["s1".into()],
+                end: RecordedRequest::new(&key("b-end"), &"ended", 0),
             },
         ];
         assert!(check_batch("ds", &overlapping).is_err());

@@ -258,12 +258,19 @@ impl Engine {
         // The epoch the commit began under: if exclusive recovery moves it on meanwhile, this
         // writer's publish is refused (invariant 7).
         let publish = publish(Some(begun.dataset.fencing_epoch));
-        let published = self
+        let published = match self
             .durably(
                 DurableStep::PublishCommit,
                 self.publish_commit(&begun.intent, &publish),
             )
-            .await?;
+            .await
+        {
+            Ok(published) => published,
+            Err(refused) if refused.certainly_not_applied() && !refused.is_retryable() => {
+                self.end_refused_commit(&begun.intent, refused).await?
+            }
+            Err(error) => return Err(error),
+        };
         tracing::debug!(
             kind = ?kind,
             splits = publish.staged_split_ids.len(),
@@ -334,6 +341,47 @@ impl Engine {
         self.catalog
             .publish_commit(intent, publish, &validator, self.now_ms(), &key)
             .await
+    }
+
+    /// A commit whose publish was refused (its fencing epoch is stale, its checkpoint delta no
+    /// longer applies, a publish token moved on): before it answers that nothing was
+    /// published, it fences its intent (`Armed` to `Abandoned`), so that recovery can never
+    /// roll it forward afterwards (found by mend-sim, seed 74: a commit refused for a stale
+    /// epoch answered "nothing was published", and the exclusive recovery that moved the epoch
+    /// on then found its intent, its effects in place, and published it). Recovery finishes
+    /// an abandonment this leaves part way. If recovery settled the operation first, the
+    /// answer is what it did: its publish, recorded under the commit's key, or the refusal.
+    async fn end_refused_commit(
+        &self,
+        intent: &Intent,
+        refused: MendError,
+    ) -> Result<PublishResult> {
+        let (dataset_id, operation_id) = (&intent.dataset_id, &intent.operation_id);
+        let fencing = self.durably(
+            DurableStep::AbandonIntent,
+            self.catalog
+                .abandon_intent(dataset_id, operation_id, None, self.now_ms()),
+        );
+        match fencing.await {
+            Ok(fenced) => {
+                if let Err(error) = self.finish_abandoned(&fenced).await {
+                    tracing::debug!(%error, "finishing a refused commit's abandonment failed; recovery finishes it");
+                }
+                Err(refused)
+            }
+            Err(MendError::NotFound { .. }) => {
+                match self.recorded_publish(dataset_id, operation_id).await? {
+                    Some(published) => Ok(published),
+                    None => Err(refused),
+                }
+            }
+            Err(error) => Err(MendError::Unavailable {
+                message: format!(
+                    "{refused}; but fencing the commit's intent failed ({error}), so recovery may still publish operation {operation_id}: read the dataset before retrying"
+                ),
+                source: None,
+            }),
+        }
     }
 
     /// Another writer holds some of the commit's splits: undo this commit's own rows (they

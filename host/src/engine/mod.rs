@@ -529,36 +529,22 @@ impl Engine {
 
     /// Publishes with the result recorded under `key` when there is one; a recorded key is
     /// answered before anything else is read.
-    pub(crate) async fn publish_keyed(
-        &self,
-        request: &PublishRequest,
-        key: Option<&RequestKey>,
-    ) -> Result<PublishResult> {
-        self.publish_checking(request, key, ObjectCheck::LookForEach)
-            .await
-    }
-
-    /// [`publish_keyed`](Self::publish_keyed), leaving out the look for each split's object
-    /// when the caller has just read every one of them (invariant 1 is still checked, by it).
     #[tracing::instrument(
         name = "publish",
         skip_all,
         err(level = "debug"),
         fields(dataset_id = %request.dataset_id)
     )]
-    async fn publish_checking(
+    pub(crate) async fn publish_keyed(
         &self,
         request: &PublishRequest,
         key: Option<&RequestKey>,
-        objects: ObjectCheck,
     ) -> Result<PublishResult> {
         self.check_publish(request)?;
         if let Some(answer) = self.recorded_answer(&request.dataset_id, key).await? {
             return Ok(answer);
         }
-        if objects == ObjectCheck::LookForEach {
-            self.check_objects_exist(request).await?;
-        }
+        self.check_objects_exist(request).await?;
         let validator = self.publish_validator(request);
         self.catalog
             .publish(request, &validator, self.now_ms(), key)
@@ -567,13 +553,15 @@ impl Engine {
 
     /// Publishes the publish an operation's intent plans, recorded under the operation's
     /// `key`, and deletes the intent, in one atomic step that holds only while the intent is
-    /// there and not fenced ([`Catalog::publish_commit`]). Every object is looked for first
-    /// (invariant 1), as any publish that did not just read them.
-    pub(crate) async fn publish_settling(
+    /// there and not fenced ([`Catalog::publish_commit`]): an abort, an abandonment or an
+    /// exclusive roll-back that fenced it first wins. Every object is looked for first
+    /// (invariant 1), unless the caller has just read every one of them.
+    async fn publish_settling(
         &self,
         intent: &crate::intent::Intent,
         request: &PublishRequest,
         key: &RequestKey,
+        objects: ObjectCheck,
     ) -> Result<PublishResult> {
         self.check_publish(request)?;
         if let Some(answer) = self.recorded_answer(&request.dataset_id, Some(key)).await? {
@@ -581,7 +569,9 @@ impl Engine {
                 .await?;
             return Ok(answer);
         }
-        self.check_objects_exist(request).await?;
+        if objects == ObjectCheck::LookForEach {
+            self.check_objects_exist(request).await?;
+        }
         let validator = self.publish_validator(request);
         self.catalog
             .publish_commit(intent, request, &validator, self.now_ms(), key)

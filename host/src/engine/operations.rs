@@ -144,7 +144,9 @@ impl BeginOperation {
 pub enum OperationPhase {
     /// Begun: its rows are staged; objects may be uploaded.
     Armed,
-    /// Every object was found as planned; the publish is under way (recovery finishes it).
+    /// Every object was found as planned; the publish is under way (recovery finishes it),
+    /// unless another operation publishes from the same checkpoint positions first: then it
+    /// can never publish and ends (its publish, its abort or recovery ends it).
     EffectsConfirmed,
     /// Published; the result is `publish`.
     Published,
@@ -386,21 +388,24 @@ impl Engine {
                     }
                     Err(error) => return Err(error),
                 }
-                // An abort that found no trace of the operation recorded itself first, then
-                // looked for its intent: looking for that record after writing the intent,
-                // one of the two always sees the other. Seen here, the begin undoes itself.
-                if self
-                    .catalog
-                    .recorded_request(dataset_id, &step_key(&operation_id, "abort"))
-                    .await?
-                    .is_some()
-                {
-                    self.roll_back_own(&intent).await?;
-                    return Err(ended(dataset_id, &operation_id));
-                }
                 intent
             }
         };
+        // An abort that found no trace of the operation recorded itself first, then looked for
+        // its intent: looking for that record after writing the intent, one of the two always
+        // sees the other. Whatever else ended the operation (its abort, recovery) recorded its
+        // end too, before deleting its intent. Seen here, the begin undoes itself. Looked for
+        // on a resumed begin as well: an earlier copy of this begin may have written the
+        // intent and died before it looked (mend-sim, seed 588).
+        if self
+            .catalog
+            .recorded_request(dataset_id, &step_key(&operation_id, "abort"))
+            .await?
+            .is_some()
+        {
+            self.roll_back_own(&intent).await?;
+            return Err(ended(dataset_id, &operation_id));
+        }
 
         let stage = request.stage_request();
         let key = RequestKey::new(step_key(&operation_id, "stage"), &("stage", &stage));
@@ -930,14 +935,22 @@ impl Engine {
             fencing_epoch: None,
         };
         let key = publish_key(operation_id);
+        // Conditional on the intent, in the publish's own atomic step: once an exclusive
+        // recovery has fenced it (to roll it back), this publish lands nothing (found by
+        // mend-model: an unconditional publish raced the roll-back's marks).
         let published = match self
             .durably(
                 crate::faults::DurableStep::Publish,
-                self.publish_checking(&publish, Some(&key), objects),
+                self.publish_settling(&intent, &publish, &key, objects),
             )
             .await
         {
             Ok(published) => published,
+            // Settled meanwhile: published (by recovery, under the same key) or ended.
+            Err(MendError::NotFound {
+                kind: EntityKind::Intent,
+                ..
+            }) => return self.after_the_end(dataset_id, operation_id).await,
             // Another operation may have published from the same checkpoint positions after
             // this one's delta was checked and before it confirmed: then it never can.
             Err(error @ MendError::FailedPrecondition { .. }) => {
@@ -989,7 +1002,7 @@ impl Engine {
     /// Ends a confirmed operation whose checkpoint delta was overtaken: another operation
     /// published from the same positions between this one's check of its delta and its
     /// confirmation (found by mend-sim, seed 33). Positions only move forward, so its publish
-    /// can never apply; left confirmed, its writer would be told it is being published and
+    /// can never apply; left confirmed, its writer would be told it publishes and
     /// recovery would block on it until an operator came. It is fenced by one conditional write
     /// (`EffectsConfirmed` to `Abandoned`, which no publish of it can follow), then rolled
     /// back; a roll-back that fails is left to recovery, which settles an abandoned intent.
@@ -1079,6 +1092,10 @@ impl Engine {
             },
         };
         if intent.phase == IntentPhase::EffectsConfirmed {
+            // Its publish landed, its intent not yet deleted: it published.
+            if let Some(published) = self.recorded_publish(dataset_id, operation_id).await? {
+                return Err(published_cannot_abort(operation_id, &published));
+            }
             return match self.end_overtaken(&intent).await? {
                 Some(_) => Ok(ended_view(dataset_id, operation_id)),
                 None => Err(confirmed_cannot_abort(operation_id)),
@@ -1169,14 +1186,42 @@ impl Engine {
         dataset_id: &str,
         operation_id: &str,
     ) -> Result<Option<Intent>> {
+        self.record_end(dataset_id, operation_id).await?;
+        self.find_intent(dataset_id, operation_id).await
+    }
+
+    /// Records that an operation ended without publishing (its abort's record), before
+    /// whatever ends it deletes its intent: its abort, recovery's abandonment or roll-back.
+    /// A begin of it still on its way (a retry of one whose answer was lost) writes its intent
+    /// only where there is none, and looks for this record after writing it: without the
+    /// record, that begin would find no trace of the end and begin the operation again under
+    /// the same id, after its writer or an operator was told it ended (found by mend-sim,
+    /// seed 35: exclusive recovery rolled back an operation whose begin was being retried;
+    /// the retry began it again and it published). Written only once the operation is fenced
+    /// (a batch of abandonments writes it in the step that fences them).
+    pub(super) async fn record_end(&self, dataset_id: &str, operation_id: &str) -> Result<()> {
+        let record = self.end_record(dataset_id, operation_id);
+        self.durably(
+            crate::faults::DurableStep::RecordEnd,
+            self.catalog.record_request(dataset_id, &record),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// The record [`Engine::record_end`] writes; a batch of abandonments writes it in its own
+    /// atomic step (`Settlement::Abandon`).
+    pub(super) fn end_record(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+    ) -> crate::catalog::RecordedRequest {
         let key = RequestKey::new(step_key(operation_id, "abort"), &operation_id);
-        let record = crate::catalog::RecordedRequest::new(
+        crate::catalog::RecordedRequest::new(
             &key,
             &ended_view(dataset_id, operation_id),
             self.now_ms(),
-        );
-        self.catalog.record_request(dataset_id, &record).await?;
-        self.find_intent(dataset_id, operation_id).await
+        )
     }
 
     /// Undoes what an operation itself did: the rows its begin inserted (as recorded), while
@@ -1242,6 +1287,7 @@ impl Engine {
                     .await?;
             }
         }
+        self.record_end(dataset_id, operation_id).await?;
         self.finish_intent(dataset_id, operation_id).await
     }
 
@@ -1335,7 +1381,7 @@ impl Engine {
         }
     }
 
-    async fn recorded_publish(
+    pub(super) async fn recorded_publish(
         &self,
         dataset_id: &str,
         operation_id: &str,
@@ -1647,7 +1693,10 @@ fn internal_kind(kind: ExternalKind) -> OperationKind {
 
 /// Whether `delta` can never apply again: a partition it moves stands past the position the
 /// delta starts from, or exists where the delta expects none (positions only move forward).
-fn delta_overtaken(checkpoint: &crate::model::Checkpoint, delta: &CheckpointDelta) -> bool {
+pub(super) fn delta_overtaken(
+    checkpoint: &crate::model::Checkpoint,
+    delta: &CheckpointDelta,
+) -> bool {
     let positions = checkpoint.get(&delta.source);
     delta.partitions.iter().any(|partition| {
         let now = positions.and_then(|positions| positions.get(&partition.partition));
@@ -1671,7 +1720,7 @@ fn ended(dataset_id: &str, operation_id: &str) -> MendError {
 fn confirmed_cannot_abort(operation_id: &str) -> MendError {
     MendError::failed_precondition(
         format!(
-            "operation {operation_id} confirmed its effects (phase effects_confirmed): it is being published and cannot be aborted"
+            "operation {operation_id} confirmed its effects (phase effects_confirmed): it can no longer be aborted, and publishes unless another operation publishes from the same checkpoint positions first (then it ends); send its publish to learn which"
         ),
         vec![operation_id.to_string()],
     )

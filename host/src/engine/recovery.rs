@@ -22,7 +22,7 @@
 //! | config apply | promote the staged config                    | drop the intent (nothing changed)  |
 //! | reconcile    | stage missing rows, publish/mark its own     | unstage its rows; objects stay     |
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use futures::StreamExt;
 
@@ -314,6 +314,7 @@ impl Engine {
                 mode,
                 intent,
                 observation,
+                &dataset,
                 payloads_read[index],
                 &report.decision,
                 now_ms,
@@ -571,21 +572,7 @@ impl Engine {
         match (decision, intent.kind) {
             (RecoveryDecision::Defer(_) | RecoveryDecision::Blocked(_), _) => return Ok(()),
             (RecoveryDecision::Abandon(_), _) => {
-                let fenced = match intent.phase {
-                    IntentPhase::Abandoned => intent.clone(),
-                    _ => {
-                        self.durably(
-                            DurableStep::AbandonIntent,
-                            self.catalog.abandon_intent(
-                                &intent.dataset_id,
-                                &intent.operation_id,
-                                Some(now_ms),
-                                self.now_ms(),
-                            ),
-                        )
-                        .await?
-                    }
-                };
+                let fenced = self.fence(intent, Some(now_ms)).await?;
                 return self.finish_abandoned(&fenced).await;
             }
             (RecoveryDecision::Stale, _) => {}
@@ -600,7 +587,12 @@ impl Engine {
                     let key = super::operations::publish_key(&intent.operation_id);
                     self.durably(
                         DurableStep::Publish,
-                        self.publish_settling(intent, &publish, &key),
+                        self.publish_settling(
+                            intent,
+                            &publish,
+                            &key,
+                            super::ObjectCheck::LookForEach,
+                        ),
                     )
                     .await?;
                     return Ok(());
@@ -620,6 +612,12 @@ impl Engine {
             }
             // A config apply that lost to another change never changed anything.
             (RecoveryDecision::RollBack, OperationKind::ConfigApply) => {}
+            (RecoveryDecision::RollBack, OperationKind::Commit | OperationKind::Merge) => {
+                self.fence(intent, None).await?;
+                self.record_end(&intent.dataset_id, &intent.operation_id)
+                    .await?;
+                self.roll_back_staging(intent).await?;
+            }
             (RecoveryDecision::RollBack, _) => self.roll_back_staging(intent).await?,
         }
         self.finish_intent(&intent.dataset_id, &intent.operation_id)
@@ -656,8 +654,57 @@ impl Engine {
             )
             .await?;
         }
+        self.record_end(&intent.dataset_id, &intent.operation_id)
+            .await?;
         self.finish_intent(&intent.dataset_id, &intent.operation_id)
             .await
+    }
+
+    /// Fences a commit or merge recovery abandons or rolls back, by one conditional write on
+    /// the phase the sweep observed, before any of its rows is touched; returns the intent as
+    /// fenced. `Armed` to `Abandoned` only if its lease ran out by `lease_expired_by` (`None`:
+    /// whatever its lease, exclusive recovery's roll-back); `EffectsConfirmed` to `Abandoned`
+    /// for an operation whose publish can never apply (its checkpoint delta was overtaken, or
+    /// exclusive recovery rolls it back). Every publish of an operation (its writer's, a
+    /// roll-forward, an in-process commit's) is conditional on its intent not being fenced,
+    /// so none lands after this; and an operation that moved after the sweep observed it
+    /// wins: the write fails, the sweep reports it overtaken and the next one decides again
+    /// (found by mend-model: an exclusive roll-back marked rows that its writer, confirmed
+    /// after the sweep observed it, was publishing).
+    async fn fence(
+        &self,
+        intent: &Intent,
+        lease_expired_by: Option<TimestampMs>,
+    ) -> Result<Intent> {
+        match intent.phase {
+            IntentPhase::Abandoned => Ok(intent.clone()),
+            IntentPhase::Armed => {
+                self.durably(
+                    DurableStep::AbandonIntent,
+                    self.catalog.abandon_intent(
+                        &intent.dataset_id,
+                        &intent.operation_id,
+                        lease_expired_by,
+                        self.now_ms(),
+                    ),
+                )
+                .await
+            }
+            IntentPhase::EffectsConfirmed => {
+                let fenced = Intent {
+                    phase: IntentPhase::Abandoned,
+                    updated_at_ms: self.now_ms(),
+                    ..intent.clone()
+                };
+                self.durably(
+                    DurableStep::AbandonIntent,
+                    self.catalog
+                        .update_intent(&fenced, IntentPhase::EffectsConfirmed),
+                )
+                .await?;
+                Ok(fenced)
+            }
+        }
     }
 
     /// Undoes an operation's staging when it never published (a commit, merge or reconcile):
@@ -853,6 +900,7 @@ fn refusal(
     mode: RecoveryMode,
     intent: &Intent,
     observation: &IntentObservation,
+    dataset: &Dataset,
     payloads_read: bool,
     decision: &RecoveryDecision,
     now_ms: i64,
@@ -875,9 +923,14 @@ fn refusal(
                 kind_name(intent.kind)
             ))
         }
-        RecoveryDecision::Abandon(_) if intent.phase == IntentPhase::EffectsConfirmed => Some(
-            "an operation that confirmed its effects is rolled forward, never abandoned".into(),
-        ),
+        RecoveryDecision::Abandon(_)
+            if intent.phase == IntentPhase::EffectsConfirmed
+                && !overtaken_unpublished(intent, observation, dataset) =>
+        {
+            Some(
+                "an operation that confirmed its effects is rolled forward, never abandoned, unless its checkpoint delta was overtaken before its publish landed".into(),
+            )
+        }
         RecoveryDecision::Abandon(_)
             if intent.phase == IntentPhase::Armed && intent.lease_expires_at_ms > now_ms =>
         {
@@ -911,6 +964,39 @@ fn refusal(
         }
         _ => None,
     }
+}
+
+/// Whether a confirmed operation can never publish: another publish moved a partition of its
+/// checkpoint delta past the position the delta starts from (positions only move forward),
+/// while every split its publish makes published was still staged as the sweep observed (its
+/// own publish, which moves them and the checkpoint in one step, had not landed, and now never
+/// can). A delta-only publish is never taken for overtaken here: without splits, its own
+/// landed publish and another's look alike.
+fn overtaken_unpublished(
+    intent: &Intent,
+    observation: &IntentObservation,
+    dataset: &Dataset,
+) -> bool {
+    let Some(delta) = intent
+        .effects
+        .publish
+        .as_ref()
+        .and_then(|publish| publish.checkpoint_delta.as_ref())
+    else {
+        return false;
+    };
+    let staged: HashSet<&str> = observation
+        .rows
+        .iter()
+        .filter(|row| row.state == SplitState::Staged)
+        .map(|row| row.split_id.as_str())
+        .collect();
+    !observation.publish_staged.is_empty()
+        && observation
+            .publish_staged
+            .iter()
+            .all(|split_id| staged.contains(split_id.as_str()))
+        && super::operations::delta_overtaken(&dataset.checkpoint, delta)
 }
 
 fn check_one_decision_each(intents: &[Intent], decisions: &[IntentDecision]) -> Result<()> {
@@ -1067,6 +1153,110 @@ mod tests {
         }
     }
 
+    /// A dataset whose checkpoint stands at `position` on `src/p`, if any.
+    fn dataset_at(position: Option<u64>) -> Dataset {
+        Dataset {
+            dataset_id: "ds".into(),
+            uid: "uid".into(),
+            config: Default::default(),
+            config_version: 1,
+            checkpoint: position
+                .map(|position| [("src".into(), [("p".into(), position)].into())].into())
+                .unwrap_or_default(),
+            manifest_version: 1,
+            publish_token: None,
+            fencing_epoch: 0,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+        }
+    }
+
+    /// A confirmed commit may be abandoned only when its publish can never land: its
+    /// checkpoint delta (5 to 6) overtaken, and its splits still staged as observed (its own
+    /// publish moves them and the checkpoint at once). Found by mend-sim (seeds 73 and 496):
+    /// without it, every roll-forward sweep blocked on it until an operator came.
+    #[test]
+    fn a_confirmed_operation_is_abandoned_only_once_its_delta_was_overtaken() {
+        let mut confirmed = intent(OperationKind::Commit, IntentPhase::EffectsConfirmed, 0);
+        confirmed.effects.publish = Some(crate::intent::PlannedPublish {
+            staged_split_ids: vec!["s".into()],
+            replaced_split_ids: Vec::new(),
+            checkpoint_delta: Some(mend_policy::CheckpointDelta {
+                source: "src".into(),
+                partitions: vec![mend_policy::PartitionDelta {
+                    partition: "p".into(),
+                    from_position: Some(5),
+                    to_position: 6,
+                }],
+            }),
+            publish_token: None,
+        });
+        let observed = |state: SplitState| IntentObservation {
+            phase: mend_policy::IntentPhase::EffectsConfirmed,
+            rows: vec![ExistingRow {
+                split_id: "s".into(),
+                state,
+            }],
+            objects: Vec::new(),
+            has_checkpoint_delta: true,
+            ..observation(false)
+        };
+        let abandon = RecoveryDecision::Abandon("overtaken".into());
+        let check = |position: Option<u64>, state: SplitState| {
+            refusal(
+                RecoveryMode::RollForward,
+                &confirmed,
+                &observed(state),
+                &dataset_at(position),
+                true,
+                &abandon,
+                1_000,
+            )
+        };
+        let cases = [
+            // Another publish moved the partition on from 5: never publishable.
+            (Some(7), SplitState::Staged, true),
+            (Some(6), SplitState::Staged, true),
+            // Still at its from-position: it can publish; roll it forward.
+            (Some(5), SplitState::Staged, false),
+            // Its own publish landed (splits published with the checkpoint at 6, then moved on).
+            (Some(6), SplitState::Published, false),
+            (Some(9), SplitState::Published, false),
+        ];
+        for (position, state, allowed) in cases {
+            let refused = check(position, state);
+            assert_eq!(
+                refused.is_none(),
+                allowed,
+                "checkpoint {position:?}, split {state:?}: {refused:?}"
+            );
+        }
+        let mut delta_only = confirmed.clone();
+        delta_only
+            .effects
+            .publish
+            .as_mut()
+            .unwrap()
+            .staged_split_ids
+            .clear();
+        let refused = refusal(
+            RecoveryMode::RollForward,
+            &delta_only,
+            &IntentObservation {
+                publish_staged: Vec::new(),
+                ..observed(SplitState::Staged)
+            },
+            &dataset_at(Some(9)),
+            true,
+            &abandon,
+            1_000,
+        );
+        assert!(
+            refused.is_some(),
+            "a delta-only publish is never taken for overtaken"
+        );
+    }
+
     /// The host allows an abandonment only of an unconfirmed commit or merge whose lease ran
     /// out by its own clock (or one fenced already), and never over damage.
     #[test]
@@ -1078,6 +1268,7 @@ mod tests {
                 RecoveryMode::RollForward,
                 intent,
                 &observation(damaged),
+                &dataset_at(None),
                 true,
                 &abandon,
                 now,
@@ -1145,6 +1336,7 @@ mod tests {
                 RecoveryMode::RollForward,
                 intent,
                 &intact,
+                &dataset_at(None),
                 payloads_read,
                 &forward,
                 1_000,

@@ -34,7 +34,7 @@ use crate::catalog::settle::MAX_SETTLEMENTS;
 use crate::catalog::{PublishObservation, Settled, Settlement};
 use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
-use crate::intent::{Intent, OperationKind};
+use crate::intent::{Intent, IntentPhase, OperationKind};
 use crate::invariants;
 use crate::model::{Dataset, PublishRequest};
 
@@ -161,9 +161,13 @@ impl Engine {
                     key: super::operations::publish_key(&intent.operation_id),
                 })
             }
-            // Only an unconfirmed commit or merge gets here (the sweep refuses the rest).
-            (RecoveryDecision::Abandon(_), OperationKind::Commit | OperationKind::Merge) => {
+            // Only a commit or merge gets here (the sweep refuses the rest); a confirmed one
+            // (its checkpoint delta overtaken) is fenced from its own phase, alone.
+            (RecoveryDecision::Abandon(_), OperationKind::Commit | OperationKind::Merge)
+                if intent.phase != IntentPhase::EffectsConfirmed =>
+            {
                 Some(Settlement::Abandon {
+                    end: self.end_record(sweep.dataset_id, &operation_id),
                     operation_id,
                     // Its lease must have run out by the time the sweep observed.
                     lease_expired_by: sweep.now_ms,

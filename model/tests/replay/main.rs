@@ -89,16 +89,21 @@ fn claim_of_view(view: &mend::Result<OperationView>) -> Claim {
         Ok(view) => match view.phase {
             OperationPhase::Published => Claim::Published,
             OperationPhase::Ended => Claim::Ended,
-            _ => Claim::Nothing,
+            // "The publish is under way (recovery finishes it)".
+            OperationPhase::EffectsConfirmed => Claim::WillPublish,
+            OperationPhase::Armed => Claim::Nothing,
         },
         Err(MendError::FailedPrecondition { message, .. }) => {
-            if message.contains("has ended without publishing") {
+            // A publish refused because its intent was fenced says it never publishes.
+            if message.contains("has ended without publishing")
+                || message.contains("it never publishes")
+            {
                 Claim::Ended
             } else if message.contains("already published")
                 || message.contains("published at manifest version")
             {
                 Claim::Published
-            } else if message.contains("cannot be aborted") {
+            } else if message.contains("can no longer be aborted") {
                 Claim::WillPublish
             } else {
                 Claim::Nothing
@@ -306,10 +311,7 @@ async fn replay_action(replay: &mut Replay, action: Action) -> Dispatch {
                     let view = engine
                         .heartbeat_operation(DATASET, &operation_id(w), Some(lease))
                         .await;
-                    match view {
-                        Ok(_) => Claim::Nothing,
-                        error => claim_of_view(&error),
-                    }
+                    claim_of_view(&view)
                 })
                 .await;
             replay.claims[w].push(claim);
@@ -394,7 +396,7 @@ async fn replay_action(replay: &mut Replay, action: Action) -> Dispatch {
             replay.settle_down(OPERATOR_ACTOR, &call).await;
             replay.step(OPERATOR_ACTOR, &call).await;
             keep_sweep(&mut replay.exclusive, call);
-            "Engine::recover(Exclusive) (permit, fence, observe, decide, roll-backs)"
+            "Engine::recover(Exclusive) (permit, fencing epoch, observe, decide)"
         }
         Action::ExclusiveSettle => {
             let call = replay
@@ -403,7 +405,7 @@ async fn replay_action(replay: &mut Replay, action: Action) -> Dispatch {
                 .expect("exclusive recovery in flight");
             replay.step(OPERATOR_ACTOR, &call).await;
             keep_sweep(&mut replay.exclusive, call);
-            "Engine::recover(Exclusive) (settle, roll-backs)"
+            "Engine::recover(Exclusive) (settle, or fence and roll back one operation)"
         }
     }
 }
@@ -598,17 +600,22 @@ fn answered(before: &State, action: Action, after: &State) -> Option<(usize, Cla
     Some((w, claim))
 }
 
-/// Replays one path; a divergence panics with the path.
+/// Replays one path on a fresh engine; a divergence panics with the path.
 async fn replay_path(policy: &PolicyRuntime, initial: &State, path: &Path) -> usize {
     let mut replay = Replay::new(policy).await;
+    replay_steps(&mut replay, initial, path).await
+}
+
+/// Replays `path` on `replay`, comparing the states after every action.
+async fn replay_steps(replay: &mut Replay, initial: &State, path: &Path) -> usize {
     for (index, (action, state)) in path.steps.iter().enumerate() {
-        let called = replay_action(&mut replay, *action).await;
+        let called = replay_action(replay, *action).await;
         let entry = entry_of(ActionKind::of(*action));
         assert_eq!(
             called, entry.engine_function,
             "the replay of {action:?} calls another function than the table names"
         );
-        let observed = observe(&replay).await;
+        let observed = observe(replay).await;
         let expected = expected(state, &model_claims(path, index + 1, initial));
         if observed != expected {
             let actions: Vec<Action> = path.steps[..=index].iter().map(|(a, _)| *a).collect();
@@ -674,20 +681,52 @@ fn every_path_to_the_depth_replays_against_the_engine() {
     );
 }
 
-/// The counterexample the check finds to "an operation promised to publish never ends
-/// unpublished", replayed against the engine: exclusive recovery observes writer 1's
-/// operation `Armed` without its object and decides to roll it back, but first settles writer
-/// 0's roll-forward; meanwhile writer 1 uploads and confirms, and an abort is answered
-/// "confirmed: it is being published and cannot be aborted"; then the roll-back, decided on
-/// what the sweep saw before the confirm, removes the confirmed operation's row and intent
-/// with unconditional writes. The engine does exactly what the model does (every state
-/// equal), and the writer's publish then fails: the promise was false. When the engine is
-/// fixed (a roll-back conditional on the phase it observed, or the writer's publish fenced by
-/// the epoch it began in), this replay diverges: then drop `KNOWN_ENGINE_BUG` in
-/// `tests/check.rs` and this test.
+/// The path `trace` takes through the model (deployed as [`Config::REPLAYED`]), from its
+/// initial state.
+fn path_of(trace: &[Action]) -> (State, Path) {
+    let protocol = Protocol::new(Config::REPLAYED);
+    let initial = protocol.initial();
+    let mut path = Path::default();
+    let mut state = initial;
+    for &action in trace {
+        state = protocol
+            .step(&state, action)
+            .unwrap_or_else(|| panic!("{action:?} is enabled on the trace"));
+        path.steps.push((action, state));
+    }
+    (initial, path)
+}
+
+/// Replays `path` against a fresh engine (every state compared), then hands the replay to
+/// `inspect`.
+fn replay_then<F>(initial: &State, path: &Path, inspect: impl FnOnce(Replay) -> F)
+where
+    F: Future<Output = ()>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let policy = PolicyRuntime::default_policy().expect("the default policy loads");
+    runtime.block_on(async {
+        let mut replay = Replay::new(&policy).await;
+        replay_steps(&mut replay, initial, path).await;
+        inspect(replay).await;
+    });
+}
+
+/// The counterexample the check found to "an operation promised to publish never ends
+/// unpublished" before the engine's fix, replayed against the engine: exclusive recovery
+/// observes writer 1's operation `Armed` without its object and decides to roll it back, but
+/// first settles writer 0's roll-forward; meanwhile writer 1 uploads and confirms, and an abort
+/// is answered "it can no longer be aborted" (it publishes). The engine then rolled the
+/// operation back on what it had observed before the confirm, and the writer's publish
+/// failed: the promise was false. Now the roll-back first fences the operation on the phase
+/// the sweep observed (`Armed`): that write fails, the sweep reports the operation overtaken
+/// and touches nothing, and the writer's publish lands. Every state equal to the model's.
 #[test]
-fn the_engine_breaks_a_promise_exclusive_recovery_overtakes() {
-    let trace = [
+fn the_engine_keeps_the_promise_an_exclusive_roll_back_broke() {
+    let (initial, path) = path_of(&[
         Action::Begin(0),
         Action::Upload(0),
         Action::Begin(1),
@@ -696,25 +735,52 @@ fn the_engine_breaks_a_promise_exclusive_recovery_overtakes() {
         Action::PublishStart(1),
         Action::PublishConfirm(1),
         Action::AbortStart(1),
+        // Writer 0's roll-forward, then writer 1's roll-back, whose fence fails.
+        Action::ExclusiveSettle,
         Action::ExclusiveSettle,
         Action::PublishLand(1),
-    ];
-    let protocol = Protocol::new(Config::REPLAYED);
-    let initial = protocol.initial();
-    let mut path = Path::default();
-    let mut state = initial;
-    for action in trace {
-        state = protocol
-            .step(&state, action)
-            .unwrap_or_else(|| panic!("{action:?} is enabled on the trace"));
-        path.steps.push((action, state));
-    }
-    assert!(state.history.claimed_will_publish[1] && state.history.publishes[1] == 0);
-    assert!(state.intents[1].is_none() && state.splits[1] == SplitRow::Absent);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    let policy = PolicyRuntime::default_policy().expect("the default policy loads");
-    runtime.block_on(replay_path(&policy, &initial, &path));
+    ]);
+    let (_, state) = path.steps.last().expect("a path of the trace");
+    let promised = &state.history;
+    assert!(promised.claimed_will_publish[1] && promised.claimed_published[1]);
+    assert!(promised.publishes[1] == 1 && !promised.abandoned[1]);
+    assert!(state.intents[1].is_none() && state.splits[1] == SplitRow::Published);
+    assert_eq!(state.operator, Operator::Done);
+    replay_then(&initial, &path, |replay| async move {
+        // The sweep decided the roll-back, and reports it overtaken, not executed.
+        let audit = replay
+            .catalog
+            .inner
+            .list_audit(DATASET, None)
+            .await
+            .expect("read the audit trail");
+        let outcomes: Vec<&str> = audit
+            .iter()
+            .filter(|record| record.operation_id == operation_id(1))
+            .filter_map(|record| record.outcome["outcome"].as_str())
+            .collect();
+        assert_eq!(outcomes, ["executing", "overtaken"], "{audit:#?}");
+    });
+}
+
+/// A confirm writes the intent as its publish read it, before a heartbeat renewed the lease:
+/// the engine used to move the lease back to what the publish read (found by the model); a
+/// lease now never moves back, and the heartbeat's renewal stands.
+#[test]
+fn a_confirm_keeps_the_lease_a_heartbeat_renewed() {
+    let (initial, path) = path_of(&[
+        Action::Begin(0),
+        Action::Upload(0),
+        Action::PublishStart(0),
+        Action::Tick,
+        Action::Heartbeat(0),
+        Action::PublishConfirm(0),
+    ]);
+    let (_, state) = path.steps.last().expect("a path of the trace");
+    let confirmed = state.intents[0].expect("the intent is there");
+    assert_eq!(
+        (confirmed.phase, confirmed.lease_until),
+        (Phase::EffectsConfirmed, 2)
+    );
+    replay_then(&initial, &path, |_| async {});
 }

@@ -369,6 +369,9 @@ impl Catalog for SteppedCatalog {
         now_ms: TimestampMs,
         key: &RequestKey,
     ) -> Result<PublishResult> {
+        // A writer's publish (and a roll-forward a sweep executes alone): one conditional
+        // write, on its intent.
+        self.stepper.gate("publish_commit").await;
         self.inner
             .publish_commit(intent, request, validate, now_ms, key)
             .await

@@ -138,6 +138,58 @@ fn failed_precondition_naming(error: &MendError, operation_id: &str) -> bool {
     matches!(error, MendError::FailedPrecondition { ids, .. } if ids == &[operation_id.to_string()])
 }
 
+/// A lease never moves back: a confirmation written from an intent read before a heartbeat
+/// landed (found by mend-model: the publish confirms the intent as it read it) keeps the
+/// heartbeat's lease, and a heartbeat that renews to an earlier time changes nothing of it.
+pub(super) async fn a_lease_never_moves_back(h: &Harness<'_>) {
+    let ds = h.create_dataset("lease-back").await;
+    let catalog = h.engine.catalog();
+    let read = intent(&ds, "op-a", 1_000);
+    catalog.put_intent(&read).await.expect("put");
+    let renewed = Intent {
+        lease_expires_at_ms: 90_000,
+        updated_at_ms: 20_000,
+        ..read.clone()
+    };
+    catalog
+        .update_intent(&renewed, IntentPhase::Armed)
+        .await
+        .expect("heartbeat");
+    // The publish read the intent before the heartbeat: its confirmation carries lease 31,000.
+    let confirmed = Intent {
+        phase: IntentPhase::EffectsConfirmed,
+        updated_at_ms: 21_000,
+        ..read.clone()
+    };
+    catalog
+        .update_intent(&confirmed, IntentPhase::Armed)
+        .await
+        .expect("confirm");
+    assert_eq!(
+        catalog.list_intents(&ds).await.unwrap(),
+        [Intent {
+            lease_expires_at_ms: 90_000,
+            ..confirmed.clone()
+        }],
+        "the confirmation is written with the heartbeat's later lease"
+    );
+    // A later lease still moves it on.
+    let later = Intent {
+        lease_expires_at_ms: 120_000,
+        updated_at_ms: 22_000,
+        ..confirmed.clone()
+    };
+    catalog
+        .update_intent(&later, IntentPhase::EffectsConfirmed)
+        .await
+        .expect("heartbeat");
+    assert_eq!(catalog.list_intents(&ds).await.unwrap(), [later]);
+    println!(
+        "conformance[{}] leases: 2 checks: a confirmation read before a heartbeat keeps the heartbeat's lease, a later lease moves it on",
+        h.name()
+    );
+}
+
 pub(super) async fn abandon_fences_an_expired_armed_intent_only(h: &Harness<'_>) {
     let ds = h.create_dataset("abandon").await;
     let catalog = h.engine.catalog();

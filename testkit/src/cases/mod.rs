@@ -103,6 +103,7 @@ pub(crate) const ALL: &[Case] = &[
         intents::intents_are_created_once_advanced_conditionally_and_deleted,
         []
     ),
+    case!(intents::a_lease_never_moves_back, []),
     case!(intents::abandon_fences_an_expired_armed_intent_only, []),
     case!(
         intents::abandon_and_a_heartbeat_race_and_exactly_one_wins,

@@ -6,7 +6,7 @@
 //! `settle.atomic`, a batch with one refused settlement refused whole with nothing written.
 
 use mend::catalog::settle::{MAX_SETTLEMENTS, check_batch};
-use mend::catalog::{PublishObservation, RequestKey, Settled, Settlement};
+use mend::catalog::{PublishObservation, RecordedRequest, RequestKey, Settled, Settlement};
 use mend::intent::{
     ExpectedState, INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, PlannedEffects,
     PlannedRow,
@@ -87,7 +87,13 @@ fn abandon(operation_id: &str, by: i64, mark: &[&str]) -> Settlement {
         operation_id: operation_id.into(),
         lease_expired_by: by,
         mark: mark.iter().map(|id| id.to_string()).collect(),
+        end: RecordedRequest::new(&end_key(operation_id), &"ended", by),
     }
+}
+
+/// The key an abandonment of `operation_id` records its end under.
+fn end_key(operation_id: &str) -> RequestKey {
+    RequestKey::new(format!("op:{operation_id}:abort"), &operation_id)
 }
 
 async fn state(h: &Harness<'_>, dataset_id: &str, split_id: &str) -> Option<SplitState> {

@@ -463,12 +463,18 @@ pub(super) fn update_intent(
             vec![intent.operation_id.clone()],
         ));
     }
-    if stored == intent {
+    // A lease never moves back: a confirmation written from an intent read before a
+    // heartbeat landed keeps the heartbeat's renewal (found by mend-model).
+    let intent = Intent {
+        lease_expires_at_ms: intent.lease_expires_at_ms.max(stored.lease_expires_at_ms),
+        ..intent.clone()
+    };
+    if *stored == intent {
         return Ok(Change::Unchanged(()));
     }
     Ok(Change::Commit {
         actions: vec![Action::PutIntent {
-            intent: Box::new(intent.clone()),
+            intent: Box::new(intent),
         }],
         output: (),
     })

@@ -55,10 +55,10 @@ fn view(state: &DatasetState, settlements: &[Settlement]) -> Result<SettleView> 
             };
             view.intents.insert(operation_id.to_string(), seen);
         }
-        if let Settlement::Publish { key, .. } = settlement
-            && let Some(found) = state.recorded.get(&key.key)
+        if let Some(key) = settlement.record_key()
+            && let Some(found) = state.recorded.get(key)
         {
-            view.recorded.insert(key.key.clone(), found.clone());
+            view.recorded.insert(key.to_string(), found.clone());
         }
     }
     Ok(view)

@@ -122,10 +122,7 @@ async fn read(
 ) -> Result<SettleView, StepError> {
     let keys: BTreeSet<&str> = settlements
         .iter()
-        .filter_map(|settlement| match settlement {
-            Settlement::Publish { key, .. } => Some(key.key.as_str()),
-            _ => None,
-        })
+        .filter_map(Settlement::record_key)
         .collect();
     let keys: Vec<&str> = keys.into_iter().collect();
     let mut view = SettleView::default();
