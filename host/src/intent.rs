@@ -172,6 +172,14 @@ pub struct Intent {
 }
 
 impl Intent {
+    /// The checkpoint delta its publish plans, if any.
+    pub fn planned_delta(&self) -> Option<&CheckpointDelta> {
+        self.effects
+            .publish
+            .as_ref()
+            .and_then(|publish| publish.checkpoint_delta.as_ref())
+    }
+
     /// A new intent in this host's format, `Armed`, leased to `owner` for `lease_ms` from
     /// `now_ms`, planning nothing yet: callers fill in `effects` and `expected`.
     pub fn armed(

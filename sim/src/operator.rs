@@ -8,13 +8,12 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use mend::engine::Outcome;
 use mend::live::{HandleMode, LiveHandle, Refresh};
-use mend_policy::{RecoveryDecision, RecoveryMode};
+use mend_policy::RecoveryMode;
 
-use crate::check::{Claim, GenerationRead, History};
+use crate::check::{GenerationRead, History};
 use crate::rng::SimRng;
-use crate::schedule::{DATASET, Replica, pause};
+use crate::schedule::{DATASET, Replica, pause, sweep_claim};
 use crate::trace::Trace;
 
 /// The operator: every 0.5 to 3 simulated s, one of gc (40%), reconcile (25%), verify (20%)
@@ -79,13 +78,7 @@ async fn exclusive_recovery(engine: &mend::Engine, history: &Mutex<History>, tra
     let mut history = history.lock().unwrap_or_else(PoisonError::into_inner);
     let mut settled = Vec::new();
     for intent in &report.intents {
-        let claim = match (&intent.outcome, &intent.decision) {
-            (Outcome::Executed, RecoveryDecision::RollForward) => Claim::Published,
-            (Outcome::Executed, RecoveryDecision::RollBack | RecoveryDecision::Abandon(_)) => {
-                Claim::Ended
-            }
-            _ => Claim::Nothing,
-        };
+        let claim = sweep_claim(intent);
         let said = format!("{:?} {:?}", intent.decision, intent.outcome);
         history.claim(
             &intent.operation_id,

@@ -16,8 +16,8 @@ use futures::stream;
 use mend::catalog::ObjectStoreCatalog;
 use mend::catalog::object_store::ObjectStoreCatalogOptions;
 use mend::engine::{
-    BeginOperation, CommitRequest, CommitSplit, ExternalKind, OperationPhase, OperationView,
-    Outcome, PlannedSplit,
+    BeginOperation, CommitRequest, CommitSplit, ExternalKind, IntentReport, OperationPhase,
+    OperationView, Outcome, PlannedSplit,
 };
 use mend::gates::ObjectStoreGates;
 use mend::model::{CheckpointDelta, DatasetConfig, PartitionDelta};
@@ -943,6 +943,18 @@ async fn committer(
     }
 }
 
+/// What a sweep's report of one intent says of the operation's end: rolled forward is
+/// published; abandoned or rolled back is ended; anything else says nothing.
+pub(crate) fn sweep_claim(intent: &IntentReport) -> Claim {
+    match (&intent.outcome, &intent.decision) {
+        (Outcome::Executed, RecoveryDecision::RollForward) => Claim::Published,
+        (Outcome::Executed, RecoveryDecision::RollBack | RecoveryDecision::Abandon(_)) => {
+            Claim::Ended
+        }
+        _ => Claim::Nothing,
+    }
+}
+
 /// A replica's supervisor: sweeps the dataset now and then, as `mend serve` does.
 async fn supervise(
     index: usize,
@@ -965,11 +977,7 @@ async fn sweep_once(index: usize, replica: &Replica, history: &Mutex<History>, t
         Ok(sweep) => {
             let mut settled = BTreeMap::new();
             for intent in &sweep.report.intents {
-                let claim = match (&intent.outcome, &intent.decision) {
-                    (Outcome::Executed, RecoveryDecision::RollForward) => Claim::Published,
-                    (Outcome::Executed, RecoveryDecision::Abandon(_)) => Claim::Ended,
-                    _ => Claim::Nothing,
-                };
+                let claim = sweep_claim(intent);
                 settled.insert(
                     intent.operation_id.clone(),
                     format!("{:?} {:?}", intent.decision, intent.outcome),

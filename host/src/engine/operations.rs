@@ -976,12 +976,7 @@ impl Engine {
     /// its writer, and its publish would never apply. (A delta overtaken between this check
     /// and the publish ends the operation: [`Engine::end_overtaken`].)
     async fn check_delta_applies(&self, intent: &Intent) -> Result<()> {
-        let Some(delta) = intent
-            .effects
-            .publish
-            .as_ref()
-            .and_then(|publish| publish.checkpoint_delta.as_ref())
-        else {
+        let Some(delta) = intent.planned_delta() else {
             return Ok(());
         };
         let dataset = self.catalog.dataset(&intent.dataset_id).await?;
@@ -1008,12 +1003,7 @@ impl Engine {
     /// back; a roll-back that fails is left to recovery, which settles an abandoned intent.
     /// `None` when its delta still applies, or the intent moved meanwhile.
     async fn end_overtaken(&self, intent: &Intent) -> Result<Option<MendError>> {
-        let Some(delta) = intent
-            .effects
-            .publish
-            .as_ref()
-            .and_then(|publish| publish.checkpoint_delta.as_ref())
-        else {
+        let Some(delta) = intent.planned_delta() else {
             return Ok(None);
         };
         let (dataset_id, operation_id) = (&intent.dataset_id, &intent.operation_id);

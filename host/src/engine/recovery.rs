@@ -977,12 +977,7 @@ fn overtaken_unpublished(
     observation: &IntentObservation,
     dataset: &Dataset,
 ) -> bool {
-    let Some(delta) = intent
-        .effects
-        .publish
-        .as_ref()
-        .and_then(|publish| publish.checkpoint_delta.as_ref())
-    else {
+    let Some(delta) = intent.planned_delta() else {
         return false;
     };
     let staged: HashSet<&str> = observation
