@@ -311,7 +311,12 @@ function idsNotInState(ids, rows, state) {
 //    host then publishes or marks only rows still staged that no other intent names. A commit
 //    or merge whose effects are all in place (confirmed, or every planned row and object found
 //    as planned) and whose publish still applies is rolled forward.
-// 6. A commit or merge that never confirmed (`armed`) and whose owner's lease ran out is
+// 6. A commit or merge that confirmed, but whose checkpoint delta another publish overtook
+//    before its own landed (its splits still staged, the checkpoint moved on from the delta's
+//    start), can never publish: it is abandoned in every mode, as its writer's own publish or
+//    abort would end it.
+//
+//    A commit or merge that never confirmed (`armed`) and whose owner's lease ran out is
 //    abandoned outside exclusive mode: it is fenced, its own staged rows are marked and its
 //    objects left to gc. Nothing of it was ever visible, so this compensates nothing. Not when
 //    one of its objects is present but not as planned: that is damage an operator must look
@@ -384,6 +389,15 @@ function decideIntent(mode, intent) {
     (!intent.hasCheckpointDelta || intent.checkpointAtFrom);
 
   if (effectsInPlace && publishApplies) return { tag: 'roll-forward' };
+  if (intent.phase === 'effects-confirmed' && overtaken(intent, state)) {
+    return {
+      tag: 'abandon',
+      val:
+        'abandoned: it confirmed, but another publish moved the checkpoint on from the ' +
+        'positions its delta starts at before its own publish landed, so it can never ' +
+        'publish; fenced, its staged rows marked for deletion, its objects left to gc',
+    };
+  }
   const damaged = intent.objects.filter((object) => object.present && !object.matches);
   if (intent.phase === 'armed' && damaged.length === 0 && mode !== 'exclusive') {
     const why = effectsInPlace
@@ -429,6 +443,21 @@ function blocked(why, operatorAction) {
 /// The planned objects not found as planned, in the intent's order.
 function missingObjects(intent) {
   return intent.objects.filter((object) => !object.matches).map((object) => object.splitId);
+}
+
+/// Whether a confirmed operation's publish can never land: its checkpoint no longer stands at
+/// the delta's from-positions (positions only move forward, and its publish checked them
+/// before it confirmed) while every split its publish makes published is still staged (its
+/// own publish moves them and the checkpoint in one step, so it did not land). A delta-only
+/// publish is never taken for overtaken: without splits, its own landed publish and
+/// another's look alike.
+function overtaken(intent, state) {
+  return (
+    intent.hasCheckpointDelta &&
+    !intent.checkpointAtFrom &&
+    intent.publishStaged.length > 0 &&
+    intent.publishStaged.every((id) => state(id) === 'staged')
+  );
 }
 
 /// Whether the operation's visible effects already happened.

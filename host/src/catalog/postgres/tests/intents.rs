@@ -200,9 +200,14 @@ async fn an_update_replaces_the_intent_only_from_the_expected_phase() {
         std::slice::from_ref(&renewed)
     );
 
-    let effects_confirmed = confirmed(&armed, 3_000);
+    // Confirmed from the intent as read before the renewal: the renewed lease stays (a lease
+    // never moves back).
+    let effects_confirmed = Intent {
+        lease_expires_at_ms: renewed.lease_expires_at_ms,
+        ..confirmed(&armed, 3_000)
+    };
     catalog
-        .update_intent(&effects_confirmed, IntentPhase::Armed)
+        .update_intent(&confirmed(&armed, 3_000), IntentPhase::Armed)
         .await
         .unwrap();
     assert_eq!(
