@@ -19,15 +19,22 @@ pub enum Bug {
     /// A publish that finds its operation's intent gone answers "not found" rather than
     /// reading what ended it: a retried publish of an operation that published says it did not.
     PublishRetryIgnoresRecord,
+    /// A live handle's refresh coalesces with the one before it: every other refresh answers
+    /// "unchanged" without probing, so a handle says it is current while it serves a
+    /// generation that publishes have already replaced (only an order of reads against the
+    /// answers' moments shows it: every generation it serves is still a state the catalog
+    /// was in).
+    RefreshAnswersUnchangedWithoutProbing,
 }
 
 impl Bug {
     /// Every deliberate bug.
-    pub const ALL: [Bug; 4] = [
+    pub const ALL: [Bug; 5] = [
         Bug::AbortWithoutConditionalWrite,
         Bug::ConfirmIgnoresPhase,
         Bug::GateTakeoverBeforeExpiry,
         Bug::PublishRetryIgnoresRecord,
+        Bug::RefreshAnswersUnchangedWithoutProbing,
     ];
 }
 

@@ -1,6 +1,6 @@
 //! The one object store the library's own tests step into requests with: in memory, it records
 //! the path of every put, and runs a test's hook before each put lands (to fail it, or hold it
-//! back) and after each delete has landed (to act between two requests of the code under
+//! back), before each get is read (to hold it back) and after each delete has landed (to act between two requests of the code under
 //! test). The crates outside the library have `mend-testkit`'s stores; this one exists because
 //! a test inside the library cannot depend on a crate that depends on the library.
 
@@ -20,6 +20,8 @@ use futures::stream::BoxStream;
 /// Runs before a put lands: an error answers the put in its place (nothing written).
 pub(crate) type BeforePut =
     Arc<dyn Fn(&Path) -> BoxFuture<'static, Option<::object_store::Error>> + Send + Sync>;
+/// Runs before a get is read.
+pub(crate) type BeforeGet = Arc<dyn Fn(&Path) -> BoxFuture<'static, ()> + Send + Sync>;
 /// Runs after a delete landed, before the delete answers.
 pub(crate) type AfterDelete = Arc<dyn Fn(&Path) -> BoxFuture<'static, ()> + Send + Sync>;
 
@@ -29,6 +31,7 @@ pub(crate) struct HookedStore {
     inner: InMemory,
     puts: Mutex<Vec<String>>,
     before_put: Mutex<Option<BeforePut>>,
+    before_get: Mutex<Option<BeforeGet>>,
     after_delete: Mutex<Option<AfterDelete>>,
 }
 
@@ -42,6 +45,14 @@ impl HookedStore {
         + 'static,
     ) {
         *self.before_put.lock().unwrap() = Some(Arc::new(hook));
+    }
+
+    /// Runs `hook` before every get from now on (replacing the one before).
+    pub(crate) fn set_before_get(
+        &self,
+        hook: impl Fn(&Path) -> BoxFuture<'static, ()> + Send + Sync + 'static,
+    ) {
+        *self.before_get.lock().unwrap() = Some(Arc::new(hook));
     }
 
     /// Runs `hook` after every delete from now on (replacing the one before).
@@ -116,6 +127,10 @@ impl ObjectStore for HookedStore {
         location: &Path,
         options: GetOptions,
     ) -> ::object_store::Result<GetResult> {
+        let hook = self.before_get.lock().unwrap().clone();
+        if let Some(hook) = hook {
+            hook(location).await;
+        }
         self.inner.get_opts(location, options).await
     }
 

@@ -214,7 +214,14 @@ impl LiveHandle {
     pub async fn refresh(&self) -> Result<Refresh> {
         let _one_at_a_time = self.refreshing.lock().await;
         let current = self.current();
-        self.probes.fetch_add(1, Ordering::Relaxed);
+        let probes_before = self.probes.fetch_add(1, Ordering::Relaxed);
+        if probes_before % 2 == 1
+            && crate::deliberate_bugs::active(
+                crate::deliberate_bugs::Bug::RefreshAnswersUnchangedWithoutProbing,
+            )
+        {
+            return Ok(Refresh::Unchanged);
+        }
         let probe = self
             .engine
             .catalog()

@@ -11,13 +11,15 @@
 //!   operations that published, and those operations started from 0, 1, 2, ... once each:
 //!   no delta applied twice, none lost.
 //! - **The invariants.** `Engine::verify` finds no violation.
+//! - **Linearizable.** One order of every publish and every read fits the moments they were
+//!   requested and answered ([`crate::linearize`]).
 //! - **One sweep at a time.** No two replicas' gated sweeps of the dataset overlap in
 //!   simulated time.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use mend::Engine;
-use mend::model::{ListQuery, SplitState};
+use mend::model::{DatasetConfig, ListQuery, SplitState};
 
 use crate::schedule::{DATASET, SOURCE};
 
@@ -49,8 +51,30 @@ pub struct OperationRecord {
     pub partition: String,
     pub from: u64,
     pub split_ids: Vec<String>,
-    /// Each claim with who made it.
-    pub claims: Vec<(Claim, String)>,
+    /// Simulated ms since the run started when its writer sent its begin or commit: it
+    /// cannot take effect earlier.
+    pub invoked_ms: u64,
+    /// Every claim made about it.
+    pub claims: Vec<ClaimRecord>,
+}
+
+/// One claim about an operation: what was said, by whom, and when it was said (simulated ms
+/// since the run started): an operation claimed published took effect by then.
+#[derive(Debug, Clone)]
+pub struct ClaimRecord {
+    pub claim: Claim,
+    pub by: String,
+    pub at_ms: u64,
+}
+
+/// A writer's read of where its checkpoint partition stands, between two moments (simulated
+/// ms since the run started).
+#[derive(Debug, Clone)]
+pub struct PositionRead {
+    pub partition: String,
+    pub position: u64,
+    pub from_ms: u64,
+    pub until_ms: u64,
 }
 
 /// One gated sweep, in simulated time.
@@ -62,13 +86,41 @@ pub struct SweepRecord {
     pub until_ms: i64,
 }
 
-/// One generation a reader's live handle published.
+/// One generation a reader's live handle published, or served again after a refresh that
+/// found nothing new, read between two moments (simulated ms since the run started).
 #[derive(Debug, Clone)]
 pub struct GenerationRead {
     pub reader: usize,
     pub manifest_version: u64,
+    /// The dataset's config it was read with.
+    pub config_version: u64,
+    pub config: DatasetConfig,
     /// The published splits it shows.
     pub published: BTreeSet<String>,
+    /// A refresh found nothing new: the handle serves the generation it served before.
+    pub unchanged: bool,
+    pub from_ms: u64,
+    pub until_ms: u64,
+}
+
+/// A config apply under an idempotency key, and its answer.
+#[derive(Debug, Clone)]
+pub struct ConfigApplyRecord {
+    pub key: String,
+    /// The config it asked for (unique to the apply).
+    pub config: DatasetConfig,
+    pub outcome: ConfigOutcome,
+}
+
+/// What a config apply was answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigOutcome {
+    /// Promoted, at this config version, to this config.
+    Promoted { version: u64, config: DatasetConfig },
+    /// Refused: the version it expected had moved on, and its config was never promoted.
+    Refused,
+    /// Not known.
+    Unknown,
 }
 
 /// Everything the actors were told and saw.
@@ -76,8 +128,13 @@ pub struct GenerationRead {
 pub struct History {
     pub operations: Vec<OperationRecord>,
     pub sweeps: Vec<SweepRecord>,
-    /// Every generation the readers' handles published, in the order they did.
+    /// Every generation the readers' handles published or served again, in the order they
+    /// did.
     pub reads: Vec<GenerationRead>,
+    /// Every checkpoint position a writer read before an operation.
+    pub positions_read: Vec<PositionRead>,
+    /// Every config apply the operator sent, and what it was answered.
+    pub config_applies: Vec<ConfigApplyRecord>,
     /// What an actor found wrong while the run went on (a mid-run verify, a read-only handle
     /// that swept).
     pub violations: Vec<String>,
@@ -86,7 +143,7 @@ pub struct History {
 impl History {
     /// Records `claim` about `operation_id` (an operation no writer of the run began, such as
     /// an in-process commit's own id seen by a sweep, is not held to anything).
-    pub fn claim(&mut self, operation_id: &str, claim: Claim, by: String) {
+    pub fn claim(&mut self, operation_id: &str, claim: Claim, by: String, at_ms: u64) {
         if claim == Claim::Nothing {
             return;
         }
@@ -95,7 +152,7 @@ impl History {
             .iter_mut()
             .find(|record| record.operation_id == operation_id)
         {
-            record.claims.push((claim, by));
+            record.claims.push(ClaimRecord { claim, by, at_ms });
         }
     }
 }
@@ -107,6 +164,10 @@ pub struct Found {
     pub ended: usize,
     pub claims_checked: usize,
     pub generations_checked: usize,
+    /// Publishes and reads placed in one order by the linearizability check.
+    pub events_linearized: usize,
+    /// Config applies whose answers were held against the readers and the end.
+    pub config_applies_checked: usize,
     pub violations: Vec<String>,
 }
 
@@ -122,8 +183,8 @@ pub async fn against_storage(engine: &Engine, history: &History) -> Found {
             return found;
         }
     };
-    let positions = match engine.dataset(DATASET).await {
-        Ok(dataset) => dataset.checkpoint.get(SOURCE).cloned().unwrap_or_default(),
+    let dataset = match engine.dataset(DATASET).await {
+        Ok(dataset) => dataset,
         Err(error) => {
             found
                 .violations
@@ -131,6 +192,8 @@ pub async fn against_storage(engine: &Engine, history: &History) -> Found {
             return found;
         }
     };
+    let positions = dataset.checkpoint.get(SOURCE).cloned().unwrap_or_default();
+    check_config_applies(history, &dataset, &mut found);
 
     // Which operations published, by their splits.
     let mut published_from: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
@@ -161,7 +224,7 @@ pub async fn against_storage(engine: &Engine, history: &History) -> Found {
     }
     for record in &history.operations {
         let published = published_ids.contains(record.operation_id.as_str());
-        for (claim, by) in &record.claims {
+        for ClaimRecord { claim, by, .. } in &record.claims {
             found.claims_checked += 1;
             let holds = match claim {
                 Claim::Published => published,
@@ -190,6 +253,9 @@ pub async fn against_storage(engine: &Engine, history: &History) -> Found {
 
     found.violations.extend(history.violations.iter().cloned());
     check_reads(history, &rows, &mut found);
+    let linearization = crate::linearize::check(history, &published_ids);
+    found.events_linearized = linearization.publishes + linearization.reads;
+    found.violations.extend(linearization.violations);
 
     // Exactly once: a partition at N was moved by N published deltas, from 0 to N - 1.
     let partitions: BTreeSet<&str> = history
@@ -223,7 +289,14 @@ pub async fn against_storage(engine: &Engine, history: &History) -> Found {
             .push(format!("verify could not run: {error}")),
     }
 
-    let mut sweeps = history.sweeps.clone();
+    // A sweep whose hold ran out before it began held nothing (it wrote nothing either: every
+    // durable write checks the hold first).
+    let mut sweeps: Vec<SweepRecord> = history
+        .sweeps
+        .iter()
+        .filter(|sweep| sweep.until_ms > sweep.from_ms)
+        .cloned()
+        .collect();
     sweeps.sort_by_key(|sweep| (sweep.from_ms, sweep.until_ms));
     for (index, earlier) in sweeps.iter().enumerate() {
         for later in &sweeps[index + 1..] {
@@ -249,6 +322,87 @@ pub async fn against_storage(engine: &Engine, history: &History) -> Found {
     found
 }
 
+/// Config applies under idempotency keys: one promoted is the config it asked for, at a
+/// version no other apply was answered with, and every generation read at that version shows
+/// it (as the end does, if it is still the latest); one refused never shows anywhere. And the
+/// readers agree: one config per config version, and each handle's version only moves forward.
+fn check_config_applies(history: &History, dataset: &mend::model::Dataset, found: &mut Found) {
+    let mut by_version: BTreeMap<u64, (&DatasetConfig, String)> = BTreeMap::new();
+    let mut last: BTreeMap<usize, u64> = BTreeMap::new();
+    for read in &history.reads {
+        let seen = format!(
+            "reader {} at manifest version {}",
+            read.reader, read.manifest_version
+        );
+        match by_version.get(&read.config_version) {
+            Some((config, by)) if **config != read.config => found.violations.push(format!(
+                "config version {} is {:?} to {by} and {:?} to {seen}",
+                read.config_version, config, read.config
+            )),
+            Some(_) => {}
+            None => {
+                by_version.insert(read.config_version, (&read.config, seen));
+            }
+        }
+        if last
+            .insert(read.reader, read.config_version)
+            .is_some_and(|before| before > read.config_version)
+        {
+            found.violations.push(format!(
+                "reader {}'s config version went back to {}",
+                read.reader, read.config_version
+            ));
+        }
+    }
+    let mut answered: BTreeMap<u64, &str> = BTreeMap::new();
+    for apply in &history.config_applies {
+        found.config_applies_checked += 1;
+        let key = apply.key.as_str();
+        let shown_at: Vec<u64> = by_version
+            .iter()
+            .filter(|(_, (config, _))| **config == apply.config)
+            .map(|(version, _)| *version)
+            .chain((dataset.config == apply.config).then_some(dataset.config_version))
+            .collect();
+        match &apply.outcome {
+            ConfigOutcome::Promoted { version, config } => {
+                if *config != apply.config {
+                    found.violations.push(format!(
+                        "false answer: {key} asked for {:?} and was answered {config:?}",
+                        apply.config
+                    ));
+                }
+                if let Some(other) = answered.insert(*version, key) {
+                    found.violations.push(format!(
+                        "false answer: {other} and {key} were both answered config version \
+                         {version}"
+                    ));
+                }
+                if shown_at.iter().any(|shown| shown != version)
+                    || dataset.config_version < *version
+                    || dataset.config_version == *version && dataset.config != apply.config
+                {
+                    found.violations.push(format!(
+                        "false answer: {key} was answered promoted at config version {version}, \
+                         yet its config shows at {shown_at:?} and the dataset ends at config \
+                         version {}",
+                        dataset.config_version
+                    ));
+                }
+            }
+            ConfigOutcome::Refused => {
+                if !shown_at.is_empty() {
+                    found.violations.push(format!(
+                        "false answer: {key} was refused, yet its config shows at config \
+                         versions {shown_at:?}"
+                    ));
+                }
+            }
+            ConfigOutcome::Unknown => {}
+        }
+    }
+}
+
 /// What the readers saw: each handle's manifest versions only move forward; each generation
 /// shows every operation whole or not at all; and a split a reader ever saw published is
 /// published at the end (nothing in this run unpublishes a split, so a split seen and gone is
@@ -258,9 +412,12 @@ fn check_reads(history: &History, rows: &BTreeMap<String, SplitState>, found: &m
     let mut last: BTreeMap<usize, u64> = BTreeMap::new();
     let mut seen: BTreeSet<&str> = BTreeSet::new();
     for read in &history.reads {
-        found.generations_checked += 1;
+        // A new generation's version is later than the one before; one served again is the
+        // same.
         if let Some(&before) = last.get(&read.reader)
-            && read.manifest_version <= before
+            && (read.manifest_version < before
+                || read.manifest_version == before && !read.unchanged
+                || read.manifest_version != before && read.unchanged)
         {
             found.violations.push(format!(
                 "reader {}'s handle went from manifest version {before} to {}",
@@ -268,6 +425,11 @@ fn check_reads(history: &History, rows: &BTreeMap<String, SplitState>, found: &m
             ));
         }
         last.insert(read.reader, read.manifest_version);
+        if read.unchanged {
+            // The generation served before: checked when it was new.
+            continue;
+        }
+        found.generations_checked += 1;
         for record in &history.operations {
             let shown = record
                 .split_ids

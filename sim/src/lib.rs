@@ -10,18 +10,23 @@
 //!   engine's ambient inputs ([`mend::ambient`]) drawn from the seed;
 //! - `operator` holds the actors beside the writers and supervisors: the operator (gc,
 //!   reconcile, verify, exclusive recovery) and the readers (read-only live handles);
-//! - [`check`] holds every answer of a run against what storage says at its end;
-//! - [`shrink`] finds a smaller schedule that still fails.
+//! - [`check`] holds every answer of a run against what storage says at its end, and
+//!   [`linearize`] the acknowledged history against a sequential model of the catalog;
+//! - [`shrink`] finds a smaller schedule that still fails;
+//! - [`stress`] runs the same workloads and checks against a real Postgres catalog, in real
+//!   time and without determinism: a stress mode, not a simulation.
 //!
 //! The README's "How mend is tested" says why tokio's paused clock rather than madsim or
 //! turmoil, and what is not simulated.
 
 pub mod check;
+pub mod linearize;
 mod operator;
 pub mod rng;
 pub mod schedule;
 pub mod shrink;
 pub mod store;
+pub mod stress;
 pub mod time;
 pub mod trace;
 

@@ -1,20 +1,25 @@
 //! `mend-sim`: runs seeded schedules of the whole engine and stops at the first that fails,
 //! printing its seed, the command that replays it bit for bit, and a shrunk schedule's trace.
+//! With `--postgres URL`, runs the same schedules as a stress test against a real Postgres
+//! catalog ([`mend_sim::stress`]): in real time, not replayable, stopping at the first that
+//! fails with its seed, its violations and the database it kept.
 //!
 //! ```text
 //! cargo run --release -p mend-sim -- --seed 42 --trace     # one schedule, its trace printed
 //! cargo run --release -p mend-sim -- --seed 42 --trace --payloads   # and each log version's text
 //! cargo run --release -p mend-sim -- --first 0 --count 1000
 //! cargo run --release -p mend-sim -- --soak-seconds 3600   # fresh seeds for an hour
+//! cargo run --release -p mend-sim -- --postgres postgres://postgres@127.0.0.1:5432/postgres --first 0 --count 3
 //! ```
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
+use mend::catalog::PostgresOptions;
 use mend_sim::rng::SimRng;
 use mend_sim::shrink::shrink;
-use mend_sim::{Config, RunReport, run};
+use mend_sim::{Config, RunReport, run, stress};
 
 #[derive(Debug, Parser)]
 #[command(about = "Runs seeded simulations of the mend engine")]
@@ -25,9 +30,10 @@ struct Args {
     /// The first of a range of seeds.
     #[arg(long)]
     first: Option<u64>,
-    /// How many seeds to run from --first (or fresh ones, without it).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
-    count: u64,
+    /// How many seeds to run from --first (or fresh ones, without it): 100 by default, 1 with
+    /// --postgres.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    count: Option<u64>,
     /// Runs fresh seeds for this long instead of a count.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=604_800))]
     soak_seconds: Option<u64>,
@@ -37,11 +43,20 @@ struct Args {
     /// With --trace, also the text of every catalog log version the run puts.
     #[arg(long, requires = "trace")]
     payloads: bool,
+    /// Runs stress schedules against the Postgres server at this URL instead of simulations:
+    /// real time, a database of its own per schedule (the user must be allowed to create
+    /// databases), no faults injected into the catalog, no bit-for-bit replay. A throwaway
+    /// server without fsync needs MEND_POSTGRES_ACCEPT_UNSAFE_DURABILITY=true.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["payloads"])]
+    postgres: Option<String>,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
     let config = Config::standard();
+    if let Some(url) = &args.postgres {
+        return stress_schedules(url, &args, &config);
+    }
     if let Some(seed) = args.seed {
         let report = run(
             seed,
@@ -61,30 +76,10 @@ fn main() -> ExitCode {
             fail(&report, &config)
         };
     }
-    let fresh_base = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_nanos() as u64);
-    let mut fresh = SimRng::new(fresh_base);
-    if args.first.is_none() {
-        println!("mend-sim: fresh seeds drawn from base {fresh_base}");
-    }
-    let deadline = args
-        .soak_seconds
-        .map(|seconds| Instant::now() + Duration::from_secs(seconds));
+    let mut seeds = Seeds::new(&args, 100);
     let started = Instant::now();
     let (mut runs, mut operations, mut claims) = (0u64, 0u64, 0u64);
-    loop {
-        let done = match deadline {
-            Some(deadline) => Instant::now() >= deadline,
-            None => runs >= args.count,
-        };
-        if done {
-            break;
-        }
-        let seed = match args.first {
-            Some(first) => first + runs,
-            None => fresh.next_u64(),
-        };
+    while let Some(seed) = seeds.next_seed() {
         let report = run(seed, &config);
         runs += 1;
         operations += report.operations as u64;
@@ -100,6 +95,122 @@ fn main() -> ExitCode {
         runs as f64 / seconds.max(1e-9)
     );
     ExitCode::SUCCESS
+}
+
+/// The seeds to run: `--seed`, or `--first` on (fresh ones without it), `--count` of them or
+/// for `--soak-seconds`.
+struct Seeds {
+    one: Option<u64>,
+    first: Option<u64>,
+    fresh: SimRng,
+    count: u64,
+    deadline: Option<Instant>,
+    drawn: u64,
+}
+
+impl Seeds {
+    fn new(args: &Args, default_count: u64) -> Self {
+        let fresh_base = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos() as u64);
+        if args.seed.is_none() && args.first.is_none() {
+            println!("mend-sim: fresh seeds drawn from base {fresh_base}");
+        }
+        Self {
+            one: args.seed,
+            first: args.first,
+            fresh: SimRng::new(fresh_base),
+            count: args.count.unwrap_or(default_count),
+            deadline: args
+                .soak_seconds
+                .map(|seconds| Instant::now() + Duration::from_secs(seconds)),
+            drawn: 0,
+        }
+    }
+
+    fn next_seed(&mut self) -> Option<u64> {
+        let done = match (self.one, self.deadline) {
+            (Some(_), _) => self.drawn >= 1,
+            (None, Some(deadline)) => Instant::now() >= deadline,
+            (None, None) => self.drawn >= self.count,
+        };
+        if done {
+            return None;
+        }
+        let seed = match (self.one, self.first) {
+            (Some(seed), _) => seed,
+            (None, Some(first)) => first + self.drawn,
+            (None, None) => self.fresh.next_u64(),
+        };
+        self.drawn += 1;
+        Some(seed)
+    }
+}
+
+/// Runs stress schedules against the Postgres server at `url` (see `mend_sim::stress`), one
+/// line each, and stops at the first that fails or cannot start.
+fn stress_schedules(url: &str, args: &Args, config: &Config) -> ExitCode {
+    let options = PostgresOptions {
+        accept_unsafe_durability: std::env::var("MEND_POSTGRES_ACCEPT_UNSAFE_DURABILITY")
+            .is_ok_and(|value| value == "true"),
+    };
+    let config = Config {
+        keep_trace: args.trace,
+        ..config.clone()
+    };
+    let server = without_password(url);
+    let mut seeds = Seeds::new(args, 1);
+    let started = Instant::now();
+    let (mut runs, mut operations, mut claims, mut sweeps) = (0u64, 0u64, 0u64, 0u64);
+    while let Some(seed) = seeds.next_seed() {
+        let stressed = match stress::run(url, options, seed, &config) {
+            Ok(stressed) => stressed,
+            Err(error) => {
+                println!("mend-sim: stress seed {seed} could not start against {server}: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        for line in &stressed.report.trace {
+            println!("{line}");
+        }
+        println!("{stressed}");
+        runs += 1;
+        operations += stressed.report.operations as u64;
+        claims += stressed.report.claims_checked as u64;
+        sweeps += stressed.report.sweeps as u64;
+        if let Some(database) = &stressed.database_left {
+            println!("  database left on the server: {database}");
+        }
+        if !stressed.passed() {
+            for violation in &stressed.report.violations {
+                println!("  violation: {violation}");
+            }
+            println!(
+                "stress runs do not replay bit for bit: `mend-sim --postgres URL --seed {seed}` \
+                 makes the same choices again, in whatever interleaving the machine gives"
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "mend-sim: {runs} stress schedules passed ({operations} operations, {claims} answers \
+         checked, {sweeps} sweeps) against Postgres at {server} in {seconds:.1} s: {:.1} s per \
+         schedule; not deterministic, no replay",
+        seconds / runs.max(1) as f64
+    );
+    ExitCode::SUCCESS
+}
+
+/// `url` without its password, to print.
+fn without_password(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) => {
+            let _ = parsed.set_password(None);
+            parsed.into()
+        }
+        Err(_) => "the given URL".into(),
+    }
 }
 
 fn fail(report: &RunReport, config: &Config) -> ExitCode {

@@ -1,6 +1,6 @@
 //! The actors beside the writers and the supervisors: the operator, who runs what a person or
-//! a cron job runs against a dataset (gc, reconcile, verify and, now and then, exclusive
-//! recovery), and the readers, who serve the dataset through read-only live handles and
+//! a cron job runs against a dataset (gc, reconcile, verify, config applies under idempotency
+//! keys and, now and then, exclusive recovery), and the readers, who serve the dataset through read-only live handles and
 //! refresh them. Both act through the replicas' engines, at drawn times, until the writers are
 //! done.
 
@@ -8,16 +8,18 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use mend::MendError;
 use mend::live::{HandleMode, LiveHandle, Refresh};
+use mend::model::DatasetConfig;
 use mend_policy::RecoveryMode;
 
-use crate::check::{GenerationRead, History};
+use crate::check::{ConfigApplyRecord, ConfigOutcome, GenerationRead, History};
 use crate::rng::SimRng;
-use crate::schedule::{DATASET, Replica, pause, sweep_claim};
+use crate::schedule::{DATASET, Replica, pause, sweep_claim, with_retries};
 use crate::trace::Trace;
 
-/// The operator: every 0.5 to 3 simulated s, one of gc (40%), reconcile (25%), verify (20%)
-/// or exclusive recovery (15%), through a replica drawn each time. Exclusive recovery's
+/// The operator: every 0.5 to 3 simulated s, one of gc (35%), reconcile (20%), verify (15%),
+/// a config apply (15%) or exclusive recovery (15%), through a replica drawn each time. Exclusive recovery's
 /// answers are claims as a sweep's are: rolled forward is published, rolled back or abandoned
 /// is ended. A verify that finds an invariant broken mid-run is a violation: the invariants
 /// hold at every moment, not only at the end.
@@ -28,26 +30,27 @@ pub(crate) async fn operator(
     history: Arc<Mutex<History>>,
     trace: Trace,
 ) {
+    let (mut applies, mut in_doubt) = (0, None);
     while !stop.load(Ordering::SeqCst) {
         pause(&mut rng, 500, 3_000).await;
         let replica = &replicas[rng.below(replicas.len() as u64) as usize];
         let engine = &replica.engine;
         match rng.below(100) {
-            0..40 => match engine.gc(DATASET, "operator").await {
+            0..35 => match engine.gc(DATASET, "operator").await {
                 Ok(result) => trace.line(format!(
                     "operator: gc marked {:?}, deleted {:?}",
                     result.marked, result.deleted
                 )),
                 Err(error) => trace.line(format!("operator: gc: {error}")),
             },
-            40..65 => match engine.reconcile(DATASET, "operator").await {
+            35..55 => match engine.reconcile(DATASET, "operator").await {
                 Ok(report) => trace.line(format!(
                     "operator: reconcile adopted {:?}, discarded {:?}, left to others {:?}, refused {:?}",
                     report.adopted, report.discarded, report.taken_by_others, report.refused
                 )),
                 Err(error) => trace.line(format!("operator: reconcile: {error}")),
             },
-            65..85 => match engine.verify(DATASET).await {
+            55..70 => match engine.verify(DATASET).await {
                 Ok(report) => {
                     trace.line(format!(
                         "operator: verify found {} violations",
@@ -62,9 +65,114 @@ pub(crate) async fn operator(
                 }
                 Err(error) => trace.line(format!("operator: verify: {error}")),
             },
+            70..85 => {
+                if in_doubt.is_none() {
+                    applies += 1;
+                }
+                in_doubt = apply_config(
+                    applies,
+                    in_doubt.take(),
+                    &replicas,
+                    &mut rng,
+                    &history,
+                    &trace,
+                )
+                .await;
+            }
             _ => exclusive_recovery(engine, &history, &trace).await,
         }
     }
+    if let Some(apply) = in_doubt {
+        record_config_apply(apply, ConfigOutcome::Unknown, &history);
+    }
+}
+
+/// A config apply the operator sent under an idempotency key.
+struct ConfigApply {
+    key: String,
+    expected_config_version: u64,
+    config: DatasetConfig,
+}
+
+/// A config apply under an idempotency key, as `mend dataset config --set` sends it: the
+/// config read, a new one made from it (grace periods unique to this apply, so that what a
+/// reader sees names the apply it came from), sent with retries under one key. Or, while the
+/// last one's answer is unknown, that one again: as the README tells a client, an apply in
+/// doubt is sent again under its key until its answer is known, before any other (an apply
+/// given up and replaced by another leaves an intent only exclusive recovery drops). Each
+/// answer known is recorded for the checks: promoted at a version, or refused (the version
+/// moved first: under a key, a refusal says this key's config was never promoted). Returns
+/// the apply still in doubt.
+async fn apply_config(
+    number: u64,
+    in_doubt: Option<ConfigApply>,
+    replicas: &[Replica],
+    rng: &mut SimRng,
+    history: &Mutex<History>,
+    trace: &Trace,
+) -> Option<ConfigApply> {
+    let apply = match in_doubt {
+        Some(apply) => apply,
+        None => {
+            let engine = &replicas[rng.below(replicas.len() as u64) as usize].engine;
+            let dataset = match engine.dataset(DATASET).await {
+                Ok(dataset) => dataset,
+                Err(error) => {
+                    trace.line(format!("operator: config read: {error}"));
+                    return None;
+                }
+            };
+            ConfigApply {
+                key: format!("config-{number}"),
+                expected_config_version: dataset.config_version,
+                config: DatasetConfig {
+                    staged_grace_period_ms: 3_000 + number * 10 + rng.below(10),
+                    deletion_grace_period_ms: rng.between(1_000, 3_000),
+                    ..dataset.config
+                },
+            }
+        }
+    };
+    let answer = with_retries(replicas, rng, trace, &apply.key, |engine| {
+        let (config, key) = (apply.config.clone(), apply.key.clone());
+        let expected = apply.expected_config_version;
+        async move {
+            engine
+                .apply_config_recorded(DATASET, expected, &config, "operator", &key)
+                .await
+        }
+    })
+    .await;
+    trace.line(format!(
+        "operator: {} from config version {}: {:?}",
+        apply.key,
+        apply.expected_config_version,
+        answer.as_ref().map(|dataset| dataset.config_version)
+    ));
+    let outcome = match answer {
+        Ok(promoted) => ConfigOutcome::Promoted {
+            version: promoted.config_version,
+            config: promoted.config,
+        },
+        Err(MendError::FailedPrecondition { .. }) => ConfigOutcome::Refused,
+        // RecoveryRequired (an earlier copy's intent is there: the supervisors settle it),
+        // or an outcome unknown: sent again next time.
+        Err(_) => return Some(apply),
+    };
+    record_config_apply(apply, outcome, history);
+    None
+}
+
+fn record_config_apply(apply: ConfigApply, outcome: ConfigOutcome, history: &Mutex<History>) {
+    history
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .config_applies
+        .push(ConfigApplyRecord {
+            key: apply.key,
+            config: apply.config,
+            outcome,
+        });
 }
 
 async fn exclusive_recovery(engine: &mend::Engine, history: &Mutex<History>, trace: &Trace) {
@@ -84,6 +192,7 @@ async fn exclusive_recovery(engine: &mend::Engine, history: &Mutex<History>, tra
             &intent.operation_id,
             claim,
             format!("exclusive recovery: {said}"),
+            trace.now_ms(),
         );
         settled.push(format!("{}: {said}", intent.operation_id));
     }
@@ -107,10 +216,11 @@ pub(crate) async fn reader(
     let mut handle = None;
     while !stop.load(Ordering::SeqCst) {
         pause(&mut rng, 300, 1_500).await;
+        let from_ms = trace.now_ms();
         let Some(open) = &handle else {
             match LiveHandle::open(engine.clone(), DATASET, HandleMode::ReadOnly).await {
                 Ok(opened) => {
-                    record(index, &opened, &history);
+                    record(index, &opened, false, from_ms, &trace, &history);
                     handle = Some(opened);
                 }
                 Err(error) => trace.line(format!("reader {index}: open: {error}")),
@@ -118,14 +228,16 @@ pub(crate) async fn reader(
             continue;
         };
         match open.refresh().await {
-            Ok(Refresh::Unchanged) => {}
+            // One probe found nothing new: the generation it serves is still the dataset's
+            // state, a read as much as a new generation is.
+            Ok(Refresh::Unchanged) => record(index, open, true, from_ms, &trace, &history),
             Ok(Refresh::Published {
                 manifest_version, ..
             }) => {
                 trace.line(format!(
                     "reader {index}: generation at manifest version {manifest_version}"
                 ));
-                record(index, open, &history);
+                record(index, open, false, from_ms, &trace, &history);
             }
             Err(error) => trace.line(format!("reader {index}: refresh: {error}")),
         }
@@ -146,7 +258,16 @@ pub(crate) async fn reader(
     }
 }
 
-fn record(reader: usize, handle: &LiveHandle, history: &Mutex<History>) {
+/// Records the generation `handle` serves, read between `from_ms` and now; `unchanged`: a
+/// refresh found nothing new.
+fn record(
+    reader: usize,
+    handle: &LiveHandle,
+    unchanged: bool,
+    from_ms: u64,
+    trace: &Trace,
+    history: &Mutex<History>,
+) {
     let generation = handle.current();
     let published: BTreeSet<String> = generation
         .published
@@ -160,6 +281,11 @@ fn record(reader: usize, handle: &LiveHandle, history: &Mutex<History>) {
         .push(GenerationRead {
             reader,
             manifest_version: generation.manifest_version,
+            config_version: generation.config_version,
+            config: generation.config.clone(),
             published,
+            unchanged,
+            from_ms,
+            until_ms: trace.now_ms(),
         });
 }

@@ -29,7 +29,7 @@ use mend_policy::RecoveryDecision;
 use object_store::ObjectStore;
 use object_store::path::Path;
 
-use crate::check::{self, Claim, History, OperationRecord, SweepRecord};
+use crate::check::{self, Claim, History, OperationRecord, PositionRead, SweepRecord};
 use crate::rng::SimRng;
 use crate::store::{FaultRates, SimStore};
 use crate::time::{SimAmbient, SimTime, SkewedClock};
@@ -76,7 +76,7 @@ impl Config {
     /// The schedule `scripts/test` and the bench run: 3 protocol writers (one forgetful) and 2
     /// committers of 10 operations each (50 operations, plus the supervisors' sweeps), 2
     /// replicas, an operator, a reader, a store that fails 3% of requests before and 3% of
-    /// writes after their effect.
+    /// writes after their effect, and stalls 2 in 1000 past every lease.
     pub fn standard() -> Self {
         Self {
             protocol_writers: 3,
@@ -87,6 +87,8 @@ impl Config {
                 fail_before_pct: 3,
                 fail_after_pct: 3,
                 max_latency_ms: 40,
+                stall_per_mille: 2,
+                stall_ms: STALL_MS,
             },
             forgetful_writers: 1,
             operator: true,
@@ -121,6 +123,10 @@ pub struct RunReport {
     /// Answers held against storage, and readers' generations checked.
     pub claims_checked: usize,
     pub generations_checked: usize,
+    /// Publishes and reads the linearizability check placed in one order.
+    pub events_linearized: usize,
+    /// Config applies whose answers were held against the readers and the end.
+    pub config_applies_checked: usize,
     /// Every check that failed; empty when the run held.
     pub violations: Vec<String>,
     /// The digest of the trace, and its line count: equal for equal seeds and configs.
@@ -153,7 +159,8 @@ impl std::fmt::Display for RunReport {
         write!(
             f,
             "seed {}: {} operations ({} published, {} ended), {} sweeps, {} store requests \
-             ({} failed by the plan), {} answers and {} generations checked, {} simulated s, \
+             ({} failed by the plan), {} answers and {} generations checked, {} events \
+             linearized, {} simulated s, \
              trace {:016x} ({} lines): {}",
             self.seed,
             self.operations,
@@ -164,6 +171,7 @@ impl std::fmt::Display for RunReport {
             self.injected_failures,
             self.claims_checked,
             self.generations_checked,
+            self.events_linearized,
             self.simulated_ms / 1000,
             self.trace_digest,
             self.trace_lines,
@@ -177,16 +185,26 @@ const CUT_PCT: u64 = 4;
 /// How many times a writer sends a step again after an answer whose outcome is unknown.
 const RETRIES: usize = 4;
 /// The lease of a protocol operation, in simulated ms.
-const OPERATION_LEASE_MS: u64 = 3_000;
+pub(crate) const OPERATION_LEASE_MS: u64 = 3_000;
 /// The lease of an in-process commit's intent (the engine's option; 60 s by default).
-const IN_PROCESS_LEASE_MS: i64 = 5_000;
-/// How long the quiet phase waits, once the faults stop, before it sweeps: every lease runs out.
+pub(crate) const IN_PROCESS_LEASE_MS: i64 = 5_000;
+/// The lease of the replicas' object-store gates.
+const GATE_LEASE: Duration = Duration::from_secs(10);
+/// How long the quiet phase waits, once the faults stop, before it sweeps: every lease runs out
+/// (the gates' 10 s among them), with room to spare, since simulated time costs nothing. The
+/// stress mode, in real time, waits only as long as its leases need
+/// ([`crate::stress`]).
 const QUIET_WAIT_MS: u64 = 30_000;
 /// Sweeps per replica in the quiet phase before an unsettled intent is a liveness failure.
 const QUIET_ROUNDS: usize = 6;
+/// The shortest stall of a request (see [`FaultRates`]): past the gates' lease of 10 s and
+/// their clock allowance of 1 s, and past every operation's lease, so that a replica paused in
+/// its sweep resumes after another has taken the dataset over, and a writer paused in a step
+/// resumes after recovery may have ended its operation.
+const STALL_MS: u64 = 11_500;
 
 /// The default policy, compiled once per process: the same component every run loads.
-fn policy() -> PolicyRuntime {
+pub(crate) fn policy() -> PolicyRuntime {
     static POLICY: OnceLock<PolicyRuntime> = OnceLock::new();
     POLICY
         .get_or_init(|| PolicyRuntime::default_policy().expect("the default policy loads"))
@@ -200,7 +218,14 @@ pub fn run(seed: u64, config: &Config) -> RunReport {
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    runtime.block_on(run_on_runtime(seed, config))
+    runtime.block_on(async {
+        let time = SimTime::start();
+        // Installed before any engine is built, and held until the run ends: every id and
+        // wall-clock read of the engine comes from the seed and simulated time.
+        let _ambient = mend::ambient::install(SimAmbient::new(seed, time));
+        let cluster = simulated_cluster(seed, config, time);
+        run_on_runtime(seed, config, cluster).await
+    })
 }
 
 /// One replica: an engine of its own, and its clock's skew.
@@ -210,9 +235,21 @@ pub(crate) struct Replica {
     pub skew_ms: i64,
 }
 
-async fn run_on_runtime(seed: u64, config: &Config) -> RunReport {
-    let time = SimTime::start();
-    let _ambient = mend::ambient::install(SimAmbient::new(seed, time));
+/// What a run's actors work against: the replicas, the store their split objects (and, in a
+/// simulation, their catalog and gates) live in, the run's time and trace, and how long the
+/// quiet phase waits for every lease to run out.
+pub(crate) struct Cluster {
+    pub time: SimTime,
+    pub trace: Trace,
+    /// Its faults stop when the quiet phase starts; its counts go in the report.
+    pub store: SimStore,
+    pub replicas: Vec<Replica>,
+    pub quiet_wait_ms: u64,
+}
+
+/// The simulation's cluster: replicas on the object-store catalog and object-store gates, all
+/// over one simulated store, each clock off by a skew drawn from the seed.
+fn simulated_cluster(seed: u64, config: &Config, time: SimTime) -> Cluster {
     let trace = Trace::new(time, config.keep_trace);
     let store = SimStore::new(
         SimRng::fork(seed, "store"),
@@ -240,7 +277,7 @@ async fn run_on_runtime(seed: u64, config: &Config) -> RunReport {
             let gates = ObjectStoreGates::new(
                 shared.clone(),
                 Path::from("gates"),
-                Duration::from_secs(10),
+                GATE_LEASE,
                 clock.clone(),
             )
             .with_holder(&format!("replica-{index}"));
@@ -259,6 +296,25 @@ async fn run_on_runtime(seed: u64, config: &Config) -> RunReport {
             Replica { engine, skew_ms }
         })
         .collect();
+    Cluster {
+        time,
+        trace,
+        store,
+        replicas,
+        quiet_wait_ms: QUIET_WAIT_MS,
+    }
+}
+
+/// Runs the actors of `seed`'s schedule against `cluster`, then the quiet phase, then the
+/// checks.
+pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster) -> RunReport {
+    let Cluster {
+        time,
+        trace,
+        store,
+        replicas,
+        quiet_wait_ms,
+    } = cluster;
     trace.line(format!(
         "seed {seed}: {} replicas (skews {:?} ms), {} protocol writers, {} committers, {} operations each",
         replicas.len(),
@@ -337,7 +393,7 @@ async fn run_on_runtime(seed: u64, config: &Config) -> RunReport {
     // settle every intent.
     store.stop_faults();
     trace.line("quiet: faults stopped; waiting for every lease to run out".into());
-    tokio::time::sleep(Duration::from_millis(QUIET_WAIT_MS)).await;
+    tokio::time::sleep(Duration::from_millis(quiet_wait_ms)).await;
     let mut unsettled = Vec::new();
     for round in 0..QUIET_ROUNDS {
         for (index, replica) in replicas.iter().enumerate() {
@@ -373,7 +429,7 @@ async fn run_on_runtime(seed: u64, config: &Config) -> RunReport {
             "liveness: {} intents still unsettled {} simulated s after the faults stopped, \
              after {QUIET_ROUNDS} sweeps by each replica: {}",
             unsettled.len(),
-            QUIET_WAIT_MS / 1000,
+            quiet_wait_ms / 1000,
             unsettled.join(", ")
         ));
     }
@@ -392,6 +448,8 @@ async fn run_on_runtime(seed: u64, config: &Config) -> RunReport {
         ended: found.ended,
         claims_checked: found.claims_checked,
         generations_checked: found.generations_checked,
+        events_linearized: found.events_linearized,
+        config_applies_checked: found.config_applies_checked,
         violations: found.violations,
         trace_digest,
         trace_lines,
@@ -434,16 +492,33 @@ fn partition_position(dataset: &mend::model::Dataset, partition: &str) -> Option
         .copied()
 }
 
-/// Reads where `partition` stands, as a writer resuming its exactly-once loop does.
+/// Reads where `partition` stands, as a writer resuming its exactly-once loop does, and
+/// records what it read for the linearizability check.
 async fn read_position(
     engine: &Engine,
     partition: &str,
     rng: &mut SimRng,
+    history: &Mutex<History>,
+    trace: &Trace,
 ) -> Result<Option<u64>, MendError> {
     let mut last = None;
     for _ in 0..=RETRIES {
+        let from_ms = trace.now_ms();
         match engine.dataset(DATASET).await {
-            Ok(dataset) => return Ok(partition_position(&dataset, partition)),
+            Ok(dataset) => {
+                let position = partition_position(&dataset, partition);
+                history
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .positions_read
+                    .push(PositionRead {
+                        partition: partition.to_string(),
+                        position: position.unwrap_or(0),
+                        from_ms,
+                        until_ms: trace.now_ms(),
+                    });
+                return Ok(position);
+            }
             Err(error) => last = Some(error),
         }
         pause(rng, 10, 200).await;
@@ -513,7 +588,7 @@ fn publish_claim(answer: &Result<OperationView, MendError>) -> Claim {
 
 /// Sends `step` until its answer's outcome is known, at most [`RETRIES`] times more, each time
 /// to a replica drawn anew (a client retrying through a load balancer).
-async fn with_retries<T, F, Fut>(
+pub(crate) async fn with_retries<T, F, Fut>(
     replicas: &[Replica],
     rng: &mut SimRng,
     trace: &Trace,
@@ -586,7 +661,7 @@ async fn protocol_writer(
         }
         let operation_id = format!("w{index}-{number}");
         let reader = &replicas[rng.below(replicas.len() as u64) as usize].engine;
-        let from = match read_position(reader, &partition, &mut rng).await {
+        let from = match read_position(reader, &partition, &mut rng, &history, &trace).await {
             Ok(from) => from,
             Err(error) => {
                 trace.line(format!(
@@ -636,13 +711,14 @@ async fn protocol_writer(
                 partition: partition.clone(),
                 from: from.unwrap_or(0),
                 split_ids: splits.clone(),
+                invoked_ms: trace.now_ms(),
                 claims: Vec::new(),
             });
         let claim = |claim: Claim, by: String| {
             history
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .claim(&operation_id, claim, by);
+                .claim(&operation_id, claim, by, trace.now_ms());
         };
         trace.line(format!(
             "{operation_id}: begin from {from:?} with {splits:?}"
@@ -837,7 +913,7 @@ async fn resolve(
         history
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .claim(operation_id, claim, by);
+            .claim(operation_id, claim, by, trace.now_ms());
     };
     for _ in 0..20 {
         let published = send_end(End::Publish, replicas, rng, trace, operation_id).await;
@@ -878,7 +954,7 @@ async fn committer(
         pause(&mut rng, 0, 400).await;
         let engine = &replicas[rng.below(replicas.len() as u64) as usize].engine;
         let label = format!("c{index}-{number}");
-        let from = match read_position(engine, &partition, &mut rng).await {
+        let from = match read_position(engine, &partition, &mut rng, &history, &trace).await {
             Ok(from) => from,
             Err(error) => {
                 trace.line(format!("{label}: cannot read the checkpoint: {error}"));
@@ -909,6 +985,7 @@ async fn committer(
             }),
             publish_token: None,
         };
+        let invoked_ms = trace.now_ms();
         // Sometimes the process dies part way through the commit: its future is dropped at
         // whatever await point it reached, and recovery finds what it left.
         let answer = match rng.chance(CUT_PCT).then(|| rng.between(1, 120)) {
@@ -937,9 +1014,15 @@ async fn committer(
             partition: partition.clone(),
             from: from.unwrap_or(0),
             split_ids,
+            invoked_ms,
             claims: Vec::new(),
         });
-        history.claim(&label, claim, format!("commit answered {answer:?}"));
+        history.claim(
+            &label,
+            claim,
+            format!("commit answered {answer:?}"),
+            trace.now_ms(),
+        );
     }
 }
 
@@ -989,6 +1072,7 @@ async fn sweep_once(index: usize, replica: &Replica, history: &Mutex<History>, t
                         "replica {index}'s sweep: {:?} {:?}",
                         intent.decision, intent.outcome
                     ),
+                    trace.now_ms(),
                 );
             }
             trace.line(format!("replica {index} swept: {settled:?}"));

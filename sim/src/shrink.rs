@@ -41,6 +41,22 @@ fn candidates(config: &Config) -> Vec<Config> {
         faults: FaultRates::NONE,
         ..config.clone()
     });
+    // Only the stalls, or everything but them.
+    push(Config {
+        faults: FaultRates {
+            stall_per_mille: config.faults.stall_per_mille,
+            stall_ms: config.faults.stall_ms,
+            ..FaultRates::NONE
+        },
+        ..config.clone()
+    });
+    push(Config {
+        faults: FaultRates {
+            stall_per_mille: 0,
+            ..config.faults
+        },
+        ..config.clone()
+    });
     push(Config {
         operator: false,
         ..config.clone()

@@ -4,8 +4,10 @@
 //! Before each request it draws from the seed: a latency (simulated ms, so that other tasks run
 //! meanwhile), and, while faults are on, a failure before the effect (nothing written), or a
 //! failure after it (written, yet answered with an error: the outcome is unknown to the
-//! caller, as after a timeout that fired while the request landed). Every request is one line
-//! of the run's trace.
+//! caller, as after a timeout that fired while the request landed), and, rarely, a stall: the
+//! request waits longer than any lease before its effect (a process paused by the host, a
+//! garbage collector or a swap storm, that resumes and carries on as if no time had passed).
+//! Every request is one line of the run's trace.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -36,6 +38,10 @@ pub struct FaultRates {
     pub fail_after_pct: u64,
     /// The longest latency of a request, in simulated ms.
     pub max_latency_ms: u64,
+    /// Per mille of requests that stall before their effect, and for how long at least (a
+    /// stall lasts up to half as long again), in simulated ms.
+    pub stall_per_mille: u64,
+    pub stall_ms: u64,
 }
 
 impl FaultRates {
@@ -44,6 +50,8 @@ impl FaultRates {
         fail_before_pct: 0,
         fail_after_pct: 0,
         max_latency_ms: 0,
+        stall_per_mille: 0,
+        stall_ms: 0,
     };
 }
 
@@ -124,7 +132,11 @@ impl Shared {
             if !self.faults_on.load(Ordering::SeqCst) {
                 (0, Fault::None)
             } else {
-                let latency_ms = rng.below(self.rates.max_latency_ms + 1);
+                let mut latency_ms = rng.below(self.rates.max_latency_ms + 1);
+                // Drawn only when stalls are on, so that a plan without them draws as before.
+                if self.rates.stall_per_mille > 0 && rng.below(1000) < self.rates.stall_per_mille {
+                    latency_ms += rng.between(self.rates.stall_ms, self.rates.stall_ms * 3 / 2);
+                }
                 let roll = rng.below(100);
                 let fault = if roll < self.rates.fail_before_pct {
                     Fault::Before
@@ -142,8 +154,13 @@ impl Shared {
             // Even an instant request lets other tasks run: an await point of the real store.
             tokio::task::yield_now().await;
         }
+        let stalled = if latency_ms > self.rates.max_latency_ms {
+            " (after a stall)"
+        } else {
+            ""
+        };
         let what = match fault {
-            Fault::None => "",
+            Fault::None => stalled,
             Fault::Before => " (fails before)",
             Fault::After => " (lands, then fails)",
         };

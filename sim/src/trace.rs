@@ -48,6 +48,12 @@ impl Trace {
         }
     }
 
+    /// Simulated ms since the run started: when an answer was given or a request sent, for
+    /// the linearizability check.
+    pub fn now_ms(&self) -> u64 {
+        self.time.elapsed_ms()
+    }
+
     /// The digest of every line so far, and how many there were.
     pub fn digest(&self) -> (u64, u64) {
         let lines = self.inner.lock().unwrap_or_else(PoisonError::into_inner);

@@ -306,6 +306,31 @@ impl Harness {
     /// its stage would leave it (or before its publish, once a row is staged for it): written
     /// for dataset incarnation `uid`, with a payload that matches its header unless `damaged`.
     pub async fn plant_orphan(&self, dataset_id: &str, split_id: &str, uid: &str, damaged: bool) {
+        self.plant_object(dataset_id, split_id, uid, "lost-operation", damaged)
+            .await;
+    }
+
+    /// [`plant_orphan`](Self::plant_orphan), whole, its header naming `operation_id`: what an
+    /// upload of that operation leaves when it lands after everything else of it is gone.
+    pub async fn plant_orphan_of(
+        &self,
+        dataset_id: &str,
+        split_id: &str,
+        uid: &str,
+        operation_id: &str,
+    ) {
+        self.plant_object(dataset_id, split_id, uid, operation_id, false)
+            .await;
+    }
+
+    async fn plant_object(
+        &self,
+        dataset_id: &str,
+        split_id: &str,
+        uid: &str,
+        operation_id: &str,
+        damaged: bool,
+    ) {
         use mend::objects::format::{self, HEADER_FORMAT_VERSION, SplitObjectHeader, sha256};
         let payload = format!("payload of {split_id}");
         let header = SplitObjectHeader {
@@ -315,7 +340,7 @@ impl Harness {
             split_id: split_id.into(),
             node: "lost-writer".into(),
             metadata_json: r#"{"num_docs": 7}"#.into(),
-            operation_id: Some("lost-operation".into()),
+            operation_id: Some(operation_id.into()),
             payload_size: payload.len() as u64,
             payload_sha256: sha256(if damaged {
                 b"other bytes"

@@ -207,3 +207,92 @@ schedules! {
     reconcile_crash_schedules_converge_on_postgres: Reconcile, Backend::Postgres;
     reconcile_crash_schedules_converge_on_s3: Reconcile, Backend::S3;
 }
+
+/// mend-sim (config applies under idempotency keys, a write failing before its effect): a
+/// config apply's promotion landed and its intent stayed (its process died before deleting
+/// it, or its answer was lost and its keyed retry answered the recorded promotion), and
+/// another config was promoted after it. Roll-forward recovery no longer sees the promotion
+/// in the dataset's config and used to block on the intent for good ("another config change
+/// was promoted first"), stopping every roll-forward sweep's progress on it until an operator
+/// ran exclusive recovery. The promotion's record says it happened: recovery settles it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_config_apply_whose_intent_stayed_is_settled_after_a_later_promotion() {
+    use mend::engine::Outcome;
+    use mend::faults::{CrashAt, DurableStep};
+    use mend_policy::RecoveryDecision;
+    use std::sync::Arc;
+    const HOUR_MS: i64 = 60 * 60 * 1000;
+    let later = DatasetConfig {
+        staged_grace_period_ms: 456_000,
+        ..DatasetConfig::default()
+    };
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let dataset_id = h.create_dataset("config-left").await;
+        // The crash that comes just before the intent's deletion, found by walking the steps.
+        let mut crashed_before_delete = false;
+        for k in 1..=8 {
+            let crash = Arc::new(CrashAt::new(k, false));
+            let version = h.engine.dataset(&dataset_id).await.unwrap().config_version;
+            let answer = h
+                .engine
+                .with_faults(crash.clone())
+                .apply_config(&dataset_id, version, &new_config(), "operator")
+                .await;
+            if crash.steps().last() == Some(&DurableStep::DeleteIntent) {
+                assert!(answer.is_err(), "{backend}: the crash is reported");
+                crashed_before_delete = true;
+                break;
+            }
+            // An earlier crash: recover it, and try the next step.
+            for mode in MODES {
+                h.engine.recover(&dataset_id, *mode).await.unwrap();
+            }
+            assert!(answer.is_err(), "{backend}: step {k} crashed");
+        }
+        assert!(
+            crashed_before_delete,
+            "{backend}: a crash before DeleteIntent"
+        );
+        let dataset = h.engine.dataset(&dataset_id).await.unwrap();
+        assert_eq!(dataset.config, new_config(), "{backend}: promoted");
+        let left = h.engine.catalog().list_intents(&dataset_id).await.unwrap();
+        assert_eq!(left.len(), 1, "{backend}: its intent stayed");
+
+        h.engine
+            .apply_config(&dataset_id, dataset.config_version, &later, "operator")
+            .await
+            .unwrap();
+        h.set_clock_past_wall_clock(2 * HOUR_MS);
+        let report = h
+            .engine
+            .recover(&dataset_id, RecoveryMode::RollForward)
+            .await
+            .unwrap();
+        assert_eq!(report.intents.len(), 1, "{backend}: {report:?}");
+        assert_eq!(
+            report.intents[0].decision,
+            RecoveryDecision::Stale,
+            "{backend}"
+        );
+        assert_eq!(report.intents[0].outcome, Outcome::Executed, "{backend}");
+        assert!(
+            h.engine
+                .catalog()
+                .list_intents(&dataset_id)
+                .await
+                .unwrap()
+                .is_empty(),
+            "{backend}"
+        );
+        assert_eq!(
+            h.engine.dataset(&dataset_id).await.unwrap().config,
+            later,
+            "{backend}: the later config stands"
+        );
+    }
+    println!(
+        "config apply left promoted: on {} backends, settled as stale by roll-forward after a later promotion",
+        Backend::ALL.len()
+    );
+}

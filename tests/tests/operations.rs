@@ -1364,3 +1364,57 @@ async fn an_abort_of_an_operation_whose_own_publish_landed_answers_published() {
         assert_eq!(published.phase, OperationPhase::Published, "{backend}");
     }
 }
+
+/// mend-sim seed 22 (a store request stalled past every lease): a writer's upload was under
+/// way when recovery abandoned its operation, and landed after gc had collected the row and
+/// the object; reconcile found the object with no row and adopted it, publishing an operation
+/// its writer had been told ended. Reconcile now refuses to adopt an object whose header names
+/// an operation whose end without publishing is recorded, and says why.
+#[tokio::test]
+async fn an_upload_landing_after_its_operation_ended_is_never_adopted() {
+    const HOUR_MS: i64 = 60 * 60 * 1000;
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("late-upload").await;
+        let uid = engine.dataset(&ds).await.unwrap().uid;
+        let bytes = payload("late", 64);
+        engine
+            .begin_operation(&plan(&ds, "op-late", &[("s-late", &bytes)], 10))
+            .await
+            .unwrap();
+        let aborted = engine.abort_operation(&ds, "op-late").await.unwrap();
+        assert_eq!(aborted.phase, OperationPhase::Ended, "{backend}");
+        // The upload lands now, after everything else of its operation is gone; beside it, an
+        // orphan of an operation mend knows nothing of, which reconcile adopts.
+        h.plant_orphan_of(&ds, "s-late", &uid, "op-late").await;
+        h.plant_orphan(&ds, "s-lost", &uid, false).await;
+        h.set_clock_past_wall_clock(2 * HOUR_MS);
+
+        let report = engine.reconcile(&ds, "operator").await.unwrap();
+        assert_eq!(report.adopted, ["s-lost"], "{backend}: {report:?}");
+        assert_eq!(report.refused.len(), 1, "{backend}: {report:?}");
+        let (refused, why) = &report.refused[0];
+        assert_eq!(refused, "s-late", "{backend}");
+        assert!(
+            why.contains("op-late, which ended without publishing"),
+            "{backend}: {why}"
+        );
+        let rows = h.rows(&ds).await;
+        assert!(
+            !rows.iter().any(|row| row.split_id == "s-late"),
+            "{backend}: nothing of the ended operation is visible: {rows:?}"
+        );
+        // The abort's answer stands.
+        let refused = engine.publish_operation(&ds, "op-late").await.unwrap_err();
+        assert!(
+            refused.to_string().contains("has ended without publishing"),
+            "{backend}: {refused}"
+        );
+    }
+    println!(
+        "late upload: on {} backends, the object of an ended operation refused by reconcile, \
+         an unknown one adopted",
+        Backend::ALL.len()
+    );
+}

@@ -208,8 +208,15 @@ impl Engine {
         }
     }
 
-    /// A keyed apply once it holds the config gate: the recorded promotion, else
-    /// `RecoveryRequired` while its operation's intent stands, else the apply.
+    /// A keyed apply once it holds the config gate: `RecoveryRequired` while its operation's
+    /// intent stands, else the recorded promotion, else the apply.
+    ///
+    /// The intent is looked for before the record: recovery promotes an apply's intent (under
+    /// the dataset gate, not this one) and records it in one step, then deletes the intent. So
+    /// an intent gone by the first look has its promotion recorded, if it had one, by the
+    /// second. The other order let a retry read no record, then find the intent deleted by a
+    /// recovery that had just promoted it, and refuse it as stale: an apply answered refused
+    /// whose config was promoted (mend-sim, config applies under keys).
     async fn apply_keyed_holding_gate(
         &self,
         dataset_id: &str,
@@ -218,12 +225,6 @@ impl Engine {
         node: &str,
         idempotency_key: &str,
     ) -> Result<Dataset> {
-        if let Some(promoted) = self
-            .recorded_promotion(dataset_id, expected_config_version, config, idempotency_key)
-            .await?
-        {
-            return Ok(promoted);
-        }
         let operation_id = keyed_operation_id(idempotency_key);
         let in_flight = self
             .catalog
@@ -233,6 +234,12 @@ impl Engine {
             .any(|intent| intent.operation_id == operation_id);
         if in_flight {
             return Err(MendError::RecoveryRequired { operation_id });
+        }
+        if let Some(promoted) = self
+            .recorded_promotion(dataset_id, expected_config_version, config, idempotency_key)
+            .await?
+        {
+            return Ok(promoted);
         }
         match self
             .apply_config_holding_gate(
@@ -338,7 +345,7 @@ fn keyed_operation_id(key: &str) -> String {
 }
 
 /// Where the promotion of config apply `operation_id` is recorded.
-fn promotion_record_key(operation_id: &str) -> String {
+pub(super) fn promotion_record_key(operation_id: &str) -> String {
     format!("op:{operation_id}:promote")
 }
 

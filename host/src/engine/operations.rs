@@ -398,10 +398,8 @@ impl Engine {
         // on a resumed begin as well: an earlier copy of this begin may have written the
         // intent and died before it looked (mend-sim, seed 588).
         if self
-            .catalog
-            .recorded_request(dataset_id, &step_key(&operation_id, "abort"))
+            .ended_without_publishing(dataset_id, &operation_id)
             .await?
-            .is_some()
         {
             self.roll_back_own(&intent).await?;
             return Err(ended(dataset_id, &operation_id));
@@ -1197,6 +1195,20 @@ impl Engine {
         )
         .await
         .map(|_| ())
+    }
+
+    /// Whether the end of `operation_id` without publishing is recorded ([`Engine::record_end`]):
+    /// it was answered ended, and nothing of it may ever become visible.
+    pub(super) async fn ended_without_publishing(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+    ) -> Result<bool> {
+        Ok(self
+            .catalog
+            .recorded_request(dataset_id, &step_key(operation_id, "abort"))
+            .await?
+            .is_some())
     }
 
     /// The record [`Engine::record_end`] writes; a batch of abandonments writes it in its own

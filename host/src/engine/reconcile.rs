@@ -6,7 +6,10 @@
 //! host reads the whole object: its embedded header (dataset uid, node, metadata, payload size
 //! and checksum) and whether the payload matches. The policy decides, per orphan, to adopt
 //! (publish) or discard (mark for deletion) it; the host refuses to adopt an object that is
-//! not whole or belongs to an earlier dataset of the same name (invariant 1), and audits every
+//! not whole or belongs to an earlier dataset of the same name (invariant 1), or one written
+//! by an operation whose end without publishing is recorded (its writer was told it ended: an
+//! upload that lands after its operation was abandoned and collected must not make it
+//! visible; mend-sim found it with a store request stalled past every lease), and audits every
 //! decision.
 //!
 //! Steps, each a durable write through the fault seam:
@@ -68,6 +71,9 @@ pub struct ReconcileReport {
 /// An orphan as read, with what the host needs beyond the policy's view.
 struct ReadOrphan {
     observation: OrphanObject,
+    /// The operation its header names, when that operation's end without publishing is
+    /// recorded.
+    ended_operation: Option<String>,
     size: u64,
     checksum: String,
 }
@@ -155,7 +161,18 @@ impl Engine {
                 report.refused.push((object.split_id.clone(), why));
                 continue;
             }
+            let ended_operation = match &header.operation_id {
+                Some(operation_id)
+                    if self
+                        .ended_without_publishing(dataset_id, operation_id)
+                        .await? =>
+                {
+                    Some(operation_id.clone())
+                }
+                _ => None,
+            };
             orphans.push(ReadOrphan {
+                ended_operation,
                 observation: OrphanObject {
                     split_id: object.split_id.clone(),
                     same_incarnation: header.dataset_uid == dataset.uid,
@@ -186,10 +203,7 @@ impl Engine {
         let (mut accepted, mut adopt, mut discard) = (Vec::new(), Vec::new(), Vec::new());
         for (orphan, decision) in orphans.iter().zip(&decisions) {
             let split_id = &orphan.observation.split_id;
-            match (
-                &decision.action,
-                refusal(&orphan.observation, &decision.action),
-            ) {
+            match (&decision.action, refusal(orphan, &decision.action)) {
                 (_, Some(why)) => {
                     audit.push(self.reconcile_audit(
                         dataset_id,
@@ -456,7 +470,14 @@ impl Engine {
 }
 
 /// Why the host will not act on a decision, if it will not.
-fn refusal(orphan: &OrphanObject, action: &ReconcileAction) -> Option<String> {
+fn refusal(orphan: &ReadOrphan, action: &ReconcileAction) -> Option<String> {
+    if let (ReconcileAction::Adopt, Some(operation_id)) = (action, &orphan.ended_operation) {
+        return Some(format!(
+            "adopting it would publish a split of operation {operation_id}, which ended without \
+             publishing and was answered so; it is left as it is"
+        ));
+    }
+    let orphan = &orphan.observation;
     match action {
         ReconcileAction::Adopt if !orphan.intact => Some(
             "adopting it would publish a split whose object does not match its header (invariant 1)"

@@ -60,6 +60,9 @@ struct Observed {
     payloads_read: Vec<bool>,
     /// The rows of every split an intent touches.
     rows: Vec<ExistingRow>,
+    /// The config applies among the intents whose promotion is recorded: it happened, whatever
+    /// was promoted after it.
+    promotions_recorded: BTreeSet<String>,
 }
 
 /// What an intent needs, as a probe reports it.
@@ -157,7 +160,11 @@ pub struct GatedSweep {
     pub gate_epoch: u64,
     /// When the gate was taken, by the engine's clock.
     pub held_from_ms: TimestampMs,
-    /// When the sweep ended, just before the gate was released.
+    /// When the sweep ended, just before the gate was released; or, when the hold was lost
+    /// part way (its lease ran out before a renewal landed: the process, or its renewal,
+    /// paused past it), when its lease ran out: every durable write of the sweep checks the
+    /// hold before it begins, so none began later (`held_from_ms` itself if it ran out before
+    /// the sweep began: the sweep held nothing).
     pub held_until_ms: TimestampMs,
 }
 
@@ -173,7 +180,21 @@ impl Engine {
             .holding(held.holds())
             .sweep(dataset_id, RecoveryMode::RollForward)
             .await;
-        let held_until_ms = self.now_ms();
+        let ended_ms = self.now_ms();
+        // mend-sim (a store request stalled past the gate's lease): a sweep that lost its
+        // gate part way reported holding it to its end, overlapping the sweep of the replica
+        // that took the gate over.
+        let held_until_ms = match held
+            .guard(&gate)
+            .and_then(|guard| guard.hold().expires_at_ms())
+        {
+            // A lease that ran out before the sweep began (the acquisition itself paused past
+            // it) held nothing: an empty hold.
+            Some(expired_at_ms) if held.check_held().is_err() => {
+                ended_ms.min(expired_at_ms).max(held_from_ms)
+            }
+            _ => ended_ms,
+        };
         // A release that fails still ends the hold (the connection closes or the lease runs
         // out); the sweep's own result is what the caller needs.
         let _ = held.release().await;
@@ -255,6 +276,7 @@ impl Engine {
             objects,
             payloads_read,
             rows,
+            promotions_recorded,
         } = self.observe(dataset_id, mode).await?;
         let now_ms = self.now_ms();
         let progress = &self.options.progress;
@@ -265,7 +287,17 @@ impl Engine {
         let observations: Vec<IntentObservation> = intents
             .iter()
             .zip(objects)
-            .map(|(intent, objects)| observation(intent, objects, &dataset, &states, now_ms))
+            .map(|(intent, objects)| {
+                let promotion_recorded = promotions_recorded.contains(&intent.operation_id);
+                observation(
+                    intent,
+                    objects,
+                    &dataset,
+                    &states,
+                    promotion_recorded,
+                    now_ms,
+                )
+            })
             .collect();
         let input = RecoveryInput {
             dataset_id: dataset_id.to_string(),
@@ -421,9 +453,10 @@ impl Engine {
                         .collect::<Vec<_>>(),
                 )
             };
-            let (objects, rows) = futures::try_join!(
+            let (objects, rows, promotions_recorded) = futures::try_join!(
                 reading_objects,
-                self.states_touched_by(dataset_id, &intents)
+                self.states_touched_by(dataset_id, &intents),
+                self.promotions_recorded(dataset_id, &intents)
             )?;
             progress.end();
             let after = self.catalog.probe_manifest(dataset_id).await?;
@@ -434,6 +467,7 @@ impl Engine {
                     objects,
                     payloads_read,
                     rows,
+                    promotions_recorded,
                 });
             }
             tracing::debug!(
@@ -473,6 +507,34 @@ impl Engine {
                 intent: observation.clone(),
             }),
         }
+    }
+
+    /// The config applies among `intents` whose promotion is recorded. A config apply whose
+    /// promotion landed and whose intent was not deleted (its process died between the two, or
+    /// its answer was lost and its keyed retry answered the record) is settled: once another
+    /// config is promoted after it, the dataset's config no longer shows it, and only the
+    /// record does (mend-sim found such an intent blocking every roll-forward sweep).
+    async fn promotions_recorded(
+        &self,
+        dataset_id: &str,
+        intents: &[Intent],
+    ) -> Result<BTreeSet<String>> {
+        let mut recorded = BTreeSet::new();
+        for intent in intents {
+            if intent.kind == OperationKind::ConfigApply
+                && self
+                    .catalog
+                    .recorded_request(
+                        dataset_id,
+                        &super::config_apply::promotion_record_key(&intent.operation_id),
+                    )
+                    .await?
+                    .is_some()
+            {
+                recorded.insert(intent.operation_id.clone());
+            }
+        }
+        Ok(recorded)
     }
 
     /// The state of every split any of `intents` touches, read by id in batches.
@@ -810,6 +872,7 @@ fn observation(
     objects: Vec<ObjectObservation>,
     dataset: &Dataset,
     states: &HashMap<&str, SplitState>,
+    promotion_recorded: bool,
     now_ms: i64,
 ) -> IntentObservation {
     let effects = &intent.effects;
@@ -877,9 +940,13 @@ fn observation(
         gc_splits: effects.delete.clone(),
         mark_splits: effects.mark.clone(),
         config_at_expected: intent.expected.config_version == Some(dataset.config_version),
-        config_applied: intent.expected.config_version.is_some_and(|expected| {
-            dataset.config_version > expected && effects.config.as_ref() == Some(&dataset.config)
-        }),
+        // The promotion happened: the dataset shows its config at a newer version, or, when
+        // later promotions replaced it, its record says so.
+        config_applied: promotion_recorded
+            || intent.expected.config_version.is_some_and(|expected| {
+                dataset.config_version > expected
+                    && effects.config.as_ref() == Some(&dataset.config)
+            }),
     }
 }
 

@@ -313,6 +313,13 @@ impl Gates for ObjectStoreGates {
             // Registered before looking, so that a release by this instance after the look
             // still ends the pause below.
             let released_here = self.released.notified();
+            // The lease is judged by the time the look began, not the time it ended: a
+            // renewal that landed before the lease ran out is in every listing that begins
+            // after it (plus the allowance), and only those. A look that paused past the
+            // expiry (a stalled read, a paused process) has not seen the renewals made
+            // meanwhile (mend-sim: such a contender took over a gate whose holder had renewed,
+            // and two replicas swept at once).
+            let looked_at = self.clock.now_ms();
             let look = view(&self.store, &dir).await?;
             let free_epoch = match look.newest {
                 None => Some(1),
@@ -325,7 +332,7 @@ impl Gates for ObjectStoreGates {
                         .expires_at_ms
                         .max(newest.renewed_until.unwrap_or(TimestampMs::MIN));
                     let now = self.clock.now_ms();
-                    let free = now >= expires_at_ms.saturating_add(skew_ms)
+                    let free = looked_at >= expires_at_ms.saturating_add(skew_ms)
                         || crate::deliberate_bugs::active(
                             crate::deliberate_bugs::Bug::GateTakeoverBeforeExpiry,
                         );

@@ -370,3 +370,81 @@ fn pause_first_put(store: &HookedStore, suffix: &'static str) -> Arc<Pause> {
     });
     pause
 }
+
+/// mend-sim (a store request stalled past the gate's lease): a contender listed the gate's
+/// files, then its read of the holder's lease stalled; meanwhile the holder renewed. The
+/// contender judged the lease by the time its read ended against what its old listing showed,
+/// found it expired, and took the gate over from a holder whose renewed lease still ran: two
+/// replicas swept at once. A look is judged by the time it began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_that_grew_old_never_takes_over_a_renewed_lease() {
+    let hooked = Arc::new(HookedStore::default());
+    let store: Arc<dyn ObjectStore> = hooked.clone();
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (holder_gates, contender_gates) = (gates(&store, &clock), gates(&store, &clock));
+    let gate = GateName::dataset("logs");
+    let mut holder = holder_gates
+        .acquire_one(&GateSession::with_id("holder"), gate.clone(), PATIENT)
+        .await
+        .unwrap();
+
+    // The contender's first read of epoch 1's lease is held back.
+    let pause = Arc::new(Pause {
+        armed: AtomicBool::new(true),
+        paused: Notify::new(),
+        resume: Notify::new(),
+    });
+    hooked.set_before_get({
+        let pause = Arc::clone(&pause);
+        move |path| {
+            let held = path.as_ref().ends_with("00000000000000000001.json")
+                && pause.armed.swap(false, Ordering::SeqCst);
+            let pause = Arc::clone(&pause);
+            async move {
+                if held {
+                    pause.paused.notify_one();
+                    pause.resume.notified().await;
+                }
+            }
+            .boxed()
+        }
+    });
+    let contender = {
+        let gate = gate.clone();
+        tokio::spawn(async move {
+            contender_gates
+                .acquire_one(&GateSession::with_id("contender"), gate, PATIENT)
+                .await
+        })
+    };
+    pause.paused.notified().await;
+    // While the contender's read stalls, the holder renews; the clock passes the first lease's
+    // end and the allowance, not the renewed one's.
+    clock.set_ms(START_MS + LEASE_MS / 2);
+    holder.renew().await.unwrap();
+    clock.set_ms(START_MS + LEASE_MS + SKEW_MS + 1);
+    pause.resume.notify_one();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !contender.is_finished(),
+        "the contender took over a renewed lease: {:?}",
+        contender.now_or_never()
+    );
+    holder
+        .renew()
+        .await
+        .expect("the holder still holds the gate");
+    assert_eq!(holder.fencing_epoch(), 1);
+
+    // Released, the gate passes to the contender at the next epoch.
+    holder.release().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), contender)
+        .await
+        .expect("the contender takes the released gate")
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.fencing_epoch(), 2);
+    println!(
+        "a stalled look: the renewed holder kept epoch 1; the contender got epoch 2 after its release"
+    );
+}
