@@ -247,17 +247,22 @@ pub(crate) struct Cluster {
     pub quiet_wait_ms: u64,
 }
 
-/// The simulation's cluster: replicas on the object-store catalog and object-store gates, all
-/// over one simulated store, each clock off by a skew drawn from the seed.
-fn simulated_cluster(seed: u64, config: &Config, time: SimTime) -> Cluster {
-    let trace = Trace::new(time, config.keep_trace);
-    let store = SimStore::new(
+/// The run's object store: its faults drawn from `seed` as `config` says.
+pub(crate) fn seeded_store(seed: u64, config: &Config, time: SimTime, trace: &Trace) -> SimStore {
+    SimStore::new(
         SimRng::fork(seed, "store"),
         config.faults,
         time,
         trace.clone(),
         config.keep_trace && config.trace_log_payloads,
-    );
+    )
+}
+
+/// The simulation's cluster: replicas on the object-store catalog and object-store gates, all
+/// over one simulated store, each clock off by a skew drawn from the seed.
+fn simulated_cluster(seed: u64, config: &Config, time: SimTime) -> Cluster {
+    let trace = Trace::new(time, config.keep_trace);
+    let store = seeded_store(seed, config, time, &trace);
     let shared: Arc<dyn ObjectStore> = Arc::new(store.clone());
     let mut setup = SimRng::fork(seed, "setup");
     let replicas: Vec<Replica> = (0..config.replicas.max(1))

@@ -190,13 +190,7 @@ async fn postgres_cluster(
     // On an unpaused runtime, simulated time is real time since the run started.
     let time = SimTime::start();
     let trace = Trace::new(time, config.keep_trace);
-    let store = SimStore::new(
-        SimRng::fork(seed, "store"),
-        config.faults,
-        time,
-        trace.clone(),
-        config.keep_trace && config.trace_log_payloads,
-    );
+    let store = schedule::seeded_store(seed, config, time, &trace);
     let objects: Arc<dyn ObjectStore> = Arc::new(WallClockStamps::new(store.clone(), time));
     let mut setup = SimRng::fork(seed, "setup");
     let mut replicas = Vec::new();
