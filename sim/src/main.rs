@@ -40,6 +40,9 @@ struct Args {
     /// Prints the trace of the run (with --seed).
     #[arg(long)]
     trace: bool,
+    /// Protocol writers that begin without an operation id (0 in the standard schedule).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=3))]
+    unkeyed_writers: u64,
     /// With --trace, also the text of every catalog log version the run puts.
     #[arg(long, requires = "trace")]
     payloads: bool,
@@ -53,7 +56,10 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let config = Config::standard();
+    let config = Config {
+        unkeyed_writers: args.unkeyed_writers as usize,
+        ..Config::standard()
+    };
     if let Some(url) = &args.postgres {
         return stress_schedules(url, &args, &config);
     }

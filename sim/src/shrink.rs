@@ -70,6 +70,10 @@ fn candidates(config: &Config) -> Vec<Config> {
         ..config.clone()
     });
     push(Config {
+        unkeyed_writers: 0,
+        ..config.clone()
+    });
+    push(Config {
         crash_pct: 0,
         ..config.clone()
     });

@@ -19,7 +19,7 @@
 //! - **Split objects stay on the [`SimStore`]** (over object_store's in-memory store), so the
 //!   seed's object faults and latencies still apply, now in real ms. The store stamps objects
 //!   with simulated time, which here starts at [`crate::time::EPOCH_MS`], not at the wall
-//!   clock the engine reads, so [`WallClockStamps`] shifts every timestamp it answers onto the
+//!   clock the engine reads, so `WallClockStamps` shifts every timestamp it answers onto the
 //!   wall clock: the operator's reconcile judges an object's age by it.
 //! - **A database of its own per run**, `mend_stress_<uuid>`, created on the server of the URL
 //!   (whose user needs `CREATEDB`) and dropped when the run passes; a failed run's database is
