@@ -16,11 +16,11 @@
 //!   catalog: its requests reach the server as they are (a writer's request cut off part way
 //!   still drops its future mid-transaction). The quiet phase cannot turn a server's faults
 //!   off anyway.
-//! - **Split objects stay on the [`SimStore`]** (over object_store's in-memory store), so the
+//! - **Split objects stay on the [`SimStore`](crate::store::SimStore)** (over object_store's in-memory store), so the
 //!   seed's object faults and latencies still apply, now in real ms. The store stamps objects
-//!   with simulated time, which here starts at [`crate::time::EPOCH_MS`], not at the wall
-//!   clock the engine reads, so `WallClockStamps` shifts every timestamp it answers onto the
-//!   wall clock: the operator's reconcile judges an object's age by it.
+//!   with the run's time, which here starts at the wall clock (not at
+//!   [`crate::time::EPOCH_MS`]), so that the operator's reconcile, reading the wall clock,
+//!   judges an object's age right.
 //! - **A database of its own per run**, `mend_stress_<uuid>`, created on the server of the URL
 //!   (whose user needs `CREATEDB`) and dropped when the run passes; a failed run's database is
 //!   kept for inspection. Runs against one server are thus independent of each other.
@@ -38,19 +38,13 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use chrono::TimeDelta;
-use futures::stream::{BoxStream, StreamExt};
 use mend::catalog::{PostgresCatalog, PostgresOptions};
 use mend::clock::{Clock, SystemClock};
 use mend::gates::PostgresGates;
 use mend::objects::SplitObjects;
 use mend::{Engine, EngineOptions, MendError};
+use object_store::ObjectStore;
 use object_store::path::Path;
-use object_store::{
-    GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgPool};
 
@@ -58,7 +52,6 @@ use crate::rng::SimRng;
 use crate::schedule::{
     self, Cluster, Config, IN_PROCESS_LEASE_MS, OPERATION_LEASE_MS, Replica, RunReport,
 };
-use crate::store::SimStore;
 use crate::time::SimTime;
 use crate::trace::Trace;
 
@@ -179,7 +172,7 @@ async fn run_on_runtime(
 }
 
 /// The replicas of a stress run: each an engine with a Postgres catalog and Postgres gates of
-/// its own, its split objects on one shared [`SimStore`], its clock the wall clock off by a
+/// its own, its split objects on one shared [`SimStore`](crate::store::SimStore), its clock the wall clock off by a
 /// skew drawn from the seed (as in a simulation).
 async fn postgres_cluster(
     url: &str,
@@ -188,10 +181,10 @@ async fn postgres_cluster(
     config: &Config,
 ) -> Result<Cluster, MendError> {
     // On an unpaused runtime, simulated time is real time since the run started.
-    let time = SimTime::start();
+    let time = SimTime::start_at(SystemClock.now_ms());
     let trace = Trace::new(time, config.keep_trace);
     let store = schedule::seeded_store(seed, config, time, &trace);
-    let objects: Arc<dyn ObjectStore> = Arc::new(WallClockStamps::new(store.clone(), time));
+    let objects: Arc<dyn ObjectStore> = Arc::new(store.clone());
     let mut setup = SimRng::fork(seed, "setup");
     let mut replicas = Vec::new();
     for index in 0..config.replicas.max(1) {
@@ -321,93 +314,4 @@ async fn run_statement(url: &str, statement: &str) -> Result<(), MendError> {
             error,
         )
     })
-}
-
-/// The [`SimStore`] with every timestamp it answers moved from simulated time onto the wall
-/// clock (see the module doc); requests pass through unchanged, faults and all.
-#[derive(Debug)]
-struct WallClockStamps {
-    inner: SimStore,
-    /// The wall clock minus simulated time: constant, since both advance in real time here.
-    offset: TimeDelta,
-}
-
-impl WallClockStamps {
-    fn new(inner: SimStore, time: SimTime) -> Self {
-        Self {
-            inner,
-            offset: TimeDelta::milliseconds(SystemClock.now_ms() - time.now_ms()),
-        }
-    }
-
-    fn restamp(offset: TimeDelta, mut meta: ObjectMeta) -> ObjectMeta {
-        meta.last_modified += offset;
-        meta
-    }
-}
-
-impl fmt::Display for WallClockStamps {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "WallClockStamps({})", self.inner)
-    }
-}
-
-#[async_trait]
-impl ObjectStore for WallClockStamps {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        let mut got = self.inner.get_opts(location, options).await?;
-        got.meta = Self::restamp(self.offset, got.meta);
-        Ok(got)
-    }
-
-    async fn delete(&self, location: &Path) -> object_store::Result<()> {
-        self.inner.delete(location).await
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        let offset = self.offset;
-        self.inner
-            .list(prefix)
-            .map(move |meta| meta.map(|meta| Self::restamp(offset, meta)))
-            .boxed()
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        let mut listed = self.inner.list_with_delimiter(prefix).await?;
-        listed.objects = listed
-            .objects
-            .into_iter()
-            .map(|meta| Self::restamp(self.offset, meta))
-            .collect();
-        Ok(listed)
-    }
-
-    async fn copy(&self, from: &Path, to: &Path) -> object_store::Result<()> {
-        self.inner.copy(from, to).await
-    }
-
-    async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> object_store::Result<()> {
-        self.inner.copy_if_not_exists(from, to).await
-    }
 }

@@ -18,24 +18,32 @@ use crate::rng::SimRng;
 /// moment, so that a run's ids and timestamps replay bit for bit.
 pub const EPOCH_MS: i64 = 1_796_083_200_000;
 
-/// The simulation's time: [`EPOCH_MS`] plus what the paused tokio clock has advanced since the
-/// run started.
+/// The simulation's time: where it starts ([`EPOCH_MS`] in a simulation) plus what the tokio
+/// clock has advanced since the run started.
 #[derive(Debug, Clone, Copy)]
 pub struct SimTime {
     started: Instant,
+    epoch_ms: i64,
 }
 
 impl SimTime {
-    /// Starts counting now (on the run's runtime).
+    /// Starts counting now (on the run's runtime), from [`EPOCH_MS`].
     pub fn start() -> Self {
+        Self::start_at(EPOCH_MS)
+    }
+
+    /// Starts counting now, from `epoch_ms`: a stress run, in real time, starts at the wall
+    /// clock, so that the store's stamps and the engine's clock agree.
+    pub fn start_at(epoch_ms: i64) -> Self {
         Self {
+            epoch_ms,
             started: Instant::now(),
         }
     }
 
     /// Simulated ms since the Unix epoch.
     pub fn now_ms(&self) -> i64 {
-        EPOCH_MS + i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX)
+        self.epoch_ms + i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX)
     }
 
     /// Simulated ms since the run started.
