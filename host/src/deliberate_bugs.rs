@@ -25,16 +25,21 @@ pub enum Bug {
     /// answers' moments shows it: every generation it serves is still a state the catalog
     /// was in).
     RefreshAnswersUnchangedWithoutProbing,
+    /// A policy swap or rollback sent again under its idempotency key does not look for the
+    /// record its first copy wrote: a rollback whose answer was lost rolls back twice, a swap
+    /// is refused as "already the active policy" although it was made.
+    PolicyRetryIgnoresRecord,
 }
 
 impl Bug {
     /// Every deliberate bug.
-    pub const ALL: [Bug; 5] = [
+    pub const ALL: [Bug; 6] = [
         Bug::AbortWithoutConditionalWrite,
         Bug::ConfirmIgnoresPhase,
         Bug::GateTakeoverBeforeExpiry,
         Bug::PublishRetryIgnoresRecord,
         Bug::RefreshAnswersUnchangedWithoutProbing,
+        Bug::PolicyRetryIgnoresRecord,
     ];
 }
 

@@ -242,11 +242,12 @@ pub async fn serve(
 
 /// Keeps the active policy current, every interval.
 async fn watch_deployment(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
-    let mut followed: Option<u64> = None;
     // Each problem is logged when it starts, not again every interval while it lasts.
     let mut last_registry_error = None;
     loop {
-        let followed_now = follow_registry(&shared, &mut followed)
+        let followed_now = shared
+            .engine
+            .follow_policy_registry(&shared.registry, &shared.options.load)
             .await
             .err()
             .map(|error| error.to_string());
@@ -262,28 +263,4 @@ async fn watch_deployment(shared: Arc<Shared>, mut stopped: watch::Receiver<bool
             _ = stopped.changed() => return,
         }
     }
-}
-
-/// Installs the registry's active policy when another process changed it.
-async fn follow_registry(shared: &Shared, followed: &mut Option<u64>) -> Result<()> {
-    let Some(record) = shared.registry.active().await? else {
-        return Ok(());
-    };
-    if *followed == Some(record.version) {
-        return Ok(());
-    }
-    if shared.engine.policy().digest() != record.digest {
-        let bytes = shared.registry.component(&record.digest).await?;
-        let policy = mend::runtime::PolicyRuntime::load_with(&bytes, &shared.options.load)?;
-        shared.engine.check_policy(&policy)?;
-        shared.engine.install_policy(policy);
-        tracing::info!(
-            digest = %record.digest,
-            registry_version = record.version,
-            change = %record.change,
-            "now running the registry's active policy"
-        );
-    }
-    *followed = Some(record.version);
-    Ok(())
 }

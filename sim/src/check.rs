@@ -14,12 +14,17 @@
 //! - **Linearizable.** One order of every publish and every read fits the moments they were
 //!   requested and answered ([`crate::linearize`]).
 //! - **One sweep at a time.** No two replicas' gated sweeps of the dataset overlap in
-//!   simulated time.
+//!   simulated time, while their clocks are within the gates' allowance (beyond it, the gates
+//!   promise nothing and every other check must hold regardless: [`overlapping_sweeps`]).
+//! - **Policy changes.** Every swap's and rollback's answer is the registry's record, every
+//!   replica runs only newer records, and all run the newest once faults stop
+//!   ([`policy_changes`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use mend::Engine;
 use mend::model::{DatasetConfig, ListQuery, SplitState};
+use mend::runtime::registry::ActiveRecord;
 
 use crate::schedule::{DATASET, SOURCE};
 
@@ -123,6 +128,38 @@ pub enum ConfigOutcome {
     Unknown,
 }
 
+/// A policy swap or rollback the operator sent under an idempotency key.
+#[derive(Debug, Clone)]
+pub struct PolicyChangeRecord {
+    pub key: String,
+    /// The digest a swap asked for; `None` for a rollback.
+    pub swap_to: Option<String>,
+    pub outcome: PolicyOutcome,
+    /// When it was first sent, and when its answer came, in simulated ms.
+    pub invoked_ms: u64,
+    pub answered_ms: u64,
+}
+
+/// What a policy change was answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyOutcome {
+    /// Made: the registry's record `version` names `digest`.
+    Changed { version: u64, digest: String },
+    /// Refused, and certainly not applied (already the active policy, nothing to roll back).
+    Refused { error: String },
+    /// Never known: the run ended while it was in doubt.
+    Unknown,
+}
+
+/// Which policy a replica ran after following the registry: the registry record it installed
+/// last (if any) and the running policy's digest.
+#[derive(Debug, Clone)]
+pub struct PolicyRun {
+    pub replica: usize,
+    pub registry_version: Option<u64>,
+    pub digest: String,
+}
+
 /// Everything the actors were told and saw.
 #[derive(Debug, Clone, Default)]
 pub struct History {
@@ -135,6 +172,10 @@ pub struct History {
     pub positions_read: Vec<PositionRead>,
     /// Every config apply the operator sent, and what it was answered.
     pub config_applies: Vec<ConfigApplyRecord>,
+    /// Every policy change the operator sent, and what it was answered.
+    pub policy_changes: Vec<PolicyChangeRecord>,
+    /// Which policy each replica ran after each time it followed the registry.
+    pub policy_runs: Vec<PolicyRun>,
     /// What an actor found wrong while the run went on (a mid-run verify, a read-only handle
     /// that swept).
     pub violations: Vec<String>,
@@ -168,7 +209,201 @@ pub struct Found {
     pub events_linearized: usize,
     /// Config applies whose answers were held against the readers and the end.
     pub config_applies_checked: usize,
+    /// Policy changes whose answers were held against the registry, and replicas' runs of a
+    /// policy held against its records.
+    pub policy_changes_checked: usize,
+    pub policy_runs_checked: usize,
     pub violations: Vec<String>,
+}
+
+/// Holds the policy changes' answers and the replicas' runs against the registry's
+/// `records` (oldest first), and, at the end, each replica's policy (`running`, by replica)
+/// against the newest record:
+///
+/// - the records are a chain: record `n` is version `n`, names the digest of `n - 1` as the
+///   one it replaced, and a rollback's record restores the digest `n - 1` replaced;
+/// - a key is in at most one record (a retry never changes the policy twice);
+/// - a change answered made at version `n` is record `n`, under its key, with the digest it
+///   asked for; one refused is in no record; and one answered after another was sent is
+///   recorded after it;
+/// - each replica's runs only move to newer records, each running its record's digest;
+/// - once the faults stopped and every replica followed, every one runs the newest record's
+///   policy (the default, with no record).
+pub fn policy_changes(
+    history: &History,
+    records: &[ActiveRecord],
+    running: &[String],
+    default_digest: &str,
+    found: &mut Found,
+) {
+    for (index, record) in records.iter().enumerate() {
+        if record.version != index as u64 {
+            found.violations.push(format!(
+                "policy registry: record {index} says it is version {}",
+                record.version
+            ));
+        }
+        if index > 0 {
+            let before = &records[index - 1];
+            if record.previous.as_deref() != Some(before.digest.as_str()) {
+                found.violations.push(format!(
+                    "policy registry: record {index} says it replaced {:?}, but record {} was {}",
+                    record.previous,
+                    index - 1,
+                    before.digest
+                ));
+            }
+            if record.change == "rollback" && before.previous.as_deref() != Some(&record.digest) {
+                found.violations.push(format!(
+                    "policy registry: rollback record {index} restored {}, but record {} had \
+                     replaced {:?}",
+                    record.digest,
+                    index - 1,
+                    before.previous
+                ));
+            }
+        }
+    }
+    let mut by_key: BTreeMap<&str, u64> = BTreeMap::new();
+    for record in records {
+        if let Some(recorded) = &record.recorded
+            && let Some(other) = by_key.insert(&recorded.key, record.version)
+        {
+            found.violations.push(format!(
+                "policy registry: key {} made records {other} and {}: a retry changed the \
+                 policy again",
+                recorded.key, record.version
+            ));
+        }
+    }
+    let mut answered: Vec<(&str, u64, u64, u64)> = Vec::new();
+    let mut made: BTreeMap<&str, u64> = BTreeMap::new();
+    for change in &history.policy_changes {
+        found.policy_changes_checked += 1;
+        let key = change.key.as_str();
+        match &change.outcome {
+            PolicyOutcome::Changed { version, digest } => {
+                let record = records.get(*version as usize);
+                let holds = record.is_some_and(|record| {
+                    record.digest == *digest
+                        && record.recorded.as_ref().is_some_and(|r| r.key == key)
+                }) && change.swap_to.as_ref().is_none_or(|asked| asked == digest);
+                if !holds {
+                    found.violations.push(format!(
+                        "false answer: policy change {key} (swap to {:?}) was answered made at \
+                         registry version {version} with {digest}, but that record is {record:?}",
+                        change.swap_to
+                    ));
+                }
+                answered.push((key, change.invoked_ms, change.answered_ms, *version));
+                if let Some(other) = made.insert(key, *version)
+                    && other != *version
+                {
+                    found.violations.push(format!(
+                        "false answer: policy change {key} was answered made at registry \
+                         version {other}, and sent again, at version {version}"
+                    ));
+                }
+            }
+            PolicyOutcome::Refused { error } => {
+                if let Some(version) = by_key.get(key) {
+                    found.violations.push(format!(
+                        "false answer: policy change {key} was refused ({error}), yet made \
+                         registry record {version}"
+                    ));
+                }
+            }
+            PolicyOutcome::Unknown => {}
+        }
+    }
+    // A copy of a change sent again answers the record of its first: it is the same change.
+    for (key, invoked, _, version) in &answered {
+        for (earlier_key, _, earlier_answered, earlier) in &answered {
+            if earlier_key != key && earlier_answered < invoked && earlier >= version {
+                found.violations.push(format!(
+                    "policy registry: a change answered at {earlier_answered} ms made version \
+                     {earlier}, and one sent after it, at {invoked} ms, made version {version}"
+                ));
+            }
+        }
+    }
+    let mut last: BTreeMap<usize, u64> = BTreeMap::new();
+    for run in &history.policy_runs {
+        found.policy_runs_checked += 1;
+        let Some(version) = run.registry_version else {
+            if last.contains_key(&run.replica) {
+                found.violations.push(format!(
+                    "replica {} forgot the registry record it runs",
+                    run.replica
+                ));
+            }
+            continue;
+        };
+        if let Some(before) = last.insert(run.replica, version)
+            && before > version
+        {
+            found.violations.push(format!(
+                "replica {} went back from the policy of registry record {before} to record \
+                 {version}'s",
+                run.replica
+            ));
+        }
+        match records.get(version as usize) {
+            Some(record) if record.digest == run.digest => {}
+            record => found.violations.push(format!(
+                "replica {} runs {} as registry record {version}, which is {record:?}",
+                run.replica, run.digest
+            )),
+        }
+    }
+    let newest = records
+        .last()
+        .map_or(default_digest, |record| &record.digest);
+    for (replica, digest) in running.iter().enumerate() {
+        if digest != newest {
+            found.violations.push(format!(
+                "liveness: replica {replica} runs {digest} after the faults stopped, but the \
+                 registry's active policy is {newest}"
+            ));
+        }
+    }
+}
+
+/// Every pair of gated sweeps of two replicas that overlapped in simulated time: none while
+/// the replicas' clocks are within the gates' allowance.
+pub fn overlapping_sweeps(history: &History) -> Vec<String> {
+    let mut overlaps = Vec::new();
+    // A sweep whose hold ran out before it began held nothing (it wrote nothing either: every
+    // durable write checks the hold first).
+    let mut sweeps: Vec<SweepRecord> = history
+        .sweeps
+        .iter()
+        .filter(|sweep| sweep.until_ms > sweep.from_ms)
+        .cloned()
+        .collect();
+    sweeps.sort_by_key(|sweep| (sweep.from_ms, sweep.until_ms));
+    for (index, earlier) in sweeps.iter().enumerate() {
+        for later in &sweeps[index + 1..] {
+            if later.from_ms >= earlier.until_ms {
+                break;
+            }
+            if later.replica != earlier.replica {
+                overlaps.push(format!(
+                    "two sweeps at once: replica {} ({}..{} ms, gate epoch {}) and replica {} \
+                     ({}..{} ms, gate epoch {})",
+                    earlier.replica,
+                    earlier.from_ms,
+                    earlier.until_ms,
+                    earlier.gate_epoch,
+                    later.replica,
+                    later.from_ms,
+                    later.until_ms,
+                    later.gate_epoch
+                ));
+            }
+        }
+    }
+    overlaps
 }
 
 /// Holds `history` against the dataset as `engine` reads it now.
@@ -289,36 +524,6 @@ pub async fn against_storage(engine: &Engine, history: &History) -> Found {
             .push(format!("verify could not run: {error}")),
     }
 
-    // A sweep whose hold ran out before it began held nothing (it wrote nothing either: every
-    // durable write checks the hold first).
-    let mut sweeps: Vec<SweepRecord> = history
-        .sweeps
-        .iter()
-        .filter(|sweep| sweep.until_ms > sweep.from_ms)
-        .cloned()
-        .collect();
-    sweeps.sort_by_key(|sweep| (sweep.from_ms, sweep.until_ms));
-    for (index, earlier) in sweeps.iter().enumerate() {
-        for later in &sweeps[index + 1..] {
-            if later.from_ms >= earlier.until_ms {
-                break;
-            }
-            if later.replica != earlier.replica {
-                found.violations.push(format!(
-                    "two sweeps at once: replica {} ({}..{} ms, gate epoch {}) and replica {} \
-                     ({}..{} ms, gate epoch {})",
-                    earlier.replica,
-                    earlier.from_ms,
-                    earlier.until_ms,
-                    earlier.gate_epoch,
-                    later.replica,
-                    later.from_ms,
-                    later.until_ms,
-                    later.gate_epoch
-                ));
-            }
-        }
-    }
     found
 }
 

@@ -1,6 +1,7 @@
 //! mend's deterministic simulator: the whole engine (the object-store catalog over a simulated
-//! in-memory store, the real default policy component in wasmtime, object-store gates, the
-//! operation protocol, in-process commits, replicas' supervisors) on one thread, where one
+//! in-memory store, the real default and cautious policy components in wasmtime, object-store
+//! gates, the operation protocol, in-process commits, replicas' supervisors following the
+//! policy registry) on one thread, where one
 //! `u64` seed decides every interleaving, clock read, id, latency and fault.
 //!
 //! - [`schedule`] builds a run and its actors, and runs it;
@@ -9,7 +10,9 @@
 //! - [`time`] is simulated time: the paused clock of a current-thread tokio runtime, and the
 //!   engine's ambient inputs ([`mend::ambient`]) drawn from the seed;
 //! - `operator` holds the actors beside the writers and supervisors: the operator (gc,
-//!   reconcile, verify, exclusive recovery) and the readers (read-only live handles);
+//!   reconcile, verify, config applies, exclusive recovery) and the readers (read-only live
+//!   handles); `policy` the operator's policy swaps and rollbacks, and the replicas following
+//!   the registry;
 //! - [`check`] holds every answer of a run against what storage says at its end, and
 //!   [`linearize`] the acknowledged history against a sequential model of the catalog;
 //! - [`shrink`] finds a smaller schedule that still fails;
@@ -22,6 +25,7 @@
 pub mod check;
 pub mod linearize;
 mod operator;
+mod policy;
 pub mod rng;
 pub mod schedule;
 pub mod shrink;

@@ -85,11 +85,16 @@ fn main() -> ExitCode {
     let mut seeds = Seeds::new(&args, 100);
     let started = Instant::now();
     let (mut runs, mut operations, mut claims) = (0u64, 0u64, 0u64);
+    let (mut beyond, mut overlapped) = (0u64, 0u64);
     while let Some(seed) = seeds.next_seed() {
         let report = run(seed, &config);
         runs += 1;
         operations += report.operations as u64;
         claims += report.claims_checked as u64;
+        if report.clocks_beyond_allowance {
+            beyond += 1;
+            overlapped += report.sweeps_overlapped as u64;
+        }
         if !report.passed() {
             println!("{report}");
             return fail(&report, &config);
@@ -97,7 +102,9 @@ fn main() -> ExitCode {
     }
     let seconds = started.elapsed().as_secs_f64();
     println!(
-        "mend-sim: {runs} schedules passed ({operations} operations, {claims} answers checked) in {seconds:.1} s: {:.0} schedules/s",
+        "mend-sim: {runs} schedules passed ({operations} operations, {claims} answers checked; \
+         {beyond} with a clock beyond the gates' allowance, {overlapped} overlapping sweeps in \
+         them) in {seconds:.1} s: {:.0} schedules/s",
         runs as f64 / seconds.max(1e-9)
     );
     ExitCode::SUCCESS

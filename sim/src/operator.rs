@@ -13,13 +13,14 @@ use mend::live::{HandleMode, LiveHandle, Refresh};
 use mend::model::DatasetConfig;
 use mend_policy::RecoveryMode;
 
-use crate::check::{ConfigApplyRecord, ConfigOutcome, GenerationRead, History};
+use crate::check::{ConfigApplyRecord, ConfigOutcome, GenerationRead, History, PolicyOutcome};
 use crate::rng::SimRng;
 use crate::schedule::{DATASET, Replica, pause, sweep_claim, with_retries};
 use crate::trace::Trace;
 
-/// The operator: every 0.5 to 3 simulated s, one of gc (35%), reconcile (20%), verify (15%),
-/// a config apply (15%) or exclusive recovery (15%), through a replica drawn each time. Exclusive recovery's
+/// The operator: every 0.5 to 3 simulated s, one of gc (30%), reconcile (18%), verify (12%),
+/// a config apply (15%), a policy swap or rollback (12%, [`crate::policy`]) or exclusive
+/// recovery (13%), through a replica drawn each time. Exclusive recovery's
 /// answers are claims as a sweep's are: rolled forward is published, rolled back or abandoned
 /// is ended. A verify that finds an invariant broken mid-run is a violation: the invariants
 /// hold at every moment, not only at the end.
@@ -31,26 +32,27 @@ pub(crate) async fn operator(
     trace: Trace,
 ) {
     let (mut applies, mut in_doubt) = (0, None);
+    let (mut changes, mut change_in_doubt) = (0, None);
     while !stop.load(Ordering::SeqCst) {
         pause(&mut rng, 500, 3_000).await;
         let replica = &replicas[rng.below(replicas.len() as u64) as usize];
         let engine = &replica.engine;
         match rng.below(100) {
-            0..35 => match engine.gc(DATASET, "operator").await {
+            0..30 => match engine.gc(DATASET, "operator").await {
                 Ok(result) => trace.line(format!(
                     "operator: gc marked {:?}, deleted {:?}",
                     result.marked, result.deleted
                 )),
                 Err(error) => trace.line(format!("operator: gc: {error}")),
             },
-            35..55 => match engine.reconcile(DATASET, "operator").await {
+            30..48 => match engine.reconcile(DATASET, "operator").await {
                 Ok(report) => trace.line(format!(
                     "operator: reconcile adopted {:?}, discarded {:?}, left to others {:?}, refused {:?}",
                     report.adopted, report.discarded, report.taken_by_others, report.refused
                 )),
                 Err(error) => trace.line(format!("operator: reconcile: {error}")),
             },
-            55..70 => match engine.verify(DATASET).await {
+            48..60 => match engine.verify(DATASET).await {
                 Ok(report) => {
                     trace.line(format!(
                         "operator: verify found {} violations",
@@ -65,7 +67,7 @@ pub(crate) async fn operator(
                 }
                 Err(error) => trace.line(format!("operator: verify: {error}")),
             },
-            70..85 => {
+            60..75 => {
                 if in_doubt.is_none() {
                     applies += 1;
                 }
@@ -79,11 +81,29 @@ pub(crate) async fn operator(
                 )
                 .await;
             }
+            75..87 => {
+                if change_in_doubt.is_none() {
+                    changes += 1;
+                }
+                change_in_doubt = crate::policy::change_policy(
+                    changes,
+                    change_in_doubt.take(),
+                    &replicas,
+                    &mut rng,
+                    &history,
+                    &trace,
+                )
+                .await;
+            }
             _ => exclusive_recovery(engine, &history, &trace).await,
         }
     }
     if let Some(apply) = in_doubt {
         record_config_apply(apply, ConfigOutcome::Unknown, &history);
+    }
+    if let Some(change) = change_in_doubt {
+        let now = trace.now_ms();
+        crate::policy::record_change(&change, PolicyOutcome::Unknown, now, &trace, &history);
     }
 }
 

@@ -24,6 +24,7 @@ use mend::model::{CheckpointDelta, DatasetConfig, PartitionDelta};
 use mend::objects::SplitObjects;
 use mend::objects::format::sha256;
 use mend::runtime::PolicyRuntime;
+use mend::runtime::registry::PolicyRegistry;
 use mend::{Engine, EngineOptions, MendError};
 use mend_policy::RecoveryDecision;
 use object_store::ObjectStore;
@@ -70,6 +71,10 @@ pub struct Config {
     /// Replicas' clocks are off by up to this much, either way (within the gates' allowance
     /// of 1 s unless a run asks for more).
     pub max_skew_ms: i64,
+    /// Percent of runs in which the first replica's clock is off by 1.5 to 4 s instead, beyond
+    /// the gates' allowance: two replicas may then sweep at once (the gates promise nothing
+    /// there, and the run counts the overlaps), and every other check must hold regardless.
+    pub beyond_allowance_pct: u64,
     /// Keep the trace's lines (a replay, a failure) rather than only its digest.
     pub keep_trace: bool,
     /// Trace the text of every catalog log version put (with `keep_trace`).
@@ -80,7 +85,8 @@ impl Config {
     /// The schedule `scripts/test` and the bench run: 3 protocol writers (one forgetful) and 2
     /// committers of 10 operations each (50 operations, plus the supervisors' sweeps), 2
     /// replicas, an operator, a reader, a store that fails 3% of requests before and 3% of
-    /// writes after their effect, and stalls 2 in 1000 past every lease.
+    /// writes after their effect, and stalls 2 in 1000 past every lease; one run in ten with a
+    /// replica's clock beyond the gates' allowance.
     pub fn standard() -> Self {
         Self {
             protocol_writers: 3,
@@ -103,6 +109,7 @@ impl Config {
             readers: 1,
             crash_pct: 10,
             max_skew_ms: 400,
+            beyond_allowance_pct: 10,
             keep_trace: false,
             trace_log_payloads: false,
         }
@@ -135,6 +142,16 @@ pub struct RunReport {
     pub events_linearized: usize,
     /// Config applies whose answers were held against the readers and the end.
     pub config_applies_checked: usize,
+    /// Policy changes whose answers, and replicas' runs of a policy, were held against the
+    /// registry.
+    pub policy_changes_checked: usize,
+    pub policy_runs_checked: usize,
+    /// Protocol requests that reached a replica a second time, later (one in twenty).
+    pub late_copies: usize,
+    /// Whether a replica's clock was off by more than the gates' allowance, and how many
+    /// pairs of sweeps overlapped then (a violation otherwise).
+    pub clocks_beyond_allowance: bool,
+    pub sweeps_overlapped: usize,
     /// Every check that failed; empty when the run held.
     pub violations: Vec<String>,
     /// The digest of the trace, and its line count: equal for equal seeds and configs.
@@ -168,7 +185,7 @@ impl std::fmt::Display for RunReport {
             f,
             "seed {}: {} operations ({} published, {} ended), {} sweeps, {} store requests \
              ({} failed by the plan), {} answers and {} generations checked, {} events \
-             linearized, {} simulated s, \
+             linearized, {} policy changes checked, {}{} simulated s, \
              trace {:016x} ({} lines): {}",
             self.seed,
             self.operations,
@@ -180,6 +197,15 @@ impl std::fmt::Display for RunReport {
             self.claims_checked,
             self.generations_checked,
             self.events_linearized,
+            self.policy_changes_checked,
+            if self.clocks_beyond_allowance {
+                format!(
+                    "a clock beyond the gates' allowance ({} pairs of sweeps overlapped), ",
+                    self.sweeps_overlapped
+                )
+            } else {
+                String::new()
+            },
             self.simulated_ms / 1000,
             self.trace_digest,
             self.trace_lines,
@@ -241,6 +267,9 @@ pub fn run(seed: u64, config: &Config) -> RunReport {
 pub(crate) struct Replica {
     pub engine: Engine,
     pub skew_ms: i64,
+    /// The deployment's policy registry, beside the split objects: the same for every
+    /// replica.
+    pub registry: PolicyRegistry,
 }
 
 /// What a run's actors work against: the replicas, the store their split objects (and, in a
@@ -253,6 +282,8 @@ pub(crate) struct Cluster {
     pub store: SimStore,
     pub replicas: Vec<Replica>,
     pub quiet_wait_ms: u64,
+    /// A replica's clock is off by more than the gates' allowance: sweeps may overlap.
+    pub clocks_beyond_allowance: bool,
 }
 
 /// The run's object store: its faults drawn from `seed` as `config` says.
@@ -273,10 +304,15 @@ fn simulated_cluster(seed: u64, config: &Config, time: SimTime) -> Cluster {
     let store = seeded_store(seed, config, time, &trace);
     let shared: Arc<dyn ObjectStore> = Arc::new(store.clone());
     let mut setup = SimRng::fork(seed, "setup");
+    let beyond_allowance = setup.chance(config.beyond_allowance_pct);
     let replicas: Vec<Replica> = (0..config.replicas.max(1))
         .map(|index| {
-            let skew_ms =
+            let mut skew_ms =
                 setup.below(2 * config.max_skew_ms.max(0) as u64 + 1) as i64 - config.max_skew_ms;
+            if beyond_allowance && index == 0 {
+                let beyond = setup.between(1_500, 4_000) as i64;
+                skew_ms = if setup.chance(50) { beyond } else { -beyond };
+            }
             let clock = Arc::new(SkewedClock { time, skew_ms });
             let catalog = ObjectStoreCatalog::new(
                 shared.clone(),
@@ -306,7 +342,11 @@ fn simulated_cluster(seed: u64, config: &Config, time: SimTime) -> Cluster {
             )
             .expect("the engine starts")
             .with_gates(Arc::new(gates));
-            Replica { engine, skew_ms }
+            Replica {
+                engine,
+                skew_ms,
+                registry: PolicyRegistry::new(shared.clone(), Path::default()),
+            }
         })
         .collect();
     Cluster {
@@ -315,6 +355,7 @@ fn simulated_cluster(seed: u64, config: &Config, time: SimTime) -> Cluster {
         store,
         replicas,
         quiet_wait_ms: QUIET_WAIT_MS,
+        clocks_beyond_allowance: beyond_allowance,
     }
 }
 
@@ -327,6 +368,7 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
         store,
         replicas,
         quiet_wait_ms,
+        clocks_beyond_allowance,
     } = cluster;
     trace.line(format!(
         "seed {seed}: {} replicas (skews {:?} ms), {} protocol writers, {} committers, {} operations each",
@@ -353,6 +395,7 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
         )));
     }
     let mut writers = Vec::new();
+    let echoes = Echoes::default();
     for index in 0..config.protocol_writers {
         writers.push(tokio::spawn(protocol_writer(
             index,
@@ -361,6 +404,7 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
             config.clone(),
             history.clone(),
             trace.clone(),
+            echoes.clone(),
         )));
     }
     for index in 0..config.committers {
@@ -395,6 +439,7 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
     for writer in writers {
         writer.await.expect("a writer task panicked");
     }
+    let late_copies = echoes.landed().await;
     stop.store(true, Ordering::SeqCst);
     for supervisor in supervisors {
         supervisor
@@ -410,6 +455,7 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
     let mut unsettled = Vec::new();
     for round in 0..QUIET_ROUNDS {
         for (index, replica) in replicas.iter().enumerate() {
+            crate::policy::follow(index, replica, &history, &trace).await;
             sweep_once(index, replica, &history, &trace).await;
         }
         unsettled = match replicas[0].engine.catalog().list_intents(DATASET).await {
@@ -437,6 +483,27 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
                 .clone()
         });
     let mut found = check::against_storage(&replicas[0].engine, &history).await;
+    let overlaps = check::overlapping_sweeps(&history);
+    let sweeps_overlapped = overlaps.len();
+    if clocks_beyond_allowance {
+        for overlap in overlaps {
+            trace.line(format!("beyond the clock allowance: {overlap}"));
+        }
+    } else {
+        found.violations.extend(overlaps);
+    }
+    match replicas[0].registry.records().await {
+        Ok(records) => {
+            let running: Vec<String> = replicas
+                .iter()
+                .map(|replica| replica.engine.policy().digest().to_string())
+                .collect();
+            check::policy_changes(&history, &records, &running, policy().digest(), &mut found);
+        }
+        Err(error) => found
+            .violations
+            .push(format!("the policy registry cannot be read: {error}")),
+    }
     if !unsettled.is_empty() {
         found.violations.push(format!(
             "liveness: {} intents still unsettled {} simulated s after the faults stopped, \
@@ -463,6 +530,11 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
         generations_checked: found.generations_checked,
         events_linearized: found.events_linearized,
         config_applies_checked: found.config_applies_checked,
+        policy_changes_checked: found.policy_changes_checked,
+        policy_runs_checked: found.policy_runs_checked,
+        late_copies,
+        clocks_beyond_allowance,
+        sweeps_overlapped,
         violations: found.violations,
         trace_digest,
         trace_lines,
@@ -647,6 +719,48 @@ where
     }
 }
 
+/// Percent of a protocol writer's requests that reach a replica a second time, later: a copy
+/// the network duplicated, or a client's retry layer sent again after the writer had moved
+/// on. The copy lands 0 to [`ECHO_DELAY_MS`] after the request, so it is reordered with the
+/// writer's next steps (a begin landing after its publish, an upload or a publish after the
+/// abort, an abort after the publish).
+const ECHO_PCT: u64 = 5;
+/// How late an echo lands at most, in simulated ms.
+const ECHO_DELAY_MS: u64 = 4_000;
+
+/// The copies of requests in flight (see [`ECHO_PCT`]): each answers as the request would, and
+/// what it claims about its operation's end is held to storage as any answer is. The run waits
+/// for every copy before its quiet phase.
+#[derive(Clone, Default)]
+pub(crate) struct Echoes {
+    in_flight: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    sent: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Echoes {
+    /// Waits for every copy sent to be answered; returns how many were.
+    pub(crate) async fn landed(&self) -> usize {
+        let handles = std::mem::take(
+            &mut *self
+                .in_flight
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for handle in handles {
+            handle.await.expect("a request's copy panicked");
+        }
+        self.sent.load(Ordering::SeqCst)
+    }
+}
+
+/// What an upload's answer claims: only what a refusal names.
+fn upload_claim(answer: &Result<(), MendError>) -> Claim {
+    match answer {
+        Ok(()) => Claim::Nothing,
+        Err(error) => refusal_claim(error),
+    }
+}
+
 /// A writer through the operation protocol: begin, upload, perhaps heartbeat or stop, then
 /// publish, abort, or both at once from two replicas.
 async fn protocol_writer(
@@ -656,7 +770,14 @@ async fn protocol_writer(
     config: Config,
     history: Arc<Mutex<History>>,
     trace: Trace,
+    echoes: Echoes,
 ) {
+    let client = Client {
+        replicas: &replicas,
+        trace: &trace,
+        history: &history,
+        echoes: &echoes,
+    };
     let partition = format!("w{index}");
     let forgetful = index + config.forgetful_writers >= config.protocol_writers;
     let unkeyed = index < config.unkeyed_writers;
@@ -670,7 +791,7 @@ async fn protocol_writer(
             if forgetful {
                 trace.line(format!("{operation_id}: forgotten by its writer"));
             } else {
-                resolve(&replicas, &mut rng, &trace, &operation_id, &history).await;
+                resolve(&client, &mut rng, &operation_id).await;
             }
         }
         let mut operation_id = format!("w{index}-{number}");
@@ -733,11 +854,15 @@ async fn protocol_writer(
         trace.line(format!(
             "{operation_id}: begin from {from:?} with {splits:?}"
         ));
-        let begun = with_retries(&replicas, &mut rng, &trace, &operation_id, |engine| {
+        let begin = |engine: Engine| {
             let request = request.clone();
             async move { engine.begin_operation(&request).await }
-        })
-        .await;
+        };
+        let begun = with_retries(&replicas, &mut rng, &trace, &operation_id, begin).await;
+        // An unkeyed begin sent again is another operation, not a copy (see `unkeyed_writers`).
+        if !unkeyed {
+            client.maybe_echo(&mut rng, &operation_id, "begin", begin, claim_of);
+        }
         match begun {
             Err(error) => {
                 trace.line(format!("{operation_id}: begin answered {error}"));
@@ -787,7 +912,7 @@ async fn protocol_writer(
                 break;
             }
             let payload = payload_of(split_id);
-            let uploaded = with_retries(&replicas, &mut rng, &trace, &operation_id, |engine| {
+            let upload = |engine: Engine| {
                 let (operation_id, split_id, payload) =
                     (operation_id.clone(), split_id.clone(), payload.clone());
                 async move {
@@ -796,8 +921,9 @@ async fn protocol_writer(
                         .await
                         .map(|_| ())
                 }
-            })
-            .await;
+            };
+            let uploaded = with_retries(&replicas, &mut rng, &trace, &operation_id, upload).await;
+            client.maybe_echo(&mut rng, &operation_id, "upload", upload, upload_claim);
             trace.line(format!("{operation_id}: upload {split_id}: {uploaded:?}"));
             if let Err(error) = uploaded {
                 uploaded_all = false;
@@ -814,15 +940,17 @@ async fn protocol_writer(
         // a heartbeat before.
         if rng.chance(25) {
             if rng.chance(50) {
-                let beat = with_retries(&replicas, &mut rng, &trace, &operation_id, |engine| {
+                let heartbeat = |engine: Engine| {
                     let operation_id = operation_id.clone();
                     async move {
                         engine
                             .heartbeat_operation(DATASET, &operation_id, Some(OPERATION_LEASE_MS))
                             .await
                     }
-                })
-                .await;
+                };
+                let beat =
+                    with_retries(&replicas, &mut rng, &trace, &operation_id, heartbeat).await;
+                client.maybe_echo(&mut rng, &operation_id, "heartbeat", heartbeat, claim_of);
                 trace.line(format!(
                     "{operation_id}: heartbeat: {:?}",
                     beat.as_ref().map(|v| v.phase)
@@ -835,7 +963,7 @@ async fn protocol_writer(
         }
         let ending = rng.below(100);
         let known = if ending < 10 || !uploaded_all && ending < 50 {
-            let aborted = send_end(End::Abort, &replicas, &mut rng, &trace, &operation_id).await;
+            let aborted = send_end(End::Abort, &client, &mut rng, &operation_id).await;
             claim(claim_of(&aborted), format!("abort answered {aborted:?}"));
             knows_end(&aborted)
         } else if ending < 18 {
@@ -864,8 +992,7 @@ async fn protocol_writer(
             claim(claim_of(&aborted), "an abort racing a publish".into());
             knows_end(&published) || knows_end(&aborted)
         } else {
-            let published =
-                send_end(End::Publish, &replicas, &mut rng, &trace, &operation_id).await;
+            let published = send_end(End::Publish, &client, &mut rng, &operation_id).await;
             claim(
                 publish_claim(&published),
                 format!("publish answered {published:?}"),
@@ -874,8 +1001,7 @@ async fn protocol_writer(
             // writer gives it up, as a client is told to.
             match &published {
                 Err(error) if refusal_claim(error) == Claim::Nothing && !error.is_retryable() => {
-                    let aborted =
-                        send_end(End::Abort, &replicas, &mut rng, &trace, &operation_id).await;
+                    let aborted = send_end(End::Abort, &client, &mut rng, &operation_id).await;
                     claim(claim_of(&aborted), format!("abort answered {aborted:?}"));
                     knows_end(&aborted)
                 }
@@ -895,15 +1021,85 @@ enum End {
     Abort,
 }
 
-/// Sends `step` of `operation_id` (with retries) and traces its answer.
+/// What a protocol writer sends its requests through: the replicas, and where their answers
+/// and late copies go.
+#[derive(Clone, Copy)]
+struct Client<'a> {
+    replicas: &'a [Replica],
+    trace: &'a Trace,
+    history: &'a Arc<Mutex<History>>,
+    echoes: &'a Echoes,
+}
+
+impl Client<'_> {
+    /// Sometimes sends `step` again later, to a replica drawn anew, and records what its
+    /// answer claims about `operation_id` (judged by `claim`).
+    fn maybe_echo<T, F, Fut>(
+        &self,
+        rng: &mut SimRng,
+        operation_id: &str,
+        what: &'static str,
+        step: F,
+        claim: fn(&Result<T, MendError>) -> Claim,
+    ) where
+        F: FnOnce(Engine) -> Fut,
+        Fut: std::future::Future<Output = Result<T, MendError>> + Send + 'static,
+        T: std::fmt::Debug + Send + 'static,
+    {
+        if !rng.chance(ECHO_PCT) {
+            return;
+        }
+        let delay_ms = rng.between(0, ECHO_DELAY_MS);
+        let copy = step(
+            self.replicas[rng.below(self.replicas.len() as u64) as usize]
+                .engine
+                .clone(),
+        );
+        let (trace, history, operation_id) = (
+            self.trace.clone(),
+            self.history.clone(),
+            operation_id.to_string(),
+        );
+        trace.line(format!(
+            "{operation_id}: a copy of its {what} lands in {delay_ms} ms"
+        ));
+        let handle = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            let answer = copy.await;
+            trace.line(format!(
+                "{operation_id}: the late copy of its {what} answered {answer:?}"
+            ));
+            history
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .claim(
+                    &operation_id,
+                    claim(&answer),
+                    format!("a late copy of its {what} answered {answer:?}"),
+                    trace.now_ms(),
+                );
+        });
+        self.echoes.sent.fetch_add(1, Ordering::SeqCst);
+        self.echoes
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(handle);
+    }
+}
+
+/// Sends `step` of `operation_id` (with retries) and traces its answer; sometimes a copy of it
+/// lands later ([`Echoes`]).
 async fn send_end(
     step: End,
-    replicas: &[Replica],
+    client: &Client<'_>,
     rng: &mut SimRng,
-    trace: &Trace,
     operation_id: &str,
 ) -> Result<OperationView, MendError> {
-    let answer = with_retries(replicas, rng, trace, operation_id, |engine| {
+    let Client {
+        replicas, trace, ..
+    } = *client;
+    let end = |engine: Engine| {
         let operation_id = operation_id.to_string();
         async move {
             match step {
@@ -911,8 +1107,15 @@ async fn send_end(
                 End::Abort => engine.abort_operation(DATASET, &operation_id).await,
             }
         }
-    })
-    .await;
+    };
+    let answer = with_retries(replicas, rng, trace, operation_id, end).await;
+    let what = match step {
+        End::Publish => "publish",
+        End::Abort => "abort",
+    };
+    // A late copy claims only what it names: a publish refused for another reason than the
+    // end says nothing, since its writer may publish after it.
+    client.maybe_echo(rng, operation_id, what, end, claim_of);
     trace.line(format!(
         "{operation_id}: {step:?}: {:?}",
         answer.as_ref().map(|v| v.phase)
@@ -945,13 +1148,8 @@ fn knows_end(answer: &Result<OperationView, MendError>) -> bool {
 /// Sends an operation whose end its writer does not know again until it does: its publish
 /// (which answers published, or why not), then, refused for another reason than its end, its
 /// abort. Faults are drawn per request, so this ends; a bound keeps a broken run finite.
-async fn resolve(
-    replicas: &[Replica],
-    rng: &mut SimRng,
-    trace: &Trace,
-    operation_id: &str,
-    history: &Mutex<History>,
-) {
+async fn resolve(client: &Client<'_>, rng: &mut SimRng, operation_id: &str) {
+    let Client { trace, history, .. } = *client;
     let claim = |claim: Claim, by: String| {
         history
             .lock()
@@ -959,7 +1157,7 @@ async fn resolve(
             .claim(operation_id, claim, by, trace.now_ms());
     };
     for _ in 0..20 {
-        let published = send_end(End::Publish, replicas, rng, trace, operation_id).await;
+        let published = send_end(End::Publish, client, rng, operation_id).await;
         claim(
             publish_claim(&published),
             format!("a resolving publish answered {published:?}"),
@@ -969,7 +1167,7 @@ async fn resolve(
         }
         if matches!(&published, Err(error) if refusal_claim(error) == Claim::Nothing && !error.is_retryable())
         {
-            let aborted = send_end(End::Abort, replicas, rng, trace, operation_id).await;
+            let aborted = send_end(End::Abort, client, rng, operation_id).await;
             claim(
                 claim_of(&aborted),
                 format!("a resolving abort answered {aborted:?}"),
@@ -1092,6 +1290,7 @@ async fn supervise(
 ) {
     while !stop.load(Ordering::SeqCst) {
         pause(&mut rng, 200, 2_000).await;
+        crate::policy::follow(index, &replica, &history, &trace).await;
         sweep_once(index, &replica, &history, &trace).await;
     }
 }

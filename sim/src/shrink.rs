@@ -101,5 +101,9 @@ fn candidates(config: &Config) -> Vec<Config> {
         max_skew_ms: 0,
         ..config.clone()
     });
+    push(Config {
+        beyond_allowance_pct: 0,
+        ..config.clone()
+    });
     smaller
 }

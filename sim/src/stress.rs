@@ -42,6 +42,7 @@ use mend::catalog::{PostgresCatalog, PostgresOptions};
 use mend::clock::{Clock, SystemClock};
 use mend::gates::PostgresGates;
 use mend::objects::SplitObjects;
+use mend::runtime::registry::PolicyRegistry;
 use mend::{Engine, EngineOptions, MendError};
 use object_store::ObjectStore;
 use object_store::path::Path;
@@ -203,7 +204,11 @@ async fn postgres_cluster(
             },
         )?
         .with_gates(Arc::new(gates));
-        replicas.push(Replica { engine, skew_ms });
+        replicas.push(Replica {
+            engine,
+            skew_ms,
+            registry: PolicyRegistry::new(objects.clone(), Path::default()),
+        });
     }
     Ok(Cluster {
         time,
@@ -211,6 +216,8 @@ async fn postgres_cluster(
         store,
         replicas,
         quiet_wait_ms: quiet_wait_ms(config),
+        // Advisory locks hold for their session, whatever the clocks say.
+        clocks_beyond_allowance: false,
     })
 }
 

@@ -6,12 +6,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use bytes::Bytes;
-use mend::MendError;
 use mend::engine::{CommitRequest, CommitSplit};
 use mend::faults::CrashAt;
 use mend::model::{StageMode, StageRequest, StageSplit};
-use mend::runtime::{DEFAULT_POLICY_WASM, PolicyLimits, PolicyRuntime};
+use mend::runtime::registry::PolicyRegistry;
+use mend::runtime::{
+    CAUTIOUS_POLICY_WASM, DEFAULT_POLICY_WASM, LoadOptions, PolicyLimits, PolicyRuntime,
+};
 use mend::scenarios::{Suite, load_suite};
+use mend::{Engine, EngineOptions, MendError};
 use mend_policy::RecoveryMode;
 use mend_tests::{Backend, Harness};
 
@@ -361,4 +364,86 @@ async fn swaps_under_load_on_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn swaps_under_load_on_postgres() {
     swaps_under_load(Backend::Postgres).await;
+}
+
+/// Simulator seed 188: a deployment swap sent to a process that had not yet followed the
+/// registry's newest record compared the candidate with that process's own policy, not the
+/// registry's. A swap to the policy the registry already made active was recorded a second
+/// time, and answered "swapped" where another process answered "already the active policy".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swap_to_the_registrys_active_policy_is_refused_by_a_process_that_has_not_followed_it() {
+    let h = Harness::new(Backend::Memory).await;
+    let (store, prefix) = h.engine.objects().store();
+    let registry = PolicyRegistry::new(store.clone(), prefix.clone());
+    // A second process of the deployment: its own engine, and its own active policy.
+    let behind = Engine::new(
+        h.engine.catalog().clone(),
+        h.engine.objects().clone(),
+        PolicyRuntime::default_policy().unwrap(),
+        EngineOptions::default(),
+    )
+    .unwrap();
+    let cautious = PolicyRuntime::load(CAUTIOUS_POLICY_WASM, PolicyLimits::default()).unwrap();
+    let no_scenarios: Vec<Suite> = Vec::new();
+    let swapped = h
+        .engine
+        .swap_deployment_policy_recorded(
+            &registry,
+            CAUTIOUS_POLICY_WASM,
+            cautious.clone(),
+            10,
+            &no_scenarios,
+            "first",
+        )
+        .await
+        .unwrap();
+    assert_eq!(swapped.record.digest, cautious.digest());
+    assert_ne!(
+        behind.policy().digest(),
+        cautious.digest(),
+        "not followed yet"
+    );
+
+    let refused = behind
+        .swap_deployment_policy_recorded(
+            &registry,
+            CAUTIOUS_POLICY_WASM,
+            cautious.clone(),
+            10,
+            &no_scenarios,
+            "second",
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, MendError::FailedPrecondition { message, .. }
+            if message.contains("already the active policy")),
+        "{refused:?}"
+    );
+    let records = registry.records().await.unwrap();
+    assert_eq!(
+        records
+            .iter()
+            .map(|record| (record.version, record.change.as_str()))
+            .collect::<Vec<_>>(),
+        [(0, "initial"), (1, "swap")],
+        "the refused swap wrote no record"
+    );
+    // Following the registry brings the process to the active policy; following again
+    // changes nothing.
+    let followed = behind
+        .follow_policy_registry(&registry, &LoadOptions::default())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(followed.to_digest, cautious.digest());
+    assert_eq!(behind.policy().digest(), cautious.digest());
+    assert_eq!(
+        behind
+            .follow_policy_registry(&registry, &LoadOptions::default())
+            .await
+            .unwrap(),
+        None
+    );
+    println!("policy_swap[seed 188]: 2 swaps, 1 refused, 2 records, 2 follows checked");
 }

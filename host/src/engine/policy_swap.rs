@@ -273,6 +273,9 @@ impl Engine {
         key: Option<&RequestKey>,
     ) -> Result<DeploymentSwap> {
         if let Some(key) = key
+            && !crate::deliberate_bugs::active(
+                crate::deliberate_bugs::Bug::PolicyRetryIgnoresRecord,
+            )
             && let Some(found) = registry.recorded(&key.key).await?
         {
             return replayed_swap(found, key);
@@ -281,12 +284,17 @@ impl Engine {
         let prepared = self
             .prepare_policy_swap(candidate, records_per_dataset, golden)
             .await?;
-        if prepared.candidate.digest() == prepared.replacing {
+        // The deployment's active policy is the registry's, not this process's: a process
+        // that has not yet followed the registry's newest record must not record a swap to
+        // the policy already active (simulator seed 188: a second record of the same policy,
+        // and an answer "swapped" after another copy of the request had been told "already
+        // active").
+        let active = before
+            .as_ref()
+            .map_or(prepared.replacing.as_str(), |record| record.digest.as_str());
+        if prepared.candidate.digest() == active {
             return Err(MendError::failed_precondition(
-                format!(
-                    "{} is already the active policy; nothing was swapped",
-                    prepared.replacing
-                ),
+                format!("{active} is already the active policy; nothing was swapped"),
                 vec![],
             ));
         }
@@ -315,7 +323,10 @@ impl Engine {
             Ok(record) => record,
             Err(error) => return lost_to_itself(registry, key, error, replayed_swap).await,
         };
-        self.install_policy(prepared.candidate);
+        // A newer record already installed (another process changed the policy again, and
+        // this one's watcher followed) keeps its policy: this swap is history already.
+        self.policies
+            .install_registry_record(prepared.candidate, record.version);
         tracing::info!(
             digest = %record.digest,
             registry_version = record.version,
@@ -365,6 +376,9 @@ impl Engine {
         key: Option<&RequestKey>,
     ) -> Result<ActiveRecord> {
         if let Some(key) = key
+            && !crate::deliberate_bugs::active(
+                crate::deliberate_bugs::Bug::PolicyRetryIgnoresRecord,
+            )
             && let Some(found) = registry.recorded(&key.key).await?
         {
             return replayed_rollback(found, key);
@@ -394,7 +408,8 @@ impl Engine {
             Ok(record) => record,
             Err(error) => return lost_to_itself(registry, key, error, replayed_rollback).await,
         };
-        self.install_policy(policy);
+        self.policies
+            .install_registry_record(policy, record.version);
         tracing::info!(
             digest = %record.digest,
             registry_version = record.version,
@@ -407,10 +422,56 @@ impl Engine {
         })
     }
 
-    /// Installs `policy` as this engine's active policy, whatever the generation: the
-    /// registry, which decided, is the source of truth.
+    /// Installs `policy` as this engine's active policy, whatever the generation: for a
+    /// change this process decides alone. A deployment's processes follow its registry with
+    /// [`Engine::follow_policy_registry`].
     pub fn install_policy(&self, policy: PolicyRuntime) -> Swapped {
         self.policies.install(policy)
+    }
+
+    /// Runs the registry's active policy, if another process changed it since this engine
+    /// last installed a record: what `mend serve` does every interval. `Some` with what
+    /// changed when a newer record was installed (its policy may be the one already running);
+    /// `None` when the registry is empty or holds nothing newer. A component this engine
+    /// cannot run is refused (`PolicyRejected`), and the engine keeps its policy.
+    pub async fn follow_policy_registry(
+        &self,
+        registry: &PolicyRegistry,
+        load: &LoadOptions,
+    ) -> Result<Option<Swapped>> {
+        let Some(record) = registry.active().await? else {
+            return Ok(None);
+        };
+        if self
+            .policies
+            .registry_version()
+            .is_some_and(|installed| installed >= record.version)
+        {
+            return Ok(None);
+        }
+        let current = self.policies.current();
+        let policy = if current.digest() == record.digest {
+            current
+        } else {
+            let bytes = registry.component(&record.digest).await?;
+            let policy = PolicyRuntime::load_with(&bytes, load)?;
+            self.check_policy(&policy)?;
+            policy
+        };
+        let installed = self
+            .policies
+            .install_registry_record(policy, record.version);
+        if let Some(swapped) = &installed
+            && swapped.from_digest != swapped.to_digest
+        {
+            tracing::info!(
+                digest = %record.digest,
+                registry_version = record.version,
+                change = %record.change,
+                "now running the registry's active policy"
+            );
+        }
+        Ok(installed)
     }
 }
 

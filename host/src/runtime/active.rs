@@ -26,6 +26,10 @@ struct Slots {
     /// Grows with every swap and rollback, so that a swap prepared against one policy is not
     /// published over another.
     generation: u64,
+    /// The version of the deployment's policy registry record `current` came from, when it
+    /// came from one: a record read before a newer one was installed is older news, never
+    /// installed over it.
+    registry_version: Option<u64>,
 }
 
 impl Slots {
@@ -62,6 +66,7 @@ impl ActivePolicy {
                 current: initial,
                 previous: None,
                 generation: 0,
+                registry_version: None,
             }),
         }
     }
@@ -111,13 +116,50 @@ impl ActivePolicy {
         Ok(slots.install(candidate))
     }
 
-    /// Makes `policy` active whatever the generation: for a change decided elsewhere (the
-    /// deployment's policy registry), which this process follows.
+    /// Makes `policy` active whatever the generation: for a change this process decides
+    /// alone (a demo, a test). A deployment's changes go through
+    /// [`ActivePolicy::install_registry_record`].
     pub fn install(&self, policy: PolicyRuntime) -> Swapped {
         self.slots
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .install(policy)
+    }
+
+    /// Makes `policy`, the policy of the deployment registry's record `version`, active if no
+    /// record as new or newer was installed before: `None` when one was, and nothing changed.
+    ///
+    /// One check under the lock, because a process learns of the registry's records in two
+    /// ways that race: its own swap or rollback, and the watcher that follows the registry. A
+    /// watcher that read record 4 before this process wrote record 5 must not install 4's
+    /// policy over 5's after the swap has answered.
+    pub fn install_registry_record(&self, policy: PolicyRuntime, version: u64) -> Option<Swapped> {
+        let mut slots = self
+            .slots
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if slots
+            .registry_version
+            .is_some_and(|installed| installed >= version)
+        {
+            return None;
+        }
+        slots.registry_version = Some(version);
+        if slots.current.digest() == policy.digest() {
+            // The record names the policy already running (the first record a follower
+            // reads, usually): nothing to swap, and no generation spent.
+            return Some(Swapped {
+                from_digest: policy.digest().to_string(),
+                to_digest: policy.digest().to_string(),
+                generation: slots.generation,
+            });
+        }
+        Some(slots.install(policy))
+    }
+
+    /// The version of the registry record the active policy came from, if it came from one.
+    pub fn registry_version(&self) -> Option<u64> {
+        self.read().registry_version
     }
 
     /// Restores the policy the last swap replaced; the one it replaces becomes the previous
@@ -134,5 +176,39 @@ impl ActivePolicy {
             ));
         };
         Ok(slots.install(previous))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::CAUTIOUS_POLICY_WASM;
+
+    #[test]
+    fn a_registry_record_older_than_the_installed_one_is_never_installed() {
+        let default = PolicyRuntime::default_policy().unwrap();
+        let cautious = PolicyRuntime::load_with(
+            CAUTIOUS_POLICY_WASM,
+            &crate::runtime::LoadOptions::default(),
+        )
+        .unwrap();
+        let active = ActivePolicy::new(default.clone());
+
+        // The first record names the policy already running: nothing is swapped.
+        let first = active.install_registry_record(default.clone(), 1).unwrap();
+        assert_eq!(first.from_digest, first.to_digest);
+        assert_eq!(first.generation, 0);
+        // This process's own swap wrote record 2 ...
+        let swapped = active.install_registry_record(cautious.clone(), 2).unwrap();
+        assert_eq!(swapped.to_digest, cautious.digest());
+        // ... while its watcher had read record 1: installing it now is refused.
+        assert_eq!(active.install_registry_record(default.clone(), 1), None);
+        assert_eq!(active.install_registry_record(default.clone(), 2), None);
+        assert_eq!(active.current().digest(), cautious.digest());
+        assert_eq!(active.registry_version(), Some(2));
+        // A newer record (a rollback elsewhere) is.
+        let rolled_back = active.install_registry_record(default.clone(), 3).unwrap();
+        assert_eq!(rolled_back.to_digest, default.digest());
+        assert_eq!(active.registry_version(), Some(3));
     }
 }

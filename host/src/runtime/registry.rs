@@ -142,6 +142,15 @@ impl PolicyRegistry {
         Ok(None)
     }
 
+    /// Every record, oldest first: the history of what ran when.
+    pub async fn records(&self) -> Result<Vec<ActiveRecord>> {
+        let mut records = Vec::new();
+        for path in self.record_paths().await? {
+            records.push(self.read_record(&path).await?);
+        }
+        Ok(records)
+    }
+
     /// The paths of every record, oldest first.
     async fn record_paths(&self) -> Result<Vec<Path>> {
         let dir = self.active_dir();
