@@ -40,8 +40,8 @@ struct Args {
     /// Prints the trace of the run (with --seed).
     #[arg(long)]
     trace: bool,
-    /// Protocol writers that begin without an operation id (0 in the standard schedule).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=3))]
+    /// Protocol writers that begin without an operation id (1 in the standard schedule).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=3))]
     unkeyed_writers: u64,
     /// With --trace, also the text of every catalog log version the run puts.
     #[arg(long, requires = "trace")]

@@ -82,7 +82,8 @@ pub struct Config {
 }
 
 impl Config {
-    /// The schedule `scripts/test` and the bench run: 3 protocol writers (one forgetful) and 2
+    /// The schedule `scripts/test` and the bench run: 3 protocol writers (one forgetful, one
+    /// that begins without operation ids) and 2
     /// committers of 10 operations each (50 operations, plus the supervisors' sweeps), 2
     /// replicas, an operator, a reader, a store that fails 3% of requests before and 3% of
     /// writes after their effect, and stalls 2 in 1000 past every lease; one run in ten with a
@@ -101,10 +102,7 @@ impl Config {
                 stall_ms: STALL_MS,
             },
             forgetful_writers: 1,
-            // Not yet in the standard schedule: an unkeyed begin sent again with the same
-            // split ids leaves the first operation's intent blocked until an operator runs
-            // exclusive recovery (`mend-sim --unkeyed-writers 1 --seed 120`); see the README.
-            unkeyed_writers: 0,
+            unkeyed_writers: 1,
             operator: true,
             readers: 1,
             crash_pct: 10,

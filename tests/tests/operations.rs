@@ -1418,3 +1418,108 @@ async fn an_upload_landing_after_its_operation_ended_is_never_adopted() {
         Backend::ALL.len()
     );
 }
+
+/// Simulator seed 7 with `--unkeyed-writers 1`: a begin sent again without an operation id
+/// is a second operation with the same split ids. The first had died after writing its
+/// intent, before staging; the second staged the rows the first planned, wrote its own object
+/// where the first's would go, and died too. Recovery took that object for damage to the
+/// first, blocking every roll-forward sweep on the first until an operator ran exclusive
+/// recovery. The object is the other operation's: roll-forward alone abandons the first
+/// (which answers "ended", though its begin never staged) and publishes the second.
+#[tokio::test]
+async fn an_operation_whose_split_ids_another_took_over_is_abandoned_not_blocked() {
+    use mend::engine::Outcome;
+    use mend::faults::{CrashAt, DurableStep};
+    use mend_policy::{RecoveryDecision, RecoveryMode};
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("taken-over").await;
+        let bytes = payload("t", 64);
+        let mut first = plan(&ds, "op-first", &[("s-1", &bytes)], 10);
+        first.lease_ms = Some(5_000);
+        // Its begin writes the intent and dies before staging its rows (its writer never
+        // learns its name, and begins again as another operation).
+        let crash = std::sync::Arc::new(CrashAt::new(1, true));
+        let died = engine
+            .with_faults(crash.clone())
+            .begin_operation(&first)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            crash.steps(),
+            [DurableStep::WriteIntent],
+            "{backend}: {died}"
+        );
+        let mut second = plan(&ds, "op-second", &[("s-1", &bytes)], 10);
+        second.lease_ms = Some(5_000);
+        engine.begin_operation(&second).await.unwrap();
+        engine
+            .upload_object(&ds, "op-second", "s-1", body(&bytes, 16))
+            .await
+            .unwrap();
+
+        h.clock.advance_ms(6_000);
+        let report = engine
+            .recover(&ds, RecoveryMode::RollForward)
+            .await
+            .unwrap();
+        let settled = |operation_id: &str| {
+            report
+                .intents
+                .iter()
+                .find(|intent| intent.operation_id == operation_id)
+                .map(|intent| (intent.decision.clone(), intent.outcome.clone()))
+                .unwrap_or_else(|| panic!("{backend}: {report:?}"))
+        };
+        assert!(
+            matches!(
+                settled("op-first"),
+                (RecoveryDecision::Abandon(_), Outcome::Executed)
+            ),
+            "{backend}: {report:?}"
+        );
+        // The second's effects were all in place: recovery published it.
+        assert_eq!(
+            settled("op-second"),
+            (RecoveryDecision::RollForward, Outcome::Executed),
+            "{backend}"
+        );
+        let refused = engine.publish_operation(&ds, "op-first").await.unwrap_err();
+        assert!(
+            refused.to_string().contains("has ended without publishing"),
+            "{backend}: {refused}"
+        );
+        let published = engine.publish_operation(&ds, "op-second").await.unwrap();
+        assert_eq!(published.phase, OperationPhase::Published, "{backend}");
+        assert!(
+            engine.catalog().list_intents(&ds).await.unwrap().is_empty(),
+            "{backend}: roll-forward alone settled both"
+        );
+        let rows = h.rows(&ds).await;
+        assert_eq!(
+            rows.iter()
+                .map(|row| (row.split_id.as_str(), row.state))
+                .collect::<Vec<_>>(),
+            [("s-1", SplitState::Published)],
+            "{backend}: the second operation's row"
+        );
+        let (header, _) = engine
+            .objects()
+            .read_header(&ds, "s-1")
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{backend}: the second operation's object is gone"));
+        assert_eq!(
+            header.operation_id.as_deref(),
+            Some("op-second"),
+            "{backend}: the first's abandonment touched nothing of the second"
+        );
+    }
+    println!(
+        "taken over: on {} backends, two operations with one split id, the second's object \
+         where the first's would go: the first abandoned, the second published, by \
+         roll-forward alone",
+        Backend::ALL.len()
+    );
+}

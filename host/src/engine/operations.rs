@@ -262,7 +262,7 @@ pub struct UploadResult {
 }
 
 /// The recorded-request key of an operation's step.
-fn step_key(operation_id: &str, step: &str) -> String {
+pub(super) fn step_key(operation_id: &str, step: &str) -> String {
     format!("op:{operation_id}:{step}")
 }
 
@@ -1374,13 +1374,19 @@ impl Engine {
             .catalog
             .recorded_request(dataset_id, &step_key(operation_id, "stage"))
             .await?;
-        match begun {
-            Some(_) => Err(ended(dataset_id, operation_id)),
-            None => Err(MendError::NotFound {
-                kind: EntityKind::Intent,
-                ids: vec![operation_id.to_string()],
-            }),
+        // An operation whose begin died after its intent, before it staged, has no record of
+        // its staging; whatever ended it recorded that it ended.
+        if begun.is_some()
+            || self
+                .ended_without_publishing(dataset_id, operation_id)
+                .await?
+        {
+            return Err(ended(dataset_id, operation_id));
         }
+        Err(MendError::NotFound {
+            kind: EntityKind::Intent,
+            ids: vec![operation_id.to_string()],
+        })
     }
 
     pub(super) async fn recorded_publish(

@@ -555,8 +555,8 @@ impl Engine {
         Ok(rows)
     }
 
-    /// What is in the store of each object `intent` plans: present, and as planned.
-    /// What is in the store of each object `intent` plans: present, and as planned.
+    /// What is in the store of each object `intent` plans: present, and as planned. The object
+    /// of another operation that staged through the protocol is none of this one's: absent.
     ///
     /// With `read_payloads`, "as planned" is proven: each object is read back and its payload
     /// hashed against the planned sha256 (an object this process received or read back already
@@ -577,7 +577,16 @@ impl Engine {
             let expected = |header: &crate::objects::format::SplitObjectHeader, size: u64| {
                 size == planned.size && header.payload_sha256 == planned.checksum && ours(header)
             };
-            let (present, matches) = if !read_payloads {
+            // The operation another split object's header names, when it is not this one.
+            let anothers = |found: &crate::objects::FoundObject| {
+                found
+                    .split()
+                    .and_then(|(header, _)| header.operation_id.clone())
+                    .filter(|id| {
+                        intent.kind != OperationKind::Reconcile && *id != intent.operation_id
+                    })
+            };
+            let (present, matches, others) = if !read_payloads {
                 // Bytes that are not a split object count as an object, not the one planned.
                 let found = self
                     .objects
@@ -586,7 +595,7 @@ impl Engine {
                 let matches = found
                     .split()
                     .is_some_and(|(header, size)| expected(header, size));
-                (found != FoundObject::Missing, matches)
+                (found != FoundObject::Missing, matches, anothers(&found))
             } else if self.uploaded.holds(
                 &intent.dataset_id,
                 &intent.operation_id,
@@ -594,12 +603,16 @@ impl Engine {
                 planned.size,
                 &planned.checksum,
             ) {
-                (true, true)
+                (true, true, None)
             } else {
                 let found = self
                     .objects
                     .read_back(&intent.dataset_id, &planned.split_id, &expected)
                     .await?;
+                let others = match &found {
+                    crate::objects::ReadBack::Other { found } => anothers(found),
+                    _ => None,
+                };
                 if found.intact() {
                     self.uploaded.remember(
                         &intent.dataset_id,
@@ -609,7 +622,30 @@ impl Engine {
                         &planned.checksum,
                     );
                 }
-                (found.present(), found.intact())
+                (found.present(), found.intact(), others)
+            };
+            // An object another operation of the protocol wrote, one that staged its rows, is
+            // that operation's, not damage to this one: two operations with the same split ids
+            // (a begin sent again without an operation id is a second operation), the second
+            // staging the rows the first planned, after the first died before staging, and
+            // writing its own object where the first's would go. Nothing of this operation is
+            // at the path: it is observed absent, so the operation can be abandoned once its
+            // lease runs out (abandonment deletes no object and marks only rows still staged
+            // that no other intent names), where "damage" blocked every sweep until an
+            // operator came (simulator seed 7, a writer without operation ids). An object
+            // naming an operation the catalog has no staging of stays damage: it may be an
+            // orphan reconcile would adopt, which marking this operation's row would let gc
+            // delete.
+            let present = match &others {
+                Some(other) if present && !matches => self
+                    .catalog
+                    .recorded_request(
+                        &intent.dataset_id,
+                        &super::operations::step_key(other, "stage"),
+                    )
+                    .await?
+                    .is_none(),
+                _ => present,
             };
             objects.push(ObjectObservation {
                 split_id: planned.split_id.clone(),
