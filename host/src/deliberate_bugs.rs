@@ -29,17 +29,22 @@ pub enum Bug {
     /// record its first copy wrote: a rollback whose answer was lost rolls back twice, a swap
     /// is refused as "already the active policy" although it was made.
     PolicyRetryIgnoresRecord,
+    /// A replica whose fleet membership lease ran out renews it under its old epoch rather
+    /// than joining again: a member the others counted gone, and whose datasets they took
+    /// over, comes back as if it had never left.
+    MembershipRenewsLapsedLease,
 }
 
 impl Bug {
     /// Every deliberate bug.
-    pub const ALL: [Bug; 6] = [
+    pub const ALL: [Bug; 7] = [
         Bug::AbortWithoutConditionalWrite,
         Bug::ConfirmIgnoresPhase,
         Bug::GateTakeoverBeforeExpiry,
         Bug::PublishRetryIgnoresRecord,
         Bug::RefreshAnswersUnchangedWithoutProbing,
         Bug::PolicyRetryIgnoresRecord,
+        Bug::MembershipRenewsLapsedLease,
     ];
 }
 

@@ -19,6 +19,10 @@
 //! - **Policy changes.** Every swap's and rollback's answer is the registry's record, every
 //!   replica runs only newer records, and all run the newest once faults stop
 //!   ([`policy_changes`]).
+//! - **The fleet.** No epoch is held by two replicas, a replica's epoch only grows (a rejoin
+//!   to a higher one), a joining answered before another began has the lower epoch, and once
+//!   faults stop every replica sees every other and all agree on the dataset's owner
+//!   ([`fleet`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -89,6 +93,33 @@ pub struct SweepRecord {
     pub gate_epoch: u64,
     pub from_ms: i64,
     pub until_ms: i64,
+}
+
+/// One answered heartbeat of a replica's membership: what its view said, in simulated ms since
+/// the run started.
+#[derive(Debug, Clone)]
+pub struct HeartbeatRecord {
+    pub replica: usize,
+    /// When the first heartbeat since this replica's last answered one started: an
+    /// unanswered one may have claimed the epoch this one reports.
+    pub started_ms: u64,
+    pub answered_ms: u64,
+    pub epoch: u64,
+    pub rejoined: bool,
+    /// The live members, by replica id, with their epochs.
+    pub members: Vec<(String, u64)>,
+    /// Members seen expired, by replica id, with the epochs they held.
+    pub expired: Vec<(String, u64)>,
+    /// The dataset's owner by this view.
+    pub owner: Option<String>,
+}
+
+/// A replica paused as a whole, in simulated ms since the run started.
+#[derive(Debug, Clone)]
+pub struct PauseRecord {
+    pub replica: usize,
+    pub from_ms: u64,
+    pub until_ms: u64,
 }
 
 /// One generation a reader's live handle published, or served again after a refresh that
@@ -176,6 +207,10 @@ pub struct History {
     pub policy_changes: Vec<PolicyChangeRecord>,
     /// Which policy each replica ran after each time it followed the registry.
     pub policy_runs: Vec<PolicyRun>,
+    /// Every answered heartbeat of a replica's membership, in the order answered.
+    pub heartbeats: Vec<HeartbeatRecord>,
+    /// Every pause of a whole replica.
+    pub pauses: Vec<PauseRecord>,
     /// What an actor found wrong while the run went on (a mid-run verify, a read-only handle
     /// that swept).
     pub violations: Vec<String>,
@@ -213,6 +248,10 @@ pub struct Found {
     /// policy held against its records.
     pub policy_changes_checked: usize,
     pub policy_runs_checked: usize,
+    /// Heartbeats whose views were held to the membership's promises, and members that
+    /// another replica saw expire (a takeover of what they owned).
+    pub heartbeats_checked: usize,
+    pub takeovers: usize,
     pub violations: Vec<String>,
 }
 
@@ -366,6 +405,139 @@ pub fn policy_changes(
                  registry's active policy is {newest}"
             ));
         }
+    }
+}
+
+/// Holds the replicas' heartbeats (in the order answered) to what the membership promises,
+/// and `last` (each replica's view from one more heartbeat once the faults stopped and every
+/// replica had joined again) to liveness:
+///
+/// - no epoch is held by two replicas;
+/// - a replica's epoch never goes back, and a rejoin takes a higher one;
+/// - a joining answered before another joining started has the lower epoch;
+/// - each view lists its own replica among the live members;
+/// - a member one replica counted gone (expired) never comes back under the epoch it held:
+///   the others may have taken its datasets over, so it must join again (held only while
+///   the clocks are within the allowance, `clocks_within_allowance`);
+/// - at the end, every replica's view lists all of them, and all name the same owner.
+pub fn fleet(
+    history: &History,
+    last: &[Option<HeartbeatRecord>],
+    clocks_within_allowance: bool,
+    found: &mut Found,
+) {
+    let mut holders: BTreeMap<u64, BTreeSet<&str>> = BTreeMap::new();
+    let mut latest: BTreeMap<usize, u64> = BTreeMap::new();
+    // (started, answered, epoch, replica) of each joining: a replica's first view, or one
+    // with a new epoch.
+    let mut joinings: Vec<(u64, u64, u64, usize)> = Vec::new();
+    for beat in history.heartbeats.iter().chain(last.iter().flatten()) {
+        found.heartbeats_checked += 1;
+        for (id, epoch) in &beat.members {
+            holders.entry(*epoch).or_default().insert(id);
+        }
+        let me = crate::fleet::replica_id(beat.replica);
+        if !beat
+            .members
+            .iter()
+            .any(|(id, epoch)| *id == me && *epoch == beat.epoch)
+        {
+            found.violations.push(format!(
+                "fleet: replica {}'s view at {} ms does not list itself at epoch {}: {:?}",
+                beat.replica, beat.answered_ms, beat.epoch, beat.members
+            ));
+        }
+        match latest.insert(beat.replica, beat.epoch) {
+            Some(before) if beat.epoch < before || (beat.rejoined && beat.epoch == before) => {
+                found.violations.push(format!(
+                    "fleet: replica {} went from epoch {before} to {}{} at {} ms",
+                    beat.replica,
+                    beat.epoch,
+                    if beat.rejoined { " (rejoined)" } else { "" },
+                    beat.answered_ms
+                ));
+            }
+            Some(before) if before == beat.epoch => {}
+            _ => joinings.push((beat.started_ms, beat.answered_ms, beat.epoch, beat.replica)),
+        }
+    }
+    for (epoch, ids) in &holders {
+        if ids.len() > 1 {
+            found
+                .violations
+                .push(format!("fleet: epoch {epoch} is held by {ids:?}"));
+        }
+    }
+    for earlier in &joinings {
+        for later in &joinings {
+            if earlier.1 < later.0 && earlier.2 >= later.2 {
+                found.violations.push(format!(
+                    "fleet: replica {} joined with epoch {} at {} ms, before replica {} began                      the joining (at {} ms) that got epoch {}",
+                    earlier.3, earlier.2, earlier.1, later.3, later.0, later.2
+                ));
+            }
+        }
+    }
+    if clocks_within_allowance {
+        let beats: Vec<&HeartbeatRecord> = history
+            .heartbeats
+            .iter()
+            .chain(last.iter().flatten())
+            .collect();
+        for gone_in in &beats {
+            for (id, epoch) in &gone_in.expired {
+                // Its own view, from a heartbeat begun after it was counted gone: by its own
+                // clock, too, its lease had run out then.
+                let back = beats.iter().find(|later| {
+                    crate::fleet::replica_id(later.replica) == *id
+                        && later.started_ms > gone_in.answered_ms
+                        && later.epoch == *epoch
+                });
+                if let Some(back) = back {
+                    found.violations.push(format!(
+                        "fleet: replica {} counted {id} (epoch {epoch}) gone at {} ms, and \
+                         {id} renewed its membership under the same epoch at {} ms",
+                        gone_in.replica, gone_in.answered_ms, back.answered_ms
+                    ));
+                }
+            }
+        }
+    }
+    // Takeovers: a member in a replica's view that its next view has expired.
+    let mut before: BTreeMap<usize, &HeartbeatRecord> = BTreeMap::new();
+    for beat in &history.heartbeats {
+        if let Some(previous) = before.insert(beat.replica, beat) {
+            found.takeovers += previous
+                .members
+                .iter()
+                .filter(|member| beat.expired.contains(member))
+                .count();
+        }
+    }
+    if last.is_empty() {
+        return;
+    }
+    let everyone: BTreeSet<String> = (0..last.len()).map(crate::fleet::replica_id).collect();
+    let mut owners = BTreeSet::new();
+    for (replica, view) in last.iter().enumerate() {
+        let Some(view) = view else {
+            found.violations.push(format!(
+                "liveness: replica {replica}'s heartbeat failed after the faults stopped"
+            ));
+            continue;
+        };
+        let members: BTreeSet<String> = view.members.iter().map(|(id, _)| id.clone()).collect();
+        if members != everyone {
+            found.violations.push(format!(
+                "liveness: once the faults stopped, replica {replica} sees the members                  {members:?}, not {everyone:?}"
+            ));
+        }
+        owners.insert(view.owner.clone());
+    }
+    if owners.len() > 1 {
+        found.violations.push(format!(
+            "liveness: once the faults stopped, the replicas name different owners: {owners:?}"
+        ));
     }
 }
 

@@ -86,8 +86,12 @@ fn main() -> ExitCode {
     let started = Instant::now();
     let (mut runs, mut operations, mut claims) = (0u64, 0u64, 0u64);
     let (mut beyond, mut overlapped) = (0u64, 0u64);
+    let (mut fleet_runs, mut takeovers, mut pauses) = (0u64, 0u64, 0u64);
     while let Some(seed) = seeds.next_seed() {
         let report = run(seed, &config);
+        fleet_runs += u64::from(report.fleet);
+        takeovers += report.takeovers as u64;
+        pauses += report.pauses as u64;
         runs += 1;
         operations += report.operations as u64;
         claims += report.claims_checked as u64;
@@ -104,7 +108,8 @@ fn main() -> ExitCode {
     println!(
         "mend-sim: {runs} schedules passed ({operations} operations, {claims} answers checked; \
          {beyond} with a clock beyond the gates' allowance, {overlapped} overlapping sweeps in \
-         them) in {seconds:.1} s: {:.0} schedules/s",
+         them; {fleet_runs} with fleet memberships, {takeovers} takeovers; {pauses} whole \
+         replicas paused) in {seconds:.1} s: {:.0} schedules/s",
         runs as f64 / seconds.max(1e-9)
     );
     ExitCode::SUCCESS

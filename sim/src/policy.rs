@@ -190,11 +190,11 @@ pub(crate) async fn follow(
             "replica {index} cannot follow the registry: {error}"
         )),
     }
-    let active = replica.engine.active_policy();
+    let (registry_version, running) = replica.engine.active_policy().installed();
     let run = PolicyRun {
         replica: index,
-        registry_version: active.registry_version(),
-        digest: active.current().digest().to_string(),
+        registry_version,
+        digest: running.digest().to_string(),
     };
     history
         .lock()

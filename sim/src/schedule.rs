@@ -1,6 +1,7 @@
 //! One simulated run: a dataset on the object-store catalog over the simulated store, served
 //! by a few replicas (engines of their own over the same store, each with its clock's skew, its
-//! object-store gates and a supervisor sweeping the dataset), written to by writers through
+//! object-store gates, in most runs a fleet membership ([`crate::fleet`]), and a supervisor
+//! sweeping the dataset, when it owns it in a fleet), written to by writers through
 //! the operation protocol and by in-process committers, all on one thread whose every choice
 //! is drawn from the seed. After the actors stop, the faults stop, and the run checks that
 //! every intent settles with no operator (liveness), then holds every answer given to what
@@ -31,6 +32,7 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 
 use crate::check::{self, Claim, History, OperationRecord, PositionRead, SweepRecord};
+use crate::fleet::Fleet;
 use crate::rng::SimRng;
 use crate::store::{FaultRates, SimStore};
 use crate::time::{SimAmbient, SimTime, SkewedClock};
@@ -75,6 +77,13 @@ pub struct Config {
     /// the gates' allowance: two replicas may then sweep at once (the gates promise nothing
     /// there, and the run counts the overlaps), and every other check must hold regardless.
     pub beyond_allowance_pct: u64,
+    /// Percent of runs in which the replicas hold fleet memberships and each sweeps only the
+    /// datasets it owns, as `mend serve` does; in the others every replica sweeps whenever it
+    /// likes, and the gates alone keep sweeps apart ([`crate::fleet`]).
+    pub fleet_pct: u64,
+    /// Percent of runs in which a whole replica is paused once or twice, for up to 14 s
+    /// ([`crate::fleet::pauser`]).
+    pub pause_pct: u64,
     /// Keep the trace's lines (a replay, a failure) rather than only its digest.
     pub keep_trace: bool,
     /// Trace the text of every catalog log version put (with `keep_trace`).
@@ -108,6 +117,8 @@ impl Config {
             crash_pct: 10,
             max_skew_ms: 400,
             beyond_allowance_pct: 10,
+            fleet_pct: 50,
+            pause_pct: 40,
             keep_trace: false,
             trace_log_payloads: false,
         }
@@ -150,6 +161,12 @@ pub struct RunReport {
     /// pairs of sweeps overlapped then (a violation otherwise).
     pub clocks_beyond_allowance: bool,
     pub sweeps_overlapped: usize,
+    /// Whether the replicas held fleet memberships; their heartbeats checked, members another
+    /// saw expire (takeovers), and whole replicas paused.
+    pub fleet: bool,
+    pub heartbeats_checked: usize,
+    pub takeovers: usize,
+    pub pauses: usize,
     /// Every check that failed; empty when the run held.
     pub violations: Vec<String>,
     /// The digest of the trace, and its line count: equal for equal seeds and configs.
@@ -183,7 +200,7 @@ impl std::fmt::Display for RunReport {
             f,
             "seed {}: {} operations ({} published, {} ended), {} sweeps, {} store requests \
              ({} failed by the plan), {} answers and {} generations checked, {} events \
-             linearized, {} policy changes checked, {}{} simulated s, \
+             linearized, {} policy changes checked, {}{}{}{} simulated s, \
              trace {:016x} ({} lines): {}",
             self.seed,
             self.operations,
@@ -196,6 +213,19 @@ impl std::fmt::Display for RunReport {
             self.generations_checked,
             self.events_linearized,
             self.policy_changes_checked,
+            if self.fleet {
+                format!(
+                    "{} heartbeats checked ({} takeovers), ",
+                    self.heartbeats_checked, self.takeovers
+                )
+            } else {
+                String::new()
+            },
+            if self.pauses > 0 {
+                format!("{} replica pauses, ", self.pauses)
+            } else {
+                String::new()
+            },
             if self.clocks_beyond_allowance {
                 format!(
                     "a clock beyond the gates' allowance ({} pairs of sweeps overlapped), ",
@@ -268,6 +298,8 @@ pub(crate) struct Replica {
     /// The deployment's policy registry, beside the split objects: the same for every
     /// replica.
     pub registry: PolicyRegistry,
+    /// Its fleet membership, in runs whose replicas hold them.
+    pub fleet: Option<Fleet>,
 }
 
 /// What a run's actors work against: the replicas, the store their split objects (and, in a
@@ -282,6 +314,8 @@ pub(crate) struct Cluster {
     pub quiet_wait_ms: u64,
     /// A replica's clock is off by more than the gates' allowance: sweeps may overlap.
     pub clocks_beyond_allowance: bool,
+    /// Whether whole replicas may be paused (each reaches `store` through a view of its own).
+    pub pauses: bool,
 }
 
 /// The run's object store: its faults drawn from `seed` as `config` says.
@@ -300,9 +334,10 @@ pub(crate) fn seeded_store(seed: u64, config: &Config, time: SimTime, trace: &Tr
 fn simulated_cluster(seed: u64, config: &Config, time: SimTime) -> Cluster {
     let trace = Trace::new(time, config.keep_trace);
     let store = seeded_store(seed, config, time, &trace);
-    let shared: Arc<dyn ObjectStore> = Arc::new(store.clone());
     let mut setup = SimRng::fork(seed, "setup");
     let beyond_allowance = setup.chance(config.beyond_allowance_pct);
+    // Drawn apart from the setup, so that the setup's draws do not depend on it.
+    let fleet = SimRng::fork(seed, "fleet").chance(config.fleet_pct);
     let replicas: Vec<Replica> = (0..config.replicas.max(1))
         .map(|index| {
             let mut skew_ms =
@@ -312,6 +347,8 @@ fn simulated_cluster(seed: u64, config: &Config, time: SimTime) -> Cluster {
                 skew_ms = if setup.chance(50) { beyond } else { -beyond };
             }
             let clock = Arc::new(SkewedClock { time, skew_ms });
+            // The replica's own view of the store: paused when the replica is.
+            let shared: Arc<dyn ObjectStore> = Arc::new(store.for_replica(index));
             let catalog = ObjectStoreCatalog::new(
                 shared.clone(),
                 Path::default(),
@@ -333,7 +370,7 @@ fn simulated_cluster(seed: u64, config: &Config, time: SimTime) -> Cluster {
                 SplitObjects::new(shared.clone(), Path::default()),
                 policy(),
                 EngineOptions {
-                    clock,
+                    clock: clock.clone(),
                     intent_lease_ms: IN_PROCESS_LEASE_MS,
                     ..EngineOptions::default()
                 },
@@ -344,6 +381,7 @@ fn simulated_cluster(seed: u64, config: &Config, time: SimTime) -> Cluster {
                 engine,
                 skew_ms,
                 registry: PolicyRegistry::new(shared.clone(), Path::default()),
+                fleet: fleet.then(|| Fleet::new(index, shared.clone(), clock)),
             }
         })
         .collect();
@@ -354,6 +392,7 @@ fn simulated_cluster(seed: u64, config: &Config, time: SimTime) -> Cluster {
         replicas,
         quiet_wait_ms: QUIET_WAIT_MS,
         clocks_beyond_allowance: beyond_allowance,
+        pauses: true,
     }
 }
 
@@ -367,11 +406,17 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
         replicas,
         quiet_wait_ms,
         clocks_beyond_allowance,
+        pauses,
     } = cluster;
     trace.line(format!(
-        "seed {seed}: {} replicas (skews {:?} ms), {} protocol writers, {} committers, {} operations each",
+        "seed {seed}: {} replicas (skews {:?} ms, {}), {} protocol writers, {} committers, {} operations each",
         replicas.len(),
         replicas.iter().map(|r| r.skew_ms).collect::<Vec<_>>(),
+        if replicas.iter().any(|r| r.fleet.is_some()) {
+            "fleet memberships"
+        } else {
+            "every replica sweeps"
+        },
         config.protocol_writers,
         config.committers,
         config.operations_each
@@ -383,6 +428,16 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
     let stop = Arc::new(AtomicBool::new(false));
     let mut supervisors = Vec::new();
     for (index, replica) in replicas.iter().enumerate() {
+        if replica.fleet.is_some() {
+            supervisors.push(tokio::spawn(crate::fleet::heartbeats(
+                index,
+                replica.clone(),
+                SimRng::fork(seed, &format!("heartbeats-{index}")),
+                stop.clone(),
+                history.clone(),
+                trace.clone(),
+            )));
+        }
         supervisors.push(tokio::spawn(supervise(
             index,
             replica.clone(),
@@ -411,6 +466,17 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
             replicas.clone(),
             SimRng::fork(seed, &format!("committer-{index}")),
             config.clone(),
+            history.clone(),
+            trace.clone(),
+        )));
+    }
+    if pauses {
+        supervisors.push(tokio::spawn(crate::fleet::pauser(
+            store.clone(),
+            replicas.len(),
+            config.pause_pct,
+            SimRng::fork(seed, "pauses"),
+            stop.clone(),
             history.clone(),
             trace.clone(),
         )));
@@ -453,8 +519,13 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
     let mut unsettled = Vec::new();
     for round in 0..QUIET_ROUNDS {
         for (index, replica) in replicas.iter().enumerate() {
+            if let Some(fleet) = &replica.fleet {
+                crate::fleet::heartbeat(index, fleet, trace.now_ms(), &history, &trace).await;
+            }
             crate::policy::follow(index, replica, &history, &trace).await;
-            sweep_once(index, replica, &history, &trace).await;
+            if may_sweep(replica) {
+                sweep_once(index, replica, &history, &trace).await;
+            }
         }
         unsettled = match replicas[0].engine.catalog().list_intents(DATASET).await {
             Ok(intents) => intents
@@ -472,6 +543,26 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
         }
     }
 
+    // Every replica's view once more, for the fleet's liveness.
+    let fleet = replicas.iter().any(|replica| replica.fleet.is_some());
+    let mut last_views = Vec::new();
+    for (index, replica) in replicas.iter().enumerate() {
+        if let Some(fleet) = &replica.fleet {
+            let before = history
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .heartbeats
+                .len();
+            crate::fleet::heartbeat(index, fleet, trace.now_ms(), &history, &trace).await;
+            let mut history = history.lock().unwrap_or_else(PoisonError::into_inner);
+            last_views.push(if history.heartbeats.len() > before {
+                history.heartbeats.pop()
+            } else {
+                None
+            });
+        }
+    }
+
     let history = Arc::try_unwrap(history)
         .map(|history| history.into_inner().unwrap_or_else(PoisonError::into_inner))
         .unwrap_or_else(|shared| {
@@ -481,6 +572,9 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
                 .clone()
         });
     let mut found = check::against_storage(&replicas[0].engine, &history).await;
+    if fleet {
+        check::fleet(&history, &last_views, !clocks_beyond_allowance, &mut found);
+    }
     let overlaps = check::overlapping_sweeps(&history);
     let sweeps_overlapped = overlaps.len();
     if clocks_beyond_allowance {
@@ -533,6 +627,10 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
         late_copies,
         clocks_beyond_allowance,
         sweeps_overlapped,
+        fleet,
+        heartbeats_checked: found.heartbeats_checked,
+        takeovers: found.takeovers,
+        pauses: history.pauses.len(),
         violations: found.violations,
         trace_digest,
         trace_lines,
@@ -1289,8 +1387,23 @@ async fn supervise(
     while !stop.load(Ordering::SeqCst) {
         pause(&mut rng, 200, 2_000).await;
         crate::policy::follow(index, &replica, &history, &trace).await;
-        sweep_once(index, &replica, &history, &trace).await;
+        if may_sweep(&replica) {
+            sweep_once(index, &replica, &history, &trace).await;
+        } else {
+            trace.line(format!(
+                "replica {index} does not sweep: it does not own the dataset by its last view, or its membership ran out"
+            ));
+        }
     }
+}
+
+/// Whether `replica`'s supervisor may start a sweep: always without a fleet, and with one only
+/// while it owns the dataset and its membership is live by its own clock.
+fn may_sweep(replica: &Replica) -> bool {
+    replica
+        .fleet
+        .as_ref()
+        .is_none_or(|fleet| fleet.may_sweep(DATASET))
 }
 
 async fn sweep_once(index: usize, replica: &Replica, history: &Mutex<History>, trace: &Trace) {

@@ -105,5 +105,13 @@ fn candidates(config: &Config) -> Vec<Config> {
         beyond_allowance_pct: 0,
         ..config.clone()
     });
+    push(Config {
+        pause_pct: 0,
+        ..config.clone()
+    });
+    push(Config {
+        fleet_pct: 0,
+        ..config.clone()
+    });
     smaller
 }

@@ -8,6 +8,11 @@
 //! request waits longer than any lease before its effect (a process paused by the host, a
 //! garbage collector or a swap storm, that resumes and carries on as if no time had passed).
 //! Every request is one line of the run's trace.
+//!
+//! Each replica reaches the store through a view of its own ([`SimStore::for_replica`]), so
+//! that a whole replica can be paused ([`SimStore::pause_replica`]): its requests wait before
+//! their effect and its answers wait before they reach it, as for a process stopped by its host
+//! (SIGSTOP, a VM migration, a long GC) while its clock, and everyone else, goes on.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -68,6 +73,8 @@ enum Fault {
 #[derive(Clone)]
 pub struct SimStore {
     shared: Arc<Shared>,
+    /// The replica whose view this is, if any: paused with it.
+    replica: Option<usize>,
 }
 
 struct Shared {
@@ -83,6 +90,8 @@ struct Shared {
     trace_log_payloads: bool,
     requests: AtomicU64,
     failed: AtomicU64,
+    /// Until when (simulated ms) each paused replica is paused.
+    paused_until: Mutex<HashMap<usize, i64>>,
 }
 
 impl SimStore {
@@ -105,13 +114,41 @@ impl SimStore {
             trace_log_payloads,
             requests: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            paused_until: Mutex::default(),
         });
-        Self { shared }
+        Self {
+            shared,
+            replica: None,
+        }
     }
 
-    /// Stops injecting failures and latency (the run's quiet phase, for liveness).
+    /// Replica `index`'s view of the store: the same objects, paused when it is.
+    pub fn for_replica(&self, index: usize) -> SimStore {
+        Self {
+            shared: Arc::clone(&self.shared),
+            replica: Some(index),
+        }
+    }
+
+    /// Pauses replica `index` for `length_ms` (simulated) from now: what it sends waits
+    /// before its effect, and what it is answered waits before it reaches it.
+    pub fn pause_replica(&self, index: usize, length_ms: u64) {
+        let until_ms = self.shared.time.now_ms().saturating_add(length_ms as i64);
+        self.shared
+            .paused_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(index, until_ms);
+    }
+
+    /// Stops injecting failures, latency and pauses (the run's quiet phase, for liveness).
     pub fn stop_faults(&self) {
         self.shared.faults_on.store(false, Ordering::SeqCst);
+        self.shared
+            .paused_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 
     /// Requests answered so far, and how many of them with an injected failure.
@@ -125,7 +162,13 @@ impl SimStore {
 
 impl Shared {
     /// Draws the request's latency and fault, waits out the latency, and records it.
-    async fn enter(&self, request: &str, location: &str, writes: bool) -> Fault {
+    async fn enter(
+        &self,
+        replica: Option<usize>,
+        request: &str,
+        location: &str,
+        writes: bool,
+    ) -> Fault {
         self.requests.fetch_add(1, Ordering::SeqCst);
         let (latency_ms, fault) = {
             let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
@@ -154,6 +197,7 @@ impl Shared {
             // Even an instant request lets other tasks run: an await point of the real store.
             tokio::task::yield_now().await;
         }
+        self.hold(replica).await;
         let stalled = if latency_ms > self.rates.max_latency_ms {
             " (after a stall)"
         } else {
@@ -169,6 +213,26 @@ impl Shared {
             self.failed.fetch_add(1, Ordering::SeqCst);
         }
         fault
+    }
+
+    /// Waits while `replica` is paused.
+    async fn hold(&self, replica: Option<usize>) {
+        let Some(replica) = replica else { return };
+        loop {
+            let until = self
+                .paused_until
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&replica)
+                .copied();
+            let now = self.time.now_ms();
+            match until {
+                Some(until) if until > now => {
+                    tokio::time::sleep(Duration::from_millis((until - now) as u64)).await;
+                }
+                _ => return,
+            }
+        }
     }
 
     fn injected(request: &str, location: &str) -> object_store::Error {
@@ -216,7 +280,10 @@ impl ObjectStore for SimStore {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
-        let fault = self.shared.enter("put", location.as_ref(), true).await;
+        let fault = self
+            .shared
+            .enter(self.replica, "put", location.as_ref(), true)
+            .await;
         if self.shared.trace_log_payloads && location.as_ref().contains("/catalog/log/") {
             // What each catalog log version says, for reading a failure's trace.
             let bytes: Vec<u8> = payload.iter().flat_map(|chunk| chunk.to_vec()).collect();
@@ -231,6 +298,7 @@ impl ObjectStore for SimStore {
         if put.is_ok() {
             self.shared.stamp(location);
         }
+        self.shared.hold(self.replica).await;
         match fault {
             Fault::After if put.is_ok() => Err(Shared::injected("put", location.as_ref())),
             _ => put,
@@ -252,16 +320,26 @@ impl ObjectStore for SimStore {
         location: &Path,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
-        if self.shared.enter("get", location.as_ref(), false).await == Fault::Before {
+        if self
+            .shared
+            .enter(self.replica, "get", location.as_ref(), false)
+            .await
+            == Fault::Before
+        {
             return Err(Shared::injected("get", location.as_ref()));
         }
-        let mut got = self.shared.inner.get_opts(location, options).await?;
+        let got = self.shared.inner.get_opts(location, options).await;
+        self.shared.hold(self.replica).await;
+        let mut got = got?;
         got.meta = self.shared.restamp(got.meta);
         Ok(got)
     }
 
     async fn delete(&self, location: &Path) -> object_store::Result<()> {
-        let fault = self.shared.enter("delete", location.as_ref(), true).await;
+        let fault = self
+            .shared
+            .enter(self.replica, "delete", location.as_ref(), true)
+            .await;
         if fault == Fault::Before {
             return Err(Shared::injected("delete", location.as_ref()));
         }
@@ -271,6 +349,7 @@ impl ObjectStore for SimStore {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(location);
+        self.shared.hold(self.replica).await;
         match fault {
             Fault::After if deleted.is_ok() => Err(Shared::injected("delete", location.as_ref())),
             _ => deleted,
@@ -281,13 +360,15 @@ impl ObjectStore for SimStore {
         // The fault is drawn, and the objects listed, when the listing is first polled, as a
         // real listing's first page is requested then.
         let shared = Arc::clone(&self.shared);
+        let replica = self.replica;
         let prefix = prefix.cloned();
         stream::once(async move {
             let location = prefix.as_ref().map_or_else(String::new, |p| p.to_string());
-            if shared.enter("list", &location, false).await == Fault::Before {
+            if shared.enter(replica, "list", &location, false).await == Fault::Before {
                 return vec![Err(Shared::injected("list", &location))];
             }
             let listed: Vec<_> = shared.inner.list(prefix.as_ref()).collect().await;
+            shared.hold(replica).await;
             listed
                 .into_iter()
                 .map(|meta| meta.map(|meta| shared.restamp(meta)))
@@ -299,10 +380,17 @@ impl ObjectStore for SimStore {
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
         let location = prefix.map_or_else(String::new, |p| p.to_string());
-        if self.shared.enter("list", &location, false).await == Fault::Before {
+        if self
+            .shared
+            .enter(self.replica, "list", &location, false)
+            .await
+            == Fault::Before
+        {
             return Err(Shared::injected("list", &location));
         }
-        let mut listed = self.shared.inner.list_with_delimiter(prefix).await?;
+        let listed = self.shared.inner.list_with_delimiter(prefix).await;
+        self.shared.hold(self.replica).await;
+        let mut listed = listed?;
         listed.objects = listed
             .objects
             .into_iter()

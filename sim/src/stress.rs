@@ -208,6 +208,8 @@ async fn postgres_cluster(
             engine,
             skew_ms,
             registry: PolicyRegistry::new(objects.clone(), Path::default()),
+            // Every replica sweeps: the advisory locks alone keep sweeps apart.
+            fleet: None,
         });
     }
     Ok(Cluster {
@@ -218,6 +220,8 @@ async fn postgres_cluster(
         quiet_wait_ms: quiet_wait_ms(config),
         // Advisory locks hold for their session, whatever the clocks say.
         clocks_beyond_allowance: false,
+        // Real time: a pause would be a sleep of the whole process.
+        pauses: false,
     })
 }
 

@@ -23,13 +23,22 @@ fn describe(report: &RunReport) -> String {
     )
 }
 
-fn assert_holds(seeds: impl Iterator<Item = u64>, label: &str) {
+/// What the fleet's runs among some seeds did: heartbeats checked, takeovers, whole-replica
+/// pauses.
+struct FleetTotals {
+    heartbeats: usize,
+    takeovers: usize,
+    pauses: usize,
+}
+
+fn assert_holds(seeds: impl Iterator<Item = u64>, label: &str) -> FleetTotals {
     let config = Config::standard();
     let started = Instant::now();
     let (mut runs, mut published, mut ended, mut claims, mut failures, mut sweeps) =
         (0, 0, 0, 0, 0, 0);
     let (mut linearized, mut config_applies, mut policy_changes, mut policy_runs) = (0, 0, 0, 0);
     let (mut late_copies, mut beyond_allowance) = (0, 0);
+    let (mut fleet_runs, mut heartbeats, mut takeovers, mut pauses) = (0, 0, 0, 0);
     for seed in seeds {
         let report = run(seed, &config);
         if !report.passed() {
@@ -52,6 +61,10 @@ fn assert_holds(seeds: impl Iterator<Item = u64>, label: &str) {
         policy_runs += report.policy_runs_checked;
         late_copies += report.late_copies;
         beyond_allowance += usize::from(report.clocks_beyond_allowance);
+        fleet_runs += usize::from(report.fleet);
+        heartbeats += report.heartbeats_checked;
+        takeovers += report.takeovers;
+        pauses += report.pauses;
     }
     println!(
         "simulation[{label}]: {runs} schedules held in {:.1} s: {published} operations \
@@ -59,18 +72,28 @@ fn assert_holds(seeds: impl Iterator<Item = u64>, label: &str) {
          injected store failures, {linearized} events linearized, {config_applies} config \
          applies checked, {policy_changes} policy changes and {policy_runs} replicas' policies \
          held against the registry, {late_copies} requests' late copies answered, \
-         {beyond_allowance} schedules with a clock beyond the gates' allowance",
+         {beyond_allowance} schedules with a clock beyond the gates' allowance, \
+         {fleet_runs} with fleet memberships ({heartbeats} heartbeats checked, {takeovers} \
+         takeovers), {pauses} whole replicas paused",
         started.elapsed().as_secs_f64()
     );
     // A run in which nothing published, nothing ended, or no answer was checked checked nothing.
     assert!(published > 0 && ended > 0 && claims > 0 && failures > 0 && sweeps > 0);
     assert!(linearized > 0 && config_applies > 0 && policy_changes > 0 && policy_runs > 0);
     assert!(late_copies > 0);
+    FleetTotals {
+        heartbeats,
+        takeovers,
+        pauses,
+    }
 }
 
 #[test]
 fn a_fixed_range_of_seeds_holds() {
-    assert_holds(0..FIXED_SEEDS, "fixed seeds");
+    let fleet = assert_holds(0..FIXED_SEEDS, "fixed seeds");
+    // Fleet runs, takeovers and pauses are each drawn per seed: among 40 seeds every one
+    // happens.
+    assert!(fleet.heartbeats > 0 && fleet.takeovers > 0 && fleet.pauses > 0);
 }
 
 /// The seeds that found real bugs once the stalls, the linearizability check and the config

@@ -384,19 +384,23 @@ async fn a_swap_to_the_registrys_active_policy_is_refused_by_a_process_that_has_
     )
     .unwrap();
     let cautious = PolicyRuntime::load(CAUTIOUS_POLICY_WASM, PolicyLimits::default()).unwrap();
-    let no_scenarios: Vec<Suite> = Vec::new();
-    let swapped = h
-        .engine
-        .swap_deployment_policy_recorded(
-            &registry,
-            CAUTIOUS_POLICY_WASM,
-            cautious.clone(),
-            10,
-            &no_scenarios,
-            "first",
-        )
-        .await
-        .unwrap();
+    let swap_to_cautious = |engine: &Engine, key: &'static str| {
+        let (engine, registry, cautious) = (engine.clone(), registry.clone(), cautious.clone());
+        async move {
+            let no_scenarios: Vec<Suite> = Vec::new();
+            engine
+                .swap_deployment_policy_recorded(
+                    &registry,
+                    CAUTIOUS_POLICY_WASM,
+                    cautious,
+                    10,
+                    &no_scenarios,
+                    key,
+                )
+                .await
+        }
+    };
+    let swapped = swap_to_cautious(&h.engine, "first").await.unwrap();
     assert_eq!(swapped.record.digest, cautious.digest());
     assert_ne!(
         behind.policy().digest(),
@@ -404,17 +408,7 @@ async fn a_swap_to_the_registrys_active_policy_is_refused_by_a_process_that_has_
         "not followed yet"
     );
 
-    let refused = behind
-        .swap_deployment_policy_recorded(
-            &registry,
-            CAUTIOUS_POLICY_WASM,
-            cautious.clone(),
-            10,
-            &no_scenarios,
-            "second",
-        )
-        .await
-        .unwrap_err();
+    let refused = swap_to_cautious(&behind, "second").await.unwrap_err();
     assert!(
         matches!(&refused, MendError::FailedPrecondition { message, .. }
             if message.contains("already the active policy")),

@@ -205,16 +205,19 @@ impl Membership for ObjectStoreMembership {
         let mut requests = 0;
         let now = self.clock.now_ms();
         let lease_ms = duration_ms(self.lease);
+        let renews_lapsed = crate::deliberate_bugs::active(
+            crate::deliberate_bugs::Bug::MembershipRenewsLapsedLease,
+        );
         let (current, rejoined) = match previous {
             // Still ours by our own clock: renew.
-            Some(previous) if now < previous.expires_at_ms => {
+            Some(previous) if now < previous.expires_at_ms || renews_lapsed => {
                 let next = Heartbeat {
                     epoch: previous.epoch,
                     expires_at_ms: now.saturating_add(lease_ms).max(previous.expires_at_ms + 1),
                 };
                 self.put_heartbeat(&next).await?;
                 requests += 1;
-                if self.clock.now_ms() < previous.expires_at_ms {
+                if self.clock.now_ms() < previous.expires_at_ms || renews_lapsed {
                     (next, false)
                 } else {
                     // It landed after the lease ran out: others may have counted this

@@ -162,6 +162,13 @@ impl ActivePolicy {
         self.read().registry_version
     }
 
+    /// The version of the registry record installed last (if any) and the policy running,
+    /// read together: a swap between two separate reads could pair one with the other's.
+    pub fn installed(&self) -> (Option<u64>, PolicyRuntime) {
+        let slots = self.read();
+        (slots.registry_version, slots.current)
+    }
+
     /// Restores the policy the last swap replaced; the one it replaces becomes the previous
     /// one, so a second rollback undoes the first. `FailedPrecondition` when there is none.
     pub fn rollback(&self) -> Result<Swapped> {

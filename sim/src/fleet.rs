@@ -1,0 +1,206 @@
+//! The fleet in a simulated run, and replicas paused as a whole.
+//!
+//! - **Membership.** In most runs each replica holds a membership lease as `mend serve` does:
+//!   the object-store membership (`mend::fleet::ObjectStoreMembership`) over the replica's
+//!   view of the store and its skewed clock, renewed on a beat of its own ([`heartbeats`]),
+//!   and its supervisor sweeps the dataset only while its last view says it owns it and its
+//!   lease is live by its own clock ([`Fleet::may_sweep`]), the rule of `mend serve`'s
+//!   supervisor. In the other runs every replica sweeps whenever it likes: ownership as wrong
+//!   as it can be, which the gates alone must fence.
+//! - **Pauses.** The pauser stops a whole replica now and then ([`pauser`]): every request it
+//!   sends waits before its effect and every answer before it reaches it (the store's view of
+//!   that replica is paused), while time and the other replicas go on, as for a process
+//!   stopped by its host. A pause longer than the membership lease lets another replica take
+//!   the dataset over; one longer than the gates' lease lets it take the gate from a sweep
+//!   paused half way, which then resumes.
+//!
+//! Every heartbeat's view and every pause go in the history; [`crate::check::fleet`] holds
+//! them to what the membership promises.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use mend::clock::Clock;
+use mend::fleet::{FleetView, Membership, ObjectStoreMembership};
+use object_store::ObjectStore;
+use object_store::path::Path;
+
+use crate::check::{HeartbeatRecord, History, PauseRecord};
+use crate::rng::SimRng;
+use crate::schedule::{Replica, pause};
+use crate::store::SimStore;
+use crate::trace::Trace;
+
+/// A replica's membership lease: renewed every [`HEARTBEAT_MS`], so a few failed heartbeats in
+/// a row, a stalled request or a pause lets it run out.
+const MEMBER_LEASE: Duration = Duration::from_secs(5);
+/// How often a replica renews its membership, at least and at most, in simulated ms.
+const HEARTBEAT_MS: (u64, u64) = (700, 1_300);
+/// How long a pause lasts at least and at most, in simulated ms: from shorter than the
+/// membership lease to longer than the gates' lease and its allowance (11 s).
+const PAUSE_MS: (u64, u64) = (2_000, 14_000);
+
+/// A replica's membership, and the fleet as its last heartbeat saw it.
+#[derive(Clone)]
+pub(crate) struct Fleet {
+    membership: Arc<ObjectStoreMembership>,
+    clock: Arc<dyn Clock>,
+    view: Arc<Mutex<Option<FleetView>>>,
+}
+
+impl Fleet {
+    /// Replica `index`'s membership over `store` (its view of the run's store), timed by
+    /// `clock`.
+    pub(crate) fn new(index: usize, store: Arc<dyn ObjectStore>, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            membership: Arc::new(ObjectStoreMembership::new(
+                store,
+                Path::default(),
+                replica_id(index),
+                MEMBER_LEASE,
+                clock.clone(),
+            )),
+            clock,
+            view: Arc::default(),
+        }
+    }
+
+    /// Whether this replica may start a sweep of `dataset_id`: it owns it by its last view and
+    /// its lease is live by its own clock (`mend serve`'s supervisor's rule).
+    pub(crate) fn may_sweep(&self, dataset_id: &str) -> bool {
+        let view = self.view.lock().unwrap_or_else(PoisonError::into_inner);
+        view.as_ref().is_some_and(|view| {
+            self.clock.now_ms() < view.me.expires_at_ms && view.owns(dataset_id)
+        })
+    }
+}
+
+/// The replica id of replica `index`: the same for the whole run, since a simulated replica
+/// is never restarted (a lapsed one joins again under its id, with a new epoch).
+pub(crate) fn replica_id(index: usize) -> String {
+    format!("replica-{index}")
+}
+
+/// One heartbeat of replica `index`, its view kept and recorded. `since_ms` is when the
+/// first of the heartbeats since its last answered one started (an unanswered one may have
+/// claimed the epoch this one reports). Returns whether it was answered.
+pub(crate) async fn heartbeat(
+    index: usize,
+    fleet: &Fleet,
+    since_ms: u64,
+    history: &Mutex<History>,
+    trace: &Trace,
+) -> bool {
+    match fleet.membership.heartbeat().await {
+        Ok(view) => {
+            let owner = view
+                .owner_of(crate::schedule::DATASET)
+                .map(|member| member.replica_id.clone());
+            trace.line(format!(
+                "replica {index} heartbeat: epoch {}{}, members {:?}, expired {:?}, owner {owner:?}",
+                view.me.epoch,
+                if view.rejoined { " (rejoined)" } else { "" },
+                view.members
+                    .iter()
+                    .map(|m| (&m.replica_id, m.epoch))
+                    .collect::<Vec<_>>(),
+                view.expired
+                    .iter()
+                    .map(|m| &m.replica_id)
+                    .collect::<Vec<_>>(),
+            ));
+            history
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .heartbeats
+                .push(HeartbeatRecord {
+                    replica: index,
+                    started_ms: since_ms,
+                    answered_ms: trace.now_ms(),
+                    epoch: view.me.epoch,
+                    rejoined: view.rejoined,
+                    members: view
+                        .members
+                        .iter()
+                        .map(|m| (m.replica_id.clone(), m.epoch))
+                        .collect(),
+                    expired: view
+                        .expired
+                        .iter()
+                        .map(|m| (m.replica_id.clone(), m.epoch))
+                        .collect(),
+                    owner,
+                });
+            *fleet.view.lock().unwrap_or_else(PoisonError::into_inner) = Some(view);
+            true
+        }
+        Err(error) => {
+            trace.line(format!("replica {index} heartbeat: {error}"));
+            false
+        }
+    }
+}
+
+/// Replica `index`'s membership beat, while the actors work: a heartbeat every
+/// [`HEARTBEAT_MS`], whatever its supervisor is doing (as `mend serve` keeps its own beat, so
+/// that a long sweep does not let its lease run out).
+pub(crate) async fn heartbeats(
+    index: usize,
+    replica: Replica,
+    mut rng: SimRng,
+    stop: Arc<AtomicBool>,
+    history: Arc<Mutex<History>>,
+    trace: Trace,
+) {
+    let Some(fleet) = &replica.fleet else { return };
+    let mut since_ms = None;
+    while !stop.load(Ordering::SeqCst) {
+        let started = *since_ms.get_or_insert(trace.now_ms());
+        if heartbeat(index, fleet, started, &history, &trace).await {
+            since_ms = None;
+        }
+        pause(&mut rng, HEARTBEAT_MS.0, HEARTBEAT_MS.1).await;
+    }
+}
+
+/// Pauses a whole replica once or twice in `percent` of runs (see the module doc), while the
+/// actors work.
+pub(crate) async fn pauser(
+    store: SimStore,
+    replicas: usize,
+    percent: u64,
+    mut rng: SimRng,
+    stop: Arc<AtomicBool>,
+    history: Arc<Mutex<History>>,
+    trace: Trace,
+) {
+    if !rng.chance(percent) {
+        return;
+    }
+    for _ in 0..rng.between(1, 2) {
+        pause(&mut rng, 1_000, 20_000).await;
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let replica = rng.below(replicas as u64) as usize;
+        let length_ms = rng.between(PAUSE_MS.0, PAUSE_MS.1);
+        let from_ms = trace.now_ms();
+        trace.line(format!(
+            "replica {replica} paused for {length_ms} ms (membership lease {} ms)",
+            MEMBER_LEASE.as_millis()
+        ));
+        store.pause_replica(replica, length_ms);
+        history
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pauses
+            .push(PauseRecord {
+                replica,
+                from_ms,
+                until_ms: from_ms + length_ms,
+            });
+        tokio::time::sleep(Duration::from_millis(length_ms)).await;
+        trace.line(format!("replica {replica} resumes"));
+    }
+}
