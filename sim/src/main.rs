@@ -7,12 +7,14 @@
 //! ```text
 //! cargo run --release -p mend-sim -- --seed 42 --trace     # one schedule, its trace printed
 //! cargo run --release -p mend-sim -- --seed 42 --trace --payloads   # and each log version's text
-//! cargo run --release -p mend-sim -- --first 0 --count 1000
+//! cargo run --release -p mend-sim -- --first 0 --count 1000            # on every core
+//! cargo run --release -p mend-sim -- --first 0 --count 1000 --jobs 1   # on one
 //! cargo run --release -p mend-sim -- --soak-seconds 3600   # fresh seeds for an hour
 //! cargo run --release -p mend-sim -- --postgres postgres://postgres@127.0.0.1:5432/postgres --first 0 --count 3
 //! ```
 
 use std::process::ExitCode;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
@@ -37,6 +39,10 @@ struct Args {
     /// Runs fresh seeds for this long instead of a count.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=604_800))]
     soak_seconds: Option<u64>,
+    /// Threads running schedules at once (each schedule stays on one thread and is as
+    /// deterministic as alone): the machine's cores by default.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256), conflicts_with_all = ["seed", "postgres"])]
+    jobs: Option<u64>,
     /// Prints the trace of the run (with --seed).
     #[arg(long)]
     trace: bool,
@@ -53,6 +59,9 @@ struct Args {
     #[arg(long, value_name = "URL", conflicts_with_all = ["payloads"])]
     postgres: Option<String>,
 }
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -82,37 +91,100 @@ fn main() -> ExitCode {
             fail(&report, &config)
         };
     }
-    let mut seeds = Seeds::new(&args, 100);
+    let jobs = args.jobs.map_or_else(
+        || std::thread::available_parallelism().map_or(1, |cores| cores.get()),
+        |jobs| jobs as usize,
+    );
+    let seeds = Mutex::new(Seeds::new(&args, 100));
+    let totals = Mutex::new(Totals::default());
+    let failed: Mutex<Option<RunReport>> = Mutex::new(None);
     let started = Instant::now();
-    let (mut runs, mut operations, mut claims) = (0u64, 0u64, 0u64);
-    let (mut beyond, mut overlapped) = (0u64, 0u64);
-    let (mut fleet_runs, mut takeovers, mut pauses) = (0u64, 0u64, 0u64);
-    while let Some(seed) = seeds.next_seed() {
-        let report = run(seed, &config);
-        fleet_runs += u64::from(report.fleet);
-        takeovers += report.takeovers as u64;
-        pauses += report.pauses as u64;
-        runs += 1;
-        operations += report.operations as u64;
-        claims += report.claims_checked as u64;
-        if report.clocks_beyond_allowance {
-            beyond += 1;
-            overlapped += report.sweeps_overlapped as u64;
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| {
+                loop {
+                    if failed
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .is_some()
+                    {
+                        return;
+                    }
+                    let Some(seed) = seeds
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .next_seed()
+                    else {
+                        return;
+                    };
+                    let report = run(seed, &config);
+                    totals
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .add(&report);
+                    if !report.passed() {
+                        failed
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .get_or_insert(report);
+                        return;
+                    }
+                }
+            });
         }
-        if !report.passed() {
-            println!("{report}");
-            return fail(&report, &config);
-        }
+    });
+    if let Some(report) = failed.into_inner().unwrap_or_else(PoisonError::into_inner) {
+        println!("{report}");
+        return fail(&report, &config);
     }
     let seconds = started.elapsed().as_secs_f64();
+    let Totals {
+        runs,
+        operations,
+        claims,
+        beyond,
+        overlapped,
+        fleet_runs,
+        takeovers,
+        pauses,
+    } = totals.into_inner().unwrap_or_else(PoisonError::into_inner);
     println!(
         "mend-sim: {runs} schedules passed ({operations} operations, {claims} answers checked; \
          {beyond} with a clock beyond the gates' allowance, {overlapped} overlapping sweeps in \
          them; {fleet_runs} with fleet memberships, {takeovers} takeovers; {pauses} whole \
-         replicas paused) in {seconds:.1} s: {:.0} schedules/s",
-        runs as f64 / seconds.max(1e-9)
+         replicas paused) in {seconds:.1} s on {jobs} threads: {:.0} schedules/s, {:.0} an hour",
+        runs as f64 / seconds.max(1e-9),
+        runs as f64 / seconds.max(1e-9) * 3600.0
     );
     ExitCode::SUCCESS
+}
+
+/// What the schedules run so far did.
+#[derive(Default)]
+struct Totals {
+    runs: u64,
+    operations: u64,
+    claims: u64,
+    beyond: u64,
+    overlapped: u64,
+    fleet_runs: u64,
+    takeovers: u64,
+    pauses: u64,
+}
+
+impl Totals {
+    fn add(&mut self, report: &RunReport) {
+        self.runs += 1;
+        self.operations += report.operations as u64;
+        self.claims += report.claims_checked as u64;
+        if report.clocks_beyond_allowance {
+            self.beyond += 1;
+            self.overlapped += report.sweeps_overlapped as u64;
+        }
+        self.fleet_runs += u64::from(report.fleet);
+        self.takeovers += report.takeovers as u64;
+        self.pauses += report.pauses as u64;
+    }
 }
 
 /// The seeds to run: `--seed`, or `--first` on (fresh ones without it), `--count` of them or
