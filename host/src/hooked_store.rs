@@ -1,6 +1,7 @@
 //! The one object store the library's own tests step into requests with: in memory, it records
 //! the path of every put, and runs a test's hook before each put lands (to fail it, or hold it
-//! back), before each get is read (to hold it back) and after each delete has landed (to act between two requests of the code under
+//! back), before each get is read (to hold it back), after each delete has landed and after
+//! each listing was read, before it is answered (to act between two requests of the code under
 //! test). The crates outside the library have `mend-testkit`'s stores; this one exists because
 //! a test inside the library cannot depend on a crate that depends on the library.
 
@@ -24,6 +25,8 @@ pub(crate) type BeforePut =
 pub(crate) type BeforeGet = Arc<dyn Fn(&Path) -> BoxFuture<'static, ()> + Send + Sync>;
 /// Runs after a delete landed, before the delete answers.
 pub(crate) type AfterDelete = Arc<dyn Fn(&Path) -> BoxFuture<'static, ()> + Send + Sync>;
+/// Runs after a listing (of the prefix it is given) was read, before it is answered.
+pub(crate) type AfterList = Arc<dyn Fn(&Path) -> BoxFuture<'static, ()> + Send + Sync>;
 
 /// An in-memory store with hooks; see the module's doc.
 #[derive(Default)]
@@ -33,6 +36,7 @@ pub(crate) struct HookedStore {
     before_put: Mutex<Option<BeforePut>>,
     before_get: Mutex<Option<BeforeGet>>,
     after_delete: Mutex<Option<AfterDelete>>,
+    after_list: Mutex<Option<AfterList>>,
 }
 
 impl HookedStore {
@@ -61,6 +65,15 @@ impl HookedStore {
         hook: impl Fn(&Path) -> BoxFuture<'static, ()> + Send + Sync + 'static,
     ) {
         *self.after_delete.lock().unwrap() = Some(Arc::new(hook));
+    }
+
+    /// Runs `hook` after every listing is read, before it is answered, from now on
+    /// (replacing the one before).
+    pub(crate) fn set_after_list(
+        &self,
+        hook: impl Fn(&Path) -> BoxFuture<'static, ()> + Send + Sync + 'static,
+    ) {
+        *self.after_list.lock().unwrap() = Some(Arc::new(hook));
     }
 
     /// The paths of the puts so far, in order, answered or not.
@@ -147,7 +160,19 @@ impl ObjectStore for HookedStore {
         &self,
         prefix: Option<&Path>,
     ) -> BoxStream<'static, ::object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
+        use futures::StreamExt;
+        let listing = self.inner.list(prefix);
+        let Some(hook) = self.after_list.lock().unwrap().clone() else {
+            return listing;
+        };
+        let prefix = prefix.cloned().unwrap_or_default();
+        futures::stream::once(async move {
+            let listed: Vec<_> = listing.collect().await;
+            hook(&prefix).await;
+            futures::stream::iter(listed)
+        })
+        .flatten()
+        .boxed()
     }
 
     async fn list_with_delimiter(

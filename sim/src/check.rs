@@ -100,6 +100,8 @@ pub struct SweepRecord {
 #[derive(Debug, Clone)]
 pub struct HeartbeatRecord {
     pub replica: usize,
+    /// The member it heartbeats as: its process's replica id.
+    pub replica_id: String,
     /// When the first heartbeat since this replica's last answered one started: an
     /// unanswered one may have claimed the epoch this one reports.
     pub started_ms: u64,
@@ -112,6 +114,15 @@ pub struct HeartbeatRecord {
     pub expired: Vec<(String, u64)>,
     /// The dataset's owner by this view.
     pub owner: Option<String>,
+}
+
+/// A replica's process crashed and started again, in simulated ms since the run started.
+#[derive(Debug, Clone)]
+pub struct RestartRecord {
+    pub replica: usize,
+    pub at_ms: u64,
+    /// The new process's incarnation.
+    pub incarnation: u32,
 }
 
 /// A replica paused as a whole, in simulated ms since the run started.
@@ -187,6 +198,9 @@ pub enum PolicyOutcome {
 #[derive(Debug, Clone)]
 pub struct PolicyRun {
     pub replica: usize,
+    /// Which of the replica's processes (0 at first, one more at each restart): a new process
+    /// starts from the default policy and no record.
+    pub incarnation: u32,
     pub registry_version: Option<u64>,
     pub digest: String,
 }
@@ -211,6 +225,8 @@ pub struct History {
     pub heartbeats: Vec<HeartbeatRecord>,
     /// Every pause of a whole replica.
     pub pauses: Vec<PauseRecord>,
+    /// Every crash and restart of a replica's process.
+    pub restarts: Vec<RestartRecord>,
     /// What an actor found wrong while the run went on (a mid-run verify, a read-only handle
     /// that swept).
     pub violations: Vec<String>,
@@ -366,11 +382,12 @@ pub fn policy_changes(
             }
         }
     }
-    let mut last: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut last: BTreeMap<(usize, u32), u64> = BTreeMap::new();
     for run in &history.policy_runs {
         found.policy_runs_checked += 1;
+        let process = (run.replica, run.incarnation);
         let Some(version) = run.registry_version else {
-            if last.contains_key(&run.replica) {
+            if last.contains_key(&process) {
                 found.violations.push(format!(
                     "replica {} forgot the registry record it runs",
                     run.replica
@@ -378,7 +395,7 @@ pub fn policy_changes(
             }
             continue;
         };
-        if let Some(before) = last.insert(run.replica, version)
+        if let Some(before) = last.insert(process, version)
             && before > version
         {
             found.violations.push(format!(
@@ -427,38 +444,37 @@ pub fn fleet(
     found: &mut Found,
 ) {
     let mut holders: BTreeMap<u64, BTreeSet<&str>> = BTreeMap::new();
-    let mut latest: BTreeMap<usize, u64> = BTreeMap::new();
-    // (started, answered, epoch, replica) of each joining: a replica's first view, or one
-    // with a new epoch.
-    let mut joinings: Vec<(u64, u64, u64, usize)> = Vec::new();
+    let mut latest: BTreeMap<&str, u64> = BTreeMap::new();
+    // (started, answered, epoch, member) of each joining: a member's first view, or one with
+    // a new epoch.
+    let mut joinings: Vec<(u64, u64, u64, &str)> = Vec::new();
     for beat in history.heartbeats.iter().chain(last.iter().flatten()) {
         found.heartbeats_checked += 1;
         for (id, epoch) in &beat.members {
             holders.entry(*epoch).or_default().insert(id);
         }
-        let me = crate::fleet::replica_id(beat.replica);
+        let me = beat.replica_id.as_str();
         if !beat
             .members
             .iter()
             .any(|(id, epoch)| *id == me && *epoch == beat.epoch)
         {
             found.violations.push(format!(
-                "fleet: replica {}'s view at {} ms does not list itself at epoch {}: {:?}",
-                beat.replica, beat.answered_ms, beat.epoch, beat.members
+                "fleet: {me}'s view at {} ms does not list itself at epoch {}: {:?}",
+                beat.answered_ms, beat.epoch, beat.members
             ));
         }
-        match latest.insert(beat.replica, beat.epoch) {
+        match latest.insert(me, beat.epoch) {
             Some(before) if beat.epoch < before || (beat.rejoined && beat.epoch == before) => {
                 found.violations.push(format!(
-                    "fleet: replica {} went from epoch {before} to {}{} at {} ms",
-                    beat.replica,
+                    "fleet: {me} went from epoch {before} to {}{} at {} ms",
                     beat.epoch,
                     if beat.rejoined { " (rejoined)" } else { "" },
                     beat.answered_ms
                 ));
             }
             Some(before) if before == beat.epoch => {}
-            _ => joinings.push((beat.started_ms, beat.answered_ms, beat.epoch, beat.replica)),
+            _ => joinings.push((beat.started_ms, beat.answered_ms, beat.epoch, me)),
         }
     }
     for (epoch, ids) in &holders {
@@ -472,7 +488,8 @@ pub fn fleet(
         for later in &joinings {
             if earlier.1 < later.0 && earlier.2 >= later.2 {
                 found.violations.push(format!(
-                    "fleet: replica {} joined with epoch {} at {} ms, before replica {} began                      the joining (at {} ms) that got epoch {}",
+                    "fleet: {} joined with epoch {} at {} ms, before {} began \
+                     the joining (at {} ms) that got epoch {}",
                     earlier.3, earlier.2, earlier.1, later.3, later.0, later.2
                 ));
             }
@@ -489,7 +506,7 @@ pub fn fleet(
                 // Its own view, from a heartbeat begun after it was counted gone: by its own
                 // clock, too, its lease had run out then.
                 let back = beats.iter().find(|later| {
-                    crate::fleet::replica_id(later.replica) == *id
+                    later.replica_id == *id
                         && later.started_ms > gone_in.answered_ms
                         && later.epoch == *epoch
                 });
@@ -504,9 +521,9 @@ pub fn fleet(
         }
     }
     // Takeovers: a member in a replica's view that its next view has expired.
-    let mut before: BTreeMap<usize, &HeartbeatRecord> = BTreeMap::new();
+    let mut before: BTreeMap<&str, &HeartbeatRecord> = BTreeMap::new();
     for beat in &history.heartbeats {
-        if let Some(previous) = before.insert(beat.replica, beat) {
+        if let Some(previous) = before.insert(&beat.replica_id, beat) {
             found.takeovers += previous
                 .members
                 .iter()
@@ -517,7 +534,12 @@ pub fn fleet(
     if last.is_empty() {
         return;
     }
-    let everyone: BTreeSet<String> = (0..last.len()).map(crate::fleet::replica_id).collect();
+    // Each replica as its running process heartbeats (a crashed one's old id has expired).
+    let everyone: BTreeSet<String> = last
+        .iter()
+        .flatten()
+        .map(|view| view.replica_id.clone())
+        .collect();
     let mut owners = BTreeSet::new();
     for (replica, view) in last.iter().enumerate() {
         let Some(view) = view else {

@@ -7,15 +7,17 @@
 //!   lease is live by its own clock ([`Fleet::may_sweep`]), the rule of `mend serve`'s
 //!   supervisor. In the other runs every replica sweeps whenever it likes: ownership as wrong
 //!   as it can be, which the gates alone must fence.
-//! - **Pauses.** The pauser stops a whole replica now and then ([`pauser`]): every request it
-//!   sends waits before its effect and every answer before it reaches it (the store's view of
-//!   that replica is paused), while time and the other replicas go on, as for a process
-//!   stopped by its host. A pause longer than the membership lease lets another replica take
-//!   the dataset over; one longer than the gates' lease lets it take the gate from a sweep
-//!   paused half way, which then resumes.
+//! - **Pauses and crashes.** Now and then a whole replica is stopped ([`replica_faults`]):
+//!   paused (every request it sends waits before its effect and every answer before it
+//!   reaches it: the store's view of that replica is paused, while time and the other
+//!   replicas go on, as for a process stopped by its host), or crashed and started again
+//!   ([`crate::replica`]: everything it was doing stops where it was, and a new process, a
+//!   new member, takes its place). A pause longer than the membership lease, or a crash, lets
+//!   another replica take the dataset over; a pause longer than the gates' lease lets it take
+//!   the gate from a sweep paused half way, which then resumes.
 //!
-//! Every heartbeat's view and every pause go in the history; [`crate::check::fleet`] holds
-//! them to what the membership promises.
+//! Every heartbeat's view, pause and restart goes in the history; [`crate::check::fleet`]
+//! holds the views to what the membership promises.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -26,9 +28,10 @@ use mend::fleet::{FleetView, Membership, ObjectStoreMembership};
 use object_store::ObjectStore;
 use object_store::path::Path;
 
-use crate::check::{HeartbeatRecord, History, PauseRecord};
+use crate::check::{HeartbeatRecord, History, PauseRecord, RestartRecord};
+use crate::replica::Replica;
 use crate::rng::SimRng;
-use crate::schedule::{Replica, pause};
+use crate::schedule::pause;
 use crate::store::SimStore;
 use crate::trace::Trace;
 
@@ -50,14 +53,19 @@ pub(crate) struct Fleet {
 }
 
 impl Fleet {
-    /// Replica `index`'s membership over `store` (its view of the run's store), timed by
-    /// `clock`.
-    pub(crate) fn new(index: usize, store: Arc<dyn ObjectStore>, clock: Arc<dyn Clock>) -> Self {
+    /// The membership of replica `index`'s process `incarnation` over `store` (the replica's
+    /// view of the run's store), timed by `clock`.
+    pub(crate) fn new(
+        index: usize,
+        incarnation: u32,
+        store: Arc<dyn ObjectStore>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         Self {
             membership: Arc::new(ObjectStoreMembership::new(
                 store,
                 Path::default(),
-                replica_id(index),
+                replica_id(index, incarnation),
                 MEMBER_LEASE,
                 clock.clone(),
             )),
@@ -76,10 +84,14 @@ impl Fleet {
     }
 }
 
-/// The replica id of replica `index`: the same for the whole run, since a simulated replica
-/// is never restarted (a lapsed one joins again under its id, with a new epoch).
-pub(crate) fn replica_id(index: usize) -> String {
-    format!("replica-{index}")
+/// The replica id (and gate holder) of replica `index`'s process `incarnation`: a restarted
+/// replica is a new member, as `mend serve` names each process anew; a lapsed one joins again
+/// under its id, with a new epoch.
+pub(crate) fn replica_id(index: usize, incarnation: u32) -> String {
+    match incarnation {
+        0 => format!("replica-{index}"),
+        _ => format!("replica-{index}.{incarnation}"),
+    }
 }
 
 /// One heartbeat of replica `index`, its view kept and recorded. `since_ms` is when the
@@ -116,6 +128,7 @@ pub(crate) async fn heartbeat(
                 .heartbeats
                 .push(HeartbeatRecord {
                     replica: index,
+                    replica_id: fleet.membership.replica_id().to_string(),
                     started_ms: since_ms,
                     answered_ms: trace.now_ms(),
                     epoch: view.me.epoch,
@@ -153,22 +166,35 @@ pub(crate) async fn heartbeats(
     history: Arc<Mutex<History>>,
     trace: Trace,
 ) {
-    let Some(fleet) = &replica.fleet else { return };
-    let mut since_ms = None;
+    // (incarnation, when the first heartbeat since its last answered one started)
+    let mut since: Option<(u32, u64)> = None;
     while !stop.load(Ordering::SeqCst) {
-        let started = *since_ms.get_or_insert(trace.now_ms());
-        if heartbeat(index, fleet, started, &history, &trace).await {
-            since_ms = None;
+        // The process serving the replica now: after a crash, the new one's beat.
+        let process = replica.process();
+        let Some(fleet) = &process.fleet else { return };
+        let started = match since {
+            Some((incarnation, started)) if incarnation == process.incarnation => started,
+            _ => trace.now_ms(),
+        };
+        since = Some((process.incarnation, started));
+        let answered = process
+            .unless_crashed(heartbeat(index, fleet, started, &history, &trace))
+            .await;
+        if answered == Some(true) {
+            since = None;
         }
         pause(&mut rng, HEARTBEAT_MS.0, HEARTBEAT_MS.1).await;
     }
 }
 
-/// Pauses a whole replica once or twice in `percent` of runs (see the module doc), while the
-/// actors work.
-pub(crate) async fn pauser(
+/// Percent of replica faults that crash the replica's process (the others pause it).
+const CRASH_PCT: u64 = 40;
+
+/// In `percent` of runs, stops a whole replica once or twice while the actors work: pauses it
+/// for [`PAUSE_MS`], or crashes its process and starts a new one (see the module doc).
+pub(crate) async fn replica_faults(
     store: SimStore,
-    replicas: usize,
+    replicas: Vec<Replica>,
     percent: u64,
     mut rng: SimRng,
     stop: Arc<AtomicBool>,
@@ -183,24 +209,42 @@ pub(crate) async fn pauser(
         if stop.load(Ordering::SeqCst) {
             return;
         }
-        let replica = rng.below(replicas as u64) as usize;
+        let replica = &replicas[rng.below(replicas.len() as u64) as usize];
+        let at_ms = trace.now_ms();
+        if rng.chance(CRASH_PCT) {
+            let incarnation = replica.crash_and_restart();
+            trace.line(format!(
+                "replica {} crashed; its process {incarnation} starts",
+                replica.index
+            ));
+            history
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .restarts
+                .push(RestartRecord {
+                    replica: replica.index,
+                    at_ms,
+                    incarnation,
+                });
+            continue;
+        }
         let length_ms = rng.between(PAUSE_MS.0, PAUSE_MS.1);
-        let from_ms = trace.now_ms();
         trace.line(format!(
-            "replica {replica} paused for {length_ms} ms (membership lease {} ms)",
+            "replica {} paused for {length_ms} ms (membership lease {} ms)",
+            replica.index,
             MEMBER_LEASE.as_millis()
         ));
-        store.pause_replica(replica, length_ms);
+        store.pause_replica(replica.index, length_ms);
         history
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pauses
             .push(PauseRecord {
-                replica,
-                from_ms,
-                until_ms: from_ms + length_ms,
+                replica: replica.index,
+                from_ms: at_ms,
+                until_ms: at_ms + length_ms,
             });
         tokio::time::sleep(Duration::from_millis(length_ms)).await;
-        trace.line(format!("replica {replica} resumes"));
+        trace.line(format!("replica {} resumes", replica.index));
     }
 }

@@ -28,6 +28,7 @@ mod fleet;
 pub mod linearize;
 mod operator;
 mod policy;
+mod replica;
 pub mod rng;
 pub mod schedule;
 pub mod shrink;

@@ -147,12 +147,13 @@ fn main() -> ExitCode {
         fleet_runs,
         takeovers,
         pauses,
+        restarts,
     } = totals.into_inner().unwrap_or_else(PoisonError::into_inner);
     println!(
         "mend-sim: {runs} schedules passed ({operations} operations, {claims} answers checked; \
          {beyond} with a clock beyond the gates' allowance, {overlapped} overlapping sweeps in \
          them; {fleet_runs} with fleet memberships, {takeovers} takeovers; {pauses} whole \
-         replicas paused) in {seconds:.1} s on {jobs} threads: {:.0} schedules/s, {:.0} an hour",
+         replicas paused, {restarts} crashed and started again) in {seconds:.1} s on {jobs} threads: {:.0} schedules/s, {:.0} an hour",
         runs as f64 / seconds.max(1e-9),
         runs as f64 / seconds.max(1e-9) * 3600.0
     );
@@ -170,6 +171,7 @@ struct Totals {
     fleet_runs: u64,
     takeovers: u64,
     pauses: u64,
+    restarts: u64,
 }
 
 impl Totals {
@@ -184,6 +186,7 @@ impl Totals {
         self.fleet_runs += u64::from(report.fleet);
         self.takeovers += report.takeovers as u64;
         self.pauses += report.pauses as u64;
+        self.restarts += report.restarts as u64;
     }
 }
 

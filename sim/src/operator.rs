@@ -14,8 +14,9 @@ use mend::model::DatasetConfig;
 use mend_policy::RecoveryMode;
 
 use crate::check::{ConfigApplyRecord, ConfigOutcome, GenerationRead, History, PolicyOutcome};
+use crate::replica::Replica;
 use crate::rng::SimRng;
-use crate::schedule::{DATASET, Replica, pause, sweep_claim, with_retries};
+use crate::schedule::{DATASET, pause, sweep_claim, with_retries};
 use crate::trace::Trace;
 
 /// The operator: every 0.5 to 3 simulated s, one of gc (30%), reconcile (18%), verify (12%),
@@ -36,7 +37,7 @@ pub(crate) async fn operator(
     while !stop.load(Ordering::SeqCst) {
         pause(&mut rng, 500, 3_000).await;
         let replica = &replicas[rng.below(replicas.len() as u64) as usize];
-        let engine = &replica.engine;
+        let engine = &replica.engine();
         match rng.below(100) {
             0..30 => match engine.gc(DATASET, "operator").await {
                 Ok(result) => trace.line(format!(
@@ -134,7 +135,7 @@ async fn apply_config(
     let apply = match in_doubt {
         Some(apply) => apply,
         None => {
-            let engine = &replicas[rng.below(replicas.len() as u64) as usize].engine;
+            let engine = &replicas[rng.below(replicas.len() as u64) as usize].engine();
             let dataset = match engine.dataset(DATASET).await {
                 Ok(dataset) => dataset,
                 Err(error) => {
@@ -230,9 +231,8 @@ pub(crate) async fn reader(
     history: Arc<Mutex<History>>,
     trace: Trace,
 ) {
-    let engine = replicas[rng.below(replicas.len() as u64) as usize]
-        .engine
-        .clone();
+    // A reader is a process of its own, embedding the engine it started with.
+    let engine = replicas[rng.below(replicas.len() as u64) as usize].engine();
     let mut handle = None;
     while !stop.load(Ordering::SeqCst) {
         pause(&mut rng, 300, 1_500).await;

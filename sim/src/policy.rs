@@ -12,8 +12,9 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use mend::runtime::{CAUTIOUS_POLICY_WASM, DEFAULT_POLICY_WASM, LoadOptions, PolicyRuntime};
 
 use crate::check::{History, PolicyChangeRecord, PolicyOutcome, PolicyRun};
+use crate::replica::Replica;
 use crate::rng::SimRng;
-use crate::schedule::{Replica, policy, with_retries};
+use crate::schedule::{policy, with_retries};
 use crate::trace::Trace;
 
 /// Audit records per dataset a swap replays against its candidate.
@@ -176,23 +177,34 @@ pub(crate) async fn follow(
     history: &Mutex<History>,
     trace: &Trace,
 ) {
-    match replica
-        .engine
-        .follow_policy_registry(&replica.registry, &LoadOptions::default())
-        .await
-    {
-        Ok(Some(swapped)) if swapped.from_digest != swapped.to_digest => trace.line(format!(
+    let process = replica.process();
+    let followed = process
+        .unless_crashed(
+            process
+                .engine
+                .follow_policy_registry(&replica.registry, &LoadOptions::default()),
+        )
+        .await;
+    match followed {
+        Some(Ok(Some(swapped))) if swapped.from_digest != swapped.to_digest => trace.line(format!(
             "replica {index} follows the registry: now {}",
             swapped.to_digest
         )),
-        Ok(_) => {}
-        Err(error) => trace.line(format!(
+        Some(Ok(_)) => {}
+        Some(Err(error)) => trace.line(format!(
             "replica {index} cannot follow the registry: {error}"
         )),
+        None => {
+            trace.line(format!(
+                "replica {index} crashed while it followed the registry"
+            ));
+            return;
+        }
     }
-    let (registry_version, running) = replica.engine.active_policy().installed();
+    let (registry_version, running) = process.engine.active_policy().installed();
     let run = PolicyRun {
         replica: index,
+        incarnation: process.incarnation,
         registry_version,
         digest: running.digest().to_string(),
     };

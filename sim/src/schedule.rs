@@ -33,6 +33,7 @@ use object_store::path::Path;
 
 use crate::check::{self, Claim, History, OperationRecord, PositionRead, SweepRecord};
 use crate::fleet::Fleet;
+use crate::replica::{Process, Replica, Start};
 use crate::rng::SimRng;
 use crate::store::{FaultRates, SimStore};
 use crate::time::{SimAmbient, SimTime, SkewedClock};
@@ -81,9 +82,9 @@ pub struct Config {
     /// datasets it owns, as `mend serve` does; in the others every replica sweeps whenever it
     /// likes, and the gates alone keep sweeps apart ([`crate::fleet`]).
     pub fleet_pct: u64,
-    /// Percent of runs in which a whole replica is paused once or twice, for up to 14 s
-    /// ([`crate::fleet::pauser`]).
-    pub pause_pct: u64,
+    /// Percent of runs in which a whole replica is paused (for up to 14 s) or crashed and
+    /// started again, once or twice ([`crate::fleet::replica_faults`]).
+    pub replica_fault_pct: u64,
     /// Keep the trace's lines (a replay, a failure) rather than only its digest.
     pub keep_trace: bool,
     /// Trace the text of every catalog log version put (with `keep_trace`).
@@ -118,7 +119,7 @@ impl Config {
             max_skew_ms: 400,
             beyond_allowance_pct: 10,
             fleet_pct: 50,
-            pause_pct: 40,
+            replica_fault_pct: 50,
             keep_trace: false,
             trace_log_payloads: false,
         }
@@ -167,6 +168,8 @@ pub struct RunReport {
     pub heartbeats_checked: usize,
     pub takeovers: usize,
     pub pauses: usize,
+    /// Replicas' processes crashed and started again.
+    pub restarts: usize,
     /// Every check that failed; empty when the run held.
     pub violations: Vec<String>,
     /// The digest of the trace, and its line count: equal for equal seeds and configs.
@@ -221,8 +224,11 @@ impl std::fmt::Display for RunReport {
             } else {
                 String::new()
             },
-            if self.pauses > 0 {
-                format!("{} replica pauses, ", self.pauses)
+            if self.pauses + self.restarts > 0 {
+                format!(
+                    "{} replica pauses and {} restarts, ",
+                    self.pauses, self.restarts
+                )
             } else {
                 String::new()
             },
@@ -290,18 +296,6 @@ pub fn run(seed: u64, config: &Config) -> RunReport {
     })
 }
 
-/// One replica: an engine of its own, and its clock's skew.
-#[derive(Clone)]
-pub(crate) struct Replica {
-    pub engine: Engine,
-    pub skew_ms: i64,
-    /// The deployment's policy registry, beside the split objects: the same for every
-    /// replica.
-    pub registry: PolicyRegistry,
-    /// Its fleet membership, in runs whose replicas hold them.
-    pub fleet: Option<Fleet>,
-}
-
 /// What a run's actors work against: the replicas, the store their split objects (and, in a
 /// simulation, their catalog and gates) live in, the run's time and trace, and how long the
 /// quiet phase waits for every lease to run out.
@@ -314,8 +308,9 @@ pub(crate) struct Cluster {
     pub quiet_wait_ms: u64,
     /// A replica's clock is off by more than the gates' allowance: sweeps may overlap.
     pub clocks_beyond_allowance: bool,
-    /// Whether whole replicas may be paused (each reaches `store` through a view of its own).
-    pub pauses: bool,
+    /// Whether whole replicas may be paused or crashed (each reaches `store` through a view of
+    /// its own, and has a process to start again).
+    pub replica_faults: bool,
 }
 
 /// The run's object store: its faults drawn from `seed` as `config` says.
@@ -349,40 +344,41 @@ fn simulated_cluster(seed: u64, config: &Config, time: SimTime) -> Cluster {
             let clock = Arc::new(SkewedClock { time, skew_ms });
             // The replica's own view of the store: paused when the replica is.
             let shared: Arc<dyn ObjectStore> = Arc::new(store.for_replica(index));
-            let catalog = ObjectStoreCatalog::new(
-                shared.clone(),
-                Path::default(),
-                ObjectStoreCatalogOptions {
-                    // Checkpoints and retention every few commits, so that runs meet them.
-                    checkpoint_interval: 8,
-                    ..ObjectStoreCatalogOptions::default()
-                },
-            );
-            let gates = ObjectStoreGates::new(
-                shared.clone(),
-                Path::from("gates"),
-                GATE_LEASE,
-                clock.clone(),
-            )
-            .with_holder(&format!("replica-{index}"));
-            let engine = Engine::new(
-                Arc::new(catalog),
-                SplitObjects::new(shared.clone(), Path::default()),
-                policy(),
-                EngineOptions {
-                    clock: clock.clone(),
-                    intent_lease_ms: IN_PROCESS_LEASE_MS,
-                    ..EngineOptions::default()
-                },
-            )
-            .expect("the engine starts")
-            .with_gates(Arc::new(gates));
-            Replica {
-                engine,
-                skew_ms,
-                registry: PolicyRegistry::new(shared.clone(), Path::default()),
-                fleet: fleet.then(|| Fleet::new(index, shared.clone(), clock)),
-            }
+            let registry = PolicyRegistry::new(shared.clone(), Path::default());
+            let start: Start = Arc::new(move |incarnation| {
+                let catalog = ObjectStoreCatalog::new(
+                    shared.clone(),
+                    Path::default(),
+                    ObjectStoreCatalogOptions {
+                        // Checkpoints and retention every few commits, so that runs meet them.
+                        checkpoint_interval: 8,
+                        ..ObjectStoreCatalogOptions::default()
+                    },
+                );
+                let gates = ObjectStoreGates::new(
+                    shared.clone(),
+                    Path::from("gates"),
+                    GATE_LEASE,
+                    clock.clone(),
+                )
+                .with_holder(&crate::fleet::replica_id(index, incarnation));
+                let engine = Engine::new(
+                    Arc::new(catalog),
+                    SplitObjects::new(shared.clone(), Path::default()),
+                    policy(),
+                    EngineOptions {
+                        clock: clock.clone(),
+                        intent_lease_ms: IN_PROCESS_LEASE_MS,
+                        ..EngineOptions::default()
+                    },
+                )
+                .expect("the engine starts")
+                .with_gates(Arc::new(gates));
+                let fleet =
+                    fleet.then(|| Fleet::new(index, incarnation, shared.clone(), clock.clone()));
+                Process::new(engine, fleet, incarnation)
+            });
+            Replica::new(index, skew_ms, registry, start)
         })
         .collect();
     Cluster {
@@ -392,7 +388,7 @@ fn simulated_cluster(seed: u64, config: &Config, time: SimTime) -> Cluster {
         replicas,
         quiet_wait_ms: QUIET_WAIT_MS,
         clocks_beyond_allowance: beyond_allowance,
-        pauses: true,
+        replica_faults: true,
     }
 }
 
@@ -406,13 +402,13 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
         replicas,
         quiet_wait_ms,
         clocks_beyond_allowance,
-        pauses,
+        replica_faults,
     } = cluster;
     trace.line(format!(
         "seed {seed}: {} replicas (skews {:?} ms, {}), {} protocol writers, {} committers, {} operations each",
         replicas.len(),
         replicas.iter().map(|r| r.skew_ms).collect::<Vec<_>>(),
-        if replicas.iter().any(|r| r.fleet.is_some()) {
+        if replicas.iter().any(|r| r.process().fleet.is_some()) {
             "fleet memberships"
         } else {
             "every replica sweeps"
@@ -423,12 +419,12 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
     ));
 
     let history = Arc::new(Mutex::new(History::default()));
-    create_dataset(&replicas[0].engine, &trace).await;
+    create_dataset(&replicas[0].engine(), &trace).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let mut supervisors = Vec::new();
     for (index, replica) in replicas.iter().enumerate() {
-        if replica.fleet.is_some() {
+        if replica.process().fleet.is_some() {
             supervisors.push(tokio::spawn(crate::fleet::heartbeats(
                 index,
                 replica.clone(),
@@ -470,11 +466,11 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
             trace.clone(),
         )));
     }
-    if pauses {
-        supervisors.push(tokio::spawn(crate::fleet::pauser(
+    if replica_faults {
+        supervisors.push(tokio::spawn(crate::fleet::replica_faults(
             store.clone(),
-            replicas.len(),
-            config.pause_pct,
+            replicas.clone(),
+            config.replica_fault_pct,
             SimRng::fork(seed, "pauses"),
             stop.clone(),
             history.clone(),
@@ -519,7 +515,7 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
     let mut unsettled = Vec::new();
     for round in 0..QUIET_ROUNDS {
         for (index, replica) in replicas.iter().enumerate() {
-            if let Some(fleet) = &replica.fleet {
+            if let Some(fleet) = &replica.process().fleet {
                 crate::fleet::heartbeat(index, fleet, trace.now_ms(), &history, &trace).await;
             }
             crate::policy::follow(index, replica, &history, &trace).await;
@@ -527,7 +523,7 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
                 sweep_once(index, replica, &history, &trace).await;
             }
         }
-        unsettled = match replicas[0].engine.catalog().list_intents(DATASET).await {
+        unsettled = match replicas[0].engine().catalog().list_intents(DATASET).await {
             Ok(intents) => intents
                 .iter()
                 .map(|intent| format!("{} ({:?})", intent.operation_id, intent.phase))
@@ -544,10 +540,12 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
     }
 
     // Every replica's view once more, for the fleet's liveness.
-    let fleet = replicas.iter().any(|replica| replica.fleet.is_some());
+    let fleet = replicas
+        .iter()
+        .any(|replica| replica.process().fleet.is_some());
     let mut last_views = Vec::new();
     for (index, replica) in replicas.iter().enumerate() {
-        if let Some(fleet) = &replica.fleet {
+        if let Some(fleet) = &replica.process().fleet {
             let before = history
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -571,7 +569,7 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone()
         });
-    let mut found = check::against_storage(&replicas[0].engine, &history).await;
+    let mut found = check::against_storage(&replicas[0].engine(), &history).await;
     if fleet {
         check::fleet(&history, &last_views, !clocks_beyond_allowance, &mut found);
     }
@@ -588,7 +586,7 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
         Ok(records) => {
             let running: Vec<String> = replicas
                 .iter()
-                .map(|replica| replica.engine.policy().digest().to_string())
+                .map(|replica| replica.engine().policy().digest().to_string())
                 .collect();
             check::policy_changes(&history, &records, &running, policy().digest(), &mut found);
         }
@@ -631,6 +629,7 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
         heartbeats_checked: found.heartbeats_checked,
         takeovers: found.takeovers,
         pauses: history.pauses.len(),
+        restarts: history.restarts.len(),
         violations: found.violations,
         trace_digest,
         trace_lines,
@@ -788,9 +787,9 @@ where
         // client sees an unknown outcome.
         let cut_after_ms = rng.chance(CUT_PCT).then(|| rng.between(1, 120));
         let answer = match cut_after_ms {
-            None => step(replica.engine.clone()).await,
+            None => replica.serve(&mut step).await,
             Some(ms) => {
-                match tokio::time::timeout(Duration::from_millis(ms), step(replica.engine.clone()))
+                match tokio::time::timeout(Duration::from_millis(ms), replica.serve(&mut step))
                     .await
                 {
                     Ok(answer) => answer,
@@ -891,8 +890,8 @@ async fn protocol_writer(
             }
         }
         let mut operation_id = format!("w{index}-{number}");
-        let reader = &replicas[rng.below(replicas.len() as u64) as usize].engine;
-        let from = match read_position(reader, &partition, &mut rng, &history, &trace).await {
+        let reader = replicas[rng.below(replicas.len() as u64) as usize].engine();
+        let from = match read_position(&reader, &partition, &mut rng, &history, &trace).await {
             Ok(from) => from,
             Err(error) => {
                 trace.line(format!(
@@ -1065,16 +1064,13 @@ async fn protocol_writer(
         } else if ending < 18 {
             // A publish and an abort sent at once, from two replicas.
             let (first, second) = (
-                replicas[rng.below(replicas.len() as u64) as usize]
-                    .engine
-                    .clone(),
-                replicas[rng.below(replicas.len() as u64) as usize]
-                    .engine
-                    .clone(),
+                &replicas[rng.below(replicas.len() as u64) as usize],
+                &replicas[rng.below(replicas.len() as u64) as usize],
             );
+            let id = operation_id.as_str();
             let (published, aborted) = futures::join!(
-                first.publish_operation(DATASET, &operation_id),
-                second.abort_operation(DATASET, &operation_id)
+                first.serve(|engine| async move { engine.publish_operation(DATASET, id).await }),
+                second.serve(|engine| async move { engine.abort_operation(DATASET, id).await })
             );
             trace.line(format!(
                 "{operation_id}: publish and abort at once: {:?} / {:?}",
@@ -1146,11 +1142,10 @@ impl Client<'_> {
             return;
         }
         let delay_ms = rng.between(0, ECHO_DELAY_MS);
-        let copy = step(
-            self.replicas[rng.below(self.replicas.len() as u64) as usize]
-                .engine
-                .clone(),
-        );
+        // Served by the process running when it was sent: cut off if that one crashes first.
+        let replica = &self.replicas[rng.below(self.replicas.len() as u64) as usize];
+        let (process, index) = (replica.process(), replica.index);
+        let copy = step(process.engine.clone());
         let (trace, history, operation_id) = (
             self.trace.clone(),
             self.history.clone(),
@@ -1161,7 +1156,10 @@ impl Client<'_> {
         ));
         let handle = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-            let answer = copy.await;
+            let answer = process
+                .unless_crashed(copy)
+                .await
+                .unwrap_or_else(|| Err(crate::replica::crashed(index)));
             trace.line(format!(
                 "{operation_id}: the late copy of its {what} answered {answer:?}"
             ));
@@ -1289,9 +1287,9 @@ async fn committer(
     let partition = format!("c{index}");
     for number in 0..config.operations_each {
         pause(&mut rng, 0, 400).await;
-        let engine = &replicas[rng.below(replicas.len() as u64) as usize].engine;
+        let engine = replicas[rng.below(replicas.len() as u64) as usize].engine();
         let label = format!("c{index}-{number}");
-        let from = match read_position(engine, &partition, &mut rng, &history, &trace).await {
+        let from = match read_position(&engine, &partition, &mut rng, &history, &trace).await {
             Ok(from) => from,
             Err(error) => {
                 trace.line(format!("{label}: cannot read the checkpoint: {error}"));
@@ -1401,13 +1399,16 @@ async fn supervise(
 /// while it owns the dataset and its membership is live by its own clock.
 fn may_sweep(replica: &Replica) -> bool {
     replica
+        .process()
         .fleet
         .as_ref()
         .is_none_or(|fleet| fleet.may_sweep(DATASET))
 }
 
 async fn sweep_once(index: usize, replica: &Replica, history: &Mutex<History>, trace: &Trace) {
-    let swept = replica.engine.roll_forward_gated(DATASET).await;
+    let swept = replica
+        .serve(|engine| async move { engine.roll_forward_gated(DATASET).await })
+        .await;
     let mut history = history.lock().unwrap_or_else(PoisonError::into_inner);
     match swept {
         Ok(sweep) => {

@@ -106,7 +106,7 @@ fn candidates(config: &Config) -> Vec<Config> {
         ..config.clone()
     });
     push(Config {
-        pause_pct: 0,
+        replica_fault_pct: 0,
         ..config.clone()
     });
     push(Config {

@@ -49,10 +49,9 @@ use object_store::path::Path;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgPool};
 
+use crate::replica::{Process, Replica, Start};
 use crate::rng::SimRng;
-use crate::schedule::{
-    self, Cluster, Config, IN_PROCESS_LEASE_MS, OPERATION_LEASE_MS, Replica, RunReport,
-};
+use crate::schedule::{self, Cluster, Config, IN_PROCESS_LEASE_MS, OPERATION_LEASE_MS, RunReport};
 use crate::time::SimTime;
 use crate::trace::Trace;
 
@@ -204,13 +203,16 @@ async fn postgres_cluster(
             },
         )?
         .with_gates(Arc::new(gates));
-        replicas.push(Replica {
-            engine,
+        // Every replica sweeps (no fleet memberships): the advisory locks alone keep sweeps
+        // apart. Its process is never restarted: `start` runs once.
+        let process = Process::new(engine, None, 0);
+        let start: Start = Arc::new(move |_| process.clone());
+        replicas.push(Replica::new(
+            index,
             skew_ms,
-            registry: PolicyRegistry::new(objects.clone(), Path::default()),
-            // Every replica sweeps: the advisory locks alone keep sweeps apart.
-            fleet: None,
-        });
+            PolicyRegistry::new(objects.clone(), Path::default()),
+            start,
+        ));
     }
     Ok(Cluster {
         time,
@@ -220,8 +222,9 @@ async fn postgres_cluster(
         quiet_wait_ms: quiet_wait_ms(config),
         // Advisory locks hold for their session, whatever the clocks say.
         clocks_beyond_allowance: false,
-        // Real time: a pause would be a sleep of the whole process.
-        pauses: false,
+        // Real time: a pause would be a sleep of the whole process, and a crash here would
+        // leave the real connections of the old process open.
+        replica_faults: false,
     })
 }
 

@@ -24,11 +24,12 @@ fn describe(report: &RunReport) -> String {
 }
 
 /// What the fleet's runs among some seeds did: heartbeats checked, takeovers, whole-replica
-/// pauses.
+/// pauses, replicas' processes crashed and started again.
 struct FleetTotals {
     heartbeats: usize,
     takeovers: usize,
     pauses: usize,
+    restarts: usize,
 }
 
 fn assert_holds(seeds: impl Iterator<Item = u64>, label: &str) -> FleetTotals {
@@ -38,7 +39,7 @@ fn assert_holds(seeds: impl Iterator<Item = u64>, label: &str) -> FleetTotals {
         (0, 0, 0, 0, 0, 0);
     let (mut linearized, mut config_applies, mut policy_changes, mut policy_runs) = (0, 0, 0, 0);
     let (mut late_copies, mut beyond_allowance) = (0, 0);
-    let (mut fleet_runs, mut heartbeats, mut takeovers, mut pauses) = (0, 0, 0, 0);
+    let (mut fleet_runs, mut heartbeats, mut takeovers, mut pauses, mut restarts) = (0, 0, 0, 0, 0);
     for seed in seeds {
         let report = run(seed, &config);
         if !report.passed() {
@@ -65,6 +66,7 @@ fn assert_holds(seeds: impl Iterator<Item = u64>, label: &str) -> FleetTotals {
         heartbeats += report.heartbeats_checked;
         takeovers += report.takeovers;
         pauses += report.pauses;
+        restarts += report.restarts;
     }
     println!(
         "simulation[{label}]: {runs} schedules held in {:.1} s: {published} operations \
@@ -74,7 +76,7 @@ fn assert_holds(seeds: impl Iterator<Item = u64>, label: &str) -> FleetTotals {
          held against the registry, {late_copies} requests' late copies answered, \
          {beyond_allowance} schedules with a clock beyond the gates' allowance, \
          {fleet_runs} with fleet memberships ({heartbeats} heartbeats checked, {takeovers} \
-         takeovers), {pauses} whole replicas paused",
+         takeovers), {pauses} whole replicas paused, {restarts} crashed and started again",
         started.elapsed().as_secs_f64()
     );
     // A run in which nothing published, nothing ended, or no answer was checked checked nothing.
@@ -85,15 +87,17 @@ fn assert_holds(seeds: impl Iterator<Item = u64>, label: &str) -> FleetTotals {
         heartbeats,
         takeovers,
         pauses,
+        restarts,
     }
 }
 
 #[test]
 fn a_fixed_range_of_seeds_holds() {
     let fleet = assert_holds(0..FIXED_SEEDS, "fixed seeds");
-    // Fleet runs, takeovers and pauses are each drawn per seed: among 40 seeds every one
-    // happens.
-    assert!(fleet.heartbeats > 0 && fleet.takeovers > 0 && fleet.pauses > 0);
+    // Fleet runs, takeovers, pauses and crashes are each drawn per seed: among 40 seeds every
+    // one happens.
+    assert!(fleet.heartbeats > 0 && fleet.takeovers > 0);
+    assert!(fleet.pauses > 0 && fleet.restarts > 0);
 }
 
 /// The seeds that found real bugs once the stalls, the linearizability check and the config
@@ -104,11 +108,13 @@ fn a_fixed_range_of_seeds_holds() {
 /// 235, a keyed config apply retry answered refused while recovery promoted it; 504, a sweep
 /// whose gate ran out before it began reported holding it; 188 (once policy swaps joined), a
 /// swap sent to a replica behind the registry recording the active policy again; 7 (once a
-/// writer began without operation ids), another operation's object taken for damage.
+/// writer began without operation ids), another operation's object taken for damage;
+/// 7867155796522193289 (a soak's fresh seed), a verify whose read stalled past an upload and
+/// its confirmation reporting the object missing.
 #[test]
 fn the_seeds_that_found_bugs_hold() {
     assert_holds(
-        [7, 22, 66, 90, 188, 235, 504].into_iter(),
+        [7, 22, 66, 90, 188, 235, 504, 7_867_155_796_522_193_289].into_iter(),
         "seeds that found bugs",
     );
 }

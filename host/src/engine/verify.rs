@@ -12,6 +12,15 @@
 //!   memory); the plain verify reads only each object's first bytes.
 //!
 //! Objects without a row are listed, not reported as violations: they are reconcile's work.
+//!
+//! Verify reads while writers and recovery work, so its reads are ordered: the rows and the
+//! intents first, the objects' listing after. An object a published row or a confirmed
+//! intent needs was written before that row was published or that intent confirmed, so a
+//! listing taken later can miss it only if it was deleted since; and what such a missing
+//! object accuses is looked at again before it is reported ([`Engine::still_missing`]). The
+//! other order reported an object written between the listing and the intents' read as
+//! missing (simulator seed 7867155796522193289: a verify whose read of the catalog stalled
+//! past an upload and its confirmation).
 
 use std::collections::BTreeSet;
 
@@ -19,8 +28,8 @@ use serde::{Deserialize, Serialize};
 
 use super::Engine;
 use crate::error::{MendError, Result};
-use crate::intent::IntentPhase;
-use crate::model::{ListQuery, SplitState};
+use crate::intent::{Intent, IntentPhase};
+use crate::model::{ListQuery, SplitRow, SplitState};
 use crate::objects::{FoundObject, ReadBack};
 use crate::validate;
 
@@ -85,20 +94,39 @@ impl Engine {
             .list_splits(dataset_id, &ListQuery::default())
             .await?
             .splits;
-        let objects = self.objects.list(dataset_id).await?;
+        // After the rows and the intents: see the module doc.
         let intents = self.catalog.list_intents(dataset_id).await?;
+        let objects = self.objects.list(dataset_id).await?;
         let with_object: BTreeSet<&str> = objects.iter().map(|o| o.split_id.as_str()).collect();
         let with_row: BTreeSet<&str> = rows.iter().map(|row| row.split_id.as_str()).collect();
         let mut violations = Vec::new();
 
-        for row in rows.iter().filter(|row| row.state == SplitState::Published) {
-            if !with_object.contains(row.split_id.as_str()) {
-                violations.push(Violation {
-                    invariant: 1,
-                    split_id: row.split_id.clone(),
-                    message: "the split is published but its object is missing".into(),
-                });
-            }
+        let unlisted_published: Vec<&SplitRow> = rows
+            .iter()
+            .filter(|row| row.state == SplitState::Published)
+            .filter(|row| !with_object.contains(row.split_id.as_str()))
+            .collect();
+        let unlisted_confirmed: Vec<(&Intent, &str)> = intents
+            .iter()
+            .filter(|intent| intent.phase == IntentPhase::EffectsConfirmed)
+            .flat_map(|intent| {
+                intent
+                    .effects
+                    .objects
+                    .iter()
+                    .map(move |planned| (intent, planned.split_id.as_str()))
+            })
+            .filter(|(_, split_id)| !with_object.contains(split_id))
+            .collect();
+        let (missing_published, missing_confirmed) = self
+            .still_missing(dataset_id, &unlisted_published, &unlisted_confirmed)
+            .await?;
+        for row in missing_published {
+            violations.push(Violation {
+                invariant: 1,
+                split_id: row.split_id.clone(),
+                message: "the split is published but its object is missing".into(),
+            });
         }
         let published: BTreeSet<&str> = rows
             .iter()
@@ -201,22 +229,15 @@ impl Engine {
                 }
             }
         }
-        for intent in intents
-            .iter()
-            .filter(|intent| intent.phase == IntentPhase::EffectsConfirmed)
-        {
-            for planned in &intent.effects.objects {
-                if !with_object.contains(planned.split_id.as_str()) {
-                    violations.push(Violation {
-                        invariant: 2,
-                        split_id: planned.split_id.clone(),
-                        message: format!(
-                            "operation {} confirmed its effects, but this object is missing",
-                            intent.operation_id
-                        ),
-                    });
-                }
-            }
+        for (intent, split_id) in missing_confirmed {
+            violations.push(Violation {
+                invariant: 2,
+                split_id: split_id.to_string(),
+                message: format!(
+                    "operation {} confirmed its effects, but this object is missing",
+                    intent.operation_id
+                ),
+            });
         }
         Ok(VerifyReport {
             dataset_id: dataset_id.to_string(),
@@ -232,6 +253,69 @@ impl Engine {
                 .collect(),
             violations,
         })
+    }
+}
+
+impl Engine {
+    /// Of the published rows and the confirmed intents' planned objects that the listing did
+    /// not show, those whose object is missing for real: still missing at a second look, and
+    /// whose row (or intent) is unchanged since it was first read, read again after that
+    /// look. Unchanged throughout, it was published (confirmed) all along, and its object was
+    /// written before that; an object deleted since by gc after its row was marked, or a
+    /// split whose row was deleted and staged again, is no violation.
+    async fn still_missing<'a>(
+        &self,
+        dataset_id: &str,
+        published: &[&'a SplitRow],
+        confirmed: &[(&'a Intent, &'a str)],
+    ) -> Result<(Vec<&'a SplitRow>, Vec<(&'a Intent, &'a str)>)> {
+        if published.is_empty() && confirmed.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let accused: BTreeSet<String> = published
+            .iter()
+            .map(|row| row.split_id.clone())
+            .chain(confirmed.iter().map(|(_, split_id)| split_id.to_string()))
+            .collect();
+        let accused: Vec<String> = accused.into_iter().collect();
+        let missing: BTreeSet<String> = self
+            .objects
+            .missing(dataset_id, &accused)
+            .await?
+            .into_iter()
+            .collect();
+        let rows_now = if published.is_empty() {
+            Vec::new()
+        } else {
+            let query = ListQuery {
+                split_ids: Some(published.iter().map(|row| row.split_id.clone()).collect()),
+                ..ListQuery::default()
+            };
+            self.catalog.list_splits(dataset_id, &query).await?.splits
+        };
+        let intents_now = if confirmed.is_empty() {
+            Vec::new()
+        } else {
+            self.catalog.list_intents(dataset_id).await?
+        };
+        let published = published
+            .iter()
+            .filter(|row| missing.contains(&row.split_id) && rows_now.contains(row))
+            .copied()
+            .collect();
+        let confirmed = confirmed
+            .iter()
+            .filter(|(intent, split_id)| {
+                missing.contains(*split_id)
+                    && intents_now.iter().any(|now| {
+                        now.operation_id == intent.operation_id
+                            && now.phase == IntentPhase::EffectsConfirmed
+                            && now.updated_at_ms == intent.updated_at_ms
+                    })
+            })
+            .copied()
+            .collect();
+        Ok((published, confirmed))
     }
 }
 
@@ -253,5 +337,142 @@ fn header_problem(
         ))
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use bytes::Bytes;
+    use futures::FutureExt;
+    use object_store::path::Path;
+
+    use super::*;
+    use crate::catalog::ObjectStoreCatalog;
+    use crate::catalog::object_store::ObjectStoreCatalogOptions;
+    use crate::engine::{BeginOperation, EngineOptions, ExternalKind, PlannedSplit};
+    use crate::hooked_store::HookedStore;
+    use crate::model::DatasetConfig;
+    use crate::objects::SplitObjects;
+    use crate::objects::format::sha256;
+    use crate::runtime::PolicyRuntime;
+
+    const PAYLOAD: &[u8] = b"the payload of split s1";
+
+    async fn engine_on(store: &Arc<HookedStore>) -> Engine {
+        let catalog = ObjectStoreCatalog::new(
+            store.clone(),
+            Path::from("mend"),
+            ObjectStoreCatalogOptions::default(),
+        );
+        let engine = Engine::new(
+            Arc::new(catalog),
+            SplitObjects::new(store.clone(), Path::from("mend")),
+            PolicyRuntime::default_policy().unwrap(),
+            EngineOptions::default(),
+        )
+        .unwrap();
+        engine
+            .create_dataset("ds", &DatasetConfig::default())
+            .await
+            .unwrap();
+        engine
+            .begin_operation(&BeginOperation {
+                dataset_id: "ds".into(),
+                operation_id: Some("op-1".into()),
+                kind: ExternalKind::Commit,
+                node: "writer".into(),
+                lease_ms: Some(60_000),
+                splits: vec![PlannedSplit {
+                    split_id: "s1".into(),
+                    metadata_json: "{}".into(),
+                    size: PAYLOAD.len() as u64,
+                    sha256: sha256(PAYLOAD),
+                }],
+                checkpoint_delta: None,
+                replaced_split_ids: Vec::new(),
+                publish_token: None,
+            })
+            .await
+            .unwrap();
+        engine
+    }
+
+    /// Marks op-1's intent as having confirmed its effects, as its publish does first.
+    async fn confirm(engine: &Engine) {
+        let mut intent = engine
+            .catalog
+            .list_intents("ds")
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|intent| intent.operation_id == "op-1")
+            .unwrap();
+        intent.phase = IntentPhase::EffectsConfirmed;
+        engine
+            .catalog
+            .update_intent(&intent, IntentPhase::Armed)
+            .await
+            .unwrap();
+    }
+
+    async fn upload(engine: &Engine) {
+        let body = futures::stream::iter([Ok(Bytes::from_static(PAYLOAD))]);
+        engine
+            .upload_object("ds", "op-1", "s1", body)
+            .await
+            .unwrap();
+    }
+
+    /// Simulator seed 7867155796522193289: verify listed the objects, a writer uploaded its
+    /// object and confirmed its operation, and verify then read the intents: it reported the
+    /// confirmed operation's object missing. The writer's two steps run here right after
+    /// verify's listing was read.
+    #[tokio::test]
+    async fn an_object_written_and_confirmed_while_verify_lists_is_no_violation() {
+        let store = Arc::new(HookedStore::default());
+        let engine = engine_on(&store).await;
+        let fired = Arc::new(AtomicBool::new(false));
+        let (writer, hook_fired) = (engine.clone(), fired.clone());
+        store.set_after_list(move |prefix| {
+            let (writer, fired) = (writer.clone(), hook_fired.clone());
+            let listing_splits = prefix.as_ref().ends_with("/splits");
+            async move {
+                if listing_splits && !fired.swap(true, Ordering::SeqCst) {
+                    upload(&writer).await;
+                    confirm(&writer).await;
+                }
+            }
+            .boxed()
+        });
+
+        let report = engine.verify("ds").await.unwrap();
+        assert!(fired.load(Ordering::SeqCst), "the writer acted mid-verify");
+        assert_eq!(report.violations, Vec::new());
+        assert_eq!(report.pending_intents, 1);
+        // Verified again, the object is listed and nothing is wrong either.
+        let again = engine.verify("ds").await.unwrap();
+        assert_eq!(again.violations, Vec::new());
+        assert_eq!(again.objects_checked, 1);
+    }
+
+    /// The second look does not hide a real violation: a confirmed operation whose object is
+    /// missing is reported.
+    #[tokio::test]
+    async fn a_confirmed_operation_without_its_object_is_reported() {
+        let store = Arc::new(HookedStore::default());
+        let engine = engine_on(&store).await;
+        confirm(&engine).await;
+        let report = engine.verify("ds").await.unwrap();
+        assert_eq!(
+            report.violations,
+            vec![Violation {
+                invariant: 2,
+                split_id: "s1".into(),
+                message: "operation op-1 confirmed its effects, but this object is missing".into(),
+            }]
+        );
     }
 }
