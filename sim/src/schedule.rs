@@ -1,6 +1,6 @@
 //! One simulated run: a dataset on the object-store catalog over the simulated store, served
 //! by a few replicas (engines of their own over the same store, each with its clock's skew, its
-//! object-store gates, in most runs a fleet membership ([`crate::fleet`]), and a supervisor
+//! object-store gates, in most runs a fleet membership (`fleet.rs`), and a supervisor
 //! sweeping the dataset, when it owns it in a fleet), written to by writers through
 //! the operation protocol and by in-process committers, all on one thread whose every choice
 //! is drawn from the seed. After the actors stop, the faults stop, and the run checks that
@@ -80,10 +80,10 @@ pub struct Config {
     pub beyond_allowance_pct: u64,
     /// Percent of runs in which the replicas hold fleet memberships and each sweeps only the
     /// datasets it owns, as `mend serve` does; in the others every replica sweeps whenever it
-    /// likes, and the gates alone keep sweeps apart ([`crate::fleet`]).
+    /// likes, and the gates alone keep sweeps apart (`fleet.rs`).
     pub fleet_pct: u64,
     /// Percent of runs in which a whole replica is paused (for up to 14 s) or crashed and
-    /// started again, once or twice ([`crate::fleet::replica_faults`]).
+    /// started again, once or twice (`fleet.rs`).
     pub replica_fault_pct: u64,
     /// Keep the trace's lines (a replay, a failure) rather than only its digest.
     pub keep_trace: bool,
