@@ -15,7 +15,9 @@ use serde::Deserialize;
 
 use super::interrupt::Signals;
 use super::output;
-use super::{Args, BadInput, Command, DatasetCommand, ModeArg, PolicyCommand, RecoverModeArg};
+use super::{
+    Args, BadInput, Command, DatasetCommand, ModeArg, PolicyCommand, RecoverModeArg, TokenCommand,
+};
 
 /// Resolves the settings once, before anything is opened (bad settings change nothing), then
 /// runs the command with them: until it ends, or a signal or a panic stops it with its gates
@@ -28,6 +30,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         // Needs no catalog: it must work when the catalog is what is being fixed.
         Command::Config => return output::settings(&settings, json),
+        // Prints a secret and a line; opens nothing.
+        Command::Token {
+            command: TokenCommand::New { principal, grants },
+        } => return super::token::new(&principal, &grants, json),
         // Writes files only; opening the catalog would create ./mend-data.
         Command::Policy {
             command:
@@ -297,6 +303,9 @@ async fn execute(
         Command::Policy { command } => super::policy::run(engine, settings, command, json).await,
         Command::Serve { .. } => super::serve::run(engine.clone(), settings, json).await,
         Command::Config => output::settings(settings, json),
+        Command::Token {
+            command: TokenCommand::New { principal, grants },
+        } => super::token::new(&principal, &grants, json),
         Command::Status => status(engine, settings, json).await,
         Command::Demo => super::demo::run(engine, settings, json).await,
     }

@@ -37,6 +37,7 @@ mod policy;
 mod progress;
 pub mod scaffold;
 mod serve;
+mod token;
 
 use std::path::PathBuf;
 
@@ -296,6 +297,12 @@ pub enum Command {
         #[arg(long)]
         listen: Option<String>,
     },
+    /// Principals' secrets, and the lines of a tokens file that name them by the secrets'
+    /// hashes.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
     /// Every setting, its value and where it came from (flag, environment, file or default).
     Config,
     /// The catalog, the active policy, and each dataset's versions and pending intents.
@@ -306,6 +313,20 @@ pub enum Command {
     /// swap to a second policy (which discards orphans) replays the recorded decisions and
     /// discards the next orphan, verify checks the invariants, and the swap is rolled back.
     Demo,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a principal's secret: printed this once, with the line to add to the tokens file,
+    /// which holds only the secret's SHA-256. Writes nothing.
+    New {
+        /// The principal: 1 to 64 ASCII letters, digits, '.', '_' or '-'.
+        principal: String,
+        /// A grant (repeatable, at least one): admin; or read:P, write:P or operate:P, where
+        /// the pattern P is a dataset id, a prefix followed by *, or * for every dataset.
+        #[arg(long = "grant", value_name = "GRANT", required = true)]
+        grants: Vec<String>,
+    },
 }
 
 /// `mend commit`'s arguments.
@@ -573,6 +594,9 @@ impl Command {
                 PolicyCommand::Rollback { .. } => "mend policy rollback",
             },
             Self::Serve { .. } => "mend serve",
+            Self::Token { command } => match command {
+                TokenCommand::New { .. } => "mend token new",
+            },
             Self::Config => "mend config",
             Self::Status => "mend status",
             Self::Demo => "mend demo",

@@ -22,3 +22,4 @@ mod server_idempotency;
 mod server_json_body;
 mod server_limits;
 mod server_races;
+mod tokens;

@@ -25,6 +25,7 @@
 
 mod admin;
 mod answers;
+pub mod auth;
 // Crate-visible for `fuzzing`, which feeds the body parsers arbitrary bytes.
 pub(crate) mod api;
 pub(crate) mod body;

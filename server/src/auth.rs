@@ -1,0 +1,725 @@
+//! Who may do what: principals, their grants, and the tokens file that names them.
+//!
+//! A tokens file holds one principal per line: its name, the SHA-256 of its secret, and its
+//! grants. It never holds a secret: `mend token new` prints the secret once, with the line to
+//! add, and whoever reads the file learns no secret from it.
+//!
+//! ```text
+//! # principal   token hash                                                                grants
+//! indexer       sha256:3b1f…(64 hex digits)                                               write:logs-* read:logs-*
+//! operations    sha256:9c0a…                                                              operate:*
+//! root          sha256:77de…                                                              admin
+//! ```
+//!
+//! - **Grants.** `admin` allows everything. `read:P`, `write:P` and `operate:P` allow that
+//!   action on the datasets whose ids match the pattern `P`: an exact dataset id, a prefix
+//!   followed by `*` (`logs-*`), or `*` for every dataset. The actions are separate: a writer
+//!   that reads its checkpoint positions needs `read` beside `write`.
+//! - **Secrets.** `mend_` and 64 hex digits: 256 bits from the operating system's random
+//!   source ([`new_secret`]). A request presents one as `Authorization: Bearer SECRET`; the
+//!   server hashes it and compares the hash with every principal's, in time that does not
+//!   depend on where (or whether) they differ ([`Tokens::authenticate`]).
+//! - **Bounds.** A file of at most [`MAX_TOKENS_FILE_BYTES`], [`MAX_PRINCIPALS`] principals of
+//!   at most [`MAX_GRANTS`] grants each; a name of 1 to [`MAX_PRINCIPAL_NAME`] characters of
+//!   `A-Z a-z 0-9 . _ -`. A file that breaks a rule is refused whole, with the line that
+//!   breaks it: a server never runs with half a tokens file.
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+/// The largest tokens file read.
+pub const MAX_TOKENS_FILE_BYTES: usize = 1024 * 1024;
+/// The most principals a tokens file may name.
+pub const MAX_PRINCIPALS: usize = 10_000;
+/// The most grants one principal may hold.
+pub const MAX_GRANTS: usize = 64;
+/// The longest principal name.
+pub const MAX_PRINCIPAL_NAME: usize = 64;
+/// What every secret starts with, so that one found in a log or a repository is known for
+/// what it is.
+pub const SECRET_PREFIX: &str = "mend_";
+/// Random bytes in a secret (printed as twice as many hex digits).
+const SECRET_BYTES: usize = 32;
+/// The longest dataset id a pattern may name (the engine's limit on ids).
+const MAX_ID_BYTES: usize = mend::validate::MAX_ID_BYTES;
+
+/// What a request does to a dataset (or, for `Admin`, to the server).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Reads rows, the manifest, checkpoints, operations' states.
+    Read,
+    /// Stages, publishes, marks, begins and ends operations, creates datasets.
+    Write,
+    /// Recovers, collects garbage, reconciles, fences and unfences.
+    Operate,
+    /// Swaps and rolls back policies, exclusive recovery, anything naming a server file.
+    Admin,
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Action::Read => "read",
+            Action::Write => "write",
+            Action::Operate => "operate",
+            Action::Admin => "admin",
+        })
+    }
+}
+
+/// Which datasets a grant covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pattern {
+    /// Exactly this dataset id.
+    Exact(String),
+    /// Every dataset id that starts with this prefix (`""` for every dataset).
+    Prefix(String),
+}
+
+impl Pattern {
+    /// Whether `dataset_id` matches.
+    pub fn matches(&self, dataset_id: &str) -> bool {
+        match self {
+            Pattern::Exact(id) => id == dataset_id,
+            Pattern::Prefix(prefix) => dataset_id.starts_with(prefix.as_str()),
+        }
+    }
+
+    /// Reads `*`, `ID` or `PREFIX*`.
+    fn parse(text: &str) -> Result<Self, String> {
+        let (body, prefix) = match text.strip_suffix('*') {
+            Some(body) => (body, true),
+            None => (text, false),
+        };
+        if body.contains('*') {
+            return Err(format!(
+                "pattern {text:?}: '*' may only end a pattern (an id prefix, or '*' alone)"
+            ));
+        }
+        if !prefix && body.is_empty() {
+            return Err("an empty pattern: name a dataset id, a prefix and '*', or '*'".into());
+        }
+        if body.len() > MAX_ID_BYTES {
+            return Err(format!(
+                "pattern {text:?} is longer than a dataset id ({MAX_ID_BYTES} bytes)"
+            ));
+        }
+        let first_ok = body
+            .chars()
+            .next()
+            .is_none_or(|first| first.is_ascii_alphanumeric());
+        let rest_ok = body
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if !first_ok || !rest_ok {
+            return Err(format!(
+                "pattern {text:?}: a dataset id (or its prefix) holds ASCII letters, digits, \
+                 '.', '_' and '-', starting with a letter or digit"
+            ));
+        }
+        Ok(if prefix {
+            Pattern::Prefix(body.to_string())
+        } else {
+            Pattern::Exact(body.to_string())
+        })
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Pattern::Exact(id) => f.write_str(id),
+            Pattern::Prefix(prefix) => write!(f, "{prefix}*"),
+        }
+    }
+}
+
+/// One grant of a principal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Grant {
+    /// Everything, on every dataset and the server.
+    Admin,
+    /// One action on the datasets a pattern matches.
+    On(Action, Pattern),
+}
+
+impl Grant {
+    /// Reads `admin`, `read:P`, `write:P` or `operate:P`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text == "admin" {
+            return Ok(Grant::Admin);
+        }
+        let Some((action, pattern)) = text.split_once(':') else {
+            return Err(format!(
+                "grant {text:?}: expected admin, read:PATTERN, write:PATTERN or operate:PATTERN"
+            ));
+        };
+        let action = match action {
+            "read" => Action::Read,
+            "write" => Action::Write,
+            "operate" => Action::Operate,
+            other => {
+                return Err(format!(
+                    "grant {text:?}: unknown action {other:?} (read, write or operate; or admin \
+                     alone)"
+                ));
+            }
+        };
+        Ok(Grant::On(action, Pattern::parse(pattern)?))
+    }
+
+    /// Whether this grant allows `action`, on `dataset_id` when the action names one (an
+    /// action on no dataset, such as listing the datasets, is allowed by a grant of that
+    /// action on any pattern).
+    pub fn allows(&self, action: Action, dataset_id: Option<&str>) -> bool {
+        match self {
+            Grant::Admin => true,
+            Grant::On(granted, pattern) => {
+                *granted == action && dataset_id.is_none_or(|id| pattern.matches(id))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Grant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Grant::Admin => f.write_str("admin"),
+            Grant::On(action, pattern) => write!(f, "{action}:{pattern}"),
+        }
+    }
+}
+
+/// A principal: who a request is from, and what it may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub name: String,
+    pub grants: Vec<Grant>,
+}
+
+impl Principal {
+    /// Whether one of its grants allows `action` on `dataset_id`.
+    pub fn may(&self, action: Action, dataset_id: Option<&str>) -> bool {
+        self.grants
+            .iter()
+            .any(|grant| grant.allows(action, dataset_id))
+    }
+
+    /// Whether it holds `admin`.
+    pub fn is_admin(&self) -> bool {
+        self.grants.contains(&Grant::Admin)
+    }
+}
+
+/// The SHA-256 of a secret.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct TokenHash([u8; 32]);
+
+impl TokenHash {
+    /// The hash of `secret`.
+    pub fn of(secret: &str) -> Self {
+        Self(Sha256::digest(secret.as_bytes()).into())
+    }
+
+    /// Reads `sha256:` and 64 hex digits.
+    fn parse(text: &str) -> Result<Self, String> {
+        let Some(hex) = text.strip_prefix("sha256:") else {
+            return Err(
+                "a token hash is sha256: and 64 hex digits (the tokens file holds hashes, \
+                 never secrets: `mend token new` prints the line to add)"
+                    .into(),
+            );
+        };
+        if hex.len() != 64 {
+            return Err(format!(
+                "a token hash has 64 hex digits after sha256:, not {}",
+                hex.len()
+            ));
+        }
+        let mut bytes = [0u8; 32];
+        for (byte, pair) in bytes.iter_mut().zip(hex.as_bytes().chunks(2)) {
+            let digits = std::str::from_utf8(pair).map_err(|_| "a token hash is hex digits")?;
+            *byte = u8::from_str_radix(digits, 16)
+                .map_err(|_| "a token hash is hex digits".to_string())?;
+        }
+        Ok(Self(bytes))
+    }
+}
+
+impl fmt::Display for TokenHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("sha256:")?;
+        for byte in self.0 {
+            write!(f, "{byte:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for TokenHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TokenHash({self})")
+    }
+}
+
+/// Why a tokens file was refused, and on which line (1-based; 0 for the file as a whole).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("tokens file{}: {message}", if *.line > 0 { format!(" line {}", .line) } else { String::new() })]
+pub struct TokensError {
+    pub line: usize,
+    pub message: String,
+}
+
+/// The principals of a tokens file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tokens {
+    /// By line, with the hash of each one's secret.
+    principals: Vec<(TokenHash, Principal)>,
+}
+
+impl Tokens {
+    /// Reads a tokens file's text (see the module doc); refused whole at the first line that
+    /// breaks a rule.
+    pub fn parse(text: &str) -> Result<Self, TokensError> {
+        if text.len() > MAX_TOKENS_FILE_BYTES {
+            return Err(TokensError {
+                line: 0,
+                message: format!(
+                    "it is {} bytes; the most read is {MAX_TOKENS_FILE_BYTES}",
+                    text.len()
+                ),
+            });
+        }
+        let mut principals: Vec<(TokenHash, Principal)> = Vec::new();
+        for (index, line) in text.lines().enumerate() {
+            let at = |message: String| TokensError {
+                line: index + 1,
+                message,
+            };
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let mut fields = line.split_whitespace();
+            let (Some(name), Some(hash)) = (fields.next(), fields.next()) else {
+                return Err(at(
+                    "expected a principal, its token hash and its grants".into()
+                ));
+            };
+            check_principal_name(name).map_err(at)?;
+            let hash = TokenHash::parse(hash).map_err(at)?;
+            let grants = fields
+                .map(Grant::parse)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(at)?;
+            if grants.is_empty() {
+                return Err(at(format!(
+                    "principal {name} has no grants: give it admin, read:, write: or operate: \
+                     grants, or remove its line"
+                )));
+            }
+            if grants.len() > MAX_GRANTS {
+                return Err(at(format!(
+                    "principal {name} has {} grants; the most is {MAX_GRANTS}",
+                    grants.len()
+                )));
+            }
+            if principals.iter().any(|(_, known)| known.name == name) {
+                return Err(at(format!("principal {name} is named twice")));
+            }
+            if let Some((_, known)) = principals.iter().find(|(known, _)| *known == hash) {
+                return Err(at(format!(
+                    "principal {name} has the token hash of principal {}: every principal needs \
+                     a secret of its own",
+                    known.name
+                )));
+            }
+            if principals.len() == MAX_PRINCIPALS {
+                return Err(at(format!(
+                    "more than {MAX_PRINCIPALS} principals in one tokens file"
+                )));
+            }
+            principals.push((
+                hash,
+                Principal {
+                    name: name.to_string(),
+                    grants,
+                },
+            ));
+        }
+        Ok(Self { principals })
+    }
+
+    /// The principal whose secret is `presented`, if any. The presented secret's hash is
+    /// compared with every principal's, each comparison in constant time, and none cut short:
+    /// the time taken says nothing of which principal (if any) it matched, or how closely.
+    pub fn authenticate(&self, presented: &str) -> Option<&Principal> {
+        let presented = TokenHash::of(presented);
+        let mut found = None;
+        for (hash, principal) in &self.principals {
+            if constant_time_eq(&hash.0, &presented.0) {
+                found = Some(principal);
+            }
+        }
+        found
+    }
+
+    /// How many principals the file names.
+    pub fn len(&self) -> usize {
+        self.principals.len()
+    }
+
+    /// Whether the file names no principal.
+    pub fn is_empty(&self) -> bool {
+        self.principals.is_empty()
+    }
+
+    /// The principals, in the file's order.
+    pub fn principals(&self) -> impl Iterator<Item = &Principal> {
+        self.principals.iter().map(|(_, principal)| principal)
+    }
+}
+
+/// Compares without stopping at the first difference, so timing does not reveal where two
+/// hashes differ.
+fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A principal name: 1 to [`MAX_PRINCIPAL_NAME`] characters of `A-Z a-z 0-9 . _ -`, starting
+/// with a letter or digit, so that it prints in logs and audit records as it is.
+pub fn check_principal_name(name: &str) -> Result<(), String> {
+    let first_ok = name
+        .chars()
+        .next()
+        .is_some_and(|first| first.is_ascii_alphanumeric());
+    let rest_ok = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if !first_ok || !rest_ok || name.len() > MAX_PRINCIPAL_NAME {
+        return Err(format!(
+            "principal name {:?} must be 1 to {MAX_PRINCIPAL_NAME} ASCII letters, digits, '.', \
+             '_' or '-', starting with a letter or digit",
+            name.chars()
+                .take(MAX_PRINCIPAL_NAME + 8)
+                .collect::<String>()
+        ));
+    }
+    Ok(())
+}
+
+/// A new secret: [`SECRET_PREFIX`] and 64 hex digits from the operating system's random
+/// source.
+pub fn new_secret() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; SECRET_BYTES];
+    getrandom::fill(&mut bytes)?;
+    let mut secret = String::with_capacity(SECRET_PREFIX.len() + 2 * SECRET_BYTES);
+    secret.push_str(SECRET_PREFIX);
+    for byte in bytes {
+        secret.push_str(&format!("{byte:02x}"));
+    }
+    Ok(secret)
+}
+
+/// The tokens file line for `principal` holding `grants`, whose secret is `secret`.
+pub fn tokens_file_line(principal: &str, secret: &str, grants: &[Grant]) -> String {
+    let grants: Vec<String> = grants.iter().map(ToString::to_string).collect();
+    format!("{principal} {} {}", TokenHash::of(secret), grants.join(" "))
+}
+
+/// A tokens file on disk, read again when its content changes ([`TokensFile::reload`]): a
+/// server picks up a principal added or removed without a restart. A change that breaks a
+/// rule is refused whole and the principals read last stay in force, so that a typo never
+/// locks every client out, nor lets one in.
+#[derive(Debug)]
+pub struct TokensFile {
+    path: std::path::PathBuf,
+    loaded: std::sync::RwLock<Loaded>,
+}
+
+#[derive(Debug)]
+struct Loaded {
+    tokens: std::sync::Arc<Tokens>,
+    /// The SHA-256 of the text the tokens came from.
+    digest: [u8; 32],
+}
+
+/// What a [`TokensFile::reload`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reload {
+    /// The file says what it said.
+    Unchanged,
+    /// The file changed, and now names this many principals.
+    Reloaded { principals: usize },
+    /// The file changed or could not be read; the principals read before stay in force.
+    Refused { error: TokensError },
+}
+
+impl TokensFile {
+    /// Reads the tokens file at `path`: an error if it cannot be read or breaks a rule (a
+    /// server does not start on it).
+    pub fn open(path: &std::path::Path) -> Result<Self, TokensError> {
+        let text = read_bounded(path)?;
+        let tokens = Tokens::parse(&text)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            loaded: std::sync::RwLock::new(Loaded {
+                tokens: std::sync::Arc::new(tokens),
+                digest: Sha256::digest(text.as_bytes()).into(),
+            }),
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The principals in force.
+    pub fn current(&self) -> std::sync::Arc<Tokens> {
+        let loaded = self.loaded.read().unwrap_or_else(|p| p.into_inner());
+        std::sync::Arc::clone(&loaded.tokens)
+    }
+
+    /// Reads the file again; takes its principals if its content changed and holds every rule.
+    pub fn reload(&self) -> Reload {
+        let text = match read_bounded(&self.path) {
+            Ok(text) => text,
+            Err(error) => return Reload::Refused { error },
+        };
+        let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+        if self.loaded.read().unwrap_or_else(|p| p.into_inner()).digest == digest {
+            return Reload::Unchanged;
+        }
+        match Tokens::parse(&text) {
+            Ok(tokens) => {
+                let principals = tokens.len();
+                *self.loaded.write().unwrap_or_else(|p| p.into_inner()) = Loaded {
+                    tokens: std::sync::Arc::new(tokens),
+                    digest,
+                };
+                Reload::Reloaded { principals }
+            }
+            Err(error) => Reload::Refused { error },
+        }
+    }
+}
+
+/// The text of the file at `path`, refused past [`MAX_TOKENS_FILE_BYTES`] before it is read
+/// whole.
+fn read_bounded(path: &std::path::Path) -> Result<String, TokensError> {
+    use std::io::Read;
+    let whole = |message: String| TokensError { line: 0, message };
+    let file = std::fs::File::open(path)
+        .map_err(|error| whole(format!("cannot open {}: {error}", path.display())))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_TOKENS_FILE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|error| whole(format!("cannot read {}: {error}", path.display())))?;
+    if bytes.len() > MAX_TOKENS_FILE_BYTES {
+        return Err(whole(format!(
+            "{} is larger than {MAX_TOKENS_FILE_BYTES} bytes",
+            path.display()
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| whole(format!("{} is not UTF-8 text", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash_of(secret: &str) -> String {
+        TokenHash::of(secret).to_string()
+    }
+
+    #[test]
+    fn a_file_names_principals_by_the_hashes_of_their_secrets() {
+        let text = format!(
+            "# who may do what\n\
+             indexer {} write:logs-* read:logs-*\n\
+             \n\
+             operations   {}   operate:*\n\
+             root {} admin\n",
+            hash_of("mend_indexer"),
+            hash_of("mend_ops"),
+            hash_of("mend_root")
+        );
+        let tokens = Tokens::parse(&text).unwrap();
+        assert_eq!(tokens.len(), 3);
+        let indexer = tokens.authenticate("mend_indexer").unwrap();
+        assert_eq!(indexer.name, "indexer");
+        assert!(indexer.may(Action::Write, Some("logs-2026")));
+        assert!(indexer.may(Action::Read, Some("logs-2026")));
+        assert!(!indexer.may(Action::Write, Some("metrics")));
+        assert!(!indexer.may(Action::Operate, Some("logs-2026")));
+        assert!(!indexer.may(Action::Admin, None));
+        let operations = tokens.authenticate("mend_ops").unwrap();
+        assert!(operations.may(Action::Operate, Some("anything")));
+        assert!(!operations.may(Action::Read, Some("anything")));
+        let root = tokens.authenticate("mend_root").unwrap();
+        assert!(root.is_admin());
+        assert!(root.may(Action::Write, Some("metrics")));
+        assert!(root.may(Action::Admin, None));
+        assert_eq!(tokens.authenticate("mend_nobody"), None);
+        assert_eq!(tokens.authenticate(""), None);
+    }
+
+    #[test]
+    fn patterns_are_exact_ids_prefixes_or_everything() {
+        let exact = Pattern::parse("logs").unwrap();
+        assert!(exact.matches("logs") && !exact.matches("logs-1") && !exact.matches("log"));
+        let prefix = Pattern::parse("logs-*").unwrap();
+        assert!(prefix.matches("logs-1") && prefix.matches("logs-") && !prefix.matches("logs"));
+        let every = Pattern::parse("*").unwrap();
+        assert!(every.matches("logs") && every.matches("x"));
+        for bad in [
+            "",
+            "l*gs",
+            "**",
+            "-logs",
+            "logs/x",
+            "lögs*",
+            &"a".repeat(129),
+        ] {
+            assert!(Pattern::parse(bad).is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(Pattern::parse("logs-*").unwrap().to_string(), "logs-*");
+    }
+
+    #[test]
+    fn grants_read_back_as_written() {
+        for text in ["admin", "read:*", "write:logs-*", "operate:metrics"] {
+            assert_eq!(Grant::parse(text).unwrap().to_string(), text);
+        }
+        for bad in [
+            "",
+            "root",
+            "delete:*",
+            "read",
+            "read:",
+            "write:a b",
+            "admin:*",
+        ] {
+            assert!(Grant::parse(bad).is_err(), "{bad:?} accepted");
+        }
+        // An action on no dataset (listing the datasets) is allowed by any grant of it.
+        assert!(
+            Grant::parse("read:logs-*")
+                .unwrap()
+                .allows(Action::Read, None)
+        );
+        assert!(
+            !Grant::parse("read:logs-*")
+                .unwrap()
+                .allows(Action::Write, None)
+        );
+    }
+
+    #[test]
+    fn a_file_that_breaks_a_rule_is_refused_whole_with_its_line() {
+        let good = hash_of("mend_a");
+        let cases = [
+            (format!("a {good}\n"), 1, "no grants"),
+            ("a mend_a read:*\n".to_string(), 1, "never secrets"),
+            ("a sha256:abc read:*\n".to_string(), 1, "64 hex digits"),
+            (
+                format!("a sha256:{} read:*\n", "zz".repeat(32)),
+                1,
+                "hex digits",
+            ),
+            (
+                format!("a {good} read:*\nb {good} read:*\n"),
+                2,
+                "token hash of principal a",
+            ),
+            (
+                format!("a {good} read:*\na {} read:*\n", hash_of("mend_b")),
+                2,
+                "named twice",
+            ),
+            (format!("# c\n-a {good} read:*\n"), 2, "principal name"),
+            (format!("a {good} read:* delete:*\n"), 1, "unknown action"),
+            ("lonely\n".to_string(), 1, "expected a principal"),
+        ];
+        for (text, line, says) in cases {
+            let error = Tokens::parse(&text).unwrap_err();
+            assert_eq!(error.line, line, "{text:?}: {error}");
+            assert!(error.to_string().contains(says), "{text:?}: {error}");
+        }
+        let too_many_grants = format!("a {good} {}\n", vec!["read:*"; MAX_GRANTS + 1].join(" "));
+        assert!(Tokens::parse(&too_many_grants).is_err());
+        let too_big = "#".repeat(MAX_TOKENS_FILE_BYTES + 1);
+        assert_eq!(Tokens::parse(&too_big).unwrap_err().line, 0);
+    }
+
+    #[test]
+    fn a_tokens_file_is_read_again_when_it_changes_and_a_bad_change_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens");
+        assert_eq!(
+            TokensFile::open(&path).unwrap_err().line,
+            0,
+            "no file, no server"
+        );
+        std::fs::write(&path, format!("a {} read:*\n", hash_of("mend_a"))).unwrap();
+        let file = TokensFile::open(&path).unwrap();
+        assert!(file.current().authenticate("mend_a").is_some());
+        assert_eq!(file.reload(), Reload::Unchanged);
+
+        std::fs::write(
+            &path,
+            format!(
+                "a {} read:*\nb {} write:logs\n",
+                hash_of("mend_a"),
+                hash_of("mend_b")
+            ),
+        )
+        .unwrap();
+        assert_eq!(file.reload(), Reload::Reloaded { principals: 2 });
+        assert_eq!(file.current().authenticate("mend_b").unwrap().name, "b");
+
+        // A change that breaks a rule: refused whole, the principals before stay.
+        std::fs::write(
+            &path,
+            format!("a {} read:*\nb mend_b admin\n", hash_of("mend_a")),
+        )
+        .unwrap();
+        match file.reload() {
+            Reload::Refused { error } => assert_eq!(error.line, 2, "{error}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(file.current().authenticate("mend_b").unwrap().name, "b");
+        // A file removed: refused too, the principals before stay.
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(file.reload(), Reload::Refused { .. }));
+        assert_eq!(file.current().len(), 2);
+        // A file too large is refused before it is read whole.
+        std::fs::write(&path, vec![b'#'; MAX_TOKENS_FILE_BYTES + 1]).unwrap();
+        assert!(matches!(file.reload(), Reload::Refused { .. }));
+        assert_eq!(file.current().len(), 2);
+    }
+
+    #[test]
+    fn a_new_secret_is_long_random_and_its_line_authenticates_it() {
+        let (first, second) = (new_secret().unwrap(), new_secret().unwrap());
+        assert_ne!(first, second);
+        assert!(first.starts_with(SECRET_PREFIX));
+        assert_eq!(first.len(), SECRET_PREFIX.len() + 64);
+        let grants = [
+            Grant::parse("write:logs-*").unwrap(),
+            Grant::parse("read:logs-*").unwrap(),
+        ];
+        let line = tokens_file_line("indexer", &first, &grants);
+        assert!(
+            !line.contains(&first),
+            "the line holds the hash, never the secret"
+        );
+        let tokens = Tokens::parse(&line).unwrap();
+        let principal = tokens.authenticate(&first).unwrap();
+        assert_eq!(principal.name, "indexer");
+        assert_eq!(principal.grants, grants);
+        assert_eq!(tokens.authenticate(&second), None);
+    }
+}
