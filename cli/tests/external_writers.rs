@@ -219,6 +219,8 @@ fn run(label: &str, catalogs: Catalogs, postgres: Option<&DurablePostgres>) {
     let mut failures: Vec<String> = Vec::new();
     let mut counts = Counts::default();
     let started = Instant::now();
+    // When the server was last killed: the dataset gate it may have held outlives it.
+    let mut last_server_kill = started;
     for (at, event) in events {
         while started.elapsed() < at {
             std::thread::sleep(Duration::from_millis(20));
@@ -231,6 +233,7 @@ fn run(label: &str, catalogs: Catalogs, postgres: Option<&DurablePostgres>) {
                 let writes = server.writes_in_flight();
                 let operations = writers.iter().filter(|w| w.in_flight().is_some()).count();
                 server.kill();
+                last_server_kill = Instant::now();
                 std::thread::sleep(Duration::from_millis(rng.below(500)));
                 server.start();
                 counts.server_kills += 1;
@@ -299,8 +302,13 @@ fn run(label: &str, catalogs: Catalogs, postgres: Option<&DurablePostgres>) {
     cli_thread.join().expect("the CLI writer's thread");
     failures.extend(cli.failure.lock().unwrap().clone());
 
-    // The supervisors settle what was in flight once its lease has run out.
-    let settle_by = Instant::now() + Duration::from_millis(WRITER_LEASE_MS + 10_000);
+    // The supervisors settle what was in flight once its lease has run out, and once the
+    // dataset gate a killed server held has: on object storage its lease runs out only 60 s
+    // after its last renewal, and nobody may sweep the dataset before (seed
+    // 1796403574761398600: a server killed holding the gate 13 s before the writers stopped
+    // left it held past this wait and the roll-forward's 30 s gate timeout both).
+    let settle_by = (Instant::now() + Duration::from_millis(WRITER_LEASE_MS + 10_000))
+        .max(last_server_kill + mend::gates::DEFAULT_LEASE_DURATION + Duration::from_secs(10));
     let mut intents = probe_intents(dir.path(), &catalogs, dataset);
     while !intents.is_empty() && Instant::now() < settle_by {
         std::thread::sleep(Duration::from_millis(500));

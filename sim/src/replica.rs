@@ -11,7 +11,10 @@
 //! the registry.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::Notify;
 
 use mend::runtime::registry::PolicyRegistry;
 use mend::{Engine, MendError};
@@ -43,7 +46,17 @@ pub(crate) struct Process {
     pub fleet: Option<Fleet>,
     /// 0 for the first process, one more at each restart.
     pub incarnation: u32,
-    crashed: Arc<tokio::sync::watch::Sender<bool>>,
+    crash: Arc<Crash>,
+}
+
+/// Whether a process crashed, and its waiters. A `Notify` rather than a `watch` channel: the
+/// channel wakes its receivers in an order drawn from tokio's own random source, which no seed
+/// decides, and a replay went two ways (seed 4242, two writers' requests cut off by one
+/// crash); `notify_waiters` wakes them in the order they began waiting.
+#[derive(Debug, Default)]
+struct Crash {
+    crashed: AtomicBool,
+    waiters: Notify,
 }
 
 impl Process {
@@ -53,15 +66,22 @@ impl Process {
             engine,
             fleet,
             incarnation,
-            crashed: Arc::new(tokio::sync::watch::channel(false).0),
+            crash: Arc::default(),
         }
     }
 
     /// Resolves once this process has crashed.
     pub(crate) async fn crashed(&self) {
-        let mut crashed = self.crashed.subscribe();
-        // The sender lives as long as this process: `wait_for` ends only by the crash.
-        let _ = crashed.wait_for(|crashed| *crashed).await;
+        loop {
+            // Registered before the flag is read: a crash in between still wakes it.
+            let notified = self.crash.waiters.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.crash.crashed.load(Ordering::SeqCst) {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Runs `work` unless this process crashes first: `None` then (the work stopped at the
@@ -105,7 +125,8 @@ impl Replica {
         let mut process = self.process.lock().unwrap_or_else(PoisonError::into_inner);
         let next = (self.start)(process.incarnation + 1);
         let crashed = std::mem::replace(&mut *process, next);
-        crashed.crashed.send_replace(true);
+        crashed.crash.crashed.store(true, Ordering::SeqCst);
+        crashed.crash.waiters.notify_waiters();
         process.incarnation
     }
 
