@@ -105,14 +105,7 @@ impl Pattern {
                 "pattern {text:?} is longer than a dataset id ({MAX_ID_BYTES} bytes)"
             ));
         }
-        let first_ok = body
-            .chars()
-            .next()
-            .is_none_or(|first| first.is_ascii_alphanumeric());
-        let rest_ok = body
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-        if !first_ok || !rest_ok {
+        if !in_id_alphabet(body, true) {
             return Err(format!(
                 "pattern {text:?}: a dataset id (or its prefix) holds ASCII letters, digits, \
                  '.', '_' and '-', starting with a letter or digit"
@@ -387,17 +380,24 @@ fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// Whether `text` is in the one alphabet of mend's ids: ASCII letters, digits, '.', '_' and
+/// '-', starting with a letter or digit; an empty `text` only where `empty_ok` (the prefix of
+/// the pattern `*`).
+fn in_id_alphabet(text: &str, empty_ok: bool) -> bool {
+    let first_ok = text
+        .chars()
+        .next()
+        .map_or(empty_ok, |first| first.is_ascii_alphanumeric());
+    first_ok
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
 /// A principal name: 1 to [`MAX_PRINCIPAL_NAME`] characters of `A-Z a-z 0-9 . _ -`, starting
 /// with a letter or digit, so that it prints in logs and audit records as it is.
 pub fn check_principal_name(name: &str) -> Result<(), String> {
-    let first_ok = name
-        .chars()
-        .next()
-        .is_some_and(|first| first.is_ascii_alphanumeric());
-    let rest_ok = name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if !first_ok || !rest_ok || name.len() > MAX_PRINCIPAL_NAME {
+    if !in_id_alphabet(name, false) || name.len() > MAX_PRINCIPAL_NAME {
         return Err(format!(
             "principal name {:?} must be 1 to {MAX_PRINCIPAL_NAME} ASCII letters, digits, '.', \
              '_' or '-', starting with a letter or digit",
