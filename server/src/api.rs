@@ -436,7 +436,9 @@ pub(super) fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiE
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "));
     match presented {
-        Some(token) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => Ok(()),
+        Some(token) if crate::auth::constant_time_eq(token.as_bytes(), expected.as_bytes()) => {
+            Ok(())
+        }
         Some(_) => Err(ApiError::unauthorized(
             "the admin token is wrong; nothing happened",
         )),
@@ -444,11 +446,6 @@ pub(super) fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiE
             "this request needs the admin token (Authorization: Bearer TOKEN); nothing happened",
         )),
     }
-}
-
-/// Compares without stopping at the first difference, so timing does not reveal the token.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn count_requests(State(shared): AppState, request: Request, next: Next) -> Response {

@@ -375,9 +375,9 @@ impl Tokens {
 }
 
 /// Compares without stopping at the first difference, so timing does not reveal where two
-/// hashes differ.
-fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// secrets (or their hashes) differ; only whether their lengths do.
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Whether `text` is in the one alphabet of mend's ids: ASCII letters, digits, '.', '_' and

@@ -551,7 +551,8 @@ pub fn fleet(
         let members: BTreeSet<String> = view.members.iter().map(|(id, _)| id.clone()).collect();
         if members != everyone {
             found.violations.push(format!(
-                "liveness: once the faults stopped, replica {replica} sees the members                  {members:?}, not {everyone:?}"
+                "liveness: once the faults stopped, replica {replica} sees the members \
+                 {members:?}, not {everyone:?}"
             ));
         }
         owners.insert(view.owner.clone());

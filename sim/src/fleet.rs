@@ -94,65 +94,71 @@ pub(crate) fn replica_id(index: usize, incarnation: u32) -> String {
     }
 }
 
-/// One heartbeat of replica `index`, its view kept and recorded. `since_ms` is when the
-/// first of the heartbeats since its last answered one started (an unanswered one may have
-/// claimed the epoch this one reports). Returns whether it was answered.
+/// One heartbeat of replica `index`, its view kept; what it saw, if it was answered.
+/// `since_ms` is when the first of the heartbeats since its last answered one started (an
+/// unanswered one may have claimed the epoch this one reports).
 pub(crate) async fn heartbeat(
+    index: usize,
+    fleet: &Fleet,
+    since_ms: u64,
+    trace: &Trace,
+) -> Option<HeartbeatRecord> {
+    let view = match fleet.membership.heartbeat().await {
+        Ok(view) => view,
+        Err(error) => {
+            trace.line(format!("replica {index} heartbeat: {error}"));
+            return None;
+        }
+    };
+    let of = |members: &[mend::fleet::Member]| -> Vec<(String, u64)> {
+        members
+            .iter()
+            .map(|m| (m.replica_id.clone(), m.epoch))
+            .collect()
+    };
+    let beat = HeartbeatRecord {
+        replica: index,
+        replica_id: fleet.membership.replica_id().to_string(),
+        started_ms: since_ms,
+        answered_ms: trace.now_ms(),
+        epoch: view.me.epoch,
+        rejoined: view.rejoined,
+        members: of(&view.members),
+        expired: of(&view.expired),
+        owner: view
+            .owner_of(crate::schedule::DATASET)
+            .map(|member| member.replica_id.clone()),
+    };
+    trace.line(format!(
+        "replica {index} heartbeat: epoch {}{}, members {:?}, expired {:?}, owner {:?}",
+        beat.epoch,
+        if beat.rejoined { " (rejoined)" } else { "" },
+        beat.members,
+        beat.expired.iter().map(|(id, _)| id).collect::<Vec<_>>(),
+        beat.owner,
+    ));
+    *fleet.view.lock().unwrap_or_else(PoisonError::into_inner) = Some(view);
+    Some(beat)
+}
+
+/// Replica `index`'s heartbeat (see [`heartbeat`]), recorded in the history when answered;
+/// whether it was.
+pub(crate) async fn heartbeat_recorded(
     index: usize,
     fleet: &Fleet,
     since_ms: u64,
     history: &Mutex<History>,
     trace: &Trace,
 ) -> bool {
-    match fleet.membership.heartbeat().await {
-        Ok(view) => {
-            let owner = view
-                .owner_of(crate::schedule::DATASET)
-                .map(|member| member.replica_id.clone());
-            trace.line(format!(
-                "replica {index} heartbeat: epoch {}{}, members {:?}, expired {:?}, owner {owner:?}",
-                view.me.epoch,
-                if view.rejoined { " (rejoined)" } else { "" },
-                view.members
-                    .iter()
-                    .map(|m| (&m.replica_id, m.epoch))
-                    .collect::<Vec<_>>(),
-                view.expired
-                    .iter()
-                    .map(|m| &m.replica_id)
-                    .collect::<Vec<_>>(),
-            ));
-            history
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .heartbeats
-                .push(HeartbeatRecord {
-                    replica: index,
-                    replica_id: fleet.membership.replica_id().to_string(),
-                    started_ms: since_ms,
-                    answered_ms: trace.now_ms(),
-                    epoch: view.me.epoch,
-                    rejoined: view.rejoined,
-                    members: view
-                        .members
-                        .iter()
-                        .map(|m| (m.replica_id.clone(), m.epoch))
-                        .collect(),
-                    expired: view
-                        .expired
-                        .iter()
-                        .map(|m| (m.replica_id.clone(), m.epoch))
-                        .collect(),
-                    owner,
-                });
-            *fleet.view.lock().unwrap_or_else(PoisonError::into_inner) = Some(view);
-            true
-        }
-        Err(error) => {
-            trace.line(format!("replica {index} heartbeat: {error}"));
-            false
-        }
-    }
+    let Some(beat) = heartbeat(index, fleet, since_ms, trace).await else {
+        return false;
+    };
+    history
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .heartbeats
+        .push(beat);
+    true
 }
 
 /// Replica `index`'s membership beat, while the actors work: a heartbeat every
@@ -178,7 +184,7 @@ pub(crate) async fn heartbeats(
         };
         since = Some((process.incarnation, started));
         let answered = process
-            .unless_crashed(heartbeat(index, fleet, started, &history, &trace))
+            .unless_crashed(heartbeat_recorded(index, fleet, started, &history, &trace))
             .await;
         if answered == Some(true) {
             since = None;

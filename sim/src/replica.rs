@@ -144,13 +144,13 @@ impl Replica {
         process
             .unless_crashed(step(process.engine.clone()))
             .await
-            .unwrap_or_else(|| Err(crashed(self.index)))
+            .unwrap_or_else(|| Err(crash_error(self.index)))
     }
 }
 
 /// What a client is told when replica `index`'s process crashes with its request in flight:
 /// the outcome is unknown.
-pub(crate) fn crashed(index: usize) -> MendError {
+pub(crate) fn crash_error(index: usize) -> MendError {
     MendError::Unavailable {
         message: format!("replica {index} crashed while it served the request"),
         source: None,

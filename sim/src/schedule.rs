@@ -404,11 +404,16 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
         clocks_beyond_allowance,
         replica_faults,
     } = cluster;
+    // Decided for the run: every process of every replica is started with a membership or
+    // none is.
+    let fleet = replicas
+        .iter()
+        .any(|replica| replica.process().fleet.is_some());
     trace.line(format!(
         "seed {seed}: {} replicas (skews {:?} ms, {}), {} protocol writers, {} committers, {} operations each",
         replicas.len(),
         replicas.iter().map(|r| r.skew_ms).collect::<Vec<_>>(),
-        if replicas.iter().any(|r| r.process().fleet.is_some()) {
+        if fleet {
             "fleet memberships"
         } else {
             "every replica sweeps"
@@ -424,7 +429,7 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
     let stop = Arc::new(AtomicBool::new(false));
     let mut supervisors = Vec::new();
     for (index, replica) in replicas.iter().enumerate() {
-        if replica.process().fleet.is_some() {
+        if fleet {
             supervisors.push(tokio::spawn(crate::fleet::heartbeats(
                 index,
                 replica.clone(),
@@ -516,7 +521,8 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
     for round in 0..QUIET_ROUNDS {
         for (index, replica) in replicas.iter().enumerate() {
             if let Some(fleet) = &replica.process().fleet {
-                crate::fleet::heartbeat(index, fleet, trace.now_ms(), &history, &trace).await;
+                crate::fleet::heartbeat_recorded(index, fleet, trace.now_ms(), &history, &trace)
+                    .await;
             }
             crate::policy::follow(index, replica, &history, &trace).await;
             if may_sweep(replica) {
@@ -539,25 +545,11 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
         }
     }
 
-    // Every replica's view once more, for the fleet's liveness.
-    let fleet = replicas
-        .iter()
-        .any(|replica| replica.process().fleet.is_some());
+    // Every replica's view once more, for the fleet's liveness (held apart from the history).
     let mut last_views = Vec::new();
     for (index, replica) in replicas.iter().enumerate() {
         if let Some(fleet) = &replica.process().fleet {
-            let before = history
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .heartbeats
-                .len();
-            crate::fleet::heartbeat(index, fleet, trace.now_ms(), &history, &trace).await;
-            let mut history = history.lock().unwrap_or_else(PoisonError::into_inner);
-            last_views.push(if history.heartbeats.len() > before {
-                history.heartbeats.pop()
-            } else {
-                None
-            });
+            last_views.push(crate::fleet::heartbeat(index, fleet, trace.now_ms(), &trace).await);
         }
     }
 
@@ -1159,7 +1151,7 @@ impl Client<'_> {
             let answer = process
                 .unless_crashed(copy)
                 .await
-                .unwrap_or_else(|| Err(crate::replica::crashed(index)));
+                .unwrap_or_else(|| Err(crate::replica::crash_error(index)));
             trace.line(format!(
                 "{operation_id}: the late copy of its {what} answered {answer:?}"
             ));
