@@ -114,6 +114,10 @@ pub struct Settings {
     pub listen: SocketAddr,
     /// The token the server's admin requests must carry; `None` refuses them all. Never print it.
     pub admin_token: Option<String>,
+    /// The server's principals and their grants (hashes of their secrets, never a secret).
+    pub tokens_file: Option<PathBuf>,
+    /// Serve an address other machines can reach without a tokens file.
+    pub insecure: bool,
     pub supervisor_interval: Duration,
     pub supervisor_max_backoff: Duration,
     /// A full scan of every dataset every this many supervisor rounds.
@@ -130,6 +134,8 @@ pub struct Settings {
     pub shutdown_deadline: Duration,
     pub max_queued_writes: usize,
     pub max_queued_writes_per_dataset: usize,
+    pub principal_requests_per_second: usize,
+    pub principal_max_writes: usize,
     pub max_admin_component_bytes: usize,
     pub max_json_body_bytes: usize,
     /// Which log lines are written: an `EnvFilter` directive string. `RUST_LOG`, when set,
@@ -440,6 +446,19 @@ pub static SETTINGS: &[Setting] = &[
     .default_doc("none")
     .secret(),
     Setting::new(
+        "serve.tokens_file",
+        "MEND_SERVE_TOKENS_FILE",
+        field!(tokens_file),
+        "The server's principals, one per line: name, sha256: of its secret, grants (admin, read:P, write:P, operate:P); `mend token new` prints a line. Read again within a second of a change. Without it, requests need no token, which only a loopback address allows.",
+    )
+    .default_doc("none: requests without a token are let in (loopback only)"),
+    Setting::new(
+        "serve.insecure",
+        "MEND_SERVE_INSECURE",
+        field!(insecure),
+        "Serve an address other machines can reach without a tokens file: anyone who reaches it may read, write and delete every dataset. Logged at every start.",
+    ),
+    Setting::new(
         "serve.supervisor_interval_ms",
         "MEND_SERVE_SUPERVISOR_INTERVAL_MS",
         field!(supervisor_interval),
@@ -523,6 +542,20 @@ pub static SETTINGS: &[Setting] = &[
         "Most writes the server admits at once on one dataset; one more is answered 503 with Retry-After.",
     )
     .within(bounds::SERVE_MAX_QUEUED_WRITES_PER_DATASET),
+    Setting::new(
+        "serve.principal_requests_per_second",
+        "MEND_SERVE_PRINCIPAL_REQUESTS_PER_SECOND",
+        field!(principal_requests_per_second),
+        "Requests one principal of the tokens file may make per second (as many at once); one more is answered 429 with Retry-After. Requests without a token are held only by the server-wide limits.",
+    )
+    .within(bounds::SERVE_PRINCIPAL_REQUESTS_PER_SECOND),
+    Setting::new(
+        "serve.principal_max_writes",
+        "MEND_SERVE_PRINCIPAL_MAX_WRITES",
+        field!(principal_max_writes),
+        "Writes (requests other than GET) one principal may have in flight at once, so that one client cannot take every slot of serve.max_queued_writes; one more is answered 429 with Retry-After.",
+    )
+    .within(bounds::SERVE_PRINCIPAL_MAX_WRITES),
     Setting::new(
         "serve.max_json_body_bytes",
         "MEND_SERVE_MAX_JSON_BODY_BYTES",
@@ -701,6 +734,8 @@ impl Settings {
             deletion_grace_period: Duration::from_millis(dataset.deletion_grace_period_ms),
             listen: DEFAULT_LISTEN,
             admin_token: None,
+            tokens_file: None,
+            insecure: false,
             supervisor_interval: DEFAULT_SUPERVISOR_INTERVAL,
             supervisor_max_backoff: DEFAULT_SUPERVISOR_MAX_BACKOFF,
             supervisor_full_scan_every: DEFAULT_SUPERVISOR_FULL_SCAN_EVERY,
@@ -713,6 +748,8 @@ impl Settings {
             shutdown_deadline: serve.shutdown_deadline,
             max_queued_writes: serve.max_queued_writes,
             max_queued_writes_per_dataset: serve.max_queued_writes_per_dataset,
+            principal_requests_per_second: serve.principal.requests_per_second as usize,
+            principal_max_writes: serve.principal.max_writes,
             max_admin_component_bytes: serve.max_admin_component_bytes,
             max_json_body_bytes: serve.max_json_body_bytes,
             log_level: LogLevel("info".to_owned()),

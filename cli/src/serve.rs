@@ -31,12 +31,35 @@ pub async fn run(engine: Engine, settings: &Settings, json: bool) -> anyhow::Res
         max_queued_writes_per_dataset: settings.max_queued_writes_per_dataset,
         max_admin_component_bytes: settings.max_admin_component_bytes,
         max_json_body_bytes: settings.max_json_body_bytes,
+        principal: mend_server::quotas::PrincipalLimits {
+            // Range-checked to at most 1,000,000 when read.
+            requests_per_second: u32::try_from(settings.principal_requests_per_second)
+                .unwrap_or(u32::MAX),
+            max_writes: settings.principal_max_writes,
+        },
     };
     // Before the fleet is joined: a server that would refuse requests within every limit as
     // too large does not start.
     limits
         .check_json_body(settings.max_stage_batch.get(), settings.max_metadata_bytes)
         .map_err(|error| BadInput(error.to_string()))?;
+    let tokens_file = match &settings.tokens_file {
+        Some(path) => Some(std::sync::Arc::new(
+            mend_server::auth::TokensFile::open(path)
+                .map_err(|error| BadInput(format!("serve.tokens_file: {error}")))?,
+        )),
+        None => None,
+    };
+    let principals = tokens_file.as_ref().map(|file| file.current().len());
+    let credentials = mend_server::access::Credentials {
+        tokens_file,
+        admin_token: settings.admin_token.clone(),
+    };
+    // Before the fleet is joined (`serve` checks again, and logs an insecure start).
+    if !settings.insecure {
+        mend_server::check_protected(settings.listen, &credentials, false)
+            .map_err(|error| BadInput(error.to_string()))?;
+    }
     let replica_id = mend::fleet::replica_id(settings.replica_name.as_deref())
         .map_err(|error| BadInput(error.to_string()))?;
     let membership =
@@ -44,7 +67,8 @@ pub async fn run(engine: Engine, settings: &Settings, json: bool) -> anyhow::Res
             .await
             .with_context(|| format!("join the fleet of catalog {}", settings.catalog))?;
     let options = ServeOptions {
-        admin_token: settings.admin_token.clone(),
+        credentials,
+        insecure: settings.insecure,
         supervisor: SupervisorOptions {
             interval: settings.supervisor_interval,
             max_backoff: settings.supervisor_max_backoff,
@@ -58,12 +82,15 @@ pub async fn run(engine: Engine, settings: &Settings, json: bool) -> anyhow::Res
     let listen = settings.listen;
     let catalog = engine.catalog().describe();
     let policy = engine.policy().digest().to_string();
-    let admin = if options.admin_token.is_some() {
-        "admin requests allowed with the token"
-    } else {
-        "no admin token: admin requests are refused"
+    let admin_token = options.credentials.admin_token.is_some();
+    let access = match (principals, admin_token) {
+        (Some(principals), true) => {
+            format!("{principals} principals from the tokens file, and the admin token")
+        }
+        (Some(principals), false) => format!("{principals} principals from the tokens file"),
+        (None, true) => "requests without a token let in; admin with the admin token".into(),
+        (None, false) => "requests without a token let in; no admin token".into(),
     };
-    let admin_token = options.admin_token.is_some();
     mend_server::serve(engine, options, listen, shutdown_signal(), |address| {
         if json {
             println!(
@@ -75,11 +102,12 @@ pub async fn run(engine: Engine, settings: &Settings, json: bool) -> anyhow::Res
                     "catalog": catalog,
                     "policy_digest": policy,
                     "admin_token": admin_token,
+                    "principals": principals,
                 })
             );
         } else {
             eprintln!(
-                "mend serve: listening on http://{address} (catalog {catalog}, policy {policy}; {admin})"
+                "mend serve: listening on http://{address} (catalog {catalog}, policy {policy}; {access})"
             );
         }
     })

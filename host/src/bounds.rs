@@ -107,6 +107,11 @@ pub const SERVE_MAX_QUEUED_WRITES: Bound = Bound::new("serve.max_queued_writes",
 /// The same, for one dataset.
 pub const SERVE_MAX_QUEUED_WRITES_PER_DATASET: Bound =
     Bound::new("serve.max_queued_writes_per_dataset", 1, 100_000);
+/// Requests one principal may make per second on a server (its burst: as many at once).
+pub const SERVE_PRINCIPAL_REQUESTS_PER_SECOND: Bound =
+    Bound::new("serve.principal_requests_per_second", 1, 1_000_000);
+/// Writes one principal may have in flight on a server.
+pub const SERVE_PRINCIPAL_MAX_WRITES: Bound = Bound::new("serve.principal_max_writes", 1, 100_000);
 /// Bytes of a policy component (or scenarios file) an admin request may upload or name.
 pub const SERVE_MAX_ADMIN_COMPONENT_BYTES: Bound =
     Bound::new("serve.max_admin_component_bytes", 1024, 1 << 30);

@@ -29,6 +29,11 @@ pub const MAX_ID_BYTES: usize = 128;
 /// Longest node name, publish token or fencing token, in bytes.
 pub const MAX_NAME_BYTES: usize = 128;
 
+/// Longest idempotency key, in bytes: room for a client's key of [`MAX_NAME_BYTES`] recorded
+/// under the name of the principal that sent it (`mend serve` records `PRINCIPAL/KEY`, a
+/// principal's name being at most 64 bytes).
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = MAX_NAME_BYTES + 1 + 64;
+
 /// How much of a refused value an error quotes: enough to find it, never a whole payload.
 pub const QUOTED_CHARS: usize = 64;
 
@@ -110,10 +115,16 @@ fn is_invisible(c: char) -> bool {
 /// A free-form name (a node, a token): 1 to 128 bytes, no control or invisible characters,
 /// no leading or trailing whitespace. `what` names it in the error.
 pub fn name(what: &str, value: &str) -> Result<()> {
+    name_within(what, value, MAX_NAME_BYTES)
+}
+
+/// [`name`], of at most `max_bytes`.
+fn name_within(what: &str, value: &str, max_bytes: usize) -> Result<()> {
+    let too_long = format!("it is longer than {max_bytes} bytes");
     let problem = if value.is_empty() {
         Some("it is empty")
-    } else if value.len() > MAX_NAME_BYTES {
-        Some("it is longer than 128 bytes")
+    } else if value.len() > max_bytes {
+        Some(too_long.as_str())
     } else if value.chars().any(char::is_control) {
         Some("it contains a control character")
     } else if value.chars().any(is_invisible) {
@@ -125,7 +136,7 @@ pub fn name(what: &str, value: &str) -> Result<()> {
     };
     match problem {
         Some(problem) => Err(MendError::invalid(format!(
-            "{what} {:?} is invalid: {problem} (use 1 to {MAX_NAME_BYTES} printable bytes)",
+            "{what} {:?} is invalid: {problem} (use 1 to {max_bytes} printable bytes)",
             truncated(value, QUOTED_CHARS)
         ))),
         None => Ok(()),
@@ -140,7 +151,7 @@ pub fn node(node: &str) -> Result<()> {
 /// An idempotency key (`Idempotency-Key`, `--idempotency-key`): a name, not starting with
 /// `op:`, which is the prefix of the keys an operation's own steps are recorded under.
 pub fn idempotency_key(key: &str) -> Result<()> {
-    name("idempotency key", key)?;
+    name_within("idempotency key", key, MAX_IDEMPOTENCY_KEY_BYTES)?;
     if key.starts_with("op:") {
         return Err(MendError::invalid(format!(
             "idempotency key {:?} is invalid: keys starting with `op:` are mend's own, for operations",

@@ -26,12 +26,12 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::Shared;
-use super::api::{ApiError, ApiResult, admit, authorize, idempotency_key, ok, parse};
+use super::api::{ApiError, ApiResult, ClientKey, admit, ok, parse};
 use super::body::JsonBody;
 use super::errors::ErrorCode;
 use super::openapi::{
     BadRequest, Conflict, IdempotencyKey, InternalError, NotFound, PayloadTooLarge,
-    PreconditionFailed, RecordsQuery, RequestTimeout, Unauthorized, Unavailable, Unprocessable,
+    PreconditionFailed, RecordsQuery, RequestTimeout, Unavailable, Unprocessable,
 };
 use super::writes::Writes;
 use mend::error::PolicyError;
@@ -90,11 +90,9 @@ struct Candidate {
     tag = "policy",
     params(RecordsQuery),
     request_body(description = "the component itself (`Content-Type: application/wasm`, with `?records=N`), or a JSON request naming files on the server's machine", content((PolicyFile = "application/json"), ("application/wasm"))),
-    security(("admin_token" = [])),
     responses(
         (status = 200, description = "the replay report", body = mend::runtime::replay::ReplayReport),
         (status = 400, response = BadRequest),
-        (status = 401, response = Unauthorized),
         (status = 404, response = NotFound),
         (status = 408, response = RequestTimeout),
         (status = 413, response = PayloadTooLarge),
@@ -109,7 +107,6 @@ pub(super) async fn replay_policy(
     Query(params): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> ApiResult {
-    authorize(&shared, &headers)?;
     let candidate = candidate(&shared, &headers, &params, body).await?;
     ok(&shared
         .engine
@@ -127,11 +124,9 @@ pub(super) async fn replay_policy(
     tag = "policy",
     params(IdempotencyKey, RecordsQuery),
     request_body(description = "the component itself (`Content-Type: application/wasm`, with `?records=N`), or a JSON request naming files on the server's machine", content((PolicyFile = "application/json"), ("application/wasm"))),
-    security(("admin_token" = [])),
     responses(
         (status = 200, description = "the replay, the scenario reports and the new registry record", body = mend::engine::DeploymentSwap),
         (status = 400, response = BadRequest),
-        (status = 401, response = Unauthorized),
         (status = 404, response = NotFound),
         (status = 408, response = RequestTimeout),
         (status = 409, response = Conflict),
@@ -144,12 +139,11 @@ pub(super) async fn replay_policy(
 )]
 pub(super) async fn swap_policy(
     State(shared): State<Arc<Shared>>,
+    ClientKey(key): ClientKey,
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> ApiResult {
-    authorize(&shared, &headers)?;
-    let key = idempotency_key(&headers)?;
     let candidate = candidate(&shared, &headers, &params, body).await?;
     let engine = shared.engine.clone();
     let registry = shared.registry.clone();
@@ -186,11 +180,9 @@ pub(super) async fn swap_policy(
     path = "/v1/policy/rollback",
     tag = "policy",
     params(IdempotencyKey),
-    security(("admin_token" = [])),
     responses(
         (status = 200, description = "the new registry record", body = mend::runtime::registry::ActiveRecord),
         (status = 400, response = BadRequest),
-        (status = 401, response = Unauthorized),
         (status = 404, response = NotFound),
         (status = 408, response = RequestTimeout),
         (status = 409, response = Conflict),
@@ -203,10 +195,8 @@ pub(super) async fn swap_policy(
 )]
 pub(super) async fn rollback_policy(
     State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
+    ClientKey(key): ClientKey,
 ) -> ApiResult {
-    authorize(&shared, &headers)?;
-    let key = idempotency_key(&headers)?;
     let engine = shared.engine.clone();
     let registry = shared.registry.clone();
     let load = shared.options.load.clone();

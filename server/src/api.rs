@@ -14,10 +14,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use crate::auth::Action;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{MatchedPath, Path, Query, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{Extension, FromRequestParts, MatchedPath, Path, Query, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use mend_policy::RecoveryMode;
@@ -28,6 +30,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::access::Caller;
 use super::admin;
 use super::answers::{
     ActivePolicy, DatasetListing, DatasetStatus, Deleted, Health, Readiness, ServerStatus,
@@ -39,8 +42,8 @@ use super::errors::{ErrorBody, ErrorCode};
 use super::limits::{BodyLimit, read_body};
 use super::openapi::{
     self, BadRequest, Conflict, DatasetPath, IdempotencyKey, InternalError, ListSplitsQuery,
-    NotFound, PayloadTooLarge, PreconditionFailed, RequestTimeout, Unauthorized, Unavailable,
-    Unprocessable, VerifyQuery,
+    NotFound, PayloadTooLarge, PreconditionFailed, RequestTimeout, Unavailable, Unprocessable,
+    VerifyQuery,
 };
 use super::operations;
 use super::writes::{Refused, WriteTicket, Writes};
@@ -60,6 +63,12 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
     let (routes, _document) = documented_routes(&shared.options.limits).split_for_parts();
     routes
         .fallback(not_found)
+        // Inside the counting, so that refusals are counted; outside each route's body
+        // limit, so that no body is read for a caller the route refuses.
+        .layer(middleware::from_fn_with_state(
+            shared.clone(),
+            super::access::check,
+        ))
         .layer(middleware::from_fn_with_state(
             shared.clone(),
             count_requests,
@@ -131,6 +140,8 @@ pub(crate) struct ApiError {
     /// Boxed: an `ApiError` is every handler's error, and most results are small.
     body: Box<ErrorBody>,
     retry_after_secs: Option<u64>,
+    /// One more header the answer carries (`WWW-Authenticate` on a 401).
+    header: Option<(header::HeaderName, HeaderValue)>,
 }
 
 impl ApiError {
@@ -139,7 +150,20 @@ impl ApiError {
             status,
             body: Box::new(ErrorBody::new(code, message)),
             retry_after_secs: None,
+            header: None,
         }
+    }
+
+    /// The answer with `Retry-After: seconds`.
+    pub(crate) fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after_secs = Some(seconds);
+        self
+    }
+
+    /// The answer with `name: value` among its headers.
+    pub(crate) fn with_header(mut self, name: header::HeaderName, value: HeaderValue) -> Self {
+        self.header = Some((name, value));
+        self
     }
 
     pub(super) fn bad_request(message: impl Into<String>) -> Self {
@@ -179,10 +203,6 @@ impl ApiError {
         let mut error = Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message);
         error.retry_after_secs = Some(RETRY_AFTER_SECS);
         error
-    }
-
-    fn unauthorized(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, message)
     }
 
     /// Whether the request was decided against: refused by the policy or an invariant (412,
@@ -274,6 +294,7 @@ impl From<MendError> for ApiError {
             status,
             body: Box::new(body),
             retry_after_secs,
+            header: None,
         }
     }
 }
@@ -285,6 +306,9 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if let Some((name, value)) = self.header {
+            response.headers_mut().insert(name, value);
         }
         response
     }
@@ -331,7 +355,9 @@ pub(super) fn engine_error(shared: &Shared, dataset_id: &str, error: MendError) 
 /// A ticket for one write on `dataset_id` (`None`: on the whole deployment), or 503 when
 /// the server is shutting down or has as many writes queued as it takes.
 pub(super) fn admit(shared: &Shared, dataset_id: Option<&str>) -> Result<WriteTicket, ApiError> {
-    shared.writes.admit(dataset_id).map_err(ApiError::refused)
+    let ticket = shared.writes.admit(dataset_id).map_err(ApiError::refused)?;
+    // The write holds its request's slot among the principal's writes until it ends.
+    Ok(ticket.holding(super::quotas::current_slot()))
 }
 
 /// Admits a write on `dataset_id` and runs it to its end, whatever becomes of the request.
@@ -422,29 +448,6 @@ async fn not_in_doubt(
             MendError::RecoveryRequired { operation_id },
         )),
         Err(error) => Err(engine_error(shared, dataset_id, error)),
-    }
-}
-
-pub(super) fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(expected) = shared.options.admin_token.as_deref() else {
-        return Err(ApiError::unauthorized(
-            "this server has no admin token: start it with serve.admin_token (MEND_SERVE_ADMIN_TOKEN) to allow admin requests",
-        ));
-    };
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "));
-    match presented {
-        Some(token) if crate::auth::constant_time_eq(token.as_bytes(), expected.as_bytes()) => {
-            Ok(())
-        }
-        Some(_) => Err(ApiError::unauthorized(
-            "the admin token is wrong; nothing happened",
-        )),
-        None => Err(ApiError::unauthorized(
-            "this request needs the admin token (Authorization: Bearer TOKEN); nothing happened",
-        )),
     }
 }
 
@@ -628,7 +631,7 @@ async fn fleet(State(shared): AppState) -> ApiResult {
         (status = 503, response = Unavailable),
     )
 )]
-async fn status(State(shared): AppState) -> ApiResult {
+async fn status(State(shared): AppState, Extension(caller): Extension<Caller>) -> ApiResult {
     let policy = shared.engine.policy();
     let health = shared.supervisors.all();
     let datasets: Vec<DatasetStatus> = shared
@@ -636,6 +639,7 @@ async fn status(State(shared): AppState) -> ApiResult {
         .each_dataset()
         .await?
         .into_iter()
+        .filter(|(id, _)| caller.may(Action::Read, id))
         .map(|(id, dataset)| {
             let health = health.get(&id).cloned();
             let owner = shared.supervisors.owner_of(&id);
@@ -685,12 +689,13 @@ async fn status(State(shared): AppState) -> ApiResult {
         (status = 503, response = Unavailable),
     )
 )]
-async fn list_datasets(State(shared): AppState) -> ApiResult {
+async fn list_datasets(State(shared): AppState, Extension(caller): Extension<Caller>) -> ApiResult {
     let datasets: Vec<DatasetListing> = shared
         .engine
         .each_dataset()
         .await?
         .into_iter()
+        .filter(|(id, _)| caller.may(Action::Read, id))
         .map(|(id, dataset)| match dataset {
             Ok(dataset) => DatasetListing::Readable(dataset),
             Err(error) => DatasetListing::Unreadable {
@@ -757,9 +762,14 @@ impl JsonBody for CreateDataset {
         (status = 503, response = Unavailable),
     )
 )]
-async fn create_dataset(State(shared): AppState, headers: HeaderMap, body: Bytes) -> ApiResult {
+async fn create_dataset(
+    State(shared): AppState,
+    ClientKey(key): ClientKey,
+    Extension(caller): Extension<Caller>,
+    body: Bytes,
+) -> ApiResult {
     let request: CreateDataset = parse(&body)?;
-    let key = idempotency_key(&headers)?;
+    caller.require(Action::Write, &request.dataset_id)?;
     let config = request.config(&shared.options.dataset_defaults);
     let engine = shared.engine.clone();
     let dataset_id = request.dataset_id.clone();
@@ -858,12 +868,11 @@ fn server_node() -> String {
 )]
 async fn apply_config(
     State(shared): AppState,
+    ClientKey(key): ClientKey,
     Path(dataset_id): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult {
     let request: ApplyConfig = parse(&body)?;
-    let key = idempotency_key(&headers)?;
     let engine = shared.engine.clone();
     let id = dataset_id.clone();
     ok(&write(&shared, &dataset_id, None, async move {
@@ -941,12 +950,11 @@ where
 )]
 async fn fence(
     State(shared): AppState,
+    ClientKey(key): ClientKey,
     Path(dataset_id): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult {
     let request: Fence = parse(&body)?;
-    let key = idempotency_key(&headers)?;
     let token = match (request.token, request.clear) {
         (Some(Some(token)), false) => Some(token),
         (Some(None), false) | (None, true) => None,
@@ -1034,15 +1042,34 @@ impl Stage {
     }
 }
 
-/// The `Idempotency-Key` header, if the request carries one. The engine checks what it
-/// holds (`validate::idempotency_key`).
-pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    match headers.get("idempotency-key") {
-        None => Ok(None),
-        Some(value) => value
-            .to_str()
-            .map(|key| Some(key.to_owned()))
-            .map_err(|_| ApiError::bad_request("the Idempotency-Key header is not visible ASCII")),
+/// A request's `Idempotency-Key` (absent: `None`), as its record is kept: under the name of
+/// the principal that sent it ([`Caller::recorded_key`]), so that one principal's key never
+/// answers another's request. A key that is not visible ASCII, or not a valid key, is 400.
+pub(crate) struct ClientKey(pub(crate) Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let Some(value) = parts.headers.get("idempotency-key") else {
+            return Ok(Self(None));
+        };
+        let key = value.to_str().map_err(|_| {
+            ApiError::bad_request("the Idempotency-Key header is not visible ASCII")
+        })?;
+        // The client's key alone: recorded under a principal's name, a key starting `op:`
+        // would no longer look like one of mend's own.
+        mend::validate::name("idempotency key", key)
+            .and_then(|()| mend::validate::idempotency_key(key))
+            .map_err(|error| ApiError::bad_request(error.to_string()))?;
+        let caller = parts.extensions.get::<Caller>().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ErrorCode::Internal,
+                "the request has no principal: its route skipped the access check",
+            )
+        })?;
+        Ok(Self(Some(caller.recorded_key(key.to_owned()))))
     }
 }
 
@@ -1070,12 +1097,11 @@ pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Api
 )]
 async fn stage(
     State(shared): AppState,
+    ClientKey(key): ClientKey,
     Path(dataset_id): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult {
     let request = parse::<Stage>(&body)?.into_request(dataset_id.clone());
-    let key = idempotency_key(&headers)?;
     let ids: Vec<String> = request.splits.iter().map(|s| s.split_id.clone()).collect();
     let engine = shared.engine.clone();
     let result = keyed_write(
@@ -1168,12 +1194,11 @@ impl Publish {
 )]
 async fn publish(
     State(shared): AppState,
+    ClientKey(key): ClientKey,
     Path(dataset_id): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult {
     let request = parse::<Publish>(&body)?.into_request(dataset_id.clone());
-    let key = idempotency_key(&headers)?;
     let ids: Vec<String> = request
         .staged_split_ids
         .iter()
@@ -1239,12 +1264,11 @@ impl JsonBody for SplitIds {
 )]
 async fn mark(
     State(shared): AppState,
+    ClientKey(key): ClientKey,
     Path(dataset_id): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult {
     let request: SplitIds = parse(&body)?;
-    let key = idempotency_key(&headers)?;
     let engine = shared.engine.clone();
     let id = dataset_id.clone();
     let ids = request.split_ids.clone();
@@ -1293,12 +1317,11 @@ async fn mark(
 )]
 async fn delete(
     State(shared): AppState,
+    ClientKey(key): ClientKey,
     Path(dataset_id): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult {
     let request: SplitIds = parse(&body)?;
-    let key = idempotency_key(&headers)?;
     let engine = shared.engine.clone();
     let id = dataset_id.clone();
     let ids = request.split_ids.clone();
@@ -1469,12 +1492,11 @@ impl JsonBody for Node {
 )]
 async fn gc(
     State(shared): AppState,
+    ClientKey(key): ClientKey,
     Path(dataset_id): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult {
     let request: Node = parse(&body)?;
-    let key = idempotency_key(&headers)?;
     let engine = shared.engine.clone();
     let id = dataset_id.clone();
     ok(&write(&shared, &dataset_id, None, async move {
@@ -1507,12 +1529,11 @@ async fn gc(
 )]
 async fn reconcile(
     State(shared): AppState,
+    ClientKey(key): ClientKey,
     Path(dataset_id): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult {
     let request: Node = parse(&body)?;
-    let key = idempotency_key(&headers)?;
     let engine = shared.engine.clone();
     let id = dataset_id.clone();
     let counted = key.clone();
@@ -1555,11 +1576,9 @@ impl JsonBody for Recover {
     tag = "recovery",
     params(DatasetPath, IdempotencyKey),
     request_body = Recover,
-    security((), ("admin_token" = [])),
     responses(
         (status = 200, description = "the recovery report", body = mend::engine::RecoveryReport),
         (status = 400, response = BadRequest),
-        (status = 401, response = Unauthorized),
         (status = 404, response = NotFound),
         (status = 408, response = RequestTimeout),
         (status = 409, response = Conflict),
@@ -1571,15 +1590,15 @@ impl JsonBody for Recover {
 )]
 async fn recover(
     State(shared): AppState,
+    ClientKey(key): ClientKey,
+    Extension(caller): Extension<Caller>,
     Path(dataset_id): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult {
     let request: Recover = parse(&body)?;
-    let key = idempotency_key(&headers)?;
     // Exclusive recovery may undo a live writer's work and fences every writer out.
     if request.mode == RecoveryMode::Exclusive {
-        authorize(&shared, &headers)?;
+        caller.require_admin("exclusive recovery")?;
     }
     let engine = shared.engine.clone();
     let id = dataset_id.clone();

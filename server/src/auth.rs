@@ -36,6 +36,9 @@ pub const MAX_PRINCIPALS: usize = 10_000;
 pub const MAX_GRANTS: usize = 64;
 /// The longest principal name.
 pub const MAX_PRINCIPAL_NAME: usize = 64;
+/// The names a tokens file may not give a principal: the server's own principals
+/// (`access::ANONYMOUS`, `access::ADMIN_TOKEN_PRINCIPAL`).
+pub const RESERVED_PRINCIPALS: [&str; 2] = ["anonymous", "admin-token"];
 /// What every secret starts with, so that one found in a log or a repository is known for
 /// what it is.
 pub const SECRET_PREFIX: &str = "mend_";
@@ -301,6 +304,13 @@ impl Tokens {
                 ));
             };
             check_principal_name(name).map_err(at)?;
+            if RESERVED_PRINCIPALS.contains(&name) {
+                return Err(at(format!(
+                    "principal name {name} is the server's own (a request without a \
+                     credential is `anonymous`; the admin token's principal is `admin-token`): \
+                     name this principal otherwise"
+                )));
+            }
             let hash = TokenHash::parse(hash).map_err(at)?;
             let grants = fields
                 .map(Grant::parse)

@@ -19,8 +19,10 @@ pub(crate) enum ErrorCode {
     /// 400: a malformed body, query or id, a bad `Idempotency-Key`, a key first used for
     /// another request, a component that is not one.
     InvalidArgument,
-    /// 401: an admin request without the admin token, or with a wrong one.
+    /// 401: no credential, or one the server does not know (a wrong or removed token).
     Unauthorized,
+    /// 403: the principal is known, and its grants do not allow this request.
+    Forbidden,
     /// 404: the dataset, split or operation does not exist.
     NotFound,
     /// 404: no route has this path.
@@ -61,6 +63,9 @@ pub(crate) enum ErrorCode {
     Overloaded,
     /// 503: the server has `serve.max_connections` connections open; retry.
     TooManyConnections,
+    /// 429: the principal is over its request rate or its writes in flight
+    /// (`serve.principal_*`); retry after `Retry-After`.
+    TooManyRequests,
     /// 503 (`/readyz`): the server has not listed the catalog's datasets yet.
     Starting,
     /// 500: a failure no other code describes.
@@ -69,9 +74,10 @@ pub(crate) enum ErrorCode {
 
 impl ErrorCode {
     /// Every code. (The OpenAPI test checks this list against the enum's variants.)
-    pub(crate) const ALL: [ErrorCode; 23] = [
+    pub(crate) const ALL: [ErrorCode; 25] = [
         Self::InvalidArgument,
         Self::Unauthorized,
+        Self::Forbidden,
         Self::NotFound,
         Self::NoRoute,
         Self::MethodNotAllowed,
@@ -91,6 +97,7 @@ impl ErrorCode {
         Self::ShuttingDown,
         Self::Overloaded,
         Self::TooManyConnections,
+        Self::TooManyRequests,
         Self::Starting,
         Self::Internal,
     ];
@@ -100,6 +107,7 @@ impl ErrorCode {
         match self {
             Self::InvalidArgument => "invalid_argument",
             Self::Unauthorized => "unauthorized",
+            Self::Forbidden => "forbidden",
             Self::NotFound => "not_found",
             Self::NoRoute => "no_route",
             Self::MethodNotAllowed => "method_not_allowed",
@@ -119,6 +127,7 @@ impl ErrorCode {
             Self::ShuttingDown => "shutting_down",
             Self::Overloaded => "overloaded",
             Self::TooManyConnections => "too_many_connections",
+            Self::TooManyRequests => "too_many_requests",
             Self::Starting => "starting",
             Self::Internal => "internal",
         }
@@ -129,6 +138,8 @@ impl ErrorCode {
         match self {
             Self::InvalidArgument => &[StatusCode::BAD_REQUEST],
             Self::Unauthorized => &[StatusCode::UNAUTHORIZED],
+            Self::Forbidden => &[StatusCode::FORBIDDEN],
+            Self::TooManyRequests => &[StatusCode::TOO_MANY_REQUESTS],
             Self::NotFound | Self::NoRoute => &[StatusCode::NOT_FOUND],
             Self::MethodNotAllowed => &[StatusCode::METHOD_NOT_ALLOWED],
             Self::RequestTimeout => &[StatusCode::REQUEST_TIMEOUT],
@@ -158,6 +169,9 @@ impl ErrorCode {
     pub(crate) fn for_status(status: StatusCode) -> Self {
         match status {
             StatusCode::NOT_FOUND => Self::NotFound,
+            StatusCode::UNAUTHORIZED => Self::Unauthorized,
+            StatusCode::FORBIDDEN => Self::Forbidden,
+            StatusCode::TOO_MANY_REQUESTS => Self::TooManyRequests,
             StatusCode::METHOD_NOT_ALLOWED => Self::MethodNotAllowed,
             StatusCode::REQUEST_TIMEOUT => Self::RequestTimeout,
             StatusCode::PAYLOAD_TOO_LARGE => Self::PayloadTooLarge,

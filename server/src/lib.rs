@@ -5,9 +5,12 @@
 //!   the reason, while every other dataset keeps serving.
 //! - Writes are [admitted](writes) and then run on their own tasks: a client that
 //!   disconnects never cancels one, and a graceful shutdown waits for all of them.
-//! - Policy swap and rollback, exclusive recovery and anything that names a file on the
-//!   server need the admin token (`Authorization: Bearer TOKEN`); without it the answer is
-//!   401 and nothing happens.
+//! - Every request is from a principal, and a route serves only the principals whose grants
+//!   allow it ([`access`]; the tokens file and its grants are [`auth`]'s): 401 without a
+//!   known credential, 403 outside the grants, decided before a body is read or a dataset
+//!   looked up. Policy swap and rollback, exclusive recovery and anything that names a file on
+//!   the server need `admin`. A server that other machines can reach refuses to start without
+//!   a tokens file ([`ServeError::Unprotected`]).
 //! - `/healthz` (the process answers), `/readyz` (it serves: started, not shutting down) and
 //!   `/metrics` (Prometheus text) sit outside `/v1`; `/v1/openapi.json` is the OpenAPI
 //!   document of every route, generated from the code (`openapi.rs`).
@@ -23,6 +26,7 @@
 //! the span each request's logs are in). What the binary prints for people when it starts
 //! and stops is its own output, not logs.
 
+pub mod access;
 mod admin;
 mod answers;
 pub mod auth;
@@ -37,8 +41,11 @@ mod limits;
 pub mod metrics;
 mod openapi;
 mod operations;
+pub mod quotas;
 mod request_span;
 pub mod supervisor;
+#[cfg(test)]
+mod testing;
 pub mod writes;
 
 use std::net::SocketAddr;
@@ -62,8 +69,11 @@ use writes::Writes;
 /// How a server runs.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// The token admin requests must present; `None` refuses every admin request.
-    pub admin_token: Option<String>,
+    /// Who may make requests: the tokens file and the admin token ([`access`]).
+    pub credentials: access::Credentials,
+    /// Serve a listen address other machines can reach without a tokens file
+    /// (`serve.insecure`): logged at every start.
+    pub insecure: bool,
     pub supervisor: SupervisorOptions,
     /// How policies named in swap requests are loaded (limits, compiled-component cache).
     pub load: LoadOptions,
@@ -83,6 +93,10 @@ pub enum ServeError {
         "address {address} is already in use: another process listens there; stop it or choose another address (serve.listen, --listen)"
     )]
     AddressInUse { address: SocketAddr },
+    #[error(
+        "mend serve would listen on {address}, which other machines can reach, letting in any client without a token: set serve.tokens_file (principals and their grants; `mend token new` makes one), listen on a loopback address (serve.listen = 127.0.0.1:PORT), or set serve.insecure = true to accept that risk"
+    )]
+    Unprotected { address: SocketAddr },
     #[error("cannot take part in the fleet: {message}")]
     Fleet { message: String },
     #[error(
@@ -106,6 +120,8 @@ pub enum ServeError {
 #[derive(Debug)]
 struct Shared {
     engine: Engine,
+    credentials: access::Credentials,
+    quotas: quotas::Quotas,
     registry: PolicyRegistry,
     options: ServeOptions,
     metrics: Arc<Metrics>,
@@ -143,6 +159,7 @@ pub async fn serve(
             source,
         },
     };
+    check_protected(listen, &options.credentials, options.insecure)?;
     let listener = TcpListener::bind(listen).await.map_err(listen_failed)?;
     let address = listener.local_addr().map_err(listen_failed)?;
     let (store, prefix) = engine.objects().store();
@@ -181,6 +198,8 @@ pub async fn serve(
     );
     let shared = Arc::new(Shared {
         engine,
+        credentials: options.credentials.clone(),
+        quotas: quotas::Quotas::new(options.limits.principal),
         registry,
         options,
         metrics,
@@ -195,6 +214,11 @@ pub async fn serve(
         shared.clone(),
         stop_supervisors.subscribe(),
     ));
+    let tokens_watcher = shared
+        .credentials
+        .tokens_file
+        .clone()
+        .map(|file| tokio::spawn(watch_tokens_file(file)));
     let rounds = {
         let shared = shared.clone();
         tokio::spawn(shared.supervisors.clone().run(move |round| {
@@ -238,7 +262,70 @@ pub async fn serve(
     // The last round ends and the replica leaves the fleet.
     let _ = rounds.await;
     watcher.abort();
+    if let Some(tokens_watcher) = tokens_watcher {
+        tokens_watcher.abort();
+    }
     Ok(())
+}
+
+/// Refuses to serve, without a tokens file, an address other machines can reach, unless
+/// `insecure` (`serve.insecure`) says to; logs that it does when it does. [`serve`] checks;
+/// a binary may check first, before it does anything else (joins a fleet).
+pub fn check_protected(
+    listen: SocketAddr,
+    credentials: &access::Credentials,
+    insecure: bool,
+) -> Result<(), ServeError> {
+    if listen.ip().is_loopback() || !credentials.anonymous_allowed() {
+        return Ok(());
+    }
+    if insecure {
+        tracing::warn!(
+            %listen,
+            "serve.insecure: any client that can reach this address may read, write and delete every dataset"
+        );
+        return Ok(());
+    }
+    Err(ServeError::Unprotected { address: listen })
+}
+
+/// How often the tokens file is read again: a principal added or removed takes effect
+/// within this long.
+pub const TOKENS_FILE_RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Reads the tokens file again every [`TOKENS_FILE_RELOAD_INTERVAL`]; logs each change taken
+/// and each one refused (once, until the file changes again).
+async fn watch_tokens_file(file: Arc<auth::TokensFile>) {
+    let mut last_refusal = None;
+    loop {
+        tokio::time::sleep(TOKENS_FILE_RELOAD_INTERVAL).await;
+        let reading = file.clone();
+        let Ok(reload) = tokio::task::spawn_blocking(move || reading.reload()).await else {
+            continue;
+        };
+        match reload {
+            auth::Reload::Unchanged => {}
+            auth::Reload::Reloaded { principals } => {
+                last_refusal = None;
+                tracing::info!(
+                    path = %file.path().display(),
+                    principals,
+                    "tokens file reloaded"
+                );
+            }
+            auth::Reload::Refused { error } => {
+                let message = error.to_string();
+                if last_refusal.as_ref() != Some(&message) {
+                    tracing::warn!(
+                        path = %file.path().display(),
+                        error = %message,
+                        "tokens file refused; the principals read before stay in force"
+                    );
+                }
+                last_refusal = Some(message);
+            }
+        }
+    }
 }
 
 /// Keeps the active policy current, every interval.

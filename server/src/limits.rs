@@ -47,6 +47,8 @@ pub struct ServeLimits {
     /// components). It must hold the largest legal request of the engine's limits: see
     /// [`ServeLimits::check_json_body`].
     pub max_json_body_bytes: usize,
+    /// What each principal may make the server hold ([`crate::quotas`]).
+    pub principal: crate::quotas::PrincipalLimits,
 }
 
 impl Default for ServeLimits {
@@ -63,6 +65,7 @@ impl Default for ServeLimits {
             // The largest legal request of `mend`'s default limits (1,000 splits of 8 KiB of
             // metadata) is about 52 MB.
             max_json_body_bytes: 64 << 20,
+            principal: crate::quotas::PrincipalLimits::default(),
         }
     }
 }

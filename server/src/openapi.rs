@@ -33,7 +33,7 @@ use std::sync::LazyLock;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{
     ContentBuilder, HeaderBuilder, ObjectBuilder, OpenApi as Document, Ref, RefOr, Required,
     Response, ResponseBuilder, Type,
@@ -41,13 +41,61 @@ use utoipa::openapi::{
 use utoipa::{IntoParams, Modify, OpenApi, ToResponse};
 
 use super::ServeLimits;
+use super::access;
 use super::api;
 use super::errors::{ErrorBody, ErrorCode};
 
 /// The document as the code declares it.
 pub(crate) fn document() -> Document {
-    let (_router, document) = api::documented_routes(&ServeLimits::default()).split_for_parts();
+    let (_router, mut document) = api::documented_routes(&ServeLimits::default()).split_for_parts();
+    declare_access(&mut document);
     document
+}
+
+/// Gives each operation what [`access::ROUTES`] says of it: its `security` (the bearer
+/// token, or none), its required grant as `x-mend-grant`, and the 401 and 403 answers of a
+/// route that needs a principal. A route the table does not list gets nothing, and the access
+/// matrix test fails on it.
+fn declare_access(document: &mut Document) {
+    for (path, item) in document.paths.paths.iter_mut() {
+        let operations = [
+            ("GET", &mut item.get),
+            ("PUT", &mut item.put),
+            ("POST", &mut item.post),
+            ("DELETE", &mut item.delete),
+        ];
+        for (method, operation) in operations {
+            let Some(operation) = operation.as_mut() else {
+                continue;
+            };
+            let method = axum::http::Method::from_bytes(method.as_bytes()).expect("a method");
+            let Some(need) = access::need_of(&method, path) else {
+                continue;
+            };
+            operation
+                .extensions
+                .get_or_insert_with(Default::default)
+                .insert(
+                    "x-mend-grant".to_owned(),
+                    serde_json::Value::String(need.describe()),
+                );
+            if need == access::Need::Public {
+                operation.security = Some(vec![SecurityRequirement::default()]);
+                continue;
+            }
+            operation.security = Some(vec![SecurityRequirement::new(BEARER, Vec::<String>::new())]);
+            for (status, name) in [
+                ("401", "Unauthorized"),
+                ("403", "Forbidden"),
+                ("429", "TooManyRequests"),
+            ] {
+                operation
+                    .responses
+                    .responses
+                    .insert(status.to_owned(), Ref::from_response_name(name).into());
+            }
+        }
+    }
 }
 
 /// The document as it is served and committed: pretty-printed JSON (paths, schemas and
@@ -94,6 +142,8 @@ pub(super) async fn serve_document() -> HttpResponse {
         responses(
             BadRequest,
             Unauthorized,
+            Forbidden,
+            TooManyRequests,
             NotFound,
             MethodNotAllowed,
             RequestTimeout,
@@ -105,7 +155,7 @@ pub(super) async fn serve_document() -> HttpResponse {
             Unavailable
         ),
     ),
-    modifiers(&AdminToken),
+    modifiers(&BearerToken),
     tags(
         (name = "health", description = "liveness, readiness, status, metrics, this document"),
         (name = "datasets", description = "datasets: create, show, configure, fence"),
@@ -117,27 +167,31 @@ pub(super) async fn serve_document() -> HttpResponse {
 )]
 pub(crate) struct Frame;
 
-/// The admin token, `Authorization: Bearer TOKEN` (`serve.admin_token`).
-struct AdminToken;
+/// A principal's secret, `Authorization: Bearer SECRET` (see `access`).
+struct BearerToken;
 
-impl Modify for AdminToken {
+impl Modify for BearerToken {
     fn modify(&self, document: &mut Document) {
         let scheme = HttpBuilder::new()
             .scheme(HttpAuthScheme::Bearer)
             .description(Some(
-                "the server's admin token (serve.admin_token, MEND_SERVE_ADMIN_TOKEN); a server \
-                 started without one refuses every admin request with 401",
+                "a principal's secret: one whose SHA-256 the tokens file lists (serve.tokens_file; \
+                 `mend token new` makes one), or the admin token (serve.admin_token), whose \
+                 principal `admin-token` holds admin. A server without a tokens file also \
+                 serves a request without a credential, as the principal `anonymous` (read, \
+                 write and operate on every dataset; not admin). Each operation's \
+                 `x-mend-grant` says the grant it needs",
             ))
             .build();
         document
             .components
             .get_or_insert_with(Default::default)
-            .add_security_scheme(ADMIN_TOKEN, SecurityScheme::Http(scheme));
+            .add_security_scheme(BEARER, SecurityScheme::Http(scheme));
     }
 }
 
-/// The security scheme's name, as routes name it in `security(...)`.
-pub(crate) const ADMIN_TOKEN: &str = "admin_token";
+/// The security scheme's name.
+const BEARER: &str = "bearer";
 
 /// An error answer of `status`: the [`ErrorBody`], described with the codes it can carry.
 fn error_response(status: StatusCode, what: &str) -> Response {
@@ -163,7 +217,16 @@ fn error_response(status: StatusCode, what: &str) -> Response {
                 .build(),
         );
     }
-    if status == StatusCode::SERVICE_UNAVAILABLE {
+    if status == StatusCode::UNAUTHORIZED {
+        response = response.header(
+            "WWW-Authenticate",
+            HeaderBuilder::new()
+                .schema(Some(string()))
+                .description(Some("`Bearer`: send Authorization: Bearer SECRET"))
+                .build(),
+        );
+    }
+    if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
         response = response.header(
             "Retry-After",
             HeaderBuilder::new()
@@ -194,7 +257,9 @@ macro_rules! error_responses {
 
 error_responses! {
     BadRequest = BAD_REQUEST, "malformed request";
-    Unauthorized = UNAUTHORIZED, "admin token missing or wrong; nothing happened";
+    Unauthorized = UNAUTHORIZED, "no credential, or one the server does not know; nothing happened";
+    Forbidden = FORBIDDEN, "the principal's grants do not allow this request; nothing happened";
+    TooManyRequests = TOO_MANY_REQUESTS, "the principal is over its request rate or its writes in flight; nothing happened";
     NotFound = NOT_FOUND, "not found";
     MethodNotAllowed = METHOD_NOT_ALLOWED, "method not answered by this route; nothing happened";
     RequestTimeout = REQUEST_TIMEOUT, "request body too slow; nothing happened";

@@ -23,12 +23,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::Shared;
+use super::access::{Caller, claim_operation};
 use super::api::{ApiResult, engine_error, ok, parse, write};
 use super::body::JsonBody;
 use super::openapi::{
@@ -162,10 +163,21 @@ struct UploadUrls {
 )]
 pub(super) async fn begin(
     State(shared): AppState,
+    Extension(caller): Extension<Caller>,
     Path(dataset_id): Path<String>,
     body: Bytes,
 ) -> ApiResult {
-    let request = parse::<Begin>(&body)?.into_request(dataset_id.clone());
+    let mut request = parse::<Begin>(&body)?.into_request(dataset_id.clone());
+    // The operation is its principal's from the start: its id is claimed before anything of
+    // it is written (so the server picks the id a writer leaves out).
+    let operation_id = request
+        .operation_id
+        .get_or_insert_with(|| mend::ambient::uuid_v4().to_string())
+        .clone();
+    mend::validate::dataset_id(&dataset_id)
+        .and_then(|()| mend::validate::split_id(&operation_id))
+        .map_err(|error| super::api::engine_error(&shared, &dataset_id, error))?;
+    claim_operation(&shared, &caller, &dataset_id, &operation_id).await?;
     let engine = shared.engine.clone();
     ok(&write(&shared, &dataset_id, None, async move {
         engine.begin_operation(&request).await

@@ -48,6 +48,17 @@ pub enum Refused {
 pub struct WriteTicket {
     writes: Arc<Writes>,
     dataset_id: Option<String>,
+    /// A share of the request's place among its principal's writes in flight
+    /// ([`crate::quotas`]), held until the write ends.
+    slot: Option<Arc<crate::quotas::WriteSlot>>,
+}
+
+impl WriteTicket {
+    /// The ticket, holding `slot` too until the write ends.
+    pub(crate) fn holding(mut self, slot: Option<Arc<crate::quotas::WriteSlot>>) -> Self {
+        self.slot = slot;
+        self
+    }
 }
 
 impl Writes {
@@ -91,6 +102,7 @@ impl Writes {
         Ok(WriteTicket {
             writes: self.clone(),
             dataset_id: dataset_id.map(str::to_owned),
+            slot: None,
         })
     }
 
@@ -106,6 +118,7 @@ impl Writes {
         Some(WriteTicket {
             writes: self.clone(),
             dataset_id: None,
+            slot: None,
         })
     }
 

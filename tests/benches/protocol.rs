@@ -438,7 +438,8 @@ fn serve(dir: &Path, objects_url: Option<String>) {
         )
         .unwrap();
         let options = mend_server::ServeOptions {
-            admin_token: None,
+            credentials: Default::default(),
+            insecure: false,
             supervisor: mend_server::supervisor::SupervisorOptions::default(),
             load: mend::runtime::LoadOptions::default(),
             dataset_defaults: mend::model::DatasetConfig::default(),

@@ -312,7 +312,8 @@ impl Engine {
         &self.capabilities
     }
 
-    fn now_ms(&self) -> i64 {
+    /// Now, by the engine's clock (its options' clock): what records it writes are dated by.
+    pub fn now_ms(&self) -> i64 {
         self.options.clock.now_ms()
     }
 

@@ -3,20 +3,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request};
 use serde_json::{Value, json};
-use tokio::sync::watch;
-use tower::ServiceExt;
 
 use super::*;
-use crate::metrics::Metrics;
-use crate::supervisor::{SupervisorOptions, Supervisors};
-use crate::writes::Writes;
-use crate::{ServeOptions, Shared};
+use crate::Shared;
+use crate::testing::{send, shared_with_admin_token as shared};
 
 const COMMITTED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json");
 
@@ -94,6 +89,8 @@ fn openapi_every_error_code_is_in_the_document() {
     for code in [
         "invalid_argument",
         "unauthorized",
+        "forbidden",
+        "too_many_requests",
         "not_found",
         "no_route",
         "method_not_allowed",
@@ -159,6 +156,8 @@ fn error_response_named(status: StatusCode) -> (&'static str, RefOr<Response>) {
     match status {
         StatusCode::BAD_REQUEST => BadRequest::response(),
         StatusCode::UNAUTHORIZED => Unauthorized::response(),
+        StatusCode::FORBIDDEN => Forbidden::response(),
+        StatusCode::TOO_MANY_REQUESTS => TooManyRequests::response(),
         StatusCode::NOT_FOUND => NotFound::response(),
         StatusCode::REQUEST_TIMEOUT => RequestTimeout::response(),
         StatusCode::CONFLICT => Conflict::response(),
@@ -329,71 +328,11 @@ fn served_paths(router: &Router<Arc<Shared>>) -> BTreeSet<String> {
     paths
 }
 
-/// A server's shared state on an in-memory catalog, with the built-in policy.
-async fn shared(admin_token: Option<&str>) -> Arc<Shared> {
-    let (catalog, objects) = mend::catalog::open("memory://", None).await.unwrap();
-    let policy = mend::runtime::PolicyRuntime::default_policy().unwrap();
-    let engine = mend::Engine::new(catalog, objects, policy, Default::default()).unwrap();
-    let (store, prefix) = engine.objects().store();
-    let registry = mend::runtime::registry::PolicyRegistry::new(store.clone(), prefix.clone());
-    let options = ServeOptions {
-        admin_token: admin_token.map(str::to_owned),
-        supervisor: SupervisorOptions::default(),
-        load: Default::default(),
-        dataset_defaults: Default::default(),
-        membership: None,
-        limits: ServeLimits::default(),
-    };
-    let metrics = Arc::new(Metrics::default());
-    let writes = Arc::new(Writes::new(
-        options.limits.max_queued_writes,
-        options.limits.max_queued_writes_per_dataset,
-    ));
-    let (_stop, stopped) = watch::channel(false);
-    let supervisors = Supervisors::new(
-        engine.clone(),
-        options.supervisor,
-        metrics.clone(),
-        writes.clone(),
-        Arc::new(mend::fleet::SoloMembership::new(
-            "openapi-test".to_string(),
-            mend::fleet::DEFAULT_MEMBER_LEASE,
-        )),
-        stopped,
-    );
-    Arc::new(Shared {
-        engine,
-        registry,
-        options,
-        metrics,
-        supervisors,
-        writes,
-        ready: AtomicBool::new(false),
-        shutting_down: AtomicBool::new(false),
-        discovery_error: std::sync::Mutex::new(None),
-    })
-}
-
 /// `path` with each parameter filled in.
 fn concrete(path: &str, dataset: &str) -> String {
     path.replace("{dataset}", dataset)
         .replace("{operation}", "no-such-operation")
         .replace("{split}", "no-such-split")
-}
-
-async fn send(router: &Router, request: Request<Body>) -> (StatusCode, String, Value) {
-    let response = router.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let allow = response
-        .headers()
-        .get(header::ALLOW)
-        .map(|value| value.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    (status, allow, body)
 }
 
 /// Checks an answer against the operation's documented responses.
