@@ -116,8 +116,15 @@ pub struct Settings {
     pub admin_token: Option<String>,
     /// The server's principals and their grants (hashes of their secrets, never a secret).
     pub tokens_file: Option<PathBuf>,
-    /// Serve an address other machines can reach without a tokens file.
+    /// Serve an address other machines can reach without a tokens file and TLS.
     pub insecure: bool,
+    /// The server's certificate chain and key (PEM): TLS on the listen address.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+    /// CA certificates (PEM) whose client certificates the server accepts.
+    pub tls_client_ca_file: Option<PathBuf>,
+    /// A plain-HTTP address serving `/healthz` and `/readyz` alone.
+    pub probe_listen: Option<SocketAddr>,
     pub supervisor_interval: Duration,
     pub supervisor_max_backoff: Duration,
     /// A full scan of every dataset every this many supervisor rounds.
@@ -453,10 +460,38 @@ pub static SETTINGS: &[Setting] = &[
     )
     .default_doc("none: requests without a token are let in (loopback only)"),
     Setting::new(
+        "serve.tls_cert_file",
+        "MEND_SERVE_TLS_CERT_FILE",
+        field!(tls_cert_file),
+        "The server's certificate chain (PEM, its own first): TLS 1.2 and 1.3 on the listen address, with serve.tls_key_file. Read again within a second of a change.",
+    )
+    .default_doc("none: plain HTTP (loopback only)"),
+    Setting::new(
+        "serve.tls_key_file",
+        "MEND_SERVE_TLS_KEY_FILE",
+        field!(tls_key_file),
+        "The private key of serve.tls_cert_file (PEM). Read again within a second of a change.",
+    )
+    .default_doc("none"),
+    Setting::new(
+        "serve.tls_client_ca_file",
+        "MEND_SERVE_TLS_CLIENT_CA_FILE",
+        field!(tls_client_ca_file),
+        "CA certificates (PEM) whose client certificates the server accepts (mutual TLS, optional for clients): a certificate valid for a name the tokens file lists as cert:NAME is that principal.",
+    )
+    .default_doc("none: clients present no certificate"),
+    Setting::new(
+        "serve.probe_listen",
+        "MEND_SERVE_PROBE_LISTEN",
+        field!(probe_listen),
+        "A second address serving /healthz and /readyz alone, in plain HTTP without a token, for probes.",
+    )
+    .default_doc("none"),
+    Setting::new(
         "serve.insecure",
         "MEND_SERVE_INSECURE",
         field!(insecure),
-        "Serve an address other machines can reach without a tokens file: anyone who reaches it may read, write and delete every dataset. Logged at every start.",
+        "Serve an address other machines can reach without a tokens file or TLS: anyone who reaches it may read, write and delete every dataset, or read the tokens sent. Logged at every start.",
     ),
     Setting::new(
         "serve.supervisor_interval_ms",
@@ -736,6 +771,10 @@ impl Settings {
             admin_token: None,
             tokens_file: None,
             insecure: false,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_client_ca_file: None,
+            probe_listen: None,
             supervisor_interval: DEFAULT_SUPERVISOR_INTERVAL,
             supervisor_max_backoff: DEFAULT_SUPERVISOR_MAX_BACKOFF,
             supervisor_full_scan_every: DEFAULT_SUPERVISOR_FULL_SCAN_EVERY,
@@ -1217,6 +1256,18 @@ impl SettingValue for SocketAddr {
 
     fn show(&self) -> Shown {
         Shown::Text(self.to_string())
+    }
+}
+
+impl SettingValue for Option<SocketAddr> {
+    const EXPECTED: &'static str = SocketAddr::EXPECTED;
+
+    fn parse(text: &str) -> Result<Self, String> {
+        SocketAddr::parse(text).map(Some)
+    }
+
+    fn show(&self) -> Shown {
+        self.as_ref().map_or(Shown::Unset, SocketAddr::show)
     }
 }
 

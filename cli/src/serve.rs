@@ -55,9 +55,28 @@ pub async fn run(engine: Engine, settings: &Settings, json: bool) -> anyhow::Res
         tokens_file,
         admin_token: settings.admin_token.clone(),
     };
+    let tls = match (&settings.tls_cert_file, &settings.tls_key_file) {
+        (Some(cert), Some(key)) => Some(std::sync::Arc::new(
+            mend_server::tls::Tls::open(mend_server::tls::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: settings.tls_client_ca_file.clone(),
+            })
+            .map_err(|error| BadInput(error.to_string()))?,
+        )),
+        (None, None) if settings.tls_client_ca_file.is_none() => None,
+        _ => {
+            return Err(BadInput(
+                "TLS needs both serve.tls_cert_file and serve.tls_key_file (and \
+                 serve.tls_client_ca_file only with them)"
+                    .into(),
+            )
+            .into());
+        }
+    };
     // Before the fleet is joined (`serve` checks again, and logs an insecure start).
     if !settings.insecure {
-        mend_server::check_protected(settings.listen, &credentials, false)
+        mend_server::check_protected(settings.listen, &credentials, tls.is_some(), false)
             .map_err(|error| BadInput(error.to_string()))?;
     }
     let replica_id = mend::fleet::replica_id(settings.replica_name.as_deref())
@@ -69,6 +88,8 @@ pub async fn run(engine: Engine, settings: &Settings, json: bool) -> anyhow::Res
     let options = ServeOptions {
         credentials,
         insecure: settings.insecure,
+        tls,
+        probe_listen: settings.probe_listen,
         supervisor: SupervisorOptions {
             interval: settings.supervisor_interval,
             max_backoff: settings.supervisor_max_backoff,
@@ -91,14 +112,21 @@ pub async fn run(engine: Engine, settings: &Settings, json: bool) -> anyhow::Res
         (None, true) => "requests without a token let in; admin with the admin token".into(),
         (None, false) => "requests without a token let in; no admin token".into(),
     };
-    mend_server::serve(engine, options, listen, shutdown_signal(), |address| {
+    mend_server::serve(engine, options, listen, shutdown_signal(), |listening| {
+        let address = listening.address;
+        let url = listening.url();
+        let probes = listening
+            .probe_address
+            .map(|probe| format!("; probes on http://{probe}"))
+            .unwrap_or_default();
         if json {
             println!(
                 "{}",
                 serde_json::json!({
                     "event": "listening",
-                    "url": format!("http://{address}"),
+                    "url": url,
                     "address": address.to_string(),
+                    "probe_address": listening.probe_address.map(|probe| probe.to_string()),
                     "catalog": catalog,
                     "policy_digest": policy,
                     "admin_token": admin_token,
@@ -107,7 +135,7 @@ pub async fn run(engine: Engine, settings: &Settings, json: bool) -> anyhow::Res
             );
         } else {
             eprintln!(
-                "mend serve: listening on http://{address} (catalog {catalog}, policy {policy}; {access})"
+                "mend serve: listening on {url} (catalog {catalog}, policy {policy}; {access}{probes})"
             );
         }
     })

@@ -37,6 +37,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::Shared;
 use super::api::ApiError;
+use super::connections::ClientCertificate;
 use super::errors::ErrorCode;
 use super::quotas::{self, OverLimit};
 use crate::auth::{Action, Grant, Pattern, Principal, TokensFile, constant_time_eq};
@@ -159,9 +160,29 @@ impl Credentials {
         self.tokens_file.is_none()
     }
 
-    /// The principal a request's headers name, or why it is refused (401).
-    pub(crate) fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    /// The principal a request's headers name, or its client certificate when they name
+    /// none; or why it is refused (401).
+    pub(crate) fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        certificate: Option<&ClientCertificate>,
+    ) -> Result<Caller, ApiError> {
         let Some(value) = headers.get(header::AUTHORIZATION) else {
+            // Without a tokens file no certificate names a principal: the request is
+            // anonymous, as one without a certificate.
+            if let (Some(ClientCertificate(certificate)), Some(file)) =
+                (certificate, &self.tokens_file)
+            {
+                let tokens = file.current();
+                return match tokens.authenticate_certificate(certificate) {
+                    Some(principal) => Ok(Caller(Arc::new(principal.clone()))),
+                    None => Err(unauthenticated(
+                        "the client certificate names no principal of the tokens file (a \
+                         cert:NAME line with a DNS name the certificate holds); send \
+                         Authorization: Bearer TOKEN instead. Nothing happened",
+                    )),
+                };
+            }
             if self.anonymous_allowed() {
                 return Ok(Caller::anonymous());
             }
@@ -400,11 +421,14 @@ pub(crate) async fn check(
     if need == Need::Public {
         return next.run(request).await;
     }
-    let caller = match shared.credentials.authenticate(request.headers()) {
+    let caller = match shared
+        .credentials
+        .authenticate(request.headers(), request.extensions().get())
+    {
         Ok(caller) => caller,
         Err(refusal) => return refusal.into_response(),
     };
-    tracing::Span::current().record("principal", caller.name());
+    tracing::Span::current().record("principal", tracing::field::display(caller.name()));
     let slot = if caller.name() == ANONYMOUS {
         None
     } else {

@@ -77,6 +77,18 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
+/// The probes alone, `/healthz` and `/readyz`, for `serve.probe_listen`.
+pub(super) fn probe_router(shared: Arc<Shared>) -> Router {
+    let (routes, _document) = OpenApiRouter::<Arc<Shared>>::new()
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .split_for_parts();
+    routes
+        .fallback(not_found)
+        .layer(middleware::from_fn(json_errors))
+        .with_state(shared)
+}
+
 /// Every route, each registered from its handler's `#[utoipa::path]`: the router and the
 /// OpenAPI document are built from that one declaration (see [`openapi`]). Register a route
 /// with `.routes(routes!(handler))`, never with `.route(...)`, which the document would miss

@@ -5,11 +5,18 @@
 //! add, and whoever reads the file learns no secret from it.
 //!
 //! ```text
-//! # principal   token hash                                                                grants
+//! # principal   credential                                                                grants
 //! indexer       sha256:3b1f…(64 hex digits)                                               write:logs-* read:logs-*
 //! operations    sha256:9c0a…                                                              operate:*
 //! root          sha256:77de…                                                              admin
+//! ingest-box    cert:ingest-1.example.internal                                            write:logs-*
 //! ```
+//!
+//! - **Credentials.** `sha256:HEX` is the hash of a bearer secret. `cert:NAME` is a client
+//!   certificate (mutual TLS, `serve.tls_client_ca_file`): a request on a connection whose
+//!   client presented a certificate the client CA signed, valid for the DNS name `NAME` (a
+//!   subject alternative name), and no `Authorization` header, is that principal's. A
+//!   certificate valid for several listed names is the first such line's.
 //!
 //! - **Grants.** `admin` allows everything. `read:P`, `write:P` and `operate:P` allow that
 //!   action on the datasets whose ids match the pattern `P`: an exact dataset id, a prefix
@@ -267,11 +274,39 @@ pub struct TokensError {
     pub message: String,
 }
 
+/// How a principal proves who it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// The SHA-256 of its bearer secret.
+    Token(TokenHash),
+    /// A client certificate valid for this DNS name.
+    Certificate(String),
+}
+
+impl Credential {
+    /// Reads `sha256:HEX` or `cert:NAME`.
+    fn parse(text: &str) -> Result<Self, String> {
+        if let Some(name) = text.strip_prefix("cert:") {
+            let valid = rustls_pki_types::DnsName::try_from(name).is_ok()
+                && !name.is_empty()
+                && name.len() <= 253;
+            if !valid {
+                return Err(format!(
+                    "cert:{name:?}: a client certificate is named by a DNS name it holds (a \
+                     subject alternative name), such as cert:ingest-1.example.internal"
+                ));
+            }
+            return Ok(Credential::Certificate(name.to_ascii_lowercase()));
+        }
+        TokenHash::parse(text).map(Credential::Token)
+    }
+}
+
 /// The principals of a tokens file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tokens {
-    /// By line, with the hash of each one's secret.
-    principals: Vec<(TokenHash, Principal)>,
+    /// By line, with each one's credential.
+    principals: Vec<(Credential, Principal)>,
 }
 
 impl Tokens {
@@ -287,7 +322,7 @@ impl Tokens {
                 ),
             });
         }
-        let mut principals: Vec<(TokenHash, Principal)> = Vec::new();
+        let mut principals: Vec<(Credential, Principal)> = Vec::new();
         for (index, line) in text.lines().enumerate() {
             let at = |message: String| TokensError {
                 line: index + 1,
@@ -298,9 +333,11 @@ impl Tokens {
                 continue;
             }
             let mut fields = line.split_whitespace();
-            let (Some(name), Some(hash)) = (fields.next(), fields.next()) else {
+            let (Some(name), Some(credential)) = (fields.next(), fields.next()) else {
                 return Err(at(
-                    "expected a principal, its token hash and its grants".into()
+                    "expected a principal, its credential (sha256:HASH or cert:NAME) and its \
+                     grants"
+                        .into(),
                 ));
             };
             check_principal_name(name).map_err(at)?;
@@ -311,7 +348,7 @@ impl Tokens {
                      name this principal otherwise"
                 )));
             }
-            let hash = TokenHash::parse(hash).map_err(at)?;
+            let credential = Credential::parse(credential).map_err(at)?;
             let grants = fields
                 .map(Grant::parse)
                 .collect::<Result<Vec<_>, _>>()
@@ -331,10 +368,10 @@ impl Tokens {
             if principals.iter().any(|(_, known)| known.name == name) {
                 return Err(at(format!("principal {name} is named twice")));
             }
-            if let Some((_, known)) = principals.iter().find(|(known, _)| *known == hash) {
+            if let Some((_, known)) = principals.iter().find(|(known, _)| *known == credential) {
                 return Err(at(format!(
-                    "principal {name} has the token hash of principal {}: every principal needs \
-                     a secret of its own",
+                    "principal {name} has the credential of principal {}: every principal needs \
+                     a secret (or a certificate name) of its own",
                     known.name
                 )));
             }
@@ -344,7 +381,7 @@ impl Tokens {
                 )));
             }
             principals.push((
-                hash,
+                credential,
                 Principal {
                     name: name.to_string(),
                     grants,
@@ -360,12 +397,36 @@ impl Tokens {
     pub fn authenticate(&self, presented: &str) -> Option<&Principal> {
         let presented = TokenHash::of(presented);
         let mut found = None;
-        for (hash, principal) in &self.principals {
-            if constant_time_eq(&hash.0, &presented.0) {
+        for (credential, principal) in &self.principals {
+            if let Credential::Token(hash) = credential
+                && constant_time_eq(&hash.0, &presented.0)
+            {
                 found = Some(principal);
             }
         }
         found
+    }
+
+    /// The principal of a client certificate (its chain already verified against the client
+    /// CA by the TLS handshake): the first `cert:NAME` line whose name the certificate is
+    /// valid for.
+    pub fn authenticate_certificate(
+        &self,
+        certificate: &rustls_pki_types::CertificateDer<'_>,
+    ) -> Option<&Principal> {
+        let certificate = webpki::EndEntityCert::try_from(certificate).ok()?;
+        self.principals
+            .iter()
+            .find_map(|(credential, principal)| match credential {
+                Credential::Certificate(name) => {
+                    let name = rustls_pki_types::ServerName::try_from(name.as_str()).ok()?;
+                    certificate
+                        .verify_is_valid_for_subject_name(&name)
+                        .is_ok()
+                        .then_some(principal)
+                }
+                Credential::Token(_) => None,
+            })
     }
 
     /// How many principals the file names.

@@ -10,6 +10,10 @@
 //!   timeout starts when the connection is ready for a request, so it cannot tell a slow head
 //!   from an idle keep-alive connection; a watchdog per connection tells them apart.) The body
 //!   deadline is a layer around the router ([`super::limits::read_body`]).
+//! - **TLS**, when the server has it ([`super::tls`]): the handshake must finish within the
+//!   header timeout; a connection that sends plain HTTP is answered 400 and closed. The
+//!   client's certificate, if it presented one, goes with each of its requests
+//!   ([`ClientCertificate`]) for the access check.
 //! - **A shutdown deadline.** Once the shutdown future completes, the listener is closed, every
 //!   connection finishes the request it is answering and closes, and whatever is still open
 //!   after `serve.shutdown_deadline_ms` is dropped. Admitted writes run on tasks of their own
@@ -31,6 +35,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
+
+use super::tls::Tls;
+use rustls_pki_types::CertificateDer;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
@@ -60,6 +67,7 @@ pub(super) async fn serve_connections(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
+    tls: Option<Arc<Tls>>,
     shutdown: impl Future<Output = ()>,
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
@@ -81,6 +89,7 @@ pub(super) async fn serve_connections(
                                 stream,
                                 router.clone(),
                                 limits,
+                                tls.clone(),
                                 stopped.clone(),
                                 permit,
                             ));
@@ -131,15 +140,72 @@ fn refuse(stream: TcpStream) {
     }
 }
 
+/// The certificate a client presented in its TLS handshake (verified against
+/// `serve.tls_client_ca_file`), in each of its requests' extensions.
+#[derive(Debug, Clone)]
+pub(crate) struct ClientCertificate(pub(crate) Arc<CertificateDer<'static>>);
+
 /// Serves one connection until it closes, its watchdog fires, or it has drained after a
-/// shutdown began.
+/// shutdown began; over TLS when the server has it.
 async fn connection(
     stream: TcpStream,
     router: Router,
     limits: ConnectionLimits,
+    tls: Option<Arc<Tls>>,
+    stopped: watch::Receiver<bool>,
+    permit: OwnedSemaphorePermit,
+) {
+    let Some(tls) = tls else {
+        return serve_http(stream, None, router, limits, stopped, permit).await;
+    };
+    // The handshake is part of the head: it has the header timeout.
+    let handshake = async {
+        let mut first = [0u8; 1];
+        match stream.peek(&mut first).await {
+            Ok(1) if first[0] == super::tls::HANDSHAKE_RECORD => {}
+            Ok(1) => {
+                use tokio::io::AsyncWriteExt;
+                let mut stream = stream;
+                let _ = stream
+                    .write_all(super::tls::not_tls_answer().as_bytes())
+                    .await;
+                let _ = stream.shutdown().await;
+                return None;
+            }
+            _ => return None,
+        }
+        match tls.acceptor().accept(stream).await {
+            Ok(stream) => Some(stream),
+            Err(error) => {
+                tracing::debug!(%error, "a TLS handshake failed; the connection is closed");
+                None
+            }
+        }
+    };
+    let Ok(Some(stream)) = tokio::time::timeout(limits.header_read_timeout, handshake).await else {
+        return;
+    };
+    let certificate = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .map(|certificate| ClientCertificate(Arc::new(certificate.clone().into_owned())));
+    serve_http(stream, certificate, router, limits, stopped, permit).await;
+}
+
+/// Serves HTTP/1 on `stream` until it closes, its watchdog fires, or it has drained after a
+/// shutdown began.
+async fn serve_http<S>(
+    stream: S,
+    certificate: Option<ClientCertificate>,
+    router: Router,
+    limits: ConnectionLimits,
     mut stopped: watch::Receiver<bool>,
     _permit: OwnedSemaphorePermit,
-) {
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let activity = Arc::new(Activity::new());
     let io = TokioIo::new(Watched {
         stream,
@@ -149,8 +215,12 @@ async fn connection(
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         let open = OpenRequest::new(requests.clone());
         let router = router.clone();
+        let mut request = request.map(Body::new);
+        if let Some(certificate) = &certificate {
+            request.extensions_mut().insert(certificate.clone());
+        }
         async move {
-            let response = match router.oneshot(request.map(Body::new)).await {
+            let response = match router.oneshot(request).await {
                 Ok(response) => response,
                 Err(never) => match never {},
             };
@@ -297,14 +367,15 @@ impl hyper::body::Body for Answer {
     }
 }
 
-/// The connection's socket, telling its watchdog when bytes arrive.
+/// The connection's stream (its socket, or TLS over it), telling its watchdog when bytes
+/// arrive.
 #[derive(Debug)]
-struct Watched {
-    stream: TcpStream,
+struct Watched<S> {
+    stream: S,
     activity: Arc<Activity>,
 }
 
-impl AsyncRead for Watched {
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -319,7 +390,7 @@ impl AsyncRead for Watched {
     }
 }
 
-impl AsyncWrite for Watched {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -46,6 +46,7 @@ mod request_span;
 pub mod supervisor;
 #[cfg(test)]
 mod testing;
+pub mod tls;
 pub mod writes;
 
 use std::net::SocketAddr;
@@ -71,9 +72,14 @@ use writes::Writes;
 pub struct ServeOptions {
     /// Who may make requests: the tokens file and the admin token ([`access`]).
     pub credentials: access::Credentials,
-    /// Serve a listen address other machines can reach without a tokens file
+    /// Serve a listen address other machines can reach without a tokens file and TLS
     /// (`serve.insecure`): logged at every start.
     pub insecure: bool,
+    /// TLS on the listen address ([`tls`]); `None` serves plain HTTP.
+    pub tls: Option<Arc<tls::Tls>>,
+    /// A second listen address serving `/healthz` and `/readyz` alone, in plain HTTP, for
+    /// probes that do not speak TLS or hold a token (`serve.probe_listen`).
+    pub probe_listen: Option<SocketAddr>,
     pub supervisor: SupervisorOptions,
     /// How policies named in swap requests are loaded (limits, compiled-component cache).
     pub load: LoadOptions,
@@ -94,9 +100,13 @@ pub enum ServeError {
     )]
     AddressInUse { address: SocketAddr },
     #[error(
-        "mend serve would listen on {address}, which other machines can reach, letting in any client without a token: set serve.tokens_file (principals and their grants; `mend token new` makes one), listen on a loopback address (serve.listen = 127.0.0.1:PORT), or set serve.insecure = true to accept that risk"
+        "mend serve would listen on {address}, which other machines can reach, {missing}: set serve.tokens_file (principals and their grants; `mend token new` makes one) and serve.tls_cert_file with serve.tls_key_file, listen on a loopback address (serve.listen = 127.0.0.1:PORT), or set serve.insecure = true to accept that risk"
     )]
-    Unprotected { address: SocketAddr },
+    Unprotected {
+        address: SocketAddr,
+        /// What is missing, in words.
+        missing: &'static str,
+    },
     #[error("cannot take part in the fleet: {message}")]
     Fleet { message: String },
     #[error(
@@ -142,6 +152,25 @@ impl Shared {
     }
 }
 
+/// Where a server listens, once it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listening {
+    /// The API's address (the port picked, for a port 0).
+    pub address: SocketAddr,
+    /// Whether it speaks TLS there (`https://`).
+    pub tls: bool,
+    /// The probes' plain-HTTP address, if there is one.
+    pub probe_address: Option<SocketAddr>,
+}
+
+impl Listening {
+    /// The API's base URL: `http://ADDRESS` or `https://ADDRESS`.
+    pub fn url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.address)
+    }
+}
+
 /// Binds `listen` and serves until `shutdown` completes; then stops accepting, gives the
 /// requests being answered until the shutdown deadline, lets every admitted write finish and
 /// returns. Fails only to start.
@@ -150,7 +179,7 @@ pub async fn serve(
     options: ServeOptions,
     listen: SocketAddr,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    on_listening: impl FnOnce(SocketAddr),
+    on_listening: impl FnOnce(Listening),
 ) -> Result<(), ServeError> {
     let listen_failed = |source: std::io::Error| match source.kind() {
         std::io::ErrorKind::AddrInUse => ServeError::AddressInUse { address: listen },
@@ -159,7 +188,12 @@ pub async fn serve(
             source,
         },
     };
-    check_protected(listen, &options.credentials, options.insecure)?;
+    check_protected(
+        listen,
+        &options.credentials,
+        options.tls.is_some(),
+        options.insecure,
+    )?;
     let listener = TcpListener::bind(listen).await.map_err(listen_failed)?;
     let address = listener.local_addr().map_err(listen_failed)?;
     let (store, prefix) = engine.objects().store();
@@ -219,6 +253,26 @@ pub async fn serve(
         .tokens_file
         .clone()
         .map(|file| tokio::spawn(watch_tokens_file(file)));
+    let tls_watcher = shared
+        .options
+        .tls
+        .clone()
+        .map(|tls| tokio::spawn(watch_tls_files(tls)));
+    let probes =
+        match shared.options.probe_listen {
+            Some(probe_listen) => Some(TcpListener::bind(probe_listen).await.map_err(
+                |source| match source.kind() {
+                    std::io::ErrorKind::AddrInUse => ServeError::AddressInUse {
+                        address: probe_listen,
+                    },
+                    _ => ServeError::Listen {
+                        address: probe_listen,
+                        source,
+                    },
+                },
+            )?),
+            None => None,
+        };
     let rounds = {
         let shared = shared.clone();
         tokio::spawn(shared.supervisors.clone().run(move |round| {
@@ -241,11 +295,38 @@ pub async fn serve(
     // Outermost, so that the status it records is the one the client gets.
     let router =
         api::router(shared.clone()).layer(axum::middleware::from_fn(request_span::request_span));
-    on_listening(address);
+    let probe_address = match &probes {
+        Some(listener) => Some(listener.local_addr().map_err(|source| ServeError::Listen {
+            address: shared.options.probe_listen.unwrap_or(address),
+            source,
+        })?),
+        None => None,
+    };
+    on_listening(Listening {
+        address,
+        tls: shared.options.tls.is_some(),
+        probe_address,
+    });
 
+    let (stop_probes, probes_stopped) = watch::channel(false);
+    let probes = probes.map(|listener| {
+        let router = api::probe_router(shared.clone())
+            .layer(axum::middleware::from_fn(request_span::request_span));
+        let mut stopped = probes_stopped;
+        tokio::spawn(connections::serve_connections(
+            listener,
+            router,
+            connection_limits,
+            None,
+            async move {
+                let _ = stopped.wait_for(|stopped| *stopped).await;
+            },
+        ))
+    });
     let draining = shared.clone();
     let graceful = async move {
         shutdown.await;
+        let _ = stop_probes.send(true);
         tracing::info!(
             admitted_writes = draining.writes.in_flight(),
             "shutting down; the admitted writes finish first"
@@ -253,7 +334,17 @@ pub async fn serve(
         draining.shutting_down.store(true, Ordering::SeqCst);
         draining.ready.store(false, Ordering::SeqCst);
     };
-    connections::serve_connections(listener, router, connection_limits, graceful).await;
+    connections::serve_connections(
+        listener,
+        router,
+        connection_limits,
+        shared.options.tls.clone(),
+        graceful,
+    )
+    .await;
+    if let Some(probes) = probes {
+        let _ = probes.await;
+    }
     // Requests being answered have finished or were dropped at the deadline; admitted
     // writes, whether or not their clients are still there, run to their end.
     shared.writes.close();
@@ -262,8 +353,8 @@ pub async fn serve(
     // The last round ends and the replica leaves the fleet.
     let _ = rounds.await;
     watcher.abort();
-    if let Some(tokens_watcher) = tokens_watcher {
-        tokens_watcher.abort();
+    for watcher in [tokens_watcher, tls_watcher].into_iter().flatten() {
+        watcher.abort();
     }
     Ok(())
 }
@@ -274,19 +365,62 @@ pub async fn serve(
 pub fn check_protected(
     listen: SocketAddr,
     credentials: &access::Credentials,
+    tls: bool,
     insecure: bool,
 ) -> Result<(), ServeError> {
-    if listen.ip().is_loopback() || !credentials.anonymous_allowed() {
+    let missing = match (credentials.anonymous_allowed(), tls) {
+        (false, true) => return Ok(()),
+        (true, true) => "letting in any client without a token",
+        (false, false) => "sending every token in the clear (no TLS)",
+        (true, false) => "letting in any client without a token, in the clear (no TLS)",
+    };
+    if listen.ip().is_loopback() {
         return Ok(());
     }
     if insecure {
         tracing::warn!(
             %listen,
-            "serve.insecure: any client that can reach this address may read, write and delete every dataset"
+            "serve.insecure: this server is reachable from other machines {missing}"
         );
         return Ok(());
     }
-    Err(ServeError::Unprotected { address: listen })
+    Err(ServeError::Unprotected {
+        address: listen,
+        missing,
+    })
+}
+
+/// Reads the TLS files again every [`TOKENS_FILE_RELOAD_INTERVAL`]; logs each change taken
+/// and each one refused (once, until the files change again).
+async fn watch_tls_files(tls: Arc<tls::Tls>) {
+    let mut last_refusal = None;
+    loop {
+        tokio::time::sleep(TOKENS_FILE_RELOAD_INTERVAL).await;
+        let reading = tls.clone();
+        let Ok(reload) = tokio::task::spawn_blocking(move || reading.reload()).await else {
+            continue;
+        };
+        match reload {
+            tls::TlsReload::Unchanged => {}
+            tls::TlsReload::Reloaded => {
+                last_refusal = None;
+                tracing::info!(
+                    cert = %tls.files().cert.display(),
+                    "TLS certificate and key reloaded; new connections use them"
+                );
+            }
+            tls::TlsReload::Refused(error) => {
+                let message = error.to_string();
+                if last_refusal.as_ref() != Some(&message) {
+                    tracing::warn!(
+                        error = %message,
+                        "TLS files refused; the certificate loaded before keeps serving"
+                    );
+                }
+                last_refusal = Some(message);
+            }
+        }
+    }
 }
 
 /// How often the tokens file is read again: a principal added or removed takes effect

@@ -45,6 +45,8 @@ pub(crate) async fn shared_with_limits(
     let options = ServeOptions {
         credentials: credentials.clone(),
         insecure: false,
+        tls: None,
+        probe_listen: None,
         supervisor: SupervisorOptions::default(),
         load: Default::default(),
         dataset_defaults: Default::default(),

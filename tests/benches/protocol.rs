@@ -440,6 +440,8 @@ fn serve(dir: &Path, objects_url: Option<String>) {
         let options = mend_server::ServeOptions {
             credentials: Default::default(),
             insecure: false,
+            tls: None,
+            probe_listen: None,
             supervisor: mend_server::supervisor::SupervisorOptions::default(),
             load: mend::runtime::LoadOptions::default(),
             dataset_defaults: mend::model::DatasetConfig::default(),
@@ -447,9 +449,16 @@ fn serve(dir: &Path, objects_url: Option<String>) {
             limits: mend_server::ServeLimits::default(),
         };
         let listen = SocketAddr::from(([127, 0, 0, 1], 0));
-        mend_server::serve(engine, options, listen, std::future::pending(), |address| {
-            println!("listening on {address}");
-        })
+        mend_server::serve(
+            engine,
+            options,
+            listen,
+            std::future::pending(),
+            |listening| {
+                let address = listening.address;
+                println!("listening on {address}");
+            },
+        )
         .await
         .unwrap();
     });

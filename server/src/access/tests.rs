@@ -709,7 +709,10 @@ async fn access_a_principal_at_its_writes_in_flight_is_refused_another() {
     // The test's runtime has one thread: while the test sleeps, the upload's task runs until
     // it waits for its body, holding its slot.
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    assert!(!uploading.is_finished(), "the upload ended before its body arrived");
+    assert!(
+        !uploading.is_finished(),
+        "the upload ended before its body arrived"
+    );
     let (status, _, refusal) = send(&server.router, stage("writer", "extra")).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{refusal}");
     assert_eq!(refusal["error"], "too_many_requests", "{refusal}");
@@ -745,7 +748,10 @@ async fn access_a_principal_at_its_writes_in_flight_is_refused_another() {
     assert_eq!(status, StatusCode::OK, "{answer}");
     let staged = split_ids(&server, "logs-w").await;
     assert!(staged.contains(&"after".to_owned()) && staged.contains(&"by-writer2".to_owned()));
-    assert!(!staged.contains(&"extra".to_owned()), "the refused stage was applied");
+    assert!(
+        !staged.contains(&"extra".to_owned()),
+        "the refused stage was applied"
+    );
     println!(
         "access: a principal at 1 write in flight refused another (429), served its read and \
          another principal's write, and wrote again once its upload ended"
