@@ -65,12 +65,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut signals = Signals::watch()?;
     let opened = std::sync::OnceLock::new();
     let command = async {
-        let engine = open_engine(&settings, args.command.program(), json).await?;
+        // Its audit records name who acted: the command line.
+        let engine = open_engine(&settings, args.command.program(), json)
+            .await?
+            .acting_as(CLI_PRINCIPAL);
         let _ = opened.set(std::sync::Arc::clone(engine.gates()));
         execute(&engine, &settings, args.command, json).await
     };
     super::interrupt::run_to_end(command, &opened, &mut signals).await
 }
+
+/// The principal of what the command line does, in the audit records it writes.
+pub const CLI_PRINCIPAL: &str = "cli";
 
 async fn execute(
     engine: &Engine,
@@ -299,6 +305,17 @@ async fn execute(
                 );
             }
             Ok(())
+        }
+        Command::Audit {
+            dataset,
+            principal,
+            limit,
+        } => {
+            let entries = engine
+                .audit_trail(&dataset, principal.as_deref(), limit)
+                .await
+                .with_context(|| format!("read the audit of dataset {dataset}"))?;
+            output::audit_trail(&dataset, &entries, json)
         }
         Command::Policy { command } => super::policy::run(engine, settings, command, json).await,
         Command::Serve { .. } => super::serve::run(engine.clone(), settings, json).await,

@@ -283,6 +283,20 @@ pub enum Command {
         #[arg(long)]
         deep: bool,
     },
+    /// Who decided what and when on a dataset: its audit records (each recovery, gc and
+    /// reconcile decision, with the principal that ran it), newest last.
+    Audit {
+        /// The dataset.
+        dataset: String,
+        /// Only the records naming this principal (a tokens file's name, `anonymous`,
+        /// `admin-token`, `supervisor@REPLICA` or `cli`).
+        #[arg(long, value_name = "NAME")]
+        principal: Option<String>,
+        /// How many of the newest records to read (with --principal, those naming it among
+        /// them), 1 to 100000.
+        #[arg(long, default_value_t = 100, value_name = "N")]
+        limit: usize,
+    },
     /// Look at a policy component, replay recorded decisions against it, swap the active
     /// policy, roll it back.
     Policy {
@@ -584,6 +598,7 @@ impl Command {
             Self::Gc { .. } => "mend gc",
             Self::Reconcile { .. } => "mend reconcile",
             Self::Verify { .. } => "mend verify",
+            Self::Audit { .. } => "mend audit",
             Self::Policy { command } => match command {
                 PolicyCommand::New { .. } => "mend policy new",
                 PolicyCommand::Inspect { .. } => "mend policy inspect",

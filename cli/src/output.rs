@@ -582,6 +582,41 @@ pub fn verify_report(report: &VerifyReport, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `mend audit`: one row per record, oldest first.
+pub fn audit_trail(
+    dataset_id: &str,
+    entries: &[mend::audit::AuditEntry],
+    json: bool,
+) -> anyhow::Result<()> {
+    if json {
+        return print_json(&entries);
+    }
+    if !entries.is_empty() {
+        let mut table = table(&[
+            "recorded",
+            "principal",
+            "mode",
+            "operation",
+            "decision",
+            "outcome",
+        ]);
+        time_columns(&mut table, &[0]);
+        for entry in entries {
+            table.add_row(vec![
+                rfc3339(entry.recorded_at_ms),
+                entry.principal.clone().unwrap_or_else(|| "-".into()),
+                entry.mode.clone(),
+                entry.operation_id.clone(),
+                spaced_json(&entry.decision),
+                spaced_json(&entry.outcome),
+            ]);
+        }
+        println!("{table}");
+    }
+    println!("dataset {dataset_id}: {} audit record(s)", entries.len());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::spaced_json;

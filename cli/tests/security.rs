@@ -570,3 +570,114 @@ fn an_unprotected_server_off_loopback_refuses_to_start() {
         "security: refused off loopback without tokens, without TLS; started insecure, logged"
     );
 }
+
+/// Every audit record names who acted: `cli` for the command line, the principal of an HTTP
+/// request; `mend audit` and its route list them, filtered by principal, and only a principal
+/// that operates the dataset may read them over HTTP.
+#[test]
+fn the_audit_names_who_decided_and_filters_by_principal() {
+    use crate::common::server::{ServerOptions, TestServer};
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    ok_json(
+        dir,
+        &["dataset", "create", "d1", "--staged-grace-period-ms", "1"],
+    );
+    let splits = crate::common::splits_file(dir, "s1.json", &["s1"]);
+    ok_json(
+        dir,
+        &[
+            "stage",
+            "d1",
+            "--mode",
+            "create-only",
+            "--splits",
+            splits.to_str().unwrap(),
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    // The command line's gc marks the abandoned split: its records name `cli`.
+    ok_json(dir, &["gc", "d1"]);
+
+    let operator = ok_json(dir, &["token", "new", "operator", "--grant", "operate:d*"]);
+    let writer = ok_json(dir, &["token", "new", "writer", "--grant", "write:d*"]);
+    let lines = [&operator, &writer]
+        .map(|made| made["tokens_file_line"].as_str().unwrap().to_owned())
+        .join("\n");
+    std::fs::write(dir.join("tokens"), lines).unwrap();
+    let server = TestServer::start(
+        dir,
+        ServerOptions::default().with_settings(&[&format!(
+            "serve.tokens_file={}",
+            dir.join("tokens").display()
+        )]),
+    );
+    let (operator, writer) = (secret_of(&operator), secret_of(&writer));
+    let staged = server.request(
+        "POST",
+        "/v1/datasets/d1/stage",
+        Some(&writer),
+        Some(&serde_json::json!({"mode": "create-only", "splits": [{"split_id": "s2"}]})),
+    );
+    assert_eq!(staged.status, 200, "{}", staged.body);
+    std::thread::sleep(Duration::from_millis(20));
+    let collected = server.request(
+        "POST",
+        "/v1/datasets/d1/gc",
+        Some(&operator),
+        Some(&serde_json::json!({})),
+    );
+    assert_eq!(collected.status, 200, "{}", collected.body);
+    assert_eq!(
+        collected.body["marked"],
+        serde_json::json!(["s2"]),
+        "{}",
+        collected.body
+    );
+
+    let by_operator = server.request(
+        "GET",
+        "/v1/datasets/d1/audit?principal=operator",
+        Some(&operator),
+        None,
+    );
+    assert_eq!(by_operator.status, 200, "{}", by_operator.body);
+    let entries = by_operator.body.as_array().unwrap();
+    assert!(!entries.is_empty(), "{}", by_operator.body);
+    assert!(
+        entries
+            .iter()
+            .all(|entry| entry["principal"] == "operator" && entry["mode"] == "gc")
+    );
+    let as_writer = server.request("GET", "/v1/datasets/d1/audit", Some(&writer), None);
+    assert_eq!(as_writer.status, 403, "{}", as_writer.body);
+    drop(server);
+
+    let all = ok_json(dir, &["audit", "d1"]);
+    let principals: std::collections::BTreeSet<&str> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry["principal"].as_str().unwrap())
+        .collect();
+    assert_eq!(principals, ["cli", "operator"].into(), "{all}");
+    let by_cli = ok_json(dir, &["audit", "d1", "--principal", "cli"]);
+    let by_cli = by_cli.as_array().unwrap();
+    assert!(!by_cli.is_empty() && by_cli.iter().all(|entry| entry["principal"] == "cli"));
+    assert_eq!(
+        by_cli.len() + entries.len(),
+        all.as_array().unwrap().len(),
+        "every record is the command line's or the operator's"
+    );
+    let text = mend(dir, &["audit", "d1", "--principal", "operator"]);
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.contains("operator") && text.contains("gc"), "{text}");
+    failed_with(&mend(dir, &["audit", "d1", "--limit", "0"]), 2, &["limit"]);
+    println!(
+        "security: the audit of d1 holds {} records, {} by cli and {} by operator, each filtered \
+         by principal on the command line and over HTTP; a writer may not read it",
+        all.as_array().unwrap().len(),
+        by_cli.len(),
+        entries.len()
+    );
+}

@@ -320,7 +320,19 @@ fn every_mutating_route_answers_a_keyed_retry_as_it_answered_first() {
         body: json!({"mode": "exclusive"}),
         ..recover
     };
-    refused(&exclusive.send(&server, "recover-1"), "recover-1");
+    // Keys are per principal: the admin token's `recover-1` is its own, not the anonymous
+    // request's above, so it runs (and answers its retry as it answered first); the admin's
+    // own key reused for another request is refused.
+    twice(&server, &exclusive, "recover-1", 200);
+    let roll_forward_as_admin = Keyed {
+        token: admin,
+        body: json!({"mode": "roll-forward"}),
+        ..recover
+    };
+    refused(
+        &roll_forward_as_admin.send(&server, "recover-1"),
+        "recover-1",
+    );
     // A probe is a read: under any key it answers what is pending now, and records nothing.
     // On a dataset of its own, an operation whose writer is alive (a long lease, which no
     // supervisor settles), then aborted by it.

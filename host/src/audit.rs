@@ -49,6 +49,51 @@ pub struct AuditRecord {
     /// existed; readers of this format that predate it ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs: Option<DecisionInput>,
+    /// Who acted: the principal of the request ([`crate::Engine::acting_as`]), a server's
+    /// supervisor (`supervisor@REPLICA`), or `cli`. Absent in records written before
+    /// principals existed, and by an engine no one named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+}
+
+/// What `mend audit` and `GET /v1/datasets/{dataset}/audit` show of a record: who did what,
+/// when, with which policy, and what came of it (the policy's whole input, which a record
+/// keeps for replay, is left out).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AuditEntry {
+    /// When the record was appended.
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
+    pub recorded_at_ms: TimestampMs,
+    /// Who acted, if the record names it (records written before principals existed do not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// `roll-forward`, `exclusive`, `gc` or `reconcile`: what was run.
+    pub mode: String,
+    /// The operation decided about.
+    pub operation_id: String,
+    /// The decision, as JSON.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub decision: serde_json::Value,
+    /// What the host did with it, as JSON (`executing` until it settled).
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub outcome: serde_json::Value,
+    /// The policy that decided.
+    pub policy_digest: String,
+}
+
+impl From<&AuditRecord> for AuditEntry {
+    fn from(record: &AuditRecord) -> Self {
+        Self {
+            recorded_at_ms: record.recorded_at_ms,
+            principal: record.principal.clone(),
+            mode: record.mode.clone(),
+            operation_id: record.operation_id.clone(),
+            decision: record.decision.clone(),
+            outcome: record.outcome.clone(),
+            policy_digest: record.policy_digest.clone(),
+        }
+    }
 }
 
 /// What a policy was asked, as an audit record keeps it.

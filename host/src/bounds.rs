@@ -120,6 +120,8 @@ pub const SERVE_MAX_ADMIN_COMPONENT_BYTES: Bound =
 /// with a cap that cannot hold the largest request its `limits.*` allow.
 pub const SERVE_MAX_JSON_BODY_BYTES: Bound =
     Bound::new("serve.max_json_body_bytes", 1 << 20, 1 << 30);
+/// Audit records `mend audit` (and its route) reads, newest first.
+pub const AUDIT_LIMIT: Bound = Bound::new("limit", 1, 100_000);
 /// Recorded decisions a policy replay reads per dataset.
 pub const REPLAY_RECORDS: Bound = Bound::new("records", 1, 100_000);
 /// Entries of a dataset's `policy_params`.

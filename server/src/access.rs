@@ -39,7 +39,7 @@ use super::Shared;
 use super::api::ApiError;
 use super::connections::ClientCertificate;
 use super::errors::ErrorCode;
-use super::quotas::{self, OverLimit};
+use super::quotas::{OverLimit, WriteSlot};
 use crate::auth::{Action, Grant, Pattern, Principal, TokensFile, constant_time_eq};
 use mend::catalog::RecordedRequest;
 use mend::error::MendError;
@@ -112,6 +112,8 @@ pub(crate) const ROUTES: &[(&str, &str, Need)] = &[
     // Exclusive recovery also needs admin: the handler asks, having read the mode.
     ("POST", "/v1/datasets/{dataset}/recover", Need::Dataset(Action::Operate)),
     ("GET", "/v1/datasets/{dataset}/verify", Need::Dataset(Action::Read)),
+    // Who did what: for those who operate the dataset.
+    ("GET", "/v1/datasets/{dataset}/audit", Need::Dataset(Action::Operate)),
     ("POST", "/v1/datasets/{dataset}/operations", Need::Dataset(Action::Write)),
     ("GET", "/v1/datasets/{dataset}/operations/{operation}", Need::OwnOperation),
     ("PUT", "/v1/datasets/{dataset}/operations/{operation}/splits/{split}", Need::OwnOperation),
@@ -127,21 +129,43 @@ pub(crate) const ROUTES: &[(&str, &str, Need)] = &[
 
 /// The need of `method` on the route `path`; `None` when the table has no entry.
 pub(crate) fn need_of(method: &Method, path: &str) -> Option<Need> {
+    route_of(method, path).map(|(_, _, need)| *need)
+}
+
+/// The table's entry of `method` on the route `path`.
+fn route_of(method: &Method, path: &str) -> Option<&'static (&'static str, &'static str, Need)> {
     let method = if method == Method::HEAD {
         "GET"
     } else {
         method.as_str()
     };
-    ROUTES
-        .iter()
-        .find(|(m, p, _)| *m == method && *p == path)
-        .map(|(_, _, need)| *need)
+    ROUTES.iter().find(|(m, p, _)| *m == method && *p == path)
 }
 
 /// Whether the table lists `path` for some method: a method it does not list is then the
 /// router's 405, not a refusal here.
 fn listed_path(path: &str) -> bool {
     ROUTES.iter().any(|(_, p, _)| *p == path)
+}
+
+/// What the server knows of the request being answered, for the code that answers it: set
+/// by [`check`] around the handler, read where a handler's shared helpers need it (the
+/// engine acting for the caller, the write slot a write holds).
+#[derive(Debug, Clone)]
+pub(crate) struct Answering {
+    pub(crate) caller: Caller,
+    /// Its place among its principal's writes in flight (`quotas`), if it is a write.
+    pub(crate) slot: Option<Arc<WriteSlot>>,
+}
+
+tokio::task_local! {
+    static ANSWERING: Answering;
+}
+
+/// The request being answered on this task, if any (none on a supervisor's task, nor on an
+/// admitted write's own task, which takes what it needs when it is admitted).
+pub(crate) fn answering() -> Option<Answering> {
+    ANSWERING.try_with(Clone::clone).ok()
 }
 
 /// Who may make requests: the credentials a server knows, read once at start (the tokens
@@ -217,6 +241,13 @@ impl Credentials {
         }
         match principal {
             Some(principal) => Ok(Caller(Arc::new(principal.clone()))),
+            None if self.tokens_file.is_none() && self.admin_token.is_none() => {
+                Err(unauthenticated(
+                    "this server has no tokens file and no admin token, so it knows no token: \
+                     start it with serve.tokens_file or serve.admin_token \
+                     (MEND_SERVE_ADMIN_TOKEN); nothing happened",
+                ))
+            }
             None => Err(unauthenticated(
                 "the token is not one this server knows (wrong, or removed from the tokens \
                  file); nothing happened",
@@ -402,7 +433,7 @@ pub(crate) async fn check(
         // No route: the router's 404, which says nothing of any dataset.
         return next.run(request).await;
     };
-    let Some(need) = need_of(request.method(), route.as_str()) else {
+    let Some(&(_, _, need)) = route_of(request.method(), route.as_str()) else {
         if listed_path(route.as_str()) {
             // A method the route does not answer: the router's 405.
             return next.run(request).await;
@@ -483,8 +514,12 @@ pub(crate) async fn check(
     if let Err(refusal) = decided {
         return refusal.into_response();
     }
+    let answering = Answering {
+        caller: caller.clone(),
+        slot,
+    };
     request.extensions_mut().insert(caller);
-    quotas::holding(slot, next.run(request)).await
+    ANSWERING.scope(answering, next.run(request)).await
 }
 
 /// 429, with how long to wait.

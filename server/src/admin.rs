@@ -145,7 +145,7 @@ pub(super) async fn swap_policy(
     body: Bytes,
 ) -> ApiResult {
     let candidate = candidate(&shared, &headers, &params, body).await?;
-    let engine = shared.engine.clone();
+    let engine = shared.acting_engine();
     let registry = shared.registry.clone();
     let ticket = admit(&shared, None)?;
     let swap = Writes::run(ticket, async move {
@@ -197,7 +197,7 @@ pub(super) async fn rollback_policy(
     State(shared): State<Arc<Shared>>,
     ClientKey(key): ClientKey,
 ) -> ApiResult {
-    let engine = shared.engine.clone();
+    let engine = shared.acting_engine();
     let registry = shared.registry.clone();
     let load = shared.options.load.clone();
     let ticket = admit(&shared, None)?;

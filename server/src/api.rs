@@ -41,9 +41,9 @@ pub(super) use super::body::parse;
 use super::errors::{ErrorBody, ErrorCode};
 use super::limits::{BodyLimit, read_body};
 use super::openapi::{
-    self, BadRequest, Conflict, DatasetPath, IdempotencyKey, InternalError, ListSplitsQuery,
-    NotFound, PayloadTooLarge, PreconditionFailed, RequestTimeout, Unavailable, Unprocessable,
-    VerifyQuery,
+    self, AuditQuery, BadRequest, Conflict, DatasetPath, IdempotencyKey, InternalError,
+    ListSplitsQuery, NotFound, PayloadTooLarge, PreconditionFailed, RequestTimeout, Unavailable,
+    Unprocessable, VerifyQuery,
 };
 use super::operations;
 use super::writes::{Refused, WriteTicket, Writes};
@@ -124,6 +124,7 @@ pub(super) fn documented_routes(limits: &ServeLimits) -> OpenApiRouter<Arc<Share
         .routes(routes!(reconcile))
         .routes(routes!(recover))
         .routes(routes!(verify))
+        .routes(routes!(audit))
         .routes(routes!(active_policy))
         .routes(routes!(admin::rollback_policy))
         .routes(routes!(operations::begin))
@@ -369,7 +370,7 @@ pub(super) fn engine_error(shared: &Shared, dataset_id: &str, error: MendError) 
 pub(super) fn admit(shared: &Shared, dataset_id: Option<&str>) -> Result<WriteTicket, ApiError> {
     let ticket = shared.writes.admit(dataset_id).map_err(ApiError::refused)?;
     // The write holds its request's slot among the principal's writes until it ends.
-    Ok(ticket.holding(super::quotas::current_slot()))
+    Ok(ticket.holding(super::access::answering().and_then(|answering| answering.slot)))
 }
 
 /// Admits a write on `dataset_id` and runs it to its end, whatever becomes of the request.
@@ -783,7 +784,7 @@ async fn create_dataset(
     let request: CreateDataset = parse(&body)?;
     caller.require(Action::Write, &request.dataset_id)?;
     let config = request.config(&shared.options.dataset_defaults);
-    let engine = shared.engine.clone();
+    let engine = shared.acting_engine();
     let dataset_id = request.dataset_id.clone();
     let created = write(&shared, &request.dataset_id, None, async move {
         match key {
@@ -885,7 +886,7 @@ async fn apply_config(
     body: Bytes,
 ) -> ApiResult {
     let request: ApplyConfig = parse(&body)?;
-    let engine = shared.engine.clone();
+    let engine = shared.acting_engine();
     let id = dataset_id.clone();
     ok(&write(&shared, &dataset_id, None, async move {
         let (version, config, node) = (
@@ -982,7 +983,7 @@ async fn fence(
             ));
         }
     };
-    let engine = shared.engine.clone();
+    let engine = shared.acting_engine();
     let id = dataset_id.clone();
     ok(&write(&shared, &dataset_id, None, async move {
         match key {
@@ -1115,7 +1116,7 @@ async fn stage(
 ) -> ApiResult {
     let request = parse::<Stage>(&body)?.into_request(dataset_id.clone());
     let ids: Vec<String> = request.splits.iter().map(|s| s.split_id.clone()).collect();
-    let engine = shared.engine.clone();
+    let engine = shared.acting_engine();
     let result = keyed_write(
         &shared,
         &dataset_id,
@@ -1217,7 +1218,7 @@ async fn publish(
         .chain(&request.replaced_split_ids)
         .cloned()
         .collect();
-    let engine = shared.engine.clone();
+    let engine = shared.acting_engine();
     let result = keyed_write(
         &shared,
         &dataset_id,
@@ -1281,7 +1282,7 @@ async fn mark(
     body: Bytes,
 ) -> ApiResult {
     let request: SplitIds = parse(&body)?;
-    let engine = shared.engine.clone();
+    let engine = shared.acting_engine();
     let id = dataset_id.clone();
     let ids = request.split_ids.clone();
     let in_the_way = key.clone();
@@ -1334,7 +1335,7 @@ async fn delete(
     body: Bytes,
 ) -> ApiResult {
     let request: SplitIds = parse(&body)?;
-    let engine = shared.engine.clone();
+    let engine = shared.acting_engine();
     let id = dataset_id.clone();
     let ids = request.split_ids.clone();
     let in_the_way = key.clone();
@@ -1509,7 +1510,7 @@ async fn gc(
     body: Bytes,
 ) -> ApiResult {
     let request: Node = parse(&body)?;
-    let engine = shared.engine.clone();
+    let engine = shared.acting_engine();
     let id = dataset_id.clone();
     ok(&write(&shared, &dataset_id, None, async move {
         match key {
@@ -1546,7 +1547,7 @@ async fn reconcile(
     body: Bytes,
 ) -> ApiResult {
     let request: Node = parse(&body)?;
-    let engine = shared.engine.clone();
+    let engine = shared.acting_engine();
     let id = dataset_id.clone();
     let counted = key.clone();
     let (report, replayed) =
@@ -1612,7 +1613,7 @@ async fn recover(
     if request.mode == RecoveryMode::Exclusive {
         caller.require_admin("exclusive recovery")?;
     }
-    let engine = shared.engine.clone();
+    let engine = shared.acting_engine();
     let id = dataset_id.clone();
     let mode = request.mode;
     // Probe and verify write nothing, but run like writes so that a shutdown waits for them
@@ -1633,6 +1634,55 @@ async fn recover(
     shared.supervisors.kick(&dataset_id);
     ok(&report)
 }
+
+/// The dataset's audit trail: who decided what and when (each recovery, gc and reconcile
+/// decision, with the principal that ran it), newest `limit` records, oldest first.
+#[utoipa::path(
+    get,
+    path = "/v1/datasets/{dataset}/audit",
+    tag = "recovery",
+    params(DatasetPath, AuditQuery),
+    responses(
+        (status = 200, description = "the audit records, oldest first", body = Vec<mend::audit::AuditEntry>),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
+async fn audit(
+    State(shared): AppState,
+    Path(dataset_id): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> ApiResult {
+    if let Some(unknown) = params
+        .keys()
+        .find(|key| !["principal", "limit"].contains(&key.as_str()))
+    {
+        return Err(ApiError::bad_request(format!(
+            "unknown query parameter {unknown:?}; the audit takes principal=NAME and limit=N"
+        )));
+    }
+    let limit = match params.get("limit") {
+        None => DEFAULT_AUDIT_LIMIT,
+        Some(text) => text.parse::<usize>().map_err(|_| {
+            ApiError::bad_request(format!(
+                "limit: {:?} is not a whole number",
+                mend::validate::truncated(text, 64)
+            ))
+        })?,
+    };
+    let principal = params.get("principal").map(String::as_str);
+    let entries = shared
+        .engine
+        .audit_trail(&dataset_id, principal, limit)
+        .await
+        .map_err(|error| engine_error(&shared, &dataset_id, error))?;
+    ok(&entries)
+}
+
+/// The audit records read when a request does not say how many.
+pub const DEFAULT_AUDIT_LIMIT: usize = 100;
 
 /// Checks the dataset's invariants, bucket included; writes nothing.
 ///
@@ -1672,9 +1722,9 @@ async fn verify(
         }
     };
     let verified = if deep {
-        shared.engine.verify_deep(&dataset_id).await
+        shared.acting_engine().verify_deep(&dataset_id).await
     } else {
-        shared.engine.verify(&dataset_id).await
+        shared.acting_engine().verify(&dataset_id).await
     };
     let report = verified.map_err(|error| engine_error(&shared, &dataset_id, error))?;
     ok(&report)

@@ -703,8 +703,16 @@ mod tests {
             (
                 format!("a {good} read:*\nb {good} read:*\n"),
                 2,
-                "token hash of principal a",
+                "credential of principal a",
             ),
+            (
+                "a cert:x.example read:*\nb cert:X.example read:*\n".to_string(),
+                2,
+                "credential of principal a",
+            ),
+            ("a cert:not_a_name! read:*\n".to_string(), 1, "DNS name"),
+            (format!("anonymous {good} read:*\n"), 1, "server's own"),
+            (format!("admin-token {good} admin\n"), 1, "server's own"),
             (
                 format!("a {good} read:*\na {} read:*\n", hash_of("mend_b")),
                 2,
@@ -723,6 +731,50 @@ mod tests {
         assert!(Tokens::parse(&too_many_grants).is_err());
         let too_big = "#".repeat(MAX_TOKENS_FILE_BYTES + 1);
         assert_eq!(Tokens::parse(&too_big).unwrap_err().line, 0);
+    }
+
+    /// A client certificate is the principal of the first `cert:NAME` line whose name it
+    /// holds; one holding no listed name is no one's, and never a token's principal.
+    #[test]
+    fn a_client_certificate_is_the_principal_of_a_name_it_holds() {
+        let certificate = |names: &[&str]| {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let names: Vec<String> = names.iter().map(ToString::to_string).collect();
+            rcgen::CertificateParams::new(names)
+                .unwrap()
+                .self_signed(&key)
+                .unwrap()
+                .der()
+                .clone()
+        };
+        let text = format!(
+            "ingest cert:ingest-1.example.internal write:logs-*\n\
+             first cert:B.Example read:*\n\
+             second cert:a.example admin\n\
+             token-holder {} read:*\n",
+            hash_of("mend_t")
+        );
+        let tokens = Tokens::parse(&text).unwrap();
+        let name_of = |names: &[&str]| {
+            tokens
+                .authenticate_certificate(&certificate(names))
+                .map(|principal| principal.name.clone())
+        };
+        assert_eq!(
+            name_of(&["ingest-1.example.internal"]).as_deref(),
+            Some("ingest")
+        );
+        // Names compare without case; of a certificate with several listed names, the first
+        // line that matches is its principal.
+        assert_eq!(
+            name_of(&["a.example", "b.example"]).as_deref(),
+            Some("first")
+        );
+        assert_eq!(name_of(&["a.example"]).as_deref(), Some("second"));
+        assert_eq!(name_of(&["elsewhere.example"]), None);
+        assert_eq!(name_of(&["ingest-2.example.internal"]), None);
+        // A certificate line is never a bearer secret.
+        assert_eq!(tokens.authenticate("cert:ingest-1.example.internal"), None);
     }
 
     #[test]

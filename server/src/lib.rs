@@ -145,6 +145,15 @@ struct Shared {
 }
 
 impl Shared {
+    /// The engine, acting for the principal of the request being answered (its audit
+    /// records name it); the server's own engine outside a request.
+    fn acting_engine(&self) -> Engine {
+        match access::answering() {
+            Some(answering) => self.engine.acting_as(answering.caller.name()),
+            None => self.engine.clone(),
+        }
+    }
+
     fn discovery_error(&self) -> std::sync::MutexGuard<'_, Option<String>> {
         self.discovery_error
             .lock()

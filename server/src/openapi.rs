@@ -435,6 +435,32 @@ impl IntoParams for VerifyQuery {
     }
 }
 
+/// `?principal=NAME&limit=N` of the audit trail.
+pub(crate) enum AuditQuery {}
+
+impl IntoParams for AuditQuery {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![
+            parameter(
+                "principal",
+                ParameterIn::Query,
+                false,
+                string(),
+                "only the records naming this principal (a tokens file's name, `anonymous`, \
+                 `admin-token`, `supervisor@REPLICA` or `cli`)",
+            ),
+            parameter(
+                "limit",
+                ParameterIn::Query,
+                false,
+                whole_number(),
+                "how many of the newest records to read, 1 to 100000 (100 when absent); with \
+                 `principal`, those naming it among them",
+            ),
+        ]
+    }
+}
+
 /// `?records=N` of an uploaded component (`Content-Type: application/wasm`).
 pub(crate) enum RecordsQuery {}
 

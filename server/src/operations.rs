@@ -178,7 +178,7 @@ pub(super) async fn begin(
         .and_then(|()| mend::validate::split_id(&operation_id))
         .map_err(|error| super::api::engine_error(&shared, &dataset_id, error))?;
     claim_operation(&shared, &caller, &dataset_id, &operation_id).await?;
-    let engine = shared.engine.clone();
+    let engine = shared.acting_engine();
     ok(&write(&shared, &dataset_id, None, async move {
         engine.begin_operation(&request).await
     })
@@ -211,7 +211,7 @@ pub(super) async fn upload(
     Path((dataset_id, operation_id, split_id)): Path<(String, String, String)>,
     body: Body,
 ) -> ApiResult {
-    let engine = shared.engine.clone();
+    let engine = shared.acting_engine();
     let idle = shared.options.limits.body_read_timeout;
     let payload = chunks_within(body, idle);
     let dataset = dataset_id.clone();
@@ -251,7 +251,7 @@ pub(super) async fn heartbeat(
     body: Bytes,
 ) -> ApiResult {
     let request: Heartbeat = parse(&body)?;
-    let engine = shared.engine.clone();
+    let engine = shared.acting_engine();
     let dataset = dataset_id.clone();
     ok(&write(&shared, &dataset_id, None, async move {
         engine
@@ -288,7 +288,7 @@ pub(super) async fn publish(
     State(shared): AppState,
     Path((dataset_id, operation_id)): Path<(String, String)>,
 ) -> ApiResult {
-    let engine = shared.engine.clone();
+    let engine = shared.acting_engine();
     let dataset = dataset_id.clone();
     let result = write(&shared, &dataset_id, None, async move {
         engine.publish_operation(&dataset, &operation_id).await
@@ -325,7 +325,7 @@ pub(super) async fn abort(
     State(shared): AppState,
     Path((dataset_id, operation_id)): Path<(String, String)>,
 ) -> ApiResult {
-    let engine = shared.engine.clone();
+    let engine = shared.acting_engine();
     let dataset = dataset_id.clone();
     ok(&write(&shared, &dataset_id, None, async move {
         engine.abort_operation(&dataset, &operation_id).await

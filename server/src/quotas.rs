@@ -7,8 +7,8 @@
 //! A write is every request other than GET and HEAD. Its slot is taken when it arrives
 //! ([`Quotas::admit`], by the access check) and held until its answer is made and, for a write
 //! admitted to run on its own task, until that write ends: the admission takes a share of the
-//! slot ([`current_slot`]) into its ticket, so a client that disconnects does not free a slot
-//! while its write still runs.
+//! slot (from [`crate::access::answering`]) into its ticket, so a client that disconnects does
+//! not free a slot while its write still runs.
 //!
 //! Requests without a credential (the principal `anonymous`, on a loopback server without a
 //! tokens file) are held only by the server-wide limits: they are one principal for every
@@ -134,23 +134,6 @@ impl Quotas {
         quota.tokens -= 1.0;
         Ok(slot)
     }
-}
-
-tokio::task_local! {
-    /// The write slot of the request being answered, while its handler runs (set by the
-    /// access check; `None` for a request that takes none).
-    static SLOT: Option<Arc<WriteSlot>>;
-}
-
-/// Runs `answer` with `slot` as the request's write slot, then drops it (when no admitted
-/// write holds a share of it, that frees it).
-pub(crate) async fn holding<T>(slot: Option<Arc<WriteSlot>>, answer: impl Future<Output = T>) -> T {
-    SLOT.scope(slot, answer).await
-}
-
-/// A share of the request's write slot, for the write it admits to hold until it ends.
-pub(crate) fn current_slot() -> Option<Arc<WriteSlot>> {
-    SLOT.try_with(Clone::clone).ok().flatten()
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! A `tracing` span per HTTP request, as a layer around the whole router: `method`, `route`
 //! (the matched route template, `unmatched` for none, as `mend_http_requests_total` counts
 //! it), `dataset_id` and `operation_id` when the path names them, `principal` once the
-//! request is authenticated (`access`), and `status` once the answer is made. Everything a handler, an admitted write (which keeps the span on its own
-//! task, [`super::writes`]) or the engine logs while answering is inside it.
+//! request is authenticated (`access`), and `status` once the answer is made. Everything a handler, an admitted write (which keeps
+//! the span on its own task, [`super::writes`]) or the engine logs while answering is inside
+//! it.
 //!
 //! A small `axum::middleware` rather than tower-http's `TraceLayer`: the span needs the
 //! route's path parameters, which only axum's `RawPathParams` extractor gives, so a

@@ -184,6 +184,8 @@ impl Supervisors {
             lease_ms: u64::try_from(membership.lease_duration().as_millis()).unwrap_or(u64::MAX),
             ..FleetStatus::default()
         };
+        // Its audit records name the replica whose supervisor decided.
+        let engine = engine.acting_as(&format!("supervisor@{}", membership.replica_id()));
         Arc::new(Self {
             engine,
             options,

@@ -99,6 +99,7 @@ async fn every_write_changes_the_fingerprint(backend: Backend) {
         decision: serde_json::json!("stale"),
         outcome: serde_json::json!("recorded by the fingerprint test"),
         inputs: None,
+        principal: None,
     };
     h.engine
         .catalog()

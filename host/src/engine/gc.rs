@@ -188,6 +188,7 @@ impl Engine {
         let canonical = serde_json::to_vec(input).expect("inputs always serialise");
         AuditRecord {
             format_version: AUDIT_FORMAT_VERSION,
+            principal: self.actor().map(str::to_owned),
             dataset_id: input.dataset_id.clone(),
             operation_id: operation_id.to_string(),
             recorded_at_ms: self.now_ms(),

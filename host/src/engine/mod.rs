@@ -9,6 +9,7 @@
 //! the fault seam at every durable step (`commit.rs`); `recovery.rs` resolves what crashed
 //! operations leave behind.
 
+mod audit_trail;
 mod commit;
 mod config_apply;
 mod gc;
@@ -136,6 +137,8 @@ pub struct Engine {
     /// The gates the operation running on this clone holds ([`Engine::under_gates`]), checked
     /// before each of its durable writes; empty outside gated work.
     holds: Holds,
+    /// Who this clone acts for ([`Engine::acting_as`]), named in the audit records it writes.
+    actor: Option<Arc<str>>,
 }
 
 impl Engine {
@@ -158,7 +161,22 @@ impl Engine {
             options,
             uploaded: Arc::default(),
             holds: Holds::default(),
+            actor: None,
         })
+    }
+
+    /// A clone of this engine acting for `principal`: every audit record it writes names it.
+    /// A server makes one per request (the request's principal) and per supervisor
+    /// (`supervisor@REPLICA`); the CLI acts as `cli`.
+    pub fn acting_as(&self, principal: &str) -> Engine {
+        let mut engine = self.clone();
+        engine.actor = Some(Arc::from(principal));
+        engine
+    }
+
+    /// Who this engine acts for, if anyone named it.
+    pub fn actor(&self) -> Option<&str> {
+        self.actor.as_deref()
     }
 
     /// The same engine deciding with the policy active now until it is dropped, whatever is

@@ -451,6 +451,7 @@ impl Engine {
             serde_json::to_vec(&orphan.observation).expect("observations always serialise");
         AuditRecord {
             format_version: AUDIT_FORMAT_VERSION,
+            principal: self.actor().map(str::to_owned),
             dataset_id: dataset_id.to_string(),
             operation_id: operation_id.to_string(),
             recorded_at_ms: self.now_ms(),

@@ -491,6 +491,7 @@ impl Engine {
         let canonical = serde_json::to_vec(observation).expect("observations always serialise");
         AuditRecord {
             format_version: AUDIT_FORMAT_VERSION,
+            principal: self.actor().map(str::to_owned),
             dataset_id: sweep.dataset_id.to_string(),
             operation_id: report.operation_id.clone(),
             recorded_at_ms: self.now_ms(),

@@ -244,6 +244,12 @@ fn rows() -> Vec<Row> {
             Dataset,
             [P, P, 200, F, F, F, F, 200, 200],
         ),
+        row(
+            M::GET,
+            "/v1/datasets/{dataset}/audit",
+            Dataset,
+            [P, P, F, F, F, F, 200, 200, 200],
+        ),
         with(
             row(
                 M::POST,

@@ -897,6 +897,9 @@ async fn openapi_every_answer_of_a_session_is_what_its_route_documents() {
         Step::new(M::POST, "/v1/datasets/{dataset}/recover", 200)
             .json(json!({"mode": "exclusive"}))
             .admin(),
+        Step::new(M::GET, "/v1/datasets/{dataset}/audit", 200)
+            .uri("/v1/datasets/d1/audit?principal=admin-token&limit=10"),
+        Step::new(M::GET, "/v1/datasets/{dataset}/audit", 400).uri("/v1/datasets/d1/audit?limit=0"),
         Step::new(M::GET, "/v1/datasets/{dataset}/verify", 200),
         Step::new(M::GET, "/v1/datasets/{dataset}/verify", 200)
             .uri("/v1/datasets/d1/verify?deep=true"),

@@ -403,6 +403,7 @@ fn audit(dataset_id: &str, operation_id: &str, recorded_at_ms: i64) -> AuditReco
         decision: serde_json::json!("roll_forward"),
         outcome: serde_json::json!({"outcome": "executed"}),
         inputs: None,
+        principal: None,
     }
 }
 

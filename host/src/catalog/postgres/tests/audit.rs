@@ -17,6 +17,7 @@ fn record(dataset_id: &str, operation_id: &str, recorded_at_ms: TimestampMs) -> 
         decision: json!({ "action": "publish", "splits": ["a"] }),
         outcome: json!({ "published": 1 }),
         inputs: None,
+        principal: None,
     }
 }
 
