@@ -26,6 +26,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("create_dataset_body", create_dataset_body),
     ("split_ids_body", split_ids_body),
     ("list_query", list_query),
+    ("authorization_header", authorization_header),
+    ("tokens_file", tokens_file),
 ];
 
 /// `POST /v1/datasets/{dataset}/stage`'s body, parsed as the server parses it, then validated
@@ -190,6 +192,121 @@ pub fn list_query(data: &[u8]) -> Verdict {
             .is_none_or(|range| range.start <= range.end)
     );
     check_listing(&query);
+    Verdict::Accepted
+}
+
+/// The secrets of [`authorization_header`]'s principals: `reader`'s, `root`'s, and the admin
+/// token. The corpus holds headers made of them.
+pub const FUZZ_SECRETS: [&str; 3] = [
+    "mend_1111111111111111111111111111111111111111111111111111111111111111",
+    "mend_2222222222222222222222222222222222222222222222222222222222222222",
+    "mend_admin_token_of_the_fuzz_target",
+];
+
+/// The `Authorization` header, authenticated as the server does against a tokens file of two
+/// principals and an admin token (no anonymous access). Accepted: exactly `Bearer SECRET` of a
+/// known secret (surrounding blanks of the secret aside), naming that secret's principal.
+/// Refused: everything else, with 401 `unauthorized` and its challenge.
+pub fn authorization_header(data: &[u8]) -> Verdict {
+    use std::sync::{Arc, LazyLock};
+    static CREDENTIALS: LazyLock<crate::access::Credentials> = LazyLock::new(|| {
+        let grants = |grant: &str| vec![crate::auth::Grant::parse(grant).unwrap()];
+        let text = format!(
+            "{}\n{}\n",
+            crate::auth::tokens_file_line("reader", FUZZ_SECRETS[0], &grants("read:*")),
+            crate::auth::tokens_file_line("root", FUZZ_SECRETS[1], &grants("admin")),
+        );
+        let dir = std::env::temp_dir().join(format!("mend-fuzz-tokens-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tokens");
+        std::fs::write(&path, text).unwrap();
+        crate::access::Credentials {
+            tokens_file: Some(Arc::new(crate::auth::TokensFile::open(&path).unwrap())),
+            admin_token: Some(FUZZ_SECRETS[2].to_owned()),
+        }
+    });
+    let mut headers = axum::http::HeaderMap::new();
+    // A value no client could send (a control byte, a newline) never reaches the server.
+    let Ok(value) = axum::http::HeaderValue::from_bytes(data) else {
+        return Verdict::Refused;
+    };
+    // Visible ASCII only, as HTTP header values are read as text.
+    let expected = value
+        .to_str()
+        .ok()
+        .and_then(|text| text.strip_prefix("Bearer "))
+        .map(str::trim)
+        .and_then(|secret| FUZZ_SECRETS.iter().position(|known| *known == secret));
+    headers.insert(axum::http::header::AUTHORIZATION, value);
+    match CREDENTIALS.authenticate(&headers, None) {
+        Ok(caller) => {
+            let name = ["reader", "root", crate::access::ADMIN_TOKEN_PRINCIPAL];
+            assert_eq!(
+                expected.map(|index| name[index]),
+                Some(caller.name()),
+                "authorization_header: {data:?} authenticated"
+            );
+            Verdict::Accepted
+        }
+        Err(error) => {
+            assert_eq!(
+                expected, None,
+                "authorization_header: a known secret refused"
+            );
+            assert_eq!(
+                error.status(),
+                (axum::http::StatusCode::UNAUTHORIZED, "unauthorized"),
+                "authorization_header: {}",
+                error.message()
+            );
+            for secret in FUZZ_SECRETS {
+                assert!(!error.message().contains(secret), "a secret in a refusal");
+            }
+            Verdict::Refused
+        }
+    }
+}
+
+/// A tokens file's text, read as the server reads it. Accepted: at most
+/// [`crate::auth::MAX_PRINCIPALS`] principals, each with a valid name no other has, that is
+/// not one of the server's own, 1 to [`crate::auth::MAX_GRANTS`] grants that read back as
+/// written. Refused: with the line at fault, never past the file's last line.
+pub fn tokens_file(data: &[u8]) -> Verdict {
+    use crate::auth::{Grant, MAX_GRANTS, MAX_PRINCIPALS, RESERVED_PRINCIPALS, Tokens};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return Verdict::Refused;
+    };
+    let tokens = match Tokens::parse(text) {
+        Ok(tokens) => tokens,
+        Err(error) => {
+            assert!(
+                error.line <= text.lines().count(),
+                "tokens_file: line {} of a {}-line file",
+                error.line,
+                text.lines().count()
+            );
+            assert!(
+                !error.message.is_empty(),
+                "tokens_file: a refusal without words"
+            );
+            return Verdict::Refused;
+        }
+    };
+    assert!(tokens.len() <= MAX_PRINCIPALS);
+    let mut names = std::collections::BTreeSet::new();
+    for principal in tokens.principals() {
+        crate::auth::check_principal_name(&principal.name).expect("tokens_file: a valid name");
+        assert!(!RESERVED_PRINCIPALS.contains(&principal.name.as_str()));
+        assert!(
+            names.insert(principal.name.clone()),
+            "tokens_file: a name twice"
+        );
+        assert!((1..=MAX_GRANTS).contains(&principal.grants.len()));
+        for grant in &principal.grants {
+            let again = Grant::parse(&grant.to_string()).expect("tokens_file: a grant reads back");
+            assert_eq!(&again, grant, "tokens_file: a grant reads back as itself");
+        }
+    }
     Verdict::Accepted
 }
 

@@ -109,6 +109,16 @@ fn list_query() {
     run("list_query");
 }
 
+#[test]
+fn authorization_header() {
+    run("authorization_header");
+}
+
+#[test]
+fn tokens_file() {
+    run("tokens_file");
+}
+
 /// Every target has a test above and a corpus; a target added to a `fuzzing` module without
 /// them fails here.
 #[test]
