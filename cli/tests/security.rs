@@ -343,6 +343,49 @@ fn a_secured_server_answers_tokens_certificates_and_probes_as_configured() {
     assert_eq!(staged.status, 200, "{staged:?}");
     checks += 3;
 
+    // The Python writer over TLS, its secret from MEND_TOKEN: one whole operation committed.
+    // Without the secret, or trusting another CA, it stops at once (exit 1) and says why.
+    std::fs::write(dir.join("payload.bin"), b"a payload from python").unwrap();
+    let python = |token: Option<&str>, cacert: &str, split: &str| {
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/python/mend_writer.py");
+        let mut command = std::process::Command::new("python3");
+        command
+            .arg(script)
+            .arg(format!("https://{}", server.address))
+            .arg("logs-a")
+            .arg(format!("{split}=payload.bin"))
+            .args(["--cacert", cacert, "--retry-for-s", "5"])
+            .current_dir(dir)
+            .env_remove("MEND_TOKEN");
+        if let Some(token) = token {
+            command.env("MEND_TOKEN", token);
+        }
+        command.output().unwrap()
+    };
+    let committed = python(Some(&secrets[0]), &ca, "by-python");
+    let said = String::from_utf8_lossy(&committed.stdout).into_owned()
+        + &String::from_utf8_lossy(&committed.stderr);
+    out.0.push_str(&said);
+    assert!(committed.status.success(), "{said}");
+    let result: Value = serde_json::from_slice(&committed.stdout).unwrap();
+    assert_eq!(
+        result["publish"]["published"],
+        serde_json::json!(["by-python"]),
+        "{result}"
+    );
+    let anonymous = python(None, &ca, "by-nobody");
+    let said = String::from_utf8_lossy(&anonymous.stderr).into_owned();
+    out.0.push_str(&said);
+    assert_eq!(anonymous.status.code(), Some(1), "{said}");
+    assert!(said.contains("401 unauthorized"), "{said}");
+    let distrustful = python(Some(&secrets[0]), &path("other-ca.pem"), "by-python-2");
+    let said = String::from_utf8_lossy(&distrustful.stderr).into_owned();
+    out.0.push_str(&said);
+    assert_eq!(distrustful.status.code(), Some(1), "{said}");
+    assert!(said.contains("CERTIFICATE_VERIFY_FAILED"), "{said}");
+    checks += 3;
+
     // A client that trusts another CA refuses the server's certificate; the server goes on.
     let wrong_ca = out.curl(&[
         "-sS",

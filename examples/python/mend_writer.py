@@ -36,6 +36,15 @@ begin in flight, may land after the read and make the next commit's delta stale.
 
     mend_writer.py http://127.0.0.1:7600 DATASET a.split=./a.bin b.split=./b.bin
     mend_writer.py http://127.0.0.1:7600 DATASET --loop --partition p0 --log acks.jsonl
+    MEND_TOKEN=mend_... mend_writer.py https://mend-1.internal:7600 DATASET a.split=./a.bin \
+        --cacert ca.pem
+
+A server with a tokens file wants a principal's secret on every request: `--token SECRET`,
+`--token-file PATH` (the secret alone, as `mend token new` printed it), or `MEND_TOKEN`, in
+that order. Over `https://` the server's certificate is checked against `--cacert PATH` (the
+system's CAs without it); `--cert`/`--key` present a client certificate (mutual TLS). A
+library user calls `configure(token=..., cafile=...)` once before the steps. The secret is
+sent only in the `Authorization` header and never printed.
 
 `--loop` commits forever on one partition, each commit moving it by 1 from the current
 position, and appends every acknowledged commit to the log as one JSON line, fsynced before
@@ -59,6 +68,7 @@ import json
 import os
 import random
 import socket
+import ssl
 import struct
 import sys
 import time
@@ -108,11 +118,43 @@ class NoProgress(Exception):
 
 
 # ---------------------------------------------------------------------------------------
+# Who the writer is, and whom it trusts.
+
+_TOKEN = None
+_TLS = None
+
+
+def configure(token=None, cafile=None, certfile=None, keyfile=None):
+    """Sets the principal's secret sent with every request (None: none) and, for https://,
+    the CA file the server's certificate is checked against (None: the system's CAs) and an
+    optional client certificate and key."""
+    global _TOKEN, _TLS
+    _TOKEN = token
+    context = ssl.create_default_context(cafile=cafile)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if certfile:
+        context.load_cert_chain(certfile, keyfile)
+    _TLS = context
+
+
+def _token_from(args):
+    """--token, else the file --token-file names, else MEND_TOKEN; None if none says."""
+    if args.token:
+        return args.token
+    if args.token_file:
+        with open(args.token_file) as file:
+            return file.read().strip()
+    return os.environ.get("MEND_TOKEN") or None
+
+
+# ---------------------------------------------------------------------------------------
 # One request per step.
 
 
 def _request(base_url, method, path, body=None, data=None, length=None):
     headers = {}
+    if _TOKEN:
+        headers["Authorization"] = f"Bearer {_TOKEN}"
     if body is not None:
         data = json.dumps(body).encode()
         headers["Content-Type"] = "application/json"
@@ -121,11 +163,23 @@ def _request(base_url, method, path, body=None, data=None, length=None):
     request = urllib.request.Request(base_url + path, data=data, method=method, headers=headers)
     try:
         try:
-            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as answer:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S,
+                                        context=_TLS) as answer:
                 return json.loads(answer.read() or b"{}")
         except urllib.error.HTTPError as error:
             status, text = error.code, error.read()
-    except (urllib.error.URLError, http.client.HTTPException, ConnectionError,
+    except urllib.error.URLError as error:
+        if isinstance(error.reason, ssl.SSLError):
+            # A certificate the writer does not trust is no outage: retrying cannot help.
+            raise MendError(0, {"error": "tls", "message": f"{method} {path}: {error.reason}",
+                                "certainly_not_applied": True}) from error
+        raise OutcomeUnknown(f"{method} {path}: no answer: {error}") from error
+    except ssl.SSLError as error:
+        # The handshake failed after the connection opened (a client certificate the server
+        # refused): retrying cannot help either.
+        raise MendError(0, {"error": "tls", "message": f"{method} {path}: {error}",
+                            "certainly_not_applied": True}) from error
+    except (http.client.HTTPException, ConnectionError,
             socket.timeout, TimeoutError, ValueError) as error:
         # Nothing came back, or half an answer: whatever the step did, it may have done.
         raise OutcomeUnknown(f"{method} {path}: no answer: {error}") from error
@@ -528,8 +582,16 @@ def main():
     parser.add_argument("--direct", action="store_true",
                         help="put objects straight into the store through presigned URLs "
                              "where it presigns (S3)")
+    parser.add_argument("--token", help="the principal's secret (or --token-file, MEND_TOKEN)")
+    parser.add_argument("--token-file", help="a file holding the principal's secret")
+    parser.add_argument("--cacert", help="https://: the CA file the server's certificate "
+                                         "is checked against (the system's CAs without it)")
+    parser.add_argument("--cert", help="https://: a client certificate (mutual TLS)")
+    parser.add_argument("--key", help="the client certificate's key")
     args = parser.parse_args()
     base_url = args.base_url.rstrip("/")
+    configure(token=_token_from(args), cafile=args.cacert, certfile=args.cert,
+              keyfile=args.key)
     if args.loop:
         if not args.log:
             parser.error("--loop needs --log")
