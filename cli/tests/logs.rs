@@ -55,7 +55,8 @@ fn json_logs_carry_the_request_span_with_its_dataset_and_the_engine_span_inside_
         "{log}"
     );
 
-    // The request's span: method, route, dataset id and, once answered, the status.
+    // The request's span: method, route, dataset id, principal and, once answered, the
+    // status.
     let answered = events
         .iter()
         .find(|event| {
@@ -64,9 +65,11 @@ fn json_logs_carry_the_request_span_with_its_dataset_and_the_engine_span_inside_
                     .is_some_and(|request| request["route"] == "/v1/datasets/{dataset}/recover")
         })
         .unwrap_or_else(|| panic!("no answered recover request in:\n{log}"));
-    assert_eq!(answered["level"], "DEBUG", "{answered}");
+    // A write's answer is logged at info, naming who made it.
+    assert_eq!(answered["level"], "INFO", "{answered}");
     let request = span(answered, "request").unwrap();
     assert_eq!(request["method"], "POST", "{answered}");
+    assert_eq!(request["principal"], "anonymous", "{answered}");
     assert_eq!(request["dataset_id"], "d1", "{answered}");
     assert_eq!(request["status"], 200, "{answered}");
     assert!(answered["fields"]["elapsed_ms"].is_number(), "{answered}");

@@ -10,15 +10,17 @@
 //! `TraceLayer` would still need this code in its `make_span_with`, and one more dependency
 //! for the rest. Like every limit of the server, it is a layer, never code in a handler.
 //!
-//! The answer is logged at debug (an access log is `mend=debug`, or
-//! `mend_server::request_span=debug`), a 5xx other than 503 at warn: a 503 is load or an
+//! The answer to a write (any method but GET and HEAD) is logged at info, so that the log
+//! names who changed what (the principal, the route, the dataset, the status) at the default
+//! level; the answer to a read at debug (a full access log is `mend=debug`, or
+//! `mend_server::request_span=debug`); a 5xx other than 503 at warn: a 503 is load or an
 //! unavailable dataset, which the supervisor logs once, not once per request.
 
 use std::time::Instant;
 
 use axum::extract::rejection::RawPathParamsRejection;
 use axum::extract::{MatchedPath, RawPathParams, Request};
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use tracing::Instrument;
@@ -60,6 +62,7 @@ pub(super) async fn request_span(
             span.record(field, tracing::field::display(quoted));
         }
     }
+    let write = !matches!(*request.method(), Method::GET | Method::HEAD);
     let started = Instant::now();
     let response = next.run(request).instrument(span.clone()).await;
     let status = response.status();
@@ -71,6 +74,8 @@ pub(super) async fn request_span(
     span.in_scope(|| {
         if status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE {
             tracing::warn!(elapsed_ms, "answered with a server error");
+        } else if write {
+            tracing::info!(elapsed_ms, "answered");
         } else {
             tracing::debug!(elapsed_ms, "answered");
         }
