@@ -190,21 +190,18 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     on_listening: impl FnOnce(Listening),
 ) -> Result<(), ServeError> {
-    let listen_failed = |source: std::io::Error| match source.kind() {
-        std::io::ErrorKind::AddrInUse => ServeError::AddressInUse { address: listen },
-        _ => ServeError::Listen {
-            address: listen,
-            source,
-        },
-    };
     check_protected(
         listen,
         &options.credentials,
         options.tls.is_some(),
         options.insecure,
     )?;
-    let listener = TcpListener::bind(listen).await.map_err(listen_failed)?;
-    let address = listener.local_addr().map_err(listen_failed)?;
+    let (listener, address) = bind(listen).await?;
+    // Bound before anything starts, so that a probe address in use fails the start cleanly.
+    let probes = match options.probe_listen {
+        Some(probe_listen) => Some(bind(probe_listen).await?),
+        None => None,
+    };
     let (store, prefix) = engine.objects().store();
     let registry = PolicyRegistry::new(store.clone(), prefix.clone());
     let metrics = Arc::new(Metrics::default());
@@ -267,21 +264,6 @@ pub async fn serve(
         .tls
         .clone()
         .map(|tls| tokio::spawn(watch_tls_files(tls)));
-    let probes =
-        match shared.options.probe_listen {
-            Some(probe_listen) => Some(TcpListener::bind(probe_listen).await.map_err(
-                |source| match source.kind() {
-                    std::io::ErrorKind::AddrInUse => ServeError::AddressInUse {
-                        address: probe_listen,
-                    },
-                    _ => ServeError::Listen {
-                        address: probe_listen,
-                        source,
-                    },
-                },
-            )?),
-            None => None,
-        };
     let rounds = {
         let shared = shared.clone();
         tokio::spawn(shared.supervisors.clone().run(move |round| {
@@ -304,13 +286,7 @@ pub async fn serve(
     // Outermost, so that the status it records is the one the client gets.
     let router =
         api::router(shared.clone()).layer(axum::middleware::from_fn(request_span::request_span));
-    let probe_address = match &probes {
-        Some(listener) => Some(listener.local_addr().map_err(|source| ServeError::Listen {
-            address: shared.options.probe_listen.unwrap_or(address),
-            source,
-        })?),
-        None => None,
-    };
+    let probe_address = probes.as_ref().map(|(_, bound)| *bound);
     on_listening(Listening {
         address,
         tls: shared.options.tls.is_some(),
@@ -318,7 +294,7 @@ pub async fn serve(
     });
 
     let (stop_probes, probes_stopped) = watch::channel(false);
-    let probes = probes.map(|listener| {
+    let probes = probes.map(|(listener, _)| {
         let router = api::probe_router(shared.clone())
             .layer(axum::middleware::from_fn(request_span::request_span));
         let mut stopped = probes_stopped;
@@ -366,6 +342,18 @@ pub async fn serve(
         watcher.abort();
     }
     Ok(())
+}
+
+/// Listens on `address`; the listener and the address it is bound to (the port picked, for
+/// a port 0).
+async fn bind(address: SocketAddr) -> Result<(TcpListener, SocketAddr), ServeError> {
+    let failed = |source: std::io::Error| match source.kind() {
+        std::io::ErrorKind::AddrInUse => ServeError::AddressInUse { address },
+        _ => ServeError::Listen { address, source },
+    };
+    let listener = TcpListener::bind(address).await.map_err(failed)?;
+    let bound = listener.local_addr().map_err(failed)?;
+    Ok((listener, bound))
 }
 
 /// Refuses to serve, without a tokens file, an address other machines can reach, unless
