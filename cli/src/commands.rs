@@ -34,6 +34,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Command::Token {
             command: TokenCommand::New { principal, grants },
         } => return super::token::new(&principal, &grants, json),
+        // Talks to a server, which opens the catalog; this process opens none.
+        Command::Request(request) => return super::request::run(request).await,
         // Writes files only; opening the catalog would create ./mend-data.
         Command::Policy {
             command:
@@ -323,6 +325,7 @@ async fn execute(
         Command::Token {
             command: TokenCommand::New { principal, grants },
         } => super::token::new(&principal, &grants, json),
+        Command::Request(request) => super::request::run(request).await,
         Command::Status => status(engine, settings, json).await,
         Command::Demo => super::demo::run(engine, settings, json).await,
     }

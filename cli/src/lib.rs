@@ -35,6 +35,7 @@ mod operation;
 mod output;
 mod policy;
 mod progress;
+mod request;
 pub mod scaffold;
 mod serve;
 mod token;
@@ -317,6 +318,11 @@ pub enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// Send one HTTP request to a `mend serve` as one of its principals (a secret, a client
+    /// certificate), over TLS if https://, and print the answer's body. Exits as the other
+    /// commands do for the answer's error (401, 403 and 429: 1); 5 when no connection or no
+    /// whole answer (the outcome is unknown). Opens no catalog.
+    Request(RequestArgs),
     /// Every setting, its value and where it came from (flag, environment, file or default).
     Config,
     /// The catalog, the active policy, and each dataset's versions and pending intents.
@@ -341,6 +347,59 @@ pub enum TokenCommand {
         #[arg(long = "grant", value_name = "GRANT", required = true)]
         grants: Vec<String>,
     },
+}
+
+/// `mend request`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct RequestArgs {
+    /// GET, HEAD, POST, PUT or DELETE, in any case.
+    pub method: String,
+    /// The route's path, with its query if any, starting with /: /v1/datasets,
+    /// '/v1/datasets/logs/audit?limit=10'.
+    pub path: String,
+    /// The server: http://HOST:PORT or https://HOST:PORT, perhaps with a path prefix.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "MEND_SERVER",
+        hide_env_values = true,
+        default_value = request::DEFAULT_SERVER
+    )]
+    pub server: String,
+    /// The request body, sent as given.
+    #[arg(long, value_name = "JSON", conflicts_with = "body_file")]
+    pub body: Option<String>,
+    /// The file of the request body (at most 1 GiB); - reads stdin.
+    #[arg(long, value_name = "PATH")]
+    pub body_file: Option<PathBuf>,
+    /// The body's media type: application/json unless given.
+    #[arg(long, value_name = "TYPE")]
+    pub content_type: Option<String>,
+    /// Sent as the Idempotency-Key header: the server records a write's result under it, and
+    /// the same request sent again with it answers that result.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+    /// The principal's secret (`mend token new`). Other users of the machine may see a
+    /// command's arguments: prefer --token-file or MEND_TOKEN. Without it, --token-file, else
+    /// MEND_TOKEN; with none, no Authorization header. [env: MEND_TOKEN]
+    #[arg(long, value_name = "SECRET", conflicts_with = "token_file")]
+    pub token: Option<request::Secret>,
+    /// A file holding the principal's secret (surrounding whitespace ignored).
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+    /// Trust only the CA certificates of this PEM file for https://, not the system's.
+    #[arg(long, value_name = "PATH")]
+    pub cacert: Option<PathBuf>,
+    /// A client certificate (PEM) for mutual TLS, with --key.
+    #[arg(long, value_name = "PATH")]
+    pub cert: Option<PathBuf>,
+    /// The private key (PEM) of --cert.
+    #[arg(long, value_name = "PATH")]
+    pub key: Option<PathBuf>,
+    /// How long the request may take, from connecting to the answer's last byte (ms, 1 to
+    /// 3600000); connecting alone, at most 10 s.
+    #[arg(long, value_name = "N", default_value_t = 60_000)]
+    pub timeout_ms: u64,
 }
 
 /// `mend commit`'s arguments.
@@ -612,6 +671,7 @@ impl Command {
             Self::Token { command } => match command {
                 TokenCommand::New { .. } => "mend token new",
             },
+            Self::Request(_) => "mend request",
             Self::Config => "mend config",
             Self::Status => "mend status",
             Self::Demo => "mend demo",
@@ -666,11 +726,20 @@ fn config_error(error: &anyhow::Error) -> Option<&ConfigError> {
         .find_map(|cause| cause.downcast_ref::<ConfigError>())
 }
 
+fn request_error(error: &anyhow::Error) -> Option<&request::RequestError> {
+    error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<request::RequestError>())
+}
+
 pub fn hint(error: &anyhow::Error) -> Option<&'static str> {
     if error.chain().any(|cause| cause.is::<interrupt::Stopped>()) {
         return Some(
             "an operation it had begun is left as an intent: `mend recover DATASET --mode roll-forward` finishes it (a server's supervisor does so by itself)",
         );
+    }
+    if let Some(failure) = request_error(error) {
+        return failure.hint();
     }
     if let Some(error) = config_error(error) {
         return Some(match error {
@@ -727,6 +796,9 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
     }
     if config_error(error).is_some() || error.chain().any(|cause| cause.is::<BadInput>()) {
         return 2;
+    }
+    if let Some(failure) = request_error(error) {
+        return failure.exit_code();
     }
     // A component that failed to load or check, outside any engine call.
     if error.chain().any(|cause| cause.is::<mend::PolicyError>()) {

@@ -16,6 +16,7 @@ mod hints;
 mod logs;
 mod policy_new;
 mod postgres_notices;
+mod request;
 mod security;
 mod server;
 mod server_boundary;

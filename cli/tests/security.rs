@@ -18,12 +18,12 @@ use serde_json::Value;
 use crate::common::{failed_with, mend, mend_command, ok_json};
 
 /// A CA and what it signs, written as PEM files into a directory.
-struct Pki {
+pub(crate) struct Pki {
     dir: PathBuf,
 }
 
 impl Pki {
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
 }
@@ -61,7 +61,7 @@ fn leaf(
     std::fs::write(dir.join(format!("{file}.key")), key.serialize_pem()).unwrap();
 }
 
-fn pki(dir: &Path) -> Pki {
+pub(crate) fn pki(dir: &Path) -> Pki {
     let dir = dir.join("pki");
     std::fs::create_dir_all(&dir).unwrap();
     let ca = ca(&dir, "ca");
@@ -108,10 +108,10 @@ fn ca_other(dir: &Path) -> Issuer<'static, KeyPair> {
 }
 
 /// A `mend serve` over TLS; killed when dropped.
-struct SecureServer {
+pub(crate) struct SecureServer {
     child: Child,
-    address: SocketAddr,
-    probes: SocketAddr,
+    pub(crate) address: SocketAddr,
+    pub(crate) probes: SocketAddr,
     log: Arc<Mutex<String>>,
 }
 
@@ -123,7 +123,7 @@ impl Drop for SecureServer {
 }
 
 impl SecureServer {
-    fn start(dir: &Path, env: &[(&str, String)]) -> SecureServer {
+    pub(crate) fn start(dir: &Path, env: &[(&str, String)]) -> SecureServer {
         let mut command = mend_command(dir);
         command
             .args([
@@ -185,7 +185,7 @@ impl SecureServer {
         format!("https://{}{path}", self.address)
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
 }
@@ -230,7 +230,7 @@ impl Transcript {
     }
 }
 
-fn secret_of(made: &Value) -> String {
+pub(crate) fn secret_of(made: &Value) -> String {
     made["secret"].as_str().unwrap().to_owned()
 }
 
@@ -723,4 +723,29 @@ fn the_audit_names_who_decided_and_filters_by_principal() {
         by_cli.len(),
         entries.len()
     );
+}
+
+/// README.md's secure three-replica fleet, run step by step by `scripts/secure-fleet-example`
+/// with this build's `mend`: certificates from openssl, principals from `mend token new`, three
+/// replicas with TLS and a tokens file, then curl, the Python writer and `mend request`.
+#[test]
+fn the_readmes_secure_fleet_runs_as_shown() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/secure-fleet-example");
+    let output = std::process::Command::new("bash")
+        .arg(script)
+        .env("MEND", env!("CARGO_BIN_EXE_mend"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let passed = stdout
+        .lines()
+        .filter(|line| line.starts_with("ok "))
+        .count();
+    assert!(
+        stdout.contains("secure-fleet-example: 9 checks passed") && passed == 9,
+        "{stdout}"
+    );
+    println!("security: README's secure fleet ran as shown, {passed} checks");
 }

@@ -120,6 +120,9 @@ pub const SERVE_MAX_ADMIN_COMPONENT_BYTES: Bound =
 /// with a cap that cannot hold the largest request its `limits.*` allow.
 pub const SERVE_MAX_JSON_BODY_BYTES: Bound =
     Bound::new("serve.max_json_body_bytes", 1 << 20, 1 << 30);
+/// How long `mend request` waits, from connecting to the answer's last byte (`--timeout-ms`):
+/// a millisecond to an hour, the longest a server reads a request body.
+pub const REQUEST_TIMEOUT_MS: Bound = Bound::new("--timeout-ms", 1, 3_600_000);
 /// Audit records `mend audit` (and its route) reads, newest first.
 pub const AUDIT_LIMIT: Bound = Bound::new("limit", 1, 100_000);
 /// Recorded decisions a policy replay reads per dataset.

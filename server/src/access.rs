@@ -1,5 +1,5 @@
-//! Who a request is from, and whether it may do what it asks: one layer ([`check`]) between
-//! the router and every handler, deciding from one table ([`ROUTES`]) before a handler runs
+//! Who a request is from, and whether it may do what it asks: one layer (`check`) between
+//! the router and every handler, deciding from one table (`ROUTES`) before a handler runs
 //! or a body is read.
 //!
 //! - **Who.** `Authorization: Bearer SECRET` names a principal of the tokens file
@@ -13,17 +13,17 @@
 //!   grants do not allow the route on the dataset its path names is 403. Both are decided
 //!   from the path alone, before any catalog read, so neither says whether the dataset
 //!   exists.
-//! - **What.** Each route needs one [`Need`]: nothing (probes, the API's description), any
+//! - **What.** Each route needs one `Need`: nothing (probes, the API's description), any
 //!   principal (answers filtered to what it may read), an action on the path's dataset, an
 //!   action on every dataset, the operation's own principal, or `admin`. A route the table
 //!   does not list is refused (500) rather than served open; the access matrix test fails
 //!   when one is added without its entry.
 //! - **Operations belong to their principal.** A begin claims its operation id for the
-//!   principal ([`claim_operation`], a put-if-absent record `op:ID:owner` beside the
+//!   principal (`claim_operation`, a put-if-absent record `op:ID:owner` beside the
 //!   operation's own step records); every later step, by anyone but that principal or an
 //!   admin, answers 404 as if there were no such operation.
 //!
-//! The caller is put in the request's extensions as a [`Caller`] for handlers that decide
+//! The caller is put in the request's extensions as a `Caller` for handlers that decide
 //! more (list filtering, a body's dataset, exclusive recovery, idempotency keys), and its
 //! name in the request's log span.
 

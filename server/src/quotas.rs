@@ -5,9 +5,9 @@
 //! request is read, so nothing is applied.
 //!
 //! A write is every request other than GET and HEAD. Its slot is taken when it arrives
-//! ([`Quotas::admit`], by the access check) and held until its answer is made and, for a write
+//! (`Quotas::admit`, by the access check) and held until its answer is made and, for a write
 //! admitted to run on its own task, until that write ends: the admission takes a share of the
-//! slot (from [`crate::access::answering`]) into its ticket, so a client that disconnects does
+//! slot (from `crate::access::answering`) into its ticket, so a client that disconnects does
 //! not free a slot while its write still runs.
 //!
 //! Requests without a credential (the principal `anonymous`, on a loopback server without a
