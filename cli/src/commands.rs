@@ -23,6 +23,12 @@ use super::{
 /// runs the command with them: until it ends, or a signal or a panic stops it with its gates
 /// released (`interrupt.rs`).
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    // Made from the command line's own definition; no setting can change them.
+    match &args.command {
+        Command::Completions { shell } => return super::completions(*shell),
+        Command::Man => return super::man_page(),
+        _ => {}
+    }
     let settings = Settings::resolve(&args.settings_inputs())?;
     super::logging::init(&settings);
     let json = args.json;
@@ -322,6 +328,8 @@ async fn execute(
         Command::Policy { command } => super::policy::run(engine, settings, command, json).await,
         Command::Serve { .. } => super::serve::run(engine.clone(), settings, json).await,
         Command::Config => output::settings(settings, json),
+        Command::Completions { shell } => super::completions(shell),
+        Command::Man => super::man_page(),
         Command::Token {
             command: TokenCommand::New { principal, grants },
         } => super::token::new(&principal, &grants, json),

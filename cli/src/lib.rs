@@ -325,6 +325,16 @@ pub enum Command {
     Request(RequestArgs),
     /// Every setting, its value and where it came from (flag, environment, file or default).
     Config,
+    /// Print the shell completion script for SHELL: `mend completions bash >
+    /// /etc/bash_completion.d/mend`, `mend completions zsh > "${fpath[1]}/_mend"`, `mend
+    /// completions fish > ~/.config/fish/completions/mend.fish`. Opens nothing.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print mend's manual page (roff): `mend man > /usr/local/share/man/man1/mend.1`, then
+    /// `man mend`. Opens nothing.
+    Man,
     /// The catalog, the active policy, and each dataset's versions and pending intents.
     Status,
     /// See mend's main job in a few seconds, on a fresh dataset of the catalog: concurrent
@@ -673,6 +683,8 @@ impl Command {
             },
             Self::Request(_) => "mend request",
             Self::Config => "mend config",
+            Self::Completions { .. } => "mend completions",
+            Self::Man => "mend man",
             Self::Status => "mend status",
             Self::Demo => "mend demo",
         }
@@ -826,6 +838,28 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
             _ => 1,
         },
     }
+}
+
+/// `mend completions SHELL`: the completion script of every command and flag, on stdout.
+fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    use std::io::Write;
+    // Made whole first: clap_complete panics on a write that fails (a closed pipe).
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Args::command(), "mend", &mut script);
+    std::io::stdout().write_all(&script)?;
+    Ok(())
+}
+
+/// `mend man`: the manual page, in roff, on stdout: the synopsis, the global flags, and every
+/// command with its help (each command's own flags: `mend help COMMAND`).
+fn man_page() -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    use std::io::Write;
+    let mut page = Vec::new();
+    clap_mangen::Man::new(Args::command()).render(&mut page)?;
+    std::io::stdout().write_all(&page)?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -344,3 +344,43 @@ fn bad_settings_exit_2_naming_their_source_and_change_nothing() {
     }
     println!("cli: {checked} bad settings refused by the real binary");
 }
+
+/// `mend completions SHELL` and `mend man` come from the command line's own definition: every
+/// command is in each of them, and they need no catalog or setting (a broken settings file is
+/// not read).
+#[test]
+fn completions_and_the_man_page_name_every_command() {
+    use clap::CommandFactory;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("mend.toml"), "not = [valid toml").unwrap();
+    let commands: Vec<String> = mend_cli::Args::command()
+        .get_subcommands()
+        .map(|command| command.get_name().to_owned())
+        .collect();
+    assert!(commands.len() > 20 && commands.contains(&"request".to_owned()));
+    let mut checked = 0;
+    for shell in ["bash", "zsh", "fish"] {
+        let output = mend(dir.path(), &["completions", shell]);
+        assert!(output.status.success(), "{shell}: {output:?}");
+        let script = String::from_utf8(output.stdout).unwrap();
+        for command in &commands {
+            assert!(script.contains(command.as_str()), "{shell}: no {command}");
+            checked += 1;
+        }
+    }
+    let output = mend(dir.path(), &["man"]);
+    assert!(output.status.success(), "{output:?}");
+    let page = String::from_utf8(output.stdout).unwrap();
+    assert!(page.contains(".TH mend 1"), "{page}");
+    for command in &commands {
+        assert!(page.contains(command.as_str()), "man: no {command}");
+        checked += 1;
+    }
+    let refused = mend(dir.path(), &["completions", "tcsh"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(!dir.path().join("mend-data").exists(), "no catalog opened");
+    println!(
+        "cli: {} commands in bash, zsh and fish completions and the man page ({checked} checks)",
+        commands.len()
+    );
+}
