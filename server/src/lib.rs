@@ -202,13 +202,6 @@ pub async fn serve(
         Some(probe_listen) => Some(bind(probe_listen).await?),
         None => None,
     };
-    let (store, prefix) = engine.objects().store();
-    let registry = PolicyRegistry::new(store.clone(), prefix.clone());
-    let metrics = Arc::new(Metrics::default());
-    let writes = Arc::new(Writes::new(
-        options.limits.max_queued_writes,
-        options.limits.max_queued_writes_per_dataset,
-    ));
     let connection_limits = ConnectionLimits {
         max_connections: options.limits.max_connections,
         header_read_timeout: options.limits.header_read_timeout,
@@ -216,54 +209,9 @@ pub async fn serve(
         shutdown_deadline: options.limits.shutdown_deadline,
     };
     let (stop_supervisors, supervisors_stopped) = watch::channel(false);
-    let membership = match &options.membership {
-        Some(membership) => membership.clone(),
-        None => {
-            let replica_id = mend::fleet::replica_id(None).map_err(|error| ServeError::Fleet {
-                message: error.to_string(),
-            })?;
-            Arc::new(mend::fleet::SoloMembership::new(
-                replica_id,
-                mend::fleet::DEFAULT_MEMBER_LEASE,
-            ))
-        }
-    };
-    let supervisors = Supervisors::new(
-        engine.clone(),
-        options.supervisor,
-        metrics.clone(),
-        writes.clone(),
-        membership,
-        supervisors_stopped,
-    );
-    let shared = Arc::new(Shared {
-        engine,
-        credentials: options.credentials.clone(),
-        quotas: quotas::Quotas::new(options.limits.principal),
-        registry,
-        options,
-        metrics,
-        supervisors,
-        writes,
-        ready: AtomicBool::new(false),
-        shutting_down: AtomicBool::new(false),
-        discovery_error: std::sync::Mutex::new(None),
-    });
+    let shared = shared_state(engine, options, supervisors_stopped)?;
 
-    let watcher = tokio::spawn(watch_deployment(
-        shared.clone(),
-        stop_supervisors.subscribe(),
-    ));
-    let tokens_watcher = shared
-        .credentials
-        .tokens_file
-        .clone()
-        .map(|file| tokio::spawn(watch_tokens_file(file)));
-    let tls_watcher = shared
-        .options
-        .tls
-        .clone()
-        .map(|tls| tokio::spawn(watch_tls_files(tls)));
+    let followers = follow(&shared, stop_supervisors.subscribe());
     let rounds = {
         let shared = shared.clone();
         tokio::spawn(shared.supervisors.clone().run(move |round| {
@@ -295,17 +243,11 @@ pub async fn serve(
 
     let (stop_probes, probes_stopped) = watch::channel(false);
     let probes = probes.map(|(listener, _)| {
-        let router = api::probe_router(shared.clone())
-            .layer(axum::middleware::from_fn(request_span::request_span));
-        let mut stopped = probes_stopped;
-        tokio::spawn(connections::serve_connections(
+        tokio::spawn(serve_probes(
             listener,
-            router,
+            shared.clone(),
             connection_limits,
-            None,
-            async move {
-                let _ = stopped.wait_for(|stopped| *stopped).await;
-            },
+            probes_stopped,
         ))
     });
     let draining = shared.clone();
@@ -337,11 +279,91 @@ pub async fn serve(
     shared.writes.drained().await;
     // The last round ends and the replica leaves the fleet.
     let _ = rounds.await;
-    watcher.abort();
-    for watcher in [tokens_watcher, tls_watcher].into_iter().flatten() {
-        watcher.abort();
+    for follower in followers {
+        follower.abort();
     }
     Ok(())
+}
+
+/// Starts what follows the deployment while the server runs: the policy registry (until
+/// `stopped`), and the tokens file and the TLS files when there are some.
+fn follow(
+    shared: &Arc<Shared>,
+    stopped: watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut followers = vec![tokio::spawn(watch_deployment(shared.clone(), stopped))];
+    if let Some(file) = shared.credentials.tokens_file.clone() {
+        followers.push(tokio::spawn(watch_tokens_file(file)));
+    }
+    if let Some(tls) = shared.options.tls.clone() {
+        followers.push(tokio::spawn(watch_tls_files(tls)));
+    }
+    followers
+}
+
+/// Serves `/healthz` and `/readyz` alone, in plain HTTP, on `listener` until `stopped` says
+/// so (`serve.probe_listen`).
+async fn serve_probes(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    limits: ConnectionLimits,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let router =
+        api::probe_router(shared).layer(axum::middleware::from_fn(request_span::request_span));
+    let stop = async move {
+        let _ = stopped.wait_for(|stopped| *stopped).await;
+    };
+    connections::serve_connections(listener, router, limits, None, stop).await;
+}
+
+/// What every handler shares, with the server's supervisors (stopped when `stopped` says so)
+/// and, without a membership in `options`, this replica alone in its fleet.
+fn shared_state(
+    engine: Engine,
+    options: ServeOptions,
+    stopped: watch::Receiver<bool>,
+) -> Result<Arc<Shared>, ServeError> {
+    let (store, prefix) = engine.objects().store();
+    let registry = PolicyRegistry::new(store.clone(), prefix.clone());
+    let metrics = Arc::new(Metrics::default());
+    let writes = Arc::new(Writes::new(
+        options.limits.max_queued_writes,
+        options.limits.max_queued_writes_per_dataset,
+    ));
+    let membership = match &options.membership {
+        Some(membership) => membership.clone(),
+        None => {
+            let replica_id = mend::fleet::replica_id(None).map_err(|error| ServeError::Fleet {
+                message: error.to_string(),
+            })?;
+            Arc::new(mend::fleet::SoloMembership::new(
+                replica_id,
+                mend::fleet::DEFAULT_MEMBER_LEASE,
+            ))
+        }
+    };
+    let supervisors = Supervisors::new(
+        engine.clone(),
+        options.supervisor,
+        metrics.clone(),
+        writes.clone(),
+        membership,
+        stopped,
+    );
+    Ok(Arc::new(Shared {
+        engine,
+        credentials: options.credentials.clone(),
+        quotas: quotas::Quotas::new(options.limits.principal),
+        registry,
+        options,
+        metrics,
+        supervisors,
+        writes,
+        ready: AtomicBool::new(false),
+        shutting_down: AtomicBool::new(false),
+        discovery_error: std::sync::Mutex::new(None),
+    }))
 }
 
 /// Listens on `address`; the listener and the address it is bound to (the port picked, for
