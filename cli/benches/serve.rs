@@ -32,6 +32,7 @@
 //! function. Smaller or larger: `MEND_BENCH_BATCHES=50` (per iteration), `-- --measurement-time
 //! 10` (every group).
 
+use std::future::IntoFuture;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
@@ -83,14 +84,20 @@ fn main() {
             for _ in 0..iters {
                 let dataset_id = next_dataset();
                 runtime
-                    .block_on(engine.create_dataset(&dataset_id, &DatasetConfig::default()))
+                    .block_on(
+                        engine
+                            .create_dataset(&dataset_id, &DatasetConfig::default())
+                            .into_future(),
+                    )
                     .unwrap();
                 let requests: Vec<StageRequest> = (0..batches)
                     .map(|batch| stage_request(&dataset_id, batch))
                     .collect();
                 let started = Instant::now();
                 for request in &requests {
-                    runtime.block_on(engine.stage(request)).unwrap();
+                    runtime
+                        .block_on(engine.stage(request).into_future())
+                        .unwrap();
                 }
                 took += started.elapsed();
             }
@@ -213,10 +220,14 @@ fn main() {
     // Reads: a page of 100 published splits of a dataset of its own, both ways.
     let ids: Vec<String> = (0..SPLITS_PER_BATCH).map(|i| split_id(0, i)).collect();
     runtime
-        .block_on(engine.create_dataset("listed", &DatasetConfig::default()))
+        .block_on(
+            engine
+                .create_dataset("listed", &DatasetConfig::default())
+                .into_future(),
+        )
         .unwrap();
     runtime
-        .block_on(engine.stage(&stage_request("listed", 0)))
+        .block_on(engine.stage(&stage_request("listed", 0)).into_future())
         .unwrap();
     server.call("POST", "/v1/datasets", &json!({"dataset_id": "listed"}));
     server.client().stage("listed", &stage_body(0));
@@ -230,14 +241,18 @@ fn main() {
         std::fs::write(splits.join(id), b"object").unwrap();
     }
     runtime
-        .block_on(engine.publish(&mend::model::PublishRequest {
-            dataset_id: "listed".into(),
-            staged_split_ids: ids.clone(),
-            replaced_split_ids: vec![],
-            checkpoint_delta: None,
-            publish_token: None,
-            fencing_epoch: None,
-        }))
+        .block_on(
+            engine
+                .publish(&mend::model::PublishRequest {
+                    dataset_id: "listed".into(),
+                    staged_split_ids: ids.clone(),
+                    replaced_split_ids: vec![],
+                    checkpoint_delta: None,
+                    publish_token: None,
+                    fencing_epoch: None,
+                })
+                .into_future(),
+        )
         .unwrap();
     server.call(
         "POST",

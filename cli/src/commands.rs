@@ -121,11 +121,11 @@ async fn execute(
                 node,
                 splits: parse_splits(&text)?,
             };
-            let result = match &idempotency_key {
-                Some(key) => engine.stage_recorded(&request, key).await,
-                None => engine.stage(&request).await,
-            }
-            .context("stage")?;
+            let result = engine
+                .stage(&request)
+                .idempotency_key(idempotency_key.as_deref())
+                .await
+                .context("stage")?;
             output::stage_result(&result, json)
         }
         Command::Publish {
@@ -150,11 +150,11 @@ async fn execute(
                 publish_token,
                 fencing_epoch: None,
             };
-            let result = match &idempotency_key {
-                Some(key) => engine.publish_recorded(&request, key).await,
-                None => engine.publish(&request).await,
-            }
-            .context("publish")?;
+            let result = engine
+                .publish(&request)
+                .idempotency_key(idempotency_key.as_deref())
+                .await
+                .context("publish")?;
             output::json_or(&result, json, || {
                 format!(
                     "published {} split(s), marked {} for deletion; manifest version {}",
@@ -171,15 +171,11 @@ async fn execute(
             split_ids,
             idempotency_key,
         } => {
-            let result = match &idempotency_key {
-                Some(key) => {
-                    engine
-                        .mark_for_deletion_recorded(&dataset, &split_ids, key)
-                        .await
-                }
-                None => engine.mark_for_deletion(&dataset, &split_ids).await,
-            }
-            .context("mark for deletion")?;
+            let result = engine
+                .mark_for_deletion(&dataset, &split_ids)
+                .idempotency_key(idempotency_key.as_deref())
+                .await
+                .context("mark for deletion")?;
             output::json_or(&result, json, || {
                 format!(
                     "marked {} split(s) for deletion; {} already marked",
@@ -193,15 +189,11 @@ async fn execute(
             split_ids,
             idempotency_key,
         } => {
-            match &idempotency_key {
-                Some(key) => {
-                    engine
-                        .delete_splits_recorded(&dataset, &split_ids, key)
-                        .await
-                }
-                None => engine.delete_splits(&dataset, &split_ids).await,
-            }
-            .context("delete")?;
+            engine
+                .delete_splits(&dataset, &split_ids)
+                .idempotency_key(idempotency_key.as_deref())
+                .await
+                .context("delete")?;
             let deleted = serde_json::json!({ "deleted": split_ids });
             output::json_or(&deleted, json, || {
                 format!("deleted {} split(s): objects, then rows", split_ids.len())
@@ -249,11 +241,11 @@ async fn execute(
                 RecoverModeArg::Exclusive => RecoveryMode::Exclusive,
                 RecoverModeArg::Verify => RecoveryMode::Verify,
             };
-            let report = match &idempotency_key {
-                Some(key) => engine.recover_recorded(&dataset, mode, key).await,
-                None => engine.recover(&dataset, mode).await,
-            }
-            .with_context(|| format!("recover dataset {dataset}"))?;
+            let report = engine
+                .recover(&dataset, mode)
+                .idempotency_key(idempotency_key.as_deref())
+                .await
+                .with_context(|| format!("recover dataset {dataset}"))?;
             output::recovery_report(&report, json)?;
             if let Some(verified) = &report.verify {
                 if !json {
@@ -273,11 +265,11 @@ async fn execute(
             node,
             idempotency_key,
         } => {
-            let result = match &idempotency_key {
-                Some(key) => engine.gc_recorded(&dataset, &node, key).await,
-                None => engine.gc(&dataset, &node).await,
-            }
-            .with_context(|| format!("collect the garbage of dataset {dataset}"))?;
+            let result = engine
+                .gc(&dataset, &node)
+                .idempotency_key(idempotency_key.as_deref())
+                .await
+                .with_context(|| format!("collect the garbage of dataset {dataset}"))?;
             output::json_or(&result, json, || {
                 format!(
                     "marked {} abandoned staged split(s); deleted {} expired split(s), objects then rows",
@@ -291,11 +283,11 @@ async fn execute(
             node,
             idempotency_key,
         } => {
-            let report = match &idempotency_key {
-                Some(key) => engine.reconcile_recorded(&dataset, &node, key).await,
-                None => engine.reconcile(&dataset, &node).await,
-            }
-            .with_context(|| format!("reconcile dataset {dataset}"))?;
+            let report = engine
+                .reconcile(&dataset, &node)
+                .idempotency_key(idempotency_key.as_deref())
+                .await
+                .with_context(|| format!("reconcile dataset {dataset}"))?;
             output::reconcile_report(&report, json)
         }
         Command::Verify { dataset, deep } => {
@@ -616,11 +608,11 @@ async fn dataset(
             if let Some(ms) = deletion_grace_period_ms {
                 config.deletion_grace_period_ms = ms;
             }
-            let created = match &idempotency_key {
-                Some(key) => engine.create_dataset_recorded(&dataset, &config, key).await,
-                None => engine.create_dataset(&dataset, &config).await,
-            }
-            .with_context(|| format!("create dataset {dataset}"))?;
+            let created = engine
+                .create_dataset(&dataset, &config)
+                .idempotency_key(idempotency_key.as_deref())
+                .await
+                .with_context(|| format!("create dataset {dataset}"))?;
             output::datasets(std::slice::from_ref(&created), json)
         }
         DatasetCommand::List => {
@@ -639,9 +631,17 @@ async fn dataset(
             set,
             idempotency_key,
         } => {
-            if let Some(key) = &idempotency_key
-                && !set.is_empty()
-            {
+            let result = if set.is_empty() {
+                if let Some(key) = &idempotency_key {
+                    // Showing the config is a read: the key is only checked.
+                    mend::validate::idempotency_key(key)
+                        .with_context(|| format!("show the config of dataset {dataset}"))?;
+                }
+                engine
+                    .dataset(&dataset)
+                    .await
+                    .with_context(|| format!("read dataset {dataset}"))?
+            } else {
                 // The settings are checked once, on the defaults, before anything is read: a
                 // bad one is a bad flag, whatever the dataset holds.
                 let mut checked = DatasetConfig::default();
@@ -656,36 +656,9 @@ async fn dataset(
                     }
                     Ok(config)
                 };
-                let result = engine
-                    .apply_config_edit_recorded(&dataset, &edit, "cli", key)
-                    .await
-                    .with_context(|| format!("apply a new config to dataset {dataset}"))?;
-                return output::json_or(&result.config, json, || {
-                    format!(
-                        "config version {}\n{}",
-                        result.config_version,
-                        serde_json::to_string_pretty(&result.config).unwrap_or_default()
-                    )
-                });
-            }
-            if let Some(key) = &idempotency_key {
-                // Showing the config is a read: the key is only checked.
-                mend::validate::idempotency_key(key)
-                    .with_context(|| format!("show the config of dataset {dataset}"))?;
-            }
-            let current = engine
-                .dataset(&dataset)
-                .await
-                .with_context(|| format!("read dataset {dataset}"))?;
-            let result = if set.is_empty() {
-                current
-            } else {
-                let mut config = current.config.clone();
-                for assignment in &set {
-                    apply_setting(&mut config, assignment)?;
-                }
                 engine
-                    .apply_config(&dataset, current.config_version, &config, "cli")
+                    .apply_config_edit(&dataset, &edit, "cli")
+                    .idempotency_key(idempotency_key.as_deref())
                     .await
                     .with_context(|| format!("apply a new config to dataset {dataset}"))?
             };
@@ -709,15 +682,11 @@ async fn dataset(
                 )
                 .into());
             }
-            let result = match &idempotency_key {
-                Some(key) => {
-                    engine
-                        .set_publish_token_recorded(&dataset, token.as_deref(), key)
-                        .await
-                }
-                None => engine.set_publish_token(&dataset, token.as_deref()).await,
-            }
-            .with_context(|| format!("set the publish token of dataset {dataset}"))?;
+            let result = engine
+                .set_publish_token(&dataset, token.as_deref())
+                .idempotency_key(idempotency_key.as_deref())
+                .await
+                .with_context(|| format!("set the publish token of dataset {dataset}"))?;
             output::dataset(&result, json)
         }
     }

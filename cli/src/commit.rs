@@ -164,7 +164,7 @@ pub async fn run(
             return Err(error.context(context));
         }
     };
-    output::commit_report(&report, json)
+    print_report(&report, json)
 }
 
 /// Uploads what the operation still needs and publishes it.
@@ -475,6 +475,38 @@ impl std::fmt::Debug for KeepAlive {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeepAlive").finish_non_exhaustive()
     }
+}
+
+/// What `mend commit` did: each upload, then the publish.
+fn print_report(report: &CommitReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        return output::print_json(report);
+    }
+    if !report.uploads.is_empty() {
+        let mut table = output::table(&["split", "object bytes", "sha256", "upload"]);
+        for upload in &report.uploads {
+            table.add_row(vec![
+                upload.split_id.clone(),
+                upload.object_size.to_string(),
+                upload.sha256.clone(),
+                if upload.written {
+                    "written".into()
+                } else {
+                    "already in place".into()
+                },
+            ]);
+        }
+        println!("{table}");
+    }
+    let publish = &report.publish;
+    println!(
+        "operation {} published {} split(s), marked {} for deletion; manifest version {}",
+        report.operation_id,
+        publish.published.len(),
+        publish.marked.len(),
+        publish.manifest_version
+    );
+    Ok(())
 }
 
 #[cfg(test)]

@@ -88,7 +88,7 @@ pub fn set_table_width(width: TableWidth) {
     let _ = TABLE_WIDTH.set(width);
 }
 
-fn table(header: &[&str]) -> Table {
+pub fn table(header: &[&str]) -> Table {
     let mut table = Table::new();
     table
         .load_preset(UTF8_BORDERS_ONLY)
@@ -409,38 +409,6 @@ pub fn upload_result(result: &UploadResult, json: bool) -> anyhow::Result<()> {
             )
         }
     })
-}
-
-/// What `mend commit` did: each upload, then the publish.
-pub fn commit_report(report: &super::commit::CommitReport, json: bool) -> anyhow::Result<()> {
-    if json {
-        return print_json(report);
-    }
-    if !report.uploads.is_empty() {
-        let mut table = table(&["split", "object bytes", "sha256", "upload"]);
-        for upload in &report.uploads {
-            table.add_row(vec![
-                upload.split_id.clone(),
-                upload.object_size.to_string(),
-                upload.sha256.clone(),
-                if upload.written {
-                    "written".into()
-                } else {
-                    "already in place".into()
-                },
-            ]);
-        }
-        println!("{table}");
-    }
-    let publish = &report.publish;
-    println!(
-        "operation {} published {} split(s), marked {} for deletion; manifest version {}",
-        report.operation_id,
-        publish.published.len(),
-        publish.marked.len(),
-        publish.manifest_version
-    );
-    Ok(())
 }
 
 pub fn reconcile_report(report: &ReconcileReport, json: bool) -> anyhow::Result<()> {

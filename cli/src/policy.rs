@@ -302,21 +302,11 @@ pub async fn run(
             let (bytes, candidate) = load_file(&component, settings)?;
             let golden = load_suites(&scenarios)?;
             let registry = registry(engine);
-            let swap = match &idempotency_key {
-                Some(key) => {
-                    engine
-                        .swap_deployment_policy_recorded(
-                            &registry, &bytes, candidate, records, &golden, key,
-                        )
-                        .await
-                }
-                None => {
-                    engine
-                        .swap_deployment_policy(&registry, &bytes, candidate, records, &golden)
-                        .await
-                }
-            }
-            .context("swap the active policy")?;
+            let swap = engine
+                .swap_deployment_policy(&registry, &bytes, candidate, records, &golden)
+                .idempotency_key(idempotency_key.as_deref())
+                .await
+                .context("swap the active policy")?;
             if json {
                 output::print_json(&swap)?;
             } else {
@@ -332,15 +322,11 @@ pub async fn run(
         }
         PolicyCommand::Rollback { idempotency_key } => {
             let (registry, load) = (registry(engine), settings.load_options());
-            let record = match &idempotency_key {
-                Some(key) => {
-                    engine
-                        .rollback_deployment_policy_recorded(&registry, &load, key)
-                        .await
-                }
-                None => engine.rollback_deployment_policy(&registry, &load).await,
-            }
-            .context("roll back the active policy")?;
+            let record = engine
+                .rollback_deployment_policy(&registry, &load)
+                .idempotency_key(idempotency_key.as_deref())
+                .await
+                .context("roll back the active policy")?;
             output::json_or(&record, json, || {
                 format!(
                     "rolled back: {} is active again (change {}), replacing {}",

@@ -188,7 +188,7 @@ impl Bound {
     pub fn not_a_number(self, text: &str) -> OutOfRange {
         OutOfRange {
             bound: self,
-            value: format!("{:?}", crate::validate::truncated(text, 32)),
+            value: format!("{:?}", truncated(text, 32)),
         }
     }
 }
@@ -234,6 +234,18 @@ pub fn ms_before(at: TimestampMs, ms: u64) -> TimestampMs {
 /// `at` moved on by `ms`, stopping at the end of time rather than wrapping.
 pub fn ms_after(at: TimestampMs, ms: u64) -> TimestampMs {
     at.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
+}
+
+/// How much of a refused value an error quotes: enough to find it, never a whole payload.
+pub const QUOTED_CHARS: usize = 64;
+
+/// What a refused value looks like in an error: its first `chars` characters, with `…` when
+/// there were more.
+pub fn truncated(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
+    }
 }
 
 #[cfg(test)]

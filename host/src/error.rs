@@ -248,7 +248,7 @@ pub enum PolicyError {
     )]
     ExceedsSandbox {
         /// What one instantiation of the component creates.
-        needs: crate::runtime::ComponentShape,
+        needs: crate::runtime::shape::ComponentShape,
         /// Each limit it is over: what it needs, the setting, and what the setting allows.
         over: Vec<String>,
     },

@@ -28,7 +28,7 @@ use object_store::path::Path as StorePath;
 
 use crate::bounds;
 use crate::catalog::object_store::checkpoint;
-use crate::catalog::object_store::log::{self, Action, Commit, Snapshot};
+use crate::catalog::object_store::log_format::{self, Action, Commit, Snapshot};
 use crate::catalog::object_store::state::DatasetState;
 use crate::engine::EngineOptions;
 use crate::error::MendError;
@@ -137,12 +137,12 @@ pub fn split_object(data: &[u8]) -> Verdict {
 /// after it round-trips through a checkpoint.
 pub fn commit_log_entry(data: &[u8]) -> Verdict {
     let path = StorePath::from("datasets/logs/catalog/log/00000000000000000001.json");
-    let commit: Commit = match log::decode(&path, data) {
+    let commit: Commit = match log_format::decode(&path, data) {
         Ok(commit) => commit,
         Err(error) => return expect_corrupt("commit_log_entry: decode", &error),
     };
     let encoded = encoded_bytes("commit_log_entry", &commit);
-    let again: Commit = log::decode(&path, &encoded).unwrap_or_else(|error| {
+    let again: Commit = log_format::decode(&path, &encoded).unwrap_or_else(|error| {
         panic!("commit_log_entry: a re-encoded commit is refused: {error}")
     });
     assert_eq!(again, commit, "commit_log_entry: round trip");
@@ -296,7 +296,7 @@ fn checkpoint_round_trip(target: &str, state: &DatasetState) {
 
 /// What the catalog writes for `value`, as bytes.
 fn encoded_bytes(target: &str, value: &impl serde::Serialize) -> Bytes {
-    let payload = log::encode(value)
+    let payload = log_format::encode(value)
         .unwrap_or_else(|error| panic!("{target}: an accepted value cannot be encoded: {error}"));
     Bytes::from(payload)
 }
@@ -325,7 +325,7 @@ fn base_state(version: u64) -> DatasetState {
     );
     intent.expected.manifest_version = 7;
     DatasetState::from_snapshot(Snapshot {
-        format_version: log::FORMAT_VERSION,
+        format_version: log_format::FORMAT_VERSION,
         version,
         dataset: Dataset {
             dataset_id: DATASET.to_owned(),

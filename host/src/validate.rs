@@ -34,17 +34,7 @@ pub const MAX_NAME_BYTES: usize = 128;
 /// principal's name being at most 64 bytes).
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = MAX_NAME_BYTES + 1 + 64;
 
-/// How much of a refused value an error quotes: enough to find it, never a whole payload.
-pub const QUOTED_CHARS: usize = 64;
-
-/// What a refused value looks like in an error: its first `chars` characters, with `…` when
-/// there were more.
-pub fn truncated(text: &str, chars: usize) -> String {
-    match text.char_indices().nth(chars) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_string(),
-    }
-}
+pub use crate::bounds::{QUOTED_CHARS, truncated};
 
 /// What kind of JSON value `value` is, as a message names it ("an array").
 pub fn json_kind(value: &serde_json::Value) -> &'static str {

@@ -36,11 +36,11 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::Shared;
-use super::api::ApiError;
 use super::connections::ClientCertificate;
-use super::errors::ErrorCode;
 use super::quotas::{OverLimit, WriteSlot};
 use crate::auth::{Action, Grant, Pattern, Principal, TokensFile, constant_time_eq};
+use crate::error::ApiError;
+use crate::error::ErrorCode;
 use mend::catalog::RecordedRequest;
 use mend::error::MendError;
 
@@ -366,7 +366,7 @@ pub(crate) async fn claim_operation(
         .catalog()
         .record_request(dataset_id, &record)
         .await
-        .map_err(|error| super::api::engine_error(shared, dataset_id, error))?;
+        .map_err(|error| crate::error::engine_error(shared, dataset_id, error))?;
     if owner_named(&kept) == Some(caller.name()) {
         return Ok(());
     }
@@ -405,7 +405,7 @@ async fn own_operation(
     {
         Ok(record) => record,
         Err(MendError::NotFound { .. }) => None,
-        Err(error) => return Err(super::api::engine_error(shared, dataset_id, error)),
+        Err(error) => return Err(crate::error::engine_error(shared, dataset_id, error)),
     };
     if owner.as_ref().and_then(owner_named) == Some(caller.name()) {
         return Ok(());

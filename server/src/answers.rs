@@ -8,8 +8,8 @@ use mend::runtime::registry::ActiveRecord;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::errors::ErrorCode;
 use super::supervisor::{DatasetHealth, FleetStatus};
+use crate::error::ErrorCode;
 
 /// `GET /healthz`: the process answers.
 #[derive(Debug, Serialize, ToSchema)]

@@ -10,7 +10,7 @@ use axum::body::Bytes;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::api::ApiError;
+use crate::error::ApiError;
 
 /// A route's JSON body.
 pub(crate) trait JsonBody: DeserializeOwned {

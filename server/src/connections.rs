@@ -429,7 +429,7 @@ mod tests {
         let (head, body) = TOO_MANY_CONNECTIONS.split_once("\r\n\r\n").unwrap();
         assert!(head.contains(&format!("content-length: {}", body.len())));
         // The documented error body, and nothing it does not document.
-        let body: crate::errors::ErrorBody = serde_json::from_str(body).unwrap();
-        assert_eq!(body.error, crate::errors::ErrorCode::TooManyConnections);
+        let body: crate::error::ErrorBody = serde_json::from_str(body).unwrap();
+        assert_eq!(body.error, crate::error::ErrorCode::TooManyConnections);
     }
 }

@@ -15,8 +15,9 @@ use mend::model::DatasetConfig;
 use mend::validate::{self, StageLimits};
 use mend_policy::{ExistingRow, StagePlanInput};
 
-use crate::api::{self, ApiError};
 use crate::body;
+use crate::error::ApiError;
+use crate::routes as api;
 
 /// The server's entry points, by the name of their `cargo fuzz` target and corpus directory.
 pub const TARGETS: &[(&str, Target)] = &[

@@ -13,10 +13,10 @@
 //!   a tokens file ([`ServeError::Unprotected`]).
 //! - `/healthz` (the process answers), `/readyz` (it serves: started, not shutting down) and
 //!   `/metrics` (Prometheus text) sit outside `/v1`; `/v1/openapi.json` is the OpenAPI
-//!   document of every route, generated from the code (`openapi.rs`).
+//!   document of every route, generated from the code (`openapi.rs`, built from the routes of `routes/`).
 //! - Everything a client can make the server hold is bounded ([`ServeLimits`]): connections
 //!   and the time their heads, bodies and idle waits take (`connections.rs`, `limits.rs`),
-//!   queued writes ([`writes`]), and the files and uploads of admin requests (`admin.rs`). Past
+//!   queued writes ([`writes`]), and the files and uploads of admin requests (`routes/policy.rs`). Past
 //!   a bound the answer is an immediate refusal in the JSON error form, never a hang.
 //!
 //! The server follows the deployment's policy registry: a swap or rollback made by another
@@ -27,22 +27,20 @@
 //! and stops is its own output, not logs.
 
 pub mod access;
-mod admin;
 mod answers;
 pub mod auth;
 // Crate-visible for `fuzzing`, which feeds the body parsers arbitrary bytes.
-pub(crate) mod api;
 pub(crate) mod body;
 mod connections;
-mod errors;
+mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod limits;
 pub mod metrics;
 mod openapi;
-mod operations;
 pub mod quotas;
 mod request_span;
+mod routes;
 pub mod supervisor;
 #[cfg(test)]
 mod testing;
@@ -233,7 +231,7 @@ pub async fn serve(
     };
     // Outermost, so that the status it records is the one the client gets.
     let router =
-        api::router(shared.clone()).layer(axum::middleware::from_fn(request_span::request_span));
+        routes::router(shared.clone()).layer(axum::middleware::from_fn(request_span::request_span));
     let probe_address = probes.as_ref().map(|(_, bound)| *bound);
     on_listening(Listening {
         address,
@@ -310,7 +308,7 @@ async fn serve_probes(
     mut stopped: watch::Receiver<bool>,
 ) {
     let router =
-        api::probe_router(shared).layer(axum::middleware::from_fn(request_span::request_span));
+        routes::probe_router(shared).layer(axum::middleware::from_fn(request_span::request_span));
     let stop = async move {
         let _ = stopped.wait_for(|stopped| *stopped).await;
     };

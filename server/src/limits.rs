@@ -17,8 +17,8 @@ use axum::response::{IntoResponse, Response};
 use tower::{Layer, ServiceExt};
 
 use super::ServeError;
-use super::api::ApiError;
-use super::errors::ErrorCode;
+use crate::error::ApiError;
+use crate::error::ErrorCode;
 use mend::bounds;
 use mend::validate::{MAX_ID_BYTES, MAX_NAME_BYTES};
 

@@ -3,7 +3,7 @@
 //!
 //! **How it stays true.** Every route is declared once, by a handler's `#[utoipa::path]`
 //! (method, path, parameters, body, every answer), and registered on the router from that
-//! declaration with utoipa-axum's `routes!` (`api::routes`): the router serves a route at the
+//! declaration with utoipa-axum's `routes!` (each `routes()` of [`crate::routes`]): the router serves a route at the
 //! path and method its documentation names, and a route registered that way cannot be left
 //! out of the document. Request bodies are the server's own `JsonBody` types and answers the
 //! engine's results and reports, each deriving `utoipa::ToSchema` from the same serde
@@ -28,10 +28,7 @@
 //! openapi` rewrites `server/openapi.json`; without the variable, the test fails when the file
 //! differs from what the code generates and says so.
 
-use std::sync::LazyLock;
-
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response as HttpResponse};
+use axum::http::StatusCode;
 use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{
@@ -40,23 +37,14 @@ use utoipa::openapi::{
 };
 use utoipa::{IntoParams, Modify, OpenApi, ToResponse};
 
-use super::ServeLimits;
 use super::access;
-use super::api;
-use super::errors::{ErrorBody, ErrorCode};
-
-/// The document as the code declares it.
-pub(crate) fn document() -> Document {
-    let (_router, mut document) = api::documented_routes(&ServeLimits::default()).split_for_parts();
-    declare_access(&mut document);
-    document
-}
+use crate::error::{ErrorBody, ErrorCode};
 
 /// Gives each operation what [`access::ROUTES`] says of it: its `security` (the bearer
 /// token, or none), its required grant as `x-mend-grant`, and the 401 and 403 answers of a
 /// route that needs a principal. A route the table does not list gets nothing, and the access
 /// matrix test fails on it.
-fn declare_access(document: &mut Document) {
+pub(crate) fn declare_access(document: &mut Document) {
     for (path, item) in document.paths.paths.iter_mut() {
         let operations = [
             ("GET", &mut item.get),
@@ -96,33 +84,6 @@ fn declare_access(document: &mut Document) {
             }
         }
     }
-}
-
-/// The document as it is served and committed: pretty-printed JSON (paths, schemas and
-/// properties in sorted order), with a final newline.
-pub(crate) fn document_json() -> String {
-    let mut text = document()
-        .to_pretty_json()
-        .expect("the document is plain data");
-    text.push('\n');
-    text
-}
-
-/// `GET /v1/openapi.json`.
-#[utoipa::path(
-    get,
-    path = "/v1/openapi.json",
-    tag = "health",
-    responses(
-        (status = 200, description = "this document", body = Object, content_type = "application/json"),
-        (status = 500, response = InternalError),
-        (status = 503, response = Unavailable),
-    )
-)]
-pub(super) async fn serve_document() -> HttpResponse {
-    // Generated once: it depends on nothing but the code.
-    static TEXT: LazyLock<String> = LazyLock::new(document_json);
-    ([(header::CONTENT_TYPE, "application/json")], TEXT.as_str()).into_response()
 }
 
 /// The document's frame: what the routes do not say themselves.

@@ -268,7 +268,7 @@ mod tests {
         let answer = not_tls_answer();
         let (head, body) = answer.split_once("\r\n\r\n").unwrap();
         assert!(head.contains(&format!("content-length: {}", body.len())));
-        let body: crate::errors::ErrorBody = serde_json::from_str(body).unwrap();
-        assert_eq!(body.error, crate::errors::ErrorCode::InvalidArgument);
+        let body: crate::error::ErrorBody = serde_json::from_str(body).unwrap();
+        assert_eq!(body.error, crate::error::ErrorCode::InvalidArgument);
     }
 }

@@ -159,7 +159,8 @@ async fn apply_config(
         let expected = apply.expected_config_version;
         async move {
             engine
-                .apply_config_recorded(DATASET, expected, &config, "operator", &key)
+                .apply_config(DATASET, expected, &config, "operator")
+                .idempotency_key(key.as_str())
                 .await
         }
     })

@@ -104,24 +104,21 @@ async fn send(
                         (DEFAULT_POLICY_WASM, policy())
                     };
                     engine
-                        .swap_deployment_policy_recorded(
+                        .swap_deployment_policy(
                             &registry,
                             bytes,
                             candidate,
                             RECORDS_PER_DATASET,
                             &[],
-                            &key,
                         )
+                        .idempotency_key(key.as_str())
                         .await
                         .map(|swap| swap.record)
                 }
                 None => {
                     engine
-                        .rollback_deployment_policy_recorded(
-                            &registry,
-                            &LoadOptions::default(),
-                            &key,
-                        )
+                        .rollback_deployment_policy(&registry, &LoadOptions::default())
+                        .idempotency_key(key.as_str())
                         .await
                 }
             }

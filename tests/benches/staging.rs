@@ -19,6 +19,7 @@
 //! smaller function. For more samples or time: `-- --sample-size 20 --measurement-time 10`
 //! (these apply to every group); `-- staging/` runs only the first group.
 
+use std::future::IntoFuture;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -271,7 +272,7 @@ fn read_and_decide_cost(bench: &mut Bench, runtime: &tokio::runtime::Runtime, ha
     group.bench("create-only", |b| {
         b.iter(|| {
             let result = runtime
-                .block_on(harness.engine.stage(&request))
+                .block_on(harness.engine.stage(&request).into_future())
                 .expect("stage");
             assert_eq!(result.inserted().count(), 0);
         })

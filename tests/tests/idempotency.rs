@@ -56,17 +56,20 @@ async fn a_delete_retried_after_its_rows_went_answers_its_first_result() {
         stage(&h, &ds, &["a", "b"]).await;
         let doomed = ids(&["a", "b"]);
         let marked = engine
-            .mark_for_deletion_recorded(&ds, &doomed, "mark-1")
+            .mark_for_deletion(&ds, &doomed)
+            .idempotency_key("mark-1")
             .await
             .unwrap();
         assert_eq!(marked.marked, doomed);
         let again = engine
-            .mark_for_deletion_recorded(&ds, &doomed, "mark-1")
+            .mark_for_deletion(&ds, &doomed)
+            .idempotency_key("mark-1")
             .await
             .unwrap();
         assert_eq!(again, marked, "{backend}: a retried mark says marked");
         engine
-            .delete_splits_recorded(&ds, &doomed, "delete-1")
+            .delete_splits(&ds, &doomed)
+            .idempotency_key("delete-1")
             .await
             .unwrap();
         assert!(h.rows(&ds).await.is_empty(), "{backend}");
@@ -77,7 +80,8 @@ async fn a_delete_retried_after_its_rows_went_answers_its_first_result() {
         assert!(matches!(plain, MendError::NotFound { .. }), "{plain:?}");
         for attempt in 0..3 {
             engine
-                .delete_splits_recorded(&ds, &doomed, "delete-1")
+                .delete_splits(&ds, &doomed)
+                .idempotency_key("delete-1")
                 .await
                 .unwrap_or_else(|error| panic!("{backend}: retry {attempt}: {error}"));
         }
@@ -88,12 +92,14 @@ async fn a_delete_retried_after_its_rows_went_answers_its_first_result() {
         );
         assert_eq!(manifest(&h, &ds).await, version);
         let other = engine
-            .delete_splits_recorded(&ds, &ids(&["a"]), "delete-1")
+            .delete_splits(&ds, &ids(&["a"]))
+            .idempotency_key("delete-1")
             .await
             .unwrap_err();
         assert!(another_request(&other, "delete-1"), "{backend}: {other:?}");
         let bad = engine
-            .delete_splits_recorded(&ds, &doomed, "op:mine")
+            .delete_splits(&ds, &doomed)
+            .idempotency_key("op:mine")
             .await
             .unwrap_err();
         assert!(matches!(bad, MendError::InvalidArgument { .. }), "{bad:?}");
@@ -114,7 +120,8 @@ async fn a_create_retried_answers_the_dataset_it_created() {
         let ds = h.unique_dataset_id("create");
         let config = DatasetConfig::default();
         let created = engine
-            .create_dataset_recorded(&ds, &config, "create-1")
+            .create_dataset(&ds, &config)
+            .idempotency_key("create-1")
             .await
             .unwrap();
         let plain = engine.create_dataset(&ds, &config).await.unwrap_err();
@@ -125,7 +132,8 @@ async fn a_create_retried_answers_the_dataset_it_created() {
         let before = h.write_fingerprint(&ds).await;
         for attempt in 0..3 {
             let again = engine
-                .create_dataset_recorded(&ds, &config, "create-1")
+                .create_dataset(&ds, &config)
+                .idempotency_key("create-1")
                 .await
                 .unwrap_or_else(|error| panic!("{backend}: retry {attempt}: {error}"));
             assert_eq!(again, created, "{backend}: the same uid, not a new one");
@@ -140,13 +148,15 @@ async fn a_create_retried_answers_the_dataset_it_created() {
             ..config.clone()
         };
         let other = engine
-            .create_dataset_recorded(&ds, &other_config, "create-1")
+            .create_dataset(&ds, &other_config)
+            .idempotency_key("create-1")
             .await
             .unwrap_err();
         assert!(another_request(&other, "create-1"), "{backend}: {other:?}");
         // Another key for a dataset that exists is still a 409.
         let taken = engine
-            .create_dataset_recorded(&ds, &config, "create-2")
+            .create_dataset(&ds, &config)
+            .idempotency_key("create-2")
             .await
             .unwrap_err();
         assert!(
@@ -176,7 +186,8 @@ async fn a_config_apply_retried_after_it_landed_answers_its_promotion() {
         let engine = &h.engine;
         let ds = h.create_dataset("config").await;
         let applied = engine
-            .apply_config_recorded(&ds, 1, &new_config(), "operator", "config-1")
+            .apply_config(&ds, 1, &new_config(), "operator")
+            .idempotency_key("config-1")
             .await
             .unwrap();
         assert_eq!(
@@ -195,7 +206,8 @@ async fn a_config_apply_retried_after_it_landed_answers_its_promotion() {
         );
         for attempt in 0..3 {
             let again = engine
-                .apply_config_recorded(&ds, 1, &new_config(), "operator", "config-1")
+                .apply_config(&ds, 1, &new_config(), "operator")
+                .idempotency_key("config-1")
                 .await
                 .unwrap_or_else(|error| panic!("{backend}: retry {attempt}: {error}"));
             assert_eq!(again, applied, "{backend}");
@@ -206,12 +218,14 @@ async fn a_config_apply_retried_after_it_landed_answers_its_promotion() {
             "{backend}: retries wrote"
         );
         let other = engine
-            .apply_config_recorded(&ds, 1, &DatasetConfig::default(), "operator", "config-1")
+            .apply_config(&ds, 1, &DatasetConfig::default(), "operator")
+            .idempotency_key("config-1")
             .await
             .unwrap_err();
         assert!(another_request(&other, "config-1"), "{backend}: {other:?}");
         let other_version = engine
-            .apply_config_recorded(&ds, 2, &new_config(), "operator", "config-1")
+            .apply_config(&ds, 2, &new_config(), "operator")
+            .idempotency_key("config-1")
             .await
             .unwrap_err();
         assert!(
@@ -227,7 +241,8 @@ async fn a_config_apply_retried_after_it_landed_answers_its_promotion() {
             })
         };
         let edited = engine
-            .apply_config_edit_recorded(&ds, &edit, "cli", "config-2")
+            .apply_config_edit(&ds, &edit, "cli")
+            .idempotency_key("config-2")
             .await
             .unwrap();
         assert_eq!(
@@ -238,7 +253,8 @@ async fn a_config_apply_retried_after_it_landed_answers_its_promotion() {
             (3, 5)
         );
         let again = engine
-            .apply_config_edit_recorded(&ds, &edit, "cli", "config-2")
+            .apply_config_edit(&ds, &edit, "cli")
+            .idempotency_key("config-2")
             .await
             .unwrap();
         assert_eq!(again, edited, "{backend}: a retried edit");
@@ -249,7 +265,8 @@ async fn a_config_apply_retried_after_it_landed_answers_its_promotion() {
             })
         };
         let refused = engine
-            .apply_config_edit_recorded(&ds, &other_edit, "cli", "config-2")
+            .apply_config_edit(&ds, &other_edit, "cli")
+            .idempotency_key("config-2")
             .await
             .unwrap_err();
         assert!(another_request(&refused, "config-2"), "{refused:?}");
@@ -273,7 +290,8 @@ async fn a_crashed_config_apply_retried_waits_for_recovery_then_answers_its_prom
         // The writer dies before its promotion: its intent is all there is.
         let crashing = h.engine.with_faults(Arc::new(CrashAt::new(PROMOTE, false)));
         let crashed = crashing
-            .apply_config_recorded(&ds, 1, &new_config(), "operator", "config-1")
+            .apply_config(&ds, 1, &new_config(), "operator")
+            .idempotency_key("config-1")
             .await
             .unwrap_err();
         assert!(
@@ -283,7 +301,8 @@ async fn a_crashed_config_apply_retried_waits_for_recovery_then_answers_its_prom
         let config = new_config();
         let retry = || {
             h.engine
-                .apply_config_recorded(&ds, 1, &config, "operator", "config-1")
+                .apply_config(&ds, 1, &config, "operator")
+                .idempotency_key("config-1")
         };
         let operation_id = match retry().await.unwrap_err() {
             MendError::RecoveryRequired { operation_id } => operation_id,
@@ -328,13 +347,15 @@ async fn a_crashed_config_apply_retried_waits_for_recovery_then_answers_its_prom
         let ds = h.create_dataset("lost-answer").await;
         let crashing = h.engine.with_faults(Arc::new(CrashAt::new(PROMOTE, true)));
         crashing
-            .apply_config_recorded(&ds, 1, &new_config(), "operator", "config-1")
+            .apply_config(&ds, 1, &new_config(), "operator")
+            .idempotency_key("config-1")
             .await
             .unwrap_err();
         assert_eq!(h.engine.catalog().list_intents(&ds).await.unwrap().len(), 1);
         let answered = h
             .engine
-            .apply_config_recorded(&ds, 1, &new_config(), "operator", "config-1")
+            .apply_config(&ds, 1, &new_config(), "operator")
+            .idempotency_key("config-1")
             .await
             .unwrap();
         assert_eq!(answered, h.engine.dataset(&ds).await.unwrap(), "{backend}");
@@ -357,20 +378,31 @@ async fn gc_reconcile_and_recover_retried_answer_their_first_report() {
         stage(&h, &ds, &["abandoned-1", "abandoned-2"]).await;
         // Past the staged grace period (one hour): gc abandons them.
         h.clock.advance_ms(2 * 60 * 60 * 1000);
-        let collected = engine.gc_recorded(&ds, "gc-node", "gc-1").await.unwrap();
+        let collected = engine
+            .gc(&ds, "gc-node")
+            .idempotency_key("gc-1")
+            .await
+            .unwrap();
         assert_eq!(
             collected.marked,
             ["abandoned-1", "abandoned-2"],
             "{backend}"
         );
         assert!(engine.gc(&ds, "gc-node").await.unwrap().marked.is_empty());
-        let again = engine.gc_recorded(&ds, "gc-1-retry-check", "gc-1").await;
+        let again = engine
+            .gc(&ds, "gc-1-retry-check")
+            .idempotency_key("gc-1")
+            .await;
         assert!(
             matches!(&again, Err(error) if another_request(error, "gc-1")),
             "{backend}: another node is another request: {again:?}"
         );
         let before = h.write_fingerprint(&ds).await;
-        let again = engine.gc_recorded(&ds, "gc-node", "gc-1").await.unwrap();
+        let again = engine
+            .gc(&ds, "gc-node")
+            .idempotency_key("gc-1")
+            .await
+            .unwrap();
         assert_eq!(
             again, collected,
             "{backend}: a retried gc answers its first report"
@@ -386,7 +418,8 @@ async fn gc_reconcile_and_recover_retried_answer_their_first_report() {
         h.plant_orphan(&ds, "orphan", &uid, false).await;
         h.set_clock_past_wall_clock(2 * 60 * 60 * 1000);
         let reconciled = engine
-            .reconcile_recorded(&ds, "reconciler", "reconcile-1")
+            .reconcile(&ds, "reconciler")
+            .idempotency_key("reconcile-1")
             .await
             .unwrap();
         assert_eq!(reconciled.adopted, ["orphan"], "{backend}: {reconciled:?}");
@@ -399,7 +432,8 @@ async fn gc_reconcile_and_recover_retried_answer_their_first_report() {
                 .is_empty()
         );
         let again = engine
-            .reconcile_recorded(&ds, "reconciler", "reconcile-1")
+            .reconcile(&ds, "reconciler")
+            .idempotency_key("reconcile-1")
             .await
             .unwrap();
         assert_eq!(again, reconciled, "{backend}: a retried reconcile");
@@ -413,7 +447,8 @@ async fn gc_reconcile_and_recover_retried_answer_their_first_report() {
             .unwrap_err();
         h.clock.advance_ms(120_000);
         let probe = engine
-            .recover_recorded(&ds, RecoveryMode::Probe, "probe-1")
+            .recover(&ds, RecoveryMode::Probe)
+            .idempotency_key("probe-1")
             .await
             .unwrap();
         assert_eq!(probe.intents.len(), 1);
@@ -427,7 +462,8 @@ async fn gc_reconcile_and_recover_retried_answer_their_first_report() {
             "{backend}: a probe recorded something"
         );
         let recovered = engine
-            .recover_recorded(&ds, RecoveryMode::RollForward, "recover-1")
+            .recover(&ds, RecoveryMode::RollForward)
+            .idempotency_key("recover-1")
             .await
             .unwrap();
         assert_eq!(recovered.intents.len(), 1, "{backend}: {recovered:?}");
@@ -440,7 +476,8 @@ async fn gc_reconcile_and_recover_retried_answer_their_first_report() {
                 .is_empty()
         );
         let again = engine
-            .recover_recorded(&ds, RecoveryMode::RollForward, "recover-1")
+            .recover(&ds, RecoveryMode::RollForward)
+            .idempotency_key("recover-1")
             .await
             .unwrap();
         assert_eq!(
@@ -448,7 +485,8 @@ async fn gc_reconcile_and_recover_retried_answer_their_first_report() {
             "{backend}: a retried recovery answers its report"
         );
         let other = engine
-            .recover_recorded(&ds, RecoveryMode::Exclusive, "recover-1")
+            .recover(&ds, RecoveryMode::Exclusive)
+            .idempotency_key("recover-1")
             .await
             .unwrap_err();
         assert!(another_request(&other, "recover-1"), "{other:?}");
@@ -484,14 +522,9 @@ async fn a_policy_swap_and_rollback_retried_answer_their_first_answer() {
     let (bytes, candidate) = rebadged("v2");
     let no_scenarios: Vec<mend::scenarios::Suite> = Vec::new();
     let swap = |key: &'static str, records: usize| {
-        engine.swap_deployment_policy_recorded(
-            &registry,
-            &bytes,
-            candidate.clone(),
-            records,
-            &no_scenarios,
-            key,
-        )
+        engine
+            .swap_deployment_policy(&registry, &bytes, candidate.clone(), records, &no_scenarios)
+            .idempotency_key(key)
     };
     let swapped = swap("swap-1", 10).await.unwrap();
     assert_eq!(swapped.record.digest, candidate.digest());
@@ -528,13 +561,15 @@ async fn a_policy_swap_and_rollback_retried_answer_their_first_answer() {
 
     let load = LoadOptions::default();
     let rolled_back = engine
-        .rollback_deployment_policy_recorded(&registry, &load, "rollback-1")
+        .rollback_deployment_policy(&registry, &load)
+        .idempotency_key("rollback-1")
         .await
         .unwrap();
     assert_eq!(rolled_back.previous.as_deref(), Some(candidate.digest()));
     for attempt in 0..2 {
         let again = engine
-            .rollback_deployment_policy_recorded(&registry, &load, "rollback-1")
+            .rollback_deployment_policy(&registry, &load)
+            .idempotency_key("rollback-1")
             .await
             .unwrap();
         assert_eq!(
@@ -546,7 +581,8 @@ async fn a_policy_swap_and_rollback_retried_answer_their_first_answer() {
     assert_eq!(newest.version, rolled_back.version);
     assert_eq!(engine.policy().digest(), rolled_back.digest);
     let reused = engine
-        .rollback_deployment_policy_recorded(&registry, &load, "swap-1")
+        .rollback_deployment_policy(&registry, &load)
+        .idempotency_key("swap-1")
         .await
         .unwrap_err();
     assert!(another_request(&reused, "swap-1"), "{reused:?}");

@@ -129,7 +129,8 @@ async fn nul_is_refused_before_anything_is_written(backend: Backend) -> usize {
             backend,
             text,
             engine
-                .stage_recorded(&stage(&ds, "writer", text), "key-1")
+                .stage(&stage(&ds, "writer", text))
+                .idempotency_key("key-1")
                 .await,
             &["metadata of split \"s1\"", "NUL"],
         );
@@ -222,7 +223,8 @@ async fn nul_is_refused_before_anything_is_written(backend: Backend) -> usize {
         backend,
         "idempotency key",
         engine
-            .stage_recorded(&stage(&ds, "writer", "{}"), "key\0")
+            .stage(&stage(&ds, "writer", "{}"))
+            .idempotency_key("key\0")
             .await,
         &["idempotency key"],
     );

@@ -485,8 +485,16 @@ async fn a_keyed_publish_sent_again_answers_its_result_and_a_reused_key_is_refus
                 })
                 .collect(),
         };
-        let staged = engine.stage_recorded(&stage, "stage-key-1").await.unwrap();
-        let staged_again = engine.stage_recorded(&stage, "stage-key-1").await.unwrap();
+        let staged = engine
+            .stage(&stage)
+            .idempotency_key("stage-key-1")
+            .await
+            .unwrap();
+        let staged_again = engine
+            .stage(&stage)
+            .idempotency_key("stage-key-1")
+            .await
+            .unwrap();
         assert_eq!(
             staged, staged_again,
             "{backend}: a create-only stage retried still says inserted"
@@ -494,11 +502,13 @@ async fn a_keyed_publish_sent_again_answers_its_result_and_a_reused_key_is_refus
         h.put_objects(&ds, ["k-1", "k-2"]).await;
         let publish = PublishRequest::staged(&ds, vec!["k-1".into(), "k-2".into()]);
         let first = engine
-            .publish_recorded(&publish, "publish-key-1")
+            .publish(&publish)
+            .idempotency_key("publish-key-1")
             .await
             .unwrap();
         let second = engine
-            .publish_recorded(&publish, "publish-key-1")
+            .publish(&publish)
+            .idempotency_key("publish-key-1")
             .await
             .unwrap();
         assert_eq!(first, second, "{backend}");
@@ -510,7 +520,8 @@ async fn a_keyed_publish_sent_again_answers_its_result_and_a_reused_key_is_refus
         ));
         let other = PublishRequest::staged(&ds, vec!["k-1".into()]);
         let error = engine
-            .publish_recorded(&other, "publish-key-1")
+            .publish(&other)
+            .idempotency_key("publish-key-1")
             .await
             .unwrap_err();
         assert!(
@@ -518,7 +529,8 @@ async fn a_keyed_publish_sent_again_answers_its_result_and_a_reused_key_is_refus
             "{backend}: {error:?}"
         );
         let error = engine
-            .publish_recorded(&publish, "op:mine")
+            .publish(&publish)
+            .idempotency_key("op:mine")
             .await
             .unwrap_err();
         assert!(

@@ -389,14 +389,14 @@ async fn a_swap_to_the_registrys_active_policy_is_refused_by_a_process_that_has_
         async move {
             let no_scenarios: Vec<Suite> = Vec::new();
             engine
-                .swap_deployment_policy_recorded(
+                .swap_deployment_policy(
                     &registry,
                     CAUTIOUS_POLICY_WASM,
                     cautious,
                     10,
                     &no_scenarios,
-                    key,
                 )
+                .idempotency_key(key)
                 .await
         }
     };

@@ -66,14 +66,15 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
+use super::steps::{expected_state, publish_key};
 use crate::error::{EntityKind, MendError, Result};
 use crate::faults::DurableStep;
 use crate::intent::{
-    ExpectedState, Intent, OperationKind, PlannedEffects, PlannedObject, PlannedPublish, PlannedRow,
+    Intent, OperationKind, PlannedEffects, PlannedObject, PlannedPublish, PlannedRow,
 };
 use crate::model::{
-    CheckpointDelta, Dataset, PublishRequest, PublishResult, SplitState, StageMode, StageOutcome,
-    StageRequest, StageSplit, TimestampMs,
+    CheckpointDelta, Dataset, PublishRequest, PublishResult, StageMode, StageOutcome, StageRequest,
+    StageSplit, TimestampMs,
 };
 use crate::objects::format::{HEADER_FORMAT_VERSION, SplitObjectHeader, sha256};
 
@@ -336,7 +337,7 @@ impl Engine {
         intent: &Intent,
         publish: &PublishRequest,
     ) -> Result<PublishResult> {
-        let key = super::operations::publish_key(&intent.operation_id);
+        let key = publish_key(&intent.operation_id);
         let validator = self.publish_validator(publish);
         self.catalog
             .publish_commit(intent, publish, &validator, self.now_ms(), &key)
@@ -445,7 +446,7 @@ impl Engine {
     pub(super) async fn durably<T>(
         &self,
         step: DurableStep,
-        write: impl std::future::Future<Output = Result<T>>,
+        write: impl std::future::IntoFuture<Output = Result<T>>,
     ) -> Result<T> {
         self.check_held()?;
         self.options.faults.before(&step)?;
@@ -524,25 +525,5 @@ fn commit_intent(
             now_ms,
             lease_ms,
         )
-    }
-}
-
-/// What a commit or merge expects of its dataset when its intent is written: the manifest
-/// version it read, no row yet for each split it stages, each split it replaces published.
-pub(super) fn expected_state(dataset: &Dataset, publish: &PlannedPublish) -> ExpectedState {
-    ExpectedState {
-        manifest_version: dataset.manifest_version,
-        split_states: publish
-            .staged_split_ids
-            .iter()
-            .map(|id| (id.clone(), None))
-            .chain(
-                publish
-                    .replaced_split_ids
-                    .iter()
-                    .map(|id| (id.clone(), Some(SplitState::Published))),
-            )
-            .collect(),
-        config_version: None,
     }
 }

@@ -16,7 +16,7 @@
 //! version and the config, in the promotion's own atomic step. So the answer of an apply
 //! that landed is kept even when its caller never heard it.
 //!
-//! **An apply under an idempotency key** ([`Engine::apply_config_recorded`]) takes its
+//! **An apply under an idempotency key** ([`Engine::apply_config`] with a [`Keyed`] key) takes its
 //! operation id from the key: `config-` and the first 40 hex digits of the key's sha256 (ids
 //! share the split ids' alphabet). A retry of it, under the config gate, answers:
 //!
@@ -34,6 +34,7 @@
 //! - else it runs, as a new apply; a copy racing it to the intent is `RecoveryRequired` too.
 
 use super::Engine;
+use super::keyed::Keyed;
 use crate::catalog::RequestKey;
 use crate::error::{EntityKind, MendError, Result};
 use crate::faults::DurableStep;
@@ -48,13 +49,67 @@ pub type ConfigEdit<'a> = dyn Fn(&DatasetConfig) -> Result<DatasetConfig> + Send
 
 impl Engine {
     /// Applies `config` to the dataset if it is still at `expected_config_version`.
+    ///
+    /// Under an idempotency key (module doc) a retry of an apply that landed answers its
+    /// promotion, never `FailedPrecondition` because the version moved.
+    pub fn apply_config<'a>(
+        &'a self,
+        dataset_id: &'a str,
+        expected_config_version: u64,
+        config: &'a DatasetConfig,
+        node: &'a str,
+    ) -> Keyed<'a, Dataset> {
+        Keyed::new(move |key| async move {
+            match key {
+                None => {
+                    self.apply_config_unkeyed(dataset_id, expected_config_version, config, node)
+                        .await
+                }
+                Some(key) => {
+                    self.apply_config_keyed(dataset_id, expected_config_version, config, node, key)
+                        .await
+                }
+            }
+        })
+    }
+
+    /// Applies `edit` of the dataset's config as read, at the version read: for a client
+    /// that makes the new config from the current one (`mend dataset config NAME --set ...`).
+    ///
+    /// Under an idempotency key, a retry after the apply landed reads the promoted config,
+    /// so it is answered by the promotion recorded for the key when `edit` of the promoted
+    /// config is the config promoted (an edit that sets values, sent again), at the version
+    /// it replaced; another edit under the same key is `InvalidArgument`.
+    pub fn apply_config_edit<'a>(
+        &'a self,
+        dataset_id: &'a str,
+        edit: &'a ConfigEdit<'a>,
+        node: &'a str,
+    ) -> Keyed<'a, Dataset> {
+        Keyed::new(move |key| async move {
+            match key {
+                None => {
+                    validate::dataset_id(dataset_id)?;
+                    let current = self.catalog.dataset(dataset_id).await?;
+                    let config = edit(&current.config)?;
+                    self.apply_config_unkeyed(dataset_id, current.config_version, &config, node)
+                        .await
+                }
+                Some(key) => {
+                    self.apply_config_edit_keyed(dataset_id, edit, node, key)
+                        .await
+                }
+            }
+        })
+    }
+
     #[tracing::instrument(
         name = "config_apply",
         skip_all,
         err(level = "debug"),
         fields(dataset_id = %dataset_id, operation_id = tracing::field::Empty)
     )]
-    pub async fn apply_config(
+    async fn apply_config_unkeyed(
         &self,
         dataset_id: &str,
         expected_config_version: u64,
@@ -79,16 +134,13 @@ impl Engine {
         .await
     }
 
-    /// [`apply_config`](Self::apply_config) under an idempotency key (module doc): a retry
-    /// of an apply that landed answers its promotion, never `FailedPrecondition` because the
-    /// version moved.
     #[tracing::instrument(
         name = "config_apply",
         skip_all,
         err(level = "debug"),
         fields(dataset_id = %dataset_id, operation_id = tracing::field::Empty)
     )]
-    pub async fn apply_config_recorded(
+    async fn apply_config_keyed(
         &self,
         dataset_id: &str,
         expected_config_version: u64,
@@ -122,20 +174,13 @@ impl Engine {
         .await
     }
 
-    /// [`apply_config_recorded`](Self::apply_config_recorded) for a client that makes the
-    /// new config from the current one (`mend dataset config NAME --set ...`): `edit` is
-    /// applied to the config as read, at the version read. A retry after the apply landed
-    /// reads the promoted config, so it is answered by the promotion recorded for the key when
-    /// `edit` of the promoted config is the config promoted (an edit that sets values, sent
-    /// again), at the version it replaced; another edit under the same key is
-    /// `InvalidArgument`.
     #[tracing::instrument(
         name = "config_apply",
         skip_all,
         err(level = "debug"),
         fields(dataset_id = %dataset_id, operation_id = tracing::field::Empty)
     )]
-    pub async fn apply_config_edit_recorded(
+    async fn apply_config_edit_keyed(
         &self,
         dataset_id: &str,
         edit: &ConfigEdit<'_>,

@@ -25,6 +25,7 @@ use mend_policy::{GcCandidate, GcInput, GcPlan};
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
+use super::keyed::{Keyed, request_key};
 use crate::audit::{AUDIT_FORMAT_VERSION, AuditRecord, DecisionInput, OUTCOME_EXECUTING};
 use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
@@ -51,12 +52,26 @@ pub struct GcResult {
 impl Engine {
     /// Collects a dataset's abandoned and expired splits, as the policy plans. A run with
     /// nothing to collect writes nothing.
+    ///
+    /// Under an idempotency key a retry of a run that ended answers its report; see
+    /// [`Keyed`]'s module for the gap between a run's effects and its record.
+    pub fn gc<'a>(&'a self, dataset_id: &'a str, node: &'a str) -> Keyed<'a, GcResult> {
+        Keyed::new(move |key| async move {
+            let key = request_key(key, &("gc", dataset_id, node))?;
+            validate::dataset_id(dataset_id)?;
+            validate::node(node)?;
+            self.run_recorded(dataset_id, key.as_ref(), self.collect(dataset_id, node))
+                .await
+        })
+    }
+
     #[tracing::instrument(
+        name = "gc",
         skip_all,
         err(level = "debug"),
         fields(dataset_id = %dataset_id, operation_id = tracing::field::Empty)
     )]
-    pub async fn gc(&self, dataset_id: &str, node: &str) -> Result<GcResult> {
+    async fn collect(&self, dataset_id: &str, node: &str) -> Result<GcResult> {
         validate::dataset_id(dataset_id)?;
         validate::node(node)?;
         // The plan and its audit records name one policy.

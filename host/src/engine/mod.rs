@@ -5,26 +5,37 @@
 //! a fallback), let the backend observe inside its atomic step, ask the policy, check its
 //! answer against the [`invariants`], and have the backend execute it.
 //!
+//! One module per operation, each owning its whole entry point: `datasets.rs`, `staging.rs`
+//! (stage, publish, mark, delete, list), `commit.rs` (the in-process commit and merge),
+//! `operations.rs` (the same commit a step at a time, for a writer in another process),
+//! `recovery/` (the sweep and its settling), `reconcile.rs`, `gc.rs`, `config_apply.rs`,
+//! `policy_swap.rs`, `verify.rs`. A mutating call answers a [`Keyed`] request, which carries
+//! the idempotency key (`keyed.rs`); what the operations that write intents share (their
+//! steps' keys, what a commit expects) is `steps.rs`.
+//!
 //! Operations with several durable effects (a commit) write an intent first and go through
-//! the fault seam at every durable step (`commit.rs`); `recovery.rs` resolves what crashed
+//! the fault seam at every durable step (`commit.rs`); `recovery/` resolves what crashed
 //! operations leave behind.
 
 mod audit_trail;
 mod commit;
 mod config_apply;
+mod datasets;
 mod gc;
-mod idempotency;
+mod keyed;
 mod operations;
 mod policy_swap;
 mod reconcile;
 mod recovery;
-mod settle;
+mod staging;
+mod steps;
 mod uploaded;
 mod verify;
 
 pub use commit::{CommitRequest, CommitResult, CommitSplit, MergeRequest};
 pub use config_apply::ConfigEdit;
 pub use gc::{GcResult, RECORDED_REQUEST_RETENTION_MS};
+pub use keyed::Keyed;
 pub use operations::{
     BeginOperation, ExternalKind, ObjectStatus, ObjectToPut, ObjectUploadUrl, OperationPhase,
     OperationSplit, OperationView, PlannedSplit, SINGLE_PUT_BYTES, UploadResult,
@@ -37,37 +48,18 @@ pub use verify::{VerifyReport, Violation};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-
 use mend_policy::capability::{
     PUBLISH_CHECKPOINT, PUBLISH_FENCING_EPOCH, PUBLISH_TOKEN, STAGE_CREATE_ONLY, STAGE_UPSERT,
 };
-use mend_policy::{ExistingRow, PartitionPosition, PublishInput};
 
-use crate::catalog::{self, Capabilities, Catalog, PublishObservation, RequestKey, StagePlan};
+use crate::catalog::{Capabilities, Catalog};
 use crate::clock::{Clock, SystemClock};
 use crate::error::{MendError, Result};
 use crate::faults::{Faults, NoFaults};
 use crate::gates::{GateName, GateSession, GateSet, Gates, HeldGates, Holds, InProcessGates};
-use crate::invariants;
-use crate::model::{
-    Dataset, DatasetConfig, ListQuery, MarkResult, NewSplit, PublishRequest, PublishResult,
-    SplitPage, SplitState, StageMode, StageRequest, StageResult, StagedSplit,
-};
 use crate::objects::SplitObjects;
 use crate::progress::{NoProgress, Progress};
 use crate::runtime::{ActivePolicy, PolicyRuntime};
-use crate::validate;
-
-/// Host-side settings of an engine.
-/// Whether a publish looks for each split's object before its atomic step (invariant 1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ObjectCheck {
-    LookForEach,
-    /// The caller made sure of every object just before (read its header, or put it itself:
-    /// see `uploaded`) and refused any not in place.
-    AlreadyRead,
-}
 
 /// How an engine runs: its limits, clock, lease, fault seam, progress and gate timeout.
 #[derive(Debug, Clone)]
@@ -348,435 +340,7 @@ impl Engine {
             ),
         })
     }
-
-    /// Creates a dataset with `config`, under a new incarnation uid; `AlreadyExists` if the id is taken.
-    pub async fn create_dataset(
-        &self,
-        dataset_id: &str,
-        config: &DatasetConfig,
-    ) -> Result<Dataset> {
-        self.create_dataset_keyed(dataset_id, config, None).await
-    }
-
-    /// Creates the dataset under a fresh uid; with `key`, its record lives in the new dataset
-    /// and a retry of a creation that landed answers it ([`Catalog::create_dataset`]).
-    #[tracing::instrument(
-        name = "create_dataset",
-        skip_all,
-        err(level = "debug"),
-        fields(dataset_id = %dataset_id)
-    )]
-    async fn create_dataset_keyed(
-        &self,
-        dataset_id: &str,
-        config: &DatasetConfig,
-        key: Option<&RequestKey>,
-    ) -> Result<Dataset> {
-        validate::dataset_id(dataset_id)?;
-        validate::config(config)?;
-        let uid = crate::ambient::uuid_v4().to_string();
-        self.catalog
-            .create_dataset(dataset_id, &uid, config, self.now_ms(), key)
-            .await
-    }
-
-    /// Every dataset, sorted by id; fails whole if one cannot be read (see [`each_dataset`](Self::each_dataset)).
-    pub async fn datasets(&self) -> Result<Vec<Dataset>> {
-        self.catalog.list_datasets().await
-    }
-
-    /// Every dataset, each read on its own: one whose state cannot be read is listed with
-    /// its error instead of failing the whole listing, so one damaged dataset does not hide
-    /// the others.
-    pub async fn each_dataset(&self) -> Result<Vec<(String, Result<Dataset>)>> {
-        let ids = self.catalog.list_dataset_ids().await?;
-        let read: Vec<(String, Result<Dataset>)> = futures::stream::iter(ids)
-            .map(|id| async move {
-                let dataset = self.catalog.dataset(&id).await;
-                (id, dataset)
-            })
-            .buffered(8)
-            .collect()
-            .await;
-        Ok(read
-            .into_iter()
-            .filter(|(_, dataset)| !matches!(dataset, Err(MendError::NotFound { .. })))
-            .collect())
-    }
-
-    /// One dataset; `NotFound` if it does not exist.
-    pub async fn dataset(&self, dataset_id: &str) -> Result<Dataset> {
-        validate::dataset_id(dataset_id)?;
-        self.catalog.dataset(dataset_id).await
-    }
-
-    /// Replaces the config in one conditional write if it is still at `expected_config_version`; no intent (see [`apply_config`](Self::apply_config), which writes one).
-    pub async fn update_config(
-        &self,
-        dataset_id: &str,
-        expected_config_version: u64,
-        config: &DatasetConfig,
-    ) -> Result<Dataset> {
-        validate::dataset_id(dataset_id)?;
-        validate::config(config)?;
-        self.catalog
-            .update_config(
-                dataset_id,
-                expected_config_version,
-                config,
-                self.now_ms(),
-                None,
-            )
-            .await
-    }
-
-    /// Sets the token every later publish must present (`None` removes it): fencing a dataset's writers.
-    pub async fn set_publish_token(
-        &self,
-        dataset_id: &str,
-        publish_token: Option<&str>,
-    ) -> Result<Dataset> {
-        self.set_publish_token_keyed(dataset_id, publish_token, None)
-            .await
-    }
-
-    #[tracing::instrument(
-        name = "set_publish_token",
-        skip_all,
-        err(level = "debug"),
-        fields(dataset_id = %dataset_id)
-    )]
-    async fn set_publish_token_keyed(
-        &self,
-        dataset_id: &str,
-        publish_token: Option<&str>,
-        key: Option<&RequestKey>,
-    ) -> Result<Dataset> {
-        validate::dataset_id(dataset_id)?;
-        self.require(PUBLISH_TOKEN, "setting a publish token needs fencing")?;
-        if let Some(token) = publish_token {
-            validate::name("publish token", token)?;
-        }
-        self.catalog
-            .set_publish_token(dataset_id, publish_token, self.now_ms(), key)
-            .await
-    }
-
-    /// Moves the dataset's fencing epoch on by one: from now on a publish carrying an older
-    /// epoch is refused. Returns the dataset after.
-    #[tracing::instrument(skip_all, err(level = "debug"), fields(dataset_id = %dataset_id))]
-    pub async fn advance_fencing_epoch(&self, dataset_id: &str) -> Result<Dataset> {
-        validate::dataset_id(dataset_id)?;
-        self.catalog
-            .advance_fencing_epoch(dataset_id, self.now_ms())
-            .await
-    }
-
-    /// Stages splits in the request's mode. The result names, per distinct id, what actually
-    /// happened at write time: in create-only mode `Inserted` is the claim on the row.
-    pub async fn stage(&self, request: &StageRequest) -> Result<StageResult> {
-        self.stage_keyed(request, None).await
-    }
-
-    #[tracing::instrument(
-        name = "stage",
-        skip_all,
-        err(level = "debug"),
-        fields(dataset_id = %request.dataset_id, mode = ?request.mode)
-    )]
-    async fn stage_keyed(
-        &self,
-        request: &StageRequest,
-        key: Option<&RequestKey>,
-    ) -> Result<StageResult> {
-        let (distinct, planner) = self.stage_planner(request)?;
-        let now_ms = self.now_ms();
-        let splits: Vec<StagedSplit> = match self.recorded_answer(&request.dataset_id, key).await? {
-            Some(answer) => answer,
-            None => {
-                self.catalog
-                    .stage(
-                        &request.dataset_id,
-                        request.mode,
-                        &distinct,
-                        &planner,
-                        now_ms,
-                        key,
-                    )
-                    .await?
-            }
-        };
-        Ok(StageResult {
-            dataset_id: request.dataset_id.clone(),
-            mode: request.mode,
-            splits,
-        })
-    }
-
-    /// A stage request checked (its input, and the capability its mode needs), as the splits a
-    /// backend stages (one per id, sorted, [`catalog::distinct_splits`]) and the planner it calls with the rows it finds: the
-    /// policy plans, the invariants check the plan.
-    fn stage_planner(
-        &self,
-        request: &StageRequest,
-    ) -> Result<(Vec<Arc<NewSplit>>, impl Planner + use<>)> {
-        let requested = validate::stage_request(request, self.stage_limits())?;
-        match request.mode {
-            StageMode::CreateOnly => self.require(
-                STAGE_CREATE_ONLY,
-                "a create-only stage must never run as an upsert",
-            )?,
-            StageMode::Upsert => self.require(STAGE_UPSERT, "an upsert stage needs upsert")?,
-        }
-        let distinct = catalog::distinct_splits(request.mode, &requested);
-        let split_ids: Vec<String> = distinct.iter().map(|s| s.split_id.clone()).collect();
-        let request_ids: Vec<String> = requested.iter().map(|s| s.split_id.clone()).collect();
-        let policy = self.policy();
-        let (dataset_id, mode) = (request.dataset_id.clone(), request.mode);
-        let planner = move |existing: &[ExistingRow]| -> Result<StagePlan> {
-            let planned = policy.plan_stage_of(&dataset_id, mode, &request_ids, existing)?;
-            invariants::checked_stage_plan(mode, &requested, &split_ids, existing, planned)
-        };
-        Ok((distinct, planner))
-    }
-
-    /// Publishes staged splits, marks replaced ones and applies the checkpoint delta, all at
-    /// once or not at all.
-    pub async fn publish(&self, request: &PublishRequest) -> Result<PublishResult> {
-        self.publish_keyed(request, None).await
-    }
-
-    /// Publishes with the result recorded under `key` when there is one; a recorded key is
-    /// answered before anything else is read.
-    #[tracing::instrument(
-        name = "publish",
-        skip_all,
-        err(level = "debug"),
-        fields(dataset_id = %request.dataset_id)
-    )]
-    pub(crate) async fn publish_keyed(
-        &self,
-        request: &PublishRequest,
-        key: Option<&RequestKey>,
-    ) -> Result<PublishResult> {
-        self.check_publish(request)?;
-        if let Some(answer) = self.recorded_answer(&request.dataset_id, key).await? {
-            return Ok(answer);
-        }
-        self.check_objects_exist(request).await?;
-        let validator = self.publish_validator(request);
-        self.catalog
-            .publish(request, &validator, self.now_ms(), key)
-            .await
-    }
-
-    /// Publishes the publish an operation's intent plans, recorded under the operation's
-    /// `key`, and deletes the intent, in one atomic step that holds only while the intent is
-    /// there and not fenced ([`Catalog::publish_commit`]): an abort, an abandonment or an
-    /// exclusive roll-back that fenced it first wins. Every object is looked for first
-    /// (invariant 1), unless the caller has just read every one of them.
-    async fn publish_settling(
-        &self,
-        intent: &crate::intent::Intent,
-        request: &PublishRequest,
-        key: &RequestKey,
-        objects: ObjectCheck,
-    ) -> Result<PublishResult> {
-        self.check_publish(request)?;
-        if let Some(answer) = self.recorded_answer(&request.dataset_id, Some(key)).await? {
-            self.finish_intent(&intent.dataset_id, &intent.operation_id)
-                .await?;
-            return Ok(answer);
-        }
-        if objects == ObjectCheck::LookForEach {
-            self.check_objects_exist(request).await?;
-        }
-        let validator = self.publish_validator(request);
-        self.catalog
-            .publish_commit(intent, request, &validator, self.now_ms(), key)
-            .await
-    }
-
-    /// Refuses a publish request that is malformed, or that needs a capability this engine
-    /// lacks.
-    fn check_publish(&self, request: &PublishRequest) -> Result<()> {
-        validate::publish_request(request, self.options.max_stage_batch)?;
-        if request.checkpoint_delta.is_some() {
-            self.require(PUBLISH_CHECKPOINT, "the publish carries a checkpoint delta")?;
-        }
-        if request.publish_token.is_some() {
-            self.require(PUBLISH_TOKEN, "the publish carries a publish token")?;
-        }
-        if request.fencing_epoch.is_some() {
-            self.require(PUBLISH_FENCING_EPOCH, "the publish carries a fencing epoch")?;
-        }
-        Ok(())
-    }
-
-    /// The validator a publish hands its backend: the policy's verdict on what the backend
-    /// observed, checked against the invariants.
-    fn publish_validator<'a>(
-        &self,
-        request: &'a PublishRequest,
-    ) -> impl Fn(&PublishObservation) -> Result<()> + Send + Sync + use<'a> {
-        let policy = self.policy();
-        move |observation: &PublishObservation| -> Result<()> {
-            let input = publish_input(request, observation);
-            let violations = policy.validate_publish(&input)?;
-            invariants::checked_publish(request, observation, violations)
-        }
-    }
-
-    /// Refuses a publish naming a split whose object is not in the store (invariant 1: every
-    /// published split's object exists), before anything is written. Objects are immutable
-    /// and only a marked split's object is ever deleted, so one that is there now is still
-    /// there when the publish lands. When a split without an object has no row either, the
-    /// publish goes on to its atomic step, which refuses it in the order a writer needs: a
-    /// stale fencing epoch first, then `NotFound` naming every missing split, published or
-    /// replaced.
-    async fn check_objects_exist(&self, request: &PublishRequest) -> Result<()> {
-        let missing = self
-            .objects
-            .missing(&request.dataset_id, &request.staged_split_ids)
-            .await?;
-        if missing.is_empty() {
-            return Ok(());
-        }
-        let query = ListQuery {
-            split_ids: Some(missing.clone()),
-            ..ListQuery::default()
-        };
-        let rows = self
-            .catalog
-            .list_splits(&request.dataset_id, &query)
-            .await?
-            .splits;
-        if rows.len() < missing.len() {
-            return Ok(());
-        }
-        Err(MendError::failed_precondition(
-            format!(
-                "publish refused, nothing was written: {} split(s) have no object in the store: {}; upload each object before publishing it (invariant 1)",
-                missing.len(),
-                missing.join(", ")
-            ),
-            missing,
-        ))
-    }
-
-    /// Marks splits for deletion; marking a marked split again is a no-op.
-    pub async fn mark_for_deletion(
-        &self,
-        dataset_id: &str,
-        split_ids: &[String],
-    ) -> Result<MarkResult> {
-        self.mark_for_deletion_keyed(dataset_id, split_ids, None)
-            .await
-    }
-
-    #[tracing::instrument(
-        name = "mark",
-        skip_all,
-        err(level = "debug"),
-        fields(dataset_id = %dataset_id)
-    )]
-    async fn mark_for_deletion_keyed(
-        &self,
-        dataset_id: &str,
-        split_ids: &[String],
-        key: Option<&RequestKey>,
-    ) -> Result<MarkResult> {
-        validate::split_id_list(dataset_id, split_ids, self.options.max_stage_batch)?;
-        self.catalog
-            .mark_for_deletion(dataset_id, split_ids, self.now_ms(), key)
-            .await
-    }
-
-    /// Deletes splits marked for deletion: their objects first, then their rows, so that a
-    /// crash in between leaves a marked row whose delete can simply be repeated.
-    pub async fn delete_splits(&self, dataset_id: &str, split_ids: &[String]) -> Result<()> {
-        self.delete_splits_keyed(dataset_id, split_ids, None).await
-    }
-
-    /// [`delete_splits`](Self::delete_splits), its result recorded under `key` with the rows'
-    /// delete; a recorded key answers before anything is read.
-    #[tracing::instrument(
-        name = "delete",
-        skip_all,
-        err(level = "debug"),
-        fields(dataset_id = %dataset_id)
-    )]
-    async fn delete_splits_keyed(
-        &self,
-        dataset_id: &str,
-        split_ids: &[String],
-        key: Option<&RequestKey>,
-    ) -> Result<()> {
-        validate::split_id_list(dataset_id, split_ids, self.options.max_stage_batch)?;
-        if let Some(answer) = self.recorded_answer(dataset_id, key).await? {
-            return Ok(answer);
-        }
-        let query = ListQuery {
-            split_ids: Some(split_ids.to_vec()),
-            ..ListQuery::default()
-        };
-        let rows = self.catalog.list_splits(dataset_id, &query).await?.splits;
-        let missing: Vec<String> = split_ids
-            .iter()
-            .filter(|id| !rows.iter().any(|row| &row.split_id == *id))
-            .cloned()
-            .collect();
-        if !missing.is_empty() {
-            return Err(MendError::splits_not_found(missing));
-        }
-        let not_marked: Vec<String> = rows
-            .iter()
-            .filter(|row| row.state != SplitState::MarkedForDeletion)
-            .map(|row| row.split_id.clone())
-            .collect();
-        if !not_marked.is_empty() {
-            return Err(MendError::failed_precondition(
-                format!(
-                    "only splits marked for deletion can be deleted; mark these first: {}",
-                    not_marked.join(", ")
-                ),
-                not_marked,
-            ));
-        }
-        // A marked split never returns to a live state, so its object can go before the row.
-        for row in &rows {
-            self.objects.delete(dataset_id, &row.split_id).await?;
-        }
-        self.catalog
-            .delete_splits(dataset_id, split_ids, self.now_ms(), key)
-            .await
-    }
-
-    /// One page of the splits that match `query`: at most `query.limit` splits, or
-    /// [`EngineOptions::max_list_page`] when it names none; `next_after_split_id` continues.
-    pub async fn list_splits(&self, dataset_id: &str, query: &ListQuery) -> Result<SplitPage> {
-        validate::dataset_id(dataset_id)?;
-        validate::list_query(query, self.options.max_list_page)?;
-        let query = ListQuery {
-            limit: Some(query.limit.unwrap_or(self.options.max_list_page)),
-            ..query.clone()
-        };
-        self.catalog.list_splits(dataset_id, &query).await
-    }
-
-    /// The limits every stage request is held to.
-    pub(crate) fn stage_limits(&self) -> validate::StageLimits {
-        validate::StageLimits {
-            max_batch: self.options.max_stage_batch,
-            max_metadata_bytes: self.options.max_metadata_bytes,
-        }
-    }
 }
-
-/// What a stage hands its backend to plan with ([`crate::catalog::StagePlanner`]).
-trait Planner: Fn(&[ExistingRow]) -> Result<StagePlan> + Send + Sync {}
-
-impl<F: Fn(&[ExistingRow]) -> Result<StagePlan> + Send + Sync> Planner for F {}
 
 /// Refuses `policy` if it requires a capability not in `capabilities`.
 fn check_capabilities(
@@ -801,39 +365,10 @@ fn check_capabilities(
     Ok(())
 }
 
-/// What the policy sees of a publish: the request and the observation, in WIT's shapes.
-fn publish_input(request: &PublishRequest, observation: &PublishObservation) -> PublishInput {
-    let checkpoint = request
-        .checkpoint_delta
-        .as_ref()
-        .and_then(|delta| observation.checkpoint.get(&delta.source))
-        .map(|positions| {
-            positions
-                .iter()
-                .map(|(partition, position)| PartitionPosition {
-                    partition: partition.clone(),
-                    position: *position,
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    PublishInput {
-        dataset_id: request.dataset_id.clone(),
-        staged_split_ids: request.staged_split_ids.clone(),
-        replaced_split_ids: request.replaced_split_ids.clone(),
-        checkpoint_delta: request.checkpoint_delta.clone(),
-        publish_token: request.publish_token.clone(),
-        rows: observation.rows.clone(),
-        checkpoint,
-        current_publish_token: observation.publish_token.clone(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::ObjectStoreCatalog;
-    use crate::model::StageSplit;
+    use crate::model::DatasetConfig;
 
     /// Engine operations must be spawnable: a server runs them on tasks.
     #[allow(dead_code)]
@@ -842,6 +377,7 @@ mod tests {
         spawnable(async move {
             let _ = engine
                 .recover("ds", mend_policy::RecoveryMode::RollForward)
+                .idempotency_key("k")
                 .await;
             let _ = engine.reconcile("ds", "n").await;
             let _ = engine.gc("ds", "n").await;
@@ -849,57 +385,5 @@ mod tests {
                 .apply_config("ds", 1, &DatasetConfig::default(), "n")
                 .await;
         });
-    }
-
-    async fn engine() -> Engine {
-        let catalog = ObjectStoreCatalog::open_url("memory://").unwrap();
-        let objects = SplitObjects::new(catalog.store().clone(), catalog.prefix().clone());
-        Engine::new(
-            Arc::new(catalog),
-            objects,
-            PolicyRuntime::default_policy().unwrap(),
-            EngineOptions::default(),
-        )
-        .unwrap()
-    }
-
-    /// A backend without create-only must refuse a create-only request loudly and write
-    /// nothing; running it as an upsert is exactly the failure mend exists to rule out.
-    #[tokio::test]
-    async fn create_only_without_the_capability_fails_loudly_and_writes_nothing() {
-        let mut engine = engine().await;
-        engine
-            .create_dataset("ds", &DatasetConfig::default())
-            .await
-            .unwrap();
-        engine.capabilities = engine.capabilities.without(STAGE_CREATE_ONLY);
-        let request = StageRequest {
-            dataset_id: "ds".into(),
-            mode: StageMode::CreateOnly,
-            node: "n".into(),
-            splits: vec![StageSplit {
-                split_id: "a".into(),
-                metadata_json: "{}".into(),
-            }],
-        };
-        let error = engine.stage(&request).await.unwrap_err();
-        assert!(
-            matches!(&error, MendError::CapabilityMissing { capability, .. } if capability == STAGE_CREATE_ONLY),
-            "{error:?}"
-        );
-        let rows = engine
-            .list_splits("ds", &ListQuery::default())
-            .await
-            .unwrap();
-        assert!(rows.splits.is_empty());
-
-        let upsert = StageRequest {
-            mode: StageMode::Upsert,
-            ..request
-        };
-        assert!(
-            engine.stage(&upsert).await.is_ok(),
-            "other modes still work"
-        );
     }
 }

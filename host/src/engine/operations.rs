@@ -38,6 +38,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Engine;
 use super::recovery::IntentReport;
+use super::steps::{delta_overtaken, expected_state, publish_key, step_key};
 use crate::bounds;
 use crate::catalog::RequestKey;
 use crate::deliberate_bugs::{self, Bug};
@@ -261,11 +262,6 @@ pub struct UploadResult {
     pub written: bool,
 }
 
-/// The recorded-request key of an operation's step.
-pub(super) fn step_key(operation_id: &str, step: &str) -> String {
-    format!("op:{operation_id}:{step}")
-}
-
 impl Engine {
     /// Begins an operation: validates the plan, writes the intent, stages its rows
     /// create-only. A row another writer holds ends the operation at once (its own rows and
@@ -298,7 +294,7 @@ impl Engine {
             checkpoint_delta: request.checkpoint_delta.clone(),
             publish_token: request.publish_token.clone(),
         };
-        let expected = super::commit::expected_state(&dataset, &publish);
+        let expected = expected_state(&dataset, &publish);
         let planned = Intent {
             effects: PlannedEffects {
                 stage: request
@@ -410,7 +406,7 @@ impl Engine {
         let staged: StageResult = self
             .durably(
                 crate::faults::DurableStep::StageRows,
-                self.stage_with_key(&stage, &key),
+                self.stage_keyed(&stage, Some(&key)),
             )
             .await?;
         let taken: Vec<String> = staged
@@ -868,9 +864,9 @@ impl Engine {
         // Made sure of here before confirming (read back, or put by this process); an
         // operation confirmed by an earlier publish that died is looked at again by the
         // publish itself.
-        let mut objects = super::ObjectCheck::LookForEach;
+        let mut objects = super::staging::ObjectCheck::LookForEach;
         if intent.phase == IntentPhase::Armed {
-            objects = super::ObjectCheck::AlreadyRead;
+            objects = super::staging::ObjectCheck::AlreadyRead;
             self.check_delta_applies(&intent).await?;
             let not_in_place = if self.uploaded.all_in_place(&intent) {
                 Vec::new()
@@ -1647,11 +1643,6 @@ impl Engine {
             .collect::<Result<Vec<_>>>()?;
         Ok(CheckedBegin { headers })
     }
-
-    /// A stage under a recorded key, the key given whole (an operation's own).
-    async fn stage_with_key(&self, stage: &StageRequest, key: &RequestKey) -> Result<StageResult> {
-        self.stage_keyed(stage, Some(key)).await
-    }
 }
 
 struct CheckedBegin {
@@ -1677,12 +1668,6 @@ fn same_plan(stored: &Intent, requested: &Intent) -> bool {
                 .map(|o| (&o.split_id, &o.checksum, o.size)))
 }
 
-/// The key an operation's publish is recorded under, whoever publishes it: its writer, the
-/// in-process commit, or recovery rolling it forward.
-pub(super) fn publish_key(operation_id: &str) -> RequestKey {
-    RequestKey::new(step_key(operation_id, "publish"), &operation_id)
-}
-
 fn another_object_in_place(split_id: &str) -> MendError {
     MendError::AlreadyExists {
         kind: EntityKind::Split,
@@ -1697,23 +1682,6 @@ fn internal_kind(kind: ExternalKind) -> OperationKind {
         ExternalKind::Commit => OperationKind::Commit,
         ExternalKind::Merge => OperationKind::Merge,
     }
-}
-
-/// Whether `delta` can never apply again: a partition it moves stands past the position the
-/// delta starts from, or exists where the delta expects none (positions only move forward).
-pub(super) fn delta_overtaken(
-    checkpoint: &crate::model::Checkpoint,
-    delta: &CheckpointDelta,
-) -> bool {
-    let positions = checkpoint.get(&delta.source);
-    delta.partitions.iter().any(|partition| {
-        let now = positions.and_then(|positions| positions.get(&partition.partition));
-        match (partition.from_position, now) {
-            (None, Some(_)) => true,
-            (Some(from), Some(now)) => *now > from,
-            (_, None) => false,
-        }
-    })
 }
 
 fn ended(dataset_id: &str, operation_id: &str) -> MendError {

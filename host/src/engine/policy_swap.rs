@@ -24,6 +24,7 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
+use super::keyed::{Keyed, request_key};
 use crate::catalog::{RecordedRequest, RequestKey};
 use crate::error::{MendError, Result};
 use crate::runtime::registry::{ActiveRecord, PolicyRegistry};
@@ -205,56 +206,37 @@ impl Engine {
     /// Prepares the swap (capabilities, golden scenarios, replay), files the component in the
     /// registry, records it active there (put-if-absent: of two operators racing, one gets
     /// `Conflict` and nothing changes), then publishes it in this engine.
-    pub async fn swap_deployment_policy(
-        &self,
-        registry: &PolicyRegistry,
-        bytes: &[u8],
+    ///
+    /// Under an idempotency key (module doc) a retry of a swap that landed answers it again.
+    pub fn swap_deployment_policy<'a>(
+        &'a self,
+        registry: &'a PolicyRegistry,
+        bytes: &'a [u8],
         candidate: PolicyRuntime,
         records_per_dataset: usize,
-        golden: &[Suite],
-    ) -> Result<DeploymentSwap> {
-        self.swap_deployment_keyed(
-            registry,
-            bytes,
-            candidate,
-            records_per_dataset,
-            golden,
-            None,
-        )
-        .await
-    }
-
-    /// [`swap_deployment_policy`](Self::swap_deployment_policy) under an idempotency key
-    /// (module doc): a retry of a swap that landed answers it again.
-    pub async fn swap_deployment_policy_recorded(
-        &self,
-        registry: &PolicyRegistry,
-        bytes: &[u8],
-        candidate: PolicyRuntime,
-        records_per_dataset: usize,
-        golden: &[Suite],
-        idempotency_key: &str,
-    ) -> Result<DeploymentSwap> {
-        crate::validate::idempotency_key(idempotency_key)?;
-        let files: Vec<&str> = golden.iter().map(|suite| suite.file.as_str()).collect();
-        let key = RequestKey::new(
-            idempotency_key,
-            &(
-                "policy_swap",
-                candidate.digest(),
-                files,
+        golden: &'a [Suite],
+    ) -> Keyed<'a, DeploymentSwap> {
+        Keyed::new(move |key| async move {
+            let files: Vec<&str> = golden.iter().map(|suite| suite.file.as_str()).collect();
+            let key = request_key(
+                key,
+                &(
+                    "policy_swap",
+                    candidate.digest(),
+                    files,
+                    records_per_dataset,
+                ),
+            )?;
+            self.swap_deployment_keyed(
+                registry,
+                bytes,
+                candidate,
                 records_per_dataset,
-            ),
-        );
-        self.swap_deployment_keyed(
-            registry,
-            bytes,
-            candidate,
-            records_per_dataset,
-            golden,
-            Some(&key),
-        )
-        .await
+                golden,
+                key.as_ref(),
+            )
+            .await
+        })
     }
 
     #[tracing::instrument(
@@ -345,27 +327,19 @@ impl Engine {
 
     /// Makes the policy the registry's last change replaced active again, in the registry
     /// and in this engine. A policy this deployment can no longer run is refused first.
-    pub async fn rollback_deployment_policy(
-        &self,
-        registry: &PolicyRegistry,
-        load: &LoadOptions,
-    ) -> Result<ActiveRecord> {
-        self.rollback_deployment_keyed(registry, load, None).await
-    }
-
-    /// [`rollback_deployment_policy`](Self::rollback_deployment_policy) under an idempotency
-    /// key (module doc): a retry of a rollback that landed answers its record, instead of
-    /// rolling back the rollback.
-    pub async fn rollback_deployment_policy_recorded(
-        &self,
-        registry: &PolicyRegistry,
-        load: &LoadOptions,
-        idempotency_key: &str,
-    ) -> Result<ActiveRecord> {
-        crate::validate::idempotency_key(idempotency_key)?;
-        let key = RequestKey::new(idempotency_key, &("policy_rollback",));
-        self.rollback_deployment_keyed(registry, load, Some(&key))
-            .await
+    ///
+    /// Under an idempotency key (module doc) a retry of a rollback that landed answers its
+    /// record, instead of rolling back the rollback.
+    pub fn rollback_deployment_policy<'a>(
+        &'a self,
+        registry: &'a PolicyRegistry,
+        load: &'a LoadOptions,
+    ) -> Keyed<'a, ActiveRecord> {
+        Keyed::new(move |key| async move {
+            let key = request_key(key, &("policy_rollback",))?;
+            self.rollback_deployment_keyed(registry, load, key.as_ref())
+                .await
+        })
     }
 
     #[tracing::instrument(name = "policy_rollback", skip_all, err(level = "debug"))]

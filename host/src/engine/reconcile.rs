@@ -32,6 +32,7 @@ use mend_policy::{OrphanObject, ReconcileAction, ReconcileDecision, ReconcileInp
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
+use super::keyed::{Keyed, request_key};
 use crate::audit::{AUDIT_FORMAT_VERSION, AuditRecord, DecisionInput};
 use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
@@ -81,12 +82,34 @@ struct ReadOrphan {
 impl Engine {
     /// Finds the dataset's orphan objects and adopts or discards them as the policy decides.
     /// A run that finds no orphan writes nothing.
+    ///
+    /// Under an idempotency key a retry of a run that ended answers its report; see
+    /// [`Keyed`]'s module for the gap between a run's effects and its record.
+    pub fn reconcile<'a>(
+        &'a self,
+        dataset_id: &'a str,
+        node: &'a str,
+    ) -> Keyed<'a, ReconcileReport> {
+        Keyed::new(move |key| async move {
+            let key = request_key(key, &("reconcile", dataset_id, node))?;
+            validate::dataset_id(dataset_id)?;
+            validate::node(node)?;
+            self.run_recorded(
+                dataset_id,
+                key.as_ref(),
+                self.reconcile_run(dataset_id, node),
+            )
+            .await
+        })
+    }
+
     #[tracing::instrument(
+        name = "reconcile",
         skip_all,
         err(level = "debug"),
         fields(dataset_id = %dataset_id, operation_id = tracing::field::Empty)
     )]
-    pub async fn reconcile(&self, dataset_id: &str, node: &str) -> Result<ReconcileReport> {
+    async fn reconcile_run(&self, dataset_id: &str, node: &str) -> Result<ReconcileReport> {
         validate::dataset_id(dataset_id)?;
         validate::node(node)?;
         // One policy decides and is audited for the whole run.

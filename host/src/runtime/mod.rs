@@ -23,7 +23,7 @@ mod compat;
 pub mod registry;
 pub mod replay;
 mod sandbox;
-mod shape;
+pub(crate) mod shape;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -126,7 +126,9 @@ impl PolicyRuntime {
         // refused without paying for its compilation, and always by this check, naming the
         // setting, never by the pool's own check at compile time (the pool is sized for the
         // settings' largest values, so nothing this check lets through exceeds it).
-        let shape = ComponentShape::of(bytes)?;
+        let shape = ComponentShape::of(bytes).map_err(|error| PolicyError::Compile {
+            message: error.to_string(),
+        })?;
         check_shape(&shape, &limits)?;
         let engine = shared_engine()?;
         let digest = digest_of(bytes);

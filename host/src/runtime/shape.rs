@@ -25,7 +25,14 @@ use wasmparser::{
     ComponentTypeRef, Instance, Parser, Payload,
 };
 
-use crate::error::PolicyError;
+/// A component whose instances could not be counted: it does not parse, or it instantiates
+/// something from outside whose size cannot be known. (This module's only error, kept apart
+/// from [`crate::error`] so that the policy errors can name a [`ComponentShape`].)
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the component's instances could not be counted: {reason}")]
+pub struct UncountedComponent {
+    reason: String,
+}
 
 /// What one instantiation of a component (or of one core module) needs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -43,10 +50,8 @@ pub struct ComponentShape {
 impl ComponentShape {
     /// Reads the shape of the component in `bytes`. Fails only on bytes that do not parse as
     /// a component or that instantiate something whose size cannot be known.
-    pub fn of(bytes: &[u8]) -> Result<Self, PolicyError> {
-        walk(bytes).map_err(|reason| PolicyError::Compile {
-            message: format!("the component's instances could not be counted: {reason}"),
-        })
+    pub fn of(bytes: &[u8]) -> Result<Self, UncountedComponent> {
+        walk(bytes).map_err(|reason| UncountedComponent { reason })
     }
 
     fn add(&mut self, other: &Self) {
@@ -286,6 +291,7 @@ fn sized(
 
 #[cfg(test)]
 mod tests {
+    use crate::error::PolicyError;
     use wasm_encoder::{
         ComponentBuilder, ComponentExportKind, ComponentTypeRef, InstanceType, MemorySection,
         MemoryType, Module, RefType, TableSection, TableType,

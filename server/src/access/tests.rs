@@ -382,7 +382,7 @@ async fn server_with_limits(limits: crate::ServeLimits) -> Server {
     .await;
     shared.ready.store(true, Ordering::SeqCst);
     Server {
-        router: crate::api::router(shared),
+        router: crate::routes::router(shared),
         secrets,
         _dir: dir,
     }
@@ -480,7 +480,7 @@ impl Server {
 async fn access_every_route_by_every_caller_answers_as_the_matrix_says() {
     let server = server().await;
     let rows = rows();
-    let document: Value = serde_json::from_str(&crate::openapi::document_json()).unwrap();
+    let document: Value = serde_json::from_str(&crate::routes::document_json()).unwrap();
     let documented: BTreeSet<(String, String)> = document["paths"]
         .as_object()
         .unwrap()

@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{Method, Request};
+use axum::http::{Method, Request, header};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::Shared;
+use crate::routes::document_json;
 use crate::testing::{send, shared_with_admin_token as shared};
+use crate::{ServeLimits, Shared};
 
 const COMMITTED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json");
 
@@ -365,7 +366,7 @@ fn documented(at: &str, operation: &Value, status: StatusCode, body: &Value) {
 async fn openapi_every_route_the_router_serves_is_documented() {
     let document = parsed_document();
     let documented_operations = operations(&document);
-    let (served, _) = crate::api::documented_routes(&ServeLimits::default()).split_for_parts();
+    let (served, _) = crate::routes::documented_routes(&ServeLimits::default()).split_for_parts();
     let paths: BTreeSet<String> = documented_operations.keys().cloned().collect();
     assert_eq!(
         served_paths(&served),
@@ -375,7 +376,7 @@ async fn openapi_every_route_the_router_serves_is_documented() {
     );
 
     let shared = shared(None).await;
-    let router = crate::api::router(shared);
+    let router = crate::routes::router(shared);
     // Each path answers the methods its documentation lists, and no other: a method it
     // does not answer is 405, with the ones it does in `Allow` (HEAD with every GET).
     for (path, methods) in &documented_operations {
@@ -815,7 +816,7 @@ async fn openapi_every_answer_of_a_session_is_what_its_route_documents() {
     use Method as M;
     let document = parsed_document();
     let documented_operations = operations(&document);
-    let router = crate::api::router(shared(Some(ADMIN)).await);
+    let router = crate::routes::router(shared(Some(ADMIN)).await);
     // sha256("payload")
     let sha256 = "239f59ed55e737c77147cf55ad0c1b030b6d7ee748a7426952f9b852d5a935e5";
     let planned = |operation: &str, split: &str| {

@@ -39,10 +39,11 @@ use serde::de::{SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 
-use super::log::{self, Snapshot, corrupt};
+use super::log_format::{self, Snapshot, corrupt};
 use super::scan;
+use super::splits::StoredSplit;
 use super::splits::{BaseRows, RowOut, Splits};
-use super::state::{DatasetState, StoredSplit};
+use super::state::DatasetState;
 use crate::catalog::RecordedRequest;
 use crate::error::{MendError, Result};
 use crate::intent::Intent;
@@ -108,7 +109,7 @@ pub(crate) fn encode(state: &DatasetState) -> Result<Vec<u8>> {
 /// this mend writes it is indexed rather than parsed: its rows stay `bytes`, each parsed when
 /// it is read ([`Splits`]); any other is parsed whole.
 pub(crate) fn decode(path: &Path, bytes: Bytes) -> Result<DatasetState> {
-    let format_version = log::format_version(path, &bytes, CHECKPOINT_FORMAT_VERSION)?;
+    let format_version = log_format::format_version(path, &bytes, CHECKPOINT_FORMAT_VERSION)?;
     if format_version < 2 {
         let snapshot: Snapshot = serde_json::from_slice(&bytes)
             .map_err(|err| corrupt(path, format!("cannot be parsed: {err}")))?;
@@ -246,7 +247,7 @@ struct Head<'a> {
 struct HeadIn {
     #[allow(
         dead_code,
-        reason = "read by log::format_version; named so that it is known"
+        reason = "read by log_format::format_version; named so that it is known"
     )]
     format_version: u32,
     version: u64,
@@ -263,7 +264,7 @@ struct HeadIn {
 struct CompactIn {
     #[allow(
         dead_code,
-        reason = "read by log::format_version; named so that it is known"
+        reason = "read by log_format::format_version; named so that it is known"
     )]
     format_version: u32,
     version: u64,
@@ -341,7 +342,7 @@ impl<'de> Visitor<'de> for SplitsVisitor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::object_store::log::{Action, Commit, LogRow, RawJson};
+    use crate::catalog::object_store::log_format::{Action, Commit, LogRow, RawJson};
     use crate::catalog::object_store::mutations;
     use crate::model::DatasetConfig;
 

@@ -11,7 +11,8 @@
 //!   any store that supports put-if-absent. A mutation that changes nothing writes nothing.
 //! - **Reads.** The instance caches each dataset's state; a read probes only for the version
 //!   after the cached one (one GET that finds nothing when nothing changed). Without a cache
-//!   it loads the newest checkpoint and replays the versions after it (`log.rs`, `state.rs`),
+//!   it loads the newest checkpoint and replays the versions after it (`log.rs` and the
+//!   files' format in `log_format.rs`, `state.rs`),
 //!   then lists the checkpoints once more: one newer than what it reached means retention
 //!   may have cut the log under it, and it starts again from there.
 //! - **Checkpoints** fall due every `checkpoint_interval` versions and are written after the
@@ -38,6 +39,7 @@ mod background;
 // Crate-visible for `crate::fuzzing`, which feeds the file decoders arbitrary bytes.
 pub(crate) mod checkpoint;
 pub(crate) mod log;
+pub(crate) mod log_format;
 mod mutations;
 mod open;
 pub mod pending;
@@ -62,7 +64,8 @@ use futures::{StreamExt, TryStreamExt};
 use tokio::time::Instant;
 
 use self::background::{Checkpointer, Schedule};
-use self::log::{Action, Commit, Counters, Log, PutOutcome};
+use self::log::{Counters, Log, PutOutcome};
+use self::log_format::{Action, Commit};
 use self::mutations::Change;
 pub(crate) use self::open::open_objects;
 pub use self::open::open_store;

@@ -20,7 +20,7 @@ use crate::model::{
     StageMode, StageOutcome, StagedSplit, TimestampMs,
 };
 
-use super::log::{Action, LogRow, RawJson};
+use super::log_format::{Action, LogRow, RawJson};
 use super::state::DatasetState;
 use crate::catalog::{RecordedRequest, RequestKey};
 

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use super::ObjectStoreCatalog;
-use super::log::{Action, LogRow};
+use super::log_format::{Action, LogRow};
 use super::mutations::Change;
 use super::state::DatasetState;
 use crate::catalog::SettleValidator;

@@ -17,12 +17,12 @@ use imbl::OrdMap;
 
 use mend_policy::ExistingRow;
 
-use super::log::{Action, Commit, LogRow, RawJson, Snapshot};
-use super::splits::Splits;
+use super::log_format::{Action, Commit, LogRow, Snapshot};
+use super::splits::{Splits, StoredSplit};
 use crate::catalog::RecordedRequest;
 use crate::error::{MendError, Result};
 use crate::intent::{Intent, check_format};
-use crate::model::{Dataset, ListQuery, SplitPage, SplitRow, SplitState, TimeRange, TimestampMs};
+use crate::model::{Dataset, ListQuery, SplitPage, SplitRow, SplitState};
 
 /// The largest log version, manifest version, config version or fencing epoch a state holds:
 /// the range Postgres stores them in (`BIGINT`), so both backends read the same numbers, and
@@ -331,82 +331,6 @@ impl DatasetState {
         Ok(SplitPage {
             splits,
             next_after_split_id,
-        })
-    }
-}
-
-/// A split as a [`DatasetState`] keeps it, by id: a [`SplitRow`] whose metadata is the JSON
-/// text of the log rather than a parsed value.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct StoredSplit {
-    pub state: SplitState,
-    pub node: Box<str>,
-    /// The text the commit that wrote the row holds.
-    pub metadata: RawJson,
-    pub time_range: Option<TimeRange>,
-    pub created_at_ms: TimestampMs,
-    pub updated_at_ms: TimestampMs,
-    pub published_at_ms: Option<TimestampMs>,
-}
-
-impl StoredSplit {
-    /// A row of a format 1 checkpoint, its metadata written again as compact JSON.
-    pub fn from_row(row: &SplitRow) -> Self {
-        Self {
-            state: row.state,
-            node: row.node.as_str().into(),
-            metadata: RawJson::of(&row.metadata),
-            time_range: row.time_range,
-            created_at_ms: row.created_at_ms,
-            updated_at_ms: row.updated_at_ms,
-            published_at_ms: row.published_at_ms,
-        }
-    }
-
-    pub fn from_log_row(row: &LogRow) -> Self {
-        Self {
-            state: row.state,
-            node: row.node.as_str().into(),
-            metadata: row.metadata.clone(),
-            time_range: row.time_range,
-            created_at_ms: row.created_at_ms,
-            updated_at_ms: row.updated_at_ms,
-            published_at_ms: row.published_at_ms,
-        }
-    }
-
-    pub fn to_log_row(&self, split_id: &str) -> LogRow {
-        LogRow {
-            split_id: split_id.to_string(),
-            state: self.state,
-            node: self.node.to_string(),
-            metadata: self.metadata.clone(),
-            time_range: self.time_range,
-            created_at_ms: self.created_at_ms,
-            updated_at_ms: self.updated_at_ms,
-            published_at_ms: self.published_at_ms,
-        }
-    }
-
-    /// The row, with its metadata parsed. The text was JSON when it entered the state, but
-    /// only checked to be well-formed, not to be within the nesting a parsed value may have:
-    /// a refusal here is the file's corruption.
-    pub fn to_row(&self, dataset_id: &str, split_id: &str) -> Result<SplitRow> {
-        let metadata =
-            serde_json::from_str(self.metadata.get()).map_err(|err| MendError::Corrupt {
-                message: format!(
-                    "dataset {dataset_id}: the metadata of split {split_id} cannot be read: {err}"
-                ),
-            })?;
-        Ok(SplitRow {
-            split_id: split_id.to_string(),
-            state: self.state,
-            node: self.node.to_string(),
-            metadata,
-            time_range: self.time_range,
-            created_at_ms: self.created_at_ms,
-            updated_at_ms: self.updated_at_ms,
-            published_at_ms: self.published_at_ms,
         })
     }
 }

@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::catalog::object_store::log::{Log, Snapshot, encode};
+use crate::catalog::object_store::log::Log;
+use crate::catalog::object_store::log_format::{Snapshot, encode};
 use crate::model::{ListQuery, SplitRow, StageOutcome};
 
 /// A checkpoint every 4 versions, 2 kept, log versions deleted `log_retention_ms` after they

@@ -22,6 +22,8 @@
 //! | config apply | promote the staged config                    | drop the intent (nothing changed)  |
 //! | reconcile    | stage missing rows, publish/mark its own     | unstage its rows; objects stay     |
 
+mod settling;
+
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use futures::StreamExt;
@@ -32,8 +34,9 @@ use mend_policy::{
 };
 use serde::{Deserialize, Serialize};
 
+use self::settling::{Batch, Sweep};
 use super::Engine;
-use super::settle::{Batch, Sweep};
+use super::keyed::{Keyed, request_key};
 use crate::audit::{AUDIT_FORMAT_VERSION, AuditRecord, DecisionInput};
 use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
@@ -214,12 +217,35 @@ impl Engine {
     /// holds the dataset gate; exclusive holds the [`ExclusivePermit`] and bumps the dataset's
     /// fencing epoch before it looks, so that no writer that began before it can publish
     /// after it.
+    ///
+    /// Under an idempotency key a roll-forward or exclusive sweep records its report when it
+    /// ends, and a retry answers it (an exclusive one does not fence writers a second time).
+    /// Probe and verify write nothing, not even a record (invariant 6): the key is checked
+    /// and the read simply runs again.
+    pub fn recover<'a>(
+        &'a self,
+        dataset_id: &'a str,
+        mode: RecoveryMode,
+    ) -> Keyed<'a, RecoveryReport> {
+        Keyed::new(move |key| async move {
+            let key = request_key(key, &("recover", dataset_id, mode))?;
+            validate::dataset_id(dataset_id)?;
+            let key = match mode {
+                RecoveryMode::Probe | RecoveryMode::Verify => None,
+                RecoveryMode::RollForward | RecoveryMode::Exclusive => key,
+            };
+            self.run_recorded(dataset_id, key.as_ref(), self.recover_run(dataset_id, mode))
+                .await
+        })
+    }
+
     #[tracing::instrument(
+        name = "recover",
         skip_all,
         err(level = "debug"),
         fields(dataset_id = %dataset_id, mode = %mode_name(mode))
     )]
-    pub async fn recover(&self, dataset_id: &str, mode: RecoveryMode) -> Result<RecoveryReport> {
+    async fn recover_run(&self, dataset_id: &str, mode: RecoveryMode) -> Result<RecoveryReport> {
         validate::dataset_id(dataset_id)?;
         match mode {
             RecoveryMode::Probe => self.sweep(dataset_id, mode).await,
@@ -319,7 +345,7 @@ impl Engine {
             observations: &observations,
         };
         let mut reports = Vec::with_capacity(intents.len());
-        // Decisions executing together (`settle.rs`), and the audit records waiting for the
+        // Decisions executing together (`settling.rs`), and the audit records waiting for the
         // sweep's next append (refusals', a batch's settled ones).
         let mut batch = Batch::default();
         let mut pending: Vec<AuditRecord> = Vec::new();
@@ -481,12 +507,7 @@ impl Engine {
 
     /// The audit record of the decision on the intent at `index` of `sweep`, as `report`
     /// says it now.
-    pub(super) fn audit_record(
-        &self,
-        sweep: &Sweep<'_>,
-        report: &IntentReport,
-        index: usize,
-    ) -> AuditRecord {
+    fn audit_record(&self, sweep: &Sweep<'_>, report: &IntentReport, index: usize) -> AuditRecord {
         let observation = &sweep.observations[index];
         let canonical = serde_json::to_vec(observation).expect("observations always serialise");
         AuditRecord {
@@ -527,7 +548,7 @@ impl Engine {
                     .catalog
                     .recorded_request(
                         dataset_id,
-                        &super::config_apply::promotion_record_key(&intent.operation_id),
+                        &crate::engine::config_apply::promotion_record_key(&intent.operation_id),
                     )
                     .await?
                     .is_some()
@@ -642,7 +663,7 @@ impl Engine {
                     .catalog
                     .recorded_request(
                         &intent.dataset_id,
-                        &super::operations::step_key(other, "stage"),
+                        &crate::engine::steps::step_key(other, "stage"),
                     )
                     .await?
                     .is_none(),
@@ -661,7 +682,7 @@ impl Engine {
     /// Publishes carry the fencing epoch the sweep read (after exclusive recovery's bump), so a
     /// sweep fenced out by a later exclusive one cannot publish either. `now_ms` is the time
     /// the sweep observed at: an abandonment fences only an intent whose lease ran out by then.
-    pub(super) async fn execute(
+    async fn execute(
         &self,
         intent: &Intent,
         decision: &RecoveryDecision,
@@ -683,14 +704,14 @@ impl Engine {
                     // its intent is there and not fenced, checked in the publish's own atomic
                     // step: an abort or an abandonment that landed first wins, and this
                     // roll-forward then publishes nothing.
-                    let key = super::operations::publish_key(&intent.operation_id);
+                    let key = crate::engine::steps::publish_key(&intent.operation_id);
                     self.durably(
                         DurableStep::Publish,
                         self.publish_settling(
                             intent,
                             &publish,
                             &key,
-                            super::ObjectCheck::LookForEach,
+                            super::staging::ObjectCheck::LookForEach,
                         ),
                     )
                     .await?;
@@ -884,7 +905,7 @@ impl Engine {
 }
 
 /// Every split an intent's effects name.
-pub(super) fn touched_splits(intent: &Intent) -> BTreeSet<String> {
+fn touched_splits(intent: &Intent) -> BTreeSet<String> {
     let effects = &intent.effects;
     let publish = effects.publish.iter().flat_map(|publish| {
         publish
@@ -1095,7 +1116,7 @@ fn overtaken_unpublished(
             .publish_staged
             .iter()
             .all(|split_id| staged.contains(split_id.as_str()))
-        && super::operations::delta_overtaken(&dataset.checkpoint, delta)
+        && crate::engine::steps::delta_overtaken(&dataset.checkpoint, delta)
 }
 
 fn check_one_decision_each(intents: &[Intent], decisions: &[IntentDecision]) -> Result<()> {
@@ -1129,7 +1150,7 @@ fn kind_name(kind: OperationKind) -> &'static str {
 /// One intent's decision and outcome: a warning when the host refused it or its execution
 /// failed in a sweep that writes (it stays for the next sweep, or for an operator), else
 /// at debug.
-pub(super) fn log_intent(mode: RecoveryMode, report: &IntentReport) {
+fn log_intent(mode: RecoveryMode, report: &IntentReport) {
     let read_only = matches!(mode, RecoveryMode::Probe | RecoveryMode::Verify);
     match &report.outcome {
         Outcome::Refused(reason) if !read_only => tracing::warn!(

@@ -1,4 +1,4 @@
-//! Executing a recovery sweep's decisions in batches (`recovery.rs` decides and checks them).
+//! Executing a recovery sweep's decisions in batches (the module above decides and checks them).
 //!
 //! The decisions whose catalog effects are one [`Settlement`] each (a commit's or merge's
 //! roll-forward: its publish and its intent's delete; a stale intent's delete; an
@@ -27,11 +27,11 @@ use std::collections::{HashMap, HashSet};
 
 use mend_policy::{IntentObservation, RecoveryDecision, RecoveryMode};
 
-use super::Engine;
-use super::recovery::{IntentReport, Outcome, log_intent, touched_splits};
+use super::{IntentReport, Outcome, log_intent, touched_splits};
 use crate::audit::AuditRecord;
 use crate::catalog::settle::MAX_SETTLEMENTS;
 use crate::catalog::{PublishObservation, Settled, Settlement};
+use crate::engine::Engine;
 use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
 use crate::intent::{Intent, IntentPhase, OperationKind};
@@ -158,7 +158,7 @@ impl Engine {
                     request,
                     // Recorded as the operation's own publish would be, so that its writer,
                     // asking again, is answered the result rather than "ended".
-                    key: super::operations::publish_key(&intent.operation_id),
+                    key: crate::engine::steps::publish_key(&intent.operation_id),
                 })
             }
             // Only a commit or merge gets here (the sweep refuses the rest); a confirmed one
@@ -247,7 +247,7 @@ impl Engine {
     ) -> Vec<Outcome> {
         let policy = self.policy();
         let validator = |request: &PublishRequest, observation: &PublishObservation| {
-            let input = super::publish_input(request, observation);
+            let input = crate::engine::staging::publish_input(request, observation);
             let violations = policy.validate_publish(&input)?;
             invariants::checked_publish(request, observation, violations)
         };

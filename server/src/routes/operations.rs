@@ -27,12 +27,15 @@ use axum::extract::{Extension, Path, State};
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use super::Shared;
-use super::access::{Caller, claim_operation};
-use super::api::{ApiResult, engine_error, ok, parse, write};
-use super::body::JsonBody;
-use super::openapi::{
+use super::write::write;
+use crate::Shared;
+use crate::access::{Caller, claim_operation};
+use crate::body::{JsonBody, parse};
+use crate::error::{ApiResult, engine_error, ok};
+use crate::openapi::{
     BadRequest, Conflict, DatasetPath, InternalError, NotFound, OperationPath, PayloadTooLarge,
     PreconditionFailed, RequestTimeout, Unavailable, Unprocessable, UploadPath,
 };
@@ -40,7 +43,7 @@ use mend::engine::{BeginOperation, ExternalKind, ObjectToPut, ObjectUploadUrl, P
 use mend::error::MendError;
 use mend::model::CheckpointDelta;
 
-type AppState = State<Arc<Shared>>;
+use super::AppState;
 
 /// A begin's body: [`BeginOperation`] without the dataset, which the path names.
 #[derive(Deserialize, ToSchema)]
@@ -161,7 +164,7 @@ struct UploadUrls {
         (status = 503, response = Unavailable),
     )
 )]
-pub(super) async fn begin(
+async fn begin(
     State(shared): AppState,
     Extension(caller): Extension<Caller>,
     Path(dataset_id): Path<String>,
@@ -176,7 +179,7 @@ pub(super) async fn begin(
         .clone();
     mend::validate::dataset_id(&dataset_id)
         .and_then(|()| mend::validate::split_id(&operation_id))
-        .map_err(|error| super::api::engine_error(&shared, &dataset_id, error))?;
+        .map_err(|error| crate::error::engine_error(&shared, &dataset_id, error))?;
     claim_operation(&shared, &caller, &dataset_id, &operation_id).await?;
     let engine = shared.acting_engine();
     ok(&write(&shared, &dataset_id, None, async move {
@@ -206,7 +209,7 @@ pub(super) async fn begin(
         (status = 503, response = Unavailable),
     )
 )]
-pub(super) async fn upload(
+async fn upload(
     State(shared): AppState,
     Path((dataset_id, operation_id, split_id)): Path<(String, String, String)>,
     body: Body,
@@ -245,7 +248,7 @@ pub(super) async fn upload(
         (status = 503, response = Unavailable),
     )
 )]
-pub(super) async fn heartbeat(
+async fn heartbeat(
     State(shared): AppState,
     Path((dataset_id, operation_id)): Path<(String, String)>,
     body: Bytes,
@@ -284,7 +287,7 @@ pub(super) async fn heartbeat(
         (status = 503, response = Unavailable),
     )
 )]
-pub(super) async fn publish(
+async fn publish(
     State(shared): AppState,
     Path((dataset_id, operation_id)): Path<(String, String)>,
 ) -> ApiResult {
@@ -321,7 +324,7 @@ pub(super) async fn publish(
         (status = 503, response = Unavailable),
     )
 )]
-pub(super) async fn abort(
+async fn abort(
     State(shared): AppState,
     Path((dataset_id, operation_id)): Path<(String, String)>,
 ) -> ApiResult {
@@ -360,7 +363,7 @@ pub(super) async fn abort(
         (status = 503, response = Unavailable),
     )
 )]
-pub(super) async fn upload_urls(
+async fn upload_urls(
     State(shared): AppState,
     Path((dataset_id, operation_id)): Path<(String, String)>,
     body: Bytes,
@@ -389,7 +392,7 @@ pub(super) async fn upload_urls(
         (status = 503, response = Unavailable),
     )
 )]
-pub(super) async fn show(
+async fn show(
     State(shared): AppState,
     Path((dataset_id, operation_id)): Path<(String, String)>,
 ) -> ApiResult {
@@ -430,4 +433,19 @@ fn chunks_within(
             }
         },
     ))
+}
+
+pub(super) fn routes() -> OpenApiRouter<Arc<Shared>> {
+    OpenApiRouter::new()
+        .routes(routes!(begin))
+        .routes(routes!(show))
+        .routes(routes!(heartbeat))
+        .routes(routes!(publish))
+        .routes(routes!(abort))
+        .routes(routes!(upload_urls))
+}
+
+/// The object upload, which streams: its cap is the size its operation planned.
+pub(super) fn upload_routes() -> OpenApiRouter<Arc<Shared>> {
+    OpenApiRouter::new().routes(routes!(upload))
 }

@@ -1,5 +1,5 @@
-//! The policy administration routes (`/v1/policy/replay`, `/swap`, `/rollback`) and how
-//! they get a component's bytes.
+//! The policy: the active one (`/v1/policy`), and the administration routes
+//! (`/v1/policy/replay`, `/swap`, `/rollback`) and how they get a component's bytes.
 //!
 //! A component arrives one of two ways, both capped at `serve.max_admin_component_bytes`:
 //!
@@ -19,21 +19,27 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
 use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::Shared;
-use super::api::{ApiError, ApiResult, ClientKey, admit, ok, parse};
-use super::body::JsonBody;
-use super::errors::ErrorCode;
-use super::openapi::{
+use super::AppState;
+use super::write::{ClientKey, admit};
+use crate::Shared;
+use crate::answers::ActivePolicy;
+use crate::body::{JsonBody, parse};
+use crate::error::ErrorCode;
+use crate::error::{ApiError, ApiResult, ok};
+use crate::openapi::{
     BadRequest, Conflict, IdempotencyKey, InternalError, NotFound, PayloadTooLarge,
     PreconditionFailed, RecordsQuery, RequestTimeout, Unavailable, Unprocessable,
 };
-use super::writes::Writes;
+use crate::writes::Writes;
 use mend::error::PolicyError;
 use mend::runtime::PolicyRuntime;
 use mend::scenarios::Suite;
@@ -101,7 +107,7 @@ struct Candidate {
         (status = 503, response = Unavailable),
     )
 )]
-pub(super) async fn replay_policy(
+async fn replay_policy(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
@@ -137,7 +143,7 @@ pub(super) async fn replay_policy(
         (status = 503, response = Unavailable),
     )
 )]
-pub(super) async fn swap_policy(
+async fn swap_policy(
     State(shared): State<Arc<Shared>>,
     ClientKey(key): ClientKey,
     headers: HeaderMap,
@@ -155,20 +161,10 @@ pub(super) async fn swap_policy(
             scenarios,
             records,
         } = candidate;
-        match key {
-            Some(key) => {
-                engine
-                    .swap_deployment_policy_recorded(
-                        &registry, &bytes, policy, records, &scenarios, &key,
-                    )
-                    .await
-            }
-            None => {
-                engine
-                    .swap_deployment_policy(&registry, &bytes, policy, records, &scenarios)
-                    .await
-            }
-        }
+        engine
+            .swap_deployment_policy(&registry, &bytes, policy, records, &scenarios)
+            .idempotency_key(key.as_deref())
+            .await
     })
     .await?;
     ok(&swap)
@@ -193,7 +189,7 @@ pub(super) async fn swap_policy(
         (status = 503, response = Unavailable),
     )
 )]
-pub(super) async fn rollback_policy(
+async fn rollback_policy(
     State(shared): State<Arc<Shared>>,
     ClientKey(key): ClientKey,
 ) -> ApiResult {
@@ -202,14 +198,10 @@ pub(super) async fn rollback_policy(
     let load = shared.options.load.clone();
     let ticket = admit(&shared, None)?;
     let record = Writes::run(ticket, async move {
-        match key {
-            Some(key) => {
-                engine
-                    .rollback_deployment_policy_recorded(&registry, &load, &key)
-                    .await
-            }
-            None => engine.rollback_deployment_policy(&registry, &load).await,
-        }
+        engine
+            .rollback_deployment_policy(&registry, &load)
+            .idempotency_key(key.as_deref())
+            .await
     })
     .await?;
     ok(&record)
@@ -376,6 +368,41 @@ fn read_regular_file(path: &Path, max_bytes: usize) -> Result<Vec<u8>, FileRefus
         return Err(FileRefused::TooLarge);
     }
     Ok(bytes)
+}
+
+/// The active policy and its registry record.
+#[utoipa::path(
+    get,
+    path = "/v1/policy",
+    tag = "policy",
+    responses(
+        (status = 200, description = "the active policy", body = ActivePolicy),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
+async fn active_policy(State(shared): AppState) -> ApiResult {
+    let policy = shared.engine.policy();
+    let record = shared.registry.active().await?;
+    ok(&ActivePolicy {
+        digest: policy.digest().to_owned(),
+        name: policy.description().name.clone(),
+        version: policy.description().version.clone(),
+        record,
+    })
+}
+
+pub(super) fn routes() -> OpenApiRouter<Arc<Shared>> {
+    OpenApiRouter::new()
+        .routes(routes!(active_policy))
+        .routes(routes!(rollback_policy))
+}
+
+/// The routes that take a component: their body has a cap of its own.
+pub(super) fn component_routes() -> OpenApiRouter<Arc<Shared>> {
+    OpenApiRouter::new()
+        .routes(routes!(replay_policy))
+        .routes(routes!(swap_policy))
 }
 
 #[cfg(test)]

@@ -1,0 +1,469 @@
+//! The protocol's single steps on splits: stage, publish, mark, delete, list.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use mend::model::{
+    CheckpointDelta, ListQuery, PublishRequest, SplitState, StageMode, StageRequest, StageSplit,
+    TimeRange,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::Shared;
+use crate::answers::Deleted;
+use crate::body::{JsonBody, parse};
+use crate::error::{ApiError, ApiResult, engine_error, ok};
+use crate::openapi::{
+    BadRequest, DatasetPath, IdempotencyKey, InternalError, ListSplitsQuery, NotFound,
+    PayloadTooLarge, PreconditionFailed, RequestTimeout, Unavailable, Unprocessable,
+};
+
+use super::write::{ClientKey, keyed_write, served};
+use super::{AppState, server_node};
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = StageRequest)]
+pub(crate) struct Stage {
+    /// Required: there is no default mode.
+    mode: StageMode,
+    #[serde(default = "server_node")]
+    node: String,
+    splits: Vec<SplitEntry>,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = StageSplitEntry)]
+struct SplitEntry {
+    split_id: String,
+    /// A JSON object: docs, bytes, time range, tags, whatever the writer adds.
+    #[serde(default = "empty_object")]
+    #[schema(value_type = Object)]
+    metadata: Value,
+}
+
+impl JsonBody for Stage {
+    const SHAPE: &'static str = r#"{"mode": "upsert"|"create-only", "node"?: STRING, "splits": [{"split_id": STRING, "metadata"?: OBJECT}]}"#;
+    const FIELDS: &'static [(&'static str, &'static str)] = &[
+        ("mode", r#""upsert" or "create-only" (there is no default)"#),
+        ("node", "a string naming the writer"),
+        (
+            "splits",
+            r#"an array of {"split_id": STRING, "metadata"?: OBJECT}"#,
+        ),
+    ];
+}
+
+fn empty_object() -> Value {
+    json!({})
+}
+
+impl Stage {
+    /// The engine's request for dataset `dataset_id`; each split's metadata as JSON text.
+    pub(crate) fn into_request(self, dataset_id: String) -> StageRequest {
+        StageRequest {
+            dataset_id,
+            mode: self.mode,
+            node: self.node,
+            splits: self
+                .splits
+                .into_iter()
+                .map(|entry| StageSplit {
+                    split_id: entry.split_id,
+                    metadata_json: entry.metadata.to_string(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Stages splits, in upsert or create-only mode (no default).
+///
+/// Each split is answered `inserted`, `overwritten` or `skipped` (with the existing state); an
+/// upsert that would touch a row not staged is 412 naming the ids, and writes nothing.
+#[utoipa::path(
+    post,
+    path = "/v1/datasets/{dataset}/stage",
+    tag = "splits",
+    params(DatasetPath, IdempotencyKey),
+    request_body = Stage,
+    responses(
+        (status = 200, description = "what became of each split", body = mend::model::StageResult),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 412, response = PreconditionFailed),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
+async fn stage(
+    State(shared): AppState,
+    ClientKey(key): ClientKey,
+    Path(dataset_id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    let request = parse::<Stage>(&body)?.into_request(dataset_id.clone());
+    let ids: Vec<String> = request.splits.iter().map(|s| s.split_id.clone()).collect();
+    let engine = shared.acting_engine();
+    let result = keyed_write(
+        &shared,
+        &dataset_id,
+        key.clone().as_deref(),
+        Some(&ids),
+        async move { engine.stage(&request).idempotency_key(key.as_deref()).await },
+    )
+    .await;
+    match &result {
+        Ok((_, true)) => {}
+        Ok((staged, false)) => shared.metrics.stage(staged),
+        Err(error) if error.refused_by_the_rules() => {
+            shared.metrics.decision("stage", "refused", 1)
+        }
+        Err(_) => {}
+    }
+    ok(&result?.0)
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = PublishRequest)]
+pub(crate) struct Publish {
+    #[serde(default)]
+    staged_split_ids: Vec<String>,
+    #[serde(default)]
+    replaced_split_ids: Vec<String>,
+    #[serde(default)]
+    checkpoint_delta: Option<CheckpointDelta>,
+    #[serde(default)]
+    publish_token: Option<String>,
+}
+
+impl JsonBody for Publish {
+    const SHAPE: &'static str = r#"{"staged_split_ids": [ID], "replaced_split_ids"?: [ID], "checkpoint_delta"?: {"source": STRING, "partitions": [...]}, "publish_token"?: STRING}"#;
+    const FIELDS: &'static [(&'static str, &'static str)] = &[
+        ("staged_split_ids", "an array of split ids"),
+        ("replaced_split_ids", "an array of split ids"),
+        (
+            "checkpoint_delta",
+            r#"an object {"source": STRING, "partitions": [{"partition": STRING, "from": POSITION?, "to": POSITION}]}"#,
+        ),
+        ("publish_token", "a string"),
+    ];
+}
+
+impl Publish {
+    /// The engine's request for dataset `dataset_id`. Over HTTP a publish carries no fencing
+    /// epoch: the publish token fences.
+    pub(crate) fn into_request(self, dataset_id: String) -> PublishRequest {
+        PublishRequest {
+            dataset_id,
+            staged_split_ids: self.staged_split_ids,
+            replaced_split_ids: self.replaced_split_ids,
+            checkpoint_delta: self.checkpoint_delta,
+            publish_token: self.publish_token,
+            fencing_epoch: None,
+        }
+    }
+}
+
+/// Publishes staged splits, marks replaced ones and applies a checkpoint delta, all at once.
+///
+/// 412 naming the ids at fault (not staged, not published, no object), or for a checkpoint or
+/// publish token that does not match; nothing happens then.
+#[utoipa::path(
+    post,
+    path = "/v1/datasets/{dataset}/publish",
+    tag = "splits",
+    params(DatasetPath, IdempotencyKey),
+    request_body = Publish,
+    responses(
+        (status = 200, description = "the manifest version, published and marked ids", body = mend::model::PublishResult),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 412, response = PreconditionFailed),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
+async fn publish(
+    State(shared): AppState,
+    ClientKey(key): ClientKey,
+    Path(dataset_id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    let request = parse::<Publish>(&body)?.into_request(dataset_id.clone());
+    let ids: Vec<String> = request
+        .staged_split_ids
+        .iter()
+        .chain(&request.replaced_split_ids)
+        .cloned()
+        .collect();
+    let engine = shared.acting_engine();
+    let result = keyed_write(
+        &shared,
+        &dataset_id,
+        key.clone().as_deref(),
+        Some(&ids),
+        async move {
+            engine
+                .publish(&request)
+                .idempotency_key(key.as_deref())
+                .await
+        },
+    )
+    .await;
+    match &result {
+        Ok((_, true)) => {}
+        Ok((_, false)) => shared.metrics.decision("publish", "accepted", 1),
+        Err(error) if error.refused_by_the_rules() => {
+            shared.metrics.decision("publish", "refused", 1)
+        }
+        Err(_) => {}
+    }
+    ok(&result?.0)
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = SplitIdsRequest)]
+pub(crate) struct SplitIds {
+    pub(crate) split_ids: Vec<String>,
+}
+
+impl JsonBody for SplitIds {
+    const SHAPE: &'static str = r#"{"split_ids": [ID]}"#;
+    const FIELDS: &'static [(&'static str, &'static str)] =
+        &[("split_ids", "an array of split ids")];
+}
+
+/// Marks splits for deletion; marking is idempotent.
+#[utoipa::path(
+    post,
+    operation_id = "mark_for_deletion",
+    path = "/v1/datasets/{dataset}/mark",
+    tag = "splits",
+    params(DatasetPath, IdempotencyKey),
+    request_body = SplitIds,
+    responses(
+        (status = 200, description = "marked and already marked ids", body = mend::model::MarkResult),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 412, response = PreconditionFailed),
+        (status = 413, response = PayloadTooLarge),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
+async fn mark(
+    State(shared): AppState,
+    ClientKey(key): ClientKey,
+    Path(dataset_id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    let request: SplitIds = parse(&body)?;
+    let engine = shared.acting_engine();
+    let id = dataset_id.clone();
+    let ids = request.split_ids.clone();
+    let in_the_way = key.clone();
+    ok(&keyed_write(
+        &shared,
+        &dataset_id,
+        in_the_way.as_deref(),
+        Some(&ids),
+        async move {
+            engine
+                .mark_for_deletion(&id, &request.split_ids)
+                .idempotency_key(key.as_deref())
+                .await
+        },
+    )
+    .await?
+    .0)
+}
+
+/// Deletes splits marked for deletion: their objects, then their rows.
+///
+/// 404 for an unknown split, 412 for one not marked. Under the same `Idempotency-Key` a retry
+/// answers the ids again once the rows are gone.
+#[utoipa::path(
+    post,
+    operation_id = "delete_splits",
+    path = "/v1/datasets/{dataset}/delete",
+    tag = "splits",
+    params(DatasetPath, IdempotencyKey),
+    request_body = SplitIds,
+    responses(
+        (status = 200, description = "the ids, deleted", body = Deleted),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 408, response = RequestTimeout),
+        (status = 412, response = PreconditionFailed),
+        (status = 413, response = PayloadTooLarge),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
+async fn delete(
+    State(shared): AppState,
+    ClientKey(key): ClientKey,
+    Path(dataset_id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    let request: SplitIds = parse(&body)?;
+    let engine = shared.acting_engine();
+    let id = dataset_id.clone();
+    let ids = request.split_ids.clone();
+    let in_the_way = key.clone();
+    keyed_write(
+        &shared,
+        &dataset_id,
+        in_the_way.as_deref(),
+        Some(&request.split_ids),
+        async move {
+            engine
+                .delete_splits(&id, &ids)
+                .idempotency_key(key.as_deref())
+                .await
+        },
+    )
+    .await?;
+    ok(&Deleted {
+        deleted: request.split_ids,
+    })
+}
+
+/// A page of a dataset's splits, sorted by id.
+///
+/// 400 for an unknown parameter or a number outside 0 to 9223372036854775807.
+#[utoipa::path(
+    get,
+    path = "/v1/datasets/{dataset}/splits",
+    tag = "splits",
+    params(DatasetPath, ListSplitsQuery),
+    responses(
+        (status = 200, description = "a page, and the cursor to the next", body = mend::model::SplitPage),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+        (status = 503, response = Unavailable),
+    )
+)]
+async fn list_splits(
+    State(shared): AppState,
+    Path(dataset_id): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> ApiResult {
+    served(&shared, &dataset_id)?;
+    let query = list_query(&params)?;
+    let page = shared
+        .engine
+        .list_splits(&dataset_id, &query)
+        .await
+        .map_err(|error| engine_error(&shared, &dataset_id, error))?;
+    ok(&page)
+}
+
+/// `state=a,b`, `split=x,y`, `time_range=START..END`, `updated_since=MS`, `limit=N`, `after=ID`.
+pub(crate) fn list_query(params: &HashMap<String, String>) -> Result<ListQuery, ApiError> {
+    const KNOWN: [&str; 6] = [
+        "state",
+        "split",
+        "time_range",
+        "updated_since",
+        "limit",
+        "after",
+    ];
+    if let Some(unknown) = params.keys().find(|key| !KNOWN.contains(&key.as_str())) {
+        return Err(ApiError::bad_request(format!(
+            "unknown query parameter {unknown:?}; use {}",
+            KNOWN.join(", ")
+        )));
+    }
+    let list = |key: &str| -> Vec<String> {
+        params
+            .get(key)
+            .map(|value| {
+                value
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // Both are stored as 64-bit signed numbers (milliseconds since the epoch, a row count).
+    let number = |key: &str| -> Result<Option<i64>, ApiError> {
+        params
+            .get(key)
+            .map(|value| {
+                value
+                    .parse::<i64>()
+                    .ok()
+                    .filter(|number| *number >= 0)
+                    .ok_or_else(|| {
+                        ApiError::bad_request(format!(
+                            "{key}: {value:?} is not a whole number from 0 to {}",
+                            i64::MAX
+                        ))
+                    })
+            })
+            .transpose()
+    };
+    let states = list("state")
+        .iter()
+        .map(|name| {
+            SplitState::parse(name).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "unknown state {name:?}; use staged, published or marked_for_deletion"
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let time_range = params
+        .get("time_range")
+        .map(|text| {
+            let parsed = text.split_once("..").and_then(|(start, end)| {
+                Some(TimeRange {
+                    start: start.trim().parse().ok()?,
+                    end: end.trim().parse().ok()?,
+                })
+            });
+            parsed.ok_or_else(|| {
+                ApiError::bad_request("time_range: expected START..END in milliseconds")
+            })
+        })
+        .transpose()?;
+    let splits = list("split");
+    Ok(ListQuery {
+        states,
+        split_ids: (!splits.is_empty()).then_some(splits),
+        time_range,
+        updated_since_ms: number("updated_since")?,
+        updated_before_ms: None,
+        after_split_id: params.get("after").cloned(),
+        limit: number("limit")?.map(|limit| usize::try_from(limit).unwrap_or(usize::MAX)),
+    })
+}
+
+pub(super) fn routes() -> OpenApiRouter<Arc<Shared>> {
+    OpenApiRouter::new()
+        .routes(routes!(stage))
+        .routes(routes!(publish))
+        .routes(routes!(mark))
+        .routes(routes!(delete))
+        .routes(routes!(list_splits))
+}
