@@ -1,23 +1,14 @@
 //! What each command does: open the engine, call it, print the result.
 
-use std::io::Read;
-
 use crate::config::Settings;
-use anyhow::{Context, bail};
+use anyhow::Context;
 use mend::Engine;
 use mend::catalog;
-use mend::model::{
-    CheckpointDelta, DatasetConfig, ListQuery, PublishRequest, SplitState, StageMode, StageRequest,
-    StageSplit, TimeRange,
-};
-use mend_policy::RecoveryMode;
-use serde::Deserialize;
+use mend::model::DatasetConfig;
 
 use super::interrupt::Signals;
 use super::output;
-use super::{
-    Args, BadInput, Command, DatasetCommand, ModeArg, PolicyCommand, RecoverModeArg, TokenCommand,
-};
+use super::{Args, BadInput, Command, DatasetCommand, PolicyCommand, TokenCommand};
 
 /// Resolves the settings once, before anything is opened (bad settings change nothing), then
 /// runs the command with them: until it ends, or a signal or a panic stops it with its gates
@@ -35,7 +26,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     output::set_table_width(output::TableWidth::for_stdout(args.wide));
     match args.command {
         // Needs no catalog: it must work when the catalog is what is being fixed.
-        Command::Config => return output::settings(&settings, json),
+        Command::Config => return crate::config::print(&settings, json),
         // Prints a secret and a line; opens nothing.
         Command::Token {
             command: TokenCommand::New { principal, grants },
@@ -94,232 +85,21 @@ async fn execute(
 ) -> anyhow::Result<()> {
     match command {
         Command::Dataset { command } => dataset(engine, settings, command, json).await,
-        Command::Stage {
-            dataset,
-            mode,
-            splits,
-            node,
-            idempotency_key,
-        } => {
-            let text = if splits.as_os_str() == "-" {
-                let mut text = String::new();
-                std::io::stdin()
-                    .read_to_string(&mut text)
-                    .map_err(|error| BadInput(format!("read splits from stdin: {error}")))?;
-                text
-            } else {
-                std::fs::read_to_string(&splits).map_err(|error| {
-                    BadInput(format!("read splits from {}: {error}", splits.display()))
-                })?
-            };
-            let request = StageRequest {
-                dataset_id: dataset,
-                mode: match mode {
-                    ModeArg::Upsert => StageMode::Upsert,
-                    ModeArg::CreateOnly => StageMode::CreateOnly,
-                },
-                node,
-                splits: parse_splits(&text)?,
-            };
-            let result = engine
-                .stage(&request)
-                .idempotency_key(idempotency_key.as_deref())
-                .await
-                .context("stage")?;
-            output::stage_result(&result, json)
-        }
-        Command::Publish {
-            dataset,
-            splits,
-            replaced,
-            checkpoint_delta,
-            publish_token,
-            idempotency_key,
-        } => {
-            let checkpoint_delta = checkpoint_delta
-                .map(|text| {
-                    serde_json::from_str::<CheckpointDelta>(&text)
-                        .context("parse --checkpoint-delta")
-                })
-                .transpose()?;
-            let request = PublishRequest {
-                dataset_id: dataset,
-                staged_split_ids: splits,
-                replaced_split_ids: replaced,
-                checkpoint_delta,
-                publish_token,
-                fencing_epoch: None,
-            };
-            let result = engine
-                .publish(&request)
-                .idempotency_key(idempotency_key.as_deref())
-                .await
-                .context("publish")?;
-            output::json_or(&result, json, || {
-                format!(
-                    "published {} split(s), marked {} for deletion; manifest version {}",
-                    result.published.len(),
-                    result.marked.len(),
-                    result.manifest_version
-                )
-            })
-        }
+        Command::Stage(args) => super::splits::stage(engine, args, json).await,
+        Command::Publish(args) => super::splits::publish(engine, args, json).await,
         Command::Commit(args) => super::commit::run(engine, settings, args, json).await,
         Command::Operation { command } => super::operation::run(engine, command, json).await,
-        Command::Mark {
-            dataset,
-            split_ids,
-            idempotency_key,
-        } => {
-            let result = engine
-                .mark_for_deletion(&dataset, &split_ids)
-                .idempotency_key(idempotency_key.as_deref())
-                .await
-                .context("mark for deletion")?;
-            output::json_or(&result, json, || {
-                format!(
-                    "marked {} split(s) for deletion; {} already marked",
-                    result.marked.len(),
-                    result.already_marked.len()
-                )
-            })
-        }
-        Command::Delete {
-            dataset,
-            split_ids,
-            idempotency_key,
-        } => {
-            engine
-                .delete_splits(&dataset, &split_ids)
-                .idempotency_key(idempotency_key.as_deref())
-                .await
-                .context("delete")?;
-            let deleted = serde_json::json!({ "deleted": split_ids });
-            output::json_or(&deleted, json, || {
-                format!("deleted {} split(s): objects, then rows", split_ids.len())
-            })
-        }
-        Command::List {
-            dataset,
-            state,
-            splits,
-            time_range,
-            updated_since,
-            limit,
-            after,
-        } => {
-            let states = state
-                .iter()
-                .map(|name| {
-                    SplitState::parse(name).ok_or_else(|| {
-                        BadInput(format!(
-                            "unknown state {name:?}; use staged, published or marked_for_deletion"
-                        ))
-                    })
-                })
-                .collect::<Result<Vec<_>, BadInput>>()?;
-            let query = ListQuery {
-                states,
-                split_ids: (!splits.is_empty()).then_some(splits),
-                time_range: time_range.as_deref().map(parse_time_range).transpose()?,
-                updated_since_ms: updated_since,
-                updated_before_ms: None,
-                after_split_id: after,
-                limit,
-            };
-            let page = engine.list_splits(&dataset, &query).await.context("list")?;
-            output::split_page(&page, json)
-        }
-        Command::Recover {
-            dataset,
-            mode,
-            idempotency_key,
-        } => {
-            let mode = match mode {
-                RecoverModeArg::Probe => RecoveryMode::Probe,
-                RecoverModeArg::RollForward => RecoveryMode::RollForward,
-                RecoverModeArg::Exclusive => RecoveryMode::Exclusive,
-                RecoverModeArg::Verify => RecoveryMode::Verify,
-            };
-            let report = engine
-                .recover(&dataset, mode)
-                .idempotency_key(idempotency_key.as_deref())
-                .await
-                .with_context(|| format!("recover dataset {dataset}"))?;
-            output::recovery_report(&report, json)?;
-            if let Some(verified) = &report.verify {
-                if !json {
-                    output::verify_report(verified, false)?;
-                }
-                if !verified.violations.is_empty() {
-                    bail!(
-                        "{} invariant violation(s) in dataset {dataset}",
-                        verified.violations.len()
-                    );
-                }
-            }
-            Ok(())
-        }
-        Command::Gc {
-            dataset,
-            node,
-            idempotency_key,
-        } => {
-            let result = engine
-                .gc(&dataset, &node)
-                .idempotency_key(idempotency_key.as_deref())
-                .await
-                .with_context(|| format!("collect the garbage of dataset {dataset}"))?;
-            output::json_or(&result, json, || {
-                format!(
-                    "marked {} abandoned staged split(s); deleted {} expired split(s), objects then rows",
-                    result.marked.len(),
-                    result.deleted.len()
-                )
-            })
-        }
-        Command::Reconcile {
-            dataset,
-            node,
-            idempotency_key,
-        } => {
-            let report = engine
-                .reconcile(&dataset, &node)
-                .idempotency_key(idempotency_key.as_deref())
-                .await
-                .with_context(|| format!("reconcile dataset {dataset}"))?;
-            output::reconcile_report(&report, json)
-        }
-        Command::Verify { dataset, deep } => {
-            let report = if deep {
-                engine.verify_deep(&dataset).await
-            } else {
-                engine.verify(&dataset).await
-            }
-            .with_context(|| format!("verify dataset {dataset}"))?;
-            output::verify_report(&report, json)?;
-            if !report.violations.is_empty() {
-                bail!(
-                    "{} invariant violation(s) in dataset {dataset}",
-                    report.violations.len()
-                );
-            }
-            Ok(())
-        }
-        Command::Audit {
-            dataset,
-            principal,
-            limit,
-        } => {
-            let entries = engine
-                .audit_trail(&dataset, principal.as_deref(), limit)
-                .await
-                .with_context(|| format!("read the audit of dataset {dataset}"))?;
-            output::audit_trail(&dataset, &entries, json)
-        }
+        Command::Mark(args) => super::splits::mark(engine, args, json).await,
+        Command::Delete(args) => super::splits::delete(engine, args, json).await,
+        Command::List(args) => super::splits::list(engine, args, json).await,
+        Command::Recover(args) => super::operate::recover(engine, args, json).await,
+        Command::Gc(args) => super::operate::gc(engine, args, json).await,
+        Command::Reconcile(args) => super::operate::reconcile(engine, args, json).await,
+        Command::Verify(args) => super::operate::verify(engine, args, json).await,
+        Command::Audit(args) => super::operate::audit(engine, args, json).await,
         Command::Policy { command } => super::policy::run(engine, settings, command, json).await,
         Command::Serve { .. } => super::serve::run(engine.clone(), settings, json).await,
-        Command::Config => output::settings(settings, json),
+        Command::Config => crate::config::print(settings, json),
         Command::Completions { shell } => super::completions(shell),
         Command::Man => super::man_page(),
         Command::Token {
@@ -722,43 +502,4 @@ fn apply_setting(config: &mut DatasetConfig, assignment: &str) -> Result<(), Bad
         },
     }
     Ok(())
-}
-
-/// One entry of a splits file.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SplitEntry {
-    split_id: String,
-    #[serde(default = "empty_object")]
-    metadata: serde_json::Value,
-}
-
-fn empty_object() -> serde_json::Value {
-    serde_json::json!({})
-}
-
-fn parse_splits(text: &str) -> anyhow::Result<Vec<StageSplit>> {
-    let entries: Vec<SplitEntry> = serde_json::from_str(text).context(
-        "parse splits: expected a JSON array of {\"split_id\": ..., \"metadata\": {...}}",
-    )?;
-    Ok(entries
-        .into_iter()
-        .map(|entry| StageSplit {
-            split_id: entry.split_id,
-            metadata_json: entry.metadata.to_string(),
-        })
-        .collect())
-}
-
-fn parse_time_range(text: &str) -> Result<TimeRange, BadInput> {
-    let bad = || {
-        BadInput(format!(
-            "--time-range {text:?}: expected START..END in milliseconds"
-        ))
-    };
-    let (start, end) = text.split_once("..").ok_or_else(bad)?;
-    Ok(TimeRange {
-        start: start.trim().parse().map_err(|_| bad())?,
-        end: end.trim().parse().map_err(|_| bad())?,
-    })
 }

@@ -31,6 +31,7 @@ mod demo;
 pub mod fuzzing;
 mod interrupt;
 mod logging;
+mod operate;
 mod operation;
 mod output;
 mod policy;
@@ -38,6 +39,7 @@ mod progress;
 mod request;
 pub mod scaffold;
 mod serve;
+mod splits;
 mod token;
 
 use std::path::PathBuf;
@@ -136,45 +138,9 @@ pub enum Command {
         command: DatasetCommand,
     },
     /// Stage splits from a JSON file (or - for stdin): [{"split_id": "...", "metadata": {...}}].
-    Stage {
-        /// The dataset to stage in.
-        dataset: String,
-        /// upsert overwrites rows that are still staged; create-only never touches an existing row.
-        #[arg(long, value_enum)]
-        mode: ModeArg,
-        /// The JSON file of splits; - reads stdin.
-        #[arg(long, default_value = "-")]
-        splits: PathBuf,
-        /// The node staging the splits.
-        #[arg(long, default_value = "cli")]
-        node: String,
-        /// Record the result under this key: the same stage sent again with it answers the
-        /// first answer; another stage with it is refused. Keys starting with `op:` are mend's.
-        #[arg(long, value_name = "KEY")]
-        idempotency_key: Option<String>,
-    },
+    Stage(StageArgs),
     /// Publish staged splits, replace published ones, apply a checkpoint delta.
-    Publish {
-        /// The dataset to publish in.
-        dataset: String,
-        /// Split ids to publish (comma-separated or repeated).
-        #[arg(long = "split", value_delimiter = ',')]
-        splits: Vec<String>,
-        /// Published split ids this publish replaces (they become marked for deletion).
-        #[arg(long = "replace", value_delimiter = ',')]
-        replaced: Vec<String>,
-        /// A checkpoint delta as JSON: {"source": "...", "partitions": [{"partition": "0", "from_position": null, "to_position": 10}]}
-        #[arg(long)]
-        checkpoint_delta: Option<String>,
-        /// The publish token (fencing) the dataset expects.
-        #[arg(long)]
-        publish_token: Option<String>,
-        /// Record the result under this key, in the publish's own atomic step: the same
-        /// publish sent again with it answers the first answer (even once its splits are
-        /// published); another publish with it is refused. Keys starting with `op:` are mend's.
-        #[arg(long, value_name = "KEY")]
-        idempotency_key: Option<String>,
-    },
+    Publish(PublishArgs),
     /// Upload files as new splits and publish them, crash-safely: hash each file, begin an
     /// operation, upload each file streaming, publish. Re-run with the same --operation-id to
     /// resume it; `mend operation abort` rolls it back.
@@ -186,118 +152,24 @@ pub enum Command {
         command: OperationCommand,
     },
     /// Mark splits for deletion (idempotent).
-    Mark {
-        /// The dataset the splits belong to.
-        dataset: String,
-        /// The split ids to mark (comma-separated or several arguments).
-        #[arg(required = true, value_delimiter = ',')]
-        split_ids: Vec<String>,
-        /// Record the result under this key, with the marks: the same mark sent again with
-        /// it answers the first answer; another request with it is refused. Keys starting
-        /// with `op:` are mend's.
-        #[arg(long, value_name = "KEY")]
-        idempotency_key: Option<String>,
-    },
+    Mark(MarkArgs),
     /// Delete splits marked for deletion: their objects, then their rows.
-    Delete {
-        /// The dataset the splits belong to.
-        dataset: String,
-        /// The split ids to delete, each marked for deletion (comma-separated or several
-        /// arguments).
-        #[arg(required = true, value_delimiter = ',')]
-        split_ids: Vec<String>,
-        /// Record the result under this key, with the rows' delete: the same delete sent
-        /// again with it answers the first answer, even once the rows are gone; another
-        /// request with it is refused. Keys starting with `op:` are mend's.
-        #[arg(long, value_name = "KEY")]
-        idempotency_key: Option<String>,
-    },
+    Delete(DeleteArgs),
     /// List splits, filtered and paged.
-    List {
-        /// The dataset to list the splits of.
-        dataset: String,
-        /// Only these states (comma-separated): staged, published, marked_for_deletion.
-        #[arg(long, value_delimiter = ',')]
-        state: Vec<String>,
-        /// Only these split ids.
-        #[arg(long = "split", value_delimiter = ',')]
-        splits: Vec<String>,
-        /// Only splits whose time range overlaps START..END (ms, both inclusive).
-        #[arg(long)]
-        time_range: Option<String>,
-        /// Only splits updated at or after this time (ms since the epoch).
-        #[arg(long)]
-        updated_since: Option<i64>,
-        /// Page size.
-        #[arg(long)]
-        limit: Option<usize>,
-        /// Start after this split id (from the previous page).
-        #[arg(long)]
-        after: Option<String>,
-    },
+    List(ListArgs),
     /// Resolve the in-doubt work crashed operations left in a dataset.
-    Recover {
-        /// The dataset to recover.
-        dataset: String,
-        /// probe and verify only report; roll-forward completes what it can; exclusive may
-        /// also roll back other writers' unfinished work.
-        #[arg(long, value_enum)]
-        mode: RecoverModeArg,
-        /// Record the report under this key when the sweep ends: the same recovery sent again
-        /// with it answers the first report. Probe and verify write nothing, so they record
-        /// nothing either. Keys starting with `op:` are mend's.
-        #[arg(long, value_name = "KEY")]
-        idempotency_key: Option<String>,
-    },
+    Recover(RecoverArgs),
     /// Collect a dataset's garbage: mark staged splits abandoned past the staged grace period,
     /// delete the objects, then the rows, of splits marked past the deletion grace period.
-    Gc {
-        /// The dataset to collect.
-        dataset: String,
-        /// The node running the collection, recorded in its intent.
-        #[arg(long, default_value = "cli")]
-        node: String,
-        /// Record the result under this key when the run ends: the same gc sent again with it
-        /// answers the first result. Keys starting with `op:` are mend's.
-        #[arg(long, value_name = "KEY")]
-        idempotency_key: Option<String>,
-    },
+    Gc(GcArgs),
     /// Rebuild rows for objects no row describes (older than the staged grace period): the
     /// policy adopts (publishes) whole ones and discards (marks) the rest.
-    Reconcile {
-        /// The dataset whose objects to reconcile with its rows.
-        dataset: String,
-        /// The node running the reconcile: it stages the rebuilt rows and owns its intent.
-        #[arg(long, default_value = "cli")]
-        node: String,
-        /// Record the report under this key when the run ends: the same reconcile sent again
-        /// with it answers the first report. Keys starting with `op:` are mend's.
-        #[arg(long, value_name = "KEY")]
-        idempotency_key: Option<String>,
-    },
+    Reconcile(ReconcileArgs),
     /// Check a dataset's invariants, bucket included; writes nothing. Exits 1 on a violation.
-    Verify {
-        /// The dataset to check.
-        dataset: String,
-        /// Read every object back whole and hash its payload against the sha256 its header
-        /// records (every byte of the dataset is read; without it, only each object's header).
-        #[arg(long)]
-        deep: bool,
-    },
+    Verify(VerifyArgs),
     /// Who decided what and when on a dataset: its audit records (each recovery, gc and
     /// reconcile decision, with the principal that ran it), newest last.
-    Audit {
-        /// The dataset.
-        dataset: String,
-        /// Only the records naming this principal (a tokens file's name, `anonymous`,
-        /// `admin-token`, `supervisor@REPLICA` or `cli`).
-        #[arg(long, value_name = "NAME")]
-        principal: Option<String>,
-        /// How many of the newest records to read (with --principal, those naming it among
-        /// them), 1 to 100000.
-        #[arg(long, default_value_t = 100, value_name = "N")]
-        limit: usize,
-    },
+    Audit(AuditArgs),
     /// Look at a policy component, replay recorded decisions against it, swap the active
     /// policy, roll it back.
     Policy {
@@ -343,6 +215,176 @@ pub enum Command {
     /// swap to a second policy (which discards orphans) replays the recorded decisions and
     /// discards the next orphan, verify checks the invariants, and the swap is rolled back.
     Demo,
+}
+
+/// The arguments of `mend stage`.
+#[derive(Debug, clap::Args)]
+pub struct StageArgs {
+    /// The dataset to stage in.
+    pub dataset: String,
+    /// upsert overwrites rows that are still staged; create-only never touches an existing row.
+    #[arg(long, value_enum)]
+    pub mode: ModeArg,
+    /// The JSON file of splits; - reads stdin.
+    #[arg(long, default_value = "-")]
+    pub splits: PathBuf,
+    /// The node staging the splits.
+    #[arg(long, default_value = "cli")]
+    pub node: String,
+    /// Record the result under this key: the same stage sent again with it answers the
+    /// first answer; another stage with it is refused. Keys starting with `op:` are mend's.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+}
+
+/// The arguments of `mend publish`.
+#[derive(Debug, clap::Args)]
+pub struct PublishArgs {
+    /// The dataset to publish in.
+    pub dataset: String,
+    /// Split ids to publish (comma-separated or repeated).
+    #[arg(long = "split", value_delimiter = ',')]
+    pub splits: Vec<String>,
+    /// Published split ids this publish replaces (they become marked for deletion).
+    #[arg(long = "replace", value_delimiter = ',')]
+    pub replaced: Vec<String>,
+    /// A checkpoint delta as JSON: {"source": "...", "partitions": [{"partition": "0", "from_position": null, "to_position": 10}]}
+    #[arg(long)]
+    pub checkpoint_delta: Option<String>,
+    /// The publish token (fencing) the dataset expects.
+    #[arg(long)]
+    pub publish_token: Option<String>,
+    /// Record the result under this key, in the publish's own atomic step: the same
+    /// publish sent again with it answers the first answer (even once its splits are
+    /// published); another publish with it is refused. Keys starting with `op:` are mend's.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+}
+
+/// The arguments of `mend mark`.
+#[derive(Debug, clap::Args)]
+pub struct MarkArgs {
+    /// The dataset the splits belong to.
+    pub dataset: String,
+    /// The split ids to mark (comma-separated or several arguments).
+    #[arg(required = true, value_delimiter = ',')]
+    pub split_ids: Vec<String>,
+    /// Record the result under this key, with the marks: the same mark sent again with
+    /// it answers the first answer; another request with it is refused. Keys starting
+    /// with `op:` are mend's.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+}
+
+/// The arguments of `mend delete`.
+#[derive(Debug, clap::Args)]
+pub struct DeleteArgs {
+    /// The dataset the splits belong to.
+    pub dataset: String,
+    /// The split ids to delete, each marked for deletion (comma-separated or several
+    /// arguments).
+    #[arg(required = true, value_delimiter = ',')]
+    pub split_ids: Vec<String>,
+    /// Record the result under this key, with the rows' delete: the same delete sent
+    /// again with it answers the first answer, even once the rows are gone; another
+    /// request with it is refused. Keys starting with `op:` are mend's.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+}
+
+/// The arguments of `mend list`.
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// The dataset to list the splits of.
+    pub dataset: String,
+    /// Only these states (comma-separated): staged, published, marked_for_deletion.
+    #[arg(long, value_delimiter = ',')]
+    pub state: Vec<String>,
+    /// Only these split ids.
+    #[arg(long = "split", value_delimiter = ',')]
+    pub splits: Vec<String>,
+    /// Only splits whose time range overlaps START..END (ms, both inclusive).
+    #[arg(long)]
+    pub time_range: Option<String>,
+    /// Only splits updated at or after this time (ms since the epoch).
+    #[arg(long)]
+    pub updated_since: Option<i64>,
+    /// Page size.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Start after this split id (from the previous page).
+    #[arg(long)]
+    pub after: Option<String>,
+}
+
+/// The arguments of `mend recover`.
+#[derive(Debug, clap::Args)]
+pub struct RecoverArgs {
+    /// The dataset to recover.
+    pub dataset: String,
+    /// probe and verify only report; roll-forward completes what it can; exclusive may
+    /// also roll back other writers' unfinished work.
+    #[arg(long, value_enum)]
+    pub mode: RecoverModeArg,
+    /// Record the report under this key when the sweep ends: the same recovery sent again
+    /// with it answers the first report. Probe and verify write nothing, so they record
+    /// nothing either. Keys starting with `op:` are mend's.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+}
+
+/// The arguments of `mend gc`.
+#[derive(Debug, clap::Args)]
+pub struct GcArgs {
+    /// The dataset to collect.
+    pub dataset: String,
+    /// The node running the collection, recorded in its intent.
+    #[arg(long, default_value = "cli")]
+    pub node: String,
+    /// Record the result under this key when the run ends: the same gc sent again with it
+    /// answers the first result. Keys starting with `op:` are mend's.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+}
+
+/// The arguments of `mend reconcile`.
+#[derive(Debug, clap::Args)]
+pub struct ReconcileArgs {
+    /// The dataset whose objects to reconcile with its rows.
+    pub dataset: String,
+    /// The node running the reconcile: it stages the rebuilt rows and owns its intent.
+    #[arg(long, default_value = "cli")]
+    pub node: String,
+    /// Record the report under this key when the run ends: the same reconcile sent again
+    /// with it answers the first report. Keys starting with `op:` are mend's.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+}
+
+/// The arguments of `mend verify`.
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// The dataset to check.
+    pub dataset: String,
+    /// Read every object back whole and hash its payload against the sha256 its header
+    /// records (every byte of the dataset is read; without it, only each object's header).
+    #[arg(long)]
+    pub deep: bool,
+}
+
+/// The arguments of `mend audit`.
+#[derive(Debug, clap::Args)]
+pub struct AuditArgs {
+    /// The dataset.
+    pub dataset: String,
+    /// Only the records naming this principal (a tokens file's name, `anonymous`,
+    /// `admin-token`, `supervisor@REPLICA` or `cli`).
+    #[arg(long, value_name = "NAME")]
+    pub principal: Option<String>,
+    /// How many of the newest records to read (with --principal, those naming it among
+    /// them), 1 to 100000.
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    pub limit: usize,
 }
 
 #[derive(Debug, Subcommand)]

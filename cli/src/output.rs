@@ -8,7 +8,6 @@
 use std::io::IsTerminal;
 use std::sync::OnceLock;
 
-use crate::config::{Settings, Shown, Source};
 use comfy_table::{ColumnConstraint, ContentArrangement, Table, presets::UTF8_BORDERS_ONLY};
 use mend::clock::rfc3339;
 use mend::engine::{
@@ -178,55 +177,6 @@ pub fn dataset(dataset: &Dataset, json: bool) -> anyhow::Result<()> {
         ("updated", rfc3339(dataset.updated_at_ms)),
     ] {
         table.add_row(vec![field.to_string(), value]);
-    }
-    println!("{table}");
-    Ok(())
-}
-
-/// `mend config`: every setting, its value (the admin token only as set or unset) and where
-/// it came from.
-pub fn settings(settings: &Settings, json: bool) -> anyhow::Result<()> {
-    if json {
-        #[derive(Serialize)]
-        struct Entry<'a> {
-            value: Shown,
-            source: &'a Source,
-            env: &'static str,
-            flag: String,
-            doc: &'static str,
-        }
-        let entries: serde_json::Map<String, serde_json::Value> = settings
-            .entries()
-            .map(|(setting, value, source)| {
-                let entry = Entry {
-                    value,
-                    source,
-                    env: setting.env,
-                    flag: setting.flag_text(),
-                    doc: setting.doc,
-                };
-                Ok((setting.key.to_owned(), serde_json::to_value(entry)?))
-            })
-            .collect::<anyhow::Result<_>>()?;
-        return print_json(&serde_json::json!({
-            "file": settings.file,
-            "settings": entries,
-        }));
-    }
-    match &settings.file {
-        Some(file) => println!("config file: {}", file.display()),
-        None => println!(
-            "config file: none (no --config, no MEND_CONFIG, no {})",
-            crate::config::DEFAULT_FILE
-        ),
-    }
-    let mut table = table(&["setting", "value", "source"]);
-    for (setting, value, source) in settings.entries() {
-        let source = match source {
-            Source::Default => "default".to_owned(),
-            other => other.to_string(),
-        };
-        table.add_row(vec![setting.key.to_owned(), value.to_string(), source]);
     }
     println!("{table}");
     Ok(())
