@@ -801,7 +801,7 @@ pub fn hint(error: &anyhow::Error) -> Option<&'static str> {
                 "give an existing file to --config or MEND_CONFIG, or neither to read ./mend.toml if it exists"
             }
             ConfigError::UnknownKey { .. } | ConfigError::MalformedAssignment { .. } => {
-                "the Configuration section of README.md lists every setting"
+                "docs/src/configuration.md lists every setting"
             }
             _ => "fix it where it came from; nothing was opened or written",
         });

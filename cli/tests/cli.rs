@@ -1,5 +1,5 @@
 //! The real `mend` binary on the embedded default catalog (a local directory): each command's
-//! happy path and its main failure, with the exit codes the README documents; and where its
+//! happy path and its main failure, with the exit codes docs/src/operations.md documents; and where its
 //! settings come from.
 
 use crate::common;

@@ -1,5 +1,5 @@
 //! Every `mend` subcommand through the real binary, on the embedded default catalog (a local
-//! directory): its happy path, then its main failure with the exit code the README documents
+//! directory): its happy path, then its main failure with the exit code docs/src/operations.md documents
 //! (2 invalid input, 3 not found, 4 precondition or conflict, 6 policy), and nothing changed
 //! by a failure. `serve` has its own file (server.rs), `demo` too (demo.rs).
 

@@ -725,7 +725,7 @@ fn the_audit_names_who_decided_and_filters_by_principal() {
     );
 }
 
-/// README.md's secure three-replica fleet, run step by step by `scripts/secure-fleet-example`
+/// The secure three-replica fleet of docs/src/fleet.md, run step by step by `scripts/secure-fleet-example`
 /// with this build's `mend`: certificates from openssl, principals from `mend token new`, three
 /// replicas with TLS and a tokens file, then curl, the Python writer and `mend request`.
 #[test]
@@ -747,5 +747,5 @@ fn the_readmes_secure_fleet_runs_as_shown() {
         stdout.contains("secure-fleet-example: 9 checks passed") && passed == 9,
         "{stdout}"
     );
-    println!("security: README's secure fleet ran as shown, {passed} checks");
+    println!("security: the book's secure fleet ran as shown, {passed} checks");
 }

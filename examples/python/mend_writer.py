@@ -258,7 +258,7 @@ class _Concatenated(io.RawIOBase):
 
 
 def object_prefix(header_json):
-    """What comes before the payload in a split object (the README's format): b"MENDSPL1",
+    """What comes before the payload in a split object (the format in docs/src/writers.md): b"MENDSPL1",
     the header's length as u32 little-endian, the header exactly as begin answered it."""
     header = header_json.encode()
     return b"MENDSPL1" + struct.pack("<I", len(header)) + header

@@ -143,7 +143,7 @@ pub const CHECKPOINT_PARTITIONS: Bound = Bound::new("partitions per dataset chec
 /// exactly). A position moves only forward, so a partition at the top stays there.
 pub const CHECKPOINT_POSITION: Bound = Bound::new("position", 0, i64::MAX as u64);
 
-/// The limits that are not settings, as the README's table of fixed limits lists them.
+/// The limits that are not settings, as the table of fixed limits in docs/src/configuration.md lists them.
 pub const FIXED: [Bound; 5] = [
     POLICY_PARAMS,
     POLICY_PARAM_VALUE_BYTES,

@@ -129,7 +129,7 @@ pub struct StageSplit {
 pub struct StageRequest {
     /// The dataset to stage in.
     pub dataset_id: String,
-    /// Upsert or create-only; see the README's staging table.
+    /// Upsert or create-only; see the staging table in docs/src/concepts.md.
     pub mode: StageMode,
     /// The node staging the rows, recorded in each.
     pub node: String,

@@ -1,7 +1,7 @@
 //! What every mend policy written in Rust needs besides its decisions, so that a policy crate
 //! holds only those.
 //!
-//! A policy is a `wasm32-wasip2` component that imports nothing (README, "Policies"): it is
+//! A policy is a `wasm32-wasip2` component that imports nothing (docs/src/policies.md): it is
 //! `no_std`, so the standard library's WASI layer is never linked, and this crate brings what
 //! the standard library would have:
 //!

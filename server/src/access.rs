@@ -68,7 +68,7 @@ pub(crate) enum Need {
 }
 
 impl Need {
-    /// What the need is, in the words of the README and the OpenAPI document.
+    /// What the need is, in the words of docs/src/server.md (Security) and the OpenAPI document.
     pub(crate) fn describe(self) -> String {
         match self {
             Need::Public => "none".into(),

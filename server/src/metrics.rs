@@ -2,7 +2,7 @@
 //! the Prometheus text format (version 0.0.4) on `/metrics`. Nothing here blocks for long:
 //! each update is an atomic add, or one short lock of its family when a label set is new.
 //!
-//! The names, types, labels and help are the README's metrics table. prometheus-client adds
+//! The names, types, labels and help are the metrics table of docs/src/http-api.md. prometheus-client adds
 //! `_total` to a counter's name itself, so counters are registered without it. A family
 //! without a series yet is left out of the exposition, its `# HELP` and `# TYPE` too.
 
@@ -331,7 +331,7 @@ impl Metrics {
 mod tests {
     use super::*;
 
-    /// The exposition as the README documents it: every family's `# HELP` and `# TYPE`
+    /// The exposition as docs/src/http-api.md documents it: every family's `# HELP` and `# TYPE`
     /// under its documented name, counters with `_total`, the histogram's buckets as they
     /// were written before prometheus-client, and label values escaped.
     #[test]

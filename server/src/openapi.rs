@@ -96,7 +96,7 @@ pub(crate) fn declare_access(document: &mut Document) {
             `ErrorBody`; a route answers 404 `no_route` for a path no route has, 405 \
             `method_not_allowed` (with `Allow`) for a method it does not answer, and HEAD \
             wherever it answers GET. A request sent again under the same `Idempotency-Key` \
-            answers what it answered the first time. See README.md, \"HTTP API\".",
+            answers what it answered the first time. See docs/src/http-api.md.",
     ),
     components(
         schemas(ErrorBody, ErrorCode),
@@ -256,7 +256,7 @@ fn string() -> ObjectBuilder {
     ObjectBuilder::new().schema_type(Type::String)
 }
 
-/// An id in mend's one alphabet (README, "Errors").
+/// An id in mend's one alphabet (docs/src/errors.md).
 fn id() -> ObjectBuilder {
     string()
         .min_length(Some(1))

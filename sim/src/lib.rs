@@ -20,7 +20,7 @@
 //! - [`stress`] runs the same workloads and checks against a real Postgres catalog, in real
 //!   time and without determinism: a stress mode, not a simulation.
 //!
-//! The README's "How mend is tested" says why tokio's paused clock rather than madsim or
+//! docs/src/testing.md says why tokio's paused clock rather than madsim or
 //! turmoil, and what is not simulated.
 
 pub mod check;

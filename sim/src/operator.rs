@@ -118,7 +118,7 @@ struct ConfigApply {
 /// A config apply under an idempotency key, as `mend dataset config --set` sends it: the
 /// config read, a new one made from it (grace periods unique to this apply, so that what a
 /// reader sees names the apply it came from), sent with retries under one key. Or, while the
-/// last one's answer is unknown, that one again: as the README tells a client, an apply in
+/// last one's answer is unknown, that one again: as docs/src/writers.md tells a client, an apply in
 /// doubt is sent again under its key until its answer is known, before any other (an apply
 /// given up and replaced by another leaves an intent only exclusive recovery drops). Each
 /// answer known is recorded for the checks: promoted at a version, or refused (the version

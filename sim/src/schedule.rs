@@ -869,7 +869,7 @@ async fn protocol_writer(
     let forgetful = index + config.forgetful_writers >= config.protocol_writers;
     let unkeyed = index < config.unkeyed_writers;
     // The operation whose end this writer does not know (it crashed, or its last answer was
-    // unknown): as the README's exactly-once loop says, the writer sends it again until it
+    // unknown): as the exactly-once loop of docs/src/writers.md says, the writer sends it again until it
     // knows, and only then reads the position it continues from.
     let mut in_doubt: Option<String> = None;
     for number in 0..config.operations_each {

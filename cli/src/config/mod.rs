@@ -4,7 +4,8 @@
 //!
 //! [`SETTINGS`] is the one table of every setting: its key in the file and for `--set`, its
 //! environment variable, its flag, its default and what it means. `mend config` prints from
-//! it, and a test holds README.md's configuration table to it. This module reads the file it is
+//! it, and a test holds the book's configuration table
+//! (docs/src/configuration.md) to it. This module reads the file it is
 //! pointed at and the environment it is handed; it prints nothing and opens nothing else. The
 //! CLI (and the server) take the resolved [`Settings`] and build what they need from it:
 //! [`Settings::engine_options`], [`Settings::load_options`],
@@ -24,12 +25,12 @@
 //! - its errors are serde's (`invalid type: found string "x", expected u64 for key ...`),
 //!   while mend's name the setting, its source and its range in one line that says what to
 //!   write ("bad value for limits.max_stage_batch from environment variable ...: "abc" is
-//!   not a whole number; its range is 1..=100000"): the messages the README and the CLI tests
+//!   not a whole number; its range is 1..=100000"): the messages the docs and the CLI tests
 //!   promise would need a translation layer over its `Error`;
-//! - ranges ([`mend::bounds`]), URL schemes and the README table check are mend's either way.
+//! - ranges ([`mend::bounds`]), URL schemes and the docs' table check are mend's either way.
 //!
 //! A second model of the same table to keep in step is a worse trade than these lines, so the
-//! table below is the one model: it parses, shows, documents and is checked against the README.
+//! table below is the one model: it parses, shows, documents and is checked against the docs.
 
 mod render;
 mod sources;

@@ -15,7 +15,7 @@ impl fmt::Display for Source {
 }
 
 impl Setting {
-    /// Its range as the README shows it.
+    /// Its range as docs/src/configuration.md shows it.
     pub fn range_text(&self) -> String {
         self.range
             .map_or_else(String::new, |range| format!("`{range}`"))

@@ -97,7 +97,7 @@ macro_rules! field {
     };
 }
 
-/// Every setting mend reads, in the order `mend config` and the README list them.
+/// Every setting mend reads, in the order `mend config` and docs/src/configuration.md list them.
 pub static SETTINGS: &[Setting] = &[
     Setting::new(
         "catalog",

@@ -434,7 +434,7 @@ fn the_table_is_consistent() {
     );
 }
 
-/// README.md's configuration table, as this table says it must read.
+/// docs/src/configuration.md's configuration table, as this table says it must read.
 fn markdown_table() -> String {
     let mut lines = vec![
         "| key | environment | flag | default | range | meaning |".to_owned(),
@@ -488,12 +488,12 @@ fn the_default_json_body_cap_holds_the_largest_request_of_the_default_limits() {
 #[test]
 fn the_readme_lists_every_fixed_limit() {
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/src/configuration.md")).unwrap();
     for bound in bounds::FIXED {
         let row = format!("| `{}` | `{bound}` |", bound.name);
         assert!(
             readme.contains(&row),
-            "README.md's table of fixed limits has no row {row}"
+            "docs/src/configuration.md's table of fixed limits has no row {row}"
         );
     }
 }
@@ -501,14 +501,14 @@ fn the_readme_lists_every_fixed_limit() {
 #[test]
 fn the_readme_documents_every_setting_as_the_table_says() {
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/src/configuration.md")).unwrap();
     let section = readme
         .split_once("\n## Configuration\n")
         .map(|(_, rest)| rest.split("\n## ").next().unwrap_or(rest))
-        .expect("README.md has a Configuration section");
+        .expect("docs/src/configuration.md has a Configuration section");
     let expected = markdown_table();
     assert!(
         section.contains(&expected),
-        "README.md's configuration table has drifted from config::SETTINGS; it must read:\n\n{expected}\n"
+        "docs/src/configuration.md's configuration table has drifted from config::SETTINGS; it must read:\n\n{expected}\n"
     );
 }

@@ -86,7 +86,7 @@ fn openapi_every_error_code_is_in_the_document() {
         .map(|code| code.as_str().to_owned())
         .collect();
     assert_eq!(listed, all, "ErrorCode::ALL and the enum's variants differ");
-    // The codes README.md's status table promises.
+    // The codes docs/src/http-api.md's status table promises.
     for code in [
         "invalid_argument",
         "unauthorized",
@@ -130,7 +130,7 @@ fn openapi_every_error_code_is_in_the_document() {
             described += 1;
         }
     }
-    // The error body's fields, as the README promises them.
+    // The error body's fields, as docs/src/http-api.md promises them.
     let properties = document["components"]["schemas"]["ErrorBody"]["properties"]
         .as_object()
         .unwrap();

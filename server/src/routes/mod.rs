@@ -193,6 +193,6 @@ async fn not_found() -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         ErrorCode::NoRoute,
-        "no such route; see the HTTP API in README.md",
+        "no such route; see the HTTP API in docs/src/http-api.md",
     )
 }

@@ -92,7 +92,7 @@ async fn readyz(State(shared): AppState) -> ApiResult {
     path = "/metrics",
     tag = "health",
     responses(
-        (status = 200, description = "the metrics, README.md \"Metrics\"", body = String, content_type = "text/plain; version=0.0.4"),
+        (status = 200, description = "the metrics, docs/src/http-api.md \"Metrics\"", body = String, content_type = "text/plain; version=0.0.4"),
         (status = 500, response = InternalError),
         (status = 503, response = Unavailable),
     )

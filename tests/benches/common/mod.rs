@@ -1,7 +1,7 @@
 //! What every mend bench shares: criterion set up from the command line; groups sampled for
 //! quick routines or for expensive ones; and, after a group has run, criterion's own estimate
 //! of each function's time, from which the bench prints its throughputs and ratios
-//! (mend/floor) in the words the README quotes. Each bench decides what to run and how to
+//! (mend/floor) in the words docs/src/benchmarks.md quotes. Each bench decides what to run and how to
 //! word its lines; this module does not know what a floor is.
 //!
 //! The ratios are criterion's numbers of the same run, not a second measurement: when a group
@@ -18,7 +18,7 @@
 //! (criterion writes `new/` in both cases).
 //!
 //! The lines are printed together at the end ([`Bench::finish`]), after criterion's own
-//! report, so that the block the README quotes is one block.
+//! report, so that the block docs/src/benchmarks.md quotes is one block.
 //!
 //! A group's sampling ([`Sampling`]) sets sample size, warm-up and measurement time, except
 //! those given on the command line (`cargo bench ... -- --sample-size 20 --measurement-time
