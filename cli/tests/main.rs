@@ -14,6 +14,7 @@ mod external_writers;
 mod fleet;
 mod hints;
 mod logs;
+mod ops;
 mod policy_new;
 mod postgres_notices;
 mod request;

@@ -37,6 +37,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::Shared;
 use super::connections::ClientCertificate;
+use super::metrics::Shed;
 use super::quotas::{OverLimit, WriteSlot};
 use crate::auth::{Action, Grant, Pattern, Principal, TokensFile, constant_time_eq};
 use crate::error::ApiError;
@@ -469,7 +470,13 @@ pub(crate) async fn check(
             .admit(caller.name(), write, std::time::Instant::now())
         {
             Ok(slot) => slot,
-            Err(over) => return over_limit(&caller, over).into_response(),
+            Err(over) => {
+                shared.metrics.shed(match over {
+                    OverLimit::Rate { .. } => Shed::PrincipalRate,
+                    OverLimit::Writes { .. } => Shed::PrincipalWrites,
+                });
+                return over_limit(&caller, over).into_response();
+            }
         }
     };
     let param = |name: &str| {

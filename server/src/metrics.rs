@@ -10,8 +10,10 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -40,6 +42,10 @@ pub struct Metrics {
     pending_intents: Family<DatasetLabels, Gauge>,
     /// 1 while a dataset serves, 0 while it answers 503.
     dataset_up: Family<DatasetLabels, Gauge>,
+    /// Intents per dataset the policy blocked at the last sweep: an operator must decide.
+    intents_needing_operator: Family<DatasetLabels, Gauge>,
+    /// Requests refused for load, by reason (every reason's series from the start).
+    shed: Family<ShedLabels, Counter>,
     /// HTTP requests by (route, status).
     requests: Family<RequestLabels, Counter>,
     /// This replica: 1, labelled with its id and fencing epoch (one series).
@@ -49,6 +55,8 @@ pub struct Metrics {
     fleet_owned_pending_datasets: Gauge,
     fleet_rebalances: Counter,
     fleet_takeovers: Counter,
+    /// 1 while this replica's membership lease is live by its own clock, 0 once it ran out.
+    fleet_lease_held: Gauge,
     /// Held while one scrape sets the policy gauge and encodes, so that two scrapes at once
     /// never see each other's half-replaced policy.
     rendering: Mutex<()>,
@@ -79,6 +87,76 @@ struct ReplicaLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ShedLabels {
+    reason: &'static str,
+}
+
+/// Why a request was refused for load: the `reason` label of `mend_shed_requests_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shed {
+    /// The server is shutting down: it admits no new write.
+    ShuttingDown,
+    /// The dataset has `serve.max_queued_writes_per_dataset` writes admitted.
+    DatasetWrites,
+    /// The server has `serve.max_queued_writes` writes admitted.
+    ServerWrites,
+    /// A principal over `serve.principal_requests_per_second`.
+    PrincipalRate,
+    /// A principal at `serve.principal_max_writes` writes in flight.
+    PrincipalWrites,
+}
+
+impl Shed {
+    const ALL: [Shed; 5] = [
+        Shed::ShuttingDown,
+        Shed::DatasetWrites,
+        Shed::ServerWrites,
+        Shed::PrincipalRate,
+        Shed::PrincipalWrites,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Shed::ShuttingDown => "shutting_down",
+            Shed::DatasetWrites => "dataset_writes",
+            Shed::ServerWrites => "server_writes",
+            Shed::PrincipalRate => "principal_rate",
+            Shed::PrincipalWrites => "principal_writes",
+        }
+    }
+}
+
+/// The library's count of this process's policy calls ([`mend::runtime::stats`]), read at
+/// each scrape: `mend_policy_decision_seconds` and `mend_policy_failures_total`.
+#[derive(Debug)]
+struct PolicyCalls;
+
+impl Collector for PolicyCalls {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let stats = mend::runtime::stats::decision_stats();
+        let mut histogram = encoder.encode_descriptor(
+            "mend_policy_decision_seconds",
+            "Policy calls by how long each took in its sandbox, the wait for one included",
+            None,
+            MetricType::Histogram,
+        )?;
+        histogram.encode_histogram::<NoLabelSet>(
+            stats.seconds,
+            stats.calls,
+            &stats.buckets,
+            None,
+        )?;
+        let failures = encoder.encode_descriptor(
+            "mend_policy_failures",
+            "Policy calls that failed: a trap, the deadline, a sandbox limit, a broken answer or no sandbox free",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(stats.failures).encode(failures)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RequestLabels {
     route: String,
     status: u16,
@@ -92,6 +170,15 @@ impl Default for Metrics {
         let sweep_failures: Counter = Counter::default();
         let pending_intents = Family::default();
         let dataset_up = Family::default();
+        let intents_needing_operator = Family::default();
+        let shed: Family<ShedLabels, Counter> = Family::default();
+        for reason in Shed::ALL {
+            // Every reason's series from the start, at 0: a rate over it is defined at once.
+            drop(shed.get_or_create(&ShedLabels {
+                reason: reason.label(),
+            }));
+        }
+        let fleet_lease_held = Gauge::default();
         let requests = Family::default();
         let fleet_replica = Family::default();
         let fleet_members = Gauge::default();
@@ -132,6 +219,16 @@ impl Default for Metrics {
             dataset_up.clone(),
         );
         registry.register(
+            "mend_intents_needing_operator",
+            "Intents per dataset the policy blocked at the last sweep: an operator must decide",
+            intents_needing_operator.clone(),
+        );
+        registry.register(
+            "mend_shed_requests",
+            "Requests refused for load, by reason (503 or 429, with Retry-After)",
+            shed.clone(),
+        );
+        registry.register(
             "mend_http_requests",
             "HTTP requests by route and status",
             requests.clone(),
@@ -166,6 +263,12 @@ impl Default for Metrics {
             "Members found expired (dead or stalled) whose datasets the fleet took over",
             fleet_takeovers.clone(),
         );
+        registry.register(
+            "mend_fleet_lease_held",
+            "1 while this replica's membership lease is live by its own clock, 0 once it ran out",
+            fleet_lease_held.clone(),
+        );
+        registry.register_collector(Box::new(PolicyCalls));
         Self {
             registry,
             active_policy,
@@ -174,6 +277,8 @@ impl Default for Metrics {
             sweep_failures,
             pending_intents,
             dataset_up,
+            intents_needing_operator,
+            shed,
             requests,
             fleet_replica,
             fleet_members,
@@ -181,6 +286,7 @@ impl Default for Metrics {
             fleet_owned_pending_datasets,
             fleet_rebalances,
             fleet_takeovers,
+            fleet_lease_held,
             rendering: Mutex::new(()),
         }
     }
@@ -252,16 +358,29 @@ impl Metrics {
         }
     }
 
-    /// A dataset's gauges as its supervisor found it: the pending intents only when it could
-    /// count them (a failed check leaves the last count), whether it is served always.
-    pub fn dataset(&self, dataset_id: &str, pending_intents: Option<usize>, up: bool) {
+    /// A dataset's gauges as its supervisor found it: the pending intents and those needing an
+    /// operator only when it could count them (a failed check leaves the last counts),
+    /// whether it is served always.
+    pub fn dataset(
+        &self,
+        dataset_id: &str,
+        pending_intents: Option<usize>,
+        needing_operator: Option<usize>,
+        up: bool,
+    ) {
         let labels = DatasetLabels {
             dataset: dataset_id.to_string(),
         };
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         if let Some(pending) = pending_intents {
             self.pending_intents
                 .get_or_create(&labels)
-                .set(i64::try_from(pending).unwrap_or(i64::MAX));
+                .set(count(pending));
+        }
+        if let Some(blocked) = needing_operator {
+            self.intents_needing_operator
+                .get_or_create(&labels)
+                .set(count(blocked));
         }
         self.dataset_up.get_or_create(&labels).set(i64::from(up));
     }
@@ -287,6 +406,20 @@ impl Metrics {
             .set(i64::try_from(pending).unwrap_or(i64::MAX));
         self.fleet_owned_pending_datasets
             .set(i64::try_from(owned).unwrap_or(i64::MAX));
+    }
+
+    /// Whether this replica's membership lease is live by its own clock.
+    pub fn fleet_lease_held(&self, held: bool) {
+        self.fleet_lease_held.set(i64::from(held));
+    }
+
+    /// A request refused for load.
+    pub fn shed(&self, reason: Shed) {
+        self.shed
+            .get_or_create(&ShedLabels {
+                reason: reason.label(),
+            })
+            .inc();
     }
 
     pub fn fleet_rebalance(&self) {
@@ -341,8 +474,12 @@ mod tests {
         metrics.decision("stage", "skipped", 0);
         metrics.sweep(Duration::from_millis(20), false);
         metrics.sweep(Duration::from_secs(200), true);
-        metrics.dataset("d1", Some(3), true);
-        metrics.dataset("d1", None, false);
+        metrics.dataset("d1", Some(3), Some(1), true);
+        metrics.dataset("d1", None, None, false);
+        metrics.fleet_lease_held(true);
+        metrics.shed(Shed::ServerWrites);
+        metrics.shed(Shed::PrincipalRate);
+        metrics.shed(Shed::PrincipalRate);
         metrics.request("/v1/datasets/{dataset}/stage", 200);
         metrics.request("/v1/datasets/{dataset}/stage", 200);
         metrics.request("quote\"back\\slash", 404);
@@ -381,6 +518,16 @@ mod tests {
             "# TYPE mend_fleet_rebalances_total counter",
             "mend_fleet_rebalances_total 1",
             "mend_fleet_takeovers_total 2",
+            "# TYPE mend_intents_needing_operator gauge",
+            "mend_intents_needing_operator{dataset=\"d1\"} 1",
+            "# TYPE mend_shed_requests_total counter",
+            "mend_shed_requests_total{reason=\"server_writes\"} 1",
+            "mend_shed_requests_total{reason=\"principal_rate\"} 2",
+            "mend_shed_requests_total{reason=\"shutting_down\"} 0",
+            "# TYPE mend_fleet_lease_held gauge",
+            "mend_fleet_lease_held 1",
+            "# TYPE mend_policy_decision_seconds histogram",
+            "# TYPE mend_policy_failures_total counter",
         ] {
             assert!(
                 text.lines().any(|candidate| candidate == line),
@@ -405,6 +552,14 @@ mod tests {
             .lines()
             .filter(|line| line.starts_with("# TYPE "))
             .count();
-        assert_eq!(families, 13, "{text}");
+        assert_eq!(families, 18, "{text}");
+        // The policy's calls of this process: loading the default policy called it.
+        let calls: u64 = text
+            .lines()
+            .find_map(|line| line.strip_prefix("mend_policy_decision_seconds_count "))
+            .expect("the decision histogram's count")
+            .parse()
+            .unwrap();
+        assert!(calls >= 1, "{text}");
     }
 }

@@ -357,6 +357,7 @@ impl Supervisors {
                 state.heartbeat_requests,
             )
         };
+        self.metrics.fleet_lease_held(view.is_some());
 
         // Discovery: the pending datasets, and on a full scan every dataset this replica owns
         // that has intents.
@@ -447,7 +448,7 @@ impl Supervisors {
             } else if owned && due {
                 if all_leases_live && supervisor.is_none() {
                     let intents = pending.and_then(|pending| pending.intents);
-                    self.metrics.dataset(&dataset_id, intents, true);
+                    self.metrics.dataset(&dataset_id, intents, None, true);
                 } else {
                     checks.push(check);
                 }
@@ -604,9 +605,15 @@ impl Supervisors {
                 } else {
                     *stuck + 1
                 };
+                let needing_operator = check.needs_operator.len();
                 health.needs_operator = check.needs_operator;
                 health.sweeps += u64::from(check.swept);
-                self.metrics.dataset(dataset_id, Some(check.pending), true);
+                self.metrics.dataset(
+                    dataset_id,
+                    Some(check.pending),
+                    Some(needing_operator),
+                    true,
+                );
                 match *stuck {
                     0 if check.pending == 0 => Next::Settled,
                     0 => Next::Check(self.options.interval),
@@ -633,7 +640,7 @@ impl Supervisors {
                 }
                 health.unavailable = Some(reason);
                 health.unavailable_since_ms.get_or_insert(now);
-                self.metrics.dataset(dataset_id, None, false);
+                self.metrics.dataset(dataset_id, None, None, false);
                 Next::Check(backoff(self.options, health.consecutive_failures))
             }
         }

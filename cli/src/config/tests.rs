@@ -487,8 +487,11 @@ fn the_default_json_body_cap_holds_the_largest_request_of_the_default_limits() {
 
 #[test]
 fn the_readme_lists_every_fixed_limit() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/src/configuration.md")).unwrap();
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/src/configuration.md"
+    ))
+    .unwrap();
     for bound in bounds::FIXED {
         let row = format!("| `{}` | `{bound}` |", bound.name);
         assert!(
@@ -500,8 +503,11 @@ fn the_readme_lists_every_fixed_limit() {
 
 #[test]
 fn the_readme_documents_every_setting_as_the_table_says() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/src/configuration.md")).unwrap();
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/src/configuration.md"
+    ))
+    .unwrap();
     let section = readme
         .split_once("\n## Configuration\n")
         .map(|(_, rest)| rest.split("\n## ").next().unwrap_or(rest))

@@ -24,6 +24,7 @@ pub mod registry;
 pub mod replay;
 mod sandbox;
 pub(crate) mod shape;
+pub mod stats;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -418,12 +419,21 @@ impl Loaded {
         body: impl FnOnce(&mut Store<SandboxState>) -> wasmtime::Result<T>,
     ) -> Result<T, PolicyError> {
         static SANDBOXES: Sandboxes = Sandboxes::new();
-        let _sandbox = SANDBOXES.take(function, sandbox::SANDBOX_WAIT)?;
-        let mut store = Store::new(&self.engine, SandboxState::new(&self.limits));
-        store.limiter(|state| state);
-        store.set_epoch_deadline(deadline_ticks(self.limits.cpu_time_per_call));
-        let result = body(&mut store);
-        result.map_err(|error| sandbox::call_error(function, error, store.data(), &self.limits))
+        // Timed from the wait for a sandbox: what a caller waits is what the metric says.
+        let started = std::time::Instant::now();
+        let result = SANDBOXES
+            .take(function, sandbox::SANDBOX_WAIT)
+            .and_then(|_sandbox| {
+                let mut store = Store::new(&self.engine, SandboxState::new(&self.limits));
+                store.limiter(|state| state);
+                store.set_epoch_deadline(deadline_ticks(self.limits.cpu_time_per_call));
+                let result = body(&mut store);
+                result.map_err(|error| {
+                    sandbox::call_error(function, error, store.data(), &self.limits)
+                })
+            });
+        stats::record(started.elapsed(), result.is_err());
+        result
     }
 }
 

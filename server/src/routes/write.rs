@@ -12,7 +12,8 @@ use mend::error::MendError;
 use crate::Shared;
 use crate::access::Caller;
 use crate::error::{ApiError, ErrorCode, engine_error};
-use crate::writes::{WriteTicket, Writes};
+use crate::metrics::Shed;
+use crate::writes::{Refused, WriteTicket, Writes};
 
 /// Refuses requests for a dataset its supervisor found it cannot serve.
 pub(super) fn served(shared: &Shared, dataset_id: &str) -> Result<(), ApiError> {
@@ -28,7 +29,14 @@ pub(super) fn served(shared: &Shared, dataset_id: &str) -> Result<(), ApiError> 
 /// A ticket for one write on `dataset_id` (`None`: on the whole deployment), or 503 when
 /// the server is shutting down or has as many writes queued as it takes.
 pub(super) fn admit(shared: &Shared, dataset_id: Option<&str>) -> Result<WriteTicket, ApiError> {
-    let ticket = shared.writes.admit(dataset_id).map_err(ApiError::refused)?;
+    let ticket = shared.writes.admit(dataset_id).map_err(|refused| {
+        shared.metrics.shed(match refused {
+            Refused::ShuttingDown => Shed::ShuttingDown,
+            Refused::DatasetFull { .. } => Shed::DatasetWrites,
+            Refused::ServerFull { .. } => Shed::ServerWrites,
+        });
+        ApiError::refused(refused)
+    })?;
     // The write holds its request's slot among the principal's writes until it ends.
     Ok(ticket.holding(crate::access::answering().and_then(|answering| answering.slot)))
 }
