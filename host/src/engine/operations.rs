@@ -276,14 +276,16 @@ impl Engine {
         self.pinned().begin_pinned(request).await
     }
 
-    async fn begin_pinned(&self, request: &BeginOperation) -> Result<OperationView> {
-        let checked = self.check_begin(request)?;
-        let operation_id = match &request.operation_id {
-            Some(id) => id.clone(),
-            None => crate::ambient::uuid_v4().to_string(),
-        };
-        tracing::Span::current().record("operation_id", tracing::field::display(&operation_id));
-        let dataset = self.catalog.dataset(&request.dataset_id).await?;
+    /// The intent a begin writes and the objects' headers: its plan as the writer sent it
+    /// (the operation's identity, compared when a begin is sent again), with the objects as
+    /// they are written, carrying the dataset's incarnation and the operation id.
+    fn begin_intent(
+        &self,
+        request: &BeginOperation,
+        checked: CheckedBegin,
+        dataset: &crate::model::Dataset,
+        operation_id: &str,
+    ) -> (Intent, Vec<SplitObjectHeader>) {
         let now = self.now_ms();
         let lease_ms = request
             .lease_ms
@@ -294,7 +296,7 @@ impl Engine {
             checkpoint_delta: request.checkpoint_delta.clone(),
             publish_token: request.publish_token.clone(),
         };
-        let expected = expected_state(&dataset, &publish);
+        let expected = expected_state(dataset, &publish);
         let planned = Intent {
             effects: PlannedEffects {
                 stage: request
@@ -319,7 +321,7 @@ impl Engine {
             },
             expected,
             ..Intent::armed(
-                operation_id.clone(),
+                operation_id.to_string(),
                 internal_kind(request.kind),
                 &request.dataset_id,
                 &request.node,
@@ -333,7 +335,7 @@ impl Engine {
             .into_iter()
             .map(|header| SplitObjectHeader {
                 dataset_uid: dataset.uid.clone(),
-                operation_id: Some(operation_id.clone()),
+                operation_id: Some(operation_id.to_string()),
                 ..header
             })
             .collect();
@@ -351,6 +353,18 @@ impl Engine {
             },
             ..planned
         };
+        (intent, headers)
+    }
+
+    async fn begin_pinned(&self, request: &BeginOperation) -> Result<OperationView> {
+        let checked = self.check_begin(request)?;
+        let operation_id = match &request.operation_id {
+            Some(id) => id.clone(),
+            None => crate::ambient::uuid_v4().to_string(),
+        };
+        tracing::Span::current().record("operation_id", tracing::field::display(&operation_id));
+        let dataset = self.catalog.dataset(&request.dataset_id).await?;
+        let (intent, headers) = self.begin_intent(request, checked, &dataset, &operation_id);
 
         let dataset_id = request.dataset_id.as_str();
         let intent = match self.find_intent(dataset_id, &operation_id).await? {

@@ -42,8 +42,10 @@ use crate::intent::{
     PlannedPublish, PlannedRow,
 };
 use crate::model::{
-    ListQuery, PublishRequest, SplitState, StageMode, StageOutcome, StageRequest, StageSplit,
+    Dataset, ListQuery, PublishRequest, SplitState, StageMode, StageOutcome, StageRequest,
+    StageSplit, TimestampMs,
 };
+use crate::objects::ListedObject;
 use crate::objects::format::sha256;
 use crate::{bounds, validate};
 
@@ -128,7 +130,6 @@ impl Engine {
     ) -> Result<ReconcileReport> {
         let dataset = self.catalog.dataset(dataset_id).await?;
         let now = self.now_ms();
-        let cutoff = bounds::ms_before(now, dataset.config.staged_grace_period_ms);
         let objects = self.objects.list(dataset_id).await?;
         let with_row: BTreeSet<String> = self
             .catalog
@@ -145,69 +146,9 @@ impl Engine {
             ..ReconcileReport::default()
         };
 
-        let unrowed: Vec<_> = objects
-            .iter()
-            .filter(|o| !with_row.contains(&o.split_id) && !named.contains(&o.split_id))
-            .collect();
-        let progress = &self.options.progress;
-        progress.begin("read orphan objects", unrowed.len());
-        let mut orphans = Vec::new();
-        for (done, object) in unrowed.into_iter().enumerate() {
-            progress.advance(done);
-            if object.last_modified_ms >= cutoff {
-                report.too_young.push(object.split_id.clone());
-                continue;
-            }
-            let read = self.objects.read_split(dataset_id, &object.split_id).await;
-            let (header, intact) = match read {
-                Ok(Some(found)) => found,
-                Ok(None) => continue, // deleted since the listing
-                Err(MendError::Corrupt { message }) => {
-                    report.refused.push((object.split_id.clone(), message));
-                    continue;
-                }
-                Err(error) => return Err(error),
-            };
-            let unusable = if header.split_id != object.split_id || header.dataset_id != dataset_id
-            {
-                Some(format!(
-                    "its header names split {} of dataset {}",
-                    header.split_id, header.dataset_id
-                ))
-            } else {
-                validate::split_id(&header.split_id)
-                    .and_then(|()| validate::metadata(&header.split_id, &header.metadata_json))
-                    .err()
-                    .map(|error| format!("its header's metadata is unusable: {error}"))
-            };
-            if let Some(why) = unusable {
-                report.refused.push((object.split_id.clone(), why));
-                continue;
-            }
-            let ended_operation = match &header.operation_id {
-                Some(operation_id)
-                    if self
-                        .ended_without_publishing(dataset_id, operation_id)
-                        .await? =>
-                {
-                    Some(operation_id.clone())
-                }
-                _ => None,
-            };
-            orphans.push(ReadOrphan {
-                ended_operation,
-                observation: OrphanObject {
-                    split_id: object.split_id.clone(),
-                    same_incarnation: header.dataset_uid == dataset.uid,
-                    intact,
-                    metadata_json: header.metadata_json.clone(),
-                    age_ms: now - object.last_modified_ms,
-                },
-                size: object.size,
-                checksum: header.payload_sha256.clone(),
-            });
-        }
-        progress.end();
+        let orphans = self
+            .read_orphans(&dataset, &objects, &with_row, &named, now, &mut report)
+            .await?;
         if orphans.is_empty() {
             return Ok(report);
         }
@@ -253,49 +194,51 @@ impl Engine {
             return Ok(report);
         }
 
-        let mut intent = Intent {
-            effects: PlannedEffects {
-                stage: accepted
-                    .iter()
-                    .map(|(orphan, _)| PlannedRow {
-                        split_id: orphan.observation.split_id.clone(),
-                        metadata_json: orphan.observation.metadata_json.clone(),
-                    })
-                    .collect(),
-                objects: accepted
-                    .iter()
-                    .map(|(orphan, _)| PlannedObject {
-                        split_id: orphan.observation.split_id.clone(),
-                        size: orphan.size,
-                        checksum: orphan.checksum.clone(),
-                    })
-                    .collect(),
-                publish: (!adopt.is_empty()).then(|| PlannedPublish {
-                    staged_split_ids: adopt.clone(),
-                    replaced_split_ids: Vec::new(),
-                    checkpoint_delta: None,
-                    publish_token: None,
-                }),
-                mark: discard.iter().map(|(id, _)| id.clone()).collect(),
-                ..PlannedEffects::default()
-            },
-            expected: ExpectedState {
-                manifest_version: dataset.manifest_version,
-                split_states: accepted
-                    .iter()
-                    .map(|(orphan, _)| (orphan.observation.split_id.clone(), None))
-                    .collect(),
-                config_version: None,
-            },
-            ..Intent::armed(
-                operation_id.clone(),
-                OperationKind::Reconcile,
-                dataset_id,
-                node,
-                now,
-                self.options.intent_lease_ms,
-            )
-        };
+        let intent = self.reconcile_intent(
+            &dataset,
+            node,
+            &operation_id,
+            now,
+            &accepted,
+            &adopt,
+            &discard,
+        );
+        let (intent, ours) = self.stage_reconcile(intent, &mut report).await?;
+        self.settle_reconcile(&intent, &ours, dataset.fencing_epoch)
+            .await?;
+        audit.extend(accepted.iter().map(|(orphan, decision)| {
+            let outcome = if ours.contains(&orphan.observation.split_id) {
+                match &decision.action {
+                    ReconcileAction::Adopt => "adopted",
+                    ReconcileAction::Discard(_) => "discarded",
+                }
+            } else {
+                "taken by another reconciler or writer"
+            };
+            self.reconcile_audit(dataset_id, &operation_id, now, orphan, decision, outcome)
+        }));
+        self.check_held()?;
+        self.catalog.append_audit(dataset_id, &audit).await?;
+
+        self.finish_intent(dataset_id, &operation_id).await?;
+        report.operation_id = Some(operation_id);
+        report.adopted = adopt.into_iter().filter(|id| ours.contains(id)).collect();
+        report.discarded = discard
+            .into_iter()
+            .filter(|(id, _)| ours.contains(id))
+            .collect();
+        log_reconcile(&report);
+        Ok(report)
+    }
+
+    /// Writes a reconcile's intent, stages its rows (create-only: a row another writer or
+    /// reconciler staged first is theirs, listed in `report.taken_by_others`) and confirms the
+    /// intent narrowed to the rows it staged. Answers the confirmed intent and those rows.
+    async fn stage_reconcile(
+        &self,
+        mut intent: Intent,
+        report: &mut ReconcileReport,
+    ) -> Result<(Intent, BTreeSet<String>)> {
         self.durably(DurableStep::WriteIntent, self.catalog.put_intent(&intent))
             .await?;
 
@@ -321,40 +264,163 @@ impl Engine {
             self.catalog.update_intent(&intent, IntentPhase::Armed),
         )
         .await?;
+        Ok((intent, ours))
+    }
 
-        self.settle_reconcile(&intent, &ours, dataset.fencing_epoch)
-            .await?;
-        for (orphan, decision) in &accepted {
-            let split_id = &orphan.observation.split_id;
-            let outcome = if ours.contains(split_id) {
-                match &decision.action {
-                    ReconcileAction::Adopt => "adopted",
-                    ReconcileAction::Discard(_) => "discarded",
-                }
-            } else {
-                "taken by another reconciler or writer"
-            };
-            audit.push(self.reconcile_audit(
-                dataset_id,
-                &operation_id,
-                now,
-                orphan,
-                decision,
-                outcome,
-            ));
-        }
-        self.check_held()?;
-        self.catalog.append_audit(dataset_id, &audit).await?;
-
-        self.finish_intent(dataset_id, &operation_id).await?;
-        report.operation_id = Some(operation_id);
-        report.adopted = adopt.into_iter().filter(|id| ours.contains(id)).collect();
-        report.discarded = discard
-            .into_iter()
-            .filter(|(id, _)| ours.contains(id))
+    /// The objects with no row that no intent names, each read: the orphans the policy is
+    /// asked about. Those too young or unusable go to `report` instead.
+    async fn read_orphans(
+        &self,
+        dataset: &Dataset,
+        objects: &[ListedObject],
+        with_row: &BTreeSet<String>,
+        named: &BTreeSet<String>,
+        now: TimestampMs,
+        report: &mut ReconcileReport,
+    ) -> Result<Vec<ReadOrphan>> {
+        let cutoff = bounds::ms_before(now, dataset.config.staged_grace_period_ms);
+        let unrowed: Vec<_> = objects
+            .iter()
+            .filter(|o| !with_row.contains(&o.split_id) && !named.contains(&o.split_id))
             .collect();
-        log_reconcile(&report);
-        Ok(report)
+        let progress = &self.options.progress;
+        progress.begin("read orphan objects", unrowed.len());
+        let mut orphans = Vec::new();
+        for (done, object) in unrowed.into_iter().enumerate() {
+            progress.advance(done);
+            if let Some(orphan) = self
+                .read_orphan(dataset, object, cutoff, now, report)
+                .await?
+            {
+                orphans.push(orphan);
+            }
+        }
+        progress.end();
+        Ok(orphans)
+    }
+
+    /// One object no row describes, read (its header, and whether its payload is whole):
+    /// `None` if it is too young to judge (listed in `report.too_young`), refused (listed in
+    /// `report.refused` with why) or gone since the listing.
+    async fn read_orphan(
+        &self,
+        dataset: &Dataset,
+        object: &ListedObject,
+        cutoff: TimestampMs,
+        now: TimestampMs,
+        report: &mut ReconcileReport,
+    ) -> Result<Option<ReadOrphan>> {
+        let dataset_id = dataset.dataset_id.as_str();
+        if object.last_modified_ms >= cutoff {
+            report.too_young.push(object.split_id.clone());
+            return Ok(None);
+        }
+        let read = self.objects.read_split(dataset_id, &object.split_id).await;
+        let (header, intact) = match read {
+            Ok(Some(found)) => found,
+            Ok(None) => return Ok(None), // deleted since the listing
+            Err(MendError::Corrupt { message }) => {
+                report.refused.push((object.split_id.clone(), message));
+                return Ok(None);
+            }
+            Err(error) => return Err(error),
+        };
+        let unusable = if header.split_id != object.split_id || header.dataset_id != dataset_id {
+            Some(format!(
+                "its header names split {} of dataset {}",
+                header.split_id, header.dataset_id
+            ))
+        } else {
+            validate::split_id(&header.split_id)
+                .and_then(|()| validate::metadata(&header.split_id, &header.metadata_json))
+                .err()
+                .map(|error| format!("its header's metadata is unusable: {error}"))
+        };
+        if let Some(why) = unusable {
+            report.refused.push((object.split_id.clone(), why));
+            return Ok(None);
+        }
+        let ended_operation = match &header.operation_id {
+            Some(operation_id)
+                if self
+                    .ended_without_publishing(dataset_id, operation_id)
+                    .await? =>
+            {
+                Some(operation_id.clone())
+            }
+            _ => None,
+        };
+        Ok(Some(ReadOrphan {
+            ended_operation,
+            observation: OrphanObject {
+                split_id: object.split_id.clone(),
+                same_incarnation: header.dataset_uid == dataset.uid,
+                intact,
+                metadata_json: header.metadata_json.clone(),
+                age_ms: now - object.last_modified_ms,
+            },
+            size: object.size,
+            checksum: header.payload_sha256.clone(),
+        }))
+    }
+
+    /// The intent of a reconcile: stage a row for each accepted orphan, publish the adopted
+    /// ones and mark the discarded ones, expecting no row for any of them yet.
+    #[allow(clippy::too_many_arguments)]
+    fn reconcile_intent(
+        &self,
+        dataset: &Dataset,
+        node: &str,
+        operation_id: &str,
+        now: TimestampMs,
+        accepted: &[(&ReadOrphan, &ReconcileDecision)],
+        adopt: &[String],
+        discard: &[(String, String)],
+    ) -> Intent {
+        let dataset_id = dataset.dataset_id.as_str();
+        Intent {
+            effects: PlannedEffects {
+                stage: accepted
+                    .iter()
+                    .map(|(orphan, _)| PlannedRow {
+                        split_id: orphan.observation.split_id.clone(),
+                        metadata_json: orphan.observation.metadata_json.clone(),
+                    })
+                    .collect(),
+                objects: accepted
+                    .iter()
+                    .map(|(orphan, _)| PlannedObject {
+                        split_id: orphan.observation.split_id.clone(),
+                        size: orphan.size,
+                        checksum: orphan.checksum.clone(),
+                    })
+                    .collect(),
+                publish: (!adopt.is_empty()).then(|| PlannedPublish {
+                    staged_split_ids: adopt.to_vec(),
+                    replaced_split_ids: Vec::new(),
+                    checkpoint_delta: None,
+                    publish_token: None,
+                }),
+                mark: discard.iter().map(|(id, _)| id.clone()).collect(),
+                ..PlannedEffects::default()
+            },
+            expected: ExpectedState {
+                manifest_version: dataset.manifest_version,
+                split_states: accepted
+                    .iter()
+                    .map(|(orphan, _)| (orphan.observation.split_id.clone(), None))
+                    .collect(),
+                config_version: None,
+            },
+            ..Intent::armed(
+                operation_id.to_string(),
+                OperationKind::Reconcile,
+                dataset_id,
+                node,
+                now,
+                self.options.intent_lease_ms,
+            )
+        }
     }
 
     /// Recovery's roll-forward of a reconcile: stage again the rows that are missing

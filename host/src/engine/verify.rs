@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize};
 use super::Engine;
 use crate::error::{MendError, Result};
 use crate::intent::{Intent, IntentPhase};
-use crate::model::{ListQuery, SplitRow, SplitState};
-use crate::objects::{FoundObject, ReadBack};
+use crate::model::{Dataset, ListQuery, SplitRow, SplitState};
+use crate::objects::{FoundObject, ListedObject, ReadBack};
 use crate::validate;
 
 /// How many objects a deep verify reads back at once: enough to keep a remote store busy,
@@ -133,102 +133,14 @@ impl Engine {
             .filter(|row| row.state == SplitState::Published)
             .map(|row| row.split_id.as_str())
             .collect();
-        let (mut payloads_hashed, mut bytes_hashed) = (0, 0);
-        if deep {
-            use futures::StreamExt;
-            // The futures are made up front, each owning what it reads (`Send` for every
-            // lifetime, as the server needs).
-            let reads: Vec<_> = objects
-                .iter()
-                .map(|object| {
-                    let split_id = object.split_id.clone();
-                    async move {
-                        let found = self
-                            .objects
-                            .read_back(dataset_id, &split_id, &|_, _| true)
-                            .await;
-                        (split_id, found)
-                    }
-                })
-                .collect();
-            let mut reading = futures::stream::iter(reads).buffer_unordered(DEEP_READS_IN_FLIGHT);
-            let mut found = Vec::with_capacity(objects.len());
-            while let Some((split_id, read)) = reading.next().await {
-                found.push((split_id, read?));
-            }
-            found.sort_by(|a, b| a.0.cmp(&b.0));
-            for (split_id, read) in found {
-                let (header, problem) = match read {
-                    ReadBack::Missing => continue, // deleted since the listing
-                    ReadBack::Intact { header, size } => {
-                        payloads_hashed += 1;
-                        bytes_hashed += size;
-                        (header, None)
-                    }
-                    ReadBack::Damaged {
-                        header,
-                        size,
-                        payload_bytes,
-                    } => {
-                        payloads_hashed += 1;
-                        bytes_hashed += size;
-                        let problem = format!(
-                            "the payload ({payload_bytes} bytes) does not hash to the sha256 its header records ({}, {} bytes): the object is damaged",
-                            header.payload_sha256, header.payload_size
-                        );
-                        (header, Some(problem))
-                    }
-                    ReadBack::Other {
-                        found: FoundObject::NotASplitObject { message },
-                    } => {
-                        violations.push(Violation {
-                            invariant: 0,
-                            split_id,
-                            message,
-                        });
-                        continue;
-                    }
-                    ReadBack::Other { found } => {
-                        return Err(MendError::Corrupt {
-                            message: format!(
-                                "{split_id}: a read back expecting any split object found {found:?}"
-                            ),
-                        });
-                    }
-                };
-                let problem = problem.or_else(|| header_problem(&header, &split_id, &dataset.uid));
-                if let Some(message) = problem {
-                    // A damaged published split breaks invariant 1: its object is not there
-                    // as published.
-                    let invariant = if published.contains(split_id.as_str()) {
-                        1
-                    } else {
-                        0
-                    };
-                    violations.push(Violation {
-                        invariant,
-                        split_id,
-                        message,
-                    });
-                }
-            }
+        let (payloads_hashed, bytes_hashed) = if deep {
+            self.check_payloads(&dataset, &objects, &published, &mut violations)
+                .await?
         } else {
-            for split_id in objects.iter().map(|o| &o.split_id) {
-                let problem = match self.objects.read_header(dataset_id, split_id).await {
-                    Ok(Some((header, _))) => header_problem(&header, split_id, &dataset.uid),
-                    Ok(None) => None,
-                    Err(MendError::Corrupt { message }) => Some(message),
-                    Err(other) => return Err(other),
-                };
-                if let Some(message) = problem {
-                    violations.push(Violation {
-                        invariant: 0,
-                        split_id: split_id.clone(),
-                        message,
-                    });
-                }
-            }
-        }
+            self.check_headers(&dataset, &objects, &mut violations)
+                .await?;
+            (0, 0)
+        };
         for (intent, split_id) in missing_confirmed {
             violations.push(Violation {
                 invariant: 2,
@@ -337,6 +249,127 @@ fn header_problem(
         ))
     } else {
         None
+    }
+}
+
+impl Engine {
+    /// Reads every object back whole and hashes its payload against its header: a damaged
+    /// or foreign object is a violation (of invariant 1 when its split is published).
+    /// Answers the payloads hashed and their bytes.
+    async fn check_payloads(
+        &self,
+        dataset: &Dataset,
+        objects: &[ListedObject],
+        published: &BTreeSet<&str>,
+        violations: &mut Vec<Violation>,
+    ) -> Result<(usize, u64)> {
+        let dataset_id = dataset.dataset_id.as_str();
+        let (mut payloads_hashed, mut bytes_hashed) = (0, 0);
+        use futures::StreamExt;
+        // The futures are made up front, each owning what it reads (`Send` for every
+        // lifetime, as the server needs).
+        let reads: Vec<_> = objects
+            .iter()
+            .map(|object| {
+                let split_id = object.split_id.clone();
+                async move {
+                    let found = self
+                        .objects
+                        .read_back(dataset_id, &split_id, &|_, _| true)
+                        .await;
+                    (split_id, found)
+                }
+            })
+            .collect();
+        let mut reading = futures::stream::iter(reads).buffer_unordered(DEEP_READS_IN_FLIGHT);
+        let mut found = Vec::with_capacity(objects.len());
+        while let Some((split_id, read)) = reading.next().await {
+            found.push((split_id, read?));
+        }
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        for (split_id, read) in found {
+            let (header, problem) = match read {
+                ReadBack::Missing => continue, // deleted since the listing
+                ReadBack::Intact { header, size } => {
+                    payloads_hashed += 1;
+                    bytes_hashed += size;
+                    (header, None)
+                }
+                ReadBack::Damaged {
+                    header,
+                    size,
+                    payload_bytes,
+                } => {
+                    payloads_hashed += 1;
+                    bytes_hashed += size;
+                    let problem = format!(
+                        "the payload ({payload_bytes} bytes) does not hash to the sha256 its header records ({}, {} bytes): the object is damaged",
+                        header.payload_sha256, header.payload_size
+                    );
+                    (header, Some(problem))
+                }
+                ReadBack::Other {
+                    found: FoundObject::NotASplitObject { message },
+                } => {
+                    violations.push(Violation {
+                        invariant: 0,
+                        split_id,
+                        message,
+                    });
+                    continue;
+                }
+                ReadBack::Other { found } => {
+                    return Err(MendError::Corrupt {
+                        message: format!(
+                            "{split_id}: a read back expecting any split object found {found:?}"
+                        ),
+                    });
+                }
+            };
+            let problem = problem.or_else(|| header_problem(&header, &split_id, &dataset.uid));
+            if let Some(message) = problem {
+                // A damaged published split breaks invariant 1: its object is not there
+                // as published.
+                let invariant = if published.contains(split_id.as_str()) {
+                    1
+                } else {
+                    0
+                };
+                violations.push(Violation {
+                    invariant,
+                    split_id,
+                    message,
+                });
+            }
+        }
+        Ok((payloads_hashed, bytes_hashed))
+    }
+
+    /// Reads every object's header: one that is unreadable, of another split or of another
+    /// incarnation of the dataset is a violation.
+    async fn check_headers(
+        &self,
+        dataset: &Dataset,
+        objects: &[ListedObject],
+        violations: &mut Vec<Violation>,
+    ) -> Result<()> {
+        let dataset_id = dataset.dataset_id.as_str();
+        for split_id in objects.iter().map(|o| &o.split_id) {
+            let problem = match self.objects.read_header(dataset_id, split_id).await {
+                Ok(Some((header, _))) => header_problem(&header, split_id, &dataset.uid),
+                Ok(None) => None,
+                Err(MendError::Corrupt { message }) => Some(message),
+                Err(other) => return Err(other),
+            };
+            if let Some(message) = problem {
+                violations.push(Violation {
+                    invariant: 0,
+                    split_id: split_id.clone(),
+                    message,
+                });
+            }
+        }
+        Ok(())
     }
 }
 
