@@ -40,6 +40,7 @@ mod request;
 pub mod scaffold;
 mod serve;
 mod splits;
+mod status;
 mod token;
 
 use std::path::PathBuf;

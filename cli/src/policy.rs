@@ -237,54 +237,7 @@ pub async fn run(
             component,
             scenarios,
         } => test(settings, &component, &scenarios, json),
-        PolicyCommand::Active => {
-            let registry = registry(engine);
-            let record = registry.active().await.context("read the active policy")?;
-            let policy = engine.policy();
-            #[derive(Serialize)]
-            struct Active<'a> {
-                digest: &'a str,
-                name: &'a str,
-                version: &'a str,
-                record: Option<mend::runtime::registry::ActiveRecord>,
-                /// Set when the `policy` setting has this process run a file instead of the
-                /// deployment's active policy: digest, name and version are then the file's.
-                #[serde(skip_serializing_if = "Option::is_none")]
-                policy_file: Option<&'a Path>,
-            }
-            let active = Active {
-                digest: policy.digest(),
-                name: &policy.description().name,
-                version: &policy.description().version,
-                record,
-                policy_file: settings.policy.as_deref(),
-            };
-            let overridden = active.policy_file.map(|file| {
-                format!(
-                    "\nthis process runs {} (the `policy` setting), not the deployment's active policy",
-                    file.display()
-                )
-            });
-            output::json_or(&active, json, || {
-                let line = match &active.record {
-                    None => format!(
-                        "{} ({} {}), the built-in policy: no swap has happened",
-                        active.digest, active.name, active.version
-                    ),
-                    Some(record) => format!(
-                        "{} ({} {}), active since change {} ({}) at {}; previous {}",
-                        active.digest,
-                        active.name,
-                        active.version,
-                        record.version,
-                        record.change,
-                        mend::clock::rfc3339(record.changed_at_ms),
-                        record.previous.as_deref().unwrap_or("the built-in policy")
-                    ),
-                };
-                line + overridden.as_deref().unwrap_or_default()
-            })
-        }
+        PolicyCommand::Active => active(engine, settings, json).await,
         PolicyCommand::Replay { component, records } => {
             let (_, candidate) = load_file(&component, settings)?;
             let report = engine
@@ -299,26 +252,16 @@ pub async fn run(
             scenarios,
             idempotency_key,
         } => {
-            let (bytes, candidate) = load_file(&component, settings)?;
-            let golden = load_suites(&scenarios)?;
-            let registry = registry(engine);
-            let swap = engine
-                .swap_deployment_policy(&registry, &bytes, candidate, records, &golden)
-                .idempotency_key(idempotency_key.as_deref())
-                .await
-                .context("swap the active policy")?;
-            if json {
-                output::print_json(&swap)?;
-            } else {
-                output::replay_report(&swap.replay, false)?;
-                println!(
-                    "swapped: {} is active (change {}), replacing {}; `mend policy rollback` restores it",
-                    swap.record.digest,
-                    swap.record.version,
-                    swap.record.previous.as_deref().unwrap_or("-")
-                );
-            }
-            Ok(())
+            swap(
+                engine,
+                settings,
+                &component,
+                records,
+                &scenarios,
+                idempotency_key.as_deref(),
+                json,
+            )
+            .await
         }
         PolicyCommand::Rollback { idempotency_key } => {
             let (registry, load) = (registry(engine), settings.load_options());
@@ -337,4 +280,87 @@ pub async fn run(
             })
         }
     }
+}
+
+/// `mend policy active`: the policy this process runs and the registry's record of it.
+async fn active(engine: &Engine, settings: &Settings, json: bool) -> anyhow::Result<()> {
+    let registry = registry(engine);
+    let record = registry.active().await.context("read the active policy")?;
+    let policy = engine.policy();
+    #[derive(Serialize)]
+    struct Active<'a> {
+        digest: &'a str,
+        name: &'a str,
+        version: &'a str,
+        record: Option<mend::runtime::registry::ActiveRecord>,
+        /// Set when the `policy` setting has this process run a file instead of the
+        /// deployment's active policy: digest, name and version are then the file's.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        policy_file: Option<&'a Path>,
+    }
+    let active = Active {
+        digest: policy.digest(),
+        name: &policy.description().name,
+        version: &policy.description().version,
+        record,
+        policy_file: settings.policy.as_deref(),
+    };
+    let overridden = active.policy_file.map(|file| {
+        format!(
+            "\nthis process runs {} (the `policy` setting), not the deployment's active policy",
+            file.display()
+        )
+    });
+    output::json_or(&active, json, || {
+        let line = match &active.record {
+            None => format!(
+                "{} ({} {}), the built-in policy: no swap has happened",
+                active.digest, active.name, active.version
+            ),
+            Some(record) => format!(
+                "{} ({} {}), active since change {} ({}) at {}; previous {}",
+                active.digest,
+                active.name,
+                active.version,
+                record.version,
+                record.change,
+                mend::clock::rfc3339(record.changed_at_ms),
+                record.previous.as_deref().unwrap_or("the built-in policy")
+            ),
+        };
+        line + overridden.as_deref().unwrap_or_default()
+    })
+}
+
+/// `mend policy swap`: the component checked, replayed and run against its golden
+/// scenarios, then made the deployment's active policy.
+async fn swap(
+    engine: &Engine,
+    settings: &Settings,
+    component: &Path,
+    records: usize,
+    scenarios: &[PathBuf],
+    idempotency_key: Option<&str>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let (bytes, candidate) = load_file(component, settings)?;
+    let golden = load_suites(scenarios)?;
+    let registry = registry(engine);
+    let swap = engine
+        .swap_deployment_policy(&registry, &bytes, candidate, records, &golden)
+        .idempotency_key(idempotency_key)
+        .await
+        .context("swap the active policy")?;
+    if json {
+        output::print_json(&swap)?;
+    } else {
+        output::replay_report(&swap.replay, false)?;
+        println!(
+            "swapped: {} is active (change {}), replacing {}; `mend policy rollback` restores it",
+            swap.record.digest,
+            swap.record.version,
+            swap.record.previous.as_deref().unwrap_or("-")
+        );
+    }
+    Ok(())
 }

@@ -21,59 +21,14 @@ use mend_server::{ServeLimits, ServeOptions};
 use super::BadInput;
 
 pub async fn run(engine: Engine, settings: &Settings, json: bool) -> anyhow::Result<()> {
-    let limits = ServeLimits {
-        max_connections: settings.max_connections,
-        header_read_timeout: settings.header_read_timeout,
-        body_read_timeout: settings.body_read_timeout,
-        idle_timeout: settings.idle_timeout,
-        shutdown_deadline: settings.shutdown_deadline,
-        max_queued_writes: settings.max_queued_writes,
-        max_queued_writes_per_dataset: settings.max_queued_writes_per_dataset,
-        max_admin_component_bytes: settings.max_admin_component_bytes,
-        max_json_body_bytes: settings.max_json_body_bytes,
-        principal: mend_server::quotas::PrincipalLimits {
-            // Range-checked to at most 1,000,000 when read.
-            requests_per_second: u32::try_from(settings.principal_requests_per_second)
-                .unwrap_or(u32::MAX),
-            max_writes: settings.principal_max_writes,
-        },
-    };
+    let limits = serve_limits(settings);
     // Before the fleet is joined: a server that would refuse requests within every limit as
     // too large does not start.
     limits
         .check_json_body(settings.max_stage_batch.get(), settings.max_metadata_bytes)
         .map_err(|error| BadInput(error.to_string()))?;
-    let tokens_file = match &settings.tokens_file {
-        Some(path) => Some(std::sync::Arc::new(
-            mend_server::auth::TokensFile::open(path)
-                .map_err(|error| BadInput(format!("serve.tokens_file: {error}")))?,
-        )),
-        None => None,
-    };
-    let principals = tokens_file.as_ref().map(|file| file.current().len());
-    let credentials = mend_server::access::Credentials {
-        tokens_file,
-        admin_token: settings.admin_token.clone(),
-    };
-    let tls = match (&settings.tls_cert_file, &settings.tls_key_file) {
-        (Some(cert), Some(key)) => Some(std::sync::Arc::new(
-            mend_server::tls::Tls::open(mend_server::tls::TlsFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-                client_ca: settings.tls_client_ca_file.clone(),
-            })
-            .map_err(|error| BadInput(error.to_string()))?,
-        )),
-        (None, None) if settings.tls_client_ca_file.is_none() => None,
-        _ => {
-            return Err(BadInput(
-                "TLS needs both serve.tls_cert_file and serve.tls_key_file (and \
-                 serve.tls_client_ca_file only with them)"
-                    .into(),
-            )
-            .into());
-        }
-    };
+    let (credentials, principals) = credentials(settings)?;
+    let tls = tls(settings)?;
     // Before the fleet is joined (`serve` checks again, and logs an insecure start).
     if !settings.insecure {
         mend_server::check_protected(settings.listen, &credentials, tls.is_some(), false)
@@ -147,6 +102,73 @@ pub async fn run(engine: Engine, settings: &Settings, json: bool) -> anyhow::Res
         eprintln!("mend serve: stopped; every admitted write finished");
     }
     Ok(())
+}
+
+/// The server's limits, from the settings (each range-checked when it was read).
+fn serve_limits(settings: &Settings) -> ServeLimits {
+    ServeLimits {
+        max_connections: settings.max_connections,
+        header_read_timeout: settings.header_read_timeout,
+        body_read_timeout: settings.body_read_timeout,
+        idle_timeout: settings.idle_timeout,
+        shutdown_deadline: settings.shutdown_deadline,
+        max_queued_writes: settings.max_queued_writes,
+        max_queued_writes_per_dataset: settings.max_queued_writes_per_dataset,
+        max_admin_component_bytes: settings.max_admin_component_bytes,
+        max_json_body_bytes: settings.max_json_body_bytes,
+        principal: mend_server::quotas::PrincipalLimits {
+            // Range-checked to at most 1,000,000 when read.
+            requests_per_second: u32::try_from(settings.principal_requests_per_second)
+                .unwrap_or(u32::MAX),
+            max_writes: settings.principal_max_writes,
+        },
+    }
+}
+
+/// Who may call the server: the principals of the tokens file (read now: a broken file stops
+/// the start) and the admin token; and how many principals the file names.
+fn credentials(
+    settings: &Settings,
+) -> anyhow::Result<(mend_server::access::Credentials, Option<usize>)> {
+    let tokens_file = match &settings.tokens_file {
+        Some(path) => Some(std::sync::Arc::new(
+            mend_server::auth::TokensFile::open(path)
+                .map_err(|error| BadInput(format!("serve.tokens_file: {error}")))?,
+        )),
+        None => None,
+    };
+    let principals = tokens_file.as_ref().map(|file| file.current().len());
+    Ok((
+        mend_server::access::Credentials {
+            tokens_file,
+            admin_token: settings.admin_token.clone(),
+        },
+        principals,
+    ))
+}
+
+/// TLS from the certificate and key files, with the client CA for client certificates; none
+/// without them. One of the two files alone is refused.
+fn tls(settings: &Settings) -> anyhow::Result<Option<std::sync::Arc<mend_server::tls::Tls>>> {
+    Ok(match (&settings.tls_cert_file, &settings.tls_key_file) {
+        (Some(cert), Some(key)) => Some(std::sync::Arc::new(
+            mend_server::tls::Tls::open(mend_server::tls::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: settings.tls_client_ca_file.clone(),
+            })
+            .map_err(|error| BadInput(error.to_string()))?,
+        )),
+        (None, None) if settings.tls_client_ca_file.is_none() => None,
+        _ => {
+            return Err(BadInput(
+                "TLS needs both serve.tls_cert_file and serve.tls_key_file (and \
+                 serve.tls_client_ca_file only with them)"
+                    .into(),
+            )
+            .into());
+        }
+    })
 }
 
 /// Completes on the first SIGINT (Ctrl-C) or SIGTERM.
