@@ -63,31 +63,7 @@ pub async fn run(
     json: bool,
 ) -> anyhow::Result<()> {
     let files = split_files(&args.splits, &args.metadata)?;
-    // What begin would refuse, refused before the files are read, which may take long.
-    mend::validate::dataset_id(&args.dataset)?;
-    for file in &files {
-        mend::validate::split_id(&file.split_id).context("--split")?;
-    }
-    if let Some(id) = &args.operation_id {
-        mend::validate::split_id(id).map_err(|_| {
-            BadInput(format!(
-                "--operation-id {id:?} is invalid: use 1 to 128 of A-Z a-z 0-9 . _ -, starting with a letter or digit"
-            ))
-        })?;
-    }
-    if let Some(ms) = args.lease_ms {
-        mend::bounds::OPERATION_LEASE_MS
-            .check(ms)
-            .context("--lease-ms")?;
-    }
-    let checkpoint_delta = args
-        .checkpoint_delta
-        .as_deref()
-        .map(|text| {
-            serde_json::from_str::<CheckpointDelta>(text)
-                .map_err(|error| BadInput(format!("parse --checkpoint-delta: {error}")))
-        })
-        .transpose()?;
+    let checkpoint_delta = check_arguments(&args, &files)?;
     let hashing = TerminalProgress::bytes_for_stderr(json).map(Arc::new);
     let mut planned = Vec::with_capacity(files.len());
     for file in &files {
@@ -165,6 +141,38 @@ pub async fn run(
         }
     };
     print_report(&report, json)
+}
+
+/// What a begin would refuse, refused before the files are read (which may take long); and
+/// the checkpoint delta, parsed.
+fn check_arguments(
+    args: &CommitArgs,
+    files: &[SplitFile],
+) -> anyhow::Result<Option<CheckpointDelta>> {
+    mend::validate::dataset_id(&args.dataset)?;
+    for file in files {
+        mend::validate::split_id(&file.split_id).context("--split")?;
+    }
+    if let Some(id) = &args.operation_id {
+        mend::validate::split_id(id).map_err(|_| {
+            BadInput(format!(
+                "--operation-id {id:?} is invalid: use 1 to 128 of A-Z a-z 0-9 . _ -, starting with a letter or digit"
+            ))
+        })?;
+    }
+    if let Some(ms) = args.lease_ms {
+        mend::bounds::OPERATION_LEASE_MS
+            .check(ms)
+            .context("--lease-ms")?;
+    }
+    Ok(args
+        .checkpoint_delta
+        .as_deref()
+        .map(|text| {
+            serde_json::from_str::<CheckpointDelta>(text)
+                .map_err(|error| BadInput(format!("parse --checkpoint-delta: {error}")))
+        })
+        .transpose()?)
 }
 
 /// Uploads what the operation still needs and publishes it.

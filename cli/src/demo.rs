@@ -18,7 +18,10 @@ use std::time::{Duration, Instant};
 use crate::config::Settings;
 use anyhow::Context;
 use bytes::Bytes;
-use mend::engine::{CommitRequest, CommitSplit, IntentStatus, Outcome, ReconcileReport};
+use mend::engine::{
+    CommitRequest, CommitSplit, IntentStatus, Outcome, ReconcileReport, RecoveryReport,
+    VerifyReport,
+};
 use mend::faults::CrashAt;
 use mend::model::{CheckpointDelta, DatasetConfig, PartitionDelta};
 use mend::objects::format::{HEADER_FORMAT_VERSION, SplitObjectHeader, sha256};
@@ -174,119 +177,18 @@ struct DataLocation {
 
 pub async fn run(engine: &Engine, settings: &Settings, json: bool) -> anyhow::Result<()> {
     let started = Instant::now();
-    let dataset = format!("demo-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    // The demo shows what the swap to the cautious policy changes, so it must start on another
-    // one. When the cautious policy is already the deployment's, the demo decides with the
-    // built-in policy until the swap, in this process only, and leaves the registry alone.
-    let already_cautious = engine.policy().digest() == digest_of(CAUTIOUS_POLICY_WASM);
-    if already_cautious {
-        engine.install_policy(PolicyRuntime::default_policy().context("load the built-in policy")?);
-    }
+    let (dataset, uid, already_cautious) = begin(engine, json).await?;
     let policy = engine.policy();
-    say(
-        json,
-        &format!(
-            "mend demo on {}, policy {} {} ({})",
-            engine.catalog().describe(),
-            policy.description().name,
-            policy.description().version,
-            policy.digest()
-        ),
-    );
-    if already_cautious && !json {
-        println!(
-            "(the deployment's policy is the cautious one the demo swaps to; until the swap, this process decides with the built-in policy instead)"
-        );
-    }
-    say(
-        json,
-        &format!(
-            "creating dataset {dataset}, with grace periods short enough for a demo: staged {STAGED_GRACE_PERIOD_MS} ms (reconcile considers an orphan at once), deletion {DELETION_GRACE_PERIOD_MS} ms"
-        ),
-    );
-    let config = DatasetConfig {
-        staged_grace_period_ms: STAGED_GRACE_PERIOD_MS,
-        deletion_grace_period_ms: DELETION_GRACE_PERIOD_MS,
-        ..DatasetConfig::default()
-    };
-    let uid = engine
-        .create_dataset(&dataset, &config)
-        .await
-        .context("create the demo dataset")?
-        .uid;
 
-    say(
-        json,
-        &format!(
-            "{} writers commit concurrently, {COMMITS_PER_WRITER} commits of {SPLITS_PER_COMMIT} splits each (begin: intent and stage; uploads; publish); {} of them crash in commit {CRASHING_COMMIT}",
-            WRITERS.len(),
-            WRITERS.iter().filter(|(_, crash)| crash.is_some()).count()
-        ),
-    );
-    let writers = run_writers(engine, &dataset).await?;
+    let (writers, first_orphan, first_planted) =
+        crash_writers(engine, &dataset, &uid, json).await?;
     let crashed = writers
         .iter()
         .filter(|w| w.outcome == WriterOutcome::Crashed)
         .count();
-    let first_orphan = "orphan-1".to_string();
-    let first_planted = plant_orphan(engine, &dataset, &uid, &first_orphan).await?;
-    if !json {
-        for writer in &writers {
-            println!(
-                "{}: {} of {} commits completed{}",
-                writer.node,
-                writer.commits_completed,
-                writer.commits_planned,
-                match (writer.outcome, &writer.detail) {
-                    (WriterOutcome::Crashed, Some(detail)) => format!(", then crashed {detail}"),
-                    (_, Some(detail)) => format!(", then failed: {detail}"),
-                    (_, None) => String::new(),
-                }
-            );
-        }
-        println!(
-            "and split {first_orphan}'s object sits in the bucket with no row, as a writer that died between its upload and its stage leaves it"
-        );
-    }
 
-    say(
-        json,
-        "the in-doubt state: recover --mode probe observes every intent and asks the policy, writing nothing",
-    );
-    let probe = engine
-        .recover(&dataset, RecoveryMode::Probe)
-        .await
-        .context("probe the demo dataset")?;
-    if !json {
-        output::recovery_report(&probe, false)?;
-    }
-    let mut probe_counts = BTreeMap::new();
-    for intent in &probe.intents {
-        *probe_counts.entry(status_name(intent.status)).or_insert(0) += 1;
-    }
-
-    say(
-        json,
-        "recover --mode roll-forward: finish what the crashed writers started",
-    );
-    let recovery = engine
-        .recover(&dataset, RecoveryMode::RollForward)
-        .await
-        .context("recover the demo dataset")?;
-    if !json {
-        output::recovery_report(&recovery, false)?;
-    }
-    let recovered = recovery
-        .intents
-        .iter()
-        .filter(|intent| intent.outcome == Outcome::Executed)
-        .count();
-    let intents_left = engine
-        .catalog()
-        .list_intents(&dataset)
-        .await
-        .context("list the demo dataset's intents")?
-        .len();
+    let (probe, probe_counts, recovered, intents_left) =
+        probe_and_recover(engine, &dataset, json).await?;
 
     wait_past_grace_period(first_planted).await;
     say(
@@ -308,39 +210,7 @@ pub async fn run(engine: &Engine, settings: &Settings, json: bool) -> anyhow::Re
     let load = settings.load_options();
     let swap = swap_to_cautious(engine, &registry, &load, &dataset, already_cautious, json).await?;
     // Whatever happens next, the deployment gets its policy back.
-    let after_swap = async {
-        let second_orphan = "orphan-2".to_string();
-        let planted = plant_orphan(engine, &dataset, &uid, &second_orphan).await?;
-        wait_past_grace_period(planted).await;
-        say(
-            json,
-            &format!(
-                "a second orphan, {second_orphan}, and reconcile again under {}: it discards (marks for deletion) what the default would adopt",
-                engine.policy().description().name
-            ),
-        );
-        let reconciled = engine
-            .reconcile(&dataset, NODE)
-            .await
-            .context("reconcile the demo dataset again")?;
-        if !json {
-            output::reconcile_report(&reconciled, false)?;
-        }
-
-        say(
-            json,
-            "verify: the invariants over the whole dataset, bucket included",
-        );
-        let verified = engine
-            .verify(&dataset)
-            .await
-            .context("verify the demo dataset")?;
-        if !json {
-            output::verify_report(&verified, false)?;
-        }
-        anyhow::Ok((second_orphan, reconciled, verified))
-    }
-    .await;
+    let after_swap = reconcile_and_verify(engine, &dataset, &uid, json).await;
     let restored = restore_policy(engine, &registry, &load, &swap, json).await;
     let (second_orphan, after_swap, verified) = after_swap?;
     let restored = restored?;
@@ -389,6 +259,182 @@ pub async fn run(engine: &Engine, settings: &Settings, json: bool) -> anyhow::Re
     }
     print_ending(&summary, started);
     Ok(())
+}
+
+/// The demo's start: the policy it decides with until the swap (not the cautious one it
+/// swaps to), said, and a fresh dataset with short grace periods. Answers the dataset's id
+/// and uid, and whether the deployment's policy was the cautious one already.
+async fn begin(engine: &Engine, json: bool) -> anyhow::Result<(String, String, bool)> {
+    let dataset = format!("demo-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    // The demo shows what the swap to the cautious policy changes, so it must start on another
+    // one. When the cautious policy is already the deployment's, the demo decides with the
+    // built-in policy until the swap, in this process only, and leaves the registry alone.
+    let already_cautious = engine.policy().digest() == digest_of(CAUTIOUS_POLICY_WASM);
+    if already_cautious {
+        engine.install_policy(PolicyRuntime::default_policy().context("load the built-in policy")?);
+    }
+    let policy = engine.policy();
+    say(
+        json,
+        &format!(
+            "mend demo on {}, policy {} {} ({})",
+            engine.catalog().describe(),
+            policy.description().name,
+            policy.description().version,
+            policy.digest()
+        ),
+    );
+    if already_cautious && !json {
+        println!(
+            "(the deployment's policy is the cautious one the demo swaps to; until the swap, this process decides with the built-in policy instead)"
+        );
+    }
+    say(
+        json,
+        &format!(
+            "creating dataset {dataset}, with grace periods short enough for a demo: staged {STAGED_GRACE_PERIOD_MS} ms (reconcile considers an orphan at once), deletion {DELETION_GRACE_PERIOD_MS} ms"
+        ),
+    );
+    let config = DatasetConfig {
+        staged_grace_period_ms: STAGED_GRACE_PERIOD_MS,
+        deletion_grace_period_ms: DELETION_GRACE_PERIOD_MS,
+        ..DatasetConfig::default()
+    };
+    let uid = engine
+        .create_dataset(&dataset, &config)
+        .await
+        .context("create the demo dataset")?
+        .uid;
+    Ok((dataset, uid, already_cautious))
+}
+
+/// The writers commit concurrently and some crash part-way; then an object is planted with
+/// no row, as a writer that died before staging leaves it. Answers the writers' reports, the
+/// orphan's id and when it was planted.
+async fn crash_writers(
+    engine: &Engine,
+    dataset: &str,
+    uid: &str,
+    json: bool,
+) -> anyhow::Result<(Vec<WriterReport>, String, Instant)> {
+    say(
+        json,
+        &format!(
+            "{} writers commit concurrently, {COMMITS_PER_WRITER} commits of {SPLITS_PER_COMMIT} splits each (begin: intent and stage; uploads; publish); {} of them crash in commit {CRASHING_COMMIT}",
+            WRITERS.len(),
+            WRITERS.iter().filter(|(_, crash)| crash.is_some()).count()
+        ),
+    );
+    let writers = run_writers(engine, dataset).await?;
+    let first_orphan = "orphan-1".to_string();
+    let first_planted = plant_orphan(engine, dataset, uid, &first_orphan).await?;
+    if !json {
+        for writer in &writers {
+            println!(
+                "{}: {} of {} commits completed{}",
+                writer.node,
+                writer.commits_completed,
+                writer.commits_planned,
+                match (writer.outcome, &writer.detail) {
+                    (WriterOutcome::Crashed, Some(detail)) => format!(", then crashed {detail}"),
+                    (_, Some(detail)) => format!(", then failed: {detail}"),
+                    (_, None) => String::new(),
+                }
+            );
+        }
+        println!(
+            "and split {first_orphan}'s object sits in the bucket with no row, as a writer that died between its upload and its stage leaves it"
+        );
+    }
+    Ok((writers, first_orphan, first_planted))
+}
+
+/// The in-doubt state probed, then rolled forward: the probe's report and its count by
+/// status, the intents the roll-forward executed, and the intents left after it.
+async fn probe_and_recover(
+    engine: &Engine,
+    dataset: &str,
+    json: bool,
+) -> anyhow::Result<(RecoveryReport, BTreeMap<String, usize>, usize, usize)> {
+    say(
+        json,
+        "the in-doubt state: recover --mode probe observes every intent and asks the policy, writing nothing",
+    );
+    let probe = engine
+        .recover(dataset, RecoveryMode::Probe)
+        .await
+        .context("probe the demo dataset")?;
+    if !json {
+        output::recovery_report(&probe, false)?;
+    }
+    let mut probe_counts = BTreeMap::new();
+    for intent in &probe.intents {
+        *probe_counts.entry(status_name(intent.status)).or_insert(0) += 1;
+    }
+
+    say(
+        json,
+        "recover --mode roll-forward: finish what the crashed writers started",
+    );
+    let recovery = engine
+        .recover(dataset, RecoveryMode::RollForward)
+        .await
+        .context("recover the demo dataset")?;
+    if !json {
+        output::recovery_report(&recovery, false)?;
+    }
+    let recovered = recovery
+        .intents
+        .iter()
+        .filter(|intent| intent.outcome == Outcome::Executed)
+        .count();
+    let intents_left = engine
+        .catalog()
+        .list_intents(dataset)
+        .await
+        .context("list the demo dataset's intents")?
+        .len();
+    Ok((probe, probe_counts, recovered, intents_left))
+}
+
+/// Under the swapped policy: a second orphan planted and reconciled, then the invariants
+/// verified. Answers the orphan's id, the reconcile's report and the verify report.
+async fn reconcile_and_verify(
+    engine: &Engine,
+    dataset: &str,
+    uid: &str,
+    json: bool,
+) -> anyhow::Result<(String, ReconcileReport, VerifyReport)> {
+    let second_orphan = "orphan-2".to_string();
+    let planted = plant_orphan(engine, dataset, uid, &second_orphan).await?;
+    wait_past_grace_period(planted).await;
+    say(
+        json,
+        &format!(
+            "a second orphan, {second_orphan}, and reconcile again under {}: it discards (marks for deletion) what the default would adopt",
+            engine.policy().description().name
+        ),
+    );
+    let reconciled = engine
+        .reconcile(dataset, NODE)
+        .await
+        .context("reconcile the demo dataset again")?;
+    if !json {
+        output::reconcile_report(&reconciled, false)?;
+    }
+
+    say(
+        json,
+        "verify: the invariants over the whole dataset, bucket included",
+    );
+    let verified = engine
+        .verify(dataset)
+        .await
+        .context("verify the demo dataset")?;
+    if !json {
+        output::verify_report(&verified, false)?;
+    }
+    anyhow::Ok((second_orphan, reconciled, verified))
 }
 
 fn next_steps(dataset: &str) -> Vec<NextStep> {
