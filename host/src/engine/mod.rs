@@ -3,7 +3,7 @@
 //! Each request goes through the same steps: validate the input (`InvalidArgument`, nothing
 //! read), check that the backend provides what the request needs (`CapabilityMissing`, never
 //! a fallback), let the backend observe inside its atomic step, ask the policy, check its
-//! answer against the [`invariants`], and have the backend execute it.
+//! answer against the [`invariants`](crate::invariants), and have the backend execute it.
 //!
 //! One module per operation, each owning its whole entry point: `datasets.rs`, `staging.rs`
 //! (stage, publish, mark, delete, list), `commit.rs` (the in-process commit and merge),

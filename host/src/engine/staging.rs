@@ -345,7 +345,7 @@ impl Engine {
     }
 
     /// One page of the splits that match `query`: at most `query.limit` splits, or
-    /// [`EngineOptions::max_list_page`] when it names none; `next_after_split_id` continues.
+    /// [`EngineOptions::max_list_page`](crate::EngineOptions::max_list_page) when it names none; `next_after_split_id` continues.
     pub async fn list_splits(&self, dataset_id: &str, query: &ListQuery) -> Result<SplitPage> {
         validate::dataset_id(dataset_id)?;
         validate::list_query(query, self.options.max_list_page)?;
