@@ -160,41 +160,7 @@ fn walk(bytes: &[u8]) -> Result<ComponentShape, String> {
                     }
                 }
             }
-            Payload::ComponentAliasSection(reader) => {
-                for alias in reader {
-                    let alias = alias.map_err(|error| error.to_string())?;
-                    match alias {
-                        ComponentAlias::Outer { kind, count, index } => {
-                            let outer = outer_frame(&stack, count)?;
-                            match kind {
-                                ComponentOuterAliasKind::CoreModule => {
-                                    let shape = outer.modules.get(index as usize).copied();
-                                    component_frame(&mut stack)?.modules.push(shape.flatten());
-                                }
-                                ComponentOuterAliasKind::Component => {
-                                    let shape = outer.components.get(index as usize).copied();
-                                    component_frame(&mut stack)?
-                                        .components
-                                        .push(shape.flatten());
-                                }
-                                ComponentOuterAliasKind::CoreType
-                                | ComponentOuterAliasKind::Type => {}
-                            }
-                        }
-                        // A module or component exported by an instance: its size is not
-                        // known here.
-                        ComponentAlias::InstanceExport { kind, .. } => {
-                            let frame = component_frame(&mut stack)?;
-                            match kind {
-                                ComponentExternalKind::Module => frame.modules.push(None),
-                                ComponentExternalKind::Component => frame.components.push(None),
-                                _ => {}
-                            }
-                        }
-                        ComponentAlias::CoreInstanceExport { .. } => {}
-                    }
-                }
-            }
+            Payload::ComponentAliasSection(reader) => aliases(&mut stack, reader)?,
             Payload::ComponentImportSection(reader) => {
                 let frame = component_frame(&mut stack)?;
                 for import in reader {
@@ -224,31 +190,80 @@ fn walk(bytes: &[u8]) -> Result<ComponentShape, String> {
                 }
             }
             Payload::End(_) => {
-                let finished = stack.pop().ok_or("an end with nothing open")?;
-                let shape = match &finished {
-                    Frame::Module(shape) => *shape,
-                    Frame::Component(component) => component.total,
-                };
-                match stack.last_mut() {
-                    None => {
-                        return match finished {
-                            Frame::Component(component) => Ok(component.total),
-                            Frame::Module(_) => {
-                                Err("this is a core module, not a component".into())
-                            }
-                        };
-                    }
-                    Some(Frame::Component(parent)) => match finished {
-                        Frame::Module(_) => parent.modules.push(Some(shape)),
-                        Frame::Component(_) => parent.components.push(Some(shape)),
-                    },
-                    Some(Frame::Module(_)) => return Err("a core module nests nothing".into()),
+                if let Some(total) = end(&mut stack)? {
+                    return Ok(total);
                 }
             }
             _ => {}
         }
     }
     Err("the component ends early".into())
+}
+
+/// An alias section: modules and components aliased from an enclosing component take its
+/// shapes; those exported by an instance cannot be sized.
+fn aliases(
+    stack: &mut [Frame],
+    reader: wasmparser::ComponentAliasSectionReader<'_>,
+) -> Result<(), String> {
+    for alias in reader {
+        let alias = alias.map_err(|error| error.to_string())?;
+        match alias {
+            ComponentAlias::Outer { kind, count, index } => {
+                let outer = outer_frame(stack, count)?;
+                match kind {
+                    ComponentOuterAliasKind::CoreModule => {
+                        let shape = outer.modules.get(index as usize).copied();
+                        component_frame(stack)?.modules.push(shape.flatten());
+                    }
+                    ComponentOuterAliasKind::Component => {
+                        let shape = outer.components.get(index as usize).copied();
+                        component_frame(stack)?.components.push(shape.flatten());
+                    }
+                    ComponentOuterAliasKind::CoreType | ComponentOuterAliasKind::Type => {}
+                }
+            }
+            // A module or component exported by an instance: its size is not
+            // known here.
+            ComponentAlias::InstanceExport { kind, .. } => {
+                let frame = component_frame(stack)?;
+                match kind {
+                    ComponentExternalKind::Module => frame.modules.push(None),
+                    ComponentExternalKind::Component => frame.components.push(None),
+                    _ => {}
+                }
+            }
+            ComponentAlias::CoreInstanceExport { .. } => {}
+        }
+    }
+    Ok(())
+}
+
+/// The end of the module or component at the top of the stack: its shape goes to its parent's
+/// index space; the outermost component's total is the answer (`Some`).
+fn end(stack: &mut Vec<Frame>) -> Result<Option<ComponentShape>, String> {
+    let finished = stack.pop().ok_or("an end with nothing open")?;
+    let shape = match &finished {
+        Frame::Module(shape) => *shape,
+        Frame::Component(component) => component.total,
+    };
+    match stack.last_mut() {
+        None => match finished {
+            Frame::Component(component) => Ok(Some(component.total)),
+            Frame::Module(_) => Err("this is a core module, not a component".into()),
+        },
+        Some(Frame::Component(parent)) => match finished {
+            Frame::Module(_) => {
+                parent.modules.push(Some(shape));
+                Ok(None)
+            }
+            Frame::Component(_) => {
+                parent.components.push(Some(shape));
+                Ok(None)
+            }
+        },
+        Some(Frame::Module(_)) => Err("a core module nests nothing".into()),
+    }
 }
 
 /// The component being read at the top of the stack.

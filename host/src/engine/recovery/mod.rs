@@ -306,25 +306,14 @@ impl Engine {
         } = self.observe(dataset_id, mode).await?;
         let now_ms = self.now_ms();
         let progress = &self.options.progress;
-        let states: HashMap<&str, SplitState> = rows
-            .iter()
-            .map(|row| (row.split_id.as_str(), row.state))
-            .collect();
-        let observations: Vec<IntentObservation> = intents
-            .iter()
-            .zip(objects)
-            .map(|(intent, objects)| {
-                let promotion_recorded = promotions_recorded.contains(&intent.operation_id);
-                observation(
-                    intent,
-                    objects,
-                    &dataset,
-                    &states,
-                    promotion_recorded,
-                    now_ms,
-                )
-            })
-            .collect();
+        let observations = observations(
+            &intents,
+            objects,
+            &dataset,
+            &rows,
+            &promotions_recorded,
+            now_ms,
+        );
         let input = RecoveryInput {
             dataset_id: dataset_id.to_string(),
             mode,
@@ -353,18 +342,10 @@ impl Engine {
         for (index, ((intent, observation), decision)) in
             intents.iter().zip(&observations).zip(decisions).enumerate()
         {
-            let status = match &decision.decision {
-                RecoveryDecision::Stale => IntentStatus::Clean,
-                RecoveryDecision::RollForward => IntentStatus::RollForwardRequired,
-                RecoveryDecision::RollBack => IntentStatus::NeedsCompensation,
-                RecoveryDecision::Blocked(_) => IntentStatus::Blocked,
-                RecoveryDecision::Defer(_) => IntentStatus::Deferred,
-                RecoveryDecision::Abandon(_) => IntentStatus::Abandoned,
-            };
             let mut report = IntentReport {
                 operation_id: intent.operation_id.clone(),
                 kind: intent.kind,
-                status,
+                status: status_of(&decision.decision),
                 decision: decision.decision,
                 outcome: Outcome::Reported,
             };
@@ -403,7 +384,21 @@ impl Engine {
             }
             progress.advance(reports.len() - batch.len());
         }
-        self.execute_batch(&sweep, &mut batch, &mut reports, &mut pending)
+        self.finish_sweep(&sweep, batch, reports, pending).await
+    }
+
+    /// The sweep's last batch executed, the audit records still waiting appended, and its
+    /// report.
+    async fn finish_sweep(
+        &self,
+        sweep: &Sweep<'_>,
+        mut batch: Batch,
+        mut reports: Vec<IntentReport>,
+        mut pending: Vec<AuditRecord>,
+    ) -> Result<RecoveryReport> {
+        let (dataset_id, mode) = (sweep.dataset_id, sweep.mode);
+        let progress = &self.options.progress;
+        self.execute_batch(sweep, &mut batch, &mut reports, &mut pending)
             .await?;
         if !pending.is_empty() {
             self.durably(
@@ -922,6 +917,49 @@ fn touched_splits(intent: &Intent) -> BTreeSet<String> {
         .chain(&effects.delete)
         .cloned()
         .collect()
+}
+
+/// What the policy is shown of each intent: its objects, its splits' rows and what the
+/// dataset says of it, as of the sweep's reads.
+fn observations(
+    intents: &[Intent],
+    objects: Vec<Vec<ObjectObservation>>,
+    dataset: &Dataset,
+    rows: &[ExistingRow],
+    promotions_recorded: &BTreeSet<String>,
+    now_ms: TimestampMs,
+) -> Vec<IntentObservation> {
+    let states: HashMap<&str, SplitState> = rows
+        .iter()
+        .map(|row| (row.split_id.as_str(), row.state))
+        .collect();
+    intents
+        .iter()
+        .zip(objects)
+        .map(|(intent, objects)| {
+            let promotion_recorded = promotions_recorded.contains(&intent.operation_id);
+            observation(
+                intent,
+                objects,
+                dataset,
+                &states,
+                promotion_recorded,
+                now_ms,
+            )
+        })
+        .collect()
+}
+
+/// What an intent needs, by the policy's decision on it.
+fn status_of(decision: &RecoveryDecision) -> IntentStatus {
+    match decision {
+        RecoveryDecision::Stale => IntentStatus::Clean,
+        RecoveryDecision::RollForward => IntentStatus::RollForwardRequired,
+        RecoveryDecision::RollBack => IntentStatus::NeedsCompensation,
+        RecoveryDecision::Blocked(_) => IntentStatus::Blocked,
+        RecoveryDecision::Defer(_) => IntentStatus::Deferred,
+        RecoveryDecision::Abandon(_) => IntentStatus::Abandoned,
+    }
 }
 
 /// Everything the policy needs to know about one intent, given what was found of its objects.
