@@ -163,14 +163,9 @@ struct RequestLabels {
 }
 
 impl Default for Metrics {
+    /// Every family registered, in the order of the exposition. Over 100 lines, as one list
+    /// of registrations with nothing else to follow: split, it would only scatter the list.
     fn default() -> Self {
-        let active_policy = Family::default();
-        let decisions = Family::default();
-        let sweep_duration = Histogram::new(SWEEP_BUCKETS);
-        let sweep_failures: Counter = Counter::default();
-        let pending_intents = Family::default();
-        let dataset_up = Family::default();
-        let intents_needing_operator = Family::default();
         let shed: Family<ShedLabels, Counter> = Family::default();
         for reason in Shed::ALL {
             // Every reason's series from the start, at 0: a rate over it is defined at once.
@@ -178,118 +173,121 @@ impl Default for Metrics {
                 reason: reason.label(),
             }));
         }
-        let fleet_lease_held = Gauge::default();
-        let requests = Family::default();
-        let fleet_replica = Family::default();
-        let fleet_members = Gauge::default();
-        let fleet_pending_datasets = Gauge::default();
-        let fleet_owned_pending_datasets = Gauge::default();
-        let fleet_rebalances = Counter::default();
-        let fleet_takeovers = Counter::default();
         // Help texts without their final period: the registry adds it.
         let mut registry = Registry::default();
-        registry.register(
-            "mend_active_policy_info",
-            "The active policy: 1, labelled with its digest, name and version",
-            active_policy.clone(),
-        );
-        registry.register(
-            "mend_decisions",
-            "Policy decisions this server acted on, by kind and outcome",
-            decisions.clone(),
-        );
-        registry.register(
-            "mend_sweep_duration_seconds",
-            "Roll-forward sweeps run by the dataset supervisors",
-            sweep_duration.clone(),
-        );
-        registry.register(
-            "mend_sweep_failures",
-            "Supervisor sweeps that failed (the dataset answers 503 until one succeeds)",
-            sweep_failures.clone(),
-        );
-        registry.register(
-            "mend_pending_intents",
-            "Unresolved operations per dataset, as its supervisor last saw them",
-            pending_intents.clone(),
-        );
-        registry.register(
-            "mend_dataset_up",
-            "1 while a dataset is served, 0 while it answers 503",
-            dataset_up.clone(),
-        );
-        registry.register(
-            "mend_intents_needing_operator",
-            "Intents per dataset the policy blocked at the last sweep: an operator must decide",
-            intents_needing_operator.clone(),
-        );
-        registry.register(
-            "mend_shed_requests",
-            "Requests refused for load, by reason (503 or 429, with Retry-After)",
-            shed.clone(),
-        );
-        registry.register(
-            "mend_http_requests",
-            "HTTP requests by route and status",
-            requests.clone(),
-        );
-        registry.register(
-            "mend_fleet_replica_info",
-            "This replica: 1, labelled with its id and the fencing epoch it joined with",
-            fleet_replica.clone(),
-        );
-        registry.register(
-            "mend_fleet_members",
-            "Live members of the fleet at this replica's last heartbeat, itself included",
-            fleet_members.clone(),
-        );
-        registry.register(
-            "mend_fleet_pending_datasets",
-            "Datasets with pending intents at the last discovery",
-            fleet_pending_datasets.clone(),
-        );
-        registry.register(
-            "mend_fleet_owned_pending_datasets",
-            "Datasets with pending intents this replica owns: its load",
-            fleet_owned_pending_datasets.clone(),
-        );
-        registry.register(
-            "mend_fleet_rebalances",
-            "Fleet changes (members joining or leaving) that moved datasets",
-            fleet_rebalances.clone(),
-        );
-        registry.register(
-            "mend_fleet_takeovers",
-            "Members found expired (dead or stalled) whose datasets the fleet took over",
-            fleet_takeovers.clone(),
-        );
-        registry.register(
-            "mend_fleet_lease_held",
-            "1 while this replica's membership lease is live by its own clock, 0 once it ran out",
-            fleet_lease_held.clone(),
-        );
         registry.register_collector(Box::new(PolicyCalls));
         Self {
+            active_policy: registered(
+                &mut registry,
+                "mend_active_policy_info",
+                "The active policy: 1, labelled with its digest, name and version",
+                Family::default(),
+            ),
+            decisions: registered(
+                &mut registry,
+                "mend_decisions",
+                "Policy decisions this server acted on, by kind and outcome",
+                Family::default(),
+            ),
+            sweep_duration: registered(
+                &mut registry,
+                "mend_sweep_duration_seconds",
+                "Roll-forward sweeps run by the dataset supervisors",
+                Histogram::new(SWEEP_BUCKETS),
+            ),
+            sweep_failures: registered(
+                &mut registry,
+                "mend_sweep_failures",
+                "Supervisor sweeps that failed (the dataset answers 503 until one succeeds)",
+                Counter::default(),
+            ),
+            pending_intents: registered(
+                &mut registry,
+                "mend_pending_intents",
+                "Unresolved operations per dataset, as its supervisor last saw them",
+                Family::default(),
+            ),
+            dataset_up: registered(
+                &mut registry,
+                "mend_dataset_up",
+                "1 while a dataset is served, 0 while it answers 503",
+                Family::default(),
+            ),
+            intents_needing_operator: registered(
+                &mut registry,
+                "mend_intents_needing_operator",
+                "Intents per dataset the policy blocked at the last sweep: an operator must decide",
+                Family::default(),
+            ),
+            shed: registered(
+                &mut registry,
+                "mend_shed_requests",
+                "Requests refused for load, by reason (503 or 429, with Retry-After)",
+                shed,
+            ),
+            requests: registered(
+                &mut registry,
+                "mend_http_requests",
+                "HTTP requests by route and status",
+                Family::default(),
+            ),
+            fleet_replica: registered(
+                &mut registry,
+                "mend_fleet_replica_info",
+                "This replica: 1, labelled with its id and the fencing epoch it joined with",
+                Family::default(),
+            ),
+            fleet_members: registered(
+                &mut registry,
+                "mend_fleet_members",
+                "Live members of the fleet at this replica's last heartbeat, itself included",
+                Gauge::default(),
+            ),
+            fleet_pending_datasets: registered(
+                &mut registry,
+                "mend_fleet_pending_datasets",
+                "Datasets with pending intents at the last discovery",
+                Gauge::default(),
+            ),
+            fleet_owned_pending_datasets: registered(
+                &mut registry,
+                "mend_fleet_owned_pending_datasets",
+                "Datasets with pending intents this replica owns: its load",
+                Gauge::default(),
+            ),
+            fleet_rebalances: registered(
+                &mut registry,
+                "mend_fleet_rebalances",
+                "Fleet changes (members joining or leaving) that moved datasets",
+                Counter::default(),
+            ),
+            fleet_takeovers: registered(
+                &mut registry,
+                "mend_fleet_takeovers",
+                "Members found expired (dead or stalled) whose datasets the fleet took over",
+                Counter::default(),
+            ),
+            fleet_lease_held: registered(
+                &mut registry,
+                "mend_fleet_lease_held",
+                "1 while this replica's membership lease is live by its own clock, 0 once it ran out",
+                Gauge::default(),
+            ),
             registry,
-            active_policy,
-            decisions,
-            sweep_duration,
-            sweep_failures,
-            pending_intents,
-            dataset_up,
-            intents_needing_operator,
-            shed,
-            requests,
-            fleet_replica,
-            fleet_members,
-            fleet_pending_datasets,
-            fleet_owned_pending_datasets,
-            fleet_rebalances,
-            fleet_takeovers,
-            fleet_lease_held,
             rendering: Mutex::new(()),
         }
     }
+}
+
+/// `metric`, registered in `registry` under `name` with `help`.
+fn registered<M: prometheus_client::registry::Metric + Clone>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    registry.register(name, help, metric.clone());
+    metric
 }
 
 impl Metrics {

@@ -335,28 +335,7 @@ impl Supervisors {
         full_scan: bool,
         ready: &(impl Fn(std::result::Result<(), String>) + Sync),
     ) {
-        // The fleet as the last heartbeat saw it, while this replica's lease is live by its
-        // own clock; none otherwise (it then sweeps nothing).
-        let (view, not_member, heartbeat_error, mut requests) = {
-            let state = self.fleet.read().unwrap_or_else(|p| p.into_inner());
-            let now = SystemClock.now_ms();
-            let view = state
-                .view
-                .clone()
-                .filter(|view| now < view.me.expires_at_ms);
-            let not_member = view.is_none().then(|| {
-                state
-                    .heartbeat_error
-                    .clone()
-                    .unwrap_or_else(|| "this replica's fleet membership is not live".to_string())
-            });
-            (
-                view,
-                not_member,
-                state.heartbeat_error.clone(),
-                state.heartbeat_requests,
-            )
-        };
+        let (view, not_member, heartbeat_error, mut requests) = self.live_view();
         self.metrics.fleet_lease_held(view.is_some());
 
         // Discovery: the pending datasets, and on a full scan every dataset this replica owns
@@ -411,11 +390,52 @@ impl Supervisors {
         // Datasets being followed already: unavailable, stuck or kicked ones.
         candidates.extend(self.datasets().keys().cloned());
 
+        let checks = self.checks_due(candidates, view.as_ref(), &indexed);
+        futures::stream::iter(checks)
+            .for_each_concurrent(CHECKS_AT_ONCE, |check| async move {
+                self.supervise_once(&check).await;
+            })
+            .await;
+    }
+
+    /// The fleet as the last heartbeat saw it, while this replica's lease is live by its own
+    /// clock (none otherwise: it then sweeps nothing); why it is not a member, if it is not;
+    /// the last heartbeat's error; and what the heartbeat cost.
+    fn live_view(&self) -> (Option<FleetView>, Option<String>, Option<String>, u32) {
+        let state = self.fleet.read().unwrap_or_else(|p| p.into_inner());
+        let now = SystemClock.now_ms();
+        let view = state
+            .view
+            .clone()
+            .filter(|view| now < view.me.expires_at_ms);
+        let not_member = view.is_none().then(|| {
+            state
+                .heartbeat_error
+                .clone()
+                .unwrap_or_else(|| "this replica's fleet membership is not live".to_string())
+        });
+        (
+            view,
+            not_member,
+            state.heartbeat_error.clone(),
+            state.heartbeat_requests,
+        )
+    }
+
+    /// Which of `candidates` this round checks: owned ones kicked or due (unless discovery
+    /// says every owner may still be working), and others only to follow their health. A
+    /// dataset another replica owns and serves is dropped from those followed here.
+    fn checks_due(
+        &self,
+        candidates: BTreeSet<String>,
+        view: Option<&FleetView>,
+        indexed: &BTreeMap<String, mend::catalog::PendingDataset>,
+    ) -> Vec<Check> {
         let now_instant = Instant::now();
         let now_ms = SystemClock.now_ms();
         let mut checks = Vec::new();
         for dataset_id in candidates {
-            let owned = view.as_ref().is_some_and(|view| view.owns(&dataset_id));
+            let owned = view.is_some_and(|view| view.owns(&dataset_id));
             let supervisor = self.datasets().get(&dataset_id).cloned();
             let kicked = supervisor
                 .as_ref()
@@ -461,11 +481,7 @@ impl Supervisors {
                 self.datasets().remove(&dataset_id);
             }
         }
-        futures::stream::iter(checks)
-            .for_each_concurrent(CHECKS_AT_ONCE, |check| async move {
-                self.supervise_once(&check).await;
-            })
-            .await;
+        checks
     }
 
     /// Renews this replica's membership and follows the fleet it sees; a failure is kept for

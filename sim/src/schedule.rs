@@ -427,80 +427,19 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
     create_dataset(&replicas[0].engine(), &trace).await;
 
     let stop = Arc::new(AtomicBool::new(false));
-    let mut supervisors = Vec::new();
-    for (index, replica) in replicas.iter().enumerate() {
-        if fleet {
-            supervisors.push(tokio::spawn(crate::fleet::heartbeats(
-                index,
-                replica.clone(),
-                SimRng::fork(seed, &format!("heartbeats-{index}")),
-                stop.clone(),
-                history.clone(),
-                trace.clone(),
-            )));
-        }
-        supervisors.push(tokio::spawn(supervise(
-            index,
-            replica.clone(),
-            SimRng::fork(seed, &format!("supervisor-{index}")),
-            stop.clone(),
-            history.clone(),
-            trace.clone(),
-        )));
-    }
-    let mut writers = Vec::new();
     let echoes = Echoes::default();
-    for index in 0..config.protocol_writers {
-        writers.push(tokio::spawn(protocol_writer(
-            index,
-            replicas.clone(),
-            SimRng::fork(seed, &format!("writer-{index}")),
-            config.clone(),
-            history.clone(),
-            trace.clone(),
-            echoes.clone(),
-        )));
-    }
-    for index in 0..config.committers {
-        writers.push(tokio::spawn(committer(
-            index,
-            replicas.clone(),
-            SimRng::fork(seed, &format!("committer-{index}")),
-            config.clone(),
-            history.clone(),
-            trace.clone(),
-        )));
-    }
-    if replica_faults {
-        supervisors.push(tokio::spawn(crate::fleet::replica_faults(
-            store.clone(),
-            replicas.clone(),
-            config.replica_fault_pct,
-            SimRng::fork(seed, "pauses"),
-            stop.clone(),
-            history.clone(),
-            trace.clone(),
-        )));
-    }
-    if config.operator {
-        supervisors.push(tokio::spawn(crate::operator::operator(
-            replicas.clone(),
-            SimRng::fork(seed, "operator"),
-            stop.clone(),
-            history.clone(),
-            trace.clone(),
-        )));
-    }
-    for index in 0..config.readers {
-        supervisors.push(tokio::spawn(crate::operator::reader(
-            index,
-            replicas.clone(),
-            SimRng::fork(seed, &format!("reader-{index}")),
-            stop.clone(),
-            history.clone(),
-            trace.clone(),
-        )));
-    }
+    let (supervisors, writers) = spawn_actors(
+        seed,
+        config,
+        &replicas,
+        &store,
+        fleet,
+        replica_faults,
+        &stop,
+        &history,
+        &trace,
+        &echoes,
+    );
     for writer in writers {
         writer.await.expect("a writer task panicked");
     }
@@ -512,46 +451,8 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
             .expect("a supervisor, the operator or a reader panicked");
     }
 
-    // The quiet phase: no more faults, every lease runs out, and the supervisors alone must
-    // settle every intent.
-    store.stop_faults();
-    trace.line("quiet: faults stopped; waiting for every lease to run out".into());
-    tokio::time::sleep(Duration::from_millis(quiet_wait_ms)).await;
-    let mut unsettled = Vec::new();
-    for round in 0..QUIET_ROUNDS {
-        for (index, replica) in replicas.iter().enumerate() {
-            if let Some(fleet) = &replica.process().fleet {
-                crate::fleet::heartbeat_recorded(index, fleet, trace.now_ms(), &history, &trace)
-                    .await;
-            }
-            crate::policy::follow(index, replica, &history, &trace).await;
-            if may_sweep(replica) {
-                sweep_once(index, replica, &history, &trace).await;
-            }
-        }
-        unsettled = match replicas[0].engine().catalog().list_intents(DATASET).await {
-            Ok(intents) => intents
-                .iter()
-                .map(|intent| format!("{} ({:?})", intent.operation_id, intent.phase))
-                .collect(),
-            Err(error) => vec![format!("listing intents failed: {error}")],
-        };
-        if unsettled.is_empty() {
-            trace.line(format!(
-                "quiet: every intent settled after {} rounds",
-                round + 1
-            ));
-            break;
-        }
-    }
-
-    // Every replica's view once more, for the fleet's liveness (held apart from the history).
-    let mut last_views = Vec::new();
-    for (index, replica) in replicas.iter().enumerate() {
-        if let Some(fleet) = &replica.process().fleet {
-            last_views.push(crate::fleet::heartbeat(index, fleet, trace.now_ms(), &trace).await);
-        }
-    }
+    let (unsettled, last_views) =
+        quiet_phase(&replicas, &store, quiet_wait_ms, &history, &trace).await;
 
     let history = Arc::try_unwrap(history)
         .map(|history| history.into_inner().unwrap_or_else(PoisonError::into_inner))
@@ -561,43 +462,17 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone()
         });
-    let mut found = check::against_storage(&replicas[0].engine(), &history).await;
-    if fleet {
-        check::fleet(&history, &last_views, !clocks_beyond_allowance, &mut found);
-    }
-    let overlaps = check::overlapping_sweeps(&history);
-    let sweeps_overlapped = overlaps.len();
-    if clocks_beyond_allowance {
-        for overlap in overlaps {
-            trace.line(format!("beyond the clock allowance: {overlap}"));
-        }
-    } else {
-        found.violations.extend(overlaps);
-    }
-    match replicas[0].registry.records().await {
-        Ok(records) => {
-            let running: Vec<String> = replicas
-                .iter()
-                .map(|replica| replica.engine().policy().digest().to_string())
-                .collect();
-            check::policy_changes(&history, &records, &running, policy().digest(), &mut found);
-        }
-        Err(error) => found
-            .violations
-            .push(format!("the policy registry cannot be read: {error}")),
-    }
-    if !unsettled.is_empty() {
-        found.violations.push(format!(
-            "liveness: {} intents still unsettled {} simulated s after the faults stopped, \
-             after {QUIET_ROUNDS} sweeps by each replica: {}",
-            unsettled.len(),
-            quiet_wait_ms / 1000,
-            unsettled.join(", ")
-        ));
-    }
-    for violation in &found.violations {
-        trace.line(format!("VIOLATION {violation}"));
-    }
+    let (found, sweeps_overlapped) = check_run(
+        &replicas,
+        &history,
+        &last_views,
+        fleet,
+        clocks_beyond_allowance,
+        &unsettled,
+        quiet_wait_ms,
+        &trace,
+    )
+    .await;
     let (requests, injected_failures) = store.counts();
     let (trace_digest, trace_lines) = trace.digest();
     RunReport {
@@ -628,6 +503,206 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
         trace: trace.lines(),
         simulated_ms: time.elapsed_ms(),
     }
+}
+
+/// The run's checks: storage against the history, the fleet, overlapping sweeps (counted
+/// only, with clocks beyond the allowance), the policy changes, and liveness. Every violation
+/// goes to the trace too. Answers what was found and how many sweeps overlapped.
+#[allow(clippy::too_many_arguments)]
+async fn check_run(
+    replicas: &[Replica],
+    history: &History,
+    last_views: &[Option<check::HeartbeatRecord>],
+    fleet: bool,
+    clocks_beyond_allowance: bool,
+    unsettled: &[String],
+    quiet_wait_ms: u64,
+    trace: &Trace,
+) -> (check::Found, usize) {
+    let mut found = check::against_storage(&replicas[0].engine(), history).await;
+    if fleet {
+        check::fleet(history, last_views, !clocks_beyond_allowance, &mut found);
+    }
+    let overlaps = check::overlapping_sweeps(history);
+    let sweeps_overlapped = overlaps.len();
+    if clocks_beyond_allowance {
+        for overlap in overlaps {
+            trace.line(format!("beyond the clock allowance: {overlap}"));
+        }
+    } else {
+        found.violations.extend(overlaps);
+    }
+    match replicas[0].registry.records().await {
+        Ok(records) => {
+            let running: Vec<String> = replicas
+                .iter()
+                .map(|replica| replica.engine().policy().digest().to_string())
+                .collect();
+            check::policy_changes(history, &records, &running, policy().digest(), &mut found);
+        }
+        Err(error) => found
+            .violations
+            .push(format!("the policy registry cannot be read: {error}")),
+    }
+    if !unsettled.is_empty() {
+        found.violations.push(format!(
+            "liveness: {} intents still unsettled {} simulated s after the faults stopped, \
+             after {QUIET_ROUNDS} sweeps by each replica: {}",
+            unsettled.len(),
+            quiet_wait_ms / 1000,
+            unsettled.join(", ")
+        ));
+    }
+    for violation in &found.violations {
+        trace.line(format!("VIOLATION {violation}"));
+    }
+    (found, sweeps_overlapped)
+}
+
+/// Every actor of the run started, in the order the schedule's seed expects: per replica its
+/// heartbeats (in a fleet) and its supervisor; the protocol writers; the committers; the
+/// replicas' faults; the operator; the readers. Answers the tasks that run until `stop` and
+/// the writers', which end on their own.
+#[allow(clippy::too_many_arguments)]
+fn spawn_actors(
+    seed: u64,
+    config: &Config,
+    replicas: &[Replica],
+    store: &SimStore,
+    fleet: bool,
+    replica_faults: bool,
+    stop: &Arc<AtomicBool>,
+    history: &Arc<Mutex<History>>,
+    trace: &Trace,
+    echoes: &Echoes,
+) -> (
+    Vec<tokio::task::JoinHandle<()>>,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
+    let mut supervisors = Vec::new();
+    for (index, replica) in replicas.iter().enumerate() {
+        if fleet {
+            supervisors.push(tokio::spawn(crate::fleet::heartbeats(
+                index,
+                replica.clone(),
+                SimRng::fork(seed, &format!("heartbeats-{index}")),
+                stop.clone(),
+                history.clone(),
+                trace.clone(),
+            )));
+        }
+        supervisors.push(tokio::spawn(supervise(
+            index,
+            replica.clone(),
+            SimRng::fork(seed, &format!("supervisor-{index}")),
+            stop.clone(),
+            history.clone(),
+            trace.clone(),
+        )));
+    }
+    let mut writers = Vec::new();
+    for index in 0..config.protocol_writers {
+        writers.push(tokio::spawn(protocol_writer(
+            index,
+            replicas.to_vec(),
+            SimRng::fork(seed, &format!("writer-{index}")),
+            config.clone(),
+            history.clone(),
+            trace.clone(),
+            echoes.clone(),
+        )));
+    }
+    for index in 0..config.committers {
+        writers.push(tokio::spawn(committer(
+            index,
+            replicas.to_vec(),
+            SimRng::fork(seed, &format!("committer-{index}")),
+            config.clone(),
+            history.clone(),
+            trace.clone(),
+        )));
+    }
+    if replica_faults {
+        supervisors.push(tokio::spawn(crate::fleet::replica_faults(
+            store.clone(),
+            replicas.to_vec(),
+            config.replica_fault_pct,
+            SimRng::fork(seed, "pauses"),
+            stop.clone(),
+            history.clone(),
+            trace.clone(),
+        )));
+    }
+    if config.operator {
+        supervisors.push(tokio::spawn(crate::operator::operator(
+            replicas.to_vec(),
+            SimRng::fork(seed, "operator"),
+            stop.clone(),
+            history.clone(),
+            trace.clone(),
+        )));
+    }
+    for index in 0..config.readers {
+        supervisors.push(tokio::spawn(crate::operator::reader(
+            index,
+            replicas.to_vec(),
+            SimRng::fork(seed, &format!("reader-{index}")),
+            stop.clone(),
+            history.clone(),
+            trace.clone(),
+        )));
+    }
+    (supervisors, writers)
+}
+
+/// The quiet phase: no more faults, every lease runs out, and the supervisors alone must
+/// settle every intent. Answers the intents still unsettled, and every replica's view once
+/// more, for the fleet's liveness (held apart from the history).
+async fn quiet_phase(
+    replicas: &[Replica],
+    store: &SimStore,
+    quiet_wait_ms: u64,
+    history: &Arc<Mutex<History>>,
+    trace: &Trace,
+) -> (Vec<String>, Vec<Option<check::HeartbeatRecord>>) {
+    store.stop_faults();
+    trace.line("quiet: faults stopped; waiting for every lease to run out".into());
+    tokio::time::sleep(Duration::from_millis(quiet_wait_ms)).await;
+    let mut unsettled = Vec::new();
+    for round in 0..QUIET_ROUNDS {
+        for (index, replica) in replicas.iter().enumerate() {
+            if let Some(fleet) = &replica.process().fleet {
+                crate::fleet::heartbeat_recorded(index, fleet, trace.now_ms(), history, trace)
+                    .await;
+            }
+            crate::policy::follow(index, replica, history, trace).await;
+            if may_sweep(replica) {
+                sweep_once(index, replica, history, trace).await;
+            }
+        }
+        unsettled = match replicas[0].engine().catalog().list_intents(DATASET).await {
+            Ok(intents) => intents
+                .iter()
+                .map(|intent| format!("{} ({:?})", intent.operation_id, intent.phase))
+                .collect(),
+            Err(error) => vec![format!("listing intents failed: {error}")],
+        };
+        if unsettled.is_empty() {
+            trace.line(format!(
+                "quiet: every intent settled after {} rounds",
+                round + 1
+            ));
+            break;
+        }
+    }
+
+    let mut last_views = Vec::new();
+    for (index, replica) in replicas.iter().enumerate() {
+        if let Some(fleet) = &replica.process().fleet {
+            last_views.push(crate::fleet::heartbeat(index, fleet, trace.now_ms(), trace).await);
+        }
+    }
+    (unsettled, last_views)
 }
 
 async fn create_dataset(engine: &Engine, trace: &Trace) {
@@ -895,37 +970,7 @@ async fn protocol_writer(
         let splits: Vec<String> = (0..rng.between(1, 2))
             .map(|split| format!("{operation_id}-s{split}"))
             .collect();
-        let request = BeginOperation {
-            dataset_id: DATASET.into(),
-            // An unkeyed writer lets the engine name the operation: a begin sent again after
-            // an unknown answer is another operation.
-            operation_id: (!unkeyed).then(|| operation_id.clone()),
-            kind: ExternalKind::Commit,
-            node: format!("writer-{index}"),
-            lease_ms: Some(OPERATION_LEASE_MS),
-            splits: splits
-                .iter()
-                .map(|split_id| {
-                    let payload = payload_of(split_id);
-                    PlannedSplit {
-                        split_id: split_id.clone(),
-                        metadata_json: "{}".into(),
-                        size: payload.len() as u64,
-                        sha256: sha256(&payload),
-                    }
-                })
-                .collect(),
-            checkpoint_delta: Some(CheckpointDelta {
-                source: SOURCE.into(),
-                partitions: vec![PartitionDelta {
-                    partition: partition.clone(),
-                    from_position: from,
-                    to_position: from.unwrap_or(0) + 1,
-                }],
-            }),
-            replaced_split_ids: Vec::new(),
-            publish_token: None,
-        };
+        let request = begin_request(index, &partition, &operation_id, unkeyed, &splits, from);
         history
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -992,108 +1037,190 @@ async fn protocol_writer(
                 .unwrap_or_else(PoisonError::into_inner)
                 .claim(&operation_id, claim, by, trace.now_ms());
         };
-        // Uploads, in a drawn order; a crash may come between any two steps.
-        let mut uploaded_all = true;
-        for split_id in &splits {
-            if rng.chance(config.crash_pct / 2) {
-                break;
-            }
-            let payload = payload_of(split_id);
-            let upload = |engine: Engine| {
-                let (operation_id, split_id, payload) =
-                    (operation_id.clone(), split_id.clone(), payload.clone());
-                async move {
-                    engine
-                        .upload_object(DATASET, &operation_id, &split_id, body(&payload))
-                        .await
-                        .map(|_| ())
-                }
-            };
-            let uploaded = with_retries(&replicas, &mut rng, &trace, &operation_id, upload).await;
-            client.maybe_echo(&mut rng, &operation_id, "upload", upload, upload_claim);
-            trace.line(format!("{operation_id}: upload {split_id}: {uploaded:?}"));
-            if let Err(error) = uploaded {
-                uploaded_all = false;
-                claim(refusal_claim(&error), format!("upload answered {error}"));
-                break;
-            }
-        }
+        let uploaded_all =
+            upload_all(&client, &mut rng, &config, &operation_id, &splits, &claim).await;
         if rng.chance(config.crash_pct) {
             trace.line(format!("{operation_id}: the writer crashes"));
             in_doubt = Some(operation_id.clone());
             continue;
         }
-        // Sometimes slow: past the lease (the supervisor may settle it first), with or without
-        // a heartbeat before.
-        if rng.chance(25) {
-            if rng.chance(50) {
-                let heartbeat = |engine: Engine| {
-                    let operation_id = operation_id.clone();
-                    async move {
-                        engine
-                            .heartbeat_operation(DATASET, &operation_id, Some(OPERATION_LEASE_MS))
-                            .await
-                    }
-                };
-                let beat =
-                    with_retries(&replicas, &mut rng, &trace, &operation_id, heartbeat).await;
-                client.maybe_echo(&mut rng, &operation_id, "heartbeat", heartbeat, claim_of);
-                trace.line(format!(
-                    "{operation_id}: heartbeat: {:?}",
-                    beat.as_ref().map(|v| v.phase)
-                ));
-                if let Err(error) = &beat {
-                    claim(refusal_claim(error), format!("heartbeat answered {error}"));
-                }
-            }
-            pause(&mut rng, OPERATION_LEASE_MS / 2, OPERATION_LEASE_MS * 2).await;
-        }
-        let ending = rng.below(100);
-        let known = if ending < 10 || !uploaded_all && ending < 50 {
-            let aborted = send_end(End::Abort, &client, &mut rng, &operation_id).await;
-            claim(claim_of(&aborted), format!("abort answered {aborted:?}"));
-            knows_end(&aborted)
-        } else if ending < 18 {
-            // A publish and an abort sent at once, from two replicas.
-            let (first, second) = (
-                &replicas[rng.below(replicas.len() as u64) as usize],
-                &replicas[rng.below(replicas.len() as u64) as usize],
-            );
-            let id = operation_id.as_str();
-            let (published, aborted) = futures::join!(
-                first.serve(|engine| async move { engine.publish_operation(DATASET, id).await }),
-                second.serve(|engine| async move { engine.abort_operation(DATASET, id).await })
-            );
-            trace.line(format!(
-                "{operation_id}: publish and abort at once: {:?} / {:?}",
-                published.as_ref().map(|v| v.phase),
-                aborted.as_ref().map(|v| v.phase)
-            ));
-            claim(
-                publish_claim(&published),
-                "a publish racing an abort".into(),
-            );
-            claim(claim_of(&aborted), "an abort racing a publish".into());
-            knows_end(&published) || knows_end(&aborted)
-        } else {
-            let published = send_end(End::Publish, &client, &mut rng, &operation_id).await;
-            claim(
-                publish_claim(&published),
-                format!("publish answered {published:?}"),
-            );
-            // Refused without a word on its end (objects missing, the checkpoint moved): the
-            // writer gives it up, as a client is told to.
-            match &published {
-                Err(error) if refusal_claim(error) == Claim::Nothing && !error.is_retryable() => {
-                    let aborted = send_end(End::Abort, &client, &mut rng, &operation_id).await;
-                    claim(claim_of(&aborted), format!("abort answered {aborted:?}"));
-                    knows_end(&aborted)
-                }
-                answer => knows_end(answer),
-            }
-        };
+        maybe_slow(&client, &mut rng, &operation_id, &claim).await;
+        let known = end_operation(&client, &mut rng, &operation_id, uploaded_all, &claim).await;
         if !known {
             in_doubt = Some(operation_id.clone());
+        }
+    }
+}
+
+/// A protocol writer's uploads, in order; a crash may come between any two (then it stops
+/// uploading). Answers whether every object was uploaded.
+async fn upload_all(
+    client: &Client<'_>,
+    rng: &mut SimRng,
+    config: &Config,
+    operation_id: &str,
+    splits: &[String],
+    claim: &impl Fn(Claim, String),
+) -> bool {
+    let mut uploaded_all = true;
+    for split_id in splits {
+        if rng.chance(config.crash_pct / 2) {
+            break;
+        }
+        let payload = payload_of(split_id);
+        let upload = |engine: Engine| {
+            let (operation_id, split_id, payload) =
+                (operation_id.to_string(), split_id.clone(), payload.clone());
+            async move {
+                engine
+                    .upload_object(DATASET, &operation_id, &split_id, body(&payload))
+                    .await
+                    .map(|_| ())
+            }
+        };
+        let uploaded = with_retries(client.replicas, rng, client.trace, operation_id, upload).await;
+        client.maybe_echo(rng, operation_id, "upload", upload, upload_claim);
+        client
+            .trace
+            .line(format!("{operation_id}: upload {split_id}: {uploaded:?}"));
+        if let Err(error) = uploaded {
+            uploaded_all = false;
+            claim(refusal_claim(&error), format!("upload answered {error}"));
+            break;
+        }
+    }
+    uploaded_all
+}
+
+/// Sometimes a writer is slow: past the lease (the supervisor may settle its operation
+/// first), with or without a heartbeat before.
+async fn maybe_slow(
+    client: &Client<'_>,
+    rng: &mut SimRng,
+    operation_id: &str,
+    claim: &impl Fn(Claim, String),
+) {
+    if rng.chance(25) {
+        if rng.chance(50) {
+            let heartbeat = |engine: Engine| {
+                let operation_id = operation_id.to_string();
+                async move {
+                    engine
+                        .heartbeat_operation(DATASET, &operation_id, Some(OPERATION_LEASE_MS))
+                        .await
+                }
+            };
+            let beat =
+                with_retries(client.replicas, rng, client.trace, operation_id, heartbeat).await;
+            client.maybe_echo(rng, operation_id, "heartbeat", heartbeat, claim_of);
+            client.trace.line(format!(
+                "{operation_id}: heartbeat: {:?}",
+                beat.as_ref().map(|v| v.phase)
+            ));
+            if let Err(error) = &beat {
+                claim(refusal_claim(error), format!("heartbeat answered {error}"));
+            }
+        }
+        pause(rng, OPERATION_LEASE_MS / 2, OPERATION_LEASE_MS * 2).await;
+    }
+}
+
+/// The begin a protocol writer sends: its splits, each a payload derived from its id, and a
+/// checkpoint delta moving its partition on by one from `from`.
+fn begin_request(
+    index: usize,
+    partition: &str,
+    operation_id: &str,
+    unkeyed: bool,
+    splits: &[String],
+    from: Option<u64>,
+) -> BeginOperation {
+    BeginOperation {
+        dataset_id: DATASET.into(),
+        // An unkeyed writer lets the engine name the operation: a begin sent again after
+        // an unknown answer is another operation.
+        operation_id: (!unkeyed).then(|| operation_id.to_string()),
+        kind: ExternalKind::Commit,
+        node: format!("writer-{index}"),
+        lease_ms: Some(OPERATION_LEASE_MS),
+        splits: splits
+            .iter()
+            .map(|split_id| {
+                let payload = payload_of(split_id);
+                PlannedSplit {
+                    split_id: split_id.clone(),
+                    metadata_json: "{}".into(),
+                    size: payload.len() as u64,
+                    sha256: sha256(&payload),
+                }
+            })
+            .collect(),
+        checkpoint_delta: Some(CheckpointDelta {
+            source: SOURCE.into(),
+            partitions: vec![PartitionDelta {
+                partition: partition.to_string(),
+                from_position: from,
+                to_position: from.unwrap_or(0) + 1,
+            }],
+        }),
+        replaced_split_ids: Vec::new(),
+        publish_token: None,
+    }
+}
+
+/// How a protocol writer ends its operation, drawn: an abort (more often when an upload
+/// failed), a publish and an abort at once from two replicas, or a publish (given up with an
+/// abort when refused without a word on its end). Answers whether the writer knows the end.
+async fn end_operation(
+    client: &Client<'_>,
+    rng: &mut SimRng,
+    operation_id: &str,
+    uploaded_all: bool,
+    claim: &impl Fn(Claim, String),
+) -> bool {
+    let (replicas, trace) = (client.replicas, client.trace);
+    let ending = rng.below(100);
+    if ending < 10 || !uploaded_all && ending < 50 {
+        let aborted = send_end(End::Abort, client, rng, operation_id).await;
+        claim(claim_of(&aborted), format!("abort answered {aborted:?}"));
+        knows_end(&aborted)
+    } else if ending < 18 {
+        // A publish and an abort sent at once, from two replicas.
+        let (first, second) = (
+            &replicas[rng.below(replicas.len() as u64) as usize],
+            &replicas[rng.below(replicas.len() as u64) as usize],
+        );
+        let id = operation_id;
+        let (published, aborted) = futures::join!(
+            first.serve(|engine| async move { engine.publish_operation(DATASET, id).await }),
+            second.serve(|engine| async move { engine.abort_operation(DATASET, id).await })
+        );
+        trace.line(format!(
+            "{operation_id}: publish and abort at once: {:?} / {:?}",
+            published.as_ref().map(|v| v.phase),
+            aborted.as_ref().map(|v| v.phase)
+        ));
+        claim(
+            publish_claim(&published),
+            "a publish racing an abort".into(),
+        );
+        claim(claim_of(&aborted), "an abort racing a publish".into());
+        knows_end(&published) || knows_end(&aborted)
+    } else {
+        let published = send_end(End::Publish, client, rng, operation_id).await;
+        claim(
+            publish_claim(&published),
+            format!("publish answered {published:?}"),
+        );
+        // Refused without a word on its end (objects missing, the checkpoint moved): the
+        // writer gives it up, as a client is told to.
+        match &published {
+            Err(error) if refusal_claim(error) == Claim::Nothing && !error.is_retryable() => {
+                let aborted = send_end(End::Abort, client, rng, operation_id).await;
+                claim(claim_of(&aborted), format!("abort answered {aborted:?}"));
+                knows_end(&aborted)
+            }
+            answer => knows_end(answer),
         }
     }
 }
