@@ -291,6 +291,26 @@ pub fn policy_changes(
     default_digest: &str,
     found: &mut Found,
 ) {
+    registry_chain(records, found);
+    let by_key = record_keys(records, found);
+    change_answers(history, records, &by_key, found);
+    policy_runs(history, records, found);
+    let newest = records
+        .last()
+        .map_or(default_digest, |record| &record.digest);
+    for (replica, digest) in running.iter().enumerate() {
+        if digest != newest {
+            found.violations.push(format!(
+                "liveness: replica {replica} runs {digest} after the faults stopped, but the \
+                 registry's active policy is {newest}"
+            ));
+        }
+    }
+}
+
+/// The registry's records are a chain: record `n` is version `n`, names the digest of `n - 1`
+/// as the one it replaced, and a rollback's record restores the digest `n - 1` replaced.
+fn registry_chain(records: &[ActiveRecord], found: &mut Found) {
     for (index, record) in records.iter().enumerate() {
         if record.version != index as u64 {
             found.violations.push(format!(
@@ -319,6 +339,11 @@ pub fn policy_changes(
             }
         }
     }
+}
+
+/// A key is in at most one record (a retry never changes the policy twice). Answers the
+/// version each key made.
+fn record_keys<'a>(records: &'a [ActiveRecord], found: &mut Found) -> BTreeMap<&'a str, u64> {
     let mut by_key: BTreeMap<&str, u64> = BTreeMap::new();
     for record in records {
         if let Some(recorded) = &record.recorded
@@ -331,6 +356,18 @@ pub fn policy_changes(
             ));
         }
     }
+    by_key
+}
+
+/// A change answered made at version `n` is record `n`, under its key, with the digest it
+/// asked for; one refused is in no record; one answered after another was sent is recorded
+/// after it.
+fn change_answers(
+    history: &History,
+    records: &[ActiveRecord],
+    by_key: &BTreeMap<&str, u64>,
+    found: &mut Found,
+) {
     let mut answered: Vec<(&str, u64, u64, u64)> = Vec::new();
     let mut made: BTreeMap<&str, u64> = BTreeMap::new();
     for change in &history.policy_changes {
@@ -382,6 +419,10 @@ pub fn policy_changes(
             }
         }
     }
+}
+
+/// Each replica's runs only move to newer records, each running its record's digest.
+fn policy_runs(history: &History, records: &[ActiveRecord], found: &mut Found) {
     let mut last: BTreeMap<(usize, u32), u64> = BTreeMap::new();
     for run in &history.policy_runs {
         found.policy_runs_checked += 1;
@@ -412,17 +453,6 @@ pub fn policy_changes(
             )),
         }
     }
-    let newest = records
-        .last()
-        .map_or(default_digest, |record| &record.digest);
-    for (replica, digest) in running.iter().enumerate() {
-        if digest != newest {
-            found.violations.push(format!(
-                "liveness: replica {replica} runs {digest} after the faults stopped, but the \
-                 registry's active policy is {newest}"
-            ));
-        }
-    }
 }
 
 /// Holds the replicas' heartbeats (in the order answered) to what the membership promises,
@@ -443,6 +473,30 @@ pub fn fleet(
     clocks_within_allowance: bool,
     found: &mut Found,
 ) {
+    epochs(history, last, found);
+    if clocks_within_allowance {
+        no_renewal_once_expired(history, last, found);
+    }
+    // Takeovers: a member in a replica's view that its next view has expired.
+    let mut before: BTreeMap<&str, &HeartbeatRecord> = BTreeMap::new();
+    for beat in &history.heartbeats {
+        if let Some(previous) = before.insert(&beat.replica_id, beat) {
+            found.takeovers += previous
+                .members
+                .iter()
+                .filter(|member| beat.expired.contains(member))
+                .count();
+        }
+    }
+    if !last.is_empty() {
+        fleet_liveness(last, found);
+    }
+}
+
+/// No epoch is held by two replicas; a replica's epoch never goes back and a rejoin takes a
+/// higher one; a joining answered before another began has the lower epoch; each view lists
+/// its own replica.
+fn epochs(history: &History, last: &[Option<HeartbeatRecord>], found: &mut Found) {
     let mut holders: BTreeMap<u64, BTreeSet<&str>> = BTreeMap::new();
     let mut latest: BTreeMap<&str, u64> = BTreeMap::new();
     // (started, answered, epoch, member) of each joining: a member's first view, or one with
@@ -495,45 +549,37 @@ pub fn fleet(
             }
         }
     }
-    if clocks_within_allowance {
-        let beats: Vec<&HeartbeatRecord> = history
-            .heartbeats
-            .iter()
-            .chain(last.iter().flatten())
-            .collect();
-        for gone_in in &beats {
-            for (id, epoch) in &gone_in.expired {
-                // Its own view, from a heartbeat begun after it was counted gone: by its own
-                // clock, too, its lease had run out then.
-                let back = beats.iter().find(|later| {
-                    later.replica_id == *id
-                        && later.started_ms > gone_in.answered_ms
-                        && later.epoch == *epoch
-                });
-                if let Some(back) = back {
-                    found.violations.push(format!(
-                        "fleet: replica {} counted {id} (epoch {epoch}) gone at {} ms, and \
-                         {id} renewed its membership under the same epoch at {} ms",
-                        gone_in.replica, gone_in.answered_ms, back.answered_ms
-                    ));
-                }
+}
+
+/// A member one replica counted gone never renews under the epoch it held.
+fn no_renewal_once_expired(history: &History, last: &[Option<HeartbeatRecord>], found: &mut Found) {
+    let beats: Vec<&HeartbeatRecord> = history
+        .heartbeats
+        .iter()
+        .chain(last.iter().flatten())
+        .collect();
+    for gone_in in &beats {
+        for (id, epoch) in &gone_in.expired {
+            // Its own view, from a heartbeat begun after it was counted gone: by its own
+            // clock, too, its lease had run out then.
+            let back = beats.iter().find(|later| {
+                later.replica_id == *id
+                    && later.started_ms > gone_in.answered_ms
+                    && later.epoch == *epoch
+            });
+            if let Some(back) = back {
+                found.violations.push(format!(
+                    "fleet: replica {} counted {id} (epoch {epoch}) gone at {} ms, and \
+                     {id} renewed its membership under the same epoch at {} ms",
+                    gone_in.replica, gone_in.answered_ms, back.answered_ms
+                ));
             }
         }
     }
-    // Takeovers: a member in a replica's view that its next view has expired.
-    let mut before: BTreeMap<&str, &HeartbeatRecord> = BTreeMap::new();
-    for beat in &history.heartbeats {
-        if let Some(previous) = before.insert(&beat.replica_id, beat) {
-            found.takeovers += previous
-                .members
-                .iter()
-                .filter(|member| beat.expired.contains(member))
-                .count();
-        }
-    }
-    if last.is_empty() {
-        return;
-    }
+}
+
+/// Once the faults stopped, every replica's view lists all of them, and all name one owner.
+fn fleet_liveness(last: &[Option<HeartbeatRecord>], found: &mut Found) {
     // Each replica as its running process heartbeats (a crashed one's old id has expired).
     let everyone: BTreeSet<String> = last
         .iter()

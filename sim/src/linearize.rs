@@ -120,6 +120,46 @@ pub fn check(history: &History, published: &BTreeSet<&str>) -> Linearization {
             },
         });
     }
+    generation_events(history, &partitions, &published, &mut events, &mut found);
+    found.reads = events.len() - found.publishes;
+    if !found.violations.is_empty() {
+        return found;
+    }
+    events.sort_by_key(|event| (event.request_ms, event.answer_ms));
+
+    let mut search = Search {
+        events: &events,
+        placed: vec![false; events.len()],
+        positions: vec![0; partitions.len()],
+        dead: HashSet::new(),
+        steps: 0,
+        furthest: (0, None),
+    };
+    let outcome = search.place();
+    found.steps = search.steps;
+    match outcome {
+        Some(true) => {}
+        Some(false) => {
+            let message = no_order(&found, search.furthest, &events);
+            found.violations.push(message);
+        }
+        None => found.violations.push(format!(
+            "linearizability undecided: the search took its budget of {STEP_BUDGET} steps"
+        )),
+    }
+    found
+}
+
+/// Each reader generation as an event: the position of each partition it shows (how many
+/// of that partition's published operations it shows whole). A generation whose shown
+/// operations are not a prefix of their partition is a violation at once.
+fn generation_events(
+    history: &History,
+    partitions: &[&str],
+    published: &[&OperationRecord],
+    events: &mut Vec<Event>,
+    found: &mut Linearization,
+) {
     for read in &history.reads {
         let mut saw = Vec::new();
         for (partition, name) in partitions.iter().enumerate() {
@@ -156,52 +196,31 @@ pub fn check(history: &History, published: &BTreeSet<&str>) -> Linearization {
             kind: Kind::Read { saw },
         });
     }
-    found.reads = events.len() - found.publishes;
-    if !found.violations.is_empty() {
-        return found;
-    }
-    events.sort_by_key(|event| (event.request_ms, event.answer_ms));
+}
 
-    let mut search = Search {
-        events: &events,
-        placed: vec![false; events.len()],
-        positions: vec![0; partitions.len()],
-        dead: HashSet::new(),
-        steps: 0,
-        furthest: (0, None),
-    };
-    let outcome = search.place();
-    found.steps = search.steps;
-    match outcome {
-        Some(true) => {}
-        Some(false) => {
-            let (placed, stuck) = search.furthest;
-            found.violations.push(format!(
-                "not linearizable: no order of the {} publishes and {} reads fits their \
-                 moments; the furthest order placed {placed} events and then could not place \
-                 {} (every other event waits on it)",
-                found.publishes,
-                found.reads,
-                stuck.map_or("anything".to_string(), |index| {
-                    let event = &events[index];
-                    format!(
-                        "{} (requested at {} ms, answered at {})",
-                        event.label,
-                        event.request_ms,
-                        if event.answer_ms == u64::MAX {
-                            "never".to_string()
-                        } else {
-                            format!("{} ms", event.answer_ms)
-                        }
-                    )
-                })
-            ));
-        }
-        None => found.violations.push(format!(
-            "linearizability undecided: the search took its budget of {STEP_BUDGET} steps"
-        )),
-    }
-    found
+/// Why no order fits: how far the furthest order got, and the event it could not place.
+fn no_order(found: &Linearization, furthest: (usize, Option<usize>), events: &[Event]) -> String {
+    let (placed, stuck) = furthest;
+    format!(
+        "not linearizable: no order of the {} publishes and {} reads fits their \
+         moments; the furthest order placed {placed} events and then could not place \
+         {} (every other event waits on it)",
+        found.publishes,
+        found.reads,
+        stuck.map_or("anything".to_string(), |index| {
+            let event = &events[index];
+            format!(
+                "{} (requested at {} ms, answered at {})",
+                event.label,
+                event.request_ms,
+                if event.answer_ms == u64::MAX {
+                    "never".to_string()
+                } else {
+                    format!("{} ms", event.answer_ms)
+                }
+            )
+        })
+    )
 }
 
 struct Search<'a> {

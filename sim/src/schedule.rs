@@ -956,7 +956,7 @@ async fn protocol_writer(
                 resolve(&client, &mut rng, &operation_id).await;
             }
         }
-        let mut operation_id = format!("w{index}-{number}");
+        let operation_id = format!("w{index}-{number}");
         let reader = replicas[rng.below(replicas.len() as u64) as usize].engine();
         let from = match read_position(&reader, &partition, &mut rng, &history, &trace).await {
             Ok(from) => from,
@@ -971,66 +971,24 @@ async fn protocol_writer(
             .map(|split| format!("{operation_id}-s{split}"))
             .collect();
         let request = begin_request(index, &partition, &operation_id, unkeyed, &splits, from);
-        history
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .operations
-            .push(OperationRecord {
-                operation_id: operation_id.clone(),
-                partition: partition.clone(),
-                from: from.unwrap_or(0),
-                split_ids: splits.clone(),
-                invoked_ms: trace.now_ms(),
-                claims: Vec::new(),
-            });
-        trace.line(format!(
-            "{operation_id}: begin from {from:?} with {splits:?}"
-        ));
-        let begin = |engine: Engine| {
-            let request = request.clone();
-            async move { engine.begin_operation(&request).await }
-        };
-        let begun = with_retries(&replicas, &mut rng, &trace, &operation_id, begin).await;
-        // An unkeyed begin sent again is another operation, not a copy (see `unkeyed_writers`).
-        if !unkeyed {
-            client.maybe_echo(&mut rng, &operation_id, "begin", begin, claim_of);
-        }
-        match begun {
-            Err(error) => {
-                trace.line(format!("{operation_id}: begin answered {error}"));
-                if error.certainly_not_applied() {
-                    history
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .claim(
-                            &operation_id,
-                            Claim::NotBegun,
-                            format!("begin answered {error}"),
-                            trace.now_ms(),
-                        );
-                } else if unkeyed {
-                    // Its name unknown, nobody can end it but recovery.
-                    trace.line(format!("{operation_id}: left to recovery, unnamed"));
-                } else {
-                    in_doubt = Some(operation_id.clone());
-                }
+        let operation_id = match begin(
+            &client,
+            &mut rng,
+            operation_id,
+            &partition,
+            from,
+            &splits,
+            &request,
+            unkeyed,
+        )
+        .await
+        {
+            Ok(operation_id) => operation_id,
+            Err(unknown) => {
+                in_doubt = unknown;
                 continue;
             }
-            Ok(view) if unkeyed => {
-                // From here on the operation is known by the name the engine gave it.
-                trace.line(format!("{operation_id}: named {}", view.operation_id));
-                let mut history = history.lock().unwrap_or_else(PoisonError::into_inner);
-                if let Some(record) = history
-                    .operations
-                    .iter_mut()
-                    .find(|record| record.operation_id == operation_id)
-                {
-                    record.operation_id = view.operation_id.clone();
-                }
-                operation_id = view.operation_id;
-            }
-            Ok(_) => {}
-        }
+        };
         let claim = |claim: Claim, by: String| {
             history
                 .lock()
@@ -1050,6 +1008,86 @@ async fn protocol_writer(
             in_doubt = Some(operation_id.clone());
         }
     }
+}
+
+/// A protocol writer's begin, recorded in the history and sent until it is answered. Answers
+/// the operation's id to go on with (an unkeyed writer's is the one the engine gave), or,
+/// when it cannot go on, the id of an operation whose end it does not know (`None`: it was
+/// not begun, or it is left to recovery unnamed).
+#[allow(clippy::too_many_arguments)]
+async fn begin(
+    client: &Client<'_>,
+    rng: &mut SimRng,
+    mut operation_id: String,
+    partition: &str,
+    from: Option<u64>,
+    splits: &[String],
+    request: &BeginOperation,
+    unkeyed: bool,
+) -> Result<String, Option<String>> {
+    let (replicas, history, trace) = (client.replicas, client.history, client.trace);
+    history
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .operations
+        .push(OperationRecord {
+            operation_id: operation_id.clone(),
+            partition: partition.to_string(),
+            from: from.unwrap_or(0),
+            split_ids: splits.to_vec(),
+            invoked_ms: trace.now_ms(),
+            claims: Vec::new(),
+        });
+    trace.line(format!(
+        "{operation_id}: begin from {from:?} with {splits:?}"
+    ));
+    let begin = |engine: Engine| {
+        let request = request.clone();
+        async move { engine.begin_operation(&request).await }
+    };
+    let begun = with_retries(replicas, rng, trace, &operation_id, begin).await;
+    // An unkeyed begin sent again is another operation, not a copy (see `unkeyed_writers`).
+    if !unkeyed {
+        client.maybe_echo(rng, &operation_id, "begin", begin, claim_of);
+    }
+    match begun {
+        Err(error) => {
+            trace.line(format!("{operation_id}: begin answered {error}"));
+            if error.certainly_not_applied() {
+                history
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .claim(
+                        &operation_id,
+                        Claim::NotBegun,
+                        format!("begin answered {error}"),
+                        trace.now_ms(),
+                    );
+                return Err(None);
+            }
+            if unkeyed {
+                // Its name unknown, nobody can end it but recovery.
+                trace.line(format!("{operation_id}: left to recovery, unnamed"));
+                return Err(None);
+            }
+            return Err(Some(operation_id));
+        }
+        Ok(view) if unkeyed => {
+            // From here on the operation is known by the name the engine gave it.
+            trace.line(format!("{operation_id}: named {}", view.operation_id));
+            let mut history = history.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(record) = history
+                .operations
+                .iter_mut()
+                .find(|record| record.operation_id == operation_id)
+            {
+                record.operation_id = view.operation_id.clone();
+            }
+            operation_id = view.operation_id;
+        }
+        Ok(_) => {}
+    }
+    Ok(operation_id)
 }
 
 /// A protocol writer's uploads, in order; a crash may come between any two (then it stops

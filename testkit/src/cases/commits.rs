@@ -115,6 +115,8 @@ fn is_intent_not_found(error: &MendError, operation_id: &str) -> bool {
     matches!(error, MendError::NotFound { kind: EntityKind::Intent, ids } if ids == &[operation_id.to_string()])
 }
 
+/// Over 100 lines: a case is one script against one dataset, each check under the step it
+/// checks; split, it would only hand its state from piece to piece.
 pub(super) async fn begin_commit_writes_the_intent_and_stages_at_once(h: &Harness<'_>) {
     let catalog = h.engine.catalog();
     let ds = h.create_dataset("begin-commit").await;
@@ -219,6 +221,8 @@ pub(super) async fn begin_commit_writes_the_intent_and_stages_at_once(h: &Harnes
     );
 }
 
+/// Over 100 lines: a case is one script against one dataset, each check under the step it
+/// checks; split, it would only hand its state from piece to piece.
 pub(super) async fn publish_commit_settles_its_intent_at_once(h: &Harness<'_>) {
     let catalog = h.engine.catalog();
     let ds = h.create_dataset("publish-commit").await;

@@ -190,6 +190,8 @@ pub(super) async fn a_lease_never_moves_back(h: &Harness<'_>) {
     );
 }
 
+/// Over 100 lines: a case is one script against one dataset, each check under the step it
+/// checks; split, it would only hand its state from piece to piece.
 pub(super) async fn abandon_fences_an_expired_armed_intent_only(h: &Harness<'_>) {
     let ds = h.create_dataset("abandon").await;
     let catalog = h.engine.catalog();

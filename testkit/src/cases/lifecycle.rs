@@ -85,6 +85,8 @@ fn delta(source: &str, partition: &str, from: Option<u64>, to: u64) -> Checkpoin
     }
 }
 
+/// Over 100 lines: a case is one script against one dataset, each check under the step it
+/// checks; split, it would only hand its state from piece to piece.
 pub(super) async fn publish_errors_name_ids_and_write_nothing(h: &Harness<'_>) {
     let ds = h.create_dataset("publish-errors").await;
     stage(
@@ -279,6 +281,9 @@ pub(super) async fn publish_token_fences_stale_publishers(h: &Harness<'_>) {
 /// Exclusive recovery's fence: advancing the epoch refuses every publish carrying an older
 /// one (invariant 7), whatever else is wrong with it, and writes nothing; publishes carrying
 /// the current epoch, or none, go through.
+///
+/// Over 100 lines: a case is one script against one dataset, each check under the step it
+/// checks; split, it would only hand its state from piece to piece.
 pub(super) async fn fencing_epoch(h: &Harness<'_>) {
     let ds = h.create_dataset("fencing-epoch").await;
     let created = h.engine.dataset(&ds).await.unwrap();
@@ -539,6 +544,8 @@ pub(super) async fn delete_removes_objects_then_rows_of_marked_splits_only(h: &H
     assert!(matches!(again, MendError::NotFound { .. }), "{again:?}");
 }
 
+/// Over 100 lines: a case is one script against one dataset, each check under the step it
+/// checks; split, it would only hand its state from piece to piece.
 pub(super) async fn list_filters_and_pages(h: &Harness<'_>) {
     let ds = h.create_dataset("list").await;
     let mut all_ids = Vec::new();

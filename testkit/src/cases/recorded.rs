@@ -92,6 +92,8 @@ async fn manifest(h: &Harness<'_>, dataset_id: &str) -> u64 {
         .manifest_version
 }
 
+/// Over 100 lines: a case is one script against one dataset, each check under the step it
+/// checks; split, it would only hand its state from piece to piece.
 pub(super) async fn keyed_creation_answers_a_retry_with_the_dataset_it_created(h: &Harness<'_>) {
     let catalog = h.engine.catalog();
     let now = h.clock_now();

@@ -302,6 +302,9 @@ pub(super) async fn settle_intents_checks_the_batch_before_reading(h: &Harness<'
 }
 
 /// Needs `settle.atomic`: a batch is all or nothing.
+///
+/// Over 100 lines: a case is one script against one dataset, each check under the step it
+/// checks; split, it would only hand its state from piece to piece.
 pub(super) async fn settle_intents_refuses_a_batch_whole(h: &Harness<'_>) {
     let ds = four_intents(h, "settle-whole").await;
     let catalog = h.engine.catalog();

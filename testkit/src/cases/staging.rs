@@ -323,6 +323,8 @@ pub(super) async fn upsert_overwrites_staged_and_rejects_whole_batch_otherwise(h
     );
 }
 
+/// Over 100 lines: a case is one script against one dataset, each check under the step it
+/// checks; split, it would only hand its state from piece to piece.
 pub(super) async fn bad_stage_input_is_refused_and_writes_nothing(h: &Harness<'_>) {
     let ds = h.create_dataset("bad-input").await;
     stage(h, &ds, StageMode::CreateOnly, &["existing"]).await;
