@@ -180,28 +180,7 @@ impl Engine {
         request: &CommitRequest,
         replaced_split_ids: &[String],
     ) -> Result<CommitResult> {
-        let stage = StageRequest {
-            dataset_id: request.dataset_id.clone(),
-            mode: StageMode::CreateOnly,
-            node: request.node.clone(),
-            splits: request
-                .splits
-                .iter()
-                .map(|split| StageSplit {
-                    split_id: split.split_id.clone(),
-                    metadata_json: split.metadata_json.clone(),
-                })
-                .collect(),
-        };
-        let (splits, planner) = self.stage_planner(&stage)?;
-        let mut ids: Vec<&str> = request.splits.iter().map(|s| s.split_id.as_str()).collect();
-        ids.sort_unstable();
-        if let Some(pair) = ids.windows(2).find(|pair| pair[0] == pair[1]) {
-            return Err(MendError::invalid(format!(
-                "split {} appears twice in one commit",
-                pair[0]
-            )));
-        }
+        let (splits, planner) = self.commit_stage(request)?;
         let planned = PlannedPublish {
             staged_split_ids: request.splits.iter().map(|s| s.split_id.clone()).collect(),
             replaced_split_ids: replaced_split_ids.to_vec(),
@@ -283,6 +262,40 @@ impl Engine {
             operation_id,
             publish: published,
         })
+    }
+
+    /// The create-only stage a commit begins with, checked as a stage is (and refused if a
+    /// split appears twice), as the splits a backend stages and the planner it calls.
+    fn commit_stage(
+        &self,
+        request: &CommitRequest,
+    ) -> Result<(
+        Vec<std::sync::Arc<crate::model::NewSplit>>,
+        impl super::staging::Planner + use<>,
+    )> {
+        let stage = StageRequest {
+            dataset_id: request.dataset_id.clone(),
+            mode: StageMode::CreateOnly,
+            node: request.node.clone(),
+            splits: request
+                .splits
+                .iter()
+                .map(|split| StageSplit {
+                    split_id: split.split_id.clone(),
+                    metadata_json: split.metadata_json.clone(),
+                })
+                .collect(),
+        };
+        let planned = self.stage_planner(&stage)?;
+        let mut ids: Vec<&str> = request.splits.iter().map(|s| s.split_id.as_str()).collect();
+        ids.sort_unstable();
+        if let Some(pair) = ids.windows(2).find(|pair| pair[0] == pair[1]) {
+            return Err(MendError::invalid(format!(
+                "split {} appears twice in one commit",
+                pair[0]
+            )));
+        }
+        Ok(planned)
     }
 
     /// Puts the commit's objects, [`UPLOADS_IN_FLIGHT`] at a time, each put-if-absent and

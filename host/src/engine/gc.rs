@@ -31,7 +31,7 @@ use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
 use crate::gates::GateName;
 use crate::intent::{ExpectedState, Intent, OperationKind, PlannedEffects};
-use crate::model::{ListQuery, SplitState};
+use crate::model::{Dataset, ListQuery, SplitState, TimestampMs};
 use crate::objects::format::sha256;
 use crate::{bounds, validate};
 
@@ -96,21 +96,7 @@ impl Engine {
                 now,
             )
             .await?;
-        let claimed = self.splits_named_by_intents(dataset_id, None).await?;
-        let rows = self
-            .catalog
-            .list_splits(dataset_id, &ListQuery::default())
-            .await?
-            .splits;
-        let candidates: Vec<GcCandidate> = rows
-            .iter()
-            .filter(|row| row.state != SplitState::Published && !claimed.contains(&row.split_id))
-            .map(|row| GcCandidate {
-                split_id: row.split_id.clone(),
-                state: row.state,
-                updated_at_ms: row.updated_at_ms,
-            })
-            .collect();
+        let candidates = self.gc_candidates(dataset_id).await?;
         if candidates.is_empty() {
             return Ok(GcResult::default());
         }
@@ -143,25 +129,7 @@ impl Engine {
         if plan.mark.is_empty() && plan.delete.is_empty() {
             return Ok(GcResult::default());
         }
-        let intent = Intent {
-            effects: PlannedEffects {
-                mark: plan.mark.clone(),
-                delete: plan.delete.clone(),
-                ..PlannedEffects::default()
-            },
-            expected: ExpectedState {
-                manifest_version: dataset.manifest_version,
-                ..ExpectedState::default()
-            },
-            ..Intent::armed(
-                operation_id.clone(),
-                OperationKind::Gc,
-                dataset_id,
-                node,
-                now,
-                self.options.intent_lease_ms,
-            )
-        };
+        let intent = self.gc_intent(&dataset, node, &operation_id, now, &plan);
         // The intent, then the record, then the effects: the plan is never executed without
         // its record, and an `executing` record always has an intent behind it, gone only
         // once its effects are done (by this run or by recovery, which records its own).
@@ -191,6 +159,58 @@ impl Engine {
             "gc collected"
         );
         Ok(result)
+    }
+
+    /// The rows gc may consider: staged and marked ones no intent names (those are left to
+    /// recovery).
+    async fn gc_candidates(&self, dataset_id: &str) -> Result<Vec<GcCandidate>> {
+        let claimed = self.splits_named_by_intents(dataset_id, None).await?;
+        let rows = self
+            .catalog
+            .list_splits(dataset_id, &ListQuery::default())
+            .await?
+            .splits;
+        Ok(rows
+            .iter()
+            .filter(|row| row.state != SplitState::Published && !claimed.contains(&row.split_id))
+            .map(|row| GcCandidate {
+                split_id: row.split_id.clone(),
+                state: row.state,
+                updated_at_ms: row.updated_at_ms,
+            })
+            .collect())
+    }
+
+    /// A gc's intent: mark and delete what the checked plan says, expecting the manifest
+    /// version read.
+    fn gc_intent(
+        &self,
+        dataset: &Dataset,
+        node: &str,
+        operation_id: &str,
+        now: TimestampMs,
+        plan: &GcPlan,
+    ) -> Intent {
+        let dataset_id = dataset.dataset_id.as_str();
+        Intent {
+            effects: PlannedEffects {
+                mark: plan.mark.clone(),
+                delete: plan.delete.clone(),
+                ..PlannedEffects::default()
+            },
+            expected: ExpectedState {
+                manifest_version: dataset.manifest_version,
+                ..ExpectedState::default()
+            },
+            ..Intent::armed(
+                operation_id.to_string(),
+                OperationKind::Gc,
+                dataset_id,
+                node,
+                now,
+                self.options.intent_lease_ms,
+            )
+        }
     }
 
     fn gc_audit(
