@@ -882,24 +882,7 @@ impl Engine {
         if intent.phase == IntentPhase::Armed {
             objects = super::staging::ObjectCheck::AlreadyRead;
             self.check_delta_applies(&intent).await?;
-            let not_in_place = if self.uploaded.all_in_place(&intent) {
-                Vec::new()
-            } else {
-                self.objects_not_in_place(&intent).await?
-            };
-            if !not_in_place.is_empty() {
-                let listed: Vec<String> = not_in_place
-                    .iter()
-                    .map(|(id, status)| format!("{id} ({})", status_name(*status)))
-                    .collect();
-                return Err(MendError::failed_precondition(
-                    format!(
-                        "operation {operation_id} cannot publish: objects not in place as planned: {}; upload them first",
-                        listed.join(", ")
-                    ),
-                    not_in_place.into_iter().map(|(id, _)| id).collect(),
-                ));
-            }
+            self.require_objects_in_place(&intent).await?;
             let confirmed = Intent {
                 phase: IntentPhase::EffectsConfirmed,
                 updated_at_ms: self.now_ms(),
@@ -927,21 +910,7 @@ impl Engine {
                 Err(error) => return Err(error),
             }
         }
-        let planned = intent
-            .effects
-            .publish
-            .clone()
-            .ok_or_else(|| MendError::Corrupt {
-                message: format!("operation {operation_id}'s intent plans no publish"),
-            })?;
-        let publish = PublishRequest {
-            dataset_id: dataset_id.to_string(),
-            staged_split_ids: planned.staged_split_ids,
-            replaced_split_ids: planned.replaced_split_ids,
-            checkpoint_delta: planned.checkpoint_delta,
-            publish_token: planned.publish_token,
-            fencing_epoch: None,
-        };
+        let publish = planned_publish(&intent)?;
         let key = publish_key(operation_id);
         // Conditional on the intent, in the publish's own atomic step: once an exclusive
         // recovery has fenced it (to roll it back), this publish lands nothing (found by
@@ -977,6 +946,31 @@ impl Engine {
             "operation published"
         );
         Ok(self.view(&intent, Some(published), &[]))
+    }
+
+    /// Refuses a publish while an object of the operation is not in place as planned (read
+    /// back, unless this process put every one of them itself).
+    async fn require_objects_in_place(&self, intent: &Intent) -> Result<()> {
+        let not_in_place = if self.uploaded.all_in_place(intent) {
+            Vec::new()
+        } else {
+            self.objects_not_in_place(intent).await?
+        };
+        if !not_in_place.is_empty() {
+            let listed: Vec<String> = not_in_place
+                .iter()
+                .map(|(id, status)| format!("{id} ({})", status_name(*status)))
+                .collect();
+            return Err(MendError::failed_precondition(
+                format!(
+                    "operation {} cannot publish: objects not in place as planned: {}; upload them first",
+                    intent.operation_id,
+                    listed.join(", ")
+                ),
+                not_in_place.into_iter().map(|(id, _)| id).collect(),
+            ));
+        }
+        Ok(())
     }
 
     /// Refuses, before the intent is confirmed, a publish whose checkpoint delta no longer
@@ -1680,6 +1674,28 @@ fn same_plan(stored: &Intent, requested: &Intent) -> bool {
                 .objects
                 .iter()
                 .map(|o| (&o.split_id, &o.checksum, o.size)))
+}
+
+/// The publish an operation's intent plans.
+fn planned_publish(intent: &Intent) -> Result<PublishRequest> {
+    let planned = intent
+        .effects
+        .publish
+        .clone()
+        .ok_or_else(|| MendError::Corrupt {
+            message: format!(
+                "operation {}'s intent plans no publish",
+                intent.operation_id
+            ),
+        })?;
+    Ok(PublishRequest {
+        dataset_id: intent.dataset_id.clone(),
+        staged_split_ids: planned.staged_split_ids,
+        replaced_split_ids: planned.replaced_split_ids,
+        checkpoint_delta: planned.checkpoint_delta,
+        publish_token: planned.publish_token,
+        fencing_epoch: None,
+    })
 }
 
 fn another_object_in_place(split_id: &str) -> MendError {
