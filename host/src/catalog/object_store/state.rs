@@ -151,106 +151,112 @@ impl DatasetState {
             ));
         }
         for action in &commit.actions {
-            match action {
-                Action::CreateDataset { .. } => {
+            self.apply_action(commit.version, action)?;
+        }
+        self.version = commit.version;
+        self.check_counters()
+    }
+
+    /// Applies one action of the commit at `version`.
+    fn apply_action(&mut self, version: u64, action: &Action) -> Result<()> {
+        match action {
+            Action::CreateDataset { .. } => {
+                return Err(contradiction(
+                    &self.dataset.dataset_id,
+                    version,
+                    "creates the dataset again",
+                ));
+            }
+            Action::SetDataset { dataset } => {
+                if dataset.dataset_id != self.dataset.dataset_id {
                     return Err(contradiction(
                         &self.dataset.dataset_id,
-                        commit.version,
-                        "creates the dataset again",
+                        version,
+                        &format!("sets dataset {}", dataset.dataset_id),
                     ));
                 }
-                Action::SetDataset { dataset } => {
-                    if dataset.dataset_id != self.dataset.dataset_id {
+                if dataset.fencing_epoch != self.dataset.fencing_epoch {
+                    // A writer that does not know epochs would write 0 here; replaying it
+                    // would quietly let fenced writers publish again.
+                    return Err(contradiction(
+                        &self.dataset.dataset_id,
+                        version,
+                        &format!(
+                            "sets fencing epoch {} over {} outside an advance",
+                            dataset.fencing_epoch, self.dataset.fencing_epoch
+                        ),
+                    ));
+                }
+                self.dataset = dataset.clone();
+            }
+            Action::AdvanceFencingEpoch {
+                fencing_epoch,
+                manifest_version,
+                updated_at_ms,
+            } => {
+                if *fencing_epoch != self.dataset.fencing_epoch + 1 {
+                    return Err(contradiction(
+                        &self.dataset.dataset_id,
+                        version,
+                        &format!(
+                            "advances the fencing epoch from {} to {fencing_epoch}",
+                            self.dataset.fencing_epoch
+                        ),
+                    ));
+                }
+                self.dataset.fencing_epoch = *fencing_epoch;
+                self.dataset.manifest_version = *manifest_version;
+                self.dataset.updated_at_ms = *updated_at_ms;
+            }
+            Action::PutSplits { rows } => {
+                for row in rows {
+                    self.splits
+                        .insert(row.split_id.clone(), StoredSplit::from_log_row(row));
+                }
+            }
+            Action::PutIntent { intent } => {
+                check_format(intent.format_version)?;
+                self.intents
+                    .insert(intent.operation_id.clone(), intent.as_ref().clone());
+            }
+            Action::DeleteIntent { operation_id } => {
+                if self.intents.remove(operation_id).is_none() {
+                    return Err(contradiction(
+                        &self.dataset.dataset_id,
+                        version,
+                        &format!("deletes intent {operation_id}, which does not exist"),
+                    ));
+                }
+            }
+            Action::RecordRequest { record } => {
+                if self.recorded.contains_key(&record.key) {
+                    return Err(contradiction(
+                        &self.dataset.dataset_id,
+                        version,
+                        &format!("records request {} a second time", record.key),
+                    ));
+                }
+                self.recorded
+                    .insert(record.key.clone(), record.as_ref().clone());
+            }
+            Action::ForgetRequests { keys } => {
+                for key in keys {
+                    self.recorded.remove(key);
+                }
+            }
+            Action::DeleteSplits { split_ids } => {
+                for split_id in split_ids {
+                    if !self.splits.remove(split_id) {
                         return Err(contradiction(
                             &self.dataset.dataset_id,
-                            commit.version,
-                            &format!("sets dataset {}", dataset.dataset_id),
+                            version,
+                            &format!("deletes split {split_id}, which does not exist"),
                         ));
-                    }
-                    if dataset.fencing_epoch != self.dataset.fencing_epoch {
-                        // A writer that does not know epochs would write 0 here; replaying it
-                        // would quietly let fenced writers publish again.
-                        return Err(contradiction(
-                            &self.dataset.dataset_id,
-                            commit.version,
-                            &format!(
-                                "sets fencing epoch {} over {} outside an advance",
-                                dataset.fencing_epoch, self.dataset.fencing_epoch
-                            ),
-                        ));
-                    }
-                    self.dataset = dataset.clone();
-                }
-                Action::AdvanceFencingEpoch {
-                    fencing_epoch,
-                    manifest_version,
-                    updated_at_ms,
-                } => {
-                    if *fencing_epoch != self.dataset.fencing_epoch + 1 {
-                        return Err(contradiction(
-                            &self.dataset.dataset_id,
-                            commit.version,
-                            &format!(
-                                "advances the fencing epoch from {} to {fencing_epoch}",
-                                self.dataset.fencing_epoch
-                            ),
-                        ));
-                    }
-                    self.dataset.fencing_epoch = *fencing_epoch;
-                    self.dataset.manifest_version = *manifest_version;
-                    self.dataset.updated_at_ms = *updated_at_ms;
-                }
-                Action::PutSplits { rows } => {
-                    for row in rows {
-                        self.splits
-                            .insert(row.split_id.clone(), StoredSplit::from_log_row(row));
-                    }
-                }
-                Action::PutIntent { intent } => {
-                    check_format(intent.format_version)?;
-                    self.intents
-                        .insert(intent.operation_id.clone(), intent.as_ref().clone());
-                }
-                Action::DeleteIntent { operation_id } => {
-                    if self.intents.remove(operation_id).is_none() {
-                        return Err(contradiction(
-                            &self.dataset.dataset_id,
-                            commit.version,
-                            &format!("deletes intent {operation_id}, which does not exist"),
-                        ));
-                    }
-                }
-                Action::RecordRequest { record } => {
-                    if self.recorded.contains_key(&record.key) {
-                        return Err(contradiction(
-                            &self.dataset.dataset_id,
-                            commit.version,
-                            &format!("records request {} a second time", record.key),
-                        ));
-                    }
-                    self.recorded
-                        .insert(record.key.clone(), record.as_ref().clone());
-                }
-                Action::ForgetRequests { keys } => {
-                    for key in keys {
-                        self.recorded.remove(key);
-                    }
-                }
-                Action::DeleteSplits { split_ids } => {
-                    for split_id in split_ids {
-                        if !self.splits.remove(split_id) {
-                            return Err(contradiction(
-                                &self.dataset.dataset_id,
-                                commit.version,
-                                &format!("deletes split {split_id}, which does not exist"),
-                            ));
-                        }
                     }
                 }
             }
         }
-        self.version = commit.version;
-        self.check_counters()
+        Ok(())
     }
 
     /// Refuses a state whose counters leave no room for the next commit (see [`MAX_COUNTER`]).
