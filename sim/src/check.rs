@@ -698,6 +698,41 @@ pub async fn against_storage(engine: &Engine, history: &History) -> Found {
             found.ended += 1;
         }
     }
+    check_claims(history, &published_ids, &published_from, &mut found);
+
+    found.violations.extend(history.violations.iter().cloned());
+    check_reads(history, &rows, &mut found);
+    let linearization = crate::linearize::check(history, &published_ids);
+    found.events_linearized = linearization.publishes + linearization.reads;
+    found.violations.extend(linearization.violations);
+
+    exactly_once(history, &positions, published_from, &mut found);
+
+    match engine.verify(DATASET).await {
+        Ok(report) => {
+            for violation in report.violations {
+                found
+                    .violations
+                    .push(format!("invariant violated: {violation:?}"));
+            }
+        }
+        Err(error) => found
+            .violations
+            .push(format!("verify could not run: {error}")),
+    }
+
+    found
+}
+
+/// Every claim an answer made holds: told published, it published (or, told it publishes
+/// unless overtaken, another operation published from the same position); told ended, not
+/// begun or not published, it never published.
+fn check_claims(
+    history: &History,
+    published_ids: &BTreeSet<&str>,
+    published_from: &BTreeMap<&str, Vec<u64>>,
+    found: &mut Found,
+) {
     for record in &history.operations {
         let published = published_ids.contains(record.operation_id.as_str());
         for ClaimRecord { claim, by, .. } in &record.claims {
@@ -726,14 +761,15 @@ pub async fn against_storage(engine: &Engine, history: &History) -> Found {
             }
         }
     }
+}
 
-    found.violations.extend(history.violations.iter().cloned());
-    check_reads(history, &rows, &mut found);
-    let linearization = crate::linearize::check(history, &published_ids);
-    found.events_linearized = linearization.publishes + linearization.reads;
-    found.violations.extend(linearization.violations);
-
-    // Exactly once: a partition at N was moved by N published deltas, from 0 to N - 1.
+/// Exactly once: a partition at N was moved by N published deltas, from 0 to N - 1.
+fn exactly_once(
+    history: &History,
+    positions: &BTreeMap<String, u64>,
+    mut published_from: BTreeMap<&str, Vec<u64>>,
+    found: &mut Found,
+) {
     let partitions: BTreeSet<&str> = history
         .operations
         .iter()
@@ -751,21 +787,6 @@ pub async fn against_storage(engine: &Engine, history: &History) -> Found {
             ));
         }
     }
-
-    match engine.verify(DATASET).await {
-        Ok(report) => {
-            for violation in report.violations {
-                found
-                    .violations
-                    .push(format!("invariant violated: {violation:?}"));
-            }
-        }
-        Err(error) => found
-            .violations
-            .push(format!("verify could not run: {error}")),
-    }
-
-    found
 }
 
 /// Config applies under idempotency keys: one promoted is the config it asked for, at a
