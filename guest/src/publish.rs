@@ -82,34 +82,8 @@ pub fn validate_publish(input: &PublishInput) -> Vec<PublishViolation> {
         });
     }
 
-    if let Some(delta) = &input.checkpoint_delta {
-        let current: BTreeMap<&str, u64> = input
-            .checkpoint
-            .iter()
-            .map(|p| (p.partition.as_str(), p.position))
-            .collect();
-        let mut mismatched = Vec::new();
-        for partition in &delta.partitions {
-            let position = current.get(partition.partition.as_str()).copied();
-            let moves_forward = partition
-                .from_position
-                .is_none_or(|from| partition.to_position > from);
-            if position != partition.from_position || !moves_forward {
-                mismatched.push(partition.partition.clone());
-            }
-        }
-        if !mismatched.is_empty() {
-            mismatched.sort();
-            violations.push(PublishViolation {
-                kind: ViolationKind::CheckpointMismatch,
-                message: format!(
-                    "checkpoint delta of source {} does not start at the current positions or does not move forward, partitions: {}",
-                    delta.source,
-                    mismatched.join(", ")
-                ),
-                subjects: mismatched,
-            });
-        }
+    if let Some(violation) = checkpoint_mismatch(input) {
+        violations.push(violation);
     }
 
     if input.publish_token != input.current_publish_token {
@@ -124,6 +98,40 @@ pub fn validate_publish(input: &PublishInput) -> Vec<PublishViolation> {
     }
 
     violations
+}
+
+/// A checkpoint delta that does not start at the current positions, or does not move a
+/// partition forward: the partitions at fault.
+fn checkpoint_mismatch(input: &PublishInput) -> Option<PublishViolation> {
+    let delta = input.checkpoint_delta.as_ref()?;
+    let current: BTreeMap<&str, u64> = input
+        .checkpoint
+        .iter()
+        .map(|p| (p.partition.as_str(), p.position))
+        .collect();
+    let mut mismatched = Vec::new();
+    for partition in &delta.partitions {
+        let position = current.get(partition.partition.as_str()).copied();
+        let moves_forward = partition
+            .from_position
+            .is_none_or(|from| partition.to_position > from);
+        if position != partition.from_position || !moves_forward {
+            mismatched.push(partition.partition.clone());
+        }
+    }
+    if mismatched.is_empty() {
+        return None;
+    }
+    mismatched.sort();
+    Some(PublishViolation {
+        kind: ViolationKind::CheckpointMismatch,
+        message: format!(
+            "checkpoint delta of source {} does not start at the current positions or does not move forward, partitions: {}",
+            delta.source,
+            mismatched.join(", ")
+        ),
+        subjects: mismatched,
+    })
 }
 
 /// The ids of `ids` whose row exists but is not in `state`, sorted.

@@ -81,36 +81,8 @@ fn decide(mode: RecoveryMode, intent: &IntentObservation) -> RecoveryDecision {
             "the owner's lease is live: it may still be working".into(),
         );
     }
-    match intent.kind {
-        OperationKind::Gc => return RecoveryDecision::RollForward,
-        OperationKind::ConfigApply if intent.config_at_expected => {
-            return RecoveryDecision::RollForward;
-        }
-        // Nothing of a config apply that lost is in place: dropping it undoes nothing.
-        OperationKind::ConfigApply if mode == RecoveryMode::RollForward => {
-            return RecoveryDecision::Blocked(BlockedReason {
-                why: String::from(
-                    "another config change was promoted first: its promotion no longer applies",
-                ),
-                operator_action: String::from(
-                    "run `mend recover --mode exclusive` to drop it; the dataset keeps the config promoted first",
-                ),
-            });
-        }
-        OperationKind::ConfigApply => return RecoveryDecision::RollBack,
-        OperationKind::Reconcile => {
-            return match missing_objects(intent).as_slice() {
-                [] => RecoveryDecision::RollForward,
-                missing => undo_or_block(
-                    mode,
-                    format!(
-                        "objects it planned to adopt or discard are gone or changed: {}",
-                        missing.join(", ")
-                    ),
-                ),
-            };
-        }
-        OperationKind::Commit | OperationKind::Merge => {}
+    if let Some(decision) = decide_by_kind(mode, intent) {
+        return decision;
     }
 
     let missing_rows: Vec<&str> = intent
@@ -172,6 +144,43 @@ fn decide(mode: RecoveryMode, intent: &IntentObservation) -> RecoveryDecision {
         )
     };
     undo_or_block(mode, why)
+}
+
+/// The decision on an intent of a kind other than a commit or a merge, once it is neither
+/// settled nor its owner's to finish: a gc rolls forward; a config apply rolls forward while
+/// the version it expects stands, else is blocked (roll-forward) or dropped (exclusive); a
+/// reconcile rolls forward while its objects are as it found them. `None` for a commit or a
+/// merge.
+fn decide_by_kind(mode: RecoveryMode, intent: &IntentObservation) -> Option<RecoveryDecision> {
+    match intent.kind {
+        OperationKind::Gc => Some(RecoveryDecision::RollForward),
+        OperationKind::ConfigApply if intent.config_at_expected => {
+            Some(RecoveryDecision::RollForward)
+        }
+        // Nothing of a config apply that lost is in place: dropping it undoes nothing.
+        OperationKind::ConfigApply if mode == RecoveryMode::RollForward => {
+            Some(RecoveryDecision::Blocked(BlockedReason {
+                why: String::from(
+                    "another config change was promoted first: its promotion no longer applies",
+                ),
+                operator_action: String::from(
+                    "run `mend recover --mode exclusive` to drop it; the dataset keeps the config promoted first",
+                ),
+            }))
+        }
+        OperationKind::ConfigApply => Some(RecoveryDecision::RollBack),
+        OperationKind::Reconcile => Some(match missing_objects(intent).as_slice() {
+            [] => RecoveryDecision::RollForward,
+            missing => undo_or_block(
+                mode,
+                format!(
+                    "objects it planned to adopt or discard are gone or changed: {}",
+                    missing.join(", ")
+                ),
+            ),
+        }),
+        OperationKind::Commit | OperationKind::Merge => None,
+    }
 }
 
 /// An operation that cannot be completed: roll it back where compensation is allowed (and in

@@ -490,25 +490,11 @@ pub(crate) async fn check(
     let decided = match need {
         Need::Public | Need::AnyPrincipal => Ok(()),
         Need::Dataset(action) => caller.require(action, &dataset_id),
-        Need::EveryDataset(action) => {
-            if caller.0.grants.iter().any(|grant| match grant {
-                Grant::Admin => true,
-                Grant::On(granted, Pattern::Prefix(prefix)) => {
-                    *granted == action && prefix.is_empty()
-                }
-                Grant::On(_, Pattern::Exact(_)) => false,
-            }) {
-                Ok(())
-            } else {
-                Err(caller.refusal(format!(
-                    "{} {} needs {action} on every dataset ({action}:*), which principal {} \
-                     does not hold",
-                    request.method(),
-                    route.as_str(),
-                    caller.name()
-                )))
-            }
-        }
+        Need::EveryDataset(action) => require_every_dataset(
+            &caller,
+            action,
+            &format!("{} {}", request.method(), route.as_str()),
+        ),
         Need::Admin => caller.require_admin(&format!("{} {}", request.method(), route.as_str())),
         Need::OwnOperation => match caller.require(Action::Write, &dataset_id) {
             Ok(()) => {
@@ -527,6 +513,23 @@ pub(crate) async fn check(
     };
     request.extensions_mut().insert(caller);
     ANSWERING.scope(answering, next.run(request)).await
+}
+
+/// Refuses a caller without `action` on every dataset (`action:*`, or admin): what a route
+/// over all datasets (`what`) needs.
+fn require_every_dataset(caller: &Caller, action: Action, what: &str) -> Result<(), ApiError> {
+    let on_every_dataset = caller.0.grants.iter().any(|grant| match grant {
+        Grant::Admin => true,
+        Grant::On(granted, Pattern::Prefix(prefix)) => *granted == action && prefix.is_empty(),
+        Grant::On(_, Pattern::Exact(_)) => false,
+    });
+    if on_every_dataset {
+        return Ok(());
+    }
+    Err(caller.refusal(format!(
+        "{what} needs {action} on every dataset ({action}:*), which principal {} does not hold",
+        caller.name()
+    )))
 }
 
 /// 429, with how long to wait.

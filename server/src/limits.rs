@@ -115,6 +115,9 @@ const CHECKSUM_BYTES: usize = 71;
 /// Metadata is counted as mend writes it back (compact JSON): a client that pads it with
 /// whitespace, repeats a key or writes a number with more digits than it reads back with
 /// sends more than this, and a body over the cap is refused whatever it holds.
+///
+/// Over 100 lines: one size per kind of body, each written as the body's shape with the
+/// helpers above; split, the shapes would only lose the helpers they share.
 pub fn largest_json_body(max_stage_batch: usize, max_metadata_bytes: usize) -> usize {
     let text = |bytes: usize| 2 + ESCAPED_BYTES_PER_BYTE * bytes;
     let id = text(MAX_ID_BYTES);

@@ -454,14 +454,7 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
     let (unsettled, last_views) =
         quiet_phase(&replicas, &store, quiet_wait_ms, &history, &trace).await;
 
-    let history = Arc::try_unwrap(history)
-        .map(|history| history.into_inner().unwrap_or_else(PoisonError::into_inner))
-        .unwrap_or_else(|shared| {
-            shared
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone()
-        });
+    let history = into_history(history);
     let (found, sweeps_overlapped) = check_run(
         &replicas,
         &history,
@@ -503,6 +496,18 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
         trace: trace.lines(),
         simulated_ms: time.elapsed_ms(),
     }
+}
+
+/// The history, once every actor has stopped and nothing else holds it.
+fn into_history(history: Arc<Mutex<History>>) -> History {
+    Arc::try_unwrap(history)
+        .map(|history| history.into_inner().unwrap_or_else(PoisonError::into_inner))
+        .unwrap_or_else(|shared| {
+            shared
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        })
 }
 
 /// The run's checks: storage against the history, the fleet, overlapping sweeps (counted

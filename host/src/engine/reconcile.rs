@@ -164,29 +164,14 @@ impl Engine {
         let operation_id = crate::ambient::uuid_v4().to_string();
         tracing::Span::current().record("operation_id", tracing::field::display(&operation_id));
         let mut audit = Vec::new();
-        let (mut accepted, mut adopt, mut discard) = (Vec::new(), Vec::new(), Vec::new());
-        for (orphan, decision) in orphans.iter().zip(&decisions) {
-            let split_id = &orphan.observation.split_id;
-            match (&decision.action, refusal(orphan, &decision.action)) {
-                (_, Some(why)) => {
-                    audit.push(self.reconcile_audit(
-                        dataset_id,
-                        &operation_id,
-                        now,
-                        orphan,
-                        decision,
-                        &why,
-                    ));
-                    report.refused.push((split_id.clone(), why));
-                    continue;
-                }
-                (ReconcileAction::Adopt, None) => adopt.push(split_id.clone()),
-                (ReconcileAction::Discard(why), None) => {
-                    discard.push((split_id.clone(), why.clone()))
-                }
-            }
-            accepted.push((orphan, decision));
-        }
+        let (accepted, adopt, discard) = self.accept_decisions(
+            dataset_id,
+            &operation_id,
+            now,
+            (&orphans, &decisions),
+            &mut audit,
+            &mut report,
+        );
         if accepted.is_empty() {
             self.check_held()?;
             self.catalog.append_audit(dataset_id, &audit).await?;
@@ -229,6 +214,49 @@ impl Engine {
             .collect();
         log_reconcile(&report);
         Ok(report)
+    }
+
+    /// The policy's decisions as the host takes them: one it refuses is audited and listed in
+    /// `report.refused`; the others are answered, with the ids to adopt and those to discard
+    /// (and why).
+    #[allow(clippy::type_complexity)]
+    fn accept_decisions<'a>(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+        now: TimestampMs,
+        (orphans, decisions): (&'a [ReadOrphan], &'a [ReconcileDecision]),
+        audit: &mut Vec<AuditRecord>,
+        report: &mut ReconcileReport,
+    ) -> (
+        Vec<(&'a ReadOrphan, &'a ReconcileDecision)>,
+        Vec<String>,
+        Vec<(String, String)>,
+    ) {
+        let (mut accepted, mut adopt, mut discard) = (Vec::new(), Vec::new(), Vec::new());
+        for (orphan, decision) in orphans.iter().zip(decisions) {
+            let split_id = &orphan.observation.split_id;
+            match (&decision.action, refusal(orphan, &decision.action)) {
+                (_, Some(why)) => {
+                    audit.push(self.reconcile_audit(
+                        dataset_id,
+                        operation_id,
+                        now,
+                        orphan,
+                        decision,
+                        &why,
+                    ));
+                    report.refused.push((split_id.clone(), why));
+                    continue;
+                }
+                (ReconcileAction::Adopt, None) => adopt.push(split_id.clone()),
+                (ReconcileAction::Discard(why), None) => {
+                    discard.push((split_id.clone(), why.clone()))
+                }
+            }
+            accepted.push((orphan, decision));
+        }
+        (accepted, adopt, discard)
     }
 
     /// Writes a reconcile's intent, stages its rows (create-only: a row another writer or

@@ -95,6 +95,9 @@ enum Frame {
     Module(ComponentShape),
 }
 
+/// The shape of the component in `bytes`, one section at a time. Over 100 lines: one arm per
+/// kind of section the component model defines, each a few lines (aliases and ends have
+/// functions of their own).
 fn walk(bytes: &[u8]) -> Result<ComponentShape, String> {
     let mut stack: Vec<Frame> = Vec::new();
     for payload in Parser::new(0).parse_all(bytes) {
