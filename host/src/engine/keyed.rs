@@ -60,6 +60,9 @@ use crate::validate;
 ///
 /// Every mutating call of [`Engine`] answers one: the key is a field of the request, not a
 /// second method.
+///
+/// It is an [`IntoFuture`]: `.await` takes it as it is, and where a [`Future`] is wanted
+/// (`Runtime::block_on`, `futures::future::join_all`) `.into_future()` makes one.
 #[must_use = "a request does nothing until it is awaited"]
 pub struct Keyed<'a, T> {
     idempotency_key: Option<&'a str>,
