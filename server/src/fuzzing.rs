@@ -17,7 +17,7 @@ use mend_policy::{ExistingRow, StagePlanInput};
 
 use crate::body;
 use crate::error::ApiError;
-use crate::routes as api;
+use crate::routes;
 
 /// The server's entry points, by the name of their `cargo fuzz` target and corpus directory.
 pub const TARGETS: &[(&str, Target)] = &[
@@ -36,7 +36,7 @@ pub const TARGETS: &[(&str, Target)] = &[
 /// one alphabet, each metadata a JSON object within the limit, each time range ordered; and
 /// the default policy's plan for it on an empty dataset passes the host's invariant check.
 pub fn stage_request_body(data: &[u8]) -> Verdict {
-    let request = match body::parse::<api::Stage>(&Bytes::copy_from_slice(data)) {
+    let request = match body::parse::<routes::Stage>(&Bytes::copy_from_slice(data)) {
         Ok(parsed) => parsed.into_request(DATASET.to_owned()),
         Err(error) => return expect_bad_request("stage_request_body: parse", &error),
     };
@@ -75,7 +75,7 @@ pub fn stage_request_body(data: &[u8]) -> Verdict {
 /// Accepted: every id is valid, none is both published and replaced, the request names
 /// something, and every checkpoint partition moves forward.
 pub fn publish_request_body(data: &[u8]) -> Verdict {
-    let request = match body::parse::<api::Publish>(&Bytes::copy_from_slice(data)) {
+    let request = match body::parse::<routes::Publish>(&Bytes::copy_from_slice(data)) {
         Ok(parsed) => parsed.into_request(DATASET.to_owned()),
         Err(error) => return expect_bad_request("publish_request_body: parse", &error),
     };
@@ -121,7 +121,7 @@ pub fn publish_request_body(data: &[u8]) -> Verdict {
 /// `POST /v1/datasets/{dataset}/config`'s body, parsed, then validated as the engine does.
 /// Accepted: the grace periods are in their ranges and the node is a valid name.
 pub fn apply_config_body(data: &[u8]) -> Verdict {
-    let request = match body::parse::<api::ApplyConfig>(&Bytes::copy_from_slice(data)) {
+    let request = match body::parse::<routes::ApplyConfig>(&Bytes::copy_from_slice(data)) {
         Ok(request) => request,
         Err(error) => return expect_bad_request("apply_config_body: parse", &error),
     };
@@ -137,7 +137,7 @@ pub fn apply_config_body(data: &[u8]) -> Verdict {
 /// `POST /v1/datasets`'s body, parsed, merged with the default config, then validated as the
 /// engine does. Accepted: the id is in the one alphabet, the config's numbers in their ranges.
 pub fn create_dataset_body(data: &[u8]) -> Verdict {
-    let request = match body::parse::<api::CreateDataset>(&Bytes::copy_from_slice(data)) {
+    let request = match body::parse::<routes::CreateDataset>(&Bytes::copy_from_slice(data)) {
         Ok(request) => request,
         Err(error) => return expect_bad_request("create_dataset_body: parse", &error),
     };
@@ -154,7 +154,7 @@ pub fn create_dataset_body(data: &[u8]) -> Verdict {
 /// The body of `mark` and `delete` (`{"split_ids": [...]}`), parsed, then validated as the
 /// engine does. Accepted: a non-empty list of valid ids within the batch limit.
 pub fn split_ids_body(data: &[u8]) -> Verdict {
-    let request = match body::parse::<api::SplitIds>(&Bytes::copy_from_slice(data)) {
+    let request = match body::parse::<routes::SplitIds>(&Bytes::copy_from_slice(data)) {
         Ok(request) => request,
         Err(error) => return expect_bad_request("split_ids_body: parse", &error),
     };
@@ -178,7 +178,7 @@ pub fn list_query(data: &[u8]) -> Verdict {
     let params: HashMap<String, String> = url::form_urlencoded::parse(data)
         .map(|(key, value)| (key.into_owned(), value.into_owned()))
         .collect();
-    let query = match api::list_query(&params) {
+    let query = match routes::list_query(&params) {
         Ok(query) => query,
         Err(error) => return expect_bad_request("list_query: parse", &error),
     };
