@@ -1,5 +1,5 @@
 //! Builds the policy components the host embeds before it compiles: the default policy
-//! (`guest/`, from `MEND_POLICY_WASM`) and the example second policy `mend demo` swaps to
+//! (`guest/`, from `MEND_DEFAULT_POLICY_WASM`) and the example second policy `mend demo` swaps to
 //! (`policies/cautious/`, from `MEND_POLICY_CAUTIOUS_WASM`). Where the `wasm32-wasip2` target
 //! cannot be installed, it uses the copies shipped in `host/components/` (see
 //! `policies/build_components.rs`).
@@ -9,10 +9,11 @@ include!("../policies/build_components.rs");
 fn main() {
     // `sqlx::migrate!` embeds this folder; a new migration must rebuild the host.
     println!("cargo:rerun-if-changed=migrations");
-    build_components("guest", &["mend-policy"], Some("host/components"));
-    // A directory of its own: the cautious policy wraps `mend-policy` without its `component`
-    // feature, and one cargo run building both would unify the features and link the default
-    // policy's exports into the cautious component beside its own (a duplicate symbol).
+    build_components("guest", &["mend-default-policy"], Some("host/components"));
+    // A directory of its own: the cautious policy wraps `mend-default-policy` without its
+    // `component` feature, and one cargo run building both would unify the features and link
+    // the default policy's exports into the cautious component beside its own (a duplicate
+    // symbol).
     build_components(
         "guest-cautious",
         &["mend-policy-cautious"],

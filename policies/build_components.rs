@@ -15,7 +15,7 @@
 // shipped files never drift from the source.
 //
 // Each builder has its own target directory because the same crate may be built with other
-// features in each: the test components depend on `mend-policy` without its `component`
+// features in each: the test components depend on `mend-default-policy` without its `component`
 // feature, the host builds it with. A cdylib from a path crate carries no hash in its file
 // name, so two such builds in one directory would overwrite each other's output, and cargo
 // could then hand the host an export-less default policy.

@@ -29,7 +29,7 @@ use mend::runtime::registry::PolicyRegistry;
 use mend::runtime::replay::ReplayReport;
 use mend::runtime::{CAUTIOUS_POLICY_WASM, LoadOptions, PolicyRuntime, digest_of};
 use mend::{Engine, MendError};
-use mend_policy::RecoveryMode;
+use mend_contract::RecoveryMode;
 use serde::Serialize;
 
 use super::output;

@@ -3,7 +3,7 @@
 
 use anyhow::{Context, bail};
 use mend::Engine;
-use mend_policy::RecoveryMode;
+use mend_contract::RecoveryMode;
 
 use super::RecoverModeArg;
 use super::output;

@@ -16,7 +16,7 @@ use mend::engine::{
 };
 use mend::model::{Dataset, SplitPage, StageOutcome, StageResult};
 use mend::runtime::replay::ReplayReport;
-use mend_policy::RecoveryDecision;
+use mend_contract::RecoveryDecision;
 use serde::Serialize;
 
 pub fn print_json(value: &impl Serialize) -> anyhow::Result<()> {

@@ -97,7 +97,7 @@ fn load_suites(paths: &[PathBuf]) -> anyhow::Result<Vec<mend::scenarios::Suite>>
 struct Inspection<'a> {
     digest: &'a str,
     #[serde(flatten)]
-    description: &'a mend_policy::PolicyDescription,
+    description: &'a mend_contract::PolicyDescription,
     imports: Vec<String>,
     /// What one decision's sandbox holds of it.
     needs: &'a mend::runtime::ComponentShape,

@@ -12,7 +12,7 @@
 //! only rows still staged and untouched since it read them, deletes only rows still marked,
 //! and refuses a whole plan that names anything else.
 
-use crate::types::{GcInput, GcPlan, SplitState};
+use mend_contract::{GcInput, GcPlan, SplitState};
 
 /// The default plan for one gc run.
 pub fn plan_gc(input: &GcInput) -> GcPlan {
@@ -41,9 +41,9 @@ fn ms_before(at: i64, ms: u64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::GcCandidate;
     use alloc::string::String;
     use alloc::vec::Vec;
+    use mend_contract::GcCandidate;
 
     fn candidate(split_id: &str, state: SplitState, updated_at_ms: i64) -> GcCandidate {
         GcCandidate {

@@ -16,9 +16,8 @@
 //!   exported, so that another component can wrap the default policy's decisions and export its
 //!   own `describe()`.
 //!
-//! Natively, the `serde` feature makes the boundary types (de)serialisable for the host's
-//! records and answers, and `openapi` derives their `utoipa::ToSchema` for the HTTP server's
-//! OpenAPI document. Neither is for the component.
+//! The data it decides on and the decisions it returns are the contract's (`mend-contract`,
+//! the types of `wit/policy.wit`), which the host and every other policy share.
 
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
@@ -29,7 +28,6 @@ pub mod publish;
 pub mod reconcile;
 pub mod recovery;
 pub mod stage;
-pub mod types;
 
 #[cfg(target_arch = "wasm32")]
 pub mod bindings;
@@ -39,28 +37,12 @@ pub use publish::validate_publish;
 pub use reconcile::plan_reconcile;
 pub use recovery::decide_recovery;
 pub use stage::plan_stage;
-pub use types::*;
 
-/// The ABI this crate implements: the major and minor of the `mend:policy` WIT package.
-/// 1.1 added `decide-recovery`; 1.2 added `plan-reconcile` and the mark and config
-/// observations of an intent; 1.3 added `plan-gc`, the `abandoned` phase, the `abandon`
-/// decision and the `checkpoint-reached-to` observation.
-pub const ABI_MAJOR: u32 = 1;
-pub const ABI_MINOR: u32 = 3;
+use mend_contract::{ABI_MAJOR, ABI_MINOR, PolicyDescription, capability};
 
 /// The revision of the decision semantics. Bump it whenever the same inputs could produce
 /// different decisions, so that a host never runs new semantics believing they are old ones.
 pub const SEMANTICS_REVISION: u32 = 1;
-
-/// Capability names shared by the host and policies.
-pub mod capability {
-    pub const STAGE_UPSERT: &str = "stage.upsert";
-    pub const STAGE_CREATE_ONLY: &str = "stage.create-only";
-    pub const PUBLISH_CHECKPOINT: &str = "publish.checkpoint";
-    pub const PUBLISH_TOKEN: &str = "publish.token";
-    /// Publishes refuse a writer whose fencing epoch exclusive recovery has moved past.
-    pub const PUBLISH_FENCING_EPOCH: &str = "publish.fencing-epoch";
-}
 
 /// The default policy's description, as `describe()` reports it.
 pub fn describe() -> PolicyDescription {

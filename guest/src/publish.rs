@@ -10,7 +10,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use crate::types::{PublishInput, PublishViolation, SplitState, ViolationKind};
+use mend_contract::{PublishInput, PublishViolation, SplitState, ViolationKind};
 
 /// The violations of `input`, in a fixed order; empty when the publish may proceed.
 pub fn validate_publish(input: &PublishInput) -> Vec<PublishViolation> {
@@ -149,7 +149,7 @@ fn ids_not_in_state(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::{CheckpointDelta, ExistingRow, PartitionDelta, PartitionPosition};
+    use mend_contract::{CheckpointDelta, ExistingRow, PartitionDelta, PartitionPosition};
 
     fn row(id: &str, state: SplitState) -> ExistingRow {
         ExistingRow {

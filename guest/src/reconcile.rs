@@ -14,7 +14,7 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use crate::types::{OrphanObject, ReconcileAction, ReconcileDecision, ReconcileInput};
+use mend_contract::{OrphanObject, ReconcileAction, ReconcileDecision, ReconcileInput};
 
 /// One action per orphan, in the input's order.
 pub fn plan_reconcile(input: &ReconcileInput) -> Vec<ReconcileDecision> {

@@ -39,7 +39,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use crate::types::{
+use mend_contract::{
     BlockedReason, IntentDecision, IntentObservation, IntentPhase, OperationKind, RecoveryDecision,
     RecoveryInput, RecoveryMode, SplitState,
 };
@@ -264,7 +264,7 @@ fn settled(intent: &IntentObservation, state: &impl Fn(&String) -> Option<SplitS
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::{ExistingRow, ObjectObservation};
+    use mend_contract::{ExistingRow, ObjectObservation};
 
     fn commit(
         phase: IntentPhase,

@@ -12,7 +12,7 @@
 use alloc::format;
 use alloc::vec::Vec;
 
-use crate::types::{PlannedSplit, SplitState, StageAction, StageMode, StagePlanInput};
+use mend_contract::{PlannedSplit, SplitState, StageAction, StageMode, StagePlanInput};
 
 /// One decision per distinct split id, sorted by id.
 ///
@@ -79,8 +79,8 @@ fn decide(mode: StageMode, existing: Option<SplitState>) -> StageAction {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::ExistingRow;
     use alloc::string::String;
+    use mend_contract::ExistingRow;
 
     fn input(mode: StageMode, ids: &[&str], existing: &[(&str, SplitState)]) -> StagePlanInput {
         StagePlanInput {

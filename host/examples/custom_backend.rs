@@ -23,7 +23,7 @@
 //! - `catalog_fingerprint`: a value that changes whenever your catalog writes anything for a
 //!   dataset. Count the writes of your storage client, or read row versions (mend's Postgres
 //!   backend reads every row's `ctid` and `xmin`) or a log sequence number. The meter here is
-//!   no fingerprint: a retry answered from its idempotency record is a request served that
+//!   no fingerprint: a retry answered from its recorded request is a request served that
 //!   writes nothing, which is what the cases check;
 //! - `scale`: [`Scale::THOROUGH`] for a transactional database, [`Scale::LIGHT`] for a slow
 //!   remote store, or your own numbers.

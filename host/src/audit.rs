@@ -105,11 +105,11 @@ pub enum DecisionInput {
         /// The dataset.
         dataset_id: String,
         /// The sweep's mode.
-        mode: mend_policy::RecoveryMode,
+        mode: mend_contract::RecoveryMode,
         /// The sweep's time.
         now_ms: TimestampMs,
         /// What the host observed of the intent.
-        intent: mend_policy::IntentObservation,
+        intent: mend_contract::IntentObservation,
     },
     /// One orphan of a reconcile.
     PlanReconcile {
@@ -118,12 +118,12 @@ pub enum DecisionInput {
         /// The reconcile's time.
         now_ms: TimestampMs,
         /// What the host found of the orphan object.
-        orphan: mend_policy::OrphanObject,
+        orphan: mend_contract::OrphanObject,
     },
     /// One gc run (ABI 1.3).
     PlanGc {
         /// The gc planning input.
-        input: mend_policy::GcInput,
+        input: mend_contract::GcInput,
     },
 }
 

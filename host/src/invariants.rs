@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use mend_policy::{ExistingRow, PlannedSplit, PublishViolation, StageAction, ViolationKind};
+use mend_contract::{ExistingRow, PlannedSplit, PublishViolation, StageAction, ViolationKind};
 
 use crate::catalog::{PlannedAction, PlannedStage, PublishObservation, StagePlan};
 use crate::error::{MendError, Result};

@@ -47,4 +47,4 @@ pub use engine::{Engine, EngineOptions};
 pub use error::{EntityKind, MendError, PolicyError, Result};
 /// How a recovery sweep may act: `Probe` and `Verify` read only, `RollForward` finishes what
 /// can be finished, `Exclusive` may undo (see [`Engine::recover`]).
-pub use mend_policy::RecoveryMode;
+pub use mend_contract::RecoveryMode;

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use mend_policy::RecoveryMode;
+use mend_contract::RecoveryMode;
 
 use crate::engine::Engine;
 use crate::error::{MendError, Result};

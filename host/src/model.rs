@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use mend_policy::{CheckpointDelta, PartitionDelta, SplitState, StageMode};
+pub use mend_contract::{CheckpointDelta, PartitionDelta, SplitState, StageMode};
 
 /// Milliseconds since the Unix epoch.
 pub type TimestampMs = i64;

@@ -19,7 +19,7 @@
 //! |----------|----------------------------------------------------------------------------|
 //! | `name`   | non-empty string, unique in the file; say what is being shown              |
 //! | `call`   | `"plan-stage"`, `"validate-publish"`, `"decide-recovery"` or `"plan-reconcile"` |
-//! | `input`  | the call's input, in `mend_policy`'s serde shape (below)                   |
+//! | `input`  | the call's input, in `mend_contract`'s serde shape (below)                   |
 //! | `expect` | the call's whole output, in the same shape                                 |
 //!
 //! ```json
@@ -121,7 +121,7 @@ use std::fmt;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use mend_policy::{
+use mend_contract::{
     GcInput, GcPlan, IntentDecision, PlannedSplit, PublishInput, PublishViolation,
     ReconcileDecision, ReconcileInput, RecoveryInput, StagePlanInput,
 };
@@ -377,7 +377,7 @@ pub fn run(policy: &PolicyRuntime, suite: &Suite) -> SuiteReport {
     run_each(suite, |scenario| scenario.ask(policy))
 }
 
-/// Asks the default policy's native build (`mend_policy`, which the default component is
+/// Asks the default policy's native build (`mend_default_policy`, which the default component is
 /// compiled from). A suite that passes here and fails against the component has found a
 /// difference between the two builds.
 pub fn run_native(suite: &Suite) -> SuiteReport {
@@ -485,18 +485,20 @@ impl Scenario {
     fn ask_native(&self) -> Option<Failure> {
         match &self.call {
             Call::PlanStage { input, expect } => {
-                self.check(expect, Ok(mend_policy::plan_stage(input)))
+                self.check(expect, Ok(mend_default_policy::plan_stage(input)))
             }
             Call::ValidatePublish { input, expect } => {
-                self.check(expect, Ok(mend_policy::validate_publish(input)))
+                self.check(expect, Ok(mend_default_policy::validate_publish(input)))
             }
             Call::DecideRecovery { input, expect } => {
-                self.check(expect, Ok(mend_policy::decide_recovery(input)))
+                self.check(expect, Ok(mend_default_policy::decide_recovery(input)))
             }
             Call::PlanReconcile { input, expect } => {
-                self.check(expect, Ok(mend_policy::plan_reconcile(input)))
+                self.check(expect, Ok(mend_default_policy::plan_reconcile(input)))
             }
-            Call::PlanGc { input, expect } => self.check(expect, Ok(mend_policy::plan_gc(input))),
+            Call::PlanGc { input, expect } => {
+                self.check(expect, Ok(mend_default_policy::plan_gc(input)))
+            }
         }
     }
 

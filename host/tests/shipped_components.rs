@@ -7,10 +7,10 @@
 /// shipped copy.
 const COMPONENTS: [(&str, &[u8], &str, &[u8]); 2] = [
     (
-        "mend_policy.wasm",
-        include_bytes!(env!("MEND_POLICY_WASM")),
-        env!("MEND_POLICY_WASM_ORIGIN"),
-        include_bytes!("../components/mend_policy.wasm"),
+        "mend_default_policy.wasm",
+        include_bytes!(env!("MEND_DEFAULT_POLICY_WASM")),
+        env!("MEND_DEFAULT_POLICY_WASM_ORIGIN"),
+        include_bytes!("../components/mend_default_policy.wasm"),
     ),
     (
         "mend_policy_cautious.wasm",

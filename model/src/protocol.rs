@@ -696,7 +696,7 @@ fn member_heartbeat(state: &mut State, config: Config, r: u8) -> bool {
 }
 
 /// What a sweep in `mode` decides for each intent, oldest first (the default policy's
-/// decisions, `mend_policy`'s `decide_recovery`), as the steps that execute them.
+/// decisions, `mend_default_policy`'s `decide_recovery`), as the steps that execute them.
 fn decide(state: &State, mode: Mode) -> [Option<SweepStep>; 2 * WRITERS] {
     let mut order: Vec<usize> = (0..WRITERS)
         .filter(|&i| state.intents[i].is_some())

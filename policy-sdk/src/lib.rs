@@ -25,8 +25,9 @@
 //! # Writing a policy
 //!
 //! `Cargo.toml`: the policy is a `cdylib`; this crate is a dependency on wasm32 and a
-//! build-dependency everywhere. `mend-policy` (the default policy without its `component`
-//! feature, so that it exports nothing) is only needed to delegate to the default decisions.
+//! build-dependency everywhere. `mend-default-policy` (the default policy without its
+//! `component` feature, so that it exports nothing) is only needed to delegate to the default
+//! decisions.
 //!
 //! ```toml
 //! [lib]
@@ -34,7 +35,7 @@
 //!
 //! [target.'cfg(target_arch = "wasm32")'.dependencies]
 //! mend-policy-sdk = { path = "../mend/policy-sdk" }
-//! mend-policy = { path = "../mend/guest", default-features = false }
+//! mend-default-policy = { path = "../mend/guest", default-features = false }
 //!
 //! [build-dependencies]
 //! mend-policy-sdk = { path = "../mend/policy-sdk" }
@@ -60,7 +61,7 @@
 //!
 //! use alloc::vec::Vec;
 //!
-//! use mend_policy::bindings::DefaultPolicy;
+//! use mend_default_policy::bindings::DefaultPolicy;
 //! use mend_policy_sdk::{Guest, wit};
 //!
 //! struct Cautious;

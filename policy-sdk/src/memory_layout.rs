@@ -34,7 +34,7 @@ const _: () = assert!(STACK_BYTES < INITIAL_MEMORY_BYTES);
 /// built for wasm32; a native build (unit tests of the decisions) keeps the platform's own.
 ///
 /// The arguments are `rustc-link-arg`, which apply to the package's own targets only: a crate
-/// that both is a policy and is a dependency of other policies (`mend-policy`) gives its
+/// that both is a policy and is a dependency of other policies (`mend-default-policy`) gives its
 /// layout to none of them, and each links its own.
 ///
 /// Build scripts run on the machine building the policy, so this exists natively only.

@@ -89,7 +89,7 @@ mod tests {
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
     struct Example {
-        mode: mend_policy::StageMode,
+        mode: mend_contract::StageMode,
         #[serde(default)]
         splits: Vec<Entry>,
     }

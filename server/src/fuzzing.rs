@@ -13,7 +13,7 @@ use mend::fuzzing::{
 use mend::invariants;
 use mend::model::DatasetConfig;
 use mend::validate::{self, StageLimits};
-use mend_policy::{ExistingRow, StagePlanInput};
+use mend_contract::{ExistingRow, StagePlanInput};
 
 use crate::body;
 use crate::error::ApiError;
@@ -63,7 +63,7 @@ pub fn stage_request_body(data: &[u8]) -> Verdict {
         split_ids: requested.iter().map(|s| s.split_id.clone()).collect(),
         existing: Vec::<ExistingRow>::new(),
     };
-    let planned = mend_policy::plan_stage(&input);
+    let planned = mend_default_policy::plan_stage(&input);
     invariants::checked_stage_plan(request.mode, &requested, &split_ids, &[], planned)
         .unwrap_or_else(|error| {
             panic!("stage_request_body: the default plan on an empty dataset is refused: {error}")

@@ -324,12 +324,12 @@ impl Metrics {
     pub fn recovery(&self, report: &RecoveryReport) {
         for intent in &report.intents {
             let decision = match &intent.decision {
-                mend_policy::RecoveryDecision::RollForward => "roll_forward",
-                mend_policy::RecoveryDecision::RollBack => "roll_back",
-                mend_policy::RecoveryDecision::Defer(_) => "defer",
-                mend_policy::RecoveryDecision::Blocked(_) => "blocked",
-                mend_policy::RecoveryDecision::Stale => "stale",
-                mend_policy::RecoveryDecision::Abandon(_) => "abandon",
+                mend_contract::RecoveryDecision::RollForward => "roll_forward",
+                mend_contract::RecoveryDecision::RollBack => "roll_back",
+                mend_contract::RecoveryDecision::Defer(_) => "defer",
+                mend_contract::RecoveryDecision::Blocked(_) => "blocked",
+                mend_contract::RecoveryDecision::Stale => "stale",
+                mend_contract::RecoveryDecision::Abandon(_) => "abandon",
             };
             let outcome = match &intent.outcome {
                 mend::engine::Outcome::Reported => "reported",

@@ -9,7 +9,7 @@
 //! engine's results and reports, each deriving `utoipa::ToSchema` from the same serde
 //! attributes that read and write it (`rename_all`, `tag`/`content`, `flatten`, `default`,
 //! `deny_unknown_fields`); the library's types derive it behind the `openapi` feature of `mend`
-//! and `mend-policy`, off by default, so that an embedder without this server compiles no
+//! and `mend-contract`, off by default, so that an embedder without this server compiles no
 //! utoipa. Every failure answers [`ErrorBody`] with an [`ErrorCode`], the closed set of codes.
 //! The tests below hold the rest: the router's own route list (paths and methods, read from
 //! the router, not from a list kept by hand) is the document's; every answer a route gives to

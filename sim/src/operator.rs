@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use mend::MendError;
 use mend::live::{HandleMode, LiveHandle, Refresh};
 use mend::model::DatasetConfig;
-use mend_policy::RecoveryMode;
+use mend_contract::RecoveryMode;
 
 use crate::check::{ConfigApplyRecord, ConfigOutcome, GenerationRead, History, PolicyOutcome};
 use crate::replica::Replica;

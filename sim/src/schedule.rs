@@ -27,7 +27,7 @@ use mend::objects::format::sha256;
 use mend::runtime::PolicyRuntime;
 use mend::runtime::registry::PolicyRegistry;
 use mend::{Engine, EngineOptions, MendError};
-use mend_policy::RecoveryDecision;
+use mend_contract::RecoveryDecision;
 use object_store::ObjectStore;
 use object_store::path::Path;
 

@@ -28,7 +28,7 @@ use mend::model::{
 pub struct WithoutCapability<C> {
     /// The catalog that serves every call.
     pub inner: C,
-    /// The capability it claims not to have (`mend_policy::capability::*`).
+    /// The capability it claims not to have (`mend_contract::capability::*`).
     pub lacks: &'static str,
 }
 

@@ -31,7 +31,7 @@ use criterion::{BatchSize, Throughput};
 use mend::engine::{CommitRequest, CommitSplit};
 use mend::faults::CrashAt;
 use mend::runtime::{DEFAULT_POLICY_WASM, LoadOptions, PolicyRuntime};
-use mend_policy::{ExistingRow, RecoveryMode, SplitState, StageMode, StagePlanInput};
+use mend_contract::{ExistingRow, RecoveryMode, SplitState, StageMode, StagePlanInput};
 use mend_tests::js_policies::{JsEngine, js_policy};
 use mend_tests::{Backend, Harness};
 
@@ -124,7 +124,7 @@ fn decision_cost(bench: &mut Bench, policy: &PolicyRuntime) {
             b.iter(|| policy.plan_stage(input).expect("decides"))
         });
         group.bench(&format!("native/{splits}"), |b| {
-            b.iter(|| mend_policy::plan_stage(input))
+            b.iter(|| mend_default_policy::plan_stage(input))
         });
     }
     group.finish().report(|times| {
@@ -194,21 +194,21 @@ fn load_cost(bench: &mut Bench) {
 }
 
 /// Ten in-doubt commits, each with its rows staged and its objects present: a roll forward.
-fn recovery_input() -> mend_policy::RecoveryInput {
+fn recovery_input() -> mend_contract::RecoveryInput {
     let intents = (0..10)
         .map(|i| {
             let split = format!("split-{i}");
-            mend_policy::IntentObservation {
+            mend_contract::IntentObservation {
                 operation_id: format!("op-{i}"),
-                kind: mend_policy::OperationKind::Commit,
-                phase: mend_policy::IntentPhase::EffectsConfirmed,
+                kind: mend_contract::OperationKind::Commit,
+                phase: mend_contract::IntentPhase::EffectsConfirmed,
                 owner_lease_live: false,
                 planned_rows: vec![split.clone()],
                 rows: vec![ExistingRow {
                     split_id: split.clone(),
                     state: SplitState::Staged,
                 }],
-                objects: vec![mend_policy::ObjectObservation {
+                objects: vec![mend_contract::ObjectObservation {
                     split_id: split.clone(),
                     present: true,
                     matches: true,
@@ -226,7 +226,7 @@ fn recovery_input() -> mend_policy::RecoveryInput {
             }
         })
         .collect();
-    mend_policy::RecoveryInput {
+    mend_contract::RecoveryInput {
         dataset_id: "bench".into(),
         mode: RecoveryMode::RollForward,
         now_ms: 1_000_000,

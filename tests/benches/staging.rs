@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use criterion::Throughput;
 use mend::model::{PublishRequest, StageMode, StageRequest, StageSplit};
 use mend::runtime::PolicyRuntime;
-use mend_policy::StagePlanInput;
+use mend_contract::StagePlanInput;
 use mend_tests::{Backend, Harness};
 use sqlx::PgPool;
 
@@ -230,7 +230,7 @@ fn decision_cost(bench: &mut Bench, policy: &PolicyRuntime) {
             b.iter(|| policy.plan_stage(input).expect("plan"))
         });
         group.bench(&format!("native/{splits}"), |b| {
-            b.iter(|| mend_policy::plan_stage(input))
+            b.iter(|| mend_default_policy::plan_stage(input))
         });
     }
     group.finish().report(|times| {

@@ -48,7 +48,7 @@ use mend::model::DatasetConfig;
 use mend::objects::SplitObjects;
 use mend::runtime::PolicyRuntime;
 use mend::{Engine, EngineOptions};
-use mend_policy::RecoveryMode;
+use mend_contract::RecoveryMode;
 use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;

@@ -7,7 +7,7 @@ use mend::Engine;
 use mend::engine::Outcome;
 use mend::faults::CrashAt;
 use mend::model::{ListQuery, SplitState};
-use mend_policy::RecoveryMode;
+use mend_contract::RecoveryMode;
 
 use crate::{Backend, Harness};
 

@@ -12,7 +12,7 @@ use mend::faults::{CrashAt, DurableStep};
 use mend::intent::IntentPhase;
 use mend::model::{DatasetConfig, PublishRequest, SplitState};
 use mend::{EntityKind, MendError};
-use mend_policy::{RecoveryDecision, RecoveryMode};
+use mend_contract::{RecoveryDecision, RecoveryMode};
 use mend_tests::harness::commit_request;
 use mend_tests::{Backend, Harness};
 

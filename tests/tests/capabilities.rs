@@ -11,7 +11,7 @@ use mend::model::{
 use mend::objects::SplitObjects;
 use mend::runtime::PolicyRuntime;
 use mend::{Engine, EngineOptions, MendError};
-use mend_policy::capability::PUBLISH_FENCING_EPOCH;
+use mend_contract::capability::PUBLISH_FENCING_EPOCH;
 use mend_testkit::WithoutCapability;
 
 #[test]

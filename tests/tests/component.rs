@@ -10,7 +10,7 @@ use mend::PolicyError;
 use mend::runtime::{
     ALLOWED_IMPORTS, DEFAULT_POLICY_WASM, PolicyLimits, PolicyRuntime, imports_of,
 };
-use mend_policy::{
+use mend_contract::{
     CheckpointDelta, ExistingRow, GcCandidate, GcInput, IntentObservation, IntentPhase,
     ObjectObservation, OperationKind, OrphanObject, PartitionDelta, PartitionPosition,
     PlannedSplit, PublishInput, ReconcileAction, ReconcileInput, RecoveryDecision, RecoveryInput,
@@ -74,7 +74,7 @@ fn traps_and_limits_are_typed_errors_and_the_runtime_keeps_serving() {
     let small = request_of(10, 8);
     assert_eq!(
         small_memory.plan_stage(&small).unwrap(),
-        mend_policy::plan_stage(&small),
+        mend_default_policy::plan_stage(&small),
         "the runtime serves after a limit"
     );
 
@@ -687,7 +687,7 @@ fn recovery_outcomes() -> Vec<String> {
         RecoveryDecision::RollForward,
         RecoveryDecision::RollBack,
         RecoveryDecision::Defer(String::new()),
-        RecoveryDecision::Blocked(mend_policy::BlockedReason {
+        RecoveryDecision::Blocked(mend_contract::BlockedReason {
             why: String::new(),
             operator_action: String::new(),
         }),
@@ -773,7 +773,7 @@ pub(crate) fn decides_like_native(policy: &PolicyRuntime, label: &str, vectors: 
     runner()
         .run(&stage_input(), |input| {
             let wasm = policy.plan_stage(&input).expect("component decides");
-            prop_assert_eq!(&wasm, &mend_policy::plan_stage(&input));
+            prop_assert_eq!(&wasm, &mend_default_policy::plan_stage(&input));
             stage.vector();
             for planned in &wasm {
                 stage.saw(stage_outcome(&input, planned));
@@ -784,7 +784,7 @@ pub(crate) fn decides_like_native(policy: &PolicyRuntime, label: &str, vectors: 
     runner()
         .run(&publish_input(), |input| {
             let wasm = policy.validate_publish(&input).expect("component decides");
-            prop_assert_eq!(&wasm, &mend_policy::validate_publish(&input));
+            prop_assert_eq!(&wasm, &mend_default_policy::validate_publish(&input));
             publish.vector();
             if wasm.is_empty() {
                 publish.saw("accepted");
@@ -798,7 +798,7 @@ pub(crate) fn decides_like_native(policy: &PolicyRuntime, label: &str, vectors: 
     runner()
         .run(&recovery_input(), |input| {
             let wasm = policy.decide_recovery(&input).expect("component decides");
-            prop_assert_eq!(&wasm, &mend_policy::decide_recovery(&input));
+            prop_assert_eq!(&wasm, &mend_default_policy::decide_recovery(&input));
             recovery.vector();
             for (intent, decided) in input.intents.iter().zip(&wasm) {
                 recovery.saw(recovery_outcome(intent.kind, &decided.decision));
@@ -809,7 +809,7 @@ pub(crate) fn decides_like_native(policy: &PolicyRuntime, label: &str, vectors: 
     runner()
         .run(&reconcile_input(), |input| {
             let wasm = policy.plan_reconcile(&input).expect("component decides");
-            prop_assert_eq!(&wasm, &mend_policy::plan_reconcile(&input));
+            prop_assert_eq!(&wasm, &mend_default_policy::plan_reconcile(&input));
             reconcile.vector();
             for (orphan, decided) in input.orphans.iter().zip(&wasm) {
                 reconcile.saw(reconcile_outcome(orphan, &decided.action));
@@ -820,7 +820,7 @@ pub(crate) fn decides_like_native(policy: &PolicyRuntime, label: &str, vectors: 
     runner()
         .run(&gc_input(), |input| {
             let wasm = policy.plan_gc(&input).expect("component decides");
-            prop_assert_eq!(&wasm, &mend_policy::plan_gc(&input));
+            prop_assert_eq!(&wasm, &mend_default_policy::plan_gc(&input));
             gc.vector();
             for candidate in &input.candidates {
                 let planned = wasm.mark.contains(&candidate.split_id)

@@ -12,7 +12,7 @@ use mend::engine::{
 use mend::faults::{CrashAt, DurableStep};
 use mend::model::{CheckpointDelta, ListQuery, PartitionDelta, SplitState};
 use mend::objects::format::sha256;
-use mend_policy::{RecoveryDecision, RecoveryMode};
+use mend_contract::{RecoveryDecision, RecoveryMode};
 use mend_tests::crash::{RecoveryCrash, SecondCrashes, recover_after_crash};
 use mend_tests::{Backend, Harness};
 

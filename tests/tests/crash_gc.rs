@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use mend::faults::{CrashAt, DurableStep};
 use mend::model::{ListQuery, SplitState, StageMode, StageRequest, StageSplit};
-use mend_policy::RecoveryMode;
+use mend_contract::RecoveryMode;
 use mend_tests::crash::{RecoveryCrash, SecondCrashes, recover_after_crash};
 use mend_tests::harness::commit_request;
 use mend_tests::{Backend, Harness};

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use mend::Engine;
 use mend::engine::{CommitRequest, CommitSplit, MergeRequest};
 use mend::model::{DatasetConfig, SplitState};
-use mend_policy::RecoveryMode;
+use mend_contract::RecoveryMode;
 use mend_tests::crash::{CrashScenario, run_crash_schedules};
 use mend_tests::{Backend, Harness};
 
@@ -219,7 +219,7 @@ schedules! {
 async fn a_promoted_config_apply_whose_intent_stayed_is_settled_after_a_later_promotion() {
     use mend::engine::Outcome;
     use mend::faults::{CrashAt, DurableStep};
-    use mend_policy::RecoveryDecision;
+    use mend_contract::RecoveryDecision;
     use std::sync::Arc;
     const HOUR_MS: i64 = 60 * 60 * 1000;
     let later = DatasetConfig {

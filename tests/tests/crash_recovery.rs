@@ -13,7 +13,7 @@ use bytes::Bytes;
 use mend::engine::{CommitRequest, CommitSplit, IntentStatus, Outcome};
 use mend::faults::{CrashAt, DurableStep};
 use mend::model::{CheckpointDelta, PartitionDelta, SplitState};
-use mend_policy::RecoveryMode;
+use mend_contract::RecoveryMode;
 use mend_tests::crash::{RecoveryCrash, check_invariants, recover_after_crash};
 use mend_tests::{Backend, Harness};
 

@@ -16,7 +16,7 @@ use mend::engine::{CommitRequest, CommitSplit, IntentStatus};
 use mend::faults::{CrashAt, DurableStep, Faults};
 use mend::gates::{GateName, GateSession, Gates, ObjectStoreGates, PostgresGates};
 use mend::model::{CheckpointDelta, DatasetConfig, PartitionDelta, SplitState};
-use mend_policy::RecoveryMode;
+use mend_contract::RecoveryMode;
 use mend_tests::harness::commit_request;
 use mend_tests::{Backend, Harness};
 

@@ -30,7 +30,7 @@ use mend::MendError;
 use mend::bounds::{self, MAX_GRACE_PERIOD_MS};
 use mend::intent::{Intent, OperationKind, PlannedEffects};
 use mend::model::{DatasetConfig, ListQuery, PublishRequest, SplitState, StageMode};
-use mend_policy::RecoveryMode;
+use mend_contract::RecoveryMode;
 use mend_tests::harness::{Backend, Harness};
 
 /// The values every grace field is tried at.

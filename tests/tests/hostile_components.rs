@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use mend::PolicyError;
 use mend::model::{ListQuery, StageMode, StageOutcome, StageRequest, StageSplit};
 use mend::runtime::{PolicyLimits, PolicyRuntime, imports_of};
-use mend_policy::{StageAction, StagePlanInput};
+use mend_contract::{StageAction, StagePlanInput};
 use mend_tests::{Backend, Harness};
 
 const HOSTILE_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_HOSTILE_WASM"));
@@ -36,7 +36,11 @@ fn assert_serves(hostile: &PolicyRuntime, after: &str) {
     let plan = hostile
         .plan_stage(&input)
         .unwrap_or_else(|error| panic!("after {after}, the hostile runtime failed: {error}"));
-    assert_eq!(plan, mend_policy::plan_stage(&input), "after {after}");
+    assert_eq!(
+        plan,
+        mend_default_policy::plan_stage(&input),
+        "after {after}"
+    );
     assert!(plan.iter().all(|p| p.action == StageAction::Insert));
 }
 

@@ -9,7 +9,7 @@ use mend::engine::{CommitRequest, CommitSplit, Outcome};
 use mend::faults::CrashAt;
 use mend::model::{ListQuery, PublishRequest, StageMode, StageRequest, StageSplit};
 use mend::runtime::{PolicyLimits, PolicyRuntime};
-use mend_policy::RecoveryMode;
+use mend_contract::RecoveryMode;
 use mend_tests::{Backend, Harness};
 
 const HOSTILE_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_HOSTILE_WASM"));

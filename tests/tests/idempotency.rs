@@ -12,7 +12,7 @@ use mend::faults::CrashAt;
 use mend::model::{DatasetConfig, StageMode, StageRequest, StageSplit};
 use mend::runtime::registry::PolicyRegistry;
 use mend::runtime::{DEFAULT_POLICY_WASM, LoadOptions, PolicyLimits, PolicyRuntime};
-use mend_policy::RecoveryMode;
+use mend_contract::RecoveryMode;
 use mend_tests::{Backend, Harness};
 
 fn ids(ids: &[&str]) -> Vec<String> {

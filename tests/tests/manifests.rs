@@ -1,7 +1,7 @@
 //! No crate of the workspace that another crate depends on declares a `cdylib` (or `dylib`)
 //! crate type. Cargo writes such a crate's rlib without the hash in its file name, so two
 //! builds of it with different features in one target directory overwrite each other's copy
-//! (a crate depending on `mend` and `mend-policy` with features of its own then broke the
+//! (a crate depending on `mend` and `mend-default-policy` with features of its own then broke the
 //! next build of the server with 122 errors). The policy components are built with `cargo
 //! rustc --crate-type cdylib` (`policies/build_components.rs`): no manifest needs the type.
 
@@ -43,7 +43,7 @@ fn no_library_another_crate_depends_on_is_a_cdylib() {
         .filter(|name| members.contains(name))
         .collect();
     assert!(
-        depended_on.contains("mend-policy") && depended_on.contains("mend"),
+        depended_on.contains("mend-default-policy") && depended_on.contains("mend"),
         "{depended_on:?}"
     );
     let mut checked = Vec::new();

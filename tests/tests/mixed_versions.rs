@@ -1,5 +1,5 @@
 //! Hosts and policies of different versions, every pairing: each either loads and decides
-//! exactly like the native `mend_policy` functions, or is refused, at load or when the engine
+//! exactly like the native `mend_default_policy` functions, or is refused, at load or when the engine
 //! starts, with its specific reason. No pairing ever runs a create-only stage as an upsert.
 //!
 //! The hosts are [`HostAbi`]s that the same binary plays:
@@ -31,7 +31,7 @@ use mend::model::{
 use mend::objects::SplitObjects;
 use mend::runtime::{DEFAULT_POLICY_WASM, HostAbi, LoadOptions, PolicyRuntime};
 use mend::{Engine, EngineOptions, MendError, PolicyError};
-use mend_policy::{
+use mend_contract::{
     CheckpointDelta, ExistingRow, GcCandidate, GcInput, IntentObservation, IntentPhase,
     ObjectObservation, OperationKind, OrphanObject, PartitionDelta, PartitionPosition,
     PublishInput, ReconcileInput, RecoveryInput, RecoveryMode, StagePlanInput,
@@ -350,7 +350,7 @@ fn decides_natively(policy: &PolicyRuntime) -> Result<usize, String> {
         same(
             "plan-stage",
             policy.plan_stage(&input),
-            mend_policy::plan_stage(&input),
+            mend_default_policy::plan_stage(&input),
         )?;
         vectors += 1;
     }
@@ -358,7 +358,7 @@ fn decides_natively(policy: &PolicyRuntime) -> Result<usize, String> {
         same(
             "validate-publish",
             policy.validate_publish(&input),
-            mend_policy::validate_publish(&input),
+            mend_default_policy::validate_publish(&input),
         )?;
         vectors += 1;
     }
@@ -366,7 +366,7 @@ fn decides_natively(policy: &PolicyRuntime) -> Result<usize, String> {
         same(
             "decide-recovery",
             policy.decide_recovery(&input),
-            mend_policy::decide_recovery(&input),
+            mend_default_policy::decide_recovery(&input),
         )?;
         vectors += 1;
     }
@@ -374,10 +374,14 @@ fn decides_natively(policy: &PolicyRuntime) -> Result<usize, String> {
     same(
         "plan-reconcile",
         policy.plan_reconcile(&reconcile),
-        mend_policy::plan_reconcile(&reconcile),
+        mend_default_policy::plan_reconcile(&reconcile),
     )?;
     let gc = gc_vector();
-    same("plan-gc", policy.plan_gc(&gc), mend_policy::plan_gc(&gc))?;
+    same(
+        "plan-gc",
+        policy.plan_gc(&gc),
+        mend_default_policy::plan_gc(&gc),
+    )?;
     Ok(vectors + 2)
 }
 

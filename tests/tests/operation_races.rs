@@ -29,7 +29,7 @@ use mend::engine::{
 use mend::model::{CheckpointDelta, PartitionDelta, SplitState};
 use mend::objects::format::sha256;
 use mend::{Engine, MendError};
-use mend_policy::{RecoveryDecision, RecoveryMode};
+use mend_contract::{RecoveryDecision, RecoveryMode};
 use mend_tests::{Backend, Harness};
 use object_store::ObjectStore;
 

@@ -339,7 +339,7 @@ async fn a_payload_that_does_not_hash_to_its_plan_is_never_published() {
         // back rather than trusting the header.
         h.clock.advance_ms(2_000);
         let swept = engine
-            .recover(&ds, mend_policy::RecoveryMode::RollForward)
+            .recover(&ds, mend_contract::RecoveryMode::RollForward)
             .await
             .unwrap();
         assert_eq!(
@@ -579,7 +579,7 @@ async fn a_publish_whose_delta_no_longer_applies_is_refused_before_it_confirms()
 
 #[tokio::test]
 async fn a_writer_that_dies_is_settled_by_roll_forward_alone_and_told_so_when_it_returns() {
-    use mend_policy::RecoveryMode;
+    use mend_contract::RecoveryMode;
     let mut settled = 0;
     for backend in Backend::ALL {
         let h = Harness::new(backend).await;
@@ -1064,7 +1064,7 @@ async fn bytes_that_are_not_a_split_object_are_refused_without_failing_the_datas
             .unwrap();
         h.clock.advance_ms(10_000);
         let report = engine
-            .recover(&ds, mend_policy::RecoveryMode::RollForward)
+            .recover(&ds, mend_contract::RecoveryMode::RollForward)
             .await
             .unwrap();
         assert_eq!(report.intents.len(), 4, "{backend}: {report:?}");
@@ -1300,26 +1300,29 @@ async fn recovery_ends_a_confirmed_operation_whose_delta_was_overtaken() {
         engine.publish_operation(&ds, "op-b").await.unwrap();
         // While op-a's lease is live, the sweep waits for its writer.
         let report = engine
-            .recover(&ds, mend_policy::RecoveryMode::RollForward)
+            .recover(&ds, mend_contract::RecoveryMode::RollForward)
             .await
             .unwrap();
         assert!(
             matches!(
                 report.intents.as_slice(),
-                [intent] if matches!(intent.decision, mend_policy::RecoveryDecision::Defer(_))
+                [intent] if matches!(intent.decision, mend_contract::RecoveryDecision::Defer(_))
             ),
             "{backend}: {report:?}"
         );
         h.clock.advance_ms(600_000);
         let report = engine
-            .recover(&ds, mend_policy::RecoveryMode::RollForward)
+            .recover(&ds, mend_contract::RecoveryMode::RollForward)
             .await
             .unwrap();
         let [settled] = report.intents.as_slice() else {
             panic!("{backend}: one intent: {report:?}");
         };
         assert!(
-            matches!(settled.decision, mend_policy::RecoveryDecision::Abandon(_)),
+            matches!(
+                settled.decision,
+                mend_contract::RecoveryDecision::Abandon(_)
+            ),
             "{backend}: {settled:?}"
         );
         assert_eq!(
@@ -1442,7 +1445,7 @@ async fn an_upload_landing_after_its_operation_ended_is_never_adopted() {
 async fn an_operation_whose_split_ids_another_took_over_is_abandoned_not_blocked() {
     use mend::engine::Outcome;
     use mend::faults::{CrashAt, DurableStep};
-    use mend_policy::{RecoveryDecision, RecoveryMode};
+    use mend_contract::{RecoveryDecision, RecoveryMode};
     for backend in Backend::ALL {
         let h = Harness::new(backend).await;
         let engine = &h.engine;

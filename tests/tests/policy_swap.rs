@@ -15,7 +15,7 @@ use mend::runtime::{
 };
 use mend::scenarios::{Suite, load_suite};
 use mend::{Engine, EngineOptions, MendError};
-use mend_policy::RecoveryMode;
+use mend_contract::RecoveryMode;
 use mend_tests::{Backend, Harness};
 
 /// The default policy with a custom section appended: the same code and decisions under

@@ -10,7 +10,7 @@ use mend::engine::{CommitRequest, CommitSplit};
 use mend::faults::{CrashAt, DurableStep};
 use mend::intent::IntentPhase;
 use mend::model::SplitState;
-use mend_policy::RecoveryMode;
+use mend_contract::RecoveryMode;
 use mend_tests::{Backend, Harness};
 
 const SPLITS: [&str; 2] = ["r-1", "r-2"];

@@ -12,7 +12,7 @@ use mend::catalog::settle::MAX_SETTLEMENTS;
 use mend::engine::{CommitRequest, CommitSplit, IntentStatus, Outcome};
 use mend::faults::{CrashAt, DurableStep};
 use mend::model::{CheckpointDelta, PartitionDelta, SplitState};
-use mend_policy::RecoveryMode;
+use mend_contract::RecoveryMode;
 use mend_tests::{Backend, Harness};
 
 /// Past the writers' lease (60 s by default).

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use mend::engine::{CommitRequest, CommitSplit, IntentStatus, Outcome};
 use mend::faults::CrashAt;
 use mend::model::{ListQuery, SplitState};
-use mend_policy::RecoveryMode;
+use mend_contract::RecoveryMode;
 use mend_tests::{Backend, Harness};
 
 fn request(dataset_id: &str) -> CommitRequest {

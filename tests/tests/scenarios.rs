@@ -11,7 +11,7 @@ use mend::scenarios::{
     Call, CallKind, ScenarioError, Suite, SuiteReport, load_suite, parse_suite, render, run,
     run_native,
 };
-use mend_policy::{IntentPhase, ReconcileAction, RecoveryDecision, RecoveryMode, StageAction};
+use mend_contract::{IntentPhase, ReconcileAction, RecoveryDecision, RecoveryMode, StageAction};
 
 const SCENARIOS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../guest/scenarios");
 const HOSTILE_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_HOSTILE_WASM"));

@@ -76,7 +76,7 @@ async fn check_verify(backend: Backend) {
     // nothing either.
     let swept = h
         .engine
-        .recover(&dataset_id, mend_policy::RecoveryMode::Verify)
+        .recover(&dataset_id, mend_contract::RecoveryMode::Verify)
         .await
         .unwrap();
     assert_eq!(swept.verify.as_ref(), Some(&report));

@@ -48,7 +48,7 @@ pub use self::recorded::{RecordedRequest, RequestKey};
 pub use self::settle::{SETTLE_ATOMIC, SettleValidator, Settled, Settlement};
 /// A row as a [`StagePlanner`] is shown it: a backend of an embedder's own builds these from
 /// the rows it read, so it is named here, not only in the policy crate.
-pub use mend_policy::ExistingRow;
+pub use mend_contract::ExistingRow;
 
 /// Named features a backend or host provides, such as `stage.create-only`. A policy lists the
 /// ones it requires; a request needing one that is missing fails loudly and changes nothing.
@@ -94,7 +94,7 @@ impl Capabilities {
     /// The capabilities every complete backend provides: mend's own provide all of them,
     /// [`SETTLE_ATOMIC`] included.
     pub fn full_backend() -> Self {
-        use mend_policy::capability::*;
+        use mend_contract::capability::*;
         Self::new([
             STAGE_UPSERT,
             STAGE_CREATE_ONLY,

@@ -11,7 +11,7 @@ use crate::error::{MendError, Result};
 use crate::model::{Dataset, DatasetConfig};
 use crate::validate;
 
-use mend_policy::capability::PUBLISH_TOKEN;
+use mend_contract::capability::PUBLISH_TOKEN;
 
 impl Engine {
     /// Creates a dataset with `config`, under a new incarnation uid; `AlreadyExists` if the id is taken.

@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use mend_policy::{GcCandidate, GcInput, GcPlan};
+use mend_contract::{GcCandidate, GcInput, GcPlan};
 use serde::{Deserialize, Serialize};
 
 use super::Engine;

@@ -48,7 +48,7 @@ pub use verify::{VerifyReport, Violation};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mend_policy::capability::{
+use mend_contract::capability::{
     PUBLISH_CHECKPOINT, PUBLISH_FENCING_EPOCH, PUBLISH_TOKEN, STAGE_CREATE_ONLY, STAGE_UPSERT,
 };
 
@@ -376,7 +376,7 @@ mod tests {
         fn spawnable<T: Send>(_: T) {}
         spawnable(async move {
             let _ = engine
-                .recover("ds", mend_policy::RecoveryMode::RollForward)
+                .recover("ds", mend_contract::RecoveryMode::RollForward)
                 .idempotency_key("k")
                 .await;
             let _ = engine.reconcile("ds", "n").await;

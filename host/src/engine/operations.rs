@@ -1337,7 +1337,7 @@ impl Engine {
             split.object = Some(self.object_status(&intent, planned).await?);
         }
         let probe = self
-            .recover(dataset_id, mend_policy::RecoveryMode::Probe)
+            .recover(dataset_id, mend_contract::RecoveryMode::Probe)
             .await?;
         view.recovery = probe
             .intents

@@ -28,7 +28,7 @@
 
 use std::collections::BTreeSet;
 
-use mend_policy::{OrphanObject, ReconcileAction, ReconcileDecision, ReconcileInput};
+use mend_contract::{OrphanObject, ReconcileAction, ReconcileDecision, ReconcileInput};
 use serde::{Deserialize, Serialize};
 
 use super::Engine;

@@ -6,10 +6,10 @@
 
 use std::sync::Arc;
 
-use mend_policy::capability::{
+use mend_contract::capability::{
     PUBLISH_CHECKPOINT, PUBLISH_FENCING_EPOCH, PUBLISH_TOKEN, STAGE_CREATE_ONLY, STAGE_UPSERT,
 };
-use mend_policy::{ExistingRow, PartitionPosition, PublishInput};
+use mend_contract::{ExistingRow, PartitionPosition, PublishInput};
 
 use super::Engine;
 use super::keyed::{Keyed, request_key};

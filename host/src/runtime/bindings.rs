@@ -1,5 +1,5 @@
 //! The WIT glue on the host side: wasmtime's generated bindings for the `policy` world and
-//! conversions to and from the plain types of `mend_policy`. Only types are converted here;
+//! conversions to and from the plain types of `mend_contract`. Only types are converted here;
 //! nothing is decided.
 //!
 //! Inputs cross as borrowed views of the plain types (`ownership: Borrowing`): a decision over
@@ -7,7 +7,7 @@
 //! that is dropped after the call. Each `with_*` builds the view's lists of references and
 //! lends the view to `decide`.
 
-use mend_policy as plain;
+use mend_contract as plain;
 
 wasmtime::component::bindgen!({
     world: "policy",

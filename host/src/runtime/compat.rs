@@ -15,7 +15,7 @@
 
 use std::fmt;
 
-use mend_policy::PolicyDescription;
+use mend_contract::PolicyDescription;
 use wasmtime::Engine;
 use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
@@ -35,9 +35,9 @@ pub const CONTRACT_TYPES_IMPORT: &str = "mend:policy/types@1.3.0";
 pub const ALLOWED_IMPORTS: &[&str] = &[CONTRACT_TYPES_IMPORT];
 
 /// The ABI this host implements (the `mend:policy` WIT package version).
-pub const HOST_ABI_MAJOR: u32 = mend_policy::ABI_MAJOR;
+pub const HOST_ABI_MAJOR: u32 = mend_contract::ABI_MAJOR;
 /// The newest minor version of that ABI this host implements.
-pub const HOST_ABI_MINOR: u32 = mend_policy::ABI_MINOR;
+pub const HOST_ABI_MINOR: u32 = mend_contract::ABI_MINOR;
 
 /// Semantics revisions this host knows how to run. A policy reporting another one is refused:
 /// the host cannot know what its decisions mean.
@@ -273,7 +273,7 @@ mod tests {
         PolicyDescription {
             abi_minor,
             semantics_revision,
-            ..mend_policy::describe()
+            ..mend_default_policy::describe()
         }
     }
 

@@ -31,7 +31,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use mend_policy::{
+use mend_contract::{
     ExistingRow, GcInput, GcPlan, IntentDecision, PlannedSplit, PolicyDescription, PublishInput,
     PublishViolation, ReconcileDecision, ReconcileInput, RecoveryInput, StageMode, StagePlanInput,
 };
@@ -53,7 +53,7 @@ use self::bindings::{Policy, PolicyPre, wit};
 use self::sandbox::{SandboxState, Sandboxes};
 
 /// The default policy component, built from `guest/` by the build script.
-pub const DEFAULT_POLICY_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_WASM"));
+pub const DEFAULT_POLICY_WASM: &[u8] = include_bytes!(env!("MEND_DEFAULT_POLICY_WASM"));
 
 /// The example second policy `mend demo` swaps to, built from `policies/cautious/` by the
 /// build script: the default policy's decisions, except that reconcile discards every orphan
@@ -627,12 +627,12 @@ fn compiled(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mend_policy::StageAction;
+    use mend_contract::StageAction;
 
     #[test]
     fn default_policy_loads_describes_itself_and_decides() {
         let policy = PolicyRuntime::default_policy().expect("the default policy loads");
-        assert_eq!(policy.description(), &mend_policy::describe());
+        assert_eq!(policy.description(), &mend_default_policy::describe());
         assert!(policy.digest().starts_with("sha256:"));
         let input = StagePlanInput {
             dataset_id: "ds".into(),
@@ -641,7 +641,7 @@ mod tests {
             existing: vec![],
         };
         let plan = policy.plan_stage(&input).unwrap();
-        assert_eq!(plan, mend_policy::plan_stage(&input));
+        assert_eq!(plan, mend_default_policy::plan_stage(&input));
         assert_eq!(plan[0].action, StageAction::Insert);
     }
 

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use mend_policy::{ReconcileInput, RecoveryInput};
+use mend_contract::{ReconcileInput, RecoveryInput};
 use serde::{Deserialize, Serialize};
 
 use super::PolicyRuntime;

@@ -1,7 +1,7 @@
 //! Reading a suite file strictly: every problem is a [`ScenarioError`] naming the file and the
 //! scenario, and nothing a reader might believe is checked is silently ignored.
 //!
-//! `mend_policy`'s serde derives accept fields they do not know and fill an omitted `Option`
+//! `mend_contract`'s serde derives accept fields they do not know and fill an omitted `Option`
 //! with `None`. A scenario file is a reference, so a misspelt field must not pass as an
 //! omitted one: each input and expectation is parsed into its type, serialised back, and any
 //! key present on one side only is an error with its path.

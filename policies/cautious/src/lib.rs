@@ -15,7 +15,7 @@ extern crate alloc;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use mend_policy::bindings::DefaultPolicy;
+use mend_default_policy::bindings::DefaultPolicy;
 use mend_policy_sdk::{Guest, wit};
 
 /// Why an orphan the default policy would adopt is discarded.

@@ -11,7 +11,7 @@ extern crate alloc;
 
 use alloc::vec::Vec;
 
-use mend_policy::bindings::DefaultPolicy;
+use mend_default_policy::bindings::DefaultPolicy;
 use mend_policy_sdk::{Guest, wit};
 
 /// A capability no host or backend provides.

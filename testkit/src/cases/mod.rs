@@ -20,7 +20,7 @@ use mend::model::{
     ListQuery, PublishRequest, SplitRow, StageMode, StageOutcome, StageRequest, StageResult,
     StageSplit,
 };
-use mend_policy::capability::{
+use mend_contract::capability::{
     PUBLISH_CHECKPOINT, PUBLISH_FENCING_EPOCH, PUBLISH_TOKEN, STAGE_CREATE_ONLY, STAGE_UPSERT,
 };
 

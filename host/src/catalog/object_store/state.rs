@@ -15,7 +15,7 @@ use std::ops::Bound;
 
 use imbl::OrdMap;
 
-use mend_policy::ExistingRow;
+use mend_contract::ExistingRow;
 
 use super::log_format::{Action, Commit, LogRow, Snapshot};
 use super::splits::{Splits, StoredSplit};

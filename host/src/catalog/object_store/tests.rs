@@ -22,7 +22,7 @@ use ::object_store::{
 };
 use async_trait::async_trait;
 use futures::stream::BoxStream;
-use mend_policy::ExistingRow;
+use mend_contract::ExistingRow;
 
 use super::{ObjectStoreCatalog, ObjectStoreCatalogOptions};
 use crate::catalog::{Catalog, PlannedAction, PlannedStage, StagePlan, distinct_splits};

@@ -10,7 +10,7 @@ use sqlx::query::Query;
 use sqlx::types::Json;
 use sqlx::{PgConnection, Postgres};
 
-use mend_policy::ExistingRow;
+use mend_contract::ExistingRow;
 
 use crate::error::MendError;
 use crate::model::{Checkpoint, Dataset, NewSplit, SplitState, TimestampMs};

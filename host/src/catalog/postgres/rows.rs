@@ -9,7 +9,7 @@ use sqlx::postgres::PgRow;
 use sqlx::types::Json;
 use sqlx::{Decode, Postgres, Row, Type};
 
-use mend_policy::ExistingRow;
+use mend_contract::ExistingRow;
 
 use crate::error::{MendError, Result};
 use crate::model::{Checkpoint, Dataset, DatasetConfig, NewSplit, SplitRow, SplitState, TimeRange};

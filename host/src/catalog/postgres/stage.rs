@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use sqlx::PgConnection;
 
-use mend_policy::ExistingRow;
+use mend_contract::ExistingRow;
 
 use crate::catalog::{PlannedAction, PlannedStage, StagePlanner};
 use crate::error::MendError;

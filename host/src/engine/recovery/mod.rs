@@ -28,7 +28,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use futures::StreamExt;
 
-use mend_policy::{
+use mend_contract::{
     ExistingRow, IntentDecision, IntentObservation, ObjectObservation, RecoveryDecision,
     RecoveryInput, RecoveryMode,
 };
@@ -1015,9 +1015,9 @@ fn observation(
         operation_id: intent.operation_id.clone(),
         kind: policy_kind(intent.kind),
         phase: match intent.phase {
-            IntentPhase::Armed => mend_policy::IntentPhase::Armed,
-            IntentPhase::EffectsConfirmed => mend_policy::IntentPhase::EffectsConfirmed,
-            IntentPhase::Abandoned => mend_policy::IntentPhase::Abandoned,
+            IntentPhase::Armed => mend_contract::IntentPhase::Armed,
+            IntentPhase::EffectsConfirmed => mend_contract::IntentPhase::EffectsConfirmed,
+            IntentPhase::Abandoned => mend_contract::IntentPhase::Abandoned,
         },
         owner_lease_live: now_ms < intent.lease_expires_at_ms,
         planned_rows: effects
@@ -1263,13 +1263,13 @@ fn mode_name(mode: RecoveryMode) -> &'static str {
     }
 }
 
-fn policy_kind(kind: OperationKind) -> mend_policy::OperationKind {
+fn policy_kind(kind: OperationKind) -> mend_contract::OperationKind {
     match kind {
-        OperationKind::Commit => mend_policy::OperationKind::Commit,
-        OperationKind::Merge => mend_policy::OperationKind::Merge,
-        OperationKind::Gc => mend_policy::OperationKind::Gc,
-        OperationKind::ConfigApply => mend_policy::OperationKind::ConfigApply,
-        OperationKind::Reconcile => mend_policy::OperationKind::Reconcile,
+        OperationKind::Commit => mend_contract::OperationKind::Commit,
+        OperationKind::Merge => mend_contract::OperationKind::Merge,
+        OperationKind::Gc => mend_contract::OperationKind::Gc,
+        OperationKind::ConfigApply => mend_contract::OperationKind::ConfigApply,
+        OperationKind::Reconcile => mend_contract::OperationKind::Reconcile,
     }
 }
 
@@ -1288,8 +1288,8 @@ mod tests {
     fn observation(damaged: bool) -> IntentObservation {
         IntentObservation {
             operation_id: "op".into(),
-            kind: mend_policy::OperationKind::Commit,
-            phase: mend_policy::IntentPhase::Armed,
+            kind: mend_contract::OperationKind::Commit,
+            phase: mend_contract::IntentPhase::Armed,
             owner_lease_live: false,
             planned_rows: vec!["s".into()],
             rows: Vec::new(),
@@ -1339,9 +1339,9 @@ mod tests {
         confirmed.effects.publish = Some(crate::intent::PlannedPublish {
             staged_split_ids: vec!["s".into()],
             replaced_split_ids: Vec::new(),
-            checkpoint_delta: Some(mend_policy::CheckpointDelta {
+            checkpoint_delta: Some(mend_contract::CheckpointDelta {
                 source: "src".into(),
-                partitions: vec![mend_policy::PartitionDelta {
+                partitions: vec![mend_contract::PartitionDelta {
                     partition: "p".into(),
                     from_position: Some(5),
                     to_position: 6,
@@ -1350,7 +1350,7 @@ mod tests {
             publish_token: None,
         });
         let observed = |state: SplitState| IntentObservation {
-            phase: mend_policy::IntentPhase::EffectsConfirmed,
+            phase: mend_contract::IntentPhase::EffectsConfirmed,
             rows: vec![ExistingRow {
                 split_id: "s".into(),
                 state,

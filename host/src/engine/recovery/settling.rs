@@ -25,7 +25,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use mend_policy::{IntentObservation, RecoveryDecision, RecoveryMode};
+use mend_contract::{IntentObservation, RecoveryDecision, RecoveryMode};
 
 use super::{IntentReport, Outcome, log_intent, touched_splits};
 use crate::audit::AuditRecord;

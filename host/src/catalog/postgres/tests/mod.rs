@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use mend_policy::{ExistingRow, PartitionDelta};
+use mend_contract::{ExistingRow, PartitionDelta};
 
 use super::PostgresCatalog;
 use crate::catalog::{
