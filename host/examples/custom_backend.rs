@@ -6,11 +6,15 @@
 //!
 //! `MeteredCatalog` is the backend: it wraps mend's object-storage catalog (here in memory) and
 //! counts, per dataset, the mutations it served, as an embedder would to export a metric or
-//! enforce a quota. It implements every required method of [`mend::Catalog`], so mend's engine
-//! runs on it; it leaves the provided ones to the trait (`begin_commit` and `publish_commit`,
-//! a commit's two steps, then run as the separate steps they fold, each counted), as a
-//! backend written before them does. `main` runs every case of the kit (`mend-testkit`) against it, prints a line per case
-//! and a summary, and exits with 1 if a case failed.
+//! enforce a quota. It implements the required methods of [`mend::Catalog`] (the atomic steps)
+//! and nothing else, so mend's engine runs on it with every provided method at its default:
+//! the capabilities of a backend without an atomic batch settlement or a pending index, the
+//! cheap reads built from the required ones (`probe_manifest`, `split_states`, dataset ids,
+//! the pending datasets), a recovery batch settled one intent at a time, and a commit's two
+//! steps (`begin_commit`, `publish_commit`) run as the separate steps they fold, each counted.
+//! A backend overrides a provided method only to be faster. `main` runs every case of the kit
+//! (`mend-testkit`) against it, prints a line per case and a summary, and exits with 1 if a
+//! case failed.
 //!
 //! # Plugging in a real backend
 //!
@@ -40,8 +44,8 @@ use mend::Catalog;
 use mend::Result;
 use mend::audit::AuditRecord;
 use mend::catalog::{
-    Capabilities, ExistingRow, ManifestProbe, ObjectStoreCatalog, PublishValidator,
-    RecordedRequest, RequestKey, SettleValidator, Settled, Settlement, StagePlanner,
+    DatasetChange, MarkRule, ObjectStoreCatalog, PublishValidator, RecordedRequest, RequestKey,
+    StagePlanner,
 };
 use mend::intent::{Intent, IntentPhase};
 use mend::model::{
@@ -92,18 +96,6 @@ struct MeteredCatalog {
 
 #[async_trait]
 impl Catalog for MeteredCatalog {
-    fn capabilities(&self) -> Capabilities {
-        // It keeps the trait's default discovery of pending work, which reads every dataset's
-        // intents: no index, whatever the inner catalog keeps.
-        self.inner
-            .capabilities()
-            .without(mend::catalog::PENDING_INDEX)
-    }
-
-    fn describe(&self) -> String {
-        format!("metered {}", self.inner.describe())
-    }
-
     async fn create_dataset(
         &self,
         dataset_id: &str,
@@ -123,53 +115,21 @@ impl Catalog for MeteredCatalog {
         self.inner.list_datasets().await
     }
 
-    async fn list_dataset_ids(&self) -> Result<Vec<String>> {
-        self.inner.list_dataset_ids().await
-    }
-
     async fn dataset(&self, dataset_id: &str) -> Result<Dataset> {
         self.inner.dataset(dataset_id).await
     }
 
-    async fn probe_manifest(&self, dataset_id: &str) -> Result<ManifestProbe> {
-        self.inner.probe_manifest(dataset_id).await
-    }
-
-    async fn update_config(
+    async fn update_dataset(
         &self,
         dataset_id: &str,
-        expected_config_version: u64,
-        config: &DatasetConfig,
+        change: DatasetChange<'_>,
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Dataset> {
         let result = self
             .inner
-            .update_config(dataset_id, expected_config_version, config, now_ms, key)
+            .update_dataset(dataset_id, change, now_ms, key)
             .await;
-        self.meter.count(dataset_id, result)
-    }
-
-    async fn set_publish_token(
-        &self,
-        dataset_id: &str,
-        publish_token: Option<&str>,
-        now_ms: TimestampMs,
-        key: Option<&RequestKey>,
-    ) -> Result<Dataset> {
-        let result = self
-            .inner
-            .set_publish_token(dataset_id, publish_token, now_ms, key)
-            .await;
-        self.meter.count(dataset_id, result)
-    }
-
-    async fn advance_fencing_epoch(
-        &self,
-        dataset_id: &str,
-        now_ms: TimestampMs,
-    ) -> Result<Dataset> {
-        let result = self.inner.advance_fencing_epoch(dataset_id, now_ms).await;
         self.meter.count(dataset_id, result)
     }
 
@@ -230,30 +190,17 @@ impl Catalog for MeteredCatalog {
         self.meter.count(dataset_id, result)
     }
 
-    async fn mark_for_deletion(
+    async fn mark(
         &self,
         dataset_id: &str,
         split_ids: &[String],
+        rule: MarkRule,
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<MarkResult> {
         let result = self
             .inner
-            .mark_for_deletion(dataset_id, split_ids, now_ms, key)
-            .await;
-        self.meter.count(dataset_id, result)
-    }
-
-    async fn mark_stale_staged(
-        &self,
-        dataset_id: &str,
-        split_ids: &[String],
-        untouched_before_ms: TimestampMs,
-        now_ms: TimestampMs,
-    ) -> Result<Vec<String>> {
-        let result = self
-            .inner
-            .mark_stale_staged(dataset_id, split_ids, untouched_before_ms, now_ms)
+            .mark(dataset_id, split_ids, rule, now_ms, key)
             .await;
         self.meter.count(dataset_id, result)
     }
@@ -274,14 +221,6 @@ impl Catalog for MeteredCatalog {
 
     async fn list_splits(&self, dataset_id: &str, query: &ListQuery) -> Result<SplitPage> {
         self.inner.list_splits(dataset_id, query).await
-    }
-
-    async fn split_states(
-        &self,
-        dataset_id: &str,
-        split_ids: &[String],
-    ) -> Result<Vec<ExistingRow>> {
-        self.inner.split_states(dataset_id, split_ids).await
     }
 
     async fn put_intent(&self, intent: &Intent) -> Result<()> {
@@ -323,23 +262,6 @@ impl Catalog for MeteredCatalog {
 
     async fn list_intents(&self, dataset_id: &str) -> Result<Vec<Intent>> {
         self.inner.list_intents(dataset_id).await
-    }
-
-    // Forwarded whole, so the batch stays one atomic step of the inner catalog (the trait's
-    // default would settle one intent at a time, and then `capabilities` must not claim
-    // `settle.atomic`).
-    async fn settle_intents(
-        &self,
-        dataset_id: &str,
-        settlements: &[Settlement],
-        validate: &SettleValidator<'_>,
-        now_ms: TimestampMs,
-    ) -> Result<Vec<Settled>> {
-        let result = self
-            .inner
-            .settle_intents(dataset_id, settlements, validate, now_ms)
-            .await;
-        self.meter.count(dataset_id, result)
     }
 
     async fn append_audit(&self, dataset_id: &str, records: &[AuditRecord]) -> Result<()> {

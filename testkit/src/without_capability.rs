@@ -7,9 +7,9 @@ use async_trait::async_trait;
 use mend::Result;
 use mend::audit::AuditRecord;
 use mend::catalog::{
-    BegunCommit, Capabilities, Catalog, ExistingRow, IntentBuilder, ManifestProbe, PendingDataset,
-    PublishValidator, RecordedRequest, RequestKey, SettleValidator, Settled, Settlement,
-    StagePlanner,
+    BegunCommit, Capabilities, Catalog, DatasetChange, ExistingRow, IntentBuilder, ManifestProbe,
+    MarkRule, PendingDataset, PublishValidator, RecordedRequest, RequestKey, SettleValidator,
+    Settled, Settlement, StagePlanner,
 };
 use mend::intent::{Intent, IntentPhase};
 use mend::model::{
@@ -59,29 +59,14 @@ impl<C: Catalog> Catalog for WithoutCapability<C> {
     async fn probe_manifest(&self, id: &str) -> Result<ManifestProbe> {
         self.inner.probe_manifest(id).await
     }
-    async fn update_config(
+    async fn update_dataset(
         &self,
         id: &str,
-        expected: u64,
-        config: &DatasetConfig,
+        change: DatasetChange<'_>,
         now: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Dataset> {
-        self.inner
-            .update_config(id, expected, config, now, key)
-            .await
-    }
-    async fn set_publish_token(
-        &self,
-        id: &str,
-        token: Option<&str>,
-        now: TimestampMs,
-        key: Option<&RequestKey>,
-    ) -> Result<Dataset> {
-        self.inner.set_publish_token(id, token, now, key).await
-    }
-    async fn advance_fencing_epoch(&self, id: &str, now: TimestampMs) -> Result<Dataset> {
-        self.inner.advance_fencing_epoch(id, now).await
+        self.inner.update_dataset(id, change, now, key).await
     }
     async fn stage(
         &self,
@@ -117,23 +102,15 @@ impl<C: Catalog> Catalog for WithoutCapability<C> {
     ) -> Result<usize> {
         self.inner.forget_recorded_requests(id, before, now).await
     }
-    async fn mark_for_deletion(
+    async fn mark(
         &self,
         id: &str,
         ids: &[String],
+        rule: MarkRule,
         now: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<MarkResult> {
-        self.inner.mark_for_deletion(id, ids, now, key).await
-    }
-    async fn mark_stale_staged(
-        &self,
-        id: &str,
-        ids: &[String],
-        before: TimestampMs,
-        now: TimestampMs,
-    ) -> Result<Vec<String>> {
-        self.inner.mark_stale_staged(id, ids, before, now).await
+        self.inner.mark(id, ids, rule, now, key).await
     }
     async fn delete_splits(
         &self,

@@ -234,6 +234,42 @@ pub struct ManifestProbe {
     pub pending_intents: bool,
 }
 
+/// A change to a dataset itself, made by [`Catalog::update_dataset`] in one atomic step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DatasetChange<'a> {
+    /// Replaces the config if its version is still `expected_config_version`
+    /// (`FailedPrecondition` otherwise); bumps the config version.
+    Config {
+        /// The config version the change was made against.
+        expected_config_version: u64,
+        /// The whole new config.
+        config: &'a DatasetConfig,
+    },
+    /// Sets the token every later publish must present (fencing); `None` clears it. Setting
+    /// the token in force changes nothing.
+    PublishToken(Option<&'a str>),
+    /// Adds one to the fencing epoch, so that from now on every publish carrying an older
+    /// epoch is refused: how exclusive recovery fences out writers that began before it.
+    /// Always a change, even twice in a row: each fences out whoever read the epoch before it.
+    AdvanceFencingEpoch,
+}
+
+/// Which splits [`Catalog::mark`] moves to `MarkedForDeletion`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkRule {
+    /// Every split named, whatever its state; one marked already is left as it is and
+    /// reported so (marking is idempotent). `NotFound` naming the unknown ids, nothing written.
+    Named,
+    /// Those still staged and untouched since before `untouched_before_ms`, checked at write
+    /// time: a split published or restaged meanwhile is left alone, and unknown ids are
+    /// skipped. Never reports any as marked already. How garbage collection abandons staged
+    /// splits without ever hiding a published one.
+    StaleStaged {
+        /// Only splits last written before this time are marked.
+        untouched_before_ms: TimestampMs,
+    },
+}
+
 /// What a backend observed for a publish, under the dataset's lock.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PublishObservation {
@@ -254,15 +290,18 @@ pub type PublishValidator<'a> = dyn Fn(&PublishObservation) -> Result<()> + Send
 /// conformance suite (the `mend-testkit` crate, `testkit/`) holds both, and any backend of an
 /// embedder's own, to the same behaviour.
 ///
+/// The required methods are the atomic steps a backend must provide; every provided method is
+/// built from them, and a backend overrides one only to be faster (one read instead of two, a
+/// batch in one step) or to claim a capability the default does not.
+///
 /// Every mutation is atomic: it happens whole or not at all, and an error says which
 /// ([`MendError::certainly_not_applied`](crate::MendError::certainly_not_applied)). A mutation
 /// that would change nothing writes nothing.
 ///
 /// # The `key` of a mutation
 ///
-/// The single-step mutations (`create_dataset`, `update_config`, `set_publish_token`,
-/// `stage`, `publish`, `mark_for_deletion`, `delete_splits`) take the request's idempotency
-/// key last, `key: Option<&RequestKey>` ([`recorded`]). What a backend owes:
+/// The single-step mutations (`create_dataset`, `update_dataset`, `stage`, `publish`,
+/// `mark`, `delete_splits`) take the request's idempotency key last, `key: Option<&RequestKey>` ([`recorded`]). What a backend owes:
 ///
 /// - `None`: the mutation as documented on its method, and nothing else.
 /// - `Some(key)`, not recorded in the dataset: the mutation runs, and its result (the value
@@ -287,10 +326,21 @@ pub type PublishValidator<'a> = dyn Fn(&PublishObservation) -> Result<()> + Send
 #[async_trait]
 pub trait Catalog: Send + Sync + fmt::Debug {
     /// What this backend provides. The engine refuses requests needing anything else.
-    fn capabilities(&self) -> Capabilities;
+    ///
+    /// The default is what the required methods give when they behave as documented (both
+    /// stage modes, checkpoints, publish tokens, fencing epochs): [`Capabilities::full_backend`]
+    /// without [`SETTLE_ATOMIC`], which only a backend overriding
+    /// [`settle_intents`](Catalog::settle_intents) with one atomic step may claim, and without
+    /// [`PENDING_INDEX`]. Override it to claim those, or to refuse a mode the backend lacks.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::full_backend().without(SETTLE_ATOMIC)
+    }
 
-    /// A short description for logs and `status`, without credentials.
-    fn describe(&self) -> String;
+    /// A short description for logs and `status`, without credentials. The default is the
+    /// backend's type name.
+    fn describe(&self) -> String {
+        std::any::type_name::<Self>().to_string()
+    }
 
     /// Creates a dataset; `AlreadyExists` if the id is taken (unless `key` is recorded in the
     /// dataset that has it: see the trait's doc).
@@ -322,12 +372,35 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     async fn dataset(&self, dataset_id: &str) -> Result<Dataset>;
 
     /// The dataset's manifest version and whether intents are pending, as cheaply as the
-    /// backend can tell: one small read (one row in Postgres; in object storage, one probe for
-    /// the log's next version). Live handles call it on every refresh.
-    async fn probe_manifest(&self, dataset_id: &str) -> Result<ManifestProbe>;
+    /// backend can tell: mend's backends take one small read (one row in Postgres; in object
+    /// storage, one probe for the log's next version). Live handles call it on every refresh.
+    ///
+    /// The default reads the dataset and then its intents ([`dataset`](Catalog::dataset),
+    /// [`list_intents`](Catalog::list_intents)): right, at the cost of two reads and every
+    /// intent. Override it to be cheaper.
+    async fn probe_manifest(&self, dataset_id: &str) -> Result<ManifestProbe> {
+        let manifest_version = self.dataset(dataset_id).await?.manifest_version;
+        let pending_intents = !self.list_intents(dataset_id).await?.is_empty();
+        Ok(ManifestProbe {
+            manifest_version,
+            pending_intents,
+        })
+    }
 
-    /// Replaces the config if its version is still `expected_config_version`
-    /// (`FailedPrecondition` otherwise); bumps the config and manifest versions.
+    /// Changes the dataset itself (its config, its publish token or its fencing epoch) in one
+    /// atomic step, and returns the dataset after. Every change bumps the manifest version, so
+    /// that live handles see it, except one that changes nothing (a token set to the one in
+    /// force), which writes nothing but its record under `key`. `NotFound` if the dataset does
+    /// not exist. What each change checks and does is on [`DatasetChange`].
+    async fn update_dataset(
+        &self,
+        dataset_id: &str,
+        change: DatasetChange<'_>,
+        now_ms: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<Dataset>;
+
+    /// [`DatasetChange::Config`] through [`update_dataset`](Catalog::update_dataset).
     async fn update_config(
         &self,
         dataset_id: &str,
@@ -335,23 +408,36 @@ pub trait Catalog: Send + Sync + fmt::Debug {
         config: &DatasetConfig,
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
-    ) -> Result<Dataset>;
+    ) -> Result<Dataset> {
+        let change = DatasetChange::Config {
+            expected_config_version,
+            config,
+        };
+        self.update_dataset(dataset_id, change, now_ms, key).await
+    }
 
-    /// Sets the token every later publish must present (fencing).
+    /// [`DatasetChange::PublishToken`] through [`update_dataset`](Catalog::update_dataset).
     async fn set_publish_token(
         &self,
         dataset_id: &str,
         publish_token: Option<&str>,
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
-    ) -> Result<Dataset>;
+    ) -> Result<Dataset> {
+        let change = DatasetChange::PublishToken(publish_token);
+        self.update_dataset(dataset_id, change, now_ms, key).await
+    }
 
-    /// Adds one to the dataset's fencing epoch, so that from now on every publish carrying an
-    /// older epoch is refused: how exclusive recovery fences out writers that began before it.
-    /// Bumps the manifest version (live handles must see the change) and returns the dataset
-    /// after. `NotFound` if the dataset does not exist.
-    async fn advance_fencing_epoch(&self, dataset_id: &str, now_ms: TimestampMs)
-    -> Result<Dataset>;
+    /// [`DatasetChange::AdvanceFencingEpoch`] through
+    /// [`update_dataset`](Catalog::update_dataset).
+    async fn advance_fencing_epoch(
+        &self,
+        dataset_id: &str,
+        now_ms: TimestampMs,
+    ) -> Result<Dataset> {
+        let change = DatasetChange::AdvanceFencingEpoch;
+        self.update_dataset(dataset_id, change, now_ms, None).await
+    }
 
     /// Stages `splits` (one per distinct id, sorted by id: [`distinct_splits`]) in `mode`:
     /// observes the rows that exist for their ids, asks `planner` for the plan on what it
@@ -417,26 +503,45 @@ pub trait Catalog: Send + Sync + fmt::Debug {
         now_ms: TimestampMs,
     ) -> Result<usize>;
 
-    /// Marks splits for deletion; idempotent. `NotFound` naming unknown ids, nothing written.
+    /// Moves the splits of `split_ids` that `rule` picks to `MarkedForDeletion`, in one atomic
+    /// step, and says which it moved and which were marked already. What each rule picks, and
+    /// when it refuses, is on [`MarkRule`]. A mark that moves nothing writes nothing but its
+    /// record under `key`. `NotFound` if the dataset does not exist.
+    async fn mark(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+        rule: MarkRule,
+        now_ms: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<MarkResult>;
+
+    /// [`MarkRule::Named`] through [`mark`](Catalog::mark).
     async fn mark_for_deletion(
         &self,
         dataset_id: &str,
         split_ids: &[String],
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
-    ) -> Result<MarkResult>;
+    ) -> Result<MarkResult> {
+        self.mark(dataset_id, split_ids, MarkRule::Named, now_ms, key)
+            .await
+    }
 
-    /// Marks for deletion those of `split_ids` that are still staged and untouched since
-    /// before `untouched_before_ms`, checked at write time: a split published or restaged
-    /// meanwhile is left alone. Returns the ids it marked; unknown ids are skipped. This is how
-    /// garbage collection abandons staged splits without ever hiding a published one.
+    /// [`MarkRule::StaleStaged`] through [`mark`](Catalog::mark): the ids it marked.
     async fn mark_stale_staged(
         &self,
         dataset_id: &str,
         split_ids: &[String],
         untouched_before_ms: TimestampMs,
         now_ms: TimestampMs,
-    ) -> Result<Vec<String>>;
+    ) -> Result<Vec<String>> {
+        let rule = MarkRule::StaleStaged {
+            untouched_before_ms,
+        };
+        let result = self.mark(dataset_id, split_ids, rule, now_ms, None).await?;
+        Ok(result.marked)
+    }
 
     /// Deletes the rows of splits marked for deletion. `NotFound` naming unknown ids,
     /// `FailedPrecondition` naming ids in another state; nothing written in either case.

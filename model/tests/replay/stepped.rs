@@ -12,9 +12,9 @@ use mend::Catalog;
 use mend::Result;
 use mend::audit::AuditRecord;
 use mend::catalog::{
-    BegunCommit, Capabilities, ExistingRow, IntentBuilder, ManifestProbe, PendingDataset,
-    PublishValidator, RecordedRequest, RequestKey, SettleValidator, Settled, Settlement,
-    StagePlanner,
+    BegunCommit, Capabilities, DatasetChange, ExistingRow, IntentBuilder, ManifestProbe, MarkRule,
+    PendingDataset, PublishValidator, RecordedRequest, RequestKey, SettleValidator, Settled,
+    Settlement, StagePlanner,
 };
 use mend::intent::{Intent, IntentPhase};
 use mend::model::{
@@ -147,38 +147,19 @@ impl Catalog for SteppedCatalog {
         self.inner.probe_manifest(dataset_id).await
     }
 
-    async fn update_config(
+    async fn update_dataset(
         &self,
         dataset_id: &str,
-        expected_config_version: u64,
-        config: &DatasetConfig,
+        change: DatasetChange<'_>,
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Dataset> {
+        if change == DatasetChange::AdvanceFencingEpoch {
+            self.stepper.gate("advance_fencing_epoch").await;
+        }
         self.inner
-            .update_config(dataset_id, expected_config_version, config, now_ms, key)
+            .update_dataset(dataset_id, change, now_ms, key)
             .await
-    }
-
-    async fn set_publish_token(
-        &self,
-        dataset_id: &str,
-        publish_token: Option<&str>,
-        now_ms: TimestampMs,
-        key: Option<&RequestKey>,
-    ) -> Result<Dataset> {
-        self.inner
-            .set_publish_token(dataset_id, publish_token, now_ms, key)
-            .await
-    }
-
-    async fn advance_fencing_epoch(
-        &self,
-        dataset_id: &str,
-        now_ms: TimestampMs,
-    ) -> Result<Dataset> {
-        self.stepper.gate("advance_fencing_epoch").await;
-        self.inner.advance_fencing_epoch(dataset_id, now_ms).await
     }
 
     async fn stage(
@@ -233,28 +214,19 @@ impl Catalog for SteppedCatalog {
             .await
     }
 
-    async fn mark_for_deletion(
+    async fn mark(
         &self,
         dataset_id: &str,
         split_ids: &[String],
+        rule: MarkRule,
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<MarkResult> {
+        if matches!(rule, MarkRule::StaleStaged { .. }) {
+            self.stepper.gate("mark_stale_staged").await;
+        }
         self.inner
-            .mark_for_deletion(dataset_id, split_ids, now_ms, key)
-            .await
-    }
-
-    async fn mark_stale_staged(
-        &self,
-        dataset_id: &str,
-        split_ids: &[String],
-        untouched_before_ms: TimestampMs,
-        now_ms: TimestampMs,
-    ) -> Result<Vec<String>> {
-        self.stepper.gate("mark_stale_staged").await;
-        self.inner
-            .mark_stale_staged(dataset_id, split_ids, untouched_before_ms, now_ms)
+            .mark(dataset_id, split_ids, rule, now_ms, key)
             .await
     }
 

@@ -72,9 +72,9 @@ pub use self::open::open_store;
 use self::pending::PendingIndex;
 use self::state::DatasetState;
 use super::{
-    BegunCommit, Capabilities, Catalog, IntentBuilder, ManifestProbe, PENDING_INDEX,
-    PendingDataset, PublishValidator, RecordedRequest, RequestKey, SettleValidator, Settled,
-    Settlement, StagePlanner,
+    BegunCommit, Capabilities, Catalog, DatasetChange, IntentBuilder, ManifestProbe, MarkRule,
+    PENDING_INDEX, PendingDataset, PublishValidator, RecordedRequest, RequestKey, SettleValidator,
+    Settled, Settlement, StagePlanner,
 };
 use crate::audit::AuditRecord;
 use crate::error::{EntityKind, MendError, Result};
@@ -649,44 +649,26 @@ impl Catalog for ObjectStoreCatalog {
         })
     }
 
-    async fn update_config(
+    async fn update_dataset(
         &self,
         dataset_id: &str,
-        expected_config_version: u64,
-        config: &DatasetConfig,
+        change: DatasetChange<'_>,
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Dataset> {
         self.mutate(dataset_id, now_ms, |state| {
-            mutations::keyed(state, key, now_ms, |state| {
-                mutations::update_config(state, expected_config_version, config, now_ms)
+            mutations::keyed(state, key, now_ms, |state| match change {
+                DatasetChange::Config {
+                    expected_config_version,
+                    config,
+                } => mutations::update_config(state, expected_config_version, config, now_ms),
+                DatasetChange::PublishToken(token) => {
+                    mutations::set_publish_token(state, token, now_ms)
+                }
+                DatasetChange::AdvanceFencingEpoch => {
+                    mutations::advance_fencing_epoch(state, now_ms)
+                }
             })
-        })
-        .await
-    }
-
-    async fn set_publish_token(
-        &self,
-        dataset_id: &str,
-        publish_token: Option<&str>,
-        now_ms: TimestampMs,
-        key: Option<&RequestKey>,
-    ) -> Result<Dataset> {
-        self.mutate(dataset_id, now_ms, |state| {
-            mutations::keyed(state, key, now_ms, |state| {
-                mutations::set_publish_token(state, publish_token, now_ms)
-            })
-        })
-        .await
-    }
-
-    async fn advance_fencing_epoch(
-        &self,
-        dataset_id: &str,
-        now_ms: TimestampMs,
-    ) -> Result<Dataset> {
-        self.mutate(dataset_id, now_ms, |state| {
-            mutations::advance_fencing_epoch(state, now_ms)
         })
         .await
     }
@@ -754,30 +736,32 @@ impl Catalog for ObjectStoreCatalog {
         .await
     }
 
-    async fn mark_for_deletion(
+    async fn mark(
         &self,
         dataset_id: &str,
         split_ids: &[String],
+        rule: MarkRule,
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<MarkResult> {
         self.mutate(dataset_id, now_ms, |state| {
-            mutations::keyed(state, key, now_ms, |state| {
-                mutations::mark_for_deletion(state, split_ids, now_ms)
+            mutations::keyed(state, key, now_ms, |state| match rule {
+                MarkRule::Named => mutations::mark_for_deletion(state, split_ids, now_ms),
+                MarkRule::StaleStaged {
+                    untouched_before_ms,
+                } => {
+                    let change = mutations::mark_stale_staged(
+                        state,
+                        split_ids,
+                        untouched_before_ms,
+                        now_ms,
+                    )?;
+                    Ok(change.map(|marked| MarkResult {
+                        marked,
+                        already_marked: Vec::new(),
+                    }))
+                }
             })
-        })
-        .await
-    }
-
-    async fn mark_stale_staged(
-        &self,
-        dataset_id: &str,
-        split_ids: &[String],
-        untouched_before_ms: TimestampMs,
-        now_ms: TimestampMs,
-    ) -> Result<Vec<String>> {
-        self.mutate(dataset_id, now_ms, |state| {
-            mutations::mark_stale_staged(state, split_ids, untouched_before_ms, now_ms)
         })
         .await
     }

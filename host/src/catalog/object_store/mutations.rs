@@ -31,6 +31,19 @@ pub(super) enum Change<T> {
     Commit { actions: Vec<Action>, output: T },
 }
 
+impl<T> Change<T> {
+    /// The same change, answering `f` of its output.
+    pub(super) fn map<U>(self, f: impl FnOnce(T) -> U) -> Change<U> {
+        match self {
+            Change::Unchanged(output) => Change::Unchanged(f(output)),
+            Change::Commit { actions, output } => Change::Commit {
+                actions,
+                output: f(output),
+            },
+        }
+    }
+}
+
 /// `change`, recorded under `key` when there is one ([`recorded`]).
 pub(super) fn keyed<T: serde::Serialize + serde::de::DeserializeOwned>(
     state: &DatasetState,

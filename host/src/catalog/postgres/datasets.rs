@@ -134,3 +134,18 @@ pub(super) async fn advance_fencing_epoch(
         .ok_or_else(|| MendError::dataset_not_found(dataset_id))?;
     rows::dataset(&row)
 }
+
+/// The same inside a transaction, the one that records it under an idempotency key.
+pub(super) async fn advance_fencing_epoch_locked(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    now_ms: TimestampMs,
+) -> Result<Dataset, StepError> {
+    queries::lock_dataset(conn, dataset_id).await?;
+    let row = sqlx::query(sql::DATASET_ADVANCE_FENCING_EPOCH)
+        .bind(dataset_id)
+        .bind(now_ms)
+        .fetch_one(conn)
+        .await?;
+    Ok(rows::dataset(&row)?)
+}

@@ -54,8 +54,8 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool, Postgres, Transaction};
 
 use crate::catalog::{
-    BegunCommit, Capabilities, Catalog, IntentBuilder, PublishValidator, RecordedRequest,
-    RequestKey, SettleValidator, Settled, Settlement, StagePlanner,
+    BegunCommit, Capabilities, Catalog, DatasetChange, IntentBuilder, MarkRule, PublishValidator,
+    RecordedRequest, RequestKey, SettleValidator, Settled, Settlement, StagePlanner,
 };
 use crate::error::{MendError, Result};
 use crate::intent::{Intent, IntentPhase};
@@ -384,50 +384,37 @@ impl Catalog for PostgresCatalog {
         datasets::probe_manifest(&self.pool, dataset_id).await
     }
 
-    async fn update_config(
+    async fn update_dataset(
         &self,
         dataset_id: &str,
-        expected_config_version: u64,
-        config: &DatasetConfig,
+        change: DatasetChange<'_>,
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Dataset> {
+        if let (DatasetChange::AdvanceFencingEpoch, None) = (change, key) {
+            return datasets::advance_fencing_epoch(&self.pool, dataset_id, now_ms).await;
+        }
         self.keyed_transaction(dataset_id, key, now_ms, |mut transaction| async move {
-            let result = datasets::update_config(
-                &mut transaction,
-                dataset_id,
-                expected_config_version,
-                config,
-                now_ms,
-            )
-            .await;
+            let result = match change {
+                DatasetChange::Config {
+                    expected_config_version,
+                    config,
+                } => {
+                    let expected = expected_config_version;
+                    datasets::update_config(&mut transaction, dataset_id, expected, config, now_ms)
+                        .await
+                }
+                DatasetChange::PublishToken(token) => {
+                    datasets::set_publish_token(&mut transaction, dataset_id, token, now_ms).await
+                }
+                DatasetChange::AdvanceFencingEpoch => {
+                    datasets::advance_fencing_epoch_locked(&mut transaction, dataset_id, now_ms)
+                        .await
+                }
+            };
             (transaction, result)
         })
         .await
-    }
-
-    async fn set_publish_token(
-        &self,
-        dataset_id: &str,
-        publish_token: Option<&str>,
-        now_ms: TimestampMs,
-        key: Option<&RequestKey>,
-    ) -> Result<Dataset> {
-        self.keyed_transaction(dataset_id, key, now_ms, |mut transaction| async move {
-            let result =
-                datasets::set_publish_token(&mut transaction, dataset_id, publish_token, now_ms)
-                    .await;
-            (transaction, result)
-        })
-        .await
-    }
-
-    async fn advance_fencing_epoch(
-        &self,
-        dataset_id: &str,
-        now_ms: TimestampMs,
-    ) -> Result<Dataset> {
-        datasets::advance_fencing_epoch(&self.pool, dataset_id, now_ms).await
     }
 
     async fn stage(
@@ -537,37 +524,35 @@ impl Catalog for PostgresCatalog {
         recorded::forget(&self.pool, dataset_id, recorded_before_ms).await
     }
 
-    async fn mark_for_deletion(
+    async fn mark(
         &self,
         dataset_id: &str,
         split_ids: &[String],
+        rule: MarkRule,
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<MarkResult> {
         self.keyed_transaction(dataset_id, key, now_ms, |mut transaction| async move {
-            let result =
-                lifecycle::mark_for_deletion(&mut transaction, dataset_id, split_ids, now_ms).await;
-            (transaction, result)
-        })
-        .await
-    }
-
-    async fn mark_stale_staged(
-        &self,
-        dataset_id: &str,
-        split_ids: &[String],
-        untouched_before_ms: TimestampMs,
-        now_ms: TimestampMs,
-    ) -> Result<Vec<String>> {
-        self.in_transaction(dataset_id, |mut transaction| async move {
-            let result = lifecycle::mark_stale_staged(
-                &mut transaction,
-                dataset_id,
-                split_ids,
-                untouched_before_ms,
-                now_ms,
-            )
-            .await;
+            let result = match rule {
+                MarkRule::Named => {
+                    lifecycle::mark_for_deletion(&mut transaction, dataset_id, split_ids, now_ms)
+                        .await
+                }
+                MarkRule::StaleStaged {
+                    untouched_before_ms,
+                } => lifecycle::mark_stale_staged(
+                    &mut transaction,
+                    dataset_id,
+                    split_ids,
+                    untouched_before_ms,
+                    now_ms,
+                )
+                .await
+                .map(|marked| MarkResult {
+                    marked,
+                    already_marked: Vec::new(),
+                }),
+            };
             (transaction, result)
         })
         .await
