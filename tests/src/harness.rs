@@ -209,9 +209,34 @@ impl Harness {
         Self::build(backend, default_policy(), true).await
     }
 
+    /// A fresh engine whose Postgres catalog, if that is the backend, is a database of its own
+    /// ([`own_database`]), named in the answer for [`drop_database`] at the test's end: for a
+    /// test whose cost grows with the whole catalog (a policy swap replays every dataset's
+    /// audit trail), which the thousands of datasets other tests leave in the shared database
+    /// would make forty times as slow. Other backends are fresh anyway.
+    pub async fn on_own_database(backend: Backend, label: &str) -> (Self, Option<String>) {
+        let own = match backend {
+            Backend::Postgres => Some(own_database(label).await),
+            _ => None,
+        };
+        let url = own.as_ref().map(|(url, _)| url.clone());
+        let harness = Self::build_on(backend, default_policy(), false, url).await;
+        (harness, own.map(|(_, name)| name))
+    }
+
     async fn build(backend: Backend, policy: PolicyRuntime, count_sql: bool) -> Self {
+        Self::build_on(backend, policy, count_sql, None).await
+    }
+
+    /// `postgres_url`: the catalog's database, the shared one when `None`.
+    async fn build_on(
+        backend: Backend,
+        policy: PolicyRuntime,
+        count_sql: bool,
+        postgres_url: Option<String>,
+    ) -> Self {
         let clock = Arc::new(ManualClock::new(TEST_EPOCH_MS));
-        let storage = Storage::open(backend, count_sql, Default::default()).await;
+        let storage = Storage::open_on(backend, count_sql, Default::default(), postgres_url).await;
         let objects = SplitObjects::new(storage.store.clone(), storage.prefix.clone());
         let engine = Engine::new(storage.catalog, objects, policy, engine_options(&clock))
             .expect("engine starts");
@@ -548,6 +573,17 @@ impl Storage {
         count_sql: bool,
         options: ObjectStoreCatalogOptions,
     ) -> Self {
+        Self::open_on(backend, count_sql, options, None).await
+    }
+
+    /// As [`Storage::open`], with a Postgres catalog in the database at `postgres_url` (the
+    /// shared one when `None`).
+    pub(crate) async fn open_on(
+        backend: Backend,
+        count_sql: bool,
+        options: ObjectStoreCatalogOptions,
+        postgres_url: Option<String>,
+    ) -> Self {
         let (inner, prefix, directory): (Arc<dyn ObjectStore>, Path, _) = match backend {
             Backend::Postgres | Backend::Memory => {
                 (Arc::new(InMemory::new()), Path::default(), None)
@@ -569,7 +605,7 @@ impl Storage {
         let store = Arc::new(CountingStore::new(inner));
         let (catalog, pg, sql): (Arc<dyn Catalog>, _, _) = match backend {
             Backend::Postgres => {
-                let url = postgres_url();
+                let url = postgres_url.unwrap_or_else(self::postgres_url);
                 let sql = match count_sql {
                     true => Some(SqlCounter::start(&url).await),
                     false => None,

@@ -159,7 +159,10 @@ async fn a_swap_is_prepared_to_the_side_published_at_once_and_rolled_back() {
 /// record, naming the digest of the sweep that recovered it, and both digests decided.
 async fn swaps_under_load(backend: Backend) {
     const SWAPS: usize = 100;
-    let h = Arc::new(Harness::new(backend).await);
+    // Each swap replays every dataset's audit trail: on the shared database, the thousands of
+    // datasets other tests left made this test take two minutes instead of two seconds.
+    let (h, own_database) = Harness::on_own_database(backend, "mend_swaps_under_load").await;
+    let h = Arc::new(h);
     let dataset_id = h.create_dataset("load").await;
     let versions = [h.engine.policy(), rebadged("load-v2")];
     let stop = Arc::new(AtomicBool::new(false));
@@ -354,6 +357,9 @@ async fn swaps_under_load(backend: Backend) {
         audit.len(),
         split.join(" and ")
     );
+    if let Some(name) = own_database {
+        mend_tests::harness::drop_database(&name).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
