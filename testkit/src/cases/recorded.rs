@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use mend::catalog::ExistingRow;
 use mend::catalog::{
-    Catalog, PlannedAction, PlannedStage, PublishObservation, RecordedRequest, RequestKey,
-    StagePlan, distinct_splits,
+    Catalog, DatasetChange, MarkRule, PlannedAction, PlannedStage, PublishObservation,
+    RecordedRequest, RequestKey, StagePlan, distinct_splits,
 };
 use mend::model::{DatasetConfig, MarkResult, NewSplit, StageMode, StageOutcome, StagedSplit};
 use mend::{EntityKind, MendError};
@@ -307,8 +307,41 @@ pub(super) async fn keyed_config_and_token_changes_answer_a_retry(h: &Harness<'_
         .unwrap_err();
     assert!(refused_as_another_request(&error, "fence-1"), "{error:?}");
     checked += 5;
+
+    // The fencing epoch, which the engine advances without a key, is recorded like the rest
+    // when a key is given: a retry answers the first advance and does not advance again.
+    let epoch_before = catalog.dataset(&ds).await.unwrap().fencing_epoch;
+    let advancing = key("epoch-1", "advance_fencing_epoch", &ds);
+    let advanced = catalog
+        .update_dataset(
+            &ds,
+            DatasetChange::AdvanceFencingEpoch,
+            now + 6,
+            Some(&advancing),
+        )
+        .await
+        .expect("keyed epoch advance");
+    assert_eq!(advanced.fencing_epoch, epoch_before + 1);
+    let before = h.write_fingerprint(&ds).await;
+    let again = catalog
+        .update_dataset(
+            &ds,
+            DatasetChange::AdvanceFencingEpoch,
+            now + 7,
+            Some(&advancing),
+        )
+        .await
+        .expect("a retried advance answers");
+    assert_eq!(again, advanced);
+    assert_eq!(h.write_fingerprint(&ds).await, before, "a retry wrote");
+    assert_eq!(
+        catalog.dataset(&ds).await.unwrap().fencing_epoch,
+        epoch_before + 1,
+        "a retry advanced the epoch again"
+    );
+    checked += 4;
     println!(
-        "conformance[{}]: keyed config and token changes: {checked} checks",
+        "conformance[{}]: keyed config, token and epoch changes: {checked} checks",
         h.name()
     );
 }
@@ -457,6 +490,27 @@ pub(super) async fn keyed_mark_and_delete_answer_a_retry_after_their_rows_moved(
         .unwrap_err();
     assert!(refused_as_another_request(&error, "delete-1"), "{error:?}");
     checked += 5;
+
+    // A stale-staged mark under a key: the retry answers what the first marked, even though
+    // nothing is left for it to mark.
+    let stale = super::strings(&["c"]);
+    let rule = MarkRule::StaleStaged {
+        untouched_before_ms: now + 10,
+    };
+    let sweeping = key("stale-1", "mark_stale", &stale);
+    let swept = catalog
+        .mark(&ds, &stale, rule, now + 10, Some(&sweeping))
+        .await
+        .expect("keyed stale mark");
+    assert_eq!(swept.marked, stale);
+    let before = h.write_fingerprint(&ds).await;
+    let again = catalog
+        .mark(&ds, &stale, rule, now + 11, Some(&sweeping))
+        .await
+        .expect("a retried stale mark answers");
+    assert_eq!(again, swept, "a retry answers what the first marked");
+    assert_eq!(h.write_fingerprint(&ds).await, before, "a retry wrote");
+    checked += 3;
     println!(
         "conformance[{}]: keyed mark and delete: {checked} checks",
         h.name()
