@@ -44,7 +44,7 @@ impl BackendUnderTest for Backend {
             pending_marker_reuse: Duration::ZERO,
             ..Default::default()
         };
-        let storage = Storage::open(*self, false, options).await;
+        let storage = Storage::open(*self, false, options, None).await;
         let objects = SplitObjects::new(storage.store.inner().clone(), storage.prefix.clone());
         FreshCatalog {
             catalog: storage.catalog,

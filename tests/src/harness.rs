@@ -236,7 +236,7 @@ impl Harness {
         postgres_url: Option<String>,
     ) -> Self {
         let clock = Arc::new(ManualClock::new(TEST_EPOCH_MS));
-        let storage = Storage::open_on(backend, count_sql, Default::default(), postgres_url).await;
+        let storage = Storage::open(backend, count_sql, Default::default(), postgres_url).await;
         let objects = SplitObjects::new(storage.store.clone(), storage.prefix.clone());
         let engine = Engine::new(storage.catalog, objects, policy, engine_options(&clock))
             .expect("engine starts");
@@ -567,18 +567,9 @@ pub(crate) struct Storage {
 }
 
 impl Storage {
-    /// `options` for an object-storage catalog (unused by Postgres).
+    /// `options` for an object-storage catalog (unused by Postgres); `postgres_url`: the
+    /// database of a Postgres catalog, the shared one when `None`.
     pub(crate) async fn open(
-        backend: Backend,
-        count_sql: bool,
-        options: ObjectStoreCatalogOptions,
-    ) -> Self {
-        Self::open_on(backend, count_sql, options, None).await
-    }
-
-    /// As [`Storage::open`], with a Postgres catalog in the database at `postgres_url` (the
-    /// shared one when `None`).
-    pub(crate) async fn open_on(
         backend: Backend,
         count_sql: bool,
         options: ObjectStoreCatalogOptions,
