@@ -4,44 +4,19 @@
 //! cargo run -p mend --example custom_backend
 //! ```
 //!
-//! `MeteredCatalog` is the backend: it wraps mend's object-storage catalog (here in memory) and
-//! counts, per dataset, the mutations it served, as an embedder would to export a metric or
-//! enforce a quota. It implements the required methods of [`mend::Catalog`] (the atomic steps)
-//! and nothing else, so mend's engine runs on it with every provided method at its default:
-//! the capabilities of a backend without an atomic batch settlement or a pending index, the
-//! cheap reads built from the required ones (`probe_manifest`, `split_states`, dataset ids,
-//! the pending datasets), a recovery batch settled one intent at a time, and a commit's two
-//! steps (`begin_commit`, `publish_commit`) run as the separate steps they fold, each counted.
-//! A backend overrides a provided method only to be faster. `main` runs every case of the kit
-//! (`mend-testkit`) against it, prints a line per case and a summary, and exits with 1 if a
-//! case failed.
-//!
-//! # Plugging in a real backend
-//!
-//! Replace `MeteredCatalog` with your catalog, and change the [`BackendUnderTest`] impl of
-//! `Metered`:
-//!
-//! - `open`: a fresh catalog of yours for one case (a new schema or database, or one shared
-//!   by all cases: the cases use dataset ids of their own), and the store the split objects
-//!   go to (any `object_store`: a temporary directory, a prefix of a bucket);
-//! - `catalog_fingerprint`: a value that changes whenever your catalog writes anything for a
-//!   dataset. Count the writes of your storage client, or read row versions (mend's Postgres
-//!   backend reads every row's `ctid` and `xmin`) or a log sequence number. The meter here is
-//!   no fingerprint: a retry answered from its recorded request is a request served that
-//!   writes nothing, which is what the cases check;
-//! - `scale`: [`Scale::THOROUGH`] for a transactional database, [`Scale::LIGHT`] for a slow
-//!   remote store, or your own numbers.
-//!
-//! Then, in your crate, add `mend-testkit` as a dev-dependency and call the kit from a test:
-//! `mend_testkit::run_all(&YourBackend).await.assert_passed()` in a
-//! `#[tokio::test(flavor = "multi_thread")]`.
+//! `MeteredCatalog` wraps mend's object-storage catalog (here in memory) and counts, per
+//! dataset, the mutations it served, as an embedder would to export a metric or enforce a
+//! quota. It implements the required methods of [`mend::Catalog`] (the atomic steps) and takes
+//! every provided one at its default (docs/src/embedding.md, "Your own catalog backend", says
+//! which and what they cost). `main` runs every case of the kit (`mend-testkit`) against it,
+//! prints a line per case and a summary, and exits with 1 if a case failed. To hold a real
+//! backend to the kit, replace `MeteredCatalog` with it and change `open` and
+//! `catalog_fingerprint` of the `BackendUnderTest` impl, as that page says.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use mend::Catalog;
-use mend::Result;
 use mend::audit::AuditRecord;
 use mend::catalog::{
     DatasetChange, MarkRule, ObjectStoreCatalog, PublishValidator, RecordedRequest, RequestKey,
@@ -53,224 +28,173 @@ use mend::model::{
     SplitPage, StageMode, StagedSplit, TimestampMs,
 };
 use mend::objects::SplitObjects;
-use mend_testkit::{BackendUnderTest, CountingStore, Fingerprint, FreshCatalog, Scale};
-use object_store::memory::InMemory;
-use object_store::path::Path;
+use mend::{Catalog, Result};
+use mend_testkit::{BackendUnderTest, CountingStore, Fingerprint, FreshCatalog};
+use object_store::{memory::InMemory, path::Path};
 
-/// Mutations served, per dataset.
-#[derive(Debug, Default)]
-struct Meter {
-    // A std mutex: it is held for one map update, never across an await.
-    served: Mutex<BTreeMap<String, u64>>,
-}
-
-impl Meter {
-    /// Counts `result` as a mutation served for `dataset_id` if it succeeded, and returns it.
-    fn count<T>(&self, dataset_id: &str, result: Result<T>) -> Result<T> {
-        if result.is_ok() {
-            let mut served = self
-                .served
-                .lock()
-                .expect("no thread panics holding the meter");
-            *served.entry(dataset_id.to_string()).or_default() += 1;
-        }
-        result
-    }
-
-    /// How many datasets were served, and how many mutations in all.
-    fn totals(&self) -> (usize, u64) {
-        let served = self
-            .served
-            .lock()
-            .expect("no thread panics holding the meter");
-        (served.len(), served.values().sum())
-    }
-}
+/// Mutations served, per dataset. A std mutex: held for one map update, never across an await.
+type Meter = Arc<Mutex<BTreeMap<String, u64>>>;
 
 /// The backend: another catalog, with every mutation it serves counted per dataset.
 #[derive(Debug)]
 struct MeteredCatalog {
-    inner: Arc<dyn Catalog>,
-    meter: Arc<Meter>,
+    inner: ObjectStoreCatalog,
+    meter: Meter,
 }
 
+impl MeteredCatalog {
+    /// Counts `result` as a mutation served for dataset `id` if it succeeded, and returns it.
+    fn count<T>(&self, id: &str, result: Result<T>) -> Result<T> {
+        if result.is_ok() {
+            let mut served = self
+                .meter
+                .lock()
+                .expect("no thread panics holding the meter");
+            *served.entry(id.to_string()).or_default() += 1;
+        }
+        result
+    }
+}
+
+// Each method forwards to the inner catalog; the ones that write count what they served.
 #[async_trait]
 impl Catalog for MeteredCatalog {
     async fn create_dataset(
         &self,
-        dataset_id: &str,
+        id: &str,
         uid: &str,
         config: &DatasetConfig,
-        now_ms: TimestampMs,
+        now: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Dataset> {
-        let result = self
-            .inner
-            .create_dataset(dataset_id, uid, config, now_ms, key)
-            .await;
-        self.meter.count(dataset_id, result)
+        self.count(
+            id,
+            self.inner.create_dataset(id, uid, config, now, key).await,
+        )
     }
 
     async fn list_datasets(&self) -> Result<Vec<Dataset>> {
         self.inner.list_datasets().await
     }
 
-    async fn dataset(&self, dataset_id: &str) -> Result<Dataset> {
-        self.inner.dataset(dataset_id).await
+    async fn dataset(&self, id: &str) -> Result<Dataset> {
+        self.inner.dataset(id).await
     }
 
     async fn update_dataset(
         &self,
-        dataset_id: &str,
+        id: &str,
         change: DatasetChange<'_>,
-        now_ms: TimestampMs,
+        now: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Dataset> {
-        let result = self
-            .inner
-            .update_dataset(dataset_id, change, now_ms, key)
-            .await;
-        self.meter.count(dataset_id, result)
+        self.count(id, self.inner.update_dataset(id, change, now, key).await)
     }
 
     async fn stage(
         &self,
-        dataset_id: &str,
+        id: &str,
         mode: StageMode,
         splits: &[Arc<NewSplit>],
-        planner: &StagePlanner<'_>,
-        now_ms: TimestampMs,
+        plan: &StagePlanner<'_>,
+        now: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Vec<StagedSplit>> {
-        let result = self
-            .inner
-            .stage(dataset_id, mode, splits, planner, now_ms, key)
-            .await;
-        self.meter.count(dataset_id, result)
+        self.count(id, self.inner.stage(id, mode, splits, plan, now, key).await)
     }
 
     async fn publish(
         &self,
         request: &PublishRequest,
         validate: &PublishValidator<'_>,
-        now_ms: TimestampMs,
+        now: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<PublishResult> {
-        let result = self.inner.publish(request, validate, now_ms, key).await;
-        self.meter.count(&request.dataset_id, result)
+        let result = self.inner.publish(request, validate, now, key).await;
+        self.count(&request.dataset_id, result)
     }
 
-    async fn record_request(
-        &self,
-        dataset_id: &str,
-        record: &RecordedRequest,
-    ) -> Result<RecordedRequest> {
-        let result = self.inner.record_request(dataset_id, record).await;
-        self.meter.count(dataset_id, result)
+    async fn record_request(&self, id: &str, record: &RecordedRequest) -> Result<RecordedRequest> {
+        self.count(id, self.inner.record_request(id, record).await)
     }
 
-    async fn recorded_request(
-        &self,
-        dataset_id: &str,
-        key: &str,
-    ) -> Result<Option<RecordedRequest>> {
-        self.inner.recorded_request(dataset_id, key).await
+    async fn recorded_request(&self, id: &str, key: &str) -> Result<Option<RecordedRequest>> {
+        self.inner.recorded_request(id, key).await
     }
 
     async fn forget_recorded_requests(
         &self,
-        dataset_id: &str,
-        recorded_before_ms: TimestampMs,
-        now_ms: TimestampMs,
+        id: &str,
+        before: TimestampMs,
+        now: TimestampMs,
     ) -> Result<usize> {
-        let result = self
-            .inner
-            .forget_recorded_requests(dataset_id, recorded_before_ms, now_ms)
-            .await;
-        self.meter.count(dataset_id, result)
+        self.count(
+            id,
+            self.inner.forget_recorded_requests(id, before, now).await,
+        )
     }
 
     async fn mark(
         &self,
-        dataset_id: &str,
+        id: &str,
         split_ids: &[String],
         rule: MarkRule,
-        now_ms: TimestampMs,
+        now: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<MarkResult> {
-        let result = self
-            .inner
-            .mark(dataset_id, split_ids, rule, now_ms, key)
-            .await;
-        self.meter.count(dataset_id, result)
+        self.count(id, self.inner.mark(id, split_ids, rule, now, key).await)
     }
 
     async fn delete_splits(
         &self,
-        dataset_id: &str,
+        id: &str,
         split_ids: &[String],
-        now_ms: TimestampMs,
+        now: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<()> {
-        let result = self
-            .inner
-            .delete_splits(dataset_id, split_ids, now_ms, key)
-            .await;
-        self.meter.count(dataset_id, result)
+        self.count(id, self.inner.delete_splits(id, split_ids, now, key).await)
     }
 
-    async fn list_splits(&self, dataset_id: &str, query: &ListQuery) -> Result<SplitPage> {
-        self.inner.list_splits(dataset_id, query).await
+    async fn list_splits(&self, id: &str, query: &ListQuery) -> Result<SplitPage> {
+        self.inner.list_splits(id, query).await
     }
 
     async fn put_intent(&self, intent: &Intent) -> Result<()> {
-        let result = self.inner.put_intent(intent).await;
-        self.meter.count(&intent.dataset_id, result)
+        self.count(&intent.dataset_id, self.inner.put_intent(intent).await)
     }
 
-    async fn update_intent(&self, intent: &Intent, expected_phase: IntentPhase) -> Result<()> {
-        let result = self.inner.update_intent(intent, expected_phase).await;
-        self.meter.count(&intent.dataset_id, result)
+    async fn update_intent(&self, intent: &Intent, expected: IntentPhase) -> Result<()> {
+        let result = self.inner.update_intent(intent, expected).await;
+        self.count(&intent.dataset_id, result)
     }
 
     async fn abandon_intent(
         &self,
-        dataset_id: &str,
+        id: &str,
         operation_id: &str,
         lease_expired_by: Option<TimestampMs>,
-        now_ms: TimestampMs,
+        now: TimestampMs,
     ) -> Result<Intent> {
         let result = self
             .inner
-            .abandon_intent(dataset_id, operation_id, lease_expired_by, now_ms)
-            .await;
-        self.meter.count(dataset_id, result)
+            .abandon_intent(id, operation_id, lease_expired_by, now);
+        self.count(id, result.await)
     }
 
-    async fn delete_intent(
-        &self,
-        dataset_id: &str,
-        operation_id: &str,
-        now_ms: TimestampMs,
-    ) -> Result<()> {
-        let result = self
-            .inner
-            .delete_intent(dataset_id, operation_id, now_ms)
-            .await;
-        self.meter.count(dataset_id, result)
+    async fn delete_intent(&self, id: &str, operation_id: &str, now: TimestampMs) -> Result<()> {
+        self.count(id, self.inner.delete_intent(id, operation_id, now).await)
     }
 
-    async fn list_intents(&self, dataset_id: &str) -> Result<Vec<Intent>> {
-        self.inner.list_intents(dataset_id).await
+    async fn list_intents(&self, id: &str) -> Result<Vec<Intent>> {
+        self.inner.list_intents(id).await
     }
 
-    async fn append_audit(&self, dataset_id: &str, records: &[AuditRecord]) -> Result<()> {
-        let result = self.inner.append_audit(dataset_id, records).await;
-        self.meter.count(dataset_id, result)
+    async fn append_audit(&self, id: &str, records: &[AuditRecord]) -> Result<()> {
+        self.count(id, self.inner.append_audit(id, records).await)
     }
 
-    async fn list_audit(&self, dataset_id: &str, limit: Option<usize>) -> Result<Vec<AuditRecord>> {
-        self.inner.list_audit(dataset_id, limit).await
+    async fn list_audit(&self, id: &str, limit: Option<usize>) -> Result<Vec<AuditRecord>> {
+        self.inner.list_audit(id, limit).await
     }
 }
 
@@ -278,7 +202,7 @@ impl Catalog for MeteredCatalog {
 /// all of them share one meter.
 #[derive(Debug, Default)]
 struct Metered {
-    meter: Arc<Meter>,
+    meter: Meter,
 }
 
 #[async_trait]
@@ -294,33 +218,20 @@ impl BackendUnderTest for Metered {
         let store = Arc::new(InMemory::new());
         // The catalog writes through the counter; the split objects go to the same store
         // beside it, where the kit counts them itself.
-        let catalog_store = Arc::new(CountingStore::new(store.clone()));
-        let inner =
-            ObjectStoreCatalog::new(catalog_store.clone(), Path::default(), Default::default());
-        let catalog = MeteredCatalog {
-            inner: Arc::new(inner),
-            meter: self.meter.clone(),
-        };
+        let counted = Arc::new(CountingStore::new(store.clone()));
+        let inner = ObjectStoreCatalog::new(counted.clone(), Path::default(), Default::default());
+        let meter = self.meter.clone();
         FreshCatalog {
-            catalog: Arc::new(catalog),
+            catalog: Arc::new(MeteredCatalog { inner, meter }),
             objects: SplitObjects::new(store, Path::default()),
-            state: catalog_store,
+            state: counted,
         }
     }
 
-    async fn catalog_fingerprint(
-        &self,
-        catalog_store: &Self::State,
-        _dataset_id: &str,
-    ) -> Fingerprint {
+    async fn catalog_fingerprint(&self, counted: &Self::State, _id: &str) -> Fingerprint {
         // Every write of the catalog goes through this store; a count over all datasets is
         // coarser than one per dataset, and as good for "this step wrote nothing".
-        Fingerprint::writes(catalog_store.writes())
-    }
-
-    fn scale(&self) -> Scale {
-        // A catalog in memory: the default numbers.
-        Scale::STANDARD
+        Fingerprint::writes(counted.writes())
     }
 }
 
@@ -328,8 +239,12 @@ impl BackendUnderTest for Metered {
 async fn main() {
     let backend = Metered::default();
     let summary = mend_testkit::run_all(&backend).await;
-    let (datasets, served) = backend.meter.totals();
-    println!("the meter counted {served} mutations served over {datasets} datasets");
+    let meter = backend.meter.lock().expect("the kit is done");
+    let served: u64 = meter.values().sum();
+    println!(
+        "the meter counted {served} mutations served over {} datasets",
+        meter.len()
+    );
     if !summary.is_success() {
         eprintln!("conformance failed: {:?}", summary.failed());
         std::process::exit(1);
