@@ -35,6 +35,9 @@
 //! object. (Objects up to 8 MiB are put in one request and so held, as the chunks that arrived,
 //! while they are checked; larger ones go up in 8 MiB parts.)
 //!
+//! In test mode (`cargo test`) it commits [`TEST_MODE_SPLITS`] splits and a
+//! [`TEST_MODE_LARGE_OBJECT_MIB`] MiB object instead: each function runs once, to show it works.
+//!
 //! It takes about half a minute for the local directory (about 20 commits and 40 floor runs in
 //! 2 s of timed work each, `Sampling::Expensive`) and a minute more on moto (20 of each in
 //! 6 s; 2 GiB of commits held in moto's memory). More: `-- --measurement-time 20`.
@@ -66,6 +69,10 @@ const SPLIT_BYTES: usize = 1 << 20;
 /// Uploads (and floor puts) at once; `MEND_BENCH_CONCURRENCY` overrides it.
 const CONCURRENCY: usize = 4;
 const LARGE_OBJECT_MIB: usize = 64;
+/// In test mode (`cargo test`, where each function runs once to show it still works): fewer
+/// splits and a smaller large object, still over the 8 MiB above which an upload goes in parts.
+const TEST_MODE_SPLITS: usize = 10;
+const TEST_MODE_LARGE_OBJECT_MIB: usize = 17;
 const SERVE_VARIABLE: &str = "MEND_PROTOCOL_BENCH_SERVE";
 
 const OBJECTS_VARIABLE: &str = "MEND_PROTOCOL_BENCH_OBJECTS";
@@ -77,14 +84,19 @@ fn main() {
         return;
     }
     let mut bench = Bench::from_args();
-    let payloads: Vec<Bytes> = (0..SPLITS).map(|n| payload(n, SPLIT_BYTES)).collect();
+    let (splits, large_object_mib) = if common::test_mode() {
+        (TEST_MODE_SPLITS, TEST_MODE_LARGE_OBJECT_MIB)
+    } else {
+        (SPLITS, LARGE_OBJECT_MIB)
+    };
+    let payloads: Vec<Bytes> = (0..splits).map(|n| payload(n, SPLIT_BYTES)).collect();
     let started = Instant::now();
     for bytes in &payloads {
         std::hint::black_box(mend::objects::format::sha256(bytes));
     }
     let hash_rate = mib(payloads.len() * SPLIT_BYTES) / started.elapsed().as_secs_f64();
     bench.report(format!(
-        "commit {SPLITS} splits of 1 MiB, {} uploads at once; for scale, sha256 (which mend \
+        "commit {splits} splits of 1 MiB, {} uploads at once; for scale, sha256 (which mend \
          computes of every byte) runs at {hash_rate:.1} MiB/s in one thread here (a timed loop)",
         concurrency()
     ));
@@ -107,6 +119,7 @@ fn main() {
             measurement: Duration::from_secs(2),
         },
         &payloads,
+        large_object_mib,
     );
 
     // Objects on an S3-compatible server, as in a deployment: mend's server and the floor put
@@ -137,6 +150,7 @@ fn main() {
                 measurement: Duration::from_secs(6),
             },
             &payloads,
+            large_object_mib,
         );
     } else {
         bench.report("(set MEND_TEST_S3_URL, or run under scripts/with-s3, to measure on S3 too)");
@@ -167,7 +181,7 @@ fn mib(bytes: usize) -> f64 {
 
 /// One server with its objects in `store`, commits against floor runs in one criterion group,
 /// then one large object.
-fn measure(bench: &mut Bench, store: Store, payloads: &[Bytes]) {
+fn measure(bench: &mut Bench, store: Store, payloads: &[Bytes], large_object_mib: usize) {
     let served = tempfile::tempdir().unwrap();
     let server = Server::start(served.path(), store.objects_url.as_deref());
     let started_hwm = server.peak_resident_kib();
@@ -278,7 +292,7 @@ fn measure(bench: &mut Bench, store: Store, payloads: &[Bytes]) {
     assert_eq!(verified["payloads_hashed"], payloads.len(), "{verified}");
     assert_eq!(verified["violations"], json!([]), "{verified}");
 
-    let large = vec![payload(SPLITS, LARGE_OBJECT_MIB << 20)];
+    let large = vec![payload(payloads.len(), large_object_mib << 20)];
     let large_took = server.commit("bench", "large", &large);
     let after_large_hwm = server.peak_resident_kib();
 
@@ -302,13 +316,13 @@ fn measure(bench: &mut Bench, store: Store, payloads: &[Bytes]) {
         hashed_mib / deep_took.as_secs_f64()
     ));
     bench.report(format!(
-        "  one commit of a single {LARGE_OBJECT_MIB} MiB object: {:.1} ms, {:.1} MiB/s (one timed run)",
+        "  one commit of a single {large_object_mib} MiB object: {:.1} ms, {:.1} MiB/s (one timed run)",
         millis(large_took.total()),
-        LARGE_OBJECT_MIB as f64 / large_took.total().as_secs_f64()
+        large_object_mib as f64 / large_took.total().as_secs_f64()
     ));
     bench.report(format!(
         "  server peak resident memory (VmHWM): {} MiB started, {} MiB after the 1 MiB commits, \
-         {} MiB after the {LARGE_OBJECT_MIB} MiB object",
+         {} MiB after the {large_object_mib} MiB object",
         started_hwm / 1024,
         after_commits_hwm / 1024,
         after_large_hwm / 1024
