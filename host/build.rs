@@ -9,14 +9,8 @@ include!("../policies/build_components.rs");
 fn main() {
     // `sqlx::migrate!` embeds this folder; a new migration must rebuild the host.
     println!("cargo:rerun-if-changed=migrations");
-    build_components("guest", &["mend-default-policy"], Some("host/components"));
-    // A directory of its own: the cautious policy wraps `mend-default-policy` without its
-    // `component` feature, and one cargo run building both would unify the features and link
-    // the default policy's exports into the cautious component beside its own (a duplicate
-    // symbol).
     build_components(
-        "guest-cautious",
-        &["mend-policy-cautious"],
+        &["mend-default-policy", "mend-policy-cautious"],
         Some("host/components"),
     );
 }

@@ -1,6 +1,6 @@
 // Shared by the build scripts of `host/` and `tests/` (each `include!`s it): builds policy
-// components for `wasm32-wasip2` with a nested cargo in its own target directory
-// (`target/<target_name>`), so that a fresh clone needs nothing beyond cargo, and tells the
+// components for `wasm32-wasip2` with a nested cargo in a target directory of their own
+// (`target/policy-components`), so that a fresh clone needs nothing beyond cargo, and tells the
 // crate being built where each component is through `MEND_<NAME>_WASM` environment variables.
 //
 // The target comes first. rustup installs the targets `rust-toolchain.toml` lists only when it
@@ -14,11 +14,16 @@
 // rebuilds the shipped components from source and compares them byte for byte, so the
 // shipped files never drift from the source.
 //
-// Each builder has its own target directory because the same crate may be built with other
-// features in each: the test components depend on `mend-default-policy` without its `component`
-// feature, the host builds it with. A cdylib from a path crate carries no hash in its file
-// name, so two such builds in one directory would overwrite each other's output, and cargo
-// could then hand the host an export-less default policy.
+// Each component is built by a cargo run of its own, so that no two unify their features: the
+// cautious and the test policies depend on `mend-default-policy` without its `component`
+// feature, which the host's build of it turns on, and the policies built against older
+// contracts use `mend-policy-sdk` without its `bindings` feature. The runs share one target
+// directory: a dependency built with other features is another file there (its rlib's name
+// carries a hash of them), and the only files without a hash, the components themselves, are
+// each built by one run. So the compiler plugins every component needs (wit-bindgen's macros,
+// wasmparser, syn) are compiled once instead of once per builder, about half of each run's CPU
+// time. (The host's and the tests' build scripts may run at once; cargo's lock on the directory
+// makes the second wait.)
 //
 // Builds are reproducible: paths of the checkout and of cargo's registry are remapped, so the
 // same source gives the same bytes in any clone on any machine with the pinned toolchain.
@@ -29,10 +34,10 @@ const WASM_TARGET: &str = "wasm32-wasip2";
 /// How long `rustup target add` may take before the shipped components are used instead.
 const RUSTUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// Builds `packages` into `target/<target_name>`. `shipped` names the folder (relative to the
-/// workspace) holding prebuilt copies of exactly these components, used only when the wasm
+/// Builds `packages` into `target/policy-components`. `shipped` names the folder (relative to
+/// the workspace) holding prebuilt copies of exactly these components, used only when the wasm
 /// target cannot be had; `None` makes a missing target a build error.
-fn build_components(target_name: &str, packages: &[&str], shipped: Option<&str>) {
+fn build_components(packages: &[&str], shipped: Option<&str>) {
     use std::env;
     use std::path::PathBuf;
 
@@ -88,7 +93,7 @@ fn build_components(target_name: &str, packages: &[&str], shipped: Option<&str>)
     let target_dir = env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace.join("target"))
-        .join(target_name);
+        .join("policy-components");
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     for package in packages {
         build_component(&cargo, &workspace, &target_dir, package);

@@ -5,7 +5,11 @@ on a threaded server: two racing conditional writes of one key can both pass the
 both answer 200, the second overwriting the first. Real S3 decides a conditional write
 atomically, and mend's object-storage catalog relies on that (each commit is a put-if-absent of
 the log's next version). So this runs moto's own application behind one lock for the requests
-that write (PUT, POST, DELETE); reads still run concurrently. Run by scripts/with-s3:
+that write (PUT, POST, DELETE); reads still run concurrently.
+
+It also serves S3 alone: moto's own server finds the service of every request by scanning its
+package folder for service modules, under one lock, which was a third of its CPU time in the
+S3 tests (py-spy); mend only ever talks S3 to it. Run by scripts/with-s3:
 
     python moto-server.py HOST PORT
 """
@@ -14,11 +18,7 @@ import os
 import sys
 import threading
 
-from moto.moto_server.werkzeug_app import (
-    DomainDispatcherApplication,
-    MotoRequestHandler,
-    create_backend_app,
-)
+from moto.moto_server.werkzeug_app import MotoRequestHandler, create_backend_app
 from werkzeug.serving import run_simple
 
 WRITES = {"PUT", "POST", "DELETE"}
@@ -43,17 +43,24 @@ class WritesOneAtATime:
             return list(self.app(environ, marked))
 
 
+class QuietRequestHandler(MotoRequestHandler):
+    """moto's handler without a log line per request (errors are still logged)."""
+
+    def log_request(self, code="-", size="-"):
+        pass
+
+
 def main():
     host, port = sys.argv[1], int(sys.argv[2])
     # moto builds the URLs it answers (presigned, multipart) from it, as its own server does.
     os.environ.setdefault("MOTO_PORT", str(port))
-    app = DomainDispatcherApplication(create_backend_app)
+    app = create_backend_app("s3")
     run_simple(
         host,
         port,
         WritesOneAtATime(app),
         threaded=True,
-        request_handler=MotoRequestHandler,
+        request_handler=QuietRequestHandler,
     )
 
 

@@ -14,23 +14,15 @@ include!("../policies/build_components.rs");
 
 fn main() {
     build_components(
-        "guest-tests",
         &[
             "mend-policy-hostile",
             "mend-policy-newer-semantics",
             "mend-policy-extra-capability",
             "mend-policy-forbidden-import",
             "mend-policy-liar",
+            "mend-policy-abi-1-1",
+            "mend-policy-abi-1-2",
         ],
-        None,
-    );
-    // A directory of their own: the policies built against older contracts use mend-policy-sdk
-    // without its `bindings` feature, and one cargo run building them with the others would
-    // unify the features and link the current contract's bindings into them, whose custom
-    // section makes the component claim `mend:policy@1.3.0` beside its own older version.
-    build_components(
-        "guest-tests-older-contracts",
-        &["mend-policy-abi-1-1", "mend-policy-abi-1-2"],
         None,
     );
 }
