@@ -12,7 +12,9 @@ use mend::catalog::{
     Catalog, DatasetChange, MarkRule, PlannedAction, PlannedStage, PublishObservation,
     RecordedRequest, RequestKey, StagePlan, distinct_splits,
 };
-use mend::model::{DatasetConfig, MarkResult, NewSplit, StageMode, StageOutcome, StagedSplit};
+use mend::model::{
+    DatasetConfig, MarkResult, NewSplit, StageMode, StageOutcome, StagedSplit, TimestampMs,
+};
 use mend::{EntityKind, MendError};
 
 use super::{publish_request, rows};
@@ -221,23 +223,34 @@ pub(super) async fn keyed_creation_answers_a_retry_with_the_dataset_it_created(h
 }
 
 pub(super) async fn keyed_config_and_token_changes_answer_a_retry(h: &Harness<'_>) {
-    let catalog = h.engine.catalog();
     let ds = h.create_dataset("keyed-config").await;
     let now = h.clock_now();
+    let checked = keyed_config_change(h, &ds, now).await
+        + keyed_publish_token(h, &ds, now + 3).await
+        + keyed_fencing_epoch_advance(h, &ds, now + 6).await;
+    println!(
+        "conformance[{}]: keyed config, token and epoch changes: {checked} checks",
+        h.name()
+    );
+}
+
+/// A keyed config change of `ds` and its retries; the checks made.
+async fn keyed_config_change(h: &Harness<'_>, ds: &str, now: TimestampMs) -> usize {
+    let catalog = h.engine.catalog();
     let config = DatasetConfig {
         staged_grace_period_ms: 7_000,
         ..DatasetConfig::default()
     };
     let change = key("config-1", "promote", &(1u64, &config));
     let first = catalog
-        .update_config(&ds, 1, &config, now, Some(&change))
+        .update_config(ds, 1, &config, now, Some(&change))
         .await
         .expect("keyed config change");
     assert_eq!((first.config_version, &first.config), (2, &config));
-    let before = h.write_fingerprint(&ds).await;
+    let before = h.write_fingerprint(ds).await;
     // The version moved: without the key this is refused; with it, answered.
     let stale = catalog
-        .update_config(&ds, 1, &config, now + 1, None)
+        .update_config(ds, 1, &config, now + 1, None)
         .await
         .unwrap_err();
     assert!(
@@ -245,105 +258,111 @@ pub(super) async fn keyed_config_and_token_changes_answer_a_retry(h: &Harness<'_
         "{stale:?}"
     );
     let again = catalog
-        .update_config(&ds, 1, &config, now + 1, Some(&change))
+        .update_config(ds, 1, &config, now + 1, Some(&change))
         .await
         .expect("a retried change answers");
     assert_eq!(again, first);
-    assert_eq!(h.write_fingerprint(&ds).await, before, "a retry wrote");
+    assert_eq!(h.write_fingerprint(ds).await, before, "a retry wrote");
     let other = key("config-1", "promote", &(2u64, &config));
     let error = catalog
-        .update_config(&ds, 2, &config, now + 1, Some(&other))
+        .update_config(ds, 2, &config, now + 1, Some(&other))
         .await
         .unwrap_err();
     assert!(refused_as_another_request(&error, "config-1"), "{error:?}");
-    assert_eq!(h.write_fingerprint(&ds).await, before);
+    assert_eq!(h.write_fingerprint(ds).await, before);
     let mut checked = 5;
 
     // A change that changes nothing still records its answer.
     let same = key("config-same", "promote", &(2u64, &config));
     let unchanged = catalog
-        .update_config(&ds, 2, &config, now + 2, Some(&same))
+        .update_config(ds, 2, &config, now + 2, Some(&same))
         .await
         .expect("an unchanged config under a key");
     assert_eq!(unchanged.config_version, 2);
     assert!(
         catalog
-            .recorded_request(&ds, "config-same")
+            .recorded_request(ds, "config-same")
             .await
             .unwrap()
             .is_some()
     );
     checked += 2;
 
-    let token = key("fence-1", "set_publish_token", &(&ds, "t1"));
+    checked
+}
+
+/// A keyed publish-token change of `ds` and its retries; the checks made.
+async fn keyed_publish_token(h: &Harness<'_>, ds: &str, now: TimestampMs) -> usize {
+    let catalog = h.engine.catalog();
+    let token = key("fence-1", "set_publish_token", &(ds, "t1"));
     let fenced = catalog
-        .set_publish_token(&ds, Some("t1"), now + 3, Some(&token))
+        .set_publish_token(ds, Some("t1"), now, Some(&token))
         .await
         .expect("keyed fence");
     assert_eq!(fenced.publish_token.as_deref(), Some("t1"));
     // Another writer moves the token on; the retry still answers its own first answer, and
     // writes nothing (the token stays the other writer's).
     catalog
-        .set_publish_token(&ds, Some("t2"), now + 4, None)
+        .set_publish_token(ds, Some("t2"), now + 1, None)
         .await
         .unwrap();
-    let before = h.write_fingerprint(&ds).await;
-    let manifest_before = manifest(h, &ds).await;
+    let before = h.write_fingerprint(ds).await;
+    let manifest_before = manifest(h, ds).await;
     let again = catalog
-        .set_publish_token(&ds, Some("t1"), now + 5, Some(&token))
+        .set_publish_token(ds, Some("t1"), now + 2, Some(&token))
         .await
         .expect("a retried fence answers");
     assert_eq!(again, fenced);
-    assert_eq!(h.write_fingerprint(&ds).await, before, "a retry wrote");
-    assert_eq!(manifest(h, &ds).await, manifest_before);
+    assert_eq!(h.write_fingerprint(ds).await, before, "a retry wrote");
+    assert_eq!(manifest(h, ds).await, manifest_before);
     assert_eq!(
-        catalog.dataset(&ds).await.unwrap().publish_token.as_deref(),
+        catalog.dataset(ds).await.unwrap().publish_token.as_deref(),
         Some("t2")
     );
-    let other = key("fence-1", "set_publish_token", &(&ds, "t3"));
+    let other = key("fence-1", "set_publish_token", &(ds, "t3"));
     let error = catalog
-        .set_publish_token(&ds, Some("t3"), now + 5, Some(&other))
+        .set_publish_token(ds, Some("t3"), now + 2, Some(&other))
         .await
         .unwrap_err();
     assert!(refused_as_another_request(&error, "fence-1"), "{error:?}");
-    checked += 5;
+    5
+}
 
+/// A keyed fencing-epoch advance of `ds` and its retry; the checks made.
+async fn keyed_fencing_epoch_advance(h: &Harness<'_>, ds: &str, now: TimestampMs) -> usize {
+    let catalog = h.engine.catalog();
     // The fencing epoch, which the engine advances without a key, is recorded like the rest
     // when a key is given: a retry answers the first advance and does not advance again.
-    let epoch_before = catalog.dataset(&ds).await.unwrap().fencing_epoch;
+    let epoch_before = catalog.dataset(ds).await.unwrap().fencing_epoch;
     let advancing = key("epoch-1", "advance_fencing_epoch", &ds);
     let advanced = catalog
         .update_dataset(
-            &ds,
+            ds,
             DatasetChange::AdvanceFencingEpoch,
-            now + 6,
+            now,
             Some(&advancing),
         )
         .await
         .expect("keyed epoch advance");
     assert_eq!(advanced.fencing_epoch, epoch_before + 1);
-    let before = h.write_fingerprint(&ds).await;
+    let before = h.write_fingerprint(ds).await;
     let again = catalog
         .update_dataset(
-            &ds,
+            ds,
             DatasetChange::AdvanceFencingEpoch,
-            now + 7,
+            now + 1,
             Some(&advancing),
         )
         .await
         .expect("a retried advance answers");
     assert_eq!(again, advanced);
-    assert_eq!(h.write_fingerprint(&ds).await, before, "a retry wrote");
+    assert_eq!(h.write_fingerprint(ds).await, before, "a retry wrote");
     assert_eq!(
-        catalog.dataset(&ds).await.unwrap().fencing_epoch,
+        catalog.dataset(ds).await.unwrap().fencing_epoch,
         epoch_before + 1,
         "a retry advanced the epoch again"
     );
-    checked += 4;
-    println!(
-        "conformance[{}]: keyed config, token and epoch changes: {checked} checks",
-        h.name()
-    );
+    4
 }
 
 pub(super) async fn keyed_stage_and_publish_answer_a_retry(h: &Harness<'_>) {
