@@ -1,7 +1,13 @@
-//! Staging under contention on Postgres, shaped like an anchor workload: 8 writers at once,
-//! each staging 100 batches of 200 ids drawn at random (half of them already staged, in no
-//! order, some twice in a batch), in both modes, against the bare SQL floor of each mode in the
-//! same run. Measured by criterion (`common`):
+//! Staging under contention on Postgres: 8 writers at once, each staging 100 batches of 200
+//! ids in no order, in both modes, against the bare SQL floor of each mode in the same run, in
+//! two shapes, one criterion group each (`common`):
+//!
+//! - `contention [fresh ids]`: half of each batch drawn from 4,000 ids staged before the run,
+//!   half from 40,000 fresh ones, 10 of the 200 repeats of another id of the batch. Writers
+//!   rarely race for one fresh id;
+//! - `contention [pool of 2,000]`, the anchor's shape (quickwit#6714): every id drawn from one
+//!   pool of 2,000 that starts empty, so after the first batches nearly every id exists, and
+//!   is a skip (create-only) or a conflict (upsert), and the writers meet on every row.
 //!
 //!     scripts/with-postgres cargo bench -p mend-tests --bench contention
 //!
@@ -16,8 +22,8 @@
 //! printed: mend's goal is none. `MEND_BENCH_CONTENTION_BATCHES` sets the batches per writer
 //! (100; 5 in test mode).
 //!
-//! It takes a few minutes on the 2-core development machine: 10 iterations of each of the
-//! four functions.
+//! It takes several minutes on the 2-core development machine: 10 iterations of each of the
+//! four functions of each shape.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,6 +46,37 @@ const PRESENT: usize = 4_000;
 const FRESH: usize = 40_000;
 /// Of every batch, how many ids are repeats of another id of the same batch.
 const REPEATS: usize = 10;
+/// The anchor's shape: the one pool every id of every batch is drawn from.
+const POOL: usize = 2_000;
+
+/// What the writers' batches are made of.
+#[derive(Clone, Copy)]
+enum Shape {
+    /// Half present ids, half fresh ones out of [`FRESH`], with [`REPEATS`] repeats.
+    FreshIds,
+    /// Every id drawn from one pool of [`POOL`] ids, none staged before the run.
+    SharedPool,
+}
+
+impl Shape {
+    fn name(self) -> &'static str {
+        match self {
+            Shape::FreshIds => "fresh ids",
+            Shape::SharedPool => "pool of 2,000",
+        }
+    }
+
+    /// How the batches are drawn, for the report.
+    fn describe(self) -> String {
+        match self {
+            Shape::FreshIds => format!(
+                "half of {PRESENT} ids staged before, half of {FRESH} fresh ones, shuffled, \
+                 {REPEATS} repeats per batch"
+            ),
+            Shape::SharedPool => format!("every id drawn from one pool of {POOL}, empty at first"),
+        }
+    }
+}
 
 fn present_id(n: usize) -> String {
     format!("present-{n:06}")
@@ -49,11 +86,18 @@ fn fresh_id(n: usize) -> String {
     format!("fresh-{n:06}")
 }
 
-/// Writer `writer`'s batches: half present ids, half fresh ones, shuffled, with repeats.
-fn workload(writer: usize, batches: usize) -> Vec<Vec<String>> {
+fn pool_id(n: usize) -> String {
+    format!("pool-{n:06}")
+}
+
+/// Writer `writer`'s batches in `shape`.
+fn workload(shape: Shape, writer: usize, batches: usize) -> Vec<Vec<String>> {
     let mut ids = Draw(0x9e37_79b9_7f4a_7c15 ^ (writer as u64 + 1));
     (0..batches)
         .map(|_| {
+            if let Shape::SharedPool = shape {
+                return (0..BATCH).map(|_| pool_id(ids.below(POOL))).collect();
+            }
             let distinct = BATCH - REPEATS;
             let mut batch: Vec<String> = (0..distinct)
                 .map(|i| {
@@ -112,9 +156,12 @@ enum Runner {
     Floor(&'static str),
 }
 
-/// A new dataset with its present half staged, untimed.
-async fn prepared_dataset(harness: &Harness, name: &str) -> String {
-    let dataset_id = harness.create_dataset(name).await;
+/// A new dataset, with the present ids staged if `shape` has them, untimed.
+async fn prepared_dataset(harness: &Harness, shape: Shape) -> String {
+    let dataset_id = harness.create_dataset("contention").await;
+    if let Shape::SharedPool = shape {
+        return dataset_id;
+    }
     for chunk in (0..PRESENT).collect::<Vec<_>>().chunks(1_000) {
         let request = StageRequest {
             dataset_id: dataset_id.clone(),
@@ -154,10 +201,11 @@ async fn floor_batch(pool: &PgPool, statement: &str, dataset_id: &str, batch: &[
 async fn iteration(
     harness: &Arc<Harness>,
     pool: &PgPool,
+    shape: Shape,
     runner: Runner,
     batches: usize,
 ) -> Duration {
-    let dataset_id = prepared_dataset(harness, "contention").await;
+    let dataset_id = prepared_dataset(harness, shape).await;
     let started = Instant::now();
     let writers: Vec<_> = (0..WRITERS)
         .map(|writer| {
@@ -165,7 +213,7 @@ async fn iteration(
             let pool = pool.clone();
             let dataset_id = dataset_id.clone();
             tokio::spawn(async move {
-                for batch in workload(writer, batches) {
+                for batch in workload(shape, writer, batches) {
                     match runner {
                         Runner::Mend(mode) => {
                             let request = StageRequest {
@@ -222,8 +270,25 @@ fn main() {
         })
         .unwrap_or(if common::test_mode() { 5 } else { 100 });
     let mut bench = Bench::from_args();
+    for shape in [Shape::FreshIds, Shape::SharedPool] {
+        measure(&mut bench, &runtime, &harness, &pool, shape, batches);
+    }
+    bench.finish();
+}
+
+/// The four functions on `shape`, and their ratios and deadlocks.
+fn measure(
+    bench: &mut Bench,
+    runtime: &tokio::runtime::Runtime,
+    harness: &Arc<Harness>,
+    pool: &PgPool,
+    shape: Shape,
+    batches: usize,
+) {
     bench.report(format!(
-        "{WRITERS} writers x {batches} batches x {BATCH} ids (half already staged, shuffled, {REPEATS} repeats per batch) on Postgres"
+        "{}: {WRITERS} writers x {batches} batches x {BATCH} ids ({}) on Postgres",
+        shape.name(),
+        shape.describe()
     ));
 
     let functions: [(&str, Runner); 4] = [
@@ -234,7 +299,7 @@ fn main() {
     ];
     let deadlocks_seen: Vec<AtomicUsize> = functions.iter().map(|_| AtomicUsize::new(0)).collect();
     let mut group = bench.group(
-        "contention",
+        &format!("contention [{}]", shape.name()),
         Sampling::Expensive {
             measurement: Duration::from_secs(10),
         },
@@ -246,9 +311,9 @@ fn main() {
                 runtime.block_on(async {
                     let mut took = Duration::ZERO;
                     for _ in 0..iters {
-                        let before = deadlocks(&pool).await;
-                        took += iteration(&harness, &pool, *runner, batches).await;
-                        let after = deadlocks(&pool).await;
+                        let before = deadlocks(pool).await;
+                        took += iteration(harness, pool, shape, *runner, batches).await;
+                        let after = deadlocks(pool).await;
                         seen.fetch_add((after - before) as usize, Ordering::Relaxed);
                     }
                     took
@@ -281,5 +346,4 @@ fn main() {
         }
         lines
     });
-    bench.finish();
 }
