@@ -134,6 +134,10 @@ mod memcmp;
 pub use bindings::mend::policy::types as wit;
 #[cfg(all(target_arch = "wasm32", feature = "bindings"))]
 pub use bindings::{Guest, export};
+/// The `mend:policy` version these bindings are generated from, for a policy's `describe()`
+/// to report (`abi_major`, `abi_minor`) without writing the numbers by hand.
+#[cfg(feature = "bindings")]
+pub use mend_contract::{ABI_MAJOR, ABI_MINOR};
 
 /// A panic stops the decision with a trap. There is nothing to unwind to and nowhere to print
 /// the message: the host reports the trap as a typed error for that one decision and keeps

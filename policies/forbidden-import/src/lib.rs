@@ -29,8 +29,8 @@ impl Guest for ForbiddenImport {
         wit::PolicyDescription {
             name: "forbidden-import".into(),
             version: "0.0.0".into(),
-            abi_major: 1,
-            abi_minor: 3,
+            abi_major: mend_contract::ABI_MAJOR,
+            abi_minor: mend_contract::ABI_MINOR,
             semantics_revision,
             required_capabilities: Vec::new(),
         }

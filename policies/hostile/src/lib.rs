@@ -44,8 +44,8 @@ impl Guest for HostilePolicy {
         wit::PolicyDescription {
             name: "hostile".into(),
             version: "0.0.0".into(),
-            abi_major: 1,
-            abi_minor: 3,
+            abi_major: mend_policy_sdk::ABI_MAJOR,
+            abi_minor: mend_policy_sdk::ABI_MINOR,
             semantics_revision: 1,
             required_capabilities: Vec::new(),
         }
