@@ -113,8 +113,9 @@
 //! `wit_bindgen::generate!` on that contract's WIT itself. It must be built by a cargo run of
 //! its own: built in one run with a policy that has the `bindings` feature, cargo unifies the
 //! feature, and the current contract's bindings, linked in with the rest of this crate, make
-//! the component claim the current `mend:policy` version beside its own (`tests/build.rs`
-//! builds mend's two in a target directory of their own for this reason).
+//! the component claim the current `mend:policy` version beside its own
+//! (`policies/build_components.rs` builds every component by a cargo run of its own for this
+//! reason).
 
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
