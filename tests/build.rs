@@ -5,10 +5,11 @@
 //! - `policies/newer-semantics`: the default decisions under a semantics revision no host knows;
 //! - `policies/extra-capability`: the default decisions, requiring a capability no host has;
 //! - `policies/abi-1-1`: built against the frozen `mend:policy@1.1.0` contract;
-//! - `policies/abi-1-2`: built against the frozen `mend:policy@1.2.0` contract, the one before
-//!   this host's;
+//! - `policies/abi-1-2`: built against the frozen `mend:policy@1.2.0` contract;
+//! - `policies/abi-1-3`: the default decisions, built against the frozen `mend:policy@1.3.0`
+//!   contract, the one before this host's;
 //! - `policies/forbidden-import`: reads the environment, so it imports WASI;
-//! - `policies/liar`: built against 1.3, claiming ABI 1.1 in `describe()`.
+//! - `policies/liar`: built against the current contract, claiming ABI 1.1 in `describe()`.
 
 include!("../policies/build_components.rs");
 
@@ -22,6 +23,7 @@ fn main() {
             "mend-policy-liar",
             "mend-policy-abi-1-1",
             "mend-policy-abi-1-2",
+            "mend-policy-abi-1-3",
         ],
         None,
     );

@@ -1,5 +1,11 @@
 //! The contract between mend's host and its policies: the plain data that crosses the policy
-//! boundary, mirroring `wit/policy.wit` one to one, and the contract's version.
+//! boundary, mirroring `wit/policy.wit`, and the contract's version.
+//!
+//! One place differs on purpose: a stage plan's input and answers are here in the form its
+//! decisions are written, tested and stored in golden scenarios (ids as strings, rows and
+//! decisions naming their ids), while the WIT carries them packed (ABI 1.4: the ids in one
+//! buffer, [`PackedSplitIds`], and the rows and decisions by index). The bindings on each
+//! side convert.
 //!
 //! The host (`host/`) and every Rust policy (the default one in `guest/`, the test policies in
 //! `policies/`) use these same types on their side of the boundary, so a decision made natively
@@ -15,16 +21,20 @@
 
 extern crate alloc;
 
+mod packed;
 mod types;
 
+pub use packed::{BatchTooLarge, MalformedBatch, PackedSplitIds, unpack};
 pub use types::*;
 
 /// The version of the contract: the major and minor of the `mend:policy` WIT package these
 /// types mirror. 1.1 added `decide-recovery`; 1.2 added `plan-reconcile` and the mark and
 /// config observations of an intent; 1.3 added `plan-gc`, the `abandoned` phase, the
-/// `abandon` decision and the `checkpoint-reached-to` observation.
+/// `abandon` decision and the `checkpoint-reached-to` observation; 1.4 made the stage plan's
+/// ids one packed buffer and its answers indices, `validate-publishes` one call for a batch,
+/// and added the `stage.standard-plans` capability.
 pub const ABI_MAJOR: u32 = 1;
-pub const ABI_MINOR: u32 = 3;
+pub const ABI_MINOR: u32 = 4;
 
 /// Capability names shared by the host and policies.
 pub mod capability {
@@ -34,4 +44,7 @@ pub mod capability {
     pub const PUBLISH_TOKEN: &str = "publish.token";
     /// Publishes refuse a writer whose fencing epoch exclusive recovery has moved past.
     pub const PUBLISH_FENCING_EPOCH: &str = "publish.fencing-epoch";
+    /// Declared by a policy whose stage plans are each mode's standard plan (ABI 1.4): the
+    /// host stages without asking it, and a host that does not know it refuses the policy.
+    pub const STAGE_STANDARD_PLANS: &str = "stage.standard-plans";
 }

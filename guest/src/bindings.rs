@@ -31,22 +31,32 @@ impl Guest for DefaultPolicy {
         }
     }
 
+    /// The ids are read from the packed batch in place, and the decisions name them by
+    /// index: no id is copied either way. A batch the host packed wrongly (an end out of
+    /// order, an id that is not whole UTF-8, a row's index past the ids) traps: the host
+    /// reports it as a failed decision, never as a plan.
     fn plan_stage(input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
-        let input = plain::StagePlanInput {
-            dataset_id: input.dataset_id,
-            mode: match input.mode {
-                wit::StageMode::Upsert => plain::StageMode::Upsert,
-                wit::StageMode::CreateOnly => plain::StageMode::CreateOnly,
-            },
-            split_ids: input.split_ids,
-            existing: input.existing.into_iter().map(existing_row).collect(),
+        let ids = mend_contract::unpack(&input.split_ids.bytes, &input.split_ids.ends)
+            .expect("the host packs the split ids whole");
+        let existing = input
+            .existing
+            .iter()
+            .map(|row| {
+                let id = ids
+                    .get(row.index as usize)
+                    .expect("an existing row names one of the request's ids");
+                (*id, plain_state(row.state))
+            })
+            .collect();
+        let mode = match input.mode {
+            wit::StageMode::Upsert => plain::StageMode::Upsert,
+            wit::StageMode::CreateOnly => plain::StageMode::CreateOnly,
         };
-        crate::plan_stage(&input)
+        crate::stage::plan_ids(mode, &ids, existing)
             .into_iter()
-            .map(|planned| wit::PlannedSplit {
-                split_id: planned.split_id,
-                request_index: planned.request_index,
-                action: match planned.action {
+            .map(|decided| wit::PlannedSplit {
+                request_index: decided.request_index,
+                action: match decided.action {
                     plain::StageAction::Insert => wit::StageAction::Insert,
                     plain::StageAction::Overwrite => wit::StageAction::Overwrite,
                     plain::StageAction::Skip(state) => wit::StageAction::Skip(wit_state(state)),
@@ -56,54 +66,8 @@ impl Guest for DefaultPolicy {
             .collect()
     }
 
-    fn validate_publish(input: wit::PublishInput) -> Vec<wit::PublishViolation> {
-        let input = plain::PublishInput {
-            dataset_id: input.dataset_id,
-            staged_split_ids: input.staged_split_ids,
-            replaced_split_ids: input.replaced_split_ids,
-            checkpoint_delta: input.checkpoint_delta.map(|delta| plain::CheckpointDelta {
-                source: delta.source,
-                partitions: delta
-                    .partitions
-                    .into_iter()
-                    .map(|p| plain::PartitionDelta {
-                        partition: p.partition,
-                        from_position: p.from_position,
-                        to_position: p.to_position,
-                    })
-                    .collect(),
-            }),
-            publish_token: input.publish_token,
-            rows: input.rows.into_iter().map(existing_row).collect(),
-            checkpoint: input
-                .checkpoint
-                .into_iter()
-                .map(|p| plain::PartitionPosition {
-                    partition: p.partition,
-                    position: p.position,
-                })
-                .collect(),
-            current_publish_token: input.current_publish_token,
-        };
-        crate::validate_publish(&input)
-            .into_iter()
-            .map(|violation| wit::PublishViolation {
-                kind: match violation.kind {
-                    plain::ViolationKind::SplitMissing => wit::ViolationKind::SplitMissing,
-                    plain::ViolationKind::NotStaged => wit::ViolationKind::NotStaged,
-                    plain::ViolationKind::NotPublished => wit::ViolationKind::NotPublished,
-                    plain::ViolationKind::SplitInBoth => wit::ViolationKind::SplitInBoth,
-                    plain::ViolationKind::CheckpointMismatch => {
-                        wit::ViolationKind::CheckpointMismatch
-                    }
-                    plain::ViolationKind::StalePublishToken => {
-                        wit::ViolationKind::StalePublishToken
-                    }
-                },
-                subjects: violation.subjects,
-                message: violation.message,
-            })
-            .collect()
+    fn validate_publishes(inputs: Vec<wit::PublishInput>) -> Vec<Vec<wit::PublishViolation>> {
+        inputs.into_iter().map(validate_publish).collect()
     }
 
     fn decide_recovery(input: wit::RecoveryInput) -> Vec<wit::IntentDecision> {
@@ -189,6 +153,57 @@ impl Guest for DefaultPolicy {
             delete: plan.delete,
         }
     }
+}
+
+/// One publish's violations, for `validate-publishes`.
+fn validate_publish(input: wit::PublishInput) -> Vec<wit::PublishViolation> {
+    let input = plain::PublishInput {
+        dataset_id: input.dataset_id,
+        staged_split_ids: input.staged_split_ids,
+        replaced_split_ids: input.replaced_split_ids,
+        checkpoint_delta: input.checkpoint_delta.map(|delta| plain::CheckpointDelta {
+            source: delta.source,
+            partitions: delta
+                .partitions
+                .into_iter()
+                .map(|p| plain::PartitionDelta {
+                    partition: p.partition,
+                    from_position: p.from_position,
+                    to_position: p.to_position,
+                })
+                .collect(),
+        }),
+        publish_token: input.publish_token,
+        rows: input.rows.into_iter().map(existing_row).collect(),
+        checkpoint: input
+            .checkpoint
+            .into_iter()
+            .map(|p| plain::PartitionPosition {
+                partition: p.partition,
+                position: p.position,
+            })
+            .collect(),
+        current_publish_token: input.current_publish_token,
+    };
+    crate::validate_publish(&input)
+        .into_iter()
+        .map(|violation| wit::PublishViolation {
+            kind: match violation.kind {
+                plain::ViolationKind::SplitMissing => wit::ViolationKind::SplitMissing,
+                plain::ViolationKind::NotStaged => wit::ViolationKind::NotStaged,
+                plain::ViolationKind::NotPublished => wit::ViolationKind::NotPublished,
+                plain::ViolationKind::SplitInBoth => wit::ViolationKind::SplitInBoth,
+                plain::ViolationKind::CheckpointMismatch => {
+                    wit::ViolationKind::CheckpointMismatch
+                }
+                plain::ViolationKind::StalePublishToken => {
+                    wit::ViolationKind::StalePublishToken
+                }
+            },
+            subjects: violation.subjects,
+            message: violation.message,
+        })
+        .collect()
 }
 
 fn intent_observation(intent: wit::IntentObservation) -> plain::IntentObservation {

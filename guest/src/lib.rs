@@ -10,11 +10,12 @@
 //!   the host can compare the component against them (differential tests, benchmarks);
 //! - for `wasm32-wasip2`, as the policy component. There it is `no_std`: nothing from the
 //!   standard library's WASI layer is linked, so the component imports nothing at all.
-//!   `bindings`, which only converts types, is the only wasm-specific file; the contract's
-//!   generated bindings, the allocator and the panic handler are mend-policy-sdk's, as in every
-//!   Rust policy. Without the `component` feature the adapter is still built but nothing is
-//!   exported, so that another component can wrap the default policy's decisions and export its
-//!   own `describe()`.
+//!   `bindings` (the `adapter` feature), which only converts types, is the only wasm-specific
+//!   file; the contract's generated bindings, the allocator and the panic handler are
+//!   mend-policy-sdk's, as in every Rust policy. With `adapter` but without `component` the
+//!   adapter is built but nothing is exported, so that another component can wrap the default
+//!   policy's decisions and export its own `describe()`; without either, the crate is the
+//!   decisions alone.
 //!
 //! The data it decides on and the decisions it returns are the contract's (`mend-contract`,
 //! the types of `wit/policy.wit`), which the host and every other policy share.
@@ -29,7 +30,7 @@ pub mod reconcile;
 pub mod recovery;
 pub mod stage;
 
-#[cfg(target_arch = "wasm32")]
+#[cfg(all(target_arch = "wasm32", feature = "adapter"))]
 pub mod bindings;
 
 pub use gc::plan_gc;
@@ -57,6 +58,7 @@ pub fn describe() -> PolicyDescription {
             capability::STAGE_CREATE_ONLY,
             capability::PUBLISH_CHECKPOINT,
             capability::PUBLISH_TOKEN,
+            capability::STAGE_STANDARD_PLANS,
         ]
         .iter()
         .map(|name| (*name).into())

@@ -10,30 +10,57 @@
 //! would find it and skip), in upsert mode the last one does (each overwrites the one before).
 
 use alloc::format;
+use alloc::string::String;
 use alloc::vec::Vec;
 
 use mend_contract::{PlannedSplit, SplitState, StageAction, StageMode, StagePlanInput};
 
 /// One decision per distinct split id, sorted by id.
+pub fn plan_stage(input: &StagePlanInput) -> Vec<PlannedSplit> {
+    let ids: Vec<&str> = input.split_ids.iter().map(String::as_str).collect();
+    let existing = input
+        .existing
+        .iter()
+        .map(|row| (row.split_id.as_str(), row.state))
+        .collect();
+    plan_ids(input.mode, &ids, existing)
+        .into_iter()
+        .map(|decided| PlannedSplit {
+            split_id: decided.split_id.into(),
+            request_index: decided.request_index,
+            action: decided.action,
+        })
+        .collect()
+}
+
+/// One decision of [`plan_ids`], naming its id by reference: the component answers by
+/// index (ABI 1.4), so it never copies an id, and [`plan_stage`] copies each once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided<'a> {
+    pub split_id: &'a str,
+    pub request_index: u32,
+    pub action: StageAction,
+}
+
+/// [`plan_stage`] on borrowed ids: `ids` as the caller sent them, `existing` the rows read for
+/// them as (id, state), in any order.
 ///
 /// Two sorted lists walked side by side rather than maps: the request's entries ordered by
 /// id, and the existing rows ordered by id. Both sorts are stable (equal ids keep their order,
 /// which the folding of duplicates relies on) and take one pass over a list that is sorted
 /// already, as the rows a backend reads and most requests are; sorted maps took a dozen
 /// comparisons per id and an allocation per node whatever the input.
-pub fn plan_stage(input: &StagePlanInput) -> Vec<PlannedSplit> {
-    let ids = &input.split_ids;
-    let mut entries: Vec<(&str, u32)> = ids
+pub fn plan_ids<'a>(
+    mode: StageMode,
+    ids: &[&'a str],
+    mut existing: Vec<(&'a str, SplitState)>,
+) -> Vec<Decided<'a>> {
+    let mut entries: Vec<(&'a str, u32)> = ids
         .iter()
         .enumerate()
-        .map(|(index, id)| (id.as_str(), index as u32))
+        .map(|(index, id)| (*id, index as u32))
         .collect();
     entries.sort_by(|a, b| a.0.cmp(b.0));
-    let mut existing: Vec<(&str, SplitState)> = input
-        .existing
-        .iter()
-        .map(|row| (row.split_id.as_str(), row.state))
-        .collect();
     existing.sort_by(|a, b| a.0.cmp(b.0));
 
     let mut rows = existing.iter().peekable();
@@ -45,7 +72,7 @@ pub fn plan_stage(input: &StagePlanInput) -> Vec<PlannedSplit> {
         while end < entries.len() && entries[end].0 == split_id {
             end += 1;
         }
-        let request_index = match input.mode {
+        let request_index = match mode {
             StageMode::CreateOnly => entries[first].1,
             StageMode::Upsert => entries[end - 1].1,
         };
@@ -55,10 +82,10 @@ pub fn plan_stage(input: &StagePlanInput) -> Vec<PlannedSplit> {
         while let Some(row) = rows.next_if(|row| row.0 == split_id) {
             state = Some(row.1);
         }
-        plan.push(PlannedSplit {
-            split_id: split_id.into(),
+        plan.push(Decided {
+            split_id,
             request_index,
-            action: decide(input.mode, state),
+            action: decide(mode, state),
         });
         first = end;
     }
@@ -79,7 +106,6 @@ fn decide(mode: StageMode, existing: Option<SplitState>) -> StageAction {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use alloc::string::String;
     use mend_contract::ExistingRow;
 
     fn input(mode: StageMode, ids: &[&str], existing: &[(&str, SplitState)]) -> StagePlanInput {

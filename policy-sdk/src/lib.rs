@@ -85,7 +85,7 @@
 //!             .collect()
 //!     }
 //!
-//!     // plan_stage, validate_publish, decide_recovery and plan_gc the same way: each takes
+//!     // plan_stage, validate_publishes, decide_recovery and plan_gc the same way: each takes
 //!     // the whole batch of one call and returns all its decisions.
 //! }
 //!
@@ -93,8 +93,8 @@
 //! ```
 //!
 //! A policy written from scratch implements the six functions of `Guest` with the types of
-//! `wit`; `describe()` reports the ABI of the contract it is built against (`mend:policy@1.3.0`
-//! is ABI 1.3) and the semantics revision its decisions follow.
+//! `wit`; `describe()` reports the ABI of the contract it is built against (`mend:policy@1.4.0`
+//! is ABI 1.4) and the semantics revision its decisions follow.
 //!
 //! Build it with `cargo build --target wasm32-wasip2 --release` (mend's own components use the
 //! workspace's `guest` profile: optimised, `panic = "abort"`, stripped), and check it against
@@ -139,6 +139,10 @@ pub use bindings::{Guest, export};
 /// to report (`abi_major`, `abi_minor`) without writing the numbers by hand.
 #[cfg(feature = "bindings")]
 pub use mend_contract::{ABI_MAJOR, ABI_MINOR};
+/// Reads the split ids of a stage plan's input (`split-id-batch`, ABI 1.4) in place:
+/// `unpack(&input.split_ids.bytes, &input.split_ids.ends)`.
+#[cfg(feature = "bindings")]
+pub use mend_contract::{MalformedBatch, unpack};
 
 /// A panic stops the decision with a trap. There is nothing to unwind to and nowhere to print
 /// the message: the host reports the trap as a typed error for that one decision and keeps

@@ -7,7 +7,11 @@
 //! that is dropped after the call. Each `with_*` builds the view's lists of references and
 //! lends the view to `decide`.
 
+use std::collections::HashMap;
+
 use mend_contract as plain;
+
+use crate::error::PolicyError;
 
 wasmtime::component::bindgen!({
     world: "policy",
@@ -17,80 +21,222 @@ wasmtime::component::bindgen!({
 
 pub(crate) use mend::policy::types as wit;
 
+/// A stage plan's input as ABI 1.4 carries it: the ids packed in one buffer, each row by the
+/// index of its id's first entry. A row for an id the request does not name is not sent: no
+/// plan could name it.
 pub(crate) fn with_stage_plan_input<R>(
     dataset_id: &str,
     mode: plain::StageMode,
     split_ids: &[String],
     existing: &[plain::ExistingRow],
     decide: impl FnOnce(&wit::StagePlanInput<'_>) -> R,
-) -> R {
-    let split_ids = strs(split_ids);
-    let existing: Vec<_> = existing.iter().map(existing_row).collect();
-    decide(&wit::StagePlanInput {
-        dataset_id,
-        mode: match mode {
-            plain::StageMode::Upsert => wit::StageMode::Upsert,
-            plain::StageMode::CreateOnly => wit::StageMode::CreateOnly,
+) -> Result<R, PolicyError> {
+    let packed = plain::PackedSplitIds::pack(split_ids.iter().map(String::as_str)).map_err(
+        |plain::BatchTooLarge| PolicyError::Incompatible {
+            reason: "a stage request's ids exceed the 4 GiB a packed batch holds".into(),
         },
-        split_ids: &split_ids,
+    )?;
+    let existing: Vec<wit::ExistingAt> = if existing.is_empty() {
+        Vec::new()
+    } else {
+        let mut first_index: HashMap<&str, u32> = HashMap::with_capacity(split_ids.len());
+        for (index, id) in split_ids.iter().enumerate() {
+            first_index.entry(id.as_str()).or_insert(index as u32);
+        }
+        existing
+            .iter()
+            .filter_map(|row| {
+                first_index
+                    .get(row.split_id.as_str())
+                    .map(|&index| wit::ExistingAt {
+                        index,
+                        state: wit_split_state(row.state),
+                    })
+            })
+            .collect()
+    };
+    Ok(decide(&wit::StagePlanInput {
+        dataset_id,
+        mode: wit_stage_mode(mode),
+        split_ids: wit::SplitIdBatch {
+            bytes: &packed.bytes,
+            ends: &packed.ends,
+        },
         existing: &existing,
+    }))
+}
+
+/// A decision of ABI 1.4, which names its id by index, with the id it names; an index past
+/// the request's ids is the policy's error, never a plan.
+pub(crate) fn planned_split(
+    planned: wit::PlannedSplit,
+    split_ids: &[String],
+) -> Result<plain::PlannedSplit, PolicyError> {
+    let split_id = split_ids
+        .get(planned.request_index as usize)
+        .ok_or_else(|| PolicyError::Incompatible {
+            reason: format!(
+                "plan-stage answered request index {}, but the request has {} ids",
+                planned.request_index,
+                split_ids.len()
+            ),
+        })?;
+    Ok(plain::PlannedSplit {
+        split_id: split_id.clone(),
+        request_index: planned.request_index,
+        action: stage_action(planned.action),
     })
 }
 
-pub(crate) fn planned_split(planned: wit::PlannedSplit) -> plain::PlannedSplit {
-    plain::PlannedSplit {
-        split_id: planned.split_id,
-        request_index: planned.request_index,
-        action: match planned.action {
-            wit::StageAction::Insert => plain::StageAction::Insert,
-            wit::StageAction::Overwrite => plain::StageAction::Overwrite,
-            wit::StageAction::Skip(state) => plain::StageAction::Skip(split_state(state)),
-            wit::StageAction::Reject(reason) => plain::StageAction::Reject(reason),
-        },
+fn stage_action(action: wit::StageAction) -> plain::StageAction {
+    match action {
+        wit::StageAction::Insert => plain::StageAction::Insert,
+        wit::StageAction::Overwrite => plain::StageAction::Overwrite,
+        wit::StageAction::Skip(state) => plain::StageAction::Skip(split_state(state)),
+        wit::StageAction::Reject(reason) => plain::StageAction::Reject(reason),
     }
 }
 
-pub(crate) fn with_publish_input<R>(
-    input: &plain::PublishInput,
-    decide: impl FnOnce(&wit::PublishInput<'_>) -> R,
-) -> R {
-    let staged = strs(&input.staged_split_ids);
-    let replaced = strs(&input.replaced_split_ids);
-    let delta_partitions: Vec<_> = input
-        .checkpoint_delta
-        .iter()
-        .flat_map(|delta| &delta.partitions)
-        .map(|p| wit::PartitionDelta {
-            partition: &p.partition,
-            from_position: p.from_position,
-            to_position: p.to_position,
+fn wit_stage_mode(mode: plain::StageMode) -> wit::StageMode {
+    match mode {
+        plain::StageMode::Upsert => wit::StageMode::Upsert,
+        plain::StageMode::CreateOnly => wit::StageMode::CreateOnly,
+    }
+}
+
+/// The stage plan of ABI 1.3, which a 1.4 host still asks a 1.3 policy in: the ids as a list
+/// of strings, the rows and decisions naming theirs. Every other function of 1.3 has the
+/// types it has in 1.4, so only these two are declared here, by hand, as 1.3 declared them.
+pub(crate) mod v1_3 {
+    use wasmtime::component::{ComponentType, Lift, Lower};
+
+    use super::{plain, stage_action, strs, wit, wit_stage_mode};
+
+    #[derive(ComponentType, Lower)]
+    #[component(record)]
+    pub(crate) struct StagePlanInput<'a> {
+        #[component(name = "dataset-id")]
+        dataset_id: &'a str,
+        mode: wit::StageMode,
+        #[component(name = "split-ids")]
+        split_ids: &'a [&'a str],
+        existing: &'a [wit::ExistingRow<'a>],
+    }
+
+    #[derive(ComponentType, Lift)]
+    #[component(record)]
+    pub(crate) struct PlannedSplit {
+        #[component(name = "split-id")]
+        pub(crate) split_id: String,
+        #[component(name = "request-index")]
+        request_index: u32,
+        pub(crate) action: wit::StageAction,
+    }
+
+    pub(crate) fn with_stage_plan_input<R>(
+        dataset_id: &str,
+        mode: plain::StageMode,
+        split_ids: &[String],
+        existing: &[plain::ExistingRow],
+        decide: impl FnOnce(&StagePlanInput<'_>) -> R,
+    ) -> R {
+        let split_ids = strs(split_ids);
+        let existing: Vec<_> = existing.iter().map(super::existing_row).collect();
+        decide(&StagePlanInput {
+            dataset_id,
+            mode: wit_stage_mode(mode),
+            split_ids: &split_ids,
+            existing: &existing,
         })
-        .collect();
-    let rows: Vec<_> = input.rows.iter().map(existing_row).collect();
-    let checkpoint: Vec<_> = input
-        .checkpoint
-        .iter()
-        .map(|p| wit::PartitionPosition {
-            partition: &p.partition,
-            position: p.position,
-        })
-        .collect();
-    decide(&wit::PublishInput {
+    }
+
+    pub(crate) fn planned_split(planned: PlannedSplit) -> plain::PlannedSplit {
+        plain::PlannedSplit {
+            split_id: planned.split_id,
+            request_index: planned.request_index,
+            action: stage_action(planned.action),
+        }
+    }
+}
+
+/// The owned parts of one publish input that its borrowed view points into.
+struct PublishParts<'a> {
+    staged: Vec<&'a str>,
+    replaced: Vec<&'a str>,
+    delta_partitions: Vec<wit::PartitionDelta<'a>>,
+    rows: Vec<wit::ExistingRow<'a>>,
+    checkpoint: Vec<wit::PartitionPosition<'a>>,
+}
+
+fn publish_parts(input: &plain::PublishInput) -> PublishParts<'_> {
+    PublishParts {
+        staged: strs(&input.staged_split_ids),
+        replaced: strs(&input.replaced_split_ids),
+        delta_partitions: input
+            .checkpoint_delta
+            .iter()
+            .flat_map(|delta| &delta.partitions)
+            .map(|p| wit::PartitionDelta {
+                partition: &p.partition,
+                from_position: p.from_position,
+                to_position: p.to_position,
+            })
+            .collect(),
+        rows: input.rows.iter().map(existing_row).collect(),
+        checkpoint: input
+            .checkpoint
+            .iter()
+            .map(|p| wit::PartitionPosition {
+                partition: &p.partition,
+                position: p.position,
+            })
+            .collect(),
+    }
+}
+
+fn publish_view<'a>(
+    input: &'a plain::PublishInput,
+    parts: &'a PublishParts<'a>,
+) -> wit::PublishInput<'a> {
+    wit::PublishInput {
         dataset_id: &input.dataset_id,
-        staged_split_ids: &staged,
-        replaced_split_ids: &replaced,
+        staged_split_ids: &parts.staged,
+        replaced_split_ids: &parts.replaced,
         checkpoint_delta: input
             .checkpoint_delta
             .as_ref()
             .map(|delta| wit::CheckpointDelta {
                 source: &delta.source,
-                partitions: &delta_partitions,
+                partitions: &parts.delta_partitions,
             }),
         publish_token: input.publish_token.as_deref(),
-        rows: &rows,
-        checkpoint: &checkpoint,
+        rows: &parts.rows,
+        checkpoint: &parts.checkpoint,
         current_publish_token: input.current_publish_token.as_deref(),
-    })
+    }
+}
+
+/// One publish input, for `validate-publish` (ABI 1.3).
+pub(crate) fn with_publish_input<R>(
+    input: &plain::PublishInput,
+    decide: impl FnOnce(&wit::PublishInput<'_>) -> R,
+) -> R {
+    let parts = publish_parts(input);
+    decide(&publish_view(input, &parts))
+}
+
+/// A batch of publish inputs, for `validate-publishes` (ABI 1.4).
+pub(crate) fn with_publish_inputs<R>(
+    inputs: &[plain::PublishInput],
+    decide: impl FnOnce(&[wit::PublishInput<'_>]) -> R,
+) -> R {
+    let parts: Vec<PublishParts<'_>> = inputs.iter().map(publish_parts).collect();
+    let views: Vec<wit::PublishInput<'_>> = inputs
+        .iter()
+        .zip(&parts)
+        .map(|(input, parts)| publish_view(input, parts))
+        .collect();
+    decide(&views)
 }
 
 pub(crate) fn publish_violation(violation: wit::PublishViolation) -> plain::PublishViolation {

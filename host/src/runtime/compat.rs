@@ -10,8 +10,9 @@
 //! component was actually built against, then with the host's ABI and semantics revisions.
 //!
 //! What a host implements is a [`HostAbi`], so that tests can play older and newer hosts;
-//! [`HostAbi::current`] is this one. Running a component is still the job of the bindings
-//! this crate was compiled with, which are for [`CONTRACT_TYPES_IMPORT`] only.
+//! [`HostAbi::current`] is this one. Running a component is still the job of the calls this
+//! crate was compiled with, which are those of [`RUNNABLE_CONTRACT_IMPORTS`]: this contract
+//! and 1.3, whose stage plan and publish validation a 1.4 host still knows how to ask.
 
 use std::fmt;
 
@@ -24,15 +25,24 @@ use crate::error::PolicyError;
 
 /// The contract's interface of data types, at the version this host's bindings are built from
 /// (`wit/policy.wit`).
-pub const CONTRACT_TYPES_IMPORT: &str = "mend:policy/types@1.3.0";
+pub const CONTRACT_TYPES_IMPORT: &str = "mend:policy/types@1.4.0";
+
+/// The same interface at 1.3, the older contract this host still runs components of: 1.4
+/// changed only how a stage plan and a publish's validation are asked (`bindings::v1_3`).
+/// 1.2 and older lack `plan-gc` and are refused, told to rebuild.
+pub const CONTRACT_1_3_TYPES_IMPORT: &str = "mend:policy/types@1.3.0";
+
+/// The contracts this build of mend can run components of, newest first.
+pub const RUNNABLE_CONTRACT_IMPORTS: &[&str] = &[CONTRACT_TYPES_IMPORT, CONTRACT_1_3_TYPES_IMPORT];
 
 /// The interfaces a policy component may import. Listing one here grants every policy that
 /// authority, so each entry needs a reason.
 ///
-/// - `mend:policy/types`: the contract's own data types. A world that `use`s an interface's
-///   types imports that interface, but it carries types only; the import check refuses it if
-///   a component declares a function in it. It grants nothing.
-pub const ALLOWED_IMPORTS: &[&str] = &[CONTRACT_TYPES_IMPORT];
+/// - `mend:policy/types`, at each version this host runs: the contract's own data types. A
+///   world that `use`s an interface's types imports that interface, but it carries types
+///   only; the import check refuses it if a component declares a function in it. It grants
+///   nothing.
+pub const ALLOWED_IMPORTS: &[&str] = RUNNABLE_CONTRACT_IMPORTS;
 
 /// The ABI this host implements (the `mend:policy` WIT package version).
 pub const HOST_ABI_MAJOR: u32 = mend_contract::ABI_MAJOR;
@@ -55,9 +65,10 @@ pub struct HostAbi {
     pub abi_minor: u32,
     /// The semantics revisions the host can run.
     pub known_semantics_revisions: Vec<u32>,
-    /// The contract types interface a component must import, with its version
-    /// (`mend:policy/types@1.3.0`): the contract the host's bindings link against.
-    pub contract_import: String,
+    /// The contract types interfaces a component may import, one per contract version the
+    /// host runs components of, newest first (`mend:policy/types@1.4.0`, ...): a component
+    /// must import exactly one of them.
+    pub contract_imports: Vec<String>,
 }
 
 impl HostAbi {
@@ -67,16 +78,33 @@ impl HostAbi {
             abi_major: HOST_ABI_MAJOR,
             abi_minor: HOST_ABI_MINOR,
             known_semantics_revisions: KNOWN_SEMANTICS_REVISIONS.to_vec(),
-            contract_import: CONTRACT_TYPES_IMPORT.to_string(),
+            contract_imports: RUNNABLE_CONTRACT_IMPORTS
+                .iter()
+                .map(|import| import.to_string())
+                .collect(),
         }
     }
 
-    /// The version of the contract the host runs components of: `1.3.0`.
-    fn contract(&self) -> ContractVersion {
-        contract_version(&self.contract_import).unwrap_or_else(|| ContractVersion {
-            text: self.contract_import.clone(),
-            number: None,
-        })
+    /// The versions of the contract the host runs components of, newest first.
+    fn contracts(&self) -> Vec<ContractVersion> {
+        self.contract_imports
+            .iter()
+            .map(|import| {
+                contract_version(import).unwrap_or_else(|| ContractVersion {
+                    text: import.clone(),
+                    number: None,
+                })
+            })
+            .collect()
+    }
+
+    /// What components the host runs, as a refusal says it: `1.4 and 1.3`.
+    fn runs(&self) -> String {
+        let abis: Vec<String> = self.contracts().iter().map(ContractVersion::abi).collect();
+        match abis.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+            _ => abis.join(""),
+        }
     }
 }
 
@@ -94,7 +122,25 @@ pub(crate) struct ContractVersion {
     number: Option<(u32, u32, u32)>,
 }
 
+/// How a loaded component is asked: the calls of the contract it is built against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Calls {
+    /// ABI 1.4: packed stage plans, answered by index; publishes validated a batch at a time.
+    V1_4,
+    /// ABI 1.3: ids as strings; one `validate-publish` per publish.
+    V1_3,
+}
+
 impl ContractVersion {
+    /// The calls this build asks a component built against this version with, if it can.
+    pub(crate) fn calls(&self) -> Option<Calls> {
+        match self.number {
+            Some((1, 4, 0)) => Some(Calls::V1_4),
+            Some((1, 3, 0)) => Some(Calls::V1_3),
+            _ => None,
+        }
+    }
+
     /// `major.minor`: how hosts and `describe()` speak of an ABI.
     fn abi(&self) -> String {
         match self.number {
@@ -126,29 +172,40 @@ fn contract_version(import: &str) -> Option<ContractVersion> {
     Some(ContractVersion { text, number })
 }
 
-/// Refuses, before anything is instantiated, a component built against another version of
-/// the contract than `host`'s, then one that imports anything outside the host's contract
-/// types, or any function at all: the linker provides none, and a policy has no authority to
-/// ask for. Returns the contract version the component is built against.
+/// Refuses, before anything is instantiated, a component built against a version of the
+/// contract that `host` does not run (or against two at once), then one that imports anything
+/// outside the host's contract types, or any function at all: the linker provides none, and a
+/// policy has no authority to ask for. Returns the contract version the component is built
+/// against, with the calls that ask it.
 pub(crate) fn check_imports(
     engine: &Engine,
     component: &Component,
     host: &HostAbi,
-) -> Result<ContractVersion, PolicyError> {
+) -> Result<(ContractVersion, Calls), PolicyError> {
     let component_type = component.component_type();
     let imports: Vec<(&str, ComponentItem)> = component_type
         .imports(engine)
         .map(|(name, item)| (name, item.ty))
         .collect();
-    let host_contract = host.contract();
+    let host_contracts = host.contracts();
 
     // The version first: every other refusal of a component built against another contract
     // would only be a symptom of it.
-    let mut built_against = None;
+    let mut built_against: Option<ContractVersion> = None;
     for (import, _) in &imports {
         if let Some(version) = contract_version(import) {
-            if version != host_contract {
-                return Err(contract_mismatch(&version, &host_contract));
+            if !host_contracts.contains(&version) {
+                return Err(contract_mismatch(&version, host));
+            }
+            if let Some(other) = built_against.as_ref().filter(|other| **other != version) {
+                return Err(PolicyError::Incompatible {
+                    reason: format!(
+                        "the component is built against both {other} and {version}: its \
+                         exports cannot be of both; build it against one (a policy crate \
+                         linking the current contract's bindings beside older ones of its \
+                         own does this)"
+                    ),
+                });
             }
             built_against = Some(version);
         }
@@ -165,7 +222,7 @@ pub(crate) fn check_imports(
                 ComponentItem::Type(_) => true,
                 _ => false,
             };
-            *import != host.contract_import || !types_only
+            !host.contract_imports.iter().any(|allowed| allowed == import) || !types_only
         })
         .map(|(import, _)| import.to_string())
         .collect();
@@ -178,30 +235,28 @@ pub(crate) fn check_imports(
             "the component imports no {CONTRACT_PACKAGE} types, so it was not built against \
              this contract; this host runs {} components: build the policy against wit/ of \
              this mend",
-            host_contract.abi()
+            host.runs()
         ),
     })?;
 
-    // A host played by a test may accept components this build cannot instantiate: the
-    // bindings below are generated from one contract. Say so rather than fail on a type error.
-    if host.contract_import != CONTRACT_TYPES_IMPORT {
-        return Err(PolicyError::Incompatible {
-            reason: format!(
-                "the component is built against {built_against}, which this host accepts, but \
-                 this build of mend has the bindings of {CONTRACT_PACKAGE}@{} only and cannot \
-                 run it",
-                HostAbi::current().contract().text
-            ),
-        });
-    }
-    Ok(built_against)
+    // A host played by a test may accept components this build cannot ask: its calls are
+    // those of the contracts it was built with. Say so rather than fail on a type error.
+    let calls = built_against.calls().ok_or_else(|| PolicyError::Incompatible {
+        reason: format!(
+            "the component is built against {built_against}, which this host accepts, but \
+             this build of mend runs {} components only and cannot run it",
+            HostAbi::current().runs()
+        ),
+    })?;
+    Ok((built_against, calls))
 }
 
-/// The refusal of a component built against another contract version, saying which way to
-/// move: rebuild an older policy, upgrade mend for a newer one.
-fn contract_mismatch(component: &ContractVersion, host: &ContractVersion) -> PolicyError {
+/// The refusal of a component built against a contract version `host` does not run, saying
+/// which way to move: rebuild an older policy, upgrade mend for a newer one.
+fn contract_mismatch(component: &ContractVersion, host: &HostAbi) -> PolicyError {
+    let newest = host.contracts().iter().filter_map(|c| c.number).max();
     let newer_than_host = matches!(
-        (component.number, host.number),
+        (component.number, newest),
         (Some(theirs), Some(ours)) if theirs > ours
     );
     let what_to_do = if newer_than_host {
@@ -212,7 +267,7 @@ fn contract_mismatch(component: &ContractVersion, host: &ContractVersion) -> Pol
     PolicyError::Incompatible {
         reason: format!(
             "built against {component}; this host runs {} components: {what_to_do}",
-            host.abi()
+            host.runs()
         ),
     }
 }
@@ -290,9 +345,15 @@ mod tests {
             CONTRACT_TYPES_IMPORT,
             format!("mend:policy/types@{HOST_ABI_MAJOR}.{HOST_ABI_MINOR}.0")
         );
-        let current = HostAbi::current().contract();
-        assert_eq!(current.number, Some((HOST_ABI_MAJOR, HOST_ABI_MINOR, 0)));
-        assert_eq!(current.to_string(), "mend:policy@1.3.0");
+        let contracts = HostAbi::current().contracts();
+        assert_eq!(contracts[0].number, Some((HOST_ABI_MAJOR, HOST_ABI_MINOR, 0)));
+        assert_eq!(contracts[0].to_string(), "mend:policy@1.4.0");
+        assert_eq!(contracts[0].calls(), Some(Calls::V1_4));
+        // 1.3 is still run; the calls of nothing older are kept.
+        assert_eq!(contracts[1].to_string(), "mend:policy@1.3.0");
+        assert_eq!(contracts[1].calls(), Some(Calls::V1_3));
+        assert_eq!(contracts.len(), 2);
+        assert_eq!(HostAbi::current().runs(), "1.4 and 1.3");
     }
 
     #[test]
@@ -312,7 +373,7 @@ mod tests {
 
     #[test]
     fn a_mismatched_contract_says_which_way_to_move() {
-        let host = HostAbi::current().contract();
+        let host = HostAbi::current();
         for older in ["1.1.0", "1.2.0"] {
             let refused = reason(contract_mismatch(
                 &contract_version(&format!("mend:policy/types@{older}")).unwrap(),
@@ -321,45 +382,48 @@ mod tests {
             assert_eq!(
                 refused,
                 format!(
-                    "built against mend:policy@{older}; this host runs 1.3 components: rebuild the policy against wit/ of this mend"
+                    "built against mend:policy@{older}; this host runs 1.4 and 1.3 components: rebuild the policy against wit/ of this mend"
                 )
             );
         }
         let newer = reason(contract_mismatch(
-            &contract_version("mend:policy/types@1.4.0").unwrap(),
+            &contract_version("mend:policy/types@1.5.0").unwrap(),
             &host,
         ));
-        assert!(newer.contains("mend:policy@1.4.0") && newer.contains("upgrade mend"));
+        assert!(newer.contains("mend:policy@1.5.0") && newer.contains("upgrade mend"));
     }
 
     #[test]
     fn each_description_refusal_names_its_reason() {
         let host = HostAbi::current();
-        let built = host.contract();
-        assert!(check_description(&description(3, 1), &built, &host).is_ok());
+        let built = host.contracts()[0].clone();
+        assert!(check_description(&description(4, 1), &built, &host).is_ok());
+        // A 1.3 component claiming 1.3 runs on this 1.4 host.
+        let built_1_3 = host.contracts()[1].clone();
+        assert!(check_description(&description(3, 1), &built_1_3, &host).is_ok());
 
         let liar = reason(check_description(&description(1, 1), &built, &host).unwrap_err());
         assert!(
             liar.contains(
-                "describe() claims ABI 1.1 but the component is built against mend:policy@1.3.0"
+                "describe() claims ABI 1.1 but the component is built against mend:policy@1.4.0"
             ),
             "{liar}"
         );
 
         let older_host = HostAbi {
-            abi_minor: 2,
+            abi_minor: 3,
             ..HostAbi::current()
         };
-        let newer = reason(check_description(&description(3, 1), &built, &older_host).unwrap_err());
-        assert!(newer.contains("newer than this host's 1.2"), "{newer}");
+        let newer = reason(check_description(&description(4, 1), &built, &older_host).unwrap_err());
+        assert!(newer.contains("newer than this host's 1.3"), "{newer}");
 
-        let semantics = reason(check_description(&description(3, 2), &built, &host).unwrap_err());
+        let semantics = reason(check_description(&description(4, 2), &built, &host).unwrap_err());
         assert!(semantics.contains("semantics revision 2"), "{semantics}");
 
         let knowing = HostAbi {
             known_semantics_revisions: vec![1, 2],
             ..HostAbi::current()
         };
-        assert!(check_description(&description(3, 2), &built, &knowing).is_ok());
+        assert!(check_description(&description(4, 2), &built, &knowing).is_ok());
     }
 }

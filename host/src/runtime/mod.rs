@@ -1,9 +1,11 @@
 //! The policy runtime: loads a policy component once and calls it, one sandbox per decision.
 //!
 //! Loading checks, in order, that the bytes compile as a component, that the component is
-//! built against this host's contract and imports nothing outside [`ALLOWED_IMPORTS`] (the
-//! contract's types: a policy gets no WASI at all), and that `describe()` agrees with that
-//! contract and reports an ABI and semantics revision this host implements (`compat`). A call
+//! built against a contract this host runs (1.4, or 1.3, which it asks the 1.3 way) and
+//! imports nothing outside [`ALLOWED_IMPORTS`] (the contract's types: a policy gets no WASI at
+//! all), that every export it must have has the type of that contract, and that `describe()`
+//! agrees with that contract and reports an ABI and semantics revision this host implements
+//! (`compat`). A call
 //! instantiates the pre-linked component in a fresh store with a memory limit and an epoch
 //! deadline; a trap, an exhausted limit or an oversized answer becomes a [`PolicyError`] for
 //! that call alone, and the runtime keeps serving.
@@ -36,20 +38,24 @@ use mend_contract::{
     PublishViolation, ReconcileDecision, ReconcileInput, RecoveryInput, StageMode, StagePlanInput,
 };
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, ComponentExportIndex, ComponentType, Lift, Linker, Lower};
+use wasmtime::component::{
+    Component, ComponentExportIndex, ComponentNamedList, ComponentType, Instance, InstancePre,
+    Lift, Linker, Lower,
+};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
 
 use crate::error::PolicyError;
 
 pub use active::{ActivePolicy, Swapped};
 pub use compat::{
-    ALLOWED_IMPORTS, CONTRACT_TYPES_IMPORT, HOST_ABI_MAJOR, HOST_ABI_MINOR, HostAbi,
-    KNOWN_SEMANTICS_REVISIONS,
+    ALLOWED_IMPORTS, CONTRACT_1_3_TYPES_IMPORT, CONTRACT_TYPES_IMPORT, HOST_ABI_MAJOR,
+    HOST_ABI_MINOR, HostAbi, KNOWN_SEMANTICS_REVISIONS, RUNNABLE_CONTRACT_IMPORTS,
 };
 pub use sandbox::{CONCURRENT_DECISIONS, PolicyLimits};
 pub use shape::ComponentShape;
 
-use self::bindings::{Policy, PolicyPre, wit};
+use self::bindings::{v1_3, wit};
+use self::compat::Calls;
 use self::sandbox::{SandboxState, Sandboxes};
 
 /// The default policy component, built from `guest/` by the build script.
@@ -83,7 +89,9 @@ pub struct PolicyRuntime {
 
 struct Loaded {
     engine: Engine,
-    pre: PolicyPre<SandboxState>,
+    pre: InstancePre<SandboxState>,
+    /// How it is asked: the calls of the contract it is built against.
+    calls: Calls,
     exports: Exports,
     digest: String,
     description: PolicyDescription,
@@ -135,23 +143,20 @@ impl PolicyRuntime {
         let digest = digest_of(bytes);
         let component = compiled(engine, &digest, bytes, options.cache_dir.as_deref())?;
 
-        let built_against = compat::check_imports(engine, &component, &options.host)?;
+        let (built_against, calls) = compat::check_imports(engine, &component, &options.host)?;
 
         let linker = Linker::<SandboxState>::new(engine);
-        let instance_pre =
-            linker
-                .instantiate_pre(&component)
-                .map_err(|error| PolicyError::Incompatible {
-                    reason: format!("{error:#}"),
-                })?;
-        let pre = PolicyPre::new(instance_pre).map_err(|error| PolicyError::Incompatible {
-            reason: format!("the component does not export the mend:policy world: {error:#}"),
-        })?;
+        let pre = linker
+            .instantiate_pre(&component)
+            .map_err(|error| PolicyError::Incompatible {
+                reason: format!("{error:#}"),
+            })?;
 
-        let exports = Exports::of(&component)?;
+        let exports = Exports::of(&component, calls)?;
         let mut runtime = Loaded {
             engine: engine.clone(),
             pre,
+            calls,
             exports,
             digest,
             description: PolicyDescription {
@@ -165,9 +170,7 @@ impl PolicyRuntime {
             shape,
             limits,
         };
-        let description = runtime.call("describe", |policy, store| {
-            policy.call_describe(store).map(bindings::description)
-        })?;
+        let description = runtime.describe_checking_exports()?;
         compat::check_description(&description, &built_against, &options.host)?;
         runtime.description = description;
         Ok(Self {
@@ -214,23 +217,53 @@ impl PolicyRuntime {
         split_ids: &[String],
         existing: &[ExistingRow],
     ) -> Result<Vec<PlannedSplit>, PolicyError> {
-        let planned: Vec<wit::PlannedSplit> =
-            bindings::with_stage_plan_input(dataset_id, mode, split_ids, existing, |wit_input| {
-                self.inner
-                    .call_export("plan-stage", &self.inner.exports.plan_stage, wit_input)
-            })?;
-        let size = planned
-            .iter()
-            .map(|p| {
-                16 + p.split_id.len()
-                    + match &p.action {
-                        wit::StageAction::Reject(why) => why.len(),
-                        _ => 0,
-                    }
-            })
-            .sum();
-        sandbox::check_output_size("plan-stage", size, &self.inner.limits)?;
-        Ok(planned.into_iter().map(bindings::planned_split).collect())
+        let export = &self.inner.exports.plan_stage;
+        match self.inner.calls {
+            Calls::V1_4 => {
+                let planned: Vec<wit::PlannedSplit> = bindings::with_stage_plan_input(
+                    dataset_id,
+                    mode,
+                    split_ids,
+                    existing,
+                    |wit_input| self.inner.call_export("plan-stage", export, (wit_input,)),
+                )??;
+                let size = planned
+                    .iter()
+                    .map(|p| {
+                        16 + match &p.action {
+                            wit::StageAction::Reject(why) => why.len(),
+                            _ => 0,
+                        }
+                    })
+                    .sum();
+                sandbox::check_output_size("plan-stage", size, &self.inner.limits)?;
+                planned
+                    .into_iter()
+                    .map(|planned| bindings::planned_split(planned, split_ids))
+                    .collect()
+            }
+            Calls::V1_3 => {
+                let planned: Vec<v1_3::PlannedSplit> = v1_3::with_stage_plan_input(
+                    dataset_id,
+                    mode,
+                    split_ids,
+                    existing,
+                    |wit_input| self.inner.call_export("plan-stage", export, (wit_input,)),
+                )?;
+                let size = planned
+                    .iter()
+                    .map(|p| {
+                        16 + p.split_id.len()
+                            + match &p.action {
+                                wit::StageAction::Reject(why) => why.len(),
+                                _ => 0,
+                            }
+                    })
+                    .sum();
+                sandbox::check_output_size("plan-stage", size, &self.inner.limits)?;
+                Ok(planned.into_iter().map(v1_3::planned_split).collect())
+            }
+        }
     }
 
     /// Every reason the publish must not happen; empty allows it.
@@ -238,22 +271,60 @@ impl PolicyRuntime {
         &self,
         input: &PublishInput,
     ) -> Result<Vec<PublishViolation>, PolicyError> {
-        let violations: Vec<wit::PublishViolation> =
-            bindings::with_publish_input(input, |wit_input| {
-                self.inner.call_export(
-                    "validate-publish",
-                    &self.inner.exports.validate_publish,
-                    wit_input,
-                )
-            })?;
-        let size = violations
+        let mut answers = self.validate_publishes(std::slice::from_ref(input))?;
+        Ok(answers.pop().unwrap_or_default())
+    }
+
+    /// For each publish of `inputs`, in order, every reason it must not happen: one call into
+    /// the policy for the whole batch (ABI 1.4), or one per publish for a 1.3 policy. A policy
+    /// answering another number of verdicts than it was asked for is refused as a whole.
+    pub fn validate_publishes(
+        &self,
+        inputs: &[PublishInput],
+    ) -> Result<Vec<Vec<PublishViolation>>, PolicyError> {
+        if inputs.is_empty() {
+            return Ok(Vec::new());
+        }
+        const FUNCTION: &str = "validate-publishes";
+        let export = &self.inner.exports.validate;
+        let answers: Vec<Vec<wit::PublishViolation>> = match self.inner.calls {
+            Calls::V1_4 => bindings::with_publish_inputs(inputs, |wit_inputs| {
+                self.inner.call_export(FUNCTION, export, (wit_inputs,))
+            })?,
+            Calls::V1_3 => inputs
+                .iter()
+                .map(|input| {
+                    bindings::with_publish_input(input, |wit_input| {
+                        self.inner
+                            .call_export("validate-publish", export, (wit_input,))
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        let size = answers
             .iter()
+            .flatten()
             .map(|v| 16 + v.message.len() + v.subjects.iter().map(String::len).sum::<usize>())
-            .sum();
-        sandbox::check_output_size("validate-publish", size, &self.inner.limits)?;
-        Ok(violations
+            .sum::<usize>()
+            + 8 * answers.len();
+        sandbox::check_output_size(FUNCTION, size, &self.inner.limits)?;
+        if answers.len() != inputs.len() {
+            return Err(PolicyError::Incompatible {
+                reason: format!(
+                    "{FUNCTION} answered {} verdicts for {} publishes",
+                    answers.len(),
+                    inputs.len()
+                ),
+            });
+        }
+        Ok(answers
             .into_iter()
-            .map(bindings::publish_violation)
+            .map(|violations| {
+                violations
+                    .into_iter()
+                    .map(bindings::publish_violation)
+                    .collect()
+            })
             .collect())
     }
 }
@@ -269,7 +340,7 @@ impl PolicyRuntime {
                 self.inner.call_export(
                     "decide-recovery",
                     &self.inner.exports.decide_recovery,
-                    wit_input,
+                    (wit_input,),
                 )
             })?;
         let size = decisions
@@ -306,7 +377,7 @@ impl PolicyRuntime {
                 self.inner.call_export(
                     "plan-reconcile",
                     &self.inner.exports.plan_reconcile,
-                    wit_input,
+                    (wit_input,),
                 )
             })?;
         let size = decisions
@@ -332,7 +403,7 @@ impl PolicyRuntime {
     pub fn plan_gc(&self, input: &GcInput) -> Result<GcPlan, PolicyError> {
         let plan: wit::GcPlan = bindings::with_gc_input(input, |wit_input| {
             self.inner
-                .call_export("plan-gc", &self.inner.exports.plan_gc, wit_input)
+                .call_export("plan-gc", &self.inner.exports.plan_gc, (wit_input,))
         })?;
         let size = plan
             .mark
@@ -347,15 +418,17 @@ impl PolicyRuntime {
 
 /// Where each decision function is among the component's exports, found once at load.
 struct Exports {
+    describe: ComponentExportIndex,
     plan_stage: ComponentExportIndex,
-    validate_publish: ComponentExportIndex,
+    /// `validate-publishes` (ABI 1.4) or `validate-publish` (1.3).
+    validate: ComponentExportIndex,
     decide_recovery: ComponentExportIndex,
     plan_reconcile: ComponentExportIndex,
     plan_gc: ComponentExportIndex,
 }
 
 impl Exports {
-    fn of(component: &Component) -> Result<Self, PolicyError> {
+    fn of(component: &Component, calls: Calls) -> Result<Self, PolicyError> {
         let index = |name: &str| {
             component
                 .get_export_index(None, name)
@@ -364,52 +437,109 @@ impl Exports {
                 })
         };
         Ok(Self {
+            describe: index("describe")?,
             plan_stage: index("plan-stage")?,
-            validate_publish: index("validate-publish")?,
+            validate: index(match calls {
+                Calls::V1_4 => "validate-publishes",
+                Calls::V1_3 => "validate-publish",
+            })?,
             decide_recovery: index("decide-recovery")?,
             plan_reconcile: index("plan-reconcile")?,
             plan_gc: index("plan-gc")?,
         })
     }
+
+    /// Whether every export has the type the calls of `calls` give it: the type of each is
+    /// checked here, once, so that a call checks only its own function.
+    fn check_types(
+        &self,
+        instance: &Instance,
+        store: &mut Store<SandboxState>,
+        calls: Calls,
+    ) -> wasmtime::Result<()> {
+        instance.get_typed_func::<(), (wit::PolicyDescription,)>(&mut *store, &self.describe)?;
+        match calls {
+            Calls::V1_4 => {
+                instance.get_typed_func::<
+                    (&wit::StagePlanInput<'static>,),
+                    (Vec<wit::PlannedSplit>,),
+                >(&mut *store, &self.plan_stage)?;
+                instance.get_typed_func::<
+                    (&[wit::PublishInput<'static>],),
+                    (Vec<Vec<wit::PublishViolation>>,),
+                >(&mut *store, &self.validate)?;
+            }
+            Calls::V1_3 => {
+                instance.get_typed_func::<
+                    (&v1_3::StagePlanInput<'static>,),
+                    (Vec<v1_3::PlannedSplit>,),
+                >(&mut *store, &self.plan_stage)?;
+                instance.get_typed_func::<
+                    (&wit::PublishInput<'static>,),
+                    (Vec<wit::PublishViolation>,),
+                >(&mut *store, &self.validate)?;
+            }
+        }
+        instance.get_typed_func::<(&wit::RecoveryInput<'static>,), (Vec<wit::IntentDecision>,)>(
+            &mut *store,
+            &self.decide_recovery,
+        )?;
+        instance.get_typed_func::<
+            (&wit::ReconcileInput<'static>,),
+            (Vec<wit::ReconcileDecision>,),
+        >(&mut *store, &self.plan_reconcile)?;
+        instance.get_typed_func::<(&wit::GcInput<'static>,), (wit::GcPlan,)>(
+            &mut *store,
+            &self.plan_gc,
+        )?;
+        Ok(())
+    }
 }
 
 impl Loaded {
     /// Instantiates the component in a fresh sandbox and calls the one function at `export`
-    /// with `input`. Only that function's type is checked against the contract here: the
-    /// generated `Policy` would check every export on every instantiation (about a tenth of a
-    /// small decision), and all of them were checked once already, when the policy was loaded
-    /// (`describe` goes through it).
-    fn call_export<I, O>(
+    /// with `params`. Only that function's type is checked against the contract here: every
+    /// export's type was checked once, when the policy was loaded
+    /// ([`Loaded::describe_checking_exports`]).
+    fn call_export<P, O>(
         &self,
         function: &'static str,
         export: &ComponentExportIndex,
-        input: &I,
+        params: P,
     ) -> Result<O, PolicyError>
     where
-        I: ComponentType + Lower + Sync,
+        P: ComponentNamedList + Lower + Send + Sync,
         O: ComponentType + Lift + Send + Sync + 'static,
     {
         self.in_sandbox(function, |store| {
-            let instance = self.pre.instance_pre().instantiate(&mut *store)?;
-            let decide = instance.get_typed_func::<(&I,), (O,)>(&mut *store, export)?;
+            let instance = self.pre.instantiate(&mut *store)?;
+            let decide = instance.get_typed_func::<P, (O,)>(&mut *store, export)?;
             // No `post_return`: it would only free the answer inside an instance that is
             // thrown away with its store right after.
-            let (output,) = decide.call(&mut *store, (input,))?;
+            let (output,) = decide.call(&mut *store, params)?;
             Ok(output)
         })
     }
 
-    /// Instantiates the component through the generated bindings, every export type-checked,
-    /// and runs `body` against it: how a policy is first called when it is loaded.
-    fn call<T>(
-        &self,
-        function: &'static str,
-        body: impl FnOnce(&Policy, &mut Store<SandboxState>) -> wasmtime::Result<T>,
-    ) -> Result<T, PolicyError> {
-        self.in_sandbox(function, |store| {
-            let policy = self.pre.instantiate(&mut *store)?;
-            body(&policy, store)
-        })
+    /// The first call of a policy, at load: checks the type of every export it must have
+    /// (`Incompatible`, naming the mismatch, if one differs from the contract it imports),
+    /// then asks `describe()`.
+    fn describe_checking_exports(&self) -> Result<PolicyDescription, PolicyError> {
+        let checked = self.in_sandbox("describe", |store| {
+            let instance = self.pre.instantiate(&mut *store)?;
+            if let Err(error) = self.exports.check_types(&instance, store, self.calls) {
+                return Ok(Err(PolicyError::Incompatible {
+                    reason: format!(
+                        "the component does not export the mend:policy world: {error:#}"
+                    ),
+                }));
+            }
+            let describe = instance
+                .get_typed_func::<(), (wit::PolicyDescription,)>(&mut *store, &self.exports.describe)?;
+            let (description,) = describe.call(&mut *store, ())?;
+            Ok(Ok(bindings::description(description)))
+        })?;
+        checked
     }
 
     /// Runs `body` in a fresh store taken from the pool, with the limits of a decision.

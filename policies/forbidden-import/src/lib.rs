@@ -40,7 +40,7 @@ impl Guest for ForbiddenImport {
         Vec::new()
     }
 
-    fn validate_publish(_input: wit::PublishInput) -> Vec<wit::PublishViolation> {
+    fn validate_publishes(_inputs: Vec<wit::PublishInput>) -> Vec<Vec<wit::PublishViolation>> {
         Vec::new()
     }
 

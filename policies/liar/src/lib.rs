@@ -30,8 +30,8 @@ impl Guest for Liar {
         DefaultPolicy::plan_stage(input)
     }
 
-    fn validate_publish(input: wit::PublishInput) -> Vec<wit::PublishViolation> {
-        DefaultPolicy::validate_publish(input)
+    fn validate_publishes(inputs: Vec<wit::PublishInput>) -> Vec<Vec<wit::PublishViolation>> {
+        DefaultPolicy::validate_publishes(inputs)
     }
 
     fn decide_recovery(input: wit::RecoveryInput) -> Vec<wit::IntentDecision> {

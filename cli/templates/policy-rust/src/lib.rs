@@ -29,14 +29,18 @@ impl Guest for Policy {
         }
     }
 
-    /// Which split ids of a stage request to insert, overwrite, skip or reject.
+    /// Which split ids of a stage request to insert, overwrite, skip or reject. The ids come
+    /// packed in one buffer (`mend_policy_sdk::unpack` reads them) and each decision names its
+    /// id by index. While `describe()` keeps the default's `stage.standard-plans`, the host
+    /// stages without asking: drop that capability if you plan otherwise.
     fn plan_stage(input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
         DefaultPolicy::plan_stage(input)
     }
 
-    /// What is wrong with a publish, if anything: an empty list accepts it.
-    fn validate_publish(input: wit::PublishInput) -> Vec<wit::PublishViolation> {
-        DefaultPolicy::validate_publish(input)
+    /// For each publish of a batch, what is wrong with it, if anything: an empty list
+    /// accepts it.
+    fn validate_publishes(inputs: Vec<wit::PublishInput>) -> Vec<Vec<wit::PublishViolation>> {
+        DefaultPolicy::validate_publishes(inputs)
     }
 
     /// For each in-doubt operation: roll it forward, roll it back, defer, block or abandon it.
