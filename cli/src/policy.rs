@@ -197,8 +197,7 @@ pub fn test(
 /// engine's own check ([`Engine::check_policy`]) without a catalog, since both backends
 /// provide every capability the host implements.
 fn check_capabilities(policy: &PolicyRuntime) -> Result<(), MendError> {
-    let provided =
-        mend::engine::host_capabilities().intersection(&mend::Capabilities::full_backend());
+    let provided = mend::engine::engine_capabilities(&mend::Capabilities::full_backend());
     let description = policy.description();
     match description
         .required_capabilities

@@ -193,12 +193,8 @@ fn validate_publish(input: wit::PublishInput) -> Vec<wit::PublishViolation> {
                 plain::ViolationKind::NotStaged => wit::ViolationKind::NotStaged,
                 plain::ViolationKind::NotPublished => wit::ViolationKind::NotPublished,
                 plain::ViolationKind::SplitInBoth => wit::ViolationKind::SplitInBoth,
-                plain::ViolationKind::CheckpointMismatch => {
-                    wit::ViolationKind::CheckpointMismatch
-                }
-                plain::ViolationKind::StalePublishToken => {
-                    wit::ViolationKind::StalePublishToken
-                }
+                plain::ViolationKind::CheckpointMismatch => wit::ViolationKind::CheckpointMismatch,
+                plain::ViolationKind::StalePublishToken => wit::ViolationKind::StalePublishToken,
             },
             subjects: violation.subjects,
             message: violation.message,

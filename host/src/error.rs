@@ -219,7 +219,7 @@ pub const BUILD_WITHOUT_IMPORTS: &str = "To build one mend accepts: in Rust, a `
 
 /// Why the policy component could not give a decision. Each is contained to that one decision
 /// (or that one load); the host keeps serving.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum PolicyError {
     /// The bytes are not a component wasmtime can compile.

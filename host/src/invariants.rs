@@ -100,17 +100,22 @@ pub fn checked_stage_plan(
         });
     }
     if !rejected.is_empty() {
-        let message = rejected
-            .iter()
-            .map(|(id, reason)| format!("{id}: {reason}"))
-            .collect::<Vec<_>>()
-            .join("; ");
-        return Err(MendError::failed_precondition(
-            format!("the stage batch is rejected, nothing was written: {message}"),
-            rejected.into_iter().map(|(id, _)| id).collect(),
-        ));
+        return Err(rejected_batch(rejected));
     }
     Ok(StagePlan { entries })
+}
+
+/// The refusal of a stage batch in which a plan rejects these splits, each for its reason.
+pub(crate) fn rejected_batch(rejected: Vec<(String, String)>) -> MendError {
+    let message = rejected
+        .iter()
+        .map(|(id, reason)| format!("{id}: {reason}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    MendError::failed_precondition(
+        format!("the stage batch is rejected, nothing was written: {message}"),
+        rejected.into_iter().map(|(id, _)| id).collect(),
+    )
 }
 
 /// Why a sorted plan does not hold exactly one decision per requested id, if it does not.

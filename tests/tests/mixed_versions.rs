@@ -4,20 +4,24 @@
 //!
 //! The hosts are [`HostAbi`]s that the same binary plays:
 //!
-//! - **older**: ABI 1.2, knowing semantics revision 1, running `mend:policy@1.2.0` components.
-//!   It checks components as a 1.2 host would; this binary carries only the 1.3 bindings, so
-//!   a component that passes those checks (`abi-1-2`) is refused with that reason instead of
-//!   being run. A real 1.2 host would run it.
-//! - **current**: [`HostAbi::current`], ABI 1.3.
-//! - **newer**: ABI 1.4, knowing semantics revisions 1 and 2. A real 1.4 host would import a
-//!   1.4 contract; one that still runs 1.3 components has to check them against the 1.3
-//!   contract it kept the bindings of, and that is how it is played here
-//!   (`contract_import: mend:policy/types@1.3.0`). Its ABI minor only matters to `describe()`.
+//! - **older 1.2**: ABI 1.2, knowing semantics revision 1, running `mend:policy@1.2.0`
+//!   components. It checks components as a 1.2 host would; this binary has the calls of 1.4
+//!   and 1.3 only, so a component that passes those checks (`abi-1-2`) is refused with that
+//!   reason instead of being run. A real 1.2 host would run it.
+//! - **older 1.3**: ABI 1.3, running `mend:policy@1.3.0` components only, as the host before
+//!   this one did: a 1.4 policy is refused at load, told to upgrade mend, never asked the 1.3
+//!   way.
+//! - **current 1.4**: [`HostAbi::current`], running 1.4 components and, the 1.3 way, 1.3 ones.
+//! - **newer 1.5**: ABI 1.5, knowing semantics revisions 1 and 2. A real 1.5 host would also
+//!   import a 1.5 contract; it is played with the contracts this binary can run, 1.4 and 1.3.
+//!   Its ABI minor only matters to `describe()`.
 //!
-//! The policies are the default one (ABI 1.3, semantics 1), `policies/abi-1-1` and
-//! `policies/abi-1-2` (built against the frozen 1.1 and 1.2 contracts: a 1.2 policy has no
-//! `plan-gc`, so a 1.3 host refuses it at load and says to rebuild it),
-//! `policies/newer-semantics` (the default decisions as semantics revision 2) and
+//! The policies are the default one (ABI 1.4, semantics 1, with `stage.standard-plans`: the
+//! engine stages without asking it), `policies/abi-1-3` (the default decisions built against
+//! the frozen 1.3 contract, without that capability: the engine asks it, the 1.3 way),
+//! `policies/abi-1-1` and `policies/abi-1-2` (built against the frozen 1.1 and 1.2 contracts:
+//! a 1.2 policy has no `plan-gc`, so a 1.3 or 1.4 host refuses it at load and says to rebuild
+//! it), `policies/newer-semantics` (the default decisions as semantics revision 2) and
 //! `policies/extra-capability` (the default decisions, requiring `stage.merge-on-write`, which
 //! no backend provides).
 
@@ -39,6 +43,7 @@ use mend_contract::{
 
 const ABI_1_1_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_ABI_1_1_WASM"));
 const ABI_1_2_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_ABI_1_2_WASM"));
+const ABI_1_3_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_ABI_1_3_WASM"));
 const NEWER_SEMANTICS_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_NEWER_SEMANTICS_WASM"));
 const EXTRA_CAPABILITY_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_EXTRA_CAPABILITY_WASM"));
 
@@ -47,7 +52,13 @@ struct Host {
     abi: HostAbi,
 }
 
-fn hosts() -> [Host; 3] {
+fn hosts() -> [Host; 4] {
+    let running = |versions: &[&str]| -> Vec<String> {
+        versions
+            .iter()
+            .map(|version| format!("mend:policy/types@{version}"))
+            .collect()
+    };
     [
         Host {
             name: "older 1.2",
@@ -55,27 +66,37 @@ fn hosts() -> [Host; 3] {
                 abi_major: 1,
                 abi_minor: 2,
                 known_semantics_revisions: vec![1],
-                contract_import: "mend:policy/types@1.2.0".into(),
+                contract_imports: running(&["1.2.0"]),
             },
         },
         Host {
-            name: "current 1.3",
+            name: "older 1.3",
+            abi: HostAbi {
+                abi_major: 1,
+                abi_minor: 3,
+                known_semantics_revisions: vec![1],
+                contract_imports: running(&["1.3.0"]),
+            },
+        },
+        Host {
+            name: "current 1.4",
             abi: HostAbi::current(),
         },
         Host {
-            name: "newer 1.4",
+            name: "newer 1.5",
             abi: HostAbi {
                 abi_major: 1,
-                abi_minor: 4,
+                abi_minor: 5,
                 known_semantics_revisions: vec![1, 2],
-                contract_import: "mend:policy/types@1.3.0".into(),
+                contract_imports: running(&["1.4.0", "1.3.0"]),
             },
         },
     ]
 }
 
-const POLICIES: [(&str, &[u8]); 5] = [
+const POLICIES: [(&str, &[u8]); 6] = [
     ("default", DEFAULT_POLICY_WASM),
+    ("abi-1-3", ABI_1_3_WASM),
     ("abi-1-1", ABI_1_1_WASM),
     ("abi-1-2", ABI_1_2_WASM),
     ("newer-semantics", NEWER_SEMANTICS_WASM),
@@ -93,39 +114,60 @@ enum Expected {
     RefusedAtEngineStart(&'static str),
 }
 
+const BUILT_AGAINST_1_4_ON_1_2: &str = "built against mend:policy@1.4.0; this host runs 1.2 \
+     components: upgrade mend to run it, or rebuild the policy against wit/ of this mend";
 const BUILT_AGAINST_1_3_ON_1_2: &str = "built against mend:policy@1.3.0; this host runs 1.2 \
      components: upgrade mend to run it, or rebuild the policy against wit/ of this mend";
 const BUILT_AGAINST_1_1_ON_1_2: &str = "built against mend:policy@1.1.0; this host runs 1.2 \
      components: rebuild the policy against wit/ of this mend";
+/// The pairing the 1.4 upgrade must refuse: a 1.4 policy on a 1.3 host, told to upgrade mend,
+/// never asked the 1.3 way.
+const BUILT_AGAINST_1_4_ON_1_3: &str = "built against mend:policy@1.4.0; this host runs 1.3 \
+     components: upgrade mend to run it, or rebuild the policy against wit/ of this mend";
 const BUILT_AGAINST_1_1_ON_1_3: &str = "built against mend:policy@1.1.0; this host runs 1.3 \
      components: rebuild the policy against wit/ of this mend";
-/// The pairing the 1.3 upgrade is about: a policy built before it is refused at load, told to
-/// rebuild, never run without the `plan-gc` it lacks.
 const BUILT_AGAINST_1_2_ON_1_3: &str = "built against mend:policy@1.2.0; this host runs 1.3 \
      components: rebuild the policy against wit/ of this mend";
+const BUILT_AGAINST_1_1_ON_1_4: &str = "built against mend:policy@1.1.0; this host runs 1.4 \
+     and 1.3 components: rebuild the policy against wit/ of this mend";
+/// A policy built before 1.3 is refused at load, told to rebuild, never run without the
+/// `plan-gc` it lacks.
+const BUILT_AGAINST_1_2_ON_1_4: &str = "built against mend:policy@1.2.0; this host runs 1.4 \
+     and 1.3 components: rebuild the policy against wit/ of this mend";
+const SEMANTICS_2: &str =
+    "semantics revision 2, which this host does not know (it knows [1]): upgrade mend first";
 
 /// Rows: the hosts; columns: [`POLICIES`].
-const EXPECTED: [[Expected; 5]; 3] = [
+const EXPECTED: [[Expected; 6]; 4] = [
     [
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_4_ON_1_2),
         Expected::RefusedAtLoad(BUILT_AGAINST_1_3_ON_1_2),
         Expected::RefusedAtLoad(BUILT_AGAINST_1_1_ON_1_2),
-        Expected::RefusedAtLoad("this build of mend has the bindings of mend:policy@1.3.0 only"),
-        Expected::RefusedAtLoad(BUILT_AGAINST_1_3_ON_1_2),
-        Expected::RefusedAtLoad(BUILT_AGAINST_1_3_ON_1_2),
+        Expected::RefusedAtLoad("this build of mend runs 1.4 and 1.3 components only"),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_4_ON_1_2),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_4_ON_1_2),
     ],
     [
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_4_ON_1_3),
         Expected::Decides,
         Expected::RefusedAtLoad(BUILT_AGAINST_1_1_ON_1_3),
         Expected::RefusedAtLoad(BUILT_AGAINST_1_2_ON_1_3),
-        Expected::RefusedAtLoad(
-            "semantics revision 2, which this host does not know (it knows [1]): upgrade mend first",
-        ),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_4_ON_1_3),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_4_ON_1_3),
+    ],
+    [
+        Expected::Decides,
+        Expected::Decides,
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_1_ON_1_4),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_2_ON_1_4),
+        Expected::RefusedAtLoad(SEMANTICS_2),
         Expected::RefusedAtEngineStart("stage.merge-on-write"),
     ],
     [
         Expected::Decides,
-        Expected::RefusedAtLoad(BUILT_AGAINST_1_1_ON_1_3),
-        Expected::RefusedAtLoad(BUILT_AGAINST_1_2_ON_1_3),
+        Expected::Decides,
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_1_ON_1_4),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_2_ON_1_4),
         Expected::Decides,
         Expected::RefusedAtEngineStart("stage.merge-on-write"),
     ],
@@ -135,6 +177,8 @@ const EXPECTED: [[Expected; 5]; 3] = [
 enum Outcome {
     Decided {
         vectors: usize,
+        /// How many times the engine asked the policy to plan the two stages.
+        asked: u64,
     },
     RefusedAtLoad(PolicyError),
     RefusedAtEngineStart(MendError),
@@ -171,9 +215,10 @@ impl Outcome {
 impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Decided { vectors } => write!(
+            Self::Decided { vectors, asked } => write!(
                 f,
-                "{vectors} vectors decided as natively; create-only skipped the existing row"
+                "{vectors} vectors decided as natively; create-only skipped the existing row; \
+                 asked to plan {asked} of 2 stages"
             ),
             Self::RefusedAtLoad(error) => write!(f, "{error}"),
             Self::RefusedAtEngineStart(error) => write!(f, "{error}"),
@@ -257,10 +302,26 @@ async fn pair(host: &Host, bytes: &[u8]) -> Outcome {
         Ok(vectors) => vectors,
         Err(difference) => return Outcome::Wrong(difference),
     };
-    match create_only_skips_an_existing_row(&engine).await {
-        Ok(()) => Outcome::Decided { vectors },
-        Err(what) => Outcome::Wrong(what),
+    let before = policy.calls_made();
+    if let Err(what) = create_only_skips_an_existing_row(&engine).await {
+        return Outcome::Wrong(what);
     }
+    // A policy declaring the standard plans is never asked to plan a stage; any other is
+    // asked once for each of the two.
+    let asked = policy.calls_made() - before;
+    let standard = policy
+        .description()
+        .required_capabilities
+        .iter()
+        .any(|name| name == mend_contract::capability::STAGE_STANDARD_PLANS);
+    let expected = if standard { 0 } else { 2 };
+    if asked != expected {
+        return Outcome::Wrong(format!(
+            "the engine asked the policy {asked} times to plan two stages, not {expected} \
+             (standard plans: {standard})"
+        ));
+    }
+    Outcome::Decided { vectors, asked }
 }
 
 fn memory_engine(policy: PolicyRuntime) -> mend::Result<Engine> {
@@ -354,14 +415,25 @@ fn decides_natively(policy: &PolicyRuntime) -> Result<usize, String> {
         )?;
         vectors += 1;
     }
-    for input in publish_vectors() {
+    let publishes = publish_vectors();
+    for input in &publishes {
         same(
             "validate-publish",
-            policy.validate_publish(&input),
-            mend_default_policy::validate_publish(&input),
+            policy.validate_publish(input),
+            mend_default_policy::validate_publish(input),
         )?;
         vectors += 1;
     }
+    // The whole batch at once: one call for a 1.4 policy, one per publish for a 1.3 one.
+    same(
+        "validate-publishes",
+        policy.validate_publishes(&publishes),
+        publishes
+            .iter()
+            .map(mend_default_policy::validate_publish)
+            .collect(),
+    )?;
+    vectors += 1;
     for input in recovery_vectors() {
         same(
             "decide-recovery",

@@ -24,6 +24,7 @@ pub mod pending;
 pub mod postgres;
 pub mod recorded;
 pub mod settle;
+mod standard_plan;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -46,6 +47,7 @@ pub use self::pending::{PENDING_INDEX, PendingDataset};
 pub use self::postgres::PostgresCatalog;
 pub use self::recorded::{RecordedRequest, RequestKey};
 pub use self::settle::{SETTLE_ATOMIC, SettleValidator, Settled, Settlement};
+pub use self::standard_plan::standard_stage_plan;
 /// A row as a [`StagePlanner`] is shown it: a backend of an embedder's own builds these from
 /// the rows it read, so it is named here, not only in the policy crate.
 pub use mend_contract::ExistingRow;
@@ -462,6 +464,24 @@ pub trait Catalog: Send + Sync + fmt::Debug {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Vec<StagedSplit>>;
+
+    /// [`Catalog::stage`] with the mode's standard plan ([`standard_stage_plan`]), which the
+    /// engine stages with when its policy declares `stage.standard-plans` (ABI 1.4). The plan
+    /// is known before anything is read, so a backend that can apply it with one conditional
+    /// write (insert what is missing and report what it met) may skip reading the rows
+    /// first; the default stages with the standard plan as its planner.
+    async fn stage_standard(
+        &self,
+        dataset_id: &str,
+        mode: StageMode,
+        splits: &[Arc<NewSplit>],
+        now_ms: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<Vec<StagedSplit>> {
+        let planner = |existing: &[ExistingRow]| standard_stage_plan(mode, splits, existing);
+        self.stage(dataset_id, mode, splits, &planner, now_ms, key)
+            .await
+    }
 
     /// Locks the dataset, observes, calls `validate`, then publishes atomically: staged ids
     /// become published, replaced ids marked, the checkpoint delta applied, the manifest

@@ -129,8 +129,36 @@ pub enum Settled {
 /// Called by a backend inside its atomic step for each publish of a batch, with the request
 /// and what the backend observed for it (on the state the settlements before it left); an
 /// error refuses the whole batch, with nothing written.
-pub type SettleValidator<'a> =
-    dyn Fn(&PublishRequest, &PublishObservation) -> Result<()> + Send + Sync + 'a;
+pub type SettleValidator<'a> = dyn ValidatePublishes + 'a;
+
+/// What a [`SettleValidator`] does: validates one publish, or several at once. Every closure
+/// `Fn(&PublishRequest, &PublishObservation) -> Result<()>` is one, validating a batch one
+/// publish at a time; the engine's asks its policy once for a whole batch (ABI 1.4).
+pub trait ValidatePublishes: Send + Sync {
+    /// The verdict on one publish.
+    fn validate(&self, request: &PublishRequest, observation: &PublishObservation) -> Result<()>;
+
+    /// The verdicts on several publishes, which do not depend on one another: one per
+    /// publish, in order.
+    fn validate_all(
+        &self,
+        publishes: &[(&PublishRequest, &PublishObservation)],
+    ) -> Vec<Result<()>> {
+        publishes
+            .iter()
+            .map(|(request, observation)| self.validate(request, observation))
+            .collect()
+    }
+}
+
+impl<F> ValidatePublishes for F
+where
+    F: Fn(&PublishRequest, &PublishObservation) -> Result<()> + Send + Sync,
+{
+    fn validate(&self, request: &PublishRequest, observation: &PublishObservation) -> Result<()> {
+        self(request, observation)
+    }
+}
 
 /// Refuses a batch, before anything is read, that is too large, names another dataset, names
 /// an operation twice or names a split in two settlements (`InvalidArgument`).
@@ -371,8 +399,9 @@ const MIN_PUBLISHES_PER_THREAD: usize = 64;
 const MAX_VALIDATION_THREADS: usize = 4;
 
 /// Runs the validator of every publish [`plan`] will reach, on the observation it will show
-/// it, several at a time: asking the policy is most of a batch's cost (a fresh sandbox per
-/// question), and the answers do not depend on one another. The checkpoint is the only state
+/// it, all at once ([`ValidatePublishes::validate_all`]: the engine's asks its policy once for
+/// them, where a question each cost a fresh sandbox each), split over a few threads when there
+/// are many: the answers do not depend on one another. The checkpoint is the only state
 /// one publish of a batch passes to the next (the splits are disjoint), so each observation is
 /// known ahead, as long as every publish before it succeeds; past a publish that would fail
 /// there is nothing to validate, since the batch fails there. One entry per settlement;
@@ -418,22 +447,21 @@ fn validate_ahead(
         .min(MAX_VALIDATION_THREADS)
         .min(jobs.len() / MIN_PUBLISHES_PER_THREAD)
         .max(1);
+    let validate_part = |part: &[(usize, &PublishRequest, PublishObservation)]| {
+        let publishes: Vec<(&PublishRequest, &PublishObservation)> = part
+            .iter()
+            .map(|(_, request, observation)| (*request, observation))
+            .collect();
+        validate.validate_all(&publishes)
+    };
     let answers: Vec<Result<()>> = if threads == 1 {
-        jobs.iter()
-            .map(|(_, request, observation)| validate(request, observation))
-            .collect()
+        validate_part(&jobs)
     } else {
         let per_thread = jobs.len().div_ceil(threads);
         std::thread::scope(|scope| {
             let running: Vec<_> = jobs
                 .chunks(per_thread)
-                .map(|part| {
-                    scope.spawn(move || {
-                        part.iter()
-                            .map(|(_, request, observation)| validate(request, observation))
-                            .collect::<Vec<_>>()
-                    })
-                })
+                .map(|part| scope.spawn(move || validate_part(part)))
                 .collect();
             running
                 .into_iter()
@@ -467,7 +495,7 @@ fn publish(
     let observed = observation(dataset, state, request);
     match ahead {
         Some((seen, answer)) if seen == observed => answer?,
-        _ => validate(request, &observed)?,
+        _ => validate.validate(request, &observed)?,
     }
     let Some(effects) = crate::catalog::publish_effects(dataset, request, |id| Ok(state(id)))?
     else {
@@ -536,8 +564,9 @@ pub async fn one_at_a_time<C: Catalog + ?Sized>(
                         ));
                     }
                     (None, Some(_)) => {
-                        let validator =
-                            |observation: &PublishObservation| validate(request, observation);
+                        let validator = |observation: &PublishObservation| {
+                            validate.validate(request, observation)
+                        };
                         catalog
                             .publish(request, &validator, now_ms, Some(key))
                             .await?

@@ -180,7 +180,9 @@ impl Engine {
         request: &CommitRequest,
         replaced_split_ids: &[String],
     ) -> Result<CommitResult> {
-        let (splits, planner) = self.commit_stage(request)?;
+        let super::staging::StagePlanning {
+            splits, planner, ..
+        } = self.commit_stage(request)?;
         let planned = PlannedPublish {
             staged_split_ids: request.splits.iter().map(|s| s.split_id.clone()).collect(),
             replaced_split_ids: replaced_split_ids.to_vec(),
@@ -212,7 +214,7 @@ impl Engine {
             .durably(
                 DurableStep::BeginCommit,
                 self.catalog
-                    .begin_commit(&request.dataset_id, &build, &splits, &planner, now),
+                    .begin_commit(&request.dataset_id, &build, &splits, &*planner, now),
             )
             .await?;
         let taken: Vec<String> = begun
@@ -266,13 +268,7 @@ impl Engine {
 
     /// The create-only stage a commit begins with, checked as a stage is (and refused if a
     /// split appears twice), as the splits a backend stages and the planner it calls.
-    fn commit_stage(
-        &self,
-        request: &CommitRequest,
-    ) -> Result<(
-        Vec<std::sync::Arc<crate::model::NewSplit>>,
-        impl super::staging::Planner + use<>,
-    )> {
+    fn commit_stage(&self, request: &CommitRequest) -> Result<super::staging::StagePlanning> {
         let stage = StageRequest {
             dataset_id: request.dataset_id.clone(),
             mode: StageMode::CreateOnly,
@@ -286,7 +282,7 @@ impl Engine {
                 })
                 .collect(),
         };
-        let planned = self.stage_planner(&stage)?;
+        let planning = self.stage_planner(&stage)?;
         let mut ids: Vec<&str> = request.splits.iter().map(|s| s.split_id.as_str()).collect();
         ids.sort_unstable();
         if let Some(pair) = ids.windows(2).find(|pair| pair[0] == pair[1]) {
@@ -295,7 +291,7 @@ impl Engine {
                 pair[0]
             )));
         }
-        Ok(planned)
+        Ok(planning)
     }
 
     /// Puts the commit's objects, [`UPLOADS_IN_FLIGHT`] at a time, each put-if-absent and

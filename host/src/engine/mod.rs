@@ -49,7 +49,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mend_contract::capability::{
-    PUBLISH_CHECKPOINT, PUBLISH_FENCING_EPOCH, PUBLISH_TOKEN, STAGE_CREATE_ONLY, STAGE_UPSERT,
+    PUBLISH_CHECKPOINT, PUBLISH_FENCING_EPOCH, PUBLISH_TOKEN, STAGE_CREATE_ONLY,
+    STAGE_STANDARD_PLANS, STAGE_UPSERT,
 };
 
 use crate::catalog::{Capabilities, Catalog};
@@ -110,6 +111,19 @@ pub fn host_capabilities() -> Capabilities {
     ])
 }
 
+/// What this host provides over any backend, needing nothing of it: the standard stage plans
+/// (ABI 1.4) are staged with every backend's `stage`, through `Catalog::stage_standard`.
+pub const HOST_ONLY_CAPABILITIES: &[&str] = &[STAGE_STANDARD_PLANS];
+
+/// What an engine over a backend providing `backend` provides: what both the host and the
+/// backend provide, and what the host provides alone.
+pub fn engine_capabilities(backend: &Capabilities) -> Capabilities {
+    HOST_ONLY_CAPABILITIES.iter().fold(
+        host_capabilities().intersection(backend),
+        |capabilities, name| capabilities.with(name),
+    )
+}
+
 /// A catalog, its split objects and the policy that decides for them.
 #[derive(Debug, Clone)]
 pub struct Engine {
@@ -141,7 +155,7 @@ impl Engine {
         policy: PolicyRuntime,
         options: EngineOptions,
     ) -> Result<Self> {
-        let capabilities = host_capabilities().intersection(&catalog.capabilities());
+        let capabilities = engine_capabilities(&catalog.capabilities());
         check_capabilities(&policy, &capabilities, catalog.as_ref())?;
         Ok(Self {
             catalog,

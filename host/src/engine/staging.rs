@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use mend_contract::capability::{
-    PUBLISH_CHECKPOINT, PUBLISH_FENCING_EPOCH, PUBLISH_TOKEN, STAGE_CREATE_ONLY, STAGE_UPSERT,
+    PUBLISH_CHECKPOINT, PUBLISH_FENCING_EPOCH, PUBLISH_TOKEN, STAGE_CREATE_ONLY,
+    STAGE_STANDARD_PLANS, STAGE_UPSERT,
 };
 use mend_contract::{ExistingRow, PartitionPosition, PublishInput};
 
@@ -55,20 +56,23 @@ impl Engine {
         request: &StageRequest,
         key: Option<&RequestKey>,
     ) -> Result<StageResult> {
-        let (distinct, planner) = self.stage_planner(request)?;
+        let StagePlanning {
+            splits: distinct,
+            planner,
+            standard,
+        } = self.stage_planner(request)?;
         let now_ms = self.now_ms();
-        let splits: Vec<StagedSplit> = match self.recorded_answer(&request.dataset_id, key).await? {
+        let (dataset_id, mode) = (&request.dataset_id, request.mode);
+        let splits: Vec<StagedSplit> = match self.recorded_answer(dataset_id, key).await? {
             Some(answer) => answer,
+            None if standard => {
+                self.catalog
+                    .stage_standard(dataset_id, mode, &distinct, now_ms, key)
+                    .await?
+            }
             None => {
                 self.catalog
-                    .stage(
-                        &request.dataset_id,
-                        request.mode,
-                        &distinct,
-                        &planner,
-                        now_ms,
-                        key,
-                    )
+                    .stage(dataset_id, mode, &distinct, &*planner, now_ms, key)
                     .await?
             }
         };
@@ -80,12 +84,10 @@ impl Engine {
     }
 
     /// A stage request checked (its input, and the capability its mode needs), as the splits a
-    /// backend stages (one per id, sorted, [`catalog::distinct_splits`]) and the planner it calls with the rows it finds: the
-    /// policy plans, the invariants check the plan.
-    pub(super) fn stage_planner(
-        &self,
-        request: &StageRequest,
-    ) -> Result<(Vec<Arc<NewSplit>>, impl Planner + use<>)> {
+    /// backend stages (one per id, sorted, [`catalog::distinct_splits`]), the planner it calls
+    /// with the rows it finds (the policy plans and the invariants check the plan, or the
+    /// mode's standard plan for a policy that declares it) and whether it is the standard one.
+    pub(super) fn stage_planner(&self, request: &StageRequest) -> Result<StagePlanning> {
         let requested = validate::stage_request(request, self.stage_limits())?;
         match request.mode {
             StageMode::CreateOnly => self.require(
@@ -95,15 +97,29 @@ impl Engine {
             StageMode::Upsert => self.require(STAGE_UPSERT, "an upsert stage needs upsert")?,
         }
         let distinct = catalog::distinct_splits(request.mode, &requested);
-        let split_ids: Vec<String> = distinct.iter().map(|s| s.split_id.clone()).collect();
-        let request_ids: Vec<String> = requested.iter().map(|s| s.split_id.clone()).collect();
+        let mode = request.mode;
+        // One policy for the whole stage, even if it is swapped meanwhile.
         let policy = self.policy();
-        let (dataset_id, mode) = (request.dataset_id.clone(), request.mode);
-        let planner = move |existing: &[ExistingRow]| -> Result<StagePlan> {
-            let planned = policy.plan_stage_of(&dataset_id, mode, &request_ids, existing)?;
-            invariants::checked_stage_plan(mode, &requested, &split_ids, existing, planned)
+        let standard = plans_standard(&policy);
+        let planner: Box<dyn Planner> = if standard {
+            let splits = distinct.clone();
+            Box::new(move |existing: &[ExistingRow]| {
+                catalog::standard_stage_plan(mode, &splits, existing)
+            })
+        } else {
+            let split_ids: Vec<String> = distinct.iter().map(|s| s.split_id.clone()).collect();
+            let request_ids: Vec<String> = requested.iter().map(|s| s.split_id.clone()).collect();
+            let dataset_id = request.dataset_id.clone();
+            Box::new(move |existing: &[ExistingRow]| -> Result<StagePlan> {
+                let planned = policy.plan_stage_of(&dataset_id, mode, &request_ids, existing)?;
+                invariants::checked_stage_plan(mode, &requested, &split_ids, existing, planned)
+            })
         };
-        Ok((distinct, planner))
+        Ok(StagePlanning {
+            splits: distinct,
+            planner,
+            standard,
+        })
     }
 
     /// Publishes staged splits, marks replaced ones and applies the checkpoint delta, all at
@@ -363,6 +379,28 @@ impl Engine {
             max_metadata_bytes: self.options.max_metadata_bytes,
         }
     }
+}
+
+/// A checked stage request, as a backend stages it.
+pub(super) struct StagePlanning {
+    /// One per distinct id, sorted ([`catalog::distinct_splits`]).
+    pub(super) splits: Vec<Arc<NewSplit>>,
+    /// What the backend plans with, on the rows it finds.
+    pub(super) planner: Box<dyn Planner>,
+    /// Whether `planner` is the mode's standard plan, which a backend may apply without
+    /// reading first.
+    pub(super) standard: bool,
+}
+
+/// Whether `policy`'s stage plans are each mode's standard plan (it declares
+/// `stage.standard-plans`, ABI 1.4): the host then stages without asking it, and a backend may
+/// write without reading first ([`crate::catalog::Catalog::stage_standard`]).
+fn plans_standard(policy: &crate::runtime::PolicyRuntime) -> bool {
+    policy
+        .description()
+        .required_capabilities
+        .iter()
+        .any(|name| name == STAGE_STANDARD_PLANS)
 }
 
 /// What a stage hands its backend to plan with ([`crate::catalog::StagePlanner`]).

@@ -222,7 +222,11 @@ pub(crate) fn check_imports(
                 ComponentItem::Type(_) => true,
                 _ => false,
             };
-            !host.contract_imports.iter().any(|allowed| allowed == import) || !types_only
+            !host
+                .contract_imports
+                .iter()
+                .any(|allowed| allowed == import)
+                || !types_only
         })
         .map(|(import, _)| import.to_string())
         .collect();
@@ -241,13 +245,15 @@ pub(crate) fn check_imports(
 
     // A host played by a test may accept components this build cannot ask: its calls are
     // those of the contracts it was built with. Say so rather than fail on a type error.
-    let calls = built_against.calls().ok_or_else(|| PolicyError::Incompatible {
-        reason: format!(
-            "the component is built against {built_against}, which this host accepts, but \
+    let calls = built_against
+        .calls()
+        .ok_or_else(|| PolicyError::Incompatible {
+            reason: format!(
+                "the component is built against {built_against}, which this host accepts, but \
              this build of mend runs {} components only and cannot run it",
-            HostAbi::current().runs()
-        ),
-    })?;
+                HostAbi::current().runs()
+            ),
+        })?;
     Ok((built_against, calls))
 }
 
@@ -346,7 +352,10 @@ mod tests {
             format!("mend:policy/types@{HOST_ABI_MAJOR}.{HOST_ABI_MINOR}.0")
         );
         let contracts = HostAbi::current().contracts();
-        assert_eq!(contracts[0].number, Some((HOST_ABI_MAJOR, HOST_ABI_MINOR, 0)));
+        assert_eq!(
+            contracts[0].number,
+            Some((HOST_ABI_MAJOR, HOST_ABI_MINOR, 0))
+        );
         assert_eq!(contracts[0].to_string(), "mend:policy@1.4.0");
         assert_eq!(contracts[0].calls(), Some(Calls::V1_4));
         // 1.3 is still run; the calls of nothing older are kept.

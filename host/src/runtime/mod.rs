@@ -30,6 +30,7 @@ pub mod stats;
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -97,6 +98,8 @@ struct Loaded {
     description: PolicyDescription,
     shape: ComponentShape,
     limits: PolicyLimits,
+    /// Calls made into this loaded policy, `describe` at load included.
+    calls_made: AtomicU64,
 }
 
 impl fmt::Debug for PolicyRuntime {
@@ -146,11 +149,12 @@ impl PolicyRuntime {
         let (built_against, calls) = compat::check_imports(engine, &component, &options.host)?;
 
         let linker = Linker::<SandboxState>::new(engine);
-        let pre = linker
-            .instantiate_pre(&component)
-            .map_err(|error| PolicyError::Incompatible {
-                reason: format!("{error:#}"),
-            })?;
+        let pre =
+            linker
+                .instantiate_pre(&component)
+                .map_err(|error| PolicyError::Incompatible {
+                    reason: format!("{error:#}"),
+                })?;
 
         let exports = Exports::of(&component, calls)?;
         let mut runtime = Loaded {
@@ -169,6 +173,7 @@ impl PolicyRuntime {
             },
             shape,
             limits,
+            calls_made: AtomicU64::new(0),
         };
         let description = runtime.describe_checking_exports()?;
         compat::check_description(&description, &built_against, &options.host)?;
@@ -196,6 +201,12 @@ impl PolicyRuntime {
     /// The limits each decision runs under.
     pub fn limits(&self) -> &PolicyLimits {
         &self.inner.limits
+    }
+
+    /// How many calls this loaded policy has been asked, `describe()` at load included:
+    /// shows, for one, that a policy declaring `stage.standard-plans` is not asked to plan.
+    pub fn calls_made(&self) -> u64 {
+        self.inner.calls_made.load(Ordering::Relaxed)
     }
 
     /// One decision per distinct split id of the request.
@@ -460,10 +471,11 @@ impl Exports {
         instance.get_typed_func::<(), (wit::PolicyDescription,)>(&mut *store, &self.describe)?;
         match calls {
             Calls::V1_4 => {
-                instance.get_typed_func::<
-                    (&wit::StagePlanInput<'static>,),
-                    (Vec<wit::PlannedSplit>,),
-                >(&mut *store, &self.plan_stage)?;
+                instance
+                    .get_typed_func::<(&wit::StagePlanInput<'static>,), (Vec<wit::PlannedSplit>,)>(
+                        &mut *store,
+                        &self.plan_stage,
+                    )?;
                 instance.get_typed_func::<
                     (&[wit::PublishInput<'static>],),
                     (Vec<Vec<wit::PublishViolation>>,),
@@ -484,10 +496,11 @@ impl Exports {
             &mut *store,
             &self.decide_recovery,
         )?;
-        instance.get_typed_func::<
-            (&wit::ReconcileInput<'static>,),
-            (Vec<wit::ReconcileDecision>,),
-        >(&mut *store, &self.plan_reconcile)?;
+        instance
+            .get_typed_func::<(&wit::ReconcileInput<'static>,), (Vec<wit::ReconcileDecision>,)>(
+                &mut *store,
+                &self.plan_reconcile,
+            )?;
         instance.get_typed_func::<(&wit::GcInput<'static>,), (wit::GcPlan,)>(
             &mut *store,
             &self.plan_gc,
@@ -525,7 +538,7 @@ impl Loaded {
     /// (`Incompatible`, naming the mismatch, if one differs from the contract it imports),
     /// then asks `describe()`.
     fn describe_checking_exports(&self) -> Result<PolicyDescription, PolicyError> {
-        let checked = self.in_sandbox("describe", |store| {
+        self.in_sandbox("describe", |store| {
             let instance = self.pre.instantiate(&mut *store)?;
             if let Err(error) = self.exports.check_types(&instance, store, self.calls) {
                 return Ok(Err(PolicyError::Incompatible {
@@ -534,12 +547,13 @@ impl Loaded {
                     ),
                 }));
             }
-            let describe = instance
-                .get_typed_func::<(), (wit::PolicyDescription,)>(&mut *store, &self.exports.describe)?;
+            let describe = instance.get_typed_func::<(), (wit::PolicyDescription,)>(
+                &mut *store,
+                &self.exports.describe,
+            )?;
             let (description,) = describe.call(&mut *store, ())?;
             Ok(Ok(bindings::description(description)))
-        })?;
-        checked
+        })?
     }
 
     /// Runs `body` in a fresh store taken from the pool, with the limits of a decision.
@@ -549,6 +563,7 @@ impl Loaded {
         body: impl FnOnce(&mut Store<SandboxState>) -> wasmtime::Result<T>,
     ) -> Result<T, PolicyError> {
         static SANDBOXES: Sandboxes = Sandboxes::new();
+        self.calls_made.fetch_add(1, Ordering::Relaxed);
         // Timed from the wait for a sandbox: what a caller waits is what the metric says.
         let started = std::time::Instant::now();
         let result = SANDBOXES

@@ -253,6 +253,76 @@ impl PostgresCatalog {
         })
     }
 
+    /// Stages with `planner`; `standard` says that it is the mode's standard plan, so that a
+    /// create-only stage writes without reading first (the standard plan inserts every id
+    /// and skips every row met: the write's own report is the plan's input).
+    #[allow(clippy::too_many_arguments)]
+    async fn stage_planned(
+        &self,
+        dataset_id: &str,
+        mode: StageMode,
+        splits: &[Arc<NewSplit>],
+        planner: &StagePlanner<'_>,
+        now_ms: TimestampMs,
+        key: Option<&RequestKey>,
+        standard: bool,
+    ) -> Result<Vec<StagedSplit>> {
+        // A keyed create-only stage runs in a transaction, for its record.
+        if mode == StageMode::CreateOnly && key.is_none() {
+            let mut connection = self
+                .pool
+                .acquire()
+                .await
+                .map_err(|error| errors::database_error(error, dataset_id))?;
+            return stage::stage(
+                &mut connection,
+                dataset_id,
+                mode,
+                splits,
+                planner,
+                now_ms,
+                if standard {
+                    stage::Observation::Standard
+                } else {
+                    stage::Observation::ReadFirst
+                },
+            )
+            .await
+            .map_err(|error| match error.resolve(dataset_id) {
+                Resolution::Fail(error) => error,
+                Resolution::Retry(reason) => MendError::Transient { message: reason },
+            });
+        }
+        // An upsert presumes the plan until an attempt finds that the policy plans otherwise;
+        // from then on this request reads first (`stage.rs`).
+        let read_first = AtomicBool::new(false);
+        let read_first = &read_first;
+        self.keyed_transaction(dataset_id, key, now_ms, |mut transaction| async move {
+            let observation = if read_first.load(Ordering::Relaxed) {
+                stage::Observation::ReadFirst
+            } else if standard {
+                stage::Observation::Standard
+            } else {
+                stage::Observation::Presumed
+            };
+            let result = stage::stage(
+                &mut transaction,
+                dataset_id,
+                mode,
+                splits,
+                planner,
+                now_ms,
+                observation,
+            )
+            .await;
+            if let Err(StepError::PlanDiffers) = &result {
+                read_first.store(true, Ordering::Relaxed);
+            }
+            (transaction, result)
+        })
+        .await
+    }
+
     /// Runs `step` in a transaction ([`Self::in_transaction`]); with a `key`, one that first
     /// locks and reads the record of `key`: a recorded key answers its recorded result and
     /// `step` does not run; otherwise `step`'s result is recorded in the same transaction as
@@ -426,54 +496,26 @@ impl Catalog for PostgresCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Vec<StagedSplit>> {
-        // A keyed create-only stage runs in a transaction, for its record.
-        if mode == StageMode::CreateOnly && key.is_none() {
-            let mut connection = self
-                .pool
-                .acquire()
-                .await
-                .map_err(|error| errors::database_error(error, dataset_id))?;
-            return stage::stage(
-                &mut connection,
-                dataset_id,
-                mode,
-                splits,
-                planner,
-                now_ms,
-                stage::Observation::ReadFirst,
-            )
+        self.stage_planned(dataset_id, mode, splits, planner, now_ms, key, false)
             .await
-            .map_err(|error| match error.resolve(dataset_id) {
-                Resolution::Fail(error) => error,
-                Resolution::Retry(reason) => MendError::Transient { message: reason },
-            });
-        }
-        // An upsert presumes the plan until an attempt finds that the policy plans otherwise;
-        // from then on this request reads first (`stage.rs`).
-        let read_first = AtomicBool::new(false);
-        let read_first = &read_first;
-        self.keyed_transaction(dataset_id, key, now_ms, |mut transaction| async move {
-            let observation = if read_first.load(Ordering::Relaxed) {
-                stage::Observation::ReadFirst
-            } else {
-                stage::Observation::Presumed
-            };
-            let result = stage::stage(
-                &mut transaction,
-                dataset_id,
-                mode,
-                splits,
-                planner,
-                now_ms,
-                observation,
-            )
-            .await;
-            if let Err(StepError::PlanDiffers) = &result {
-                read_first.store(true, Ordering::Relaxed);
-            }
-            (transaction, result)
-        })
-        .await
+    }
+
+    /// The standard plan needs no read before the write: a create-only stage is one
+    /// `INSERT ... ON CONFLICT DO NOTHING RETURNING` and, only for the ids it did not insert,
+    /// one read of the states they are in (`stage.rs`).
+    async fn stage_standard(
+        &self,
+        dataset_id: &str,
+        mode: StageMode,
+        splits: &[Arc<NewSplit>],
+        now_ms: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<Vec<StagedSplit>> {
+        let planner = |existing: &[crate::catalog::ExistingRow]| {
+            crate::catalog::standard_stage_plan(mode, splits, existing)
+        };
+        self.stage_planned(dataset_id, mode, splits, &planner, now_ms, key, true)
+            .await
     }
 
     async fn publish(

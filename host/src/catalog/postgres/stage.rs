@@ -1,7 +1,9 @@
 //! Staging splits, in both modes.
 //!
 //! - **Create-only** reads without locks, asks the planner, then runs one
-//!   `INSERT ... ON CONFLICT DO NOTHING RETURNING` of the planned inserts, sorted by id. `DO
+//!   `INSERT ... ON CONFLICT DO NOTHING RETURNING` of the planned inserts, sorted by id. With
+//!   the mode's standard plan (`Observation::Standard`) it skips the read: the plan inserts
+//!   every id, and the ids the insert did not insert are read for their states. `DO
 //!   NOTHING` takes no lock on a row that exists, so no statement here can modify, or even
 //!   lock, an existing row, and the insert holds its new rows only while it runs: it needs no
 //!   transaction (`mod.rs` runs it on a plain connection unless it is keyed). A planned insert
@@ -44,13 +46,17 @@ use crate::model::{NewSplit, SplitState, StageMode, StageOutcome, StagedSplit, T
 use super::errors::StepError;
 use super::queries::{self, RowLock, StageEffect};
 
-/// How an upsert attempt observes the rows it stages.
+/// How an attempt observes the rows it stages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Observation {
-    /// By writing what the mode presumes, kept only if the planner agrees.
+    /// By writing what the mode presumes, kept only if the planner agrees (upsert).
     Presumed,
-    /// By reading before writing, after an attempt whose plan differed from the presumption.
+    /// By reading before writing: create-only with a policy's own plan, or an upsert after an
+    /// attempt whose plan differed from the presumption.
     ReadFirst,
+    /// By writing, with the mode's standard plan (`stage.standard-plans`), which asks for no
+    /// read: create-only inserts every id and skips what the insert met; upsert is presumed.
+    Standard,
 }
 
 pub(super) async fn stage(
@@ -67,10 +73,13 @@ pub(super) async fn stage(
     // the ids prove that it exists. So the presumed upsert, which got past its insert, never
     // asks; a read-first stage asks only when its plan was refused, so that NotFound wins.
     let staged = match (mode, observation) {
-        (StageMode::Upsert, Observation::Presumed) => {
+        (StageMode::Upsert, Observation::Presumed | Observation::Standard) => {
             return upsert_presumed(conn, dataset_id, splits, planner, now_ms).await;
         }
-        (StageMode::CreateOnly, _) => create_only(conn, dataset_id, splits, planner, now_ms).await,
+        (StageMode::CreateOnly, observation) => {
+            let read_first = observation != Observation::Standard;
+            create_only(conn, dataset_id, splits, planner, now_ms, read_first).await
+        }
         (StageMode::Upsert, Observation::ReadFirst) => {
             upsert_read_first(conn, dataset_id, splits, planner, now_ms).await
         }
@@ -189,8 +198,16 @@ async fn create_only(
     splits: &[Arc<NewSplit>],
     planner: &StagePlanner<'_>,
     now_ms: TimestampMs,
+    read_first: bool,
 ) -> Result<Vec<StagedSplit>, StepError> {
-    let existing = queries::split_states(conn, dataset_id, &ids_of(splits), RowLock::None).await?;
+    // The standard plan inserts every id it is not shown a row for, so with it the read is
+    // skipped: the insert meets the rows, and the ids it did not insert are read below for the
+    // states they are in, as any planned insert that a concurrent writer won is.
+    let existing = if read_first {
+        queries::split_states(conn, dataset_id, &ids_of(splits), RowLock::None).await?
+    } else {
+        Vec::new()
+    };
     let plan = planner(&existing)?.into_applicable(StageMode::CreateOnly, splits, &existing)?;
     let inserts = splits_with(&plan, PlannedAction::Insert);
     if inserts.is_empty() {

@@ -245,11 +245,8 @@ impl Engine {
         indices: &[usize],
         settlements: &[Settlement],
     ) -> Vec<Outcome> {
-        let policy = self.policy();
-        let validator = |request: &PublishRequest, observation: &PublishObservation| {
-            let input = crate::engine::staging::publish_input(request, observation);
-            let violations = policy.validate_publish(&input)?;
-            invariants::checked_publish(request, observation, violations)
+        let validator = PolicyValidator {
+            policy: self.policy(),
         };
         let settle = |settlements| {
             self.durably(
@@ -457,5 +454,45 @@ impl Engine {
             self.catalog.append_audit(sweep.dataset_id, &[settled]),
         )
         .await
+    }
+}
+
+/// The policy's verdicts on the publishes of a batch of settlements, checked against the
+/// invariants: one call into the policy for all of them (ABI 1.4).
+struct PolicyValidator {
+    policy: crate::runtime::PolicyRuntime,
+}
+
+impl crate::catalog::settle::ValidatePublishes for PolicyValidator {
+    fn validate(&self, request: &PublishRequest, observation: &PublishObservation) -> Result<()> {
+        let input = crate::engine::staging::publish_input(request, observation);
+        let violations = self.policy.validate_publish(&input)?;
+        invariants::checked_publish(request, observation, violations)
+    }
+
+    fn validate_all(
+        &self,
+        publishes: &[(&PublishRequest, &PublishObservation)],
+    ) -> Vec<Result<()>> {
+        let inputs: Vec<_> = publishes
+            .iter()
+            .map(|(request, observation)| {
+                crate::engine::staging::publish_input(request, observation)
+            })
+            .collect();
+        match self.policy.validate_publishes(&inputs) {
+            Ok(verdicts) => publishes
+                .iter()
+                .zip(verdicts)
+                .map(|((request, observation), violations)| {
+                    invariants::checked_publish(request, observation, violations)
+                })
+                .collect(),
+            // The call failed as a whole (a trap, a limit): so does every verdict of it.
+            Err(error) => publishes
+                .iter()
+                .map(|_| Err(crate::MendError::from(error.clone())))
+                .collect(),
+        }
     }
 }
