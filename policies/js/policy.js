@@ -2,7 +2,7 @@
 // component built from this one ES module (see README.md beside it).
 //
 // Each section below is one export of the `mend:policy` world (`wit/policy.wit`) and ports one
-// file of `guest/src`: `describe` (lib.rs), `planStage` (stage.rs), `validatePublish`
+// file of `guest/src`: `describe` (lib.rs), `planStage` (stage.rs), `validatePublishes`
 // (publish.rs), `decideRecovery` (recovery.rs), `planReconcile` (reconcile.rs) and `planGc`
 // (gc.rs). Every answer must equal the Rust default's, order and strings included: the golden
 // scenarios in `guest/scenarios` hold both to it.
@@ -122,7 +122,7 @@ function isNone(option) {
 /// the revision of the decision semantics: the same as the Rust default's, since it decides
 /// the same. Bump the revision with the Rust one, never apart from it.
 const ABI_MAJOR = 1;
-const ABI_MINOR = 3;
+const ABI_MINOR = 4;
 const SEMANTICS_REVISION = 1;
 
 /// The Rust default reports its crate's version (the workspace's); this port reports the same
@@ -141,6 +141,7 @@ export function describe() {
       'stage.create-only',
       'publish.checkpoint',
       'publish.token',
+      'stage.standard-plans',
     ],
   };
 }
@@ -161,18 +162,82 @@ export function describe() {
 // The Rust code walks two sorted lists side by side for speed; this is the definition it is
 // property-tested against (`plan_by_maps` in stage.rs): the same plan, by maps.
 
-/// One decision per distinct split id, sorted by id.
+/// One decision per distinct split id, sorted by id, naming the entry that supplies it by
+/// index (ABI 1.4). The ids arrive packed (`unpackIds`), and each existing row names its id
+/// by the index of the id's first entry.
 export function planStage(input) {
-  const existing = rowStates(input.existing);
+  const ids = unpackIds(input.splitIds);
+  const existing = new Map();
+  for (const row of input.existing) {
+    const id = ids[row.index];
+    if (id === undefined) throw new Error(`an existing row names request index ${row.index}`);
+    existing.set(id, row.state);
+  }
   const source = new Map();
-  input.splitIds.forEach((id, index) => {
+  ids.forEach((id, index) => {
     if (input.mode === 'upsert' || !source.has(id)) source.set(id, index);
   });
   return sortIds([...source.keys()]).map((splitId) => ({
-    splitId,
     requestIndex: source.get(splitId),
     action: stageAction(input.mode, existing.get(splitId)),
   }));
+}
+
+/// The ids of a packed `split-id-batch`: id `i` is the UTF-8 text `bytes[ends[i - 1]..ends[i]]`,
+/// the first starting at 0. A batch that is not well formed throws, which traps: the host
+/// reports a failed call, never a plan.
+function unpackIds(batch) {
+  const { bytes, ends } = batch;
+  const ids = new Array(ends.length);
+  let start = 0;
+  for (let i = 0; i < ends.length; i++) {
+    const end = Number(ends[i]);
+    if (end < start || end > bytes.length) throw new Error(`split id ${i} ends outside its batch`);
+    ids[i] = decodeUtf8(bytes, start, end, i);
+    start = end;
+  }
+  return ids;
+}
+
+/// `bytes[start..end]` as text, if it is whole UTF-8 (no overlong forms, no surrogates), as
+/// Rust's `str::from_utf8` accepts it. Neither engine is relied on for a `TextDecoder`.
+function decodeUtf8(bytes, start, end, index) {
+  const malformed = () => new Error(`split id ${index} is not UTF-8`);
+  let text = '';
+  let i = start;
+  while (i < end) {
+    const first = bytes[i];
+    let codePoint;
+    let length;
+    if (first < 0x80) {
+      codePoint = first;
+      length = 1;
+    } else if (first >= 0xc2 && first < 0xe0) {
+      codePoint = first & 0x1f;
+      length = 2;
+    } else if (first >= 0xe0 && first < 0xf0) {
+      codePoint = first & 0x0f;
+      length = 3;
+    } else if (first >= 0xf0 && first < 0xf5) {
+      codePoint = first & 0x07;
+      length = 4;
+    } else {
+      throw malformed();
+    }
+    if (i + length > end) throw malformed();
+    for (let k = 1; k < length; k++) {
+      const next = bytes[i + k];
+      if ((next & 0xc0) !== 0x80) throw malformed();
+      codePoint = (codePoint << 6) | (next & 0x3f);
+    }
+    const overlongOrSurrogate =
+      (length === 3 && (codePoint < 0x800 || (codePoint >= 0xd800 && codePoint < 0xe000))) ||
+      (length === 4 && (codePoint < 0x10000 || codePoint > 0x10ffff));
+    if (overlongOrSurrogate) throw malformed();
+    text += String.fromCodePoint(codePoint);
+    i += length;
+  }
+  return text;
 }
 
 function stageAction(mode, state) {
@@ -186,7 +251,7 @@ function stageAction(mode, state) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// validate-publish (guest/src/publish.rs)
+// validate-publishes (guest/src/publish.rs)
 // ---------------------------------------------------------------------------------------------
 //
 // A publish is one atomic step: staged ids become published, replaced ids become marked for
@@ -194,9 +259,14 @@ function stageAction(mode, state) {
 // this with what it observed under the dataset's lock and applies the publish only when the
 // answer is empty.
 
+/// For each publish of a batch, in order, its violations (ABI 1.4: one call for the batch).
+export function validatePublishes(inputs) {
+  return inputs.map(validatePublish);
+}
+
 /// The violations of `input`, in a fixed order (in both, missing, not staged, not published,
 /// checkpoint, token); empty when the publish may proceed.
-export function validatePublish(input) {
+function validatePublish(input) {
   const rows = rowStates(input.rows);
   const violations = [];
 

@@ -209,6 +209,11 @@ impl Harness {
         Self::build(backend, default_policy(), true).await
     }
 
+    /// [`Harness::counting_sql`] with `policy`.
+    pub async fn counting_sql_with_policy(backend: Backend, policy: PolicyRuntime) -> Self {
+        Self::build(backend, policy, true).await
+    }
+
     /// A fresh engine whose Postgres catalog, if that is the backend, is a database of its own
     /// ([`own_database`]), named in the answer for [`drop_database`] at the test's end: for a
     /// test whose cost grows with the whole catalog (a policy swap replays every dataset's

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use mend::catalog::ObjectStoreCatalog;
+use mend::engine::HOST_ONLY_CAPABILITIES;
 use mend::model::{
     DatasetConfig, ListQuery, PublishRequest, SplitState, StageMode, StageRequest, StageSplit,
 };
@@ -17,14 +18,22 @@ use mend_testkit::WithoutCapability;
 #[test]
 fn a_policy_requiring_a_missing_capability_is_refused_naming_it() {
     let policy = PolicyRuntime::default_policy().expect("default policy");
-    let mut refused = 0;
+    let (mut refused, mut host_only) = (0, 0);
     for lacks in policy.description().required_capabilities.clone() {
         let lacks: &'static str = Box::leak(lacks.into_boxed_str());
         let inner = ObjectStoreCatalog::open_url("memory://").expect("memory catalog");
         let objects = SplitObjects::new(inner.store().clone(), inner.prefix().clone());
         let backend = Arc::new(WithoutCapability { inner, lacks });
-        let error = Engine::new(backend, objects, policy.clone(), EngineOptions::default())
-            .expect_err("an engine without a required capability must not start");
+        let started = Engine::new(backend, objects, policy.clone(), EngineOptions::default());
+        if HOST_ONLY_CAPABILITIES.contains(&lacks) {
+            // The host provides it over any backend (`stage.standard-plans`): a backend that
+            // does not list it still serves the policy.
+            let engine = started.expect("a host-only capability needs nothing of the backend");
+            assert!(engine.capabilities().contains(lacks));
+            host_only += 1;
+            continue;
+        }
+        let error = started.expect_err("an engine without a required capability must not start");
         match &error {
             MendError::CapabilityMissing { capability, detail } => {
                 assert_eq!(capability, lacks);
@@ -38,8 +47,15 @@ fn a_policy_requiring_a_missing_capability_is_refused_naming_it() {
         assert!(error.to_string().contains(lacks));
         refused += 1;
     }
-    println!("{refused} backends, each lacking one required capability, refused at start");
+    println!(
+        "{refused} backends, each lacking one required capability, refused at start; \
+         {host_only} lacking a capability the host provides alone, started"
+    );
     assert!(refused >= 2);
+    assert_eq!(
+        host_only, 1,
+        "stage.standard-plans is required and the host's alone"
+    );
 }
 
 /// A publish carrying a fencing epoch on a backend that cannot check one would let a fenced

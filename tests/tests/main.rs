@@ -37,5 +37,6 @@ mod s3_store;
 mod scenarios;
 mod split_ids;
 mod staging_contention;
+mod standard_plans;
 mod verify;
 mod write_fingerprint;

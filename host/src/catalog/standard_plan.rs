@@ -63,3 +63,69 @@ pub fn standard_stage_plan(
     }
     Ok(StagePlan { entries })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::distinct_splits;
+    use mend_contract::StagePlanInput;
+
+    fn split(id: &str, index: usize) -> Arc<NewSplit> {
+        Arc::new(NewSplit {
+            split_id: id.into(),
+            node: "n".into(),
+            // The entry's index, so that a plan taking another entry's content shows.
+            metadata_json: format!(r#"{{"entry":{index}}}"#),
+            time_range: None,
+        })
+    }
+
+    proptest::proptest! {
+        /// The host's standard plan is what the default policy plans, as the invariants check
+        /// it: the same entries with the same content, or the same refusal in the same words.
+        #[test]
+        fn the_standard_plan_is_the_default_policys_checked_plan(
+            ids in proptest::collection::vec("[a-f]", 0..14),
+            states in proptest::collection::vec(0u8..4, 6),
+            create_only: bool,
+        ) {
+            let mode = if create_only { StageMode::CreateOnly } else { StageMode::Upsert };
+            let requested: Vec<Arc<NewSplit>> =
+                ids.iter().enumerate().map(|(index, id)| split(id, index)).collect();
+            let distinct = distinct_splits(mode, &requested);
+            let existing: Vec<ExistingRow> = ["a", "b", "c", "d", "e", "f"]
+                .iter()
+                .zip(&states)
+                .filter_map(|(id, state)| {
+                    SplitState::ALL.get(*state as usize).map(|state| ExistingRow {
+                        split_id: (*id).into(),
+                        state: *state,
+                    })
+                })
+                .collect();
+
+            let standard = standard_stage_plan(mode, &distinct, &existing);
+            let planned = mend_default_policy::plan_stage(&StagePlanInput {
+                dataset_id: "ds".into(),
+                mode,
+                split_ids: ids.clone(),
+                existing: existing.clone(),
+            });
+            let distinct_ids: Vec<String> =
+                distinct.iter().map(|split| split.split_id.clone()).collect();
+            let checked = invariants::checked_stage_plan(
+                mode, &requested, &distinct_ids, &existing, planned,
+            );
+            match (standard, checked) {
+                (Ok(standard), Ok(checked)) => proptest::prop_assert_eq!(standard, checked),
+                (Err(standard), Err(checked)) => {
+                    proptest::prop_assert_eq!(standard.to_string(), checked.to_string())
+                }
+                (standard, checked) => proptest::prop_assert!(
+                    false,
+                    "standard {standard:?}, the default policy's {checked:?}"
+                ),
+            }
+        }
+    }
+}
