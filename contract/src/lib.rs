@@ -3,9 +3,9 @@
 //!
 //! One place differs on purpose: a stage plan's input and answers are here in the form its
 //! decisions are written, tested and stored in golden scenarios (ids as strings, rows and
-//! decisions naming their ids), while the WIT carries them packed (ABI 1.4: the ids in one
-//! buffer, [`PackedSplitIds`], and the rows and decisions by index). The bindings on each
-//! side convert.
+//! decisions naming their ids), while the WIT carries them packed (ABI 1.4: the request's ids
+//! and the rows' ids each in one buffer, [`PackedSplitIds`], and the decisions by index). The
+//! bindings on each side convert.
 //!
 //! The host (`host/`) and every Rust policy (the default one in `guest/`, the test policies in
 //! `policies/`) use these same types on their side of the boundary, so a decision made natively

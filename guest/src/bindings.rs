@@ -31,39 +31,52 @@ impl Guest for DefaultPolicy {
         }
     }
 
-    /// The ids are read from the packed batch in place, and the decisions name them by
+    /// The ids are read from the packed batches in place, and the decisions name them by
     /// index: no id is copied either way. A batch the host packed wrongly (an end out of
-    /// order, an id that is not whole UTF-8, a row's index past the ids) traps: the host
-    /// reports it as a failed decision, never as a plan.
-    fn plan_stage(input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
+    /// order, an id that is not whole UTF-8, another number of states than of rows) traps:
+    /// the host reports it as a failed decision, never as a plan.
+    fn plan_stage(input: wit::StagePlanInput) -> wit::StagePlan {
         let ids = mend_contract::unpack(&input.split_ids.bytes, &input.split_ids.ends)
             .expect("the host packs the split ids whole");
-        let existing = input
-            .existing
-            .iter()
-            .map(|row| {
-                let id = ids
-                    .get(row.index as usize)
-                    .expect("an existing row names one of the request's ids");
-                (*id, plain_state(row.state))
-            })
+        let rows = &input.existing;
+        let row_ids = mend_contract::unpack(&rows.split_ids.bytes, &rows.split_ids.ends)
+            .expect("the host packs the rows' ids whole");
+        assert_eq!(row_ids.len(), rows.states.len(), "one state per row");
+        let existing = row_ids
+            .into_iter()
+            .zip(rows.states.iter().map(|state| plain_state(*state)))
             .collect();
         let mode = match input.mode {
             wit::StageMode::Upsert => plain::StageMode::Upsert,
             wit::StageMode::CreateOnly => plain::StageMode::CreateOnly,
         };
-        crate::stage::plan_ids(mode, &ids, existing)
-            .into_iter()
-            .map(|decided| wit::PlannedSplit {
-                request_index: decided.request_index,
-                action: match decided.action {
-                    plain::StageAction::Insert => wit::StageAction::Insert,
-                    plain::StageAction::Overwrite => wit::StageAction::Overwrite,
-                    plain::StageAction::Skip(state) => wit::StageAction::Skip(wit_state(state)),
-                    plain::StageAction::Reject(reason) => wit::StageAction::Reject(reason),
-                },
-            })
-            .collect()
+        let decided = crate::stage::plan_ids(mode, &ids, existing);
+        let mut plan = wit::StagePlan {
+            request_indices: Vec::with_capacity(decided.len()),
+            actions: Vec::with_capacity(decided.len()),
+            reasons: Vec::new(),
+        };
+        for decision in decided {
+            plan.request_indices.push(decision.request_index);
+            plan.actions.push(match decision.action {
+                plain::StageAction::Insert => wit::PlannedAction::Insert,
+                plain::StageAction::Overwrite => wit::PlannedAction::Overwrite,
+                plain::StageAction::Skip(plain::SplitState::Staged) => {
+                    wit::PlannedAction::SkipStaged
+                }
+                plain::StageAction::Skip(plain::SplitState::Published) => {
+                    wit::PlannedAction::SkipPublished
+                }
+                plain::StageAction::Skip(plain::SplitState::MarkedForDeletion) => {
+                    wit::PlannedAction::SkipMarkedForDeletion
+                }
+                plain::StageAction::Reject(reason) => {
+                    plan.reasons.push(reason);
+                    wit::PlannedAction::Reject
+                }
+            });
+        }
+        plan
     }
 
     fn validate_publishes(inputs: Vec<wit::PublishInput>) -> Vec<Vec<wit::PublishViolation>> {
@@ -254,14 +267,6 @@ fn plain_state(state: wit::SplitState) -> plain::SplitState {
         wit::SplitState::Staged => plain::SplitState::Staged,
         wit::SplitState::Published => plain::SplitState::Published,
         wit::SplitState::MarkedForDeletion => plain::SplitState::MarkedForDeletion,
-    }
-}
-
-fn wit_state(state: plain::SplitState) -> wit::SplitState {
-    match state {
-        plain::SplitState::Staged => wit::SplitState::Staged,
-        plain::SplitState::Published => wit::SplitState::Published,
-        plain::SplitState::MarkedForDeletion => wit::SplitState::MarkedForDeletion,
     }
 }
 

@@ -162,25 +162,29 @@ export function describe() {
 // The Rust code walks two sorted lists side by side for speed; this is the definition it is
 // property-tested against (`plan_by_maps` in stage.rs): the same plan, by maps.
 
-/// One decision per distinct split id, sorted by id, naming the entry that supplies it by
-/// index (ABI 1.4). The ids arrive packed (`unpackIds`), and each existing row names its id
-/// by the index of the id's first entry.
+/// One decision per distinct split id, sorted by id, as a `stage-plan` (ABI 1.4): the index of
+/// the entry that supplies each, its action, and the reason of each rejection. The ids arrive
+/// packed (`unpackIds`), the existing rows' ids too, with their states in the same order.
 export function planStage(input) {
   const ids = unpackIds(input.splitIds);
+  const rowIds = unpackIds(input.existing.splitIds);
+  const states = input.existing.states;
+  if (rowIds.length !== states.length) throw new Error('one state per existing row');
   const existing = new Map();
-  for (const row of input.existing) {
-    const id = ids[row.index];
-    if (id === undefined) throw new Error(`an existing row names request index ${row.index}`);
-    existing.set(id, row.state);
-  }
+  rowIds.forEach((id, index) => existing.set(id, states[index]));
   const source = new Map();
   ids.forEach((id, index) => {
     if (input.mode === 'upsert' || !source.has(id)) source.set(id, index);
   });
-  return sortIds([...source.keys()]).map((splitId) => ({
-    requestIndex: source.get(splitId),
-    action: stageAction(input.mode, existing.get(splitId)),
-  }));
+  const plan = { requestIndices: [], actions: [], reasons: [] };
+  for (const splitId of sortIds([...source.keys()])) {
+    plan.requestIndices.push(source.get(splitId));
+    const state = existing.get(splitId);
+    const action = stageAction(input.mode, state);
+    plan.actions.push(action);
+    if (action === 'reject') plan.reasons.push(rejection(state));
+  }
+  return plan;
 }
 
 /// The ids of a packed `split-id-batch`: id `i` is the UTF-8 text `bytes[ends[i - 1]..ends[i]]`,
@@ -240,14 +244,16 @@ function decodeUtf8(bytes, start, end, index) {
   return text;
 }
 
+/// The `planned-action` case for a row in `state` (`undefined`: no row).
 function stageAction(mode, state) {
-  if (state === undefined) return { tag: 'insert' };
-  if (mode === 'create-only') return { tag: 'skip', val: state };
-  if (state === 'staged') return { tag: 'overwrite' };
-  return {
-    tag: 'reject',
-    val: `split is ${STATE_NAMES[state]}; upsert overwrites only staged splits`,
-  };
+  if (state === undefined) return 'insert';
+  if (mode === 'create-only') return `skip-${state}`;
+  if (state === 'staged') return 'overwrite';
+  return 'reject';
+}
+
+function rejection(state) {
+  return `split is ${STATE_NAMES[state]}; upsert overwrites only staged splits`;
 }
 
 // ---------------------------------------------------------------------------------------------

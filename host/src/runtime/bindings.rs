@@ -7,8 +7,6 @@
 //! that is dropped after the call. Each `with_*` builds the view's lists of references and
 //! lends the view to `decide`.
 
-use std::collections::HashMap;
-
 use mend_contract as plain;
 
 use crate::error::PolicyError;
@@ -21,9 +19,8 @@ wasmtime::component::bindgen!({
 
 pub(crate) use mend::policy::types as wit;
 
-/// A stage plan's input as ABI 1.4 carries it: the ids packed in one buffer, each row by the
-/// index of its id's first entry. A row for an id the request does not name is not sent: no
-/// plan could name it.
+/// A stage plan's input as ABI 1.4 carries it: the request's ids packed in one buffer, and
+/// the rows' ids in another, with their states in the same order.
 pub(crate) fn with_stage_plan_input<R>(
     dataset_id: &str,
     mode: plain::StageMode,
@@ -31,30 +28,17 @@ pub(crate) fn with_stage_plan_input<R>(
     existing: &[plain::ExistingRow],
     decide: impl FnOnce(&wit::StagePlanInput<'_>) -> R,
 ) -> Result<R, PolicyError> {
-    let packed = plain::PackedSplitIds::pack(split_ids.iter().map(String::as_str)).map_err(
-        |plain::BatchTooLarge| PolicyError::Incompatible {
-            reason: "a stage request's ids exceed the 4 GiB a packed batch holds".into(),
-        },
-    )?;
-    let existing: Vec<wit::ExistingAt> = if existing.is_empty() {
-        Vec::new()
-    } else {
-        let mut first_index: HashMap<&str, u32> = HashMap::with_capacity(split_ids.len());
-        for (index, id) in split_ids.iter().enumerate() {
-            first_index.entry(id.as_str()).or_insert(index as u32);
-        }
-        existing
-            .iter()
-            .filter_map(|row| {
-                first_index
-                    .get(row.split_id.as_str())
-                    .map(|&index| wit::ExistingAt {
-                        index,
-                        state: wit_split_state(row.state),
-                    })
-            })
-            .collect()
+    let too_large = |plain::BatchTooLarge| PolicyError::Incompatible {
+        reason: "a stage request's ids exceed the 4 GiB a packed batch holds".into(),
     };
+    let packed =
+        plain::PackedSplitIds::pack(split_ids.iter().map(String::as_str)).map_err(too_large)?;
+    let row_ids = plain::PackedSplitIds::pack(existing.iter().map(|row| row.split_id.as_str()))
+        .map_err(too_large)?;
+    let states: Vec<wit::SplitState> = existing
+        .iter()
+        .map(|row| wit_split_state(row.state))
+        .collect();
     Ok(decide(&wit::StagePlanInput {
         dataset_id,
         mode: wit_stage_mode(mode),
@@ -62,39 +46,80 @@ pub(crate) fn with_stage_plan_input<R>(
             bytes: &packed.bytes,
             ends: &packed.ends,
         },
-        existing: &existing,
+        existing: wit::ExistingRows {
+            split_ids: wit::SplitIdBatch {
+                bytes: &row_ids.bytes,
+                ends: &row_ids.ends,
+            },
+            states: &states,
+        },
     }))
 }
 
-/// A decision of ABI 1.4, which names its id by index, with the id it names; an index past
-/// the request's ids is the policy's error, never a plan.
-pub(crate) fn planned_split(
-    planned: wit::PlannedSplit,
+/// A stage plan of ABI 1.4 as decisions naming their ids: the lists must be of one length,
+/// each index must be one of the request's entries, and there must be one reason per
+/// rejection. Anything else is the policy's error, never a plan.
+pub(crate) fn stage_plan(
+    plan: wit::StagePlan,
     split_ids: &[String],
-) -> Result<plain::PlannedSplit, PolicyError> {
-    let split_id = split_ids
-        .get(planned.request_index as usize)
-        .ok_or_else(|| PolicyError::Incompatible {
-            reason: format!(
-                "plan-stage answered request index {}, but the request has {} ids",
-                planned.request_index,
-                split_ids.len()
-            ),
-        })?;
-    Ok(plain::PlannedSplit {
-        split_id: split_id.clone(),
-        request_index: planned.request_index,
-        action: stage_action(planned.action),
-    })
-}
-
-fn stage_action(action: wit::StageAction) -> plain::StageAction {
-    match action {
-        wit::StageAction::Insert => plain::StageAction::Insert,
-        wit::StageAction::Overwrite => plain::StageAction::Overwrite,
-        wit::StageAction::Skip(state) => plain::StageAction::Skip(split_state(state)),
-        wit::StageAction::Reject(reason) => plain::StageAction::Reject(reason),
+) -> Result<Vec<plain::PlannedSplit>, PolicyError> {
+    let broken = |what: String| PolicyError::Incompatible {
+        reason: format!("plan-stage answered a malformed plan: {what}"),
+    };
+    if plan.request_indices.len() != plan.actions.len() {
+        return Err(broken(format!(
+            "{} request indices for {} actions",
+            plan.request_indices.len(),
+            plan.actions.len()
+        )));
     }
+    let rejections = plan
+        .actions
+        .iter()
+        .filter(|action| matches!(action, wit::PlannedAction::Reject))
+        .count();
+    if rejections != plan.reasons.len() {
+        return Err(broken(format!(
+            "{} reasons for {rejections} rejections",
+            plan.reasons.len()
+        )));
+    }
+    let mut reasons = plan.reasons.into_iter();
+    plan.request_indices
+        .iter()
+        .zip(plan.actions)
+        .map(|(&request_index, action)| {
+            let split_id = split_ids.get(request_index as usize).ok_or_else(|| {
+                broken(format!(
+                    "request index {request_index}, but the request has {} ids",
+                    split_ids.len()
+                ))
+            })?;
+            let action = match action {
+                wit::PlannedAction::Insert => plain::StageAction::Insert,
+                wit::PlannedAction::Overwrite => plain::StageAction::Overwrite,
+                wit::PlannedAction::SkipStaged => {
+                    plain::StageAction::Skip(plain::SplitState::Staged)
+                }
+                wit::PlannedAction::SkipPublished => {
+                    plain::StageAction::Skip(plain::SplitState::Published)
+                }
+                wit::PlannedAction::SkipMarkedForDeletion => {
+                    plain::StageAction::Skip(plain::SplitState::MarkedForDeletion)
+                }
+                wit::PlannedAction::Reject => plain::StageAction::Reject(
+                    reasons
+                        .next()
+                        .expect("one reason per rejection, counted above"),
+                ),
+            };
+            Ok(plain::PlannedSplit {
+                split_id: split_id.clone(),
+                request_index,
+                action,
+            })
+        })
+        .collect()
 }
 
 fn wit_stage_mode(mode: plain::StageMode) -> wit::StageMode {
@@ -106,11 +131,12 @@ fn wit_stage_mode(mode: plain::StageMode) -> wit::StageMode {
 
 /// The stage plan of ABI 1.3, which a 1.4 host still asks a 1.3 policy in: the ids as a list
 /// of strings, the rows and decisions naming theirs. Every other function of 1.3 has the
-/// types it has in 1.4, so only these two are declared here, by hand, as 1.3 declared them.
+/// types it has in 1.4, so only the stage plan's types are declared here, by hand, as 1.3
+/// declared them.
 pub(crate) mod v1_3 {
     use wasmtime::component::{ComponentType, Lift, Lower};
 
-    use super::{plain, stage_action, strs, wit, wit_stage_mode};
+    use super::{plain, split_state, strs, wit, wit_stage_mode};
 
     #[derive(ComponentType, Lower)]
     #[component(record)]
@@ -124,13 +150,26 @@ pub(crate) mod v1_3 {
     }
 
     #[derive(ComponentType, Lift)]
+    #[component(variant)]
+    pub(crate) enum StageAction {
+        #[component(name = "insert")]
+        Insert,
+        #[component(name = "overwrite")]
+        Overwrite,
+        #[component(name = "skip")]
+        Skip(wit::SplitState),
+        #[component(name = "reject")]
+        Reject(String),
+    }
+
+    #[derive(ComponentType, Lift)]
     #[component(record)]
     pub(crate) struct PlannedSplit {
         #[component(name = "split-id")]
         pub(crate) split_id: String,
         #[component(name = "request-index")]
         request_index: u32,
-        pub(crate) action: wit::StageAction,
+        pub(crate) action: StageAction,
     }
 
     pub(crate) fn with_stage_plan_input<R>(
@@ -154,7 +193,12 @@ pub(crate) mod v1_3 {
         plain::PlannedSplit {
             split_id: planned.split_id,
             request_index: planned.request_index,
-            action: stage_action(planned.action),
+            action: match planned.action {
+                StageAction::Insert => plain::StageAction::Insert,
+                StageAction::Overwrite => plain::StageAction::Overwrite,
+                StageAction::Skip(state) => plain::StageAction::Skip(split_state(state)),
+                StageAction::Reject(reason) => plain::StageAction::Reject(reason),
+            },
         }
     }
 }

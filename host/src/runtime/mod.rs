@@ -231,27 +231,17 @@ impl PolicyRuntime {
         let export = &self.inner.exports.plan_stage;
         match self.inner.calls {
             Calls::V1_4 => {
-                let planned: Vec<wit::PlannedSplit> = bindings::with_stage_plan_input(
+                let plan: wit::StagePlan = bindings::with_stage_plan_input(
                     dataset_id,
                     mode,
                     split_ids,
                     existing,
                     |wit_input| self.inner.call_export("plan-stage", export, (wit_input,)),
                 )??;
-                let size = planned
-                    .iter()
-                    .map(|p| {
-                        16 + match &p.action {
-                            wit::StageAction::Reject(why) => why.len(),
-                            _ => 0,
-                        }
-                    })
-                    .sum();
+                let size = 5 * plan.actions.len()
+                    + plan.reasons.iter().map(|why| 8 + why.len()).sum::<usize>();
                 sandbox::check_output_size("plan-stage", size, &self.inner.limits)?;
-                planned
-                    .into_iter()
-                    .map(|planned| bindings::planned_split(planned, split_ids))
-                    .collect()
+                bindings::stage_plan(plan, split_ids)
             }
             Calls::V1_3 => {
                 let planned: Vec<v1_3::PlannedSplit> = v1_3::with_stage_plan_input(
@@ -266,7 +256,7 @@ impl PolicyRuntime {
                     .map(|p| {
                         16 + p.split_id.len()
                             + match &p.action {
-                                wit::StageAction::Reject(why) => why.len(),
+                                v1_3::StageAction::Reject(why) => why.len(),
                                 _ => 0,
                             }
                     })
@@ -471,11 +461,10 @@ impl Exports {
         instance.get_typed_func::<(), (wit::PolicyDescription,)>(&mut *store, &self.describe)?;
         match calls {
             Calls::V1_4 => {
-                instance
-                    .get_typed_func::<(&wit::StagePlanInput<'static>,), (Vec<wit::PlannedSplit>,)>(
-                        &mut *store,
-                        &self.plan_stage,
-                    )?;
+                instance.get_typed_func::<(&wit::StagePlanInput<'static>,), (wit::StagePlan,)>(
+                    &mut *store,
+                    &self.plan_stage,
+                )?;
                 instance.get_typed_func::<
                     (&[wit::PublishInput<'static>],),
                     (Vec<Vec<wit::PublishViolation>>,),

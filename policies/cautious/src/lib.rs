@@ -33,7 +33,7 @@ impl Guest for CautiousPolicy {
         }
     }
 
-    fn plan_stage(input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
+    fn plan_stage(input: wit::StagePlanInput) -> wit::StagePlan {
         DefaultPolicy::plan_stage(input)
     }
 

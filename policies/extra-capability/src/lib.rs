@@ -29,7 +29,7 @@ impl Guest for ExtraCapability {
         description
     }
 
-    fn plan_stage(input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
+    fn plan_stage(input: wit::StagePlanInput) -> wit::StagePlan {
         DefaultPolicy::plan_stage(input)
     }
 

@@ -36,8 +36,12 @@ impl Guest for ForbiddenImport {
         }
     }
 
-    fn plan_stage(_input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
-        Vec::new()
+    fn plan_stage(_input: wit::StagePlanInput) -> wit::StagePlan {
+        wit::StagePlan {
+            request_indices: Vec::new(),
+            actions: Vec::new(),
+            reasons: Vec::new(),
+        }
     }
 
     fn validate_publishes(_inputs: Vec<wit::PublishInput>) -> Vec<Vec<wit::PublishViolation>> {

@@ -51,7 +51,7 @@ impl Guest for HostilePolicy {
         }
     }
 
-    fn plan_stage(input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
+    fn plan_stage(input: wit::StagePlanInput) -> wit::StagePlan {
         match input.dataset_id.as_str() {
             "loop" => spin_forever(),
             "bomb" => allocate_forever(),
@@ -62,25 +62,26 @@ impl Guest for HostilePolicy {
         }
         let split_ids = mend_policy_sdk::unpack(&input.split_ids.bytes, &input.split_ids.ends)
             .expect("the host packs the split ids whole");
+        let rows = &input.existing.split_ids;
+        let existing =
+            mend_policy_sdk::unpack(&rows.bytes, &rows.ends).expect("the host packs them whole");
         let mut ids: Vec<(usize, &str)> = split_ids.iter().copied().enumerate().collect();
         ids.sort_by(|a, b| a.1.cmp(b.1));
         ids.dedup_by(|a, b| a.1 == b.1);
-        ids.into_iter()
-            .map(|(index, split_id)| {
-                let exists = input
-                    .existing
-                    .iter()
-                    .any(|row| split_ids.get(row.index as usize) == Some(&split_id));
-                wit::PlannedSplit {
-                    request_index: index as u32,
-                    action: if exists {
-                        wit::StageAction::Overwrite
+        wit::StagePlan {
+            request_indices: ids.iter().map(|(index, _)| *index as u32).collect(),
+            actions: ids
+                .iter()
+                .map(|(_, split_id)| {
+                    if existing.contains(split_id) {
+                        wit::PlannedAction::Overwrite
                     } else {
-                        wit::StageAction::Insert
-                    },
-                }
-            })
-            .collect()
+                        wit::PlannedAction::Insert
+                    }
+                })
+                .collect(),
+            reasons: Vec::new(),
+        }
     }
 
     /// Allows every publish: an empty answer for each.
@@ -149,10 +150,14 @@ fn allocate_forever() -> ! {
 /// 90,000 rejections with 512-byte reasons: about 47 MB by the host's measure, over the
 /// default output limit of 32 MiB, yet with the list's own overhead still under the default
 /// memory limit of 64 MiB, so that it is the output limit that stops it.
-fn huge_plan() -> Vec<wit::PlannedSplit> {
+fn huge_plan() -> wit::StagePlan {
     const SPLITS: u32 = 90_000;
     const REASON_BYTES: usize = 512;
-    let mut planned = Vec::with_capacity(SPLITS as usize);
+    let mut plan = wit::StagePlan {
+        request_indices: Vec::with_capacity(SPLITS as usize),
+        actions: Vec::with_capacity(SPLITS as usize),
+        reasons: Vec::with_capacity(SPLITS as usize),
+    };
     for index in 0..SPLITS {
         let mut reason = alloc::string::String::with_capacity(REASON_BYTES);
         let mut digits = index;
@@ -163,12 +168,11 @@ fn huge_plan() -> Vec<wit::PlannedSplit> {
         while reason.len() < REASON_BYTES {
             reason.push('x');
         }
-        planned.push(wit::PlannedSplit {
-            request_index: index,
-            action: wit::StageAction::Reject(reason),
-        });
+        plan.request_indices.push(index);
+        plan.actions.push(wit::PlannedAction::Reject);
+        plan.reasons.push(reason);
     }
-    planned
+    plan
 }
 
 /// What an earlier decision in the same instance would have left behind.
@@ -178,7 +182,7 @@ static MARKED: AtomicBool = AtomicBool::new(false);
 static HEAP_MARKER_AT: AtomicUsize = AtomicUsize::new(0);
 const HEAP_MARKER: u64 = 0x6d65_6e64_6d65_6e64;
 
-fn remember() -> Vec<wit::PlannedSplit> {
+fn remember() -> wit::StagePlan {
     let seen = DECISIONS_SEEN.fetch_add(1, Ordering::Relaxed) + 1;
     let marked = MARKED.swap(true, Ordering::Relaxed);
     let pages_on_entry = core::arch::wasm32::memory_size(0);
@@ -189,12 +193,13 @@ fn remember() -> Vec<wit::PlannedSplit> {
     let marker = alloc::boxed::Box::leak(alloc::boxed::Box::new(HEAP_MARKER));
     HEAP_MARKER_AT.store(core::ptr::from_mut(marker) as usize, Ordering::Relaxed);
     core::arch::wasm32::memory_grow(0, 16);
-    alloc::vec![wit::PlannedSplit {
-        request_index: 0,
-        action: wit::StageAction::Reject(alloc::format!(
+    wit::StagePlan {
+        request_indices: alloc::vec![0],
+        actions: alloc::vec![wit::PlannedAction::Reject],
+        reasons: alloc::vec![alloc::format!(
             "decisions seen {seen}, marked {marked}, heap marker found {heap_marker_found}, pages on entry {pages_on_entry}"
-        )),
-    }]
+        )],
+    }
 }
 
 mend_policy_sdk::export!(HostilePolicy with_types_in mend_policy_sdk::bindings);

@@ -26,7 +26,7 @@ impl Guest for Liar {
         }
     }
 
-    fn plan_stage(input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
+    fn plan_stage(input: wit::StagePlanInput) -> wit::StagePlan {
         DefaultPolicy::plan_stage(input)
     }
 

@@ -25,7 +25,7 @@ impl Guest for NewerSemantics {
         }
     }
 
-    fn plan_stage(input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
+    fn plan_stage(input: wit::StagePlanInput) -> wit::StagePlan {
         DefaultPolicy::plan_stage(input)
     }
 

@@ -30,10 +30,10 @@ impl Guest for Policy {
     }
 
     /// Which split ids of a stage request to insert, overwrite, skip or reject. The ids come
-    /// packed in one buffer (`mend_policy_sdk::unpack` reads them) and each decision names its
-    /// id by index. While `describe()` keeps the default's `stage.standard-plans`, the host
+    /// packed in one buffer (`mend_policy_sdk::unpack` reads them) and the plan names each id
+    /// by the index of the request entry it takes. While `describe()` keeps the default's `stage.standard-plans`, the host
     /// stages without asking: drop that capability if you plan otherwise.
-    fn plan_stage(input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
+    fn plan_stage(input: wit::StagePlanInput) -> wit::StagePlan {
         DefaultPolicy::plan_stage(input)
     }
 
