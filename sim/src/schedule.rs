@@ -526,7 +526,7 @@ async fn check_run(
 ) -> (check::Found, usize) {
     let mut found = check::against_storage(&replicas[0].engine(), history).await;
     if fleet {
-        check::fleet(history, last_views, !clocks_beyond_allowance, &mut found);
+        check::fleet(history, last_views, &mut found);
     }
     let overlaps = check::overlapping_sweeps(history);
     let sweeps_overlapped = overlaps.len();
