@@ -103,7 +103,8 @@ pub struct FleetStatus {
     pub replica_id: String,
     /// The fencing epoch it joined with (0 before it joined).
     pub epoch: u64,
-    /// Whether its membership lease is live by its own clock: it sweeps only while it is.
+    /// Whether its membership lease is live by its own monotonic clock: it sweeps only while it
+    /// is.
     pub member: bool,
     /// How long a membership lease lasts, in ms.
     pub lease_ms: u64,

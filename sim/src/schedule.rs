@@ -1558,7 +1558,7 @@ async fn supervise(
 }
 
 /// Whether `replica`'s supervisor may start a sweep: always without a fleet, and with one only
-/// while it owns the dataset and its membership is live by its own clock.
+/// while it owns the dataset and its membership is live by its own monotonic clock.
 fn may_sweep(replica: &Replica) -> bool {
     replica
         .process()
