@@ -106,7 +106,8 @@ pub(crate) async fn run(engine: &Engine, settings: &Settings, json: bool) -> any
 
 /// The fleet's members as the catalog's store shows them, or why they could not be read.
 async fn observe_fleet(settings: &Settings) -> (mend::fleet::Observed, Option<String>) {
-    // Read only: `mend status` observes the fleet and never joins it.
+    // `mend status` observes the fleet and never joins it (on object storage it puts and
+    // deletes one probe object, to learn the store's time).
     let observed = match mend::fleet::replica_id(Some("mend-status")) {
         Ok(id) => match mend::fleet::open_membership(
             &settings.catalog,

@@ -352,7 +352,7 @@ fn run_fleet(label: &str, dir: &Path, catalog: String, objects: Option<String>) 
         let killed_at = Instant::now();
         fleet.replicas[victim].child().wait().unwrap();
         // A liveness bound, not a performance one: a takeover is expected within the lease,
-        // the skew allowance, an interval and a round (printed below, and in docs/src/fleet.md), but
+        // the store-clock allowance on object storage, an interval and a round (printed below, and in docs/src/fleet.md), but
         // on a loaded machine (other tests, a build) rounds slow down; only a takeover that
         // never comes fails here.
         let deadline = Duration::from_secs(30);

@@ -55,7 +55,7 @@ pub struct Metrics {
     fleet_owned_pending_datasets: Gauge,
     fleet_rebalances: Counter,
     fleet_takeovers: Counter,
-    /// 1 while this replica's membership lease is live by its own clock, 0 once it ran out.
+    /// 1 while this replica's membership lease is live by its own monotonic clock, 0 once it ran out.
     fleet_lease_held: Gauge,
     /// Held while one scrape sets the policy gauge and encodes, so that two scrapes at once
     /// never see each other's half-replaced policy.
@@ -270,7 +270,7 @@ impl Default for Metrics {
             fleet_lease_held: registered(
                 &mut registry,
                 "mend_fleet_lease_held",
-                "1 while this replica's membership lease is live by its own clock, 0 once it ran out",
+                "1 while this replica's membership lease is live by its own monotonic clock, 0 once it ran out",
                 Gauge::default(),
             ),
             registry,
@@ -406,7 +406,7 @@ impl Metrics {
             .set(i64::try_from(owned).unwrap_or(i64::MAX));
     }
 
-    /// Whether this replica's membership lease is live by its own clock.
+    /// Whether this replica's membership lease is live by its own monotonic clock.
     pub fn fleet_lease_held(&self, held: bool) {
         self.fleet_lease_held.set(i64::from(held));
     }

@@ -103,7 +103,8 @@ pub struct FleetStatus {
     pub replica_id: String,
     /// The fencing epoch it joined with (0 before it joined).
     pub epoch: u64,
-    /// Whether its membership lease is live by its own clock: it sweeps only while it is.
+    /// Whether its membership lease is live by its own monotonic clock: it sweeps only while it
+    /// is.
     pub member: bool,
     /// How long a membership lease lasts, in ms.
     pub lease_ms: u64,
@@ -249,11 +250,7 @@ impl Supervisors {
         let state = self.fleet_state();
         let mut status = state.status.clone();
         // Live now, not at the last heartbeat: a replica that stalled says so at once.
-        let now = SystemClock.now_ms();
-        status.member = state
-            .view
-            .as_ref()
-            .is_some_and(|view| now < view.me.expires_at_ms);
+        status.member = state.view.as_ref().is_some_and(FleetView::lease_is_live);
         status
     }
 
@@ -269,14 +266,14 @@ impl Supervisors {
         self.fleet.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether this replica owns `dataset_id` and its lease is live by its own clock: the
-    /// condition for starting a sweep.
+    /// Whether this replica owns `dataset_id` and its lease is live by its own monotonic clock
+    /// ([`FleetView::lease_is_live`]): the condition for starting a sweep.
     fn may_sweep(&self, dataset_id: &str) -> bool {
         let state = self.fleet_state();
         let Some(view) = &state.view else {
             return false;
         };
-        SystemClock.now_ms() < view.me.expires_at_ms && view.owns(dataset_id)
+        view.lease_is_live() && view.owns(dataset_id)
     }
 
     /// Runs rounds until the shutdown; then leaves the fleet, so that the others take this
@@ -399,15 +396,11 @@ impl Supervisors {
     }
 
     /// The fleet as the last heartbeat saw it, while this replica's lease is live by its own
-    /// clock (none otherwise: it then sweeps nothing); why it is not a member, if it is not;
-    /// the last heartbeat's error; and what the heartbeat cost.
+    /// monotonic clock (none otherwise: it then sweeps nothing); why it is not a member, if it
+    /// is not; the last heartbeat's error; and what the heartbeat cost.
     fn live_view(&self) -> (Option<FleetView>, Option<String>, Option<String>, u32) {
         let state = self.fleet.read().unwrap_or_else(|p| p.into_inner());
-        let now = SystemClock.now_ms();
-        let view = state
-            .view
-            .clone()
-            .filter(|view| now < view.me.expires_at_ms);
+        let view = state.view.clone().filter(FleetView::lease_is_live);
         let not_member = view.is_none().then(|| {
             state
                 .heartbeat_error

@@ -20,9 +20,10 @@
 //!   replica runs only newer records, and all run the newest once faults stop
 //!   ([`policy_changes`]).
 //! - **The fleet.** No epoch is held by two replicas, a replica's epoch only grows (a rejoin
-//!   to a higher one), a joining answered before another began has the lower epoch, and once
-//!   faults stop every replica sees every other and all agree on the dataset's owner
-//!   ([`fleet`]).
+//!   to a higher one), a joining answered before another began has the lower epoch, a member
+//!   counted gone had stopped acting and never comes back under its epoch, whatever the
+//!   clocks, and once faults stop every replica sees every other and all agree on the
+//!   dataset's owner ([`fleet`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -114,6 +115,9 @@ pub struct HeartbeatRecord {
     pub expired: Vec<(String, u64)>,
     /// The dataset's owner by this view.
     pub owner: Option<String>,
+    /// Until when its own lease is live by this view (its monotonic clock, in simulated ms
+    /// since the run started).
+    pub lease_live_until_ms: u64,
 }
 
 /// A replica's process crashed and started again, in simulated ms since the run started.
@@ -464,19 +468,17 @@ fn policy_runs(history: &History, records: &[ActiveRecord], found: &mut Found) {
 /// - a joining answered before another joining started has the lower epoch;
 /// - each view lists its own replica among the live members;
 /// - a member one replica counted gone (expired) never comes back under the epoch it held:
-///   the others may have taken its datasets over, so it must join again (held only while
-///   the clocks are within the allowance, `clocks_within_allowance`);
+///   the others may have taken its datasets over, so it must join again;
+/// - a member one replica counted gone had stopped acting by then: its own view of its lease
+///   under that epoch had run out before the view that counted it gone was answered;
 /// - at the end, every replica's view lists all of them, and all name the same owner.
-pub fn fleet(
-    history: &History,
-    last: &[Option<HeartbeatRecord>],
-    clocks_within_allowance: bool,
-    found: &mut Found,
-) {
+///
+/// The membership is timed by the store's stamps, so these hold whatever the replicas' clocks
+/// say, beyond the gates' allowance too.
+pub fn fleet(history: &History, last: &[Option<HeartbeatRecord>], found: &mut Found) {
     epochs(history, last, found);
-    if clocks_within_allowance {
-        no_renewal_once_expired(history, last, found);
-    }
+    no_renewal_once_expired(history, last, found);
+    stopped_before_counted_gone(history, last, found);
     // Takeovers: a member in a replica's view that its next view has expired.
     let mut before: BTreeMap<&str, &HeartbeatRecord> = BTreeMap::new();
     for beat in &history.heartbeats {
@@ -572,6 +574,44 @@ fn no_renewal_once_expired(history: &History, last: &[Option<HeartbeatRecord>], 
                     "fleet: replica {} counted {id} (epoch {epoch}) gone at {} ms, and \
                      {id} renewed its membership under the same epoch at {} ms",
                     gone_in.replica, gone_in.answered_ms, back.answered_ms
+                ));
+            }
+        }
+    }
+}
+
+/// A member counted gone had stopped acting: every view it had under the epoch it was counted
+/// gone with says its lease ran out no later than the view that counted it gone was answered.
+fn stopped_before_counted_gone(
+    history: &History,
+    last: &[Option<HeartbeatRecord>],
+    found: &mut Found,
+) {
+    let beats: Vec<&HeartbeatRecord> = history
+        .heartbeats
+        .iter()
+        .chain(last.iter().flatten())
+        .collect();
+    // The latest end of its lease each member's own views gave it, per epoch.
+    let mut live_until: BTreeMap<(&str, u64), (u64, u64)> = BTreeMap::new();
+    for beat in &beats {
+        let latest = live_until
+            .entry((beat.replica_id.as_str(), beat.epoch))
+            .or_insert((0, 0));
+        if beat.lease_live_until_ms > latest.0 {
+            *latest = (beat.lease_live_until_ms, beat.answered_ms);
+        }
+    }
+    for gone_in in &beats {
+        for (id, epoch) in &gone_in.expired {
+            if let Some((until_ms, answered_ms)) = live_until.get(&(id.as_str(), *epoch))
+                && *until_ms > gone_in.answered_ms
+            {
+                found.violations.push(format!(
+                    "fleet: replica {} counted {id} (epoch {epoch}) gone at {} ms, while \
+                     {id}'s own view answered at {answered_ms} ms had its lease live until \
+                     {until_ms} ms",
+                    gone_in.replica, gone_in.answered_ms
                 ));
             }
         }

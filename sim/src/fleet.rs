@@ -2,10 +2,11 @@
 //!
 //! - **Membership.** In most runs each replica holds a membership lease as `mend serve` does:
 //!   the object-store membership (`mend::fleet::ObjectStoreMembership`) over the replica's
-//!   view of the store and its skewed clock, renewed on a beat of its own ([`heartbeats`]),
-//!   and its supervisor sweeps the dataset only while its last view says it owns it and its
-//!   lease is live by its own clock ([`Fleet::may_sweep`]), the rule of `mend serve`'s
-//!   supervisor. In the other runs every replica sweeps whenever it likes: ownership as wrong
+//!   view of the store, timed by the store's stamps (simulated time) whatever the replica's
+//!   skewed clock says, renewed on a beat of its own ([`heartbeats`]), and its supervisor
+//!   sweeps the dataset only while its last view says it owns it and its lease is live by its
+//!   own monotonic clock (tokio's, simulated) ([`Fleet::may_sweep`]), the rule of `mend
+//!   serve`'s supervisor. In the other runs every replica sweeps whenever it likes: ownership as wrong
 //!   as it can be, which the gates alone must fence.
 //! - **Pauses and crashes.** Now and then a whole replica is stopped ([`replica_faults`]):
 //!   paused (every request it sends waits before its effect and every answer before it
@@ -48,13 +49,13 @@ const PAUSE_MS: (u64, u64) = (2_000, 14_000);
 #[derive(Clone)]
 pub(crate) struct Fleet {
     membership: Arc<ObjectStoreMembership>,
-    clock: Arc<dyn Clock>,
     view: Arc<Mutex<Option<FleetView>>>,
 }
 
 impl Fleet {
     /// The membership of replica `index`'s process `incarnation` over `store` (the replica's
-    /// view of the run's store), timed by `clock`.
+    /// view of the run's store), timed by the store; `clock`, the replica's, judges only
+    /// heartbeats of the first format, which no run writes.
     pub(crate) fn new(
         index: usize,
         incarnation: u32,
@@ -67,20 +68,18 @@ impl Fleet {
                 Path::default(),
                 replica_id(index, incarnation),
                 MEMBER_LEASE,
-                clock.clone(),
+                clock,
             )),
-            clock,
             view: Arc::default(),
         }
     }
 
     /// Whether this replica may start a sweep of `dataset_id`: it owns it by its last view and
-    /// its lease is live by its own clock (`mend serve`'s supervisor's rule).
+    /// its lease is live by its own monotonic clock (`mend serve`'s supervisor's rule).
     pub(crate) fn may_sweep(&self, dataset_id: &str) -> bool {
         let view = self.view.lock().unwrap_or_else(PoisonError::into_inner);
-        view.as_ref().is_some_and(|view| {
-            self.clock.now_ms() < view.me.expires_at_ms && view.owns(dataset_id)
-        })
+        view.as_ref()
+            .is_some_and(|view| view.lease_is_live() && view.owns(dataset_id))
     }
 }
 
@@ -116,11 +115,19 @@ pub(crate) async fn heartbeat(
             .map(|m| (m.replica_id.clone(), m.epoch))
             .collect()
     };
+    // The end of its lease in simulated ms, which may be past already (a late answer).
+    let answered_ms = trace.now_ms();
+    let now = tokio::time::Instant::now();
+    let lease_live_until_ms = if view.lease_live_until >= now {
+        answered_ms.saturating_add((view.lease_live_until - now).as_millis() as u64)
+    } else {
+        answered_ms.saturating_sub((now - view.lease_live_until).as_millis() as u64)
+    };
     let beat = HeartbeatRecord {
         replica: index,
         replica_id: fleet.membership.replica_id().to_string(),
         started_ms: since_ms,
-        answered_ms: trace.now_ms(),
+        answered_ms,
         epoch: view.me.epoch,
         rejoined: view.rejoined,
         members: of(&view.members),
@@ -128,6 +135,7 @@ pub(crate) async fn heartbeat(
         owner: view
             .owner_of(crate::schedule::DATASET)
             .map(|member| member.replica_id.clone()),
+        lease_live_until_ms,
     };
     trace.line(format!(
         "replica {index} heartbeat: epoch {}{}, members {:?}, expired {:?}, owner {:?}",

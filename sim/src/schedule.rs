@@ -526,7 +526,7 @@ async fn check_run(
 ) -> (check::Found, usize) {
     let mut found = check::against_storage(&replicas[0].engine(), history).await;
     if fleet {
-        check::fleet(history, last_views, !clocks_beyond_allowance, &mut found);
+        check::fleet(history, last_views, &mut found);
     }
     let overlaps = check::overlapping_sweeps(history);
     let sweeps_overlapped = overlaps.len();
@@ -1558,7 +1558,7 @@ async fn supervise(
 }
 
 /// Whether `replica`'s supervisor may start a sweep: always without a fleet, and with one only
-/// while it owns the dataset and its membership is live by its own clock.
+/// while it owns the dataset and its membership is live by its own monotonic clock.
 fn may_sweep(replica: &Replica) -> bool {
     replica
         .process()

@@ -13,6 +13,7 @@ mod crash_gc;
 mod crash_operations;
 mod crash_recovery;
 mod engine_gates;
+mod fleet_clocks;
 mod fuzz;
 mod grace_periods;
 mod hostile_components;

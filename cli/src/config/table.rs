@@ -315,7 +315,7 @@ pub static SETTINGS: &[Setting] = &[
         "serve.member_lease_ms",
         "MEND_SERVE_MEMBER_LEASE_MS",
         field!(member_lease),
-        "How long a replica's fleet membership lasts unless renewed, in ms: its datasets are taken over this long (plus an interval) after it dies.",
+        "How long a replica's fleet membership lasts unless renewed, in ms: its datasets are taken over this long (plus an interval, and on object storage a 2 s allowance for the store's clock) after it dies.",
     )
     .within(bounds::MEMBER_LEASE_MS),
     Setting::new(

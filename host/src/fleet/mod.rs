@@ -3,11 +3,11 @@
 //!
 //! - **Membership leases.** Each replica holds one lease in the catalog's own storage and
 //!   renews it every supervisor interval ([`Membership::heartbeat`]): a row of `fleet_members`
-//!   on Postgres (timed by the database's clock), a heartbeat object under `fleet/members/` on
-//!   object storage (timed by each replica's clock, within the clock-skew allowance, as the
-//!   gates' leases are). A heartbeat also reads every member, so a replica sees the fleet in
-//!   the same request. The cost of an interval is one statement, or three requests, whatever
-//!   the number of datasets.
+//!   on Postgres, timed by the database's clock; a heartbeat object under `fleet/members/` on
+//!   object storage, timed by the store's clock (the time it stamps each object with, within
+//!   [`STORE_CLOCK_ALLOWANCE`]). Either way the replicas' own clocks may be off by any amount.
+//!   A heartbeat also reads every member, so a replica sees the fleet in the same request. The
+//!   cost of an interval is one statement, or three requests, whatever the number of datasets.
 //! - **Epochs.** Joining takes a fencing epoch from a fleet-wide counter (a sequence on
 //!   Postgres, put-if-absent claims under `fleet/epochs/` on object storage): every joining,
 //!   including a replica's rejoining after its lease lapsed, gets a higher epoch than any
@@ -24,8 +24,10 @@
 //!   on object storage whose stale holder is refused at its next write. So a replica that
 //!   lost its membership (stalled past its lease) and still believes it owns a dataset can at
 //!   worst wait for the gate the new owner holds, or find the gate taken from it; it never
-//!   sweeps alongside the new owner. It also stops starting sweeps as soon as its own clock
-//!   says its lease ran out, before any other replica may count it gone.
+//!   sweeps alongside the new owner. It also stops starting sweeps as soon as its lease ran
+//!   out by its own monotonic clock ([`FleetView::lease_is_live`]), counted from just before
+//!   the renewal the database or the store timed, so before any other replica may count it
+//!   gone, whatever the wall clocks say.
 
 mod object_store;
 #[cfg(feature = "postgres")]
@@ -37,11 +39,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
+use tokio::time::Instant;
 
 use crate::error::{MendError, Result};
 use crate::model::TimestampMs;
 
-pub use self::object_store::ObjectStoreMembership;
+pub use self::object_store::{ObjectStoreMembership, STORE_CLOCK_ALLOWANCE};
 #[cfg(feature = "postgres")]
 pub use self::postgres::PostgresMembership;
 
@@ -58,7 +61,9 @@ pub struct Member {
     pub replica_id: String,
     /// The fencing epoch it joined with: higher than that of every member that joined before.
     pub epoch: u64,
-    /// When its lease ends unless renewed.
+    /// When its lease ends unless renewed, by the clock of the catalog's storage: the
+    /// database's on Postgres; on object storage the store's stamp of its newest heartbeat
+    /// plus its lease (by its own clock, for a heartbeat of the first format).
     #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub expires_at_ms: TimestampMs,
 }
@@ -68,6 +73,11 @@ pub struct Member {
 pub struct FleetView {
     /// This replica, with the epoch it holds now (a new one after a rejoin).
     pub me: Member,
+    /// Until when this replica's lease is live by its own monotonic clock: the lease's length
+    /// from just before it sent the renewal (or joining) that the database or the store
+    /// timed, so that it ends before any other replica may count this one gone, however far
+    /// the wall clocks are apart. See [`FleetView::lease_is_live`].
+    pub lease_live_until: Instant,
     /// Whether this heartbeat found this replica's own lease lapsed, so that it joined again
     /// with a new epoch: the others may have taken its datasets over meanwhile.
     pub rejoined: bool,
@@ -81,6 +91,11 @@ pub struct FleetView {
 }
 
 impl FleetView {
+    /// Whether this replica's lease is still live: the condition for starting a sweep.
+    pub fn lease_is_live(&self) -> bool {
+        Instant::now() < self.lease_live_until
+    }
+
     /// The live member that owns `dataset_id`'s supervision.
     pub fn owner_of(&self, dataset_id: &str) -> Option<&Member> {
         owner_of(dataset_id, &self.members)
@@ -237,6 +252,7 @@ impl Membership for SoloMembership {
         };
         Ok(FleetView {
             me: me.clone(),
+            lease_live_until: far_future(),
             rejoined: false,
             members: vec![me],
             expired: Vec::new(),
@@ -308,8 +324,9 @@ async fn open_postgres(
     Err(crate::catalog::no_postgres_backend())
 }
 
-fn duration_ms(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+/// An instant no lease reaches: 30 years from now, as tokio's own "never" is.
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(30 * 365 * 24 * 60 * 60)
 }
 
 #[cfg(test)]

@@ -5,6 +5,11 @@
 //! and reads every member's row, in one snapshot. A lease found run out (or a first heartbeat)
 //! joins instead: an upsert of the row with the next `fleet_epochs` value, then the reading
 //! statement again. Joining also deletes rows expired for more than ten leases.
+//!
+//! The replica's own view of its lease ([`FleetView::lease_live_until`]) is what the row says
+//! it has left by the database's clock, counted on the replica's monotonic clock from just
+//! before the statement was sent: never later than the database's, whatever the replica's
+//! wall clock says.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -12,7 +17,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::PgPool;
 
-use super::{FleetView, Member, Membership, Observed, duration_ms};
+use tokio::time::Instant;
+
+use super::{FleetView, Member, Membership, Observed};
 use crate::error::{MendError, Result};
 use crate::model::TimestampMs;
 
@@ -112,6 +119,9 @@ impl Membership for PostgresMembership {
     async fn heartbeat(&self) -> Result<FleetView> {
         let known = *self.epoch();
         let mut requests = 1;
+        // Just before the statement whose rows say what the lease has left: the database's
+        // now is no earlier, so the lease counted from here runs out before the database's.
+        let mut sent = Instant::now();
         let mut rows = self.renew_and_read(known.unwrap_or(-1)).await?;
         let renewed = rows.first().and_then(|row| row.renewed_until);
         let rejoined = known.is_some() && renewed.is_none();
@@ -120,6 +130,7 @@ impl Membership for PostgresMembership {
             _ => {
                 let epoch = self.join().await?;
                 // The renewing statement with the new epoch reads the fleet with this row.
+                sent = Instant::now();
                 rows = self.renew_and_read(epoch).await?;
                 requests += 3;
                 epoch
@@ -164,7 +175,9 @@ impl Membership for PostgresMembership {
         if me.expires_at_ms <= now_ms {
             *self.epoch() = None;
         }
+        let left_ms = u64::try_from(me.expires_at_ms.saturating_sub(now_ms)).unwrap_or(0);
         Ok(FleetView {
+            lease_live_until: sent + Duration::from_millis(left_ms),
             me,
             rejoined,
             members,
@@ -209,6 +222,10 @@ impl Membership for PostgresMembership {
             .map_err(|error| database_error("leaving the fleet", error))?;
         Ok(())
     }
+}
+
+fn duration_ms(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
 fn database_error(context: &str, error: sqlx::Error) -> MendError {
