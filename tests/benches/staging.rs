@@ -4,8 +4,8 @@
 //!     scripts/with-postgres cargo bench -p mend-tests --bench staging
 //!
 //! mend stages 10,000 splits in batches of 1,000, create-only and upsert, through the whole
-//! engine: validation, the read of existing rows, the policy component's plan, the invariant
-//! check and the write. The floor executes only the one `INSERT ... ON CONFLICT DO NOTHING
+//! engine with the default policy: validation, then (its plans being the standard ones, ABI
+//! 1.4) the write with the mode's standard plan, which on Postgres needs no read first. The floor executes only the one `INSERT ... ON CONFLICT DO NOTHING
 //! RETURNING` statement per batch with the same rows: no read, no policy, no wasm. The three
 //! are functions of one criterion group (`staging`); one iteration stages all 10,000 splits
 //! into a new dataset, whose rows are deleted again after it, untimed, so that every iteration
