@@ -30,13 +30,79 @@ pub fn checked_stage_plan(
     requested: &[Arc<NewSplit>],
     distinct_ids: &[String],
     existing: &[ExistingRow],
-    mut planned: Vec<PlannedSplit>,
+    planned: Vec<PlannedSplit>,
+) -> Result<StagePlan> {
+    let planned = planned
+        .into_iter()
+        .map(|decision| PlanEntry {
+            split_id: decision.split_id,
+            request_index: decision.request_index,
+            action: decision.action,
+        })
+        .collect();
+    check_stage_plan(mode, requested, distinct_ids, existing, planned)
+}
+
+/// [`checked_stage_plan`] for a plan that names each id by its request entry (ABI 1.4): the
+/// id is read where the index points, never copied, so a plan of 10,000 decisions costs no
+/// string. An index past the request's entries refuses the plan.
+pub fn checked_stage_plan_by_index(
+    mode: StageMode,
+    requested: &[Arc<NewSplit>],
+    distinct_ids: &[String],
+    existing: &[ExistingRow],
+    planned: Vec<IndexedDecision>,
+) -> Result<StagePlan> {
+    let planned = planned
+        .into_iter()
+        .map(|decision| {
+            let source = requested
+                .get(decision.request_index as usize)
+                .ok_or_else(|| {
+                    rejected_plan(format!(
+                        "the plan names request entry {}, but the request has {}",
+                        decision.request_index,
+                        requested.len()
+                    ))
+                })?;
+            Ok(PlanEntry {
+                split_id: source.split_id.as_str(),
+                request_index: decision.request_index,
+                action: decision.action,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    check_stage_plan(mode, requested, distinct_ids, existing, planned)
+}
+
+/// A decision of a stage plan that names its id by the request entry it takes (ABI 1.4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexedDecision {
+    /// The request entry whose id and content the decision takes.
+    pub request_index: u32,
+    /// What to do with that split.
+    pub action: StageAction,
+}
+
+/// One decision as the checks read it, its id owned or borrowed.
+struct PlanEntry<S> {
+    split_id: S,
+    request_index: u32,
+    action: StageAction,
+}
+
+fn check_stage_plan<S: AsRef<str>>(
+    mode: StageMode,
+    requested: &[Arc<NewSplit>],
+    distinct_ids: &[String],
+    existing: &[ExistingRow],
+    mut planned: Vec<PlanEntry<S>>,
 ) -> Result<StagePlan> {
     // Sorted, the plan must list exactly the sorted distinct requested ids, and each decision
     // meets its observed row in one merge pass: a map of thousands of ids would cost more than
     // the policy's decision. Backends observe in id order; a sort is only a fallback.
-    if !planned.is_sorted_by(|a, b| a.split_id <= b.split_id) {
-        planned.sort_by(|a, b| a.split_id.cmp(&b.split_id));
+    if !planned.is_sorted_by(|a, b| a.split_id.as_ref() <= b.split_id.as_ref()) {
+        planned.sort_by(|a, b| a.split_id.as_ref().cmp(b.split_id.as_ref()));
     }
     if let Some(problem) = coverage_problem(&planned, distinct_ids) {
         return Err(rejected_plan(problem));
@@ -50,14 +116,14 @@ pub fn checked_stage_plan(
     let mut rejected: Vec<(String, String)> = Vec::new();
 
     for decision in planned {
-        let id = decision.split_id.as_str();
+        let id = decision.split_id.as_ref();
         while observed.next_if(|row| row.split_id.as_str() < id).is_some() {}
         let state = observed
             .next_if(|row| row.split_id == id)
             .map(|row| row.state);
         let source = requested
             .get(decision.request_index as usize)
-            .filter(|source| source.split_id == decision.split_id)
+            .filter(|source| source.split_id == id)
             .ok_or_else(|| {
                 rejected_plan(format!(
                     "the plan takes split {id:?} from request entry {}, which is another split",
@@ -90,7 +156,7 @@ pub fn checked_stage_plan(
                 )));
             }
             (StageAction::Reject(reason), _) => {
-                rejected.push((decision.split_id.clone(), reason));
+                rejected.push((id.to_string(), reason));
                 continue;
             }
         };
@@ -119,17 +185,20 @@ pub(crate) fn rejected_batch(rejected: Vec<(String, String)>) -> MendError {
 }
 
 /// Why a sorted plan does not hold exactly one decision per requested id, if it does not.
-fn coverage_problem(planned: &[PlannedSplit], distinct_ids: &[String]) -> Option<String> {
+fn coverage_problem<S: AsRef<str>>(
+    planned: &[PlanEntry<S>],
+    distinct_ids: &[String],
+) -> Option<String> {
     for (index, decision) in planned.iter().enumerate() {
+        let planned_id = decision.split_id.as_ref();
         match distinct_ids.get(index) {
-            Some(id) if *id == decision.split_id => continue,
-            Some(id) if *id < decision.split_id => {
+            Some(id) if id == planned_id => continue,
+            Some(id) if id.as_str() < planned_id => {
                 return Some(format!("the plan has no decision for split {id:?}"));
             }
             _ => {
                 return Some(format!(
-                    "the plan names split {:?} that the request does not, or names it twice",
-                    decision.split_id
+                    "the plan names split {planned_id:?} that the request does not, or names it twice"
                 ));
             }
         }

@@ -5,7 +5,10 @@
 //! Measured by criterion (`common`), each a group:
 //!
 //! - `stage decision`: a stage decision (a fresh sandbox: instantiate, copy in, decide, copy
-//!   out) in wasm against the same code native, for plans of 1, 100 and 10,000 splits;
+//!   out) in wasm against the same code native, for plans of 1, 100 and 10,000 splits: as
+//!   decisions naming their ids (`plan_stage`, each id copied into a `String`), and as the
+//!   engine asks since ABI 1.4, by request entry (`plan_stage_by_index` against the native
+//!   planner on borrowed ids, `plan_ids`: no id copied on either side);
 //! - `load a component`: compiling a new component (each iteration a distinct one, with an
 //!   empty cache), and loading one from the on-disk cache;
 //! - `swap`: preparing a swap (checks and a replay of 1,000 recorded decisions) and publishing
@@ -126,19 +129,55 @@ fn decision_cost(bench: &mut Bench, policy: &PolicyRuntime) {
         group.bench(&format!("native/{splits}"), |b| {
             b.iter(|| mend_default_policy::plan_stage(input))
         });
+        // As the engine asks (ABI 1.4): decisions by request entry, no id copied, against the
+        // same decisions made natively on borrowed ids.
+        group.bench(&format!("wasm by index/{splits}"), |b| {
+            b.iter(|| {
+                policy
+                    .plan_stage_by_index(
+                        &input.dataset_id,
+                        input.mode,
+                        &input.split_ids,
+                        &input.existing,
+                    )
+                    .expect("decides")
+            })
+        });
+        group.bench(&format!("native by index/{splits}"), |b| {
+            b.iter(|| {
+                let ids: Vec<&str> = input.split_ids.iter().map(String::as_str).collect();
+                let existing = input
+                    .existing
+                    .iter()
+                    .map(|row| (row.split_id.as_str(), row.state))
+                    .collect();
+                mend_default_policy::stage::plan_ids(input.mode, &ids, existing).len()
+            })
+        });
     }
     group.finish().report(|times| {
+        let line = |what: &str, splits: usize, wasm: &str, native: &str| {
+            let wasm = times[format!("{wasm}/{splits}").as_str()];
+            let native = times[format!("{native}/{splits}").as_str()];
+            format!(
+                "{what} of {splits:>6} splits: wasm {:>9.1} us, native {:>9.1} us, wasm/native {:>6.1}x",
+                micros(wasm),
+                micros(native),
+                wasm.as_secs_f64() / native.as_secs_f64()
+            )
+        };
         sizes
             .iter()
-            .map(|splits| {
-                let wasm = times[format!("wasm/{splits}").as_str()];
-                let native = times[format!("native/{splits}").as_str()];
-                format!(
-                    "stage decision of {splits:>6} splits: wasm {:>9.1} us, native {:>9.1} us, wasm/native {:>6.1}x",
-                    micros(wasm),
-                    micros(native),
-                    wasm.as_secs_f64() / native.as_secs_f64()
-                )
+            .flat_map(|&splits| {
+                [
+                    line("stage decision         ", splits, "wasm", "native"),
+                    line(
+                        "stage decision by index",
+                        splits,
+                        "wasm by index",
+                        "native by index",
+                    ),
+                ]
             })
             .collect()
     });

@@ -111,8 +111,11 @@ impl Engine {
             let request_ids: Vec<String> = requested.iter().map(|s| s.split_id.clone()).collect();
             let dataset_id = request.dataset_id.clone();
             Box::new(move |existing: &[ExistingRow]| -> Result<StagePlan> {
-                let planned = policy.plan_stage_of(&dataset_id, mode, &request_ids, existing)?;
-                invariants::checked_stage_plan(mode, &requested, &split_ids, existing, planned)
+                let planned =
+                    policy.plan_stage_by_index(&dataset_id, mode, &request_ids, existing)?;
+                invariants::checked_stage_plan_by_index(
+                    mode, &requested, &split_ids, existing, planned,
+                )
             })
         };
         Ok(StagePlanning {

@@ -10,6 +10,7 @@
 use mend_contract as plain;
 
 use crate::error::PolicyError;
+use crate::invariants::IndexedDecision;
 
 wasmtime::component::bindgen!({
     world: "policy",
@@ -56,13 +57,13 @@ pub(crate) fn with_stage_plan_input<R>(
     }))
 }
 
-/// A stage plan of ABI 1.4 as decisions naming their ids: the lists must be of one length,
-/// each index must be one of the request's entries, and there must be one reason per
-/// rejection. Anything else is the policy's error, never a plan.
+/// A stage plan of ABI 1.4 as decisions by index: the lists must be of one length, each
+/// index must be one of the request's `entries`, and there must be one reason per rejection.
+/// Anything else is the policy's error, never a plan.
 pub(crate) fn stage_plan(
     plan: wit::StagePlan,
-    split_ids: &[String],
-) -> Result<Vec<plain::PlannedSplit>, PolicyError> {
+    entries: usize,
+) -> Result<Vec<IndexedDecision>, PolicyError> {
     let broken = |what: String| PolicyError::Incompatible {
         reason: format!("plan-stage answered a malformed plan: {what}"),
     };
@@ -84,18 +85,23 @@ pub(crate) fn stage_plan(
             plan.reasons.len()
         )));
     }
+    if let Some(index) = plan
+        .request_indices
+        .iter()
+        .find(|&&index| index as usize >= entries)
+    {
+        return Err(broken(format!(
+            "request index {index}, but the request has {entries} entries"
+        )));
+    }
     let mut reasons = plan.reasons.into_iter();
-    plan.request_indices
+    Ok(plan
+        .request_indices
         .iter()
         .zip(plan.actions)
-        .map(|(&request_index, action)| {
-            let split_id = split_ids.get(request_index as usize).ok_or_else(|| {
-                broken(format!(
-                    "request index {request_index}, but the request has {} ids",
-                    split_ids.len()
-                ))
-            })?;
-            let action = match action {
+        .map(|(&request_index, action)| IndexedDecision {
+            request_index,
+            action: match action {
                 wit::PlannedAction::Insert => plain::StageAction::Insert,
                 wit::PlannedAction::Overwrite => plain::StageAction::Overwrite,
                 wit::PlannedAction::SkipStaged => {
@@ -112,14 +118,9 @@ pub(crate) fn stage_plan(
                         .next()
                         .expect("one reason per rejection, counted above"),
                 ),
-            };
-            Ok(plain::PlannedSplit {
-                split_id: split_id.clone(),
-                request_index,
-                action,
-            })
+            },
         })
-        .collect()
+        .collect())
 }
 
 fn wit_stage_mode(mode: plain::StageMode) -> wit::StageMode {
@@ -136,7 +137,7 @@ fn wit_stage_mode(mode: plain::StageMode) -> wit::StageMode {
 pub(crate) mod v1_3 {
     use wasmtime::component::{ComponentType, Lift, Lower};
 
-    use super::{plain, split_state, strs, wit, wit_stage_mode};
+    use super::{IndexedDecision, PolicyError, plain, split_state, strs, wit, wit_stage_mode};
 
     #[derive(ComponentType, Lower)]
     #[component(record)]
@@ -189,9 +190,24 @@ pub(crate) mod v1_3 {
         })
     }
 
-    pub(crate) fn planned_split(planned: PlannedSplit) -> plain::PlannedSplit {
-        plain::PlannedSplit {
-            split_id: planned.split_id,
+    /// A 1.3 decision by index, once its name is the one at its index: a decision naming
+    /// one split and taking another's entry is the policy's error, never a plan.
+    pub(crate) fn indexed_decision(
+        planned: PlannedSplit,
+        split_ids: &[String],
+    ) -> Result<IndexedDecision, PolicyError> {
+        let entry = split_ids.get(planned.request_index as usize);
+        if entry != Some(&planned.split_id) {
+            return Err(PolicyError::Incompatible {
+                reason: format!(
+                    "plan-stage took split {:?} from request entry {}, which is {}",
+                    planned.split_id,
+                    planned.request_index,
+                    entry.map_or("past the request's end".to_string(), |id| format!("{id:?}"))
+                ),
+            });
+        }
+        Ok(IndexedDecision {
             request_index: planned.request_index,
             action: match planned.action {
                 StageAction::Insert => plain::StageAction::Insert,
@@ -199,7 +215,7 @@ pub(crate) mod v1_3 {
                 StageAction::Skip(state) => plain::StageAction::Skip(split_state(state)),
                 StageAction::Reject(reason) => plain::StageAction::Reject(reason),
             },
-        }
+        })
     }
 }
 

@@ -46,6 +46,7 @@ use wasmtime::component::{
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
 
 use crate::error::PolicyError;
+use crate::invariants::IndexedDecision;
 
 pub use active::{ActivePolicy, Swapped};
 pub use compat::{
@@ -228,6 +229,28 @@ impl PolicyRuntime {
         split_ids: &[String],
         existing: &[ExistingRow],
     ) -> Result<Vec<PlannedSplit>, PolicyError> {
+        Ok(self
+            .plan_stage_by_index(dataset_id, mode, split_ids, existing)?
+            .into_iter()
+            .map(|decision| PlannedSplit {
+                split_id: split_ids[decision.request_index as usize].clone(),
+                request_index: decision.request_index,
+                action: decision.action,
+            })
+            .collect())
+    }
+
+    /// One decision per distinct split id of the request, each naming its id by the request
+    /// entry it takes (every index is one of `split_ids`'): as a 1.4 policy answers, with no
+    /// id copied, for the engine's checks ([`crate::invariants::checked_stage_plan_by_index`]).
+    /// A 1.3 policy's decisions name their ids; each must be the id at its index.
+    pub fn plan_stage_by_index(
+        &self,
+        dataset_id: &str,
+        mode: StageMode,
+        split_ids: &[String],
+        existing: &[ExistingRow],
+    ) -> Result<Vec<IndexedDecision>, PolicyError> {
         let export = &self.inner.exports.plan_stage;
         match self.inner.calls {
             Calls::V1_4 => {
@@ -241,7 +264,7 @@ impl PolicyRuntime {
                 let size = 5 * plan.actions.len()
                     + plan.reasons.iter().map(|why| 8 + why.len()).sum::<usize>();
                 sandbox::check_output_size("plan-stage", size, &self.inner.limits)?;
-                bindings::stage_plan(plan, split_ids)
+                bindings::stage_plan(plan, split_ids.len())
             }
             Calls::V1_3 => {
                 let planned: Vec<v1_3::PlannedSplit> = v1_3::with_stage_plan_input(
@@ -262,7 +285,10 @@ impl PolicyRuntime {
                     })
                     .sum();
                 sandbox::check_output_size("plan-stage", size, &self.inner.limits)?;
-                Ok(planned.into_iter().map(v1_3::planned_split).collect())
+                planned
+                    .into_iter()
+                    .map(|planned| v1_3::indexed_decision(planned, split_ids))
+                    .collect()
             }
         }
     }
