@@ -1,5 +1,5 @@
 //! Audit records of the object-storage catalog: one small object per append (a larger append
-//! than [`RECORDS_PER_FILE`] records is several), written put-if-absent next to the commit
+//! than [`RECORDS_PER_BATCH`] records is several), written put-if-absent next to the commit
 //! log, never rewritten:
 //!
 //! ```text
@@ -33,30 +33,15 @@
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{PutMode, PutOptions, PutPayload};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::ObjectStoreCatalog;
-use crate::audit::{AuditRecord, check_append, parse_stored};
+use crate::audit::{
+    AuditRecord, BATCH_FORMAT, RECORDS_PER_BATCH, check_append, decode_batch, encode_batch,
+    parse_stored,
+};
 use crate::error::{MendError, Result};
 use crate::model::TimestampMs;
-
-/// The most records one audit object holds: an append of a sweep's batch fits in one, and an
-/// object stays small enough to read in one GET.
-const RECORDS_PER_FILE: usize = 1_000;
-
-/// The format of an object holding an append's records.
-const BATCH_FORMAT: u32 = 2;
-
-#[derive(Serialize)]
-struct BatchOut<'a> {
-    format_version: u32,
-    records: &'a [AuditRecord],
-}
-
-#[derive(Deserialize)]
-struct BatchIn {
-    records: Vec<Box<serde_json::value::RawValue>>,
-}
 
 /// Where a record sorts: recorded time, then append, then place in the append.
 type Order = (TimestampMs, String, usize);
@@ -119,7 +104,7 @@ impl ObjectStoreCatalog {
         }
         self.load(dataset_id).await?;
         let prefix = self.audit_prefix(dataset_id);
-        for chunk in records.chunks(RECORDS_PER_FILE) {
+        for chunk in records.chunks(RECORDS_PER_BATCH) {
             let append_id = crate::ambient::uuid_v7().simple().to_string();
             let newest = chunk
                 .iter()
@@ -128,17 +113,12 @@ impl ObjectStoreCatalog {
                 .unwrap_or_default()
                 .max(0);
             let path = prefix.child(format!("{newest:020}-{append_id}.json"));
-            let body = serde_json::to_vec(&BatchOut {
-                format_version: BATCH_FORMAT,
-                records: chunk,
-            })
-            .expect("audit records always serialise");
             let options = PutOptions {
                 mode: PutMode::Create,
                 ..Default::default()
             };
             self.store()
-                .put_opts(&path, PutPayload::from(body), options)
+                .put_opts(&path, PutPayload::from(encode_batch(chunk)), options)
                 .await
                 .map_err(|error| MendError::unavailable(format!("write {path}"), error))?;
         }
@@ -204,24 +184,11 @@ impl ObjectStoreCatalog {
         };
         let version = serde_json::from_slice::<Version>(&bytes).map(|v| v.format_version);
         match (version, object.index) {
-            (Ok(BATCH_FORMAT), None) => {
-                let batch: BatchIn =
-                    serde_json::from_slice(&bytes).map_err(|error| MendError::Corrupt {
-                        message: format!("{what} is unreadable: {error}"),
-                    })?;
-                batch
-                    .records
-                    .iter()
-                    .enumerate()
-                    .map(|(index, raw)| {
-                        let record = parse_stored(
-                            raw.get().as_bytes(),
-                            &format!("record {index} of {what}"),
-                        )?;
-                        Ok((order(&record, index), record))
-                    })
-                    .collect()
-            }
+            (Ok(BATCH_FORMAT), None) => Ok(decode_batch(&bytes, &what)?
+                .into_iter()
+                .enumerate()
+                .map(|(index, record)| (order(&record, index), record))
+                .collect()),
             (Ok(version), None) if version > BATCH_FORMAT => Err(MendError::Corrupt {
                 message: format!(
                     "{what} has format version {version}, but this mend reads only versions 1 and {BATCH_FORMAT}: a newer mend wrote it; upgrade before reading this dataset's audit trail"
