@@ -932,7 +932,11 @@ pub async fn open_with(
     }
     let own = self::object_store::open_objects(catalog_url)?;
     let (store, prefix) = own.store();
-    let catalog = ObjectStoreCatalog::new(store.clone(), prefix.clone(), Default::default());
+    let options = self::object_store::ObjectStoreCatalogOptions {
+        store_lists_in_order: self::object_store::lists_in_order(catalog_url),
+        ..Default::default()
+    };
+    let catalog = ObjectStoreCatalog::new(store.clone(), prefix.clone(), options);
     Ok((Arc::new(catalog), separate_objects.unwrap_or(own)))
 }
 

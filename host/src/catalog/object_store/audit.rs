@@ -20,6 +20,9 @@
 //! An older mend meets an object of format 2 as a record "a newer mend wrote", and refuses to
 //! read the trail rather than skip it.
 //!
+//! Each object also gets an entry in the catalog-wide index of audit objects, put before the
+//! object (`audit_index.rs`), from which the newest records of every dataset together are read.
+//!
 //! They stay out of the commit log on purpose: the log's state is rewritten whole into every
 //! checkpoint, and an ever-growing audit trail must not make every checkpoint grow with it.
 //!
@@ -36,6 +39,7 @@ use object_store::{PutMode, PutOptions, PutPayload};
 use serde::Deserialize;
 
 use super::ObjectStoreCatalog;
+use super::audit_index::{IndexEntry, written_time};
 use crate::audit::{
     AuditRecord, BATCH_FORMAT, RECORDS_PER_BATCH, check_append, decode_batch, encode_batch,
     parse_stored,
@@ -93,26 +97,35 @@ impl ObjectStoreCatalog {
             .child("audit")
     }
 
+    /// Where the audit object of append `append_id`, whose newest record is `newest_ms`, lives.
+    pub(super) fn audit_object_path(
+        &self,
+        dataset_id: &str,
+        newest_ms: TimestampMs,
+        append_id: &str,
+    ) -> Path {
+        let newest_ms = written_time(newest_ms);
+        self.audit_prefix(dataset_id)
+            .child(format!("{newest_ms:020}-{append_id}.json"))
+    }
+
     pub(super) async fn append_audit_records(
         &self,
         dataset_id: &str,
         records: &[AuditRecord],
     ) -> Result<()> {
         check_append(dataset_id, records)?;
-        if records.is_empty() {
+        let Some(newest_ms) = records.iter().map(|record| record.recorded_at_ms).max() else {
             return Ok(());
-        }
+        };
         self.load(dataset_id).await?;
-        let prefix = self.audit_prefix(dataset_id);
+        self.audit_index.start_before_appending(newest_ms).await?;
         for chunk in records.chunks(RECORDS_PER_BATCH) {
             let append_id = crate::ambient::uuid_v7().simple().to_string();
-            let newest = chunk
-                .iter()
-                .map(|record| record.recorded_at_ms)
-                .max()
-                .unwrap_or_default()
-                .max(0);
-            let path = prefix.child(format!("{newest:020}-{append_id}.json"));
+            let entry = IndexEntry::of(dataset_id, &append_id, chunk);
+            // The entry first: every object written has one (`audit_index.rs`).
+            self.audit_index.put_entry(&entry).await?;
+            let path = self.audit_object_path(dataset_id, entry.span.newest_ms, &append_id);
             let options = PutOptions {
                 mode: PutMode::Create,
                 ..Default::default()
