@@ -592,7 +592,8 @@ pub enum PolicyCommand {
     Replay {
         /// The candidate policy component file (.wasm).
         component: PathBuf,
-        /// How many of each dataset's newest audit records to replay.
+        /// How many of the catalog's newest audit records to replay (every dataset's
+        /// together), 1 to 100000.
         #[arg(long, default_value_t = policy::DEFAULT_REPLAY_RECORDS)]
         records: usize,
     },
@@ -600,7 +601,8 @@ pub enum PolicyCommand {
     Swap {
         /// The policy component file (.wasm) to make active.
         component: PathBuf,
-        /// How many of each dataset's newest audit records to replay first.
+        /// How many of the catalog's newest audit records to replay first (every dataset's
+        /// together), 1 to 100000.
         #[arg(long, default_value_t = policy::DEFAULT_REPLAY_RECORDS)]
         records: usize,
         /// The golden scenarios shipped with the component (files or directories); the swap

@@ -20,7 +20,8 @@ use super::PolicyCommand;
 use super::output;
 use crate::scaffold::{self, Language};
 
-/// How many of each dataset's newest audit records a swap or replay asks the candidate.
+/// How many of the catalog's newest audit records (every dataset's together) a swap or replay
+/// asks the candidate.
 pub const DEFAULT_REPLAY_RECORDS: usize = 10_000;
 
 /// The policy registry of the deployment the engine's objects live in.

@@ -12,8 +12,12 @@
 //! any part of the decision may have landed. Whether it finished is told by the operation's
 //! intent: gone means finished (deleting it is always the last step), still there means the
 //! next sweep observes what landed and decides again (see `engine::recovery`).
+//!
+//! Both backends store an append as batches of up to [`RECORDS_PER_BATCH`] records, each in
+//! one body ([`encode_batch`], [`decode_batch`]): a Postgres row, an object-store object.
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use crate::error::{MendError, Result};
 use crate::model::TimestampMs;
@@ -186,4 +190,135 @@ pub fn parse_stored(body: &[u8], what: &str) -> Result<AuditRecord> {
         });
     }
     serde_json::from_slice(body).map_err(unreadable)
+}
+
+/// The most records one stored batch holds: an append of a recovery sweep's batch (up to
+/// 1,000 decisions) fits in one, and a batch stays small enough to read in one request. A
+/// larger append is stored as several batches.
+pub const RECORDS_PER_BATCH: usize = 1_000;
+
+/// The format of a stored batch: `{"format_version": 2, "records": [<record>, ...]}`. Its
+/// number follows format 1, a record stored on its own, which earlier mends wrote and this
+/// one still reads.
+pub const BATCH_FORMAT: u32 = 2;
+
+#[derive(Serialize)]
+struct BatchOut<'a> {
+    format_version: u32,
+    records: &'a [AuditRecord],
+}
+
+/// The body of a batch of `records` (at most [`RECORDS_PER_BATCH`], checked by the caller's
+/// [`check_append`]).
+pub fn encode_batch(records: &[AuditRecord]) -> Vec<u8> {
+    serde_json::to_vec(&BatchOut {
+        format_version: BATCH_FORMAT,
+        records,
+    })
+    .expect("audit records are plain data and serialise")
+}
+
+/// The records of a stored batch, in order. A body of a newer batch format, or holding a
+/// record of a newer format, is refused as a newer mend's (`Corrupt`, saying to upgrade),
+/// never read as whatever its fields happen to be; `what` names the batch in errors.
+pub fn decode_batch(body: &[u8], what: &str) -> Result<Vec<AuditRecord>> {
+    #[derive(Deserialize)]
+    struct Version {
+        format_version: u32,
+    }
+    #[derive(Deserialize)]
+    struct BatchIn {
+        records: Vec<Box<RawValue>>,
+    }
+    let unreadable = |error: serde_json::Error| MendError::Corrupt {
+        message: format!("{what} is unreadable: {error}"),
+    };
+    let Version { format_version } = serde_json::from_slice(body).map_err(unreadable)?;
+    if format_version != BATCH_FORMAT {
+        let origin = if format_version > BATCH_FORMAT {
+            "a newer mend wrote it; upgrade before reading this dataset's audit trail"
+        } else {
+            "no mend writes batches in it"
+        };
+        return Err(MendError::Corrupt {
+            message: format!(
+                "{what} has batch format version {format_version}, but this mend reads only version {BATCH_FORMAT}: {origin}"
+            ),
+        });
+    }
+    let batch: BatchIn = serde_json::from_slice(body).map_err(unreadable)?;
+    batch
+        .records
+        .iter()
+        .enumerate()
+        .map(|(index, raw)| {
+            parse_stored(raw.get().as_bytes(), &format!("record {index} of {what}"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(operation_id: &str, recorded_at_ms: TimestampMs) -> AuditRecord {
+        AuditRecord {
+            format_version: AUDIT_FORMAT_VERSION,
+            dataset_id: "logs".into(),
+            operation_id: operation_id.into(),
+            recorded_at_ms,
+            mode: "roll-forward".into(),
+            policy_digest: "sha256:policy".into(),
+            semantics_revision: 1,
+            inputs_hash: "sha256:inputs".into(),
+            decision: serde_json::json!("roll-forward"),
+            outcome: serde_json::json!({ "outcome": "executed" }),
+            inputs: None,
+            principal: Some("cli".into()),
+        }
+    }
+
+    fn is_corrupt_saying(result: Result<Vec<AuditRecord>>, says: &str) -> bool {
+        matches!(result, Err(MendError::Corrupt { message }) if message.contains(says))
+    }
+
+    #[test]
+    fn a_batch_decodes_to_its_records_in_order() {
+        let records = vec![record("op-2", 2_000), record("op-1", 1_000)];
+        let body = encode_batch(&records);
+        let as_json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(as_json["format_version"], BATCH_FORMAT);
+        assert_eq!(decode_batch(&body, "batch").unwrap(), records);
+        assert_eq!(decode_batch(&encode_batch(&[]), "batch").unwrap(), []);
+    }
+
+    #[test]
+    fn a_batch_of_another_format_or_holding_a_newer_record_is_refused() {
+        let mut newer_batch: serde_json::Value =
+            serde_json::from_slice(&encode_batch(&[record("op-1", 1)])).unwrap();
+        newer_batch["format_version"] = serde_json::json!(BATCH_FORMAT + 1);
+        let newer_batch = serde_json::to_vec(&newer_batch).unwrap();
+        assert!(is_corrupt_saying(
+            decode_batch(&newer_batch, "b"),
+            "newer mend"
+        ));
+
+        let mut newer_record = record("op-1", 1);
+        newer_record.format_version = AUDIT_FORMAT_VERSION + 1;
+        let holding_newer = encode_batch(&[record("op-0", 0), newer_record]);
+        assert!(is_corrupt_saying(
+            decode_batch(&holding_newer, "b"),
+            "record 1 of b has format version"
+        ));
+
+        let single = serde_json::to_vec(&record("op-1", 1)).unwrap();
+        assert!(is_corrupt_saying(
+            decode_batch(&single, "b"),
+            "no mend writes"
+        ));
+        assert!(is_corrupt_saying(
+            decode_batch(b"{\"format_version\": 2", "b"),
+            "unreadable"
+        ));
+    }
 }

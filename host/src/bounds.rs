@@ -125,7 +125,8 @@ pub const SERVE_MAX_JSON_BODY_BYTES: Bound =
 pub const REQUEST_TIMEOUT_MS: Bound = Bound::new("--timeout-ms", 1, 3_600_000);
 /// Audit records `mend audit` (and its route) reads, newest first.
 pub const AUDIT_LIMIT: Bound = Bound::new("limit", 1, 100_000);
-/// Recorded decisions a policy replay reads per dataset.
+/// Audit records a policy replay reads: the newest of the whole catalog, every dataset's
+/// together.
 pub const REPLAY_RECORDS: Bound = Bound::new("records", 1, 100_000);
 /// Entries of a dataset's `policy_params`.
 pub const POLICY_PARAMS: Bound = Bound::new("policy_params", 0, 64);

@@ -432,8 +432,9 @@ impl IntoParams for RecordsQuery {
             ParameterIn::Query,
             false,
             whole_number(),
-            "with an uploaded component only: the recorded decisions to replay per dataset \
-             (10000 when absent); a JSON request says it in its body",
+            "with an uploaded component only: how many of the catalog's newest audit records to \
+             replay, every dataset's together, 1 to 100000 (10000 when absent); a JSON request \
+             says it in its body",
         )]
     }
 }

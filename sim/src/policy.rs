@@ -17,8 +17,8 @@ use crate::rng::SimRng;
 use crate::schedule::{policy, with_retries};
 use crate::trace::Trace;
 
-/// Audit records per dataset a swap replays against its candidate.
-const RECORDS_PER_DATASET: usize = 20;
+/// The catalog's newest audit records a swap replays against its candidate.
+const REPLAYED_RECORDS: usize = 20;
 
 /// The cautious policy, compiled once per process.
 fn cautious() -> PolicyRuntime {
@@ -104,13 +104,7 @@ async fn send(
                         (DEFAULT_POLICY_WASM, policy())
                     };
                     engine
-                        .swap_deployment_policy(
-                            &registry,
-                            bytes,
-                            candidate,
-                            RECORDS_PER_DATASET,
-                            &[],
-                        )
+                        .swap_deployment_policy(&registry, bytes, candidate, REPLAYED_RECORDS, &[])
                         .idempotency_key(key.as_str())
                         .await
                         .map(|swap| swap.record)

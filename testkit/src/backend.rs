@@ -35,7 +35,9 @@ pub trait BackendUnderTest: Send + Sync {
     ///
     /// The catalog may be shared with other cases (one Postgres database, one bucket): every
     /// case uses dataset ids no other case uses, so cases never see each other's datasets
-    /// except in [`Catalog::list_datasets`], where a case looks only for its own. The objects
+    /// except in [`Catalog::list_datasets`], where a case looks only for its own, and in
+    /// [`Catalog::list_recent_audit`], where a case's records are the newest (a century past
+    /// the wall clock). The objects
     /// may share a store with the catalog (as mend's object-store catalog does) or live
     /// elsewhere. Panics if the backend cannot be reached, saying how to make it reachable.
     async fn open(&self) -> FreshCatalog<Self::State>;

@@ -215,7 +215,7 @@ impl Summary {
     }
 }
 
-/// `conformance[NAME]: 34 passed, 0 failed`, and how many were skipped if any were.
+/// `conformance[NAME]: 36 passed, 0 failed`, and how many were skipped if any were.
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

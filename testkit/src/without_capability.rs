@@ -8,8 +8,8 @@ use mend::Result;
 use mend::audit::AuditRecord;
 use mend::catalog::{
     BegunCommit, Capabilities, Catalog, DatasetChange, ExistingRow, IntentBuilder, ManifestProbe,
-    MarkRule, PendingDataset, PublishValidator, RecordedRequest, RequestKey, SettleValidator,
-    Settled, Settlement, StagePlanner,
+    MarkRule, PendingDataset, PublishValidator, RecentAudit, RecordedRequest, RequestKey,
+    SettleValidator, Settled, Settlement, StagePlanner,
 };
 use mend::intent::{Intent, IntentPhase};
 use mend::model::{
@@ -184,6 +184,9 @@ impl<C: Catalog> Catalog for WithoutCapability<C> {
     }
     async fn list_audit(&self, id: &str, limit: Option<usize>) -> Result<Vec<AuditRecord>> {
         self.inner.list_audit(id, limit).await
+    }
+    async fn list_recent_audit(&self, limit: usize) -> Result<RecentAudit> {
+        self.inner.list_recent_audit(limit).await
     }
     async fn begin_commit(
         &self,

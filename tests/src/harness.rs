@@ -215,17 +215,17 @@ impl Harness {
     }
 
     /// A fresh engine whose Postgres catalog, if that is the backend, is a database of its own
-    /// ([`own_database`]), named in the answer for [`drop_database`] at the test's end: for a
-    /// test whose cost grows with the whole catalog (a policy swap replays every dataset's
-    /// audit trail), which the thousands of datasets other tests leave in the shared database
-    /// would make forty times as slow. Other backends are fresh anyway.
+    /// ([`own_database`]), reached through a [`SqlCounter`] (in `sql`), and named in the answer
+    /// for [`drop_database`] at the test's end: for a test that reads or counts what the whole
+    /// catalog holds (the newest audit records of every dataset), which other tests' rows in
+    /// the shared database would change. Other backends are fresh anyway.
     pub async fn on_own_database(backend: Backend, label: &str) -> (Self, Option<String>) {
         let own = match backend {
             Backend::Postgres => Some(own_database(label).await),
             _ => None,
         };
         let url = own.as_ref().map(|(url, _)| url.clone());
-        let harness = Self::build_on(backend, default_policy(), false, url).await;
+        let harness = Self::build_on(backend, default_policy(), true, url).await;
         (harness, own.map(|(_, name)| name))
     }
 
@@ -599,6 +599,11 @@ impl Storage {
             }
         };
         let store = Arc::new(CountingStore::new(inner));
+        // Memory and S3 list names in order; a local directory does not.
+        let options = ObjectStoreCatalogOptions {
+            store_lists_in_order: matches!(backend, Backend::Memory | Backend::S3),
+            ..options
+        };
         let (catalog, pg, sql): (Arc<dyn Catalog>, _, _) = match backend {
             Backend::Postgres => {
                 let url = postgres_url.unwrap_or_else(self::postgres_url);

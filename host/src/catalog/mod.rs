@@ -16,12 +16,17 @@
 //! Finding work: a supervisor finds the datasets with unresolved intents through
 //! [`Catalog::pending_datasets`] without listing every dataset; each backend's index, its
 //! cost and what it promises are in [`pending`].
+//!
+//! The newest audit records of the whole catalog, which a policy swap replays, come from
+//! [`Catalog::list_recent_audit`] without reading every dataset's trail; each backend's index
+//! and its cost are in [`recent_audit`].
 
 mod commit;
 pub mod object_store;
 pub mod pending;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod recent_audit;
 pub mod recorded;
 pub mod settle;
 mod standard_plan;
@@ -45,6 +50,7 @@ pub use self::object_store::ObjectStoreCatalog;
 pub use self::pending::{PENDING_INDEX, PendingDataset};
 #[cfg(feature = "postgres")]
 pub use self::postgres::PostgresCatalog;
+pub use self::recent_audit::RecentAudit;
 pub use self::recorded::{RecordedRequest, RequestKey};
 pub use self::settle::{SETTLE_ATOMIC, SettleValidator, Settled, Settlement};
 pub use self::standard_plan::standard_stage_plan;
@@ -701,6 +707,23 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     /// at most `limit` of the newest when given.
     async fn list_audit(&self, dataset_id: &str, limit: Option<usize>) -> Result<Vec<AuditRecord>>;
 
+    /// The newest `limit` audit records of the whole catalog, every dataset's together, oldest
+    /// first: by recorded time, one dataset's records of one millisecond in append order (the
+    /// order between two datasets' records of one millisecond, and so which of them make the
+    /// cut at the oldest end, is the backend's). What a policy swap replays ([`recent_audit`]).
+    ///
+    /// A dataset with records that cannot be read (a newer mend's format, a damaged body) is
+    /// named in [`RecentAudit::unreadable`] with the reason, and what could not be read is left
+    /// out (by the default, the dataset's whole trail; by mend's backends, the append holding
+    /// it), so that one damaged trail does not hide the others.
+    ///
+    /// The default reads every dataset's newest `limit` records
+    /// ([`recent_audit::every_dataset`]), at a cost in proportion to all datasets. mend's
+    /// backends answer from an index, at a cost in proportion to `limit`.
+    async fn list_recent_audit(&self, limit: usize) -> Result<RecentAudit> {
+        recent_audit::every_dataset(self, limit).await
+    }
+
     // One commit's two catalog steps (`commit.rs`). Each folds steps above into one atomic
     // step, so that a commit writes two log versions (or transactions) instead of five. The
     // defaults run the folded steps one after another: a backend that does not implement
@@ -929,7 +952,11 @@ pub async fn open_with(
     }
     let own = self::object_store::open_objects(catalog_url)?;
     let (store, prefix) = own.store();
-    let catalog = ObjectStoreCatalog::new(store.clone(), prefix.clone(), Default::default());
+    let options = self::object_store::ObjectStoreCatalogOptions {
+        store_lists_in_order: self::object_store::lists_in_order(catalog_url),
+        ..Default::default()
+    };
+    let catalog = ObjectStoreCatalog::new(store.clone(), prefix.clone(), options);
     Ok((Arc::new(catalog), separate_objects.unwrap_or(own)))
 }
 

@@ -3,9 +3,9 @@
 //!
 //! Preparation loads nothing new into the engine: the candidate is already compiled and
 //! checked ([`PolicyRuntime::load_with`]); here the engine refuses a candidate it could not run
-//! (a capability it lacks) and replays the audit log of every dataset against it, so the
-//! operator sees which recorded decisions the swap would change, per kind of operation,
-//! before anything changes. Operations in progress keep the policy they started with (they
+//! (a capability it lacks) and replays the newest records of the catalog's audit log against
+//! it (every dataset's together), so the operator sees which recorded decisions the swap would
+//! change, per kind of operation, before anything changes. Operations in progress keep the policy they started with (they
 //! run on a [pinned](Engine::pinned) engine); operations that start after the publish use the
 //! candidate.
 //!
@@ -20,11 +20,11 @@
 //! record leaves out its own recorded request (which holds the answer), the first time as on
 //! a retry. Registry records are history: never forgotten, unlike the catalog's records.
 
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
 use super::keyed::{Keyed, request_key};
+use crate::bounds;
 use crate::catalog::{RecordedRequest, RequestKey};
 use crate::error::{MendError, Result};
 use crate::runtime::registry::{ActiveRecord, PolicyRegistry};
@@ -79,44 +79,21 @@ impl PreparedSwap {
     }
 }
 
-/// Datasets whose audit trails a replay reads at once.
-const REPLAY_READS_AT_ONCE: usize = 8;
-
 impl Engine {
-    /// Replays the newest `records_per_dataset` audit records of every dataset against
-    /// `candidate`, changing nothing.
+    /// Replays the newest `records` audit records of the whole catalog (every dataset's
+    /// together, [`list_recent_audit`](crate::Catalog::list_recent_audit)) against `candidate`, changing nothing. Its
+    /// cost is the records', not the datasets': one indexed read on mend's backends.
+    /// `records` is range-checked ([`bounds::REPLAY_RECORDS`]).
     pub async fn replay_policy(
         &self,
         candidate: &PolicyRuntime,
-        records_per_dataset: usize,
+        records: usize,
     ) -> Result<ReplayReport> {
-        let mut records = Vec::new();
-        let mut unreadable = Vec::new();
-        // A few datasets' trails read at once, in the datasets' order: with thousands of
-        // datasets, one after another would make a swap wait thousands of round trips.
-        let trails = futures::stream::iter(self.catalog.list_datasets().await?)
-            .map(|dataset| async move {
-                let found = self
-                    .catalog
-                    .list_audit(&dataset.dataset_id, Some(records_per_dataset))
-                    .await;
-                (dataset.dataset_id, found)
-            })
-            .buffered(REPLAY_READS_AT_ONCE)
-            .collect::<Vec<_>>()
-            .await;
-        for (dataset_id, found) in trails {
-            match found {
-                Ok(found) => records.extend(found),
-                // One dataset's damaged trail must not hide what the others say.
-                Err(MendError::Corrupt { message }) => {
-                    unreadable.push((dataset_id, message));
-                }
-                Err(error) => return Err(error),
-            }
-        }
-        let mut report = replay(candidate, &records);
-        report.unreadable = unreadable;
+        let records = bounds::REPLAY_RECORDS.check_usize(records)?;
+        let recent = self.catalog.list_recent_audit(records).await?;
+        let mut report = replay(candidate, &recent.records);
+        // One dataset's damaged trail must not hide what the others say.
+        report.unreadable = recent.unreadable;
         Ok(report)
     }
 
@@ -126,7 +103,7 @@ impl Engine {
     pub async fn prepare_policy_swap(
         &self,
         candidate: PolicyRuntime,
-        records_per_dataset: usize,
+        records: usize,
         golden: &[Suite],
     ) -> Result<PreparedSwap> {
         self.check_policy(&candidate)?;
@@ -160,7 +137,7 @@ impl Engine {
         }
         let generation = self.policies.generation();
         let replacing = self.policies.current().digest().to_string();
-        let replay = self.replay_policy(&candidate, records_per_dataset).await?;
+        let replay = self.replay_policy(&candidate, records).await?;
         Ok(PreparedSwap {
             candidate,
             generation,
@@ -213,29 +190,14 @@ impl Engine {
         registry: &'a PolicyRegistry,
         bytes: &'a [u8],
         candidate: PolicyRuntime,
-        records_per_dataset: usize,
+        records: usize,
         golden: &'a [Suite],
     ) -> Keyed<'a, DeploymentSwap> {
         Keyed::new(move |key| async move {
             let files: Vec<&str> = golden.iter().map(|suite| suite.file.as_str()).collect();
-            let key = request_key(
-                key,
-                &(
-                    "policy_swap",
-                    candidate.digest(),
-                    files,
-                    records_per_dataset,
-                ),
-            )?;
-            self.swap_deployment_keyed(
-                registry,
-                bytes,
-                candidate,
-                records_per_dataset,
-                golden,
-                key.as_ref(),
-            )
-            .await
+            let key = request_key(key, &("policy_swap", candidate.digest(), files, records))?;
+            self.swap_deployment_keyed(registry, bytes, candidate, records, golden, key.as_ref())
+                .await
         })
     }
 
@@ -250,7 +212,7 @@ impl Engine {
         registry: &PolicyRegistry,
         bytes: &[u8],
         candidate: PolicyRuntime,
-        records_per_dataset: usize,
+        records: usize,
         golden: &[Suite],
         key: Option<&RequestKey>,
     ) -> Result<DeploymentSwap> {
@@ -263,9 +225,7 @@ impl Engine {
             return replayed_swap(found, key);
         }
         let before = registry.active().await?;
-        let prepared = self
-            .prepare_policy_swap(candidate, records_per_dataset, golden)
-            .await?;
+        let prepared = self.prepare_policy_swap(candidate, records, golden).await?;
         // The deployment's active policy is the registry's, not this process's: a process
         // that has not yet followed the registry's newest record must not record a swap to
         // the policy already active (simulator seed 188: a second record of the same policy,

@@ -320,6 +320,10 @@ impl Catalog for SteppedCatalog {
         self.inner.list_audit(dataset_id, limit).await
     }
 
+    async fn list_recent_audit(&self, limit: usize) -> Result<mend::catalog::RecentAudit> {
+        self.inner.list_recent_audit(limit).await
+    }
+
     async fn begin_commit(
         &self,
         dataset_id: &str,

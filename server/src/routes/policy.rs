@@ -47,7 +47,8 @@ use mend::scenarios::Suite;
 /// Longest an admin request waits for a file it names to be read.
 pub(super) const FILE_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The records replayed per dataset when a request does not say.
+/// The records replayed (the catalog's newest, every dataset's together) when a request does
+/// not say.
 const DEFAULT_RECORDS: usize = 10_000;
 
 #[derive(Deserialize, ToSchema)]
@@ -73,7 +74,10 @@ impl JsonBody for PolicyFile {
             "a path to a component file on the server's machine",
         ),
         ("scenarios", "an array of paths to scenario files"),
-        ("records", "a whole number of records to replay per dataset"),
+        (
+            "records",
+            "how many of the catalog's newest audit records to replay, 1 to 100000",
+        ),
     ];
 }
 
@@ -228,9 +232,10 @@ async fn candidate(
         }
         let records = match params.get("records") {
             Some(text) => text.parse().map_err(|_| {
+                let bound = mend::bounds::REPLAY_RECORDS;
                 ApiError::bad_request(format!(
-                    "records: {text:?} is not a whole number between 0 and {}",
-                    usize::MAX
+                    "records: {text:?} is not a whole number between {} and {}",
+                    bound.min, bound.max
                 ))
             })?,
             None => DEFAULT_RECORDS,

@@ -392,7 +392,7 @@ pub(super) async fn abandon_and_a_heartbeat_race_and_exactly_one_wins(h: &Harnes
     );
 }
 
-fn audit(dataset_id: &str, operation_id: &str, recorded_at_ms: i64) -> AuditRecord {
+pub(super) fn audit(dataset_id: &str, operation_id: &str, recorded_at_ms: i64) -> AuditRecord {
     AuditRecord {
         format_version: AUDIT_FORMAT_VERSION,
         dataset_id: dataset_id.into(),

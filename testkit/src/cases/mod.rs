@@ -9,6 +9,8 @@
 //! - `staging.rs`: datasets, staging in both modes, refused input, racing create-only batches;
 //! - `lifecycle.rs`: publish, fencing (tokens, epochs), mark, delete, list;
 //! - `intents.rs`: intents, abandoning them, audit records;
+//! - `audit.rs`: audit appends larger than a stored batch, and the newest records of the whole
+//!   catalog;
 //! - `commits.rs`: one commit's two catalog steps (`begin_commit`, `publish_commit`);
 //! - `recorded.rs`: requests under an idempotency key, at the catalog trait itself;
 //! - `settle.rs`: a recovery sweep's batches of settlements, at the catalog trait itself;
@@ -27,6 +29,7 @@ use mend_contract::capability::{
 use crate::harness::Harness;
 use crate::suite::Case;
 
+mod audit;
 mod commits;
 mod intents;
 mod lifecycle;
@@ -111,6 +114,11 @@ pub(crate) const ALL: &[Case] = &[
     ),
     case!(
         intents::audit_records_append_in_order_and_list_the_newest,
+        []
+    ),
+    case!(audit::an_append_of_any_size_lists_whole_and_in_order, []),
+    case!(
+        audit::recent_audit_is_the_newest_records_of_every_dataset,
         []
     ),
     case!(

@@ -1,5 +1,5 @@
 //! Audit records of the object-storage catalog: one small object per append (a larger append
-//! than [`RECORDS_PER_FILE`] records is several), written put-if-absent next to the commit
+//! than [`RECORDS_PER_BATCH`] records is several), written put-if-absent next to the commit
 //! log, never rewritten:
 //!
 //! ```text
@@ -20,6 +20,9 @@
 //! An older mend meets an object of format 2 as a record "a newer mend wrote", and refuses to
 //! read the trail rather than skip it.
 //!
+//! Each object also gets an entry in the catalog-wide index of audit objects, put before the
+//! object (`audit_index.rs`), from which the newest records of every dataset together are read.
+//!
 //! They stay out of the commit log on purpose: the log's state is rewritten whole into every
 //! checkpoint, and an ever-growing audit trail must not make every checkpoint grow with it.
 //!
@@ -33,30 +36,16 @@
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{PutMode, PutOptions, PutPayload};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::ObjectStoreCatalog;
-use crate::audit::{AuditRecord, check_append, parse_stored};
+use super::audit_index::{IndexEntry, written_time};
+use crate::audit::{
+    AuditRecord, BATCH_FORMAT, RECORDS_PER_BATCH, check_append, decode_batch, encode_batch,
+    parse_stored,
+};
 use crate::error::{MendError, Result};
 use crate::model::TimestampMs;
-
-/// The most records one audit object holds: an append of a sweep's batch fits in one, and an
-/// object stays small enough to read in one GET.
-const RECORDS_PER_FILE: usize = 1_000;
-
-/// The format of an object holding an append's records.
-const BATCH_FORMAT: u32 = 2;
-
-#[derive(Serialize)]
-struct BatchOut<'a> {
-    format_version: u32,
-    records: &'a [AuditRecord],
-}
-
-#[derive(Deserialize)]
-struct BatchIn {
-    records: Vec<Box<serde_json::value::RawValue>>,
-}
 
 /// Where a record sorts: recorded time, then append, then place in the append.
 type Order = (TimestampMs, String, usize);
@@ -108,37 +97,41 @@ impl ObjectStoreCatalog {
             .child("audit")
     }
 
+    /// Where the audit object of append `append_id`, whose newest record is `newest_ms`, lives.
+    pub(super) fn audit_object_path(
+        &self,
+        dataset_id: &str,
+        newest_ms: TimestampMs,
+        append_id: &str,
+    ) -> Path {
+        let newest_ms = written_time(newest_ms);
+        self.audit_prefix(dataset_id)
+            .child(format!("{newest_ms:020}-{append_id}.json"))
+    }
+
     pub(super) async fn append_audit_records(
         &self,
         dataset_id: &str,
         records: &[AuditRecord],
     ) -> Result<()> {
         check_append(dataset_id, records)?;
-        if records.is_empty() {
+        let Some(newest_ms) = records.iter().map(|record| record.recorded_at_ms).max() else {
             return Ok(());
-        }
+        };
         self.load(dataset_id).await?;
-        let prefix = self.audit_prefix(dataset_id);
-        for chunk in records.chunks(RECORDS_PER_FILE) {
+        self.audit_index.start_before_appending(newest_ms).await?;
+        for chunk in records.chunks(RECORDS_PER_BATCH) {
             let append_id = crate::ambient::uuid_v7().simple().to_string();
-            let newest = chunk
-                .iter()
-                .map(|record| record.recorded_at_ms)
-                .max()
-                .unwrap_or_default()
-                .max(0);
-            let path = prefix.child(format!("{newest:020}-{append_id}.json"));
-            let body = serde_json::to_vec(&BatchOut {
-                format_version: BATCH_FORMAT,
-                records: chunk,
-            })
-            .expect("audit records always serialise");
+            let entry = IndexEntry::of(dataset_id, &append_id, chunk);
+            // The entry first: every object written has one (`audit_index.rs`).
+            self.audit_index.put_entry(&entry).await?;
+            let path = self.audit_object_path(dataset_id, entry.span.newest_ms, &append_id);
             let options = PutOptions {
                 mode: PutMode::Create,
                 ..Default::default()
             };
             self.store()
-                .put_opts(&path, PutPayload::from(body), options)
+                .put_opts(&path, PutPayload::from(encode_batch(chunk)), options)
                 .await
                 .map_err(|error| MendError::unavailable(format!("write {path}"), error))?;
         }
@@ -204,24 +197,11 @@ impl ObjectStoreCatalog {
         };
         let version = serde_json::from_slice::<Version>(&bytes).map(|v| v.format_version);
         match (version, object.index) {
-            (Ok(BATCH_FORMAT), None) => {
-                let batch: BatchIn =
-                    serde_json::from_slice(&bytes).map_err(|error| MendError::Corrupt {
-                        message: format!("{what} is unreadable: {error}"),
-                    })?;
-                batch
-                    .records
-                    .iter()
-                    .enumerate()
-                    .map(|(index, raw)| {
-                        let record = parse_stored(
-                            raw.get().as_bytes(),
-                            &format!("record {index} of {what}"),
-                        )?;
-                        Ok((order(&record, index), record))
-                    })
-                    .collect()
-            }
+            (Ok(BATCH_FORMAT), None) => Ok(decode_batch(&bytes, &what)?
+                .into_iter()
+                .enumerate()
+                .map(|(index, record)| (order(&record, index), record))
+                .collect()),
             (Ok(version), None) if version > BATCH_FORMAT => Err(MendError::Corrupt {
                 message: format!(
                     "{what} has format version {version}, but this mend reads only versions 1 and {BATCH_FORMAT}: a newer mend wrote it; upgrade before reading this dataset's audit trail"

@@ -30,11 +30,16 @@
 //!   a marker per dataset under `index/pending/`, put before any log version that adds an
 //!   intent, so that [`Catalog::pending_datasets`] is one listing (`pending.rs`, which says
 //!   exactly what it promises and the one window it leaves).
+//! - **Recent audit.** Writers keep an index of the audit objects of every dataset, an empty
+//!   entry per object under `index/audit/` named newest first, put before the object, so that
+//!   [`Catalog::list_recent_audit`] reads one listing as far as it needs
+//!   (`audit_index.rs`, which says what happens to a catalog from before the index).
 //!
 //! Opening a catalog from a URL lives in `open.rs`; policy decisions stay with the engine,
 //! which passes them in as planner and validator closures.
 
 mod audit;
+mod audit_index;
 mod background;
 // Crate-visible for `crate::fuzzing`, which feeds the file decoders arbitrary bytes.
 pub(crate) mod checkpoint;
@@ -63,18 +68,19 @@ use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt};
 use tokio::time::Instant;
 
+use self::audit_index::AuditIndex;
 use self::background::{Checkpointer, Schedule};
 use self::log::{Counters, Log, PutOutcome};
 use self::log_format::{Action, Commit};
 use self::mutations::Change;
 pub(crate) use self::open::open_objects;
-pub use self::open::open_store;
+pub use self::open::{lists_in_order, open_store};
 use self::pending::PendingIndex;
 use self::state::DatasetState;
 use super::{
     BegunCommit, Capabilities, Catalog, DatasetChange, IntentBuilder, ManifestProbe, MarkRule,
-    PENDING_INDEX, PendingDataset, PublishValidator, RecordedRequest, RequestKey, SettleValidator,
-    Settled, Settlement, StagePlanner,
+    PENDING_INDEX, PendingDataset, PublishValidator, RecentAudit, RecordedRequest, RequestKey,
+    SettleValidator, Settled, Settlement, StagePlanner,
 };
 use crate::audit::AuditRecord;
 use crate::error::{EntityKind, MendError, Result};
@@ -109,6 +115,14 @@ pub struct ObjectStoreCatalogOptions {
     /// process on a catalog must use the same value. Zero puts the marker before every commit
     /// that adds an intent and lets `clear_pending` delete it at once (for tests).
     pub pending_marker_reuse: Duration,
+    /// Whether the store lists names in lexicographic order, as S3 (and the stores compatible
+    /// with it), GCS, Azure and `InMemory` do and a local directory does not. With it, the
+    /// newest audit records of the catalog ([`Catalog::list_recent_audit`]) are found by
+    /// reading the audit index's listing only as far as they are (a page of 1,000 names at a
+    /// time on S3); without it, the whole listing is read and sorted, in proportion to every
+    /// append the index holds. Claimed for a store that does not list in order, it would miss
+    /// records. [`ObjectStoreCatalog::open_url_with`] sets it for the URLs of stores that do.
+    pub store_lists_in_order: bool,
 }
 
 impl Default for ObjectStoreCatalogOptions {
@@ -119,6 +133,7 @@ impl Default for ObjectStoreCatalogOptions {
             checkpoints_kept: 3,
             log_retention: Duration::from_secs(10 * 60),
             pending_marker_reuse: pending::PENDING_MARKER_REUSE,
+            store_lists_in_order: false,
         }
     }
 }
@@ -158,6 +173,8 @@ pub struct ObjectStoreCatalog {
     checkpointer: Checkpointer,
     /// The markers of datasets that may have pending intents ([`pending`]).
     pending: PendingIndex,
+    /// The entries of every dataset's audit objects (`audit_index.rs`).
+    audit_index: AuditIndex,
 }
 
 /// A cached state, and since when it is known to be the newest.
@@ -187,6 +204,7 @@ impl ObjectStoreCatalog {
         options: ObjectStoreCatalogOptions,
     ) -> Self {
         let pending = PendingIndex::new(store.clone(), &prefix, options.pending_marker_reuse);
+        let audit_index = AuditIndex::new(store.clone(), &prefix);
         let log = Arc::new(Log::new(store, prefix));
         let schedule = Schedule {
             checkpoint_interval: options.checkpoint_interval,
@@ -199,6 +217,7 @@ impl ObjectStoreCatalog {
             options,
             cache: Mutex::new(HashMap::new()),
             pending,
+            audit_index,
         }
     }
 
@@ -586,6 +605,9 @@ impl Catalog for ObjectStoreCatalog {
                 Err(error) => return Err(error),
             }
         }
+        // The audit index starts with the catalog's first dataset, or says since when it holds
+        // every record (`audit_index.rs`).
+        self.audit_index.start_before_creating(now_ms).await?;
         let dataset = mutations::new_dataset(dataset_id, uid, config, now_ms);
         // A keyed creation keeps its record in the dataset it creates, in version 0 itself.
         let mut actions = vec![Action::CreateDataset {
@@ -908,6 +930,18 @@ impl Catalog for ObjectStoreCatalog {
 
     async fn list_audit(&self, dataset_id: &str, limit: Option<usize>) -> Result<Vec<AuditRecord>> {
         self.list_audit_records(dataset_id, limit).await
+    }
+
+    /// From the catalog-wide index of audit objects; from every dataset's trail where the
+    /// index cannot answer (`audit_index.rs`).
+    async fn list_recent_audit(&self, limit: usize) -> Result<RecentAudit> {
+        if limit == 0 {
+            return Ok(RecentAudit::default());
+        }
+        match self.recent_from_index(limit).await? {
+            Some(recent) => Ok(recent),
+            None => super::recent_audit::every_dataset(self, limit).await,
+        }
     }
 
     async fn begin_commit(

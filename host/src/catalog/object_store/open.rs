@@ -26,11 +26,22 @@ impl ObjectStoreCatalog {
 
     /// Opens the catalog at `url`. A local directory is created if missing. S3 takes its
     /// credentials and region from the `AWS_*` environment and writes commits with
-    /// `If-None-Match: *`, which S3 and most compatible stores honour.
-    pub fn open_url_with(url: &str, options: ObjectStoreCatalogOptions) -> Result<Self> {
+    /// `If-None-Match: *`, which S3 and most compatible stores honour. The store of a
+    /// `memory://` or `s3://` URL lists in order, so `store_lists_in_order` is set for them
+    /// ([`lists_in_order`]).
+    pub fn open_url_with(url: &str, mut options: ObjectStoreCatalogOptions) -> Result<Self> {
         let (store, prefix) = open_store(url)?;
+        options.store_lists_in_order |= lists_in_order(url);
         Ok(Self::new(store, prefix, options))
     }
+}
+
+/// Whether the store `url` names lists names in lexicographic order
+/// ([`ObjectStoreCatalogOptions::store_lists_in_order`]): `memory://` (a sorted map) and
+/// `s3://` (the S3 API lists in order, and so do the stores compatible with it), not a local
+/// directory (whose listing is in the file system's order).
+pub fn lists_in_order(url: &str) -> bool {
+    url.starts_with("memory://") || url.starts_with("s3://")
 }
 
 /// The store and prefix a URL names, for the catalog or for split objects kept elsewhere.

@@ -1,10 +1,12 @@
 //! Tests of the object-storage catalog: the trait's semantics in `semantics`, the log itself
 //! (checkpoints, format versions, races, unclear put outcomes, URLs) in `durability`,
 //! checkpoint formats and retention racing readers and writers in `retention`, the index of
-//! datasets with pending intents in `pending`. This file
+//! datasets with pending intents in `pending`, audit trails and the catalog-wide index of audit
+//! objects in `audit`. This file
 //! holds what they share: a store wrapper that counts and can fail or dawdle, and simple
 //! planners standing in for the policy, which is not this backend's concern.
 
+mod audit;
 mod durability;
 mod pending;
 mod retention;
@@ -21,6 +23,7 @@ use ::object_store::{
     PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
 use async_trait::async_trait;
+use futures::StreamExt;
 use futures::stream::BoxStream;
 use mend_contract::ExistingRow;
 
@@ -34,7 +37,8 @@ use crate::model::{
 
 const T0: TimestampMs = 1_700_000_000_000;
 
-/// Counts puts, records every GET, and on request makes the next put fail, either after
+/// Counts puts, records every GET and listing (and the entries the listings answered), and on
+/// request makes the next put fail, either after
 /// writing (a timeout whose write landed) or before (a timeout whose write did not), or
 /// answers every put "already exists" (a writer that always loses the race).
 #[derive(Debug)]
@@ -42,6 +46,11 @@ struct CountingStore {
     inner: Arc<dyn ObjectStore>,
     puts: AtomicU64,
     gets: Mutex<Vec<String>>,
+    /// The prefix of every listing, in order.
+    lists: Mutex<Vec<String>>,
+    /// Entries the listings answered with, as read: shared with the streams, which outlive the
+    /// call that made them.
+    listed: Arc<AtomicU64>,
     fail_next_put_after_write: AtomicBool,
     fail_next_put_before_write: AtomicBool,
     refuse_puts: AtomicBool,
@@ -56,6 +65,8 @@ impl CountingStore {
             inner,
             puts: AtomicU64::new(0),
             gets: Mutex::new(Vec::new()),
+            lists: Mutex::new(Vec::new()),
+            listed: Arc::new(AtomicU64::new(0)),
             fail_next_put_after_write: AtomicBool::new(false),
             fail_next_put_before_write: AtomicBool::new(false),
             refuse_puts: AtomicBool::new(false),
@@ -69,6 +80,15 @@ impl CountingStore {
 
     fn take_gets(&self) -> Vec<String> {
         std::mem::take(&mut self.gets.lock().unwrap())
+    }
+
+    fn take_lists(&self) -> Vec<String> {
+        std::mem::take(&mut self.lists.lock().unwrap())
+    }
+
+    /// Entries read from listings since the last call.
+    fn take_listed(&self) -> u64 {
+        self.listed.swap(0, Ordering::SeqCst)
     }
 }
 
@@ -143,13 +163,23 @@ impl ObjectStore for CountingStore {
         &self,
         prefix: Option<&Path>,
     ) -> BoxStream<'static, ::object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
+        let named = prefix.map(Path::to_string).unwrap_or_default();
+        self.lists.lock().unwrap().push(named);
+        let listed = self.listed.clone();
+        self.inner
+            .list(prefix)
+            .inspect(move |_| {
+                listed.fetch_add(1, Ordering::SeqCst);
+            })
+            .boxed()
     }
 
     async fn list_with_delimiter(
         &self,
         prefix: Option<&Path>,
     ) -> ::object_store::Result<ListResult> {
+        let named = prefix.map(Path::to_string).unwrap_or_default();
+        self.lists.lock().unwrap().push(named);
         self.inner.list_with_delimiter(prefix).await
     }
 

@@ -43,6 +43,7 @@ pub(super) const INTENT_PENDING_DATASETS: &str = include_str!("sql/intent_pendin
 
 pub(super) const AUDIT_INSERT: &str = include_str!("sql/audit_insert.sql");
 pub(super) const AUDIT_LIST: &str = include_str!("sql/audit_list.sql");
+pub(super) const AUDIT_LIST_RECENT: &str = include_str!("sql/audit_list_recent.sql");
 
 pub(super) const RECORDED_LOCK_KEY: &str = include_str!("sql/recorded_lock_key.sql");
 pub(super) const RECORDED_SELECT: &str = include_str!("sql/recorded_select.sql");

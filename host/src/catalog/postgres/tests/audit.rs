@@ -1,5 +1,9 @@
 //! Audit records: append and list in order, the newest n, the refusals that write nothing, an
-//! unknown dataset, a body in a newer format, and that the dataset's row is left alone.
+//! unknown dataset, a body in a newer format, and that the dataset's row is left alone; an
+//! append as one row per batch of 1,000, rows of one record (from before batches) read in order
+//! with batches, a batch row that disagrees with its columns; and the newest records of the
+//! whole catalog from one query that reads at most as many rows as it is asked for records, on
+//! a database of its own (a shared one holds every other test's rows).
 
 use super::*;
 use crate::audit::{AUDIT_FORMAT_VERSION, AuditRecord};
@@ -234,4 +238,316 @@ async fn audit_leaves_the_dataset_alone() {
         .unwrap();
     audit(&catalog, &dataset_id).await;
     assert_eq!(catalog.dataset(&dataset_id).await.unwrap(), before);
+}
+
+/// A database of its own on the test server, for a test of the whole catalog's audit trail:
+/// in the shared database every other test's rows are among the newest. Dropped by
+/// [`OwnDatabase::drop`] at the test's end.
+struct OwnDatabase {
+    admin: sqlx::PgPool,
+    name: String,
+}
+
+async fn own_catalog() -> (PostgresCatalog, OwnDatabase) {
+    let server = std::env::var("MEND_TEST_DATABASE_URL")
+        .expect("MEND_TEST_DATABASE_URL is not set: run under scripts/with-postgres");
+    let admin = sqlx::PgPool::connect(&server).await.unwrap();
+    let name = format!("mend_audit_{}", uuid::Uuid::new_v4().simple());
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let mut url = url::Url::parse(&server).unwrap();
+    url.set_path(&format!("/{name}"));
+    let catalog = PostgresCatalog::connect_with(url.as_str(), test_options())
+        .await
+        .unwrap();
+    (catalog, OwnDatabase { admin, name })
+}
+
+impl OwnDatabase {
+    async fn drop(self, catalog: PostgresCatalog) {
+        catalog.pool.close().await;
+        sqlx::query(&format!("DROP DATABASE {} WITH (FORCE)", self.name))
+            .execute(&self.admin)
+            .await
+            .unwrap();
+    }
+}
+
+/// A row of one record as mends before batches wrote it (migration 0003).
+async fn insert_single_row(catalog: &PostgresCatalog, record: &AuditRecord) {
+    sqlx::query(
+        "INSERT INTO audit (dataset_id, operation_id, recorded_at_ms, format_version, body) \
+         VALUES ($1, $2, $3, 1, $4)",
+    )
+    .bind(&record.dataset_id)
+    .bind(&record.operation_id)
+    .bind(record.recorded_at_ms)
+    .bind(sqlx::types::Json(record))
+    .execute(&catalog.pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn an_append_is_one_row_per_batch_of_1000_records() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    // Oldest last in each batch: a row's times are its records' newest and oldest, whatever
+    // their order.
+    let records: Vec<AuditRecord> = (0..2_500)
+        .map(|i| record(&dataset_id, &format!("op-{i}"), 10_000 - i))
+        .collect();
+    catalog.append_audit(&dataset_id, &records).await.unwrap();
+
+    let rows: Vec<(i64, Option<i64>, i32, i32)> = sqlx::query_as(
+        "SELECT recorded_at_ms, oldest_recorded_at_ms, record_count, format_version \
+         FROM audit WHERE dataset_id = $1 ORDER BY seq",
+    )
+    .bind(&dataset_id)
+    .fetch_all(&catalog.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        [
+            (10_000, Some(9_001), 1_000, 2),
+            (9_000, Some(8_001), 1_000, 2),
+            (8_000, Some(7_501), 500, 2)
+        ]
+    );
+    let mut oldest_first = records.clone();
+    oldest_first.reverse();
+    assert_eq!(audit(&catalog, &dataset_id).await, oldest_first);
+    assert_eq!(
+        catalog.list_audit(&dataset_id, Some(1_200)).await.unwrap(),
+        oldest_first[1_300..]
+    );
+}
+
+#[tokio::test]
+async fn rows_of_one_record_from_before_batches_are_read_in_order_with_batches() {
+    let (catalog, database) = own_catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    let other_dataset_id = new_dataset(&catalog).await;
+    // In order of writing: an old row, a batch, two old rows, one of them in the same
+    // millisecond as the batch's newest record and so after it, and another dataset's batch.
+    insert_single_row(&catalog, &record(&dataset_id, "old-1", 1_000)).await;
+    let batch = [
+        record(&dataset_id, "batch-1", 1_500),
+        record(&dataset_id, "batch-2", 3_000),
+    ];
+    catalog.append_audit(&dataset_id, &batch).await.unwrap();
+    insert_single_row(&catalog, &record(&dataset_id, "old-2", 2_000)).await;
+    insert_single_row(&catalog, &record(&dataset_id, "old-3", 3_000)).await;
+    catalog
+        .append_audit(
+            &other_dataset_id,
+            &[record(&other_dataset_id, "other", 2_500)],
+        )
+        .await
+        .unwrap();
+
+    let in_order = ["old-1", "batch-1", "old-2", "batch-2", "old-3"];
+    assert_eq!(
+        operation_ids(&audit(&catalog, &dataset_id).await),
+        ids(&in_order)
+    );
+    for limit in 1..=6 {
+        let newest = catalog.list_audit(&dataset_id, Some(limit)).await.unwrap();
+        let expected = &in_order[in_order.len().saturating_sub(limit)..];
+        assert_eq!(operation_ids(&newest), ids(expected), "limit {limit}");
+    }
+    // The whole catalog: the other dataset's record among them.
+    let everything = ["old-1", "batch-1", "old-2", "other", "batch-2", "old-3"];
+    for limit in [1, 2, 3, 4, 6, 100] {
+        let recent = catalog.list_recent_audit(limit).await.unwrap();
+        assert!(recent.unreadable.is_empty());
+        let expected = &everything[everything.len().saturating_sub(limit)..];
+        assert_eq!(
+            operation_ids(&recent.records),
+            ids(expected),
+            "limit {limit}"
+        );
+    }
+    assert!(
+        catalog
+            .list_recent_audit(0)
+            .await
+            .unwrap()
+            .records
+            .is_empty()
+    );
+    database.drop(catalog).await;
+}
+
+#[tokio::test]
+async fn a_batch_row_that_disagrees_with_its_columns_is_corrupt() {
+    let catalog = catalog().await;
+    let batch = |dataset_id: &str| {
+        crate::audit::encode_batch(&[
+            record(dataset_id, "op-1", 1_000),
+            record(dataset_id, "op-2", 2_000),
+        ])
+    };
+    let newer = {
+        let mut body: serde_json::Value = serde_json::from_slice(&batch("x")).unwrap();
+        body["format_version"] = json!(3);
+        serde_json::to_vec(&body).unwrap()
+    };
+    /// A batch row as written behind the backend's back, and what listing it must say.
+    struct Disagreeing {
+        record_count: i32,
+        newest_ms: i64,
+        oldest_ms: i64,
+        /// `None`: the two records of the row's own dataset, well formed.
+        body: Option<Vec<u8>>,
+        says: &'static str,
+    }
+    let row = |record_count, newest_ms, body, says| Disagreeing {
+        record_count,
+        newest_ms,
+        oldest_ms: 1_000,
+        body,
+        says,
+    };
+    let cases = [
+        row(3, 2_000, None, "holds 2"),
+        row(2, 1_500, None, "recorded from 1000 to 1500"),
+        row(2, 2_000, Some(newer), "newer mend"),
+        row(2, 2_000, Some(b"[1, 2".to_vec()), "unreadable"),
+    ];
+    for case in cases {
+        let dataset_id = new_dataset(&catalog).await;
+        sqlx::query(
+            "INSERT INTO audit (dataset_id, format_version, recorded_at_ms, \
+             oldest_recorded_at_ms, record_count, records) VALUES ($1, 2, $2, $3, $4, $5)",
+        )
+        .bind(&dataset_id)
+        .bind(case.newest_ms)
+        .bind(case.oldest_ms)
+        .bind(case.record_count)
+        .bind(case.body.unwrap_or_else(|| batch(&dataset_id)))
+        .execute(&catalog.pool)
+        .await
+        .unwrap();
+        let error = catalog.list_audit(&dataset_id, None).await.unwrap_err();
+        assert!(
+            matches!(&error, MendError::Corrupt { message } if message.contains(case.says)),
+            "{}: {error:?}",
+            case.says
+        );
+    }
+    // A row holds exactly one body.
+    let dataset_id = new_dataset(&catalog).await;
+    let neither = sqlx::query(
+        "INSERT INTO audit (dataset_id, format_version, recorded_at_ms) VALUES ($1, 2, 1000)",
+    )
+    .bind(&dataset_id)
+    .execute(&catalog.pool)
+    .await
+    .unwrap_err();
+    assert!(
+        neither.to_string().contains("audit_holds_one_body"),
+        "{neither}"
+    );
+}
+
+/// Where the plan of `audit_list_recent.sql` reads the `audit` table, and the rows it read
+/// there: (index or table, rows), from `EXPLAIN ANALYZE`.
+async fn audit_scans(catalog: &PostgresCatalog, limit: i64) -> Vec<(String, i64)> {
+    let explain = format!(
+        "EXPLAIN (ANALYZE, FORMAT JSON) {}",
+        super::super::sql::AUDIT_LIST_RECENT
+    );
+    let (plan,): (serde_json::Value,) = sqlx::query_as(&explain)
+        .bind(limit)
+        .fetch_one(&catalog.pool)
+        .await
+        .unwrap();
+    fn walk(node: &serde_json::Value, scans: &mut Vec<(String, i64)>) {
+        if node["Relation Name"] == "audit" {
+            let by = node["Index Name"].as_str().unwrap_or("the table");
+            let rows =
+                node["Actual Rows"].as_i64().unwrap() * node["Actual Loops"].as_i64().unwrap();
+            scans.push((
+                format!("{} by {by}", node["Node Type"].as_str().unwrap()),
+                rows,
+            ));
+        }
+        for child in node["Plans"].as_array().into_iter().flatten() {
+            walk(child, scans);
+        }
+    }
+    let mut scans = Vec::new();
+    walk(&plan[0]["Plan"], &mut scans);
+    scans
+}
+
+#[tokio::test]
+async fn the_newest_records_of_the_catalog_are_one_query_over_as_many_rows_as_records() {
+    let (catalog, database) = own_catalog().await;
+    // 200 datasets of 10 rows of one record each (the `k`th of them, `op-{d}-{i}` with
+    // `k = 200 i + d`, at 1,000,000 + 10 k), and one batch of 50 newer than all of them.
+    let mut datasets = Vec::new();
+    for _ in 0..200 {
+        datasets.push(new_dataset(&catalog).await);
+    }
+    for i in 0..10 {
+        for (d, dataset_id) in datasets.iter().enumerate() {
+            let at = 1_000_000 + (i * 200 + d as i64) * 10;
+            let appended = record(dataset_id, &format!("op-{d}-{i}"), at);
+            catalog.append_audit(dataset_id, &[appended]).await.unwrap();
+        }
+    }
+    let batch: Vec<AuditRecord> = (0..50)
+        .map(|i| record(&datasets[7], &format!("batch-{i}"), 2_000_000 + i))
+        .collect();
+    catalog.append_audit(&datasets[7], &batch).await.unwrap();
+    sqlx::query("ANALYZE audit")
+        .execute(&catalog.pool)
+        .await
+        .unwrap();
+    // The newest `n` rows of one record, oldest first.
+    let singles = |n: usize| -> Vec<String> {
+        (2_000 - n..2_000)
+            .map(|k| format!("op-{}-{}", k % 200, k / 200))
+            .collect()
+    };
+
+    // Inside the batch: its row alone is read whole; the walk reads the index only.
+    let recent = catalog.list_recent_audit(10).await.unwrap();
+    assert_eq!(recent.records, batch[40..]);
+    let scans = audit_scans(&catalog, 10).await;
+    println!("list_recent_audit(10) reads {scans:?}");
+    assert_scans_within(&scans, 10, 1);
+    // Past the batch, into rows of one record: the batch's 50 and the newest 10 others.
+    let recent = catalog.list_recent_audit(60).await.unwrap();
+    assert_eq!(operation_ids(&recent.records[..10]), singles(10));
+    assert_eq!(recent.records[10..], batch);
+    let scans = audit_scans(&catalog, 60).await;
+    println!("list_recent_audit(60) reads {scans:?}");
+    assert_scans_within(&scans, 60, 11);
+    // Half the table: the planner may read it whole, and the answer is the same.
+    let recent = catalog.list_recent_audit(1_025).await.unwrap();
+    assert_eq!(operation_ids(&recent.records[..975]), singles(975));
+    assert_eq!(recent.records[975..], batch);
+    database.drop(catalog).await;
+}
+
+/// The query walked the index by time, reading at most `limit` entries and the one after them
+/// (the window reads a row ahead, to see where its frame ends), and read `bodies` rows by their
+/// primary key: no scan of the table.
+fn assert_scans_within(scans: &[(String, i64)], limit: i64, bodies: i64) {
+    assert_eq!(scans.len(), 2, "{scans:?}");
+    assert!(
+        scans[0].0.ends_with("by audit_by_time") && scans[0].1 <= limit + 1,
+        "{scans:?}"
+    );
+    assert_eq!(
+        (scans[1].0.as_str(), scans[1].1),
+        ("Index Scan by audit_pkey", bodies),
+        "{scans:?}"
+    );
 }
