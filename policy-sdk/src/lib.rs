@@ -26,8 +26,9 @@
 //!
 //! `Cargo.toml`: the policy is a `cdylib`; this crate is a dependency on wasm32 and a
 //! build-dependency everywhere. `mend-default-policy` (the default policy without its
-//! `component` feature, so that it exports nothing) is only needed to delegate to the default
-//! decisions.
+//! `component` feature, so that it exports nothing, and with its `adapter`, the default
+//! decisions behind the current contract's bindings) is only needed to delegate to the
+//! default decisions.
 //!
 //! ```toml
 //! [lib]
@@ -35,7 +36,7 @@
 //!
 //! [target.'cfg(target_arch = "wasm32")'.dependencies]
 //! mend-policy-sdk = { path = "../mend/policy-sdk" }
-//! mend-default-policy = { path = "../mend/guest", default-features = false }
+//! mend-default-policy = { path = "../mend/guest", default-features = false, features = ["adapter"] }
 //!
 //! [build-dependencies]
 //! mend-policy-sdk = { path = "../mend/policy-sdk" }
