@@ -513,3 +513,51 @@ pub(crate) fn gc_plan(plan: wit::GcPlan) -> plain::GcPlan {
         delete: plan.delete,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(indices: &[u32], actions: &[wit::PlannedAction], reasons: &[&str]) -> wit::StagePlan {
+        wit::StagePlan {
+            request_indices: indices.to_vec(),
+            actions: actions.to_vec(),
+            reasons: reasons.iter().map(|why| why.to_string()).collect(),
+        }
+    }
+
+    /// A malformed 1.4 plan is the policy's error, never a plan: each way of breaking it is
+    /// refused, and a well-formed one reads back decision by decision.
+    #[test]
+    fn a_malformed_stage_plan_is_refused_and_a_sound_one_read() {
+        use wit::PlannedAction::{Insert, Reject, SkipPublished};
+        let refused = [
+            plan(&[0, 1], &[Insert], &[]),
+            plan(&[0], &[Reject], &[]),
+            plan(&[0], &[Insert], &["no rejection to explain"]),
+            plan(&[2], &[Insert], &[]),
+        ];
+        for (case, broken) in refused.into_iter().enumerate() {
+            let error = stage_plan(broken, 2).expect_err("a malformed plan is refused");
+            assert!(
+                matches!(&error, PolicyError::Incompatible { reason } if reason.contains("malformed plan")),
+                "case {case}: {error}"
+            );
+        }
+        let read = stage_plan(plan(&[1, 0], &[Reject, SkipPublished], &["why"]), 2)
+            .expect("a sound plan reads");
+        assert_eq!(
+            read,
+            [
+                IndexedDecision {
+                    request_index: 1,
+                    action: plain::StageAction::Reject("why".into()),
+                },
+                IndexedDecision {
+                    request_index: 0,
+                    action: plain::StageAction::Skip(plain::SplitState::Published),
+                },
+            ]
+        );
+    }
+}
