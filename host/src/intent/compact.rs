@@ -37,12 +37,14 @@
 //! expected.config_version    option of number
 //! ```
 //!
-//! Nothing may follow. Equal plans encode to equal bytes (every list is written in its order,
-//! the parameters in key order), so a backend compares stored plans by their bytes. The
-//! layout is fixed by the intent's format version: a plan of a newer format is refused by
-//! that version before its bytes are read ([`crate::intent::check_format`]). Decoding checks
-//! every length against the bytes left before it allocates, so a damaged plan is refused as
-//! `Corrupt`, never read past its end or allowed to allocate more than its own size allows.
+//! Nothing may follow. One plan has one encoding: every list is written in its order, the
+//! parameters in key order, numbers in their fewest bytes, and the reader refuses anything
+//! else, so a backend compares stored plans by their bytes. The layout is fixed by the
+//! intent's format version: a plan of a newer format is refused by that version before its
+//! bytes are read ([`crate::intent::check_format`]). Decoding checks every length against the
+//! bytes left before it allocates, so damaged bytes are [`UnreadablePlan`] (which a backend
+//! reports as `Corrupt`), never read past their end or allowed to allocate more than their own
+//! size allows.
 
 use std::collections::BTreeMap;
 
