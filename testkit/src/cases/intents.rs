@@ -1,5 +1,6 @@
 //! Intents and audit records at the catalog trait itself: an intent created once, advanced only
-//! from the phase it is in, deleted; abandoning an expired armed intent, racing a heartbeat;
+//! from the phase it is in, deleted; every planned effect kept as written, and every intent
+//! stored in this host's format; abandoning an expired armed intent, racing a heartbeat;
 //! audit records appended in order.
 
 use mend::audit::{AUDIT_FORMAT_VERSION, AuditRecord};
