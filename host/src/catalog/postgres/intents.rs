@@ -4,10 +4,10 @@
 //! from it, and written in format 3 by the first update that changes them.
 //!
 //! Why columns and bytes rather than JSON: a recovery sweep lists every intent of a dataset
-//! before it observes anything. Listing 10,000 intents of one split each took about 0.1 s as
-//! JSONB bodies (Postgres converting each to text, the host parsing about 500 bytes of JSON
-//! each), most of a probe's time beyond its floor; as columns and plans the same listing takes
-//! a few milliseconds (docs/src/benchmarks.md has the measurements).
+//! before it observes anything. Listing 10,000 intents of one split each took 0.08 s as JSONB
+//! bodies (Postgres converting each to text, the host parsing about 660 bytes of JSON each),
+//! half of a probe's time; as columns and plans it takes about 20 ms, most of it fetching and
+//! decoding the rows (docs/src/benchmarks.md has the measurements).
 //!
 //! Each write is one statement on the pool, atomic by itself, so none runs in a transaction or
 //! is retried here: a statement that may have landed fails as `Unavailable`, and the caller
