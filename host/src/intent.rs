@@ -14,7 +14,14 @@
 //!
 //! The stored form carries [`INTENT_FORMAT_VERSION`]. A backend refuses to load an intent
 //! written in a newer format with `Corrupt` naming the version: a host never guesses at
-//! semantics it does not know.
+//! semantics it does not know. It loads every older format, and writes whatever it writes in
+//! its own ([`check_written_format`]).
+//!
+//! How an intent is stored is each backend's: Postgres keeps its fields in columns and its plan
+//! (effects and expected state) as one compact byte string ([`compact`]), since format 3;
+//! object storage keeps it as JSON in its log and checkpoints ([`Intent::to_json`]).
+
+pub mod compact;
 
 use serde::{Deserialize, Serialize};
 
@@ -23,7 +30,11 @@ use crate::model::{CheckpointDelta, DatasetConfig, PublishRequest, SplitState, T
 
 /// The intent format this host writes and the newest it reads. Format 2 added the
 /// [`IntentPhase::Abandoned`] phase; format 1 is read as it was (it never holds that phase).
-pub const INTENT_FORMAT_VERSION: u32 = 2;
+/// Format 3 holds what format 2 holds and changed how Postgres stores it: in columns and a
+/// compact plan ([`compact`]) rather than one JSON body, so that a mend from before it, which
+/// can read only the body, refuses it as written by a newer mend. On object storage a format 3
+/// intent is the JSON of format 2 with its new number.
+pub const INTENT_FORMAT_VERSION: u32 = 3;
 
 /// What kind of operation an intent belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -40,6 +51,33 @@ pub enum OperationKind {
     ConfigApply,
     /// Stage rows for orphan objects from their embedded metadata, then adopt or discard them.
     Reconcile,
+}
+
+impl OperationKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [OperationKind; 5] = [
+        Self::Commit,
+        Self::Merge,
+        Self::Gc,
+        Self::ConfigApply,
+        Self::Reconcile,
+    ];
+
+    /// The stable name used in JSON and in Postgres's `kind` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Commit => "commit",
+            Self::Merge => "merge",
+            Self::Gc => "gc",
+            Self::ConfigApply => "config_apply",
+            Self::Reconcile => "reconcile",
+        }
+    }
+
+    /// The kind [`as_str`](Self::as_str) names; `None` for any other name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.as_str() == name)
+    }
 }
 
 /// How far an operation got. The operation's last step deletes the intent.
@@ -266,11 +304,16 @@ pub fn abandonable(stored: &Intent, lease_expired_by: Option<TimestampMs>) -> Re
     }
 }
 
-/// Refuses to write an intent in any format but this host's own.
+/// Refuses to write an intent of a format this host does not know (0, or newer than its own).
+/// A backend stores every intent it writes in this host's format, [`INTENT_FORMAT_VERSION`],
+/// whatever format it was read in: each format holds everything the ones before it hold (format
+/// 2 added a phase, format 3 a stored form), so an intent read in an older one and written back
+/// (renewed, confirmed, fenced) loses nothing, and an operation in flight across an upgrade
+/// goes on.
 pub fn check_written_format(intent: &Intent) -> Result<()> {
-    if intent.format_version != INTENT_FORMAT_VERSION {
+    if intent.format_version == 0 || intent.format_version > INTENT_FORMAT_VERSION {
         return Err(MendError::invalid(format!(
-            "intent {} has format version {}; this mend writes only version {INTENT_FORMAT_VERSION}",
+            "intent {} has format version {}; this mend writes only version {INTENT_FORMAT_VERSION}, from an intent of version 1 to {INTENT_FORMAT_VERSION}",
             intent.operation_id, intent.format_version
         )));
     }
@@ -319,6 +362,18 @@ mod tests {
     fn intents_round_trip_through_json() {
         let intent = intent();
         assert_eq!(Intent::from_json(&intent.to_json()).unwrap(), intent);
+    }
+
+    #[test]
+    fn kind_names_are_the_json_names() {
+        for kind in OperationKind::ALL {
+            assert_eq!(
+                serde_json::to_value(kind).unwrap(),
+                serde_json::json!(kind.as_str())
+            );
+            assert_eq!(OperationKind::parse(kind.as_str()), Some(kind));
+        }
+        assert_eq!(OperationKind::parse("Commit"), None);
     }
 
     #[test]

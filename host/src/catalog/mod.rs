@@ -609,7 +609,10 @@ pub trait Catalog: Send + Sync + fmt::Debug {
 
     /// Records a new operation's intent, before its first effect. `AlreadyExists` if the
     /// operation id is taken in this dataset, `NotFound` if the dataset does not exist. Intents
-    /// are not part of the published view: the manifest version does not move.
+    /// are not part of the published view: the manifest version does not move. Like every
+    /// intent write, it stores the intent in this host's format, whatever format it names, and
+    /// refuses one this host does not know (`InvalidArgument`, nothing written):
+    /// [`check_written_format`](crate::intent::check_written_format).
     async fn put_intent(&self, intent: &Intent) -> Result<()>;
 
     /// Replaces the stored intent of `intent.operation_id` with `intent` if the stored one is

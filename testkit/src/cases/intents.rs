@@ -1,12 +1,14 @@
 //! Intents and audit records at the catalog trait itself: an intent created once, advanced only
-//! from the phase it is in, deleted; abandoning an expired armed intent, racing a heartbeat;
+//! from the phase it is in, deleted; every planned effect kept as written, and every intent
+//! stored in this host's format; abandoning an expired armed intent, racing a heartbeat;
 //! audit records appended in order.
 
 use mend::audit::{AUDIT_FORMAT_VERSION, AuditRecord};
 use mend::intent::{
     ExpectedState, INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, PlannedEffects,
-    PlannedRow,
+    PlannedObject, PlannedPublish, PlannedRow,
 };
+use mend::model::{CheckpointDelta, DatasetConfig, PartitionDelta, SplitState};
 use mend::{EntityKind, MendError};
 
 use crate::harness::Harness;
@@ -131,6 +133,158 @@ pub(super) async fn intents_are_created_once_advanced_conditionally_and_deleted(
             }
         ),
         "{missing:?}"
+    );
+}
+
+/// An intent planning one of everything: each field of its effects and expected state set.
+fn planning_everything(dataset_id: &str, operation_id: &str) -> Intent {
+    Intent {
+        kind: OperationKind::Merge,
+        effects: PlannedEffects {
+            stage: vec![PlannedRow {
+                split_id: "new-1".into(),
+                metadata_json: r#"{"docs":10,"note":"é \"quoted\""}"#.into(),
+            }],
+            objects: vec![PlannedObject {
+                split_id: "new-1".into(),
+                size: u64::MAX,
+                checksum: format!("sha256:{}", "ab".repeat(32)),
+            }],
+            publish: Some(PlannedPublish {
+                staged_split_ids: vec!["new-1".into()],
+                replaced_split_ids: vec!["old-1".into(), "old-2".into()],
+                checkpoint_delta: Some(CheckpointDelta {
+                    source: "kafka".into(),
+                    partitions: vec![
+                        PartitionDelta {
+                            partition: "p0".into(),
+                            from_position: None,
+                            to_position: 300,
+                        },
+                        PartitionDelta {
+                            partition: "p1".into(),
+                            from_position: Some(128),
+                            to_position: 129,
+                        },
+                    ],
+                }),
+                publish_token: Some("token-7".into()),
+            }),
+            mark: vec!["gone-1".into()],
+            delete: vec!["gone-2".into()],
+            config: Some(DatasetConfig {
+                staged_grace_period_ms: 1,
+                deletion_grace_period_ms: 0,
+                policy_params: [("a".into(), "1".into()), ("b".into(), String::new())].into(),
+            }),
+        },
+        expected: ExpectedState {
+            manifest_version: 7,
+            split_states: vec![
+                ("new-1".into(), None),
+                ("old-1".into(), Some(SplitState::Published)),
+                ("old-2".into(), Some(SplitState::Staged)),
+                ("gone-1".into(), Some(SplitState::MarkedForDeletion)),
+            ],
+            config_version: Some(3),
+        },
+        ..intent(dataset_id, operation_id, 1_000)
+    }
+}
+
+/// Whatever a backend's stored form, every planned effect comes back as written; an intent of
+/// an older format (read from storage and written back: renewed, confirmed) is stored in this
+/// host's, and one of a format this host does not know is refused with nothing written.
+pub(super) async fn intents_keep_every_planned_effect_and_are_written_in_this_hosts_format(
+    h: &Harness<'_>,
+) {
+    let ds = h.create_dataset("intent-forms").await;
+    let catalog = h.engine.catalog();
+    let mut checks = 0;
+
+    let everything = planning_everything(&ds, "op-a");
+    catalog.put_intent(&everything).await.expect("put");
+    assert_eq!(
+        catalog.list_intents(&ds).await.unwrap(),
+        std::slice::from_ref(&everything)
+    );
+    checks += 1;
+
+    // As an older mend wrote it, read back and written again by this one.
+    let older = Intent {
+        format_version: 2,
+        ..intent(&ds, "op-b", 2_000)
+    };
+    catalog
+        .put_intent(&older)
+        .await
+        .expect("put an older format");
+    let stored = Intent {
+        format_version: INTENT_FORMAT_VERSION,
+        ..older.clone()
+    };
+    assert_eq!(
+        catalog.list_intents(&ds).await.unwrap(),
+        [everything.clone(), stored.clone()]
+    );
+    checks += 1;
+    let confirmed = Intent {
+        format_version: 1,
+        phase: IntentPhase::EffectsConfirmed,
+        updated_at_ms: 2_500,
+        ..older
+    };
+    catalog
+        .update_intent(&confirmed, IntentPhase::Armed)
+        .await
+        .expect("confirm from format 1");
+    let stored = Intent {
+        format_version: INTENT_FORMAT_VERSION,
+        ..confirmed.clone()
+    };
+    assert_eq!(
+        catalog.list_intents(&ds).await.unwrap(),
+        [everything.clone(), stored.clone()]
+    );
+    checks += 1;
+
+    for format_version in [0, INTENT_FORMAT_VERSION + 1] {
+        let put = catalog
+            .put_intent(&Intent {
+                format_version,
+                ..intent(&ds, "op-c", 3_000)
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(put, MendError::InvalidArgument { .. }), "{put:?}");
+        let updated = catalog
+            .update_intent(
+                &Intent {
+                    format_version,
+                    updated_at_ms: 4_000,
+                    ..stored.clone()
+                },
+                IntentPhase::EffectsConfirmed,
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(updated, MendError::InvalidArgument { .. }),
+            "{updated:?}"
+        );
+        checks += 2;
+    }
+    assert_eq!(
+        catalog.list_intents(&ds).await.unwrap(),
+        [everything, stored],
+        "a refused format writes nothing"
+    );
+    checks += 1;
+    assert_eq!(checks, 8);
+    println!(
+        "conformance[{}] intent forms: {checks} checks: a plan of every effect round-trips, formats 1 and 2 are written as {INTENT_FORMAT_VERSION}, formats 0 and {} are refused",
+        h.name(),
+        INTENT_FORMAT_VERSION + 1
     );
 }
 

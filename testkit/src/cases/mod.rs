@@ -106,6 +106,10 @@ pub(crate) const ALL: &[Case] = &[
         intents::intents_are_created_once_advanced_conditionally_and_deleted,
         []
     ),
+    case!(
+        intents::intents_keep_every_planned_effect_and_are_written_in_this_hosts_format,
+        []
+    ),
     case!(intents::a_lease_never_moves_back, []),
     case!(intents::abandon_fences_an_expired_armed_intent_only, []),
     case!(

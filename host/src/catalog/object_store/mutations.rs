@@ -14,7 +14,7 @@ use crate::catalog::{
 };
 use crate::deliberate_bugs::{self, Bug};
 use crate::error::{EntityKind, MendError, Result};
-use crate::intent::{Intent, IntentPhase};
+use crate::intent::{INTENT_FORMAT_VERSION, Intent, IntentPhase};
 use crate::model::{
     Dataset, DatasetConfig, MarkResult, NewSplit, PublishRequest, PublishResult, SplitState,
     StageMode, StageOutcome, StagedSplit, TimestampMs,
@@ -443,8 +443,8 @@ pub(super) fn advance_fencing_epoch(
     })
 }
 
-/// Records a new intent; intents are not part of the published view, so the dataset record
-/// does not change.
+/// Records a new intent, in this host's format ([`crate::intent::check_written_format`]);
+/// intents are not part of the published view, so the dataset record does not change.
 pub(super) fn put_intent(state: &DatasetState, intent: &Intent) -> Result<Change<()>> {
     if state.intents.contains_key(&intent.operation_id) {
         return Err(MendError::AlreadyExists {
@@ -454,13 +454,16 @@ pub(super) fn put_intent(state: &DatasetState, intent: &Intent) -> Result<Change
     }
     Ok(Change::Commit {
         actions: vec![Action::PutIntent {
-            intent: Box::new(intent.clone()),
+            intent: Box::new(Intent {
+                format_version: INTENT_FORMAT_VERSION,
+                ..intent.clone()
+            }),
         }],
         output: (),
     })
 }
 
-/// Replaces an intent that is still in `expected_phase`.
+/// Replaces an intent that is still in `expected_phase`, in this host's format.
 pub(super) fn update_intent(
     state: &DatasetState,
     intent: &Intent,
@@ -479,6 +482,7 @@ pub(super) fn update_intent(
     // A lease never moves back: a confirmation written from an intent read before a
     // heartbeat landed keeps the heartbeat's renewal (found by mend-model).
     let intent = Intent {
+        format_version: INTENT_FORMAT_VERSION,
         lease_expires_at_ms: intent.lease_expires_at_ms.max(stored.lease_expires_at_ms),
         ..intent.clone()
     };
@@ -508,7 +512,7 @@ pub(super) fn abandon_intent(
         return Ok(Change::Unchanged(stored.clone()));
     }
     let abandoned = Intent {
-        format_version: crate::intent::INTENT_FORMAT_VERSION,
+        format_version: INTENT_FORMAT_VERSION,
         phase: IntentPhase::Abandoned,
         updated_at_ms: now_ms,
         ..stored.clone()

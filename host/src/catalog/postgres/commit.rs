@@ -43,13 +43,8 @@ pub(super) async fn begin(
         .ok_or_else(|| MendError::dataset_not_found(dataset_id))?;
     let dataset = rows::dataset(&row)?;
     let intent = built_intent(dataset_id, &dataset, build)?;
-    let inserted = sqlx::query(sql::INTENT_INSERT)
-        .bind(&intent.dataset_id)
-        .bind(&intent.operation_id)
-        .bind(intents::own_format(&intent)?)
-        .bind(intents::phase_name(intent.phase))
-        .bind(intent.to_json())
-        .bind(intent.created_at_ms)
+    let inserted = intents::Columns::of(&intent)?
+        .insert()
         .execute(&mut *conn)
         .await;
     match inserted {

@@ -172,10 +172,11 @@ async fn read(
         for row in &found {
             let operation_id: String = column(row, "operation_id")?;
             let phase = intents::stored_phase(row, &operation_id)?;
-            let body: Option<String> = column(row, "body")?;
-            let intent = match body {
-                Some(_) => Some(intents::intent(row, dataset_id)?),
-                None => None,
+            let wanted: bool = column(row, "wanted")?;
+            let intent = if wanted {
+                Some(intents::intent(row, dataset_id)?)
+            } else {
+                None
             };
             seen.insert(operation_id, SeenIntent { phase, intent });
         }

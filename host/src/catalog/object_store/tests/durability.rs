@@ -466,3 +466,70 @@ async fn catalogs_open_by_url() {
     assert!(matches!(err, MendError::InvalidArgument { .. }));
     assert!(err.to_string().contains("memory://"), "{err}");
 }
+
+#[tokio::test]
+async fn intents_an_older_mend_wrote_are_read_and_written_back_in_this_hosts_format() {
+    use crate::intent::{INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind};
+
+    let (catalog, store) = catalog_with_dataset("logs").await;
+    let log = Log::new(store.clone(), Path::from("mend"));
+    // Version 1 as a mend from before format 3 wrote it: two intents, of formats 1 and 2, in
+    // the JSON its `Intent::to_json` produced.
+    let format_1 = r#"{"format_version":1,"operation_id":"op-1","dataset_id":"logs","kind":"commit","phase":"armed","owner":"node-1","lease_expires_at_ms":1700000030000,"created_at_ms":1700000000000,"updated_at_ms":1700000000000,"effects":{"stage":[{"split_id":"a","metadata_json":"{\"docs\":1}"}],"objects":[{"split_id":"a","size":100,"checksum":"sha256:00"}],"publish":{"staged_split_ids":["a"],"replaced_split_ids":[],"checkpoint_delta":null,"publish_token":null}},"expected":{"manifest_version":0,"split_states":[["a",null]]}}"#;
+    let format_2 = r#"{"format_version":2,"operation_id":"op-2","dataset_id":"logs","kind":"gc","phase":"effects_confirmed","owner":"node-2","lease_expires_at_ms":1700000040000,"created_at_ms":1700000000001,"updated_at_ms":1700000000002,"effects":{"mark":["b"],"delete":["c"]},"expected":{"manifest_version":0,"split_states":[["b","staged"],["c","marked_for_deletion"]]}}"#;
+    let commit = format!(
+        r#"{{"format_version":1,"version":1,"commit_id":"old-1","committed_at_ms":{T0},"actions":[{{"type":"put_intent","intent":{format_1}}},{{"type":"put_intent","intent":{format_2}}}]}}"#
+    );
+    store
+        .put(&log.commit_path("logs", 1), commit.into())
+        .await
+        .unwrap();
+
+    let reader = sibling(&catalog);
+    let listed = reader.list_intents("logs").await.unwrap();
+    let expected_1: Intent = serde_json::from_str(format_1).unwrap();
+    let expected_2: Intent = serde_json::from_str(format_2).unwrap();
+    assert_eq!(listed, [expected_1.clone(), expected_2.clone()]);
+    assert_eq!(
+        (
+            listed[0].format_version,
+            listed[0].kind,
+            listed[1].format_version,
+            listed[1].kind
+        ),
+        (1, OperationKind::Commit, 2, OperationKind::Gc)
+    );
+    assert_eq!(listed[1].expected.split_states.len(), 2);
+
+    // Renewed and abandoned by this mend: written back in its format, which another process
+    // reads from the log.
+    let renewed = Intent {
+        lease_expires_at_ms: T0 + 50_000,
+        updated_at_ms: T0 + 3,
+        ..expected_2
+    };
+    reader
+        .update_intent(&renewed, IntentPhase::EffectsConfirmed)
+        .await
+        .unwrap();
+    let abandoned = reader
+        .abandon_intent("logs", "op-1", Some(T0 + 30_000), T0 + 30_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        sibling(&catalog).list_intents("logs").await.unwrap(),
+        [
+            Intent {
+                format_version: INTENT_FORMAT_VERSION,
+                phase: IntentPhase::Abandoned,
+                updated_at_ms: T0 + 30_000,
+                ..expected_1
+            },
+            Intent {
+                format_version: INTENT_FORMAT_VERSION,
+                ..renewed
+            },
+        ]
+    );
+    assert_eq!(abandoned.format_version, INTENT_FORMAT_VERSION);
+}

@@ -310,24 +310,222 @@ async fn an_intent_in_a_newer_format_is_refused_when_listed() {
         .await
         .unwrap();
 
-    // As a newer mend would write it: a higher version and a field this host does not know.
-    let mut body = serde_json::to_value(intent(&dataset_id, "op-2", 3_000)).unwrap();
-    body["format_version"] = json!(INTENT_FORMAT_VERSION + 1);
-    body["some_future_field"] = json!({ "meaning": "unknown" });
+    // As a newer mend would write it: a higher version, and a plan this host cannot decode.
     sqlx::query(
-        "INSERT INTO intents (dataset_id, operation_id, format_version, phase, body, created_at_ms) \
-         VALUES ($1, 'op-2', $2, 'armed', $3, 3000)",
+        "INSERT INTO intents (dataset_id, operation_id, format_version, phase, kind, owner, \
+         lease_expires_at_ms, created_at_ms, updated_at_ms, planned, body) \
+         VALUES ($1, 'op-2', $2, 'armed', 'commit', 'node-1', 33000, 3000, 3000, '\\xff00', \
+         jsonb_build_object('format_version', $2))",
     )
     .bind(&dataset_id)
     .bind(i32::try_from(INTENT_FORMAT_VERSION + 1).unwrap())
-    .bind(sqlx::types::Json(&body))
     .execute(&catalog.pool)
     .await
     .unwrap();
 
     let error = catalog.list_intents(&dataset_id).await.unwrap_err();
     assert!(
-        matches!(&error, MendError::Corrupt { message } if message.contains("newer mend")),
+        matches!(&error, MendError::Corrupt { message }
+            if message.contains("newer mend")
+                && message.contains(&format!("format version {}", INTENT_FORMAT_VERSION + 1))),
+        "{error:?}"
+    );
+}
+
+/// A row as `intent_insert.sql` wrote it before format 3: the whole intent as a JSONB body,
+/// and copies of its format, phase and creation time.
+async fn insert_as_before_format_3(catalog: &PostgresCatalog, intent: &Intent) {
+    sqlx::query(
+        "INSERT INTO intents (dataset_id, operation_id, format_version, phase, body, created_at_ms) \
+         VALUES ($1, $2, $3, $4, $5::jsonb, $6)",
+    )
+    .bind(&intent.dataset_id)
+    .bind(&intent.operation_id)
+    .bind(i32::try_from(intent.format_version).unwrap())
+    .bind(super::super::intents::phase_name(intent.phase))
+    .bind(intent.to_json())
+    .bind(intent.created_at_ms)
+    .execute(&catalog.pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn intents_an_older_mend_wrote_are_read_renewed_confirmed_and_abandoned() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    let format_1 = Intent {
+        format_version: 1,
+        lease_expires_at_ms: 12_000,
+        ..intent(&dataset_id, "op-1", 1_000)
+    };
+    let format_2 = Intent {
+        format_version: 2,
+        kind: OperationKind::ConfigApply,
+        effects: PlannedEffects {
+            config: Some(DatasetConfig::default()),
+            ..PlannedEffects::default()
+        },
+        expected: ExpectedState {
+            manifest_version: 4,
+            split_states: Vec::new(),
+            config_version: Some(2),
+        },
+        ..intent(&dataset_id, "op-2", 2_000)
+    };
+    insert_as_before_format_3(&catalog, &format_1).await;
+    insert_as_before_format_3(&catalog, &format_2).await;
+    assert_eq!(
+        intents(&catalog, &dataset_id).await,
+        [format_1.clone(), format_2.clone()]
+    );
+    let pending = catalog.pending_datasets().await.unwrap();
+    let ours = pending
+        .iter()
+        .find(|pending| pending.dataset_id == dataset_id)
+        .unwrap();
+    assert_eq!(
+        (ours.intents, ours.earliest_lease_expiry_ms),
+        (Some(2), Some(12_000)),
+        "the leases are read from the bodies"
+    );
+
+    // Confirmed from the intent as read, with an earlier lease than the stored one: written in
+    // format 3, keeping the body's lease.
+    let confirmed = Intent {
+        phase: IntentPhase::EffectsConfirmed,
+        lease_expires_at_ms: 31_000,
+        updated_at_ms: 2_500,
+        ..format_2.clone()
+    };
+    catalog
+        .update_intent(
+            &Intent {
+                lease_expires_at_ms: 1,
+                ..confirmed.clone()
+            },
+            IntentPhase::Armed,
+        )
+        .await
+        .unwrap();
+    let confirmed = Intent {
+        format_version: INTENT_FORMAT_VERSION,
+        lease_expires_at_ms: format_2.lease_expires_at_ms,
+        ..confirmed
+    };
+    assert_eq!(
+        intents(&catalog, &dataset_id).await,
+        [format_1.clone(), confirmed.clone()]
+    );
+    let (format_version, body): (i32, String) = sqlx::query_as(
+        "SELECT format_version, body::text FROM intents WHERE dataset_id = $1 AND operation_id = 'op-2'",
+    )
+    .bind(&dataset_id)
+    .fetch_one(&catalog.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (format_version, body.as_str()),
+        (3, r#"{"format_version": 3}"#),
+        "the body of a format 3 row holds its version only"
+    );
+
+    // Abandoned where it stands: the body edited in place, as format 2 (which knows the phase).
+    let abandoned = catalog
+        .abandon_intent(&dataset_id, "op-1", Some(12_000), 13_000)
+        .await
+        .unwrap();
+    let expected = Intent {
+        format_version: 2,
+        phase: IntentPhase::Abandoned,
+        updated_at_ms: 13_000,
+        ..format_1
+    };
+    assert_eq!(abandoned, expected);
+    assert_eq!(
+        intents(&catalog, &dataset_id).await,
+        [expected.clone(), confirmed.clone()]
+    );
+    // Again: nothing changes, the same answer.
+    assert_eq!(
+        catalog
+            .abandon_intent(&dataset_id, "op-1", None, 14_000)
+            .await
+            .unwrap(),
+        expected
+    );
+    catalog.delete_intent(&dataset_id, "op-1", 0).await.unwrap();
+    assert_eq!(intents(&catalog, &dataset_id).await, [confirmed]);
+}
+
+#[tokio::test]
+async fn a_mend_from_before_format_3_refuses_a_format_3_row_and_cannot_write_it() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    let stored = intent(&dataset_id, "op-1", 2_000);
+    catalog.put_intent(&stored).await.unwrap();
+
+    // It reads only the body, and its `Intent::from_json` refuses any format above 2 (its
+    // newest) as written by a newer mend, before it looks at another field: the body names 3.
+    let body: serde_json::Value = sqlx::query_scalar(
+        "SELECT body FROM intents WHERE dataset_id = $1 AND operation_id = 'op-1'",
+    )
+    .bind(&dataset_id)
+    .fetch_one(&catalog.pool)
+    .await
+    .unwrap();
+    assert_eq!(body, json!({ "format_version": 3 }));
+    assert_eq!(INTENT_FORMAT_VERSION, 3);
+
+    // Its update, word for word, from an intent it read before the row changed: refused by
+    // the table, not written over the columns.
+    let old_update = "UPDATE intents SET phase = $4, format_version = $5, body = $6::jsonb, \
+        created_at_ms = $7 WHERE dataset_id = $1 AND operation_id = $2 AND phase = $3 \
+        AND body <> $6::jsonb RETURNING operation_id";
+    let written = sqlx::query(old_update)
+        .bind(&dataset_id)
+        .bind("op-1")
+        .bind("armed")
+        .bind("effects_confirmed")
+        .bind(2)
+        .bind(
+            Intent {
+                format_version: 2,
+                ..confirmed(&stored, 3_000)
+            }
+            .to_json(),
+        )
+        .bind(2_000_i64)
+        .fetch_optional(&catalog.pool)
+        .await;
+    let error = written.unwrap_err();
+    assert!(
+        error.to_string().contains("intents_stored_form_check"),
+        "{error}"
+    );
+    assert_eq!(intents(&catalog, &dataset_id).await, [stored]);
+}
+
+#[tokio::test]
+async fn a_damaged_plan_is_corrupt_naming_the_intent() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    catalog
+        .put_intent(&intent(&dataset_id, "op-1", 2_000))
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE intents SET planned = substring(planned from 1 for 3) \
+         WHERE dataset_id = $1 AND operation_id = 'op-1'",
+    )
+    .bind(&dataset_id)
+    .execute(&catalog.pool)
+    .await
+    .unwrap();
+    let error = catalog.list_intents(&dataset_id).await.unwrap_err();
+    assert!(
+        matches!(&error, MendError::Corrupt { message }
+            if message.contains("intent op-1") && message.contains("unreadable")),
         "{error:?}"
     );
 }
