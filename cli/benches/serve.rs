@@ -14,10 +14,13 @@
 //! - `http-4`: the same with 4 clients at once, a connection each;
 //! - `http-1-new-connection`: one client opening a new connection for every request (the
 //!   simplest client, and what this bench measured before);
+//! - `http-1-compact`, `http-4-compact`: `http-1` and `http-4` with the same requests as
+//!   compact bodies (`Content-Type: application/vnd.mend.compact.v1`) instead of JSON.
 //!
 //! The requests are built before the timed part on both sides (`StageRequest`s in process,
-//! JSON bodies over HTTP), so the comparison is of what the server adds to the engine: reading
-//! and parsing the request, the admitted write's task, and encoding the answer.
+//! JSON or compact bodies over HTTP), so the comparison is of what the server adds to the
+//! engine: reading and parsing the request, the admitted write's task, and encoding the answer
+//! (JSON, which the client parses).
 //!
 //! In the group `serve round trip`, a keep-alive `GET /healthz`: the least any request costs.
 //! In the group `serve list`, each iteration one page of 100 published splits:
@@ -104,62 +107,70 @@ fn main() {
             took
         })
     });
-    group.bench("http-1", |b| {
-        let mut client = server.client();
-        b.iter_custom(|iters| {
-            let mut took = Duration::ZERO;
-            for _ in 0..iters {
-                let dataset_id = next_dataset();
-                client.call(
-                    "POST",
-                    "/v1/datasets",
-                    &json!({"dataset_id": dataset_id}).to_string(),
-                );
-                let bodies: Vec<String> = (0..batches).map(stage_body).collect();
-                let started = Instant::now();
-                for body in &bodies {
-                    client.stage(&dataset_id, body);
-                }
-                took += started.elapsed();
-            }
-            took
-        })
-    });
-    group.bench(&format!("http-{CLIENTS}"), |b| {
-        let mut clients: Vec<Client> = (0..CLIENTS).map(|_| server.client()).collect();
-        b.iter_custom(|iters| {
-            let mut took = Duration::ZERO;
-            for _ in 0..iters {
-                let dataset_id = next_dataset();
-                clients[0].call(
-                    "POST",
-                    "/v1/datasets",
-                    &json!({"dataset_id": dataset_id}).to_string(),
-                );
-                let bodies: Vec<String> = (0..batches).map(stage_body).collect();
-                let started = Instant::now();
-                std::thread::scope(|scope| {
-                    for (first, client) in clients.iter_mut().enumerate() {
-                        let (bodies, dataset_id) = (&bodies, &dataset_id);
-                        scope.spawn(move || {
-                            for body in bodies.iter().skip(first).step_by(CLIENTS) {
-                                client.stage(dataset_id, body);
-                            }
-                        });
+    for encoding in [Encoding::Json, Encoding::Compact] {
+        group.bench(&format!("http-1{}", encoding.suffix()), |b| {
+            let mut client = server.client();
+            b.iter_custom(|iters| {
+                let mut took = Duration::ZERO;
+                for _ in 0..iters {
+                    let dataset_id = next_dataset();
+                    client.call(
+                        "POST",
+                        "/v1/datasets",
+                        &json!({"dataset_id": dataset_id}).to_string(),
+                    );
+                    let bodies: Vec<Body> = (0..batches)
+                        .map(|batch| encoding.stage_body(batch))
+                        .collect();
+                    let started = Instant::now();
+                    for body in &bodies {
+                        client.stage(&dataset_id, body);
                     }
-                });
-                took += started.elapsed();
-            }
-            took
-        })
-    });
+                    took += started.elapsed();
+                }
+                took
+            })
+        });
+        group.bench(&format!("http-{CLIENTS}{}", encoding.suffix()), |b| {
+            let mut clients: Vec<Client> = (0..CLIENTS).map(|_| server.client()).collect();
+            b.iter_custom(|iters| {
+                let mut took = Duration::ZERO;
+                for _ in 0..iters {
+                    let dataset_id = next_dataset();
+                    clients[0].call(
+                        "POST",
+                        "/v1/datasets",
+                        &json!({"dataset_id": dataset_id}).to_string(),
+                    );
+                    let bodies: Vec<Body> = (0..batches)
+                        .map(|batch| encoding.stage_body(batch))
+                        .collect();
+                    let started = Instant::now();
+                    std::thread::scope(|scope| {
+                        for (first, client) in clients.iter_mut().enumerate() {
+                            let (bodies, dataset_id) = (&bodies, &dataset_id);
+                            scope.spawn(move || {
+                                for body in bodies.iter().skip(first).step_by(CLIENTS) {
+                                    client.stage(dataset_id, body);
+                                }
+                            });
+                        }
+                    });
+                    took += started.elapsed();
+                }
+                took
+            })
+        });
+    }
     group.bench("http-1-new-connection", |b| {
         b.iter_custom(|iters| {
             let mut took = Duration::ZERO;
             for _ in 0..iters {
                 let dataset_id = next_dataset();
                 server.call("POST", "/v1/datasets", &json!({"dataset_id": dataset_id}));
-                let bodies: Vec<String> = (0..batches).map(stage_body).collect();
+                let bodies: Vec<String> = (0..batches)
+                    .map(|batch| String::from_utf8(Encoding::Json.stage_body(batch).bytes).unwrap())
+                    .collect();
                 let started = Instant::now();
                 for body in &bodies {
                     let answer =
@@ -177,6 +188,8 @@ fn main() {
         let over_http = per_second(batches, times["http-1"]);
         let concurrent = per_second(batches, times[format!("http-{CLIENTS}").as_str()]);
         let new_connections = per_second(batches, times["http-1-new-connection"]);
+        let compact = per_second(batches, times["http-1-compact"]);
+        let compact_concurrent = per_second(batches, times[format!("http-{CLIENTS}-compact").as_str()]);
         vec![
             format!(
                 "stage, {batches} create-only batches of {SPLITS_PER_BATCH} splits on a local directory:"
@@ -193,6 +206,14 @@ fn main() {
             format!(
                 "  HTTP, 1 client, new connection each: {new_connections:8.1} batches/s, http/in-process = {:.2}",
                 new_connections / in_process
+            ),
+            format!(
+                "  HTTP, 1 client, compact bodies : {compact:8.1} batches/s, http/in-process = {:.2}",
+                compact / in_process
+            ),
+            format!(
+                "  HTTP, {CLIENTS} clients, compact bodies: {compact_concurrent:8.1} batches/s, http/in-process = {:.2}",
+                compact_concurrent / in_process
             ),
         ]
     });
@@ -230,7 +251,9 @@ fn main() {
         .block_on(engine.stage(&stage_request("listed", 0)).into_future())
         .unwrap();
     server.call("POST", "/v1/datasets", &json!({"dataset_id": "listed"}));
-    server.client().stage("listed", &stage_body(0));
+    server
+        .client()
+        .stage("listed", &Encoding::Json.stage_body(0));
     // Their objects first: a publish refuses a split without one (invariant 1).
     for (catalog, id) in [local.path(), served.path()]
         .into_iter()
@@ -317,7 +340,7 @@ fn main() {
     );
     let started = Instant::now();
     for batch in 0..splits / SPLITS_PER_BATCH {
-        client.stage("memory", &stage_body(batch));
+        client.stage("memory", &Encoding::Json.stage_body(batch));
     }
     let staged_in = started.elapsed();
     let loaded = server.memory();
@@ -372,12 +395,69 @@ fn stage_request(dataset_id: &str, batch: usize) -> StageRequest {
     }
 }
 
-/// The JSON body of batch `batch`'s create-only stage request.
-fn stage_body(batch: usize) -> String {
-    let splits: Vec<Value> = (0..SPLITS_PER_BATCH)
-        .map(|index| json!({"split_id": split_id(batch, index), "metadata": metadata()}))
-        .collect();
-    json!({"mode": "create-only", "node": "bench", "splits": splits}).to_string()
+/// How a stage request's body is written.
+#[derive(Clone, Copy)]
+enum Encoding {
+    Json,
+    /// mend's compact body, `application/vnd.mend.compact.v1`.
+    Compact,
+}
+
+/// A request body and its content type.
+struct Body {
+    content_type: &'static str,
+    bytes: Vec<u8>,
+}
+
+impl Encoding {
+    /// What the bench function's name ends with.
+    fn suffix(self) -> &'static str {
+        match self {
+            Encoding::Json => "",
+            Encoding::Compact => "-compact",
+        }
+    }
+
+    /// The body of batch `batch`'s create-only stage request.
+    fn stage_body(self, batch: usize) -> Body {
+        match self {
+            Encoding::Json => {
+                let splits: Vec<Value> = (0..SPLITS_PER_BATCH)
+                    .map(
+                        |index| json!({"split_id": split_id(batch, index), "metadata": metadata()}),
+                    )
+                    .collect();
+                Body::json(
+                    json!({"mode": "create-only", "node": "bench", "splits": splits}).to_string(),
+                )
+            }
+            Encoding::Compact => {
+                // The layout in the book's HTTP API page: mode, node, then each split.
+                let metadata = metadata().to_string();
+                let mut out = mend::compact::Writer::default();
+                out.byte(1);
+                out.option(Some(&"bench"), |out, node| out.string(node));
+                out.number(SPLITS_PER_BATCH as u64);
+                for index in 0..SPLITS_PER_BATCH {
+                    out.string(&split_id(batch, index));
+                    out.string(&metadata);
+                }
+                Body {
+                    content_type: "application/vnd.mend.compact.v1",
+                    bytes: out.into_bytes(),
+                }
+            }
+        }
+    }
+}
+
+impl Body {
+    fn json(text: String) -> Body {
+        Body {
+            content_type: "application/json",
+            bytes: text.into_bytes(),
+        }
+    }
 }
 
 /// A client on one keep-alive connection: requests one after another, each answer read to
@@ -395,19 +475,26 @@ impl Client {
         Client { reader, writer }
     }
 
-    fn stage(&mut self, dataset_id: &str, body: &str) {
-        let answer = self.call("POST", &format!("/v1/datasets/{dataset_id}/stage"), body);
+    fn stage(&mut self, dataset_id: &str, body: &Body) {
+        let answer = self.send("POST", &format!("/v1/datasets/{dataset_id}/stage"), body);
         assert_eq!(answer["splits"].as_array().unwrap().len(), SPLITS_PER_BATCH);
     }
 
-    /// One request on the connection; panics unless the answer is 2xx with a length.
+    /// One JSON request on the connection; panics unless the answer is 2xx with a length.
     fn call(&mut self, method: &str, path: &str, body: &str) -> Value {
-        write!(
-            self.writer,
-            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
+        self.send(method, path, &Body::json(body.to_owned()))
+    }
+
+    /// [`Client::call`] with a body of any type.
+    fn send(&mut self, method: &str, path: &str, body: &Body) -> Value {
+        let mut request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: {}\r\nContent-Length: {}\r\n\r\n",
+            body.content_type,
+            body.bytes.len()
         )
-        .unwrap();
+        .into_bytes();
+        request.extend_from_slice(&body.bytes);
+        self.writer.write_all(&request).unwrap();
         let mut status = String::new();
         self.reader.read_line(&mut status).unwrap();
         assert!(status.starts_with("HTTP/1.1 2"), "{status}");

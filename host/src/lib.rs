@@ -22,6 +22,7 @@ pub mod audit;
 pub mod bounds;
 pub mod catalog;
 pub mod clock;
+pub mod compact;
 pub mod deliberate_bugs;
 pub mod engine;
 pub mod error;

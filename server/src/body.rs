@@ -1,5 +1,6 @@
 //! Request bodies: JSON objects, checked against what each route expects, with messages that
-//! say what was expected rather than where the parser stopped.
+//! say what was expected rather than where the parser stopped; and, for stage and begin, the
+//! same request in mend's compact encoding ([`COMPACT_BODY`]).
 //!
 //! A body that decodes is read once. One that does not is read again to explain it: first as
 //! JSON (a syntax error keeps the parser's line and column), then it must be an object, and is
@@ -7,10 +8,73 @@
 //! with what it must be (`mode must be "upsert" or "create-only"`).
 
 use axum::body::Bytes;
+use axum::http::{HeaderMap, header};
+use mend::compact::{Decoded, Reader};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::ApiError;
+
+/// The content type of a compact body, version 1: the request in mend's compact encoding
+/// ([`mend::compact`]), each route's layout in the book's HTTP API page. For a writer that
+/// stages many splits, it spares both sides the JSON of every split. The version is in the
+/// name: a server refuses a version it does not know rather than read it as one it does.
+pub(crate) const COMPACT_BODY: &str = "application/vnd.mend.compact.v1";
+
+/// What every version of the compact body's content type starts with.
+const COMPACT_BODY_FAMILY: &str = "application/vnd.mend.compact";
+
+/// A route's body that may also come in the compact encoding.
+pub(crate) trait CompactBody: JsonBody {
+    /// What a client should send, for the message when the compact body is unreadable.
+    const COMPACT_LAYOUT: &'static str;
+
+    /// Reads the request, every field in its order; the caller refuses bytes left after it.
+    fn read_compact(input: &mut Reader<'_>) -> Decoded<Self>;
+}
+
+/// Parses a body in the encoding its `Content-Type` names: [`COMPACT_BODY`], or JSON for any
+/// other type (or none), as every route reads it. Another version of the compact body is
+/// refused by name.
+pub(crate) fn parse_json_or_compact<T: CompactBody>(
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<T, ApiError> {
+    let media_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .map(|value| value.split(';').next().unwrap_or_default().trim());
+    match media_type {
+        Some(media_type) if media_type.eq_ignore_ascii_case(COMPACT_BODY) => {
+            parse_compact::<T>(body)
+        }
+        Some(media_type)
+            if media_type
+                .to_ascii_lowercase()
+                .starts_with(COMPACT_BODY_FAMILY) =>
+        {
+            Err(ApiError::bad_request(format!(
+                "this server reads compact bodies of type {COMPACT_BODY} only, not {media_type}: \
+                 send that version, or JSON"
+            )))
+        }
+        _ => parse::<T>(body),
+    }
+}
+
+/// Parses a compact body: every field of `T` in order, and nothing after.
+pub(crate) fn parse_compact<T: CompactBody>(body: &Bytes) -> Result<T, ApiError> {
+    let mut input = Reader::new(body);
+    T::read_compact(&mut input)
+        .and_then(|parsed| input.finish().map(|()| parsed))
+        .map_err(|what| {
+            ApiError::bad_request(format!(
+                "the {COMPACT_BODY} body of {} bytes is unreadable: {what}; it must be {}",
+                body.len(),
+                T::COMPACT_LAYOUT
+            ))
+        })
+}
 
 /// A route's JSON body.
 pub(crate) trait JsonBody: DeserializeOwned {

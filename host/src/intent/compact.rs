@@ -16,19 +16,16 @@
 //! plan's shape is small and fixed per format version, so it is written out by hand, with one
 //! encoding per plan (below), which lets Postgres compare plans by their bytes.
 //!
-//! **Layout.** Numbers (counts, lengths, `u64` values) are unsigned LEB128 varints; a string is
-//! its byte length then its UTF-8 bytes; a list is its length then its items; an option is one
-//! byte, 0 (none) or 1 (some) followed by the value; a split state is one byte, 0 (no row), 1
-//! (staged), 2 (published) or 3 (marked for deletion). In order:
+//! **Layout.** In mend's compact encoding ([`crate::compact`]: varints, strings and lists
+//! prefixed by their length, options tagged 0 or 1), with a split state as one byte, 0 (no
+//! row), 1 (staged), 2 (published) or 3 (marked for deletion). In order:
 //!
 //! ```text
 //! effects.stage      list of (split_id string, metadata_json string)
 //! effects.objects    list of (split_id string, size number, checksum string)
 //! effects.publish    option of (staged_split_ids list of string,
 //!                               replaced_split_ids list of string,
-//!                               checkpoint_delta option of (source string,
-//!                                   partitions list of (partition string,
-//!                                       from_position option of number, to_position number)),
+//!                               checkpoint_delta option of checkpoint delta,
 //!                               publish_token option of string)
 //! effects.mark       list of string
 //! effects.delete     list of string
@@ -51,11 +48,12 @@
 use std::collections::BTreeMap;
 
 use super::{ExpectedState, PlannedEffects, PlannedObject, PlannedPublish, PlannedRow};
-use crate::model::{CheckpointDelta, DatasetConfig, PartitionDelta, SplitState};
+use crate::compact::{Decoded, Reader, Writer};
+use crate::model::{DatasetConfig, SplitState};
 
 /// The plan of `effects` and `expected`, as bytes.
 pub fn encode_plan(effects: &PlannedEffects, expected: &ExpectedState) -> Vec<u8> {
-    let mut out = Writer(Vec::with_capacity(plan_size_hint(effects, expected)));
+    let mut out = Writer::with_capacity(plan_size_hint(effects, expected));
     out.list(&effects.stage, |out, row| {
         out.string(&row.split_id);
         out.string(&row.metadata_json);
@@ -68,16 +66,7 @@ pub fn encode_plan(effects: &PlannedEffects, expected: &ExpectedState) -> Vec<u8
     out.option(effects.publish.as_ref(), |out, publish| {
         out.strings(&publish.staged_split_ids);
         out.strings(&publish.replaced_split_ids);
-        out.option(publish.checkpoint_delta.as_ref(), |out, delta| {
-            out.string(&delta.source);
-            out.list(&delta.partitions, |out, partition| {
-                out.string(&partition.partition);
-                out.option(partition.from_position.as_ref(), |out, from| {
-                    out.number(*from)
-                });
-                out.number(partition.to_position);
-            });
-        });
+        out.option(publish.checkpoint_delta.as_ref(), Writer::checkpoint_delta);
         out.option(publish.publish_token.as_ref(), |out, token| {
             out.string(token)
         });
@@ -96,12 +85,12 @@ pub fn encode_plan(effects: &PlannedEffects, expected: &ExpectedState) -> Vec<u8
     out.number(expected.manifest_version);
     out.list(&expected.split_states, |out, (split_id, state)| {
         out.string(split_id);
-        out.0.push(state_tag(*state));
+        out.byte(state_tag(*state));
     });
     out.option(expected.config_version.as_ref(), |out, version| {
         out.number(*version)
     });
-    out.0
+    out.into_bytes()
 }
 
 /// Bytes that are not a plan as [`encode_plan`] writes them; a backend reports it as
@@ -119,15 +108,9 @@ pub struct UnreadablePlan {
 pub fn decode_plan(
     bytes: &[u8],
 ) -> std::result::Result<(PlannedEffects, ExpectedState), UnreadablePlan> {
-    let mut input = Reader { bytes, at: 0 };
+    let mut input = Reader::new(bytes);
     read_plan(&mut input)
-        .and_then(|plan| {
-            if input.at == bytes.len() {
-                Ok(plan)
-            } else {
-                Err(format!("bytes after its end: {}", bytes.len() - input.at))
-            }
-        })
+        .and_then(|plan| input.finish().map(|()| plan))
         .map_err(|what| UnreadablePlan {
             length: bytes.len(),
             what,
@@ -152,18 +135,7 @@ fn read_plan(input: &mut Reader<'_>) -> Decoded<(PlannedEffects, ExpectedState)>
         Ok(PlannedPublish {
             staged_split_ids: input.strings()?,
             replaced_split_ids: input.strings()?,
-            checkpoint_delta: input.option(|input| {
-                Ok(CheckpointDelta {
-                    source: input.string()?,
-                    partitions: input.list(|input| {
-                        Ok(PartitionDelta {
-                            partition: input.string()?,
-                            from_position: input.option(Reader::number)?,
-                            to_position: input.number()?,
-                        })
-                    })?,
-                })
-            })?,
+            checkpoint_delta: input.option(Reader::checkpoint_delta)?,
             publish_token: input.option(Reader::string)?,
         })
     })?;
@@ -200,7 +172,7 @@ fn read_plan(input: &mut Reader<'_>) -> Decoded<(PlannedEffects, ExpectedState)>
     };
     let expected = ExpectedState {
         manifest_version: input.number()?,
-        split_states: input.list(|input| Ok((input.string()?, input.state()?)))?,
+        split_states: input.list(|input| Ok((input.string()?, read_state(input)?)))?,
         config_version: input.option(Reader::number)?,
     };
     Ok((effects, expected))
@@ -245,155 +217,24 @@ fn state_tag(state: Option<SplitState>) -> u8 {
     }
 }
 
-struct Writer(Vec<u8>);
-
-impl Writer {
-    fn number(&mut self, mut value: u64) {
-        loop {
-            let low = (value & 0x7f) as u8;
-            value >>= 7;
-            if value == 0 {
-                self.0.push(low);
-                return;
-            }
-            self.0.push(low | 0x80);
-        }
-    }
-
-    fn string(&mut self, text: &str) {
-        self.number(text.len() as u64);
-        self.0.extend_from_slice(text.as_bytes());
-    }
-
-    fn strings(&mut self, texts: &[String]) {
-        self.list(texts, |out, text| out.string(text));
-    }
-
-    fn list<T>(&mut self, items: &[T], mut each: impl FnMut(&mut Self, &T)) {
-        self.number(items.len() as u64);
-        for item in items {
-            each(self, item);
-        }
-    }
-
-    fn option<T>(&mut self, value: Option<&T>, some: impl FnOnce(&mut Self, &T)) {
-        match value {
-            None => self.0.push(0),
-            Some(value) => {
-                self.0.push(1);
-                some(self, value);
-            }
-        }
-    }
-}
-
-/// What went wrong, in words, for the [`UnreadablePlan`] that [`decode_plan`] returns.
-type Decoded<T> = std::result::Result<T, String>;
-
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl Reader<'_> {
-    fn byte(&mut self) -> Decoded<u8> {
-        let byte = *self
-            .bytes
-            .get(self.at)
-            .ok_or_else(|| format!("it ends at byte {}, in the middle of a value", self.at))?;
-        self.at += 1;
-        Ok(byte)
-    }
-
-    fn number(&mut self) -> Decoded<u64> {
-        let started = self.at;
-        let mut value: u64 = 0;
-        for shift in (0..64).step_by(7) {
-            let byte = self.byte()?;
-            let bits = u64::from(byte & 0x7f);
-            // The tenth byte holds the last bit of a u64; anything above it overflows.
-            if shift == 63 && bits > 1 {
-                break;
-            }
-            value |= bits << shift;
-            if byte & 0x80 == 0 {
-                // A last byte of 0 after others adds nothing: the writer never ends so, and
-                // refusing it keeps one encoding per plan.
-                if byte == 0 && shift > 0 {
-                    return Err(format!(
-                        "the number at byte {started} has a needless last byte"
-                    ));
-                }
-                return Ok(value);
-            }
-        }
-        Err(format!("the number at byte {started} does not fit 64 bits"))
-    }
-
-    /// A length or a count, which can be at most the bytes left: every item and every byte
-    /// of a string takes at least one.
-    fn count(&mut self) -> Decoded<usize> {
-        let started = self.at;
-        let count = self.number()?;
-        let left = self.bytes.len() - self.at;
-        match usize::try_from(count) {
-            Ok(count) if count <= left => Ok(count),
-            _ => Err(format!(
-                "the length {count} at byte {started} is more than the {left} bytes left"
-            )),
-        }
-    }
-
-    fn string(&mut self) -> Decoded<String> {
-        let length = self.count()?;
-        let started = self.at;
-        let bytes = &self.bytes[started..started + length];
-        self.at += length;
-        String::from_utf8(bytes.to_vec())
-            .map_err(|_| format!("the string at byte {started} is not UTF-8"))
-    }
-
-    fn strings(&mut self) -> Decoded<Vec<String>> {
-        self.list(Self::string)
-    }
-
-    fn list<T>(&mut self, mut each: impl FnMut(&mut Self) -> Decoded<T>) -> Decoded<Vec<T>> {
-        let count = self.count()?;
-        let mut items = Vec::with_capacity(count);
-        for _ in 0..count {
-            items.push(each(self)?);
-        }
-        Ok(items)
-    }
-
-    fn option<T>(&mut self, some: impl FnOnce(&mut Self) -> Decoded<T>) -> Decoded<Option<T>> {
-        let started = self.at;
-        match self.byte()? {
-            0 => Ok(None),
-            1 => some(self).map(Some),
-            tag => Err(format!(
-                "the option at byte {started} is tagged {tag}, neither 0 nor 1"
-            )),
-        }
-    }
-
-    fn state(&mut self) -> Decoded<Option<SplitState>> {
-        let started = self.at;
-        match self.byte()? {
-            0 => Ok(None),
-            1 => Ok(Some(SplitState::Staged)),
-            2 => Ok(Some(SplitState::Published)),
-            3 => Ok(Some(SplitState::MarkedForDeletion)),
-            tag => Err(format!(
-                "the split state at byte {started} is tagged {tag}, not 0 to 3"
-            )),
-        }
+/// A split state, tagged as [`state_tag`] writes it.
+fn read_state(input: &mut Reader<'_>) -> Decoded<Option<SplitState>> {
+    let started = input.at();
+    match input.byte()? {
+        0 => Ok(None),
+        1 => Ok(Some(SplitState::Staged)),
+        2 => Ok(Some(SplitState::Published)),
+        3 => Ok(Some(SplitState::MarkedForDeletion)),
+        tag => Err(format!(
+            "the split state at byte {started} is tagged {tag}, not 0 to 3"
+        )),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{CheckpointDelta, PartitionDelta};
     use proptest::prelude::*;
 
     fn full_plan() -> (PlannedEffects, ExpectedState) {

@@ -12,6 +12,8 @@
 //! those registrations, so that it serves exactly what the OpenAPI document
 //! ([`document`]) lists.
 
+#[cfg(test)]
+mod compact_body_tests;
 mod datasets;
 mod fleet;
 mod operate;

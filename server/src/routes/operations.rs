@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Extension, Path, State};
+use axum::http::HeaderMap;
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -33,12 +34,13 @@ use utoipa_axum::routes;
 use super::write::write;
 use crate::Shared;
 use crate::access::{Caller, claim_operation};
-use crate::body::{JsonBody, parse};
+use crate::body::{CompactBody, JsonBody, parse, parse_json_or_compact};
 use crate::error::{ApiResult, engine_error, ok};
 use crate::openapi::{
     BadRequest, Conflict, DatasetPath, InternalError, NotFound, OperationPath, PayloadTooLarge,
     PreconditionFailed, RequestTimeout, Unavailable, Unprocessable, UploadPath,
 };
+use mend::compact::{Decoded, Reader};
 use mend::engine::{BeginOperation, ExternalKind, ObjectToPut, ObjectUploadUrl, PlannedSplit};
 use mend::error::MendError;
 use mend::model::CheckpointDelta;
@@ -86,6 +88,41 @@ impl JsonBody for Begin {
         ("replaced_split_ids", "an array of split ids (a merge's)"),
         ("publish_token", "a string"),
     ];
+}
+
+impl CompactBody for Begin {
+    const COMPACT_LAYOUT: &'static str = "operation_id option of string, kind byte (0 commit, 1 merge), node string, lease_ms option of number, splits list of (split_id string, metadata_json string, size number, sha256 string), checkpoint_delta option of (source string, partitions list of (partition string, from_position option of number, to_position number)), replaced_split_ids list of string, publish_token option of string";
+
+    fn read_compact(input: &mut Reader<'_>) -> Decoded<Self> {
+        let operation_id = input.option(Reader::string)?;
+        let started = input.at();
+        let kind = match input.byte()? {
+            0 => ExternalKind::Commit,
+            1 => ExternalKind::Merge,
+            tag => {
+                return Err(format!(
+                    "the kind at byte {started} is {tag}, neither 0 (commit) nor 1 (merge)"
+                ));
+            }
+        };
+        Ok(Begin {
+            operation_id,
+            kind,
+            node: input.string()?,
+            lease_ms: input.option(Reader::number)?,
+            splits: input.list(|input| {
+                Ok(PlannedSplit {
+                    split_id: input.string()?,
+                    metadata_json: input.string()?,
+                    size: input.number()?,
+                    sha256: input.string()?,
+                })
+            })?,
+            checkpoint_delta: input.option(Reader::checkpoint_delta)?,
+            replaced_split_ids: input.strings()?,
+            publish_token: input.option(Reader::string)?,
+        })
+    }
 }
 
 impl Begin {
@@ -150,7 +187,7 @@ struct UploadUrls {
     path = "/v1/datasets/{dataset}/operations",
     tag = "operations",
     params(DatasetPath),
-    request_body = Begin,
+    request_body(description = "JSON, or the same request as a compact body (`Content-Type: application/vnd.mend.compact.v1`; its layout is in the book's HTTP API page)", content((Begin = "application/json"), ("application/vnd.mend.compact.v1"))),
     responses(
         (status = 200, description = "the operation: each split's object path, size and header", body = mend::engine::OperationView),
         (status = 400, response = BadRequest),
@@ -168,9 +205,11 @@ async fn begin(
     State(shared): AppState,
     Extension(caller): Extension<Caller>,
     Path(dataset_id): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult {
-    let mut request = parse::<Begin>(&body)?.into_request(dataset_id.clone());
+    let mut request =
+        parse_json_or_compact::<Begin>(&headers, &body)?.into_request(dataset_id.clone());
     // The operation is its principal's from the start: its id is claimed before anything of
     // it is written (so the server picks the id a writer leaves out).
     let operation_id = request

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use mend::compact::{Decoded, Reader};
 use mend::model::{
     CheckpointDelta, ListQuery, PublishRequest, SplitState, StageMode, StageRequest, StageSplit,
     TimeRange,
@@ -17,7 +19,7 @@ use utoipa_axum::routes;
 
 use crate::Shared;
 use crate::answers::Deleted;
-use crate::body::{JsonBody, parse};
+use crate::body::{CompactBody, JsonBody, parse, parse_json_or_compact};
 use crate::error::{ApiError, ApiResult, engine_error, ok};
 use crate::openapi::{
     BadRequest, DatasetPath, IdempotencyKey, InternalError, ListSplitsQuery, NotFound,
@@ -46,7 +48,29 @@ struct SplitEntry {
     /// A JSON object: docs, bytes, time range, tags, whatever the writer adds.
     #[serde(default = "empty_object")]
     #[schema(value_type = Object)]
-    metadata: Value,
+    metadata: Metadata,
+}
+
+/// A split's metadata as it came: a JSON value, which the server writes out compact (the form
+/// the metadata limit counts), or the text of a compact body, passed on as it is.
+enum Metadata {
+    Json(Value),
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for Metadata {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Value::deserialize(deserializer).map(Metadata::Json)
+    }
+}
+
+impl Metadata {
+    fn into_text(self) -> String {
+        match self {
+            Metadata::Json(value) => value.to_string(),
+            Metadata::Text(text) => text,
+        }
+    }
 }
 
 impl JsonBody for Stage {
@@ -61,8 +85,33 @@ impl JsonBody for Stage {
     ];
 }
 
-fn empty_object() -> Value {
-    json!({})
+fn empty_object() -> Metadata {
+    Metadata::Json(json!({}))
+}
+
+impl CompactBody for Stage {
+    const COMPACT_LAYOUT: &'static str = "mode byte (0 upsert, 1 create-only), node option of string, splits list of (split_id string, metadata string)";
+
+    fn read_compact(input: &mut Reader<'_>) -> Decoded<Self> {
+        let started = input.at();
+        let mode = match input.byte()? {
+            0 => StageMode::Upsert,
+            1 => StageMode::CreateOnly,
+            tag => {
+                return Err(format!(
+                    "the mode at byte {started} is {tag}, neither 0 (upsert) nor 1 (create-only)"
+                ));
+            }
+        };
+        let node = input.option(Reader::string)?.unwrap_or_else(server_node);
+        let splits = input.list(|input| {
+            Ok(SplitEntry {
+                split_id: input.string()?,
+                metadata: Metadata::Text(input.string()?),
+            })
+        })?;
+        Ok(Stage { mode, node, splits })
+    }
 }
 
 impl Stage {
@@ -77,7 +126,7 @@ impl Stage {
                 .into_iter()
                 .map(|entry| StageSplit {
                     split_id: entry.split_id,
-                    metadata_json: entry.metadata.to_string(),
+                    metadata_json: entry.metadata.into_text(),
                 })
                 .collect(),
         }
@@ -93,7 +142,7 @@ impl Stage {
     path = "/v1/datasets/{dataset}/stage",
     tag = "splits",
     params(DatasetPath, IdempotencyKey),
-    request_body = Stage,
+    request_body(description = "JSON, or the same request as a compact body (`Content-Type: application/vnd.mend.compact.v1`; its layout is in the book's HTTP API page)", content((Stage = "application/json"), ("application/vnd.mend.compact.v1"))),
     responses(
         (status = 200, description = "what became of each split", body = mend::model::StageResult),
         (status = 400, response = BadRequest),
@@ -110,9 +159,10 @@ async fn stage(
     State(shared): AppState,
     ClientKey(key): ClientKey,
     Path(dataset_id): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult {
-    let request = parse::<Stage>(&body)?.into_request(dataset_id.clone());
+    let request = parse_json_or_compact::<Stage>(&headers, &body)?.into_request(dataset_id.clone());
     let ids: Vec<String> = request.splits.iter().map(|s| s.split_id.clone()).collect();
     let engine = shared.acting_engine();
     let result = keyed_write(
