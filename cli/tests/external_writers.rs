@@ -24,7 +24,8 @@
 //! is down); four writers running `examples/python/mend_writer.py --loop`, each on a
 //! partition of its own, logging every acknowledged commit, two of them with `--direct` (their
 //! objects go straight into the store through presigned URLs, which publish reads back and
-//! hashes); and a fifth writer, a thread of
+//! hashes) and two (one of them direct) with `--compact` (their begins are compact bodies,
+//! encoded by the script from the book's layout); and a fifth writer, a thread of
 //! this test, committing with `mend commit` straight to the catalog ([`cli_commit`]). At
 //! moments drawn from a seeded RNG (the seed is printed; `MEND_CRASH_SEED` replays it) the
 //! server is killed with SIGKILL and restarted, a writer is killed with SIGKILL and restarted,
@@ -190,7 +191,9 @@ fn run(label: &str, catalogs: Catalogs, postgres: Option<&DurablePostgres>) {
     // Before any writer starts: a build without `mend commit` fails here.
     let cli = Arc::new(CliWriter::new(dir.path(), &catalogs, dataset));
     let mut writers: Vec<PythonWriter> = (0..PYTHON_WRITERS)
-        .map(|n| PythonWriter::new(dir.path(), &format!("p{n}"), n % 2 == 1))
+        // Half put their objects straight into the store, and half send compact begins: one
+        // of each pairing.
+        .map(|n| PythonWriter::new(dir.path(), &format!("p{n}"), n % 2 == 1, n >= 2))
         .collect();
     for writer in &mut writers {
         writer.spawn(&server.url(), dataset);
@@ -905,16 +908,19 @@ struct PythonWriter {
     partition: String,
     /// Puts its objects straight into the store through presigned URLs (`--direct`).
     direct: bool,
+    /// Sends its begins as compact bodies (`--compact`).
+    compact: bool,
     log: PathBuf,
     stderr: PathBuf,
     child: Option<Child>,
 }
 
 impl PythonWriter {
-    fn new(dir: &Path, partition: &str, direct: bool) -> PythonWriter {
+    fn new(dir: &Path, partition: &str, direct: bool, compact: bool) -> PythonWriter {
         PythonWriter {
             partition: partition.to_string(),
             direct,
+            compact,
             log: dir.join(format!("writer-{partition}.jsonl")),
             stderr: dir.join(format!("writer-{partition}.stderr")),
             child: None,
@@ -942,6 +948,7 @@ impl PythonWriter {
                 &WRITER_MAX_ENDED_IN_A_ROW.to_string(),
             ])
             .args(self.direct.then_some("--direct"))
+            .args(self.compact.then_some("--compact"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)

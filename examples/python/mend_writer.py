@@ -122,14 +122,16 @@ class NoProgress(Exception):
 
 _TOKEN = None
 _TLS = None
+_COMPACT = False
 
 
-def configure(token=None, cafile=None, certfile=None, keyfile=None):
+def configure(token=None, cafile=None, certfile=None, keyfile=None, compact=False):
     """Sets the principal's secret sent with every request (None: none) and, for https://,
     the CA file the server's certificate is checked against (None: the system's CAs) and an
-    optional client certificate and key."""
-    global _TOKEN, _TLS
+    optional client certificate and key; with `compact`, begins are sent as compact bodies."""
+    global _TOKEN, _TLS, _COMPACT
     _TOKEN = token
+    _COMPACT = compact
     context = ssl.create_default_context(cafile=cafile)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     if certfile:
@@ -151,13 +153,15 @@ def _token_from(args):
 # One request per step.
 
 
-def _request(base_url, method, path, body=None, data=None, length=None):
+def _request(base_url, method, path, body=None, data=None, length=None, content_type=None):
     headers = {}
     if _TOKEN:
         headers["Authorization"] = f"Bearer {_TOKEN}"
     if body is not None:
         data = json.dumps(body).encode()
         headers["Content-Type"] = "application/json"
+    if content_type is not None:
+        headers["Content-Type"] = content_type
     if data is not None:
         headers["Content-Length"] = str(length if length is not None else len(data))
     request = urllib.request.Request(base_url + path, data=data, method=method, headers=headers)
@@ -224,7 +228,65 @@ def begin(base_url, dataset, operation_id, planned_splits, checkpoint_delta=None
             "lease_ms": lease_ms, "splits": planned_splits}
     if checkpoint_delta is not None:
         body["checkpoint_delta"] = checkpoint_delta
+    if _COMPACT:
+        return _request(base_url, "POST", _operation_path(dataset), data=compact_begin(body),
+                        content_type=COMPACT_BODY)
     return _request(base_url, "POST", _operation_path(dataset), body)
+
+
+# ---------------------------------------------------------------------------------------
+# Compact bodies: the begin as bytes, as the book's HTTP API page lays them out.
+
+COMPACT_BODY = "application/vnd.mend.compact.v1"
+
+
+def _number(n):
+    """An unsigned LEB128 varint: 7 bits at a time, low bits first."""
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        if not n:
+            out.append(low)
+            return bytes(out)
+        out.append(low | 0x80)
+
+
+def _string(text):
+    data = text.encode()
+    return _number(len(data)) + data
+
+
+def _list(items, encode):
+    return _number(len(items)) + b"".join(encode(item) for item in items)
+
+
+def _option(value, encode):
+    return b"\x00" if value is None else b"\x01" + encode(value)
+
+
+def compact_begin(body):
+    """A begin's JSON body (as `begin` builds it) as a compact body."""
+    def split(planned):
+        return (_string(planned["split_id"]) + _string(planned["metadata_json"])
+                + _number(planned["size"]) + _string(planned["sha256"]))
+
+    def partition(delta):
+        return (_string(delta["partition"]) + _option(delta.get("from_position"), _number)
+                + _number(delta["to_position"]))
+
+    def checkpoint_delta(delta):
+        return _string(delta["source"]) + _list(delta["partitions"], partition)
+
+    return b"".join([
+        _option(body.get("operation_id"), _string),
+        {"commit": b"\x00", "merge": b"\x01"}[body["kind"]],
+        _string(body["node"]),
+        _option(body.get("lease_ms"), _number),
+        _list(body["splits"], split),
+        _option(body.get("checkpoint_delta"), checkpoint_delta),
+        _list(body.get("replaced_split_ids", []), _string),
+        _option(body.get("publish_token"), _string),
+    ])
 
 
 def upload(base_url, dataset, operation_id, split_id, payload):
@@ -582,6 +644,8 @@ def main():
     parser.add_argument("--direct", action="store_true",
                         help="put objects straight into the store through presigned URLs "
                              "where it presigns (S3)")
+    parser.add_argument("--compact", action="store_true",
+                        help="send each begin as a compact body (application/vnd.mend.compact.v1)")
     parser.add_argument("--token", help="the principal's secret (or --token-file, MEND_TOKEN)")
     parser.add_argument("--token-file", help="a file holding the principal's secret")
     parser.add_argument("--cacert", help="https://: the CA file the server's certificate "
@@ -591,7 +655,7 @@ def main():
     args = parser.parse_args()
     base_url = args.base_url.rstrip("/")
     configure(token=_token_from(args), cafile=args.cacert, certfile=args.cert,
-              keyfile=args.key)
+              keyfile=args.key, compact=args.compact)
     if args.loop:
         if not args.log:
             parser.error("--loop needs --log")

@@ -364,3 +364,22 @@ async fn a_bad_compact_body_is_refused_by_where_and_writes_nothing() {
         "compact bodies: {refused} bad bodies refused 400, nothing written; the valid one then staged 2 rows"
     );
 }
+
+/// The example in the book's HTTP API page, byte for byte.
+#[tokio::test]
+async fn the_books_example_body_stages_one_split() {
+    let router = router().await;
+    create(&router, "book").await;
+    let body = vec![0x01, 0x00, 0x01, 0x01, b'a', 0x02, b'{', b'}'];
+    let (status, answer) = call(&router, "/v1/datasets/book/stage", COMPACT_BODY, body).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["mode"], "create-only");
+    assert_eq!(
+        answer["splits"],
+        json!([{"split_id": "a", "outcome": "inserted"}])
+    );
+    assert_eq!(
+        rows(&router, "book").await,
+        [("a".into(), "staged".into(), "{}".into())]
+    );
+}
