@@ -107,21 +107,26 @@ fn main() {
             took
         })
     });
+    // A new dataset, created through `client`, and the bodies of its batches.
+    let new_dataset = |client: &mut Client, encoding: Encoding| {
+        let dataset_id = next_dataset();
+        client.call(
+            "POST",
+            "/v1/datasets",
+            &json!({"dataset_id": dataset_id}).to_string(),
+        );
+        let bodies: Vec<Body> = (0..batches)
+            .map(|batch| encoding.stage_body(batch))
+            .collect();
+        (dataset_id, bodies)
+    };
     for encoding in [Encoding::Json, Encoding::Compact] {
         group.bench(&format!("http-1{}", encoding.suffix()), |b| {
             let mut client = server.client();
             b.iter_custom(|iters| {
                 let mut took = Duration::ZERO;
                 for _ in 0..iters {
-                    let dataset_id = next_dataset();
-                    client.call(
-                        "POST",
-                        "/v1/datasets",
-                        &json!({"dataset_id": dataset_id}).to_string(),
-                    );
-                    let bodies: Vec<Body> = (0..batches)
-                        .map(|batch| encoding.stage_body(batch))
-                        .collect();
+                    let (dataset_id, bodies) = new_dataset(&mut client, encoding);
                     let started = Instant::now();
                     for body in &bodies {
                         client.stage(&dataset_id, body);
@@ -136,15 +141,7 @@ fn main() {
             b.iter_custom(|iters| {
                 let mut took = Duration::ZERO;
                 for _ in 0..iters {
-                    let dataset_id = next_dataset();
-                    clients[0].call(
-                        "POST",
-                        "/v1/datasets",
-                        &json!({"dataset_id": dataset_id}).to_string(),
-                    );
-                    let bodies: Vec<Body> = (0..batches)
-                        .map(|batch| encoding.stage_body(batch))
-                        .collect();
+                    let (dataset_id, bodies) = new_dataset(&mut clients[0], encoding);
                     let started = Instant::now();
                     std::thread::scope(|scope| {
                         for (first, client) in clients.iter_mut().enumerate() {
