@@ -2,7 +2,7 @@
 //! locking a dataset, reading split states, the conditional split writes (each returning the
 //! ids it changed, so the caller can check it changed all it meant to), bumping the manifest.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use sqlx::postgres::PgArguments;
@@ -144,6 +144,43 @@ pub(super) async fn insert_staged(
         .bind(&columns.time_range_ends)
         .bind(now_ms);
     returned_ids(conn, query).await
+}
+
+/// [`insert_staged`], and in the same statement the state of every id among `splits` that had
+/// a row when the statement began: the ids it inserted, and the states it saw. An id in
+/// neither has a row a concurrent writer committed while the statement ran, which its snapshot
+/// cannot show (`sql/split_insert_staged_observed.sql`).
+pub(super) async fn insert_staged_observed(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    splits: &[&NewSplit],
+    now_ms: TimestampMs,
+) -> Result<(BTreeSet<String>, BTreeMap<String, SplitState>), StepError> {
+    debug_assert!(splits.is_sorted_by(|a, b| a.split_id < b.split_id));
+    let columns = SplitColumns::new(splits.iter().copied());
+    let rows = sqlx::query(sql::SPLIT_INSERT_STAGED_OBSERVED)
+        .bind(dataset_id)
+        .bind(&columns.split_ids)
+        .bind(&columns.nodes)
+        .bind(&columns.metadata)
+        .bind(&columns.time_range_starts)
+        .bind(&columns.time_range_ends)
+        .bind(now_ms)
+        .fetch_all(conn)
+        .await?;
+    let mut inserted = BTreeSet::new();
+    let mut seen = BTreeMap::new();
+    for row in &rows {
+        match rows::split_id_and_state(row)? {
+            (split_id, None) => {
+                inserted.insert(split_id);
+            }
+            (split_id, Some(state)) => {
+                seen.insert(split_id, state);
+            }
+        }
+    }
+    Ok((inserted, seen))
 }
 
 /// Replaces the content of the rows of `splits` that are still staged; returns their ids.

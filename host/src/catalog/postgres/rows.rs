@@ -69,6 +69,20 @@ pub(super) fn existing(row: &PgRow) -> Result<ExistingRow> {
     Ok(ExistingRow { split_id, state })
 }
 
+/// A `(split_id, state)` row whose state may be NULL (an id the statement inserted), by
+/// position as in [`existing`].
+pub(super) fn split_id_and_state(row: &PgRow) -> Result<(String, Option<SplitState>)> {
+    let split_id: String = column_at(row, 0, "split_id")?;
+    let name: Option<&str> = column_at(row, 1, "state")?;
+    let state = name
+        .map(|name| {
+            SplitState::parse(name)
+                .ok_or_else(|| corrupt(format!("split {split_id} has unknown state {name:?}")))
+        })
+        .transpose()?;
+    Ok((split_id, state))
+}
+
 /// The `split_id` of a row of a statement that returns it first (the split writes' `RETURNING
 /// split_id`), taken by position as in [`existing`].
 pub(super) fn split_id(row: &PgRow) -> Result<String> {

@@ -3,7 +3,9 @@
 //! - **Create-only** reads without locks, asks the planner, then runs one
 //!   `INSERT ... ON CONFLICT DO NOTHING RETURNING` of the planned inserts, sorted by id. With
 //!   the mode's standard plan (`Observation::Standard`) it skips the read: the plan inserts
-//!   every id, and the ids the insert did not insert are read for their states. `DO
+//!   every id, and the same statement reads the states of the rows it met
+//!   (`sql/split_insert_staged_observed.sql`); only an id whose row a concurrent writer
+//!   committed while it ran is read again, in a statement of its own. `DO
 //!   NOTHING` takes no lock on a row that exists, so no statement here can modify, or even
 //!   lock, an existing row, and the insert holds its new rows only while it runs: it needs no
 //!   transaction (`mod.rs` runs it on a plain connection unless it is keyed). A planned insert
@@ -214,23 +216,32 @@ async fn create_only(
         return Ok(outcomes(&plan, &BTreeSet::new(), &BTreeMap::new()));
     }
 
-    let inserted = queries::insert_staged(conn, dataset_id, &inserts, now_ms).await?;
+    // Without a read first, the insert also reads the states of the rows it met, in the same
+    // statement: the standard plan's whole stage is then one statement, whether the ids are new
+    // or (as when writers draw from one pool of ids) nearly all exist.
+    let (inserted, mut actual) = if read_first {
+        let inserted = queries::insert_staged(conn, dataset_id, &inserts, now_ms).await?;
+        (inserted, BTreeMap::new())
+    } else {
+        queries::insert_staged_observed(conn, dataset_id, &inserts, now_ms).await?
+    };
     let lost: Vec<String> = inserts
         .iter()
-        .filter(|split| !inserted.contains(&split.split_id))
+        .filter(|split| {
+            !inserted.contains(&split.split_id) && !actual.contains_key(&split.split_id)
+        })
         .map(|split| split.split_id.clone())
         .collect();
     // A fresh statement sees the rows the winners committed, which the insert's snapshot did
     // not; this read takes no lock either.
-    let actual: BTreeMap<String, SplitState> = if lost.is_empty() {
-        BTreeMap::new()
-    } else {
-        queries::split_states(conn, dataset_id, &lost, RowLock::None)
-            .await?
-            .into_iter()
-            .map(|row| (row.split_id, row.state))
-            .collect()
-    };
+    if !lost.is_empty() {
+        actual.extend(
+            queries::split_states(conn, dataset_id, &lost, RowLock::None)
+                .await?
+                .into_iter()
+                .map(|row| (row.split_id, row.state)),
+        );
+    }
     Ok(outcomes(&plan, &inserted, &actual))
 }
 

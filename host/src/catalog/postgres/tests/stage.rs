@@ -137,6 +137,68 @@ async fn create_only_reports_a_lost_insert_as_skipped_with_the_winners_state() {
     assert_eq!(row(&catalog, &dataset_id, "a").await, winner);
 }
 
+/// The standard create-only stage is one statement that inserts and reads the rows it met on
+/// one snapshot. A row another writer commits while that statement waits for it is in neither
+/// answer (the insert left it, the snapshot predates it): it is read again and reported
+/// skipped with the winner's state, never as a row in another state, and never lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_standard_create_only_stage_reads_again_a_row_committed_while_it_ran() {
+    let catalog = catalog().await;
+    let dataset_id = new_dataset(&catalog).await;
+    stage(
+        &catalog,
+        &dataset_id,
+        StageMode::CreateOnly,
+        &[new_split("old", "earlier", None)],
+        10,
+    )
+    .await
+    .unwrap();
+    // Another writer inserts "x" and holds its transaction open.
+    let mut winner = catalog.pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO splits (dataset_id, split_id, state, node, metadata, created_at_ms, \
+         updated_at_ms) VALUES ($1, 'x', 'staged', 'winner', '{}'::jsonb, 15, 15)",
+    )
+    .bind(&dataset_id)
+    .execute(&mut *winner)
+    .await
+    .unwrap();
+    let splits = [
+        new_split("new", "loser", None),
+        new_split("old", "loser", None),
+        new_split("x", "loser", None),
+    ];
+    let requested = distinct(StageMode::CreateOnly, &splits);
+    let staging = {
+        let (catalog, dataset_id) = (catalog.clone(), dataset_id.clone());
+        tokio::spawn(async move {
+            catalog
+                .stage_standard(&dataset_id, StageMode::CreateOnly, &requested, 20, None)
+                .await
+        })
+    };
+    // The stage's insert waits on "x" until the winner ends.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !staging.is_finished(),
+        "the stage waits for the winner's row"
+    );
+    winner.commit().await.unwrap();
+    let staged = staging.await.unwrap().unwrap();
+    assert_eq!(
+        outcomes(&staged),
+        [
+            ("new", StageOutcome::Inserted),
+            ("old", StageOutcome::Skipped(SplitState::Staged)),
+            ("x", StageOutcome::Skipped(SplitState::Staged)),
+        ]
+    );
+    assert_eq!(row(&catalog, &dataset_id, "x").await.node, "winner");
+    assert_eq!(row(&catalog, &dataset_id, "old").await.node, "earlier");
+    assert_eq!(row(&catalog, &dataset_id, "new").await.node, "loser");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_create_only_batches_claim_each_split_exactly_once() {
     let catalog = catalog().await;
