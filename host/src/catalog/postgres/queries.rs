@@ -146,10 +146,10 @@ pub(super) async fn insert_staged(
     returned_ids(conn, query).await
 }
 
-/// [`insert_staged`], and in the same statement the state of every id among `splits` that had
-/// a row when the statement began: the ids it inserted, and the states it saw. An id in
-/// neither has a row a concurrent writer committed while the statement ran, which its snapshot
-/// cannot show (`sql/split_insert_staged_observed.sql`).
+/// The state of every id among `splits` that had a row when the statement began, and
+/// [`insert_staged`] of the others, in one statement: the ids it inserted, and the states it
+/// saw. An id in neither has a row a concurrent writer committed while the statement ran,
+/// which its snapshot cannot show (`sql/split_insert_staged_observed.sql`).
 pub(super) async fn insert_staged_observed(
     conn: &mut PgConnection,
     dataset_id: &str,

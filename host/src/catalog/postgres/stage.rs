@@ -2,8 +2,8 @@
 //!
 //! - **Create-only** reads without locks, asks the planner, then runs one
 //!   `INSERT ... ON CONFLICT DO NOTHING RETURNING` of the planned inserts, sorted by id. With
-//!   the mode's standard plan (`Observation::Standard`) it skips the read: the plan inserts
-//!   every id, and the same statement reads the states of the rows it met
+//!   the mode's standard plan (`Observation::Standard`) it asks no planner: one statement
+//!   reads the states of the rows that exist and inserts the ids that had none
 //!   (`sql/split_insert_staged_observed.sql`); only an id whose row a concurrent writer
 //!   committed while it ran is read again, in a statement of its own. `DO
 //!   NOTHING` takes no lock on a row that exists, so no statement here can modify, or even
@@ -216,9 +216,9 @@ async fn create_only(
         return Ok(outcomes(&plan, &BTreeSet::new(), &BTreeMap::new()));
     }
 
-    // Without a read first, the insert also reads the states of the rows it met, in the same
-    // statement: the standard plan's whole stage is then one statement, whether the ids are new
-    // or (as when writers draw from one pool of ids) nearly all exist.
+    // With the standard plan the read and the insert are one statement (it inserts the ids it
+    // found no row for): the whole stage is one round trip, whether the ids are new or (as
+    // when writers draw from one pool of ids) nearly all exist.
     let (inserted, mut actual) = if read_first {
         let inserted = queries::insert_staged(conn, dataset_id, &inserts, now_ms).await?;
         (inserted, BTreeMap::new())

@@ -1,21 +1,32 @@
 -- $1 dataset_id, $2 split ids (sorted), $3 nodes, $4 metadata, $5 time range starts,
 -- $6 time range ends, $7 created and updated at (ms).
 --
--- Create-only staging with the standard plan as one statement that writes and observes: the
--- insert of split_insert_staged.sql, and the state of every requested id that has a row as
--- this statement's snapshot shows it. Returns (split_id, state): state NULL for an id this
--- statement inserted.
+-- Create-only staging with the standard plan as one statement that observes and writes: the
+-- state of every requested id that has a row, as this statement's snapshot shows it, and the
+-- insert (as split_insert_staged.sql) of the ids that had none. Returns (split_id, state):
+-- state NULL for an id this statement inserted.
 --
--- The read cannot see the insert's own rows (every part of a statement runs on one snapshot,
--- so a data-modifying WITH is invisible to the rest), so it returns the rows that were there
--- when the statement began: each an id the insert left alone. A row a concurrent writer
--- committed while this statement ran is neither: the insert waited for it and left it (DO
--- NOTHING), and the snapshot predates it. Such an id comes back in neither list, and the
--- caller reads its state in a statement of its own, whose snapshot sees it.
+-- Reading first, inside the statement, keeps the insert to the ids that were missing: an id a
+-- concurrent writer is inserting at the same moment is the only one the insert can wait on,
+-- and a batch whose ids nearly all exist (writers drawing from one pool of ids) is a read and
+-- an insert of next to nothing, in one round trip.
 --
--- For a batch whose ids all exist (the anchor's shape: writers drawing from one pool of ids)
--- this is one statement where the insert and a read after it were two.
-WITH inserted AS (
+-- A row a concurrent writer committed while this statement ran is in neither answer: the
+-- snapshot predates it, and the insert waited for it and left it (DO NOTHING). The caller
+-- reads its state in a statement of its own, whose snapshot sees it.
+WITH found AS (
+    -- One primary-key probe per id, as in split_states.sql (the LIMIT keeps the planner from
+    -- scanning the whole dataset).
+    SELECT hit.split_id, hit.state
+    FROM UNNEST($2::text[]) AS wanted (split_id)
+    CROSS JOIN LATERAL (
+        SELECT split_id, state
+        FROM splits
+        WHERE dataset_id = $1 AND split_id = wanted.split_id
+        LIMIT 1
+    ) AS hit
+),
+inserted AS (
     INSERT INTO splits (
         dataset_id, split_id, state, node, metadata, time_range_start_ms, time_range_end_ms,
         created_at_ms, updated_at_ms, published_at_ms
@@ -24,19 +35,11 @@ WITH inserted AS (
            input.time_range_start_ms, input.time_range_end_ms, $7, $7, NULL
     FROM UNNEST($2::text[], $3::text[], $4::text[], $5::int8[], $6::int8[])
          AS input (split_id, node, metadata, time_range_start_ms, time_range_end_ms)
+    WHERE NOT EXISTS (SELECT 1 FROM found WHERE found.split_id = input.split_id)
     ORDER BY input.split_id COLLATE "C"
     ON CONFLICT (dataset_id, split_id) DO NOTHING
     RETURNING split_id
 )
 SELECT inserted.split_id, NULL AS state FROM inserted
 UNION ALL
--- One primary-key probe per id, as in split_states.sql (the LIMIT keeps the planner from
--- scanning the whole dataset).
-SELECT found.split_id, found.state
-FROM UNNEST($2::text[]) AS wanted (split_id)
-CROSS JOIN LATERAL (
-    SELECT split_id, state
-    FROM splits
-    WHERE dataset_id = $1 AND split_id = wanted.split_id
-    LIMIT 1
-) AS found
+SELECT found.split_id, found.state FROM found

@@ -137,9 +137,9 @@ async fn create_only_reports_a_lost_insert_as_skipped_with_the_winners_state() {
     assert_eq!(row(&catalog, &dataset_id, "a").await, winner);
 }
 
-/// The standard create-only stage is one statement that inserts and reads the rows it met on
-/// one snapshot. A row another writer commits while that statement waits for it is in neither
-/// answer (the insert left it, the snapshot predates it): it is read again and reported
+/// The standard create-only stage is one statement that reads the rows that exist and inserts
+/// the others, on one snapshot. A row another writer commits while that statement waits for it
+/// is in neither answer (the snapshot predates it, the insert left it): it is read again and reported
 /// skipped with the winner's state, never as a row in another state, and never lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_standard_create_only_stage_reads_again_a_row_committed_while_it_ran() {
