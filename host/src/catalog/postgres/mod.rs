@@ -96,6 +96,48 @@ pub struct PostgresCatalog {
     pool: PgPool,
     /// `postgres://host:port/database`, without credentials.
     description: String,
+    /// The datasets whose last create-only stage with the standard plan met mostly rows that
+    /// exist: the next one probes first (`stage.rs`).
+    probe_first: Arc<ProbeFirst>,
+}
+
+/// Which datasets' standard create-only stages read the rows before they insert. A cost choice
+/// only: both statements stage the same rows with the same answers (`stage.rs`). Forgetting a
+/// dataset costs one batch the other way, so the set is simply emptied when it is full.
+#[derive(Debug, Default)]
+struct ProbeFirst(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl ProbeFirst {
+    /// The most datasets remembered.
+    const MAX_DATASETS: usize = 4096;
+
+    fn get(&self, dataset_id: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .contains(dataset_id)
+    }
+
+    /// Remembers what a stage of `dataset_id` met: mostly rows that exist, or not.
+    fn remember(&self, dataset_id: &str, staged: &[StagedSplit]) {
+        let existing = staged
+            .iter()
+            .filter(|split| matches!(split.outcome, crate::model::StageOutcome::Skipped(_)))
+            .count();
+        let mostly_existing = 2 * existing > staged.len();
+        let mut datasets = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !mostly_existing {
+            datasets.remove(dataset_id);
+        } else if !datasets.contains(dataset_id) {
+            if datasets.len() >= Self::MAX_DATASETS {
+                datasets.clear();
+            }
+            datasets.insert(dataset_id.to_owned());
+        }
+    }
 }
 
 /// Refuses a server that acknowledges commits it can lose in a crash, naming each setting.
@@ -212,6 +254,7 @@ impl PostgresCatalog {
         Ok(Self {
             pool,
             description: format!("postgres://{target}"),
+            probe_first: Arc::default(),
         })
     }
 
@@ -254,8 +297,9 @@ impl PostgresCatalog {
     }
 
     /// Stages with `planner`; `standard` says that it is the mode's standard plan, so that a
-    /// create-only stage writes without reading first (the standard plan inserts every id
-    /// and skips every row met: the write's own report is the plan's input).
+    /// create-only stage is one statement (the standard plan inserts every id that has no row
+    /// and skips every row met: the statement's own report is the plan's input), which probes
+    /// first or inserts first by what the dataset's last such stage met.
     #[allow(clippy::too_many_arguments)]
     async fn stage_planned(
         &self,
@@ -282,12 +326,17 @@ impl PostgresCatalog {
                 planner,
                 now_ms,
                 if standard {
-                    stage::Observation::Standard
+                    self.standard_observation(dataset_id)
                 } else {
                     stage::Observation::ReadFirst
                 },
             )
             .await
+            .inspect(|staged| {
+                if standard {
+                    self.probe_first.remember(dataset_id, staged);
+                }
+            })
             .map_err(|error| match error.resolve(dataset_id) {
                 Resolution::Fail(error) => error,
                 Resolution::Retry(reason) => MendError::Transient { message: reason },
@@ -301,7 +350,7 @@ impl PostgresCatalog {
             let observation = if read_first.load(Ordering::Relaxed) {
                 stage::Observation::ReadFirst
             } else if standard {
-                stage::Observation::Standard
+                self.standard_observation(dataset_id)
             } else {
                 stage::Observation::Presumed
             };
@@ -321,6 +370,18 @@ impl PostgresCatalog {
             (transaction, result)
         })
         .await
+        .inspect(|staged| {
+            if standard && mode == StageMode::CreateOnly {
+                self.probe_first.remember(dataset_id, staged);
+            }
+        })
+    }
+
+    /// How a stage with the standard plan observes on `dataset_id`.
+    fn standard_observation(&self, dataset_id: &str) -> stage::Observation {
+        stage::Observation::Standard {
+            probe_first: self.probe_first.get(dataset_id),
+        }
     }
 
     /// Runs `step` in a transaction ([`Self::in_transaction`]); with a `key`, one that first

@@ -146,19 +146,28 @@ pub(super) async fn insert_staged(
     returned_ids(conn, query).await
 }
 
-/// The state of every id among `splits` that had a row when the statement began, and
-/// [`insert_staged`] of the others, in one statement: the ids it inserted, and the states it
-/// saw. An id in neither has a row a concurrent writer committed while the statement ran,
-/// which its snapshot cannot show (`sql/split_insert_staged_observed.sql`).
-pub(super) async fn insert_staged_observed(
+/// A create-only stage with the standard plan in one statement, [`insert_staged`] and the state
+/// of every other id among `splits` that had a row when the statement began: the ids it
+/// inserted, and the states it saw. An id in neither has a row a concurrent writer committed
+/// while the statement ran, which its snapshot cannot show. `probe_first` reads the rows
+/// before inserting the ids that had none (`sql/split_create_only_probe_first.sql`); otherwise
+/// it inserts every id and reads the rows it did not insert
+/// (`sql/split_create_only_insert_first.sql`).
+pub(super) async fn create_only_observed(
     conn: &mut PgConnection,
     dataset_id: &str,
     splits: &[&NewSplit],
     now_ms: TimestampMs,
+    probe_first: bool,
 ) -> Result<(BTreeSet<String>, BTreeMap<String, SplitState>), StepError> {
     debug_assert!(splits.is_sorted_by(|a, b| a.split_id < b.split_id));
     let columns = SplitColumns::new(splits.iter().copied());
-    let rows = sqlx::query(sql::SPLIT_INSERT_STAGED_OBSERVED)
+    let statement = if probe_first {
+        sql::SPLIT_CREATE_ONLY_PROBE_FIRST
+    } else {
+        sql::SPLIT_CREATE_ONLY_INSERT_FIRST
+    };
+    let rows = sqlx::query(statement)
         .bind(dataset_id)
         .bind(&columns.split_ids)
         .bind(&columns.nodes)

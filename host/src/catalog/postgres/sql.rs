@@ -21,8 +21,10 @@ pub(super) const SPLIT_STATES: &str = include_str!("sql/split_states.sql");
 pub(super) const SPLIT_STATES_FOR_UPDATE: &str = include_str!("sql/split_states_for_update.sql");
 pub(super) const SPLIT_STAGE_UPSERT: &str = include_str!("sql/split_stage_upsert.sql");
 pub(super) const SPLIT_INSERT_STAGED: &str = include_str!("sql/split_insert_staged.sql");
-pub(super) const SPLIT_INSERT_STAGED_OBSERVED: &str =
-    include_str!("sql/split_insert_staged_observed.sql");
+pub(super) const SPLIT_CREATE_ONLY_INSERT_FIRST: &str =
+    include_str!("sql/split_create_only_insert_first.sql");
+pub(super) const SPLIT_CREATE_ONLY_PROBE_FIRST: &str =
+    include_str!("sql/split_create_only_probe_first.sql");
 pub(super) const SPLIT_OVERWRITE_STAGED: &str = include_str!("sql/split_overwrite_staged.sql");
 pub(super) const SPLIT_PUBLISH: &str = include_str!("sql/split_publish.sql");
 pub(super) const SPLIT_MARK: &str = include_str!("sql/split_mark.sql");

@@ -3,9 +3,13 @@
 //! - **Create-only** reads without locks, asks the planner, then runs one
 //!   `INSERT ... ON CONFLICT DO NOTHING RETURNING` of the planned inserts, sorted by id. With
 //!   the mode's standard plan (`Observation::Standard`) it asks no planner: one statement
-//!   reads the states of the rows that exist and inserts the ids that had none
-//!   (`sql/split_insert_staged_observed.sql`); only an id whose row a concurrent writer
-//!   committed while it ran is read again, in a statement of its own. `DO
+//!   inserts the ids that have no row and reads the states of the rows that exist, probing
+//!   them first where the dataset's last such stage met mostly rows that exist
+//!   (`sql/split_create_only_probe_first.sql`), inserting first where it met mostly new ids
+//!   (`sql/split_create_only_insert_first.sql`; a probe of ids that have no row costs as much
+//!   as their insert, and an insert of ids that all exist may wait on every writer inserting
+//!   them at the same moment). Only an id whose row a concurrent writer committed while the
+//!   statement ran is read again, in a statement of its own. `DO
 //!   NOTHING` takes no lock on a row that exists, so no statement here can modify, or even
 //!   lock, an existing row, and the insert holds its new rows only while it runs: it needs no
 //!   transaction (`mod.rs` runs it on a plain connection unless it is keyed). A planned insert
@@ -57,8 +61,10 @@ pub(super) enum Observation {
     /// attempt whose plan differed from the presumption.
     ReadFirst,
     /// By writing, with the mode's standard plan (`stage.standard-plans`), which asks for no
-    /// read: create-only inserts every id and skips what the insert met; upsert is presumed.
-    Standard,
+    /// planner: create-only inserts the ids that have no row and skips the rows that exist, in
+    /// one statement that reads those rows first when `probe_first`, after its insert
+    /// otherwise; upsert is presumed.
+    Standard { probe_first: bool },
 }
 
 pub(super) async fn stage(
@@ -75,12 +81,15 @@ pub(super) async fn stage(
     // the ids prove that it exists. So the presumed upsert, which got past its insert, never
     // asks; a read-first stage asks only when its plan was refused, so that NotFound wins.
     let staged = match (mode, observation) {
-        (StageMode::Upsert, Observation::Presumed | Observation::Standard) => {
+        (StageMode::Upsert, Observation::Presumed | Observation::Standard { .. }) => {
             return upsert_presumed(conn, dataset_id, splits, planner, now_ms).await;
         }
         (StageMode::CreateOnly, observation) => {
-            let read_first = observation != Observation::Standard;
-            create_only(conn, dataset_id, splits, planner, now_ms, read_first).await
+            let in_statement = match observation {
+                Observation::Standard { probe_first } => Some(probe_first),
+                Observation::Presumed | Observation::ReadFirst => None,
+            };
+            create_only(conn, dataset_id, splits, planner, now_ms, in_statement).await
         }
         (StageMode::Upsert, Observation::ReadFirst) => {
             upsert_read_first(conn, dataset_id, splits, planner, now_ms).await
@@ -200,11 +209,13 @@ async fn create_only(
     splits: &[Arc<NewSplit>],
     planner: &StagePlanner<'_>,
     now_ms: TimestampMs,
-    read_first: bool,
+    in_statement: Option<bool>,
 ) -> Result<Vec<StagedSplit>, StepError> {
-    // The standard plan inserts every id it is not shown a row for, so with it the read is
-    // skipped: the insert meets the rows, and the ids it did not insert are read below for the
-    // states they are in, as any planned insert that a concurrent writer won is.
+    // The standard plan inserts every id it is not shown a row for, so with it the separate
+    // read is skipped: the stage's one statement reads the rows (`in_statement`: before its
+    // insert or after), and an id it cannot see is read below for the state it is in, as any
+    // planned insert that a concurrent writer won is.
+    let read_first = in_statement.is_none();
     let existing = if read_first {
         queries::split_states(conn, dataset_id, &ids_of(splits), RowLock::None).await?
     } else {
@@ -216,14 +227,17 @@ async fn create_only(
         return Ok(outcomes(&plan, &BTreeSet::new(), &BTreeMap::new()));
     }
 
-    // With the standard plan the read and the insert are one statement (it inserts the ids it
-    // found no row for): the whole stage is one round trip, whether the ids are new or (as
-    // when writers draw from one pool of ids) nearly all exist.
-    let (inserted, mut actual) = if read_first {
-        let inserted = queries::insert_staged(conn, dataset_id, &inserts, now_ms).await?;
-        (inserted, BTreeMap::new())
-    } else {
-        queries::insert_staged_observed(conn, dataset_id, &inserts, now_ms).await?
+    // With the standard plan the read and the insert are one statement: the whole stage is one
+    // round trip, whether the ids are new or (as when writers draw from one pool of ids) nearly
+    // all exist.
+    let (inserted, mut actual) = match in_statement {
+        None => {
+            let inserted = queries::insert_staged(conn, dataset_id, &inserts, now_ms).await?;
+            (inserted, BTreeMap::new())
+        }
+        Some(probe_first) => {
+            queries::create_only_observed(conn, dataset_id, &inserts, now_ms, probe_first).await?
+        }
     };
     let lost: Vec<String> = inserts
         .iter()

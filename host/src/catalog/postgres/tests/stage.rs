@@ -137,23 +137,40 @@ async fn create_only_reports_a_lost_insert_as_skipped_with_the_winners_state() {
     assert_eq!(row(&catalog, &dataset_id, "a").await, winner);
 }
 
-/// The standard create-only stage is one statement that reads the rows that exist and inserts
-/// the others, on one snapshot. A row another writer commits while that statement waits for it
-/// is in neither answer (the snapshot predates it, the insert left it): it is read again and reported
-/// skipped with the winner's state, never as a row in another state, and never lost.
+/// The standard create-only stage is one statement, which probes the rows first or inserts
+/// first by what the dataset's last such stage met. Either way, a row another writer commits
+/// while that statement waits for it is in neither answer (the snapshot predates it, the insert
+/// left it): it is read again and reported skipped with the winner's state, never as a row in
+/// another state, and never lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_standard_create_only_stage_reads_again_a_row_committed_while_it_ran() {
+    for probe_first in [false, true] {
+        a_row_committed_while_the_stage_ran_is_read_again(probe_first).await;
+    }
+}
+
+async fn a_row_committed_while_the_stage_ran_is_read_again(probe_first: bool) {
     let catalog = catalog().await;
     let dataset_id = new_dataset(&catalog).await;
-    stage(
-        &catalog,
-        &dataset_id,
-        StageMode::CreateOnly,
-        &[new_split("old", "earlier", None)],
-        10,
-    )
-    .await
-    .unwrap();
+    let standard = |splits: &[NewSplit], now_ms| {
+        let (catalog, dataset_id) = (catalog.clone(), dataset_id.clone());
+        let requested = distinct(StageMode::CreateOnly, splits);
+        async move {
+            catalog
+                .stage_standard(&dataset_id, StageMode::CreateOnly, &requested, now_ms, None)
+                .await
+        }
+    };
+    standard(&[new_split("old", "earlier", None)], 10)
+        .await
+        .unwrap();
+    if probe_first {
+        // A stage that met only rows that exist: the next one probes first.
+        standard(&[new_split("old", "again", None)], 11)
+            .await
+            .unwrap();
+    }
+    assert_eq!(catalog.probe_first.get(&dataset_id), probe_first);
     // Another writer inserts "x" and holds its transaction open.
     let mut winner = catalog.pool.begin().await.unwrap();
     sqlx::query(
@@ -164,20 +181,14 @@ async fn a_standard_create_only_stage_reads_again_a_row_committed_while_it_ran()
     .execute(&mut *winner)
     .await
     .unwrap();
-    let splits = [
-        new_split("new", "loser", None),
-        new_split("old", "loser", None),
-        new_split("x", "loser", None),
-    ];
-    let requested = distinct(StageMode::CreateOnly, &splits);
-    let staging = {
-        let (catalog, dataset_id) = (catalog.clone(), dataset_id.clone());
-        tokio::spawn(async move {
-            catalog
-                .stage_standard(&dataset_id, StageMode::CreateOnly, &requested, 20, None)
-                .await
-        })
-    };
+    let staging = tokio::spawn(standard(
+        &[
+            new_split("new", "loser", None),
+            new_split("old", "loser", None),
+            new_split("x", "loser", None),
+        ],
+        20,
+    ));
     // The stage's insert waits on "x" until the winner ends.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(
@@ -192,11 +203,45 @@ async fn a_standard_create_only_stage_reads_again_a_row_committed_while_it_ran()
             ("new", StageOutcome::Inserted),
             ("old", StageOutcome::Skipped(SplitState::Staged)),
             ("x", StageOutcome::Skipped(SplitState::Staged)),
-        ]
+        ],
+        "probe first: {probe_first}"
     );
     assert_eq!(row(&catalog, &dataset_id, "x").await.node, "winner");
     assert_eq!(row(&catalog, &dataset_id, "old").await.node, "earlier");
     assert_eq!(row(&catalog, &dataset_id, "new").await.node, "loser");
+    // Two of three met rows that exist: the next stage probes first.
+    assert!(catalog.probe_first.get(&dataset_id));
+}
+
+#[test]
+fn a_dataset_probes_first_after_a_stage_that_met_mostly_rows_that_exist() {
+    use crate::model::StagedSplit;
+    let staged = |skipped: usize, inserted: usize| -> Vec<StagedSplit> {
+        (0..skipped)
+            .map(|i| StagedSplit {
+                split_id: format!("s{i}"),
+                outcome: StageOutcome::Skipped(SplitState::Published),
+            })
+            .chain((0..inserted).map(|i| StagedSplit {
+                split_id: format!("i{i}"),
+                outcome: StageOutcome::Inserted,
+            }))
+            .collect()
+    };
+    let memory = super::super::ProbeFirst::default();
+    assert!(!memory.get("d"));
+    memory.remember("d", &staged(3, 2));
+    assert!(memory.get("d"));
+    // Half is not most.
+    memory.remember("d", &staged(2, 2));
+    assert!(!memory.get("d"));
+    // Full, it forgets every dataset rather than grow.
+    for n in 0..super::super::ProbeFirst::MAX_DATASETS {
+        memory.remember(&format!("d{n}"), &staged(1, 0));
+    }
+    assert!(memory.get("d0"));
+    memory.remember("one more", &staged(1, 0));
+    assert!(memory.get("one more") && !memory.get("d0"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
