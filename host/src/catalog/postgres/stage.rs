@@ -4,11 +4,10 @@
 //!   `INSERT ... ON CONFLICT DO NOTHING RETURNING` of the planned inserts, sorted by id. With
 //!   the mode's standard plan (`Observation::Standard`) it asks no planner: one statement
 //!   inserts the ids that have no row and reads the states of the rows that exist, probing
-//!   them first where the dataset's last such stage met mostly rows that exist
-//!   (`sql/split_create_only_probe_first.sql`), inserting first where it met mostly new ids
-//!   (`sql/split_create_only_insert_first.sql`; a probe of ids that have no row costs as much
-//!   as their insert, and an insert of ids that all exist may wait on every writer inserting
-//!   them at the same moment). Only an id whose row a concurrent writer committed while the
+//!   them first (`sql/split_create_only_probe_first.sql`) unless the dataset's last such stage
+//!   inserted every id, then inserting first (`sql/split_create_only_insert_first.sql`): a
+//!   probe of ids that have no row costs about what their insert does, and an insert of ids
+//!   that exist may wait on every writer inserting them at the same moment. Only an id whose row a concurrent writer committed while the
 //!   statement ran is read again, in a statement of its own. `DO
 //!   NOTHING` takes no lock on a row that exists, so no statement here can modify, or even
 //!   lock, an existing row, and the insert holds its new rows only while it runs: it needs no

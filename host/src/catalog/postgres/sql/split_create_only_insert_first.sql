@@ -2,7 +2,7 @@
 -- $6 time range ends, $7 created and updated at (ms).
 --
 -- Create-only staging with the standard plan, insert first (the catalog's choice for a
--- dataset whose last such stage met mostly new ids; split_create_only_probe_first.sql is the
+-- dataset whose last such stage inserted every id; split_create_only_probe_first.sql is the
 -- other): one statement that writes and observes, the insert of split_insert_staged.sql and
 -- the state of every other requested id that has a row, as this statement's snapshot shows
 -- it. Returns (split_id, state): state NULL for an id this statement inserted.

@@ -2,7 +2,7 @@
 -- $6 time range ends, $7 created and updated at (ms).
 --
 -- Create-only staging with the standard plan, probe first (the catalog's choice for a dataset
--- whose last such stage met mostly rows that exist; split_create_only_insert_first.sql is the
+-- whose last such stage met a row that exists; split_create_only_insert_first.sql is the
 -- other): one statement that observes and writes, the
 -- state of every requested id that has a row, as this statement's snapshot shows it, and the
 -- insert (as split_insert_staged.sql) of the ids that had none. Returns (split_id, state):

@@ -137,8 +137,8 @@ async fn create_only_reports_a_lost_insert_as_skipped_with_the_winners_state() {
     assert_eq!(row(&catalog, &dataset_id, "a").await, winner);
 }
 
-/// The standard create-only stage is one statement, which probes the rows first or inserts
-/// first by what the dataset's last such stage met. Either way, a row another writer commits
+/// The standard create-only stage is one statement, which probes the rows first, or inserts
+/// first when the dataset's last such stage inserted every id. Either way, a row another writer commits
 /// while that statement waits for it is in neither answer (the snapshot predates it, the insert
 /// left it): it is read again and reported skipped with the winner's state, never as a row in
 /// another state, and never lost.
@@ -209,12 +209,12 @@ async fn a_row_committed_while_the_stage_ran_is_read_again(probe_first: bool) {
     assert_eq!(row(&catalog, &dataset_id, "x").await.node, "winner");
     assert_eq!(row(&catalog, &dataset_id, "old").await.node, "earlier");
     assert_eq!(row(&catalog, &dataset_id, "new").await.node, "loser");
-    // Two of three met rows that exist: the next stage probes first.
+    // It met rows that exist: the next stage probes first.
     assert!(catalog.probe_first.get(&dataset_id));
 }
 
 #[test]
-fn a_dataset_probes_first_after_a_stage_that_met_mostly_rows_that_exist() {
+fn a_dataset_inserts_first_only_after_a_stage_that_inserted_every_id() {
     use crate::model::StagedSplit;
     let staged = |skipped: usize, inserted: usize| -> Vec<StagedSplit> {
         (0..skipped)
@@ -230,10 +230,9 @@ fn a_dataset_probes_first_after_a_stage_that_met_mostly_rows_that_exist() {
     };
     let memory = super::super::ProbeFirst::default();
     assert!(!memory.get("d"));
-    memory.remember("d", &staged(3, 2));
+    memory.remember("d", &staged(1, 99));
     assert!(memory.get("d"));
-    // Half is not most.
-    memory.remember("d", &staged(2, 2));
+    memory.remember("d", &staged(0, 100));
     assert!(!memory.get("d"));
     // Full, it forgets every dataset rather than grow.
     for n in 0..super::super::ProbeFirst::MAX_DATASETS {
