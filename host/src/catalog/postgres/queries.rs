@@ -95,14 +95,7 @@ pub(super) async fn stage_upsert(
 ) -> Result<Vec<StageEffect>, StepError> {
     debug_assert!(splits.is_sorted_by(|a, b| a.split_id < b.split_id));
     let columns = SplitColumns::new(splits.iter().map(AsRef::as_ref));
-    let written = sqlx::query(sql::SPLIT_STAGE_UPSERT)
-        .bind(dataset_id)
-        .bind(&columns.split_ids)
-        .bind(&columns.nodes)
-        .bind(&columns.metadata)
-        .bind(&columns.time_range_starts)
-        .bind(&columns.time_range_ends)
-        .bind(now_ms)
+    let written = split_rows_query(sql::SPLIT_STAGE_UPSERT, dataset_id, &columns, now_ms)
         .fetch_all(conn)
         .await?;
     let mut effects = vec![StageEffect::Untouched(None); splits.len()];
@@ -135,14 +128,7 @@ pub(super) async fn insert_staged(
 ) -> Result<BTreeSet<String>, StepError> {
     debug_assert!(splits.is_sorted_by(|a, b| a.split_id < b.split_id));
     let columns = SplitColumns::new(splits.iter().copied());
-    let query = sqlx::query(sql::SPLIT_INSERT_STAGED)
-        .bind(dataset_id)
-        .bind(&columns.split_ids)
-        .bind(&columns.nodes)
-        .bind(&columns.metadata)
-        .bind(&columns.time_range_starts)
-        .bind(&columns.time_range_ends)
-        .bind(now_ms);
+    let query = split_rows_query(sql::SPLIT_INSERT_STAGED, dataset_id, &columns, now_ms);
     returned_ids(conn, query).await
 }
 
@@ -167,14 +153,7 @@ pub(super) async fn create_only_observed(
     } else {
         sql::SPLIT_CREATE_ONLY_INSERT_FIRST
     };
-    let rows = sqlx::query(statement)
-        .bind(dataset_id)
-        .bind(&columns.split_ids)
-        .bind(&columns.nodes)
-        .bind(&columns.metadata)
-        .bind(&columns.time_range_starts)
-        .bind(&columns.time_range_ends)
-        .bind(now_ms)
+    let rows = split_rows_query(statement, dataset_id, &columns, now_ms)
         .fetch_all(conn)
         .await?;
     let mut inserted = BTreeSet::new();
@@ -200,14 +179,7 @@ pub(super) async fn overwrite_staged(
     now_ms: TimestampMs,
 ) -> Result<BTreeSet<String>, StepError> {
     let columns = SplitColumns::new(splits.iter().copied());
-    let query = sqlx::query(sql::SPLIT_OVERWRITE_STAGED)
-        .bind(dataset_id)
-        .bind(&columns.split_ids)
-        .bind(&columns.nodes)
-        .bind(&columns.metadata)
-        .bind(&columns.time_range_starts)
-        .bind(&columns.time_range_ends)
-        .bind(now_ms);
+    let query = split_rows_query(sql::SPLIT_OVERWRITE_STAGED, dataset_id, &columns, now_ms);
     returned_ids(conn, query).await
 }
 
@@ -256,6 +228,24 @@ pub(super) async fn delete_marked(
 }
 
 /// Runs a statement that returns the `split_id` of every row it changed.
+/// `statement` with the arguments every statement that writes split rows takes, in its
+/// order: `$1` the dataset, `$2` to `$6` the rows' columns, `$7` the time of the write.
+fn split_rows_query<'q>(
+    statement: &'q str,
+    dataset_id: &'q str,
+    columns: &'q SplitColumns<'q>,
+    now_ms: TimestampMs,
+) -> Query<'q, Postgres, PgArguments> {
+    sqlx::query(statement)
+        .bind(dataset_id)
+        .bind(&columns.split_ids)
+        .bind(&columns.nodes)
+        .bind(&columns.metadata)
+        .bind(&columns.time_range_starts)
+        .bind(&columns.time_range_ends)
+        .bind(now_ms)
+}
+
 async fn returned_ids(
     conn: &mut PgConnection,
     query: Query<'_, Postgres, PgArguments>,
