@@ -4,10 +4,8 @@
 //! - `policies/hostile`: unsafe decisions, and runaway ones on request (loop, bomb, huge, panic);
 //! - `policies/newer-semantics`: the default decisions under a semantics revision no host knows;
 //! - `policies/extra-capability`: the default decisions, requiring a capability no host has;
-//! - `policies/abi-1-1`: built against the frozen `mend:policy@1.1.0` contract;
-//! - `policies/abi-1-2`: built against the frozen `mend:policy@1.2.0` contract;
-//! - `policies/abi-1-3`: the default decisions, built against the frozen `mend:policy@1.3.0`
-//!   contract, the one before this host's;
+//! - `policies/abi-1-1`, `abi-1-2`, `abi-1-3`: the default decisions, each built against the
+//!   frozen `mend:policy@1.1.0`, `1.2.0` or `1.3.0` contract, which this host still runs;
 //! - `policies/forbidden-import`: reads the environment, so it imports WASI;
 //! - `policies/liar`: built against the current contract, claiming ABI 1.1 in `describe()`.
 

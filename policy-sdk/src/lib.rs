@@ -108,8 +108,8 @@
 //!
 //! # Older contracts
 //!
-//! A policy built against an older `mend:policy` (mend's own `policies/abi-1-1` and
-//! `policies/abi-1-2`, which prove that a host refuses them) depends on this crate with
+//! A policy built against an older `mend:policy` (mend's own `policies/abi-1-1` to
+//! `abi-1-3`, which prove that a host still runs them) depends on this crate with
 //! `default-features = false`, for the allocator, `memcmp` and the panic handler only, and runs
 //! `wit_bindgen::generate!` on that contract's WIT itself. It must be built by a cargo run of
 //! its own: built in one run with a policy that has the `bindings` feature, cargo unifies the

@@ -1,29 +1,28 @@
 //! Hosts and policies of different versions, every pairing: each either loads and decides
-//! exactly like the native `mend_default_policy` functions, or is refused, at load or when the engine
-//! starts, with its specific reason. No pairing ever runs a create-only stage as an upsert.
+//! exactly like the native `mend_default_policy` functions (as far as its contract can say),
+//! or is refused, at load or when the engine starts, with its specific reason. No pairing ever
+//! runs a create-only stage as an upsert.
 //!
 //! The hosts are [`HostAbi`]s that the same binary plays:
 //!
 //! - **older 1.2**: ABI 1.2, knowing semantics revision 1, running `mend:policy@1.2.0`
-//!   components. It checks components as a 1.2 host would; this binary has the calls of 1.4
-//!   and 1.3 only, so a component that passes those checks (`abi-1-2`) is refused with that
-//!   reason instead of being run. A real 1.2 host would run it.
+//!   components only, as a 1.2 host did: anything newer is refused, told to upgrade mend.
 //! - **older 1.3**: ABI 1.3, running `mend:policy@1.3.0` components only, as the host before
 //!   this one did: a 1.4 policy is refused at load, told to upgrade mend, never asked the 1.3
-//!   way.
-//! - **current 1.4**: [`HostAbi::current`], running 1.4 components and, the 1.3 way, 1.3 ones.
+//!   way, and a 1.1 or 1.2 one is told to rebuild.
+//! - **current 1.4**: [`HostAbi::current`], running 1.4 components and every older 1.x one,
+//!   each asked its own contract's way.
 //! - **newer 1.5**: ABI 1.5, knowing semantics revisions 1 and 2. A real 1.5 host would also
-//!   import a 1.5 contract; it is played with the contracts this binary can run, 1.4 and 1.3.
+//!   import a 1.5 contract; it is played with the contracts this binary can run, 1.4 to 1.1.
 //!   Its ABI minor only matters to `describe()`.
 //!
 //! The policies are the default one (ABI 1.4, semantics 1, with `stage.standard-plans`: the
-//! engine stages without asking it), `policies/abi-1-3` (the default decisions built against
-//! the frozen 1.3 contract, without that capability: the engine asks it, the 1.3 way),
-//! `policies/abi-1-1` and `policies/abi-1-2` (built against the frozen 1.1 and 1.2 contracts:
-//! a 1.2 policy has no `plan-gc`, so a 1.3 or 1.4 host refuses it at load and says to rebuild
-//! it), `policies/newer-semantics` (the default decisions as semantics revision 2) and
-//! `policies/extra-capability` (the default decisions, requiring `stage.merge-on-write`, which
-//! no backend provides).
+//! engine stages without asking it), `policies/abi-1-3`, `abi-1-2` and `abi-1-1` (the default
+//! decisions built against each frozen contract, without that capability: the engine asks
+//! each its own way; what an older contract cannot say is decided as its host did or deferred,
+//! see [`as_contract`]), `policies/newer-semantics` (the default decisions as semantics
+//! revision 2) and `policies/extra-capability` (the default decisions, requiring
+//! `stage.merge-on-write`, which no backend provides).
 
 use std::fmt;
 use std::sync::Arc;
@@ -36,9 +35,9 @@ use mend::objects::SplitObjects;
 use mend::runtime::{DEFAULT_POLICY_WASM, HostAbi, LoadOptions, PolicyRuntime};
 use mend::{Engine, EngineOptions, MendError, PolicyError};
 use mend_contract::{
-    CheckpointDelta, ExistingRow, GcCandidate, GcInput, IntentObservation, IntentPhase,
-    ObjectObservation, OperationKind, OrphanObject, PartitionDelta, PartitionPosition,
-    PublishInput, ReconcileInput, RecoveryInput, RecoveryMode, StagePlanInput,
+    CheckpointDelta, ExistingRow, GcCandidate, GcInput, IntentDecision, IntentObservation,
+    IntentPhase, ObjectObservation, OperationKind, OrphanObject, PartitionDelta, PartitionPosition,
+    PublishInput, ReconcileInput, RecoveryDecision, RecoveryInput, RecoveryMode, StagePlanInput,
 };
 
 const ABI_1_1_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_ABI_1_1_WASM"));
@@ -88,7 +87,7 @@ fn hosts() -> [Host; 4] {
                 abi_major: 1,
                 abi_minor: 5,
                 known_semantics_revisions: vec![1, 2],
-                contract_imports: running(&["1.4.0", "1.3.0"]),
+                contract_imports: running(&["1.4.0", "1.3.0", "1.2.0", "1.1.0"]),
             },
         },
     ]
@@ -128,12 +127,6 @@ const BUILT_AGAINST_1_1_ON_1_3: &str = "built against mend:policy@1.1.0; this ho
      components: rebuild the policy against wit/ of this mend";
 const BUILT_AGAINST_1_2_ON_1_3: &str = "built against mend:policy@1.2.0; this host runs 1.3 \
      components: rebuild the policy against wit/ of this mend";
-const BUILT_AGAINST_1_1_ON_1_4: &str = "built against mend:policy@1.1.0; this host runs 1.4 \
-     and 1.3 components: rebuild the policy against wit/ of this mend";
-/// A policy built before 1.3 is refused at load, told to rebuild, never run without the
-/// `plan-gc` it lacks.
-const BUILT_AGAINST_1_2_ON_1_4: &str = "built against mend:policy@1.2.0; this host runs 1.4 \
-     and 1.3 components: rebuild the policy against wit/ of this mend";
 const SEMANTICS_2: &str =
     "semantics revision 2, which this host does not know (it knows [1]): upgrade mend first";
 
@@ -143,7 +136,7 @@ const EXPECTED: [[Expected; 6]; 4] = [
         Expected::RefusedAtLoad(BUILT_AGAINST_1_4_ON_1_2),
         Expected::RefusedAtLoad(BUILT_AGAINST_1_3_ON_1_2),
         Expected::RefusedAtLoad(BUILT_AGAINST_1_1_ON_1_2),
-        Expected::RefusedAtLoad("this build of mend runs 1.4 and 1.3 components only"),
+        Expected::Decides,
         Expected::RefusedAtLoad(BUILT_AGAINST_1_4_ON_1_2),
         Expected::RefusedAtLoad(BUILT_AGAINST_1_4_ON_1_2),
     ],
@@ -158,16 +151,16 @@ const EXPECTED: [[Expected; 6]; 4] = [
     [
         Expected::Decides,
         Expected::Decides,
-        Expected::RefusedAtLoad(BUILT_AGAINST_1_1_ON_1_4),
-        Expected::RefusedAtLoad(BUILT_AGAINST_1_2_ON_1_4),
+        Expected::Decides,
+        Expected::Decides,
         Expected::RefusedAtLoad(SEMANTICS_2),
         Expected::RefusedAtEngineStart("stage.merge-on-write"),
     ],
     [
         Expected::Decides,
         Expected::Decides,
-        Expected::RefusedAtLoad(BUILT_AGAINST_1_1_ON_1_4),
-        Expected::RefusedAtLoad(BUILT_AGAINST_1_2_ON_1_4),
+        Expected::Decides,
+        Expected::Decides,
         Expected::Decides,
         Expected::RefusedAtEngineStart("stage.merge-on-write"),
     ],
@@ -434,20 +427,29 @@ fn decides_natively(policy: &PolicyRuntime) -> Result<usize, String> {
             .collect(),
     )?;
     vectors += 1;
+    let minor = policy.description().abi_minor;
     for input in recovery_vectors() {
         same(
             "decide-recovery",
             policy.decide_recovery(&input),
-            mend_default_policy::decide_recovery(&input),
+            as_contract(minor, &input),
         )?;
         vectors += 1;
     }
     let reconcile = reconcile_vector();
-    same(
-        "plan-reconcile",
-        policy.plan_reconcile(&reconcile),
-        mend_default_policy::plan_reconcile(&reconcile),
-    )?;
+    if minor >= 2 {
+        same(
+            "plan-reconcile",
+            policy.plan_reconcile(&reconcile),
+            mend_default_policy::plan_reconcile(&reconcile),
+        )?;
+    } else {
+        match policy.plan_reconcile(&reconcile) {
+            Err(PolicyError::Incompatible { reason })
+                if reason.contains("which has no plan-reconcile") => {}
+            other => return Err(format!("plan-reconcile on ABI 1.{minor}: {other:?}")),
+        }
+    }
     let gc = gc_vector();
     same(
         "plan-gc",
@@ -455,6 +457,36 @@ fn decides_natively(policy: &PolicyRuntime) -> Result<usize, String> {
         mend_default_policy::plan_gc(&gc),
     )?;
     Ok(vectors + 2)
+}
+
+/// The native default's recovery decisions as a policy of ABI minor `minor` gives them, for
+/// intents the host asks it about (none withheld): before 1.3 the policy observes no
+/// `checkpoint-reached-to` (it takes `checkpoint-at-to`) and cannot abandon (it defers with
+/// the same reason); before 1.2 it observes no marks or config (`policies/abi-1-2` and
+/// `abi-1-1` say so).
+fn as_contract(minor: u32, input: &RecoveryInput) -> Vec<IntentDecision> {
+    if minor >= 3 {
+        return mend_default_policy::decide_recovery(input);
+    }
+    let mut seen = input.clone();
+    for intent in &mut seen.intents {
+        intent.checkpoint_reached_to = intent.checkpoint_at_to;
+        if minor < 2 {
+            intent.mark_splits.clear();
+            intent.config_at_expected = false;
+            intent.config_applied = false;
+        }
+    }
+    mend_default_policy::decide_recovery(&seen)
+        .into_iter()
+        .map(|decision| IntentDecision {
+            decision: match decision.decision {
+                RecoveryDecision::Abandon(why) => RecoveryDecision::Defer(why),
+                other => other,
+            },
+            ..decision
+        })
+        .collect()
 }
 
 fn row(split_id: &str, state: SplitState) -> ExistingRow {
@@ -620,4 +652,107 @@ fn reconcile_vector() -> ReconcileInput {
             orphan("earlier-incarnation", false, true),
         ],
     }
+}
+
+/// An older policy is asked only what its contract can say: an intent it cannot observe is
+/// deferred by the host with its reason (never shown as something else), the rest get the
+/// policy's own decisions in the input's order, gc is planned by the host's grace-period rule
+/// without a call, and a policy with nothing it can be asked about is not called at all.
+#[test]
+fn an_older_policy_is_asked_only_what_its_contract_can_say() {
+    let mut abandoned = intent("abandoned", false, true);
+    abandoned.phase = IntentPhase::Abandoned;
+    let mut config = intent("config", false, true);
+    config.kind = OperationKind::ConfigApply;
+    config.planned_rows.clear();
+    config.rows.clear();
+    config.objects.clear();
+    config.publish_staged.clear();
+    config.config_at_expected = true;
+    let mut complete = intent("complete", false, true);
+    complete.rows.push(row("s2", SplitState::Staged));
+    let input = RecoveryInput {
+        dataset_id: "ds".into(),
+        mode: RecoveryMode::RollForward,
+        now_ms: 1_700_000_000_000,
+        intents: vec![abandoned, config, complete],
+    };
+    let native = mend_default_policy::decide_recovery(&input);
+    assert!(
+        matches!(native[0].decision, RecoveryDecision::Abandon(_))
+            && native[1].decision == RecoveryDecision::RollForward
+            && native[2].decision == RecoveryDecision::RollForward,
+        "the vectors mean what they say natively: {native:?}"
+    );
+
+    let deferred_as = |decision: &RecoveryDecision, needles: &[&str]| match decision {
+        RecoveryDecision::Defer(why) => needles.iter().all(|needle| why.contains(needle)),
+        _ => false,
+    };
+    let mut checked = 0;
+    for (name, bytes, minor) in [("abi-1-2", ABI_1_2_WASM, 2), ("abi-1-1", ABI_1_1_WASM, 1)] {
+        let policy = PolicyRuntime::load(bytes, Default::default()).expect("loads");
+        let contract = format!("mend:policy@1.{minor}.0");
+        let before = policy.calls_made();
+        let decided = policy.decide_recovery(&input).expect("decides");
+        assert_eq!(
+            policy.calls_made() - before,
+            1,
+            "{name}: one call for the batch"
+        );
+        let ids: Vec<&str> = decided.iter().map(|d| d.operation_id.as_str()).collect();
+        assert_eq!(ids, ["abandoned", "config", "complete"], "{name}: in order");
+        assert!(
+            deferred_as(
+                &decided[0].decision,
+                &["phase abandoned, which contract 1.3 added", &contract]
+            ),
+            "{name}: {:?}",
+            decided[0].decision
+        );
+        if minor == 1 {
+            assert!(
+                deferred_as(
+                    &decided[1].decision,
+                    &[
+                        "config-apply intent are observed from contract 1.2",
+                        &contract
+                    ]
+                ),
+                "{name}: {:?}",
+                decided[1].decision
+            );
+        } else {
+            assert_eq!(decided[1].decision, RecoveryDecision::RollForward, "{name}");
+        }
+        assert_eq!(decided[2].decision, RecoveryDecision::RollForward, "{name}");
+        checked += 3;
+
+        // Nothing it can be asked about: no call, every intent deferred.
+        let only_abandoned = RecoveryInput {
+            intents: input.intents[..1].to_vec(),
+            ..input.clone()
+        };
+        let before = policy.calls_made();
+        let decided = policy.decide_recovery(&only_abandoned).expect("decides");
+        assert_eq!(policy.calls_made(), before, "{name}: not called");
+        assert!(deferred_as(&decided[0].decision, &[&contract]), "{name}");
+        checked += 1;
+
+        // gc by the rule the host of its contract ran, without a call.
+        let gc = gc_vector();
+        let before = policy.calls_made();
+        assert_eq!(
+            policy.plan_gc(&gc).expect("plans"),
+            mend_default_policy::plan_gc(&gc)
+        );
+        assert_eq!(policy.calls_made(), before, "{name}: gc is the host's");
+        checked += 1;
+    }
+
+    // A 1.3 policy sees the phase and abandons, as natively.
+    let policy = PolicyRuntime::load(ABI_1_3_WASM, Default::default()).expect("loads");
+    assert_eq!(policy.decide_recovery(&input).expect("decides"), native);
+    checked += 3;
+    println!("{checked} decisions of older policies checked against what their contract can say");
 }

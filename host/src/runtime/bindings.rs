@@ -352,54 +352,69 @@ fn split_state(state: wit::SplitState) -> plain::SplitState {
     }
 }
 
+/// The lists of one intent's observation, which its view borrows: the same in every
+/// contract's view of an intent (`older_recovery` builds 1.1's and 1.2's from them).
+pub(crate) struct IntentLists<'a> {
+    pub(crate) planned_rows: Vec<&'a str>,
+    pub(crate) rows: Vec<wit::ExistingRow<'a>>,
+    pub(crate) objects: Vec<wit::ObjectObservation<'a>>,
+    pub(crate) publish_staged: Vec<&'a str>,
+    pub(crate) publish_replaced: Vec<&'a str>,
+    pub(crate) gc_splits: Vec<&'a str>,
+    pub(crate) mark_splits: Vec<&'a str>,
+}
+
+pub(crate) fn intent_lists(intent: &plain::IntentObservation) -> IntentLists<'_> {
+    IntentLists {
+        planned_rows: strs(&intent.planned_rows),
+        rows: intent.rows.iter().map(existing_row).collect(),
+        objects: intent
+            .objects
+            .iter()
+            .map(|object| wit::ObjectObservation {
+                split_id: &object.split_id,
+                present: object.present,
+                matches: object.matches,
+            })
+            .collect(),
+        publish_staged: strs(&intent.publish_staged),
+        publish_replaced: strs(&intent.publish_replaced),
+        gc_splits: strs(&intent.gc_splits),
+        mark_splits: strs(&intent.mark_splits),
+    }
+}
+
+pub(crate) fn wit_operation_kind(kind: plain::OperationKind) -> wit::OperationKind {
+    match kind {
+        plain::OperationKind::Commit => wit::OperationKind::Commit,
+        plain::OperationKind::Merge => wit::OperationKind::Merge,
+        plain::OperationKind::Gc => wit::OperationKind::Gc,
+        plain::OperationKind::ConfigApply => wit::OperationKind::ConfigApply,
+        plain::OperationKind::Reconcile => wit::OperationKind::Reconcile,
+    }
+}
+
+pub(crate) fn wit_recovery_mode(mode: plain::RecoveryMode) -> wit::RecoveryMode {
+    match mode {
+        plain::RecoveryMode::Probe => wit::RecoveryMode::Probe,
+        plain::RecoveryMode::RollForward => wit::RecoveryMode::RollForward,
+        plain::RecoveryMode::Exclusive => wit::RecoveryMode::Exclusive,
+        plain::RecoveryMode::Verify => wit::RecoveryMode::Verify,
+    }
+}
+
 pub(crate) fn with_recovery_input<R>(
     input: &plain::RecoveryInput,
     decide: impl FnOnce(&wit::RecoveryInput<'_>) -> R,
 ) -> R {
-    /// The lists of one intent's observation, which its view borrows.
-    struct Lists<'a> {
-        planned_rows: Vec<&'a str>,
-        rows: Vec<wit::ExistingRow<'a>>,
-        objects: Vec<wit::ObjectObservation<'a>>,
-        publish_staged: Vec<&'a str>,
-        publish_replaced: Vec<&'a str>,
-        gc_splits: Vec<&'a str>,
-        mark_splits: Vec<&'a str>,
-    }
-    let lists: Vec<Lists<'_>> = input
-        .intents
-        .iter()
-        .map(|intent| Lists {
-            planned_rows: strs(&intent.planned_rows),
-            rows: intent.rows.iter().map(existing_row).collect(),
-            objects: intent
-                .objects
-                .iter()
-                .map(|object| wit::ObjectObservation {
-                    split_id: &object.split_id,
-                    present: object.present,
-                    matches: object.matches,
-                })
-                .collect(),
-            publish_staged: strs(&intent.publish_staged),
-            publish_replaced: strs(&intent.publish_replaced),
-            gc_splits: strs(&intent.gc_splits),
-            mark_splits: strs(&intent.mark_splits),
-        })
-        .collect();
+    let lists: Vec<IntentLists<'_>> = input.intents.iter().map(intent_lists).collect();
     let intents: Vec<_> = input
         .intents
         .iter()
         .zip(&lists)
         .map(|(intent, lists)| wit::IntentObservation {
             operation_id: &intent.operation_id,
-            kind: match intent.kind {
-                plain::OperationKind::Commit => wit::OperationKind::Commit,
-                plain::OperationKind::Merge => wit::OperationKind::Merge,
-                plain::OperationKind::Gc => wit::OperationKind::Gc,
-                plain::OperationKind::ConfigApply => wit::OperationKind::ConfigApply,
-                plain::OperationKind::Reconcile => wit::OperationKind::Reconcile,
-            },
+            kind: wit_operation_kind(intent.kind),
             phase: match intent.phase {
                 plain::IntentPhase::Armed => wit::IntentPhase::Armed,
                 plain::IntentPhase::EffectsConfirmed => wit::IntentPhase::EffectsConfirmed,
@@ -423,12 +438,7 @@ pub(crate) fn with_recovery_input<R>(
         .collect();
     decide(&wit::RecoveryInput {
         dataset_id: &input.dataset_id,
-        mode: match input.mode {
-            plain::RecoveryMode::Probe => wit::RecoveryMode::Probe,
-            plain::RecoveryMode::RollForward => wit::RecoveryMode::RollForward,
-            plain::RecoveryMode::Exclusive => wit::RecoveryMode::Exclusive,
-            plain::RecoveryMode::Verify => wit::RecoveryMode::Verify,
-        },
+        mode: wit_recovery_mode(input.mode),
         now_ms: input.now_ms,
         intents: &intents,
     })

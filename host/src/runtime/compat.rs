@@ -12,7 +12,7 @@
 //! What a host implements is a [`HostAbi`], so that tests can play older and newer hosts;
 //! [`HostAbi::current`] is this one. Running a component is still the job of the calls this
 //! crate was compiled with, which are those of [`RUNNABLE_CONTRACT_IMPORTS`]: this contract
-//! and 1.3, whose stage plan and publish validation a 1.4 host still knows how to ask.
+//! and every older 1.x one, each asked the way its own contract asks (see [`Calls`]).
 
 use std::fmt;
 
@@ -27,13 +27,25 @@ use crate::error::PolicyError;
 /// (`wit/policy.wit`).
 pub const CONTRACT_TYPES_IMPORT: &str = "mend:policy/types@1.4.0";
 
-/// The same interface at 1.3, the older contract this host still runs components of: 1.4
-/// changed only how a stage plan and a publish's validation are asked (`bindings::v1_3`).
-/// 1.2 and older lack `plan-gc` and are refused, told to rebuild.
+/// The same interface at 1.3: 1.4 changed only how a stage plan and a publish's validation
+/// are asked (`bindings::v1_3`).
 pub const CONTRACT_1_3_TYPES_IMPORT: &str = "mend:policy/types@1.3.0";
 
+/// The same interface at 1.2, which has no `plan-gc` and no phase `abandoned`
+/// (`runtime::older_recovery`).
+pub const CONTRACT_1_2_TYPES_IMPORT: &str = "mend:policy/types@1.2.0";
+
+/// The same interface at 1.1, which also has no `plan-reconcile` and observes no config-apply
+/// or reconcile intent.
+pub const CONTRACT_1_1_TYPES_IMPORT: &str = "mend:policy/types@1.1.0";
+
 /// The contracts this build of mend can run components of, newest first.
-pub const RUNNABLE_CONTRACT_IMPORTS: &[&str] = &[CONTRACT_TYPES_IMPORT, CONTRACT_1_3_TYPES_IMPORT];
+pub const RUNNABLE_CONTRACT_IMPORTS: &[&str] = &[
+    CONTRACT_TYPES_IMPORT,
+    CONTRACT_1_3_TYPES_IMPORT,
+    CONTRACT_1_2_TYPES_IMPORT,
+    CONTRACT_1_1_TYPES_IMPORT,
+];
 
 /// The interfaces a policy component may import. Listing one here grants every policy that
 /// authority, so each entry needs a reason.
@@ -98,7 +110,7 @@ impl HostAbi {
             .collect()
     }
 
-    /// What components the host runs, as a refusal says it: `1.4 and 1.3`.
+    /// What components the host runs, as a refusal says it: `1.4, 1.3, 1.2 and 1.1`.
     fn runs(&self) -> String {
         let abis: Vec<String> = self.contracts().iter().map(ContractVersion::abi).collect();
         match abis.split_last() {
@@ -122,13 +134,49 @@ pub(crate) struct ContractVersion {
     number: Option<(u32, u32, u32)>,
 }
 
-/// How a loaded component is asked: the calls of the contract it is built against.
+/// How a loaded component is asked: the calls of the contract it is built against. What an
+/// older contract cannot express is never asked of it in a newer form: the host decides it
+/// as the host of that contract did, or withholds it with its reason (see each case).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Calls {
     /// ABI 1.4: packed stage plans, answered by index; publishes validated a batch at a time.
     V1_4,
     /// ABI 1.3: ids as strings; one `validate-publish` per publish.
     V1_3,
+    /// ABI 1.2: asked as 1.3, but without `plan-gc` (gc is planned by the grace-period rule
+    /// the 1.2 host ran) and without the phase `abandoned` (such an intent is deferred, never
+    /// shown to the policy as something else).
+    V1_2,
+    /// ABI 1.1: asked as 1.2, but without `plan-reconcile` (a reconcile is refused: 1.1 had
+    /// none) and without the observations of config-apply and reconcile intents (deferred).
+    V1_1,
+}
+
+impl Calls {
+    /// Whether the contract exports `plan-gc` (1.3 on).
+    pub(crate) fn has_plan_gc(self) -> bool {
+        matches!(self, Self::V1_4 | Self::V1_3)
+    }
+
+    /// Whether the contract exports `plan-reconcile` (1.2 on).
+    pub(crate) fn has_plan_reconcile(self) -> bool {
+        !matches!(self, Self::V1_1)
+    }
+
+    /// Whether a stage plan is asked with packed ids and answered by index (1.4 on).
+    pub(crate) fn packs_stage_plans(self) -> bool {
+        matches!(self, Self::V1_4)
+    }
+
+    /// The contract, as a refusal names it.
+    pub(crate) fn contract(self) -> &'static str {
+        match self {
+            Self::V1_4 => "mend:policy@1.4.0",
+            Self::V1_3 => "mend:policy@1.3.0",
+            Self::V1_2 => "mend:policy@1.2.0",
+            Self::V1_1 => "mend:policy@1.1.0",
+        }
+    }
 }
 
 impl ContractVersion {
@@ -137,6 +185,8 @@ impl ContractVersion {
         match self.number {
             Some((1, 4, 0)) => Some(Calls::V1_4),
             Some((1, 3, 0)) => Some(Calls::V1_3),
+            Some((1, 2, 0)) => Some(Calls::V1_2),
+            Some((1, 1, 0)) => Some(Calls::V1_1),
             _ => None,
         }
     }
@@ -358,11 +408,24 @@ mod tests {
         );
         assert_eq!(contracts[0].to_string(), "mend:policy@1.4.0");
         assert_eq!(contracts[0].calls(), Some(Calls::V1_4));
-        // 1.3 is still run; the calls of nothing older are kept.
-        assert_eq!(contracts[1].to_string(), "mend:policy@1.3.0");
-        assert_eq!(contracts[1].calls(), Some(Calls::V1_3));
-        assert_eq!(contracts.len(), 2);
-        assert_eq!(HostAbi::current().runs(), "1.4 and 1.3");
+        // Every older 1.x contract is still run, each asked its own way.
+        let older: Vec<(String, Option<Calls>)> = contracts[1..]
+            .iter()
+            .map(|contract| (contract.to_string(), contract.calls()))
+            .collect();
+        assert_eq!(
+            older,
+            [
+                ("mend:policy@1.3.0".to_string(), Some(Calls::V1_3)),
+                ("mend:policy@1.2.0".to_string(), Some(Calls::V1_2)),
+                ("mend:policy@1.1.0".to_string(), Some(Calls::V1_1)),
+            ]
+        );
+        for contract in &contracts {
+            let calls = contract.calls().expect("every contract run has its calls");
+            assert_eq!(calls.contract(), contract.to_string());
+        }
+        assert_eq!(HostAbi::current().runs(), "1.4, 1.3, 1.2 and 1.1");
     }
 
     #[test]
@@ -382,8 +445,15 @@ mod tests {
 
     #[test]
     fn a_mismatched_contract_says_which_way_to_move() {
-        let host = HostAbi::current();
-        for older in ["1.1.0", "1.2.0"] {
+        // A host that runs 1.4 and 1.3 only, as one without the older calls would.
+        let host = HostAbi {
+            contract_imports: RUNNABLE_CONTRACT_IMPORTS[..2]
+                .iter()
+                .map(|import| import.to_string())
+                .collect(),
+            ..HostAbi::current()
+        };
+        for older in ["1.1.0", "1.2.0", "1.0.0"] {
             let refused = reason(contract_mismatch(
                 &contract_version(&format!("mend:policy/types@{older}")).unwrap(),
                 &host,
@@ -395,6 +465,7 @@ mod tests {
                 )
             );
         }
+        let host = HostAbi::current();
         let newer = reason(contract_mismatch(
             &contract_version("mend:policy/types@1.5.0").unwrap(),
             &host,

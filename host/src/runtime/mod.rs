@@ -1,7 +1,8 @@
 //! The policy runtime: loads a policy component once and calls it, one sandbox per decision.
 //!
 //! Loading checks, in order, that the bytes compile as a component, that the component is
-//! built against a contract this host runs (1.4, or 1.3, which it asks the 1.3 way) and
+//! built against a contract this host runs (1.4, or an older 1.x, which it asks that
+//! contract's way: `compat::Calls`) and
 //! imports nothing outside [`ALLOWED_IMPORTS`] (the contract's types: a policy gets no WASI at
 //! all), that every export it must have has the type of that contract, and that `describe()`
 //! agrees with that contract and reports an ABI and semantics revision this host implements
@@ -22,6 +23,7 @@ mod active;
 mod bindings;
 pub mod cache;
 mod compat;
+mod older_recovery;
 pub mod registry;
 pub mod replay;
 mod sandbox;
@@ -50,8 +52,9 @@ use crate::invariants::IndexedDecision;
 
 pub use active::{ActivePolicy, Swapped};
 pub use compat::{
-    ALLOWED_IMPORTS, CONTRACT_1_3_TYPES_IMPORT, CONTRACT_TYPES_IMPORT, HOST_ABI_MAJOR,
-    HOST_ABI_MINOR, HostAbi, KNOWN_SEMANTICS_REVISIONS, RUNNABLE_CONTRACT_IMPORTS,
+    ALLOWED_IMPORTS, CONTRACT_1_1_TYPES_IMPORT, CONTRACT_1_2_TYPES_IMPORT,
+    CONTRACT_1_3_TYPES_IMPORT, CONTRACT_TYPES_IMPORT, HOST_ABI_MAJOR, HOST_ABI_MINOR, HostAbi,
+    KNOWN_SEMANTICS_REVISIONS, RUNNABLE_CONTRACT_IMPORTS,
 };
 pub use sandbox::{CONCURRENT_DECISIONS, PolicyLimits};
 pub use shape::ComponentShape;
@@ -266,7 +269,8 @@ impl PolicyRuntime {
                 sandbox::check_output_size("plan-stage", size, &self.inner.limits)?;
                 bindings::stage_plan(plan, split_ids.len())
             }
-            Calls::V1_3 => {
+            // 1.1 to 1.3 ask a stage plan alike.
+            Calls::V1_3 | Calls::V1_2 | Calls::V1_1 => {
                 let planned: Vec<v1_3::PlannedSplit> = v1_3::with_stage_plan_input(
                     dataset_id,
                     mode,
@@ -303,7 +307,7 @@ impl PolicyRuntime {
     }
 
     /// For each publish of `inputs`, in order, every reason it must not happen: one call into
-    /// the policy for the whole batch (ABI 1.4), or one per publish for a 1.3 policy. A policy
+    /// the policy for the whole batch (ABI 1.4), or one per publish for an older policy. A policy
     /// answering another number of verdicts than it was asked for is refused as a whole.
     pub fn validate_publishes(
         &self,
@@ -318,7 +322,7 @@ impl PolicyRuntime {
             Calls::V1_4 => bindings::with_publish_inputs(inputs, |wit_inputs| {
                 self.inner.call_export(FUNCTION, export, (wit_inputs,))
             })?,
-            Calls::V1_3 => inputs
+            Calls::V1_3 | Calls::V1_2 | Calls::V1_1 => inputs
                 .iter()
                 .map(|input| {
                     bindings::with_publish_input(input, |wit_input| {
@@ -357,18 +361,47 @@ impl PolicyRuntime {
 }
 
 impl PolicyRuntime {
-    /// One decision per intent of a recovery sweep, in the input's order.
+    /// One decision per intent of a recovery sweep, in the input's order. A policy of an
+    /// older contract is asked about the intents that contract can express; each other one
+    /// is deferred, saying why (`older_recovery`).
     pub fn decide_recovery(
         &self,
         input: &RecoveryInput,
     ) -> Result<Vec<IntentDecision>, PolicyError> {
+        const FUNCTION: &str = "decide-recovery";
+        let export = &self.inner.exports.decide_recovery;
+        let calls = self.inner.calls;
+        if matches!(calls, Calls::V1_2 | Calls::V1_1) {
+            let withheld: Vec<Option<String>> = input
+                .intents
+                .iter()
+                .map(|intent| older_recovery::withheld(calls, intent))
+                .collect();
+            let asked: Vec<&mend_contract::IntentObservation> = input
+                .intents
+                .iter()
+                .zip(&withheld)
+                .filter(|(_, why)| why.is_none())
+                .map(|(intent, _)| intent)
+                .collect();
+            let answered: Vec<older_recovery::IntentDecision> = if asked.is_empty() {
+                Vec::new()
+            } else if calls == Calls::V1_2 {
+                older_recovery::with_input_1_2(input, &asked, |view| {
+                    self.inner.call_export(FUNCTION, export, (view,))
+                })?
+            } else {
+                older_recovery::with_input_1_1(input, &asked, |view| {
+                    self.inner.call_export(FUNCTION, export, (view,))
+                })?
+            };
+            let size = older_recovery::answer_size(&answered);
+            sandbox::check_output_size(FUNCTION, size, &self.inner.limits)?;
+            return older_recovery::merge(input, withheld, answered);
+        }
         let decisions: Vec<wit::IntentDecision> =
             bindings::with_recovery_input(input, |wit_input| {
-                self.inner.call_export(
-                    "decide-recovery",
-                    &self.inner.exports.decide_recovery,
-                    (wit_input,),
-                )
+                self.inner.call_export(FUNCTION, export, (wit_input,))
             })?;
         let size = decisions
             .iter()
@@ -385,7 +418,7 @@ impl PolicyRuntime {
                     }
             })
             .sum();
-        sandbox::check_output_size("decide-recovery", size, &self.inner.limits)?;
+        sandbox::check_output_size(FUNCTION, size, &self.inner.limits)?;
         Ok(decisions
             .into_iter()
             .map(bindings::intent_decision)
@@ -394,18 +427,28 @@ impl PolicyRuntime {
 }
 
 impl PolicyRuntime {
-    /// One action per orphan object, in the input's order.
+    /// One action per orphan object, in the input's order. A policy of contract 1.1 has no
+    /// `plan-reconcile` (reconcile came with 1.2) and is refused, never decided for.
     pub fn plan_reconcile(
         &self,
         input: &ReconcileInput,
     ) -> Result<Vec<ReconcileDecision>, PolicyError> {
+        let Some(export) = &self.inner.exports.plan_reconcile else {
+            let description = self.description();
+            return Err(PolicyError::Incompatible {
+                reason: format!(
+                    "policy {} {} is built against {}, which has no plan-reconcile: \
+                     reconciling orphan objects needs a policy of contract 1.2 or newer",
+                    description.name,
+                    description.version,
+                    self.inner.calls.contract()
+                ),
+            });
+        };
         let decisions: Vec<wit::ReconcileDecision> =
             bindings::with_reconcile_input(input, |wit_input| {
-                self.inner.call_export(
-                    "plan-reconcile",
-                    &self.inner.exports.plan_reconcile,
-                    (wit_input,),
-                )
+                self.inner
+                    .call_export("plan-reconcile", export, (wit_input,))
             })?;
         let size = decisions
             .iter()
@@ -426,11 +469,15 @@ impl PolicyRuntime {
 }
 
 impl PolicyRuntime {
-    /// Which gc candidates to mark and which to delete (ABI 1.3).
+    /// Which gc candidates to mark and which to delete. A policy of contract 1.1 or 1.2 has
+    /// no `plan-gc` (it came with 1.3): its gc is planned by the grace-period rule the host of
+    /// its contract ran, which 1.3 moved unchanged into the default policy.
     pub fn plan_gc(&self, input: &GcInput) -> Result<GcPlan, PolicyError> {
+        let Some(export) = &self.inner.exports.plan_gc else {
+            return Ok(mend_default_policy::plan_gc(input));
+        };
         let plan: wit::GcPlan = bindings::with_gc_input(input, |wit_input| {
-            self.inner
-                .call_export("plan-gc", &self.inner.exports.plan_gc, (wit_input,))
+            self.inner.call_export("plan-gc", export, (wit_input,))
         })?;
         let size = plan
             .mark
@@ -447,11 +494,13 @@ impl PolicyRuntime {
 struct Exports {
     describe: ComponentExportIndex,
     plan_stage: ComponentExportIndex,
-    /// `validate-publishes` (ABI 1.4) or `validate-publish` (1.3).
+    /// `validate-publishes` (ABI 1.4) or `validate-publish` (older).
     validate: ComponentExportIndex,
     decide_recovery: ComponentExportIndex,
-    plan_reconcile: ComponentExportIndex,
-    plan_gc: ComponentExportIndex,
+    /// From ABI 1.2 on.
+    plan_reconcile: Option<ComponentExportIndex>,
+    /// From ABI 1.3 on.
+    plan_gc: Option<ComponentExportIndex>,
 }
 
 impl Exports {
@@ -466,13 +515,17 @@ impl Exports {
         Ok(Self {
             describe: index("describe")?,
             plan_stage: index("plan-stage")?,
-            validate: index(match calls {
-                Calls::V1_4 => "validate-publishes",
-                Calls::V1_3 => "validate-publish",
+            validate: index(if calls.packs_stage_plans() {
+                "validate-publishes"
+            } else {
+                "validate-publish"
             })?,
             decide_recovery: index("decide-recovery")?,
-            plan_reconcile: index("plan-reconcile")?,
-            plan_gc: index("plan-gc")?,
+            plan_reconcile: calls
+                .has_plan_reconcile()
+                .then(|| index("plan-reconcile"))
+                .transpose()?,
+            plan_gc: calls.has_plan_gc().then(|| index("plan-gc")).transpose()?,
         })
     }
 
@@ -485,41 +538,61 @@ impl Exports {
         calls: Calls,
     ) -> wasmtime::Result<()> {
         instance.get_typed_func::<(), (wit::PolicyDescription,)>(&mut *store, &self.describe)?;
-        match calls {
-            Calls::V1_4 => {
-                instance.get_typed_func::<(&wit::StagePlanInput<'static>,), (wit::StagePlan,)>(
+        if calls.packs_stage_plans() {
+            instance.get_typed_func::<(&wit::StagePlanInput<'static>,), (wit::StagePlan,)>(
+                &mut *store,
+                &self.plan_stage,
+            )?;
+            instance.get_typed_func::<
+                (&[wit::PublishInput<'static>],),
+                (Vec<Vec<wit::PublishViolation>>,),
+            >(&mut *store, &self.validate)?;
+        } else {
+            instance
+                .get_typed_func::<(&v1_3::StagePlanInput<'static>,), (Vec<v1_3::PlannedSplit>,)>(
                     &mut *store,
                     &self.plan_stage,
                 )?;
-                instance.get_typed_func::<
-                    (&[wit::PublishInput<'static>],),
-                    (Vec<Vec<wit::PublishViolation>>,),
-                >(&mut *store, &self.validate)?;
+            instance
+                .get_typed_func::<(&wit::PublishInput<'static>,), (Vec<wit::PublishViolation>,)>(
+                    &mut *store,
+                    &self.validate,
+                )?;
+        }
+        match calls {
+            Calls::V1_4 | Calls::V1_3 => {
+                instance
+                    .get_typed_func::<(&wit::RecoveryInput<'static>,), (Vec<wit::IntentDecision>,)>(
+                        &mut *store,
+                        &self.decide_recovery,
+                    )?;
             }
-            Calls::V1_3 => {
+            Calls::V1_2 => {
                 instance.get_typed_func::<
-                    (&v1_3::StagePlanInput<'static>,),
-                    (Vec<v1_3::PlannedSplit>,),
-                >(&mut *store, &self.plan_stage)?;
+                    (&older_recovery::RecoveryInput1_2<'static>,),
+                    (Vec<older_recovery::IntentDecision>,),
+                >(&mut *store, &self.decide_recovery)?;
+            }
+            Calls::V1_1 => {
                 instance.get_typed_func::<
-                    (&wit::PublishInput<'static>,),
-                    (Vec<wit::PublishViolation>,),
-                >(&mut *store, &self.validate)?;
+                    (&older_recovery::RecoveryInput1_1<'static>,),
+                    (Vec<older_recovery::IntentDecision>,),
+                >(&mut *store, &self.decide_recovery)?;
             }
         }
-        instance.get_typed_func::<(&wit::RecoveryInput<'static>,), (Vec<wit::IntentDecision>,)>(
-            &mut *store,
-            &self.decide_recovery,
-        )?;
-        instance
-            .get_typed_func::<(&wit::ReconcileInput<'static>,), (Vec<wit::ReconcileDecision>,)>(
+        if let Some(plan_reconcile) = &self.plan_reconcile {
+            instance
+                .get_typed_func::<(&wit::ReconcileInput<'static>,), (Vec<wit::ReconcileDecision>,)>(
+                    &mut *store,
+                    plan_reconcile,
+                )?;
+        }
+        if let Some(plan_gc) = &self.plan_gc {
+            instance.get_typed_func::<(&wit::GcInput<'static>,), (wit::GcPlan,)>(
                 &mut *store,
-                &self.plan_reconcile,
+                plan_gc,
             )?;
-        instance.get_typed_func::<(&wit::GcInput<'static>,), (wit::GcPlan,)>(
-            &mut *store,
-            &self.plan_gc,
-        )?;
+        }
         Ok(())
     }
 }

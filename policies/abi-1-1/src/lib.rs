@@ -1,8 +1,15 @@
-//! A policy for tests built against the previous contract, `mend:policy@1.1.0`
-//! (`wit/policy.wit` in this crate is that contract, frozen): what a policy built before the
-//! upgrade looks like. A current host must refuse it at load, naming both versions, before
-//! wasmtime meets its older types. It describes itself honestly as ABI 1.1; its decisions are
-//! empty, since no host should ever ask it for one.
+//! The default policy as it would be built against the frozen contract `mend:policy@1.1.0`
+//! (`wit/policy.wit` in this crate is that contract): every decision 1.1 can express is the
+//! default one, asked the 1.1 way. It shows that a 1.4 host still runs a 1.1 policy and asks
+//! it only what 1.1 can say, as the mixed-version matrix checks.
+//!
+//! What 1.1 cannot express, and what this policy does about it:
+//! - it has no `plan-gc` (the host plans gc by the grace-period rule it always ran) and no
+//!   `plan-reconcile` (the host refuses a reconcile: 1.1 had none);
+//! - it never sees the phase `abandoned` or a config-apply or reconcile intent (the host
+//!   defers those), nor `checkpoint-reached-to`, which it takes as `checkpoint-at-to`;
+//! - it cannot answer `abandon`: where the default decision abandons, it defers with the same
+//!   reason, so the intent waits for a policy that can abandon it.
 //!
 //! It builds only for wasm32; natively it is empty.
 
@@ -13,8 +20,6 @@
 
 extern crate alloc;
 
-use alloc::vec::Vec;
-
 wit_bindgen::generate!({
     world: "policy",
     path: "wit",
@@ -24,38 +29,203 @@ use mend::policy::types as wit;
 // The allocator, memcmp and the panic handler; rustc links the crate only if it is named.
 use mend_policy_sdk as _;
 
+use alloc::vec::Vec;
+
+use mend_contract as plain;
+
+/// The default policy's exports: each converts its input, calls the default decision and
+/// converts the answer back.
 struct AbiOneOne;
 
 impl Guest for AbiOneOne {
+    /// The default policy's, as ABI 1.1, without `stage.standard-plans`, which 1.1 has not.
     fn describe() -> wit::PolicyDescription {
+        let description = mend_default_policy::describe();
         wit::PolicyDescription {
             name: "abi-1-1".into(),
-            version: "0.0.0".into(),
+            version: description.version,
             abi_major: 1,
             abi_minor: 1,
-            semantics_revision: 1,
-            required_capabilities: [
-                "stage.upsert",
-                "stage.create-only",
-                "publish.checkpoint",
-                "publish.token",
-            ]
-            .iter()
-            .map(|name| (*name).into())
-            .collect(),
+            semantics_revision: description.semantics_revision,
+            required_capabilities: description
+                .required_capabilities
+                .into_iter()
+                .filter(|name| name != plain::capability::STAGE_STANDARD_PLANS)
+                .collect(),
         }
     }
 
-    fn plan_stage(_input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
-        Vec::new()
+    fn plan_stage(input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
+        let input = plain::StagePlanInput {
+            dataset_id: input.dataset_id,
+            mode: match input.mode {
+                wit::StageMode::Upsert => plain::StageMode::Upsert,
+                wit::StageMode::CreateOnly => plain::StageMode::CreateOnly,
+            },
+            split_ids: input.split_ids,
+            existing: input.existing.into_iter().map(existing_row).collect(),
+        };
+        mend_default_policy::plan_stage(&input)
+            .into_iter()
+            .map(|planned| wit::PlannedSplit {
+                split_id: planned.split_id,
+                request_index: planned.request_index,
+                action: match planned.action {
+                    plain::StageAction::Insert => wit::StageAction::Insert,
+                    plain::StageAction::Overwrite => wit::StageAction::Overwrite,
+                    plain::StageAction::Skip(state) => wit::StageAction::Skip(wit_state(state)),
+                    plain::StageAction::Reject(reason) => wit::StageAction::Reject(reason),
+                },
+            })
+            .collect()
     }
 
-    fn validate_publish(_input: wit::PublishInput) -> Vec<wit::PublishViolation> {
-        Vec::new()
+    fn validate_publish(input: wit::PublishInput) -> Vec<wit::PublishViolation> {
+        let input = plain::PublishInput {
+            dataset_id: input.dataset_id,
+            staged_split_ids: input.staged_split_ids,
+            replaced_split_ids: input.replaced_split_ids,
+            checkpoint_delta: input.checkpoint_delta.map(|delta| plain::CheckpointDelta {
+                source: delta.source,
+                partitions: delta
+                    .partitions
+                    .into_iter()
+                    .map(|p| plain::PartitionDelta {
+                        partition: p.partition,
+                        from_position: p.from_position,
+                        to_position: p.to_position,
+                    })
+                    .collect(),
+            }),
+            publish_token: input.publish_token,
+            rows: input.rows.into_iter().map(existing_row).collect(),
+            checkpoint: input
+                .checkpoint
+                .into_iter()
+                .map(|p| plain::PartitionPosition {
+                    partition: p.partition,
+                    position: p.position,
+                })
+                .collect(),
+            current_publish_token: input.current_publish_token,
+        };
+        mend_default_policy::validate_publish(&input)
+            .into_iter()
+            .map(|violation| wit::PublishViolation {
+                kind: match violation.kind {
+                    plain::ViolationKind::SplitMissing => wit::ViolationKind::SplitMissing,
+                    plain::ViolationKind::NotStaged => wit::ViolationKind::NotStaged,
+                    plain::ViolationKind::NotPublished => wit::ViolationKind::NotPublished,
+                    plain::ViolationKind::SplitInBoth => wit::ViolationKind::SplitInBoth,
+                    plain::ViolationKind::CheckpointMismatch => {
+                        wit::ViolationKind::CheckpointMismatch
+                    }
+                    plain::ViolationKind::StalePublishToken => {
+                        wit::ViolationKind::StalePublishToken
+                    }
+                },
+                subjects: violation.subjects,
+                message: violation.message,
+            })
+            .collect()
     }
 
-    fn decide_recovery(_input: wit::RecoveryInput) -> Vec<wit::IntentDecision> {
-        Vec::new()
+    fn decide_recovery(input: wit::RecoveryInput) -> Vec<wit::IntentDecision> {
+        let input = plain::RecoveryInput {
+            dataset_id: input.dataset_id,
+            mode: match input.mode {
+                wit::RecoveryMode::Probe => plain::RecoveryMode::Probe,
+                wit::RecoveryMode::RollForward => plain::RecoveryMode::RollForward,
+                wit::RecoveryMode::Exclusive => plain::RecoveryMode::Exclusive,
+                wit::RecoveryMode::Verify => plain::RecoveryMode::Verify,
+            },
+            now_ms: input.now_ms,
+            intents: input.intents.into_iter().map(intent_observation).collect(),
+        };
+        mend_default_policy::decide_recovery(&input)
+            .into_iter()
+            .map(|decision| wit::IntentDecision {
+                operation_id: decision.operation_id,
+                decision: match decision.decision {
+                    plain::RecoveryDecision::RollForward => wit::RecoveryDecision::RollForward,
+                    plain::RecoveryDecision::RollBack => wit::RecoveryDecision::RollBack,
+                    plain::RecoveryDecision::Defer(why) => wit::RecoveryDecision::Defer(why),
+                    plain::RecoveryDecision::Blocked(reason) => {
+                        wit::RecoveryDecision::Blocked(wit::BlockedReason {
+                            why: reason.why,
+                            operator_action: reason.operator_action,
+                        })
+                    }
+                    plain::RecoveryDecision::Stale => wit::RecoveryDecision::Stale,
+                    // 1.1 cannot abandon: the intent waits for a policy that can.
+                    plain::RecoveryDecision::Abandon(why) => wit::RecoveryDecision::Defer(why),
+                },
+            })
+            .collect()
+    }
+}
+
+fn intent_observation(intent: wit::IntentObservation) -> plain::IntentObservation {
+    plain::IntentObservation {
+        operation_id: intent.operation_id,
+        kind: match intent.kind {
+            wit::OperationKind::Commit => plain::OperationKind::Commit,
+            wit::OperationKind::Merge => plain::OperationKind::Merge,
+            wit::OperationKind::Gc => plain::OperationKind::Gc,
+            wit::OperationKind::ConfigApply => plain::OperationKind::ConfigApply,
+            wit::OperationKind::Reconcile => plain::OperationKind::Reconcile,
+        },
+        phase: match intent.phase {
+            wit::IntentPhase::Armed => plain::IntentPhase::Armed,
+            wit::IntentPhase::EffectsConfirmed => plain::IntentPhase::EffectsConfirmed,
+        },
+        owner_lease_live: intent.owner_lease_live,
+        planned_rows: intent.planned_rows,
+        rows: intent.rows.into_iter().map(existing_row).collect(),
+        objects: intent
+            .objects
+            .into_iter()
+            .map(|object| plain::ObjectObservation {
+                split_id: object.split_id,
+                present: object.present,
+                matches: object.matches,
+            })
+            .collect(),
+        publish_staged: intent.publish_staged,
+        publish_replaced: intent.publish_replaced,
+        has_checkpoint_delta: intent.has_checkpoint_delta,
+        checkpoint_at_from: intent.checkpoint_at_from,
+        checkpoint_at_to: intent.checkpoint_at_to,
+        // 1.1 observes no more than whether the checkpoint is at the delta's end.
+        checkpoint_reached_to: intent.checkpoint_at_to,
+        gc_splits: intent.gc_splits,
+        // Observed from 1.2 on; the host never asks 1.1 about an intent that needs them.
+        mark_splits: Vec::new(),
+        config_at_expected: false,
+        config_applied: false,
+    }
+}
+
+fn existing_row(row: wit::ExistingRow) -> plain::ExistingRow {
+    plain::ExistingRow {
+        split_id: row.split_id,
+        state: plain_state(row.state),
+    }
+}
+
+fn plain_state(state: wit::SplitState) -> plain::SplitState {
+    match state {
+        wit::SplitState::Staged => plain::SplitState::Staged,
+        wit::SplitState::Published => plain::SplitState::Published,
+        wit::SplitState::MarkedForDeletion => plain::SplitState::MarkedForDeletion,
+    }
+}
+
+fn wit_state(state: plain::SplitState) -> wit::SplitState {
+    match state {
+        plain::SplitState::Staged => wit::SplitState::Staged,
+        plain::SplitState::Published => wit::SplitState::Published,
+        plain::SplitState::MarkedForDeletion => wit::SplitState::MarkedForDeletion,
     }
 }
 
