@@ -222,3 +222,103 @@ async fn hostile_decisions_are_refused_on_memory() {
 async fn hostile_decisions_are_refused_on_postgres() {
     check_hostile(Backend::Postgres).await;
 }
+
+/// Malformed 1.4 answers from a real sandbox (`policies/hostile`, `malformed-*`): each stage
+/// plan that breaks the contract's shape is refused, as the policy's error or as a plan the
+/// invariants reject, and a batch of verdicts one short refuses the publish. Nothing is
+/// written by a refused plan (the dataset's rows and write fingerprint are as before), and the
+/// refused publish publishes nothing.
+async fn check_malformed(backend: Backend) {
+    let hostile = PolicyRuntime::load(HOSTILE_WASM, PolicyLimits::default()).expect("loads");
+    let h = Harness::with_policy(backend, hostile).await;
+    let shapes: [(&str, &str); 5] = [
+        (
+            "malformed-lengths",
+            "malformed plan: 4 request indices for 3 actions",
+        ),
+        (
+            "malformed-reasons",
+            "malformed plan: 0 reasons for 1 rejections",
+        ),
+        (
+            "malformed-index",
+            "malformed plan: request index 4, but the request has 4 entries",
+        ),
+        ("malformed-duplicate", "a"),
+        ("malformed-missing", "c"),
+    ];
+    let mut refused = 0;
+    for (label, says) in shapes {
+        let dataset_id = h.create_dataset(label).await;
+        let before = h.write_fingerprint(&dataset_id).await;
+        let error = h
+            .engine
+            .stage(&stage(
+                &dataset_id,
+                StageMode::CreateOnly,
+                &["b", "a", "c", "a"],
+            ))
+            .await
+            .expect_err("a malformed plan is refused");
+        let message = error.to_string();
+        let policy_error = matches!(
+            &error,
+            MendError::Policy(mend::PolicyError::Incompatible { .. })
+        );
+        let rejected = matches!(&error, MendError::PolicyRejected { .. });
+        assert!(
+            (policy_error || rejected) && message.contains(says),
+            "{label}: {error:?}"
+        );
+        let rows = h
+            .engine
+            .list_splits(&dataset_id, &ListQuery::default())
+            .await
+            .unwrap();
+        assert!(rows.splits.is_empty(), "{label}: {:?}", rows.splits);
+        assert_eq!(h.write_fingerprint(&dataset_id).await, before, "{label}");
+        println!("{label:>20}: refused ({message})");
+        refused += 1;
+    }
+
+    // A commit stages and uploads, then its publish is validated: one verdict short, it is
+    // refused and nothing is published.
+    let dataset_id = h.create_dataset("malformed-verdicts").await;
+    let error = h
+        .engine
+        .commit(&commit(&dataset_id, &["s"]))
+        .await
+        .expect_err("a batch of verdicts one short refuses the publish");
+    assert!(
+        error
+            .to_string()
+            .contains("validate-publishes answered 0 verdicts for 1 publishes"),
+        "{error:?}"
+    );
+    let rows = h
+        .engine
+        .list_splits(&dataset_id, &ListQuery::default())
+        .await
+        .unwrap();
+    assert!(
+        rows.splits
+            .iter()
+            .all(|row| row.state != mend::model::SplitState::Published),
+        "{:?}",
+        rows.splits
+    );
+    refused += 1;
+    println!(
+        "malformed 1.4 answers [{backend}]: {refused} of 6 refused; no refused plan wrote anything, no refused publish published"
+    );
+}
+
+#[tokio::test]
+async fn malformed_plans_are_refused_on_memory() {
+    check_malformed(Backend::Memory).await;
+}
+
+#[tokio::test]
+async fn malformed_plans_are_refused_on_postgres() {
+    check_malformed(Backend::Postgres).await;
+}

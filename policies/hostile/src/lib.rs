@@ -22,6 +22,16 @@
 //!   reason of one rejected split) what it found of all that on entry. A fresh sandbox per
 //!   decision means it always finds nothing.
 //!
+//! And it answers a malformed 1.4 plan when the dataset id begins with one of these, so that
+//! tests can prove the host refuses each through a real sandbox and writes nothing:
+//!
+//! - `malformed-lengths`: one more request index than actions;
+//! - `malformed-reasons`: a rejection without its reason;
+//! - `malformed-index`: a request index past the request's entries;
+//! - `malformed-duplicate`: the first id decided twice;
+//! - `malformed-missing`: no decision for the last distinct id;
+//! - `malformed-verdicts`: `validate-publishes` answers one verdict fewer than it was asked.
+//!
 //! It builds only for wasm32; natively it is empty.
 
 #![cfg_attr(target_arch = "wasm32", no_std)]
@@ -68,6 +78,9 @@ impl Guest for HostilePolicy {
         let mut ids: Vec<(usize, &str)> = split_ids.iter().copied().enumerate().collect();
         ids.sort_by(|a, b| a.1.cmp(b.1));
         ids.dedup_by(|a, b| a.1 == b.1);
+        if let Some(plan) = malformed_plan(&input.dataset_id, &ids, split_ids.len()) {
+            return plan;
+        }
         wit::StagePlan {
             request_indices: ids.iter().map(|(index, _)| *index as u32).collect(),
             actions: ids
@@ -84,9 +97,13 @@ impl Guest for HostilePolicy {
         }
     }
 
-    /// Allows every publish: an empty answer for each.
+    /// Allows every publish: an empty answer for each (one fewer on `malformed-verdicts`).
     fn validate_publishes(inputs: Vec<wit::PublishInput>) -> Vec<Vec<wit::PublishViolation>> {
-        inputs.iter().map(|_| Vec::new()).collect()
+        let short = inputs
+            .iter()
+            .any(|input| input.dataset_id.starts_with("malformed-verdicts"));
+        let answers = inputs.len() - usize::from(short && !inputs.is_empty());
+        (0..answers).map(|_| Vec::new()).collect()
     }
 
     fn decide_recovery(input: wit::RecoveryInput) -> Vec<wit::IntentDecision> {
@@ -129,6 +146,45 @@ impl Guest for HostilePolicy {
             delete: ids,
         }
     }
+}
+
+/// The malformed plan the dataset id asks for, over the request's distinct ids (sorted, each
+/// with the index of its first entry) and its number of entries; `None` for any other id.
+fn malformed_plan(
+    dataset_id: &str,
+    ids: &[(usize, &str)],
+    entries: usize,
+) -> Option<wit::StagePlan> {
+    let inserts = |indices: Vec<u32>| wit::StagePlan {
+        actions: indices.iter().map(|_| wit::PlannedAction::Insert).collect(),
+        request_indices: indices,
+        reasons: Vec::new(),
+    };
+    let every: Vec<u32> = ids.iter().map(|(index, _)| *index as u32).collect();
+    let malformed = if dataset_id.starts_with("malformed-lengths") {
+        let mut plan = inserts(every);
+        plan.request_indices.push(0);
+        plan
+    } else if dataset_id.starts_with("malformed-reasons") {
+        let mut plan = inserts(every);
+        plan.actions[0] = wit::PlannedAction::Reject;
+        plan
+    } else if dataset_id.starts_with("malformed-index") {
+        let mut plan = inserts(every);
+        plan.request_indices[0] = entries as u32;
+        plan
+    } else if dataset_id.starts_with("malformed-duplicate") {
+        let mut indices = every;
+        indices.insert(0, indices[0]);
+        inserts(indices)
+    } else if dataset_id.starts_with("malformed-missing") {
+        let mut indices = every;
+        indices.pop();
+        inserts(indices)
+    } else {
+        return None;
+    };
+    Some(malformed)
 }
 
 fn spin_forever() -> ! {
