@@ -22,6 +22,8 @@ use crate::routes;
 /// The server's entry points, by the name of their `cargo fuzz` target and corpus directory.
 pub const TARGETS: &[(&str, Target)] = &[
     ("stage_request_body", stage_request_body),
+    ("stage_compact_body", stage_compact_body),
+    ("begin_compact_body", begin_compact_body),
     ("publish_request_body", publish_request_body),
     ("apply_config_body", apply_config_body),
     ("create_dataset_body", create_dataset_body),
@@ -36,10 +38,46 @@ pub const TARGETS: &[(&str, Target)] = &[
 /// one alphabet, each metadata a JSON object within the limit, each time range ordered; and
 /// the default policy's plan for it on an empty dataset passes the host's invariant check.
 pub fn stage_request_body(data: &[u8]) -> Verdict {
-    let request = match body::parse::<routes::Stage>(&Bytes::copy_from_slice(data)) {
-        Ok(parsed) => parsed.into_request(DATASET.to_owned()),
-        Err(error) => return expect_bad_request("stage_request_body: parse", &error),
-    };
+    match body::parse::<routes::Stage>(&Bytes::copy_from_slice(data)) {
+        Ok(parsed) => check_stage("stage_request_body", parsed),
+        Err(error) => expect_bad_request("stage_request_body: parse", &error),
+    }
+}
+
+/// The same stage body in the compact encoding (`application/vnd.mend.compact.v1`), parsed as
+/// the server parses it: a body that does not decode whole is a 400 with words, and one that
+/// does is held to everything [`stage_request_body`] holds a JSON one to.
+pub fn stage_compact_body(data: &[u8]) -> Verdict {
+    match body::parse_compact::<routes::Stage>(&Bytes::copy_from_slice(data)) {
+        Ok(parsed) => check_stage("stage_compact_body", parsed),
+        Err(error) => expect_bad_request("stage_compact_body: parse", &error),
+    }
+}
+
+/// The operation protocol's begin in the compact encoding. A body that does not decode whole
+/// is a 400 with words. One that decodes holds no more splits than its bytes can encode (each
+/// at least 4: three lengths and a size), so no count in the body made the server allocate
+/// past what was sent, and becomes a request for the dataset.
+pub fn begin_compact_body(data: &[u8]) -> Verdict {
+    match body::parse_compact::<routes::Begin>(&Bytes::copy_from_slice(data)) {
+        Ok(parsed) => {
+            let request = parsed.into_request(DATASET.to_owned());
+            assert!(
+                request.splits.len() * 4 <= data.len(),
+                "begin_compact_body: {} splits out of {} bytes",
+                request.splits.len(),
+                data.len()
+            );
+            assert_eq!(request.dataset_id, DATASET, "begin_compact_body");
+            Verdict::Accepted
+        }
+        Err(error) => expect_bad_request("begin_compact_body: parse", &error),
+    }
+}
+
+/// A parsed stage body, validated as the engine validates it (see [`stage_request_body`]).
+fn check_stage(target: &str, parsed: routes::Stage) -> Verdict {
+    let request = parsed.into_request(DATASET.to_owned());
     let limits = limits();
     let stage_limits = StageLimits {
         max_batch: limits.max_stage_batch,
@@ -47,9 +85,9 @@ pub fn stage_request_body(data: &[u8]) -> Verdict {
     };
     let requested = match validate::stage_request(&request, stage_limits) {
         Ok(requested) => requested,
-        Err(error) => return expect_invalid_argument("stage_request_body: validate", &error),
+        Err(error) => return expect_invalid_argument(&format!("{target}: validate"), &error),
     };
-    assert_eq!(requested.len(), request.splits.len(), "stage_request_body");
+    assert_eq!(requested.len(), request.splits.len(), "{target}");
     for (split, asked) in requested.iter().zip(&request.splits) {
         check_new_split(split, &asked.split_id, limits.max_metadata_bytes);
     }
@@ -66,7 +104,7 @@ pub fn stage_request_body(data: &[u8]) -> Verdict {
     let planned = mend_default_policy::plan_stage(&input);
     invariants::checked_stage_plan(request.mode, &requested, &split_ids, &[], planned)
         .unwrap_or_else(|error| {
-            panic!("stage_request_body: the default plan on an empty dataset is refused: {error}")
+            panic!("{target}: the default plan on an empty dataset is refused: {error}")
         });
     Verdict::Accepted
 }

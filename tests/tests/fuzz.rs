@@ -85,6 +85,16 @@ fn stage_request_body() {
 }
 
 #[test]
+fn stage_compact_body() {
+    run("stage_compact_body");
+}
+
+#[test]
+fn begin_compact_body() {
+    run("begin_compact_body");
+}
+
+#[test]
 fn publish_request_body() {
     run("publish_request_body");
 }

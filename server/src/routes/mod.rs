@@ -26,6 +26,7 @@ mod write;
 pub(crate) use splits::list_query;
 pub(crate) use {
     datasets::{ApplyConfig, CreateDataset},
+    operations::Begin,
     splits::{Publish, SplitIds, Stage},
 };
 

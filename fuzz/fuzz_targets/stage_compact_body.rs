@@ -1,0 +1,7 @@
+//! `cargo +nightly fuzz run stage_compact_body`: see `mend_server::fuzzing::stage_compact_body` for what it checks.
+
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    mend_server::fuzzing::stage_compact_body(data);
+});
