@@ -40,105 +40,21 @@ struct AbiOneOne;
 impl Guest for AbiOneOne {
     /// The default policy's, as ABI 1.1, without `stage.standard-plans`, which 1.1 has not.
     fn describe() -> wit::PolicyDescription {
-        let description = mend_default_policy::describe();
-        wit::PolicyDescription {
-            name: "abi-1-1".into(),
-            version: description.version,
-            abi_major: 1,
-            abi_minor: 1,
-            semantics_revision: description.semantics_revision,
-            required_capabilities: description
-                .required_capabilities
-                .into_iter()
-                .filter(|name| name != plain::capability::STAGE_STANDARD_PLANS)
-                .collect(),
-        }
+        description_as("abi-1-1", 1)
     }
 
     fn plan_stage(input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
-        let input = plain::StagePlanInput {
-            dataset_id: input.dataset_id,
-            mode: match input.mode {
-                wit::StageMode::Upsert => plain::StageMode::Upsert,
-                wit::StageMode::CreateOnly => plain::StageMode::CreateOnly,
-            },
-            split_ids: input.split_ids,
-            existing: input.existing.into_iter().map(existing_row).collect(),
-        };
-        mend_default_policy::plan_stage(&input)
-            .into_iter()
-            .map(|planned| wit::PlannedSplit {
-                split_id: planned.split_id,
-                request_index: planned.request_index,
-                action: match planned.action {
-                    plain::StageAction::Insert => wit::StageAction::Insert,
-                    plain::StageAction::Overwrite => wit::StageAction::Overwrite,
-                    plain::StageAction::Skip(state) => wit::StageAction::Skip(wit_state(state)),
-                    plain::StageAction::Reject(reason) => wit::StageAction::Reject(reason),
-                },
-            })
-            .collect()
+        plan_stage_by_name(input)
     }
 
     fn validate_publish(input: wit::PublishInput) -> Vec<wit::PublishViolation> {
-        let input = plain::PublishInput {
-            dataset_id: input.dataset_id,
-            staged_split_ids: input.staged_split_ids,
-            replaced_split_ids: input.replaced_split_ids,
-            checkpoint_delta: input.checkpoint_delta.map(|delta| plain::CheckpointDelta {
-                source: delta.source,
-                partitions: delta
-                    .partitions
-                    .into_iter()
-                    .map(|p| plain::PartitionDelta {
-                        partition: p.partition,
-                        from_position: p.from_position,
-                        to_position: p.to_position,
-                    })
-                    .collect(),
-            }),
-            publish_token: input.publish_token,
-            rows: input.rows.into_iter().map(existing_row).collect(),
-            checkpoint: input
-                .checkpoint
-                .into_iter()
-                .map(|p| plain::PartitionPosition {
-                    partition: p.partition,
-                    position: p.position,
-                })
-                .collect(),
-            current_publish_token: input.current_publish_token,
-        };
-        mend_default_policy::validate_publish(&input)
-            .into_iter()
-            .map(|violation| wit::PublishViolation {
-                kind: match violation.kind {
-                    plain::ViolationKind::SplitMissing => wit::ViolationKind::SplitMissing,
-                    plain::ViolationKind::NotStaged => wit::ViolationKind::NotStaged,
-                    plain::ViolationKind::NotPublished => wit::ViolationKind::NotPublished,
-                    plain::ViolationKind::SplitInBoth => wit::ViolationKind::SplitInBoth,
-                    plain::ViolationKind::CheckpointMismatch => {
-                        wit::ViolationKind::CheckpointMismatch
-                    }
-                    plain::ViolationKind::StalePublishToken => {
-                        wit::ViolationKind::StalePublishToken
-                    }
-                },
-                subjects: violation.subjects,
-                message: violation.message,
-            })
-            .collect()
+        validate_one_publish(input)
     }
 
     fn decide_recovery(input: wit::RecoveryInput) -> Vec<wit::IntentDecision> {
         let input = plain::RecoveryInput {
             dataset_id: input.dataset_id,
-            mode: match input.mode {
-                wit::RecoveryMode::Probe => plain::RecoveryMode::Probe,
-                wit::RecoveryMode::RollForward => plain::RecoveryMode::RollForward,
-                wit::RecoveryMode::Exclusive => plain::RecoveryMode::Exclusive,
-                wit::RecoveryMode::Verify => plain::RecoveryMode::Verify,
-            },
+            mode: recovery_mode(input.mode),
             now_ms: input.now_ms,
             intents: input.intents.into_iter().map(intent_observation).collect(),
         };
@@ -151,10 +67,7 @@ impl Guest for AbiOneOne {
                     plain::RecoveryDecision::RollBack => wit::RecoveryDecision::RollBack,
                     plain::RecoveryDecision::Defer(why) => wit::RecoveryDecision::Defer(why),
                     plain::RecoveryDecision::Blocked(reason) => {
-                        wit::RecoveryDecision::Blocked(wit::BlockedReason {
-                            why: reason.why,
-                            operator_action: reason.operator_action,
-                        })
+                        wit::RecoveryDecision::Blocked(blocked(reason))
                     }
                     plain::RecoveryDecision::Stale => wit::RecoveryDecision::Stale,
                     // 1.1 cannot abandon: the intent waits for a policy that can.
@@ -168,13 +81,7 @@ impl Guest for AbiOneOne {
 fn intent_observation(intent: wit::IntentObservation) -> plain::IntentObservation {
     plain::IntentObservation {
         operation_id: intent.operation_id,
-        kind: match intent.kind {
-            wit::OperationKind::Commit => plain::OperationKind::Commit,
-            wit::OperationKind::Merge => plain::OperationKind::Merge,
-            wit::OperationKind::Gc => plain::OperationKind::Gc,
-            wit::OperationKind::ConfigApply => plain::OperationKind::ConfigApply,
-            wit::OperationKind::Reconcile => plain::OperationKind::Reconcile,
-        },
+        kind: operation_kind(intent.kind),
         phase: match intent.phase {
             wit::IntentPhase::Armed => plain::IntentPhase::Armed,
             wit::IntentPhase::EffectsConfirmed => plain::IntentPhase::EffectsConfirmed,
@@ -182,15 +89,7 @@ fn intent_observation(intent: wit::IntentObservation) -> plain::IntentObservatio
         owner_lease_live: intent.owner_lease_live,
         planned_rows: intent.planned_rows,
         rows: intent.rows.into_iter().map(existing_row).collect(),
-        objects: intent
-            .objects
-            .into_iter()
-            .map(|object| plain::ObjectObservation {
-                split_id: object.split_id,
-                present: object.present,
-                matches: object.matches,
-            })
-            .collect(),
+        objects: object_observations(intent.objects),
         publish_staged: intent.publish_staged,
         publish_replaced: intent.publish_replaced,
         has_checkpoint_delta: intent.has_checkpoint_delta,
@@ -206,27 +105,6 @@ fn intent_observation(intent: wit::IntentObservation) -> plain::IntentObservatio
     }
 }
 
-fn existing_row(row: wit::ExistingRow) -> plain::ExistingRow {
-    plain::ExistingRow {
-        split_id: row.split_id,
-        state: plain_state(row.state),
-    }
-}
-
-fn plain_state(state: wit::SplitState) -> plain::SplitState {
-    match state {
-        wit::SplitState::Staged => plain::SplitState::Staged,
-        wit::SplitState::Published => plain::SplitState::Published,
-        wit::SplitState::MarkedForDeletion => plain::SplitState::MarkedForDeletion,
-    }
-}
-
-fn wit_state(state: plain::SplitState) -> wit::SplitState {
-    match state {
-        plain::SplitState::Staged => wit::SplitState::Staged,
-        plain::SplitState::Published => wit::SplitState::Published,
-        plain::SplitState::MarkedForDeletion => wit::SplitState::MarkedForDeletion,
-    }
-}
+include!("../../older_contracts.rs");
 
 export!(AbiOneOne);

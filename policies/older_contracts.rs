@@ -1,0 +1,156 @@
+// The converters every frozen-contract fixture (`abi-1-1`, `abi-1-2`, `abi-1-3`) shares, to and
+// from the default policy's plain types: `include!`d by each, so that each resolves `wit` to
+// the types of its own frozen contract, whose names are the same in 1.1 to 1.3. What differs
+// between the contracts (recovery's phases and decisions, gc, reconcile) stays in each crate.
+
+/// The default policy's description, as the fixture `name` of ABI 1.`minor`, without
+/// `stage.standard-plans`, which no contract before 1.4 has.
+fn description_as(name: &str, minor: u32) -> wit::PolicyDescription {
+    let description = mend_default_policy::describe();
+    wit::PolicyDescription {
+        name: name.into(),
+        version: description.version,
+        abi_major: 1,
+        abi_minor: minor,
+        semantics_revision: description.semantics_revision,
+        required_capabilities: description
+            .required_capabilities
+            .into_iter()
+            .filter(|name| name != plain::capability::STAGE_STANDARD_PLANS)
+            .collect(),
+    }
+}
+
+/// The default stage plan, asked as every contract before 1.4 asks it: the ids as strings,
+/// each decision naming its own.
+fn plan_stage_by_name(input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
+    let input = plain::StagePlanInput {
+        dataset_id: input.dataset_id,
+        mode: match input.mode {
+            wit::StageMode::Upsert => plain::StageMode::Upsert,
+            wit::StageMode::CreateOnly => plain::StageMode::CreateOnly,
+        },
+        split_ids: input.split_ids,
+        existing: input.existing.into_iter().map(existing_row).collect(),
+    };
+    mend_default_policy::plan_stage(&input)
+        .into_iter()
+        .map(|planned| wit::PlannedSplit {
+            split_id: planned.split_id,
+            request_index: planned.request_index,
+            action: match planned.action {
+                plain::StageAction::Insert => wit::StageAction::Insert,
+                plain::StageAction::Overwrite => wit::StageAction::Overwrite,
+                plain::StageAction::Skip(state) => wit::StageAction::Skip(wit_state(state)),
+                plain::StageAction::Reject(reason) => wit::StageAction::Reject(reason),
+            },
+        })
+        .collect()
+}
+
+/// The default validation of one publish, as every contract before 1.4 asks it.
+fn validate_one_publish(input: wit::PublishInput) -> Vec<wit::PublishViolation> {
+    let input = plain::PublishInput {
+        dataset_id: input.dataset_id,
+        staged_split_ids: input.staged_split_ids,
+        replaced_split_ids: input.replaced_split_ids,
+        checkpoint_delta: input.checkpoint_delta.map(|delta| plain::CheckpointDelta {
+            source: delta.source,
+            partitions: delta
+                .partitions
+                .into_iter()
+                .map(|p| plain::PartitionDelta {
+                    partition: p.partition,
+                    from_position: p.from_position,
+                    to_position: p.to_position,
+                })
+                .collect(),
+        }),
+        publish_token: input.publish_token,
+        rows: input.rows.into_iter().map(existing_row).collect(),
+        checkpoint: input
+            .checkpoint
+            .into_iter()
+            .map(|p| plain::PartitionPosition {
+                partition: p.partition,
+                position: p.position,
+            })
+            .collect(),
+        current_publish_token: input.current_publish_token,
+    };
+    mend_default_policy::validate_publish(&input)
+        .into_iter()
+        .map(|violation| wit::PublishViolation {
+            kind: match violation.kind {
+                plain::ViolationKind::SplitMissing => wit::ViolationKind::SplitMissing,
+                plain::ViolationKind::NotStaged => wit::ViolationKind::NotStaged,
+                plain::ViolationKind::NotPublished => wit::ViolationKind::NotPublished,
+                plain::ViolationKind::SplitInBoth => wit::ViolationKind::SplitInBoth,
+                plain::ViolationKind::CheckpointMismatch => wit::ViolationKind::CheckpointMismatch,
+                plain::ViolationKind::StalePublishToken => wit::ViolationKind::StalePublishToken,
+            },
+            subjects: violation.subjects,
+            message: violation.message,
+        })
+        .collect()
+}
+
+fn recovery_mode(mode: wit::RecoveryMode) -> plain::RecoveryMode {
+    match mode {
+        wit::RecoveryMode::Probe => plain::RecoveryMode::Probe,
+        wit::RecoveryMode::RollForward => plain::RecoveryMode::RollForward,
+        wit::RecoveryMode::Exclusive => plain::RecoveryMode::Exclusive,
+        wit::RecoveryMode::Verify => plain::RecoveryMode::Verify,
+    }
+}
+
+fn operation_kind(kind: wit::OperationKind) -> plain::OperationKind {
+    match kind {
+        wit::OperationKind::Commit => plain::OperationKind::Commit,
+        wit::OperationKind::Merge => plain::OperationKind::Merge,
+        wit::OperationKind::Gc => plain::OperationKind::Gc,
+        wit::OperationKind::ConfigApply => plain::OperationKind::ConfigApply,
+        wit::OperationKind::Reconcile => plain::OperationKind::Reconcile,
+    }
+}
+
+fn object_observations(objects: Vec<wit::ObjectObservation>) -> Vec<plain::ObjectObservation> {
+    objects
+        .into_iter()
+        .map(|object| plain::ObjectObservation {
+            split_id: object.split_id,
+            present: object.present,
+            matches: object.matches,
+        })
+        .collect()
+}
+
+fn blocked(reason: plain::BlockedReason) -> wit::BlockedReason {
+    wit::BlockedReason {
+        why: reason.why,
+        operator_action: reason.operator_action,
+    }
+}
+
+fn existing_row(row: wit::ExistingRow) -> plain::ExistingRow {
+    plain::ExistingRow {
+        split_id: row.split_id,
+        state: plain_state(row.state),
+    }
+}
+
+fn plain_state(state: wit::SplitState) -> plain::SplitState {
+    match state {
+        wit::SplitState::Staged => plain::SplitState::Staged,
+        wit::SplitState::Published => plain::SplitState::Published,
+        wit::SplitState::MarkedForDeletion => plain::SplitState::MarkedForDeletion,
+    }
+}
+
+fn wit_state(state: plain::SplitState) -> wit::SplitState {
+    match state {
+        plain::SplitState::Staged => wit::SplitState::Staged,
+        plain::SplitState::Published => wit::SplitState::Published,
+        plain::SplitState::MarkedForDeletion => wit::SplitState::MarkedForDeletion,
+    }
+}
