@@ -551,3 +551,47 @@ fn assert_scans_within(scans: &[(String, i64)], limit: i64, bodies: i64) {
         "{scans:?}"
     );
 }
+
+/// Migration 0010: on a server with lz4, audit batches are compressed with it (and a large
+/// batch stored so is read back whole); on one without, the column keeps the default.
+#[tokio::test]
+async fn audit_batches_are_compressed_with_lz4_where_the_server_has_it() {
+    let catalog = catalog().await;
+    let mut connection = catalog.pool.acquire().await.unwrap();
+    let has_lz4 = sqlx::query("SET default_toast_compression = lz4")
+        .execute(&mut *connection)
+        .await
+        .is_ok();
+    drop(connection);
+    let method: String = sqlx::query_scalar(
+        "SELECT attcompression::text FROM pg_attribute \
+         WHERE attrelid = 'audit'::regclass AND attname = 'records'",
+    )
+    .fetch_one(&catalog.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        method,
+        if has_lz4 { "l" } else { "" },
+        "lz4 here: {has_lz4}"
+    );
+
+    // A batch large enough to be compressed out of line comes back whole.
+    let dataset_id = new_dataset(&catalog).await;
+    let records: Vec<AuditRecord> = (0..1_000)
+        .map(|i| record(&dataset_id, &format!("op-{i:04}"), 1_000 + i))
+        .collect();
+    catalog.append_audit(&dataset_id, &records).await.unwrap();
+    assert_eq!(audit(&catalog, &dataset_id).await, records);
+    if has_lz4 {
+        let stored: String = sqlx::query_scalar(
+            "SELECT pg_column_compression(records) FROM audit WHERE dataset_id = $1",
+        )
+        .bind(&dataset_id)
+        .fetch_one(&catalog.pool)
+        .await
+        .unwrap();
+        assert_eq!(stored, "lz4");
+    }
+    println!("audit batches: lz4 on this server {has_lz4}; 1,000 records read back whole");
+}
