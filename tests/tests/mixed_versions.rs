@@ -756,3 +756,68 @@ fn an_older_policy_is_asked_only_what_its_contract_can_say() {
     checked += 3;
     println!("{checked} decisions of older policies checked against what their contract can say");
 }
+
+/// Older components still pass their scenarios: every suite of `guest/scenarios` against
+/// `abi-1-3` as written, and against `abi-1-2` and `abi-1-1` as far as each contract can say:
+/// the intents the host withholds from them (covered above) are left out of their recovery
+/// scenarios, a recovery decision is the native one on what the contract observes
+/// ([`as_contract`]), and a reconcile scenario is left out of 1.1's (which has none, refused
+/// above). Every other scenario (stage plans, publish validations, gc, 1.2's reconcile) must
+/// give exactly its expected answer.
+#[test]
+fn older_components_pass_the_default_scenarios_their_contract_can_say() {
+    use mend::scenarios::{Call, run};
+
+    let older = [
+        ("abi-1-3", ABI_1_3_WASM, 3),
+        ("abi-1-2", ABI_1_2_WASM, 2),
+        ("abi-1-1", ABI_1_1_WASM, 1),
+    ];
+    for (name, bytes, minor) in older {
+        let policy = PolicyRuntime::load(bytes, Default::default()).expect("loads");
+        let (mut as_written, mut projected, mut left_out) = (0, 0, 0);
+        for mut suite in crate::scenarios::default_suites() {
+            suite
+                .scenarios
+                .retain_mut(|scenario| match &mut scenario.call {
+                    Call::DecideRecovery { input, expect } if minor < 3 => {
+                        let sees = |intent: &IntentObservation| {
+                            intent.phase != IntentPhase::Abandoned
+                                && (minor >= 2
+                                    || !matches!(
+                                        intent.kind,
+                                        OperationKind::ConfigApply | OperationKind::Reconcile
+                                    ))
+                        };
+                        input.intents.retain(sees);
+                        if input.intents.is_empty() {
+                            left_out += 1;
+                            return false;
+                        }
+                        *expect = as_contract(minor, input);
+                        projected += 1;
+                        true
+                    }
+                    Call::PlanReconcile { .. } if minor < 2 => {
+                        left_out += 1;
+                        false
+                    }
+                    _ => {
+                        as_written += 1;
+                        true
+                    }
+                });
+            let report = run(&policy, &suite);
+            assert!(
+                report.all_passed(),
+                "{name}: {}",
+                mend::scenarios::render(&report)
+            );
+        }
+        assert!(as_written > 0 && (minor == 3 || projected > 0));
+        println!(
+            "{name}: {as_written} scenarios passed as written, {projected} recovery scenarios as \
+             ABI 1.{minor} says them, {left_out} left out (nothing its contract can say)"
+        );
+    }
+}
