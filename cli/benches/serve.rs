@@ -4,8 +4,9 @@
 //!     cargo bench -p mend-cli --bench serve
 //!
 //! On the embedded default catalog (a local directory), in the criterion group `serve stage`,
-//! each iteration `MEND_BENCH_BATCHES` (default 200) create-only batches of 100 new splits into
-//! a new dataset (created outside the timed part):
+//! each iteration `MEND_BENCH_BATCHES` (default 200) create-only batches of
+//! `MEND_BENCH_SPLITS_PER_BATCH` (default 100, at most 10,000) new splits into a new dataset
+//! (created outside the timed part):
 //!
 //! - `in-process`, the baseline: `Engine::stage`, one batch after another;
 //! - `http-1`: the same batches as `POST /v1/datasets/{id}/stage` to `mend serve` over
@@ -33,7 +34,8 @@
 //! two minutes on the 2-core development machine: 20 to 30 iterations
 //! of each stage function (`Sampling::Expensive`, 5 s of timed work each) and 3 s for each list
 //! function. Smaller or larger: `MEND_BENCH_BATCHES=50` (per iteration), `-- --measurement-time
-//! 10` (every group).
+//! 10` (every group); larger batches, to see how far the hop amortizes:
+//! `MEND_BENCH_SPLITS_PER_BATCH=1000 MEND_BENCH_BATCHES=20`.
 
 use std::future::IntoFuture;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -53,8 +55,24 @@ use serde_json::{Value, json};
 mod common;
 use common::{Bench, Sampling, per_second};
 
-const SPLITS_PER_BATCH: usize = 100;
+/// A page of the `serve list` group.
+const PAGE: usize = 100;
 const CLIENTS: usize = 4;
+
+/// Splits per stage batch: `MEND_BENCH_SPLITS_PER_BATCH`, 100 by default, 1 to 10,000 (the
+/// engine's largest batch).
+fn splits_per_batch() -> usize {
+    static SPLITS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SPLITS.get_or_init(|| match std::env::var("MEND_BENCH_SPLITS_PER_BATCH") {
+        Err(_) => 100,
+        Ok(text) => match text.parse::<usize>() {
+            Ok(splits) if (1..=10_000).contains(&splits) => splits,
+            _ => {
+                panic!("MEND_BENCH_SPLITS_PER_BATCH must be a number from 1 to 10000, not {text:?}")
+            }
+        },
+    })
+}
 
 fn main() {
     let batches: usize = std::env::var("MEND_BENCH_BATCHES")
@@ -172,7 +190,10 @@ fn main() {
                 for body in &bodies {
                     let answer =
                         server.call_raw("POST", &format!("/v1/datasets/{dataset_id}/stage"), body);
-                    assert_eq!(answer["splits"].as_array().unwrap().len(), SPLITS_PER_BATCH);
+                    assert_eq!(
+                        answer["splits"].as_array().unwrap().len(),
+                        splits_per_batch()
+                    );
                 }
                 took += started.elapsed();
             }
@@ -189,7 +210,8 @@ fn main() {
         let compact_concurrent = per_second(batches, times[format!("http-{CLIENTS}-compact").as_str()]);
         vec![
             format!(
-                "stage, {batches} create-only batches of {SPLITS_PER_BATCH} splits on a local directory:"
+                "stage, {batches} create-only batches of {} splits on a local directory:",
+                splits_per_batch()
             ),
             format!("  in process (Engine::stage)      : {in_process:8.1} batches/s"),
             format!(
@@ -236,7 +258,7 @@ fn main() {
     });
 
     // Reads: a page of 100 published splits of a dataset of its own, both ways.
-    let ids: Vec<String> = (0..SPLITS_PER_BATCH).map(|i| split_id(0, i)).collect();
+    let ids: Vec<String> = (0..PAGE).map(|i| split_id(0, i)).collect();
     runtime
         .block_on(
             engine
@@ -281,7 +303,7 @@ fn main() {
     );
     let query = ListQuery {
         states: vec![mend::model::SplitState::Published],
-        limit: Some(SPLITS_PER_BATCH),
+        limit: Some(PAGE),
         ..ListQuery::default()
     };
     let mut group = bench.group(
@@ -296,7 +318,7 @@ fn main() {
             let page = runtime
                 .block_on(engine.list_splits("listed", &query))
                 .unwrap();
-            assert_eq!(page.splits.len(), SPLITS_PER_BATCH);
+            assert_eq!(page.splits.len(), PAGE);
         })
     });
     group.bench("http-1", |b| {
@@ -307,14 +329,14 @@ fn main() {
                 "/v1/datasets/listed/splits?state=published&limit=100",
                 "",
             );
-            assert_eq!(page["splits"].as_array().unwrap().len(), SPLITS_PER_BATCH);
+            assert_eq!(page["splits"].as_array().unwrap().len(), PAGE);
         })
     });
     group.finish().report(|times| {
         let in_process = per_second(1, times["in-process"]);
         let over_http = per_second(1, times["http-1"]);
         vec![
-            format!("list a page of {SPLITS_PER_BATCH} published splits:"),
+            format!("list a page of {PAGE} published splits:"),
             format!("  in process (Engine::list_splits): {in_process:8.1} pages/s"),
             format!(
                 "  HTTP, 1 client                  : {over_http:8.1} pages/s, http/in-process = {:.2}",
@@ -336,7 +358,7 @@ fn main() {
         &json!({"dataset_id": "memory"}).to_string(),
     );
     let started = Instant::now();
-    for batch in 0..splits / SPLITS_PER_BATCH {
+    for batch in 0..splits / splits_per_batch() {
         client.stage("memory", &Encoding::Json.stage_body(batch));
     }
     let staged_in = started.elapsed();
@@ -346,8 +368,13 @@ fn main() {
     let idle = server.memory();
     bench.report(format!(
         "server memory: resident {} MiB started (a new server), {} MiB after staging {splits} splits into one dataset \
-         ({:.1} s, batches of {SPLITS_PER_BATCH}), {} MiB {idle_seconds} s later; peak {} MiB (a timed run, not criterion)",
-        before.resident_mib, loaded.resident_mib, staged_in.as_secs_f64(), idle.resident_mib, idle.peak_mib
+         ({:.1} s, batches of {}), {} MiB {idle_seconds} s later; peak {} MiB (a timed run, not criterion)",
+        before.resident_mib,
+        loaded.resident_mib,
+        staged_in.as_secs_f64(),
+        splits_per_batch(),
+        idle.resident_mib,
+        idle.peak_mib
     ));
     bench.finish();
 }
@@ -383,7 +410,7 @@ fn stage_request(dataset_id: &str, batch: usize) -> StageRequest {
         dataset_id: dataset_id.into(),
         mode: StageMode::CreateOnly,
         node: "bench".into(),
-        splits: (0..SPLITS_PER_BATCH)
+        splits: (0..splits_per_batch())
             .map(|index| StageSplit {
                 split_id: split_id(batch, index),
                 metadata_json: metadata().to_string(),
@@ -419,7 +446,7 @@ impl Encoding {
     fn stage_body(self, batch: usize) -> Body {
         match self {
             Encoding::Json => {
-                let splits: Vec<Value> = (0..SPLITS_PER_BATCH)
+                let splits: Vec<Value> = (0..splits_per_batch())
                     .map(
                         |index| json!({"split_id": split_id(batch, index), "metadata": metadata()}),
                     )
@@ -434,8 +461,8 @@ impl Encoding {
                 let mut out = mend::compact::Writer::default();
                 out.byte(1);
                 out.option(Some(&"bench"), |out, node| out.string(node));
-                out.number(SPLITS_PER_BATCH as u64);
-                for index in 0..SPLITS_PER_BATCH {
+                out.number(splits_per_batch() as u64);
+                for index in 0..splits_per_batch() {
                     out.string(&split_id(batch, index));
                     out.string(&metadata);
                 }
@@ -474,7 +501,10 @@ impl Client {
 
     fn stage(&mut self, dataset_id: &str, body: &Body) {
         let answer = self.send("POST", &format!("/v1/datasets/{dataset_id}/stage"), body);
-        assert_eq!(answer["splits"].as_array().unwrap().len(), SPLITS_PER_BATCH);
+        assert_eq!(
+            answer["splits"].as_array().unwrap().len(),
+            splits_per_batch()
+        );
     }
 
     /// One JSON request on the connection; panics unless the answer is 2xx with a length.
