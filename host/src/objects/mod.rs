@@ -429,9 +429,8 @@ impl SplitObjects {
     ///
     /// A local file of at most [`INLINE_READ_BACK_BYTES`] is read and hashed right here, from
     /// the file the GET opened, instead of one trip to tokio's blocking pool per chunk and one
-    /// for the end of the stream: a roll-forward reads back every object it did not receive,
-    /// and those trips, not the hashing, were most of its time (perf of the sweep bench: the
-    /// read-back 53% of a roll-forward on Postgres, its samples mostly thread switches).
+    /// for the end of the stream: a recovery reads back every object it did not receive itself,
+    /// which after a crash is every object of every crashed commit.
     pub async fn read_back(
         &self,
         dataset_id: &str,
@@ -450,25 +449,18 @@ impl SplitObjects {
         let size = found.meta.size;
         let mut reading = ReadingBack::new(size, expected);
         if size <= INLINE_READ_BACK_BYTES
-            && let GetResultPayload::File(file, _) = &found.payload
+            && let GetResultPayload::File(file, local) = &found.payload
         {
             use std::io::{Read, Seek, SeekFrom};
-            let read_error = |error: std::io::Error| {
-                MendError::unavailable(
-                    format!("read {path}"),
-                    object_store::Error::Generic {
-                        store: "LocalFileSystem",
-                        source: Box::new(error),
-                    },
-                )
-            };
+            let read_error = |error| unavailable(local_read_error(local, error));
             // The bytes the GET answers for, as its stream would read them.
             let range = found.range.clone();
             let mut file = file;
             file.seek(SeekFrom::Start(range.start))
                 .map_err(read_error)?;
             let mut file = file.take(range.end - range.start);
-            let mut buffer = vec![0; 64 * 1024];
+            // A small object is read in one go, without a 64 KiB buffer zeroed for it.
+            let mut buffer = vec![0; usize::try_from(size).unwrap_or(usize::MAX).min(64 * 1024)];
             loop {
                 let read = match file.read(&mut buffer) {
                     Ok(0) => break,
@@ -649,10 +641,7 @@ async fn ranged_bytes(found: GetResult) -> object_store::Result<bytes::Bytes> {
             let mut read = Vec::with_capacity(usize::try_from(length).unwrap_or(0));
             file.seek(SeekFrom::Start(found.range.start))
                 .and_then(|_| file.take(length).read_to_end(&mut read))
-                .map_err(|source| object_store::Error::Generic {
-                    store: "LocalFileSystem",
-                    source: format!("read {}: {source}", path.display()).into(),
-                })?;
+                .map_err(|source| local_read_error(&path, source))?;
             Ok(read.into())
         }
         payload => {
@@ -665,6 +654,14 @@ async fn ranged_bytes(found: GetResult) -> object_store::Result<bytes::Bytes> {
             .bytes()
             .await
         }
+    }
+}
+
+/// A local file's read error, as the local store reports its own, naming the file.
+fn local_read_error(file: &std::path::Path, source: std::io::Error) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "LocalFileSystem",
+        source: format!("read {}: {source}", file.display()).into(),
     }
 }
 
