@@ -95,6 +95,31 @@ fn validate_one_publish(input: wit::PublishInput) -> Vec<wit::PublishViolation> 
         .collect()
 }
 
+/// The default recovery decisions on `intents` (already in the plain types), as the
+/// contract answers them: `abandon` is how it says an abandonment (1.3 has the decision; 1.1
+/// and 1.2 defer, with its reason, so the intent waits for a policy that can abandon it).
+fn recovery_decisions(
+    input: plain::RecoveryInput,
+    abandon: fn(alloc::string::String) -> wit::RecoveryDecision,
+) -> Vec<wit::IntentDecision> {
+    mend_default_policy::decide_recovery(&input)
+        .into_iter()
+        .map(|decision| wit::IntentDecision {
+            operation_id: decision.operation_id,
+            decision: match decision.decision {
+                plain::RecoveryDecision::RollForward => wit::RecoveryDecision::RollForward,
+                plain::RecoveryDecision::RollBack => wit::RecoveryDecision::RollBack,
+                plain::RecoveryDecision::Defer(why) => wit::RecoveryDecision::Defer(why),
+                plain::RecoveryDecision::Blocked(reason) => {
+                    wit::RecoveryDecision::Blocked(blocked(reason))
+                }
+                plain::RecoveryDecision::Stale => wit::RecoveryDecision::Stale,
+                plain::RecoveryDecision::Abandon(why) => abandon(why),
+            },
+        })
+        .collect()
+}
+
 fn recovery_mode(mode: wit::RecoveryMode) -> plain::RecoveryMode {
     match mode {
         wit::RecoveryMode::Probe => plain::RecoveryMode::Probe,

@@ -58,23 +58,8 @@ impl Guest for AbiOneOne {
             now_ms: input.now_ms,
             intents: input.intents.into_iter().map(intent_observation).collect(),
         };
-        mend_default_policy::decide_recovery(&input)
-            .into_iter()
-            .map(|decision| wit::IntentDecision {
-                operation_id: decision.operation_id,
-                decision: match decision.decision {
-                    plain::RecoveryDecision::RollForward => wit::RecoveryDecision::RollForward,
-                    plain::RecoveryDecision::RollBack => wit::RecoveryDecision::RollBack,
-                    plain::RecoveryDecision::Defer(why) => wit::RecoveryDecision::Defer(why),
-                    plain::RecoveryDecision::Blocked(reason) => {
-                        wit::RecoveryDecision::Blocked(blocked(reason))
-                    }
-                    plain::RecoveryDecision::Stale => wit::RecoveryDecision::Stale,
-                    // 1.1 cannot abandon: the intent waits for a policy that can.
-                    plain::RecoveryDecision::Abandon(why) => wit::RecoveryDecision::Defer(why),
-                },
-            })
-            .collect()
+        // 1.1 cannot abandon: the intent waits for a policy that can.
+        recovery_decisions(input, wit::RecoveryDecision::Defer)
     }
 }
 

@@ -51,50 +51,11 @@ impl Guest for AbiOneThree {
             now_ms: input.now_ms,
             intents: input.intents.into_iter().map(intent_observation).collect(),
         };
-        mend_default_policy::decide_recovery(&input)
-            .into_iter()
-            .map(|decision| wit::IntentDecision {
-                operation_id: decision.operation_id,
-                decision: match decision.decision {
-                    plain::RecoveryDecision::RollForward => wit::RecoveryDecision::RollForward,
-                    plain::RecoveryDecision::RollBack => wit::RecoveryDecision::RollBack,
-                    plain::RecoveryDecision::Defer(why) => wit::RecoveryDecision::Defer(why),
-                    plain::RecoveryDecision::Blocked(reason) => {
-                        wit::RecoveryDecision::Blocked(blocked(reason))
-                    }
-                    plain::RecoveryDecision::Stale => wit::RecoveryDecision::Stale,
-                    plain::RecoveryDecision::Abandon(why) => wit::RecoveryDecision::Abandon(why),
-                },
-            })
-            .collect()
+        recovery_decisions(input, wit::RecoveryDecision::Abandon)
     }
 
     fn plan_reconcile(input: wit::ReconcileInput) -> Vec<wit::ReconcileDecision> {
-        let input = plain::ReconcileInput {
-            dataset_id: input.dataset_id,
-            now_ms: input.now_ms,
-            orphans: input
-                .orphans
-                .into_iter()
-                .map(|orphan| plain::OrphanObject {
-                    split_id: orphan.split_id,
-                    same_incarnation: orphan.same_incarnation,
-                    intact: orphan.intact,
-                    metadata_json: orphan.metadata_json,
-                    age_ms: orphan.age_ms,
-                })
-                .collect(),
-        };
-        mend_default_policy::plan_reconcile(&input)
-            .into_iter()
-            .map(|decision| wit::ReconcileDecision {
-                split_id: decision.split_id,
-                action: match decision.action {
-                    plain::ReconcileAction::Adopt => wit::ReconcileAction::Adopt,
-                    plain::ReconcileAction::Discard(why) => wit::ReconcileAction::Discard(why),
-                },
-            })
-            .collect()
+        reconcile_by_default(input)
     }
 
     fn plan_gc(input: wit::GcInput) -> wit::GcPlan {
@@ -148,5 +109,6 @@ fn intent_observation(intent: wit::IntentObservation) -> plain::IntentObservatio
 }
 
 include!("../../older_contracts.rs");
+include!("../../older_reconcile.rs");
 
 export!(AbiOneThree);
