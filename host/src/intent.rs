@@ -23,6 +23,8 @@
 
 pub mod compact;
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::{MendError, Result};
@@ -275,6 +277,69 @@ impl Intent {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("an intent is plain data and always serialises")
     }
+}
+
+/// The splits whose rows `intent` stages or publishes, while it may still publish them (it is
+/// not `Abandoned`): no one but the operation itself may mark them. Garbage collection's mark
+/// ([`MarkRule::Unclaimed`](crate::catalog::MarkRule::Unclaimed)) skips them in the same
+/// atomic step as the mark, whatever intents it read when it planned (found by mend-sim, seed
+/// 995752377249: gc read the intents before a writer's begin and the rows after it, and marked
+/// the rows of a live operation).
+pub fn claimed_split_ids(intent: &Intent) -> impl Iterator<Item = &str> {
+    let live = intent.phase != IntentPhase::Abandoned;
+    let staged = intent.effects.stage.iter().map(|row| row.split_id.as_str());
+    let published = intent
+        .effects
+        .publish
+        .iter()
+        .flat_map(|publish| publish.staged_split_ids.iter().map(String::as_str));
+    staged.chain(published).filter(move |_| live)
+}
+
+/// Whether the publish `intent` plans can still land on rows in `states` (the state of each of
+/// its split ids that has a row): what a confirmation (`Armed` to `EffectsConfirmed`) requires
+/// in the same atomic step as its write, so that no operation is ever confirmed, and its writer
+/// told that it publishes, once its publish cannot land (found by mend-sim, seed
+/// 995752377249: a confirm landed on rows gc had marked, and the operation could neither
+/// publish nor be aborted). Every split to publish must be staged, every split it replaces
+/// published; otherwise `FailedPrecondition` naming those that are not, and nothing is
+/// confirmed. An intent that plans no publish confirms whatever the rows.
+pub fn check_confirmable(intent: &Intent, states: &BTreeMap<&str, SplitState>) -> Result<()> {
+    let Some(publish) = &intent.effects.publish else {
+        return Ok(());
+    };
+    let not_in = |ids: &[String], wanted: SplitState| -> Vec<String> {
+        ids.iter()
+            .filter(|id| states.get(id.as_str()) != Some(&wanted))
+            .cloned()
+            .collect()
+    };
+    let not_staged = not_in(&publish.staged_split_ids, SplitState::Staged);
+    let not_published = not_in(&publish.replaced_split_ids, SplitState::Published);
+    if not_staged.is_empty() && not_published.is_empty() {
+        return Ok(());
+    }
+    let mut reasons = Vec::new();
+    if !not_staged.is_empty() {
+        reasons.push(format!(
+            "splits to publish must be staged, these are not: {}",
+            not_staged.join(", ")
+        ));
+    }
+    if !not_published.is_empty() {
+        reasons.push(format!(
+            "splits it replaces must be published, these are not: {}",
+            not_published.join(", ")
+        ));
+    }
+    Err(MendError::failed_precondition(
+        format!(
+            "operation {} cannot confirm: its publish can no longer land ({}); nothing was confirmed: abort it",
+            intent.operation_id,
+            reasons.join("; ")
+        ),
+        not_staged.into_iter().chain(not_published).collect(),
+    ))
 }
 
 /// Whether `stored` may be abandoned now: `Ok(true)` if it is `Armed` and its lease ran out by

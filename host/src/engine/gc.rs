@@ -9,8 +9,9 @@
 //!    an unknown id) is refused whole with `PolicyRejected`, recorded, and nothing executed;
 //! 3. write the intent (`Armed`) naming the splits to mark and to delete, then record the
 //!    plan in the audit as `executing`;
-//! 4. mark the planned staged splits, each only if still staged and untouched since the read
-//!    (`mark_stale_staged`, conditional at the write);
+//! 4. mark the planned staged splits, each only if still staged, untouched since the read, and
+//!    claimed by no intent (`MarkRule::Unclaimed`, conditional at the write: a writer that
+//!    began since step 1 keeps its rows);
 //! 5. delete the objects of the planned marked splits still marked, then their rows;
 //! 6. delete the intent, and record the plan's settled outcome (`executed`). A run that fails
 //!    part way leaves its `executing` record unsettled and its intent for recovery.
@@ -27,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use super::Engine;
 use super::keyed::{Keyed, request_key};
 use crate::audit::{AUDIT_FORMAT_VERSION, AuditRecord, DecisionInput, OUTCOME_EXECUTING};
+use crate::catalog::MarkRule;
 use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
 use crate::gates::GateName;
@@ -246,17 +248,19 @@ impl Engine {
         let dataset_id = intent.dataset_id.as_str();
         let mut result = GcResult::default();
         if !intent.effects.mark.is_empty() {
+            // Unclaimed: a split some operation began to stage or publish since this gc read
+            // the intents is left alone, decided in the mark's own atomic step.
+            let rule = MarkRule::Unclaimed {
+                untouched_before_ms: staged_cutoff,
+            };
             result.marked = self
                 .durably(
                     DurableStep::MarkRows,
-                    self.catalog.mark_stale_staged(
-                        dataset_id,
-                        &intent.effects.mark,
-                        staged_cutoff,
-                        self.now_ms(),
-                    ),
+                    self.catalog
+                        .mark(dataset_id, &intent.effects.mark, rule, self.now_ms(), None),
                 )
-                .await?;
+                .await?
+                .marked;
         }
         if intent.effects.delete.is_empty() {
             return Ok(result);

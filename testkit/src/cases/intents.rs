@@ -4,11 +4,12 @@
 //! audit records appended in order.
 
 use mend::audit::{AUDIT_FORMAT_VERSION, AuditRecord};
+use mend::catalog::MarkRule;
 use mend::intent::{
     ExpectedState, INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, PlannedEffects,
     PlannedObject, PlannedPublish, PlannedRow,
 };
-use mend::model::{CheckpointDelta, DatasetConfig, PartitionDelta, SplitState};
+use mend::model::{CheckpointDelta, DatasetConfig, PartitionDelta, SplitState, StageMode};
 use mend::{EntityKind, MendError};
 
 use crate::harness::Harness;
@@ -629,5 +630,237 @@ pub(super) async fn audit_records_append_in_order_and_list_the_newest(h: &Harnes
             }
         ),
         "{missing:?}"
+    );
+}
+
+/// An intent that plans to publish `staged` (replacing `replaced`), as a writer's begin
+/// writes it.
+fn publishing_intent(
+    dataset_id: &str,
+    operation_id: &str,
+    created_at_ms: i64,
+    staged: &[&str],
+    replaced: &[&str],
+) -> Intent {
+    Intent {
+        effects: PlannedEffects {
+            stage: staged
+                .iter()
+                .map(|id| PlannedRow {
+                    split_id: (*id).into(),
+                    metadata_json: "{}".into(),
+                })
+                .collect(),
+            publish: Some(PlannedPublish {
+                staged_split_ids: super::strings(staged),
+                replaced_split_ids: super::strings(replaced),
+                checkpoint_delta: None,
+                publish_token: None,
+            }),
+            ..PlannedEffects::default()
+        },
+        ..intent(dataset_id, operation_id, created_at_ms)
+    }
+}
+
+/// Garbage collection's mark (`MarkRule::Unclaimed`) decides in its own atomic step: a staged
+/// row that an intent plans to stage or publish stays staged, however old it is and whatever
+/// intents gc read before (mend-sim seed 995752377249: gc read the intents before a writer's
+/// begin, the rows after, and marked the rows of a live operation); an abandoned intent, a
+/// gc's own intent (which only marks) and no intent at all leave it to the mark.
+pub(super) async fn gc_marks_only_rows_no_intent_claims(h: &Harness<'_>) {
+    let ds = h.create_dataset("unclaimed").await;
+    let ids = [
+        "by-stage",
+        "by-publish",
+        "by-abandoned",
+        "by-gc",
+        "by-none",
+        "published",
+    ];
+    super::stage(h, &ds, StageMode::CreateOnly, &ids).await;
+    super::publish(h, &ds, &["published"], &[]).await;
+    let catalog = h.engine.catalog();
+    let now = h.clock_now();
+    catalog
+        .put_intent(&publishing_intent(&ds, "op-stage", now, &["by-stage"], &[]))
+        .await
+        .expect("put");
+    let mut publish_only = publishing_intent(&ds, "op-publish", now, &["by-publish"], &[]);
+    publish_only.effects.stage.clear();
+    catalog.put_intent(&publish_only).await.expect("put");
+    catalog
+        .put_intent(&publishing_intent(
+            &ds,
+            "op-abandoned",
+            now,
+            &["by-abandoned"],
+            &[],
+        ))
+        .await
+        .expect("put");
+    catalog
+        .abandon_intent(&ds, "op-abandoned", None, now)
+        .await
+        .expect("abandon");
+    let gc = Intent {
+        kind: OperationKind::Gc,
+        effects: PlannedEffects {
+            mark: super::strings(&["by-gc"]),
+            ..PlannedEffects::default()
+        },
+        ..intent(&ds, "op-gc", now)
+    };
+    catalog.put_intent(&gc).await.expect("put");
+
+    h.clock.advance_ms(1_000);
+    let rule = MarkRule::Unclaimed {
+        untouched_before_ms: h.clock_now(),
+    };
+    let marked = catalog
+        .mark(&ds, &super::strings(&ids), rule, h.clock_now(), None)
+        .await
+        .expect("mark");
+    assert_eq!(marked.marked, ["by-abandoned", "by-gc", "by-none"]);
+    let states: Vec<(String, SplitState)> = super::rows(h, &ds)
+        .await
+        .into_iter()
+        .map(|row| (row.split_id, row.state))
+        .collect();
+    let state_of = |id: &str| states.iter().find(|(split, _)| split == id).map(|s| s.1);
+    for (id, state) in [
+        ("by-stage", SplitState::Staged),
+        ("by-publish", SplitState::Staged),
+        ("by-abandoned", SplitState::MarkedForDeletion),
+        ("by-gc", SplitState::MarkedForDeletion),
+        ("by-none", SplitState::MarkedForDeletion),
+        ("published", SplitState::Published),
+    ] {
+        assert_eq!(state_of(id), Some(state), "{id}: {states:?}");
+    }
+
+    // Once its operation is gone, the row is nobody's.
+    catalog
+        .delete_intent(&ds, "op-stage", h.clock_now())
+        .await
+        .expect("delete");
+    let before = h.write_fingerprint(&ds).await;
+    let marked = catalog
+        .mark(
+            &ds,
+            &super::strings(&["by-publish"]),
+            rule,
+            h.clock_now(),
+            None,
+        )
+        .await
+        .expect("mark");
+    assert!(marked.marked.is_empty(), "{marked:?}");
+    assert_eq!(
+        h.write_fingerprint(&ds).await,
+        before,
+        "a mark that moved nothing wrote something"
+    );
+    let marked = catalog
+        .mark(
+            &ds,
+            &super::strings(&["by-stage"]),
+            rule,
+            h.clock_now(),
+            None,
+        )
+        .await
+        .expect("mark");
+    assert_eq!(marked.marked, ["by-stage"]);
+    println!(
+        "conformance[{}]: 6 rows held against 4 intents: 2 claimed rows kept, 3 unclaimed \
+         rows marked, a published row untouched, a claim gone with its intent",
+        h.name()
+    );
+}
+
+/// A confirmation (`Armed` to `EffectsConfirmed`) requires, in its own atomic step, that the
+/// publish it promises can still land: every split to publish staged, every split replaced
+/// published. Otherwise it is refused naming them, the intent stays `Armed` (its writer can
+/// still abort it), and nothing is written (mend-sim seed 995752377249: a confirm landed on
+/// rows gc had marked, and the operation could neither publish nor be aborted).
+pub(super) async fn a_confirm_requires_its_publish_to_still_land(h: &Harness<'_>) {
+    let ds = h.create_dataset("confirm").await;
+    super::stage(
+        h,
+        &ds,
+        StageMode::CreateOnly,
+        &["new", "taken", "old", "fresh"],
+    )
+    .await;
+    super::publish(h, &ds, &["old"], &[]).await;
+    let catalog = h.engine.catalog();
+    let now = h.clock_now();
+    let confirmed = |intent: &Intent| Intent {
+        phase: IntentPhase::EffectsConfirmed,
+        updated_at_ms: intent.updated_at_ms + 1,
+        ..intent.clone()
+    };
+
+    // A split to publish was marked after the begin: refused, naming it.
+    let taken = publishing_intent(&ds, "op-taken", now, &["new", "taken"], &[]);
+    catalog.put_intent(&taken).await.expect("put");
+    h.engine
+        .mark_for_deletion(&ds, &super::strings(&["taken"]))
+        .await
+        .expect("mark");
+    let before = h.write_fingerprint(&ds).await;
+    let refused = catalog
+        .update_intent(&confirmed(&taken), IntentPhase::Armed)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, MendError::FailedPrecondition { .. }),
+        "{refused:?}"
+    );
+    assert_eq!(super::ids_of(&refused), ["taken"]);
+    assert_eq!(
+        h.write_fingerprint(&ds).await,
+        before,
+        "a refused confirm wrote"
+    );
+    let stored = catalog.list_intents(&ds).await.expect("list");
+    assert_eq!(stored, [taken], "the intent stays armed, as it was");
+
+    // A split it replaces is not published (here: staged): refused, naming it.
+    let replacing = publishing_intent(&ds, "op-replacing", now, &["fresh"], &["new"]);
+    catalog.put_intent(&replacing).await.expect("put");
+    let refused = catalog
+        .update_intent(&confirmed(&replacing), IntentPhase::Armed)
+        .await
+        .unwrap_err();
+    assert_eq!(super::ids_of(&refused), ["new"]);
+
+    // Its rows as planned: confirmed.
+    catalog
+        .delete_intent(&ds, "op-replacing", now)
+        .await
+        .expect("delete");
+    let landing = publishing_intent(&ds, "op-landing", now, &["fresh"], &["old"]);
+    catalog.put_intent(&landing).await.expect("put");
+    catalog
+        .update_intent(&confirmed(&landing), IntentPhase::Armed)
+        .await
+        .expect("a confirm whose publish can land");
+    let phases: Vec<(String, IntentPhase)> = catalog
+        .list_intents(&ds)
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|intent| (intent.operation_id, intent.phase))
+        .collect();
+    assert!(
+        phases.contains(&("op-landing".into(), IntentPhase::EffectsConfirmed)),
+        "{phases:?}"
+    );
+    println!(
+        "conformance[{}]: 3 confirmations: 2 refused naming the rows their publish could not \
+         land on (nothing written), 1 confirmed",
+        h.name()
     );
 }

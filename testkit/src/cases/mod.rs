@@ -8,7 +8,8 @@
 //!
 //! - `staging.rs`: datasets, staging in both modes, refused input, racing create-only batches;
 //! - `lifecycle.rs`: publish, fencing (tokens, epochs), mark, delete, list;
-//! - `intents.rs`: intents, abandoning them, audit records;
+//! - `intents.rs`: intents, abandoning them, what a confirmation and gc's mark require of the
+//!   rows and intents, audit records;
 //! - `audit.rs`: audit appends larger than a stored batch, and the newest records of the whole
 //!   catalog;
 //! - `commits.rs`: one commit's two catalog steps (`begin_commit`, `publish_commit`);
@@ -111,6 +112,14 @@ pub(crate) const ALL: &[Case] = &[
         []
     ),
     case!(intents::a_lease_never_moves_back, []),
+    case!(
+        intents::gc_marks_only_rows_no_intent_claims,
+        [STAGE_CREATE_ONLY]
+    ),
+    case!(
+        intents::a_confirm_requires_its_publish_to_still_land,
+        [STAGE_CREATE_ONLY]
+    ),
     case!(intents::abandon_fences_an_expired_armed_intent_only, []),
     case!(
         intents::abandon_and_a_heartbeat_race_and_exactly_one_wins,

@@ -783,6 +783,20 @@ impl Catalog for ObjectStoreCatalog {
                         already_marked: Vec::new(),
                     }))
                 }
+                MarkRule::Unclaimed {
+                    untouched_before_ms,
+                } => {
+                    let change = mutations::mark_unclaimed_stale(
+                        state,
+                        split_ids,
+                        untouched_before_ms,
+                        now_ms,
+                    )?;
+                    Ok(change.map(|marked| MarkResult {
+                        marked,
+                        already_marked: Vec::new(),
+                    }))
+                }
             })
         })
         .await

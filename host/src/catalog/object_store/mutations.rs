@@ -6,6 +6,7 @@
 //! state the commit will sit on top of, so a planner or validator never answers for a stale
 //! read.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::catalog::{
@@ -349,6 +350,27 @@ pub(super) fn mark_stale_staged(
     })
 }
 
+/// [`mark_stale_staged`], leaving out every split an intent claims
+/// ([`crate::intent::claimed_split_ids`]), decided on the same state the commit follows.
+pub(super) fn mark_unclaimed_stale(
+    state: &DatasetState,
+    split_ids: &[String],
+    untouched_before_ms: TimestampMs,
+    now_ms: TimestampMs,
+) -> Result<Change<Vec<String>>> {
+    let claimed: BTreeSet<&str> = state
+        .intents
+        .values()
+        .flat_map(crate::intent::claimed_split_ids)
+        .collect();
+    let unclaimed: Vec<String> = split_ids
+        .iter()
+        .filter(|id| !claimed.contains(id.as_str()))
+        .cloned()
+        .collect();
+    mark_stale_staged(state, &unclaimed, untouched_before_ms, now_ms)
+}
+
 pub(super) fn delete_splits(
     state: &DatasetState,
     split_ids: &[String],
@@ -479,6 +501,9 @@ pub(super) fn update_intent(
             vec![intent.operation_id.clone()],
         ));
     }
+    if expected_phase == IntentPhase::Armed && intent.phase == IntentPhase::EffectsConfirmed {
+        confirmable(state, intent)?;
+    }
     // A lease never moves back: a confirmation written from an intent read before a
     // heartbeat landed keeps the heartbeat's renewal (found by mend-model).
     let intent = Intent {
@@ -495,6 +520,25 @@ pub(super) fn update_intent(
         }],
         output: (),
     })
+}
+
+/// Whether the publish `intent` plans can still land on the rows of `state`
+/// ([`crate::intent::check_confirmable`]).
+fn confirmable(state: &DatasetState, intent: &Intent) -> Result<()> {
+    let Some(publish) = &intent.effects.publish else {
+        return Ok(());
+    };
+    let mut states = BTreeMap::new();
+    for split_id in publish
+        .staged_split_ids
+        .iter()
+        .chain(&publish.replaced_split_ids)
+    {
+        if let Some(row) = state.splits.get(split_id)? {
+            states.insert(split_id.as_str(), row.state);
+        }
+    }
+    crate::intent::check_confirmable(intent, &states)
 }
 
 /// Moves an `Armed` intent whose lease ran out by `lease_expired_by` to `Abandoned`, in this

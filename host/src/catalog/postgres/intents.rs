@@ -11,27 +11,32 @@
 //!
 //! Each write is one statement on the pool, atomic by itself, so none runs in a transaction or
 //! is retried here: a statement that may have landed fails as `Unavailable`, and the caller
-//! decides. No write locks the dataset's row or moves its manifest version; an intent is not
+//! decides. The one exception is a confirmation of an operation that publishes ([`confirm`]):
+//! it holds the rows its publish needs in the same transaction as its write. No write locks the dataset's row or moves its manifest version; an intent is not
 //! part of the published view. When a conditional write changes nothing, a plain read
 //! afterwards says why, so the failure path costs a round trip or two and success none.
 //!
 //! What an intent plans, and when its phase may move, is the engine's business; this module
 //! stores what it is given in this host's format and refuses to read a newer one.
 
+use std::collections::BTreeMap;
+
 use futures::TryStreamExt;
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
-use sqlx::{PgPool, Postgres};
+use sqlx::{PgConnection, PgPool, Postgres};
 
 use crate::catalog::PendingDataset;
 use crate::error::{EntityKind, MendError, Result};
 use crate::intent::compact::{decode_plan, encode_plan};
 use crate::intent::{
-    INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, check_format, check_written_format,
+    INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, check_confirmable, check_format,
+    check_written_format,
 };
-use crate::model::TimestampMs;
+use crate::model::{SplitState, TimestampMs};
 
-use super::errors::{database_error, intent_error};
+use super::errors::{StepError, database_error, intent_error};
+use super::queries::{self, RowLock};
 use super::rows::column;
 use super::sql;
 
@@ -99,6 +104,44 @@ pub(super) async fn update(
     intent: &Intent,
     expected_phase: IntentPhase,
 ) -> Result<()> {
+    let mut conn = pool
+        .acquire()
+        .await
+        .map_err(|error| database_error(error, &intent.dataset_id))?;
+    update_on(&mut conn, intent, expected_phase).await
+}
+
+/// A confirmation of an operation that plans a publish (`Armed` to `EffectsConfirmed`), in
+/// the caller's transaction: the rows it publishes and replaces are locked (in id order, as
+/// every writer of split rows locks them), held to
+/// [`check_confirmable`](crate::intent::check_confirmable), and only then is the intent
+/// written. A row cannot change between the check and the commit, so no operation is
+/// confirmed once its publish can no longer land.
+pub(super) async fn confirm(conn: &mut PgConnection, intent: &Intent) -> Result<(), StepError> {
+    let dataset_id = intent.dataset_id.as_str();
+    if let Some(publish) = &intent.effects.publish {
+        let ids = crate::catalog::sorted_distinct(
+            publish
+                .staged_split_ids
+                .iter()
+                .chain(&publish.replaced_split_ids),
+        );
+        let rows = queries::split_states(conn, dataset_id, &ids, RowLock::ForUpdate).await?;
+        let states: BTreeMap<&str, SplitState> = rows
+            .iter()
+            .map(|row| (row.split_id.as_str(), row.state))
+            .collect();
+        check_confirmable(intent, &states)?;
+    }
+    Ok(update_on(conn, intent, IntentPhase::Armed).await?)
+}
+
+/// [`update`] on one connection (a transaction's, for [`confirm`]).
+async fn update_on(
+    conn: &mut PgConnection,
+    intent: &Intent,
+    expected_phase: IntentPhase,
+) -> Result<()> {
     let columns = Columns::of(intent)?;
     let (dataset_id, operation_id) = (&intent.dataset_id, &intent.operation_id);
     let replaced = columns
@@ -108,7 +151,7 @@ pub(super) async fn update(
                 .bind(operation_id)
                 .bind(phase_name(expected_phase)),
         )
-        .fetch_optional(pool)
+        .fetch_optional(&mut *conn)
         .await
         .map_err(|error| database_error(error, dataset_id))?;
     if replaced.is_some() {
@@ -123,11 +166,11 @@ pub(super) async fn update(
                 .bind(dataset_id)
                 .bind(operation_id),
         )
-        .fetch_optional(pool)
+        .fetch_optional(&mut *conn)
         .await
         .map_err(|error| database_error(error, dataset_id))?;
     let Some(row) = found else {
-        return Err(intent_not_found(pool, dataset_id, operation_id).await);
+        return Err(intent_not_found(&mut *conn, dataset_id, operation_id).await);
     };
     let phase = stored_phase(&row, operation_id)?;
     let unchanged: bool = column(&row, "unchanged")?;
@@ -224,7 +267,28 @@ pub(super) async fn delete(pool: &PgPool, dataset_id: &str, operation_id: &str) 
 /// decoded as it arrives, not after all have.
 pub(super) async fn list(pool: &PgPool, dataset_id: &str) -> Result<Vec<Intent>> {
     require_dataset(pool, dataset_id).await?;
-    let mut rows = sqlx::query(sql::INTENT_LIST).bind(dataset_id).fetch(pool);
+    listed(
+        sqlx::query(sql::INTENT_LIST).bind(dataset_id).fetch(pool),
+        dataset_id,
+    )
+    .await
+}
+
+/// The dataset's intents, read on one connection (a transaction's, which has checked that the
+/// dataset exists), oldest first.
+pub(super) async fn list_on(conn: &mut PgConnection, dataset_id: &str) -> Result<Vec<Intent>> {
+    listed(
+        sqlx::query(sql::INTENT_LIST).bind(dataset_id).fetch(conn),
+        dataset_id,
+    )
+    .await
+}
+
+/// Decodes and sorts the rows of `intent_list.sql`.
+async fn listed(
+    mut rows: impl futures::Stream<Item = std::result::Result<PgRow, sqlx::Error>> + Unpin,
+    dataset_id: &str,
+) -> Result<Vec<Intent>> {
     let mut intents = Vec::new();
     while let Some(row) = rows
         .try_next()
@@ -340,8 +404,12 @@ pub(super) fn own_format(intent: &Intent) -> Result<i32> {
 
 /// The `NotFound` for an intent that is not there: of the dataset if that is gone too, as
 /// every other request about a missing dataset says.
-async fn intent_not_found(pool: &PgPool, dataset_id: &str, operation_id: &str) -> MendError {
-    match require_dataset(pool, dataset_id).await {
+async fn intent_not_found<'c>(
+    executor: impl sqlx::Executor<'c, Database = Postgres>,
+    dataset_id: &str,
+    operation_id: &str,
+) -> MendError {
+    match require_dataset(executor, dataset_id).await {
         Ok(()) => MendError::NotFound {
             kind: EntityKind::Intent,
             ids: vec![operation_id.to_string()],
@@ -350,10 +418,13 @@ async fn intent_not_found(pool: &PgPool, dataset_id: &str, operation_id: &str) -
     }
 }
 
-async fn require_dataset(pool: &PgPool, dataset_id: &str) -> Result<()> {
+async fn require_dataset<'c>(
+    executor: impl sqlx::Executor<'c, Database = Postgres>,
+    dataset_id: &str,
+) -> Result<()> {
     let exists: bool = sqlx::query_scalar(sql::DATASET_EXISTS)
         .bind(dataset_id)
-        .fetch_one(pool)
+        .fetch_one(executor)
         .await
         .map_err(|error| database_error(error, dataset_id))?;
     if exists {

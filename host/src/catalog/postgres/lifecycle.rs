@@ -162,6 +162,17 @@ pub(super) async fn mark_stale_staged(
     now_ms: TimestampMs,
 ) -> Result<Vec<String>, StepError> {
     queries::lock_dataset(conn, dataset_id).await?;
+    mark_stale_staged_holding_lock(conn, dataset_id, split_ids, untouched_before_ms, now_ms).await
+}
+
+/// [`mark_stale_staged`] once the dataset's row is locked.
+async fn mark_stale_staged_holding_lock(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    split_ids: &[String],
+    untouched_before_ms: TimestampMs,
+    now_ms: TimestampMs,
+) -> Result<Vec<String>, StepError> {
     let ids = sorted_distinct(split_ids);
     let mut marked: Vec<String> = sqlx::query_scalar(sql::SPLIT_MARK_STALE_STAGED)
         .bind(dataset_id)
@@ -175,6 +186,36 @@ pub(super) async fn mark_stale_staged(
     }
     marked.sort();
     Ok(marked)
+}
+
+/// Marks the rows among `split_ids` still staged, untouched since the cutoff, and claimed by
+/// no intent ([`crate::intent::claimed_split_ids`]). The rows are locked before the intents are
+/// read: an operation writes its intent before its rows, so any row this step sees has its
+/// intent committed by then, and a locked row cannot change before the mark commits.
+pub(super) async fn mark_unclaimed_stale(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    split_ids: &[String],
+    untouched_before_ms: TimestampMs,
+    now_ms: TimestampMs,
+) -> Result<Vec<String>, StepError> {
+    queries::lock_dataset(conn, dataset_id).await?;
+    let ids = sorted_distinct(split_ids);
+    let rows = queries::split_states(conn, dataset_id, &ids, RowLock::ForUpdate).await?;
+    let intents = super::intents::list_on(conn, dataset_id).await?;
+    let claimed: BTreeSet<&str> = intents
+        .iter()
+        .flat_map(crate::intent::claimed_split_ids)
+        .collect();
+    let unclaimed: Vec<String> = rows
+        .into_iter()
+        .filter(|row| row.state == SplitState::Staged && !claimed.contains(row.split_id.as_str()))
+        .map(|row| row.split_id)
+        .collect();
+    if unclaimed.is_empty() {
+        return Ok(Vec::new());
+    }
+    mark_stale_staged_holding_lock(conn, dataset_id, &unclaimed, untouched_before_ms, now_ms).await
 }
 
 pub(super) async fn delete_splits(

@@ -659,6 +659,20 @@ impl Catalog for PostgresCatalog {
                     marked,
                     already_marked: Vec::new(),
                 }),
+                MarkRule::Unclaimed {
+                    untouched_before_ms,
+                } => lifecycle::mark_unclaimed_stale(
+                    &mut transaction,
+                    dataset_id,
+                    split_ids,
+                    untouched_before_ms,
+                    now_ms,
+                )
+                .await
+                .map(|marked| MarkResult {
+                    marked,
+                    already_marked: Vec::new(),
+                }),
             };
             (transaction, result)
         })
@@ -697,7 +711,17 @@ impl Catalog for PostgresCatalog {
     }
 
     async fn update_intent(&self, intent: &Intent, expected_phase: IntentPhase) -> Result<()> {
-        intents::update(&self.pool, intent, expected_phase).await
+        let confirms_a_publish = expected_phase == IntentPhase::Armed
+            && intent.phase == IntentPhase::EffectsConfirmed
+            && intent.effects.publish.is_some();
+        if !confirms_a_publish {
+            return intents::update(&self.pool, intent, expected_phase).await;
+        }
+        self.in_transaction(&intent.dataset_id, |mut transaction| async move {
+            let result = intents::confirm(&mut transaction, intent).await;
+            (transaction, result)
+        })
+        .await
     }
 
     async fn abandon_intent(
