@@ -13,7 +13,9 @@ use mend::live::{HandleMode, LiveHandle, Refresh};
 use mend::model::DatasetConfig;
 use mend_contract::RecoveryMode;
 
-use crate::check::{ConfigApplyRecord, ConfigOutcome, GenerationRead, History, PolicyOutcome};
+use crate::check::{
+    Check, ConfigApplyRecord, ConfigOutcome, GenerationRead, History, PolicyOutcome, Violation,
+};
 use crate::replica::Replica;
 use crate::rng::SimRng;
 use crate::schedule::{DATASET, pause, sweep_claim, with_retries};
@@ -63,7 +65,10 @@ pub(crate) async fn operator(
                     for violation in report.violations {
                         history
                             .violations
-                            .push(format!("mid-run verify: invariant violated: {violation:?}"));
+                            .push(Violation::new(
+                                Check::Invariants,
+                                format!("mid-run verify: {violation:?}"),
+                            ));
                     }
                 }
                 Err(error) => trace.line(format!("operator: verify: {error}")),
@@ -271,9 +276,12 @@ pub(crate) async fn reader(
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .violations
-                .push(format!(
-                    "reader {index}'s read-only handle ran {} recovery sweeps",
-                    stats.sweeps
+                .push(Violation::new(
+                    Check::ReadOnlyHandles,
+                    format!(
+                        "reader {index}'s read-only handle ran {} recovery sweeps",
+                        stats.sweeps
+                    ),
                 ));
         }
     }

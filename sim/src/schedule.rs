@@ -171,7 +171,7 @@ pub struct RunReport {
     /// Replicas' processes crashed and started again.
     pub restarts: usize,
     /// Every check that failed; empty when the run held.
-    pub violations: Vec<String>,
+    pub violations: Vec<check::Violation>,
     /// The digest of the trace, and its line count: equal for equal seeds and configs.
     pub trace_digest: u64,
     pub trace_lines: u64,
@@ -455,17 +455,24 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
         quiet_phase(&replicas, &store, quiet_wait_ms, &history, &trace).await;
 
     let history = into_history(history);
-    let (found, sweeps_overlapped) = check_run(
+    let end = read_end(
         &replicas,
-        &history,
-        &last_views,
+        last_views,
         fleet,
         clocks_beyond_allowance,
-        &unsettled,
+        unsettled,
         quiet_wait_ms,
-        &trace,
     )
     .await;
+    let found = check::run(&history, &end);
+    if clocks_beyond_allowance {
+        for overlap in check::overlapping_sweeps(&history) {
+            trace.line(format!("beyond the clock allowance: {overlap}"));
+        }
+    }
+    for violation in &found.violations {
+        trace.line(format!("VIOLATION {violation}"));
+    }
     let (requests, injected_failures) = store.counts();
     let (trace_digest, trace_lines) = trace.digest();
     RunReport {
@@ -484,7 +491,7 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
         policy_runs_checked: found.policy_runs_checked,
         late_copies,
         clocks_beyond_allowance,
-        sweeps_overlapped,
+        sweeps_overlapped: found.sweeps_overlapped,
         fleet,
         heartbeats_checked: found.heartbeats_checked,
         takeovers: found.takeovers,
@@ -510,58 +517,81 @@ fn into_history(history: Arc<Mutex<History>>) -> History {
         })
 }
 
-/// The run's checks: storage against the history, the fleet, overlapping sweeps (counted
-/// only, with clocks beyond the allowance), the policy changes, and liveness. Every violation
-/// goes to the trace too. Answers what was found and how many sweeps overlapped.
-#[allow(clippy::too_many_arguments)]
-async fn check_run(
+/// What storage and the replicas say once the quiet phase is over ([`check::End`]).
+async fn read_end(
     replicas: &[Replica],
-    history: &History,
-    last_views: &[Option<check::HeartbeatRecord>],
+    last_views: Vec<Option<check::HeartbeatRecord>>,
     fleet: bool,
     clocks_beyond_allowance: bool,
-    unsettled: &[String],
+    unsettled: Vec<String>,
     quiet_wait_ms: u64,
-    trace: &Trace,
-) -> (check::Found, usize) {
-    let mut found = check::against_storage(&replicas[0].engine(), history).await;
-    if fleet {
-        check::fleet(history, last_views, &mut found);
-    }
-    let overlaps = check::overlapping_sweeps(history);
-    let sweeps_overlapped = overlaps.len();
-    if clocks_beyond_allowance {
-        for overlap in overlaps {
-            trace.line(format!("beyond the clock allowance: {overlap}"));
+) -> check::End {
+    let engine = replicas[0].engine();
+    let mut unreadable = Vec::new();
+    let rows = all_rows(&engine).await.unwrap_or_else(|error| {
+        unreadable.push(format!("the rows cannot be read: {error}"));
+        BTreeMap::new()
+    });
+    let dataset = match engine.dataset(DATASET).await {
+        Ok(dataset) => Some(dataset),
+        Err(error) => {
+            unreadable.push(format!("the dataset cannot be read: {error}"));
+            None
         }
-    } else {
-        found.violations.extend(overlaps);
-    }
-    match replicas[0].registry.records().await {
-        Ok(records) => {
-            let running: Vec<String> = replicas
-                .iter()
-                .map(|replica| replica.engine().policy().digest().to_string())
-                .collect();
-            check::policy_changes(history, &records, &running, policy().digest(), &mut found);
-        }
-        Err(error) => found
+    };
+    let invariant_violations = match engine.verify(DATASET).await {
+        Ok(report) => report
             .violations
-            .push(format!("the policy registry cannot be read: {error}")),
+            .iter()
+            .map(|violation| format!("{violation:?}"))
+            .collect(),
+        Err(error) => {
+            unreadable.push(format!("verify could not run: {error}"));
+            Vec::new()
+        }
+    };
+    let registry = replicas[0]
+        .registry
+        .records()
+        .await
+        .unwrap_or_else(|error| {
+            unreadable.push(format!("the policy registry cannot be read: {error}"));
+            Vec::new()
+        });
+    check::End {
+        rows,
+        dataset,
+        invariant_violations,
+        registry,
+        running: replicas
+            .iter()
+            .map(|replica| replica.engine().policy().digest().to_string())
+            .collect(),
+        default_digest: policy().digest().to_string(),
+        fleet,
+        last_views,
+        clocks_beyond_allowance,
+        unsettled,
+        quiet_wait_ms,
+        quiet_rounds: QUIET_ROUNDS,
+        unreadable,
     }
-    if !unsettled.is_empty() {
-        found.violations.push(format!(
-            "liveness: {} intents still unsettled {} simulated s after the faults stopped, \
-             after {QUIET_ROUNDS} sweeps by each replica: {}",
-            unsettled.len(),
-            quiet_wait_ms / 1000,
-            unsettled.join(", ")
-        ));
+}
+
+/// Every row of the dataset, by id, with its state.
+async fn all_rows(engine: &Engine) -> mend::Result<BTreeMap<String, mend::model::SplitState>> {
+    let mut rows = BTreeMap::new();
+    let mut query = mend::model::ListQuery::default();
+    loop {
+        let page = engine.list_splits(DATASET, &query).await?;
+        for row in page.splits {
+            rows.insert(row.split_id, row.state);
+        }
+        match page.next_after_split_id {
+            Some(after) => query.after_split_id = Some(after),
+            None => return Ok(rows),
+        }
     }
-    for violation in &found.violations {
-        trace.line(format!("VIOLATION {violation}"));
-    }
-    (found, sweeps_overlapped)
 }
 
 /// Every actor of the run started, in the order the schedule's seed expects: per replica its

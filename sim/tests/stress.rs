@@ -42,7 +42,12 @@ fn the_standard_schedule_holds_against_postgres() {
         report.passed(),
         "stress seed {seed} failed (not replayable bit for bit; database left: {:?}):\n{}",
         stressed.database_left,
-        report.violations.join("\n")
+        report
+            .violations
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     assert!(report.published > 0, "no operation published: {stressed}");
     assert!(report.claims_checked > 0, "no answer checked: {stressed}");
