@@ -33,11 +33,23 @@ pub enum Bug {
     /// than joining again: a member the others counted gone, and whose datasets they took
     /// over, comes back as if it had never left.
     MembershipRenewsLapsedLease,
+    /// Garbage collection plans with a deletion grace period of 0: a marked split loses its
+    /// object at the next gc, while readers that still serve a generation showing it are owed
+    /// the grace period to read it.
+    GcIgnoresDeletionGrace,
+    /// An abort (and recovery's abandonment of one operation) deletes the intent before it
+    /// records the operation's end: a crash between the two leaves no trace of the end, and a
+    /// begin of the operation still on its way begins it again after it was answered ended.
+    EndRecordedAfterIntentDeleted,
+    /// A heartbeat computes the renewed lease from the intent's last update instead of now: a
+    /// writer that heartbeats less often than its lease is taken over by recovery while the
+    /// lease it asked for still runs.
+    HeartbeatLeaseFromLastUpdate,
 }
 
 impl Bug {
     /// Every deliberate bug.
-    pub const ALL: [Bug; 7] = [
+    pub const ALL: [Bug; 10] = [
         Bug::AbortWithoutConditionalWrite,
         Bug::ConfirmIgnoresPhase,
         Bug::GateTakeoverBeforeExpiry,
@@ -45,6 +57,9 @@ impl Bug {
         Bug::RefreshAnswersUnchangedWithoutProbing,
         Bug::PolicyRetryIgnoresRecord,
         Bug::MembershipRenewsLapsedLease,
+        Bug::GcIgnoresDeletionGrace,
+        Bug::EndRecordedAfterIntentDeleted,
+        Bug::HeartbeatLeaseFromLastUpdate,
     ];
 }
 

@@ -84,6 +84,7 @@ impl OperationKind {
 
 /// How far an operation got. The operation's last step deletes the intent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum IntentPhase {
     /// Written before the first effect; any subset of the effects may have happened.

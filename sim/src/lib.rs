@@ -24,17 +24,23 @@
 //! turmoil, and what is not simulated.
 
 pub mod check;
+mod client;
+mod committer;
 mod fleet;
 pub mod linearize;
 mod operator;
 mod policy;
+mod reader;
 mod replica;
 pub mod rng;
 pub mod schedule;
 pub mod shrink;
+mod stager;
 pub mod store;
 pub mod stress;
+mod supervisor;
 pub mod time;
 pub mod trace;
+mod writer;
 
 pub use schedule::{Config, RunReport, run};

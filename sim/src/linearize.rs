@@ -76,6 +76,7 @@ pub fn check(history: &History, published: &BTreeSet<&str>) -> Linearization {
     let partitions: Vec<&str> = history
         .operations
         .iter()
+        .filter(|record| record.moves_checkpoint())
         .map(|record| record.partition.as_str())
         .collect::<BTreeSet<_>>()
         .into_iter()
@@ -88,7 +89,8 @@ pub fn check(history: &History, published: &BTreeSet<&str>) -> Linearization {
         .collect();
 
     let mut events = Vec::new();
-    for record in &published {
+    // A merge moves no position: as far as the sequential catalog tells, it is not a step.
+    for record in published.iter().filter(|record| record.moves_checkpoint()) {
         let answer_ms = record
             .claims
             .iter()
@@ -161,17 +163,24 @@ fn generation_events(
     found: &mut Linearization,
 ) {
     for read in &history.reads {
+        // What it shows whole, and what the merges among those replaced before them.
+        let shown_whole: BTreeSet<&str> = published
+            .iter()
+            .filter(|record| {
+                record
+                    .split_ids
+                    .iter()
+                    .all(|split_id| read.published.contains(split_id))
+            })
+            .map(|record| record.operation_id.as_str())
+            .collect();
+        let in_effect = crate::check::with_replaced(history, shown_whole);
         let mut saw = Vec::new();
         for (partition, name) in partitions.iter().enumerate() {
             let shown: Vec<u64> = published
                 .iter()
-                .filter(|record| record.partition == *name)
-                .filter(|record| {
-                    record
-                        .split_ids
-                        .iter()
-                        .all(|split_id| read.published.contains(split_id))
-                })
+                .filter(|record| record.moves_checkpoint() && record.partition == *name)
+                .filter(|record| in_effect.contains(record.operation_id.as_str()))
                 .map(|record| record.from)
                 .collect();
             let position = shown.len() as u64;
@@ -337,6 +346,7 @@ mod tests {
                 })
                 .into_iter()
                 .collect(),
+            ..OperationRecord::default()
         }
     }
 

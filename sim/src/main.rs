@@ -58,6 +58,38 @@ struct Args {
     /// server without fsync needs MEND_POSTGRES_ACCEPT_UNSAFE_DURABILITY=true.
     #[arg(long, value_name = "URL", conflicts_with_all = ["payloads"])]
     postgres: Option<String>,
+    /// Enables one of the engine's deliberate bugs (by its name, as `Bug`'s Debug prints it)
+    /// in every schedule: the simulator should find it. Needs a build with the
+    /// `deliberate-bugs` feature.
+    #[cfg(feature = "deliberate-bugs")]
+    #[arg(long, value_name = "NAME")]
+    bug: Option<String>,
+}
+
+/// The deliberate bug `--bug` names, if any.
+#[cfg(feature = "deliberate-bugs")]
+fn chosen_bug(args: &Args) -> Option<mend::deliberate_bugs::Bug> {
+    let name = args.bug.as_deref()?;
+    let bug = mend::deliberate_bugs::Bug::ALL
+        .into_iter()
+        .find(|bug| format!("{bug:?}") == name);
+    if bug.is_none() {
+        eprintln!(
+            "mend-sim: no deliberate bug is named {name}; the bugs are {:?}",
+            mend::deliberate_bugs::Bug::ALL
+        );
+        std::process::exit(2);
+    }
+    bug
+}
+
+/// Runs one schedule, with `--bug`'s bug enabled on this thread when it names one.
+fn run_one(seed: u64, config: &Config, args: &Args) -> RunReport {
+    #[cfg(feature = "deliberate-bugs")]
+    let _enabled = chosen_bug(args).map(mend::deliberate_bugs::enable);
+    #[cfg(not(feature = "deliberate-bugs"))]
+    let _ = args;
+    run(seed, config)
 }
 
 #[global_allocator]
@@ -73,13 +105,14 @@ fn main() -> ExitCode {
         return stress_schedules(url, &args, &config);
     }
     if let Some(seed) = args.seed {
-        let report = run(
+        let report = run_one(
             seed,
             &Config {
                 keep_trace: args.trace,
                 trace_log_payloads: args.payloads,
                 ..config.clone()
             },
+            &args,
         );
         for line in &report.trace {
             println!("{line}");
@@ -88,7 +121,7 @@ fn main() -> ExitCode {
         return if report.passed() {
             ExitCode::SUCCESS
         } else {
-            fail(&report, &config)
+            fail(&report, &config, &args)
         };
     }
     let jobs = args.jobs.map_or_else(
@@ -117,7 +150,7 @@ fn main() -> ExitCode {
                     else {
                         return;
                     };
-                    let report = run(seed, &config);
+                    let report = run_one(seed, &config, &args);
                     totals
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
@@ -135,7 +168,7 @@ fn main() -> ExitCode {
     });
     if let Some(report) = failed.into_inner().unwrap_or_else(PoisonError::into_inner) {
         println!("{report}");
-        return fail(&report, &config);
+        return fail(&report, &config, &args);
     }
     let seconds = started.elapsed().as_secs_f64();
     let Totals {
@@ -306,11 +339,15 @@ fn without_password(url: &str) -> String {
     }
 }
 
-fn fail(report: &RunReport, config: &Config) -> ExitCode {
+fn fail(report: &RunReport, config: &Config, args: &Args) -> ExitCode {
     for violation in &report.violations {
         println!("  violation: {violation}");
     }
     println!("replay: {}", report.replay_command());
+    #[cfg(feature = "deliberate-bugs")]
+    let _enabled = chosen_bug(args).map(mend::deliberate_bugs::enable);
+    #[cfg(not(feature = "deliberate-bugs"))]
+    let _ = args;
     let (smallest, shrunk) = shrink(report.seed, config);
     println!("shrunk to {smallest:?}; its trace:");
     for line in &shrunk.trace {

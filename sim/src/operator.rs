@@ -4,22 +4,25 @@
 //! refresh them. Both act through the replicas' engines, at drawn times, until the writers are
 //! done.
 
-use std::collections::BTreeSet;
+use std::future::IntoFuture;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use mend::MendError;
-use mend::live::{HandleMode, LiveHandle, Refresh};
 use mend::model::DatasetConfig;
 use mend_contract::RecoveryMode;
 
-use crate::check::{
-    Check, ConfigApplyRecord, ConfigOutcome, GenerationRead, History, PolicyOutcome, Violation,
-};
+use crate::check::{Check, ConfigApplyRecord, ConfigOutcome, History, PolicyOutcome, Violation};
+use crate::client::with_retries;
 use crate::replica::Replica;
 use crate::rng::SimRng;
-use crate::schedule::{DATASET, pause, sweep_claim, with_retries};
+use crate::schedule::{DATASET, pause};
+use crate::supervisor::sweep_claim;
 use crate::trace::Trace;
+
+/// The node the operator's gc, reconcile and config applies run as, recorded in the rows a
+/// reconcile stages.
+pub(crate) const NODE: &str = "operator";
 
 /// The operator: every 0.5 to 3 simulated s, one of gc (30%), reconcile (18%), verify (12%),
 /// a config apply (15%), a policy swap or rollback (12%, [`crate::policy`]) or exclusive
@@ -41,14 +44,8 @@ pub(crate) async fn operator(
         let replica = &replicas[rng.below(replicas.len() as u64) as usize];
         let engine = &replica.engine();
         match rng.below(100) {
-            0..30 => match engine.gc(DATASET, "operator").await {
-                Ok(result) => trace.line(format!(
-                    "operator: gc marked {:?}, deleted {:?}",
-                    result.marked, result.deleted
-                )),
-                Err(error) => trace.line(format!("operator: gc: {error}")),
-            },
-            30..48 => match engine.reconcile(DATASET, "operator").await {
+            0..30 => collect(engine, &mut rng, &history, &trace).await,
+            30..48 => match engine.reconcile(DATASET, NODE).await {
                 Ok(report) => trace.line(format!(
                     "operator: reconcile adopted {:?}, discarded {:?}, left to others {:?}, refused {:?}",
                     report.adopted, report.discarded, report.taken_by_others, report.refused
@@ -101,7 +98,7 @@ pub(crate) async fn operator(
                 )
                 .await;
             }
-            _ => exclusive_recovery(engine, &history, &trace).await,
+            _ => exclusive_recovery(engine, &mut rng, &history, &trace).await,
         }
     }
     if let Some(apply) = in_doubt {
@@ -110,6 +107,57 @@ pub(crate) async fn operator(
     if let Some(change) = change_in_doubt {
         let now = trace.now_ms();
         crate::policy::record_change(&change, PolicyOutcome::Unknown, now, &trace, &history);
+    }
+}
+
+/// A cron job collecting garbage: gc every 1 to 3 simulated s, through a replica drawn each
+/// time, until the writers are done. With the stagers' leftovers and the merges' replaced
+/// splits, gc marks and deletes in most runs.
+pub(crate) async fn collector(
+    replicas: Vec<Replica>,
+    mut rng: SimRng,
+    stop: Arc<AtomicBool>,
+    history: Arc<Mutex<History>>,
+    trace: Trace,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        pause(&mut rng, 1_000, 3_000).await;
+        let engine = replicas[rng.below(replicas.len() as u64) as usize].engine();
+        collect(&engine, &mut rng, &history, &trace).await;
+    }
+}
+
+/// One gc run, its marks and deletes counted in the history.
+async fn collect(engine: &mend::Engine, rng: &mut SimRng, history: &Mutex<History>, trace: &Trace) {
+    match aimed(rng, engine.gc(DATASET, NODE).into_future()).await {
+        Ok(result) => {
+            trace.line(format!(
+                "gc marked {:?}, deleted {:?}",
+                result.marked, result.deleted
+            ));
+            let mut history = history.lock().unwrap_or_else(PoisonError::into_inner);
+            history.gc_marked += result.marked.len();
+            history.gc_deleted += result.deleted.len();
+        }
+        Err(error) => trace.line(format!("gc: {error}")),
+    }
+}
+
+/// Runs `work`, sometimes with a crash aimed at one of its writes
+/// ([`crate::client::aim`]): then its answer is an outcome unknown.
+async fn aimed<T>(
+    rng: &mut SimRng,
+    work: impl std::future::Future<Output = Result<T, MendError>>,
+) -> Result<T, MendError> {
+    let Some(crash) = crate::client::aim(rng) else {
+        return work.await;
+    };
+    match crate::store::with_aimed_crash(crash, work).await {
+        (answer, false) => answer,
+        (_, true) => Err(MendError::Unavailable {
+            message: "the operator's process crashed at a write".into(),
+            source: None,
+        }),
     }
 }
 
@@ -153,7 +201,7 @@ async fn apply_config(
                 expected_config_version: dataset.config_version,
                 config: DatasetConfig {
                     staged_grace_period_ms: 3_000 + number * 10 + rng.below(10),
-                    deletion_grace_period_ms: rng.between(1_000, 3_000),
+                    deletion_grace_period_ms: rng.between(4_000, 6_000),
                     ..dataset.config
                 },
             }
@@ -164,7 +212,7 @@ async fn apply_config(
         let expected = apply.expected_config_version;
         async move {
             engine
-                .apply_config(DATASET, expected, &config, "operator")
+                .apply_config(DATASET, expected, &config, NODE)
                 .idempotency_key(key.as_str())
                 .await
         }
@@ -202,8 +250,20 @@ fn record_config_apply(apply: ConfigApply, outcome: ConfigOutcome, history: &Mut
         });
 }
 
-async fn exclusive_recovery(engine: &mend::Engine, history: &Mutex<History>, trace: &Trace) {
-    let report = match engine.recover(DATASET, RecoveryMode::Exclusive).await {
+async fn exclusive_recovery(
+    engine: &mend::Engine,
+    rng: &mut SimRng,
+    history: &Mutex<History>,
+    trace: &Trace,
+) {
+    let report = match aimed(
+        rng,
+        engine
+            .recover(DATASET, RecoveryMode::Exclusive)
+            .into_future(),
+    )
+    .await
+    {
         Ok(report) => report,
         Err(error) => {
             trace.line(format!("operator: exclusive recovery: {error}"));
@@ -224,97 +284,4 @@ async fn exclusive_recovery(engine: &mend::Engine, history: &Mutex<History>, tra
         settled.push(format!("{}: {said}", intent.operation_id));
     }
     trace.line(format!("operator: exclusive recovery: {settled:?}"));
-}
-
-/// A reader: a read-only live handle on a replica drawn once, refreshed every 0.3 to 1.5
-/// simulated s. Each generation it publishes is recorded for the checks (its manifest version
-/// and what it shows). A read-only handle never runs recovery: one that swept is a violation.
-pub(crate) async fn reader(
-    index: usize,
-    replicas: Vec<Replica>,
-    mut rng: SimRng,
-    stop: Arc<AtomicBool>,
-    history: Arc<Mutex<History>>,
-    trace: Trace,
-) {
-    // A reader is a process of its own, embedding the engine it started with.
-    let engine = replicas[rng.below(replicas.len() as u64) as usize].engine();
-    let mut handle = None;
-    while !stop.load(Ordering::SeqCst) {
-        pause(&mut rng, 300, 1_500).await;
-        let from_ms = trace.now_ms();
-        let Some(open) = &handle else {
-            match LiveHandle::open(engine.clone(), DATASET, HandleMode::ReadOnly).await {
-                Ok(opened) => {
-                    record(index, &opened, false, from_ms, &trace, &history);
-                    handle = Some(opened);
-                }
-                Err(error) => trace.line(format!("reader {index}: open: {error}")),
-            }
-            continue;
-        };
-        match open.refresh().await {
-            // One probe found nothing new: the generation it serves is still the dataset's
-            // state, a read as much as a new generation is.
-            Ok(Refresh::Unchanged) => record(index, open, true, from_ms, &trace, &history),
-            Ok(Refresh::Published {
-                manifest_version, ..
-            }) => {
-                trace.line(format!(
-                    "reader {index}: generation at manifest version {manifest_version}"
-                ));
-                record(index, open, false, from_ms, &trace, &history);
-            }
-            Err(error) => trace.line(format!("reader {index}: refresh: {error}")),
-        }
-    }
-    if let Some(handle) = handle {
-        let stats = handle.stats();
-        trace.line(format!("reader {index}: {stats:?}"));
-        if stats.sweeps != 0 {
-            history
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .violations
-                .push(Violation::new(
-                    Check::ReadOnlyHandles,
-                    format!(
-                        "reader {index}'s read-only handle ran {} recovery sweeps",
-                        stats.sweeps
-                    ),
-                ));
-        }
-    }
-}
-
-/// Records the generation `handle` serves, read between `from_ms` and now; `unchanged`: a
-/// refresh found nothing new.
-fn record(
-    reader: usize,
-    handle: &LiveHandle,
-    unchanged: bool,
-    from_ms: u64,
-    trace: &Trace,
-    history: &Mutex<History>,
-) {
-    let generation = handle.current();
-    let published: BTreeSet<String> = generation
-        .published
-        .iter()
-        .map(|row| row.split_id.clone())
-        .collect();
-    history
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .reads
-        .push(GenerationRead {
-            reader,
-            manifest_version: generation.manifest_version,
-            config_version: generation.config_version,
-            config: generation.config.clone(),
-            published,
-            unchanged,
-            from_ms,
-            until_ms: trace.now_ms(),
-        });
 }

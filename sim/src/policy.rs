@@ -12,9 +12,10 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use mend::runtime::{CAUTIOUS_POLICY_WASM, DEFAULT_POLICY_WASM, LoadOptions, PolicyRuntime};
 
 use crate::check::{History, PolicyChangeRecord, PolicyOutcome, PolicyRun};
+use crate::client::with_retries;
 use crate::replica::Replica;
 use crate::rng::SimRng;
-use crate::schedule::{policy, with_retries};
+use crate::schedule::policy;
 use crate::trace::Trace;
 
 /// The catalog's newest audit records a swap replays against its candidate.

@@ -33,7 +33,9 @@ pub fn shrink(seed: u64, config: &Config) -> (Config, RunReport) {
 fn candidates(config: &Config) -> Vec<Config> {
     let mut smaller = Vec::new();
     let mut push = |candidate: Config| {
-        if candidate != *config && candidate.protocol_writers + candidate.committers > 0 {
+        if candidate != *config
+            && candidate.protocol_writers + candidate.committers + candidate.stagers > 0
+        {
             smaller.push(candidate);
         }
     };
@@ -83,6 +85,10 @@ fn candidates(config: &Config) -> Vec<Config> {
     });
     push(Config {
         committers: config.committers.saturating_sub(1),
+        ..config.clone()
+    });
+    push(Config {
+        stagers: config.stagers.saturating_sub(1),
         ..config.clone()
     });
     push(Config {

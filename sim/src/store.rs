@@ -14,6 +14,7 @@
 //! their effect and its answers wait before they reach it, as for a process stopped by its host
 //! (SIGSTOP, a VM migration, a long GC) while its clock, and everyone else, goes on.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -66,6 +67,79 @@ enum Fault {
     None,
     Before,
     After,
+    /// The process serving the request crashed at or before this request ([`AimedCrash`]):
+    /// it never takes effect. `landed` when the crash came right after this request's effect.
+    Crashed {
+        landed: bool,
+    },
+}
+
+impl Fault {
+    /// Whether the request fails before its effect.
+    fn before(self) -> bool {
+        matches!(self, Fault::Before | Fault::Crashed { landed: false })
+    }
+}
+
+tokio::task_local! {
+    /// The crash aimed at the request this task is serving, if any ([`with_aimed_crash`]).
+    static AIMED: AimedCrash;
+}
+
+/// A crash aimed at one write (a put or a delete, counted from 1) of the request a task
+/// serves: before that write's effect, or right after it. From then on every request of the
+/// task fails before its effect, as when the process serving it is gone. Faults drawn per
+/// request almost never fall between two chosen writes of one step (an abort's record of its
+/// end and the deletion of its intent, say); an aimed crash falls there as often as anywhere.
+#[derive(Debug)]
+pub struct AimedCrash {
+    at_write: usize,
+    after: bool,
+    writes: Cell<usize>,
+    crashed: Cell<bool>,
+}
+
+impl AimedCrash {
+    /// A crash at write `at_write` (from 1), after its effect when `after`.
+    pub fn new(at_write: usize, after: bool) -> Self {
+        Self {
+            at_write: at_write.max(1),
+            after,
+            writes: Cell::new(0),
+            crashed: Cell::new(false),
+        }
+    }
+
+    /// What a request meets: the crash, once it came; the write aimed at; or nothing.
+    fn meet(&self, writes: bool) -> Option<Fault> {
+        if self.crashed.get() {
+            return Some(Fault::Crashed { landed: false });
+        }
+        if !writes {
+            return None;
+        }
+        self.writes.set(self.writes.get() + 1);
+        if self.writes.get() < self.at_write {
+            return None;
+        }
+        self.crashed.set(true);
+        Some(Fault::Crashed { landed: self.after })
+    }
+}
+
+/// Runs `work` (one request a replica serves) with `crash` aimed at it; answers its output
+/// and whether the crash came (then the output is whatever the work made of a store that
+/// stopped answering, and its caller must not believe it).
+pub async fn with_aimed_crash<F: std::future::Future>(
+    crash: AimedCrash,
+    work: F,
+) -> (F::Output, bool) {
+    AIMED
+        .scope(crash, async {
+            let output = work.await;
+            (output, AIMED.with(|crash| crash.crashed.get()))
+        })
+        .await
 }
 
 /// The simulated store; see the module doc. Its state is shared, so that a listing (a stream
@@ -191,6 +265,12 @@ impl Shared {
                 (latency_ms, fault)
             }
         };
+        // Decided after the draws, so that an aimed crash moves no other request's fault.
+        let fault = AIMED
+            .try_with(|crash| crash.meet(writes))
+            .ok()
+            .flatten()
+            .unwrap_or(fault);
         if latency_ms > 0 {
             tokio::time::sleep(Duration::from_millis(latency_ms)).await;
         } else {
@@ -207,6 +287,8 @@ impl Shared {
             Fault::None => stalled,
             Fault::Before => " (fails before)",
             Fault::After => " (lands, then fails)",
+            Fault::Crashed { landed: false } => " (its process crashed before it)",
+            Fault::Crashed { landed: true } => " (lands, then its process crashes)",
         };
         self.trace.line(format!("store {request} {location}{what}"));
         if fault != Fault::None {
@@ -291,7 +373,7 @@ impl ObjectStore for SimStore {
             let shown: String = text.chars().take(600).collect();
             self.shared.trace.line(format!("  payload {shown}"));
         }
-        if fault == Fault::Before {
+        if fault.before() {
             return Err(Shared::injected("put", location.as_ref()));
         }
         let put = self.shared.inner.put_opts(location, payload, opts).await;
@@ -300,7 +382,9 @@ impl ObjectStore for SimStore {
         }
         self.shared.hold(self.replica).await;
         match fault {
-            Fault::After if put.is_ok() => Err(Shared::injected("put", location.as_ref())),
+            Fault::After | Fault::Crashed { .. } if put.is_ok() => {
+                Err(Shared::injected("put", location.as_ref()))
+            }
             _ => put,
         }
     }
@@ -324,7 +408,7 @@ impl ObjectStore for SimStore {
             .shared
             .enter(self.replica, "get", location.as_ref(), false)
             .await
-            == Fault::Before
+            .before()
         {
             return Err(Shared::injected("get", location.as_ref()));
         }
@@ -340,7 +424,7 @@ impl ObjectStore for SimStore {
             .shared
             .enter(self.replica, "delete", location.as_ref(), true)
             .await;
-        if fault == Fault::Before {
+        if fault.before() {
             return Err(Shared::injected("delete", location.as_ref()));
         }
         let deleted = self.shared.inner.delete(location).await;
@@ -351,7 +435,9 @@ impl ObjectStore for SimStore {
             .remove(location);
         self.shared.hold(self.replica).await;
         match fault {
-            Fault::After if deleted.is_ok() => Err(Shared::injected("delete", location.as_ref())),
+            Fault::After | Fault::Crashed { .. } if deleted.is_ok() => {
+                Err(Shared::injected("delete", location.as_ref()))
+            }
             _ => deleted,
         }
     }
@@ -364,7 +450,11 @@ impl ObjectStore for SimStore {
         let prefix = prefix.cloned();
         stream::once(async move {
             let location = prefix.as_ref().map_or_else(String::new, |p| p.to_string());
-            if shared.enter(replica, "list", &location, false).await == Fault::Before {
+            if shared
+                .enter(replica, "list", &location, false)
+                .await
+                .before()
+            {
                 return vec![Err(Shared::injected("list", &location))];
             }
             let listed: Vec<_> = shared.inner.list(prefix.as_ref()).collect().await;
@@ -384,7 +474,7 @@ impl ObjectStore for SimStore {
             .shared
             .enter(self.replica, "list", &location, false)
             .await
-            == Fault::Before
+            .before()
         {
             return Err(Shared::injected("list", &location));
         }

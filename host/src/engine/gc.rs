@@ -106,7 +106,13 @@ impl Engine {
             dataset_id: dataset_id.to_string(),
             now_ms: now,
             staged_grace_period_ms: dataset.config.staged_grace_period_ms,
-            deletion_grace_period_ms: dataset.config.deletion_grace_period_ms,
+            deletion_grace_period_ms: if crate::deliberate_bugs::active(
+                crate::deliberate_bugs::Bug::GcIgnoresDeletionGrace,
+            ) {
+                0
+            } else {
+                dataset.config.deletion_grace_period_ms
+            },
             candidates,
         };
         let plan = self.policy().plan_gc(&input)?;

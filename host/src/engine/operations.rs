@@ -794,8 +794,13 @@ impl Engine {
         let mut intent = self.live_intent(dataset_id, operation_id).await?;
         for _ in 0..HEARTBEAT_ATTEMPTS {
             let now = self.now_ms();
+            let from = if deliberate_bugs::active(Bug::HeartbeatLeaseFromLastUpdate) {
+                intent.updated_at_ms
+            } else {
+                now
+            };
             let renewed = Intent {
-                lease_expires_at_ms: now.saturating_add(lease_ms),
+                lease_expires_at_ms: from.saturating_add(lease_ms),
                 updated_at_ms: now,
                 ..intent.clone()
             };
@@ -1292,6 +1297,17 @@ impl Engine {
                     .delete_splits(dataset_id, &marked, self.now_ms(), None)
                     .await?;
             }
+        }
+        self.end_and_finish(dataset_id, operation_id).await
+    }
+
+    /// Records that an operation ended without publishing, then deletes its intent: in that
+    /// order, so that a crash between the two leaves the intent (and whoever finds it finishes
+    /// the end), never an operation with neither its intent nor the record of its end.
+    pub(super) async fn end_and_finish(&self, dataset_id: &str, operation_id: &str) -> Result<()> {
+        if deliberate_bugs::active(Bug::EndRecordedAfterIntentDeleted) {
+            self.finish_intent(dataset_id, operation_id).await?;
+            return self.record_end(dataset_id, operation_id).await;
         }
         self.record_end(dataset_id, operation_id).await?;
         self.finish_intent(dataset_id, operation_id).await

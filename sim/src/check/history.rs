@@ -22,23 +22,58 @@ pub enum Claim {
     /// A publish refused for a reason other than the operation's end: it had not published
     /// (a publish that landed answers published, however it is sent again).
     NotPublished,
+    /// Begun, and live: its writer may upload and publish it. Said by a begin sent at
+    /// `sent_ms` (simulated ms since the run started); an operation answered ended before then
+    /// can never be begun again (`ended-stays-ended`).
+    Begun { sent_ms: u64 },
     /// Nothing about the end.
     Nothing,
 }
 
 /// One writer's operation, and every claim made about it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct OperationRecord {
     pub operation_id: String,
-    /// The writer's checkpoint partition, and the position its delta starts from.
+    /// The writer's checkpoint partition, and the position its delta starts from (a merge
+    /// carries no delta: its `from` is the position its writer read, and means nothing).
     pub partition: String,
     pub from: u64,
+    /// A merge: it replaces `replaced_split_ids` and moves no checkpoint.
+    pub merge: bool,
     pub split_ids: Vec<String>,
+    /// The published splits it replaces (a merge): every split of one or more earlier
+    /// operations, never part of one.
+    pub replaced_split_ids: Vec<String>,
     /// Simulated ms since the run started when its writer sent its begin or commit: it
     /// cannot take effect earlier.
     pub invoked_ms: u64,
     /// Every claim made about it.
     pub claims: Vec<ClaimRecord>,
+    /// Every lease its writer was granted (a begin or a heartbeat answered), each from when
+    /// the request was sent: recovery may take it over only once all have run out.
+    pub leases: Vec<LeaseGrant>,
+    /// Written with the plain protocol, no intent (stage, put, publish): an object of it
+    /// that outlives its collected row (a put that stalled past gc) is an orphan that
+    /// reconcile may adopt, publishing the split without the operation's delta.
+    pub plain: bool,
+}
+
+/// A lease granted to a writer: asked for in a request sent at `sent_ms` (simulated ms since
+/// the run started), for `lease_ms`, and answered granted. The engine counts it from when the
+/// request landed, no earlier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseGrant {
+    pub sent_ms: u64,
+    pub lease_ms: u64,
+}
+
+/// A supervisor's sweep took an operation over: it abandoned it, its lease having run out by
+/// the sweeping replica's clock; answered at `at_ms` (simulated ms since the run started).
+#[derive(Debug, Clone)]
+pub struct TakeoverRecord {
+    pub operation_id: String,
+    pub replica: usize,
+    pub at_ms: u64,
 }
 
 /// One claim about an operation: what was said, by whom, and when it was said (simulated ms
@@ -127,6 +162,20 @@ pub struct GenerationRead {
     pub until_ms: u64,
 }
 
+/// A reader's read of a split's object, for a generation that showed the split published and
+/// was known current at `shown_current_at_ms`; sent at `at_ms`, answered at `answered_ms`
+/// (simulated ms since the run started).
+#[derive(Debug, Clone)]
+pub struct ObjectRead {
+    pub reader: usize,
+    pub split_id: String,
+    pub shown_current_at_ms: u64,
+    pub at_ms: u64,
+    pub answered_ms: u64,
+    /// Whether the object was there.
+    pub found: bool,
+}
+
 /// A config apply under an idempotency key, and its answer.
 #[derive(Debug, Clone)]
 pub struct ConfigApplyRecord {
@@ -204,12 +253,39 @@ pub struct History {
     pub pauses: Vec<PauseRecord>,
     /// Every crash and restart of a replica's process.
     pub restarts: Vec<RestartRecord>,
+    /// Every operation a supervisor's sweep abandoned.
+    pub takeovers: Vec<TakeoverRecord>,
+    /// Every object a reader read, found or not.
+    pub object_reads: Vec<ObjectRead>,
+    /// Splits the operator's gc runs marked, and splits they deleted (objects, then rows).
+    pub gc_marked: usize,
+    pub gc_deleted: usize,
     /// What an actor found wrong while the run went on (a mid-run verify, a read-only handle
     /// that swept).
     pub violations: Vec<Violation>,
 }
 
+impl OperationRecord {
+    /// Whether its publish moves its partition on by one (every operation but a merge).
+    pub fn moves_checkpoint(&self) -> bool {
+        !self.merge
+    }
+}
+
 impl History {
+    /// This history without the operations named in `left_out`.
+    pub fn without(&self, left_out: &BTreeSet<&str>) -> History {
+        History {
+            operations: self
+                .operations
+                .iter()
+                .filter(|record| !left_out.contains(record.operation_id.as_str()))
+                .cloned()
+                .collect(),
+            ..self.clone()
+        }
+    }
+
     /// Records `claim` about `operation_id` (an operation no writer of the run began, such as
     /// an in-process commit's own id seen by a sweep, is not held to anything).
     pub fn claim(&mut self, operation_id: &str, claim: Claim, by: String, at_ms: u64) {
@@ -222,6 +298,17 @@ impl History {
             .find(|record| record.operation_id == operation_id)
         {
             record.claims.push(ClaimRecord { claim, by, at_ms });
+        }
+    }
+
+    /// Records a lease granted to `operation_id`'s writer ([`LeaseGrant`]).
+    pub fn grant(&mut self, operation_id: &str, sent_ms: u64, lease_ms: u64) {
+        if let Some(record) = self
+            .operations
+            .iter_mut()
+            .find(|record| record.operation_id == operation_id)
+        {
+            record.leases.push(LeaseGrant { sent_ms, lease_ms });
         }
     }
 }

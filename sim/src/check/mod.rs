@@ -8,6 +8,9 @@
 //!   answered ended (an abort, a 412 saying it ended, an abandonment executed) never became
 //!   visible; a begin or commit refused with an error that certainly had no effect published
 //!   nothing ([`outcomes`]).
+//! - **`ended-stays-ended`.** An operation answered ended is never begun again: a begin sent
+//!   after that answer (a copy still on its way, a writer asking where it stands) finds the
+//!   end and says so.
 //! - **`all-or-nothing`.** An operation's splits are all published or none is.
 //! - **`exactly-once`.** Each writer's partition of the checkpoint stands at the number of its
 //!   operations that published, and those operations started from 0, 1, 2, ... once each:
@@ -32,6 +35,11 @@
 //!   member counted gone had stopped acting and never comes back under its epoch, whatever the
 //!   clocks, and once faults stop every replica sees every other and all agree on the
 //!   dataset's owner ([`fleet`]).
+//! - **`leases-respected`.** A supervisor's sweep never takes over an operation while a lease
+//!   its writer was granted still runs, allowing for how far apart the replicas' clocks read
+//!   ([`leases`]).
+//! - **`grace-periods-kept`.** A reader still serving a generation that showed a split finds
+//!   its object for the deletion grace period after the split's mark ([`grace`]).
 //! - **`settles-without-operator`.** Once the faults stop and every lease runs out, the
 //!   supervisors alone settle every intent.
 //! - **`end-readable`.** The end state can be read at all (with the faults stopped, it must).
@@ -45,7 +53,9 @@ use mend::runtime::registry::ActiveRecord;
 use crate::schedule::SOURCE;
 
 mod fleet;
+mod grace;
 mod history;
+mod leases;
 mod outcomes;
 mod policy;
 mod reads;
@@ -53,14 +63,16 @@ mod reads;
 pub use fleet::overlapping_sweeps;
 pub use history::{
     Claim, ClaimRecord, ConfigApplyRecord, ConfigOutcome, GenerationRead, HeartbeatRecord, History,
-    OperationRecord, PauseRecord, PolicyChangeRecord, PolicyOutcome, PolicyRun, PositionRead,
-    RestartRecord, SweepRecord,
+    LeaseGrant, ObjectRead, OperationRecord, PauseRecord, PolicyChangeRecord, PolicyOutcome,
+    PolicyRun, PositionRead, RestartRecord, SweepRecord, TakeoverRecord,
 };
+pub(crate) use outcomes::with_replaced;
 
 /// A check a run is held to, by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Check {
     NoFalseAnswer,
+    EndedStaysEnded,
     AllOrNothing,
     ExactlyOnce,
     Invariants,
@@ -78,13 +90,16 @@ pub enum Check {
     CountedGoneHadStopped,
     FleetLiveness,
     SettlesWithoutOperator,
+    LeasesRespected,
+    GracePeriodsKept,
     EndReadable,
 }
 
 impl Check {
     /// Every check.
-    pub const ALL: [Check; 19] = [
+    pub const ALL: [Check; 22] = [
         Check::NoFalseAnswer,
+        Check::EndedStaysEnded,
         Check::AllOrNothing,
         Check::ExactlyOnce,
         Check::Invariants,
@@ -102,6 +117,8 @@ impl Check {
         Check::CountedGoneHadStopped,
         Check::FleetLiveness,
         Check::SettlesWithoutOperator,
+        Check::LeasesRespected,
+        Check::GracePeriodsKept,
         Check::EndReadable,
     ];
 
@@ -109,6 +126,7 @@ impl Check {
     pub fn name(self) -> &'static str {
         match self {
             Check::NoFalseAnswer => "no-false-answer",
+            Check::EndedStaysEnded => "ended-stays-ended",
             Check::AllOrNothing => "all-or-nothing",
             Check::ExactlyOnce => "exactly-once",
             Check::Invariants => "invariants",
@@ -126,6 +144,8 @@ impl Check {
             Check::CountedGoneHadStopped => "counted-gone-had-stopped",
             Check::FleetLiveness => "fleet-liveness",
             Check::SettlesWithoutOperator => "settles-without-operator",
+            Check::LeasesRespected => "leases-respected",
+            Check::GracePeriodsKept => "grace-periods-kept",
             Check::EndReadable => "end-readable",
         }
     }
@@ -178,6 +198,10 @@ pub struct Found {
     /// another replica saw expire (a takeover of what they owned).
     pub heartbeats_checked: usize,
     pub takeovers: usize,
+    /// Leases held against the takeovers of their operations.
+    pub leases_checked: usize,
+    /// Readers' reads of objects held to the grace periods they were owed.
+    pub object_reads_checked: usize,
     /// Pairs of sweeps that overlapped (counted, not violations, with a clock beyond the
     /// gates' allowance).
     pub sweeps_overlapped: usize,
@@ -203,6 +227,11 @@ impl Found {
 pub struct End {
     /// Every split row's state, by id.
     pub rows: BTreeMap<String, SplitState>,
+    /// The splits whose rows a reconcile staged (adopted or discarded orphans), by the
+    /// reconciling node recorded in each row.
+    pub reconciled: BTreeSet<String>,
+    /// The config the dataset was created with.
+    pub initial_config: mend::model::DatasetConfig,
     /// The dataset as it ends (`None` when it cannot be read: then `unreadable` says so).
     pub dataset: Option<Dataset>,
     /// What `Engine::verify` found wrong at the end.
@@ -218,6 +247,8 @@ pub struct End {
     pub last_views: Vec<Option<HeartbeatRecord>>,
     /// A replica's clock was off by more than the gates' allowance.
     pub clocks_beyond_allowance: bool,
+    /// How far apart two replicas' clocks may read, in ms: the spread of their skews.
+    pub clock_spread_ms: u64,
     /// The intents left unsettled once the quiet phase gave up, and how long it had waited
     /// and swept.
     pub unsettled: Vec<String>,
@@ -231,6 +262,29 @@ pub struct End {
 /// Holds `history` to `end`: every check.
 pub fn run(history: &History, end: &End) -> Found {
     let mut found = Found::default();
+    // A plain writer's split whose row reconcile staged was adopted from an orphan object
+    // (a put that landed after gc collected its row): published, if at all, outside its
+    // operation, whose delta never applied. Such operations are held to nothing the
+    // operation protocol promises.
+    let outside: BTreeSet<&str> = history
+        .operations
+        .iter()
+        .filter(|record| {
+            record.plain
+                && record
+                    .split_ids
+                    .iter()
+                    .any(|split_id| end.reconciled.contains(split_id))
+        })
+        .map(|record| record.operation_id.as_str())
+        .collect();
+    let adopted_apart;
+    let history = if outside.is_empty() {
+        history
+    } else {
+        adopted_apart = history.without(&outside);
+        &adopted_apart
+    };
     found.violations.extend(history.violations.iter().cloned());
     for what in &end.unreadable {
         found.push(Check::EndReadable, what.clone());
@@ -239,7 +293,8 @@ pub fn run(history: &History, end: &End) -> Found {
         reads::config_applies(history, dataset, &mut found);
         let outcomes = outcomes::of_operations(history, &end.rows, &mut found);
         outcomes::claims(history, &outcomes, &mut found);
-        reads::generations(history, &end.rows, &mut found);
+        outcomes::ended_stays_ended(history, &mut found);
+        reads::generations(history, &end.rows, &outcomes.published_ids, &mut found);
         let linearization = crate::linearize::check(history, &outcomes.published_ids);
         found.events_linearized = linearization.publishes + linearization.reads;
         for violation in linearization.violations {
@@ -258,6 +313,8 @@ pub fn run(history: &History, end: &End) -> Found {
             &mut found,
         );
     }
+    leases::respected(history, end, &mut found);
+    grace::kept(history, end, &mut found);
     if end.fleet {
         fleet::fleet(history, &end.last_views, &mut found);
     }

@@ -1,5 +1,5 @@
 //! How each operation ended, read from the rows, and the checks on it: `all-or-nothing`,
-//! `no-false-answer` and `exactly-once`.
+//! `no-false-answer`, `ended-stays-ended` and `exactly-once`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -15,8 +15,41 @@ pub(super) struct Outcomes<'a> {
     pub published_from: BTreeMap<&'a str, Vec<u64>>,
 }
 
-/// Reads each operation's end from `rows`: published when every split of it is, ended when
-/// none is; `all-or-nothing` when some are and others not.
+/// `shown` (operations whose splits are all visible somewhere) with every operation a merge
+/// among them replaced, and so on down the chain: the operations that published, as far as
+/// that view can tell. A merge replaces whole operations, so an operation whose splits are
+/// all replaced by merges in the set published before them.
+pub(crate) fn with_replaced<'a>(
+    history: &'a History,
+    mut shown: BTreeSet<&'a str>,
+) -> BTreeSet<&'a str> {
+    loop {
+        let replaced: BTreeSet<&str> = history
+            .operations
+            .iter()
+            .filter(|record| shown.contains(record.operation_id.as_str()))
+            .flat_map(|record| record.replaced_split_ids.iter().map(String::as_str))
+            .collect();
+        let before = shown.len();
+        for record in &history.operations {
+            if !record.split_ids.is_empty()
+                && record
+                    .split_ids
+                    .iter()
+                    .all(|split_id| replaced.contains(split_id.as_str()))
+            {
+                shown.insert(record.operation_id.as_str());
+            }
+        }
+        if shown.len() == before {
+            return shown;
+        }
+    }
+}
+
+/// Reads each operation's end from `rows`: published when every split of it is (or a merge
+/// that published replaced them), ended when none is; `all-or-nothing` when some are and
+/// others not, or when a merge published and a split it replaced is still published.
 pub(super) fn of_operations<'a>(
     history: &'a History,
     rows: &BTreeMap<String, SplitState>,
@@ -26,13 +59,41 @@ pub(super) fn of_operations<'a>(
         published_ids: BTreeSet::new(),
         published_from: BTreeMap::new(),
     };
+    let all_published: BTreeSet<&str> = history
+        .operations
+        .iter()
+        .filter(|record| {
+            record
+                .split_ids
+                .iter()
+                .all(|split_id| rows.get(split_id) == Some(&SplitState::Published))
+        })
+        .map(|record| record.operation_id.as_str())
+        .collect();
+    let published_ids = with_replaced(history, all_published);
     for record in &history.operations {
         let states: Vec<Option<SplitState>> = record
             .split_ids
             .iter()
             .map(|split_id| rows.get(split_id).copied())
             .collect();
-        let published = states.iter().all(|s| *s == Some(SplitState::Published));
+        let published = published_ids.contains(record.operation_id.as_str());
+        if published {
+            let still: Vec<&String> = record
+                .replaced_split_ids
+                .iter()
+                .filter(|split_id| rows.get(*split_id) == Some(&SplitState::Published))
+                .collect();
+            if !still.is_empty() {
+                found.push(
+                    Check::AllOrNothing,
+                    format!(
+                        "{} published, yet the splits it replaced {still:?} are still published",
+                        record.operation_id
+                    ),
+                );
+            }
+        }
         if !published && states.contains(&Some(SplitState::Published)) {
             found.push(
                 Check::AllOrNothing,
@@ -45,11 +106,13 @@ pub(super) fn of_operations<'a>(
         if published {
             found.published += 1;
             outcomes.published_ids.insert(record.operation_id.as_str());
-            outcomes
-                .published_from
-                .entry(&record.partition)
-                .or_default()
-                .push(record.from);
+            if record.moves_checkpoint() {
+                outcomes
+                    .published_from
+                    .entry(&record.partition)
+                    .or_default()
+                    .push(record.from);
+            }
         } else {
             found.ended += 1;
         }
@@ -71,13 +134,14 @@ pub(super) fn claims(history: &History, outcomes: &Outcomes<'_>, found: &mut Fou
                 Claim::Published => published,
                 Claim::PublishesUnlessOvertaken => {
                     published
-                        || outcomes
-                            .published_from
-                            .get(record.partition.as_str())
-                            .is_some_and(|froms| froms.contains(&record.from))
+                        || record.moves_checkpoint()
+                            && outcomes
+                                .published_from
+                                .get(record.partition.as_str())
+                                .is_some_and(|froms| froms.contains(&record.from))
                 }
                 Claim::Ended | Claim::NotBegun | Claim::NotPublished => !published,
-                Claim::Nothing => true,
+                Claim::Begun { .. } | Claim::Nothing => true,
             };
             if !holds {
                 found.push(
@@ -97,6 +161,36 @@ pub(super) fn claims(history: &History, outcomes: &Outcomes<'_>, found: &mut Fou
     }
 }
 
+/// An operation answered ended stays ended: no begin sent after that answer says it is
+/// begun (a begin still on its way when its operation ended must find the end and say so).
+pub(super) fn ended_stays_ended(history: &History, found: &mut Found) {
+    for record in &history.operations {
+        let ended_at = record
+            .claims
+            .iter()
+            .filter(|said| said.claim == Claim::Ended)
+            .map(|said| (said.at_ms, &said.by))
+            .min();
+        let Some((ended_ms, ended_by)) = ended_at else {
+            continue;
+        };
+        for said in &record.claims {
+            if let Claim::Begun { sent_ms } = said.claim
+                && sent_ms > ended_ms
+            {
+                found.push(
+                    Check::EndedStaysEnded,
+                    format!(
+                        "{} was told it ended at {ended_ms} ms ({ended_by}), then a begin sent at \
+                         {sent_ms} ms began it again ({})",
+                        record.operation_id, said.by
+                    ),
+                );
+            }
+        }
+    }
+}
+
 /// Exactly once: a partition at N was moved by N published deltas, from 0 to N - 1.
 pub(super) fn exactly_once(
     history: &History,
@@ -107,6 +201,7 @@ pub(super) fn exactly_once(
     let partitions: BTreeSet<&str> = history
         .operations
         .iter()
+        .filter(|record| record.moves_checkpoint())
         .map(|record| record.partition.as_str())
         .collect();
     for partition in partitions {

@@ -103,13 +103,15 @@ pub(super) fn config_applies(history: &History, dataset: &mend::model::Dataset, 
 }
 
 /// What the readers saw: each handle's manifest versions only move forward; each generation
-/// shows every operation whole or not at all; and a split a reader ever saw published is
-/// published at the end (nothing in this run unpublishes a split, so a split seen and gone is
-/// data lost, and a split of an operation answered ended that was ever seen is a false answer
-/// the end state alone could miss).
+/// shows every operation whole or not at all, and never a merge beside what it replaced; and
+/// a split a reader ever saw published is published at the end unless a merge that published
+/// replaced it (nothing else in this run unpublishes a split, so a split seen and gone is data
+/// lost, and a split of an operation answered ended that was ever seen is a false answer the
+/// end state alone could miss).
 pub(super) fn generations(
     history: &History,
     rows: &BTreeMap<String, SplitState>,
+    published_ids: &BTreeSet<&str>,
     found: &mut Found,
 ) {
     let mut last: BTreeMap<usize, u64> = BTreeMap::new();
@@ -154,11 +156,33 @@ pub(super) fn generations(
                     ),
                 );
             }
+            let replaced_shown: Vec<&String> = record
+                .replaced_split_ids
+                .iter()
+                .filter(|split_id| read.published.contains(*split_id))
+                .collect();
+            if shown != 0 && !replaced_shown.is_empty() {
+                found.push(
+                    Check::ReaderGenerations,
+                    format!(
+                        "reader {} at manifest version {} shows merge {} and the splits it \
+                         replaced {replaced_shown:?} at once",
+                        read.reader, read.manifest_version, record.operation_id
+                    ),
+                );
+            }
         }
         seen.extend(read.published.iter().map(String::as_str));
     }
+    // A split replaced by a merge that published is gone by design.
+    let replaced: BTreeSet<&str> = history
+        .operations
+        .iter()
+        .filter(|record| published_ids.contains(record.operation_id.as_str()))
+        .flat_map(|record| record.replaced_split_ids.iter().map(String::as_str))
+        .collect();
     for split_id in seen {
-        if rows.get(split_id) != Some(&SplitState::Published) {
+        if rows.get(split_id) != Some(&SplitState::Published) && !replaced.contains(split_id) {
             found.push(
                 Check::ReaderGenerations,
                 format!(

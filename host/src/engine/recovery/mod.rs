@@ -120,6 +120,12 @@ pub struct IntentReport {
     pub operation_id: String,
     /// What kind of operation.
     pub kind: OperationKind,
+    /// Its phase as the sweep observed it. An `abandoned` one was fenced before this sweep
+    /// (by its writer's abort, an exclusive roll-back, an overtaken publish or an earlier
+    /// sweep that stopped part way): abandoning it finishes what that fence began, and takes
+    /// over no writer. An `armed` one abandoned here was fenced by this sweep, its lease
+    /// having run out.
+    pub phase: crate::intent::IntentPhase,
     /// What it needs.
     pub status: IntentStatus,
     /// What the policy decided.
@@ -345,6 +351,7 @@ impl Engine {
             let mut report = IntentReport {
                 operation_id: intent.operation_id.clone(),
                 kind: intent.kind,
+                phase: intent.phase,
                 status: status_of(&decision.decision),
                 decision: decision.decision,
                 outcome: Outcome::Reported,
@@ -769,9 +776,7 @@ impl Engine {
             )
             .await?;
         }
-        self.record_end(&intent.dataset_id, &intent.operation_id)
-            .await?;
-        self.finish_intent(&intent.dataset_id, &intent.operation_id)
+        self.end_and_finish(&intent.dataset_id, &intent.operation_id)
             .await
     }
 
