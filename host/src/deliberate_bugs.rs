@@ -41,6 +41,9 @@ pub enum Bug {
     /// records the operation's end: a crash between the two leaves no trace of the end, and a
     /// begin of the operation still on its way begins it again after it was answered ended.
     EndRecordedAfterIntentDeleted,
+    /// A read-only live handle runs recovery sweeps as a read-write one does: a serving process
+    /// meant only to read writes to the catalog, and rolls other writers' work forward.
+    ReadOnlyHandleSweeps,
     /// A heartbeat computes the renewed lease from the intent's last update instead of now: a
     /// writer that heartbeats less often than its lease is taken over by recovery while the
     /// lease it asked for still runs.
@@ -49,7 +52,7 @@ pub enum Bug {
 
 impl Bug {
     /// Every deliberate bug.
-    pub const ALL: [Bug; 10] = [
+    pub const ALL: [Bug; 11] = [
         Bug::AbortWithoutConditionalWrite,
         Bug::ConfirmIgnoresPhase,
         Bug::GateTakeoverBeforeExpiry,
@@ -60,6 +63,7 @@ impl Bug {
         Bug::GcIgnoresDeletionGrace,
         Bug::EndRecordedAfterIntentDeleted,
         Bug::HeartbeatLeaseFromLastUpdate,
+        Bug::ReadOnlyHandleSweeps,
     ];
 }
 

@@ -227,7 +227,9 @@ impl LiveHandle {
             .catalog()
             .probe_manifest(&self.dataset_id)
             .await?;
-        let sweep = self.mode == HandleMode::ReadWrite && probe.pending_intents;
+        let read_write = self.mode == HandleMode::ReadWrite
+            || crate::deliberate_bugs::active(crate::deliberate_bugs::Bug::ReadOnlyHandleSweeps);
+        let sweep = read_write && probe.pending_intents;
         if probe.manifest_version == current.manifest_version && !sweep {
             return Ok(Refresh::Unchanged);
         }

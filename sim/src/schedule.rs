@@ -459,6 +459,7 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
     let history = into_history(history);
     let end = read_end(
         &replicas,
+        &history,
         last_views,
         fleet,
         clocks_beyond_allowance,
@@ -526,6 +527,7 @@ fn into_history(history: Arc<Mutex<History>>) -> History {
 /// What storage and the replicas say once the quiet phase is over ([`check::End`]).
 async fn read_end(
     replicas: &[Replica],
+    history: &History,
     last_views: Vec<Option<check::HeartbeatRecord>>,
     fleet: bool,
     clocks_beyond_allowance: bool,
@@ -556,6 +558,12 @@ async fn read_end(
             Vec::new()
         }
     };
+    let ends_unrecorded = ends_unrecorded(&engine, history)
+        .await
+        .unwrap_or_else(|error| {
+            unreadable.push(format!("an operation's records cannot be read: {error}"));
+            Vec::new()
+        });
     let registry = replicas[0]
         .registry
         .records()
@@ -595,8 +603,33 @@ async fn read_end(
         unsettled,
         quiet_wait_ms,
         quiet_rounds: QUIET_ROUNDS,
+        ends_unrecorded,
         unreadable,
     }
+}
+
+/// The operations of `history` that held an intent (they staged, or an answer said they began
+/// or ended), have none now, and have neither their publish nor their end recorded
+/// ([`check::End::ends_unrecorded`]).
+async fn ends_unrecorded(engine: &Engine, history: &History) -> mend::Result<Vec<String>> {
+    let mut unrecorded = Vec::new();
+    for record in history.operations.iter().filter(|record| !record.plain) {
+        let said = record
+            .claims
+            .iter()
+            .any(|said| matches!(said.claim, check::Claim::Begun { .. } | check::Claim::Ended));
+        let ledger = match engine.operation_ledger(DATASET, &record.operation_id).await {
+            Ok(ledger) => ledger,
+            // An in-process commit's label is no operation id the engine knows.
+            Err(MendError::InvalidArgument { .. }) => continue,
+            Err(error) => return Err(error),
+        };
+        if (ledger.staged || said) && ledger.intent.is_none() && !ledger.published && !ledger.ended
+        {
+            unrecorded.push(record.operation_id.clone());
+        }
+    }
+    Ok(unrecorded)
 }
 
 /// Every row of the dataset, by id, with its state and the node that staged it.

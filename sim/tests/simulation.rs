@@ -4,6 +4,7 @@
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use mend::deliberate_bugs::{self, Bug};
+use mend_sim::check::Check;
 use mend_sim::rng::SimRng;
 use mend_sim::shrink::shrink;
 use mend_sim::{Config, RunReport, run};
@@ -34,7 +35,18 @@ struct FleetTotals {
     restarts: usize,
 }
 
-fn assert_holds(seeds: impl Iterator<Item = u64>, label: &str) -> FleetTotals {
+/// What the checks depend on, summed over some seeds: each must be above zero for the checks
+/// that read it to have held anything.
+#[derive(Default)]
+struct Exercised {
+    generations: usize,
+    object_reads: usize,
+    gc_marked: usize,
+    gc_deleted: usize,
+    leases: usize,
+}
+
+fn assert_holds(seeds: impl Iterator<Item = u64>, label: &str) -> (FleetTotals, Exercised) {
     let config = Config::standard();
     let started = Instant::now();
     let (mut runs, mut published, mut ended, mut claims, mut failures, mut sweeps) =
@@ -42,6 +54,7 @@ fn assert_holds(seeds: impl Iterator<Item = u64>, label: &str) -> FleetTotals {
     let (mut linearized, mut config_applies, mut policy_changes, mut policy_runs) = (0, 0, 0, 0);
     let (mut late_copies, mut beyond_allowance) = (0, 0);
     let (mut fleet_runs, mut heartbeats, mut takeovers, mut pauses, mut restarts) = (0, 0, 0, 0, 0);
+    let mut exercised = Exercised::default();
     for seed in seeds {
         let report = run(seed, &config);
         if !report.passed() {
@@ -69,6 +82,11 @@ fn assert_holds(seeds: impl Iterator<Item = u64>, label: &str) -> FleetTotals {
         takeovers += report.takeovers;
         pauses += report.pauses;
         restarts += report.restarts;
+        exercised.generations += report.generations_checked;
+        exercised.object_reads += report.object_reads_checked;
+        exercised.gc_marked += report.gc_marked;
+        exercised.gc_deleted += report.gc_deleted;
+        exercised.leases += report.leases_checked;
     }
     println!(
         "simulation[{label}]: {runs} schedules held in {:.1} s: {published} operations \
@@ -78,28 +96,44 @@ fn assert_holds(seeds: impl Iterator<Item = u64>, label: &str) -> FleetTotals {
          held against the registry, {late_copies} requests' late copies answered, \
          {beyond_allowance} schedules with a clock beyond the gates' allowance, \
          {fleet_runs} with fleet memberships ({heartbeats} heartbeats checked, {takeovers} \
-         takeovers), {pauses} whole replicas paused, {restarts} crashed and started again",
-        started.elapsed().as_secs_f64()
+         takeovers), {pauses} whole replicas paused, {restarts} crashed and started again; \
+         {} generations and {} object reads checked, gc marked {} and deleted {}, {} leases \
+         held against takeovers",
+        started.elapsed().as_secs_f64(),
+        exercised.generations,
+        exercised.object_reads,
+        exercised.gc_marked,
+        exercised.gc_deleted,
+        exercised.leases
     );
     // A run in which nothing published, nothing ended, or no answer was checked checked nothing.
     assert!(published > 0 && ended > 0 && claims > 0 && failures > 0 && sweeps > 0);
     assert!(linearized > 0 && config_applies > 0 && policy_changes > 0 && policy_runs > 0);
     assert!(late_copies > 0);
-    FleetTotals {
-        heartbeats,
-        takeovers,
-        pauses,
-        restarts,
-    }
+    (
+        FleetTotals {
+            heartbeats,
+            takeovers,
+            pauses,
+            restarts,
+        },
+        exercised,
+    )
 }
 
 #[test]
 fn a_fixed_range_of_seeds_holds() {
-    let fleet = assert_holds(0..FIXED_SEEDS, "fixed seeds");
+    let (fleet, exercised) = assert_holds(0..FIXED_SEEDS, "fixed seeds");
     // Fleet runs, takeovers, pauses and crashes are each drawn per seed: among 40 seeds every
     // one happens.
     assert!(fleet.heartbeats > 0 && fleet.takeovers > 0);
     assert!(fleet.pauses > 0 && fleet.restarts > 0);
+    // And every count a check reads: readers' generations and object reads (reader
+    // generations, grace periods), gc's marks and deletes (grace periods), leases held
+    // against takeovers (leases respected).
+    assert!(exercised.generations > 0 && exercised.object_reads > 0);
+    assert!(exercised.gc_marked > 0 && exercised.gc_deleted > 0);
+    assert!(exercised.leases > 0);
 }
 
 /// The seeds that found real bugs once the stalls, the linearizability check and the config
@@ -198,10 +232,30 @@ fn a_seed_replays_bit_for_bit() {
     println!("simulation[replay]: {compared} more seeds ran twice with equal trace digests");
 }
 
+/// The check each deliberate bug must make fire: the check that names what the bug breaks.
+fn expected_check(bug: Bug) -> Check {
+    match bug {
+        // The abort rolls back without fencing: recovery later finds its intent armed with
+        // nothing left of it and discards it, its end never recorded.
+        Bug::AbortWithoutConditionalWrite => Check::EndedStaysEnded,
+        Bug::ConfirmIgnoresPhase => Check::NoFalseAnswer,
+        Bug::GateTakeoverBeforeExpiry => Check::OneSweepAtATime,
+        Bug::PublishRetryIgnoresRecord => Check::NoFalseAnswer,
+        Bug::RefreshAnswersUnchangedWithoutProbing => Check::Linearizable,
+        Bug::PolicyRetryIgnoresRecord => Check::PolicyRegistry,
+        Bug::MembershipRenewsLapsedLease => Check::CountedGoneHadStopped,
+        Bug::GcIgnoresDeletionGrace => Check::GracePeriodsKept,
+        Bug::EndRecordedAfterIntentDeleted => Check::EndedStaysEnded,
+        Bug::HeartbeatLeaseFromLastUpdate => Check::LeasesRespected,
+        Bug::ReadOnlyHandleSweeps => Check::ReadOnlyHandles,
+    }
+}
+
 #[test]
 fn every_deliberate_bug_is_found_within_its_budget() {
     let config = Config::standard();
     let mut missed = Vec::new();
+    let mut finding_seeds = Vec::new();
     for bug in Bug::ALL {
         let _enabled = deliberate_bugs::enable(bug);
         let started = Instant::now();
@@ -209,24 +263,47 @@ fn every_deliberate_bug_is_found_within_its_budget() {
             let report = run(seed, &config);
             (!report.passed()).then_some(report)
         });
-        match found {
-            Some(report) => println!(
-                "simulation[bugs]: {bug:?} found by seed {} ({} of {BUG_BUDGET} seeds, {:.1} s): {}",
-                report.seed,
-                report.seed + 1,
-                started.elapsed().as_secs_f64(),
-                report.violations[0]
-            ),
-            None => missed.push(bug),
-        }
+        let Some(report) = found else {
+            missed.push(bug);
+            continue;
+        };
+        let expected = expected_check(bug);
+        let fired: Vec<Check> = report.violations.iter().map(|v| v.check).collect();
+        assert!(
+            fired.contains(&expected),
+            "{bug:?} was found by seed {} through {fired:?}, not by {expected}: {}",
+            report.seed,
+            describe(&report)
+        );
+        println!(
+            "simulation[bugs]: {bug:?} found by {expected} at seed {} ({} of {BUG_BUDGET} seeds, \
+             {:.1} s): {}",
+            report.seed,
+            report.seed + 1,
+            started.elapsed().as_secs_f64(),
+            report
+                .violations
+                .iter()
+                .find(|v| v.check == expected)
+                .expect("the expected check fired")
+        );
+        finding_seeds.push(report.seed);
     }
     assert!(
         missed.is_empty(),
         "not found within {BUG_BUDGET} seeds: {missed:?}"
     );
-    // And with no bug enabled, the same seeds hold: what found them was the bug.
-    for seed in 0..5 {
-        let report = run(seed, &config);
+    // And with no bug enabled, the seeds that found them hold: what found them was the bug.
+    finding_seeds.sort_unstable();
+    finding_seeds.dedup();
+    for seed in &finding_seeds {
+        let report = run(*seed, &config);
         assert!(report.passed(), "{}", describe(&report));
     }
+    println!(
+        "simulation[bugs]: {} bugs found, each by the check that names it; the {} seeds that \
+         found them hold without them",
+        Bug::ALL.len(),
+        finding_seeds.len()
+    );
 }

@@ -37,8 +37,8 @@ pub use config_apply::ConfigEdit;
 pub use gc::{GcResult, RECORDED_REQUEST_RETENTION_MS};
 pub use keyed::Keyed;
 pub use operations::{
-    BeginOperation, ExternalKind, ObjectStatus, ObjectToPut, ObjectUploadUrl, OperationPhase,
-    OperationSplit, OperationView, PlannedSplit, SINGLE_PUT_BYTES, UploadResult,
+    BeginOperation, ExternalKind, ObjectStatus, ObjectToPut, ObjectUploadUrl, OperationLedger,
+    OperationPhase, OperationSplit, OperationView, PlannedSplit, SINGLE_PUT_BYTES, UploadResult,
 };
 pub use policy_swap::{DeploymentSwap, PreparedSwap, SwapPreview};
 pub use reconcile::ReconcileReport;

@@ -248,6 +248,19 @@ pub struct OperationView {
     pub recovery: Option<IntentReport>,
 }
 
+/// What the catalog holds of one operation ([`Engine::operation_ledger`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OperationLedger {
+    /// Its intent's phase, while it has an intent.
+    pub intent: Option<IntentPhase>,
+    /// Its begin's stage is recorded: it began.
+    pub staged: bool,
+    /// Its publish is recorded: it published.
+    pub published: bool,
+    /// Its end without publishing is recorded.
+    pub ended: bool,
+}
+
 /// What an upload did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -1311,6 +1324,36 @@ impl Engine {
         }
         self.record_end(dataset_id, operation_id).await?;
         self.finish_intent(dataset_id, operation_id).await
+    }
+
+    /// What the catalog holds of one operation, read without judging it: its intent's phase
+    /// (while it has one) and whether its stage, its publish and its end are recorded. Once
+    /// an operation that staged has no intent, its publish or its end is recorded: whatever
+    /// ends an operation records that before it deletes the intent, so that a begin still on
+    /// its way finds the end and never begins it again.
+    pub async fn operation_ledger(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+    ) -> Result<OperationLedger> {
+        validate::dataset_id(dataset_id)?;
+        validate::split_id(operation_id)?;
+        let intent = self
+            .find_intent(dataset_id, operation_id)
+            .await?
+            .map(|intent| intent.phase);
+        let recorded = |step: &'static str| async move {
+            self.catalog
+                .recorded_request(dataset_id, &step_key(operation_id, step))
+                .await
+                .map(|found| found.is_some())
+        };
+        Ok(OperationLedger {
+            intent,
+            staged: recorded("stage").await?,
+            published: recorded("publish").await?,
+            ended: recorded("abort").await?,
+        })
     }
 
     /// An operation's phase, each split's object, and what recovery would decide now.

@@ -163,7 +163,16 @@ pub(super) fn claims(history: &History, outcomes: &Outcomes<'_>, found: &mut Fou
 
 /// An operation answered ended stays ended: no begin sent after that answer says it is
 /// begun (a begin still on its way when its operation ended must find the end and say so).
-pub(super) fn ended_stays_ended(history: &History, found: &mut Found) {
+pub(super) fn ended_stays_ended(history: &History, ends_unrecorded: &[String], found: &mut Found) {
+    for operation_id in ends_unrecorded {
+        found.push(
+            Check::EndedStaysEnded,
+            format!(
+                "{operation_id} held an intent and has none now, yet neither its publish nor its \
+                 end is recorded: a begin of it still on its way would begin it again"
+            ),
+        );
+    }
     for record in &history.operations {
         let ended_at = record
             .claims
