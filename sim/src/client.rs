@@ -44,7 +44,10 @@ where
         // Sometimes the request is cut off part way (the client's connection drops, and the
         // server drops the request's future at whatever await point it had reached): the
         // client sees an unknown outcome.
-        let cut_after_ms = rng.chance(CUT_PCT).then(|| rng.between(1, 120));
+        let cut_after_ms = rng
+            .chance(CUT_PCT)
+            .then(|| rng.between(1, 120))
+            .filter(|_| crate::faults::allow());
         let answer = match cut_after_ms {
             None => serve_aimed(replica, rng, trace, what, &mut step).await,
             Some(ms) => {
@@ -75,8 +78,10 @@ where
 
 /// A crash aimed at one write of a request, drawn: `None` for most requests ([`AIM_PCT`]).
 pub(crate) fn aim(rng: &mut SimRng) -> Option<AimedCrash> {
-    rng.chance(AIM_PCT)
-        .then(|| AimedCrash::new(rng.between(1, AIM_MAX_WRITE) as usize, rng.chance(50)))
+    let crash = rng
+        .chance(AIM_PCT)
+        .then(|| AimedCrash::new(rng.between(1, AIM_MAX_WRITE) as usize, rng.chance(50)));
+    crash.filter(|_| crate::faults::allow())
 }
 
 /// Serves `step` on `replica`, sometimes with a crash aimed at one of its writes ([`aim`]):

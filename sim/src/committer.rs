@@ -66,7 +66,11 @@ pub(crate) async fn committer(
         let invoked_ms = trace.now_ms();
         // Sometimes the process dies part way through the commit: its future is dropped at
         // whatever await point it reached, and recovery finds what it left.
-        let answer = match rng.chance(CUT_PCT).then(|| rng.between(1, 120)) {
+        let cut_after_ms = rng
+            .chance(CUT_PCT)
+            .then(|| rng.between(1, 120))
+            .filter(|_| crate::faults::allow());
+        let answer = match cut_after_ms {
             None => match aim(&mut rng) {
                 None => engine.commit(&request).await,
                 Some(crash) => match with_aimed_crash(crash, engine.commit(&request)).await {

@@ -225,7 +225,12 @@ pub(crate) async fn replica_faults(
         }
         let replica = &replicas[rng.below(replicas.len() as u64) as usize];
         let at_ms = trace.now_ms();
-        if rng.chance(CRASH_PCT) {
+        let crashes = rng.chance(CRASH_PCT);
+        let length_ms = rng.between(PAUSE_MS.0, PAUSE_MS.1);
+        if !crate::faults::allow() {
+            continue;
+        }
+        if crashes {
             let incarnation = replica.crash_and_restart();
             trace.line(format!(
                 "replica {} crashed; its process {incarnation} starts",
@@ -242,7 +247,6 @@ pub(crate) async fn replica_faults(
                 });
             continue;
         }
-        let length_ms = rng.between(PAUSE_MS.0, PAUSE_MS.1);
         trace.line(format!(
             "replica {} paused for {length_ms} ms (membership lease {} ms)",
             replica.index,

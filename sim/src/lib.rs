@@ -26,6 +26,7 @@
 pub mod check;
 mod client;
 mod committer;
+pub mod faults;
 mod fleet;
 pub mod linearize;
 mod operator;

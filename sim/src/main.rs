@@ -348,10 +348,23 @@ fn fail(report: &RunReport, config: &Config, args: &Args) -> ExitCode {
     let _enabled = chosen_bug(args).map(mend::deliberate_bugs::enable);
     #[cfg(not(feature = "deliberate-bugs"))]
     let _ = args;
-    let (smallest, shrunk) = shrink(report.seed, config);
-    println!("shrunk to {smallest:?}; its trace:");
-    for line in &shrunk.trace {
+    let shrunk = shrink(report.seed, config);
+    println!(
+        "shrunk in {} runs to {:?}; its trace:",
+        shrunk.runs, shrunk.config
+    );
+    for line in &shrunk.report.trace {
         println!("  {line}");
     }
+    println!("{}", shrunk.report);
+    for violation in &shrunk.report.violations {
+        println!("  violation: {violation}");
+    }
+    println!(
+        "the shortest trace found: {} lines (the failing run's: {}); replay it with the config \
+         above",
+        shrunk.trace_lines(),
+        report.trace_lines
+    );
     ExitCode::FAILURE
 }

@@ -84,6 +84,9 @@ pub struct Config {
     pub keep_trace: bool,
     /// Trace the text of every catalog log version put (with `keep_trace`).
     pub trace_log_payloads: bool,
+    /// The faults, by number in the order the run draws them, that are not injected
+    /// ([`crate::faults`]): how a shrinker takes faults away one at a time.
+    pub suppressed_faults: Vec<u64>,
 }
 
 impl Config {
@@ -118,6 +121,7 @@ impl Config {
             replica_fault_pct: 50,
             keep_trace: false,
             trace_log_payloads: false,
+            suppressed_faults: Vec::new(),
         }
     }
 
@@ -181,6 +185,8 @@ pub struct RunReport {
     pub trace: Vec<String>,
     /// Simulated time the run took, in ms.
     pub simulated_ms: u64,
+    /// Faults the run drew, suppressed ones included ([`crate::faults`]).
+    pub faults_drawn: u64,
 }
 
 impl RunReport {
@@ -288,14 +294,17 @@ pub fn run(seed: u64, config: &Config) -> RunReport {
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    runtime.block_on(async {
+    let faults = crate::faults::install(&config.suppressed_faults);
+    let mut report = runtime.block_on(async {
         let time = SimTime::start();
         // Installed before any engine is built, and held until the run ends: every id and
         // wall-clock read of the engine comes from the seed and simulated time.
         let _ambient = mend::ambient::install(SimAmbient::new(seed, time));
         let cluster = simulated_cluster(seed, config, time);
         run_on_runtime(seed, config, cluster).await
-    })
+    });
+    report.faults_drawn = faults.drawn();
+    report
 }
 
 /// What a run's actors work against: the replicas, the store their split objects (and, in a
@@ -509,6 +518,7 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
         trace_lines,
         trace: trace.lines(),
         simulated_ms: time.elapsed_ms(),
+        faults_drawn: 0,
     }
 }
 

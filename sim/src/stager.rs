@@ -74,7 +74,7 @@ pub(crate) async fn stager(
         if !step.stage(&mut rng, &split_ids).await || !step.put(&mut rng, &split_ids).await {
             continue;
         }
-        if rng.chance(DIES_BEFORE_PUBLISH_PCT) {
+        if crate::faults::gate(rng.chance(DIES_BEFORE_PUBLISH_PCT)) {
             trace.line(format!(
                 "{label}: the stager dies before its publish; its rows are gc's"
             ));

@@ -252,7 +252,10 @@ impl Shared {
                 let mut latency_ms = rng.below(self.rates.max_latency_ms + 1);
                 // Drawn only when stalls are on, so that a plan without them draws as before.
                 if self.rates.stall_per_mille > 0 && rng.below(1000) < self.rates.stall_per_mille {
-                    latency_ms += rng.between(self.rates.stall_ms, self.rates.stall_ms * 3 / 2);
+                    let stall = rng.between(self.rates.stall_ms, self.rates.stall_ms * 3 / 2);
+                    if crate::faults::allow() {
+                        latency_ms += stall;
+                    }
                 }
                 let roll = rng.below(100);
                 let fault = if roll < self.rates.fail_before_pct {
@@ -261,6 +264,11 @@ impl Shared {
                     Fault::After
                 } else {
                     Fault::None
+                };
+                let fault = if fault != Fault::None && !crate::faults::allow() {
+                    Fault::None
+                } else {
+                    fault
                 };
                 (latency_ms, fault)
             }

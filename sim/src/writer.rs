@@ -269,7 +269,7 @@ pub(crate) async fn protocol_writer(
         };
         let uploaded_all =
             upload_all(&client, &mut rng, &config, &operation_id, &splits, &claim).await;
-        if rng.chance(config.crash_pct) {
+        if crate::faults::gate(rng.chance(config.crash_pct)) {
             trace.line(format!("{operation_id}: the writer crashes"));
             in_doubt = Some((operation_id.clone(), (!unkeyed).then(|| request.clone())));
             continue;
@@ -407,7 +407,7 @@ async fn upload_all(
         .chance(SLOW_UPLOAD_PCT)
         .then(|| rng.between(OPERATION_LEASE_MS / 2, OPERATION_LEASE_MS * 2));
     for split_id in splits {
-        if rng.chance(config.crash_pct / 2) {
+        if crate::faults::gate(rng.chance(config.crash_pct / 2)) {
             break;
         }
         let payload = payload_of(split_id);
@@ -680,9 +680,14 @@ impl Client<'_> {
         if !rng.chance(ECHO_PCT) {
             return;
         }
+        // Its draws are made whether or not the copy is let through.
+        let send = crate::faults::allow();
         let delay_ms = rng.between(0, ECHO_DELAY_MS);
         // Served by the process running when it was sent: cut off if that one crashes first.
         let replica = &self.replicas[rng.below(self.replicas.len() as u64) as usize];
+        if !send {
+            return;
+        }
         let (process, index) = (replica.process(), replica.index);
         let copy = step(process.engine.clone());
         let (trace, history, operation_id) = (

@@ -58,11 +58,14 @@ fn assert_holds(seeds: impl Iterator<Item = u64>, label: &str) -> (FleetTotals, 
     for seed in seeds {
         let report = run(seed, &config);
         if !report.passed() {
-            let (smallest, shrunk) = shrink(seed, &config);
+            let shrunk = shrink(seed, &config);
             panic!(
-                "{}\nshrunk to {smallest:?}:\n{}",
+                "{}\nshrunk in {} runs to {:?}:\n{}\nthe shortest trace found: {} lines",
                 describe(&report),
-                shrunk.trace.join("\n")
+                shrunk.runs,
+                shrunk.config,
+                shrunk.report.trace.join("\n"),
+                shrunk.trace_lines()
             );
         }
         runs += 1;
@@ -305,5 +308,45 @@ fn every_deliberate_bug_is_found_within_its_budget() {
          found them hold without them",
         Bug::ALL.len(),
         finding_seeds.len()
+    );
+}
+
+/// Shrinking shortens the schedule, not only the set of actors: a planted bug's failing run
+/// shrinks to fewer actors, fewer operations and fewer faults, to a trace a fraction of the
+/// length, failing the same check.
+#[test]
+fn shrinking_shortens_a_failing_schedule() {
+    let _enabled = deliberate_bugs::enable(Bug::HeartbeatLeaseFromLastUpdate);
+    let config = Config::standard();
+    let seed = (0..BUG_BUDGET)
+        .find(|seed| !run(*seed, &config).passed())
+        .expect("the planted bug is found");
+    let failing = run(seed, &config);
+    let shrunk = shrink(seed, &config);
+    let fired: Vec<Check> = shrunk.report.violations.iter().map(|v| v.check).collect();
+    assert!(
+        fired.contains(&Check::LeasesRespected),
+        "the shrunk run fails {fired:?}"
+    );
+    assert!(shrunk.config.operations() < config.operations());
+    assert!(
+        shrunk.config.faults == mend_sim::store::FaultRates::NONE
+            || !shrunk.config.suppressed_faults.is_empty()
+    );
+    assert!(
+        shrunk.trace_lines() * 4 < failing.trace_lines,
+        "{} lines shrunk to {}",
+        failing.trace_lines,
+        shrunk.trace_lines()
+    );
+    println!(
+        "simulation[shrink]: seed {seed}'s failing run of {} operations and {} trace lines \
+         shrunk in {} runs to {} operations, {} faults suppressed, {} trace lines",
+        config.operations(),
+        failing.trace_lines,
+        shrunk.runs,
+        shrunk.config.operations(),
+        shrunk.config.suppressed_faults.len(),
+        shrunk.trace_lines()
     );
 }
