@@ -77,6 +77,7 @@ fn every_hint_names_a_command_that_exists() {
         MendError::FailedPrecondition {
             message: message(),
             ids: vec!["s".into()],
+            operation: None,
         },
         MendError::InvalidArgument { message: message() },
         MendError::RecoveryRequired {

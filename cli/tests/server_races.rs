@@ -2,6 +2,11 @@
 //! connections, hundreds of times (with the server's supervisors running): exactly one of them
 //! decides, and the other answers what it did. Before this was fixed, 13 pairs in 60 both
 //! answered 200 on a local directory: a publish that landed, and an abort that said "ended".
+//!
+//! Every verdict is read from structure, never from a message: the status, the phase of a
+//! 200's view, and a losing 412's `error` and `operation` fields (`published` or `confirmed`
+//! when the publish won, `ended` when the abort won); and each pair is held to what storage
+//! ends with: the split's row and the checkpoint's partition.
 
 use std::sync::{Arc, Barrier};
 
@@ -85,17 +90,22 @@ fn a_publish_and_an_abort_sent_at_once_never_both_decide() {
         let (published, aborted) = (publishing.join().unwrap(), aborting.join().unwrap());
         let shown = server.get(&format!("{base}/{operation}"));
         let phase = shown.body["phase"].as_str().unwrap_or_default().to_string();
+        let stored = stored_end(&server, dataset, &split, &format!("p{pair}"));
         let answers = format!(
-            "publish {} {}, abort {} {}, then show says {phase}",
-            published.status,
-            published.body["phase"]
-                .as_str()
-                .unwrap_or(&message(&published.body)),
-            aborted.status,
-            aborted.body["phase"]
-                .as_str()
-                .unwrap_or(&message(&aborted.body)),
+            "publish {} {}, abort {} {}, then show says {phase}, storage says {stored:?}",
+            published.status, published.body, aborted.status, aborted.body,
         );
+        let publish_won = published.status == 200
+            && published.body["phase"] == "published"
+            && losing_412_says(&aborted.body, &["published", "confirmed"])
+            && phase == "published"
+            && stored == (Some("published".into()), Some(1));
+        let abort_won = aborted.status == 200
+            && aborted.body["phase"] == "ended"
+            && losing_412_says(&published.body, &["ended"])
+            && phase == "ended"
+            && stored.1.is_none()
+            && stored.0.as_deref() != Some("published");
         match (published.status, aborted.status) {
             (200, 200) => {
                 tally.both_decided += 1;
@@ -103,10 +113,8 @@ fn a_publish_and_an_abort_sent_at_once_never_both_decide() {
                     .false_answers
                     .push(format!("pair {pair}: both decided: {answers}"));
             }
-            (200, 412) if phase == "published" => tally.publish_won += 1,
-            (412, 200) if phase == "ended" && aborted.body["phase"] == "ended" => {
-                tally.abort_won += 1
-            }
+            _ if publish_won => tally.publish_won += 1,
+            _ if abort_won => tally.abort_won += 1,
             _ => tally.false_answers.push(format!("pair {pair}: {answers}")),
         }
     }
@@ -131,8 +139,34 @@ fn a_publish_and_an_abort_sent_at_once_never_both_decide() {
     );
 }
 
-fn message(body: &Value) -> String {
-    body["message"].as_str().unwrap_or_default().to_string()
+/// Whether `body` is a 412's, `failed_precondition`, saying in its `operation` field one of
+/// `states`: what the step that won made of the operation.
+fn losing_412_says(body: &Value, states: &[&str]) -> bool {
+    body["error"] == "failed_precondition"
+        && body["operation"]
+            .as_str()
+            .is_some_and(|state| states.contains(&state))
+}
+
+/// What storage ends with for one pair: the split's row state (`None`: no row) and the
+/// position of the pair's checkpoint partition (`None`: never moved).
+fn stored_end(
+    server: &TestServer,
+    dataset: &str,
+    split: &str,
+    partition: &str,
+) -> (Option<String>, Option<u64>) {
+    let listed = server.get(&format!("/v1/datasets/{dataset}/splits?split={split}"));
+    assert_eq!(listed.status, 200, "{:?}", listed.body);
+    let state = listed.body["splits"]
+        .as_array()
+        .and_then(|rows| rows.first())
+        .and_then(|row| row["state"].as_str())
+        .map(String::from);
+    let shown = server.get(&format!("/v1/datasets/{dataset}"));
+    assert_eq!(shown.status, 200, "{:?}", shown.body);
+    let position = shown.body["checkpoint"]["race"][partition].as_u64();
+    (state, position)
 }
 
 fn hex(bytes: &[u8]) -> String {

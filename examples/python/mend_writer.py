@@ -86,23 +86,39 @@ MAX_ENDED_IN_A_ROW = 10
 
 
 class MendError(Exception):
-    """An answer in mend's error form: {"error", "message", "certainly_not_applied"}."""
+    """An answer in mend's error form: {"error", "message", "certainly_not_applied"}, and, for
+    a step refused because of how its operation stands, "operation": "published",
+    "confirmed" or "ended". Verdicts are read from those fields, never from the message."""
 
     def __init__(self, status, body):
         self.status = status
         self.code = body.get("error", "unknown")
         self.message = body.get("message", "")
         self.certainly_not_applied = body.get("certainly_not_applied", False)
+        self.operation = body.get("operation")
         super().__init__(f"{status} {self.code}: {self.message}")
+
+    def _found(self, state):
+        return (
+            self.status == 412
+            and self.code == "failed_precondition"
+            and self.operation == state
+        )
 
     @property
     def ended(self):
-        return self.status == 412 and "has ended" in self.message
+        return self._found("ended")
 
     @property
     def already_published(self):
         # A step sent after the operation published (a retry, or recovery finished it).
-        return self.status == 412 and "already published" in self.message
+        return self._found("published")
+
+    @property
+    def confirmed(self):
+        # It publishes unless another operation publishes from the same checkpoint positions
+        # first: its publish answers which.
+        return self._found("confirmed")
 
 
 class OutcomeUnknown(Exception):

@@ -27,6 +27,42 @@ impl fmt::Display for EntityKind {
     }
 }
 
+/// How a step of an operation found the operation, when that is why it was refused
+/// ([`MendError::FailedPrecondition`]'s `operation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OperationFound {
+    /// It published: its splits are visible.
+    Published,
+    /// It confirmed its effects: it publishes (its writer's publish or recovery's roll-forward
+    /// lands it), unless another operation publishes from the same checkpoint positions
+    /// first; then it ends. Its publish answers which.
+    Confirmed,
+    /// It ended without publishing, and never will.
+    Ended,
+}
+
+impl OperationFound {
+    /// Its name in an HTTP answer's `operation` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Published => "published",
+            Self::Confirmed => "confirmed",
+            Self::Ended => "ended",
+        }
+    }
+
+    /// The value [`as_str`](Self::as_str) names.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "published" => Some(Self::Published),
+            "confirmed" => Some(Self::Confirmed),
+            "ended" => Some(Self::Ended),
+            _ => None,
+        }
+    }
+}
+
 /// Everything the library can fail with. The variants are the kinds of failure a caller acts
 /// on differently; [`MendError::code`] names each for JSON, metrics and exit codes.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +94,11 @@ pub enum MendError {
         /// The splits (or partitions, or operation) at fault, sorted; empty when the
         /// precondition is about the dataset as a whole.
         ids: Vec<String>,
+        /// A step of an operation refused because of how the operation stands (it published,
+        /// confirmed, or ended): that, in structure as well as in words. A step that lost a
+        /// race answers what the winner made of the operation here; `None` for any other
+        /// precondition.
+        operation: Option<OperationFound>,
     },
 
     /// The request itself is malformed; nothing happened.
@@ -176,6 +217,29 @@ impl MendError {
         Self::FailedPrecondition {
             message: message.into(),
             ids,
+            operation: None,
+        }
+    }
+
+    /// `FailedPrecondition` refusing a step of `operation_id` because of how the operation
+    /// stands: `found`, said in `message` too.
+    pub fn operation_refused(
+        message: impl Into<String>,
+        operation_id: &str,
+        found: OperationFound,
+    ) -> Self {
+        Self::FailedPrecondition {
+            message: message.into(),
+            ids: vec![operation_id.to_string()],
+            operation: Some(found),
+        }
+    }
+
+    /// How the operation stood, when a step of it was refused because of that.
+    pub fn operation_found(&self) -> Option<OperationFound> {
+        match self {
+            Self::FailedPrecondition { operation, .. } => *operation,
+            _ => None,
         }
     }
 

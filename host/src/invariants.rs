@@ -460,7 +460,7 @@ mod tests {
         };
         for violations in [Vec::new(), vec![missing]] {
             match checked_publish(&request, &observation, violations) {
-                Err(MendError::FailedPrecondition { message, ids }) => {
+                Err(MendError::FailedPrecondition { message, ids, .. }) => {
                     assert!(ids.is_empty());
                     assert!(
                         message.contains("fencing epoch 2 is stale")

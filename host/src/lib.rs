@@ -45,7 +45,7 @@ pub mod validate;
 
 pub use catalog::{Capabilities, Catalog};
 pub use engine::{Engine, EngineOptions};
-pub use error::{EntityKind, MendError, PolicyError, Result};
+pub use error::{EntityKind, MendError, OperationFound, PolicyError, Result};
 /// How a recovery sweep may act: `Probe` and `Verify` read only, `RollForward` finishes what
 /// can be finished, `Exclusive` may undo (see [`Engine::recover`]).
 pub use mend_contract::RecoveryMode;

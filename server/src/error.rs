@@ -10,7 +10,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use mend::error::MendError;
+use mend::error::{MendError, OperationFound};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -188,6 +188,29 @@ impl ErrorCode {
     }
 }
 
+/// How a refused step found its operation ([`mend::OperationFound`]), written as its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OperationState(pub(crate) OperationFound);
+
+impl Serialize for OperationState {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.0.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for OperationState {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        OperationFound::parse(&name)
+            .map(OperationState)
+            .ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "operation is one of published, confirmed, ended; not {name}"
+                ))
+            })
+    }
+}
+
 /// An answer that is not a success. Only `error`, `message` and `certainly_not_applied` are
 /// always there.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -202,6 +225,15 @@ pub(crate) struct ErrorBody {
     /// `failed_precondition`: the splits at fault.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) ids: Option<Vec<String>>,
+    /// `failed_precondition` of a step of an operation (publish, abort, upload, heartbeat,
+    /// begin) refused because of how the operation stands: `published`, `confirmed` (it
+    /// publishes unless another operation publishes from the same checkpoint positions first;
+    /// its publish answers which) or `ended` (it never publishes). A step that lost a race
+    /// answers here what the winner made of the operation; a client reads this, not the
+    /// message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, example = "published")]
+    pub(crate) operation: Option<OperationState>,
     /// `recovery_required`: the unresolved operation in the way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) operation_id: Option<String>,
@@ -224,6 +256,7 @@ impl ErrorBody {
             message: message.into(),
             certainly_not_applied: true,
             ids: None,
+            operation: None,
             operation_id: None,
             dataset_id: None,
             reason: None,
@@ -375,8 +408,11 @@ impl From<MendError> for ApiError {
         match &error {
             // Only a precondition about splits names ids; a stale checkpoint or config
             // version says what it is about in its message instead of an empty list.
-            MendError::FailedPrecondition { ids, .. } if !ids.is_empty() => {
-                body.ids = Some(ids.clone())
+            MendError::FailedPrecondition { ids, operation, .. } => {
+                if !ids.is_empty() {
+                    body.ids = Some(ids.clone());
+                }
+                body.operation = operation.map(OperationState);
             }
             MendError::RecoveryRequired { operation_id } => {
                 body.operation_id = Some(operation_id.clone());
@@ -482,6 +518,7 @@ mod tests {
             MendError::FailedPrecondition {
                 message: message(),
                 ids: vec!["s".into()],
+                operation: None,
             },
             MendError::InvalidArgument { message: message() },
             MendError::RecoveryRequired {

@@ -13,7 +13,7 @@ use futures::{StreamExt, stream};
 use mend::engine::{BeginOperation, ExternalKind, OperationPhase, OperationView, PlannedSplit};
 use mend::model::{CheckpointDelta, PartitionDelta};
 use mend::objects::format::sha256;
-use mend::{Engine, MendError};
+use mend::{Engine, MendError, OperationFound};
 
 use crate::check::{Claim, History, OperationRecord};
 use crate::client::with_retries;
@@ -85,28 +85,16 @@ fn begin_claim(answer: &Result<OperationView, MendError>, sent_ms: u64) -> Claim
     }
 }
 
-/// A 412 names what the step found: the publish, a confirmation (which publishes unless
-/// another operation publishes from the same positions first), or the end, in the engine's
-/// own words; any other answer claims nothing about the end.
+/// A 412 says, in structure, what the step found of its operation: the publish, a
+/// confirmation (which publishes unless another operation publishes from the same positions
+/// first), or the end ([`MendError::operation_found`]); any other answer claims nothing about
+/// the end.
 fn refusal_claim(error: &MendError) -> Claim {
-    const PUBLISHED: [&str; 2] = [
-        "already published, at manifest version",
-        "published at manifest version",
-    ];
-    const CONFIRMED: &str = "confirmed its effects (phase effects_confirmed)";
-    const ENDED: &str = "has ended without publishing";
-    let MendError::FailedPrecondition { .. } = error else {
-        return Claim::Nothing;
-    };
-    let message = error.to_string();
-    if message.contains(CONFIRMED) {
-        Claim::PublishesUnlessOvertaken
-    } else if PUBLISHED.iter().any(|words| message.contains(words)) {
-        Claim::Published
-    } else if message.contains(ENDED) {
-        Claim::Ended
-    } else {
-        Claim::Nothing
+    match error.operation_found() {
+        Some(OperationFound::Published) => Claim::Published,
+        Some(OperationFound::Confirmed) => Claim::PublishesUnlessOvertaken,
+        Some(OperationFound::Ended) => Claim::Ended,
+        Some(_) | None => Claim::Nothing,
     }
 }
 

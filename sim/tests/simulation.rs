@@ -1,7 +1,11 @@
-//! The simulator in `scripts/test`: a fixed range of seeds and some fresh ones hold, a seed
-//! replays bit for bit, and every deliberate bug is found within its budget of seeds.
+//! The simulator in `scripts/test`: a fixed range of seeds and the seeds that once found bugs
+//! hold, fresh seeds hold for a minute (a range no run met before, printed so that it
+//! replays), a seed replays bit for bit, every deliberate bug is found within its budget of
+//! seeds by the check that names it, and a failing run shrinks to a short schedule.
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mend::deliberate_bugs::{self, Bug};
 use mend_sim::check::Check;
@@ -11,8 +15,11 @@ use mend_sim::{Config, RunReport, run};
 
 /// Seeds every run of the suite checks, from 0.
 const FIXED_SEEDS: u64 = 40;
-/// Fresh seeds each run adds (printed, so that a failure among them can be replayed).
-const FRESH_SEEDS: u64 = 10;
+/// How long each run of the suite searches fresh seeds, in s, unless `MEND_SIM_FRESH_SECONDS`
+/// says otherwise.
+const FRESH_SECONDS: u64 = 60;
+/// Threads searching fresh seeds at once.
+const FRESH_THREADS: usize = 2;
 /// Seeds tried per deliberate bug before the bug counts as not found. (A retried publish not
 /// reading its record was found by seed 38 until the fleet's membership was timed by the
 /// store's clock, which moved every fleet run's schedule; now by seed 84.)
@@ -49,16 +56,28 @@ struct Exercised {
 fn assert_holds(seeds: impl Iterator<Item = u64>, label: &str) -> (FleetTotals, Exercised) {
     let config = Config::standard();
     let started = Instant::now();
+    let reports = seeds.map(|seed| run(seed, &config));
+    all_held(reports, &config, label, started)
+}
+
+/// Holds every report (a failing one is shrunk and panics with its shortest trace), prints
+/// what they did together, and asserts that they did something.
+fn all_held(
+    reports: impl Iterator<Item = RunReport>,
+    config: &Config,
+    label: &str,
+    started: Instant,
+) -> (FleetTotals, Exercised) {
     let (mut runs, mut published, mut ended, mut claims, mut failures, mut sweeps) =
         (0, 0, 0, 0, 0, 0);
     let (mut linearized, mut config_applies, mut policy_changes, mut policy_runs) = (0, 0, 0, 0);
     let (mut late_copies, mut beyond_allowance) = (0, 0);
     let (mut fleet_runs, mut heartbeats, mut takeovers, mut pauses, mut restarts) = (0, 0, 0, 0, 0);
     let mut exercised = Exercised::default();
-    for seed in seeds {
-        let report = run(seed, &config);
+    for report in reports {
+        let seed = report.seed;
         if !report.passed() {
-            let shrunk = shrink(seed, &config);
+            let shrunk = shrink(seed, config);
             panic!(
                 "{}\nshrunk in {} runs to {:?}:\n{}\nthe shortest trace found: {} lines",
                 describe(&report),
@@ -172,15 +191,62 @@ fn the_seeds_that_found_bugs_hold() {
     );
 }
 
+/// Fresh seeds, a range no run of the suite met before, on two threads for
+/// `MEND_SIM_FRESH_SECONDS` (60 by default, 1 to 86,400): the suite searches new ground every
+/// run, and prints the range so that a failure among them replays.
 #[test]
-fn fresh_seeds_hold() {
+fn fresh_seeds_hold_for_a_minute() {
+    let seconds = match std::env::var("MEND_SIM_FRESH_SECONDS") {
+        Ok(value) => value
+            .parse::<u64>()
+            .ok()
+            .filter(|seconds| (1..=86_400).contains(seconds))
+            .unwrap_or_else(|| {
+                panic!("MEND_SIM_FRESH_SECONDS is {value:?}: a number of seconds, 1 to 86400")
+            }),
+        Err(_) => FRESH_SECONDS,
+    };
     let base = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_nanos() as u64);
-    let mut fresh = SimRng::new(base);
-    let seeds: Vec<u64> = (0..FRESH_SEEDS).map(|_| fresh.next_u64()).collect();
-    println!("simulation[fresh seeds]: {seeds:?}");
-    assert_holds(seeds.into_iter(), "fresh seeds");
+    // Far below u64::MAX: the range never wraps.
+    let first = SimRng::new(base).next_u64() >> 8;
+    println!(
+        "simulation[fresh seeds]: from seed {first}, for {seconds} s; replay the range with \
+         `cargo run --release -p mend-sim -- --first {first} --count N`"
+    );
+    let config = Config::standard();
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(seconds);
+    let next = AtomicU64::new(first);
+    let reports = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..FRESH_THREADS {
+            scope.spawn(|| {
+                while Instant::now() < deadline {
+                    let report = run(next.fetch_add(1, Ordering::SeqCst), &config);
+                    let failed = !report.passed();
+                    reports
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(report);
+                    if failed {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let count = next.load(Ordering::SeqCst) - first;
+    println!(
+        "simulation[fresh seeds]: seeds {first} to {} ({count} schedules): `cargo run --release \
+         -p mend-sim -- --first {first} --count {count}` replays them",
+        first + count - 1
+    );
+    let mut reports = reports.into_inner().unwrap_or_else(PoisonError::into_inner);
+    // A failure first, so that it is the one shrunk and reported.
+    reports.sort_by_key(|report| report.passed());
+    all_held(reports.into_iter(), &config, "fresh seeds", started);
 }
 
 #[test]

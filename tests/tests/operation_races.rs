@@ -28,7 +28,7 @@ use mend::engine::{
 };
 use mend::model::{CheckpointDelta, PartitionDelta, SplitState};
 use mend::objects::format::sha256;
-use mend::{Engine, MendError};
+use mend::{Engine, MendError, OperationFound};
 use mend_contract::{RecoveryDecision, RecoveryMode};
 use mend_tests::{Backend, Harness};
 use object_store::ObjectStore;
@@ -230,21 +230,15 @@ fn abort_claim(answer: &Result<OperationView, MendError>) -> Claim {
     }
 }
 
-/// A 412 says what the step found: a publish (or a confirmation, which always publishes), or
-/// the end. Anything else is not an answer a racing step may give.
+/// A 412 says, in structure, what the step found ([`MendError::operation_found`]): a publish
+/// (or a confirmation, which in these races always publishes: nothing else publishes from the
+/// same positions), or the end. Anything else (a refusal that says nothing of the operation,
+/// such as "nothing was confirmed: abort it", or any other error) is not an answer a racing
+/// step may give.
 fn refusal_claim(step: &str, error: &MendError) -> Claim {
-    let message = error.to_string();
-    match error {
-        MendError::FailedPrecondition { .. }
-            if message.contains("published") || message.contains("confirmed") =>
-        {
-            Claim::Published
-        }
-        MendError::FailedPrecondition { .. }
-            if message.contains("ended") || message.contains("abandoned") =>
-        {
-            Claim::Ended
-        }
+    match error.operation_found() {
+        Some(OperationFound::Published | OperationFound::Confirmed) => Claim::Published,
+        Some(OperationFound::Ended) => Claim::Ended,
         _ => Claim::Wrong(format!("{step} answered {error}")),
     }
 }

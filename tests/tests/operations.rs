@@ -5,7 +5,6 @@
 
 use bytes::Bytes;
 use futures::stream;
-use mend::MendError;
 use mend::engine::{
     BeginOperation, ExternalKind, ObjectStatus, ObjectToPut, OperationPhase, PlannedSplit,
     SINGLE_PUT_BYTES,
@@ -15,6 +14,7 @@ use mend::model::{
     StageSplit,
 };
 use mend::objects::format::{self, sha256};
+use mend::{MendError, OperationFound};
 use mend_tests::{Backend, Harness};
 use object_store::path::Path;
 
@@ -165,9 +165,15 @@ async fn a_writer_commits_step_by_step_and_every_step_is_safe_to_send_again() {
             .heartbeat_operation(&ds, "op-1", None)
             .await
             .unwrap_err();
-        assert!(error.to_string().contains("already published"), "{error}");
+        assert!(
+            error.operation_found() == Some(OperationFound::Published),
+            "{error}"
+        );
         let error = engine.abort_operation(&ds, "op-1").await.unwrap_err();
-        assert!(error.to_string().contains("cannot be aborted"), "{error}");
+        assert!(
+            error.operation_found() == Some(OperationFound::Published),
+            "{error}"
+        );
 
         assert!(
             h.rows(&ds)
@@ -426,7 +432,7 @@ async fn a_begin_that_loses_a_row_ends_and_an_abort_rolls_back_at_once() {
         // The same begin again is told the operation ended, not run a second time.
         let error = engine.begin_operation(&request).await.unwrap_err();
         assert!(
-            error.to_string().contains("has ended"),
+            error.operation_found() == Some(OperationFound::Ended),
             "{backend}: {error}"
         );
 
@@ -452,7 +458,7 @@ async fn a_begin_that_loses_a_row_ends_and_an_abort_rolls_back_at_once() {
         assert_eq!(again.phase, OperationPhase::Ended, "{backend}");
         let error = engine.publish_operation(&ds, "op-abort").await.unwrap_err();
         assert!(
-            error.to_string().contains("has ended"),
+            error.operation_found() == Some(OperationFound::Ended),
             "{backend}: {error}"
         );
         let error = engine
@@ -460,7 +466,7 @@ async fn a_begin_that_loses_a_row_ends_and_an_abort_rolls_back_at_once() {
             .await
             .unwrap_err();
         assert!(
-            error.to_string().contains("has ended"),
+            error.operation_found() == Some(OperationFound::Ended),
             "{backend}: {error}"
         );
     }
@@ -566,7 +572,7 @@ async fn a_publish_whose_delta_no_longer_applies_is_refused_before_it_confirms()
             .unwrap();
         let error = engine.publish_operation(&ds, "op-stale").await.unwrap_err();
         assert!(
-            matches!(&error, MendError::FailedPrecondition { ids, message } if ids == &["p0"] && message.contains("nothing was confirmed")),
+            matches!(&error, MendError::FailedPrecondition { ids, message, operation: None } if ids == &["p0"] && message.contains("nothing was confirmed")),
             "{backend}: {error:?}"
         );
         // Still unconfirmed: its writer can abort it, and nothing is left.
@@ -671,7 +677,7 @@ async fn a_writer_that_dies_is_settled_by_roll_forward_alone_and_told_so_when_it
                     .unwrap_err(),
             };
             assert!(
-                error.to_string().contains("has ended"),
+                error.operation_found() == Some(OperationFound::Ended),
                 "{backend}, {step}: {error}"
             );
         }
@@ -775,7 +781,10 @@ async fn a_publish_reads_back_only_the_objects_this_process_did_not_upload() {
         .unwrap();
     other.abort_operation(&ds, "op-gone").await.unwrap();
     let error = engine.publish_operation(&ds, "op-gone").await.unwrap_err();
-    assert!(error.to_string().contains("has ended"), "{error}");
+    assert!(
+        error.operation_found() == Some(OperationFound::Ended),
+        "{error}"
+    );
     assert!(!h.rows(&ds).await.iter().any(|row| row.split_id == "g-a"));
     let checkpoint = engine.dataset(&ds).await.unwrap().checkpoint;
     assert_eq!(
@@ -1151,7 +1160,7 @@ async fn a_publish_that_loses_its_intent_to_recovery_answers_what_recovery_made_
                 IntentPhase::Abandoned => {
                     let error = answer.unwrap_err();
                     assert!(
-                        matches!(&error, MendError::FailedPrecondition { message, .. } if message.contains("has ended")),
+                        error.operation_found() == Some(OperationFound::Ended),
                         "{backend}: {error:?}"
                     );
                     assert!(
@@ -1259,8 +1268,8 @@ async fn a_confirmed_operation_overtaken_from_its_own_positions_ends() {
         // op-a's publish, sent again, is told it ended; an abort agrees; nothing is left.
         let refused = engine.publish_operation(&ds, "op-a").await.unwrap_err();
         assert!(
-            matches!(&refused, MendError::FailedPrecondition { message, .. }
-                if message.contains("has ended without publishing") && message.contains("overtaken")),
+            refused.operation_found() == Some(OperationFound::Ended)
+                && refused.to_string().contains("overtaken"),
             "{backend}: {refused:?}"
         );
         let aborted = engine.abort_operation(&ds, "op-a").await.unwrap();
@@ -1339,8 +1348,7 @@ async fn recovery_ends_a_confirmed_operation_whose_delta_was_overtaken() {
         assert_eq!(a.state, SplitState::MarkedForDeletion, "{backend}");
         let refused = engine.publish_operation(&ds, "op-a").await.unwrap_err();
         assert!(
-            matches!(&refused, MendError::FailedPrecondition { message, .. }
-                if message.contains("has ended without publishing")),
+            refused.operation_found() == Some(OperationFound::Ended),
             "{backend}: {refused:?}"
         );
         let aborted = engine.abort_operation(&ds, "op-a").await.unwrap();
@@ -1365,8 +1373,7 @@ async fn an_abort_of_an_operation_whose_own_publish_landed_answers_published() {
         h.publish_leaving_intent(&ds, "op-x").await;
         let refused = engine.abort_operation(&ds, "op-x").await.unwrap_err();
         assert!(
-            matches!(&refused, MendError::FailedPrecondition { message, .. }
-                if message.contains("cannot be aborted")),
+            refused.operation_found() == Some(OperationFound::Published),
             "{backend}: {refused:?}"
         );
         let rows = h.rows(&ds).await;
@@ -1423,7 +1430,7 @@ async fn an_upload_landing_after_its_operation_ended_is_never_adopted() {
         // The abort's answer stands.
         let refused = engine.publish_operation(&ds, "op-late").await.unwrap_err();
         assert!(
-            refused.to_string().contains("has ended without publishing"),
+            refused.operation_found() == Some(OperationFound::Ended),
             "{backend}: {refused}"
         );
     }
@@ -1502,7 +1509,7 @@ async fn an_operation_whose_split_ids_another_took_over_is_abandoned_not_blocked
         );
         let refused = engine.publish_operation(&ds, "op-first").await.unwrap_err();
         assert!(
-            refused.to_string().contains("has ended without publishing"),
+            refused.operation_found() == Some(OperationFound::Ended),
             "{backend}: {refused}"
         );
         let published = engine.publish_operation(&ds, "op-second").await.unwrap();

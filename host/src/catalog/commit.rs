@@ -66,14 +66,15 @@ pub fn built_intent(
 /// published, and recovery is marking its rows (the fence that confirming the intent was).
 pub fn refuse_abandoned(stored: &Intent) -> Result<()> {
     if stored.phase == IntentPhase::Abandoned {
-        return Err(MendError::failed_precondition(
+        return Err(MendError::operation_refused(
             format!(
                 "operation {} has ended without publishing: it was fenced (aborted, abandoned by \
                  recovery once its lease ran out, or rolled back by exclusive recovery), so it \
                  never publishes; commit again",
                 stored.operation_id
             ),
-            vec![stored.operation_id.clone()],
+            &stored.operation_id,
+            crate::error::OperationFound::Ended,
         ));
     }
     Ok(())

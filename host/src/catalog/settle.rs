@@ -556,11 +556,12 @@ pub async fn one_at_a_time<C: Catalog + ?Sized>(
                 let result = match (recorded, phase) {
                     (Some(found), _) => found.replay(key)?,
                     (None, None | Some(IntentPhase::Abandoned)) => {
-                        return Err(MendError::failed_precondition(
+                        return Err(MendError::operation_refused(
                             format!(
                                 "operation {operation_id} has ended without publishing (its intent is gone or abandoned); it is not published"
                             ),
-                            vec![operation_id.to_string()],
+                            operation_id,
+                            crate::error::OperationFound::Ended,
                         ));
                     }
                     (None, Some(_)) => {

@@ -42,7 +42,7 @@ use super::steps::{delta_overtaken, expected_state, publish_key, step_key};
 use crate::bounds;
 use crate::catalog::RequestKey;
 use crate::deliberate_bugs::{self, Bug};
-use crate::error::{EntityKind, MendError, Result};
+use crate::error::{EntityKind, MendError, OperationFound, Result};
 use crate::intent::{
     Intent, IntentPhase, OperationKind, PlannedEffects, PlannedObject, PlannedPublish, PlannedRow,
 };
@@ -873,12 +873,20 @@ impl Engine {
             // Refused on what it read: recovery (or another replica) may have published the
             // operation since the record was looked for, after which its checkpoint delta no
             // longer applies and its intent is gone. A publish that landed answers published,
-            // whatever else moved since.
+            // whatever else moved since. One that lost to an abort or an abandonment (its
+            // objects gone with the roll-back, say) answers that the operation ended: that is
+            // what became of it, and no upload can help it now (found by reading the losing
+            // 412's body in the server's race test).
             Err(error @ (MendError::FailedPrecondition { .. } | MendError::NotFound { .. })) => {
-                match self.recorded_publish(dataset_id, operation_id).await? {
-                    Some(published) => Ok(published_view(dataset_id, operation_id, published)),
-                    None => Err(error),
+                if let Some(published) = self.recorded_publish(dataset_id, operation_id).await? {
+                    return Ok(published_view(dataset_id, operation_id, published));
                 }
+                if error.operation_found().is_none()
+                    && self.ended_meanwhile(dataset_id, operation_id).await?
+                {
+                    return Err(ended(dataset_id, operation_id));
+                }
+                Err(error)
             }
             answer => answer,
         }
@@ -1063,12 +1071,13 @@ impl Engine {
         if let Err(error) = self.roll_back_own(&fenced).await {
             tracing::debug!(%error, "rolling back an overtaken operation failed; recovery settles it");
         }
-        Ok(Some(MendError::failed_precondition(
+        Ok(Some(MendError::operation_refused(
             format!(
                 "{}; its checkpoint delta was overtaken after it confirmed (another operation published from the same positions), so it could never publish",
                 ended(dataset_id, operation_id)
             ),
-            vec![operation_id.clone()],
+            operation_id,
+            OperationFound::Ended,
         )))
     }
 
@@ -1217,6 +1226,19 @@ impl Engine {
         )
         .await
         .map(|_| ())
+    }
+
+    /// Whether `operation_id` has ended without publishing, as far as the catalog says now:
+    /// its intent fenced (it can never publish), or gone with its end recorded (or, for one
+    /// that staged, with its stage recorded and no publish).
+    async fn ended_meanwhile(&self, dataset_id: &str, operation_id: &str) -> Result<bool> {
+        match self.find_intent(dataset_id, operation_id).await? {
+            Some(intent) => Ok(intent.phase == IntentPhase::Abandoned),
+            None => Ok(self
+                .after_the_end::<()>(dataset_id, operation_id)
+                .await
+                .is_err_and(|error| error.operation_found() == Some(OperationFound::Ended))),
+        }
     }
 
     /// Whether the end of `operation_id` without publishing is recorded ([`Engine::record_end`]):
@@ -1425,12 +1447,13 @@ impl Engine {
     /// Why an operation with no intent cannot take another step.
     async fn after_the_end<T>(&self, dataset_id: &str, operation_id: &str) -> Result<T> {
         if let Some(published) = self.recorded_publish(dataset_id, operation_id).await? {
-            return Err(MendError::failed_precondition(
+            return Err(MendError::operation_refused(
                 format!(
                     "operation {operation_id} already published, at manifest version {}",
                     published.manifest_version
                 ),
-                vec![operation_id.to_string()],
+                operation_id,
+                OperationFound::Published,
             ));
         }
         let begun = self
@@ -1774,30 +1797,33 @@ fn internal_kind(kind: ExternalKind) -> OperationKind {
 }
 
 fn ended(dataset_id: &str, operation_id: &str) -> MendError {
-    MendError::failed_precondition(
+    MendError::operation_refused(
         format!(
             "operation {operation_id} of dataset {dataset_id} has ended without publishing: it was aborted, abandoned by recovery after its lease ran out, or could not take its rows; nothing of it is visible. Begin a new operation with a new id"
         ),
-        vec![operation_id.to_string()],
+        operation_id,
+        OperationFound::Ended,
     )
 }
 
 fn confirmed_cannot_abort(operation_id: &str) -> MendError {
-    MendError::failed_precondition(
+    MendError::operation_refused(
         format!(
             "operation {operation_id} confirmed its effects (phase effects_confirmed): it can no longer be aborted, and publishes unless another operation publishes from the same checkpoint positions first (then it ends); send its publish to learn which"
         ),
-        vec![operation_id.to_string()],
+        operation_id,
+        OperationFound::Confirmed,
     )
 }
 
 fn published_cannot_abort(operation_id: &str, published: &PublishResult) -> MendError {
-    MendError::failed_precondition(
+    MendError::operation_refused(
         format!(
             "operation {operation_id} published at manifest version {}: it cannot be aborted",
             published.manifest_version
         ),
-        vec![operation_id.to_string()],
+        operation_id,
+        OperationFound::Published,
     )
 }
 

@@ -27,7 +27,7 @@ use mend::model::{CheckpointDelta, PartitionDelta, SplitState};
 use mend::objects::SplitObjects;
 use mend::objects::format::sha256;
 use mend::runtime::PolicyRuntime;
-use mend::{Engine, EngineOptions, MendError, RecoveryMode};
+use mend::{Engine, EngineOptions, MendError, OperationFound, RecoveryMode};
 use mend_model::paths::{Path, for_each_path};
 use mend_model::state::{AbortCall, Operator, Phase, PublishCall, SplitRow, State, WRITERS};
 use mend_model::table::{ACTION_TABLE, ActionKind, entry_of};
@@ -93,23 +93,15 @@ fn claim_of_view(view: &mend::Result<OperationView>) -> Claim {
             OperationPhase::EffectsConfirmed => Claim::WillPublish,
             OperationPhase::Armed => Claim::Nothing,
         },
-        Err(MendError::FailedPrecondition { message, .. }) => {
-            // A publish refused because its intent was fenced says it never publishes.
-            if message.contains("has ended without publishing")
-                || message.contains("it never publishes")
-            {
-                Claim::Ended
-            } else if message.contains("already published")
-                || message.contains("published at manifest version")
-            {
-                Claim::Published
-            } else if message.contains("can no longer be aborted") {
-                Claim::WillPublish
-            } else {
-                Claim::Nothing
-            }
-        }
-        Err(_) => Claim::Nothing,
+        // A refusal says in structure how it found the operation: fenced or ended (it never
+        // publishes), published, or confirmed (it publishes: each writer moves a partition of
+        // its own, so no other operation overtakes it).
+        Err(error) => match error.operation_found() {
+            Some(OperationFound::Ended) => Claim::Ended,
+            Some(OperationFound::Published) => Claim::Published,
+            Some(OperationFound::Confirmed) => Claim::WillPublish,
+            Some(_) | None => Claim::Nothing,
+        },
     }
 }
 

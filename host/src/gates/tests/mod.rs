@@ -124,7 +124,7 @@ async fn at_once<T>(what: &str, future: impl Future<Output = T>) -> T {
 
 fn assert_refused(error: &MendError, gate: &GateName, words: &str) {
     match error {
-        MendError::FailedPrecondition { message, ids } => {
+        MendError::FailedPrecondition { message, ids, .. } => {
             assert!(message.contains(words), "{message}");
             assert!(message.contains(&gate.to_string()), "{message}");
             assert_eq!(ids, &[gate.to_string()]);

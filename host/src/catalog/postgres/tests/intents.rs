@@ -227,7 +227,7 @@ async fn an_update_replaces_the_intent_only_from_the_expected_phase() {
     assert!(
         matches!(
             &refused,
-            MendError::FailedPrecondition { message, ids }
+            MendError::FailedPrecondition { message, ids, .. }
                 if *ids == ["op-1"] && message.contains("effects_confirmed")
         ),
         "{refused:?}"
