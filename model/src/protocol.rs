@@ -90,6 +90,18 @@ pub enum Bug {
     /// first: the engine before mend-model found that a writer's confirm landing after the
     /// sweep observed was undone, and the promise an abort then answered was broken.
     RollBackWithoutFence,
+    /// The publish answers "published" once its confirm lands, before its publish does: the
+    /// writer acknowledges a commit that is not visible yet, and may never be.
+    PublishAnsweredAtConfirm,
+    /// An abort that finds its operation confirmed answers "ended" rather than that it
+    /// publishes: the publish already under way lands after.
+    AbortAnswersEndedWhenConfirmed,
+    /// An abort's roll-back applies the checkpoint delta it carried (an empty publish with the
+    /// delta still attached): the partition moves with nothing published.
+    RollBackAppliesDelta,
+    /// Roll-forward recovery never abandons an unconfirmed operation whose lease ran out (it
+    /// reads every lease as live): a writer that stopped leaves its intent for ever.
+    SweepNeverAbandons,
 }
 
 /// Which recovery mode a sweep runs in.
@@ -218,9 +230,11 @@ impl Protocol {
                 self.writer_acts(&next, w) && self.publish_confirm(&mut next, w)
             }
             Action::PublishLand(w) => self.writer_acts(&next, w) && publish_land(&mut next, w),
-            Action::AbortStart(w) => self.writer_acts(&next, w) && abort_start(&mut next, w),
+            Action::AbortStart(w) => self.writer_acts(&next, w) && self.abort_start(&mut next, w),
             Action::AbortFence(w) => self.writer_acts(&next, w) && self.abort_fence(&mut next, w),
-            Action::AbortUnstage(w) => self.writer_acts(&next, w) && abort_unstage(&mut next, w),
+            Action::AbortUnstage(w) => {
+                self.writer_acts(&next, w) && self.abort_unstage(&mut next, w)
+            }
             Action::WritersStop => {
                 let enabled = self.config.writers_stop && !next.writers_stopped;
                 next.writers_stopped = true;
@@ -269,7 +283,11 @@ impl Protocol {
                     lease_until: intent.lease_until.max(lease_read),
                     ..intent
                 });
-                state.writers[i].publish = PublishCall::AtPublish;
+                if self.has(Bug::PublishAnsweredAtConfirm) {
+                    claim(state, w, Call::Publish, Answer::Published);
+                } else {
+                    state.writers[i].publish = PublishCall::AtPublish;
+                }
             }
             Some(intent) if intent.phase == Phase::EffectsConfirmed => {
                 state.writers[i].publish = PublishCall::AtPublish;
@@ -333,7 +351,7 @@ impl Protocol {
         {
             return false;
         }
-        let steps = decide(state, Mode::RollForward);
+        let steps = decide(state, Mode::RollForward, self.bug);
         if steps.iter().all(Option::is_none) {
             return false;
         }
@@ -352,7 +370,7 @@ impl Protocol {
         }
         let hold_until = self.take_gate(state, Sweeper::Operator);
         state.epoch += 1;
-        let steps = decide(state, Mode::Exclusive);
+        let steps = decide(state, Mode::Exclusive, self.bug);
         state.operator = Operator::Sweeping(Sweep { hold_until, steps });
         end_when_done(state, Sweeper::Operator);
         true
@@ -471,6 +489,49 @@ impl Protocol {
                 true
             }
         }
+    }
+
+    /// `abort_operation` up to its fence: what it finds.
+    fn abort_start(&self, state: &mut State, w: u8) -> bool {
+        let i = w as usize;
+        if !sends_new_calls(state, i) || state.writers[i].abort != AbortCall::Idle {
+            return false;
+        }
+        match state.intents[i] {
+            Some(intent) if intent.phase == Phase::EffectsConfirmed => {
+                let answer = if self.has(Bug::AbortAnswersEndedWhenConfirmed) {
+                    Answer::Ended
+                } else {
+                    Answer::WillPublish
+                };
+                claim(state, w, Call::Abort, answer)
+            }
+            Some(_) => state.writers[i].abort = AbortCall::AtFence,
+            None => answer_after_the_end(state, w, Call::Abort),
+        }
+        true
+    }
+
+    /// `abort_operation`'s roll-back of its own rows once fenced: the staged row marked, its
+    /// object deleted, the row deleted, the intent deleted.
+    fn abort_unstage(&self, state: &mut State, w: u8) -> bool {
+        let i = w as usize;
+        if state.writers[i].abort != AbortCall::AtUnstage {
+            return false;
+        }
+        if matches!(
+            state.splits[i],
+            SplitRow::Staged | SplitRow::MarkedForDeletion
+        ) {
+            state.splits[i] = SplitRow::Absent;
+            state.objects[i] = false;
+        }
+        if self.has(Bug::RollBackAppliesDelta) {
+            state.checkpoints[i] += 1;
+        }
+        state.intents[i] = None;
+        claim(state, w, Call::Abort, Answer::Ended);
+        true
     }
 
     /// The exclusive sweep's roll-back of one operation (`execute`, `RollBack`): first its
@@ -649,41 +710,6 @@ fn publish_land(state: &mut State, w: u8) -> bool {
     true
 }
 
-/// `abort_operation` up to its fence: what it finds.
-fn abort_start(state: &mut State, w: u8) -> bool {
-    let i = w as usize;
-    if !sends_new_calls(state, i) || state.writers[i].abort != AbortCall::Idle {
-        return false;
-    }
-    match state.intents[i] {
-        Some(intent) if intent.phase == Phase::EffectsConfirmed => {
-            claim(state, w, Call::Abort, Answer::WillPublish)
-        }
-        Some(_) => state.writers[i].abort = AbortCall::AtFence,
-        None => answer_after_the_end(state, w, Call::Abort),
-    }
-    true
-}
-
-/// `abort_operation`'s roll-back of its own rows once fenced: the staged row marked, its
-/// object deleted, the row deleted, the intent deleted.
-fn abort_unstage(state: &mut State, w: u8) -> bool {
-    let i = w as usize;
-    if state.writers[i].abort != AbortCall::AtUnstage {
-        return false;
-    }
-    if matches!(
-        state.splits[i],
-        SplitRow::Staged | SplitRow::MarkedForDeletion
-    ) {
-        state.splits[i] = SplitRow::Absent;
-        state.objects[i] = false;
-    }
-    state.intents[i] = None;
-    claim(state, w, Call::Abort, Answer::Ended);
-    true
-}
-
 /// A replica's membership heartbeat: renews its lease, or joins again when it lapsed.
 fn member_heartbeat(state: &mut State, config: Config, r: u8) -> bool {
     let until = state.now + config.member_lease;
@@ -697,7 +723,7 @@ fn member_heartbeat(state: &mut State, config: Config, r: u8) -> bool {
 
 /// What a sweep in `mode` decides for each intent, oldest first (the default policy's
 /// decisions, `mend_default_policy`'s `decide_recovery`), as the steps that execute them.
-fn decide(state: &State, mode: Mode) -> [Option<SweepStep>; 2 * WRITERS] {
+fn decide(state: &State, mode: Mode, bug: Option<Bug>) -> [Option<SweepStep>; 2 * WRITERS] {
     let mut order: Vec<usize> = (0..WRITERS)
         .filter(|&i| state.intents[i].is_some())
         .collect();
@@ -709,7 +735,7 @@ fn decide(state: &State, mode: Mode) -> [Option<SweepStep>; 2 * WRITERS] {
         let intent = state.intents[i].expect("only intents that are there");
         let writer = i as u8;
         let settled = state.splits[i] == SplitRow::Published && state.checkpoints[i] >= 1;
-        let lease_live = intent.lease_until > state.now;
+        let lease_live = intent.lease_until > state.now || bug == Some(Bug::SweepNeverAbandons);
         let effects_in_place = (intent.phase == Phase::EffectsConfirmed
             || state.splits[i] != SplitRow::Absent)
             && state.objects[i];

@@ -42,10 +42,17 @@ use stepped::{ACTOR, SteppedCatalog, Stepper};
 const DEPTH: usize = 5;
 
 fn depth() -> usize {
-    std::env::var("MEND_MODEL_REPLAY_DEPTH")
-        .ok()
-        .and_then(|depth| depth.parse().ok())
-        .unwrap_or(DEPTH)
+    match std::env::var("MEND_MODEL_REPLAY_DEPTH") {
+        // A depth of 0 would replay nothing and pass.
+        Ok(depth) => depth
+            .parse()
+            .ok()
+            .filter(|depth| (1..=12).contains(depth))
+            .unwrap_or_else(|| {
+                panic!("MEND_MODEL_REPLAY_DEPTH is {depth:?}: a depth of 1 to 12 actions")
+            }),
+        Err(_) => DEPTH,
+    }
 }
 /// The clock's start.
 const EPOCH_MS: i64 = 1_700_000_000_000;
@@ -598,8 +605,10 @@ async fn replay_path(policy: &PolicyRuntime, initial: &State, path: &Path) -> us
     replay_steps(&mut replay, initial, path).await
 }
 
-/// Replays `path` on `replay`, comparing the states after every action.
+/// Replays `path` on `replay`, comparing the states after every action; answers how many
+/// states it compared (one per action).
 async fn replay_steps(replay: &mut Replay, initial: &State, path: &Path) -> usize {
+    let mut compared = 0;
     for (index, (action, state)) in path.steps.iter().enumerate() {
         let called = replay_action(replay, *action).await;
         let entry = entry_of(ActionKind::of(*action));
@@ -616,9 +625,10 @@ async fn replay_steps(replay: &mut Replay, initial: &State, path: &Path) -> usiz
                  model:  {expected:?}\nengine: {observed:?}"
             );
         }
+        compared += 1;
     }
     // Calls still parked are dropped with the runtime: a process that stopped there.
-    path.steps.len()
+    compared
 }
 
 #[test]
@@ -659,15 +669,23 @@ fn every_path_to_the_depth_replays_against_the_engine() {
         true
     });
     let initial = protocol.initial();
-    let mut actions = 0;
+    let mut compared = 0;
     runtime.block_on(async {
         for path in &paths {
-            actions += replay_path(&policy, &initial, path).await;
+            compared += replay_path(&policy, &initial, path).await;
         }
     });
+    // Every action of every path compared: a replay that compared nothing proves nothing.
+    let actions: usize = paths.iter().map(|path| path.steps.len()).sum();
+    assert!(!paths.is_empty() && actions > 0, "no path to depth {depth}");
+    assert_eq!(compared, actions, "states compared, of the actions replayed");
+    assert!(
+        paths.iter().any(|path| path.steps.len() == depth),
+        "no path reached depth {depth}"
+    );
     println!(
         "replay: {} paths to depth {depth} ({actions} actions) replayed against the engine, \
-         every state equal, {:.1} s",
+         {compared} states compared, every one equal, {:.1} s",
         paths.len(),
         started.elapsed().as_secs_f64()
     );
