@@ -207,6 +207,9 @@ fn a_sweep_that_never_abandons_is_caught_by_liveness() {
     assert_breaks(Bug::SweepNeverAbandons, Config::LIVENESS, &[LIVENESS]);
 }
 
+/// A property's name, and the change to a state that breaks it.
+type Plant = (&'static str, fn(&mut State));
+
 /// Each safety property, by name, fails alone on a state made by hand to break it, and holds
 /// on the state it was made from: the property reads what it claims to read.
 #[test]
@@ -231,7 +234,7 @@ fn each_safety_property_fails_alone_on_a_state_made_to_break_it() {
     base.history.publishes = [1, 0];
     base.history.abandoned = [false, true];
     assert!(failing(&base).is_empty(), "{:?}", failing(&base));
-    let planted: [(&str, fn(&mut State)); 7] = [
+    let planted: [Plant; 7] = [
         (SAFETY[0], |state| {
             state.splits[0] = SplitRow::MarkedForDeletion
         }),
