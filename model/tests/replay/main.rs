@@ -678,7 +678,10 @@ fn every_path_to_the_depth_replays_against_the_engine() {
     // Every action of every path compared: a replay that compared nothing proves nothing.
     let actions: usize = paths.iter().map(|path| path.steps.len()).sum();
     assert!(!paths.is_empty() && actions > 0, "no path to depth {depth}");
-    assert_eq!(compared, actions, "states compared, of the actions replayed");
+    assert_eq!(
+        compared, actions,
+        "states compared, of the actions replayed"
+    );
     assert!(
         paths.iter().any(|path| path.steps.len() == depth),
         "no path reached depth {depth}"

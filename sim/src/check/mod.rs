@@ -7,7 +7,7 @@
 //!   publish, a roll-forward executed, an in-process commit acknowledged) is published; one
 //!   answered ended (an abort, a 412 saying it ended, an abandonment executed) never became
 //!   visible; a begin or commit refused with an error that certainly had no effect published
-//!   nothing ([`outcomes`]).
+//!   nothing (`outcomes.rs`).
 //! - **`ended-stays-ended`.** An operation answered ended is never begun again: a begin sent
 //!   after that answer (a copy still on its way, a writer asking where it stands) finds the
 //!   end and says so.
@@ -24,22 +24,22 @@
 //!   promise nothing and every other check must hold regardless: [`overlapping_sweeps`]).
 //! - **`reader-generations`** and **`read-only-handles`.** Each reader's handle only moves
 //!   forward, shows every operation whole or not at all, and never loses a split it showed
-//!   unless an operation replaced it; a read-only handle never sweeps ([`reads`]).
+//!   unless an operation replaced it; a read-only handle never sweeps (`reads.rs`).
 //! - **`config-applies`.** A config apply answered promoted is the config every reader and
 //!   the end show at that version; one refused never shows.
 //! - **`policy-registry`, `policy-answers`, `policy-runs`, `policy-liveness`.** The registry's
 //!   records are a chain, every swap's and rollback's answer is its record, every replica runs
-//!   only newer records, and all run the newest once faults stop ([`policy`]).
+//!   only newer records, and all run the newest once faults stop (`policy.rs`).
 //! - **`fleet-epochs`, `counted-gone-stays-gone`, `counted-gone-had-stopped`,
 //!   `fleet-liveness`.** No epoch is held by two replicas, a replica's epoch only grows, a
 //!   member counted gone had stopped acting and never comes back under its epoch, whatever the
 //!   clocks, and once faults stop every replica sees every other and all agree on the
-//!   dataset's owner ([`fleet`]).
+//!   dataset's owner (`fleet.rs`).
 //! - **`leases-respected`.** A supervisor's sweep never takes over an operation while a lease
 //!   its writer was granted still runs, allowing for how far apart the replicas' clocks read
-//!   ([`leases`]).
+//!   (`leases.rs`).
 //! - **`grace-periods-kept`.** A reader still serving a generation that showed a split finds
-//!   its object for the deletion grace period after the split's mark ([`grace`]).
+//!   its object for the deletion grace period after the split's mark (`grace.rs`).
 //! - **`settles-without-operator`.** Once the faults stop and every lease runs out, the
 //!   supervisors alone settle every intent.
 //! - **`end-readable`.** The end state can be read at all (with the faults stopped, it must).
