@@ -171,7 +171,11 @@ fn a_fixed_range_of_seeds_holds() {
 /// its confirmation reporting the object missing; 995752377249 (found from outside, in 300
 /// fresh seeds), gc reading the intents before a writer's begin and the rows after it, marking
 /// the rows of a live operation, and that operation's publish then confirming although it
-/// could no longer land (it could neither publish nor be aborted).
+/// could no longer land (it could neither publish nor be aborted); 8877293620571511055 (a
+/// soak's fresh seed), a recovery sweep's roll-forward whose first put stalled for 11.6 s and
+/// lost its race, then committed the mark of the split its merge replaced stamped with the
+/// moment the sweep began, so gc deleted that split's object 0.9 s after readers last saw it
+/// published (a commit now records the time of its own attempt).
 #[test]
 fn the_seeds_that_found_bugs_hold() {
     assert_holds(
@@ -185,6 +189,7 @@ fn the_seeds_that_found_bugs_hold() {
             504,
             7_867_155_796_522_193_289,
             995_752_377_249,
+            8_877_293_620_571_511_055,
         ]
         .into_iter(),
         "seeds that found bugs",

@@ -422,12 +422,25 @@ impl ObjectStoreCatalog {
     /// state is not probed before the put: the put finds out. What `decide` answers without
     /// a commit (nothing to change, or a refusal) on a cached state stands only if a read
     /// then finds no newer version; otherwise it decides again on the newer state.
+    ///
+    /// `decide` is given the time of its attempt: `now_ms` plus the time spent since the call,
+    /// read just before the attempt. What a commit records as its moment (a mark, a
+    /// publication, an answer) must not predate its own write by the waits and lost races
+    /// before it: a mark that landed after a stalled put and a retry, stamped with the moment
+    /// the mutation began, would start a deletion grace period that readers never saw begin
+    /// (found by `mend-sim`, seed 8877293620571511055). The time is still read before the put,
+    /// so a deletion decided on it is never decided on a moment later than its write.
     async fn mutate<T>(
         &self,
         dataset_id: &str,
         now_ms: TimestampMs,
-        mut decide: impl FnMut(&DatasetState) -> Result<Change<T>> + Send,
+        mut decide: impl FnMut(&DatasetState, TimestampMs) -> Result<Change<T>> + Send,
     ) -> Result<T> {
+        let called_at = Instant::now();
+        let attempt_time = || {
+            let waited = i64::try_from(called_at.elapsed().as_millis()).unwrap_or(i64::MAX);
+            now_ms.saturating_add(waited)
+        };
         // A state read just now, to decide on next.
         let mut fresh: Option<Cached> = None;
         // The pending marker was found there during this mutation (see `pending.rs`).
@@ -442,7 +455,8 @@ impl ObjectStoreCatalog {
                 },
             };
             let state = &base.state;
-            let (actions, output) = match decide(state) {
+            let attempt_ms = attempt_time();
+            let (actions, output) = match decide(state, attempt_ms) {
                 Ok(Change::Commit { actions, output }) => (actions, output),
                 answer if !just_read => {
                     // Nothing to write, or a refusal: it stands if the log has not moved.
@@ -464,7 +478,7 @@ impl ObjectStoreCatalog {
                 marker_existed =
                     self.pending.ensure(dataset_id).await? == pending::MarkerPut::Existed;
             }
-            let commit = Commit::new(state.version + 1, now_ms, actions);
+            let commit = Commit::new(state.version + 1, attempt_ms, actions);
             let mut next = DatasetState::clone(state);
             next.apply(&commit)?;
             let put_at = Instant::now();
@@ -678,7 +692,7 @@ impl Catalog for ObjectStoreCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Dataset> {
-        self.mutate(dataset_id, now_ms, |state| {
+        self.mutate(dataset_id, now_ms, |state, now_ms| {
             mutations::keyed(state, key, now_ms, |state| match change {
                 DatasetChange::Config {
                     expected_config_version,
@@ -704,7 +718,7 @@ impl Catalog for ObjectStoreCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Vec<StagedSplit>> {
-        self.mutate(dataset_id, now_ms, |state| {
+        self.mutate(dataset_id, now_ms, |state, now_ms| {
             mutations::keyed(state, key, now_ms, |state| {
                 mutations::stage(state, mode, splits, planner, now_ms)
             })
@@ -719,7 +733,7 @@ impl Catalog for ObjectStoreCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<PublishResult> {
-        self.mutate(&request.dataset_id, now_ms, |state| {
+        self.mutate(&request.dataset_id, now_ms, |state, now_ms| {
             mutations::keyed(state, key, now_ms, |state| {
                 mutations::publish(state, request, validate, now_ms)
             })
@@ -732,7 +746,7 @@ impl Catalog for ObjectStoreCatalog {
         dataset_id: &str,
         record: &RecordedRequest,
     ) -> Result<RecordedRequest> {
-        self.mutate(dataset_id, record.recorded_at_ms, |state| {
+        self.mutate(dataset_id, record.recorded_at_ms, |state, _| {
             mutations::record_request(state, record)
         })
         .await
@@ -752,7 +766,7 @@ impl Catalog for ObjectStoreCatalog {
         recorded_before_ms: TimestampMs,
         now_ms: TimestampMs,
     ) -> Result<usize> {
-        self.mutate(dataset_id, now_ms, |state| {
+        self.mutate(dataset_id, now_ms, |state, _| {
             mutations::forget_recorded(state, recorded_before_ms)
         })
         .await
@@ -766,7 +780,7 @@ impl Catalog for ObjectStoreCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<MarkResult> {
-        self.mutate(dataset_id, now_ms, |state| {
+        self.mutate(dataset_id, now_ms, |state, now_ms| {
             mutations::keyed(state, key, now_ms, |state| match rule {
                 MarkRule::Named => mutations::mark_for_deletion(state, split_ids, now_ms),
                 MarkRule::StaleStaged {
@@ -809,7 +823,7 @@ impl Catalog for ObjectStoreCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<()> {
-        self.mutate(dataset_id, now_ms, |state| {
+        self.mutate(dataset_id, now_ms, |state, now_ms| {
             mutations::keyed(state, key, now_ms, |state| {
                 mutations::delete_splits(state, split_ids, now_ms)
             })
@@ -832,7 +846,7 @@ impl Catalog for ObjectStoreCatalog {
 
     async fn put_intent(&self, intent: &Intent) -> Result<()> {
         check_written_format(intent)?;
-        self.mutate(&intent.dataset_id, intent.updated_at_ms, |state| {
+        self.mutate(&intent.dataset_id, intent.updated_at_ms, |state, _| {
             mutations::put_intent(state, intent)
         })
         .await
@@ -840,7 +854,7 @@ impl Catalog for ObjectStoreCatalog {
 
     async fn update_intent(&self, intent: &Intent, expected_phase: IntentPhase) -> Result<()> {
         check_written_format(intent)?;
-        self.mutate(&intent.dataset_id, intent.updated_at_ms, |state| {
+        self.mutate(&intent.dataset_id, intent.updated_at_ms, |state, _| {
             mutations::update_intent(state, intent, expected_phase)
         })
         .await
@@ -853,7 +867,7 @@ impl Catalog for ObjectStoreCatalog {
         lease_expired_by: Option<TimestampMs>,
         now_ms: TimestampMs,
     ) -> Result<Intent> {
-        self.mutate(dataset_id, now_ms, |state| {
+        self.mutate(dataset_id, now_ms, |state, now_ms| {
             mutations::abandon_intent(state, operation_id, lease_expired_by, now_ms)
         })
         .await
@@ -865,7 +879,7 @@ impl Catalog for ObjectStoreCatalog {
         operation_id: &str,
         now_ms: TimestampMs,
     ) -> Result<()> {
-        self.mutate(dataset_id, now_ms, |state| {
+        self.mutate(dataset_id, now_ms, |state, _| {
             mutations::delete_intent(state, operation_id)
         })
         .await
@@ -966,7 +980,7 @@ impl Catalog for ObjectStoreCatalog {
         planner: &StagePlanner<'_>,
         now_ms: TimestampMs,
     ) -> Result<BegunCommit> {
-        self.mutate(dataset_id, now_ms, |state| {
+        self.mutate(dataset_id, now_ms, |state, now_ms| {
             mutations::begin_commit(state, intent, splits, planner, now_ms)
         })
         .await
@@ -981,7 +995,7 @@ impl Catalog for ObjectStoreCatalog {
         key: &RequestKey,
     ) -> Result<PublishResult> {
         super::commit::same_dataset(intent, request)?;
-        self.mutate(&request.dataset_id, now_ms, |state| {
+        self.mutate(&request.dataset_id, now_ms, |state, now_ms| {
             mutations::publish_commit(state, &intent.operation_id, request, validate, now_ms, key)
         })
         .await

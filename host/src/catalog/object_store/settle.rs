@@ -25,7 +25,7 @@ impl ObjectStoreCatalog {
         now_ms: TimestampMs,
     ) -> Result<Vec<Settled>> {
         settle::check_batch(dataset_id, settlements)?;
-        self.mutate(dataset_id, now_ms, |state| {
+        self.mutate(dataset_id, now_ms, |state, now_ms| {
             let planned = settle::plan(&view(state, settlements)?, settlements, validate, now_ms)?;
             commit(state, planned, now_ms)
         })

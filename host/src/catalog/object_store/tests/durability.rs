@@ -533,3 +533,87 @@ async fn intents_an_older_mend_wrote_are_read_and_written_back_in_this_hosts_for
     );
     assert_eq!(abandoned.format_version, INTENT_FORMAT_VERSION);
 }
+
+/// A commit records the moment of its own attempt, not of the call that began it: a mark whose
+/// first put stalls for ten seconds and loses its race is stamped when it is sent again, so
+/// the deletion grace period it starts does not begin before readers could see the mark.
+/// `mend-sim` seed 8877293620571511055 found it: a sweep's roll-forward, stamped with the
+/// moment the sweep began, let gc delete an object 0.9 s after readers last saw it published.
+#[tokio::test(start_paused = true)]
+async fn a_mark_sent_again_after_a_stall_and_a_lost_race_is_stamped_when_it_was_sent() {
+    use futures::FutureExt;
+
+    use crate::hooked_store::HookedStore;
+
+    let store = Arc::new(HookedStore::default());
+    let writer = ObjectStoreCatalog::new(
+        store.clone(),
+        Path::from("mend"),
+        ObjectStoreCatalogOptions::default(),
+    );
+    writer
+        .create_dataset("logs", "uid-1", &DatasetConfig::default(), T0, None)
+        .await
+        .unwrap();
+    stage(
+        &writer,
+        StageMode::CreateOnly,
+        "node-1",
+        &ids(&["a", "b"]),
+        T0,
+    )
+    .await
+    .unwrap();
+    // The writer's next log put stalls for 10 s, and another process commits meanwhile.
+    let other = Arc::new(sibling(&writer));
+    let stalled = Arc::new(AtomicBool::new(false));
+    store.set_before_put(move |path| {
+        let first = path.as_ref().contains("/log/") && !stalled.swap(true, Ordering::SeqCst);
+        let other = Arc::clone(&other);
+        async move {
+            if first {
+                tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+                other
+                    .mark_for_deletion("logs", &ids(&["b"]), T0 + 10_000, None)
+                    .await
+                    .unwrap();
+            }
+            None
+        }
+        .boxed()
+    });
+
+    let sent_at = tokio::time::Instant::now();
+    writer
+        .mark_for_deletion("logs", &ids(&["a"]), T0 + 1, None)
+        .await
+        .unwrap();
+    let waited = i64::try_from(sent_at.elapsed().as_millis()).unwrap();
+    assert!(waited >= 10_000, "the put stalled: {waited} ms");
+    let rows = writer
+        .list_splits("logs", &ListQuery::default())
+        .await
+        .unwrap()
+        .splits;
+    let (a, b) = (&rows[0], &rows[1]);
+    assert_eq!((a.split_id.as_str(), b.split_id.as_str()), ("a", "b"));
+    assert_eq!(
+        (a.state, b.state),
+        (SplitState::MarkedForDeletion, SplitState::MarkedForDeletion)
+    );
+    assert_eq!(
+        writer.dataset("logs").await.unwrap().manifest_version,
+        3,
+        "the other's mark, then the writer's, sent again"
+    );
+    assert!(
+        a.updated_at_ms >= T0 + 1 + 10_000 && a.updated_at_ms <= T0 + 1 + waited,
+        "the mark is stamped when it was sent again, not when the call began: {} (called at {})",
+        a.updated_at_ms,
+        T0 + 1
+    );
+    println!(
+        "a mark sent again after a {waited} ms stall is stamped {} ms after its call",
+        a.updated_at_ms - (T0 + 1)
+    );
+}
