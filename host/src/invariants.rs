@@ -503,4 +503,80 @@ mod tests {
             other => panic!("expected FailedPrecondition, got {other:?}"),
         }
     }
+
+    /// Neither the plan nor the observed rows need come in id order: both are sorted before
+    /// the one pass that meets each decision with its row (a policy may answer in any order,
+    /// and a backend's id order is only the fast path). Descending input is the case a check
+    /// of "already sorted" that tested the wrong way would let through unsorted.
+    #[test]
+    fn a_plan_and_rows_out_of_order_are_checked_as_if_sorted() {
+        let requested = [split("a"), split("b"), split("c")];
+        let existing = [
+            row("c", SplitState::Staged),
+            row("a", SplitState::Published),
+        ];
+        let plan = checked_stage_plan(
+            StageMode::Upsert,
+            &requested,
+            &distinct(&requested),
+            &existing,
+            vec![
+                planned("c", 2, StageAction::Overwrite),
+                planned("b", 1, StageAction::Insert),
+                planned("a", 0, StageAction::Skip(SplitState::Published)),
+            ],
+        )
+        .expect("a valid plan, in descending order");
+        let decided: Vec<(&str, PlannedAction)> = plan
+            .entries
+            .iter()
+            .map(|entry| (entry.split.split_id.as_str(), entry.action.clone()))
+            .collect();
+        assert_eq!(
+            decided,
+            [
+                ("a", PlannedAction::Skip(SplitState::Published)),
+                ("b", PlannedAction::Insert),
+                ("c", PlannedAction::Overwrite),
+            ]
+        );
+    }
+
+    /// A plan that does not cover the request is refused saying what is wrong with it: the
+    /// first requested id it has no decision for, or the id it names that was not requested.
+    #[test]
+    fn a_plan_not_covering_the_request_says_which_id_and_how() {
+        let message =
+            |requested: &[Arc<NewSplit>], plan: Vec<PlannedSplit>| match checked_stage_plan(
+                StageMode::CreateOnly,
+                requested,
+                &distinct(requested),
+                &[],
+                plan,
+            ) {
+                Err(MendError::PolicyRejected { message }) => message,
+                other => panic!("expected PolicyRejected, got {other:?}"),
+            };
+        let missing = message(
+            &[split("a"), split("b")],
+            vec![planned("b", 1, StageAction::Insert)],
+        );
+        assert!(
+            missing.contains(r#"no decision for split "a""#),
+            "{missing}"
+        );
+        let unrequested = message(&[split("c")], vec![planned("b", 0, StageAction::Insert)]);
+        assert!(
+            unrequested.contains(r#"names split "b" that the request does not"#),
+            "{unrequested}"
+        );
+        let extra = message(
+            &[split("a")],
+            vec![
+                planned("a", 0, StageAction::Insert),
+                planned("c", 0, StageAction::Insert),
+            ],
+        );
+        assert!(extra.contains(r#"names split "c""#), "{extra}");
+    }
 }

@@ -33,7 +33,7 @@ use crate::error::{MendError, Result};
 use crate::faults::DurableStep;
 use crate::gates::GateName;
 use crate::intent::{ExpectedState, Intent, OperationKind, PlannedEffects};
-use crate::model::{Dataset, ListQuery, SplitState, TimestampMs};
+use crate::model::{Dataset, ListQuery, SplitRow, SplitState, TimestampMs};
 use crate::objects::format::sha256;
 use crate::{bounds, validate};
 
@@ -271,8 +271,17 @@ impl Engine {
         if intent.effects.delete.is_empty() {
             return Ok(result);
         }
-        // Only splits still marked (or already gone) lose their objects: never one that a
-        // row in another state references (invariant 2).
+        // Only splits still marked by the mark this gc planned on (or already gone) lose their
+        // objects: never one that a row in another state references (invariant 2), and never
+        // one marked since this gc read it. A split id whose row was deleted, staged again by
+        // a new operation, published and marked by a merge after this intent was created is a
+        // new row whose grace period has just begun: a roll-forward of this intent, long
+        // after, must leave it (found by `mend-sim`, seed 9956702636221711115, where
+        // recovery's roll-forward of a crashed gc deleted such a split's object 1.6 s after
+        // the merge that replaced it published).
+        let planned_on = |row: &SplitRow| {
+            row.state == SplitState::MarkedForDeletion && row.updated_at_ms <= intent.created_at_ms
+        };
         let query = ListQuery {
             split_ids: Some(intent.effects.delete.clone()),
             ..ListQuery::default()
@@ -280,7 +289,7 @@ impl Engine {
         let rows = self.catalog.list_splits(dataset_id, &query).await?.splits;
         let live: BTreeSet<&str> = rows
             .iter()
-            .filter(|row| row.state != SplitState::MarkedForDeletion)
+            .filter(|row| !planned_on(row))
             .map(|row| row.split_id.as_str())
             .collect();
         for split_id in intent
@@ -299,7 +308,7 @@ impl Engine {
         }
         let marked: Vec<String> = rows
             .iter()
-            .filter(|row| row.state == SplitState::MarkedForDeletion)
+            .filter(|row| planned_on(row))
             .map(|row| row.split_id.clone())
             .collect();
         if !marked.is_empty() {
