@@ -178,7 +178,11 @@ fn a_fixed_range_of_seeds_holds() {
 /// published (a commit now records the time of its own attempt); 9956702636221711115 (the next
 /// soak), recovery's roll-forward of a crashed gc deleting the object of a split id that had
 /// since been staged again, published and marked by a merge, 1.6 s into its grace period (a
-/// gc deletes only rows marked by the mark it planned on).
+/// gc deletes only rows marked by the mark it planned on); 1971851877719533564 (the soak after
+/// that), exclusive recovery's roll-back of a second begin of the same split ids deleting the
+/// row of a split another operation had published and a merge had replaced, its object left
+/// for reconcile to publish again beside the merge (a roll-back deletes no row that was ever
+/// published).
 #[test]
 fn the_seeds_that_found_bugs_hold() {
     assert_holds(
@@ -194,6 +198,7 @@ fn the_seeds_that_found_bugs_hold() {
             995_752_377_249,
             8_877_293_620_571_511_055,
             9_956_702_636_221_711_115,
+            1_971_851_877_719_533_564,
         ]
         .into_iter(),
         "seeds that found bugs",

@@ -863,9 +863,15 @@ impl Engine {
             )
             .await?;
         }
+        // A row that was ever published is not this operation's to delete: an operation rolled
+        // back never published, so such a row (marked since, as a merge's replaced split is)
+        // belongs to the operation that published it and goes with gc after its deletion
+        // grace period. Deleting it here left its object without a row, which reconcile then
+        // adopted and published again beside the merge that replaced it (found by `mend-sim`,
+        // seed 1971851877719533564, rolling back a second begin of the same split ids).
         let marked: Vec<String> = rows
             .iter()
-            .filter(|row| row.state != SplitState::Published)
+            .filter(|row| row.state != SplitState::Published && row.published_at_ms.is_none())
             .map(|row| row.split_id.clone())
             .collect();
         // Objects without a row are this commit's own leftovers; objects of marked rows may go
