@@ -28,8 +28,10 @@ impl fmt::Display for EntityKind {
 }
 
 /// How a step of an operation found the operation, when that is why it was refused
-/// ([`MendError::FailedPrecondition`]'s `operation`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// ([`MendError::FailedPrecondition`]'s `operation`). Serialized as its name (`published`,
+/// `confirmed`, `ended`), as an HTTP answer's `operation` field carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum OperationFound {
     /// It published: its splits are visible.
@@ -40,27 +42,6 @@ pub enum OperationFound {
     Confirmed,
     /// It ended without publishing, and never will.
     Ended,
-}
-
-impl OperationFound {
-    /// Its name in an HTTP answer's `operation` field.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Published => "published",
-            Self::Confirmed => "confirmed",
-            Self::Ended => "ended",
-        }
-    }
-
-    /// The value [`as_str`](Self::as_str) names.
-    pub fn parse(name: &str) -> Option<Self> {
-        match name {
-            "published" => Some(Self::Published),
-            "confirmed" => Some(Self::Confirmed),
-            "ended" => Some(Self::Ended),
-            _ => None,
-        }
-    }
 }
 
 /// Everything the library can fail with. The variants are the kinds of failure a caller acts

@@ -188,29 +188,6 @@ impl ErrorCode {
     }
 }
 
-/// How a refused step found its operation ([`mend::OperationFound`]), written as its name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct OperationState(pub(crate) OperationFound);
-
-impl Serialize for OperationState {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.0.as_str())
-    }
-}
-
-impl<'de> Deserialize<'de> for OperationState {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(deserializer)?;
-        OperationFound::parse(&name)
-            .map(OperationState)
-            .ok_or_else(|| {
-                serde::de::Error::custom(format!(
-                    "operation is one of published, confirmed, ended; not {name}"
-                ))
-            })
-    }
-}
-
 /// An answer that is not a success. Only `error`, `message` and `certainly_not_applied` are
 /// always there.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -233,7 +210,7 @@ pub(crate) struct ErrorBody {
     /// message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, example = "published")]
-    pub(crate) operation: Option<OperationState>,
+    pub(crate) operation: Option<OperationFound>,
     /// `recovery_required`: the unresolved operation in the way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) operation_id: Option<String>,
@@ -412,7 +389,7 @@ impl From<MendError> for ApiError {
                 if !ids.is_empty() {
                     body.ids = Some(ids.clone());
                 }
-                body.operation = operation.map(OperationState);
+                body.operation = *operation;
             }
             MendError::RecoveryRequired { operation_id } => {
                 body.operation_id = Some(operation_id.clone());
