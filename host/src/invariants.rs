@@ -579,4 +579,80 @@ mod tests {
         );
         assert!(extra.contains(r#"names split "c""#), "{extra}");
     }
+
+    /// A checkpoint delta that does not start where the dataset stands is refused by the
+    /// host's own reading whatever the policy says: allowed, it breaks invariant 4; refused
+    /// for that alone, the writer is told where the partition stands, to read it again.
+    #[test]
+    fn a_checkpoint_delta_from_elsewhere_is_refused_saying_where_the_partition_is() {
+        let request = PublishRequest {
+            dataset_id: "ds".into(),
+            staged_split_ids: vec!["a".into()],
+            replaced_split_ids: Vec::new(),
+            checkpoint_delta: Some(mend_contract::CheckpointDelta {
+                source: "src".into(),
+                partitions: vec![mend_contract::PartitionDelta {
+                    partition: "p0".into(),
+                    from_position: Some(5),
+                    to_position: 9,
+                }],
+            }),
+            publish_token: None,
+            fencing_epoch: None,
+        };
+        let observation = PublishObservation {
+            rows: vec![row("a", SplitState::Staged)],
+            checkpoint: [("src".to_string(), [("p0".to_string(), 7)].into())].into(),
+            publish_token: None,
+            fencing_epoch: 0,
+        };
+        let at =
+            "partition p0 of source src is at 7, but the checkpoint delta moves it from 5 to 9";
+        match checked_publish(&request, &observation, Vec::new()) {
+            Err(MendError::PolicyRejected { message }) => {
+                assert!(
+                    message.contains(at) && message.contains("invariant 4"),
+                    "{message}"
+                );
+            }
+            other => panic!("expected PolicyRejected, got {other:?}"),
+        }
+        let mismatch = PublishViolation {
+            kind: ViolationKind::CheckpointMismatch,
+            subjects: vec!["p0".into()],
+            message: "the checkpoint moved".into(),
+        };
+        match checked_publish(&request, &observation, vec![mismatch]) {
+            Err(MendError::FailedPrecondition { message, .. }) => {
+                assert!(
+                    message.contains(at) && message.contains("read the checkpoint again"),
+                    "{message}"
+                );
+            }
+            other => panic!("expected FailedPrecondition, got {other:?}"),
+        }
+        let from_here = PublishObservation {
+            checkpoint: [("src".to_string(), [("p0".to_string(), 5)].into())].into(),
+            ..observation
+        };
+        assert!(checked_publish(&request, &from_here, Vec::new()).is_ok());
+        // From where the partition stands, but not forward: refused as well.
+        let standing_still = PublishRequest {
+            checkpoint_delta: Some(mend_contract::CheckpointDelta {
+                source: "src".into(),
+                partitions: vec![mend_contract::PartitionDelta {
+                    partition: "p0".into(),
+                    from_position: Some(5),
+                    to_position: 5,
+                }],
+            }),
+            ..request
+        };
+        match checked_publish(&standing_still, &from_here, Vec::new()) {
+            Err(MendError::PolicyRejected { message }) => {
+                assert!(message.contains("moves it from 5 to 5"), "{message}");
+            }
+            other => panic!("expected PolicyRejected, got {other:?}"),
+        }
+    }
 }
