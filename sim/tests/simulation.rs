@@ -182,7 +182,11 @@ fn a_fixed_range_of_seeds_holds() {
 /// that), exclusive recovery's roll-back of a second begin of the same split ids deleting the
 /// row of a split another operation had published and a merge had replaced, its object left
 /// for reconcile to publish again beside the merge (a roll-back deletes no row that was ever
-/// published).
+/// published); 1083818128378677243 (the soak after that), a writer's upload stalled 12 s
+/// between its put and its look at its operation, found it ended and deleted its object, which
+/// a reconcile had meanwhile staged a row for, planning to discard it: that reconcile was
+/// blocked for good (an upload now leaves such an object, and reconcile discards an object of
+/// an ended operation whatever the policy says).
 #[test]
 fn the_seeds_that_found_bugs_hold() {
     assert_holds(
@@ -199,6 +203,7 @@ fn the_seeds_that_found_bugs_hold() {
             8_877_293_620_571_511_055,
             9_956_702_636_221_711_115,
             1_971_851_877_719_533_564,
+            1_083_818_128_378_677_243,
         ]
         .into_iter(),
         "seeds that found bugs",

@@ -1390,11 +1390,14 @@ async fn an_abort_of_an_operation_whose_own_publish_landed_answers_published() {
 /// mend-sim seed 22 (a store request stalled past every lease): a writer's upload was under
 /// way when recovery abandoned its operation, and landed after gc had collected the row and
 /// the object; reconcile found the object with no row and adopted it, publishing an operation
-/// its writer had been told ended. Reconcile now refuses to adopt an object whose header names
-/// an operation whose end without publishing is recorded, and says why.
+/// its writer had been told ended. The object is that operation's leftover: reconcile discards
+/// it whatever the policy says (the default policy would adopt it), and says why. Seed
+/// 1083818128378677243: the upload itself must not delete it (a reconcile may have staged a row
+/// for it meanwhile), so before this the object was refused and left for good.
 #[tokio::test]
-async fn an_upload_landing_after_its_operation_ended_is_never_adopted() {
+async fn an_upload_landing_after_its_operation_ended_is_discarded_never_adopted() {
     const HOUR_MS: i64 = 60 * 60 * 1000;
+    let mut checks = 0;
     for backend in Backend::ALL {
         let h = Harness::new(backend).await;
         let engine = &h.engine;
@@ -1415,17 +1418,29 @@ async fn an_upload_landing_after_its_operation_ended_is_never_adopted() {
 
         let report = engine.reconcile(&ds, "operator").await.unwrap();
         assert_eq!(report.adopted, ["s-lost"], "{backend}: {report:?}");
-        assert_eq!(report.refused.len(), 1, "{backend}: {report:?}");
-        let (refused, why) = &report.refused[0];
-        assert_eq!(refused, "s-late", "{backend}");
+        assert!(report.refused.is_empty(), "{backend}: {report:?}");
+        assert_eq!(report.discarded.len(), 1, "{backend}: {report:?}");
+        let (discarded, why) = &report.discarded[0];
+        assert_eq!(discarded, "s-late", "{backend}");
         assert!(
             why.contains("op-late, which ended without publishing"),
             "{backend}: {why}"
         );
         let rows = h.rows(&ds).await;
+        let late = rows.iter().find(|row| row.split_id == "s-late");
+        assert_eq!(
+            late.map(|row| row.state),
+            Some(SplitState::MarkedForDeletion),
+            "{backend}: nothing of the ended operation is visible, and gc will take it: {rows:?}"
+        );
+        let audit = engine.catalog().list_audit(&ds, None).await.unwrap();
         assert!(
-            !rows.iter().any(|row| row.split_id == "s-late"),
-            "{backend}: nothing of the ended operation is visible: {rows:?}"
+            audit
+                .iter()
+                .any(|record| record.outcome.as_str().is_some_and(|outcome| {
+                    outcome.starts_with("discarded: written by operation op-late")
+                })),
+            "{backend}: the audit says what the host did instead of the policy's adoption: {audit:?}"
         );
         // The abort's answer stands.
         let refused = engine.publish_operation(&ds, "op-late").await.unwrap_err();
@@ -1433,10 +1448,24 @@ async fn an_upload_landing_after_its_operation_ended_is_never_adopted() {
             refused.operation_found() == Some(OperationFound::Ended),
             "{backend}: {refused}"
         );
+        // Gc deletes the leftover after the deletion grace period.
+        h.set_clock_past_wall_clock(2 * HOUR_MS + 8 * 24 * HOUR_MS);
+        let collected = engine.gc(&ds, "gc").await.unwrap();
+        assert_eq!(collected.deleted, ["s-late"], "{backend}: {collected:?}");
+        assert!(
+            engine
+                .objects()
+                .read_header(&ds, "s-late")
+                .await
+                .unwrap()
+                .is_none(),
+            "{backend}"
+        );
+        checks += 9;
     }
     println!(
-        "late upload: on {} backends, the object of an ended operation refused by reconcile, \
-         an unknown one adopted",
+        "late upload: {checks} checks on {} backends: the object of an ended operation \
+         discarded by reconcile (not adopted, not left) and collected by gc, an unknown one adopted",
         Backend::ALL.len()
     );
 }

@@ -686,8 +686,11 @@ impl Engine {
             .durably(step, self.write_object(&header, payload))
             .await?;
 
-        // The operation may have ended while the bytes streamed: an object of an operation
-        // that can never publish is removed again rather than left for reconcile to adopt.
+        // The operation may have ended while the bytes streamed: its writer is told so. The
+        // object stays: reconcile discards an object of an operation whose end is recorded
+        // (and never adopts it). Deleting it here would race a reconcile that staged a row for
+        // it meanwhile, taking the object of a staged row (invariant 2; mend-sim seed
+        // 1083818128378677243, an upload stalled 12 s between its put and this look).
         let still_live = self
             .find_intent(dataset_id, operation_id)
             .await?
@@ -698,7 +701,6 @@ impl Engine {
                 .await?
                 .is_none()
         {
-            self.objects.delete(dataset_id, split_id).await?;
             return Err(ended(dataset_id, operation_id));
         }
         // Checked byte for byte as planned, whether written now or found: the publish that

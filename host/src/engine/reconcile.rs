@@ -6,11 +6,16 @@
 //! host reads the whole object: its embedded header (dataset uid, node, metadata, payload size
 //! and checksum) and whether the payload matches. The policy decides, per orphan, to adopt
 //! (publish) or discard (mark for deletion) it; the host refuses to adopt an object that is
-//! not whole or belongs to an earlier dataset of the same name (invariant 1), or one written
-//! by an operation whose end without publishing is recorded (its writer was told it ended: an
-//! upload that lands after its operation was abandoned and collected must not make it
-//! visible; mend-sim found it with a store request stalled past every lease), and audits every
-//! decision.
+//! not whole or belongs to an earlier dataset of the same name (invariant 1), and audits every
+//! decision. An object written by an operation whose end without publishing is recorded is
+//! that operation's leftover: an upload that landed after its operation was aborted or
+//! abandoned and collected (its writer was told it ended, so it must never become visible:
+//! mend-sim seed 22, a store request stalled past every lease). The host discards it whatever
+//! the policy said, as the operation's end decided for all its objects, and audits the policy's
+//! decision with what the host did instead. The writer's upload leaves such an object in place
+//! rather than deleting it: a reconcile may have staged a row for it meanwhile, and an
+//! unconditional delete would take the object of a staged row (invariant 2; mend-sim seed
+//! 1083818128378677243).
 //!
 //! Steps, each a durable write through the fault seam:
 //!
@@ -75,7 +80,7 @@ pub struct ReconcileReport {
 struct ReadOrphan {
     observation: OrphanObject,
     /// The operation its header names, when that operation's end without publishing is
-    /// recorded.
+    /// recorded: the object is that operation's leftover, discarded whatever the policy says.
     ended_operation: Option<String>,
     size: u64,
     checksum: String,
@@ -192,15 +197,17 @@ impl Engine {
         self.settle_reconcile(&intent, &ours, dataset.fencing_epoch)
             .await?;
         audit.extend(accepted.iter().map(|(orphan, decision)| {
-            let outcome = if ours.contains(&orphan.observation.split_id) {
-                match &decision.action {
-                    ReconcileAction::Adopt => "adopted",
-                    ReconcileAction::Discard(_) => "discarded",
-                }
+            let outcome = if !ours.contains(&orphan.observation.split_id) {
+                String::from("taken by another reconciler or writer")
+            } else if let Some(ended) = &orphan.ended_operation {
+                format!("discarded: {}", leftover_of(ended))
             } else {
-                "taken by another reconciler or writer"
+                match &decision.action {
+                    ReconcileAction::Adopt => String::from("adopted"),
+                    ReconcileAction::Discard(_) => String::from("discarded"),
+                }
             };
-            self.reconcile_audit(dataset_id, &operation_id, now, orphan, decision, outcome)
+            self.reconcile_audit(dataset_id, &operation_id, now, orphan, decision, &outcome)
         }));
         self.check_held()?;
         self.catalog.append_audit(dataset_id, &audit).await?;
@@ -236,6 +243,11 @@ impl Engine {
         let (mut accepted, mut adopt, mut discard) = (Vec::new(), Vec::new(), Vec::new());
         for (orphan, decision) in orphans.iter().zip(decisions) {
             let split_id = &orphan.observation.split_id;
+            if let Some(operation_id) = &orphan.ended_operation {
+                discard.push((split_id.clone(), leftover_of(operation_id)));
+                accepted.push((orphan, decision));
+                continue;
+            }
             match (&decision.action, refusal(orphan, &decision.action)) {
                 (_, Some(why)) => {
                     audit.push(self.reconcile_audit(
@@ -587,14 +599,17 @@ impl Engine {
     }
 }
 
+/// Why the host discards an object of an operation that ended without publishing, whatever
+/// the policy decided.
+fn leftover_of(operation_id: &str) -> String {
+    format!(
+        "written by operation {operation_id}, which ended without publishing and was answered \
+         so: discarded with the rest of that operation, whatever the policy decided"
+    )
+}
+
 /// Why the host will not act on a decision, if it will not.
 fn refusal(orphan: &ReadOrphan, action: &ReconcileAction) -> Option<String> {
-    if let (ReconcileAction::Adopt, Some(operation_id)) = (action, &orphan.ended_operation) {
-        return Some(format!(
-            "adopting it would publish a split of operation {operation_id}, which ended without \
-             publishing and was answered so; it is left as it is"
-        ));
-    }
     let orphan = &orphan.observation;
     match action {
         ReconcileAction::Adopt if !orphan.intact => Some(
