@@ -842,4 +842,118 @@ mod tests {
             assert!(dataset_id(bad).is_err(), "{bad:?}");
         }
     }
+
+    /// Every limit holds at its edge: the longest value passes, one byte (or split) more is
+    /// refused saying by how much.
+    #[test]
+    fn every_limit_admits_its_edge_and_refuses_one_more() {
+        // A client's key of 128 bytes recorded under a principal's name of 64: 193 bytes.
+        assert_eq!(MAX_IDEMPOTENCY_KEY_BYTES, 193);
+        assert!(idempotency_key(&"k".repeat(193)).is_ok());
+        let over = idempotency_key(&"k".repeat(194)).unwrap_err().to_string();
+        assert!(over.contains("longer than 193 bytes"), "{over}");
+        assert!(idempotency_key("indexer/retry-7").is_ok());
+        for bad in ["", "op:x", " k", "k\n"] {
+            assert!(
+                matches!(idempotency_key(bad), Err(MendError::InvalidArgument { .. })),
+                "{bad:?}"
+            );
+        }
+
+        assert!(node(&"n".repeat(MAX_NAME_BYTES)).is_ok());
+        let over = node(&"n".repeat(MAX_NAME_BYTES + 1))
+            .unwrap_err()
+            .to_string();
+        assert!(over.contains("longer than 128 bytes"), "{over}");
+
+        let limits = StageLimits {
+            max_batch: 3,
+            max_metadata_bytes: 20,
+        };
+        let request = |splits: usize, metadata: &str| StageRequest {
+            dataset_id: "d".into(),
+            mode: crate::model::StageMode::Upsert,
+            node: "n".into(),
+            splits: (0..splits)
+                .map(|i| crate::model::StageSplit {
+                    split_id: format!("s{i}"),
+                    metadata_json: metadata.into(),
+                })
+                .collect(),
+        };
+        // 20 bytes of metadata, and 21.
+        let (edge, over) = (r#"{"a":"0123456789ab"}"#, r#"{"a":"0123456789abc"}"#);
+        assert_eq!((edge.len(), over.len()), (20, 21));
+        assert_eq!(stage_request(&request(3, edge), limits).unwrap().len(), 3);
+        let batch = stage_request(&request(4, edge), limits)
+            .unwrap_err()
+            .to_string();
+        assert!(batch.contains("4 splits, over the limit of 3"), "{batch}");
+        let metadata = stage_request(&request(1, over), limits)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            metadata.contains("21 bytes, over the limit of 20"),
+            "{metadata}"
+        );
+
+        // A publish counts the splits it publishes and those it replaces together.
+        let ids = |prefix: &str, n: usize| (0..n).map(|i| format!("{prefix}{i}")).collect();
+        let publish = |staged: usize, replaced: usize| PublishRequest {
+            replaced_split_ids: ids("r", replaced),
+            ..PublishRequest::staged("d", ids("s", staged))
+        };
+        assert!(publish_request(&publish(2, 1), 3).is_ok());
+        let over = publish_request(&publish(3, 1), 3).unwrap_err().to_string();
+        assert!(
+            over.contains("names 4 splits, over the limit of 3"),
+            "{over}"
+        );
+        assert!(split_id_list("d", &ids("s", 3), 3).is_ok());
+        let over = split_id_list("d", &ids("s", 4), 3).unwrap_err().to_string();
+        assert!(
+            over.contains("names 4 splits, over the limit of 3"),
+            "{over}"
+        );
+
+        let with_value = |bytes: usize| DatasetConfig {
+            policy_params: [("p".to_string(), "v".repeat(bytes))].into(),
+            ..DatasetConfig::default()
+        };
+        assert!(config(&with_value(0)).is_ok());
+        assert!(config(&with_value(4096)).is_ok());
+        let over = config(&with_value(4097)).unwrap_err().to_string();
+        assert!(
+            over.contains("4097 bytes long, over the limit of 4096"),
+            "{over}"
+        );
+    }
+
+    /// Messages name what they found: "expected an object, found an array".
+    #[test]
+    fn json_values_are_named_by_kind() {
+        use serde_json::json;
+        let named: Vec<&str> = [
+            json!(null),
+            json!(true),
+            json!(1.5),
+            json!("x"),
+            json!([1]),
+            json!({"a": 1}),
+        ]
+        .iter()
+        .map(json_kind)
+        .collect();
+        assert_eq!(
+            named,
+            [
+                "null",
+                "a boolean",
+                "a number",
+                "a string",
+                "an array",
+                "an object"
+            ]
+        );
+    }
 }
