@@ -125,6 +125,7 @@ async fn a_writer_commits_step_by_step_and_every_step_is_safe_to_send_again() {
             .upload_object(&ds, "op-1", "s-b", body(&b, 4096))
             .await
             .unwrap();
+        h.clock.advance_ms(5_000);
         let heartbeat = engine
             .heartbeat_operation(&ds, "op-1", Some(120_000))
             .await
@@ -132,6 +133,16 @@ async fn a_writer_commits_step_by_step_and_every_step_is_safe_to_send_again() {
         assert_eq!(
             heartbeat.lease_expires_at_ms,
             Some(h.clock_now() + 120_000),
+            "{backend}"
+        );
+        // Renewed in the catalog, from now, saying when: what recovery and an operator read.
+        let stored = engine.catalog().list_intents(&ds).await.unwrap();
+        assert_eq!(
+            stored
+                .iter()
+                .map(|intent| (intent.lease_expires_at_ms, intent.updated_at_ms))
+                .collect::<Vec<_>>(),
+            [(h.clock_now() + 120_000, h.clock_now())],
             "{backend}"
         );
 
@@ -994,6 +1005,193 @@ async fn a_writer_puts_objects_through_presigned_urls_where_the_store_presigns()
          (412) twice; a payload that does not hash to its plan shown different and refused by \
          publish; none on a local directory"
     );
+}
+
+/// A begun operation's intent records what it expected of its dataset (the manifest version
+/// it began at, no row for each split it stages, each split it replaces published: what an
+/// operator reading the intent is shown) and plans each object as it will be written: the
+/// size of the header begin answered, carrying the dataset's incarnation and the operation,
+/// and the payload.
+#[tokio::test]
+async fn a_begun_intent_records_what_it_expected_and_plans_objects_as_written() {
+    let mut checked = 0;
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("expected").await;
+        let old = payload("old", 500);
+        engine
+            .begin_operation(&plan(&ds, "op-old", &[("old", &old)], 10))
+            .await
+            .unwrap();
+        engine
+            .upload_object(&ds, "op-old", "old", body(&old, 100))
+            .await
+            .unwrap();
+        engine.publish_operation(&ds, "op-old").await.unwrap();
+        let at_begin = engine
+            .catalog()
+            .dataset(&ds)
+            .await
+            .unwrap()
+            .manifest_version;
+        assert!(
+            at_begin > 0,
+            "{backend}: the first publish moved the manifest"
+        );
+
+        let (a, b) = (payload("a", 300), payload("b", 4000));
+        let mut request = plan(&ds, "op-new", &[("n-a", &a), ("n-b", &b)], 20);
+        request.kind = ExternalKind::Merge;
+        request.checkpoint_delta = None;
+        request.replaced_split_ids = vec!["old".into()];
+        let begun = engine.begin_operation(&request).await.unwrap();
+        let intents = engine.catalog().list_intents(&ds).await.unwrap();
+        let [intent] = intents.as_slice() else {
+            panic!("{backend}: one intent, the open operation's: {intents:?}")
+        };
+        assert_eq!(intent.operation_id, "op-new");
+        assert_eq!(intent.expected.manifest_version, at_begin, "{backend}");
+        assert_eq!(
+            intent.expected.split_states,
+            [
+                ("n-a".to_string(), None),
+                ("n-b".to_string(), None),
+                ("old".to_string(), Some(SplitState::Published)),
+            ],
+            "{backend}"
+        );
+        let planned: Vec<(&str, u64)> = intent
+            .effects
+            .objects
+            .iter()
+            .map(|object| (object.split_id.as_str(), object.size))
+            .collect();
+        let written: Vec<(&str, u64)> = begun
+            .splits
+            .iter()
+            .zip([&a, &b])
+            .map(|(split, bytes)| {
+                let header: format::SplitObjectHeader =
+                    serde_json::from_str(&split.header_json).unwrap();
+                assert_eq!(header.operation_id.as_deref(), Some("op-new"), "{backend}");
+                assert!(!header.dataset_uid.is_empty(), "{backend}");
+                let whole = whole_object(split, bytes).len() as u64;
+                (split.split_id.as_str(), whole)
+            })
+            .collect();
+        assert_eq!(
+            planned, written,
+            "{backend}: the objects planned as written"
+        );
+        checked += 1;
+    }
+    println!(
+        "{checked} backends: the intent records what begin expected and plans objects as written"
+    );
+    assert_eq!(checked, Backend::ALL.len());
+}
+
+/// Upload URLs are signed only for what the operation can take: at most a stage batch of
+/// objects (`limits.max_stage_batch`, here 2: two are signed, three refused), each split once,
+/// each planned, each with a sha256 of 64 hex digits, and only while the lease runs. Each
+/// refusal says which rule it broke, and none signs a URL or changes the operation.
+#[tokio::test]
+async fn upload_urls_are_signed_only_for_what_the_operation_can_take() {
+    let url = format!(
+        "{}/presign-{}",
+        mend_tests::harness::s3_url(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let clock = std::sync::Arc::new(mend::clock::ManualClock::new(1_800_000_000_000));
+    let (catalog, objects) = mend::catalog::open(&url, None).await.unwrap();
+    let engine = mend::Engine::new(
+        catalog,
+        objects,
+        mend::runtime::PolicyRuntime::default_policy().unwrap(),
+        mend::EngineOptions {
+            max_stage_batch: 2,
+            clock: clock.clone(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    engine
+        .create_dataset("limits", &Default::default())
+        .await
+        .unwrap();
+    let (a, b) = (payload("a", 100), payload("b", 200));
+    let begun = engine
+        .begin_operation(&plan("limits", "op-edge", &[("e-a", &a), ("e-b", &b)], 10))
+        .await
+        .unwrap();
+    let put = |split_id: &str| ObjectToPut {
+        split_id: split_id.into(),
+        object_sha256: "ab".repeat(32),
+    };
+
+    let signed = engine
+        .upload_urls("limits", "op-edge", &[put("e-a"), put("e-b")])
+        .await
+        .unwrap();
+    assert_eq!(signed.len(), 2, "a batch of exactly the limit is signed");
+
+    let mut refused = 0;
+    let mut refuse = |objects: Vec<ObjectToPut>, says: &str, error: MendError| {
+        assert!(
+            matches!(&error, MendError::InvalidArgument { message } if message.contains(says)),
+            "{objects:?}: expected InvalidArgument saying {says:?}, got {error:?}"
+        );
+        refused += 1;
+    };
+    let cases = [
+        (
+            vec![put("e-a"), put("e-b"), put("e-c")],
+            "limits.max_stage_batch",
+        ),
+        (vec![put("e-a"), put("e-a")], "split e-a is asked for twice"),
+        (vec![put("e-z")], "plans no split e-z"),
+        (
+            vec![ObjectToPut {
+                split_id: "e-a".into(),
+                object_sha256: "not hex".into(),
+            }],
+            "objects[0]",
+        ),
+    ];
+    for (objects, says) in cases {
+        let error = engine
+            .upload_urls("limits", "op-edge", &objects)
+            .await
+            .unwrap_err();
+        refuse(objects, says, error);
+    }
+
+    // Past the lease: a heartbeat first, then the URLs again.
+    let lease_end = begun.lease_expires_at_ms.unwrap();
+    clock.set_ms(lease_end);
+    let error = engine
+        .upload_urls("limits", "op-edge", &[put("e-a")])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, MendError::FailedPrecondition { message, ids, .. }
+            if message.contains("lease ran out") && ids == &["op-edge"]),
+        "{error:?}"
+    );
+    refused += 1;
+
+    let shown = engine.show_operation("limits", "op-edge").await.unwrap();
+    assert_eq!(shown.phase, OperationPhase::Armed, "{shown:?}");
+    assert!(
+        shown
+            .splits
+            .iter()
+            .all(|split| split.object == Some(ObjectStatus::Missing)),
+        "no refusal put anything: {shown:?}"
+    );
+    println!("upload URLs: 2 signed at the batch limit, {refused} refusals each naming its rule");
+    assert_eq!(refused, 5);
 }
 
 /// Bytes that are not a split object, put in an operation's place by its writer (an empty

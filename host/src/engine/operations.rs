@@ -310,7 +310,18 @@ impl Engine {
             publish_token: request.publish_token.clone(),
         };
         let expected = expected_state(dataset, &publish);
-        let planned = Intent {
+        // Objects carry the dataset's incarnation and the operation; the intent plans them as
+        // they will be written (their size counts the header).
+        let headers: Vec<SplitObjectHeader> = checked
+            .headers
+            .into_iter()
+            .map(|header| SplitObjectHeader {
+                dataset_uid: dataset.uid.clone(),
+                operation_id: Some(operation_id.to_string()),
+                ..header
+            })
+            .collect();
+        let intent = Intent {
             effects: PlannedEffects {
                 stage: request
                     .splits
@@ -320,8 +331,7 @@ impl Engine {
                         metadata_json: split.metadata_json.clone(),
                     })
                     .collect(),
-                objects: checked
-                    .headers
+                objects: headers
                     .iter()
                     .map(|header| PlannedObject {
                         split_id: header.split_id.clone(),
@@ -341,30 +351,6 @@ impl Engine {
                 now,
                 lease_ms,
             )
-        };
-        // Objects carry the dataset's incarnation; the plan above is the operation's identity.
-        let headers: Vec<SplitObjectHeader> = checked
-            .headers
-            .into_iter()
-            .map(|header| SplitObjectHeader {
-                dataset_uid: dataset.uid.clone(),
-                operation_id: Some(operation_id.to_string()),
-                ..header
-            })
-            .collect();
-        let intent = Intent {
-            effects: PlannedEffects {
-                objects: headers
-                    .iter()
-                    .map(|header| PlannedObject {
-                        split_id: header.split_id.clone(),
-                        size: format::encoded_len(header, header.payload_size as usize),
-                        checksum: header.payload_sha256.clone(),
-                    })
-                    .collect(),
-                ..planned.effects
-            },
-            ..planned
         };
         (intent, headers)
     }
