@@ -700,6 +700,69 @@ async fn a_writer_that_dies_is_settled_by_roll_forward_alone_and_told_so_when_it
     println!("{settled} crashed writers settled by roll-forward alone");
 }
 
+/// An upload looks for its object first only where its write could not tell whether it is
+/// there: an object of up to `SINGLE_PUT_BYTES` of payload (here exactly that) goes up in one
+/// put-if-absent with no read before it; a larger one streams through a multipart upload,
+/// which would overwrite, so it looks first, and sent again it writes nothing. Counted on
+/// Postgres, whose store holds the split objects only.
+#[tokio::test]
+async fn an_upload_looks_for_its_object_first_only_where_its_write_cannot_tell() {
+    let h = Harness::new(Backend::Postgres).await;
+    let engine = &h.engine;
+    let ds = h.create_dataset("look-first").await;
+    let edge = payload("edge", SINGLE_PUT_BYTES as usize);
+    let large = payload("large", SINGLE_PUT_BYTES as usize + 1);
+    engine
+        .begin_operation(&plan(
+            &ds,
+            "op-look",
+            &[("at-edge", &edge), ("past-edge", &large)],
+            10,
+        ))
+        .await
+        .unwrap();
+    async fn upload(
+        h: &Harness,
+        ds: &str,
+        split: &str,
+        bytes: &[u8],
+    ) -> (bool, mend_tests::RequestCounts) {
+        let store = h.store.as_ref().expect("the split objects' store");
+        let before = store.requests();
+        let result = h
+            .engine
+            .upload_object(ds, "op-look", split, body(bytes, 1 << 20))
+            .await
+            .unwrap();
+        (result.written, store.requests().since(&before))
+    }
+
+    let (written, requests) = upload(&h, &ds, "at-edge", &edge).await;
+    assert!(written);
+    assert_eq!(
+        (requests.gets + requests.heads, requests.writes),
+        (0, 1),
+        "an object at the single-put limit: one put-if-absent, nothing read first: {requests:?}"
+    );
+    let (written, requests) = upload(&h, &ds, "past-edge", &large).await;
+    assert!(written);
+    assert!(
+        requests.gets + requests.heads >= 1 && requests.writes == 1,
+        "an object past the limit: looked for, then one multipart upload: {requests:?}"
+    );
+    let (written, requests) = upload(&h, &ds, "past-edge", &large).await;
+    assert!(!written, "the large object sent again is in place");
+    assert_eq!(
+        requests.writes, 0,
+        "the large object sent again is found and nothing is streamed: {requests:?}"
+    );
+    let (written, _) = upload(&h, &ds, "at-edge", &edge).await;
+    assert!(!written, "the put-if-absent finds the object in place");
+    println!(
+        "uploads: 0 reads before a single put at the limit; a larger object looked for first and not written again"
+    );
+}
+
 /// A publish reads back only the objects this process did not upload itself
 /// (`engine::uploaded`): none after every upload went through it, the one written straight to
 /// the store when the other went through it, every one when another process publishes; and an
@@ -1088,6 +1151,66 @@ async fn a_begun_intent_records_what_it_expected_and_plans_objects_as_written() 
     }
     println!(
         "{checked} backends: the intent records what begin expected and plans objects as written"
+    );
+    assert_eq!(checked, Backend::ALL.len());
+}
+
+/// A publish cut off right after its confirm landed leaves the intent confirmed in the
+/// catalog, stamped with the confirm's time (what recovery and an operator read: it can only
+/// roll forward now), and the publish sent again finishes it.
+#[tokio::test]
+async fn a_publish_cut_off_after_its_confirm_leaves_the_intent_confirmed_and_finishes_when_sent_again()
+ {
+    use mend::intent::IntentPhase;
+    let mut checked = 0;
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let ds = h.create_dataset("cut-off").await;
+        let bytes = payload("c", 300);
+        h.engine
+            .begin_operation(&plan(&ds, "op-cut", &[("s-c", &bytes)], 10))
+            .await
+            .unwrap();
+        h.engine
+            .upload_object(&ds, "op-cut", "s-c", body(&bytes, 100))
+            .await
+            .unwrap();
+        h.clock.advance_ms(7_000);
+        let crash = std::sync::Arc::new(mend::faults::CrashAt::new(1, true));
+        let error = h
+            .engine
+            .with_faults(crash.clone())
+            .publish_operation(&ds, "op-cut")
+            .await
+            .unwrap_err();
+        assert_eq!(
+            crash.steps().first(),
+            Some(&mend::faults::DurableStep::ConfirmIntent),
+            "{backend}: {error:?}"
+        );
+        let intents = h.engine.catalog().list_intents(&ds).await.unwrap();
+        assert_eq!(
+            intents
+                .iter()
+                .map(|intent| (intent.phase, intent.updated_at_ms))
+                .collect::<Vec<_>>(),
+            [(IntentPhase::EffectsConfirmed, h.clock_now())],
+            "{backend}"
+        );
+        let published = h.engine.publish_operation(&ds, "op-cut").await.unwrap();
+        assert_eq!(published.phase, OperationPhase::Published, "{backend}");
+        assert!(
+            h.engine
+                .catalog()
+                .list_intents(&ds)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        checked += 1;
+    }
+    println!(
+        "{checked} backends: a publish cut off after its confirm left it confirmed, and finished it sent again"
     );
     assert_eq!(checked, Backend::ALL.len());
 }
