@@ -1411,19 +1411,21 @@ async fn bytes_that_are_not_a_split_object_are_refused_without_failing_the_datas
     );
 }
 
-/// Moves an operation's intent to `to` just before the engine confirms it: recovery acting
-/// between the publish's read of the intent and its confirm, as when the writer's lease ran
-/// out while its publish was on its way (abandoned) or recovery rolled it forward (confirmed).
+/// Moves an operation's intent to `to` just before the engine's `step`: another party acting
+/// between a step's read of the intent and its conditional write. Before a publish's confirm:
+/// recovery, as when the writer's lease ran out while its publish was on its way (abandoned)
+/// or recovery rolled it forward (confirmed). Before an abort's fence: a publish confirming.
 #[derive(Debug)]
-struct RecoveryActsBeforeConfirm {
+struct IntentMovedBefore {
+    step: mend::faults::DurableStep,
     catalog: std::sync::Arc<dyn mend::Catalog>,
     dataset_id: String,
     to: mend::intent::IntentPhase,
 }
 
-impl mend::faults::Faults for RecoveryActsBeforeConfirm {
+impl mend::faults::Faults for IntentMovedBefore {
     fn before(&self, step: &mend::faults::DurableStep) -> mend::Result<()> {
-        if *step != mend::faults::DurableStep::ConfirmIntent {
+        if *step != self.step {
             return Ok(());
         }
         // `before` is synchronous; the test runs on a multi-threaded runtime.
@@ -1467,13 +1469,12 @@ async fn a_publish_that_loses_its_intent_to_recovery_answers_what_recovery_made_
                 .upload_object(&ds, operation_id, "s-r", body(&bytes, 64))
                 .await
                 .unwrap();
-            let racing = h
-                .engine
-                .with_faults(std::sync::Arc::new(RecoveryActsBeforeConfirm {
-                    catalog: h.engine.catalog().clone(),
-                    dataset_id: ds.clone(),
-                    to,
-                }));
+            let racing = h.engine.with_faults(std::sync::Arc::new(IntentMovedBefore {
+                step: mend::faults::DurableStep::ConfirmIntent,
+                catalog: h.engine.catalog().clone(),
+                dataset_id: ds.clone(),
+                to,
+            }));
             let answer = racing.publish_operation(&ds, operation_id).await;
             match to {
                 // The writer is told its operation ended, as any later step would tell it,
@@ -1508,11 +1509,46 @@ async fn a_publish_that_loses_its_intent_to_recovery_answers_what_recovery_made_
             }
             checked += 1;
         }
+        // An abort racing its publish's confirm, which lands first: the abort's fence fails,
+        // and the abort says the operation was confirmed (it publishes); its publish finishes.
+        let ds = h.create_dataset("raced-abort").await;
+        let bytes = payload("late-abort", 100);
+        h.engine
+            .begin_operation(&plan(&ds, "op-late-abort", &[("s-l", &bytes)], 10))
+            .await
+            .unwrap();
+        h.engine
+            .upload_object(&ds, "op-late-abort", "s-l", body(&bytes, 64))
+            .await
+            .unwrap();
+        let racing = h.engine.with_faults(std::sync::Arc::new(IntentMovedBefore {
+            step: mend::faults::DurableStep::AbandonIntent,
+            catalog: h.engine.catalog().clone(),
+            dataset_id: ds.clone(),
+            to: IntentPhase::EffectsConfirmed,
+        }));
+        let error = racing
+            .abort_operation(&ds, "op-late-abort")
+            .await
+            .unwrap_err();
+        assert!(
+            error.operation_found() == Some(OperationFound::Confirmed),
+            "{backend}: {error:?}"
+        );
+        let view = h
+            .engine
+            .publish_operation(&ds, "op-late-abort")
+            .await
+            .unwrap();
+        assert_eq!(view.phase, OperationPhase::Published, "{backend}");
+        checked += 1;
     }
     println!(
-        "{checked} publishes whose intent recovery moved before the confirm: abandoned ones told \
-         they ended, confirmed ones finished"
+        "{checked} steps whose intent another party moved before their write: publishes of \
+         abandoned ones told they ended, of confirmed ones finished; aborts of confirmed ones \
+         told so"
     );
+    assert_eq!(checked, 3 * Backend::ALL.len());
 }
 
 /// Begins `operation_id` with one split moving p0 on to `to` (see [`plan`]) and uploads its
@@ -1586,12 +1622,39 @@ async fn a_confirmed_operation_overtaken_from_its_own_positions_ends() {
         // op-b publishes from the same positions first.
         let b_view = engine.publish_operation(&ds, "op-b").await.unwrap();
         assert_eq!(b_view.phase, OperationPhase::Published, "{backend}");
-        // op-a's publish, sent again, is told it ended; an abort agrees; nothing is left.
-        let refused = engine.publish_operation(&ds, "op-a").await.unwrap_err();
+        // op-a's publish, sent again, is told it ended; its process dies while rolling it
+        // back, before the end is recorded: the intent is left fenced, stamped when, for
+        // recovery to finish (never confirmed, which recovery would try to publish); an
+        // abort agrees and finishes it; nothing is left.
+        h.clock.advance_ms(3_000);
+        let dies_rolling_back = engine.with_faults(std::sync::Arc::new(DiesBefore(
+            mend::faults::DurableStep::RecordEnd,
+        )));
+        let refused = dies_rolling_back
+            .publish_operation(&ds, "op-a")
+            .await
+            .unwrap_err();
         assert!(
             refused.operation_found() == Some(OperationFound::Ended)
                 && refused.to_string().contains("overtaken"),
             "{backend}: {refused:?}"
+        );
+        let left: Vec<_> = engine
+            .catalog()
+            .list_intents(&ds)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|intent| (intent.operation_id, intent.phase, intent.updated_at_ms))
+            .collect();
+        assert_eq!(
+            left,
+            [(
+                "op-a".to_string(),
+                mend::intent::IntentPhase::Abandoned,
+                h.clock_now()
+            )],
+            "{backend}"
         );
         let aborted = engine.abort_operation(&ds, "op-a").await.unwrap();
         assert_eq!(aborted.phase, OperationPhase::Ended, "{backend}");
