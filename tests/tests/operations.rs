@@ -1742,6 +1742,38 @@ async fn recovery_ends_a_confirmed_operation_whose_delta_was_overtaken() {
     }
 }
 
+/// mend-sim seed 35's shape: an abort that arrives before its operation's begin (a writer
+/// giving up on a begin whose answer was lost, and the begin still on its way) is recorded, so
+/// the begin landing after it is refused as ended and stages nothing; the abort sent again
+/// answers ended too.
+#[tokio::test]
+async fn an_abort_before_its_begin_makes_the_begin_refuse_as_ended() {
+    let mut checked = 0;
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("abort-first").await;
+        let aborted = engine.abort_operation(&ds, "op-early").await.unwrap();
+        assert_eq!(aborted.phase, OperationPhase::Ended, "{backend}");
+        let bytes = payload("early", 64);
+        let refused = engine
+            .begin_operation(&plan(&ds, "op-early", &[("s-early", &bytes)], 10))
+            .await;
+        let ended = match &refused {
+            Ok(view) => view.phase == OperationPhase::Ended,
+            Err(error) => error.operation_found() == Some(OperationFound::Ended),
+        };
+        assert!(ended, "{backend}: the begin after its abort: {refused:?}");
+        assert!(h.rows(&ds).await.is_empty(), "{backend}: nothing staged");
+        assert!(engine.catalog().list_intents(&ds).await.unwrap().is_empty());
+        let again = engine.abort_operation(&ds, "op-early").await.unwrap();
+        assert_eq!(again.phase, OperationPhase::Ended, "{backend}");
+        checked += 1;
+    }
+    println!("{checked} backends: a begin after its abort was refused as ended, nothing staged");
+    assert_eq!(checked, Backend::ALL.len());
+}
+
 /// mend-sim seed 215: an operation's publish landed while its intent stayed, confirmed (a
 /// writer's publish used to delete its intent in a step after the publish, and a process
 /// that died between them left this; a catalog may still hold such intents). The checkpoint

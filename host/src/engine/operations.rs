@@ -2005,4 +2005,91 @@ mod tests {
             assert!(checksum("s", bad).is_err(), "{bad:?}");
         }
     }
+
+    /// A publish that reads the objects back while an abort rolls the operation back (the
+    /// abort lands between the publish's read of the intent and its read of the object, and
+    /// deletes the object) answers that the operation ended, what became of it, not "upload
+    /// them first", which no upload could help (found by the server's race test).
+    #[tokio::test]
+    async fn a_publish_whose_objects_an_abort_took_meanwhile_answers_ended() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        use futures::FutureExt;
+        use object_store::path::Path;
+
+        use crate::catalog::ObjectStoreCatalog;
+        use crate::catalog::object_store::ObjectStoreCatalogOptions;
+        use crate::engine::{EngineOptions, ExternalKind, PlannedSplit};
+        use crate::hooked_store::HookedStore;
+        use crate::model::DatasetConfig;
+        use crate::objects::SplitObjects;
+        use crate::runtime::PolicyRuntime;
+
+        const PAYLOAD: &[u8] = b"the payload of split s1";
+        let store = std::sync::Arc::new(HookedStore::default());
+        // Two processes over one store: the writer uploads and aborts; the other publishes,
+        // so it reads the object back.
+        let process = || {
+            Engine::new(
+                std::sync::Arc::new(ObjectStoreCatalog::new(
+                    store.clone(),
+                    Path::from("mend"),
+                    ObjectStoreCatalogOptions::default(),
+                )),
+                SplitObjects::new(store.clone(), Path::from("mend")),
+                PolicyRuntime::default_policy().unwrap(),
+                EngineOptions::default(),
+            )
+            .unwrap()
+        };
+        let (writer, publisher) = (process(), process());
+        writer
+            .create_dataset("ds", &DatasetConfig::default())
+            .await
+            .unwrap();
+        writer
+            .begin_operation(&BeginOperation {
+                dataset_id: "ds".into(),
+                operation_id: Some("op-1".into()),
+                kind: ExternalKind::Commit,
+                node: "writer".into(),
+                lease_ms: Some(60_000),
+                splits: vec![PlannedSplit {
+                    split_id: "s1".into(),
+                    metadata_json: "{}".into(),
+                    size: PAYLOAD.len() as u64,
+                    sha256: format::sha256(PAYLOAD),
+                }],
+                checkpoint_delta: None,
+                replaced_split_ids: Vec::new(),
+                publish_token: None,
+            })
+            .await
+            .unwrap();
+        let chunks = futures::stream::iter([Ok(Bytes::from_static(PAYLOAD))]);
+        writer
+            .upload_object("ds", "op-1", "s1", chunks)
+            .await
+            .unwrap();
+
+        let fired = std::sync::Arc::new(AtomicBool::new(false));
+        let (aborting, hook_fired) = (writer.clone(), fired.clone());
+        store.set_before_get(move |path| {
+            let (writer, fired) = (aborting.clone(), hook_fired.clone());
+            let object = path.as_ref().contains("/splits/");
+            async move {
+                if object && !fired.swap(true, Ordering::SeqCst) {
+                    writer.abort_operation("ds", "op-1").await.unwrap();
+                }
+            }
+            .boxed()
+        });
+        let error = publisher.publish_operation("ds", "op-1").await.unwrap_err();
+        assert!(fired.load(Ordering::SeqCst), "the abort ran mid-publish");
+        assert_eq!(
+            error.operation_found(),
+            Some(OperationFound::Ended),
+            "{error:?}"
+        );
+    }
 }
