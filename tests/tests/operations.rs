@@ -909,6 +909,24 @@ fn put_to(url: &str, headers: &std::collections::BTreeMap<String, String>, body:
         .unwrap_or_else(|| panic!("not an HTTP answer: {answer}"))
 }
 
+/// An engine with its catalog and objects on a fresh prefix of the S3-compatible test server,
+/// whose store presigns.
+async fn engine_on_s3(options: mend::EngineOptions) -> mend::Engine {
+    let url = format!(
+        "{}/presign-{}",
+        mend_tests::harness::s3_url(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let (catalog, objects) = mend::catalog::open(&url, None).await.unwrap();
+    mend::Engine::new(
+        catalog,
+        objects,
+        mend::runtime::PolicyRuntime::default_policy().unwrap(),
+        options,
+    )
+    .unwrap()
+}
+
 /// Where the store presigns (S3), a writer asks for an upload URL per object it puts itself,
 /// giving the whole object's sha256; each URL is signed over `If-None-Match: *` and that
 /// checksum, and valid until the lease ends. The S3-compatible test server (moto) enforces
@@ -920,19 +938,7 @@ fn put_to(url: &str, headers: &std::collections::BTreeMap<String, String>, body:
 #[tokio::test]
 async fn a_writer_puts_objects_through_presigned_urls_where_the_store_presigns() {
     use sha2::Digest;
-    let url = format!(
-        "{}/presign-{}",
-        mend_tests::harness::s3_url(),
-        uuid::Uuid::new_v4().simple()
-    );
-    let (catalog, objects) = mend::catalog::open(&url, None).await.unwrap();
-    let engine = mend::Engine::new(
-        catalog,
-        objects,
-        mend::runtime::PolicyRuntime::default_policy().unwrap(),
-        mend::EngineOptions::default(),
-    )
-    .unwrap();
+    let engine = engine_on_s3(mend::EngineOptions::default()).await;
     engine
         .create_dataset("presigned", &Default::default())
         .await
@@ -1221,24 +1227,13 @@ async fn a_publish_cut_off_after_its_confirm_leaves_the_intent_confirmed_and_fin
 /// refusal says which rule it broke, and none signs a URL or changes the operation.
 #[tokio::test]
 async fn upload_urls_are_signed_only_for_what_the_operation_can_take() {
-    let url = format!(
-        "{}/presign-{}",
-        mend_tests::harness::s3_url(),
-        uuid::Uuid::new_v4().simple()
-    );
     let clock = std::sync::Arc::new(mend::clock::ManualClock::new(1_800_000_000_000));
-    let (catalog, objects) = mend::catalog::open(&url, None).await.unwrap();
-    let engine = mend::Engine::new(
-        catalog,
-        objects,
-        mend::runtime::PolicyRuntime::default_policy().unwrap(),
-        mend::EngineOptions {
-            max_stage_batch: 2,
-            clock: clock.clone(),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let engine = engine_on_s3(mend::EngineOptions {
+        max_stage_batch: 2,
+        clock: clock.clone(),
+        ..Default::default()
+    })
+    .await;
     engine
         .create_dataset("limits", &Default::default())
         .await
@@ -1771,6 +1766,43 @@ async fn an_abort_before_its_begin_makes_the_begin_refuse_as_ended() {
         checked += 1;
     }
     println!("{checked} backends: a begin after its abort was refused as ended, nothing staged");
+    assert_eq!(checked, Backend::ALL.len());
+}
+
+/// An abort rolls back its own rows and nothing else: a split another request marked for
+/// deletion (gc's to collect, its object still in the store, and the row what tells gc so) keeps
+/// its row and its object through the abort of an operation beside it.
+#[tokio::test]
+async fn an_abort_rolls_back_only_its_own_rows() {
+    let mut checked = 0;
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("own-rows").await;
+        begin_and_upload(engine, &ds, "op-old", "s-old", &payload("old", 64), 10).await;
+        engine.publish_operation(&ds, "op-old").await.unwrap();
+        engine
+            .mark_for_deletion(&ds, &["s-old".into()])
+            .await
+            .unwrap();
+        begin_and_upload(engine, &ds, "op-new", "s-new", &payload("new", 64), 20).await;
+        let aborted = engine.abort_operation(&ds, "op-new").await.unwrap();
+        assert_eq!(aborted.phase, OperationPhase::Ended, "{backend}");
+        let rows: Vec<(String, SplitState)> = h
+            .rows(&ds)
+            .await
+            .into_iter()
+            .map(|row| (row.split_id, row.state))
+            .collect();
+        assert_eq!(
+            rows,
+            [("s-old".to_string(), SplitState::MarkedForDeletion)],
+            "{backend}: the abort took its own row and left the other's"
+        );
+        assert_eq!(object_payload(&h, &ds, "s-old").await, payload("old", 64));
+        checked += 1;
+    }
+    println!("{checked} backends: an abort left another split's marked row and object");
     assert_eq!(checked, Backend::ALL.len());
 }
 
