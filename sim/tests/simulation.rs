@@ -186,7 +186,11 @@ fn a_fixed_range_of_seeds_holds() {
 /// between its put and its look at its operation, found it ended and deleted its object, which
 /// a reconcile had meanwhile staged a row for, planning to discard it: that reconcile was
 /// blocked for good (an upload now leaves such an object, and reconcile discards an object of
-/// an ended operation whatever the policy says).
+/// an ended operation whatever the policy says); 13329079666074005667 (the soak after that), a
+/// duplicated copy of a writer's upload stalled past its publish, a merge replacing its split and
+/// gc, and its object landed with no row: reconcile adopted it, publishing the replaced split
+/// beside the merge (reconcile now discards an object whose operation's publish is recorded and
+/// whose split has no row).
 #[test]
 fn the_seeds_that_found_bugs_hold() {
     assert_holds(
@@ -204,6 +208,7 @@ fn the_seeds_that_found_bugs_hold() {
             9_956_702_636_221_711_115,
             1_971_851_877_719_533_564,
             1_083_818_128_378_677_243,
+            13_329_079_666_074_005_667,
         ]
         .into_iter(),
         "seeds that found bugs",

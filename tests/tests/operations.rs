@@ -1835,6 +1835,78 @@ async fn an_abort_of_an_operation_whose_own_publish_landed_answers_published() {
     }
 }
 
+/// mend-sim seed 13329079666074005667: a copy of a writer's upload (a duplicated request)
+/// passed its look at the live operation, then stalled while the operation published, a
+/// merge replaced its split and gc collected the row and the object; its put landed after
+/// that, and reconcile adopted the object, publishing a split the merge had replaced. An
+/// object whose operation's publish is recorded, with no row for its split, was published and
+/// removed since: reconcile discards it whatever the policy says, and says why.
+#[tokio::test]
+async fn an_upload_landing_after_its_split_was_replaced_and_collected_is_discarded() {
+    const HOUR_MS: i64 = 60 * 60 * 1000;
+    let mut checked = 0;
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("late-copy").await;
+        let uid = engine.dataset(&ds).await.unwrap().uid;
+        // On the store's clock from the start: what published is recorded for a week.
+        h.set_clock_past_wall_clock(0);
+        begin_and_upload(
+            engine,
+            &ds,
+            "op-first",
+            "s-first",
+            &payload("first", 64),
+            10,
+        )
+        .await;
+        engine.publish_operation(&ds, "op-first").await.unwrap();
+        let merged = payload("merged", 64);
+        let mut merge = plan(&ds, "op-merge", &[("s-merged", &merged)], 10);
+        merge.kind = ExternalKind::Merge;
+        merge.checkpoint_delta = None;
+        merge.replaced_split_ids = vec!["s-first".into()];
+        engine.begin_operation(&merge).await.unwrap();
+        engine
+            .upload_object(&ds, "op-merge", "s-merged", body(&merged, 64))
+            .await
+            .unwrap();
+        engine.publish_operation(&ds, "op-merge").await.unwrap();
+        h.set_clock_past_wall_clock(HOUR_MS);
+        engine.gc(&ds, "gc").await.unwrap();
+        let rows = h.rows(&ds).await;
+        assert!(
+            rows.iter().all(|row| row.split_id != "s-first"),
+            "{backend}: gc collected the replaced split: {rows:?}"
+        );
+        // The copy of op-first's upload lands now.
+        h.plant_orphan_of(&ds, "s-first", &uid, "op-first").await;
+        h.set_clock_past_wall_clock(3 * HOUR_MS);
+
+        let report = engine.reconcile(&ds, "operator").await.unwrap();
+        assert!(report.adopted.is_empty(), "{backend}: {report:?}");
+        assert_eq!(report.discarded.len(), 1, "{backend}: {report:?}");
+        let (discarded, why) = &report.discarded[0];
+        assert_eq!(discarded, "s-first", "{backend}");
+        assert!(
+            why.contains("op-first, which published it"),
+            "{backend}: {why}"
+        );
+        let rows = h.rows(&ds).await;
+        assert!(
+            rows.iter()
+                .all(|row| row.split_id != "s-first" || row.state != SplitState::Published),
+            "{backend}: the replaced split stays removed: {rows:?}"
+        );
+        checked += 1;
+    }
+    println!(
+        "{checked} backends: a late copy of a replaced, collected split's upload discarded, never adopted"
+    );
+    assert_eq!(checked, Backend::ALL.len());
+}
+
 /// mend-sim seed 22 (a store request stalled past every lease): a writer's upload was under
 /// way when recovery abandoned its operation, and landed after gc had collected the row and
 /// the object; reconcile found the object with no row and adopted it, publishing an operation

@@ -15,7 +15,10 @@
 //! decision with what the host did instead. The writer's upload leaves such an object in place
 //! rather than deleting it: a reconcile may have staged a row for it meanwhile, and an
 //! unconditional delete would take the object of a staged row (invariant 2; mend-sim seed
-//! 1083818128378677243).
+//! 1083818128378677243). An object written by an operation whose publish is recorded, with
+//! no row for its split, was published and removed since (replaced or deleted, then collected):
+//! adopting it would bring back what was removed, so the host discards it too (mend-sim seed
+//! 13329079666074005667, a copy of an upload that landed after gc).
 //!
 //! Steps, each a durable write through the fault seam:
 //!
@@ -79,14 +82,45 @@ pub struct ReconcileReport {
 /// An orphan as read, with what the host needs beyond the policy's view.
 struct ReadOrphan {
     observation: OrphanObject,
-    /// The operation its header names, when that operation's end without publishing is
-    /// recorded: the object is that operation's leftover, discarded whatever the policy says.
-    ended_operation: Option<String>,
+    /// Why the object is a leftover of the operation its header names, discarded whatever the
+    /// policy says: that operation's end without publishing is recorded, or its publish is and
+    /// no row holds the split any more (published, then replaced or deleted and collected:
+    /// adopting it would bring back what was removed; mend-sim seed 13329079666074005667, a
+    /// copy of an upload that landed after gc).
+    leftover: Option<String>,
     size: u64,
     checksum: String,
 }
 
 impl Engine {
+    /// Why an orphan object written by `operation_id` is that operation's leftover, which the
+    /// host discards whatever the policy decided (see [`ReadOrphan::leftover`]); `None` if the
+    /// operation's end is not recorded either way.
+    async fn leftover_of(&self, dataset_id: &str, operation_id: &str) -> Result<Option<String>> {
+        if self
+            .ended_without_publishing(dataset_id, operation_id)
+            .await?
+        {
+            return Ok(Some(format!(
+                "written by operation {operation_id}, which ended without publishing and was \
+                 answered so: discarded with the rest of that operation, whatever the policy \
+                 decided"
+            )));
+        }
+        if self
+            .recorded_publish(dataset_id, operation_id)
+            .await?
+            .is_some()
+        {
+            return Ok(Some(format!(
+                "written by operation {operation_id}, which published it; its row has gone \
+                 since (replaced or deleted, then collected): adopting it would bring back what \
+                 was removed"
+            )));
+        }
+        Ok(None)
+    }
+
     /// Finds the dataset's orphan objects and adopts or discards them as the policy decides.
     /// A run that finds no orphan writes nothing.
     ///
@@ -199,8 +233,8 @@ impl Engine {
         audit.extend(accepted.iter().map(|(orphan, decision)| {
             let outcome = if !ours.contains(&orphan.observation.split_id) {
                 String::from("taken by another reconciler or writer")
-            } else if let Some(ended) = &orphan.ended_operation {
-                format!("discarded: {}", leftover_of(ended))
+            } else if let Some(why) = &orphan.leftover {
+                format!("discarded: {why}")
             } else {
                 match &decision.action {
                     ReconcileAction::Adopt => String::from("adopted"),
@@ -243,8 +277,8 @@ impl Engine {
         let (mut accepted, mut adopt, mut discard) = (Vec::new(), Vec::new(), Vec::new());
         for (orphan, decision) in orphans.iter().zip(decisions) {
             let split_id = &orphan.observation.split_id;
-            if let Some(operation_id) = &orphan.ended_operation {
-                discard.push((split_id.clone(), leftover_of(operation_id)));
+            if let Some(why) = &orphan.leftover {
+                discard.push((split_id.clone(), why.clone()));
                 accepted.push((orphan, decision));
                 continue;
             }
@@ -380,18 +414,12 @@ impl Engine {
             report.refused.push((object.split_id.clone(), why));
             return Ok(None);
         }
-        let ended_operation = match &header.operation_id {
-            Some(operation_id)
-                if self
-                    .ended_without_publishing(dataset_id, operation_id)
-                    .await? =>
-            {
-                Some(operation_id.clone())
-            }
-            _ => None,
+        let leftover = match &header.operation_id {
+            Some(operation_id) => self.leftover_of(dataset_id, operation_id).await?,
+            None => None,
         };
         Ok(Some(ReadOrphan {
-            ended_operation,
+            leftover,
             observation: OrphanObject {
                 split_id: object.split_id.clone(),
                 same_incarnation: header.dataset_uid == dataset.uid,
@@ -597,15 +625,6 @@ impl Engine {
             }),
         }
     }
-}
-
-/// Why the host discards an object of an operation that ended without publishing, whatever
-/// the policy decided.
-fn leftover_of(operation_id: &str) -> String {
-    format!(
-        "written by operation {operation_id}, which ended without publishing and was answered \
-         so: discarded with the rest of that operation, whatever the policy decided"
-    )
 }
 
 /// Why the host will not act on a decision, if it will not.
