@@ -51,6 +51,21 @@ fn plan(dataset_id: &str, operation_id: &str, splits: &[(&str, &[u8])], to: u64)
     }
 }
 
+/// A merge of `splits` replacing `replaced` (no checkpoint delta), otherwise as [`plan`].
+fn merge_plan(
+    dataset_id: &str,
+    operation_id: &str,
+    splits: &[(&str, &[u8])],
+    replaced: &[&str],
+) -> BeginOperation {
+    BeginOperation {
+        kind: ExternalKind::Merge,
+        checkpoint_delta: None,
+        replaced_split_ids: replaced.iter().map(|id| (*id).into()).collect(),
+        ..plan(dataset_id, operation_id, splits, 10)
+    }
+}
+
 /// `bytes` as a body arriving in chunks of `chunk` bytes.
 fn body(
     bytes: &[u8],
@@ -1110,10 +1125,7 @@ async fn a_begun_intent_records_what_it_expected_and_plans_objects_as_written() 
         );
 
         let (a, b) = (payload("a", 300), payload("b", 4000));
-        let mut request = plan(&ds, "op-new", &[("n-a", &a), ("n-b", &b)], 20);
-        request.kind = ExternalKind::Merge;
-        request.checkpoint_delta = None;
-        request.replaced_split_ids = vec!["old".into()];
+        let request = merge_plan(&ds, "op-new", &[("n-a", &a), ("n-b", &b)], &["old"]);
         let begun = engine.begin_operation(&request).await.unwrap();
         let intents = engine.catalog().list_intents(&ds).await.unwrap();
         let [intent] = intents.as_slice() else {
@@ -1863,10 +1875,7 @@ async fn an_upload_landing_after_its_split_was_replaced_and_collected_is_discard
         .await;
         engine.publish_operation(&ds, "op-first").await.unwrap();
         let merged = payload("merged", 64);
-        let mut merge = plan(&ds, "op-merge", &[("s-merged", &merged)], 10);
-        merge.kind = ExternalKind::Merge;
-        merge.checkpoint_delta = None;
-        merge.replaced_split_ids = vec!["s-first".into()];
+        let merge = merge_plan(&ds, "op-merge", &[("s-merged", &merged)], &["s-first"]);
         engine.begin_operation(&merge).await.unwrap();
         engine
             .upload_object(&ds, "op-merge", "s-merged", body(&merged, 64))
