@@ -634,7 +634,7 @@ pub enum DatasetCommand {
         /// Staged splits untouched this long (ms) are abandoned.
         #[arg(long)]
         staged_grace_period_ms: Option<u64>,
-        /// Marked splits are removed this long (ms) after the mark.
+        /// Marked splits are removed this long (ms) after the mark was seen.
         #[arg(long)]
         deletion_grace_period_ms: Option<u64>,
         /// Record the creation under this key, in the new dataset: the same create sent again

@@ -56,8 +56,10 @@ pub(crate) async fn gc(engine: &Engine, args: GcArgs, json: bool) -> anyhow::Res
         .with_context(|| format!("collect the garbage of dataset {dataset}"))?;
     output::json_or(&result, json, || {
         format!(
-            "marked {} abandoned staged split(s); deleted {} expired split(s), objects then rows",
+            "marked {} abandoned staged split(s); saw {} published split(s) marked since, their deletion \
+             grace period beginning now; deleted {} expired split(s), objects then rows",
             result.marked.len(),
+            result.seen.len(),
             result.deleted.len()
         )
     })

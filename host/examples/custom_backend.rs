@@ -145,6 +145,15 @@ impl Catalog for MeteredCatalog {
         self.count(id, self.inner.mark(id, split_ids, rule, now, key).await)
     }
 
+    async fn see_marks(
+        &self,
+        id: &str,
+        split_ids: &[String],
+        seen_at: TimestampMs,
+    ) -> Result<Vec<String>> {
+        self.count(id, self.inner.see_marks(id, split_ids, seen_at).await)
+    }
+
     async fn delete_splits(
         &self,
         id: &str,

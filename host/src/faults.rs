@@ -36,6 +36,9 @@ pub enum DurableStep {
     PublishCommit,
     /// Rows marked for deletion (gc, reconcile's discards, an abandonment).
     MarkRows,
+    /// Marks gc saw for the first time, recorded as seen
+    /// ([`Catalog::see_marks`](crate::catalog::Catalog::see_marks)).
+    SeeMarks,
     /// One object deleted.
     DeleteObject {
         /// The split whose object it is.

@@ -314,6 +314,7 @@ fn base_state(version: u64) -> DatasetState {
         created_at_ms: T0,
         updated_at_ms: T0 + 1,
         published_at_ms: (state != SplitState::Staged).then_some(T0 + 1),
+        mark_seen_at_ms: (state == SplitState::MarkedForDeletion).then_some(T0 + 2),
     };
     let mut intent = Intent::armed(
         "op-1".to_owned(),

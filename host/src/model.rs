@@ -22,7 +22,8 @@ pub type Checkpoint = BTreeMap<String, BTreeMap<String, u64>>;
 pub struct DatasetConfig {
     /// A staged split untouched this long is abandoned (garbage collection marks it).
     pub staged_grace_period_ms: u64,
-    /// A marked split's object and row are removed this long after the mark.
+    /// A marked split's object and row are removed this long after the mark was seen
+    /// ([`SplitRow::mark_seen_at_ms`]).
     pub deletion_grace_period_ms: u64,
     /// Parameters the policy may read; opaque to the host.
     #[serde(default)]
@@ -113,6 +114,26 @@ pub struct SplitRow {
     /// When it was published; `None` while staged.
     #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
     pub published_at_ms: Option<TimestampMs>,
+    /// When its mark for deletion was first seen in the catalog; its deletion grace period
+    /// counts from here. A row never published is seen as it is marked: no reader's
+    /// generation ever showed it. A published row's mark is seen by garbage collection, on
+    /// its own clock read after it read the row, and is `None` until then: the mark's own
+    /// stamp (`updated_at_ms`) is read before the write that carries it lands, and a writer
+    /// paused in between dates it before readers last saw the split published (found by
+    /// `mend-sim`, seed 1282375541035437414). `None` in any other state.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
+    pub mark_seen_at_ms: Option<TimestampMs>,
+}
+
+/// When a row marked at `now_ms` counts as seen marked: at once if it was never published
+/// (no reader's generation showed it), otherwise once garbage collection sees it
+/// ([`SplitRow::mark_seen_at_ms`]).
+pub fn mark_seen_when_marked(
+    published_at_ms: Option<TimestampMs>,
+    now_ms: TimestampMs,
+) -> Option<TimestampMs> {
+    published_at_ms.is_none().then_some(now_ms)
 }
 
 /// One split of a stage request, as a caller sends it.

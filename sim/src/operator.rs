@@ -127,16 +127,17 @@ pub(crate) async fn collector(
     }
 }
 
-/// One gc run, its marks and deletes counted in the history.
+/// One gc run, its marks, the marks it saw first and its deletes counted in the history.
 async fn collect(engine: &mend::Engine, rng: &mut SimRng, history: &Mutex<History>, trace: &Trace) {
     match aimed(rng, engine.gc(DATASET, NODE).into_future()).await {
         Ok(result) => {
             trace.line(format!(
-                "gc marked {:?}, deleted {:?}",
-                result.marked, result.deleted
+                "gc marked {:?}, saw marks of {:?}, deleted {:?}",
+                result.marked, result.seen, result.deleted
             ));
             let mut history = history.lock().unwrap_or_else(PoisonError::into_inner);
             history.gc_marked += result.marked.len();
+            history.gc_seen += result.seen.len();
             history.gc_deleted += result.deleted.len();
         }
         Err(error) => trace.line(format!("gc: {error}")),

@@ -170,9 +170,10 @@ pub struct RunReport {
     pub pauses: usize,
     /// Replicas' processes crashed and started again.
     pub restarts: usize,
-    /// Splits the operator's gc marked and deleted; readers' object reads held to their grace
-    /// periods; leases held against takeovers.
+    /// Splits the operator's gc marked, saw marked first and deleted; readers' object reads
+    /// held to their grace periods; leases held against takeovers.
     pub gc_marked: usize,
+    pub gc_seen: usize,
     pub gc_deleted: usize,
     pub object_reads_checked: usize,
     pub leases_checked: usize,
@@ -211,8 +212,8 @@ impl std::fmt::Display for RunReport {
             f,
             "seed {}: {} operations ({} published, {} ended), {} sweeps, {} store requests \
              ({} failed by the plan), {} answers and {} generations checked, {} events \
-             linearized, {} policy changes checked, gc marked {} and deleted {}, {} object \
-             reads and {} leases checked, {}{}{}{} simulated s, trace {:016x} ({} lines): {}",
+             linearized, {} policy changes checked, gc marked {}, saw {} marks first and \
+             deleted {}, {} object reads and {} leases checked, {}{}{}{} simulated s, trace {:016x} ({} lines): {}",
             self.seed,
             self.operations,
             self.published,
@@ -225,6 +226,7 @@ impl std::fmt::Display for RunReport {
             self.events_linearized,
             self.policy_changes_checked,
             self.gc_marked,
+            self.gc_seen,
             self.gc_deleted,
             self.object_reads_checked,
             self.leases_checked,
@@ -510,6 +512,7 @@ pub(crate) async fn run_on_runtime(seed: u64, config: &Config, cluster: Cluster)
         pauses: history.pauses.len(),
         restarts: history.restarts.len(),
         gc_marked: history.gc_marked,
+        gc_seen: history.gc_seen,
         gc_deleted: history.gc_deleted,
         object_reads_checked: found.object_reads_checked,
         leases_checked: found.leases_checked,

@@ -49,6 +49,7 @@ struct Exercised {
     generations: usize,
     object_reads: usize,
     gc_marked: usize,
+    gc_seen: usize,
     gc_deleted: usize,
     leases: usize,
 }
@@ -107,6 +108,7 @@ fn all_held(
         exercised.generations += report.generations_checked;
         exercised.object_reads += report.object_reads_checked;
         exercised.gc_marked += report.gc_marked;
+        exercised.gc_seen += report.gc_seen;
         exercised.gc_deleted += report.gc_deleted;
         exercised.leases += report.leases_checked;
     }
@@ -119,12 +121,13 @@ fn all_held(
          {beyond_allowance} schedules with a clock beyond the gates' allowance, \
          {fleet_runs} with fleet memberships ({heartbeats} heartbeats checked, {takeovers} \
          takeovers), {pauses} whole replicas paused, {restarts} crashed and started again; \
-         {} generations and {} object reads checked, gc marked {} and deleted {}, {} leases \
-         held against takeovers",
+         {} generations and {} object reads checked, gc marked {}, saw {} marks first and \
+         deleted {}, {} leases held against takeovers",
         started.elapsed().as_secs_f64(),
         exercised.generations,
         exercised.object_reads,
         exercised.gc_marked,
+        exercised.gc_seen,
         exercised.gc_deleted,
         exercised.leases
     );
@@ -151,10 +154,10 @@ fn a_fixed_range_of_seeds_holds() {
     assert!(fleet.heartbeats > 0 && fleet.takeovers > 0);
     assert!(fleet.pauses > 0 && fleet.restarts > 0);
     // And every count a check reads: readers' generations and object reads (reader
-    // generations, grace periods), gc's marks and deletes (grace periods), leases held
-    // against takeovers (leases respected).
+    // generations, grace periods), gc's marks, first sightings of published splits' marks
+    // and deletes (grace periods), leases held against takeovers (leases respected).
     assert!(exercised.generations > 0 && exercised.object_reads > 0);
-    assert!(exercised.gc_marked > 0 && exercised.gc_deleted > 0);
+    assert!(exercised.gc_marked > 0 && exercised.gc_seen > 0 && exercised.gc_deleted > 0);
     assert!(exercised.leases > 0);
 }
 
@@ -190,7 +193,11 @@ fn a_fixed_range_of_seeds_holds() {
 /// duplicated copy of a writer's upload stalled past its publish, a merge replacing its split and
 /// gc, and its object landed with no row: reconcile adopted it, publishing the replaced split
 /// beside the merge (reconcile now discards an object whose operation's publish is recorded and
-/// whose split has no row).
+/// whose split has no row); 1282375541035437414 (the soak after that), a replica paused 3 s
+/// between stamping a merge's publish and landing it, so the mark of the split it replaced
+/// predated readers' last sight of it published by more than the grace period's slack, and gc
+/// deleted the object 1.4 s early (a published split's mark is now timed from when gc first
+/// sees it).
 #[test]
 fn the_seeds_that_found_bugs_hold() {
     assert_holds(
@@ -209,6 +216,7 @@ fn the_seeds_that_found_bugs_hold() {
             1_971_851_877_719_533_564,
             1_083_818_128_378_677_243,
             13_329_079_666_074_005_667,
+            1_282_375_541_035_437_414,
         ]
         .into_iter(),
         "seeds that found bugs",
@@ -325,24 +333,30 @@ fn a_seed_replays_bit_for_bit() {
     println!("simulation[replay]: {compared} more seeds ran twice with equal trace digests");
 }
 
-/// The check each deliberate bug must make fire: the check that names what the bug breaks.
-fn expected_check(bug: Bug) -> Check {
+/// The checks of which each deliberate bug must make one fire: those that name what the bug
+/// breaks.
+fn expected_checks(bug: Bug) -> &'static [Check] {
     match bug {
         // The abort rolls back without fencing, so a publish racing it lands while the abort
         // answers "ended" (seed 1). Its other symptom, recovery discarding an armed intent
         // with nothing left of it, its end never recorded, is `ended-stays-ended`'s, which
         // `EndRecordedAfterIntentDeleted` shows firing.
-        Bug::AbortWithoutConditionalWrite => Check::NoFalseAnswer,
-        Bug::ConfirmIgnoresPhase => Check::NoFalseAnswer,
-        Bug::GateTakeoverBeforeExpiry => Check::OneSweepAtATime,
-        Bug::PublishRetryIgnoresRecord => Check::NoFalseAnswer,
-        Bug::RefreshAnswersUnchangedWithoutProbing => Check::Linearizable,
-        Bug::PolicyRetryIgnoresRecord => Check::PolicyRegistry,
-        Bug::MembershipRenewsLapsedLease => Check::CountedGoneHadStopped,
-        Bug::GcIgnoresDeletionGrace => Check::GracePeriodsKept,
-        Bug::EndRecordedAfterIntentDeleted => Check::EndedStaysEnded,
-        Bug::HeartbeatLeaseFromLastUpdate => Check::LeasesRespected,
-        Bug::ReadOnlyHandleSweeps => Check::ReadOnlyHandles,
+        Bug::AbortWithoutConditionalWrite => &[Check::NoFalseAnswer],
+        Bug::ConfirmIgnoresPhase => &[Check::NoFalseAnswer],
+        Bug::GateTakeoverBeforeExpiry => &[Check::OneSweepAtATime],
+        Bug::PublishRetryIgnoresRecord => &[Check::NoFalseAnswer],
+        Bug::RefreshAnswersUnchangedWithoutProbing => &[Check::Linearizable],
+        // Its two symptoms: a rollback sent again rolls back twice, one key making two
+        // registry records (`policy-registry`); a swap sent again is refused as "already the
+        // active policy" although its first copy made it (`policy-answers`). Which a seed
+        // meets first depends on the schedule (seed 10 met the second once gc's sightings
+        // of marks moved its draws).
+        Bug::PolicyRetryIgnoresRecord => &[Check::PolicyRegistry, Check::PolicyAnswers],
+        Bug::MembershipRenewsLapsedLease => &[Check::CountedGoneHadStopped],
+        Bug::GcIgnoresDeletionGrace => &[Check::GracePeriodsKept],
+        Bug::EndRecordedAfterIntentDeleted => &[Check::EndedStaysEnded],
+        Bug::HeartbeatLeaseFromLastUpdate => &[Check::LeasesRespected],
+        Bug::ReadOnlyHandleSweeps => &[Check::ReadOnlyHandles],
     }
 }
 
@@ -362,25 +376,26 @@ fn every_deliberate_bug_is_found_within_its_budget() {
             missed.push(bug);
             continue;
         };
-        let expected = expected_check(bug);
-        let fired: Vec<Check> = report.violations.iter().map(|v| v.check).collect();
-        assert!(
-            fired.contains(&expected),
-            "{bug:?} was found by seed {} through {fired:?}, not by {expected}: {}",
-            report.seed,
-            describe(&report)
-        );
+        let expected = expected_checks(bug);
+        let Some(naming) = report
+            .violations
+            .iter()
+            .find(|v| expected.contains(&v.check))
+        else {
+            let fired: Vec<Check> = report.violations.iter().map(|v| v.check).collect();
+            panic!(
+                "{bug:?} was found by seed {} through {fired:?}, not by any of {expected:?}: {}",
+                report.seed,
+                describe(&report)
+            );
+        };
         println!(
-            "simulation[bugs]: {bug:?} found by {expected} at seed {} ({} of {BUG_BUDGET} seeds, \
-             {:.1} s): {}",
+            "simulation[bugs]: {bug:?} found by {} at seed {} ({} of {BUG_BUDGET} seeds, \
+             {:.1} s): {naming}",
+            naming.check,
             report.seed,
             report.seed + 1,
             started.elapsed().as_secs_f64(),
-            report
-                .violations
-                .iter()
-                .find(|v| v.check == expected)
-                .expect("the expected check fired")
         );
         finding_seeds.push(report.seed);
     }

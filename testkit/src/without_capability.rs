@@ -112,6 +112,14 @@ impl<C: Catalog> Catalog for WithoutCapability<C> {
     ) -> Result<MarkResult> {
         self.inner.mark(id, ids, rule, now, key).await
     }
+    async fn see_marks(
+        &self,
+        id: &str,
+        ids: &[String],
+        seen_at: TimestampMs,
+    ) -> Result<Vec<String>> {
+        self.inner.see_marks(id, ids, seen_at).await
+    }
     async fn delete_splits(
         &self,
         id: &str,

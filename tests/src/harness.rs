@@ -332,6 +332,22 @@ impl Harness {
             .splits
     }
 
+    /// Marks `split_ids` for deletion and records their marks as seen now, as the first gc
+    /// after the mark would: their deletion grace period counts from now
+    /// ([`mend::model::SplitRow::mark_seen_at_ms`]).
+    pub async fn mark_seen_now(&self, dataset_id: &str, split_ids: &[String]) {
+        self.engine
+            .mark_for_deletion(dataset_id, split_ids)
+            .await
+            .expect("mark for deletion");
+        let now = mend::clock::Clock::now_ms(self.clock.as_ref());
+        self.engine
+            .catalog()
+            .see_marks(dataset_id, split_ids, now)
+            .await
+            .expect("see the marks");
+    }
+
     /// Writes a split object in mend's format, as a writer that crashed between its upload and
     /// its stage would leave it (or before its publish, once a row is staged for it): written
     /// for dataset incarnation `uid`, with a payload that matches its header unless `damaged`.

@@ -24,14 +24,12 @@ async fn commit(h: &Harness, dataset_id: &str, ids: &[&str]) {
 }
 
 /// A dataset with two abandoned staged splits, two expired marked ones and a published one,
-/// all past their grace periods.
+/// all past their grace periods (the marked ones' counted from when their marks were seen).
 async fn littered(h: &Harness) -> String {
     let dataset_id = h.create_dataset("gc").await;
     commit(h, &dataset_id, &["live", "expired-1", "expired-2"]).await;
-    h.engine
-        .mark_for_deletion(&dataset_id, &["expired-1".into(), "expired-2".into()])
-        .await
-        .unwrap();
+    h.mark_seen_now(&dataset_id, &["expired-1".into(), "expired-2".into()])
+        .await;
     let abandoned = StageRequest {
         dataset_id: dataset_id.clone(),
         mode: StageMode::CreateOnly,

@@ -388,10 +388,7 @@ async fn four_to_collect(h: &Harness) -> String {
     let request = commit_request(&dataset_id, &ids);
     h.engine.commit(&request).await.unwrap();
     let expired: Vec<String> = ids[1..].iter().map(|id| id.to_string()).collect();
-    h.engine
-        .mark_for_deletion(&dataset_id, &expired)
-        .await
-        .unwrap();
+    h.mark_seen_now(&dataset_id, &expired).await;
     h.clock.advance_ms(2 * 60 * 60 * 1000);
     dataset_id
 }

@@ -28,6 +28,8 @@
 
 use mend::MendError;
 use mend::bounds::{self, MAX_GRACE_PERIOD_MS};
+use mend::catalog::MarkRule;
+use mend::clock::Clock;
 use mend::intent::{Intent, OperationKind, PlannedEffects};
 use mend::model::{DatasetConfig, ListQuery, PublishRequest, SplitState, StageMode};
 use mend_contract::RecoveryMode;
@@ -253,10 +255,8 @@ async fn one_round(
         .publish(&PublishRequest::staged(dataset_id, vec![marked.clone()]))
         .await
         .unwrap();
-    engine
-        .mark_for_deletion(dataset_id, std::slice::from_ref(&marked))
-        .await
-        .unwrap();
+    h.mark_seen_now(dataset_id, std::slice::from_ref(&marked))
+        .await;
 
     // A gc that planned to mark the staged split and crashed: its roll-forward marks only
     // what is older than the intent's own cutoff (its birth), and until then the split is
@@ -371,8 +371,8 @@ async fn listed(h: &Harness, dataset_id: &str) -> std::collections::BTreeMap<Str
 }
 
 /// Recovery settles an intent only over the rows it planned on. A split `replaced` is
-/// published by one operation, then marked (as a merge's replaced split is); `then_marked` is
-/// marked only after a crashed gc planned to delete it. Two leftover intents name them:
+/// published by one operation, then marked (as a merge's replaced split is) and the mark seen;
+/// `then_marked` is marked and seen only after a crashed gc planned to delete it. Two leftover intents name them:
 ///
 /// - a second begin of the same split ids, never published: its roll-back (exclusive
 ///   recovery) leaves `replaced`'s row and object, which belong to the operation that
@@ -380,7 +380,7 @@ async fn listed(h: &Harness, dataset_id: &str) -> std::collections::BTreeMap<Str
 ///   reconcile published it again beside the merge that had replaced it);
 /// - a crashed gc that planned, after `replaced` was marked and before `then_marked` was, to
 ///   delete both: its roll-forward deletes `replaced`, marked by the mark it planned on, and
-///   leaves `then_marked`, whose mark came after its plan (`mend-sim` seed
+///   leaves `then_marked`, whose mark was seen after its plan (`mend-sim` seed
 ///   9956702636221711115: a split id staged again, published and marked since was deleted
 ///   1.6 s into its grace period).
 #[tokio::test]
@@ -415,10 +415,8 @@ async fn recovery_settles_an_intent_only_over_the_rows_it_planned_on() {
         ))
         .await
         .unwrap();
-    engine
-        .mark_for_deletion(&dataset_id, std::slice::from_ref(&replaced))
-        .await
-        .unwrap();
+    h.mark_seen_now(&dataset_id, std::slice::from_ref(&replaced))
+        .await;
 
     // The crashed gc is born after `replaced` was marked and before `then_marked` was.
     h.clock.set_ms(t0 + 1_000);
@@ -437,10 +435,8 @@ async fn recovery_settles_an_intent_only_over_the_rows_it_planned_on() {
         )
     };
     h.clock.set_ms(t0 + 2_000);
-    engine
-        .mark_for_deletion(&dataset_id, std::slice::from_ref(&then_marked))
-        .await
-        .unwrap();
+    h.mark_seen_now(&dataset_id, std::slice::from_ref(&then_marked))
+        .await;
     // It planned an object of its own that never came (the one there is the publisher's), so
     // it cannot be completed, and exclusive recovery rolls it back.
     let second_begin = Intent {
@@ -550,4 +546,135 @@ async fn recovery_settles_an_intent_only_over_the_rows_it_planned_on() {
     println!(
         "recovery over rows it planned on: 2 intents settled, 1 row deleted, 1 kept, 12 checks"
     );
+}
+
+/// A mark's deletion grace period counts from when gc first sees it, not from the mark's own
+/// stamp, which its writer reads before its write lands. Here a merge's publish, which marks
+/// the split `replaced`, and an operator's mark of the split `dropped` land at `t0 + 2 grace`,
+/// stamped `t0`: as when the process that wrote them paused for two grace periods between
+/// reading its clock and its write (a collector, swapping, a stopped VM). A reader that
+/// probed the catalog just before they landed saw both published and may read them until
+/// `t0 + 3 grace`. Timed from their stamps, the first gc deleted both at once; now it sees
+/// them, and a gc exactly a grace period later deletes nothing, one a millisecond past it
+/// deletes both. Found by `mend-sim`, seed 1282375541035437414 (a replica paused 3 s in a
+/// merge's publish, under a 4.5 s deletion grace period). On every backend.
+#[tokio::test]
+async fn a_mark_stamped_before_it_landed_is_timed_from_when_gc_saw_it() {
+    const GRACE: i64 = 10_000;
+    let mut checks = 0;
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let config = DatasetConfig {
+            deletion_grace_period_ms: GRACE as u64,
+            ..DatasetConfig::default()
+        };
+        let dataset_id = h.unique_dataset_id("paused-mark");
+        engine.create_dataset(&dataset_id, &config).await.unwrap();
+        let uid = engine.dataset(&dataset_id).await.unwrap().uid;
+        let [replaced, dropped, merged] = ["replaced", "dropped", "merged"].map(String::from);
+        let t0 = h.clock.now_ms();
+        for id in [&replaced, &dropped, &merged] {
+            let request = mend::model::StageRequest {
+                dataset_id: dataset_id.clone(),
+                mode: StageMode::CreateOnly,
+                node: "node-a".into(),
+                splits: vec![mend::model::StageSplit {
+                    split_id: id.clone(),
+                    metadata_json: r#"{"num_docs": 1}"#.into(),
+                }],
+            };
+            engine.stage(&request).await.unwrap();
+            h.plant_orphan(&dataset_id, id, &uid, false).await;
+        }
+        engine
+            .publish(&PublishRequest::staged(
+                &dataset_id,
+                vec![replaced.clone(), dropped.clone()],
+            ))
+            .await
+            .unwrap();
+
+        // The writes land two grace periods after their stamps.
+        let landed = t0 + 2 * GRACE;
+        h.clock.set_ms(landed);
+        let merge = PublishRequest {
+            replaced_split_ids: vec![replaced.clone()],
+            ..PublishRequest::staged(&dataset_id, vec![merged.clone()])
+        };
+        let published = engine
+            .catalog()
+            .publish(&merge, &|_| Ok(()), t0, None)
+            .await
+            .unwrap();
+        assert_eq!(published.marked, [replaced.as_str()], "{backend}");
+        engine
+            .catalog()
+            .mark(
+                &dataset_id,
+                std::slice::from_ref(&dropped),
+                MarkRule::Named,
+                t0,
+                None,
+            )
+            .await
+            .unwrap();
+
+        let gone = [dropped.clone(), replaced.clone()];
+        let first = engine.gc(&dataset_id, "node-a").await.unwrap();
+        assert!(
+            first.deleted.is_empty(),
+            "{backend}: deleted within a grace period of the reader's last sight: {first:?}"
+        );
+        assert_eq!(first.seen, gone, "{backend}: the first gc sees both marks");
+        let rows = engine
+            .list_splits(&dataset_id, &ListQuery::default())
+            .await
+            .unwrap()
+            .splits;
+        for row in rows.iter().filter(|row| gone.contains(&row.split_id)) {
+            assert_eq!(row.state, SplitState::MarkedForDeletion, "{backend}");
+            assert_eq!(row.updated_at_ms, t0, "{backend}: the mark keeps its stamp");
+            assert_eq!(row.mark_seen_at_ms, Some(landed), "{backend}: {row:?}");
+        }
+        let merged_row = rows.iter().find(|row| row.split_id == merged).unwrap();
+        assert_eq!(merged_row.mark_seen_at_ms, None, "{backend}: published");
+        checks += 1 + 2 + 3 * 2 + 1;
+
+        // Exactly a grace period after gc saw them: kept, and seen only once.
+        h.clock.set_ms(landed + GRACE);
+        let second = engine.gc(&dataset_id, "node-a").await.unwrap();
+        assert_eq!(second, mend::engine::GcResult::default(), "{backend}");
+        let objects = listed(&h, &dataset_id).await;
+        assert!(
+            gone.iter().all(|id| objects.contains_key(id)),
+            "{backend}: an object went before its grace period ended: {objects:?}"
+        );
+        // A millisecond past it: both go, object and row.
+        h.clock.set_ms(landed + GRACE + 1);
+        let third = engine.gc(&dataset_id, "node-a").await.unwrap();
+        assert_eq!(third.deleted, gone, "{backend}: {third:?}");
+        let objects = listed(&h, &dataset_id).await;
+        assert!(
+            gone.iter().all(|id| !objects.contains_key(id)) && objects.contains_key(&merged),
+            "{backend}: {objects:?}"
+        );
+        let left: Vec<String> = engine
+            .list_splits(&dataset_id, &ListQuery::default())
+            .await
+            .unwrap()
+            .splits
+            .into_iter()
+            .map(|row| row.split_id)
+            .collect();
+        assert_eq!(left, [merged.as_str()], "{backend}");
+        checks += 5;
+    }
+    println!(
+        "marks stamped two grace periods before they landed, on {} backends: each seen by the \
+         first gc, kept by one a grace period later, deleted by one a millisecond past it; \
+         {checks} checks",
+        Backend::ALL.len()
+    );
+    assert_eq!(checks, 15 * Backend::ALL.len());
 }

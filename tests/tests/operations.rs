@@ -1882,6 +1882,9 @@ async fn an_upload_landing_after_its_split_was_replaced_and_collected_is_discard
             .await
             .unwrap();
         engine.publish_operation(&ds, "op-merge").await.unwrap();
+        // A gc sees the merge's mark; the next, past the grace period, collects the split.
+        let seeing = engine.gc(&ds, "gc").await.unwrap();
+        assert_eq!(seeing.seen, ["s-first"], "{backend}: {seeing:?}");
         h.set_clock_past_wall_clock(HOUR_MS);
         engine.gc(&ds, "gc").await.unwrap();
         let rows = h.rows(&ds).await;

@@ -224,7 +224,7 @@ pub static SETTINGS: &[Setting] = &[
         "grace.deletion_grace_period_ms",
         "MEND_GRACE_DELETION_GRACE_PERIOD_MS",
         field!(deletion_grace_period),
-        "For new datasets: a marked split's object and row are removed this long (ms) after the mark.",
+        "For new datasets: a marked split's object and row are removed this long (ms) after the mark was seen (a published split's by gc, the first gc after it landed).",
     )
     .within(bounds::DEFAULT_DELETION_GRACE_PERIOD_MS),
     Setting::new(

@@ -579,6 +579,19 @@ pub trait Catalog: Send + Sync + fmt::Debug {
         Ok(result.marked)
     }
 
+    /// Records that garbage collection saw the marks of the rows among `split_ids` that are
+    /// marked for deletion and not yet seen, at `seen_at_ms`, read after it read them
+    /// ([`SplitRow::mark_seen_at_ms`](crate::model::SplitRow::mark_seen_at_ms)): the ids it
+    /// recorded, sorted. A row seen already keeps its time, and ids without a marked row are
+    /// skipped, all in one atomic step; the published view does not change (the manifest
+    /// version stays). `NotFound` if the dataset does not exist.
+    async fn see_marks(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+        seen_at_ms: TimestampMs,
+    ) -> Result<Vec<String>>;
+
     /// Deletes the rows of splits marked for deletion. `NotFound` naming unknown ids,
     /// `FailedPrecondition` naming ids in another state; nothing written in either case.
     /// The engine deletes the objects before calling this.

@@ -1,9 +1,12 @@
 //! Garbage collection, as an operation with its own intent. What to collect is the policy's
 //! decision (`plan-gc`, ABI 1.3); what may be collected is the host's:
 //!
-//! 1. read the dataset's rows; the candidates are the staged and marked ones no intent names
-//!    (those are left to recovery), handed to the policy with the dataset's grace periods and
-//!    the time;
+//! 1. read the dataset's rows; the candidates are the staged ones and the marked ones whose
+//!    marks were seen, no intent naming them (those are left to recovery), handed to the
+//!    policy with the dataset's grace periods and the time; a marked row's time is when its
+//!    mark was seen ([`SplitRow::mark_seen_at_ms`]), and marks not yet seen are recorded as
+//!    seen now, their grace period beginning (a conditional write of its own, before any
+//!    plan: it only ever delays a deletion);
 //! 2. check the plan: it may mark only candidates that are staged and delete only candidates
 //!    that are marked; a plan naming anything else (a published row, a row an intent names,
 //!    an unknown id) is refused whole with `PolicyRejected`, recorded, and nothing executed;
@@ -49,6 +52,10 @@ pub struct GcResult {
     pub marked: Vec<String>,
     /// Splits whose objects and rows this run deleted.
     pub deleted: Vec<String>,
+    /// Published splits marked since, whose marks this run was the first to see: their
+    /// deletion grace period begins now, and a later run deletes them.
+    #[serde(default)]
+    pub seen: Vec<String>,
 }
 
 impl Engine {
@@ -98,9 +105,13 @@ impl Engine {
                 now,
             )
             .await?;
-        let candidates = self.gc_candidates(dataset_id).await?;
+        let (candidates, unseen) = self.gc_candidates(dataset_id).await?;
+        let seen = self.see_marks(dataset_id, &unseen).await?;
         if candidates.is_empty() {
-            return Ok(GcResult::default());
+            return Ok(GcResult {
+                seen,
+                ..GcResult::default()
+            });
         }
         let input = GcInput {
             dataset_id: dataset_id.to_string(),
@@ -135,7 +146,10 @@ impl Engine {
             }
         };
         if plan.mark.is_empty() && plan.delete.is_empty() {
-            return Ok(GcResult::default());
+            return Ok(GcResult {
+                seen,
+                ..GcResult::default()
+            });
         }
         let intent = self.gc_intent(&dataset, node, &operation_id, now, &plan);
         // The intent, then the record, then the effects: the plan is never executed without
@@ -152,7 +166,10 @@ impl Engine {
         .await?;
         // A failure leaves the `executing` record unsettled and the intent in place: the
         // next recovery sweep rolls the gc forward and records what it does.
-        let result = self.run_gc(&intent, intent.created_at_ms).await?;
+        let result = GcResult {
+            seen,
+            ..self.run_gc(&intent, intent.created_at_ms).await?
+        };
         self.finish_intent(dataset_id, &operation_id).await?;
         let settled = serde_json::json!({ "outcome": "executed" });
         let record = self.gc_audit(&operation_id, &input, &plan, settled);
@@ -169,24 +186,51 @@ impl Engine {
         Ok(result)
     }
 
-    /// The rows gc may consider: staged and marked ones no intent names (those are left to
-    /// recovery).
-    async fn gc_candidates(&self, dataset_id: &str) -> Result<Vec<GcCandidate>> {
+    /// The rows gc may consider: staged ones, and marked ones whose marks were seen (timed
+    /// from then), that no intent names (those are left to recovery); and apart, the ids of
+    /// the marked rows whose marks no one has seen yet, whatever names them.
+    async fn gc_candidates(&self, dataset_id: &str) -> Result<(Vec<GcCandidate>, Vec<String>)> {
         let claimed = self.splits_named_by_intents(dataset_id, None).await?;
         let rows = self
             .catalog
             .list_splits(dataset_id, &ListQuery::default())
             .await?
             .splits;
-        Ok(rows
-            .iter()
-            .filter(|row| row.state != SplitState::Published && !claimed.contains(&row.split_id))
-            .map(|row| GcCandidate {
-                split_id: row.split_id.clone(),
-                state: row.state,
-                updated_at_ms: row.updated_at_ms,
-            })
-            .collect())
+        let mut candidates = Vec::new();
+        let mut unseen = Vec::new();
+        for row in rows {
+            let since = match (row.state, row.mark_seen_at_ms) {
+                (SplitState::Published, _) => continue,
+                (SplitState::Staged, _) => row.updated_at_ms,
+                (SplitState::MarkedForDeletion, Some(seen_at_ms)) => seen_at_ms,
+                (SplitState::MarkedForDeletion, None) => {
+                    unseen.push(row.split_id);
+                    continue;
+                }
+            };
+            if !claimed.contains(&row.split_id) {
+                candidates.push(GcCandidate {
+                    split_id: row.split_id,
+                    state: row.state,
+                    updated_at_ms: since,
+                });
+            }
+        }
+        Ok((candidates, unseen))
+    }
+
+    /// Records the marks of `unseen` as seen now: the ids recorded. The time is read after
+    /// the rows were: each of these marks had landed by then, however early its own stamp.
+    async fn see_marks(&self, dataset_id: &str, unseen: &[String]) -> Result<Vec<String>> {
+        if unseen.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.check_held()?;
+        self.durably(
+            DurableStep::SeeMarks,
+            self.catalog.see_marks(dataset_id, unseen, self.now_ms()),
+        )
+        .await
     }
 
     /// A gc's intent: mark and delete what the checked plan says, expecting the manifest
@@ -273,14 +317,17 @@ impl Engine {
         }
         // Only splits still marked by the mark this gc planned on (or already gone) lose their
         // objects: never one that a row in another state references (invariant 2), and never
-        // one marked since this gc read it. A split id whose row was deleted, staged again by
+        // one whose mark was seen after this gc read it. A split id whose row was deleted, staged again by
         // a new operation, published and marked by a merge after this intent was created is a
         // new row whose grace period has just begun: a roll-forward of this intent, long
         // after, must leave it (found by `mend-sim`, seed 9956702636221711115, where
         // recovery's roll-forward of a crashed gc deleted such a split's object 1.6 s after
         // the merge that replaced it published).
         let planned_on = |row: &SplitRow| {
-            row.state == SplitState::MarkedForDeletion && row.updated_at_ms <= intent.created_at_ms
+            row.state == SplitState::MarkedForDeletion
+                && row
+                    .mark_seen_at_ms
+                    .is_some_and(|seen_at_ms| seen_at_ms <= intent.created_at_ms)
         };
         let query = ListQuery {
             split_ids: Some(intent.effects.delete.clone()),

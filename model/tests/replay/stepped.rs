@@ -230,6 +230,17 @@ impl Catalog for SteppedCatalog {
             .await
     }
 
+    async fn see_marks(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+        seen_at_ms: TimestampMs,
+    ) -> Result<Vec<String>> {
+        self.inner
+            .see_marks(dataset_id, split_ids, seen_at_ms)
+            .await
+    }
+
     async fn delete_splits(
         &self,
         dataset_id: &str,

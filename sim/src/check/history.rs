@@ -257,8 +257,10 @@ pub struct History {
     pub takeovers: Vec<TakeoverRecord>,
     /// Every object a reader read, found or not.
     pub object_reads: Vec<ObjectRead>,
-    /// Splits the operator's gc runs marked, and splits they deleted (objects, then rows).
+    /// Splits the operator's gc runs marked, published splits' marks they were the first to
+    /// see, and splits they deleted (objects, then rows).
     pub gc_marked: usize,
+    pub gc_seen: usize,
     pub gc_deleted: usize,
     /// What an actor found wrong while the run went on (a mid-run verify, a read-only handle
     /// that swept).

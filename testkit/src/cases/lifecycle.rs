@@ -469,6 +469,104 @@ pub(super) async fn mark_is_idempotent_and_names_unknown_ids(h: &Harness<'_>) {
     ));
 }
 
+/// A mark of a split never published is seen as it is made; a published split's is seen only
+/// when `see_marks` records it, once, and a row in another state or an unknown id is skipped.
+/// Neither moves the manifest version.
+pub(super) async fn a_published_splits_mark_is_seen_once_and_a_staged_ones_at_once(
+    h: &Harness<'_>,
+) {
+    let ds = h.create_dataset("see-marks").await;
+    stage(
+        h,
+        &ds,
+        StageMode::CreateOnly,
+        &["staged", "published", "live"],
+    )
+    .await;
+    publish(h, &ds, &["published", "live"], &[]).await;
+    h.clock.advance_ms(100);
+    let marked_at = h.clock_now();
+    h.engine
+        .mark_for_deletion(&ds, &strings(&["published", "staged"]))
+        .await
+        .expect("mark");
+    let seen_when_marked = |rows: &[mend::model::SplitRow]| -> Vec<(String, Option<i64>)> {
+        rows.iter()
+            .map(|r| (r.split_id.clone(), r.mark_seen_at_ms))
+            .collect()
+    };
+    assert_eq!(
+        seen_when_marked(&rows(h, &ds).await),
+        [
+            ("live".to_string(), None),
+            ("published".to_string(), None),
+            ("staged".to_string(), Some(marked_at)),
+        ]
+    );
+    let manifest = h.engine.dataset(&ds).await.unwrap().manifest_version;
+
+    h.clock.advance_ms(100);
+    let seen_at = h.clock_now();
+    let all = strings(&["ghost", "live", "published", "staged"]);
+    let seen = h
+        .engine
+        .catalog()
+        .see_marks(&ds, &all, seen_at)
+        .await
+        .expect("see marks");
+    assert_eq!(seen, ["published"], "only the unseen mark");
+    let after = rows(h, &ds).await;
+    assert_eq!(
+        seen_when_marked(&after),
+        [
+            ("live".to_string(), None),
+            ("published".to_string(), Some(seen_at)),
+            ("staged".to_string(), Some(marked_at)),
+        ]
+    );
+    assert!(
+        after
+            .iter()
+            .filter(|r| r.split_id != "live")
+            .all(|r| r.updated_at_ms == marked_at && r.state == SplitState::MarkedForDeletion),
+        "seeing a mark changes nothing else: {after:?}"
+    );
+    assert_eq!(
+        h.engine.dataset(&ds).await.unwrap().manifest_version,
+        manifest
+    );
+
+    // Seen again later: nothing recorded, nothing written.
+    let before = h.write_fingerprint(&ds).await;
+    h.clock.advance_ms(100);
+    let again = h
+        .engine
+        .catalog()
+        .see_marks(&ds, &all, h.clock_now())
+        .await
+        .expect("see marks again");
+    assert!(again.is_empty(), "{again:?}");
+    assert_eq!(h.write_fingerprint(&ds).await, before);
+    assert_eq!(rows(h, &ds).await, after);
+
+    let no_dataset = h
+        .engine
+        .catalog()
+        .see_marks("no-such-dataset", &strings(&["a"]), seen_at)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            no_dataset,
+            MendError::NotFound {
+                kind: EntityKind::Dataset,
+                ..
+            }
+        ),
+        "{no_dataset:?}"
+    );
+}
+
 pub(super) async fn delete_removes_objects_then_rows_of_marked_splits_only(h: &Harness<'_>) {
     let ds = h.create_dataset("delete").await;
     stage(

@@ -7,7 +7,7 @@
 //! shows how much it proved.
 //!
 //! - `staging.rs`: datasets, staging in both modes, refused input, racing create-only batches;
-//! - `lifecycle.rs`: publish, fencing (tokens, epochs), mark, delete, list;
+//! - `lifecycle.rs`: publish, fencing (tokens, epochs), mark, seeing marks, delete, list;
 //! - `intents.rs`: intents, abandoning them, what a confirmation and gc's mark require of the
 //!   rows and intents, audit records;
 //! - `audit.rs`: audit appends larger than a stored batch, and the newest records of the whole
@@ -88,6 +88,10 @@ pub(crate) const ALL: &[Case] = &[
     ),
     case!(
         lifecycle::mark_is_idempotent_and_names_unknown_ids,
+        [STAGE_CREATE_ONLY]
+    ),
+    case!(
+        lifecycle::a_published_splits_mark_is_seen_once_and_a_staged_ones_at_once,
         [STAGE_CREATE_ONLY]
     ),
     case!(

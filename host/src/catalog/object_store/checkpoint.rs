@@ -8,11 +8,17 @@
 //! ```text
 //! {"format_version":2,"version":300,"dataset":{...},"intents":[...],"recorded":[...],
 //!  "split_fields":["split_id","state","node","created_at_ms","updated_at_ms",
-//!                  "published_at_ms","time_range","metadata"],
+//!                  "published_at_ms","time_range","metadata","mark_seen_at_ms"],
 //!  "splits":[["s-000001","published","node-1",1700000000000,1700000000001,1700000000001,
-//!             [100,200],{"docs":10}], ...],
+//!             [100,200],{"docs":10},null], ...],
 //!  "splits_crc32":3735928559}
 //! ```
+//!
+//! Format 3 added the last field, `mark_seen_at_ms` ([`crate::model::SplitRow`]); format 2
+//! rows end at `metadata`. A row is read with or without it, so a format 3 file may hold rows
+//! copied as they were from the format 2 checkpoint it was loaded from, and a format 2 file
+//! reads as ever, its marks not yet seen. A mend that predates format 3 refuses a format 3
+//! checkpoint rather than forget the marks it has seen.
 //!
 //! `splits_crc32` (written since rows are read from their bytes; a reader that predates it
 //! ignores it) is the CRC-32 (IEEE) of the bytes of `splits`, from its `[` to its `]`.
@@ -50,10 +56,10 @@ use crate::intent::Intent;
 use crate::model::{Dataset, SplitState, TimeRange, TimestampMs};
 
 /// The checkpoint format this code writes, and the newest it reads.
-pub(crate) const CHECKPOINT_FORMAT_VERSION: u32 = 2;
+pub(crate) const CHECKPOINT_FORMAT_VERSION: u32 = 3;
 
-/// What each row of `splits` holds, in order.
-const SPLIT_FIELDS: [&str; 8] = [
+/// What each row of `splits` holds, in order; a format 2 file's rows stop before the last.
+const SPLIT_FIELDS: [&str; 9] = [
     "split_id",
     "state",
     "node",
@@ -62,6 +68,7 @@ const SPLIT_FIELDS: [&str; 8] = [
     "published_at_ms",
     "time_range",
     "metadata",
+    "mark_seen_at_ms",
 ];
 
 /// `state` as a format 2 checkpoint, ending in a newline. The members before `splits` are
@@ -188,7 +195,7 @@ fn decode_indexed(
 }
 
 fn check_split_fields(path: &Path, split_fields: &[String]) -> Result<()> {
-    if split_fields != SPLIT_FIELDS {
+    if split_fields != SPLIT_FIELDS && split_fields != &SPLIT_FIELDS[..8] {
         return Err(corrupt(
             path,
             format!("names its split fields {split_fields:?}, not {SPLIT_FIELDS:?}"),
@@ -199,7 +206,7 @@ fn check_split_fields(path: &Path, split_fields: &[String]) -> Result<()> {
 
 /// One row of `splits`, as a [`Splits`] base reads it when asked for.
 fn parse_row(row: &[u8]) -> std::result::Result<StoredSplit, String> {
-    let row: OwnedRow = serde_json::from_slice(row).map_err(|err| err.to_string())?;
+    let row: RowIn = serde_json::from_slice(row).map_err(|err| err.to_string())?;
     Ok(stored_split(row).1)
 }
 
@@ -213,12 +220,22 @@ fn row_out<'a>(split_id: &'a str, split: &'a StoredSplit) -> Row<'a> {
         split.published_at_ms,
         split.time_range.map(|range| (range.start, range.end)),
         split.metadata.raw(),
+        split.mark_seen_at_ms,
     )
 }
 
-fn stored_split(row: OwnedRow) -> (String, StoredSplit) {
-    let (split_id, state, node, created_at_ms, updated_at_ms, published_at_ms, range, metadata) =
-        row;
+fn stored_split(row: RowIn) -> (String, StoredSplit) {
+    let RowIn {
+        split_id,
+        state,
+        node,
+        created_at_ms,
+        updated_at_ms,
+        published_at_ms,
+        range,
+        metadata,
+        mark_seen_at_ms,
+    } = row;
     let split = StoredSplit {
         state,
         node,
@@ -227,6 +244,7 @@ fn stored_split(row: OwnedRow) -> (String, StoredSplit) {
         created_at_ms,
         updated_at_ms,
         published_at_ms,
+        mark_seen_at_ms,
     };
     (split_id, split)
 }
@@ -239,7 +257,7 @@ struct Head<'a> {
     dataset: &'a Dataset,
     intents: Values<'a, Intent>,
     recorded: Values<'a, RecordedRequest>,
-    split_fields: [&'static str; 8],
+    split_fields: [&'static str; 9],
 }
 
 /// The members of a format 2 checkpoint but its splits, as read.
@@ -294,18 +312,63 @@ type Row<'a> = (
     Option<TimestampMs>,
     Option<(i64, i64)>,
     &'a RawValue,
+    Option<TimestampMs>,
 );
 
-type OwnedRow = (
-    String,
-    SplitState,
-    Box<str>,
-    TimestampMs,
-    TimestampMs,
-    Option<TimestampMs>,
-    Option<(i64, i64)>,
-    Box<RawValue>,
-);
+/// One row of `splits` as read: [`SPLIT_FIELDS`] in order, the last of them absent from a
+/// format 2 row.
+struct RowIn {
+    split_id: String,
+    state: SplitState,
+    node: Box<str>,
+    created_at_ms: TimestampMs,
+    updated_at_ms: TimestampMs,
+    published_at_ms: Option<TimestampMs>,
+    range: Option<(i64, i64)>,
+    metadata: Box<RawValue>,
+    mark_seen_at_ms: Option<TimestampMs>,
+}
+
+impl<'de> Deserialize<'de> for RowIn {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        deserializer.deserialize_seq(RowVisitor)
+    }
+}
+
+struct RowVisitor;
+
+impl<'de> Visitor<'de> for RowVisitor {
+    type Value = RowIn;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("a split row of 8 or 9 fields")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<RowIn, A::Error> {
+        fn field<'de, T: Deserialize<'de>, A: SeqAccess<'de>>(
+            seq: &mut A,
+            index: usize,
+        ) -> std::result::Result<T, A::Error> {
+            seq.next_element()?
+                .ok_or_else(|| serde::de::Error::invalid_length(index, &RowVisitor))
+        }
+        let row = RowIn {
+            split_id: field(&mut seq, 0)?,
+            state: field(&mut seq, 1)?,
+            node: field(&mut seq, 2)?,
+            created_at_ms: field(&mut seq, 3)?,
+            updated_at_ms: field(&mut seq, 4)?,
+            published_at_ms: field(&mut seq, 5)?,
+            range: field(&mut seq, 6)?,
+            metadata: field(&mut seq, 7)?,
+            mark_seen_at_ms: seq.next_element()?.flatten(),
+        };
+        if seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+            return Err(serde::de::Error::invalid_length(10, &RowVisitor));
+        }
+        Ok(row)
+    }
+}
 
 /// The splits of a file parsed whole, read row by row straight into the map (no list of rows
 /// in between). A repeated id is a corrupt file.
@@ -328,7 +391,7 @@ impl<'de> Visitor<'de> for SplitsVisitor {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<SplitsIn, A::Error> {
         let mut splits = Splits::new();
-        while let Some(row) = seq.next_element::<OwnedRow>()? {
+        while let Some(row) = seq.next_element::<RowIn>()? {
             let (split_id, split) = stored_split(row);
             if splits.contains(&split_id) {
                 return Err(serde::de::Error::custom("a split id is repeated"));
@@ -357,6 +420,7 @@ mod tests {
             created_at_ms: 10,
             updated_at_ms: 11,
             published_at_ms: None,
+            mark_seen_at_ms: None,
         }
     }
 

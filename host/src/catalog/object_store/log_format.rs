@@ -63,6 +63,9 @@ pub(crate) struct LogRow {
     pub created_at_ms: TimestampMs,
     pub updated_at_ms: TimestampMs,
     pub published_at_ms: Option<TimestampMs>,
+    /// Absent while `None`, as in every row written before marks were seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mark_seen_at_ms: Option<TimestampMs>,
 }
 
 /// JSON text, checked to be well-formed JSON when it was made or read; equal when the texts

@@ -816,6 +816,18 @@ impl Catalog for ObjectStoreCatalog {
         .await
     }
 
+    async fn see_marks(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+        seen_at_ms: TimestampMs,
+    ) -> Result<Vec<String>> {
+        self.mutate(dataset_id, seen_at_ms, |state, seen_at_ms| {
+            mutations::see_marks(state, split_ids, seen_at_ms)
+        })
+        .await
+    }
+
     async fn delete_splits(
         &self,
         dataset_id: &str,

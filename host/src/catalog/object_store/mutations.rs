@@ -169,6 +169,7 @@ pub(super) fn stage(
                     created_at_ms: now_ms,
                     updated_at_ms: now_ms,
                     published_at_ms: None,
+                    mark_seen_at_ms: None,
                 });
                 StageOutcome::Inserted
             }
@@ -188,6 +189,7 @@ pub(super) fn stage(
                     created_at_ms: row.created_at_ms,
                     updated_at_ms: now_ms,
                     published_at_ms: row.published_at_ms,
+                    mark_seen_at_ms: None,
                 });
                 StageOutcome::Overwritten
             }
@@ -256,11 +258,7 @@ pub(super) fn publish(
         });
     }
     for split_id in &replaced {
-        rows.push(LogRow {
-            state: SplitState::MarkedForDeletion,
-            updated_at_ms: now_ms,
-            ..state.log_row(split_id)?
-        });
+        rows.push(state.marked_row(split_id, now_ms)?);
     }
     let mut dataset = bumped(&state.dataset, now_ms);
     dataset.checkpoint = checkpoint;
@@ -293,11 +291,7 @@ pub(super) fn mark_for_deletion(
         if state.split_state(&split_id)? == Some(SplitState::MarkedForDeletion) {
             result.already_marked.push(split_id);
         } else {
-            rows.push(LogRow {
-                state: SplitState::MarkedForDeletion,
-                updated_at_ms: now_ms,
-                ..state.log_row(&split_id)?
-            });
+            rows.push(state.marked_row(&split_id, now_ms)?);
             result.marked.push(split_id);
         }
     }
@@ -315,6 +309,36 @@ pub(super) fn mark_for_deletion(
     })
 }
 
+/// Records that the marks of the rows among `split_ids` still marked and not yet seen were
+/// seen at `seen_at_ms` ([`crate::model::SplitRow::mark_seen_at_ms`]): the ids it recorded.
+/// Not a change to the published view: the manifest version stays.
+pub(super) fn see_marks(
+    state: &DatasetState,
+    split_ids: &[String],
+    seen_at_ms: TimestampMs,
+) -> Result<Change<Vec<String>>> {
+    let mut rows = Vec::new();
+    for split_id in sorted_distinct(split_ids) {
+        if let Some(stored) = state.splits.get(&split_id)?
+            && stored.state == SplitState::MarkedForDeletion
+            && stored.mark_seen_at_ms.is_none()
+        {
+            rows.push(LogRow {
+                mark_seen_at_ms: Some(seen_at_ms),
+                ..stored.to_log_row(&split_id)
+            });
+        }
+    }
+    let seen: Vec<String> = rows.iter().map(|row| row.split_id.clone()).collect();
+    if rows.is_empty() {
+        return Ok(Change::Unchanged(seen));
+    }
+    Ok(Change::Commit {
+        actions: vec![Action::PutSplits { rows }],
+        output: seen,
+    })
+}
+
 /// Marks the still-staged, untouched-since-the-cutoff rows among `split_ids`.
 pub(super) fn mark_stale_staged(
     state: &DatasetState,
@@ -328,11 +352,7 @@ pub(super) fn mark_stale_staged(
             && row.state == SplitState::Staged
             && row.updated_at_ms < untouched_before_ms
         {
-            rows.push(LogRow {
-                state: SplitState::MarkedForDeletion,
-                updated_at_ms: now_ms,
-                ..state.log_row(&split_id)?
-            });
+            rows.push(state.marked_row(&split_id, now_ms)?);
         }
     }
     let marked: Vec<String> = rows.iter().map(|row| row.split_id.clone()).collect();

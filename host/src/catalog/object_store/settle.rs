@@ -85,11 +85,7 @@ fn commit(
         });
     }
     for split_id in planned.replaced.iter().chain(&planned.abandoned_rows) {
-        rows.push(LogRow {
-            state: SplitState::MarkedForDeletion,
-            updated_at_ms: now_ms,
-            ..state.log_row(split_id)?
-        });
+        rows.push(state.marked_row(split_id, now_ms)?);
     }
     let mut actions = Vec::new();
     if !rows.is_empty() {

@@ -318,6 +318,7 @@ pub(crate) struct StoredSplit {
     pub created_at_ms: TimestampMs,
     pub updated_at_ms: TimestampMs,
     pub published_at_ms: Option<TimestampMs>,
+    pub mark_seen_at_ms: Option<TimestampMs>,
 }
 
 impl StoredSplit {
@@ -331,6 +332,7 @@ impl StoredSplit {
             created_at_ms: row.created_at_ms,
             updated_at_ms: row.updated_at_ms,
             published_at_ms: row.published_at_ms,
+            mark_seen_at_ms: row.mark_seen_at_ms,
         }
     }
 
@@ -343,6 +345,7 @@ impl StoredSplit {
             created_at_ms: row.created_at_ms,
             updated_at_ms: row.updated_at_ms,
             published_at_ms: row.published_at_ms,
+            mark_seen_at_ms: row.mark_seen_at_ms,
         }
     }
 
@@ -356,6 +359,7 @@ impl StoredSplit {
             created_at_ms: self.created_at_ms,
             updated_at_ms: self.updated_at_ms,
             published_at_ms: self.published_at_ms,
+            mark_seen_at_ms: self.mark_seen_at_ms,
         }
     }
 
@@ -378,6 +382,7 @@ impl StoredSplit {
             created_at_ms: self.created_at_ms,
             updated_at_ms: self.updated_at_ms,
             published_at_ms: self.published_at_ms,
+            mark_seen_at_ms: self.mark_seen_at_ms,
         })
     }
 }
@@ -397,6 +402,7 @@ mod tests {
             created_at_ms: 1,
             updated_at_ms: 2,
             published_at_ms: None,
+            mark_seen_at_ms: None,
         }
     }
 

@@ -22,7 +22,9 @@ use super::splits::{Splits, StoredSplit};
 use crate::catalog::RecordedRequest;
 use crate::error::{MendError, Result};
 use crate::intent::{Intent, check_format};
-use crate::model::{Dataset, ListQuery, SplitPage, SplitRow, SplitState};
+use crate::model::{
+    Dataset, ListQuery, SplitPage, SplitRow, SplitState, TimestampMs, mark_seen_when_marked,
+};
 
 /// The largest log version, manifest version, config version or fencing epoch a state holds:
 /// the range Postgres stores them in (`BIGINT`), so both backends read the same numbers, and
@@ -138,6 +140,17 @@ impl DatasetState {
             Some(stored) => Ok(stored.to_log_row(split_id)),
             None => Err(MendError::splits_not_found(vec![split_id.to_string()])),
         }
+    }
+
+    /// The row of `split_id` marked for deletion at `now_ms`, as a commit's post-image.
+    pub fn marked_row(&self, split_id: &str, now_ms: TimestampMs) -> Result<LogRow> {
+        let row = self.log_row(split_id)?;
+        Ok(LogRow {
+            state: SplitState::MarkedForDeletion,
+            updated_at_ms: now_ms,
+            mark_seen_at_ms: mark_seen_when_marked(row.published_at_ms, now_ms),
+            ..row
+        })
     }
 
     /// Applies the next commit. A commit that contradicts the state is corruption, never

@@ -153,6 +153,26 @@ pub(super) async fn mark_for_deletion(
     })
 }
 
+/// Records that the marks of the rows among `split_ids` still marked and not yet seen were
+/// seen at `seen_at_ms`; returns the ids it recorded, sorted.
+pub(super) async fn see_marks(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    split_ids: &[String],
+    seen_at_ms: TimestampMs,
+) -> Result<Vec<String>, StepError> {
+    queries::lock_dataset(conn, dataset_id).await?;
+    let ids = sorted_distinct(split_ids);
+    let mut seen: Vec<String> = sqlx::query_scalar(sql::SPLIT_SEE_MARKS)
+        .bind(dataset_id)
+        .bind(&ids)
+        .bind(seen_at_ms)
+        .fetch_all(&mut *conn)
+        .await?;
+    seen.sort();
+    Ok(seen)
+}
+
 /// Marks the rows among `split_ids` still staged and untouched since the cutoff.
 pub(super) async fn mark_stale_staged(
     conn: &mut PgConnection,

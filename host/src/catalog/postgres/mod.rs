@@ -679,6 +679,20 @@ impl Catalog for PostgresCatalog {
         .await
     }
 
+    async fn see_marks(
+        &self,
+        dataset_id: &str,
+        split_ids: &[String],
+        seen_at_ms: TimestampMs,
+    ) -> Result<Vec<String>> {
+        self.keyed_transaction(dataset_id, None, seen_at_ms, |mut transaction| async move {
+            let result =
+                lifecycle::see_marks(&mut transaction, dataset_id, split_ids, seen_at_ms).await;
+            (transaction, result)
+        })
+        .await
+    }
+
     async fn delete_splits(
         &self,
         dataset_id: &str,

@@ -54,6 +54,7 @@ pub(super) fn split(row: &PgRow) -> Result<SplitRow> {
         created_at_ms: column(row, "created_at_ms")?,
         updated_at_ms: column(row, "updated_at_ms")?,
         published_at_ms: column(row, "published_at_ms")?,
+        mark_seen_at_ms: column(row, "mark_seen_at_ms")?,
         split_id,
     })
 }

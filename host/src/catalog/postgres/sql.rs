@@ -29,6 +29,7 @@ pub(super) const SPLIT_OVERWRITE_STAGED: &str = include_str!("sql/split_overwrit
 pub(super) const SPLIT_PUBLISH: &str = include_str!("sql/split_publish.sql");
 pub(super) const SPLIT_MARK: &str = include_str!("sql/split_mark.sql");
 pub(super) const SPLIT_MARK_STALE_STAGED: &str = include_str!("sql/split_mark_stale_staged.sql");
+pub(super) const SPLIT_SEE_MARKS: &str = include_str!("sql/split_see_marks.sql");
 pub(super) const SPLIT_DELETE: &str = include_str!("sql/split_delete.sql");
 pub(super) const SPLIT_LIST: &str = include_str!("sql/split_list.sql");
 

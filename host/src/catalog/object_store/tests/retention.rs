@@ -123,7 +123,7 @@ async fn checkpoints_are_compact_and_old_ones_still_read_newer_ones_refused() {
         .unwrap();
     let text = std::str::from_utf8(&bytes).unwrap();
     assert!(
-        text.starts_with(r#"{"format_version":2,"version":8,"#),
+        text.starts_with(r#"{"format_version":3,"version":8,"#),
         "{text}"
     );
     assert_eq!(
@@ -138,6 +138,31 @@ async fn checkpoints_are_compact_and_old_ones_still_read_newer_ones_refused() {
     );
     let state = catalog.load("logs").await.unwrap();
     assert_eq!(*sibling(&catalog).load("logs").await.unwrap(), *state);
+
+    // A format 2 checkpoint, as mend wrote them before marks were seen: rows without
+    // `mark_seen_at_ms`, indexed by their checksum as ever.
+    let format_2 = {
+        let text = text
+            .replace(r#"{"format_version":3,"#, r#"{"format_version":2,"#)
+            .replace(r#","metadata","mark_seen_at_ms"]"#, r#","metadata"]"#)
+            .replace(r#"},null]"#, r#"}]"#);
+        let start = text.find(r#""splits":["#).unwrap() + r#""splits":"#.len();
+        let end = text.find(r#","splits_crc32":"#).unwrap();
+        let checksum = crc32fast::hash(&text.as_bytes()[start..end]);
+        format!("{},\"splits_crc32\":{checksum}}}\n", &text[..end])
+    };
+    assert!(!format_2.contains("mark_seen_at_ms") && !format_2.contains(",null]"));
+    store
+        .put(&log.checkpoint_path("logs", 8), format_2.into())
+        .await
+        .unwrap();
+    let from_format_2 = sibling(&catalog).load("logs").await.unwrap();
+    assert!(
+        format!("{:?}", from_format_2.splits).contains("base_rows: Some(7)"),
+        "indexed: {:?}",
+        from_format_2.splits
+    );
+    assert_eq!(*from_format_2, *state);
 
     // A format 1 checkpoint, as mend wrote them before: every split a whole row.
     let rows: Vec<SplitRow> = state.list_splits(&ListQuery::default()).unwrap().splits;
@@ -176,7 +201,7 @@ async fn checkpoints_are_compact_and_old_ones_still_read_newer_ones_refused() {
     store
         .put(
             &log.checkpoint_path("logs", 16),
-            r#"{"format_version":3,"version":16,"something":"new"}"#.into(),
+            r#"{"format_version":4,"version":16,"something":"new"}"#.into(),
         )
         .await
         .unwrap();

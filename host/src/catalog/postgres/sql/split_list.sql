@@ -4,7 +4,7 @@
 -- id, $9 row limit (NULL: no limit).
 SELECT
     split_id, state, node, metadata, time_range_start_ms, time_range_end_ms, created_at_ms,
-    updated_at_ms, published_at_ms
+    updated_at_ms, published_at_ms, mark_seen_at_ms
 FROM splits
 WHERE dataset_id = $1
   AND ($2::text[] IS NULL OR state = ANY($2::text[]))

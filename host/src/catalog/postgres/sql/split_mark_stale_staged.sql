@@ -4,7 +4,8 @@
 -- statement: a split published or restaged since garbage collection listed it stays as it is.
 UPDATE splits
 SET state = 'marked_for_deletion',
-    updated_at_ms = $3
+    updated_at_ms = $3,
+    mark_seen_at_ms = $3
 WHERE dataset_id = $1
   AND split_id = ANY($2::text[])
   AND state = 'staged'
