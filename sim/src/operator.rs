@@ -110,9 +110,12 @@ pub(crate) async fn operator(
     }
 }
 
-/// A cron job collecting garbage: gc every 1 to 3 simulated s, through a replica drawn each
-/// time, until the writers are done. With the stagers' leftovers and the merges' replaced
-/// splits, gc marks and deletes in most runs.
+/// A cron job collecting garbage: gc every 0.5 to 1.5 simulated s, through a replica drawn
+/// each time, until the writers are done. With the stagers' leftovers and the merges' replaced
+/// splits, gc marks and deletes in most runs. A published split's mark is seen by one gc and
+/// deleted by a later one (a grace period after the sighting), so the cron job runs several
+/// times per deletion grace period (4 to 6 s): a gc that shortened the grace would delete
+/// within it.
 pub(crate) async fn collector(
     replicas: Vec<Replica>,
     mut rng: SimRng,
@@ -121,7 +124,7 @@ pub(crate) async fn collector(
     trace: Trace,
 ) {
     while !stop.load(Ordering::SeqCst) {
-        pause(&mut rng, 1_000, 3_000).await;
+        pause(&mut rng, 500, 1_500).await;
         let engine = replicas[rng.below(replicas.len() as u64) as usize].engine();
         collect(&engine, &mut rng, &history, &trace).await;
     }

@@ -6,8 +6,8 @@
 use bytes::Bytes;
 use futures::stream;
 use mend::engine::{
-    BeginOperation, ExternalKind, ObjectStatus, ObjectToPut, OperationPhase, PlannedSplit,
-    SINGLE_PUT_BYTES,
+    BeginOperation, ExternalKind, ObjectStatus, ObjectToPut, OperationPhase, OperationView,
+    PlannedSplit, SINGLE_PUT_BYTES,
 };
 use mend::model::{
     CheckpointDelta, PartitionDelta, PublishRequest, SplitState, StageMode, StageRequest,
@@ -2104,5 +2104,58 @@ async fn an_operation_whose_split_ids_another_took_over_is_abandoned_not_blocked
          where the first's would go: the first abandoned, the second published, by \
          roll-forward alone",
         Backend::ALL.len()
+    );
+}
+
+/// A writer's step names a writer's operation: one naming gc's running operation (whose intent
+/// is in the catalog like a writer's) is refused with `InvalidArgument`, naming what the
+/// operation is, and leaves its intent as it was: a heartbeat would have moved gc's lease, a
+/// publish confirmed gc's intent as a writer's.
+#[tokio::test]
+async fn a_writers_step_naming_another_kind_of_operation_is_refused() {
+    let h = Harness::new(Backend::Memory).await;
+    let engine = &h.engine;
+    let ds = h.create_dataset("not-a-writer").await;
+    let gc = mend::intent::Intent::armed(
+        "op-gc".to_string(),
+        mend::intent::OperationKind::Gc,
+        &ds,
+        "gc-node",
+        mend::clock::Clock::now_ms(h.clock.as_ref()),
+        60_000,
+    );
+    engine.catalog().put_intent(&gc).await.unwrap();
+    let refused = |step: &str, result: Result<OperationView, MendError>| match result {
+        Err(MendError::InvalidArgument { message }) => assert!(
+            message.contains("operation op-gc is a Gc, not a writer's commit or merge"),
+            "{step}: {message}"
+        ),
+        other => panic!("{step} was not refused: {other:?}"),
+    };
+    h.clock.advance_ms(1_000);
+    refused(
+        "heartbeat",
+        engine
+            .heartbeat_operation(&ds, "op-gc", Some(120_000))
+            .await,
+    );
+    refused("publish", engine.publish_operation(&ds, "op-gc").await);
+    let upload = engine
+        .upload_object(&ds, "op-gc", "s-1", body(&payload("s-1", 8), 8))
+        .await;
+    match upload {
+        Err(MendError::InvalidArgument { message }) => {
+            assert!(message.contains("is a Gc"), "upload: {message}")
+        }
+        other => panic!("upload was not refused: {other:?}"),
+    }
+    assert_eq!(
+        engine.catalog().list_intents(&ds).await.unwrap(),
+        [gc],
+        "gc's intent moved"
+    );
+    assert!(h.rows(&ds).await.is_empty());
+    println!(
+        "a heartbeat, a publish and an upload naming gc's operation: 3 refused, nothing moved"
     );
 }
