@@ -344,12 +344,28 @@ pub fn check_confirmable(intent: &Intent, states: &BTreeMap<&str, SplitState>) -
 }
 
 /// Whether `stored` may be abandoned now: `Ok(true)` if it is `Armed` and its lease ran out by
-/// `lease_expired_by` (or whatever its lease, with `None`), `Ok(false)` if it is already
-/// `Abandoned`; `FailedPrecondition` naming the operation if it is `EffectsConfirmed` or its
-/// lease is still live. Both backends decide with it, inside their atomic step.
+/// `lease_expired_by` (or whatever its lease, with `None`: its owner's abort, exclusive
+/// recovery), `Ok(false)` if it is already `Abandoned` and the caller names no lease;
+/// `FailedPrecondition` naming the operation if it is `EffectsConfirmed`, its lease is still
+/// live, or a caller that abandons it for a lease that ran out finds it `Abandoned` already.
+/// Such a caller (a recovery sweep) observed it `Armed`: another step fenced it since (its
+/// writer's abort, another sweep), and the sweep taking it for its own takeover would answer
+/// that the owner's lease ran out when the owner ended it (found by `mend-sim`, seed
+/// 8115394297526634718: a sweep reported taking over an operation whose writer had renewed
+/// its lease, then aborted it). Both backends decide with it, inside their atomic step.
 pub fn abandonable(stored: &Intent, lease_expired_by: Option<TimestampMs>) -> Result<bool> {
     let operation_id = &stored.operation_id;
     match stored.phase {
+        IntentPhase::Abandoned if lease_expired_by.is_some() => {
+            Err(MendError::failed_precondition(
+                format!(
+                    "intent {operation_id} was abandoned already, since it was observed armed \
+                     (its writer aborted it, or another sweep abandoned it): an abandonment for \
+                     a lease that ran out no longer applies"
+                ),
+                vec![operation_id.clone()],
+            ))
+        }
         IntentPhase::Abandoned => Ok(false),
         IntentPhase::EffectsConfirmed => Err(MendError::failed_precondition(
             format!(

@@ -197,7 +197,10 @@ fn a_fixed_range_of_seeds_holds() {
 /// between stamping a merge's publish and landing it, so the mark of the split it replaced
 /// predated readers' last sight of it published by more than the grace period's slack, and gc
 /// deleted the object 1.4 s early (a published split's mark is now timed from when gc first
-/// sees it).
+/// sees it); 8115394297526634718 (the soak after that), a sweep that observed an operation
+/// armed with its lease run out, then found it abandoned by its writer's abort (the writer had
+/// renewed its lease meanwhile), and reported taking it over as if the lease had run out (a
+/// sweep's abandonment now requires the intent still armed, or observed abandoned already).
 #[test]
 fn the_seeds_that_found_bugs_hold() {
     assert_holds(
@@ -217,6 +220,7 @@ fn the_seeds_that_found_bugs_hold() {
             1_083_818_128_378_677_243,
             13_329_079_666_074_005_667,
             1_282_375_541_035_437_414,
+            8_115_394_297_526_634_718,
         ]
         .into_iter(),
         "seeds that found bugs",

@@ -2159,3 +2159,112 @@ async fn a_writers_step_naming_another_kind_of_operation_is_refused() {
         "a heartbeat, a publish and an upload naming gc's operation: 3 refused, nothing moved"
     );
 }
+
+/// Aborts an operation through the catalog (as its writer's abort fences it) just before the
+/// first of the engine's `step`s: the writer ending its operation between a sweep's look and
+/// the sweep's write.
+#[derive(Debug)]
+struct AbortedBeforeOnce {
+    step: mend::faults::DurableStep,
+    catalog: std::sync::Arc<dyn mend::Catalog>,
+    dataset_id: String,
+    operation_id: String,
+    now_ms: i64,
+    done: std::sync::atomic::AtomicBool,
+}
+
+impl mend::faults::Faults for AbortedBeforeOnce {
+    fn before(&self, step: &mend::faults::DurableStep) -> mend::Result<()> {
+        if *step != self.step || self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
+        }
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(async {
+                self.catalog
+                    .abandon_intent(&self.dataset_id, &self.operation_id, None, self.now_ms)
+                    .await
+                    .map(|_| ())
+            })
+        })
+    }
+
+    fn after(&self, _step: &mend::faults::DurableStep) -> mend::Result<()> {
+        Ok(())
+    }
+}
+
+/// A sweep that observed an operation armed with its lease run out, and whose writer fenced
+/// it (its abort) before the sweep's abandonment landed, answers that it was overtaken, not
+/// that it took the operation over because its owner's lease ran out: the owner ended it.
+/// Taken for its own, the abandonment reported a takeover of an operation whose writer had
+/// just renewed its lease and then aborted it (found by `mend-sim`, seed
+/// 8115394297526634718, `leases-respected`). The writer's abort then finishes it. On every
+/// backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_overtaken_by_the_writers_abort_says_so() {
+    let mut checked = 0;
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("abort-first").await;
+        // One of its two objects uploaded: never confirmed, the sweep abandons it.
+        let (bytes, other) = (payload("s-a", 100), payload("s-b", 100));
+        let mut begin = plan(&ds, "op-a", &[("s-a", &bytes), ("s-b", &other)], 10);
+        begin.lease_ms = Some(1_000);
+        engine.begin_operation(&begin).await.unwrap();
+        engine
+            .upload_object(&ds, "op-a", "s-a", body(&bytes, 64))
+            .await
+            .unwrap();
+        h.clock.advance_ms(2_000);
+        let racing = engine.with_faults(std::sync::Arc::new(AbortedBeforeOnce {
+            step: mend::faults::DurableStep::SettleIntents,
+            catalog: engine.catalog().clone(),
+            dataset_id: ds.clone(),
+            operation_id: "op-a".into(),
+            now_ms: mend::clock::Clock::now_ms(h.clock.as_ref()),
+            done: std::sync::atomic::AtomicBool::new(false),
+        }));
+        let report = racing
+            .recover(&ds, mend_contract::RecoveryMode::RollForward)
+            .await
+            .unwrap();
+        let [intent] = report.intents.as_slice() else {
+            panic!("{backend}: {report:?}");
+        };
+        assert!(
+            matches!(intent.decision, mend_contract::RecoveryDecision::Abandon(_)),
+            "{backend}: {intent:?}"
+        );
+        match &intent.outcome {
+            mend::engine::Outcome::Overtaken(why) => assert!(
+                why.contains("Abandoned") && why.contains("abandoned already"),
+                "{backend}: {why}"
+            ),
+            other => panic!("{backend}: the sweep claimed the abandonment: {other:?}"),
+        }
+        // Nothing of the sweep's: the intent is the abort's, fenced, its rows still staged.
+        let intents = engine.catalog().list_intents(&ds).await.unwrap();
+        assert_eq!(intents.len(), 1, "{backend}");
+        assert_eq!(
+            intents[0].phase,
+            mend::intent::IntentPhase::Abandoned,
+            "{backend}"
+        );
+        let rows = h.rows(&ds).await;
+        assert!(
+            rows.len() == 2 && rows.iter().all(|row| row.state == SplitState::Staged),
+            "{backend}: {rows:?}"
+        );
+        // The writer's abort finishes what it began.
+        let aborted = engine.abort_operation(&ds, "op-a").await.unwrap();
+        assert_eq!(aborted.phase, OperationPhase::Ended, "{backend}");
+        assert!(engine.catalog().list_intents(&ds).await.unwrap().is_empty());
+        checked += 1;
+    }
+    println!(
+        "{checked} backends: a sweep overtaken by its writer's abort answered overtaken, and \
+         the abort finished"
+    );
+    assert_eq!(checked, Backend::ALL.len());
+}

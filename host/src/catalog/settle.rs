@@ -55,14 +55,18 @@ pub enum Settlement {
         operation_id: String,
     },
     /// An abandonment: the intent, still `Armed` with its lease run out at or before
-    /// `lease_expired_by` (or `Abandoned` already), is deleted, and the rows of `mark` that
+    /// `lease_expired_by` (or `Abandoned` already, if the sweep observed it so), is deleted,
+    /// and the rows of `mark` that
     /// are still staged are marked for deletion (checked at the write: a row published or
-    /// marked meanwhile is left alone). A live lease or a confirmed intent refuses the batch
-    /// with `FailedPrecondition` naming the operation. An intent already gone is fine: it marks
-    /// nothing and settles as [`Settled::Gone`].
+    /// marked meanwhile is left alone). A live lease, a confirmed intent, or one the sweep
+    /// observed `Armed` and another step abandoned since (its writer's abort, another sweep)
+    /// refuses the batch with `FailedPrecondition` naming the operation. An intent already
+    /// gone is fine: it marks nothing and settles as [`Settled::Gone`].
     Abandon {
         /// The operation whose intent it settles.
         operation_id: String,
+        /// The phase the sweep observed it in: `Armed`, or `Abandoned` (fenced earlier).
+        observed: crate::intent::IntentPhase,
         /// The sweep's time: the lease must have run out by then.
         lease_expired_by: TimestampMs,
         /// The operation's own rows, which no other intent names.
@@ -314,6 +318,7 @@ pub(crate) fn plan(
             }
             Settlement::Discard { .. } => Settled::Discarded,
             Settlement::Abandon {
+                observed,
                 lease_expired_by,
                 mark,
                 end,
@@ -326,7 +331,11 @@ pub(crate) fn plan(
                             "the intent of operation {operation_id} was not read for its abandonment"
                         ),
                     })?;
-                    crate::intent::abandonable(stored, Some(*lease_expired_by))?;
+                    let fenced_earlier = *observed == crate::intent::IntentPhase::Abandoned
+                        && stored.phase == crate::intent::IntentPhase::Abandoned;
+                    if !fenced_earlier {
+                        crate::intent::abandonable(stored, Some(*lease_expired_by))?;
+                    }
                     let marked: Vec<String> = sorted_distinct(mark)
                         .into_iter()
                         .filter(|id| state(id) == Some(SplitState::Staged))
@@ -577,13 +586,17 @@ pub async fn one_at_a_time<C: Catalog + ?Sized>(
             }
             Settlement::Discard { .. } => Settled::Discarded,
             Settlement::Abandon {
+                observed,
                 lease_expired_by,
                 mark,
                 end,
                 ..
             } => {
+                // Observed fenced earlier, it is abandoned whatever its lease (it stays so).
+                let lease_expired_by = (*observed != crate::intent::IntentPhase::Abandoned)
+                    .then_some(*lease_expired_by);
                 let abandoned = catalog
-                    .abandon_intent(dataset_id, operation_id, Some(*lease_expired_by), now_ms)
+                    .abandon_intent(dataset_id, operation_id, lease_expired_by, now_ms)
                     .await;
                 match abandoned {
                     Err(MendError::NotFound {
@@ -842,6 +855,7 @@ mod tests {
             publish_of("a", &["s1", "s1"], None),
             Settlement::Abandon {
                 operation_id: "b".into(),
+                observed: crate::intent::IntentPhase::Armed,
                 lease_expired_by: 0,
                 mark: vec!["s1".into()],
                 end: RecordedRequest::new(&key("b-end"), &"ended", 0),

@@ -404,13 +404,25 @@ pub(super) async fn abandon_fences_an_expired_armed_intent_only(h: &Harness<'_>)
     );
     checks += 2;
 
-    // Idempotent: the same intent, nothing written.
+    // Idempotent for its owner's abort (no lease named): the same intent, nothing written.
+    // A sweep that abandons it for a lease that ran out finds it abandoned by another since
+    // it observed it, and is refused: the takeover is not its.
     let again = catalog
-        .abandon_intent(&ds, "op-a", Some(99_000), 99_000)
+        .abandon_intent(&ds, "op-a", None, 99_000)
         .await
         .expect("abandon again");
     assert_eq!(again, abandoned);
-    checks += 1;
+    let taken = catalog
+        .abandon_intent(&ds, "op-a", Some(99_000), 99_000)
+        .await
+        .unwrap_err();
+    assert!(failed_precondition_naming(&taken, "op-a"), "{taken:?}");
+    assert!(taken.to_string().contains("abandoned already"), "{taken}");
+    assert_eq!(
+        catalog.list_intents(&ds).await.unwrap(),
+        std::slice::from_ref(&abandoned)
+    );
+    checks += 3;
 
     // Fenced at the write: its owner can neither confirm nor renew it.
     for attempt in [

@@ -85,6 +85,7 @@ fn publish(
 fn abandon(operation_id: &str, by: i64, mark: &[&str]) -> Settlement {
     Settlement::Abandon {
         operation_id: operation_id.into(),
+        observed: IntentPhase::Armed,
         lease_expired_by: by,
         mark: mark.iter().map(|id| id.to_string()).collect(),
         end: RecordedRequest::new(&end_key(operation_id), &"ended", by),

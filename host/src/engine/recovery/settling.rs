@@ -169,6 +169,7 @@ impl Engine {
                 Some(Settlement::Abandon {
                     end: self.end_record(sweep.dataset_id, &operation_id),
                     operation_id,
+                    observed: intent.phase,
                     // Its lease must have run out by the time the sweep observed.
                     lease_expired_by: sweep.now_ms,
                     // Its own rows, found when the batch executes.
