@@ -2268,3 +2268,115 @@ async fn a_sweep_overtaken_by_the_writers_abort_says_so() {
     );
     assert_eq!(checked, Backend::ALL.len());
 }
+
+/// A begin whose kind and replaced splits disagree is refused with `InvalidArgument` naming
+/// the rule, and writes nothing: a commit replaces nothing, a merge replaces at least one split
+/// and moves no data in (no checkpoint delta).
+#[tokio::test]
+async fn a_begin_whose_kind_and_replaced_splits_disagree_is_refused() {
+    let h = Harness::new(Backend::Memory).await;
+    let engine = &h.engine;
+    let ds = h.create_dataset("kinds").await;
+    let bytes = payload("s-k", 16);
+    let commit_replacing = BeginOperation {
+        replaced_split_ids: vec!["s-old".into()],
+        ..plan(&ds, "op-commit", &[("s-k", &bytes)], 10)
+    };
+    let merge_replacing_nothing = BeginOperation {
+        kind: ExternalKind::Merge,
+        checkpoint_delta: None,
+        ..plan(&ds, "op-merge-1", &[("s-k", &bytes)], 10)
+    };
+    let merge_with_delta = BeginOperation {
+        kind: ExternalKind::Merge,
+        replaced_split_ids: vec!["s-old".into()],
+        ..plan(&ds, "op-merge-2", &[("s-k", &bytes)], 10)
+    };
+    let before = h.write_fingerprint(&ds).await;
+    let mut refused = 0;
+    for (request, rule) in [
+        (commit_replacing, "a commit replaces nothing"),
+        (
+            merge_replacing_nothing,
+            "a merge replaces at least one split",
+        ),
+        (merge_with_delta, "a merge carries no checkpoint delta"),
+    ] {
+        match engine.begin_operation(&request).await {
+            Err(MendError::InvalidArgument { message }) => {
+                assert!(message.contains(rule), "{message}")
+            }
+            other => panic!("{rule}: not refused: {other:?}"),
+        }
+        refused += 1;
+    }
+    assert_eq!(
+        h.write_fingerprint(&ds).await,
+        before,
+        "a refused begin wrote"
+    );
+    assert!(engine.catalog().list_intents(&ds).await.unwrap().is_empty());
+    println!("begins whose kind and replaced splits disagree: {refused} refused, nothing written");
+    assert_eq!(refused, 3);
+}
+
+/// A begin sent again resumes its operation only if it plans the same operation: the same
+/// kind, owner, rows, publish and objects. Sent again with any of them changed, it is refused
+/// with `InvalidArgument` (an operation id names one operation), and the stored intent stays.
+#[tokio::test]
+async fn a_begin_sent_again_with_another_plan_is_refused() {
+    let h = Harness::new(Backend::Memory).await;
+    let engine = &h.engine;
+    let ds = h.create_dataset("again").await;
+    let (a, b) = (payload("s-a", 16), payload("s-b", 16));
+    let first = plan(&ds, "op-1", &[("s-a", &a)], 10);
+    engine.begin_operation(&first).await.unwrap();
+    let stored = engine.catalog().list_intents(&ds).await.unwrap();
+    // The same plan, later: resumed.
+    h.clock.advance_ms(1_000);
+    engine.begin_operation(&first).await.unwrap();
+
+    let mut other_metadata = first.clone();
+    other_metadata.splits[0].metadata_json = r#"{"num_docs": 4}"#.into();
+    let mut other_size = first.clone();
+    other_size.splits[0].size += 1;
+    let mut other_checksum = first.clone();
+    other_checksum.splits[0].sha256 = sha256(&b);
+    let changed = [
+        (
+            "another kind",
+            BeginOperation {
+                kind: ExternalKind::Merge,
+                replaced_split_ids: vec!["s-old".into()],
+                checkpoint_delta: None,
+                ..first.clone()
+            },
+        ),
+        (
+            "another owner",
+            BeginOperation {
+                node: "indexer-8".into(),
+                ..first.clone()
+            },
+        ),
+        ("another row", other_metadata),
+        ("another publish", plan(&ds, "op-1", &[("s-a", &a)], 20)),
+        ("another object size", other_size),
+        ("another object checksum", other_checksum),
+        ("another split", plan(&ds, "op-1", &[("s-b", &b)], 10)),
+    ];
+    let mut refused = 0;
+    for (what, request) in changed {
+        match engine.begin_operation(&request).await {
+            Err(MendError::InvalidArgument { message }) => assert!(
+                message.contains("was begun with another plan"),
+                "{what}: {message}"
+            ),
+            other => panic!("{what}: not refused: {other:?}"),
+        }
+        refused += 1;
+    }
+    assert_eq!(engine.catalog().list_intents(&ds).await.unwrap(), stored);
+    println!("a begin sent again: the same plan resumed, {refused} other plans refused");
+    assert_eq!(refused, 7);
+}
