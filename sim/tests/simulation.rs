@@ -200,7 +200,12 @@ fn a_fixed_range_of_seeds_holds() {
 /// sees it); 8115394297526634718 (the soak after that), a sweep that observed an operation
 /// armed with its lease run out, then found it abandoned by its writer's abort (the writer had
 /// renewed its lease meanwhile), and reported taking it over as if the lease had run out (a
-/// sweep's abandonment now requires the intent still armed, or observed abandoned already).
+/// sweep's abandonment now requires the intent still armed, or observed abandoned already);
+/// 16346025194394401060 (the soak after that), a gap in the checker, not the engine: a plain
+/// stager's rows were collected while its publish stalled, its objects landed again and
+/// reconcile staged rows for them, and the stager's publish then landed, publishing those rows
+/// with its delta. The checker took every adopted plain operation's delta for never applied
+/// and found the checkpoint one ahead (`exactly-once` now counts such a delta by its answer).
 #[test]
 fn the_seeds_that_found_bugs_hold() {
     assert_holds(
@@ -221,6 +226,7 @@ fn the_seeds_that_found_bugs_hold() {
             13_329_079_666_074_005_667,
             1_282_375_541_035_437_414,
             8_115_394_297_526_634_718,
+            16_346_025_194_394_401_060,
         ]
         .into_iter(),
         "seeds that found bugs",

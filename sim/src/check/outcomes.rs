@@ -200,11 +200,22 @@ pub(super) fn ended_stays_ended(history: &History, ends_unrecorded: &[String], f
     }
 }
 
-/// Exactly once: a partition at N was moved by N published deltas, from 0 to N - 1.
+/// The delta of a plain operation some of whose splits reconcile adopted: whether it applied
+/// (its publish answered published, or refused), `None` when no answer said.
+pub(super) struct AdoptedDelta<'a> {
+    pub partition: &'a str,
+    pub from: u64,
+    pub applied: Option<bool>,
+}
+
+/// Exactly once: a partition at N was moved by N published deltas, from 0 to N - 1. The
+/// deltas of `adopted` operations count as their answers say; one no answer settled may fill
+/// a position no other delta did.
 pub(super) fn exactly_once(
     history: &History,
     positions: &BTreeMap<String, u64>,
     mut published_from: BTreeMap<&str, Vec<u64>>,
+    adopted: &[AdoptedDelta<'_>],
     found: &mut Found,
 ) {
     let partitions: BTreeSet<&str> = history
@@ -212,13 +223,31 @@ pub(super) fn exactly_once(
         .iter()
         .filter(|record| record.moves_checkpoint())
         .map(|record| record.partition.as_str())
+        .chain(adopted.iter().map(|delta| delta.partition))
         .collect();
     for partition in partitions {
         let position = positions.get(partition).copied().unwrap_or(0);
         let mut froms = published_from.remove(partition).unwrap_or_default();
+        let of_partition = adopted.iter().filter(|delta| delta.partition == partition);
+        froms.extend(
+            of_partition
+                .clone()
+                .filter(|delta| delta.applied == Some(true))
+                .map(|delta| delta.from),
+        );
         froms.sort_unstable();
+        let undecided: BTreeSet<u64> = of_partition
+            .filter(|delta| delta.applied.is_none())
+            .map(|delta| delta.from)
+            .collect();
+        let filled: BTreeSet<u64> = froms.iter().copied().collect();
+        let mut with_undecided = froms.clone();
+        with_undecided.extend(
+            (0..position).filter(|from| !filled.contains(from) && undecided.contains(from)),
+        );
+        with_undecided.sort_unstable();
         let expected: Vec<u64> = (0..position).collect();
-        if froms != expected {
+        if with_undecided != expected {
             found.push(
                 Check::ExactlyOnce,
                 format!(
