@@ -2380,3 +2380,162 @@ async fn a_begin_sent_again_with_another_plan_is_refused() {
     println!("a begin sent again: the same plan resumed, {refused} other plans refused");
     assert_eq!(refused, 7);
 }
+
+/// An abort rolls back the rows its begin inserted that are still staged, and their objects;
+/// a row of the operation published meanwhile (here by a plain publish naming it) is no
+/// longer the operation's to undo: it keeps its row and its object, while its sibling, still
+/// staged, loses both.
+#[tokio::test]
+async fn an_abort_keeps_a_row_published_meanwhile_and_its_object() {
+    let mut checked = 0;
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("kept").await;
+        let (a, b) = (payload("s-a", 64), payload("s-b", 64));
+        engine
+            .begin_operation(&plan(&ds, "op-two", &[("s-a", &a), ("s-b", &b)], 10))
+            .await
+            .unwrap();
+        for (split_id, bytes) in [("s-a", &a), ("s-b", &b)] {
+            engine
+                .upload_object(&ds, "op-two", split_id, body(bytes, 64))
+                .await
+                .unwrap();
+        }
+        engine
+            .publish(&PublishRequest::staged(ds.clone(), vec!["s-a".into()]))
+            .await
+            .unwrap();
+        let aborted = engine.abort_operation(&ds, "op-two").await.unwrap();
+        assert_eq!(aborted.phase, OperationPhase::Ended, "{backend}");
+        let rows: Vec<(String, SplitState)> = h
+            .rows(&ds)
+            .await
+            .into_iter()
+            .map(|row| (row.split_id, row.state))
+            .collect();
+        assert_eq!(
+            rows,
+            [("s-a".to_string(), SplitState::Published)],
+            "{backend}: the abort took the staged row and kept the published one"
+        );
+        assert_eq!(object_payload(&h, &ds, "s-a").await, a, "{backend}");
+        let (store, _) = engine.objects().store();
+        let gone = store.head(&engine.objects().path(&ds, "s-b")).await;
+        assert!(
+            matches!(gone, Err(object_store::Error::NotFound { .. })),
+            "{backend}: the staged row's object stayed: {gone:?}"
+        );
+        checked += 3;
+    }
+    println!("an abort beside a published row: {checked} checks on every backend");
+    assert_eq!(checked, 3 * Backend::ALL.len());
+}
+
+/// An object in place is the planned one only if its size, its checksum and its operation
+/// all match the plan; any one of them different, whole and readable under its own header,
+/// is shown as `Different` and refused by publish, naming it.
+#[tokio::test]
+async fn an_object_in_place_is_the_planned_one_only_if_size_checksum_and_operation_match() {
+    let mut checked = 0;
+    for backend in Backend::ALL {
+        let h = Harness::new(backend).await;
+        let engine = &h.engine;
+        let ds = h.create_dataset("in-place").await;
+        let planned = [
+            ("s-checksum", payload("s-checksum", 64)),
+            ("s-operation", payload("s-operation", 64)),
+            ("s-size", payload("s-size", 64)),
+        ];
+        let splits: Vec<(&str, &[u8])> = planned
+            .iter()
+            .map(|(id, bytes)| (*id, bytes.as_slice()))
+            .collect();
+        let begun = engine
+            .begin_operation(&plan(&ds, "op-3", &splits, 10))
+            .await
+            .unwrap();
+        let (store, _) = engine.objects().store();
+        for split in &begun.splits {
+            let mut header: format::SplitObjectHeader =
+                serde_json::from_str(&split.header_json).unwrap();
+            // Each object is whole under its own header, and differs from the plan in one way.
+            let bytes = match split.split_id.as_str() {
+                "s-checksum" => payload("other", 64),
+                "s-operation" => {
+                    header.operation_id = Some("op-else".into());
+                    payload("s-operation", 64)
+                }
+                _ => payload("s-size", 65),
+            };
+            header.payload_size = bytes.len() as u64;
+            header.payload_sha256 = sha256(&bytes);
+            store
+                .put(
+                    &Path::from(split.object_path.as_str()),
+                    format::encode(&header, &bytes).into(),
+                )
+                .await
+                .unwrap();
+        }
+        let shown = engine.show_operation(&ds, "op-3").await.unwrap();
+        for split in &shown.splits {
+            assert_eq!(
+                split.object,
+                Some(ObjectStatus::Different),
+                "{backend}: {}",
+                split.split_id
+            );
+            checked += 1;
+        }
+        let error = engine.publish_operation(&ds, "op-3").await.unwrap_err();
+        assert!(
+            matches!(&error, MendError::FailedPrecondition { ids, .. }
+                if ids == &["s-checksum", "s-operation", "s-size"]),
+            "{backend}: {error:?}"
+        );
+        checked += 1;
+    }
+    println!("objects differing from the plan in one way each: {checked} checks");
+    assert_eq!(checked, 4 * Backend::ALL.len());
+}
+
+/// A merge's operation is shown as a merge: by its begin, by show, by its publish; a
+/// commit's as a commit.
+#[tokio::test]
+async fn a_merge_is_shown_as_a_merge_and_a_commit_as_a_commit() {
+    let h = Harness::new(Backend::Memory).await;
+    let engine = &h.engine;
+    let ds = h.create_dataset("kinds-shown").await;
+    let old = payload("s-old", 32);
+    begin_and_upload(engine, &ds, "op-commit", "s-old", &old, 10).await;
+    assert_eq!(
+        engine.show_operation(&ds, "op-commit").await.unwrap().kind,
+        ExternalKind::Commit
+    );
+    let committed = engine.publish_operation(&ds, "op-commit").await.unwrap();
+    assert_eq!(committed.kind, ExternalKind::Commit);
+
+    let merged = payload("s-merged", 32);
+    let begun = engine
+        .begin_operation(&merge_plan(
+            &ds,
+            "op-merge",
+            &[("s-merged", &merged)],
+            &["s-old"],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(begun.kind, ExternalKind::Merge);
+    engine
+        .upload_object(&ds, "op-merge", "s-merged", body(&merged, 64))
+        .await
+        .unwrap();
+    let shown = engine.show_operation(&ds, "op-merge").await.unwrap();
+    assert_eq!(shown.kind, ExternalKind::Merge);
+    let published = engine.publish_operation(&ds, "op-merge").await.unwrap();
+    assert_eq!(published.kind, ExternalKind::Merge);
+    assert_eq!(published.phase, OperationPhase::Published);
+    println!("kinds shown: a commit's three views say commit, a merge's three say merge");
+}
