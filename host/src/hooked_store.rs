@@ -81,6 +81,23 @@ impl HookedStore {
         self.puts.lock().unwrap().clone()
     }
 
+    /// An engine over this store, as one process of several sharing it would be: the
+    /// object-store catalog and the split objects under `mend`, the default policy.
+    pub(crate) fn engine(self: &Arc<Self>) -> crate::Engine {
+        let catalog = crate::catalog::ObjectStoreCatalog::new(
+            self.clone(),
+            Path::from("mend"),
+            crate::catalog::object_store::ObjectStoreCatalogOptions::default(),
+        );
+        crate::Engine::new(
+            Arc::new(catalog),
+            crate::objects::SplitObjects::new(self.clone(), Path::from("mend")),
+            crate::runtime::PolicyRuntime::default_policy().expect("the default policy loads"),
+            crate::EngineOptions::default(),
+        )
+        .expect("an engine over the hooked store")
+    }
+
     /// Puts so far (answered or not) whose path contains `fragment`.
     pub(crate) fn puts_containing(&self, fragment: &str) -> usize {
         let puts = self.puts.lock().unwrap();

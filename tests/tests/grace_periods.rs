@@ -238,18 +238,7 @@ async fn one_round(
     let born = listed(h, dataset_id).await[&orphan];
     h.clock.set_ms(born);
     for id in [&staged, &marked] {
-        let metadata = r#"{"num_docs": 1}"#;
-        let request = mend::model::StageRequest {
-            dataset_id: dataset_id.to_string(),
-            mode: StageMode::CreateOnly,
-            node: "node-a".into(),
-            splits: vec![mend::model::StageSplit {
-                split_id: id.clone(),
-                metadata_json: metadata.into(),
-            }],
-        };
-        engine.stage(&request).await.unwrap();
-        h.plant_orphan(dataset_id, id, &dataset.uid, false).await;
+        stage_with_object(h, dataset_id, &dataset.uid, id, "lost-operation").await;
     }
     engine
         .publish(&PublishRequest::staged(dataset_id, vec![marked.clone()]))
@@ -358,6 +347,29 @@ async fn one_round(
     9
 }
 
+/// Stages `split_id` alone (create-only, as node-a) and puts its object, whole, its header
+/// naming `operation_id`: a split a writer staged and uploaded.
+async fn stage_with_object(
+    h: &Harness,
+    dataset_id: &str,
+    uid: &str,
+    split_id: &str,
+    operation_id: &str,
+) {
+    let request = mend::model::StageRequest {
+        dataset_id: dataset_id.to_string(),
+        mode: StageMode::CreateOnly,
+        node: "node-a".into(),
+        splits: vec![mend::model::StageSplit {
+            split_id: split_id.to_string(),
+            metadata_json: r#"{"num_docs": 1}"#.into(),
+        }],
+    };
+    h.engine.stage(&request).await.unwrap();
+    h.plant_orphan_of(dataset_id, split_id, uid, operation_id)
+        .await;
+}
+
 /// The dataset's objects, each with its last-modified time (ms).
 async fn listed(h: &Harness, dataset_id: &str) -> std::collections::BTreeMap<String, i64> {
     h.engine
@@ -393,20 +405,7 @@ async fn recovery_settles_an_intent_only_over_the_rows_it_planned_on() {
     let t0 = 1_800_000_000_000;
     h.clock.set_ms(t0);
     for id in [&replaced, &then_marked] {
-        engine
-            .stage(&mend::model::StageRequest {
-                dataset_id: dataset_id.clone(),
-                mode: StageMode::CreateOnly,
-                node: "node-a".into(),
-                splits: vec![mend::model::StageSplit {
-                    split_id: id.clone(),
-                    metadata_json: r#"{"num_docs": 1}"#.into(),
-                }],
-            })
-            .await
-            .unwrap();
-        h.plant_orphan_of(&dataset_id, id, &dataset.uid, "the-publisher")
-            .await;
+        stage_with_object(&h, &dataset_id, &dataset.uid, id, "the-publisher").await;
     }
     engine
         .publish(&PublishRequest::staged(
@@ -575,17 +574,7 @@ async fn a_mark_stamped_before_it_landed_is_timed_from_when_gc_saw_it() {
         let [replaced, dropped, merged] = ["replaced", "dropped", "merged"].map(String::from);
         let t0 = h.clock.now_ms();
         for id in [&replaced, &dropped, &merged] {
-            let request = mend::model::StageRequest {
-                dataset_id: dataset_id.clone(),
-                mode: StageMode::CreateOnly,
-                node: "node-a".into(),
-                splits: vec![mend::model::StageSplit {
-                    split_id: id.clone(),
-                    metadata_json: r#"{"num_docs": 1}"#.into(),
-                }],
-            };
-            engine.stage(&request).await.unwrap();
-            h.plant_orphan(&dataset_id, id, &uid, false).await;
+            stage_with_object(&h, &dataset_id, &uid, id, "lost-operation").await;
         }
         engine
             .publish(&PublishRequest::staged(

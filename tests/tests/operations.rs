@@ -2435,7 +2435,8 @@ async fn an_abort_keeps_a_row_published_meanwhile_and_its_object() {
 
 /// An object in place is the planned one only if its size, its checksum and its operation
 /// all match the plan; any one of them different, whole and readable under its own header,
-/// is shown as `Different` and refused by publish, naming it.
+/// is shown as `Different` and refused by publish, naming it and saying how it differs (and
+/// one not there at all as missing).
 #[tokio::test]
 async fn an_object_in_place_is_the_planned_one_only_if_size_checksum_and_operation_match() {
     let mut checked = 0;
@@ -2447,6 +2448,7 @@ async fn an_object_in_place_is_the_planned_one_only_if_size_checksum_and_operati
             ("s-checksum", payload("s-checksum", 64)),
             ("s-operation", payload("s-operation", 64)),
             ("s-size", payload("s-size", 64)),
+            ("s-unwritten", payload("s-unwritten", 64)),
         ];
         let splits: Vec<(&str, &[u8])> = planned
             .iter()
@@ -2457,7 +2459,11 @@ async fn an_object_in_place_is_the_planned_one_only_if_size_checksum_and_operati
             .await
             .unwrap();
         let (store, _) = engine.objects().store();
-        for split in &begun.splits {
+        for split in begun
+            .splits
+            .iter()
+            .filter(|split| split.split_id != "s-unwritten")
+        {
             let mut header: format::SplitObjectHeader =
                 serde_json::from_str(&split.header_json).unwrap();
             // Each object is whole under its own header, and differs from the plan in one way.
@@ -2481,24 +2487,36 @@ async fn an_object_in_place_is_the_planned_one_only_if_size_checksum_and_operati
         }
         let shown = engine.show_operation(&ds, "op-3").await.unwrap();
         for split in &shown.splits {
+            let expected = match split.split_id.as_str() {
+                "s-unwritten" => ObjectStatus::Missing,
+                _ => ObjectStatus::Different,
+            };
             assert_eq!(
                 split.object,
-                Some(ObjectStatus::Different),
+                Some(expected),
                 "{backend}: {}",
                 split.split_id
             );
             checked += 1;
         }
         let error = engine.publish_operation(&ds, "op-3").await.unwrap_err();
-        assert!(
-            matches!(&error, MendError::FailedPrecondition { ids, .. }
-                if ids == &["s-checksum", "s-operation", "s-size"]),
-            "{backend}: {error:?}"
-        );
+        let MendError::FailedPrecondition { message, ids, .. } = &error else {
+            panic!("{backend}: {error:?}");
+        };
+        assert_eq!(ids, &["s-checksum", "s-operation", "s-size", "s-unwritten"]);
+        let different = "(different: another size, checksum or operation";
+        for said in [
+            format!("s-checksum {different}"),
+            format!("s-operation {different}"),
+            format!("s-size {different}"),
+            "s-unwritten (missing)".to_string(),
+        ] {
+            assert!(message.contains(&said), "{backend}: {said} in {message}");
+        }
         checked += 1;
     }
-    println!("objects differing from the plan in one way each: {checked} checks");
-    assert_eq!(checked, 4 * Backend::ALL.len());
+    println!("objects differing from the plan in one way each, and one missing: {checked} checks");
+    assert_eq!(checked, 5 * Backend::ALL.len());
 }
 
 /// A merge's operation is shown as a merge: by its begin, by show, by its publish; a

@@ -1958,6 +1958,36 @@ impl PayloadCheck {
 mod tests {
     use super::*;
 
+    /// A whole object's sha256, as a writer that puts its objects itself gives it: exactly 64
+    /// hex digits (after an optional `sha256:`); fewer or more, even all hex, are refused,
+    /// naming the object by its place in the request.
+    #[test]
+    fn an_object_digest_is_64_hex_digits_and_nothing_else() {
+        let good = "aB".repeat(32);
+        assert_eq!(object_digest(0, &good).unwrap(), [0xab; 32]);
+        assert_eq!(
+            object_digest(0, &format!("sha256:{good}")).unwrap(),
+            [0xab; 32]
+        );
+        let mut refused = 0;
+        for bad in [
+            "ab".repeat(31),
+            "ab".repeat(33),
+            format!("{}zz", "ab".repeat(31)),
+            format!("sha256:{}", "ab".repeat(31)),
+            String::new(),
+        ] {
+            match object_digest(3, &bad) {
+                Err(MendError::InvalidArgument { message }) => {
+                    assert!(message.contains("objects[3].object_sha256"), "{message}")
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+            refused += 1;
+        }
+        assert_eq!(refused, 5);
+    }
+
     #[test]
     fn the_payload_size_is_recovered_from_the_object_size_whatever_its_digits() {
         let header = |size: u64| SplitObjectHeader {
@@ -2015,33 +2045,16 @@ mod tests {
         use std::sync::atomic::{AtomicBool, Ordering};
 
         use futures::FutureExt;
-        use object_store::path::Path;
 
-        use crate::catalog::ObjectStoreCatalog;
-        use crate::catalog::object_store::ObjectStoreCatalogOptions;
-        use crate::engine::{EngineOptions, ExternalKind, PlannedSplit};
+        use crate::engine::{ExternalKind, PlannedSplit};
         use crate::hooked_store::HookedStore;
         use crate::model::DatasetConfig;
-        use crate::objects::SplitObjects;
-        use crate::runtime::PolicyRuntime;
 
         const PAYLOAD: &[u8] = b"the payload of split s1";
         let store = std::sync::Arc::new(HookedStore::default());
         // Two processes over one store: the writer uploads and aborts; the other publishes,
         // so it reads the object back.
-        let process = || {
-            Engine::new(
-                std::sync::Arc::new(ObjectStoreCatalog::new(
-                    store.clone(),
-                    Path::from("mend"),
-                    ObjectStoreCatalogOptions::default(),
-                )),
-                SplitObjects::new(store.clone(), Path::from("mend")),
-                PolicyRuntime::default_policy().unwrap(),
-                EngineOptions::default(),
-            )
-            .unwrap()
-        };
+        let process = || store.engine();
         let (writer, publisher) = (process(), process());
         writer
             .create_dataset("ds", &DatasetConfig::default())

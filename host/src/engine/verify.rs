@@ -380,33 +380,17 @@ mod tests {
 
     use bytes::Bytes;
     use futures::FutureExt;
-    use object_store::path::Path;
 
     use super::*;
-    use crate::catalog::ObjectStoreCatalog;
-    use crate::catalog::object_store::ObjectStoreCatalogOptions;
-    use crate::engine::{BeginOperation, EngineOptions, ExternalKind, PlannedSplit};
+    use crate::engine::{BeginOperation, ExternalKind, PlannedSplit};
     use crate::hooked_store::HookedStore;
     use crate::model::DatasetConfig;
-    use crate::objects::SplitObjects;
     use crate::objects::format::sha256;
-    use crate::runtime::PolicyRuntime;
 
     const PAYLOAD: &[u8] = b"the payload of split s1";
 
     async fn engine_on(store: &Arc<HookedStore>) -> Engine {
-        let catalog = ObjectStoreCatalog::new(
-            store.clone(),
-            Path::from("mend"),
-            ObjectStoreCatalogOptions::default(),
-        );
-        let engine = Engine::new(
-            Arc::new(catalog),
-            SplitObjects::new(store.clone(), Path::from("mend")),
-            PolicyRuntime::default_policy().unwrap(),
-            EngineOptions::default(),
-        )
-        .unwrap();
+        let engine = store.engine();
         engine
             .create_dataset("ds", &DatasetConfig::default())
             .await
