@@ -44,6 +44,9 @@ fn principals() -> Vec<(&'static str, Option<String>, Vec<&'static str>)> {
         ("operator", secret(5), vec!["operate:logs-*"]),
         ("root", secret(6), vec!["admin"]),
         ("admin-token", secret(7), vec![]),
+        // Not columns of the matrix: grants on every dataset, for the routes over all of them.
+        ("reader-all", secret(8), vec!["read:*"]),
+        ("operator-all", secret(9), vec!["operate:*"]),
     ]
 }
 
@@ -762,4 +765,338 @@ async fn access_a_principal_at_its_writes_in_flight_is_refused_another() {
         "access: a principal at 1 write in flight refused another (429), served its read and \
          another principal's write, and wrote again once its upload ended"
     );
+}
+
+/// The OpenAPI document gives each route's grant as `x-mend-grant`, in the words of the
+/// Security section of docs/src/server.md: written out here by hand, route by route (not
+/// derived from [`ROUTES`], which is what is under test).
+#[test]
+fn access_the_document_names_each_routes_grant() {
+    const NONE: &str = "none";
+    const ANY: &str = "any principal (answers list only the datasets it may read)";
+    const READ: &str = "read on the dataset";
+    const WRITE: &str = "write on the dataset";
+    const OPERATE: &str = "operate on the dataset";
+    const OWN: &str =
+        "write on the dataset, and to be the principal that began the operation (or admin)";
+    const ADMIN: &str = "admin";
+    let operation = "/v1/datasets/{dataset}/operations/{operation}";
+    let expected: BTreeMap<(String, String), String> = [
+        ("GET", "/healthz".to_owned(), NONE),
+        ("GET", "/readyz".to_owned(), NONE),
+        ("GET", "/v1/openapi.json".to_owned(), NONE),
+        (
+            "GET",
+            "/metrics".to_owned(),
+            "read on every dataset (read:*)",
+        ),
+        (
+            "GET",
+            "/v1/fleet".to_owned(),
+            "operate on every dataset (operate:*)",
+        ),
+        ("GET", "/v1/status".to_owned(), ANY),
+        ("GET", "/v1/datasets".to_owned(), ANY),
+        ("POST", "/v1/datasets".to_owned(), ANY),
+        ("GET", "/v1/datasets/{dataset}".to_owned(), READ),
+        ("POST", "/v1/datasets/{dataset}/config".to_owned(), OPERATE),
+        ("POST", "/v1/datasets/{dataset}/fence".to_owned(), OPERATE),
+        ("POST", "/v1/datasets/{dataset}/stage".to_owned(), WRITE),
+        ("POST", "/v1/datasets/{dataset}/publish".to_owned(), WRITE),
+        ("POST", "/v1/datasets/{dataset}/mark".to_owned(), WRITE),
+        ("POST", "/v1/datasets/{dataset}/delete".to_owned(), WRITE),
+        ("GET", "/v1/datasets/{dataset}/splits".to_owned(), READ),
+        ("POST", "/v1/datasets/{dataset}/gc".to_owned(), OPERATE),
+        (
+            "POST",
+            "/v1/datasets/{dataset}/reconcile".to_owned(),
+            OPERATE,
+        ),
+        ("POST", "/v1/datasets/{dataset}/recover".to_owned(), OPERATE),
+        ("GET", "/v1/datasets/{dataset}/verify".to_owned(), READ),
+        ("GET", "/v1/datasets/{dataset}/audit".to_owned(), OPERATE),
+        (
+            "POST",
+            "/v1/datasets/{dataset}/operations".to_owned(),
+            WRITE,
+        ),
+        ("GET", operation.to_owned(), OWN),
+        ("PUT", format!("{operation}/splits/{{split}}"), OWN),
+        ("POST", format!("{operation}/upload-urls"), OWN),
+        ("POST", format!("{operation}/heartbeat"), OWN),
+        ("POST", format!("{operation}/publish"), OWN),
+        ("POST", format!("{operation}/abort"), OWN),
+        ("GET", "/v1/policy".to_owned(), ANY),
+        ("POST", "/v1/policy/swap".to_owned(), ADMIN),
+        ("POST", "/v1/policy/replay".to_owned(), ADMIN),
+        ("POST", "/v1/policy/rollback".to_owned(), ADMIN),
+    ]
+    .into_iter()
+    .map(|(method, path, grant)| ((method.to_owned(), path), grant.to_owned()))
+    .collect();
+    let document: Value = serde_json::from_str(&crate::routes::document_json()).unwrap();
+    let mut documented = BTreeMap::new();
+    for (path, methods) in document["paths"].as_object().unwrap() {
+        for (method, operation) in methods.as_object().unwrap() {
+            let grant = operation["x-mend-grant"].as_str().unwrap_or("(none given)");
+            documented.insert((method.to_uppercase(), path.clone()), grant.to_owned());
+        }
+    }
+    assert_eq!(documented, expected);
+    println!(
+        "access: the document names the grant of each of its {} routes as written here",
+        documented.len()
+    );
+}
+
+/// A method a listed route does not answer is the router's 405 (with `Allow`), for every
+/// caller, credential or not: not a refusal, nor a route without a rule.
+#[tokio::test]
+async fn access_a_method_a_route_does_not_answer_is_405_for_every_caller() {
+    let server = server().await;
+    let mut answered = 0;
+    for (method, uri) in [
+        (Method::DELETE, "/v1/datasets/logs-x"),
+        (Method::POST, "/healthz"),
+        (Method::PUT, "/v1/policy/swap"),
+    ] {
+        for caller in COLUMNS {
+            let (status, allow, answer) = send(
+                &server.router,
+                server.request(caller, method.clone(), uri, None),
+            )
+            .await;
+            assert_eq!(
+                status,
+                StatusCode::METHOD_NOT_ALLOWED,
+                "{method} {uri} as {caller}: {answer}"
+            );
+            assert!(!allow.is_empty(), "{method} {uri} as {caller}: no Allow");
+            answered += 1;
+        }
+    }
+    println!("access: {answered} requests with a method their route does not answer, each 405");
+    assert_eq!(answered, 3 * COLUMNS.len());
+}
+
+/// A route the router has and the table does not list is served to nobody: 500 saying so,
+/// for every caller, and its handler never runs. (Every route of mend's router is listed, as
+/// the matrix shows; this router adds one that is not.)
+#[tokio::test]
+async fn access_a_route_without_a_rule_is_served_to_nobody() {
+    let server = server().await;
+    let shared = shared_with_limits(Credentials::default(), crate::ServeLimits::default()).await;
+    let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let handler_ran = ran.clone();
+    let router = Router::new()
+        .route(
+            "/v1/unlisted",
+            axum::routing::get(move || {
+                handler_ran.fetch_add(1, Ordering::SeqCst);
+                async { "served" }
+            }),
+        )
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .layer(axum::middleware::from_fn_with_state(shared.clone(), check))
+        .with_state(shared);
+    let mut refused = 0;
+    for caller in COLUMNS {
+        let request = server.request(caller, Method::GET, "/v1/unlisted", None);
+        let response = router.clone().oneshot(request).await.unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "as {caller}"
+        );
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let answer: Value = serde_json::from_slice(&bytes).unwrap();
+        assert!(
+            answer["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("has no access rule")),
+            "as {caller}: {answer}"
+        );
+        refused += 1;
+    }
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        0,
+        "the unlisted route's handler ran"
+    );
+    // The listed route beside it is served as its rule says.
+    let (status, _, _) = send(
+        &router,
+        server.request("none", Method::GET, "/healthz", None),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    println!("access: a route without a rule refused to {refused} callers, its handler never run");
+    assert_eq!(refused, COLUMNS.len());
+}
+
+/// A bearer secret the server does not know is 401 in words that say why: not one of the
+/// tokens file's or the admin token's, or, on a server with neither, that it knows no token
+/// at all (and how to give it one).
+#[test]
+fn access_an_unknown_token_is_refused_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tokens");
+    let known = format!("mend_{}", "11".repeat(32));
+    let line = tokens_file_line("known", &known, &[Grant::parse("read:*").unwrap()]);
+    std::fs::write(&path, format!("{line}\n")).unwrap();
+    let file = Arc::new(TokensFile::open(&path).unwrap());
+    let admin = format!("mend_{}", "22".repeat(32));
+    let unknown = format!("mend_{}", "33".repeat(32));
+    let not_known = "the token is not one this server knows";
+    let knows_none = "this server has no tokens file and no admin token, so it knows no token";
+    let servers = [
+        (
+            "a tokens file and an admin token",
+            Some(file.clone()),
+            Some(admin.clone()),
+            not_known,
+        ),
+        ("a tokens file alone", Some(file), None, not_known),
+        ("an admin token alone", None, Some(admin), not_known),
+        ("neither", None, None, knows_none),
+    ];
+    let mut refused = 0;
+    for (server, tokens_file, admin_token, words) in servers {
+        let credentials = Credentials {
+            tokens_file,
+            admin_token,
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {unknown}")).unwrap(),
+        );
+        let refusal = credentials.authenticate(&headers, None).unwrap_err();
+        assert_eq!(refusal.status().0, StatusCode::UNAUTHORIZED, "{server}");
+        assert!(
+            refusal.message().contains(words),
+            "{server}: {}",
+            refusal.message()
+        );
+        refused += 1;
+    }
+    println!("access: an unknown token refused by {refused} kinds of server, each saying why");
+    assert_eq!(refused, 4);
+}
+
+/// Operations belong to the principal that began them, each by its own id: two writers each
+/// begin an operation in one dataset, each drives its own, and neither sees the other's
+/// (404, as if there were none). Idempotency keys are each principal's own: the same key
+/// sent by both, with other requests, answers each its own.
+#[tokio::test]
+async fn access_each_principal_owns_its_operations_and_its_keys() {
+    let server = server().await;
+    let d = "logs-owners";
+    server.set_up(Setup::Dataset, d).await;
+    let mut checked = 0;
+    for (caller, operation, split) in [("writer", "op-a", "s-a"), ("writer2", "op-b", "s-b")] {
+        let request = server.request(
+            caller,
+            Method::POST,
+            &format!("/v1/datasets/{d}/operations"),
+            json_body(planned(operation, split)),
+        );
+        let (status, _, answer) = send(&server.router, request).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{caller} begins {operation}: {answer}"
+        );
+        checked += 1;
+    }
+    for (caller, operation, expected) in [
+        ("writer", "op-a", StatusCode::OK),
+        ("writer", "op-b", StatusCode::NOT_FOUND),
+        ("writer2", "op-a", StatusCode::NOT_FOUND),
+        ("writer2", "op-b", StatusCode::OK),
+    ] {
+        let uri = format!("/v1/datasets/{d}/operations/{operation}");
+        let (status, _, answer) = send(
+            &server.router,
+            server.request(caller, Method::GET, &uri, None),
+        )
+        .await;
+        assert_eq!(status, expected, "{caller} shows {operation}: {answer}");
+        checked += 1;
+    }
+    // One key, two principals, two different stages: each is applied and answered as its own.
+    for (caller, split) in [("writer", "k-a"), ("writer2", "k-b")] {
+        let mut request = server.request(
+            caller,
+            Method::POST,
+            &format!("/v1/datasets/{d}/stage"),
+            json_body(json!({"mode": "create-only", "splits": [{"split_id": split}]})),
+        );
+        request
+            .headers_mut()
+            .insert("idempotency-key", HeaderValue::from_static("stage-1"));
+        let (status, _, answer) = send(&server.router, request).await;
+        assert_eq!(status, StatusCode::OK, "{caller} stages {split}: {answer}");
+        assert_eq!(answer["splits"][0]["split_id"], split, "{caller}: {answer}");
+        checked += 1;
+    }
+    let mut staged = split_ids(&server, d).await;
+    staged.sort();
+    assert_eq!(staged, ["k-a", "k-b", "s-a", "s-b"]);
+    println!("access: two principals' operations and keys kept apart: {checked} answers checked");
+    assert_eq!(checked, 8);
+}
+
+/// The routes over every dataset need their action on every dataset: `read:*` reads the
+/// metrics and not the fleet, `operate:*` the fleet and not the metrics (the matrix's
+/// principals hold patterns narrower than `*`, or admin). A 403 names the dataset the path
+/// gives as it is when it is an id, and quoted when it is not.
+#[tokio::test]
+async fn access_routes_over_every_dataset_need_the_action_on_every_dataset() {
+    let server = server().await;
+    let mut checked = 0;
+    for (caller, uri, expected) in [
+        ("reader-all", "/metrics", StatusCode::OK),
+        ("reader-all", "/v1/fleet", StatusCode::FORBIDDEN),
+        ("operator-all", "/v1/fleet", StatusCode::OK),
+        ("operator-all", "/metrics", StatusCode::FORBIDDEN),
+    ] {
+        let response = server
+            .router
+            .clone()
+            .oneshot(server.request(caller, Method::GET, uri, None))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), expected, "GET {uri} as {caller}");
+        if expected == StatusCode::FORBIDDEN {
+            let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            let answer: Value = serde_json::from_slice(&bytes).unwrap();
+            let message = answer["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("on every dataset") && message.contains(caller),
+                "GET {uri} as {caller}: {answer}"
+            );
+        }
+        checked += 1;
+    }
+    for (uri, named) in [
+        ("/v1/datasets/metrics-1", "dataset metrics-1:"),
+        ("/v1/datasets/bad%20id", "dataset \"bad id\":"),
+    ] {
+        let (status, _, answer) = send(
+            &server.router,
+            server.request("reader", Method::GET, uri, None),
+        )
+        .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{uri}: {answer}");
+        let message = answer["message"].as_str().unwrap_or_default();
+        assert!(message.contains(named), "{uri}: {named} in {message}");
+        checked += 1;
+    }
+    println!("access: routes over every dataset and 403s naming ids: {checked} answers checked");
+    assert_eq!(checked, 6);
 }
