@@ -651,6 +651,16 @@ mod tests {
         );
         let tokens = Tokens::parse(&text).unwrap();
         assert_eq!(tokens.len(), 3);
+        assert!(!tokens.is_empty());
+        let names: Vec<&str> = tokens.principals().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["indexer", "operations", "root"],
+            "in the file's order"
+        );
+        let only_comments = Tokens::parse("# nobody yet\n\n").unwrap();
+        assert!(only_comments.is_empty());
+        assert_eq!(only_comments.principals().count(), 0);
         let indexer = tokens.authenticate("mend_indexer").unwrap();
         assert_eq!(indexer.name, "indexer");
         assert!(indexer.may(Action::Write, Some("logs-2026")));
@@ -765,8 +775,83 @@ mod tests {
         assert_eq!(Tokens::parse(&too_big).unwrap_err().line, 0);
     }
 
+    /// Every limit of a tokens file admits its edge and refuses one more: a pattern as long
+    /// as a dataset id, a principal's grants, a principal name, a certificate's DNS name, the
+    /// principals of one file and the file's bytes.
+    #[test]
+    fn every_limit_of_a_tokens_file_admits_its_edge_and_refuses_one_more() {
+        let good = hash_of("mend_a");
+        let id = "a".repeat(MAX_ID_BYTES);
+        assert_eq!(Pattern::parse(&id).unwrap(), Pattern::Exact(id.clone()));
+        assert_eq!(
+            Pattern::parse(&format!("{id}*")).unwrap(),
+            Pattern::Prefix(id.clone())
+        );
+        assert!(Pattern::parse(&format!("{id}a*")).is_err());
+
+        let grants = |n: usize| vec!["read:*"; n].join(" ");
+        let at_most = format!("a {good} {}\n", grants(MAX_GRANTS));
+        assert_eq!(Tokens::parse(&at_most).unwrap().len(), 1);
+        let one_more = format!("a {good} {}\n", grants(MAX_GRANTS + 1));
+        assert!(
+            Tokens::parse(&one_more)
+                .unwrap_err()
+                .to_string()
+                .contains("grants")
+        );
+
+        let name = "n".repeat(MAX_PRINCIPAL_NAME);
+        assert!(check_principal_name(&name).is_ok());
+        assert!(check_principal_name(&format!("{name}n")).is_err());
+        assert!(check_principal_name("").is_err());
+
+        // 253 characters: four labels of 63 and the dots between them, less two.
+        let label = "c".repeat(63);
+        let longest = format!("{label}.{label}.{label}.{}", "c".repeat(61));
+        assert_eq!(longest.len(), 253);
+        assert_eq!(
+            Credential::parse(&format!("cert:{longest}")).unwrap(),
+            Credential::Certificate(longest.clone())
+        );
+        assert!(Credential::parse(&format!("cert:{longest}c")).is_err());
+        assert!(Credential::parse("cert:").is_err());
+        // A hash shows as what it is (the hash of a secret, never the secret).
+        let hash = TokenHash::of("mend_a");
+        assert_eq!(format!("{hash:?}"), format!("TokenHash({good})"));
+
+        let file = |n: usize| -> String {
+            (0..n)
+                .map(|i| format!("p{i} {} read:*\n", hash_of(&format!("mend_{i}"))))
+                .collect()
+        };
+        let full = file(MAX_PRINCIPALS + 1);
+        let error = Tokens::parse(&full).unwrap_err();
+        assert_eq!(error.line, MAX_PRINCIPALS + 1, "{error}");
+
+        // A file of exactly the most bytes read, padded with a comment.
+        let mut exact = format!("a {good} read:*\n#");
+        exact.push_str(&"#".repeat(MAX_TOKENS_FILE_BYTES - exact.len()));
+        assert_eq!(exact.len(), MAX_TOKENS_FILE_BYTES);
+        assert_eq!(Tokens::parse(&exact).unwrap().len(), 1);
+        // Read from a file, as a server reads it: the same edge.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens");
+        std::fs::write(&path, &exact).unwrap();
+        assert_eq!(TokensFile::open(&path).unwrap().current().len(), 1);
+        exact.push('#');
+        assert_eq!(Tokens::parse(&exact).unwrap_err().line, 0);
+        std::fs::write(&path, &exact).unwrap();
+        assert!(
+            TokensFile::open(&path)
+                .unwrap_err()
+                .to_string()
+                .contains("larger than")
+        );
+    }
+
     /// In a file of the most principals there may be, every secret finds its own principal
-    /// and no other, and an unknown one finds none.
+    /// and no other, and an unknown one finds none; each is compared with the principals whose
+    /// hash starts as its own does, here only its own (10,000 distinct 8-byte prefixes).
     #[test]
     fn every_secret_of_a_full_file_finds_its_own_principal() {
         let secret = |n: usize| format!("mend_{n:064x}");
@@ -778,6 +863,8 @@ mod tests {
             .collect();
         let tokens = Tokens::parse(&text).unwrap();
         assert_eq!(tokens.len(), MAX_PRINCIPALS);
+        assert_eq!(tokens.by_hash_prefix.len(), MAX_PRINCIPALS);
+        assert!(tokens.by_hash_prefix.values().all(|found| found.len() == 1));
         let started = std::time::Instant::now();
         for n in 0..MAX_PRINCIPALS {
             let principal = tokens.authenticate(&secret(n)).expect("its principal");
