@@ -192,6 +192,18 @@ impl Credentials {
         headers: &HeaderMap,
         certificate: Option<&ClientCertificate>,
     ) -> Result<Caller, ApiError> {
+        // Two headers would be read one way here and perhaps another by a proxy in front:
+        // who is asking must not depend on which one a reader takes.
+        if headers
+            .get_all(header::AUTHORIZATION)
+            .iter()
+            .nth(1)
+            .is_some()
+        {
+            return Err(ApiError::bad_request(
+                "a request carries one Authorization header, not several; nothing happened",
+            ));
+        }
         let Some(value) = headers.get(header::AUTHORIZATION) else {
             // Without a tokens file no certificate names a principal: the request is
             // anonymous, as one without a certificate.

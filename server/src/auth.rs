@@ -45,8 +45,10 @@ pub const MAX_GRANTS: usize = 64;
 /// The longest principal name.
 pub const MAX_PRINCIPAL_NAME: usize = 64;
 /// The names a tokens file may not give a principal: the server's own principals
-/// (`access::ANONYMOUS`, `access::ADMIN_TOKEN_PRINCIPAL`).
-pub const RESERVED_PRINCIPALS: [&str; 2] = ["anonymous", "admin-token"];
+/// (`access::ANONYMOUS`, `access::ADMIN_TOKEN_PRINCIPAL`), and `cli`, which audit records
+/// give for the command line (a principal so named would read as it). A replica's own
+/// sweeps are `supervisor@REPLICA`, which no principal name can be ('@' is not in a name).
+pub const RESERVED_PRINCIPALS: [&str; 3] = ["anonymous", "admin-token", "cli"];
 /// What every secret starts with, so that one found in a log or a repository is known for
 /// what it is.
 pub const SECRET_PREFIX: &str = "mend_";
@@ -356,8 +358,8 @@ impl Tokens {
             if RESERVED_PRINCIPALS.contains(&name) {
                 return Err(at(format!(
                     "principal name {name} is the server's own (a request without a \
-                     credential is `anonymous`; the admin token's principal is `admin-token`): \
-                     name this principal otherwise"
+                     credential is `anonymous`; the admin token's principal is `admin-token`; \
+                     audit records name the command line `cli`): name this principal otherwise"
                 )));
             }
             let credential = Credential::parse(credential).map_err(at)?;
@@ -755,6 +757,12 @@ mod tests {
             ("a cert:not_a_name! read:*\n".to_string(), 1, "DNS name"),
             (format!("anonymous {good} read:*\n"), 1, "server's own"),
             (format!("admin-token {good} admin\n"), 1, "server's own"),
+            (format!("cli {good} read:*\n"), 1, "server's own"),
+            (
+                format!("supervisor@r1 {good} read:*\n"),
+                1,
+                "principal name",
+            ),
             (
                 format!("a {good} read:*\na {} read:*\n", hash_of("mend_b")),
                 2,

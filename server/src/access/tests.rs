@@ -1100,3 +1100,43 @@ async fn access_routes_over_every_dataset_need_the_action_on_every_dataset() {
     println!("access: routes over every dataset and 403s naming ids: {checked} answers checked");
     assert_eq!(checked, 6);
 }
+
+/// Two `Authorization` headers are a 400 before anything else, whoever they name (a proxy in
+/// front may read the other one): nothing is answered for either principal.
+#[tokio::test]
+async fn access_two_authorization_headers_are_refused() {
+    let server = server().await;
+    server.set_up(Setup::Dataset, "logs-two").await;
+    let mut refused = 0;
+    for (first, second) in [("reader", "root"), ("root", "reader"), ("root", "root")] {
+        let mut request = server.request(first, Method::GET, "/v1/datasets/logs-two", None);
+        let secret = server.secrets[second].clone().unwrap();
+        request.headers_mut().append(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {secret}")).unwrap(),
+        );
+        let (status, _, answer) = send(&server.router, request).await;
+        assert_eq!(
+            status,
+            StatusCode::BAD_REQUEST,
+            "{first} then {second}: {answer}"
+        );
+        assert_eq!(answer["error"], "invalid_argument", "{answer}");
+        assert!(
+            answer["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("one Authorization header")),
+            "{answer}"
+        );
+        refused += 1;
+    }
+    // One header, as before, is served.
+    let (status, _, answer) = send(
+        &server.router,
+        server.request("root", Method::GET, "/v1/datasets/logs-two", None),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    println!("access: {refused} requests with two Authorization headers refused with 400");
+    assert_eq!(refused, 3);
+}
