@@ -88,6 +88,15 @@ fn whole_object(split: &mend::engine::OperationSplit, payload: &[u8]) -> Vec<u8>
     object
 }
 
+/// Each row of the dataset as its id and state, in id order.
+async fn row_states(h: &Harness, dataset_id: &str) -> Vec<(String, SplitState)> {
+    h.rows(dataset_id)
+        .await
+        .into_iter()
+        .map(|row| (row.split_id, row.state))
+        .collect()
+}
+
 async fn object_payload(h: &Harness, dataset_id: &str, split_id: &str) -> Vec<u8> {
     let (store, _) = h.engine.objects().store();
     let path = h.engine.objects().path(dataset_id, split_id);
@@ -1800,12 +1809,7 @@ async fn an_abort_rolls_back_only_its_own_rows() {
         begin_and_upload(engine, &ds, "op-new", "s-new", &payload("new", 64), 20).await;
         let aborted = engine.abort_operation(&ds, "op-new").await.unwrap();
         assert_eq!(aborted.phase, OperationPhase::Ended, "{backend}");
-        let rows: Vec<(String, SplitState)> = h
-            .rows(&ds)
-            .await
-            .into_iter()
-            .map(|row| (row.split_id, row.state))
-            .collect();
+        let rows = row_states(&h, &ds).await;
         assert_eq!(
             rows,
             [("s-old".to_string(), SplitState::MarkedForDeletion)],
@@ -2409,12 +2413,7 @@ async fn an_abort_keeps_a_row_published_meanwhile_and_its_object() {
             .unwrap();
         let aborted = engine.abort_operation(&ds, "op-two").await.unwrap();
         assert_eq!(aborted.phase, OperationPhase::Ended, "{backend}");
-        let rows: Vec<(String, SplitState)> = h
-            .rows(&ds)
-            .await
-            .into_iter()
-            .map(|row| (row.split_id, row.state))
-            .collect();
+        let rows = row_states(&h, &ds).await;
         assert_eq!(
             rows,
             [("s-a".to_string(), SplitState::Published)],

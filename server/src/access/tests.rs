@@ -902,16 +902,8 @@ async fn access_a_route_without_a_rule_is_served_to_nobody() {
     let mut refused = 0;
     for caller in COLUMNS {
         let request = server.request(caller, Method::GET, "/v1/unlisted", None);
-        let response = router.clone().oneshot(request).await.unwrap();
-        assert_eq!(
-            response.status(),
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "as {caller}"
-        );
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap();
-        let answer: Value = serde_json::from_slice(&bytes).unwrap();
+        let (status, _, answer) = send(&router, request).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "as {caller}");
         assert!(
             answer["message"]
                 .as_str()
@@ -1063,18 +1055,10 @@ async fn access_routes_over_every_dataset_need_the_action_on_every_dataset() {
         ("operator-all", "/v1/fleet", StatusCode::OK),
         ("operator-all", "/metrics", StatusCode::FORBIDDEN),
     ] {
-        let response = server
-            .router
-            .clone()
-            .oneshot(server.request(caller, Method::GET, uri, None))
-            .await
-            .unwrap();
-        assert_eq!(response.status(), expected, "GET {uri} as {caller}");
+        let request = server.request(caller, Method::GET, uri, None);
+        let (status, _, answer) = send(&server.router, request).await;
+        assert_eq!(status, expected, "GET {uri} as {caller}");
         if expected == StatusCode::FORBIDDEN {
-            let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-                .await
-                .unwrap();
-            let answer: Value = serde_json::from_slice(&bytes).unwrap();
             let message = answer["message"].as_str().unwrap_or_default();
             assert!(
                 message.contains("on every dataset") && message.contains(caller),
