@@ -382,8 +382,18 @@ pub struct AuditArgs {
     /// `admin-token`, `supervisor@REPLICA` or `cli`).
     #[arg(long, value_name = "NAME")]
     pub principal: Option<String>,
-    /// How many of the newest records to read (with --principal, those naming it among
-    /// them), 1 to 100000.
+    /// Only the records of this kind (their mode: roll-forward, exclusive, gc, reconcile,
+    /// ...).
+    #[arg(long, value_name = "K")]
+    pub kind: Option<String>,
+    /// Only the records recorded at or after this time, in milliseconds since the Unix epoch.
+    #[arg(long, value_name = "MS")]
+    pub since: Option<u64>,
+    /// Only the records older than this place: the `next` an earlier page printed.
+    #[arg(long, value_name = "CURSOR")]
+    pub before: Option<String>,
+    /// The most records to show, 1 to 100000: the newest that pass the filters (the filters
+    /// apply before the limit).
     #[arg(long, default_value_t = 100, value_name = "N")]
     pub limit: usize,
 }
@@ -449,6 +459,11 @@ pub struct RequestArgs {
     /// The private key (PEM) of --cert.
     #[arg(long, value_name = "PATH")]
     pub key: Option<PathBuf>,
+    /// Send the secret over plain http:// to an address other than loopback all the same,
+    /// for anyone on the way to read, with a warning. Without it, such a request is refused:
+    /// use https:// instead.
+    #[arg(long)]
+    pub insecure: bool,
     /// How long the request may take, from connecting to the answer's last byte (ms, 1 to
     /// 3600000); connecting alone, at most 10 s.
     #[arg(long, value_name = "N", default_value_t = 60_000)]

@@ -5,6 +5,7 @@ use anyhow::{Context, bail};
 use mend::Engine;
 use mend_contract::RecoveryMode;
 
+use super::BadInput;
 use super::RecoverModeArg;
 use super::output;
 use super::{AuditArgs, GcArgs, ReconcileArgs, RecoverArgs, VerifyArgs};
@@ -108,11 +109,33 @@ pub(crate) async fn audit(engine: &Engine, args: AuditArgs, json: bool) -> anyho
     let AuditArgs {
         dataset,
         principal,
+        kind,
+        since,
+        before,
         limit,
     } = args;
-    let entries = engine
-        .audit_trail(&dataset, principal.as_deref(), limit)
+    let since_ms = since
+        .map(|ms| {
+            i64::try_from(ms)
+                .map_err(|_| BadInput("--since: past the largest time in milliseconds".into()))
+        })
+        .transpose()?;
+    let before = before
+        .map(|text| {
+            text.parse::<mend::engine::AuditCursor>()
+                .map_err(|error| BadInput(format!("--before: {error}")))
+        })
+        .transpose()?;
+    let query = mend::engine::AuditQuery {
+        principal,
+        kind,
+        since_ms,
+        before,
+        limit,
+    };
+    let page = engine
+        .audit_page(&dataset, &query)
         .await
         .with_context(|| format!("read the audit of dataset {dataset}"))?;
-    output::audit_trail(&dataset, &entries, json)
+    output::audit_trail(&dataset, &page, json)
 }

@@ -503,11 +503,13 @@ pub fn verify_report(report: &VerifyReport, json: bool) -> anyhow::Result<()> {
 /// `mend audit`: one row per record, oldest first.
 pub fn audit_trail(
     dataset_id: &str,
-    entries: &[mend::audit::AuditEntry],
+    page: &mend::engine::AuditPage,
     json: bool,
 ) -> anyhow::Result<()> {
+    let entries = &page.entries;
+    let next = page.next.map(|next| next.to_string());
     if json {
-        return print_json(&entries);
+        return print_json(&serde_json::json!({ "records": entries, "next": next }));
     }
     if !entries.is_empty() {
         let mut table = table(&[
@@ -531,7 +533,13 @@ pub fn audit_trail(
         }
         println!("{table}");
     }
-    println!("dataset {dataset_id}: {} audit record(s)", entries.len());
+    match next {
+        Some(next) => println!(
+            "dataset {dataset_id}: {} audit record(s); older ones: --before {next}",
+            entries.len()
+        ),
+        None => println!("dataset {dataset_id}: {} audit record(s)", entries.len()),
+    }
     Ok(())
 }
 

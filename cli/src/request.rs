@@ -18,19 +18,25 @@
 //! side does not trust is exit 1, as retrying cannot help.
 //!
 //! The secret is sent only as the `Authorization` header, only to the server named (redirects
-//! are not followed; a proxy the environment names, which is honoured as curl honours it,
-//! sees it only over http://), and shown nowhere: not in an error, the help, a log line or a
-//! `Debug`.
+//! are not followed), and shown nowhere: not in an error, the help, a log line or a `Debug`.
+//! Over plain http:// it goes only to loopback (`localhost`, 127.0.0.0/8, ::1), where it never
+//! leaves the machine. To any other address it would cross the network for anyone on the way
+//! to read, and is refused as bad input unless `--insecure` says to send it anyway, which a
+//! warning on stderr then repeats. A proxy the environment names (`HTTP_PROXY`, `HTTPS_PROXY`,
+//! `ALL_PROXY` and `NO_PROXY`, upper or lower case) carries the request to every server but a
+//! loopback one, which is reached directly; it sees the secret only over http://, so only
+//! with `--insecure`: over https:// it relays the TLS connection unread.
 
 use std::fmt;
 use std::io::{Read, Write};
+use std::net::IpAddr;
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
 use reqwest::{Certificate, Identity, Method, StatusCode};
-use url::Url;
+use url::{Host, Url};
 
 use super::{BadInput, RequestArgs};
 
@@ -118,6 +124,9 @@ struct CheckedRequest {
     url: Url,
     /// `Bearer SECRET`, marked sensitive.
     authorization: Option<HeaderValue>,
+    /// The secret goes over plain http:// to an address other than loopback, as `--insecure`
+    /// allowed: said on stderr as it is sent.
+    secret_in_the_clear: bool,
     idempotency_key: Option<HeaderValue>,
     /// The body and its content type.
     body: Option<(Vec<u8>, HeaderValue)>,
@@ -355,7 +364,11 @@ impl CheckedRequest {
                 .into());
             }
         };
-        let authorization = authorization(args.token, args.token_file.as_deref())?;
+        let (authorization, secret_in_the_clear) =
+            match authorization(args.token, args.token_file.as_deref())? {
+                Some((header, from)) => (Some(header), in_the_clear(&url, &from, args.insecure)?),
+                None => (None, false),
+            };
         let trusted_cas = args.cacert.as_deref().map(trusted_cas).transpose()?;
         let identity = client_certificate
             .map(|(cert, key)| identity(cert, key))
@@ -365,6 +378,7 @@ impl CheckedRequest {
             method,
             url,
             authorization,
+            secret_in_the_clear,
             idempotency_key,
             body,
             trusted_cas,
@@ -385,6 +399,12 @@ impl CheckedRequest {
             // to the same host, the secret) somewhere the caller did not name.
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("mend/", env!("CARGO_PKG_VERSION")));
+        if is_loopback(&self.url) {
+            // A loopback address names this machine, which a proxy would take for its own;
+            // and over http:// it would read the secret that goes in the clear only because
+            // it does not leave this machine.
+            builder = builder.no_proxy();
+        }
         if let Some(cas) = &self.trusted_cas {
             builder = builder.tls_built_in_root_certs(false);
             for ca in cas {
@@ -413,6 +433,13 @@ impl CheckedRequest {
     /// Sends the request and reads the whole answer: its status and body.
     async fn send(self, client: &reqwest::Client) -> Result<(StatusCode, Vec<u8>), RequestError> {
         let origin = self.url.origin().ascii_serialization();
+        if self.secret_in_the_clear {
+            // For the person who said --insecure, not a log line: written whatever the log
+            // settings say, once, as the secret goes.
+            eprintln!(
+                "warning: --insecure: the secret goes to {origin} over plain http://, for anyone on the way to read"
+            );
+        }
         let mut request = client.request(self.method, self.url);
         if let Some(authorization) = self.authorization {
             request = request.header(AUTHORIZATION, authorization);
@@ -512,6 +539,36 @@ fn target(server: &str, path: &str) -> Result<Url, BadInput> {
     Ok(url)
 }
 
+/// Whether the secret from `from` would go over plain http:// to `url` off this machine
+/// ([`is_loopback`]): refused unless `insecure`, which makes it `true`.
+fn in_the_clear(url: &Url, from: &str, insecure: bool) -> Result<bool, BadInput> {
+    if url.scheme() != "http" || is_loopback(url) {
+        return Ok(false);
+    }
+    if insecure {
+        return Ok(true);
+    }
+    Err(BadInput(format!(
+        "--server {} is plain http:// to an address other than loopback: the secret from {from} would cross the network for anyone on the way to read, so nothing was sent; use https:// (with --cacert for the CA that signed the server's certificate), or --insecure to send it anyway",
+        url.origin().ascii_serialization()
+    )))
+}
+
+/// Whether `url` names this machine by loopback: the host `localhost`, or an IP address in
+/// 127.0.0.0/8 (also written as IPv6, `::ffff:127.0.0.1`) or ::1. Any other name counts as
+/// another machine, whatever it resolves to: it is not resolved here, as the answer could
+/// differ when the request connects, and DNS can be made to answer 127.0.0.1 for any name.
+fn is_loopback(url: &Url) -> bool {
+    match url.host() {
+        // The URL parser lowercases an http(s) host already; `LOCALHOST` is `localhost`.
+        Some(Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        Some(Host::Ipv4(address)) => address.is_loopback(),
+        // `::ffff:127.0.0.1` reaches 127.0.0.1.
+        Some(Host::Ipv6(address)) => IpAddr::V6(address).to_canonical().is_loopback(),
+        None => false,
+    }
+}
+
 /// The request body: `--body` as given, or the file `--body-file` names (`-`: stdin), at most
 /// [`MAX_BODY_BYTES`].
 fn body(text: Option<String>, file: Option<&Path>) -> Result<Option<Vec<u8>>, BadInput> {
@@ -534,12 +591,12 @@ fn body(text: Option<String>, file: Option<&Path>) -> Result<Option<Vec<u8>>, Ba
 }
 
 /// `Authorization: Bearer SECRET` from `--token`, else the file `--token-file` names (its
-/// content trimmed), else `MEND_TOKEN`; `None` when none gives a secret. No message quotes
-/// the secret.
+/// content trimmed), else `MEND_TOKEN`, and which of them it came from; `None` when none gives
+/// a secret. No message quotes the secret.
 fn authorization(
     token: Option<Secret>,
     token_file: Option<&Path>,
-) -> Result<Option<HeaderValue>, BadInput> {
+) -> Result<Option<(HeaderValue, String)>, BadInput> {
     let (secret, from) = if let Some(token) = token {
         (token.0, "--token".to_owned())
     } else if let Some(path) = token_file {
@@ -571,7 +628,7 @@ fn authorization(
     })?;
     // Shown as "Sensitive" by its Debug, and kept out of HTTP/2 header compression tables.
     header.set_sensitive(true);
-    Ok(Some(header))
+    Ok(Some((header, from)))
 }
 
 /// The CAs of the PEM file `--cacert` names.
@@ -745,11 +802,53 @@ mod tests {
     fn a_secret_is_shown_nowhere() {
         let secret = Secret::from("mend_0123456789abcdef".to_owned());
         assert_eq!(format!("{secret:?}"), "Secret(..)");
-        let header = authorization(Some(secret), None).unwrap().unwrap();
+        let (header, from) = authorization(Some(secret), None).unwrap().unwrap();
+        assert_eq!(from, "--token");
         assert!(!format!("{header:?}").contains("0123456789"), "{header:?}");
         let refused = authorization(Some(Secret::from("mend_bad\nsecret".to_owned())), None)
             .unwrap_err()
             .to_string();
         assert!(!refused.contains("mend_bad"), "{refused}");
+    }
+
+    #[test]
+    fn loopback_is_localhost_or_a_loopback_address_never_a_resolved_name() {
+        for (server, loopback) in [
+            ("http://localhost:7600", true),
+            ("http://LOCALHOST:7600", true),
+            ("http://127.0.0.1:7600", true),
+            ("http://127.9.9.9:7600", true),
+            ("http://[::1]:7600", true),
+            ("http://[::ffff:127.0.0.1]:7600", true),
+            ("http://10.0.0.1:7600", false),
+            ("http://example.com:7600", false),
+            // Names are not resolved, even those that resolve to loopback.
+            ("http://localhost.localdomain:7600", false),
+            ("http://0.0.0.0:7600", false),
+            ("http://[::]:7600", false),
+        ] {
+            let url = target(server, "/healthz").unwrap();
+            assert_eq!(is_loopback(&url), loopback, "{server}");
+        }
+    }
+
+    #[test]
+    fn a_secret_goes_in_the_clear_only_to_loopback_or_with_insecure() {
+        let url = |server: &str| target(server, "/healthz").unwrap();
+        assert!(!in_the_clear(&url("http://127.0.0.1:7600"), "--token", false).unwrap());
+        assert!(!in_the_clear(&url("https://10.0.0.1:7600"), "--token", false).unwrap());
+        assert!(in_the_clear(&url("http://10.0.0.1:7600"), "--token", true).unwrap());
+        let refused = in_the_clear(&url("http://10.0.0.1:7600"), "MEND_TOKEN", false)
+            .unwrap_err()
+            .to_string();
+        for said in [
+            "http://10.0.0.1:7600",
+            "MEND_TOKEN",
+            "https://",
+            "--cacert",
+            "--insecure",
+        ] {
+            assert!(refused.contains(said), "{said}: {refused}");
+        }
     }
 }

@@ -138,6 +138,17 @@ fn credentials(
         None => None,
     };
     let principals = tokens_file.as_ref().map(|file| file.current().len());
+    // A settings file holding the admin token is a secret file too: refused if others may
+    // write it (they could set their own admin token), warned about if they may read it.
+    if settings.admin_token.is_some()
+        && let Some(crate::config::Source::File(path)) = settings.source("serve.admin_token")
+    {
+        const WHAT: &str = "the settings file holding serve.admin_token";
+        let exposure = mend_server::secret_files::check(path, WHAT).map_err(BadInput)?;
+        if let Some(warning) = mend_server::secret_files::readable_warning(path, WHAT, exposure) {
+            tracing::warn!("{warning}");
+        }
+    }
     Ok((
         mend_server::access::Credentials {
             tokens_file,
@@ -148,15 +159,20 @@ fn credentials(
 }
 
 /// TLS from the certificate and key files, with the client CA for client certificates; none
-/// without them. One of the two files alone is refused.
+/// without them. One of the two files alone is refused, and so are files the server would
+/// refuse at reload (a certificate outside its validity, a key file others may write); the
+/// warnings about the files taken are the server's to log, at start and at each reload.
 fn tls(settings: &Settings) -> anyhow::Result<Option<std::sync::Arc<mend_server::tls::Tls>>> {
     Ok(match (&settings.tls_cert_file, &settings.tls_key_file) {
         (Some(cert), Some(key)) => Some(std::sync::Arc::new(
-            mend_server::tls::Tls::open(mend_server::tls::TlsFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-                client_ca: settings.tls_client_ca_file.clone(),
-            })
+            mend_server::tls::Tls::open(
+                mend_server::tls::TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    client_ca: settings.tls_client_ca_file.clone(),
+                },
+                rustls::pki_types::UnixTime::now(),
+            )
             .map_err(|error| BadInput(error.to_string()))?,
         )),
         (None, None) if settings.tls_client_ca_file.is_none() => None,

@@ -23,10 +23,13 @@ struct NewToken<'a> {
 /// Makes `principal`'s secret with `grants` (each `admin`, `read:P`, `write:P` or
 /// `operate:P`) and prints it with its tokens file line.
 pub fn new(principal: &str, grants: &[String], json: bool) -> anyhow::Result<()> {
-    auth::check_principal_name(principal).map_err(BadInput)?;
+    // The library's messages never repeat the text they refuse (a tokens file's refused
+    // line may hold a pasted secret); here the text is the caller's own argument.
+    auth::check_principal_name(principal)
+        .map_err(|error| BadInput(format!("principal {principal:?}: {error}")))?;
     let grants: Vec<Grant> = grants
         .iter()
-        .map(|grant| Grant::parse(grant))
+        .map(|grant| Grant::parse(grant).map_err(|error| format!("--grant {grant:?}: {error}")))
         .collect::<Result<_, _>>()
         .map_err(BadInput)?;
     if grants.len() > auth::MAX_GRANTS {

@@ -4,6 +4,8 @@
 
 mod common;
 
+mod attacks;
+mod attacks_tls;
 mod cli;
 mod cli_boundary;
 mod cli_commands;

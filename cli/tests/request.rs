@@ -1,12 +1,14 @@
 //! `mend request` against a real `mend serve` with a tokens file, TLS and a client CA: the
 //! secret from each of its sources, a client certificate instead of a secret, the exit code of
 //! each kind of answer, TLS refusals either way, no connection or no answer, bad input that
-//! sends nothing, and no secret in anything it printed.
+//! sends nothing, and no secret in anything it printed. Then where a secret may go over plain
+//! http://, heard by a proxy the environment names.
 
-use std::io::Write;
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -29,6 +31,20 @@ impl Requested {
     }
 }
 
+/// The variables that name a proxy for reqwest (CGI's `REQUEST_METHOD` turns `HTTP_PROXY`
+/// off): each run's are the test's to give, never the environment's it runs in.
+const PROXY_VARIABLES: [&str; 9] = [
+    "HTTP_PROXY",
+    "http_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "REQUEST_METHOD",
+];
+
 /// Every run's output, for the secrets check at the end.
 #[derive(Default)]
 struct Transcript {
@@ -37,10 +53,13 @@ struct Transcript {
 }
 
 impl Transcript {
-    /// `mend request ARGS` run in `dir` with `env` (and no other `MEND_*` variable), `stdin`
-    /// written to its standard input.
+    /// `mend request ARGS` run in `dir` with `env` (and no other `MEND_*` or proxy variable),
+    /// `stdin` written to its standard input.
     fn run(&mut self, dir: &Path, args: &[&str], env: &[(&str, &str)], stdin: &str) -> Requested {
         let mut command = mend_command(dir);
+        for name in PROXY_VARIABLES {
+            command.env_remove(name);
+        }
         command
             .arg("request")
             .args(args)
@@ -79,6 +98,30 @@ fn exited(requested: &Requested, code: i32, mentions: &[&str]) {
             requested.stderr.contains(mention),
             "stderr should mention {mention:?}: {requested:?}"
         );
+    }
+}
+
+/// What each client `listener` holds sent before it went: one text per connection, in the
+/// order they came. Called once the clients have exited, so it never waits for one.
+fn heard(listener: &TcpListener) -> Vec<String> {
+    listener.set_nonblocking(true).unwrap();
+    let mut heard = Vec::new();
+    loop {
+        match listener.accept() {
+            Ok((mut connection, _)) => {
+                connection.set_nonblocking(false).unwrap();
+                // The client has exited: its end is closed, and the read ends where its
+                // bytes do. The timeout only guards against a client still running.
+                connection
+                    .set_read_timeout(Some(Duration::from_secs(5)))
+                    .unwrap();
+                let mut bytes = Vec::new();
+                connection.read_to_end(&mut bytes).unwrap();
+                heard.push(String::from_utf8_lossy(&bytes).into_owned());
+            }
+            Err(error) if error.kind() == ErrorKind::WouldBlock => return heard,
+            Err(error) => panic!("accept: {error}"),
+        }
     }
 }
 
@@ -637,5 +680,152 @@ fn mend_request_talks_to_a_secured_server_as_a_principal() {
         out.runs + 1,
         out.text.len(),
         log.len()
+    );
+}
+
+/// A secret goes over plain http:// only to loopback, unless `--insecure` says to send it
+/// anyway, with a warning; a request without one goes anywhere. A proxy the environment names
+/// stands in for the network: it hears every request meant for another machine, which shows
+/// whether one was sent without a route to that machine or a server on it. A loopback server
+/// is reached directly, past the proxy, which would otherwise read the secret in the clear.
+#[test]
+fn a_secret_goes_over_plain_http_only_to_loopback_unless_insecure() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let secret = format!("mend_{}", "5a".repeat(32));
+    let secret_file = dir.join("secret.token");
+    std::fs::write(&secret_file, format!("{secret}\n")).unwrap();
+    let secret_file = secret_file.display().to_string();
+    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_url = format!("http://{}", proxy.local_addr().unwrap());
+    let proxied = ("HTTP_PROXY", proxy_url.as_str());
+    let from_env = ("MEND_TOKEN", secret.as_str());
+    let mut out = Transcript::default();
+    // Another machine's address (private, and no server of this test's), which only the
+    // proxy hears.
+    let remote = "http://10.0.0.1:7600";
+
+    // A secret from each of its sources, to another machine over plain http://: exit 2 at
+    // once, saying why and what to do, and nothing sent, not even to the proxy.
+    let flags_and_env = [
+        (remote, vec!["--token", &secret], vec![proxied]),
+        (remote, vec!["--token-file", &secret_file], vec![proxied]),
+        (remote, vec![], vec![proxied, from_env]),
+        // A name other than localhost is another machine, whatever it resolves to.
+        ("http://mend.internal:7600", vec![], vec![proxied, from_env]),
+    ];
+    for (server, more, env) in flags_and_env {
+        let mut args = vec![
+            "GET",
+            "/healthz",
+            "--server",
+            server,
+            "--timeout-ms",
+            "5000",
+        ];
+        args.extend(more);
+        let started = Instant::now();
+        let refused = out.run(dir, &args, &env, "");
+        exited(
+            &refused,
+            2,
+            &[
+                "plain http://",
+                "other than loopback",
+                "https://",
+                "--cacert",
+                "--insecure",
+            ],
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "the refusal took {:?}: it waited for the network",
+            started.elapsed()
+        );
+    }
+    assert_eq!(
+        heard(&proxy),
+        Vec::<String>::new(),
+        "a refused request was sent"
+    );
+
+    // The timeout ends a run whose request the proxy never answers.
+    let mut to_remote = |more: &[&str]| {
+        let mut args = vec![
+            "GET",
+            "/healthz",
+            "--server",
+            remote,
+            "--timeout-ms",
+            "1000",
+        ];
+        args.extend(more);
+        out.run(dir, &args, &[proxied], "")
+    };
+
+    // With --insecure: sent, and said in one warning line. The proxy never answers, so the
+    // run ends at its timeout with the outcome unknown (exit 5), once the proxy heard it all.
+    let sent = to_remote(&["--token", &secret, "--insecure"]);
+    exited(&sent, 5, &["no whole answer"]);
+    let warnings: Vec<&str> = sent
+        .stderr
+        .lines()
+        .filter(|line| line.starts_with("warning: "))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{sent:?}");
+    assert!(warnings[0].contains("--insecure"), "{sent:?}");
+    assert!(warnings[0].contains(remote), "{sent:?}");
+    let requests = heard(&proxy);
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert!(requests[0].starts_with(&format!("GET {remote}/healthz HTTP/1.1\r\n")));
+    assert!(
+        requests[0].contains(&format!("authorization: Bearer {secret}\r\n")),
+        "the secret was not sent"
+    );
+
+    // No secret: plain http:// to another machine goes as before, with no warning.
+    let anonymous = to_remote(&[]);
+    exited(&anonymous, 5, &["no whole answer"]);
+    assert!(!anonymous.stderr.contains("warning"), "{anonymous:?}");
+    let requests = heard(&proxy);
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert!(requests[0].starts_with(&format!("GET {remote}/healthz HTTP/1.1\r\n")));
+    assert!(!requests[0].contains("authorization"), "{requests:?}");
+
+    // A secret to a loopback server over plain http://: sent straight to it, with no
+    // warning; the proxy hears nothing.
+    let server = TcpListener::bind("127.0.0.1:0").unwrap();
+    let local = format!("http://{}", server.local_addr().unwrap());
+    let direct = out.run(
+        dir,
+        &[
+            "GET",
+            "/healthz",
+            "--server",
+            &local,
+            "--timeout-ms",
+            "1000",
+        ],
+        &[proxied, from_env],
+        "",
+    );
+    exited(&direct, 5, &["no whole answer"]);
+    assert!(!direct.stderr.contains("warning"), "{direct:?}");
+    assert_eq!(
+        heard(&proxy),
+        Vec::<String>::new(),
+        "the proxy heard a loopback request"
+    );
+    let requests = heard(&server);
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert!(
+        requests[0].starts_with("GET /healthz HTTP/1.1\r\n"),
+        "{requests:?}"
+    );
+    assert!(requests[0].contains(&format!("authorization: Bearer {secret}\r\n")));
+
+    assert!(
+        !out.text.contains(&secret),
+        "a secret in mend request's output"
     );
 }

@@ -83,11 +83,11 @@ fn a_bad_principal_or_grant_is_refused_and_prints_no_secret() {
         ),
         (
             vec!["token", "new", "indexer", "--grant", "delete:*"],
-            vec!["unknown action", "delete"],
+            vec!["action is unknown", "delete"],
         ),
         (
             vec!["token", "new", "indexer", "--grant", "read:l*gs"],
-            vec!["'*' may only end a pattern"],
+            vec!["'*' may only come last"],
         ),
     ] {
         let output = mend(dir.path(), &args);

@@ -37,6 +37,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::Shared;
 use super::connections::ClientCertificate;
+use super::guessing::ClientAddress;
 use super::metrics::Shed;
 use super::quotas::{OverLimit, WriteSlot};
 use crate::auth::{Action, Grant, Pattern, Principal, TokensFile, constant_time_eq};
@@ -61,6 +62,11 @@ pub(crate) enum Need {
     Dataset(Action),
     /// The action on every dataset (a grant on `*`): answers about the whole server.
     EveryDataset(Action),
+    /// The action on some dataset (a grant of it on any pattern), where the dataset is named
+    /// in the body: decided before the body is read, so that a principal that holds no such
+    /// grant is refused before it sends a byte; the handler then asks for the action on the
+    /// dataset the body names.
+    SomeDataset(Action),
     /// `write` on the path's dataset, and to be the principal that began the path's
     /// operation (or an admin).
     OwnOperation,
@@ -78,6 +84,9 @@ impl Need {
             }
             Need::Dataset(action) => format!("{action} on the dataset"),
             Need::EveryDataset(action) => format!("{action} on every dataset ({action}:*)"),
+            Need::SomeDataset(action) => {
+                format!("{action} on some dataset, then on the dataset the body names")
+            }
             Need::OwnOperation => {
                 "write on the dataset, and to be the principal that began the operation (or admin)"
                     .into()
@@ -98,8 +107,9 @@ pub(crate) const ROUTES: &[(&str, &str, Need)] = &[
     ("GET", "/v1/fleet", Need::EveryDataset(Action::Operate)),
     ("GET", "/v1/status", Need::AnyPrincipal),
     ("GET", "/v1/datasets", Need::AnyPrincipal),
-    // The dataset is in the body: the handler asks for write on it.
-    ("POST", "/v1/datasets", Need::AnyPrincipal),
+    // The dataset is in the body: a principal without write on any dataset is refused before
+    // the body is read, and the handler asks for write on the dataset it names.
+    ("POST", "/v1/datasets", Need::SomeDataset(Action::Write)),
     ("GET", "/v1/datasets/{dataset}", Need::Dataset(Action::Read)),
     ("POST", "/v1/datasets/{dataset}/config", Need::Dataset(Action::Operate)),
     ("POST", "/v1/datasets/{dataset}/fence", Need::Dataset(Action::Operate)),
@@ -307,6 +317,16 @@ impl Caller {
         self.0.is_admin()
     }
 
+    /// Whether it may do `action` on every dataset, present and future (`action:*`, or
+    /// admin): what a route over all datasets needs.
+    pub(crate) fn may_every_dataset(&self, action: Action) -> bool {
+        self.0.grants.iter().any(|grant| match grant {
+            Grant::Admin => true,
+            Grant::On(granted, Pattern::Prefix(prefix)) => *granted == action && prefix.is_empty(),
+            Grant::On(_, Pattern::Exact(_)) => false,
+        })
+    }
+
     /// Refuses (403) unless it may do `action` on `dataset_id`.
     pub(crate) fn require(&self, action: Action, dataset_id: &str) -> Result<(), ApiError> {
         if self.may(action, dataset_id) {
@@ -465,12 +485,41 @@ pub(crate) async fn check(
     if need == Need::Public {
         return next.run(request).await;
     }
+    let address = request
+        .extensions()
+        .get::<ClientAddress>()
+        .map(|ClientAddress(address)| *address);
+    let now = std::time::Instant::now();
+    if let Some(wait) = address.and_then(|address| shared.guessing.limited(address, now)) {
+        shared.metrics.shed(Shed::FailedAuthentications);
+        return too_many_failures(wait).into_response();
+    }
     let caller = match shared
         .credentials
         .authenticate(request.headers(), request.extensions().get())
     {
         Ok(caller) => caller,
-        Err(refusal) => return refusal.into_response(),
+        Err(refusal) => {
+            // A credential presented and not known is a guess; no credential guesses nothing.
+            let guessed = request.headers().contains_key(header::AUTHORIZATION)
+                || request.extensions().get::<ClientCertificate>().is_some();
+            if guessed {
+                shared.metrics.authentication_failed();
+                if let Some(address) = address
+                    && let Some(warning) = shared.guessing.failed(address, now)
+                {
+                    tracing::warn!(
+                        failures = warning.failures,
+                        latest_from = %warning.latest_from,
+                        "failed authentications: credentials that name no principal \
+                         (counted in mend_authentication_failures_total; an address is \
+                         answered 429 past {} at once)",
+                        crate::guessing::BURST
+                    );
+                }
+            }
+            return refusal.into_response();
+        }
     };
     tracing::Span::current().record("principal", tracing::field::display(caller.name()));
     let slot = if caller.name() == ANONYMOUS {
@@ -501,6 +550,19 @@ pub(crate) async fn check(
     let dataset_id = param("dataset").unwrap_or_default();
     let decided = match need {
         Need::Public | Need::AnyPrincipal => Ok(()),
+        Need::SomeDataset(action) => {
+            if caller.0.may(action, None) {
+                Ok(())
+            } else {
+                Err(caller.refusal(format!(
+                    "{} {} needs {action} on some dataset, and principal {} holds no {action} \
+                     grant",
+                    request.method(),
+                    route.as_str(),
+                    caller.name()
+                )))
+            }
+        }
         Need::Dataset(action) => caller.require(action, &dataset_id),
         Need::EveryDataset(action) => require_every_dataset(
             &caller,
@@ -530,12 +592,7 @@ pub(crate) async fn check(
 /// Refuses a caller without `action` on every dataset (`action:*`, or admin): what a route
 /// over all datasets (`what`) needs.
 fn require_every_dataset(caller: &Caller, action: Action, what: &str) -> Result<(), ApiError> {
-    let on_every_dataset = caller.0.grants.iter().any(|grant| match grant {
-        Grant::Admin => true,
-        Grant::On(granted, Pattern::Prefix(prefix)) => *granted == action && prefix.is_empty(),
-        Grant::On(_, Pattern::Exact(_)) => false,
-    });
-    if on_every_dataset {
+    if caller.may_every_dataset(action) {
         return Ok(());
     }
     Err(caller.refusal(format!(
@@ -570,6 +627,22 @@ fn over_limit(caller: &Caller, over: OverLimit) -> ApiError {
         StatusCode::TOO_MANY_REQUESTS,
         ErrorCode::TooManyRequests,
         message,
+    )
+    .with_retry_after(seconds)
+}
+
+/// 429 for an address past its failed authentications, with how long to wait.
+fn too_many_failures(wait: std::time::Duration) -> ApiError {
+    let seconds = wait.as_millis().div_ceil(1000).max(1) as u64;
+    ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        ErrorCode::TooManyRequests,
+        format!(
+            "too many failed authentications from this address ({} at once, then {} a \
+             second); nothing happened, and no credential was checked: retry after {seconds} s",
+            crate::guessing::BURST,
+            crate::guessing::REFILL_PER_SECOND
+        ),
     )
     .with_retry_after(seconds)
 }

@@ -19,32 +19,38 @@ pub(crate) struct Health {
 }
 
 /// `GET /readyz`: the server has listed the catalog's datasets and is not shutting down.
+/// It says nothing else: the probes answer anyone, and a dataset's name or a storage path
+/// is not anyone's to know. Why a server or a dataset is not served is in `GET /v1/status`,
+/// for the principals allowed to see it, and in the logs.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Readiness {
     /// Always true: a server that is not ready answers 503.
     pub(crate) ready: bool,
-    /// Datasets their supervisors cannot serve; the others serve.
-    pub(crate) unavailable_datasets: Vec<UnavailableDataset>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct UnavailableDataset {
-    pub(crate) dataset_id: String,
-    pub(crate) reason: String,
-}
-
-/// `GET /v1/status`.
+/// `GET /v1/status`: what the caller's grants allow it to see. Every principal sees the
+/// policy, the writes in flight and the datasets it may read; the server's own details (the
+/// catalog's location, the fleet, each dataset's owning replica, why the server is not
+/// ready) need what `GET /v1/fleet` needs, `operate` on every dataset, and are left out
+/// otherwise.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ServerStatus {
-    /// The catalog, as its backend describes itself.
-    pub(crate) catalog: String,
+    /// The catalog, as its backend describes itself (its location).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) catalog: Option<String>,
     pub(crate) policy_digest: String,
     /// The active policy's name and version.
     pub(crate) policy: String,
     /// Writes admitted and not yet finished.
     pub(crate) writes_in_flight: usize,
+    /// Whether the server serves (what `/readyz` says).
+    pub(crate) ready: bool,
+    /// Why it does not, when it does not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) not_ready_because: Option<String>,
     /// This replica in its fleet: the members, its load, rebalances and takeovers.
-    pub(crate) fleet: FleetStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) fleet: Option<FleetStatus>,
     pub(crate) datasets: Vec<DatasetStatus>,
 }
 
@@ -57,7 +63,9 @@ pub(crate) enum DatasetStatus {
         manifest_version: u64,
         config_version: u64,
         fencing_epoch: u64,
-        /// The replica whose supervision it is, by this replica's last heartbeat.
+        /// The replica whose supervision it is, by this replica's last heartbeat; shown only
+        /// with the fleet.
+        #[serde(skip_serializing_if = "Option::is_none")]
         owner: Option<String>,
         /// Its supervisor's last findings on this replica; null unless it had pending work,
         /// was unavailable or was kicked here lately.
@@ -67,6 +75,7 @@ pub(crate) enum DatasetStatus {
         dataset_id: String,
         /// Why its state cannot be read.
         unreadable: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
         owner: Option<String>,
         health: Option<DatasetHealth>,
     },
@@ -108,4 +117,14 @@ pub(crate) struct ActivePolicy {
     pub(crate) name: String,
     pub(crate) version: String,
     pub(crate) record: Option<ActiveRecord>,
+}
+
+/// `GET /v1/datasets/{dataset}/audit`: a page of the audit trail.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct AuditPage {
+    /// The records, oldest first: the newest that pass the filters, older than `before`.
+    pub(crate) records: Vec<mend::audit::AuditEntry>,
+    /// The `before` of the next, older page; null when the trail (or `since`) ended within
+    /// this one. A full page always gives it, so the page after may be empty.
+    pub(crate) next: Option<String>,
 }

@@ -16,8 +16,12 @@
 //!   certificate (mutual TLS, `serve.tls_client_ca_file`): a request on a connection whose
 //!   client presented a certificate the client CA signed, valid for the DNS name `NAME` (a
 //!   subject alternative name), and no `Authorization` header, is that principal's. A
-//!   certificate valid for several listed names is the first such line's.
-//!
+//!   certificate holding several listed names is the first such line's. Only an exact DNS
+//!   name counts: a wildcard certificate (`*.example.internal`) is no principal's.
+//! - **Rotation.** A principal may have several lines, one per credential, with the same
+//!   grants: add a line with the new secret (or certificate name) under the same name, move
+//!   the clients to it, then remove the old line. The name, and with it the principal's
+//!   operations and idempotency keys, stays.
 //! - **Grants.** `admin` allows everything. `read:P`, `write:P` and `operate:P` allow that
 //!   action on the datasets whose ids match the pattern `P`: an exact dataset id, a prefix
 //!   followed by `*` (`logs-*`), or `*` for every dataset. The actions are separate: a writer
@@ -27,10 +31,11 @@
 //!   server hashes it, finds the principals whose hash starts as its does, and compares the
 //!   whole hashes in time that does not depend on where they differ
 //!   ([`Tokens::authenticate`]).
-//! - **Bounds.** A file of at most [`MAX_TOKENS_FILE_BYTES`], [`MAX_PRINCIPALS`] principals of
+//! - **Bounds.** A file of at most [`MAX_TOKENS_FILE_BYTES`], [`MAX_PRINCIPALS`] lines of
 //!   at most [`MAX_GRANTS`] grants each; a name of 1 to [`MAX_PRINCIPAL_NAME`] characters of
-//!   `A-Z a-z 0-9 . _ -`. A file that breaks a rule is refused whole, with the line that
-//!   breaks it: a server never runs with half a tokens file.
+//!   `A-Z a-z 0-9 . _ -`. A file that breaks a rule is refused whole, with the number of the
+//!   line that breaks it and the rule, never the line's text (a secret pasted into the wrong
+//!   field would be printed): a server never runs with half a tokens file.
 
 use std::fmt;
 
@@ -38,7 +43,8 @@ use sha2::{Digest, Sha256};
 
 /// The largest tokens file read.
 pub const MAX_TOKENS_FILE_BYTES: usize = 1024 * 1024;
-/// The most principals a tokens file may name.
+/// The most credential lines (principals, or their credentials during a rotation) a tokens
+/// file may hold.
 pub const MAX_PRINCIPALS: usize = 10_000;
 /// The most grants one principal may hold.
 pub const MAX_GRANTS: usize = 64;
@@ -106,23 +112,24 @@ impl Pattern {
             None => (text, false),
         };
         if body.contains('*') {
-            return Err(format!(
-                "pattern {text:?}: '*' may only end a pattern (an id prefix, or '*' alone)"
-            ));
+            return Err(
+                "in a pattern, '*' may only come last (an id prefix and '*', or '*' alone)".into(),
+            );
         }
         if !prefix && body.is_empty() {
             return Err("an empty pattern: name a dataset id, a prefix and '*', or '*'".into());
         }
         if body.len() > MAX_ID_BYTES {
             return Err(format!(
-                "pattern {text:?} is longer than a dataset id ({MAX_ID_BYTES} bytes)"
+                "a pattern is at most as long as a dataset id ({MAX_ID_BYTES} bytes)"
             ));
         }
         if !in_id_alphabet(body, true) {
-            return Err(format!(
-                "pattern {text:?}: a dataset id (or its prefix) holds ASCII letters, digits, \
-                 '.', '_' and '-', starting with a letter or digit"
-            ));
+            return Err(
+                "a pattern's dataset id (or prefix) holds ASCII letters, digits, '.', \
+                 '_' and '-', starting with a letter or digit"
+                    .into(),
+            );
         }
         Ok(if prefix {
             Pattern::Prefix(body.to_string())
@@ -157,19 +164,16 @@ impl Grant {
             return Ok(Grant::Admin);
         }
         let Some((action, pattern)) = text.split_once(':') else {
-            return Err(format!(
-                "grant {text:?}: expected admin, read:PATTERN, write:PATTERN or operate:PATTERN"
-            ));
+            return Err("a grant is admin, read:PATTERN, write:PATTERN or operate:PATTERN".into());
         };
         let action = match action {
             "read" => Action::Read,
             "write" => Action::Write,
             "operate" => Action::Operate,
-            other => {
-                return Err(format!(
-                    "grant {text:?}: unknown action {other:?} (read, write or operate; or admin \
-                     alone)"
-                ));
+            _ => {
+                return Err(
+                    "a grant's action is unknown: read, write or operate (or admin alone)".into(),
+                );
             }
         };
         Ok(Grant::On(action, Pattern::parse(pattern)?))
@@ -294,10 +298,12 @@ impl Credential {
                 && !name.is_empty()
                 && name.len() <= 253;
             if !valid {
-                return Err(format!(
-                    "cert:{name:?}: a client certificate is named by a DNS name it holds (a \
-                     subject alternative name), such as cert:ingest-1.example.internal"
-                ));
+                return Err(
+                    "a cert: credential is a DNS name without wildcards that the client \
+                     certificate holds (a subject alternative name), such as \
+                     cert:ingest-1.example.internal"
+                        .into(),
+                );
             }
             return Ok(Credential::Certificate(name.to_ascii_lowercase()));
         }
@@ -308,8 +314,8 @@ impl Credential {
 /// The principals of a tokens file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tokens {
-    /// By line, with each one's credential.
-    principals: Vec<(Credential, Principal)>,
+    /// By line, with each one's credential: a principal has a line per credential it holds.
+    lines: Vec<(Credential, Principal)>,
     /// The principals with a token, by the first 8 bytes of its hash: a request is checked
     /// against the few whose hash starts as the presented secret's does, not against all
     /// (10,000 principals would cost a request 10,000 comparisons).
@@ -336,7 +342,11 @@ impl Tokens {
                 ),
             });
         }
-        let mut principals: Vec<(Credential, Principal)> = Vec::new();
+        // Every message below says the line's number and the rule it breaks, never the
+        // line's text: a refused line may hold a secret pasted in the wrong place, and the
+        // message goes to a terminal and to the logs.
+        let mut lines: Vec<(Credential, Principal)> = Vec::new();
+        let mut line_numbers: Vec<usize> = Vec::new();
         for (index, line) in text.lines().enumerate() {
             let at = |message: String| TokensError {
                 line: index + 1,
@@ -356,11 +366,12 @@ impl Tokens {
             };
             check_principal_name(name).map_err(at)?;
             if RESERVED_PRINCIPALS.contains(&name) {
-                return Err(at(format!(
-                    "principal name {name} is the server's own (a request without a \
+                return Err(at(
+                    "the principal name is one of the server's own (a request without a \
                      credential is `anonymous`; the admin token's principal is `admin-token`; \
                      audit records name the command line `cli`): name this principal otherwise"
-                )));
+                        .into(),
+                ));
             }
             let credential = Credential::parse(credential).map_err(at)?;
             let grants = fields
@@ -368,43 +379,55 @@ impl Tokens {
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(at)?;
             if grants.is_empty() {
-                return Err(at(format!(
-                    "principal {name} has no grants: give it admin, read:, write: or operate: \
+                return Err(at(
+                    "the principal has no grants: give it admin, read:, write: or operate: \
                      grants, or remove its line"
-                )));
+                        .into(),
+                ));
             }
             if grants.len() > MAX_GRANTS {
                 return Err(at(format!(
-                    "principal {name} has {} grants; the most is {MAX_GRANTS}",
+                    "the principal has {} grants; the most is {MAX_GRANTS}",
                     grants.len()
                 )));
             }
-            if principals.iter().any(|(_, known)| known.name == name) {
-                return Err(at(format!("principal {name} is named twice")));
-            }
-            if let Some((_, known)) = principals.iter().find(|(known, _)| *known == credential) {
+            if let Some(earlier) = lines.iter().position(|(known, _)| *known == credential) {
                 return Err(at(format!(
-                    "principal {name} has the credential of principal {}: every principal needs \
-                     a secret (or a certificate name) of its own",
-                    known.name
+                    "the credential of line {} again: every principal needs a secret (or a \
+                     certificate name) of its own, and a rotation a new one",
+                    line_numbers[earlier]
                 )));
             }
-            if principals.len() == MAX_PRINCIPALS {
+            // Several lines for one name are one principal holding several credentials at
+            // once: how a secret or a certificate is rotated without a new name (operations
+            // and idempotency keys are kept per name). The lines must agree on the grants,
+            // so that which credential a request presents never changes what it may do.
+            if let Some(earlier) = lines.iter().position(|(_, known)| known.name == name)
+                && lines[earlier].1.grants != grants
+            {
                 return Err(at(format!(
-                    "more than {MAX_PRINCIPALS} principals in one tokens file"
+                    "the principal of line {} with other grants: the lines of one principal \
+                     (one per credential, for a rotation) hold the same grants",
+                    line_numbers[earlier]
                 )));
             }
-            principals.push((
+            if lines.len() == MAX_PRINCIPALS {
+                return Err(at(format!(
+                    "more than {MAX_PRINCIPALS} credential lines in one tokens file"
+                )));
+            }
+            lines.push((
                 credential,
                 Principal {
                     name: name.to_string(),
                     grants,
                 },
             ));
+            line_numbers.push(index + 1);
         }
         let mut by_hash_prefix: std::collections::HashMap<[u8; 8], Vec<usize>> =
             std::collections::HashMap::new();
-        for (index, (credential, _)) in principals.iter().enumerate() {
+        for (index, (credential, _)) in lines.iter().enumerate() {
             if let Credential::Token(hash) = credential {
                 by_hash_prefix
                     .entry(prefix_of(hash))
@@ -413,7 +436,7 @@ impl Tokens {
             }
         }
         Ok(Self {
-            principals,
+            lines,
             by_hash_prefix,
         })
     }
@@ -432,7 +455,7 @@ impl Tokens {
             .into_iter()
             .flatten()
         {
-            if let (Credential::Token(hash), principal) = &self.principals[index]
+            if let (Credential::Token(hash), principal) = &self.lines[index]
                 && constant_time_eq(&hash.0, &presented.0)
             {
                 found = Some(principal);
@@ -442,40 +465,50 @@ impl Tokens {
     }
 
     /// The principal of a client certificate (its chain already verified against the client
-    /// CA by the TLS handshake): the first `cert:NAME` line whose name the certificate is
-    /// valid for.
+    /// CA by the TLS handshake): the first `cert:NAME` line whose name the certificate holds
+    /// exactly, as a DNS subject alternative name.
+    ///
+    /// Exactly: a wildcard name such as `*.example.internal` names no principal, though TLS
+    /// would take it as valid for `ops.example.internal`. Internal CAs often issue wildcard
+    /// certificates for clientAuth, and one such certificate would otherwise be every
+    /// principal its pattern covers.
     pub fn authenticate_certificate(
         &self,
         certificate: &rustls_pki_types::CertificateDer<'_>,
     ) -> Option<&Principal> {
         let certificate = webpki::EndEntityCert::try_from(certificate).ok()?;
-        self.principals
+        // `valid_dns_names` yields wildcard names too; they are left out here.
+        let held: Vec<String> = certificate
+            .valid_dns_names()
+            .filter(|name| !name.contains('*'))
+            .map(|name| name.trim_end_matches('.').to_ascii_lowercase())
+            .collect();
+        self.lines
             .iter()
             .find_map(|(credential, principal)| match credential {
-                Credential::Certificate(name) => {
-                    let name = rustls_pki_types::ServerName::try_from(name.as_str()).ok()?;
-                    certificate
-                        .verify_is_valid_for_subject_name(&name)
-                        .is_ok()
-                        .then_some(principal)
-                }
+                Credential::Certificate(name) => held.contains(name).then_some(principal),
                 Credential::Token(_) => None,
             })
     }
 
-    /// How many principals the file names.
+    /// How many principals the file names (a principal with several credential lines counts
+    /// once).
     pub fn len(&self) -> usize {
-        self.principals.len()
+        self.principals().count()
     }
 
     /// Whether the file names no principal.
     pub fn is_empty(&self) -> bool {
-        self.principals.is_empty()
+        self.lines.is_empty()
     }
 
-    /// The principals, in the file's order.
+    /// The principals, in the order of their first lines.
     pub fn principals(&self) -> impl Iterator<Item = &Principal> {
-        self.principals.iter().map(|(_, principal)| principal)
+        let mut seen = std::collections::HashSet::new();
+        self.lines
+            .iter()
+            .map(|(_, principal)| principal)
+            .filter(move |principal| seen.insert(principal.name.as_str()))
     }
 }
 
@@ -504,11 +537,8 @@ fn in_id_alphabet(text: &str, empty_ok: bool) -> bool {
 pub fn check_principal_name(name: &str) -> Result<(), String> {
     if !in_id_alphabet(name, false) || name.len() > MAX_PRINCIPAL_NAME {
         return Err(format!(
-            "principal name {:?} must be 1 to {MAX_PRINCIPAL_NAME} ASCII letters, digits, '.', \
-             '_' or '-', starting with a letter or digit",
-            name.chars()
-                .take(MAX_PRINCIPAL_NAME + 8)
-                .collect::<String>()
+            "a principal name is 1 to {MAX_PRINCIPAL_NAME} ASCII letters, digits, '.', '_' or \
+             '-', starting with a letter or digit"
         ));
     }
     Ok(())
@@ -525,6 +555,58 @@ pub fn new_secret() -> Result<String, getrandom::Error> {
         secret.push_str(&format!("{byte:02x}"));
     }
     Ok(secret)
+}
+
+/// The least strength a secret the server takes from a setting (`serve.admin_token`) must
+/// have to serve on an address other machines can reach, in bits.
+pub const MIN_SECRET_BITS: u32 = 128;
+/// The fewest distinct characters such a secret must hold: a long run of one or two
+/// characters has the length but not the strength.
+pub const MIN_SECRET_DISTINCT_CHARACTERS: usize = 8;
+
+/// How strong a secret is, as counted without knowing how it was made: its length times the
+/// bits of each character of the alphabet its characters come from (lower-case letters,
+/// upper-case letters, digits, anything else: 32 more), and how many distinct characters it
+/// holds. A secret of [`new_secret`] counts 420 bits; 25 letters and digits, 129; `qz`, 9.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SecretStrength {
+    pub bits: u32,
+    pub distinct_characters: usize,
+}
+
+impl SecretStrength {
+    pub fn of(secret: &str) -> Self {
+        let has = |class: fn(&char) -> bool| secret.chars().any(|c| class(&c));
+        let alphabet = [
+            (has(char::is_ascii_lowercase), 26),
+            (has(char::is_ascii_uppercase), 26),
+            (has(char::is_ascii_digit), 10),
+            (has(|c| !c.is_ascii_alphanumeric()), 32),
+        ]
+        .iter()
+        .filter(|(present, _)| *present)
+        .map(|(_, size)| size)
+        .sum::<u32>();
+        let length = secret.chars().count();
+        let bits = if alphabet == 0 {
+            0
+        } else {
+            (length as f64 * f64::from(alphabet).log2()).floor() as u32
+        };
+        let distinct_characters = secret
+            .chars()
+            .collect::<std::collections::HashSet<_>>()
+            .len();
+        Self {
+            bits,
+            distinct_characters,
+        }
+    }
+
+    /// Whether it is strong enough for a server other machines can reach.
+    pub fn is_enough(&self) -> bool {
+        self.bits >= MIN_SECRET_BITS && self.distinct_characters >= MIN_SECRET_DISTINCT_CHARACTERS
+    }
 }
 
 /// The tokens file line for `principal` holding `grants`, whose secret is `secret`.
@@ -548,7 +630,12 @@ struct Loaded {
     tokens: std::sync::Arc<Tokens>,
     /// The SHA-256 of the text the tokens came from.
     digest: [u8; 32],
+    /// What its permission bits allowed others when last read.
+    exposure: crate::secret_files::Exposure,
 }
+
+/// The setting that names a tokens file, as its messages say it.
+const SETTING: &str = "serve.tokens_file";
 
 /// What a [`TokensFile::reload`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -564,7 +651,11 @@ pub enum Reload {
 impl TokensFile {
     /// Reads the tokens file at `path`: an error if it cannot be read or breaks a rule (a
     /// server does not start on it).
+    ///
+    /// A file users other than its owner may write is refused, at start and at every reload
+    /// ([`crate::secret_files`]): whoever can write it can add a principal.
     pub fn open(path: &std::path::Path) -> Result<Self, TokensError> {
+        let exposure = check_exposure(path)?;
         let text = read_bounded(path)?;
         let tokens = Tokens::parse(&text)?;
         Ok(Self {
@@ -572,8 +663,20 @@ impl TokensFile {
             loaded: std::sync::RwLock::new(Loaded {
                 tokens: std::sync::Arc::new(tokens),
                 digest: Sha256::digest(text.as_bytes()).into(),
+                exposure,
             }),
         })
+    }
+
+    /// The warning to give while users other than its owner may read the file (as last
+    /// read), or `None`.
+    pub fn readable_warning(&self) -> Option<String> {
+        let exposure = self
+            .loaded
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .exposure;
+        crate::secret_files::readable_warning(&self.path, SETTING, exposure)
     }
 
     /// The file's path.
@@ -589,13 +692,21 @@ impl TokensFile {
 
     /// Reads the file again; takes its principals if its content changed and holds every rule.
     pub fn reload(&self) -> Reload {
+        let exposure = match check_exposure(&self.path) {
+            Ok(exposure) => exposure,
+            Err(error) => return Reload::Refused { error },
+        };
         let text = match read_bounded(&self.path) {
             Ok(text) => text,
             Err(error) => return Reload::Refused { error },
         };
         let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
-        if self.loaded.read().unwrap_or_else(|p| p.into_inner()).digest == digest {
-            return Reload::Unchanged;
+        {
+            let mut loaded = self.loaded.write().unwrap_or_else(|p| p.into_inner());
+            loaded.exposure = exposure;
+            if loaded.digest == digest {
+                return Reload::Unchanged;
+            }
         }
         match Tokens::parse(&text) {
             Ok(tokens) => {
@@ -603,12 +714,18 @@ impl TokensFile {
                 *self.loaded.write().unwrap_or_else(|p| p.into_inner()) = Loaded {
                     tokens: std::sync::Arc::new(tokens),
                     digest,
+                    exposure,
                 };
                 Reload::Reloaded { principals }
             }
             Err(error) => Reload::Refused { error },
         }
     }
+}
+
+/// What the file's permission bits allow others; refused if they may write it.
+fn check_exposure(path: &std::path::Path) -> Result<crate::secret_files::Exposure, TokensError> {
+    crate::secret_files::check(path, SETTING).map_err(|message| TokensError { line: 0, message })
 }
 
 /// The text of the file at `path`, refused past [`MAX_TOKENS_FILE_BYTES`] before it is read
@@ -735,6 +852,7 @@ mod tests {
     #[test]
     fn a_file_that_breaks_a_rule_is_refused_whole_with_its_line() {
         let good = hash_of("mend_a");
+        let other = hash_of("mend_b");
         let cases = [
             (format!("a {good}\n"), 1, "no grants"),
             ("a mend_a read:*\n".to_string(), 1, "never secrets"),
@@ -747,14 +865,24 @@ mod tests {
             (
                 format!("a {good} read:*\nb {good} read:*\n"),
                 2,
-                "credential of principal a",
+                "credential of line 1",
+            ),
+            (
+                format!("a {good} read:*\na {good} read:*\n"),
+                2,
+                "credential of line 1",
             ),
             (
                 "a cert:x.example read:*\nb cert:X.example read:*\n".to_string(),
                 2,
-                "credential of principal a",
+                "credential of line 1",
             ),
             ("a cert:not_a_name! read:*\n".to_string(), 1, "DNS name"),
+            (
+                "a cert:*.example read:*\n".to_string(),
+                1,
+                "without wildcards",
+            ),
             (format!("anonymous {good} read:*\n"), 1, "server's own"),
             (format!("admin-token {good} admin\n"), 1, "server's own"),
             (format!("cli {good} read:*\n"), 1, "server's own"),
@@ -764,12 +892,13 @@ mod tests {
                 "principal name",
             ),
             (
-                format!("a {good} read:*\na {} read:*\n", hash_of("mend_b")),
+                format!("a {good} read:*\na {other} write:*\n"),
                 2,
-                "named twice",
+                "line 1 with other grants",
             ),
             (format!("# c\n-a {good} read:*\n"), 2, "principal name"),
-            (format!("a {good} read:* delete:*\n"), 1, "unknown action"),
+            (format!("a {good} read:* delete:*\n"), 1, "unknown"),
+            (format!("a {good} read:x*y\n"), 1, "may only come last"),
             ("lonely\n".to_string(), 1, "expected a principal"),
         ];
         for (text, line, says) in cases {
@@ -777,6 +906,28 @@ mod tests {
             assert_eq!(error.line, line, "{text:?}: {error}");
             assert!(error.to_string().contains(says), "{text:?}: {error}");
         }
+        // A secret pasted where a name, a certificate name or a grant goes is refused
+        // without being repeated: the message says the line and the rule, nothing of its
+        // text.
+        let secret = new_secret().unwrap();
+        let pasted = [
+            format!("{secret} {good} read:*\n"),
+            format!("a cert:{secret} read:*\n"),
+            format!("a {good} {secret}\n"),
+            format!("a {good} read:{secret}x*y\n"),
+            format!("a {good} {secret}:*\n"),
+            format!("cli {good} read:* # {secret}\n"),
+            format!("a {good} read:*\na {other} write:* {secret}:x\n"),
+        ];
+        for text in &pasted {
+            let error = Tokens::parse(text).unwrap_err().to_string();
+            assert!(!error.contains(&secret), "{error}");
+            assert!(!error.contains(&secret[..12]), "{error}");
+        }
+        println!(
+            "tokens file: {} pasted secrets refused unrepeated",
+            pasted.len()
+        );
         let too_many_grants = format!("a {good} {}\n", vec!["read:*"; MAX_GRANTS + 1].join(" "));
         assert!(Tokens::parse(&too_many_grants).is_err());
         let too_big = "#".repeat(MAX_TOKENS_FILE_BYTES + 1);
@@ -889,6 +1040,79 @@ mod tests {
 
     /// A client certificate is the principal of the first `cert:NAME` line whose name it
     /// holds; one holding no listed name is no one's, and never a token's principal.
+    /// A rotation: one principal with two credential lines is one principal, and each
+    /// credential is it; removing the old line leaves the new one.
+    #[test]
+    fn a_principal_may_hold_two_credentials_at_once_for_a_rotation() {
+        let both = format!(
+            "writer {} write:logs read:logs\nother {} read:*\nwriter {} write:logs read:logs\n\
+             writer cert:w.example write:logs read:logs\n",
+            hash_of("mend_old"),
+            hash_of("mend_other"),
+            hash_of("mend_new")
+        );
+        let tokens = Tokens::parse(&both).unwrap();
+        assert_eq!(tokens.len(), 2);
+        let names: Vec<&str> = tokens.principals().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["writer", "other"]);
+        assert_eq!(tokens.authenticate("mend_old").unwrap().name, "writer");
+        assert_eq!(tokens.authenticate("mend_new").unwrap().name, "writer");
+        assert_eq!(tokens.authenticate("mend_other").unwrap().name, "other");
+        let after = format!("writer {} write:logs read:logs\n", hash_of("mend_new"));
+        let tokens = Tokens::parse(&after).unwrap();
+        assert_eq!(tokens.authenticate("mend_old"), None);
+        assert_eq!(tokens.authenticate("mend_new").unwrap().name, "writer");
+    }
+
+    #[test]
+    fn a_secret_is_strong_enough_only_with_128_bits_and_8_distinct_characters() {
+        let strength = SecretStrength::of;
+        assert_eq!(strength("qz").bits, 9);
+        assert!(!strength("qz").is_enough());
+        assert!(!strength("").is_enough());
+        let made = new_secret().unwrap();
+        assert_eq!(strength(&made).bits, 420, "{made}");
+        assert!(strength(&made).is_enough());
+        // Letters and digits count log2(36) bits each: 25 are 129 bits, 24 are 124.
+        assert_eq!(strength("0123456789abcdef012345678").bits, 129);
+        assert!(strength("0123456789abcdef012345678").is_enough());
+        assert!(!strength("0123456789abcdef01234567").is_enough());
+        // Length without variety is not strength.
+        assert!(!strength(&"qz".repeat(40)).is_enough());
+        assert_eq!(strength(&"abcdefg".repeat(10)).distinct_characters, 7);
+        assert!(!strength(&"abcdefg".repeat(10)).is_enough());
+        assert!(strength(&"abcdefgh".repeat(10)).is_enough());
+    }
+
+    /// The comparison refuses every strict prefix and every extension of a secret, and every
+    /// one-byte change, and admits the secret itself.
+    #[test]
+    fn the_constant_time_comparison_refuses_every_prefix_extension_and_change() {
+        let secret = new_secret().unwrap();
+        let secret = secret.as_bytes();
+        assert!(constant_time_eq(secret, secret));
+        let mut refused = 0;
+        for end in 0..secret.len() {
+            assert!(!constant_time_eq(&secret[..end], secret), "prefix of {end}");
+            assert!(!constant_time_eq(secret, &secret[..end]), "prefix of {end}");
+            refused += 2;
+        }
+        for extra in [b"0".as_slice(), b"\0", b"mend_"] {
+            let longer = [secret, extra].concat();
+            assert!(!constant_time_eq(&longer, secret));
+            assert!(!constant_time_eq(secret, &longer));
+            refused += 2;
+        }
+        for at in 0..secret.len() {
+            let mut changed = secret.to_vec();
+            changed[at] ^= 1;
+            assert!(!constant_time_eq(&changed, secret), "byte {at} changed");
+            refused += 1;
+        }
+        println!("constant_time_eq: refused {refused} near misses of one secret");
+        assert_eq!(refused, 2 * secret.len() + 6 + secret.len());
+    }
+
     #[test]
     fn a_client_certificate_is_the_principal_of_a_name_it_holds() {
         let certificate = |names: &[&str]| {
@@ -926,6 +1150,14 @@ mod tests {
         );
         assert_eq!(name_of(&["a.example"]).as_deref(), Some("second"));
         assert_eq!(name_of(&["elsewhere.example"]), None);
+        // A wildcard name is no principal's, though TLS takes it as valid for each name it
+        // covers; beside an exact listed name, the exact name counts.
+        assert_eq!(name_of(&["*.example.internal"]), None);
+        assert_eq!(name_of(&["*.example"]), None);
+        assert_eq!(
+            name_of(&["*.example", "ingest-1.example.internal"]).as_deref(),
+            Some("ingest")
+        );
         assert_eq!(name_of(&["ingest-2.example.internal"]), None);
         // A certificate line is never a bearer secret.
         assert_eq!(tokens.authenticate("cert:ingest-1.example.internal"), None);

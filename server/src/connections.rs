@@ -13,7 +13,10 @@
 //! - **TLS**, when the server has it ([`super::tls`]): the handshake must finish within the
 //!   header timeout; a connection that sends plain HTTP is answered 400 and closed. The
 //!   client's certificate, if it presented one, goes with each of its requests
-//!   ([`ClientCertificate`]) for the access check.
+//!   ([`ClientCertificate`]) for the access check. After the TLS files were reloaded, a
+//!   connection's next request first verifies its client's chain again against the client CA
+//!   then in force ([`Tls::admits`]): one it no longer admits is answered 401 and the
+//!   connection closed, so that rotating the CA shuts out the connections opened before.
 //! - **A shutdown deadline.** Once the shutdown future completes, the listener is closed, every
 //!   connection finishes the request it is answering and closes, and whatever is still open
 //!   after `serve.shutdown_deadline_ms` is dropped. Admitted writes run on tasks of their own
@@ -29,6 +32,8 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -36,8 +41,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
-use super::tls::Tls;
-use rustls_pki_types::CertificateDer;
+use super::error::{ApiError, ErrorCode};
+use super::guessing::ClientAddress;
+use super::tls::{ClientChain, Tls, TlsError};
+use rustls_pki_types::{CertificateDer, UnixTime};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
@@ -81,12 +88,13 @@ pub(super) async fn serve_connections(
             () = &mut shutdown => break,
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
+                Ok((stream, peer)) => {
                     accept_failing = false;
                     match permits.clone().try_acquire_owned() {
                         Ok(permit) => {
                             connections.spawn(connection(
                                 stream,
+                                ClientAddress(peer.ip()),
                                 router.clone(),
                                 limits,
                                 tls.clone(),
@@ -145,10 +153,20 @@ fn refuse(stream: TcpStream) {
 #[derive(Debug, Clone)]
 pub(crate) struct ClientCertificate(pub(crate) Arc<CertificateDer<'static>>);
 
+/// A client that presented a certificate in its handshake: the certificate for the access
+/// check, and its chain to verify again once the TLS files were reloaded.
+#[derive(Debug, Clone)]
+struct CertifiedClient {
+    certificate: ClientCertificate,
+    chain: Arc<ClientChain>,
+    tls: Arc<Tls>,
+}
+
 /// Serves one connection until it closes, its watchdog fires, or it has drained after a
 /// shutdown began; over TLS when the server has it.
 async fn connection(
     stream: TcpStream,
+    address: ClientAddress,
     router: Router,
     limits: ConnectionLimits,
     tls: Option<Arc<Tls>>,
@@ -156,7 +174,7 @@ async fn connection(
     permit: OwnedSemaphorePermit,
 ) {
     let Some(tls) = tls else {
-        return serve_http(stream, None, router, limits, stopped, permit).await;
+        return serve_http(stream, address, None, router, limits, stopped, permit).await;
     };
     // The handshake is part of the head: it has the header timeout.
     let handshake = async {
@@ -174,31 +192,67 @@ async fn connection(
             }
             _ => return None,
         }
-        match tls.acceptor().accept(stream).await {
-            Ok(stream) => Some(stream),
+        let (acceptor, generation) = tls.acceptor();
+        match acceptor.accept(stream).await {
+            Ok(stream) => Some((stream, generation)),
             Err(error) => {
                 tracing::debug!(%error, "a TLS handshake failed; the connection is closed");
                 None
             }
         }
     };
-    let Ok(Some(stream)) = tokio::time::timeout(limits.header_read_timeout, handshake).await else {
+    let Ok(Some((stream, generation))) =
+        tokio::time::timeout(limits.header_read_timeout, handshake).await
+    else {
         return;
     };
-    let certificate = stream
+    let client = stream
         .get_ref()
         .1
         .peer_certificates()
-        .and_then(|chain| chain.first())
-        .map(|certificate| ClientCertificate(Arc::new(certificate.clone().into_owned())));
-    serve_http(stream, certificate, router, limits, stopped, permit).await;
+        .and_then(|presented| ClientChain::new(presented, generation))
+        .map(|chain| CertifiedClient {
+            certificate: ClientCertificate(Arc::new(chain.end_entity().clone())),
+            chain: Arc::new(chain),
+            tls: tls.clone(),
+        });
+    serve_http(stream, address, client, router, limits, stopped, permit).await;
+}
+
+/// For a client whose certificate the client CA in force no longer admits, the answer to its
+/// request: 401, closing the connection (its next request would be refused all the same).
+/// `None` for a client it admits.
+fn refusal(client: &CertifiedClient) -> Option<Response> {
+    let refused = client.tls.admits(&client.chain, UnixTime::now()).err()?;
+    tracing::info!(
+        error = %refused,
+        "a connection's client certificate is no longer admitted by the client CA in force: \
+         answered 401, and the connection closed"
+    );
+    Some(no_longer_admitted(&refused))
+}
+
+/// The answer to a request on a connection whose client certificate is no longer admitted.
+fn no_longer_admitted(refused: &TlsError) -> Response {
+    let message = format!(
+        "{refused}; this connection is closed: connect again with a certificate the client CA \
+         signs, or with Authorization: Bearer TOKEN. Nothing happened"
+    );
+    let mut answer = ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, message)
+        .with_header(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"))
+        .into_response();
+    answer
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    answer
 }
 
 /// Serves HTTP/1 on `stream` until it closes, its watchdog fires, or it has drained after a
 /// shutdown began.
 async fn serve_http<S>(
     stream: S,
-    certificate: Option<ClientCertificate>,
+    address: ClientAddress,
+    client: Option<CertifiedClient>,
     router: Router,
     limits: ConnectionLimits,
     mut stopped: watch::Receiver<bool>,
@@ -216,13 +270,18 @@ async fn serve_http<S>(
         let open = OpenRequest::new(requests.clone());
         let router = router.clone();
         let mut request = request.map(Body::new);
-        if let Some(certificate) = &certificate {
-            request.extensions_mut().insert(certificate.clone());
-        }
+        request.extensions_mut().insert(address);
+        let refused = client.as_ref().and_then(|client| {
+            request.extensions_mut().insert(client.certificate.clone());
+            refusal(client)
+        });
         async move {
-            let response = match router.oneshot(request).await {
-                Ok(response) => response,
-                Err(never) => match never {},
+            let response = match refused {
+                Some(refusal) => refusal,
+                None => match router.oneshot(request).await {
+                    Ok(response) => response,
+                    Err(never) => match never {},
+                },
             };
             Ok::<_, Infallible>(response.map(|body| Answer { body, _open: open }))
         }

@@ -35,12 +35,14 @@ mod connections;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+mod guessing;
 mod limits;
 pub mod metrics;
 mod openapi;
 pub mod quotas;
 mod request_span;
 mod routes;
+pub mod secret_files;
 pub mod supervisor;
 #[cfg(test)]
 mod testing;
@@ -105,6 +107,16 @@ pub enum ServeError {
         /// What is missing, in words.
         missing: &'static str,
     },
+    #[error(
+        "{setting} is too weak to serve on an address other machines can reach: it counts {bits} bits and {distinct_characters} distinct characters, and needs at least {min_bits} bits and {min_distinct} distinct characters; make one with `mend token new` (its secret counts 420 bits)",
+        min_bits = auth::MIN_SECRET_BITS,
+        min_distinct = auth::MIN_SECRET_DISTINCT_CHARACTERS
+    )]
+    WeakSecret {
+        setting: &'static str,
+        bits: u32,
+        distinct_characters: usize,
+    },
     #[error("cannot take part in the fleet: {message}")]
     Fleet { message: String },
     #[error(
@@ -130,6 +142,8 @@ struct Shared {
     engine: Engine,
     credentials: access::Credentials,
     quotas: quotas::Quotas,
+    /// Failed authentications by client address ([`guessing`]).
+    guessing: guessing::Guessing,
     registry: PolicyRegistry,
     options: ServeOptions,
     metrics: Arc<Metrics>,
@@ -294,7 +308,7 @@ fn follow(
         followers.push(tokio::spawn(watch_tokens_file(file)));
     }
     if let Some(tls) = shared.options.tls.clone() {
-        followers.push(tokio::spawn(watch_tls_files(tls)));
+        followers.push(tokio::spawn(watch_tls_files(tls, shared.metrics.clone())));
     }
     followers
 }
@@ -353,6 +367,7 @@ fn shared_state(
         engine,
         credentials: options.credentials.clone(),
         quotas: quotas::Quotas::new(options.limits.principal),
+        guessing: guessing::Guessing::default(),
         registry,
         options,
         metrics,
@@ -385,6 +400,28 @@ pub fn check_protected(
     tls: bool,
     insecure: bool,
 ) -> Result<(), ServeError> {
+    if let Some(admin_token) = &credentials.admin_token {
+        let strength = auth::SecretStrength::of(admin_token);
+        if !strength.is_enough() {
+            // A weak secret is refused even with serve.insecure: that setting accepts a
+            // server without TLS or tokens, not a guessable admin.
+            if !listen.ip().is_loopback() {
+                return Err(ServeError::WeakSecret {
+                    setting: "serve.admin_token",
+                    bits: strength.bits,
+                    distinct_characters: strength.distinct_characters,
+                });
+            }
+            tracing::warn!(
+                bits = strength.bits,
+                "serve.admin_token is weaker than {} bits (or holds fewer than {} distinct \
+                 characters): allowed only because the server listens on loopback; make one \
+                 with `mend token new`",
+                auth::MIN_SECRET_BITS,
+                auth::MIN_SECRET_DISTINCT_CHARACTERS
+            );
+        }
+    }
     let missing = match (credentials.anonymous_allowed(), tls) {
         (false, true) => return Ok(()),
         (true, true) => "letting in any client without a token",
@@ -408,22 +445,44 @@ pub fn check_protected(
 }
 
 /// Reads the TLS files again every [`TOKENS_FILE_RELOAD_INTERVAL`]; logs each change taken
-/// and each one refused (once, until the files change again).
-async fn watch_tls_files(tls: Arc<tls::Tls>) {
+/// and each one refused (once, until the files change again), and each warning about the
+/// files in force ([`tls::TlsWarning`]: a certificate near its end, a key file others may
+/// read) at start, at each change taken and when it first applies. Keeps the gauge
+/// `mend_tls_certificate_expiry_seconds` on the certificate served.
+async fn watch_tls_files(tls: Arc<tls::Tls>, metrics: Arc<Metrics>) {
     let mut last_refusal = None;
+    let mut last_warnings = Vec::new();
+    // At start, as after a change taken: every warning is logged.
+    let mut taken = true;
     loop {
+        if taken {
+            metrics.tls_certificate_served(tls.validity().not_after);
+        }
+        let warnings = tls.warnings(rustls_pki_types::UnixTime::now());
+        for warning in &warnings {
+            if taken || !last_warnings.contains(warning) {
+                tracing::warn!("{warning}");
+            }
+        }
+        last_warnings = warnings;
         tokio::time::sleep(TOKENS_FILE_RELOAD_INTERVAL).await;
         let reading = tls.clone();
-        let Ok(reload) = tokio::task::spawn_blocking(move || reading.reload()).await else {
+        let reload =
+            tokio::task::spawn_blocking(move || reading.reload(rustls_pki_types::UnixTime::now()));
+        let Ok(reload) = reload.await else {
+            taken = false;
             continue;
         };
+        taken = matches!(reload, tls::TlsReload::Reloaded);
         match reload {
-            tls::TlsReload::Unchanged => {}
+            // The files are those in force again: a refusal after this is a new one.
+            tls::TlsReload::Unchanged => last_refusal = None,
             tls::TlsReload::Reloaded => {
                 last_refusal = None;
                 tracing::info!(
                     cert = %tls.files().cert.display(),
-                    "TLS certificate and key reloaded; new connections use them"
+                    "TLS certificate and key reloaded; new connections use them, and open \
+                     connections' client certificates are verified again"
                 );
             }
             tls::TlsReload::Refused(error) => {
@@ -448,12 +507,26 @@ pub const TOKENS_FILE_RELOAD_INTERVAL: std::time::Duration = std::time::Duration
 /// and each one refused (once, until the file changes again).
 async fn watch_tokens_file(file: Arc<auth::TokensFile>) {
     let mut last_refusal = None;
+    // A file others may read is warned about at start, at each reload, and when its mode
+    // changes to allow it.
+    let mut last_warning = file.readable_warning();
+    if let Some(warning) = &last_warning {
+        tracing::warn!("{warning}");
+    }
     loop {
         tokio::time::sleep(TOKENS_FILE_RELOAD_INTERVAL).await;
         let reading = file.clone();
         let Ok(reload) = tokio::task::spawn_blocking(move || reading.reload()).await else {
             continue;
         };
+        let warning = file.readable_warning();
+        if let Some(warning) = &warning
+            && (last_warning.as_ref() != Some(warning)
+                || matches!(reload, auth::Reload::Reloaded { .. }))
+        {
+            tracing::warn!("{warning}");
+        }
+        last_warning = warning;
         match reload {
             auth::Reload::Unchanged => {}
             auth::Reload::Reloaded { principals } => {

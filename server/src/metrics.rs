@@ -7,7 +7,7 @@
 //! without a series yet is left out of the exposition, its `# HELP` and `# TYPE` too.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -32,12 +32,15 @@ const SWEEP_BUCKETS: [f64; 10] = [0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 3
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// The end of the TLS certificate served ([`Metrics::tls_certificate_served`]).
+    tls_certificate_not_after: Arc<std::sync::atomic::AtomicI64>,
     /// Only `render` writes it (the policy running then), under `rendering`.
     active_policy: Family<PolicyLabels, Gauge>,
     /// Policy decisions this server acted on, by (kind, outcome).
     decisions: Family<DecisionLabels, Counter>,
     sweep_duration: Histogram,
     sweep_failures: Counter,
+    authentication_failures: Counter,
     /// Intents pending per dataset, as each dataset's supervisor last saw them.
     pending_intents: Family<DatasetLabels, Gauge>,
     /// 1 while a dataset serves, 0 while it answers 503.
@@ -104,15 +107,18 @@ pub enum Shed {
     PrincipalRate,
     /// A principal at `serve.principal_max_writes` writes in flight.
     PrincipalWrites,
+    /// A client address past its failed authentications (`crate::guessing`).
+    FailedAuthentications,
 }
 
 impl Shed {
-    const ALL: [Shed; 5] = [
+    const ALL: [Shed; 6] = [
         Shed::ShuttingDown,
         Shed::DatasetWrites,
         Shed::ServerWrites,
         Shed::PrincipalRate,
         Shed::PrincipalWrites,
+        Shed::FailedAuthentications,
     ];
 
     fn label(self) -> &'static str {
@@ -122,6 +128,7 @@ impl Shed {
             Shed::ServerWrites => "server_writes",
             Shed::PrincipalRate => "principal_rate",
             Shed::PrincipalWrites => "principal_writes",
+            Shed::FailedAuthentications => "failed_authentications",
         }
     }
 }
@@ -156,6 +163,35 @@ impl Collector for PolicyCalls {
     }
 }
 
+/// `mend_tls_certificate_expiry_seconds`: the time left, at each scrape, until the end of the
+/// certificate served (negative past it); no family at all for a server without TLS. It
+/// holds the end (`notAfter`, seconds since the Unix epoch) of the certificate served,
+/// `i64::MIN` while the server serves none.
+#[derive(Debug)]
+struct TlsCertificateExpiry(Arc<std::sync::atomic::AtomicI64>);
+
+impl Collector for TlsCertificateExpiry {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let not_after = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        if not_after == i64::MIN {
+            return Ok(());
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| {
+                i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+            });
+        let gauge = encoder.encode_descriptor(
+            "mend_tls_certificate_expiry_seconds",
+            "Seconds until the end (notAfter) of the TLS certificate served, negative past it",
+            None,
+            MetricType::Gauge,
+        )?;
+        prometheus_client::metrics::gauge::ConstGauge::new(not_after.saturating_sub(now))
+            .encode(gauge)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RequestLabels {
     route: String,
@@ -176,7 +212,12 @@ impl Default for Metrics {
         // Help texts without their final period: the registry adds it.
         let mut registry = Registry::default();
         registry.register_collector(Box::new(PolicyCalls));
+        let tls_certificate_not_after = Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN));
+        registry.register_collector(Box::new(TlsCertificateExpiry(
+            tls_certificate_not_after.clone(),
+        )));
         Self {
+            tls_certificate_not_after,
             active_policy: registered(
                 &mut registry,
                 "mend_active_policy_info",
@@ -194,6 +235,12 @@ impl Default for Metrics {
                 "mend_sweep_duration_seconds",
                 "Roll-forward sweeps run by the dataset supervisors",
                 Histogram::new(SWEEP_BUCKETS),
+            ),
+            authentication_failures: registered(
+                &mut registry,
+                "mend_authentication_failures",
+                "Requests whose credential (a bearer secret or a client certificate) named no principal",
+                Counter::default(),
             ),
             sweep_failures: registered(
                 &mut registry,
@@ -411,6 +458,18 @@ impl Metrics {
         self.fleet_lease_held.set(i64::from(held));
     }
 
+    /// The end of the TLS certificate served now (at start and at each reload taken), in
+    /// seconds since the Unix epoch: `mend_tls_certificate_expiry_seconds`.
+    pub fn tls_certificate_served(&self, not_after: i64) {
+        self.tls_certificate_not_after
+            .store(not_after, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A request whose credential named no principal.
+    pub fn authentication_failed(&self) {
+        self.authentication_failures.inc();
+    }
+
     /// A request refused for load.
     pub fn shed(&self, reason: Shed) {
         self.shed
@@ -486,6 +545,9 @@ mod tests {
         metrics.fleet_load(5, 2);
         metrics.fleet_rebalance();
         metrics.fleet_takeover(2);
+        metrics.authentication_failed();
+        metrics.authentication_failed();
+        metrics.shed(Shed::FailedAuthentications);
         let policy = PolicyRuntime::default_policy().unwrap();
         let text = metrics.render(&policy);
         for line in [
@@ -522,6 +584,9 @@ mod tests {
             "mend_shed_requests_total{reason=\"server_writes\"} 1",
             "mend_shed_requests_total{reason=\"principal_rate\"} 2",
             "mend_shed_requests_total{reason=\"shutting_down\"} 0",
+            "mend_shed_requests_total{reason=\"failed_authentications\"} 1",
+            "# TYPE mend_authentication_failures_total counter",
+            "mend_authentication_failures_total 2",
             "# TYPE mend_fleet_lease_held gauge",
             "mend_fleet_lease_held 1",
             "# TYPE mend_policy_decision_seconds histogram",
@@ -550,7 +615,19 @@ mod tests {
             .lines()
             .filter(|line| line.starts_with("# TYPE "))
             .count();
-        assert_eq!(families, 18, "{text}");
+        // Without TLS, no mend_tls_certificate_expiry_seconds.
+        assert_eq!(families, 19, "{text}");
+        assert!(
+            !text.contains("mend_tls_certificate_expiry_seconds"),
+            "{text}"
+        );
+        metrics.tls_certificate_served(i64::MAX / 2);
+        assert!(
+            metrics
+                .render(&policy)
+                .lines()
+                .any(|line| line.starts_with("mend_tls_certificate_expiry_seconds ")),
+        );
         // The policy's calls of this process: loading the default policy called it.
         let calls: u64 = text
             .lines()

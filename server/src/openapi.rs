@@ -396,7 +396,7 @@ impl IntoParams for VerifyQuery {
     }
 }
 
-/// `?principal=NAME&limit=N` of the audit trail.
+/// `?principal=NAME&kind=K&since=MS&before=CURSOR&limit=N` of the audit trail.
 pub(crate) enum AuditQuery {}
 
 impl IntoParams for AuditQuery {
@@ -411,12 +411,35 @@ impl IntoParams for AuditQuery {
                  `admin-token`, `supervisor@REPLICA` or `cli`)",
             ),
             parameter(
+                "kind",
+                ParameterIn::Query,
+                false,
+                string(),
+                "only the records of this kind (their `mode`: `roll-forward`, `exclusive`, \
+                 `gc`, `reconcile`, ...)",
+            ),
+            parameter(
+                "since",
+                ParameterIn::Query,
+                false,
+                whole_number(),
+                "only the records recorded at or after this time, in milliseconds since the \
+                 Unix epoch",
+            ),
+            parameter(
+                "before",
+                ParameterIn::Query,
+                false,
+                string(),
+                "only the records older than this place: the `next` of the page before",
+            ),
+            parameter(
                 "limit",
                 ParameterIn::Query,
                 false,
                 whole_number(),
-                "how many of the newest records to read, 1 to 100000 (100 when absent); with \
-                 `principal`, those naming it among them",
+                "the most records of the page, 1 to 100000 (100 when absent): the newest that \
+                 pass the filters (the filters apply before the limit)",
             ),
         ]
     }

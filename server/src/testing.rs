@@ -74,6 +74,7 @@ pub(crate) async fn shared_with_limits(
         engine,
         credentials,
         quotas: crate::quotas::Quotas::new(options.limits.principal),
+        guessing: crate::guessing::Guessing::default(),
         registry,
         options,
         metrics,

@@ -4,6 +4,7 @@
 //! name as the filter: `cargo test -p mend-tests --test integration crash_commit::`.
 
 mod abandonment;
+mod audit_pages;
 mod capabilities;
 mod checkpoint_bounds;
 mod component;

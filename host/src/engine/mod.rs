@@ -32,6 +32,7 @@ mod steps;
 mod uploaded;
 mod verify;
 
+pub use audit_trail::{AuditCursor, AuditPage, AuditQuery, MAX_AUDIT_SCAN};
 pub use commit::{CommitRequest, CommitResult, CommitSplit, MergeRequest};
 pub use config_apply::ConfigEdit;
 pub use gc::{GcResult, RECORDED_REQUEST_RETENTION_MS};

@@ -289,6 +289,14 @@ impl Engine {
         self.pinned().begin_pinned(request).await
     }
 
+    /// Whether [`Engine::begin_operation`] would accept `request` as it is (its ids, sizes,
+    /// checksums, metadata, delta and limits), reading and writing nothing: for a caller
+    /// that must not record anything of a begin that would be refused (the server claims
+    /// an operation id for its principal only for a begin that passes this).
+    pub fn check_begin_operation(&self, request: &BeginOperation) -> Result<()> {
+        self.check_begin(request).map(|_| ())
+    }
+
     /// The intent a begin writes and the objects' headers: its plan as the writer sent it
     /// (the operation's identity, compared when a begin is sent again), with the objects as
     /// they are written, carrying the dataset's incarnation and the operation id.

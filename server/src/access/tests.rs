@@ -348,6 +348,7 @@ fn planned(operation: &str, split: &str) -> Value {
 /// A server whose tokens file names [`principals`], and each caller's secret.
 struct Server {
     router: Router,
+    shared: Arc<crate::Shared>,
     secrets: BTreeMap<&'static str, Option<String>>,
     _dir: tempfile::TempDir,
 }
@@ -385,7 +386,8 @@ async fn server_with_limits(limits: crate::ServeLimits) -> Server {
     .await;
     shared.ready.store(true, Ordering::SeqCst);
     Server {
-        router: crate::routes::router(shared),
+        router: crate::routes::router(shared.clone()),
+        shared,
         secrets,
         _dir: dir,
     }
@@ -507,9 +509,20 @@ async fn access_every_route_by_every_caller_answers_as_the_matrix_says() {
          for a new route (and its need to access::ROUTES)"
     );
 
+    // A dataset no column but the admins may know of: no answer to anyone else names it.
+    server
+        .prepare(
+            Method::POST,
+            "/v1/datasets",
+            json_body(json!({"dataset_id": SECRET_DATASET})),
+            "root",
+        )
+        .await;
     let mut cells = 0;
     let mut refusals = BTreeMap::<u16, usize>::new();
     let mut successes = 0;
+    let (mut refused_writes, mut writes_seen) = (0, 0);
+    let mut bodies_checked = 0;
     for (r, row) in rows.iter().enumerate() {
         for (c, caller) in COLUMNS.iter().enumerate() {
             let n = r * COLUMNS.len() + c;
@@ -528,6 +541,7 @@ async fn access_every_route_by_every_caller_answers_as_the_matrix_says() {
                 None => Some((fill(&row.body.to_string()).into_bytes(), "application/json")),
             };
             let at = format!("{} {uri} as {caller}", row.method);
+            let before = fingerprint(&server).await;
             let response = server
                 .router
                 .clone()
@@ -542,6 +556,30 @@ async fn access_every_route_by_every_caller_answers_as_the_matrix_says() {
             let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             assert_eq!(status.as_u16(), row.expected[c], "{at}: {answer}");
             cells += 1;
+            // What the answer reveals: no dataset outside the caller's grants, in any body
+            // (listings, status, errors, readiness). The cell's own dataset is the caller's
+            // own input, so it is left out of the check.
+            let text = String::from_utf8_lossy(&bytes)
+                .replace(&fill("logs-new-{n}"), "{d}")
+                .replace(&d, "{d}");
+            if !["root", "admin-token"].contains(caller) {
+                assert!(
+                    !text.contains(SECRET_DATASET),
+                    "{at} reveals a dataset: {text}"
+                );
+            }
+            if ["none", "wrong", "other"].contains(caller) {
+                assert!(!text.contains("logs-"), "{at} reveals a dataset: {text}");
+            }
+            bodies_checked += 1;
+            // What a refusal changed: nothing.
+            let after = fingerprint(&server).await;
+            if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+                assert_eq!(before, after, "{at}: a refused request changed the catalog");
+                refused_writes += usize::from(row.method != Method::GET);
+            } else if before != after {
+                writes_seen += 1;
+            }
             match status {
                 StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
                     *refusals.entry(status.as_u16()).or_default() += 1;
@@ -580,13 +618,38 @@ async fn access_every_route_by_every_caller_answers_as_the_matrix_says() {
     println!(
         "access: {} routes × {} callers = {cells} cells as the matrix says: {successes} \
          successes, {} answered 401 and {} answered 403 (each the same for a dataset that does \
-         not exist), the rest past the access check",
+         not exist), the rest past the access check; {bodies_checked} bodies name no dataset \
+         outside the caller's grants; {refused_writes} refused writes changed nothing, while \
+         {writes_seen} cells' requests changed the store",
         documented.len(),
         COLUMNS.len(),
         refusals.get(&401).copied().unwrap_or(0),
         refusals.get(&403).copied().unwrap_or(0),
     );
     assert!(successes > 100 && refusals.len() == 2);
+    // The fingerprint sees writes (else "changed nothing" would hold of anything).
+    assert!(
+        refused_writes > 100 && writes_seen > 30,
+        "{refused_writes} {writes_seen}"
+    );
+}
+
+/// The dataset of the matrix that only the admins may know of.
+const SECRET_DATASET: &str = "payroll-secret";
+
+/// Every object of the in-memory store the server's catalog and objects live in, with its
+/// size and version: changes with any write.
+async fn fingerprint(server: &Server) -> Vec<(String, u64, Option<String>)> {
+    use futures::TryStreamExt;
+    let (store, _) = server.shared.engine.objects().store();
+    let mut objects: Vec<(String, u64, Option<String>)> = store
+        .list(None)
+        .map_ok(|meta| (meta.location.to_string(), meta.size, meta.e_tag))
+        .try_collect()
+        .await
+        .unwrap();
+    objects.sort();
+    objects
 }
 
 fn json_body(value: Value) -> Option<(Vec<u8>, &'static str)> {
@@ -797,7 +860,11 @@ fn access_the_document_names_each_routes_grant() {
         ),
         ("GET", "/v1/status".to_owned(), ANY),
         ("GET", "/v1/datasets".to_owned(), ANY),
-        ("POST", "/v1/datasets".to_owned(), ANY),
+        (
+            "POST",
+            "/v1/datasets".to_owned(),
+            "write on some dataset, then on the dataset the body names",
+        ),
         ("GET", "/v1/datasets/{dataset}".to_owned(), READ),
         ("POST", "/v1/datasets/{dataset}/config".to_owned(), OPERATE),
         ("POST", "/v1/datasets/{dataset}/fence".to_owned(), OPERATE),

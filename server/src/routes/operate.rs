@@ -14,6 +14,7 @@ use utoipa_axum::routes;
 
 use crate::Shared;
 use crate::access::Caller;
+use crate::answers::AuditPage;
 use crate::body::{JsonBody, parse};
 use crate::error::{ApiError, ApiResult, engine_error, ok};
 use crate::openapi::{
@@ -237,14 +238,15 @@ async fn verify(
 }
 
 /// The dataset's audit trail: who decided what and when (each recovery, gc and reconcile
-/// decision, with the principal that ran it), newest `limit` records, oldest first.
+/// decision, with the principal that ran it), a page at a time: the newest `limit` records
+/// that pass the filters, oldest first, and where the next (older) page starts.
 #[utoipa::path(
     get,
     path = "/v1/datasets/{dataset}/audit",
     tag = "recovery",
     params(DatasetPath, AuditQuery),
     responses(
-        (status = 200, description = "the audit records, oldest first", body = Vec<mend::audit::AuditEntry>),
+        (status = 200, description = "a page of the audit records, oldest first", body = AuditPage),
         (status = 400, response = BadRequest),
         (status = 404, response = NotFound),
         (status = 500, response = InternalError),
@@ -256,30 +258,56 @@ async fn audit(
     Path(dataset_id): Path<String>,
     Query(params): Query<HashMap<String, String>>,
 ) -> ApiResult {
-    if let Some(unknown) = params
-        .keys()
-        .find(|key| !["principal", "limit"].contains(&key.as_str()))
-    {
+    const KNOWN: [&str; 5] = ["principal", "kind", "since", "before", "limit"];
+    if let Some(unknown) = params.keys().find(|key| !KNOWN.contains(&key.as_str())) {
         return Err(ApiError::bad_request(format!(
-            "unknown query parameter {unknown:?}; the audit takes principal=NAME and limit=N"
+            "unknown query parameter {:?}; the audit takes principal=NAME, kind=K, since=MS, \
+             before=CURSOR and limit=N",
+            mend::validate::truncated(unknown, 64)
         )));
     }
-    let limit = match params.get("limit") {
-        None => DEFAULT_AUDIT_LIMIT,
-        Some(text) => text.parse::<usize>().map_err(|_| {
+    let whole_number = |name: &str, text: &str| {
+        text.parse::<u64>().map_err(|_| {
             ApiError::bad_request(format!(
-                "limit: {:?} is not a whole number",
+                "{name}: {:?} is not a whole number",
                 mend::validate::truncated(text, 64)
             ))
-        })?,
+        })
     };
-    let principal = params.get("principal").map(String::as_str);
-    let entries = shared
+    let limit = match params.get("limit") {
+        None => DEFAULT_AUDIT_LIMIT,
+        Some(text) => usize::try_from(whole_number("limit", text)?).unwrap_or(usize::MAX),
+    };
+    let since_ms =
+        match params.get("since") {
+            None => None,
+            Some(text) => Some(i64::try_from(whole_number("since", text)?).map_err(|_| {
+                ApiError::bad_request("since: past the largest time in milliseconds")
+            })?),
+        };
+    let before = match params.get("before") {
+        None => None,
+        Some(text) => Some(
+            text.parse::<mend::engine::AuditCursor>()
+                .map_err(|error| engine_error(&shared, &dataset_id, error))?,
+        ),
+    };
+    let query = mend::engine::AuditQuery {
+        principal: params.get("principal").cloned(),
+        kind: params.get("kind").cloned(),
+        since_ms,
+        before,
+        limit,
+    };
+    let page = shared
         .engine
-        .audit_trail(&dataset_id, principal, limit)
+        .audit_page(&dataset_id, &query)
         .await
         .map_err(|error| engine_error(&shared, &dataset_id, error))?;
-    ok(&entries)
+    ok(&AuditPage {
+        records: page.entries,
+        next: page.next.map(|next| next.to_string()),
+    })
 }
 
 /// The audit records read when a request does not say how many.

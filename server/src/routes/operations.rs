@@ -216,8 +216,11 @@ async fn begin(
         .operation_id
         .get_or_insert_with(|| mend::ambient::uuid_v4().to_string())
         .clone();
-    mend::validate::dataset_id(&dataset_id)
-        .and_then(|()| mend::validate::split_id(&operation_id))
+    // Only a begin the engine would accept claims the id: a refused one leaves no claim
+    // that would turn the rightful writer's begin of that id away.
+    shared
+        .engine
+        .check_begin_operation(&request)
         .map_err(|error| crate::error::engine_error(&shared, &dataset_id, error))?;
     claim_operation(&shared, &caller, &dataset_id, &operation_id).await?;
     let engine = shared.acting_engine();

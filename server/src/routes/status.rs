@@ -13,7 +13,7 @@ use utoipa_axum::routes;
 
 use crate::Shared;
 use crate::access::Caller;
-use crate::answers::{DatasetStatus, Health, Readiness, ServerStatus, UnavailableDataset};
+use crate::answers::{DatasetStatus, Health, Readiness, ServerStatus};
 use crate::auth::Action;
 use crate::error::{ApiError, ApiResult, ErrorCode, ok};
 use crate::openapi::{InternalError, Unavailable};
@@ -50,16 +50,6 @@ async fn healthz() -> ApiResult {
     )
 )]
 async fn readyz(State(shared): AppState) -> ApiResult {
-    let unavailable: Vec<UnavailableDataset> = shared
-        .supervisors
-        .all()
-        .into_iter()
-        .filter_map(|(dataset_id, health)| {
-            health
-                .unavailable
-                .map(|reason| UnavailableDataset { dataset_id, reason })
-        })
-        .collect();
     if shared.shutting_down.load(Ordering::SeqCst) {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -68,21 +58,32 @@ async fn readyz(State(shared): AppState) -> ApiResult {
         ));
     }
     if !shared.ready.load(Ordering::SeqCst) {
-        let message = match shared.discovery_error().as_deref() {
-            Some(error) => format!(
-                "the server cannot take part in the fleet or find its pending work: {error}"
-            ),
-            None => "the server has not run its first supervision round yet".to_string(),
-        };
+        // Why goes to the logs and to GET /v1/status, not to whoever probes: the reason can
+        // hold a storage path, and a path a dataset's name.
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Starting,
-            message,
+            "the server is not ready yet (GET /v1/status says why, to a principal with \
+             operate on every dataset; so does its log)",
         ));
-    } // One dataset that cannot be served does not make the server unready: the others serve.
-    ok(&Readiness {
-        ready: true,
-        unavailable_datasets: unavailable,
+    }
+    // One dataset that cannot be served does not make the server unready: the others serve.
+    ok(&Readiness { ready: true })
+}
+
+/// Why the server is not ready, or `None` when it is.
+fn not_ready_because(shared: &Shared) -> Option<String> {
+    if shared.shutting_down.load(Ordering::SeqCst) {
+        return Some("the server is shutting down".into());
+    }
+    if shared.ready.load(Ordering::SeqCst) {
+        return None;
+    }
+    Some(match shared.discovery_error().as_deref() {
+        Some(error) => {
+            format!("the server cannot take part in the fleet or find its pending work: {error}")
+        }
+        None => "the server has not run its first supervision round yet".to_string(),
     })
 }
 
@@ -118,6 +119,8 @@ async fn metrics(State(shared): AppState) -> Response {
 )]
 async fn status(State(shared): AppState, Extension(caller): Extension<Caller>) -> ApiResult {
     let policy = shared.engine.policy();
+    // The server's own details need what GET /v1/fleet needs.
+    let sees_server = caller.may_every_dataset(Action::Operate);
     let health = shared.supervisors.all();
     let datasets: Vec<DatasetStatus> = shared
         .engine
@@ -127,7 +130,9 @@ async fn status(State(shared): AppState, Extension(caller): Extension<Caller>) -
         .filter(|(id, _)| caller.may(Action::Read, id))
         .map(|(id, dataset)| {
             let health = health.get(&id).cloned();
-            let owner = shared.supervisors.owner_of(&id);
+            let owner = sees_server
+                .then(|| shared.supervisors.owner_of(&id))
+                .flatten();
             match dataset {
                 Ok(dataset) => DatasetStatus::Readable {
                     dataset_id: id,
@@ -146,8 +151,9 @@ async fn status(State(shared): AppState, Extension(caller): Extension<Caller>) -
             }
         })
         .collect();
+    let not_ready_because = not_ready_because(&shared);
     ok(&ServerStatus {
-        catalog: shared.engine.catalog().describe(),
+        catalog: sees_server.then(|| shared.engine.catalog().describe()),
         policy_digest: policy.digest().to_owned(),
         policy: format!(
             "{} {}",
@@ -155,7 +161,9 @@ async fn status(State(shared): AppState, Extension(caller): Extension<Caller>) -
             policy.description().version
         ),
         writes_in_flight: shared.writes.in_flight(),
-        fleet: shared.supervisors.fleet(),
+        ready: not_ready_because.is_none(),
+        not_ready_because: not_ready_because.filter(|_| sees_server),
+        fleet: sees_server.then(|| shared.supervisors.fleet()),
         datasets,
     })
 }
