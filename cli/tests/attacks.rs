@@ -430,48 +430,53 @@ fn a_refused_principal_is_answered_before_its_body_is_sent() {
     let dir = dir.path();
     pki(dir);
     let reader = token(dir, "reader", &["read:*"]);
-    let tokens = tokens_file(dir, &[&reader.line]);
+    let other = token(dir, "other", &["write:metrics-*"]);
+    let tokens = tokens_file(dir, &[&reader.line, &other.line]);
     let server = SecureServer::start(dir, &secured(dir, &tokens, "ca.pem"));
     let body = dir.join("large.json");
     let size = 32 << 20;
     std::fs::write(&body, vec![b' '; size]).unwrap();
     let data = format!("@{}", body.display());
     let ca = dir.join("pki/ca.pem").display().to_string();
-    let output = std::process::Command::new("curl")
-        .args([
-            "-sS",
-            "--max-time",
-            "30",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code} %{size_upload}",
-        ])
-        .args(["--cacert", &ca, "-H", &bearer(&reader.secret)])
-        .args([
-            "-H",
-            "Content-Type: application/json",
-            "-H",
-            "Expect: 100-continue",
-        ])
-        .args(["--expect100-timeout", "10", "--data-binary", &data])
-        .arg(server.url("/v1/datasets"))
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&output.stdout).into_owned();
-    let (status, uploaded) = said.split_once(' ').unwrap();
-    assert_eq!(
-        status,
-        "403",
-        "{said} {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let uploaded: f64 = uploaded.trim().parse().unwrap();
+    let send = |secret: &str| {
+        let output = std::process::Command::new("curl")
+            .args(["-sS", "--max-time", "30", "-o", "/dev/null"])
+            .args(["-w", "%{http_code} %{size_upload}"])
+            .args(["--cacert", &ca, "-H", &bearer(secret)])
+            .args([
+                "-H",
+                "Content-Type: application/json",
+                "-H",
+                "Expect: 100-continue",
+            ])
+            .args(["--expect100-timeout", "10", "--data-binary", &data])
+            .arg(server.url("/v1/datasets"))
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&output.stdout).into_owned();
+        let (status, uploaded) = said.split_once(' ').unwrap();
+        let uploaded: f64 = uploaded.trim().parse().unwrap();
+        (status.to_owned(), uploaded)
+    };
+    // No write grant at all: refused before the body.
+    let (status, uploaded) = send(&reader.secret);
+    assert_eq!(status, "403");
     assert!(
         uploaded < 1_048_576.0,
         "{uploaded} bytes sent before the refusal"
     );
-    println!("attacks: a read-only principal's 32 MiB create refused after {uploaded} bytes");
+    // Write on other datasets: the body names the dataset, so it must be read, but a
+    // create's cap is 64 KiB: 413 as soon as its length is declared.
+    let (status, uploaded_other) = send(&other.secret);
+    assert_eq!(status, "413");
+    assert!(
+        uploaded_other < 1_048_576.0,
+        "{uploaded_other} bytes sent before the refusal"
+    );
+    println!(
+        "attacks: a 32 MiB create refused after {uploaded} bytes (no write grant, 403) and \
+         {uploaded_other} bytes (write on other datasets, 413)"
+    );
 }
 
 /// Defect 10: a begin that failed validation kept its claim on the operation id: the

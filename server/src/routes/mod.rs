@@ -96,6 +96,11 @@ pub(crate) fn documented_routes(limits: &ServeLimits) -> OpenApiRouter<Arc<Share
         setting: "serve.max_admin_component_bytes",
         timeout: limits.body_read_timeout,
     };
+    let create_body = BodyLimit {
+        max_bytes: datasets::MAX_CREATE_BODY_BYTES,
+        setting: "a dataset's creation takes at most 64 KiB",
+        timeout: limits.body_read_timeout,
+    };
     let json_routes = OpenApiRouter::with_openapi(openapi::Frame::openapi())
         .merge(status::routes())
         .merge(fleet::routes())
@@ -111,7 +116,14 @@ pub(crate) fn documented_routes(limits: &ServeLimits) -> OpenApiRouter<Arc<Share
     // A component upload has a cap of its own.
     let component_routes =
         policy::component_routes().layer(middleware::from_fn_with_state(component_body, read_body));
-    json_routes.merge(component_routes).merge(upload_routes)
+    // A create names its dataset in its body: a cap of its own, small (see
+    // `datasets::MAX_CREATE_BODY_BYTES`).
+    let create_routes =
+        datasets::create_routes().layer(middleware::from_fn_with_state(create_body, read_body));
+    json_routes
+        .merge(create_routes)
+        .merge(component_routes)
+        .merge(upload_routes)
 }
 
 /// The OpenAPI document as the code declares it: the routes' own, and what
