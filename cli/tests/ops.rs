@@ -58,7 +58,7 @@ fn the_alert_rules_pass_promtool_and_their_unit_tests() {
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|count| count.parse::<usize>().ok())
         .unwrap_or_else(|| panic!("promtool check rules said: {checked}"));
-    assert_eq!(rules, 8, "{checked}");
+    assert_eq!(rules, 10, "{checked}");
     let tested = run_promtool(&["test", "rules", "alerts.test.yml"]);
     assert!(tested.contains("SUCCESS"), "{tested}");
     // Every alert of the file has at least one case that expects it to fire.
@@ -190,9 +190,12 @@ fn every_metric_the_rules_and_the_dashboard_name_is_one_the_server_exports() {
         std::thread::sleep(Duration::from_millis(200));
     };
     let exported = exported(&text);
+    // A server without TLS has no certificate to count down: that family is read from a TLS
+    // server's /metrics in attacks_tls.rs.
+    const ONLY_WITH_TLS: [&str; 1] = ["mend_tls_certificate_expiry_seconds"];
     let missing: Vec<&String> = from_rules
         .union(&from_dashboard)
-        .filter(|name| !exported.contains(*name))
+        .filter(|name| !exported.contains(*name) && !ONLY_WITH_TLS.contains(&name.as_str()))
         .collect();
     assert!(
         missing.is_empty(),
