@@ -901,6 +901,16 @@ async fn openapi_every_answer_of_a_session_is_what_its_route_documents() {
         Step::new(M::GET, "/v1/datasets/{dataset}/audit", 200)
             .uri("/v1/datasets/d1/audit?principal=admin-token&limit=10"),
         Step::new(M::GET, "/v1/datasets/{dataset}/audit", 400).uri("/v1/datasets/d1/audit?limit=0"),
+        Step::new(M::GET, "/v1/datasets/{dataset}/audit", 200)
+            .uri("/v1/datasets/d1/audit?kind=exclusive&since=0&limit=1"),
+        Step::new(M::GET, "/v1/datasets/{dataset}/audit", 200)
+            .uri("/v1/datasets/d1/audit?before=1.0"),
+        Step::new(M::GET, "/v1/datasets/{dataset}/audit", 400)
+            .uri("/v1/datasets/d1/audit?before=not-a-cursor"),
+        Step::new(M::GET, "/v1/datasets/{dataset}/audit", 400)
+            .uri("/v1/datasets/d1/audit?since=-1"),
+        Step::new(M::GET, "/v1/datasets/{dataset}/audit", 400)
+            .uri("/v1/datasets/d1/audit?order=oldest"),
         Step::new(M::GET, "/v1/datasets/{dataset}/verify", 200),
         Step::new(M::GET, "/v1/datasets/{dataset}/verify", 200)
             .uri("/v1/datasets/d1/verify?deep=true"),
