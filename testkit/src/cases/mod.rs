@@ -293,6 +293,21 @@ fn ids_of(error: &MendError) -> Vec<String> {
     }
 }
 
+/// Checks that `stamped` is the moment of a step that began at real time `began` while the
+/// harness clock read `h.clock_now()`: that time, or later by at most the real time the step
+/// took. A catalog may stamp a write with the clock's time plus the real time its attempt
+/// waited (the object-store catalog does, so that a commit never predates its own put after
+/// a lost race); on a slow store that is a few milliseconds. Equality would fail there by
+/// the store's speed, not the catalog's rules.
+fn assert_stamped_now(h: &Harness<'_>, stamped: i64, began: std::time::Instant, what: &str) {
+    let now = h.clock_now();
+    let waited = i64::try_from(began.elapsed().as_millis()).unwrap_or(i64::MAX);
+    assert!(
+        stamped >= now && stamped <= now.saturating_add(waited),
+        "{what}: stamped {stamped}, the clock read {now} and the step took {waited} ms"
+    );
+}
+
 fn strings(ids: &[&str]) -> Vec<String> {
     ids.iter().map(|id| id.to_string()).collect()
 }
