@@ -101,6 +101,16 @@ fn call(server: &SecureServer, dir: &Path, path: &str, args: &[&str]) -> Curled 
     curl(&all)
 }
 
+/// Waits until `done` holds: the server takes a file change within about a second. Fails
+/// the test, saying `what`, after 10 s.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < Duration::from_secs(10), "{what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn bearer(secret: &str) -> String {
     format!("Authorization: Bearer {secret}")
 }
@@ -360,14 +370,9 @@ fn a_tokens_file_others_may_write_is_refused_and_one_they_may_read_is_warned_abo
     assert!(server.log().contains("mode 0666"), "{}", server.log());
     // Its mode put right, the change is taken (and warned about again, as readable).
     set_mode(0o644);
-    let started = Instant::now();
-    while call(&server, dir, "/v1/fleet", &["-H", &bearer(&eve.secret)]).status != 200 {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "never reloaded"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    eventually("never reloaded", || {
+        call(&server, dir, "/v1/fleet", &["-H", &bearer(&eve.secret)]).status == 200
+    });
     assert!(warned(&server.log()) >= 2, "{}", server.log());
     println!("attacks: a tokens file of mode 0666 refused at start and at reload; 0644 warned");
 }
@@ -402,15 +407,9 @@ fn a_pasted_secret_is_never_echoed() {
     let tokens = tokens_file(dir, &[&root.line]);
     let server = SecureServer::start(dir, &secured(dir, &tokens, "ca.pem"));
     tokens_file(dir, &[&root.line, &format!("reader cert:{pasted} read:*")]);
-    let started = Instant::now();
-    while !server.log().contains("tokens file refused") {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "no warning: {}",
-            server.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    eventually("no warning of the refusal", || {
+        server.log().contains("tokens file refused")
+    });
     let log = server.log();
     assert!(log.contains("line 2"), "{log}");
     assert!(
@@ -589,51 +588,24 @@ fn a_secret_is_rotated_without_losing_the_operations_in_flight() {
     assert_eq!(begun.status, 200, "{begun:?}");
     // Step 1: add the new secret's line under the same name.
     tokens_file(dir, &[&root.line, &old.line, &new.line]);
-    let started = Instant::now();
-    while call(
-        &server,
-        dir,
-        "/v1/datasets/d1/operations/op-1",
-        &["-H", &bearer(&new.secret)],
-    )
-    .status
-        != 200
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "never reloaded: {}",
-            server.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    // Step 2: both work meanwhile; step 3: the old line removed, the new one goes on.
-    assert_eq!(
+    let operation = |secret: &str| {
         call(
             &server,
             dir,
             "/v1/datasets/d1/operations/op-1",
-            &["-H", &bearer(&old.secret)]
+            &["-H", &bearer(secret)],
         )
-        .status,
-        200
-    );
+        .status
+    };
+    eventually("the new secret never admitted", || {
+        operation(&new.secret) == 200
+    });
+    // Step 2: both work meanwhile; step 3: the old line removed, the new one goes on.
+    assert_eq!(operation(&old.secret), 200);
     tokens_file(dir, &[&root.line, &new.line]);
-    let started = Instant::now();
-    while call(
-        &server,
-        dir,
-        "/v1/datasets/d1/operations/op-1",
-        &["-H", &bearer(&old.secret)],
-    )
-    .status
-        != 401
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "never reloaded"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    eventually("the old secret never refused", || {
+        operation(&old.secret) == 401
+    });
     let beat = post(
         &new.secret,
         "/v1/datasets/d1/operations/op-1/heartbeat",
