@@ -526,7 +526,11 @@ pub fn audit_trail(
                 rfc3339(entry.recorded_at_ms),
                 entry.principal.clone().unwrap_or_else(|| "-".into()),
                 entry.mode.clone(),
-                entry.operation_id.clone(),
+                if entry.operation_id.is_empty() {
+                    "-".into()
+                } else {
+                    entry.operation_id.clone()
+                },
                 spaced_json(&entry.decision),
                 spaced_json(&entry.outcome),
             ]);

@@ -72,17 +72,22 @@ pub struct AuditEntry {
     /// Who acted, if the record names it (records written before principals existed do not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
-    /// `roll-forward`, `exclusive`, `gc` or `reconcile`: what was run.
+    /// What was run: `roll-forward`, `exclusive`, `gc` or `reconcile` for a decision, the
+    /// request for a write (`stage`, `publish`, `begin`, ...: see
+    /// [`crate::catalog::write_audit`]).
     pub mode: String,
     /// The operation decided about.
     pub operation_id: String,
-    /// The decision, as JSON.
+    /// The decision, as JSON; for a write, the step and what it named
+    /// (`{"step": "stage", "what": {"count": 2, "ids": [...]}}`).
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub decision: serde_json::Value,
-    /// What the host did with it, as JSON (`executing` until it settled).
+    /// What the host did with it, as JSON (`executing` until it settled); for a write, the
+    /// step's answer, summarised.
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub outcome: serde_json::Value,
-    /// The policy that decided.
+    /// The policy that decided; empty (and left out) for a write, which no policy decided.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub policy_digest: String,
 }
 

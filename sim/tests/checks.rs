@@ -66,6 +66,7 @@ fn record(version: u64, digest: &str, previous: &str) -> ActiveRecord {
         change: "swap".into(),
         changed_at_ms: 0,
         recorded: None,
+        principal: None,
     }
 }
 

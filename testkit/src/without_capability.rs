@@ -196,6 +196,16 @@ impl<C: Catalog> Catalog for WithoutCapability<C> {
     async fn list_recent_audit(&self, limit: usize) -> Result<RecentAudit> {
         self.inner.list_recent_audit(limit).await
     }
+    async fn record_write(&self, record: &mend::catalog::write_audit::WriteRecord) -> Result<()> {
+        self.inner.record_write(record).await
+    }
+    async fn list_write_audit(
+        &self,
+        id: &str,
+        limit: Option<usize>,
+    ) -> Result<Vec<mend::catalog::write_audit::WriteRecord>> {
+        self.inner.list_write_audit(id, limit).await
+    }
     async fn begin_commit(
         &self,
         id: &str,

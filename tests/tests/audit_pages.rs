@@ -1,9 +1,10 @@
 //! Pages of a dataset's audit trail, on every backend: the filters apply before the limit (a
 //! principal with a few records among many of another's gets them all), and paging back with
 //! the cursor reads every record once, none skipped, none twice, records of one millisecond
-//! included.
+//! included, and the writes requests made merged with the decisions by time.
 
 use mend::audit::{AUDIT_FORMAT_VERSION, AuditRecord};
+use mend::catalog::write_audit::{self, WriteScope};
 use mend::engine::{AuditCursor, AuditQuery};
 use mend_tests::{Backend, Harness};
 
@@ -70,6 +71,25 @@ async fn check(backend: Backend) {
             .await
             .unwrap();
     }
+    // Three writes of W among the decisions, two of them in a millisecond decisions have
+    // too (a write lists after the decisions of its millisecond); the dataset's creation, at
+    // the harness clock's time, is the newest record of all.
+    for (n, at_ms) in [(0, 1_001), (1, 2_010), (2, 2_074)] {
+        let scope = WriteScope {
+            principal: Some("W".into()),
+            kind: "stage".into(),
+            operation_id: Some(format!("w-{n}")),
+        };
+        let catalog = h.engine.catalog();
+        write_audit::within(scope, async {
+            let write = write_audit::pending(&dataset_id, "stage", || ["s"]).unwrap();
+            catalog
+                .record_write(&write.answered(&"ok", at_ms))
+                .await
+                .unwrap();
+        })
+        .await;
+    }
     let ids = |prefix: &str, range: std::ops::Range<usize>| -> Vec<String> {
         range.map(|n| format!("{prefix}-{n}")).collect()
     };
@@ -119,8 +139,14 @@ async fn check(backend: Backend) {
     checks += 1;
 
     // The whole trail, page by page, for several page sizes: each record once, in order.
-    let mut everything = ids("a", 0..8);
-    everything.extend(ids("b", 0..300));
+    let mut everything = ids("a", 0..6);
+    everything.push("w-0".into());
+    everything.extend(ids("a", 6..8));
+    everything.extend(ids("b", 0..44));
+    everything.push("w-1".into());
+    everything.extend(ids("b", 44..300));
+    everything.push("w-2".into());
+    everything.push(String::new());
     for limit in [1, 3, 4, 7, 100, 1_000] {
         let (read, pages) = every_page(
             &h,
@@ -134,10 +160,10 @@ async fn check(backend: Backend) {
         assert_eq!(read, everything, "[{backend}] pages of {limit}");
         // A full page says where to go on even when nothing older is left: one empty page
         // more then.
-        let expected = if 308 % limit == 0 {
-            308 / limit + 1
+        let expected = if 312 % limit == 0 {
+            312 / limit + 1
         } else {
-            308usize.div_ceil(limit)
+            312usize.div_ceil(limit)
         };
         assert_eq!(pages, expected, "[{backend}] pages of {limit}");
         checks += 2;
@@ -178,7 +204,19 @@ async fn check(backend: Backend) {
     .await;
     assert!(none.is_empty());
     assert_eq!(pages, 1);
-    checks += 4;
+    let (writes, _) = every_page(
+        &h,
+        &dataset_id,
+        AuditQuery {
+            principal: Some("W".into()),
+            kind: Some("stage".into()),
+            limit: 2,
+            ..AuditQuery::default()
+        },
+    )
+    .await;
+    assert_eq!(writes, ["w-0", "w-1", "w-2"], "[{backend}]");
+    checks += 5;
 
     // Bad input: a cursor that is not one, a limit out of range, an empty filter.
     for text in ["", "12", "a.1", "1.b", "-1.0", "1.-1"] {

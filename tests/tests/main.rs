@@ -41,4 +41,5 @@ mod split_ids;
 mod staging_contention;
 mod standard_plans;
 mod verify;
+mod write_audit;
 mod write_fingerprint;

@@ -657,7 +657,8 @@ async fn a_batch_costs_its_statements_and_no_more_on_postgres() {
     for round in 0..6 {
         for (what, mode, settled, statements) in [
             ("create-only", StageMode::CreateOnly, false, 1),
-            ("upsert", StageMode::Upsert, false, 3),
+            // BEGIN, the upsert, the record of the write, COMMIT.
+            ("upsert", StageMode::Upsert, false, 4),
             ("upsert refused", StageMode::Upsert, true, 4),
         ] {
             let before = sql.counts();

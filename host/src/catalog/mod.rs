@@ -30,6 +30,7 @@ pub mod recent_audit;
 pub mod recorded;
 pub mod settle;
 mod standard_plan;
+pub mod write_audit;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -341,6 +342,17 @@ pub type PublishValidator<'a> = dyn Fn(&PublishObservation) -> Result<()> + Send
 /// Records are per dataset, kept until [`forget_recorded_requests`](Catalog::forget_recorded_requests)
 /// drops them. [`record_request`](Catalog::record_request) records a result on its own, for
 /// operations with several steps that record theirs when they end.
+///
+/// # The record of a write
+///
+/// Inside a [`WriteScope`](write_audit::WriteScope) (the engine runs every request in one),
+/// every mutation that writes (the ones above, `see_marks`, the intent writes,
+/// `settle_intents`, `begin_commit`, `publish_commit`) also records the write
+/// ([`write_audit::pending`], then [`PendingWrite::answered`](write_audit::PendingWrite::answered))
+/// **in the same atomic step**, answered by what the step returns: a change never lands
+/// without its record. A step that fails, changes nothing, or answers from a recorded key
+/// records nothing; outside a scope nothing is recorded. [`list_write_audit`](Catalog::list_write_audit)
+/// reads the records back.
 #[async_trait]
 pub trait Catalog: Send + Sync + fmt::Debug {
     /// What this backend provides. The engine refuses requests needing anything else.
@@ -737,6 +749,32 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     /// The dataset's audit records, oldest first (by recorded time, then in append order),
     /// at most `limit` of the newest when given.
     async fn list_audit(&self, dataset_id: &str, limit: Option<usize>) -> Result<Vec<AuditRecord>>;
+
+    /// Records a write that no step of this catalog made (an object put or deleted in the
+    /// object storage of splits, which no catalog step can join), in a step of its own right
+    /// after it. The default keeps nothing, like the default of
+    /// [`list_write_audit`](Catalog::list_write_audit). `NotFound` if the dataset does not
+    /// exist.
+    async fn record_write(&self, record: &write_audit::WriteRecord) -> Result<()> {
+        let _ = record;
+        Ok(())
+    }
+
+    /// The dataset's newest `limit` write records (all of them without a limit), oldest first
+    /// ([`write_audit`]): the records a backend writes in the atomic step of each write made
+    /// inside a [`WriteScope`](write_audit::WriteScope). `NotFound` if the dataset does not
+    /// exist; a record of a newer format is refused (`Corrupt`).
+    ///
+    /// The default answers none: a backend that keeps no trail of writes. mend's own keep
+    /// one, and the conformance kit holds a backend to recording every write of a scope.
+    async fn list_write_audit(
+        &self,
+        dataset_id: &str,
+        limit: Option<usize>,
+    ) -> Result<Vec<write_audit::WriteRecord>> {
+        let _ = (dataset_id, limit);
+        Ok(Vec::new())
+    }
 
     /// The newest `limit` audit records of the whole catalog, every dataset's together, oldest
     /// first: by recorded time, one dataset's records of one millisecond in append order (the

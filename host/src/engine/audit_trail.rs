@@ -1,5 +1,10 @@
 //! Reading a dataset's audit trail: who did what, and when ([`Engine::audit_page`]).
 //!
+//! The trail is two kinds of record, merged by time: the policy's decisions
+//! ([`crate::audit`]) and the writes requests made ([`crate::catalog::write_audit`]), kept
+//! apart in the catalog so that a policy swap's replay reads decisions only. In one
+//! millisecond, decisions list before writes.
+//!
 //! A page is the newest `limit` records that pass the filters (principal, kind, since), older
 //! than a cursor when one is given: the filters apply before the limit, so a principal with
 //! 8 records among 10,000 of another's gets its 8. The records are read newest first, in
@@ -16,7 +21,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::Engine;
-use crate::audit::{AuditEntry, AuditRecord};
+use crate::audit::AuditEntry;
 use crate::bounds;
 use crate::error::{MendError, Result};
 use crate::model::TimestampMs;
@@ -95,12 +100,61 @@ pub struct AuditPage {
 }
 
 impl AuditQuery {
-    fn passes(&self, record: &AuditRecord) -> bool {
+    fn passes(&self, entry: &AuditEntry) -> bool {
         self.principal
             .as_deref()
-            .is_none_or(|name| record.principal.as_deref() == Some(name))
-            && self.kind.as_deref().is_none_or(|kind| record.mode == kind)
+            .is_none_or(|name| entry.principal.as_deref() == Some(name))
+            && self.kind.as_deref().is_none_or(|kind| entry.mode == kind)
     }
+}
+
+/// The newest `read` records of the dataset's decisions and writes, each kind read up to
+/// `read`, merged oldest first by time (decisions first within a millisecond), and whether
+/// that is the whole of both.
+async fn newest_entries(
+    engine: &Engine,
+    dataset_id: &str,
+    read: usize,
+) -> Result<(Vec<AuditEntry>, bool)> {
+    let decisions = engine.catalog.list_audit(dataset_id, Some(read)).await?;
+    let writes = engine
+        .catalog
+        .list_write_audit(dataset_id, Some(read))
+        .await?;
+    // Where a kind read in part was cut: older records of it were not read, so nothing older
+    // is kept of either kind (it could be out of order with what was not read). Within the
+    // millisecond of a cut, the records not read are the kind's oldest of it: a cut of the
+    // writes also drops that millisecond's decisions, which list before them.
+    let cut = |records: usize, oldest: Option<TimestampMs>| oldest.filter(|_| records >= read);
+    let decisions_cut = cut(
+        decisions.len(),
+        decisions.iter().map(|record| record.recorded_at_ms).min(),
+    );
+    let writes_cut = cut(
+        writes.len(),
+        writes.iter().map(|record| record.recorded_at_ms).min(),
+    );
+    let whole = decisions_cut.is_none() && writes_cut.is_none();
+    let kept_decision = |at: TimestampMs| {
+        decisions_cut.is_none_or(|cut| at >= cut) && writes_cut.is_none_or(|cut| at > cut)
+    };
+    let kept_write = |at: TimestampMs| {
+        decisions_cut.is_none_or(|cut| at >= cut) && writes_cut.is_none_or(|cut| at >= cut)
+    };
+    let mut entries: Vec<AuditEntry> = decisions
+        .iter()
+        .filter(|record| kept_decision(record.recorded_at_ms))
+        .map(AuditEntry::from)
+        .chain(
+            writes
+                .iter()
+                .filter(|record| kept_write(record.recorded_at_ms))
+                .map(AuditEntry::from),
+        )
+        .collect();
+    // A stable sort: each kind keeps its catalog's order within a millisecond.
+    entries.sort_by_key(|entry| entry.recorded_at_ms);
+    Ok((entries, whole))
 }
 
 impl Engine {
@@ -120,10 +174,9 @@ impl Engine {
         }
         let mut read = limit.saturating_mul(2).clamp(64, MAX_AUDIT_SCAN);
         loop {
-            // The newest `read` records, oldest first.
-            let records = self.catalog.list_audit(dataset_id, Some(read)).await?;
-            let whole_trail = records.len() < read;
-            let mut page: Vec<&AuditRecord> = Vec::new();
+            // The newest `read` records of each kind, oldest first.
+            let (records, whole_trail) = newest_entries(self, dataset_id, read).await?;
+            let mut page: Vec<&AuditEntry> = Vec::new();
             let mut oldest_place = None;
             let mut reached_since = false;
             // Newest first, each with its place: its time, and how many records of that
@@ -192,13 +245,9 @@ impl Engine {
 }
 
 /// The page of `newest_first` records, oldest first, with where the next page starts.
-fn finish(newest_first: Vec<&AuditRecord>, next: Option<AuditCursor>) -> AuditPage {
+fn finish(newest_first: Vec<&AuditEntry>, next: Option<AuditCursor>) -> AuditPage {
     AuditPage {
-        entries: newest_first
-            .into_iter()
-            .rev()
-            .map(AuditEntry::from)
-            .collect(),
+        entries: newest_first.into_iter().rev().cloned().collect(),
         next,
     }
 }

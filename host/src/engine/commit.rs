@@ -144,9 +144,9 @@ impl Engine {
     )]
     pub async fn commit(&self, request: &CommitRequest) -> Result<CommitResult> {
         // Its stage and its publish are decided by the same policy.
-        self.pinned()
-            .run_commit(OperationKind::Commit, request, &[])
-            .await
+        let pinned = self.pinned();
+        let committing = pinned.run_commit(OperationKind::Commit, request, &[]);
+        self.writing("commit", None, committing).await
     }
 
     /// Runs a merge to the end, like a commit: the replaced splits must be published, and
@@ -169,9 +169,9 @@ impl Engine {
             checkpoint_delta: None,
             publish_token: request.publish_token.clone(),
         };
-        self.pinned()
-            .run_commit(OperationKind::Merge, &commit, &request.replaced_split_ids)
-            .await
+        let pinned = self.pinned();
+        let merging = pinned.run_commit(OperationKind::Merge, &commit, &request.replaced_split_ids);
+        self.writing("merge", None, merging).await
     }
 
     async fn run_commit(

@@ -59,7 +59,7 @@ impl Engine {
         config: &'a DatasetConfig,
         node: &'a str,
     ) -> Keyed<'a, Dataset> {
-        Keyed::new(move |key| async move {
+        Keyed::new(self.write_scope("config"), move |key| async move {
             match key {
                 None => {
                     self.apply_config_unkeyed(dataset_id, expected_config_version, config, node)
@@ -86,7 +86,7 @@ impl Engine {
         edit: &'a ConfigEdit<'a>,
         node: &'a str,
     ) -> Keyed<'a, Dataset> {
-        Keyed::new(move |key| async move {
+        Keyed::new(self.write_scope("config"), move |key| async move {
             match key {
                 None => {
                     validate::dataset_id(dataset_id)?;

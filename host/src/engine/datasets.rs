@@ -25,7 +25,7 @@ impl Engine {
         dataset_id: &'a str,
         config: &'a DatasetConfig,
     ) -> Keyed<'a, Dataset> {
-        Keyed::new(move |key| async move {
+        Keyed::new(self.write_scope("create"), move |key| async move {
             let key = request_key(key, &("create_dataset", dataset_id, config))?;
             self.create_dataset_keyed(dataset_id, config, key.as_ref())
                 .await
@@ -110,7 +110,7 @@ impl Engine {
         dataset_id: &'a str,
         publish_token: Option<&'a str>,
     ) -> Keyed<'a, Dataset> {
-        Keyed::new(move |key| async move {
+        Keyed::new(self.write_scope("token"), move |key| async move {
             let key = request_key(key, &("set_publish_token", dataset_id, publish_token))?;
             self.set_publish_token_keyed(dataset_id, publish_token, key.as_ref())
                 .await
@@ -144,8 +144,9 @@ impl Engine {
     #[tracing::instrument(skip_all, err(level = "debug"), fields(dataset_id = %dataset_id))]
     pub async fn advance_fencing_epoch(&self, dataset_id: &str) -> Result<Dataset> {
         validate::dataset_id(dataset_id)?;
-        self.catalog
-            .advance_fencing_epoch(dataset_id, self.now_ms())
-            .await
+        let fencing = self
+            .catalog
+            .advance_fencing_epoch(dataset_id, self.now_ms());
+        self.writing("fence", None, fencing).await
     }
 }

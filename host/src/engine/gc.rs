@@ -65,7 +65,7 @@ impl Engine {
     /// Under an idempotency key a retry of a run that ended answers its report; see
     /// [`Keyed`]'s module for the gap between a run's effects and its record.
     pub fn gc<'a>(&'a self, dataset_id: &'a str, node: &'a str) -> Keyed<'a, GcResult> {
-        Keyed::new(move |key| async move {
+        Keyed::new(self.write_scope("gc"), move |key| async move {
             let key = request_key(key, &("gc", dataset_id, node))?;
             validate::dataset_id(dataset_id)?;
             validate::node(node)?;

@@ -51,6 +51,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::Engine;
+use crate::catalog::write_audit::{self, WriteScope};
 use crate::catalog::{RecordedRequest, RequestKey};
 use crate::error::Result;
 use crate::validate;
@@ -66,6 +67,9 @@ use crate::validate;
 #[must_use = "a request does nothing until it is awaited"]
 pub struct Keyed<'a, T> {
     idempotency_key: Option<&'a str>,
+    /// Who is asking and for what: every write the request makes is recorded as this
+    /// ([`write_audit`]).
+    scope: WriteScope,
     run: Box<dyn FnOnce(Option<&'a str>) -> BoxFuture<'a, Result<T>> + Send + 'a>,
 }
 
@@ -78,14 +82,16 @@ impl<T> std::fmt::Debug for Keyed<'_, T> {
 }
 
 impl<'a, T: 'a> Keyed<'a, T> {
-    /// The request that `run` carries out, given the key it was sent under (if any).
-    pub(crate) fn new<Run, Running>(run: Run) -> Self
+    /// The request that `run` carries out, given the key it was sent under (if any), its
+    /// writes recorded as `scope`'s.
+    pub(crate) fn new<Run, Running>(scope: WriteScope, run: Run) -> Self
     where
         Run: FnOnce(Option<&'a str>) -> Running + Send + 'a,
         Running: Future<Output = Result<T>> + Send + 'a,
     {
         Keyed {
             idempotency_key: None,
+            scope,
             run: Box::new(move |key| Box::pin(run(key))),
         }
     }
@@ -106,10 +112,11 @@ impl<'a, T: 'a> IntoFuture for Keyed<'a, T> {
 
     fn into_future(self) -> Self::IntoFuture {
         let Some(key) = self.idempotency_key else {
-            return (self.run)(None);
+            return Box::pin(write_audit::within(self.scope, (self.run)(None)));
         };
         let span = tracing::info_span!("keyed", idempotency_key = %key);
-        Box::pin(tracing::Instrument::instrument((self.run)(Some(key)), span))
+        let run = write_audit::within(self.scope, (self.run)(Some(key)));
+        Box::pin(tracing::Instrument::instrument(run, span))
     }
 }
 
@@ -128,6 +135,49 @@ pub(super) fn request_key(
 }
 
 impl Engine {
+    /// The scope of a request of `kind` made by this engine's actor ([`write_audit`]).
+    pub(super) fn write_scope(&self, kind: &str) -> WriteScope {
+        WriteScope {
+            principal: self.actor().map(str::to_owned),
+            kind: kind.to_owned(),
+            operation_id: None,
+        }
+    }
+
+    /// Runs `write` as a request of `kind` about `operation_id`: its writes are recorded as
+    /// this engine's actor's ([`write_audit`]).
+    pub(super) async fn writing<F: Future>(
+        &self,
+        kind: &str,
+        operation_id: Option<&str>,
+        write: F,
+    ) -> F::Output {
+        let scope = WriteScope {
+            operation_id: operation_id.map(str::to_owned),
+            ..self.write_scope(kind)
+        };
+        write_audit::within(scope, write).await
+    }
+
+    /// Records, in a step of its own, a write of the current request that no catalog step
+    /// made: `step` on `ids` in the object storage of splits, which answered `answer`
+    /// ([`Catalog::record_write`](crate::catalog::Catalog::record_write)). Nothing outside a
+    /// request's scope.
+    pub(super) async fn record_object_write<'i>(
+        &self,
+        dataset_id: &str,
+        step: &'static str,
+        ids: impl IntoIterator<Item = &'i str>,
+        answer: &impl Serialize,
+    ) -> Result<()> {
+        let Some(write) = write_audit::pending(dataset_id, step, || ids) else {
+            return Ok(());
+        };
+        self.catalog
+            .record_write(&write.answered(answer, self.now_ms()))
+            .await
+    }
+
     /// The answer recorded under `key` in the dataset, if `key` is given and recorded; a key
     /// recorded for another request is refused ([`RecordedRequest::replay`]).
     pub(super) async fn recorded_answer<T: DeserializeOwned>(

@@ -109,6 +109,7 @@ pub fn host_capabilities() -> Capabilities {
         PUBLISH_TOKEN,
         PUBLISH_FENCING_EPOCH,
         crate::catalog::SETTLE_ATOMIC,
+        crate::catalog::write_audit::WRITE_AUDIT,
     ])
 }
 

@@ -286,7 +286,9 @@ impl Engine {
         fields(dataset_id = %request.dataset_id, operation_id = tracing::field::Empty)
     )]
     pub async fn begin_operation(&self, request: &BeginOperation) -> Result<OperationView> {
-        self.pinned().begin_pinned(request).await
+        let operation_id = request.operation_id.as_deref();
+        self.writing("begin", operation_id, self.pinned().begin_pinned(request))
+            .await
     }
 
     /// Whether [`Engine::begin_operation`] would accept `request` as it is (its ids, sizes,
@@ -619,6 +621,30 @@ impl Engine {
     where
         S: Stream<Item = std::result::Result<Bytes, MendError>> + Send + Unpin,
     {
+        let uploading = async {
+            let uploaded = self
+                .upload_object_unrecorded(dataset_id, operation_id, split_id, payload)
+                .await?;
+            // The object is in the split storage, which no catalog step can join: its record
+            // follows it. It is not visible until the operation's publish, which is recorded
+            // in its own step.
+            self.record_object_write(dataset_id, "upload", [split_id], &uploaded)
+                .await?;
+            Ok(uploaded)
+        };
+        self.writing("upload", Some(operation_id), uploading).await
+    }
+
+    async fn upload_object_unrecorded<S>(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+        split_id: &str,
+        payload: S,
+    ) -> Result<UploadResult>
+    where
+        S: Stream<Item = std::result::Result<Bytes, MendError>> + Send + Unpin,
+    {
         validate::dataset_id(dataset_id)?;
         validate::split_id(operation_id)?;
         validate::split_id(split_id)?;
@@ -847,8 +873,9 @@ impl Engine {
     ) -> Result<OperationView> {
         validate::dataset_id(dataset_id)?;
         validate::split_id(operation_id)?;
-        self.pinned()
-            .publish_operation_pinned(dataset_id, operation_id)
+        let pinned = self.pinned();
+        let publishing = pinned.publish_operation_pinned(dataset_id, operation_id);
+        self.writing("publish-operation", Some(operation_id), publishing)
             .await
     }
 
@@ -1088,6 +1115,16 @@ impl Engine {
         fields(dataset_id = %dataset_id, operation_id = %operation_id)
     )]
     pub async fn abort_operation(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+    ) -> Result<OperationView> {
+        let aborting = self.abort_operation_scoped(dataset_id, operation_id);
+        self.writing("abort-operation", Some(operation_id), aborting)
+            .await
+    }
+
+    async fn abort_operation_scoped(
         &self,
         dataset_id: &str,
         operation_id: &str,

@@ -193,7 +193,7 @@ impl Engine {
         records: usize,
         golden: &'a [Suite],
     ) -> Keyed<'a, DeploymentSwap> {
-        Keyed::new(move |key| async move {
+        Keyed::new(self.write_scope("policy-swap"), move |key| async move {
             let files: Vec<&str> = golden.iter().map(|suite| suite.file.as_str()).collect();
             let key = request_key(key, &("policy_swap", candidate.digest(), files, records))?;
             self.swap_deployment_keyed(registry, bytes, candidate, records, golden, key.as_ref())
@@ -295,7 +295,7 @@ impl Engine {
         registry: &'a PolicyRegistry,
         load: &'a LoadOptions,
     ) -> Keyed<'a, ActiveRecord> {
-        Keyed::new(move |key| async move {
+        Keyed::new(self.write_scope("policy-rollback"), move |key| async move {
             let key = request_key(key, &("policy_rollback",))?;
             self.rollback_deployment_keyed(registry, load, key.as_ref())
                 .await

@@ -131,7 +131,7 @@ impl Engine {
         dataset_id: &'a str,
         node: &'a str,
     ) -> Keyed<'a, ReconcileReport> {
-        Keyed::new(move |key| async move {
+        Keyed::new(self.write_scope("reconcile"), move |key| async move {
             let key = request_key(key, &("reconcile", dataset_id, node))?;
             validate::dataset_id(dataset_id)?;
             validate::node(node)?;

@@ -39,7 +39,7 @@ impl Engine {
     /// Under an idempotency key the result is recorded with the effect, and a retry with the
     /// same key answers it again without staging anything ([`crate::catalog::recorded`]).
     pub fn stage<'a>(&'a self, request: &'a StageRequest) -> Keyed<'a, StageResult> {
-        Keyed::new(move |key| async move {
+        Keyed::new(self.write_scope("stage"), move |key| async move {
             let key = request_key(key, &("stage", request))?;
             self.stage_keyed(request, key.as_ref()).await
         })
@@ -132,7 +132,7 @@ impl Engine {
     /// a retry with the same key answers it again (the same manifest version, the same ids)
     /// instead of being refused because its splits are no longer staged.
     pub fn publish<'a>(&'a self, request: &'a PublishRequest) -> Keyed<'a, PublishResult> {
-        Keyed::new(move |key| async move {
+        Keyed::new(self.write_scope("publish"), move |key| async move {
             let key = request_key(key, &("publish", request))?;
             self.publish_keyed(request, key.as_ref()).await
         })
@@ -265,7 +265,7 @@ impl Engine {
         dataset_id: &'a str,
         split_ids: &'a [String],
     ) -> Keyed<'a, MarkResult> {
-        Keyed::new(move |key| async move {
+        Keyed::new(self.write_scope("mark"), move |key| async move {
             let key = request_key(key, &("mark", dataset_id, split_ids))?;
             self.mark_for_deletion_keyed(dataset_id, split_ids, key.as_ref())
                 .await
@@ -302,7 +302,7 @@ impl Engine {
         dataset_id: &'a str,
         split_ids: &'a [String],
     ) -> Keyed<'a, ()> {
-        Keyed::new(move |key| async move {
+        Keyed::new(self.write_scope("delete"), move |key| async move {
             let key = request_key(key, &("delete", dataset_id, split_ids))?;
             self.delete_splits_keyed(dataset_id, split_ids, key.as_ref())
                 .await

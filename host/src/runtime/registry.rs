@@ -49,6 +49,12 @@ pub struct ActiveRecord {
     /// this record: what a retry of it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recorded: Option<RecordedRequest>,
+    /// Who made the change (the principal of the request's
+    /// [`WriteScope`](crate::catalog::write_audit::WriteScope)): the record is the swap, so it
+    /// is the audit trail of swaps and rollbacks. Absent in records written before it existed,
+    /// and for a change no one named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
 /// A deployment's policy registry (see the module doc).
@@ -196,6 +202,8 @@ impl PolicyRegistry {
             change: change.to_string(),
             changed_at_ms: now_ms,
             recorded,
+            principal: crate::catalog::write_audit::current()
+                .and_then(|scope| scope.principal.clone()),
         };
         let path = self
             .active_dir()

@@ -15,10 +15,12 @@
 //! - `commits.rs`: one commit's two catalog steps (`begin_commit`, `publish_commit`);
 //! - `recorded.rs`: requests under an idempotency key, at the catalog trait itself;
 //! - `settle.rs`: a recovery sweep's batches of settlements, at the catalog trait itself;
-//! - `pending.rs`: discovery of the datasets with pending intents, and taking them off.
+//! - `pending.rs`: discovery of the datasets with pending intents, and taking them off;
+//! - `writes.rs`: the trail of writes, each recorded in its own step.
 
 use mend::MendError;
 use mend::catalog::SETTLE_ATOMIC;
+use mend::catalog::write_audit::WRITE_AUDIT;
 use mend::model::{
     ListQuery, PublishRequest, SplitRow, StageMode, StageOutcome, StageRequest, StageResult,
     StageSplit,
@@ -38,6 +40,7 @@ mod pending;
 mod recorded;
 mod settle;
 mod staging;
+mod writes;
 
 /// `case!(module::name, [capabilities])`: the case `name`, running `module::name`.
 macro_rules! case {
@@ -134,6 +137,10 @@ pub(crate) const ALL: &[Case] = &[
         []
     ),
     case!(audit::an_append_of_any_size_lists_whole_and_in_order, []),
+    case!(
+        writes::every_write_of_a_scope_is_recorded_in_its_step,
+        [STAGE_CREATE_ONLY, WRITE_AUDIT]
+    ),
     case!(
         audit::recent_audit_is_the_newest_records_of_every_dataset,
         []
@@ -308,6 +315,6 @@ fn assert_stamped_now(h: &Harness<'_>, stamped: i64, began: std::time::Instant, 
     );
 }
 
-fn strings(ids: &[&str]) -> Vec<String> {
+pub(super) fn strings(ids: &[&str]) -> Vec<String> {
     ids.iter().map(|id| id.to_string()).collect()
 }

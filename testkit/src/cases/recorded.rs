@@ -21,7 +21,7 @@ use super::{publish_request, rows};
 use crate::harness::Harness;
 
 /// A key for `request` of kind `kind`, digested as the engine does.
-fn key(name: &str, kind: &str, request: &impl serde::Serialize) -> RequestKey {
+pub(super) fn key(name: &str, kind: &str, request: &impl serde::Serialize) -> RequestKey {
     RequestKey::new(name, &(kind, request))
 }
 
@@ -52,7 +52,7 @@ fn create_only(splits: &[NewSplit], existing: &[ExistingRow]) -> mend::Result<St
     Ok(StagePlan { entries })
 }
 
-async fn stage_keyed(
+pub(super) async fn stage_keyed(
     catalog: &dyn Catalog,
     dataset_id: &str,
     ids: &[&str],
@@ -76,7 +76,7 @@ async fn stage_keyed(
 }
 
 /// A validator that accepts every publish: these cases test the record, not the rules.
-fn accept(_: &PublishObservation) -> mend::Result<()> {
+pub(super) fn accept(_: &PublishObservation) -> mend::Result<()> {
     Ok(())
 }
 

@@ -25,6 +25,7 @@ use super::checkpoint;
 use super::log::{Counters, Log};
 use super::retention::{self, ListedFile};
 use super::state::DatasetState;
+use super::writes;
 use crate::error::{MendError, Result};
 
 /// When checkpoints fall due and what retention keeps.
@@ -173,10 +174,23 @@ impl Task {
             return;
         }
         let counters = &self.log.counters;
-        let Ok(paths) = self.files_to_delete().await else {
+        let Ok((mut paths, log_versions)) = self.files_to_delete().await else {
             Counters::bump(&counters.prune_failures);
             return;
         };
+        // The records of the writes in the commits about to go are archived first; if that
+        // fails, no commit goes (`writes.rs`).
+        if writes::archive(&self.log, &self.dataset_id, &log_versions)
+            .await
+            .is_err()
+        {
+            Counters::bump(&counters.prune_failures);
+            let commits: std::collections::HashSet<_> = log_versions
+                .iter()
+                .map(|&version| self.log.commit_path(&self.dataset_id, version))
+                .collect();
+            paths.retain(|path| !commits.contains(path));
+        }
         let deletions = futures::stream::iter(paths)
             .map(|path| async move { self.log.delete(&path).await })
             .buffer_unordered(8);
@@ -190,7 +204,8 @@ impl Task {
             .await;
     }
 
-    async fn files_to_delete(&self) -> Result<Vec<object_store::path::Path>> {
+    /// The files retention lets go, and the versions of the commits among them, sorted.
+    async fn files_to_delete(&self) -> Result<(Vec<object_store::path::Path>, Vec<u64>)> {
         let listed = |files: Vec<(u64, object_store::ObjectMeta)>| -> Vec<ListedFile> {
             files
                 .into_iter()
@@ -206,13 +221,20 @@ impl Task {
         let now_ms = crate::ambient::wall_clock_ms();
         let retention_ms =
             i64::try_from(self.schedule.log_retention.as_millis()).unwrap_or(i64::MAX);
-        Ok(retention::files_to_delete(
+        let paths = retention::files_to_delete(
             &checkpoints,
             &log,
             self.schedule.checkpoints_kept,
             retention_ms,
             now_ms,
-        ))
+        );
+        let going: std::collections::HashSet<_> = paths.iter().collect();
+        let log_versions = log
+            .iter()
+            .filter(|file| going.contains(&file.path))
+            .map(|file| file.version)
+            .collect();
+        Ok((paths, log_versions))
     }
 }
 

@@ -100,6 +100,11 @@ impl Log {
             .child(version_file_name(version))
     }
 
+    /// Where the dataset's archive of write records lives (`writes.rs`).
+    pub fn writes_dir(&self, dataset_id: &str) -> Path {
+        self.catalog_dir(dataset_id).child("writes")
+    }
+
     /// The ids of every dataset directory under the prefix, unsorted.
     pub async fn dataset_ids(&self) -> Result<Vec<String>> {
         let listing = self
@@ -294,6 +299,20 @@ impl Log {
             Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
             Err(err) => Err(store_error(&format!("writing {path}"), err)),
         }
+    }
+
+    /// The bytes at `path`, or `None` if nothing is there.
+    pub async fn read_file(&self, path: &Path) -> Result<Option<Bytes>> {
+        self.read(path).await
+    }
+
+    /// Puts `bytes` at `path`, over whatever is there.
+    pub async fn overwrite(&self, path: &Path, bytes: Vec<u8>) -> Result<()> {
+        self.store
+            .put(path, PutPayload::from(bytes))
+            .await
+            .map(|_| ())
+            .map_err(|err| store_error(&format!("writing {path}"), err))
     }
 
     /// Deletes a file; one that is gone already counts as deleted.

@@ -9,13 +9,19 @@ use object_store::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::RecordedRequest;
+use crate::catalog::write_audit::WriteRecord;
 use crate::error::{MendError, Result};
 use crate::intent::Intent;
 use crate::model::{Dataset, SplitRow, SplitState, TimeRange, TimestampMs};
 
-/// The newest commit file format this code reads and the one it writes (checkpoints have
-/// their own, [`checkpoint::CHECKPOINT_FORMAT_VERSION`]).
-pub(crate) const FORMAT_VERSION: u32 = 1;
+/// The newest commit file format this code reads (checkpoints have their own,
+/// [`checkpoint::CHECKPOINT_FORMAT_VERSION`]). A commit holding the record of a write
+/// ([`Action::RecordWrite`]) is written in format 2, so that a mend that predates write
+/// records refuses it as a newer mend's instead of failing on an unknown action; every other
+/// commit in format 1, which every mend reads.
+pub(crate) const FORMAT_VERSION: u32 = 2;
+/// The format of a commit without write records.
+const FORMAT_WITHOUT_WRITE_RECORDS: u32 = 1;
 
 /// One change inside a commit, as a post-image.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,6 +54,11 @@ pub(crate) enum Action {
     RecordRequest { record: Box<RecordedRequest> },
     /// Records gc forgot.
     ForgetRequests { keys: Vec<String> },
+    /// The record of the write this commit makes ([`crate::catalog::write_audit`]): who, for
+    /// which request, what and with what answer. Not part of the dataset's state: retention
+    /// copies it to the dataset's write archive before it deletes the commit
+    /// (`background.rs`).
+    RecordWrite { record: Box<WriteRecord> },
 }
 
 /// A split row as a commit carries it: a [`SplitRow`], field for field and in the same JSON,
@@ -153,8 +164,15 @@ fn deserialize_actions<'de, D: serde::Deserializer<'de>>(
 
 impl Commit {
     pub fn new(version: u64, committed_at_ms: TimestampMs, actions: Vec<Action>) -> Self {
+        let records_a_write = actions
+            .iter()
+            .any(|action| matches!(action, Action::RecordWrite { .. }));
         Self {
-            format_version: FORMAT_VERSION,
+            format_version: if records_a_write {
+                FORMAT_VERSION
+            } else {
+                FORMAT_WITHOUT_WRITE_RECORDS
+            },
             version,
             commit_id: crate::ambient::uuid_v4().to_string(),
             committed_at_ms,

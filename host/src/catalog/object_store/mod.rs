@@ -55,6 +55,7 @@ mod splits;
 pub(crate) mod state;
 #[cfg(test)]
 mod tests;
+mod writes;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -77,6 +78,7 @@ pub(crate) use self::open::open_objects;
 pub use self::open::{lists_in_order, open_store};
 use self::pending::PendingIndex;
 use self::state::DatasetState;
+use super::write_audit::{self, PendingWrite};
 use super::{
     BegunCommit, Capabilities, Catalog, DatasetChange, IntentBuilder, ManifestProbe, MarkRule,
     PENDING_INDEX, PendingDataset, PublishValidator, RecentAudit, RecordedRequest, RequestKey,
@@ -434,6 +436,27 @@ impl ObjectStoreCatalog {
         &self,
         dataset_id: &str,
         now_ms: TimestampMs,
+        decide: impl FnMut(&DatasetState, TimestampMs) -> Result<Change<T>> + Send,
+    ) -> Result<T> {
+        self.mutate_recorded(
+            dataset_id,
+            now_ms,
+            None,
+            |_: &T| serde_json::Value::Null,
+            decide,
+        )
+        .await
+    }
+
+    /// [`Self::mutate`], with the record of the write (`write`, answered by `answer` of the
+    /// output) as one more action of the commit: in the same atomic step as the change
+    /// ([`write_audit`]). A change that writes nothing records nothing.
+    async fn mutate_recorded<T>(
+        &self,
+        dataset_id: &str,
+        now_ms: TimestampMs,
+        write: Option<&PendingWrite>,
+        answer: impl Fn(&T) -> serde_json::Value + Send,
         mut decide: impl FnMut(&DatasetState, TimestampMs) -> Result<Change<T>> + Send,
     ) -> Result<T> {
         let called_at = Instant::now();
@@ -456,7 +479,7 @@ impl ObjectStoreCatalog {
             };
             let state = &base.state;
             let attempt_ms = attempt_time();
-            let (actions, output) = match decide(state, attempt_ms) {
+            let (mut actions, output) = match decide(state, attempt_ms) {
                 Ok(Change::Commit { actions, output }) => (actions, output),
                 answer if !just_read => {
                     // Nothing to write, or a refusal: it stands if the log has not moved.
@@ -473,6 +496,12 @@ impl ObjectStoreCatalog {
                 Ok(Change::Unchanged(output)) => return Ok(output),
                 Err(error) => return Err(error),
             };
+            if let Some(write) = write {
+                let record = write.answered(&answer(&output), attempt_ms);
+                actions.push(Action::RecordWrite {
+                    record: Box::new(record),
+                });
+            }
             // Rule 1 of the pending index: the marker before any version that adds an intent.
             if !marker_existed && adds_intent(state, &actions) {
                 marker_existed =
@@ -542,6 +571,20 @@ impl ObjectStoreCatalog {
     }
 }
 
+/// A step's answer as its write record keeps it.
+fn answer<T: serde::Serialize>(output: &T) -> serde_json::Value {
+    serde_json::to_value(output).expect("answers are plain data")
+}
+
+/// The ids a publish names: those it publishes, then those it replaces.
+fn publish_ids(request: &PublishRequest) -> impl Iterator<Item = &str> {
+    request
+        .staged_split_ids
+        .iter()
+        .chain(&request.replaced_split_ids)
+        .map(String::as_str)
+}
+
 /// Whether committing `actions` on `state` adds an intent: writes one under an operation id
 /// that `state` does not hold.
 fn adds_intent(state: &DatasetState, actions: &[Action]) -> bool {
@@ -588,7 +631,9 @@ impl fmt::Debug for ObjectStoreCatalog {
 #[async_trait]
 impl Catalog for ObjectStoreCatalog {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::full_backend().with(PENDING_INDEX)
+        Capabilities::full_backend()
+            .with(PENDING_INDEX)
+            .with(crate::catalog::write_audit::WRITE_AUDIT)
     }
 
     fn describe(&self) -> String {
@@ -630,6 +675,11 @@ impl Catalog for ObjectStoreCatalog {
         if let Some(key) = key {
             actions.push(Action::RecordRequest {
                 record: Box::new(RecordedRequest::new(key, &dataset, now_ms)),
+            });
+        }
+        if let Some(write) = write_audit::pending(dataset_id, "create-dataset", || []) {
+            actions.push(Action::RecordWrite {
+                record: Box::new(write.answered(&dataset, now_ms)),
             });
         }
         let creation = Commit::new(0, now_ms, actions);
@@ -692,20 +742,27 @@ impl Catalog for ObjectStoreCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Dataset> {
-        self.mutate(dataset_id, now_ms, |state, now_ms| {
-            mutations::keyed(state, key, now_ms, |state| match change {
-                DatasetChange::Config {
-                    expected_config_version,
-                    config,
-                } => mutations::update_config(state, expected_config_version, config, now_ms),
-                DatasetChange::PublishToken(token) => {
-                    mutations::set_publish_token(state, token, now_ms)
-                }
-                DatasetChange::AdvanceFencingEpoch => {
-                    mutations::advance_fencing_epoch(state, now_ms)
-                }
-            })
-        })
+        let write = write_audit::pending(dataset_id, "update-dataset", || []);
+        self.mutate_recorded(
+            dataset_id,
+            now_ms,
+            write.as_ref(),
+            answer,
+            |state, now_ms| {
+                mutations::keyed(state, key, now_ms, |state| match change {
+                    DatasetChange::Config {
+                        expected_config_version,
+                        config,
+                    } => mutations::update_config(state, expected_config_version, config, now_ms),
+                    DatasetChange::PublishToken(token) => {
+                        mutations::set_publish_token(state, token, now_ms)
+                    }
+                    DatasetChange::AdvanceFencingEpoch => {
+                        mutations::advance_fencing_epoch(state, now_ms)
+                    }
+                })
+            },
+        )
         .await
     }
 
@@ -718,11 +775,21 @@ impl Catalog for ObjectStoreCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Vec<StagedSplit>> {
-        self.mutate(dataset_id, now_ms, |state, now_ms| {
-            mutations::keyed(state, key, now_ms, |state| {
-                mutations::stage(state, mode, splits, planner, now_ms)
-            })
-        })
+        let write = write_audit::pending(dataset_id, "stage", || {
+            splits.iter().map(|split| split.split_id.as_str())
+        });
+        let answer = |staged: &Vec<StagedSplit>| write_audit::stage_answer(staged);
+        self.mutate_recorded(
+            dataset_id,
+            now_ms,
+            write.as_ref(),
+            answer,
+            |state, now_ms| {
+                mutations::keyed(state, key, now_ms, |state| {
+                    mutations::stage(state, mode, splits, planner, now_ms)
+                })
+            },
+        )
         .await
     }
 
@@ -733,11 +800,19 @@ impl Catalog for ObjectStoreCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<PublishResult> {
-        self.mutate(&request.dataset_id, now_ms, |state, now_ms| {
-            mutations::keyed(state, key, now_ms, |state| {
-                mutations::publish(state, request, validate, now_ms)
-            })
-        })
+        let dataset_id = &request.dataset_id;
+        let write = write_audit::pending(dataset_id, "publish", || publish_ids(request));
+        self.mutate_recorded(
+            dataset_id,
+            now_ms,
+            write.as_ref(),
+            answer,
+            |state, now_ms| {
+                mutations::keyed(state, key, now_ms, |state| {
+                    mutations::publish(state, request, validate, now_ms)
+                })
+            },
+        )
         .await
     }
 
@@ -780,39 +855,47 @@ impl Catalog for ObjectStoreCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<MarkResult> {
-        self.mutate(dataset_id, now_ms, |state, now_ms| {
-            mutations::keyed(state, key, now_ms, |state| match rule {
-                MarkRule::Named => mutations::mark_for_deletion(state, split_ids, now_ms),
-                MarkRule::StaleStaged {
-                    untouched_before_ms,
-                } => {
-                    let change = mutations::mark_stale_staged(
-                        state,
-                        split_ids,
+        let write =
+            write_audit::pending(dataset_id, "mark", || split_ids.iter().map(String::as_str));
+        self.mutate_recorded(
+            dataset_id,
+            now_ms,
+            write.as_ref(),
+            answer,
+            |state, now_ms| {
+                mutations::keyed(state, key, now_ms, |state| match rule {
+                    MarkRule::Named => mutations::mark_for_deletion(state, split_ids, now_ms),
+                    MarkRule::StaleStaged {
                         untouched_before_ms,
-                        now_ms,
-                    )?;
-                    Ok(change.map(|marked| MarkResult {
-                        marked,
-                        already_marked: Vec::new(),
-                    }))
-                }
-                MarkRule::Unclaimed {
-                    untouched_before_ms,
-                } => {
-                    let change = mutations::mark_unclaimed_stale(
-                        state,
-                        split_ids,
+                    } => {
+                        let change = mutations::mark_stale_staged(
+                            state,
+                            split_ids,
+                            untouched_before_ms,
+                            now_ms,
+                        )?;
+                        Ok(change.map(|marked| MarkResult {
+                            marked,
+                            already_marked: Vec::new(),
+                        }))
+                    }
+                    MarkRule::Unclaimed {
                         untouched_before_ms,
-                        now_ms,
-                    )?;
-                    Ok(change.map(|marked| MarkResult {
-                        marked,
-                        already_marked: Vec::new(),
-                    }))
-                }
-            })
-        })
+                    } => {
+                        let change = mutations::mark_unclaimed_stale(
+                            state,
+                            split_ids,
+                            untouched_before_ms,
+                            now_ms,
+                        )?;
+                        Ok(change.map(|marked| MarkResult {
+                            marked,
+                            already_marked: Vec::new(),
+                        }))
+                    }
+                })
+            },
+        )
         .await
     }
 
@@ -822,9 +905,17 @@ impl Catalog for ObjectStoreCatalog {
         split_ids: &[String],
         seen_at_ms: TimestampMs,
     ) -> Result<Vec<String>> {
-        self.mutate(dataset_id, seen_at_ms, |state, seen_at_ms| {
-            mutations::see_marks(state, split_ids, seen_at_ms)
-        })
+        let write = write_audit::pending(dataset_id, "see-marks", || {
+            split_ids.iter().map(String::as_str)
+        });
+        let at_ms = seen_at_ms;
+        self.mutate_recorded(
+            dataset_id,
+            at_ms,
+            write.as_ref(),
+            answer,
+            |state, seen_at_ms| mutations::see_marks(state, split_ids, seen_at_ms),
+        )
         .await
     }
 
@@ -835,11 +926,20 @@ impl Catalog for ObjectStoreCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<()> {
-        self.mutate(dataset_id, now_ms, |state, now_ms| {
-            mutations::keyed(state, key, now_ms, |state| {
-                mutations::delete_splits(state, split_ids, now_ms)
-            })
-        })
+        let write = write_audit::pending(dataset_id, "delete-splits", || {
+            split_ids.iter().map(String::as_str)
+        });
+        self.mutate_recorded(
+            dataset_id,
+            now_ms,
+            write.as_ref(),
+            answer,
+            |state, now_ms| {
+                mutations::keyed(state, key, now_ms, |state| {
+                    mutations::delete_splits(state, split_ids, now_ms)
+                })
+            },
+        )
         .await
     }
 
@@ -858,7 +958,10 @@ impl Catalog for ObjectStoreCatalog {
 
     async fn put_intent(&self, intent: &Intent) -> Result<()> {
         check_written_format(intent)?;
-        self.mutate(&intent.dataset_id, intent.updated_at_ms, |state, _| {
+        let (dataset_id, at_ms) = (&intent.dataset_id, intent.updated_at_ms);
+        let write =
+            write_audit::pending(dataset_id, "put-intent", || [intent.operation_id.as_str()]);
+        self.mutate_recorded(dataset_id, at_ms, write.as_ref(), answer, |state, _| {
             mutations::put_intent(state, intent)
         })
         .await
@@ -866,7 +969,11 @@ impl Catalog for ObjectStoreCatalog {
 
     async fn update_intent(&self, intent: &Intent, expected_phase: IntentPhase) -> Result<()> {
         check_written_format(intent)?;
-        self.mutate(&intent.dataset_id, intent.updated_at_ms, |state, _| {
+        let (dataset_id, at_ms) = (&intent.dataset_id, intent.updated_at_ms);
+        let write = write_audit::pending(dataset_id, "update-intent", || {
+            [intent.operation_id.as_str()]
+        });
+        self.mutate_recorded(dataset_id, at_ms, write.as_ref(), answer, |state, _| {
             mutations::update_intent(state, intent, expected_phase)
         })
         .await
@@ -879,9 +986,16 @@ impl Catalog for ObjectStoreCatalog {
         lease_expired_by: Option<TimestampMs>,
         now_ms: TimestampMs,
     ) -> Result<Intent> {
-        self.mutate(dataset_id, now_ms, |state, now_ms| {
-            mutations::abandon_intent(state, operation_id, lease_expired_by, now_ms)
-        })
+        let write = write_audit::pending(dataset_id, "abandon-intent", || [operation_id]);
+        self.mutate_recorded(
+            dataset_id,
+            now_ms,
+            write.as_ref(),
+            answer,
+            |state, now_ms| {
+                mutations::abandon_intent(state, operation_id, lease_expired_by, now_ms)
+            },
+        )
         .await
     }
 
@@ -891,7 +1005,8 @@ impl Catalog for ObjectStoreCatalog {
         operation_id: &str,
         now_ms: TimestampMs,
     ) -> Result<()> {
-        self.mutate(dataset_id, now_ms, |state, _| {
+        let write = write_audit::pending(dataset_id, "delete-intent", || [operation_id]);
+        self.mutate_recorded(dataset_id, now_ms, write.as_ref(), answer, |state, _| {
             mutations::delete_intent(state, operation_id)
         })
         .await
@@ -974,6 +1089,28 @@ impl Catalog for ObjectStoreCatalog {
 
     /// From the catalog-wide index of audit objects; from every dataset's trail where the
     /// index cannot answer (`audit_index.rs`).
+    async fn record_write(&self, record: &write_audit::WriteRecord) -> Result<()> {
+        write_audit::check_format(record.format_version, "a write record")?;
+        let dataset_id = &record.dataset_id;
+        self.mutate(dataset_id, record.recorded_at_ms, |_, _| {
+            Ok(Change::Commit {
+                actions: vec![Action::RecordWrite {
+                    record: Box::new(record.clone()),
+                }],
+                output: (),
+            })
+        })
+        .await
+    }
+
+    async fn list_write_audit(
+        &self,
+        dataset_id: &str,
+        limit: Option<usize>,
+    ) -> Result<Vec<write_audit::WriteRecord>> {
+        self.list_writes(dataset_id, limit).await
+    }
+
     async fn list_recent_audit(&self, limit: usize) -> Result<RecentAudit> {
         if limit == 0 {
             return Ok(RecentAudit::default());
@@ -992,9 +1129,17 @@ impl Catalog for ObjectStoreCatalog {
         planner: &StagePlanner<'_>,
         now_ms: TimestampMs,
     ) -> Result<BegunCommit> {
-        self.mutate(dataset_id, now_ms, |state, now_ms| {
-            mutations::begin_commit(state, intent, splits, planner, now_ms)
-        })
+        let write = write_audit::pending(dataset_id, "begin-commit", || {
+            splits.iter().map(|split| split.split_id.as_str())
+        });
+        let answer = write_audit::begun_answer;
+        self.mutate_recorded(
+            dataset_id,
+            now_ms,
+            write.as_ref(),
+            answer,
+            |state, now_ms| mutations::begin_commit(state, intent, splits, planner, now_ms),
+        )
         .await
     }
 
@@ -1007,9 +1152,24 @@ impl Catalog for ObjectStoreCatalog {
         key: &RequestKey,
     ) -> Result<PublishResult> {
         super::commit::same_dataset(intent, request)?;
-        self.mutate(&request.dataset_id, now_ms, |state, now_ms| {
-            mutations::publish_commit(state, &intent.operation_id, request, validate, now_ms, key)
-        })
+        let dataset_id = &request.dataset_id;
+        let write = write_audit::pending(dataset_id, "publish-commit", || publish_ids(request));
+        self.mutate_recorded(
+            dataset_id,
+            now_ms,
+            write.as_ref(),
+            answer,
+            |state, now_ms| {
+                mutations::publish_commit(
+                    state,
+                    &intent.operation_id,
+                    request,
+                    validate,
+                    now_ms,
+                    key,
+                )
+            },
+        )
         .await
     }
 }

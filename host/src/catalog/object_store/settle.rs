@@ -25,10 +25,21 @@ impl ObjectStoreCatalog {
         now_ms: TimestampMs,
     ) -> Result<Vec<Settled>> {
         settle::check_batch(dataset_id, settlements)?;
-        self.mutate(dataset_id, now_ms, |state, now_ms| {
-            let planned = settle::plan(&view(state, settlements)?, settlements, validate, now_ms)?;
-            commit(state, planned, now_ms)
-        })
+        let write = crate::catalog::write_audit::pending(dataset_id, "settle", || {
+            settlements.iter().map(Settlement::operation_id)
+        });
+        let answer = |settled: &Vec<Settled>| crate::catalog::write_audit::settled_answer(settled);
+        self.mutate_recorded(
+            dataset_id,
+            now_ms,
+            write.as_ref(),
+            answer,
+            |state, now_ms| {
+                let planned =
+                    settle::plan(&view(state, settlements)?, settlements, validate, now_ms)?;
+                commit(state, planned, now_ms)
+            },
+        )
         .await
     }
 }

@@ -59,7 +59,7 @@ impl DatasetState {
                 dataset_id,
                 commit.version,
                 "must hold one create_dataset action for this dataset, then at most the record \
-                 of the request that created it",
+                 of the request that created it and the record of the write",
             )
         };
         let dataset = match commit.actions.as_slice() {
@@ -71,7 +71,12 @@ impl DatasetState {
             _ => return Err(invalid()),
         };
         let mut recorded = OrdMap::new();
-        match &commit.actions[1..] {
+        // The creation's write record, if any, comes last; it is not part of the state.
+        let rest = match &commit.actions[1..] {
+            [rest @ .., Action::RecordWrite { .. }] => rest,
+            rest => rest,
+        };
+        match rest {
             [] => {}
             [Action::RecordRequest { record }] => {
                 recorded.insert(record.key.clone(), record.as_ref().clone());
@@ -252,6 +257,8 @@ impl DatasetState {
                 self.recorded
                     .insert(record.key.clone(), record.as_ref().clone());
             }
+            // The record of the write is the trail's, not the state's.
+            Action::RecordWrite { .. } => {}
             Action::ForgetRequests { keys } => {
                 for key in keys {
                     self.recorded.remove(key);

@@ -62,6 +62,7 @@ pub(super) async fn begin(
         planner,
         now_ms,
         stage::Observation::ReadFirst,
+        None,
     )
     .await?;
     Ok(BegunCommit {

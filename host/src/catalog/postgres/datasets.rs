@@ -100,15 +100,17 @@ pub(super) async fn update_config(
     Ok(rows::dataset(&row)?)
 }
 
+/// The dataset after, and whether the token changed (setting the one in force writes
+/// nothing).
 pub(super) async fn set_publish_token(
     conn: &mut PgConnection,
     dataset_id: &str,
     publish_token: Option<&str>,
     now_ms: TimestampMs,
-) -> Result<Dataset, StepError> {
+) -> Result<(Dataset, bool), StepError> {
     let current = queries::lock_dataset(conn, dataset_id).await?;
     if current.publish_token.as_deref() == publish_token {
-        return Ok(current);
+        return Ok((current, false));
     }
     let row = sqlx::query(sql::DATASET_UPDATE_PUBLISH_TOKEN)
         .bind(dataset_id)
@@ -116,7 +118,7 @@ pub(super) async fn set_publish_token(
         .bind(now_ms)
         .fetch_one(conn)
         .await?;
-    Ok(rows::dataset(&row)?)
+    Ok((rows::dataset(&row)?, true))
 }
 
 /// One statement, atomic by itself, so it runs on the pool without a transaction around it.

@@ -90,25 +90,13 @@ impl<'a> Columns<'a> {
     }
 }
 
-pub(super) async fn put(pool: &PgPool, intent: &Intent) -> Result<()> {
+pub(super) async fn put(conn: &mut PgConnection, intent: &Intent) -> Result<()> {
     Columns::of(intent)?
         .insert()
-        .execute(pool)
+        .execute(&mut *conn)
         .await
         .map_err(|error| intent_error(error, &intent.dataset_id, &intent.operation_id))?;
     Ok(())
-}
-
-pub(super) async fn update(
-    pool: &PgPool,
-    intent: &Intent,
-    expected_phase: IntentPhase,
-) -> Result<()> {
-    let mut conn = pool
-        .acquire()
-        .await
-        .map_err(|error| database_error(error, &intent.dataset_id))?;
-    update_on(&mut conn, intent, expected_phase).await
 }
 
 /// A confirmation of an operation that plans a publish (`Armed` to `EffectsConfirmed`), in
@@ -137,7 +125,7 @@ pub(super) async fn confirm(conn: &mut PgConnection, intent: &Intent) -> Result<
 }
 
 /// [`update`] on one connection (a transaction's, for [`confirm`]).
-async fn update_on(
+pub(super) async fn update_on(
     conn: &mut PgConnection,
     intent: &Intent,
     expected_phase: IntentPhase,
@@ -200,14 +188,15 @@ async fn update_on(
 }
 
 /// Moves an `Armed` intent to `Abandoned` in one conditional statement; see
-/// [`Catalog::abandon_intent`](crate::catalog::Catalog::abandon_intent).
+/// [`Catalog::abandon_intent`](crate::catalog::Catalog::abandon_intent). Says too whether
+/// this call abandoned it (`false`: it was abandoned already, and nothing was written).
 pub(super) async fn abandon(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     dataset_id: &str,
     operation_id: &str,
     lease_expired_by: Option<TimestampMs>,
     now_ms: TimestampMs,
-) -> Result<Intent> {
+) -> Result<(Intent, bool)> {
     let format_version =
         i32::try_from(INTENT_FORMAT_VERSION).expect("format versions are small numbers");
     let abandoned = sqlx::query(sql::INTENT_ABANDON)
@@ -216,27 +205,27 @@ pub(super) async fn abandon(
         .bind(lease_expired_by)
         .bind(format_version)
         .bind(now_ms)
-        .fetch_optional(pool)
+        .fetch_optional(&mut *conn)
         .await
         .map_err(|error| database_error(error, dataset_id))?;
     if let Some(row) = abandoned {
-        return intent(&row, dataset_id);
+        return Ok((intent(&row, dataset_id)?, true));
     }
 
     // Nothing changed. This read runs after the update, so it sees whatever committed first.
     let found = sqlx::query(sql::INTENT_SELECT)
         .bind(dataset_id)
         .bind(operation_id)
-        .fetch_optional(pool)
+        .fetch_optional(&mut *conn)
         .await
         .map_err(|error| database_error(error, dataset_id))?;
     let Some(row) = found else {
-        return Err(intent_not_found(pool, dataset_id, operation_id).await);
+        return Err(intent_not_found(&mut *conn, dataset_id, operation_id).await);
     };
     let stored = intent(&row, dataset_id)?;
     if !crate::intent::abandonable(&stored, lease_expired_by)? {
         // Already abandoned: the same answer as the first time, nothing written.
-        return Ok(stored);
+        return Ok((stored, false));
     }
     // Armed with its lease run out, yet not abandoned a moment ago: it changed between the
     // two statements (a renewal and a lapse, or a delete and a new intent of the same id).
@@ -247,16 +236,20 @@ pub(super) async fn abandon(
     })
 }
 
-pub(super) async fn delete(pool: &PgPool, dataset_id: &str, operation_id: &str) -> Result<()> {
+pub(super) async fn delete(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    operation_id: &str,
+) -> Result<()> {
     let deleted = sqlx::query(sql::INTENT_DELETE)
         .bind(dataset_id)
         .bind(operation_id)
-        .fetch_optional(pool)
+        .fetch_optional(&mut *conn)
         .await
         .map_err(|error| database_error(error, dataset_id))?;
     match deleted {
         Some(_) => Ok(()),
-        None => Err(intent_not_found(pool, dataset_id, operation_id).await),
+        None => Err(intent_not_found(&mut *conn, dataset_id, operation_id).await),
     }
 }
 

@@ -41,6 +41,7 @@ mod sql;
 mod stage;
 #[cfg(test)]
 mod tests;
+mod writes;
 
 use std::future::Future;
 use std::str::FromStr;
@@ -51,8 +52,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, PgPool, Postgres, Transaction};
+use sqlx::{ConnectOptions, Connection, PgConnection, PgPool, Postgres, Transaction};
 
+use crate::catalog::write_audit::{self, PendingWrite};
 use crate::catalog::{
     BegunCommit, Capabilities, Catalog, DatasetChange, IntentBuilder, MarkRule, PublishValidator,
     RecordedRequest, RequestKey, SettleValidator, Settled, Settlement, StagePlanner,
@@ -61,10 +63,45 @@ use crate::error::{MendError, Result};
 use crate::intent::{Intent, IntentPhase};
 use crate::model::{
     Dataset, DatasetConfig, ListQuery, MarkResult, NewSplit, PublishRequest, PublishResult,
-    SplitPage, StageMode, StagedSplit, TimestampMs,
+    SplitPage, StageMode, StageOutcome, StagedSplit, TimestampMs,
 };
 
 use self::errors::{Resolution, StepError, commit_error, connect_error, migrate_error};
+
+/// Runs the one-statement write `$step` (an expression using the connection `$conn`) on a
+/// connection of the pool; inside a scope ([`write_audit`]), in a transaction that also
+/// records the write, answered by the step's result.
+macro_rules! single_write {
+    ($catalog:expr, $dataset_id:expr, $write:expr, $at_ms:expr, |$conn:ident| $step:expr) => {
+        match $write {
+            None => {
+                let mut connection = $catalog
+                    .pool
+                    .acquire()
+                    .await
+                    .map_err(|error| errors::database_error(error, $dataset_id))?;
+                let $conn: &mut PgConnection = &mut connection;
+                $step.await
+            }
+            Some(write) => {
+                $catalog
+                    .keyed_transaction(
+                        $dataset_id,
+                        None,
+                        Some(&write),
+                        &answer_whole,
+                        $at_ms,
+                        |mut transaction| async move {
+                            let $conn: &mut PgConnection = &mut transaction;
+                            let result = $step.await.map_err(StepError::Failed);
+                            (transaction, result)
+                        },
+                    )
+                    .await
+            }
+        }
+    };
+}
 
 /// How many times a step runs before concurrent writers make it give up with `Conflict`.
 const MAX_ATTEMPTS: u32 = 16;
@@ -315,7 +352,12 @@ impl PostgresCatalog {
         key: Option<&RequestKey>,
         standard: bool,
     ) -> Result<Vec<StagedSplit>> {
-        // A keyed create-only stage runs in a transaction, for its record.
+        let write = write_audit::pending(dataset_id, "stage", || {
+            splits.iter().map(|split| split.split_id.as_str())
+        });
+        // A keyed create-only stage runs in a transaction, for its record. Without a key its
+        // insert is one statement, which inserts the record of the write too
+        // (`sql/split_create_only_*.sql`, `sql/split_insert_staged_recorded.sql`).
         if mode == StageMode::CreateOnly && key.is_none() {
             let mut connection = self
                 .pool
@@ -334,6 +376,7 @@ impl PostgresCatalog {
                 } else {
                     stage::Observation::ReadFirst
                 },
+                write.as_ref(),
             )
             .await
             .inspect(|staged| {
@@ -350,29 +393,44 @@ impl PostgresCatalog {
         // from then on this request reads first (`stage.rs`).
         let read_first = AtomicBool::new(false);
         let read_first = &read_first;
-        self.keyed_transaction(dataset_id, key, now_ms, |mut transaction| async move {
-            let observation = if read_first.load(Ordering::Relaxed) {
-                stage::Observation::ReadFirst
-            } else if standard {
-                self.standard_observation(dataset_id)
-            } else {
-                stage::Observation::Presumed
-            };
-            let result = stage::stage(
-                &mut transaction,
-                dataset_id,
-                mode,
-                splits,
-                planner,
-                now_ms,
-                observation,
-            )
-            .await;
-            if let Err(StepError::PlanDiffers) = &result {
-                read_first.store(true, Ordering::Relaxed);
-            }
-            (transaction, result)
-        })
+        let write = write.as_ref();
+        let changed = |staged: &Vec<StagedSplit>| {
+            let wrote = staged
+                .iter()
+                .any(|split| !matches!(split.outcome, StageOutcome::Skipped(_)));
+            wrote.then(|| write_audit::stage_answer(staged))
+        };
+        self.keyed_transaction(
+            dataset_id,
+            key,
+            write,
+            &changed,
+            now_ms,
+            |mut transaction| async move {
+                let observation = if read_first.load(Ordering::Relaxed) {
+                    stage::Observation::ReadFirst
+                } else if standard {
+                    self.standard_observation(dataset_id)
+                } else {
+                    stage::Observation::Presumed
+                };
+                let result = stage::stage(
+                    &mut transaction,
+                    dataset_id,
+                    mode,
+                    splits,
+                    planner,
+                    now_ms,
+                    observation,
+                    None,
+                )
+                .await;
+                if let Err(StepError::PlanDiffers) = &result {
+                    read_first.store(true, Ordering::Relaxed);
+                }
+                (transaction, result)
+            },
+        )
         .await
         .inspect(|staged| {
             if standard && mode == StageMode::CreateOnly {
@@ -391,11 +449,16 @@ impl PostgresCatalog {
     /// Runs `step` in a transaction ([`Self::in_transaction`]); with a `key`, one that first
     /// locks and reads the record of `key`: a recorded key answers its recorded result and
     /// `step` does not run; otherwise `step`'s result is recorded in the same transaction as
-    /// its effect.
+    /// its effect, and so is the record of the write (`write`, [`write_audit`]) if `changed`
+    /// says the step changed anything: a step that changes nothing records nothing, as on
+    /// every backend.
+    #[allow(clippy::too_many_arguments)]
     async fn keyed_transaction<T, F, Fut>(
         &self,
         dataset_id: &str,
         key: Option<&RequestKey>,
+        write: Option<&PendingWrite>,
+        answer: &(dyn Fn(&T) -> Option<serde_json::Value> + Sync),
         now_ms: TimestampMs,
         step: F,
     ) -> Result<T>
@@ -404,47 +467,60 @@ impl PostgresCatalog {
         F: Fn(PgTransaction) -> Fut,
         Fut: Future<Output = (PgTransaction, Result<T, StepError>)>,
     {
-        let Some(key) = key else {
+        if key.is_none() && write.is_none() {
             return self.in_transaction(dataset_id, step).await;
-        };
+        }
         let step = &step;
         self.in_transaction(dataset_id, move |mut transaction| async move {
-            match recorded::lock_and_find(&mut transaction, dataset_id, &key.key).await {
-                Err(error) => return (transaction, Err(error)),
-                Ok(Some(found)) => {
-                    return (transaction, found.replay(key).map_err(StepError::Failed));
+            if let Some(key) = key {
+                match recorded::lock_and_find(&mut transaction, dataset_id, &key.key).await {
+                    Err(error) => return (transaction, Err(error)),
+                    Ok(Some(found)) => {
+                        return (transaction, found.replay(key).map_err(StepError::Failed));
+                    }
+                    Ok(None) => {}
                 }
-                Ok(None) => {}
             }
             let (mut transaction, result) = step(transaction).await;
-            let result = match result {
-                Ok(value) => {
-                    let record = RecordedRequest::new(key, &value, now_ms);
-                    recorded::insert(&mut transaction, dataset_id, &record)
-                        .await
-                        .map(|()| value)
-                }
-                Err(error) => Err(error),
+            let value = match result {
+                Ok(value) => value,
+                Err(error) => return (transaction, Err(error)),
             };
-            (transaction, result)
+            if let Some(key) = key {
+                let record = RecordedRequest::new(key, &value, now_ms);
+                if let Err(error) = recorded::insert(&mut transaction, dataset_id, &record).await {
+                    return (transaction, Err(error));
+                }
+            }
+            let recorded = match write.zip(answer(&value)) {
+                Some((write, answer)) => {
+                    writes::insert(&mut transaction, Some(write), &answer, now_ms).await
+                }
+                None => Ok(()),
+            };
+            (transaction, recorded.map(|()| value))
         })
         .await
     }
 
-    /// A keyed creation: the dataset row and the record of `key` in one transaction. When the
-    /// id is taken, the record of `key` in the dataset that has it answers, if there is one.
+    /// A keyed or recorded creation: the dataset row, the record of `key` and the record of the
+    /// write in one transaction. When the id is taken, the record of `key` in the dataset that
+    /// has it answers, if there is one.
     async fn create_dataset_keyed(
         &self,
         dataset_id: &str,
         uid: &str,
         config: &DatasetConfig,
         now_ms: TimestampMs,
-        key: &RequestKey,
+        key: Option<&RequestKey>,
+        write: Option<&PendingWrite>,
     ) -> Result<Dataset> {
         let created = self
             .keyed_transaction(
                 dataset_id,
-                Some(key),
+                key,
+                write,
+                &answer_whole,
                 now_ms,
                 |mut transaction| async move {
                     let result =
@@ -458,6 +534,9 @@ impl PostgresCatalog {
             // earlier copy of this request is read outside it. That copy committed first: the
             // key's lock made this transaction wait for it.
             Err(MendError::AlreadyExists { kind, id }) => {
+                let Some(key) = key else {
+                    return Err(MendError::AlreadyExists { kind, id });
+                };
                 match recorded::get(&self.pool, dataset_id, &key.key).await? {
                     Some(found) => found.replay(key),
                     None => Err(MendError::AlreadyExists { kind, id }),
@@ -471,7 +550,9 @@ impl PostgresCatalog {
 #[async_trait]
 impl Catalog for PostgresCatalog {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::full_backend().with(crate::catalog::PENDING_INDEX)
+        Capabilities::full_backend()
+            .with(crate::catalog::PENDING_INDEX)
+            .with(crate::catalog::write_audit::WRITE_AUDIT)
     }
 
     fn describe(&self) -> String {
@@ -486,12 +567,9 @@ impl Catalog for PostgresCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Dataset> {
-        match key {
-            Some(key) => {
-                self.create_dataset_keyed(dataset_id, uid, config, now_ms, key)
-                    .await
-            }
-            None => {
+        let write = write_audit::pending(dataset_id, "create-dataset", || []);
+        match (key, write) {
+            (None, None) => {
                 let mut connection = self
                     .pool
                     .acquire()
@@ -503,6 +581,10 @@ impl Catalog for PostgresCatalog {
                         Resolution::Fail(error) => error,
                         Resolution::Retry(reason) => MendError::Transient { message: reason },
                     })
+            }
+            (key, write) => {
+                self.create_dataset_keyed(dataset_id, uid, config, now_ms, key, write.as_ref())
+                    .await
             }
         }
     }
@@ -526,29 +608,53 @@ impl Catalog for PostgresCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Dataset> {
-        if let (DatasetChange::AdvanceFencingEpoch, None) = (change, key) {
+        let write = write_audit::pending(dataset_id, "update-dataset", || []);
+        if let (DatasetChange::AdvanceFencingEpoch, None, None) = (change, key, &write) {
             return datasets::advance_fencing_epoch(&self.pool, dataset_id, now_ms).await;
         }
-        self.keyed_transaction(dataset_id, key, now_ms, |mut transaction| async move {
-            let result = match change {
-                DatasetChange::Config {
-                    expected_config_version,
-                    config,
-                } => {
-                    let expected = expected_config_version;
-                    datasets::update_config(&mut transaction, dataset_id, expected, config, now_ms)
+        let write = write.as_ref();
+        // Set by a token change that finds the token in force: it changes nothing.
+        let unchanged = &AtomicBool::new(false);
+        let changed = |dataset: &Dataset| {
+            (!unchanged.load(Ordering::Relaxed)).then(|| write_audit::answer_of(dataset))
+        };
+        self.keyed_transaction(
+            dataset_id,
+            key,
+            write,
+            &changed,
+            now_ms,
+            |mut transaction| async move {
+                unchanged.store(false, Ordering::Relaxed);
+                let result = match change {
+                    DatasetChange::Config {
+                        expected_config_version,
+                        config,
+                    } => {
+                        let expected = expected_config_version;
+                        datasets::update_config(
+                            &mut transaction,
+                            dataset_id,
+                            expected,
+                            config,
+                            now_ms,
+                        )
                         .await
-                }
-                DatasetChange::PublishToken(token) => {
-                    datasets::set_publish_token(&mut transaction, dataset_id, token, now_ms).await
-                }
-                DatasetChange::AdvanceFencingEpoch => {
-                    datasets::advance_fencing_epoch_locked(&mut transaction, dataset_id, now_ms)
-                        .await
-                }
-            };
-            (transaction, result)
-        })
+                    }
+                    DatasetChange::PublishToken(token) => {
+                        datasets::set_publish_token(&mut transaction, dataset_id, token, now_ms)
+                            .await
+                            .inspect(|(_, changed)| unchanged.store(!changed, Ordering::Relaxed))
+                            .map(|(dataset, _)| dataset)
+                    }
+                    DatasetChange::AdvanceFencingEpoch => {
+                        datasets::advance_fencing_epoch_locked(&mut transaction, dataset_id, now_ms)
+                            .await
+                    }
+                };
+                (transaction, result)
+            },
+        )
         .await
     }
 
@@ -590,9 +696,12 @@ impl Catalog for PostgresCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<PublishResult> {
+        let write = write_audit::pending(&request.dataset_id, "publish", || publish_ids(request));
         self.keyed_transaction(
             &request.dataset_id,
             key,
+            write.as_ref(),
+            &answer_whole,
             now_ms,
             |mut transaction| async move {
                 let result = lifecycle::publish(&mut transaction, request, validate, now_ms).await;
@@ -639,43 +748,61 @@ impl Catalog for PostgresCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<MarkResult> {
-        self.keyed_transaction(dataset_id, key, now_ms, |mut transaction| async move {
-            let result = match rule {
-                MarkRule::Named => {
-                    lifecycle::mark_for_deletion(&mut transaction, dataset_id, split_ids, now_ms)
+        let write =
+            write_audit::pending(dataset_id, "mark", || split_ids.iter().map(String::as_str));
+        let write = write.as_ref();
+        let changed = |marked: &MarkResult| {
+            (!marked.marked.is_empty()).then(|| write_audit::answer_of(marked))
+        };
+        self.keyed_transaction(
+            dataset_id,
+            key,
+            write,
+            &changed,
+            now_ms,
+            |mut transaction| async move {
+                let result = match rule {
+                    MarkRule::Named => {
+                        lifecycle::mark_for_deletion(
+                            &mut transaction,
+                            dataset_id,
+                            split_ids,
+                            now_ms,
+                        )
                         .await
-                }
-                MarkRule::StaleStaged {
-                    untouched_before_ms,
-                } => lifecycle::mark_stale_staged(
-                    &mut transaction,
-                    dataset_id,
-                    split_ids,
-                    untouched_before_ms,
-                    now_ms,
-                )
-                .await
-                .map(|marked| MarkResult {
-                    marked,
-                    already_marked: Vec::new(),
-                }),
-                MarkRule::Unclaimed {
-                    untouched_before_ms,
-                } => lifecycle::mark_unclaimed_stale(
-                    &mut transaction,
-                    dataset_id,
-                    split_ids,
-                    untouched_before_ms,
-                    now_ms,
-                )
-                .await
-                .map(|marked| MarkResult {
-                    marked,
-                    already_marked: Vec::new(),
-                }),
-            };
-            (transaction, result)
-        })
+                    }
+                    MarkRule::StaleStaged {
+                        untouched_before_ms,
+                    } => lifecycle::mark_stale_staged(
+                        &mut transaction,
+                        dataset_id,
+                        split_ids,
+                        untouched_before_ms,
+                        now_ms,
+                    )
+                    .await
+                    .map(|marked| MarkResult {
+                        marked,
+                        already_marked: Vec::new(),
+                    }),
+                    MarkRule::Unclaimed {
+                        untouched_before_ms,
+                    } => lifecycle::mark_unclaimed_stale(
+                        &mut transaction,
+                        dataset_id,
+                        split_ids,
+                        untouched_before_ms,
+                        now_ms,
+                    )
+                    .await
+                    .map(|marked| MarkResult {
+                        marked,
+                        already_marked: Vec::new(),
+                    }),
+                };
+                (transaction, result)
+            },
+        )
         .await
     }
 
@@ -685,11 +812,23 @@ impl Catalog for PostgresCatalog {
         split_ids: &[String],
         seen_at_ms: TimestampMs,
     ) -> Result<Vec<String>> {
-        self.keyed_transaction(dataset_id, None, seen_at_ms, |mut transaction| async move {
-            let result =
-                lifecycle::see_marks(&mut transaction, dataset_id, split_ids, seen_at_ms).await;
-            (transaction, result)
-        })
+        let write = write_audit::pending(dataset_id, "see-marks", || {
+            split_ids.iter().map(String::as_str)
+        });
+        let write = write.as_ref();
+        let changed = |seen: &Vec<String>| (!seen.is_empty()).then(|| write_audit::answer_of(seen));
+        self.keyed_transaction(
+            dataset_id,
+            None,
+            write,
+            &changed,
+            seen_at_ms,
+            |mut transaction| async move {
+                let result =
+                    lifecycle::see_marks(&mut transaction, dataset_id, split_ids, seen_at_ms).await;
+                (transaction, result)
+            },
+        )
         .await
     }
 
@@ -700,11 +839,23 @@ impl Catalog for PostgresCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<()> {
-        self.keyed_transaction(dataset_id, key, now_ms, |mut transaction| async move {
-            let result =
-                lifecycle::delete_splits(&mut transaction, dataset_id, split_ids, now_ms).await;
-            (transaction, result)
-        })
+        let write = write_audit::pending(dataset_id, "delete-splits", || {
+            split_ids.iter().map(String::as_str)
+        });
+        let write = write.as_ref();
+        let changed = |_: &()| (!split_ids.is_empty()).then_some(serde_json::Value::Null);
+        self.keyed_transaction(
+            dataset_id,
+            key,
+            write,
+            &changed,
+            now_ms,
+            |mut transaction| async move {
+                let result =
+                    lifecycle::delete_splits(&mut transaction, dataset_id, split_ids, now_ms).await;
+                (transaction, result)
+            },
+        )
         .await
     }
 
@@ -721,20 +872,42 @@ impl Catalog for PostgresCatalog {
     }
 
     async fn put_intent(&self, intent: &Intent) -> Result<()> {
-        intents::put(&self.pool, intent).await
+        let write = write_audit::pending(&intent.dataset_id, "put-intent", || {
+            [intent.operation_id.as_str()]
+        });
+        let at_ms = intent.updated_at_ms;
+        single_write!(self, &intent.dataset_id, write, at_ms, |conn| intents::put(
+            conn, intent
+        ))
     }
 
     async fn update_intent(&self, intent: &Intent, expected_phase: IntentPhase) -> Result<()> {
         let confirms_a_publish = expected_phase == IntentPhase::Armed
             && intent.phase == IntentPhase::EffectsConfirmed
             && intent.effects.publish.is_some();
+        let write = write_audit::pending(&intent.dataset_id, "update-intent", || {
+            [intent.operation_id.as_str()]
+        });
+        let (dataset_id, at_ms) = (&intent.dataset_id, intent.updated_at_ms);
         if !confirms_a_publish {
-            return intents::update(&self.pool, intent, expected_phase).await;
+            return single_write!(self, dataset_id, write, at_ms, |conn| intents::update_on(
+                conn,
+                intent,
+                expected_phase
+            ));
         }
-        self.in_transaction(&intent.dataset_id, |mut transaction| async move {
-            let result = intents::confirm(&mut transaction, intent).await;
-            (transaction, result)
-        })
+        let write = write.as_ref();
+        self.keyed_transaction(
+            dataset_id,
+            None,
+            write,
+            &answer_whole,
+            at_ms,
+            |mut transaction| async move {
+                let result = intents::confirm(&mut transaction, intent).await;
+                (transaction, result)
+            },
+        )
         .await
     }
 
@@ -745,12 +918,52 @@ impl Catalog for PostgresCatalog {
         lease_expired_by: Option<TimestampMs>,
         now_ms: TimestampMs,
     ) -> Result<Intent> {
-        intents::abandon(
-            &self.pool,
+        let write = write_audit::pending(dataset_id, "abandon-intent", || [operation_id]);
+        let Some(write) = write else {
+            let mut connection = self
+                .pool
+                .acquire()
+                .await
+                .map_err(|error| errors::database_error(error, dataset_id))?;
+            let abandoning = intents::abandon(
+                &mut connection,
+                dataset_id,
+                operation_id,
+                lease_expired_by,
+                now_ms,
+            );
+            return abandoning.await.map(|(intent, _)| intent);
+        };
+        // Set by the attempt that abandoned it (not one that found it abandoned already).
+        let abandoned_now = &AtomicBool::new(false);
+        let changed = |intent: &Intent| {
+            abandoned_now
+                .load(Ordering::Relaxed)
+                .then(|| write_audit::answer_of(intent))
+        };
+        self.keyed_transaction(
             dataset_id,
-            operation_id,
-            lease_expired_by,
+            None,
+            Some(&write),
+            &changed,
             now_ms,
+            |mut transaction| async move {
+                let abandoning = intents::abandon(
+                    &mut transaction,
+                    dataset_id,
+                    operation_id,
+                    lease_expired_by,
+                    now_ms,
+                );
+                let result = abandoning
+                    .await
+                    .map_err(StepError::Failed)
+                    .map(|(intent, now)| {
+                        abandoned_now.store(now, Ordering::Relaxed);
+                        intent
+                    });
+                (transaction, result)
+            },
         )
         .await
     }
@@ -759,9 +972,14 @@ impl Catalog for PostgresCatalog {
         &self,
         dataset_id: &str,
         operation_id: &str,
-        _now_ms: TimestampMs,
+        now_ms: TimestampMs,
     ) -> Result<()> {
-        intents::delete(&self.pool, dataset_id, operation_id).await
+        let write = write_audit::pending(dataset_id, "delete-intent", || [operation_id]);
+        single_write!(self, dataset_id, write, now_ms, |conn| intents::delete(
+            conn,
+            dataset_id,
+            operation_id
+        ))
     }
 
     async fn list_intents(&self, dataset_id: &str) -> Result<Vec<Intent>> {
@@ -784,10 +1002,21 @@ impl Catalog for PostgresCatalog {
         now_ms: TimestampMs,
     ) -> Result<Vec<Settled>> {
         crate::catalog::settle::check_batch(dataset_id, settlements)?;
+        let write = write_audit::pending(dataset_id, "settle", || {
+            settlements.iter().map(Settlement::operation_id)
+        });
+        let write = write.as_ref();
         self.in_transaction(dataset_id, |mut transaction| async move {
             let result =
                 settle::settle(&mut transaction, dataset_id, settlements, validate, now_ms).await;
-            (transaction, result)
+            let Ok(settled) = result else {
+                return (transaction, result);
+            };
+            let answer = write_audit::settled_answer(&settled);
+            let changed = settled.iter().any(|one| !matches!(one, Settled::Gone));
+            let write = write.filter(|_| changed);
+            let recorded = writes::insert(&mut transaction, write, &answer, now_ms).await;
+            (transaction, recorded.map(|()| settled))
         })
         .await
     }
@@ -808,6 +1037,18 @@ impl Catalog for PostgresCatalog {
         audit::list(&self.pool, dataset_id, limit).await
     }
 
+    async fn record_write(&self, record: &write_audit::WriteRecord) -> Result<()> {
+        writes::insert_alone(&self.pool, record).await
+    }
+
+    async fn list_write_audit(
+        &self,
+        dataset_id: &str,
+        limit: Option<usize>,
+    ) -> Result<Vec<write_audit::WriteRecord>> {
+        writes::list(&self.pool, dataset_id, limit).await
+    }
+
     /// One query on the index of every dataset's audit rows by time (`audit.rs`).
     async fn list_recent_audit(&self, limit: usize) -> Result<crate::catalog::RecentAudit> {
         audit::recent(&self.pool, limit).await
@@ -821,6 +1062,10 @@ impl Catalog for PostgresCatalog {
         planner: &StagePlanner<'_>,
         now_ms: TimestampMs,
     ) -> Result<BegunCommit> {
+        let write = write_audit::pending(dataset_id, "begin-commit", || {
+            splits.iter().map(|split| split.split_id.as_str())
+        });
+        let write = write.as_ref();
         self.in_transaction(dataset_id, |mut transaction| async move {
             let result = commit::begin(
                 &mut transaction,
@@ -831,7 +1076,12 @@ impl Catalog for PostgresCatalog {
                 now_ms,
             )
             .await;
-            (transaction, result)
+            let Ok(begun) = result else {
+                return (transaction, result);
+            };
+            let answer = write_audit::begun_answer(&begun);
+            let recorded = writes::insert(&mut transaction, write, &answer, now_ms).await;
+            (transaction, recorded.map(|()| begun))
         })
         .await
     }
@@ -845,13 +1095,36 @@ impl Catalog for PostgresCatalog {
         key: &RequestKey,
     ) -> Result<PublishResult> {
         crate::catalog::commit::same_dataset(intent, request)?;
+        let write = write_audit::pending(&intent.dataset_id, "publish-commit", || {
+            publish_ids(request)
+        });
+        let write = write.as_ref();
         self.in_transaction(&intent.dataset_id, |mut transaction| async move {
             let result =
                 commit::publish(&mut transaction, intent, request, validate, now_ms, key).await;
-            (transaction, result)
+            let Ok(published) = result else {
+                return (transaction, result);
+            };
+            let recorded = writes::insert(&mut transaction, write, &published, now_ms).await;
+            (transaction, recorded.map(|()| published))
         })
         .await
     }
+}
+
+/// A step's whole answer as its write record keeps it: for a step that always changes what
+/// it succeeds on.
+fn answer_whole<T: serde::Serialize>(value: &T) -> Option<serde_json::Value> {
+    Some(write_audit::answer_of(value))
+}
+
+/// The ids a publish names: those it publishes, then those it replaces.
+fn publish_ids(request: &PublishRequest) -> impl Iterator<Item = &str> {
+    request
+        .staged_split_ids
+        .iter()
+        .chain(&request.replaced_split_ids)
+        .map(String::as_str)
 }
 
 /// Commits the transaction if `result` is a success and rolls it back otherwise.

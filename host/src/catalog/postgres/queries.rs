@@ -120,15 +120,30 @@ pub(super) async fn stage_upsert(
 
 /// Inserts `splits` as staged rows where no row exists yet; returns the ids it inserted.
 /// `splits` must be sorted by id: that order is what keeps concurrent batches from deadlocking.
+/// With `record` (the write's record without its answer, and how many splits the stage was
+/// asked for), the same statement records the write if it inserts anything.
 pub(super) async fn insert_staged(
     conn: &mut PgConnection,
     dataset_id: &str,
     splits: &[&NewSplit],
     now_ms: TimestampMs,
+    record: Option<(&str, usize)>,
 ) -> Result<BTreeSet<String>, StepError> {
     debug_assert!(splits.is_sorted_by(|a, b| a.split_id < b.split_id));
     let columns = SplitColumns::new(splits.iter().copied());
-    let query = split_rows_query(sql::SPLIT_INSERT_STAGED, dataset_id, &columns, now_ms);
+    let Some((record, asked)) = record else {
+        let query = split_rows_query(sql::SPLIT_INSERT_STAGED, dataset_id, &columns, now_ms);
+        return returned_ids(conn, query).await;
+    };
+    let asked = i64::try_from(asked).unwrap_or(i64::MAX);
+    let query = split_rows_query(
+        sql::SPLIT_INSERT_STAGED_RECORDED,
+        dataset_id,
+        &columns,
+        now_ms,
+    )
+    .bind(record)
+    .bind(asked);
     returned_ids(conn, query).await
 }
 
@@ -138,13 +153,15 @@ pub(super) async fn insert_staged(
 /// while the statement ran, which its snapshot cannot show. `probe_first` reads the rows
 /// before inserting the ids that had none (`sql/split_create_only_probe_first.sql`); otherwise
 /// it inserts every id and reads the rows it did not insert
-/// (`sql/split_create_only_insert_first.sql`).
+/// (`sql/split_create_only_insert_first.sql`). `record`, the record of the write without its
+/// answer, is inserted by the same statement if it inserts anything.
 pub(super) async fn create_only_observed(
     conn: &mut PgConnection,
     dataset_id: &str,
     splits: &[&NewSplit],
     now_ms: TimestampMs,
     probe_first: bool,
+    record: Option<&str>,
 ) -> Result<(BTreeSet<String>, BTreeMap<String, SplitState>), StepError> {
     debug_assert!(splits.is_sorted_by(|a, b| a.split_id < b.split_id));
     let columns = SplitColumns::new(splits.iter().copied());
@@ -154,6 +171,7 @@ pub(super) async fn create_only_observed(
         sql::SPLIT_CREATE_ONLY_INSERT_FIRST
     };
     let rows = split_rows_query(statement, dataset_id, &columns, now_ms)
+        .bind(record)
         .fetch_all(conn)
         .await?;
     let mut inserted = BTreeSet::new();

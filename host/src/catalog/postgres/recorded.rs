@@ -117,7 +117,7 @@ pub(super) fn record(row: &PgRow) -> Result<RecordedRequest> {
     })
 }
 
-async fn require_dataset(pool: &PgPool, dataset_id: &str) -> Result<()> {
+pub(super) async fn require_dataset(pool: &PgPool, dataset_id: &str) -> Result<()> {
     let exists: bool = sqlx::query_scalar(sql::DATASET_EXISTS)
         .bind(dataset_id)
         .fetch_one(pool)

@@ -21,6 +21,8 @@ pub(super) const SPLIT_STATES: &str = include_str!("sql/split_states.sql");
 pub(super) const SPLIT_STATES_FOR_UPDATE: &str = include_str!("sql/split_states_for_update.sql");
 pub(super) const SPLIT_STAGE_UPSERT: &str = include_str!("sql/split_stage_upsert.sql");
 pub(super) const SPLIT_INSERT_STAGED: &str = include_str!("sql/split_insert_staged.sql");
+pub(super) const SPLIT_INSERT_STAGED_RECORDED: &str =
+    include_str!("sql/split_insert_staged_recorded.sql");
 pub(super) const SPLIT_CREATE_ONLY_INSERT_FIRST: &str =
     include_str!("sql/split_create_only_insert_first.sql");
 pub(super) const SPLIT_CREATE_ONLY_PROBE_FIRST: &str =
@@ -57,3 +59,6 @@ pub(super) const RECORDED_FORGET: &str = include_str!("sql/recorded_forget.sql")
 pub(super) const RECORDED_LOCK_KEYS: &str = include_str!("sql/recorded_lock_keys.sql");
 pub(super) const RECORDED_SELECT_KEYS: &str = include_str!("sql/recorded_select_keys.sql");
 pub(super) const RECORDED_INSERT_BATCH: &str = include_str!("sql/recorded_insert_batch.sql");
+
+pub(super) const WRITE_AUDIT_INSERT: &str = include_str!("sql/write_audit_insert.sql");
+pub(super) const WRITE_AUDIT_LIST: &str = include_str!("sql/write_audit_list.sql");

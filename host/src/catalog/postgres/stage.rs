@@ -44,6 +44,7 @@ use sqlx::PgConnection;
 
 use mend_contract::ExistingRow;
 
+use crate::catalog::write_audit::{self, PendingWrite};
 use crate::catalog::{PlannedAction, PlannedStage, StagePlanner};
 use crate::error::MendError;
 use crate::model::{NewSplit, SplitState, StageMode, StageOutcome, StagedSplit, TimestampMs};
@@ -66,6 +67,7 @@ pub(super) enum Observation {
     Standard { probe_first: bool },
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn stage(
     conn: &mut PgConnection,
     dataset_id: &str,
@@ -74,6 +76,7 @@ pub(super) async fn stage(
     planner: &StagePlanner<'_>,
     now_ms: TimestampMs,
     observation: Observation,
+    write: Option<&PendingWrite>,
 ) -> Result<Vec<StagedSplit>, StepError> {
     // No separate existence check up front: it would cost a round trip per batch. An insert
     // into a missing dataset fails on the foreign key (mapped to NotFound), and rows found for
@@ -88,7 +91,16 @@ pub(super) async fn stage(
                 Observation::Standard { probe_first } => Some(probe_first),
                 Observation::Presumed | Observation::ReadFirst => None,
             };
-            create_only(conn, dataset_id, splits, planner, now_ms, in_statement).await
+            create_only(
+                conn,
+                dataset_id,
+                splits,
+                planner,
+                now_ms,
+                in_statement,
+                write,
+            )
+            .await
         }
         (StageMode::Upsert, Observation::ReadFirst) => {
             upsert_read_first(conn, dataset_id, splits, planner, now_ms).await
@@ -202,6 +214,7 @@ fn ids_of(splits: &[Arc<NewSplit>]) -> Vec<String> {
     splits.iter().map(|split| split.split_id.clone()).collect()
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn create_only(
     conn: &mut PgConnection,
     dataset_id: &str,
@@ -209,6 +222,7 @@ async fn create_only(
     planner: &StagePlanner<'_>,
     now_ms: TimestampMs,
     in_statement: Option<bool>,
+    write: Option<&PendingWrite>,
 ) -> Result<Vec<StagedSplit>, StepError> {
     // The standard plan inserts every id it is not shown a row for, so with it the separate
     // read is skipped: the stage's one statement reads the rows (`in_statement`: before its
@@ -226,16 +240,23 @@ async fn create_only(
         return Ok(outcomes(&plan, &BTreeSet::new(), &BTreeMap::new()));
     }
 
+    // The record of the write, without its answer: the insert's statement answers it.
+    let record = write
+        .map(|write| write_audit::encode_text(&write.answered(&serde_json::Value::Null, now_ms)));
     // With the standard plan the read and the insert are one statement: the whole stage is one
     // round trip, whether the ids are new or (as when writers draw from one pool of ids) nearly
     // all exist.
     let (inserted, mut actual) = match in_statement {
         None => {
-            let inserted = queries::insert_staged(conn, dataset_id, &inserts, now_ms).await?;
+            let record = record.as_deref().map(|record| (record, splits.len()));
+            let inserted =
+                queries::insert_staged(conn, dataset_id, &inserts, now_ms, record).await?;
             (inserted, BTreeMap::new())
         }
         Some(probe_first) => {
-            queries::create_only_observed(conn, dataset_id, &inserts, now_ms, probe_first).await?
+            let record = record.as_deref();
+            queries::create_only_observed(conn, dataset_id, &inserts, now_ms, probe_first, record)
+                .await?
         }
     };
     let lost: Vec<String> = inserts
@@ -286,7 +307,7 @@ async fn upsert_read_first(
 
     let inserts = splits_with(&plan, PlannedAction::Insert);
     if !inserts.is_empty() {
-        let inserted = queries::insert_staged(conn, dataset_id, &inserts, now_ms).await?;
+        let inserted = queries::insert_staged(conn, dataset_id, &inserts, now_ms, None).await?;
         let raced = ids_not_in(&inserts, &inserted);
         if !raced.is_empty() {
             return Err(StepError::Raced(format!(

@@ -233,7 +233,7 @@ impl Engine {
         dataset_id: &'a str,
         mode: RecoveryMode,
     ) -> Keyed<'a, RecoveryReport> {
-        Keyed::new(move |key| async move {
+        Keyed::new(self.write_scope("recover"), move |key| async move {
             let key = request_key(key, &("recover", dataset_id, mode))?;
             validate::dataset_id(dataset_id)?;
             let key = match mode {

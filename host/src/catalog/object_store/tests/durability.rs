@@ -15,7 +15,7 @@ async fn a_file_from_a_newer_mend_is_refused_not_guessed_at() {
         .await
         .unwrap();
     let log = Log::new(store.clone(), Path::from("mend"));
-    let future = r#"{"format_version": 2, "version": 1, "commit_id": "x", "committed_at_ms": 0,
+    let future = r#"{"format_version": 3, "version": 1, "commit_id": "x", "committed_at_ms": 0,
         "actions": [{"type": "rename_everything"}]}"#;
     store
         .put(&log.commit_path("logs", 1), future.into())

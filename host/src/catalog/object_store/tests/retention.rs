@@ -43,6 +43,74 @@ async fn stage_one(catalog: &ObjectStoreCatalog, split_id: &str) {
     assert_eq!(staged[0].outcome, StageOutcome::Inserted);
 }
 
+/// The write records of commits retention deletes are archived first: every record lists,
+/// in order, after the log under them is gone; none is listed twice.
+#[tokio::test]
+async fn retention_archives_the_write_records_of_the_commits_it_deletes() {
+    use crate::catalog::write_audit::{self, WriteScope};
+    let (catalog, store) = counted_catalog(pruning(5));
+    let scope = WriteScope {
+        principal: Some("writer".into()),
+        kind: "stage".into(),
+        operation_id: None,
+    };
+    write_audit::within(scope, async {
+        catalog
+            .create_dataset("logs", "uid-1", &DatasetConfig::default(), T0, None)
+            .await
+            .unwrap();
+        for index in 0..30 {
+            stage_one(&catalog, &format!("s{index:02}")).await;
+            catalog.flush().await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        for index in 30..32 {
+            stage_one(&catalog, &format!("s{index:02}")).await;
+        }
+    })
+    .await;
+    catalog.flush().await;
+    assert_eq!(versions(&store, "log").await, [0, 29, 30, 31, 32]);
+    let archives = {
+        use futures::TryStreamExt;
+        let prefix = Path::from("mend/datasets/logs/catalog/writes");
+        let listed: Vec<_> = store.list(Some(&prefix)).try_collect().await.unwrap();
+        listed.len()
+    };
+    assert!(
+        archives >= 1,
+        "the records of versions 1 to 28 were archived"
+    );
+    // A reader of its own, with no cache: the log, then the archives.
+    let reader = sibling(&catalog);
+    let records = reader.list_write_audit("logs", None).await.unwrap();
+    let steps: Vec<String> = records
+        .iter()
+        .map(|record| format!("{} {}", record.step, record.what.ids.join(",")))
+        .collect();
+    let mut expected = vec!["create-dataset ".to_string()];
+    expected.extend((0..32).map(|index| format!("stage s{index:02}")));
+    assert_eq!(steps, expected, "every write once, in order");
+    assert!(
+        records
+            .iter()
+            .all(|r| r.principal.as_deref() == Some("writer"))
+    );
+    let newest = reader.list_write_audit("logs", Some(3)).await.unwrap();
+    assert_eq!(newest, records[records.len() - 3..]);
+    let oldest_five = reader.list_write_audit("logs", Some(31)).await.unwrap();
+    assert_eq!(
+        oldest_five,
+        records[2..],
+        "a limit reaching into the archives"
+    );
+    println!(
+        "retention: {} write records listed after the log of versions 1 to 28 was deleted, \
+         from {archives} archive(s)",
+        records.len()
+    );
+}
+
 #[tokio::test]
 async fn retention_keeps_the_newest_checkpoints_and_the_log_after_the_oldest() {
     let (catalog, store) = counted_catalog(pruning(5));

@@ -1,5 +1,5 @@
 -- $1 dataset_id, $2 split ids (sorted), $3 nodes, $4 metadata, $5 time range starts,
--- $6 time range ends, $7 created and updated at (ms).
+-- $6 time range ends, $7 created and updated at (ms), $8 the write's record (JSON text, or NULL).
 --
 -- Create-only staging with the standard plan, insert first (the catalog's choice for a
 -- dataset whose last such stage inserted every id; split_create_only_probe_first.sql is the
@@ -29,6 +29,19 @@ WITH inserted AS (
     ORDER BY input.split_id COLLATE "C"
     ON CONFLICT (dataset_id, split_id) DO NOTHING
     RETURNING split_id
+),
+-- The record of the write (`$8`, the host's record without its answer; NULL outside a write
+-- scope), in this same statement, answered by what it inserted: a stage that inserts nothing
+-- records nothing. A data-modifying WITH runs whether or not the query reads it.
+recorded AS (
+    INSERT INTO write_audit (dataset_id, recorded_at_ms, record)
+    SELECT $1, $7, convert_to(
+        jsonb_set($8::jsonb, '{answer}', jsonb_build_object(
+            'inserted', (SELECT count(*) FROM inserted),
+            'overwritten', 0,
+            'skipped', cardinality($2::text[]) - (SELECT count(*) FROM inserted)
+        ))::text, 'UTF8')
+    WHERE $8::text IS NOT NULL AND EXISTS (SELECT 1 FROM inserted)
 )
 SELECT inserted.split_id, NULL AS state FROM inserted
 UNION ALL

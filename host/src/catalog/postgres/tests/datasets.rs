@@ -9,7 +9,9 @@ async fn datasets_are_created_listed_and_shown() {
     assert!(!catalog.describe().contains('@'));
     assert_eq!(
         catalog.capabilities(),
-        Capabilities::full_backend().with(crate::catalog::PENDING_INDEX)
+        Capabilities::full_backend()
+            .with(crate::catalog::PENDING_INDEX)
+            .with(crate::catalog::write_audit::WRITE_AUDIT)
     );
 
     let dataset_id = unique_id("dataset");
