@@ -619,7 +619,8 @@ fn an_unprotected_server_off_loopback_refuses_to_start() {
 
 /// Every audit record names who acted: `cli` for the command line, the principal of an HTTP
 /// request; `mend audit` and its route list them, filtered by principal, and only a principal
-/// that operates the dataset may read them over HTTP.
+/// that operates the dataset may read them over HTTP. A writer's stage and begin are in it
+/// (before the trail of writes, `--principal writer` listed nothing).
 #[test]
 fn the_audit_names_who_decided_and_filters_by_principal() {
     use crate::common::server::{ServerOptions, TestServer};
@@ -666,6 +667,19 @@ fn the_audit_names_who_decided_and_filters_by_principal() {
         Some(&serde_json::json!({"mode": "create-only", "splits": [{"split_id": "s2"}]})),
     );
     assert_eq!(staged.status, 200, "{}", staged.body);
+    let begun = server.request(
+        "POST",
+        "/v1/datasets/d1/operations",
+        Some(&writer),
+        Some(&serde_json::json!({
+            "operation_id": "op-w",
+            "kind": "commit",
+            "node": "writer-node",
+            "splits": [{"split_id": "s3", "metadata_json": "{}", "size": 3,
+                        "sha256": "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"}]
+        })),
+    );
+    assert_eq!(begun.status, 200, "{}", begun.body);
     std::thread::sleep(Duration::from_millis(20));
     let collected = server.request(
         "POST",
@@ -695,6 +709,16 @@ fn the_audit_names_who_decided_and_filters_by_principal() {
             .iter()
             .all(|entry| entry["principal"] == "operator" && entry["mode"] == "gc")
     );
+    // gc's decision, and its write: the mark of s2.
+    let marked: Vec<&Value> = entries
+        .iter()
+        .filter(|entry| entry["decision"]["step"] == "mark")
+        .collect();
+    assert_eq!(marked.len(), 1, "{}", by_operator.body);
+    assert_eq!(
+        marked[0]["decision"]["what"]["ids"],
+        serde_json::json!(["s2"])
+    );
     let as_writer = server.request("GET", "/v1/datasets/d1/audit", Some(&writer), None);
     assert_eq!(as_writer.status, 403, "{}", as_writer.body);
     drop(server);
@@ -708,25 +732,57 @@ fn the_audit_names_who_decided_and_filters_by_principal() {
         .iter()
         .map(|entry| entry["principal"].as_str().unwrap())
         .collect();
-    assert_eq!(principals, ["cli", "operator"].into(), "{all}");
+    assert_eq!(principals, ["cli", "operator", "writer"].into(), "{all}");
+    let by_writer = ok_json(dir, &["audit", "d1", "--principal", "writer"]);
+    let by_writer = by_writer["records"].as_array().unwrap();
+    let kinds: Vec<(&str, &str)> = by_writer
+        .iter()
+        .map(|entry| {
+            (
+                entry["mode"].as_str().unwrap(),
+                entry["decision"]["step"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("stage", "stage"),
+            ("begin", "put-intent"),
+            ("begin", "stage")
+        ],
+        "the writer's stage and begin, each step in the order it landed"
+    );
+    let staged_by_writer = ok_json(
+        dir,
+        &["audit", "d1", "--principal", "writer", "--kind", "stage"],
+    );
+    let staged_by_writer = staged_by_writer["records"].as_array().unwrap();
+    assert_eq!(staged_by_writer.len(), 1);
+    assert_eq!(
+        staged_by_writer[0]["decision"]["what"]["ids"],
+        serde_json::json!(["s2"])
+    );
     let by_cli = ok_json(dir, &["audit", "d1", "--principal", "cli"]);
     let by_cli = by_cli["records"].as_array().unwrap();
     assert!(!by_cli.is_empty() && by_cli.iter().all(|entry| entry["principal"] == "cli"));
     assert_eq!(
-        by_cli.len() + entries.len(),
+        by_cli.len() + entries.len() + by_writer.len(),
         all.as_array().unwrap().len(),
-        "every record is the command line's or the operator's"
+        "every record is the command line's, the operator's or the writer's"
     );
     let text = mend(dir, &["audit", "d1", "--principal", "operator"]);
     let text = String::from_utf8_lossy(&text.stdout).into_owned();
     assert!(text.contains("operator") && text.contains("gc"), "{text}");
     failed_with(&mend(dir, &["audit", "d1", "--limit", "0"]), 2, &["limit"]);
     println!(
-        "security: the audit of d1 holds {} records, {} by cli and {} by operator, each filtered \
-         by principal on the command line and over HTTP; a writer may not read it",
+        "security: the audit of d1 holds {} records, {} by cli, {} by operator and {} by writer, \
+         each filtered by principal (and kind) on the command line and over HTTP; a writer may \
+         not read it",
         all.as_array().unwrap().len(),
         by_cli.len(),
-        entries.len()
+        entries.len(),
+        by_writer.len()
     );
 }
 

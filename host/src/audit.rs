@@ -72,9 +72,8 @@ pub struct AuditEntry {
     /// Who acted, if the record names it (records written before principals existed do not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
-    /// What was run: `roll-forward`, `exclusive`, `gc` or `reconcile` for a decision, the
-    /// request for a write (`stage`, `publish`, `begin`, ...: see
-    /// [`crate::catalog::write_audit`]).
+    /// What was run: `roll-forward`, `exclusive`, `gc` or `reconcile` for a decision; for a
+    /// write, the request that made it (`stage`, `publish`, `begin`, ...).
     pub mode: String,
     /// The operation decided about.
     pub operation_id: String,

@@ -49,9 +49,8 @@ pub struct ActiveRecord {
     /// this record: what a retry of it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recorded: Option<RecordedRequest>,
-    /// Who made the change (the principal of the request's
-    /// [`WriteScope`](crate::catalog::write_audit::WriteScope)): the record is the swap, so it
-    /// is the audit trail of swaps and rollbacks. Absent in records written before it existed,
+    /// Who made the change: the principal of the request. The record is the swap, so it is
+    /// the audit trail of swaps and rollbacks. Absent in records written before it existed,
     /// and for a change no one named.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
