@@ -59,11 +59,18 @@ tokio::task_local! {
 
 /// Runs `write` inside `scope`, so that every write it makes is recorded as `scope`'s. A
 /// request made inside another keeps the outer scope: a commit's stage is the commit's.
-pub async fn within<F: Future>(scope: WriteScope, write: F) -> F::Output {
-    if SCOPE.try_with(|_| ()).is_ok() {
-        write.await
-    } else {
-        SCOPE.scope(Arc::new(scope), write).await
+///
+/// `write` is boxed here, so that wrapping a request's future adds a pointer to the futures
+/// around it, not the request's whole state (in a debug build, a copy of it on the stack at
+/// every poll: the simulator's deep futures overflowed their stacks).
+pub fn within<F: Future>(scope: WriteScope, write: F) -> impl Future<Output = F::Output> {
+    let write = Box::pin(write);
+    async move {
+        if SCOPE.try_with(|_| ()).is_ok() {
+            write.await
+        } else {
+            SCOPE.scope(Arc::new(scope), write).await
+        }
     }
 }
 

@@ -146,17 +146,17 @@ impl Engine {
 
     /// Runs `write` as a request of `kind` about `operation_id`: its writes are recorded as
     /// this engine's actor's ([`write_audit`]).
-    pub(super) async fn writing<F: Future>(
+    pub(super) fn writing<F: Future>(
         &self,
         kind: &str,
         operation_id: Option<&str>,
         write: F,
-    ) -> F::Output {
+    ) -> impl Future<Output = F::Output> + use<F> {
         let scope = WriteScope {
             operation_id: operation_id.map(str::to_owned),
             ..self.write_scope(kind)
         };
-        write_audit::within(scope, write).await
+        write_audit::within(scope, write)
     }
 
     /// Records, in a step of its own, a write of the current request that no catalog step

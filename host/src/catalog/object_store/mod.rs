@@ -59,6 +59,7 @@ mod writes;
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -432,20 +433,15 @@ impl ObjectStoreCatalog {
     /// the mutation began, would start a deletion grace period that readers never saw begin
     /// (found by `mend-sim`, seed 8877293620571511055). The time is still read before the put,
     /// so a deletion decided on it is never decided on a moment later than its write.
-    async fn mutate<T>(
-        &self,
-        dataset_id: &str,
+    fn mutate<'a, T: 'a>(
+        &'a self,
+        dataset_id: &'a str,
         now_ms: TimestampMs,
-        decide: impl FnMut(&DatasetState, TimestampMs) -> Result<Change<T>> + Send,
-    ) -> Result<T> {
-        self.mutate_recorded(
-            dataset_id,
-            now_ms,
-            None,
-            |_: &T| serde_json::Value::Null,
-            decide,
-        )
-        .await
+        decide: impl FnMut(&DatasetState, TimestampMs) -> Result<Change<T>> + Send + 'a,
+    ) -> impl Future<Output = Result<T>> + 'a {
+        // Not an async fn of its own: its future is the recorded one's, not one around it.
+        let answer = |_: &T| serde_json::Value::Null;
+        self.mutate_recorded(dataset_id, now_ms, None, answer, decide)
     }
 
     /// [`Self::mutate`], with the record of the write (`write`, answered by `answer` of the
