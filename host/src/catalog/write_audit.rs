@@ -240,6 +240,15 @@ fn shorten(value: serde_json::Value) -> serde_json::Value {
     }
 }
 
+/// The ids a publish names, for its record: those it publishes, then those it replaces.
+pub fn publish_ids(request: &crate::model::PublishRequest) -> impl Iterator<Item = &str> {
+    request
+        .staged_split_ids
+        .iter()
+        .chain(&request.replaced_split_ids)
+        .map(String::as_str)
+}
+
 /// A step's answer as JSON, for [`PendingWrite::answered`].
 pub fn answer_of(answer: &impl Serialize) -> serde_json::Value {
     serde_json::to_value(answer).expect("answers are plain data")

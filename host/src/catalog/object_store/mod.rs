@@ -567,20 +567,6 @@ impl ObjectStoreCatalog {
     }
 }
 
-/// A step's answer as its write record keeps it.
-fn answer<T: serde::Serialize>(output: &T) -> serde_json::Value {
-    serde_json::to_value(output).expect("answers are plain data")
-}
-
-/// The ids a publish names: those it publishes, then those it replaces.
-fn publish_ids(request: &PublishRequest) -> impl Iterator<Item = &str> {
-    request
-        .staged_split_ids
-        .iter()
-        .chain(&request.replaced_split_ids)
-        .map(String::as_str)
-}
-
 /// Whether committing `actions` on `state` adds an intent: writes one under an operation id
 /// that `state` does not hold.
 fn adds_intent(state: &DatasetState, actions: &[Action]) -> bool {
@@ -743,7 +729,7 @@ impl Catalog for ObjectStoreCatalog {
             dataset_id,
             now_ms,
             write.as_ref(),
-            answer,
+            write_audit::answer_of,
             |state, now_ms| {
                 mutations::keyed(state, key, now_ms, |state| match change {
                     DatasetChange::Config {
@@ -797,12 +783,13 @@ impl Catalog for ObjectStoreCatalog {
         key: Option<&RequestKey>,
     ) -> Result<PublishResult> {
         let dataset_id = &request.dataset_id;
-        let write = write_audit::pending(dataset_id, "publish", || publish_ids(request));
+        let write =
+            write_audit::pending(dataset_id, "publish", || write_audit::publish_ids(request));
         self.mutate_recorded(
             dataset_id,
             now_ms,
             write.as_ref(),
-            answer,
+            write_audit::answer_of,
             |state, now_ms| {
                 mutations::keyed(state, key, now_ms, |state| {
                     mutations::publish(state, request, validate, now_ms)
@@ -857,7 +844,7 @@ impl Catalog for ObjectStoreCatalog {
             dataset_id,
             now_ms,
             write.as_ref(),
-            answer,
+            write_audit::answer_of,
             |state, now_ms| {
                 mutations::keyed(state, key, now_ms, |state| match rule {
                     MarkRule::Named => mutations::mark_for_deletion(state, split_ids, now_ms),
@@ -909,7 +896,7 @@ impl Catalog for ObjectStoreCatalog {
             dataset_id,
             at_ms,
             write.as_ref(),
-            answer,
+            write_audit::answer_of,
             |state, seen_at_ms| mutations::see_marks(state, split_ids, seen_at_ms),
         )
         .await
@@ -929,7 +916,7 @@ impl Catalog for ObjectStoreCatalog {
             dataset_id,
             now_ms,
             write.as_ref(),
-            answer,
+            write_audit::answer_of,
             |state, now_ms| {
                 mutations::keyed(state, key, now_ms, |state| {
                     mutations::delete_splits(state, split_ids, now_ms)
@@ -957,9 +944,13 @@ impl Catalog for ObjectStoreCatalog {
         let (dataset_id, at_ms) = (&intent.dataset_id, intent.updated_at_ms);
         let write =
             write_audit::pending(dataset_id, "put-intent", || [intent.operation_id.as_str()]);
-        self.mutate_recorded(dataset_id, at_ms, write.as_ref(), answer, |state, _| {
-            mutations::put_intent(state, intent)
-        })
+        self.mutate_recorded(
+            dataset_id,
+            at_ms,
+            write.as_ref(),
+            write_audit::answer_of,
+            |state, _| mutations::put_intent(state, intent),
+        )
         .await
     }
 
@@ -969,9 +960,13 @@ impl Catalog for ObjectStoreCatalog {
         let write = write_audit::pending(dataset_id, "update-intent", || {
             [intent.operation_id.as_str()]
         });
-        self.mutate_recorded(dataset_id, at_ms, write.as_ref(), answer, |state, _| {
-            mutations::update_intent(state, intent, expected_phase)
-        })
+        self.mutate_recorded(
+            dataset_id,
+            at_ms,
+            write.as_ref(),
+            write_audit::answer_of,
+            |state, _| mutations::update_intent(state, intent, expected_phase),
+        )
         .await
     }
 
@@ -987,7 +982,7 @@ impl Catalog for ObjectStoreCatalog {
             dataset_id,
             now_ms,
             write.as_ref(),
-            answer,
+            write_audit::answer_of,
             |state, now_ms| {
                 mutations::abandon_intent(state, operation_id, lease_expired_by, now_ms)
             },
@@ -1002,9 +997,13 @@ impl Catalog for ObjectStoreCatalog {
         now_ms: TimestampMs,
     ) -> Result<()> {
         let write = write_audit::pending(dataset_id, "delete-intent", || [operation_id]);
-        self.mutate_recorded(dataset_id, now_ms, write.as_ref(), answer, |state, _| {
-            mutations::delete_intent(state, operation_id)
-        })
+        self.mutate_recorded(
+            dataset_id,
+            now_ms,
+            write.as_ref(),
+            write_audit::answer_of,
+            |state, _| mutations::delete_intent(state, operation_id),
+        )
         .await
     }
 
@@ -1149,12 +1148,14 @@ impl Catalog for ObjectStoreCatalog {
     ) -> Result<PublishResult> {
         super::commit::same_dataset(intent, request)?;
         let dataset_id = &request.dataset_id;
-        let write = write_audit::pending(dataset_id, "publish-commit", || publish_ids(request));
+        let write = write_audit::pending(dataset_id, "publish-commit", || {
+            write_audit::publish_ids(request)
+        });
         self.mutate_recorded(
             dataset_id,
             now_ms,
             write.as_ref(),
-            answer,
+            write_audit::answer_of,
             |state, now_ms| {
                 mutations::publish_commit(
                     state,

@@ -696,7 +696,9 @@ impl Catalog for PostgresCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<PublishResult> {
-        let write = write_audit::pending(&request.dataset_id, "publish", || publish_ids(request));
+        let write = write_audit::pending(&request.dataset_id, "publish", || {
+            write_audit::publish_ids(request)
+        });
         self.keyed_transaction(
             &request.dataset_id,
             key,
@@ -1096,7 +1098,7 @@ impl Catalog for PostgresCatalog {
     ) -> Result<PublishResult> {
         crate::catalog::commit::same_dataset(intent, request)?;
         let write = write_audit::pending(&intent.dataset_id, "publish-commit", || {
-            publish_ids(request)
+            write_audit::publish_ids(request)
         });
         let write = write.as_ref();
         self.in_transaction(&intent.dataset_id, |mut transaction| async move {
@@ -1116,15 +1118,6 @@ impl Catalog for PostgresCatalog {
 /// it succeeds on.
 fn answer_whole<T: serde::Serialize>(value: &T) -> Option<serde_json::Value> {
     Some(write_audit::answer_of(value))
-}
-
-/// The ids a publish names: those it publishes, then those it replaces.
-fn publish_ids(request: &PublishRequest) -> impl Iterator<Item = &str> {
-    request
-        .staged_split_ids
-        .iter()
-        .chain(&request.replaced_split_ids)
-        .map(String::as_str)
 }
 
 /// Commits the transaction if `result` is a success and rolls it back otherwise.
