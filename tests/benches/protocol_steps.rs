@@ -258,7 +258,7 @@ async fn run_step(engine: &Engine, step: Step, dataset_id: &str, round: usize) {
 
 /// The steps of operation `round`: begin, upload, publish; or begin, abort.
 fn steps_of(round: usize) -> &'static [Step] {
-    if round % 2 == 0 {
+    if round.is_multiple_of(2) {
         &[Step::Begin, Step::Upload, Step::Publish]
     } else {
         &[Step::Begin, Step::Abort]
