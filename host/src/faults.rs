@@ -34,6 +34,9 @@ pub enum DurableStep {
     /// A commit's last step: its publish and the deletion of the intent it settles, in one
     /// atomic step ([`Catalog::publish_commit`](crate::catalog::Catalog::publish_commit)).
     PublishCommit,
+    /// An operation's end in one atomic step (its abort, or a publish refused for good): its
+    /// intent fenced and deleted, its own staged rows marked, its end recorded.
+    EndOperation,
     /// Rows marked for deletion (gc, reconcile's discards, an abandonment).
     MarkRows,
     /// Marks gc saw for the first time, recorded as seen

@@ -637,8 +637,7 @@ async fn ends_unrecorded(engine: &Engine, history: &History) -> mend::Result<Vec
             Err(MendError::InvalidArgument { .. }) => continue,
             Err(error) => return Err(error),
         };
-        if (ledger.staged || said) && ledger.intent.is_none() && !ledger.published && !ledger.ended
-        {
+        if (ledger.begun || said) && ledger.intent.is_none() && !ledger.published && !ledger.ended {
             unrecorded.push(record.operation_id.clone());
         }
     }

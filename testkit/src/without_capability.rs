@@ -8,8 +8,8 @@ use mend::Result;
 use mend::audit::AuditRecord;
 use mend::catalog::{
     BegunCommit, Capabilities, Catalog, DatasetChange, ExistingRow, IntentBuilder, ManifestProbe,
-    MarkRule, PendingDataset, PublishValidator, RecentAudit, RecordedRequest, RequestKey,
-    SettleValidator, Settled, Settlement, StagePlanner,
+    MarkRule, OperationRecords, PendingDataset, PublishValidator, RecentAudit, RecordedRequest,
+    RequestKey, SettleValidator, Settled, Settlement, StagePlanner,
 };
 use mend::intent::{Intent, IntentPhase};
 use mend::model::{
@@ -212,10 +212,11 @@ impl<C: Catalog> Catalog for WithoutCapability<C> {
         intent: &IntentBuilder<'_>,
         splits: &[Arc<NewSplit>],
         planner: &StagePlanner<'_>,
+        records: OperationRecords<'_>,
         now: TimestampMs,
     ) -> Result<BegunCommit> {
         self.inner
-            .begin_commit(id, intent, splits, planner, now)
+            .begin_commit(id, intent, splits, planner, records, now)
             .await
     }
     async fn publish_commit(

@@ -432,7 +432,7 @@ async fn a_payload_that_does_not_hash_to_its_plan_is_never_published() {
 }
 
 #[tokio::test]
-async fn a_begin_that_loses_a_row_ends_and_an_abort_rolls_back_at_once() {
+async fn a_begin_that_loses_a_row_writes_nothing_and_an_abort_rolls_back_at_once() {
     for backend in Backend::ALL {
         let h = Harness::new(backend).await;
         let engine = &h.engine;
@@ -464,12 +464,16 @@ async fn a_begin_that_loses_a_row_ends_and_an_abort_rolls_back_at_once() {
             "{backend}: only the other writer's row is left"
         );
         assert!(engine.catalog().list_intents(&ds).await.unwrap().is_empty());
-        // The same begin again is told the operation ended, not run a second time.
+        // The begin wrote nothing, so the same begin again is a new attempt, refused the same
+        // way while the other writer holds the row, and again writing nothing.
+        let before = h.write_fingerprint(&ds).await;
         let error = engine.begin_operation(&request).await.unwrap_err();
         assert!(
-            error.operation_found() == Some(OperationFound::Ended),
-            "{backend}: {error}"
+            matches!(&error, MendError::FailedPrecondition { ids, operation: None, .. } if ids == &["s-2"]),
+            "{backend}: {error:?}"
         );
+        assert!(error.to_string().contains("nothing was written"), "{error}");
+        assert_eq!(h.write_fingerprint(&ds).await, before, "{backend}");
 
         let request = plan(&ds, "op-abort", &[("s-3", &one)], 10);
         engine.begin_operation(&request).await.unwrap();
@@ -590,7 +594,8 @@ async fn a_keyed_publish_sent_again_answers_its_result_and_a_reused_key_is_refus
 }
 
 #[tokio::test]
-async fn a_publish_whose_delta_no_longer_applies_is_refused_before_it_confirms() {
+async fn a_publish_whose_delta_no_longer_applies_is_refused_in_its_step_and_ends() {
+    let mut checks = 0;
     for backend in Backend::ALL {
         let h = Harness::new(backend).await;
         let engine = &h.engine;
@@ -605,17 +610,40 @@ async fn a_publish_whose_delta_no_longer_applies_is_refused_before_it_confirms()
             .upload_object(&ds, "op-stale", "s-x", body(&bytes, 64))
             .await
             .unwrap();
+        let before = engine.dataset(&ds).await.unwrap();
         let error = engine.publish_operation(&ds, "op-stale").await.unwrap_err();
         assert!(
-            matches!(&error, MendError::FailedPrecondition { ids, message, operation: None } if ids == &["p0"] && message.contains("nothing was confirmed")),
+            matches!(&error, MendError::FailedPrecondition { ids, message, operation: Some(OperationFound::Ended) } if ids == &["p0"] && message.contains("rolled back")),
             "{backend}: {error:?}"
         );
-        // Still unconfirmed: its writer can abort it, and nothing is left.
-        let aborted = engine.abort_operation(&ds, "op-stale").await.unwrap();
-        assert_eq!(aborted.phase, OperationPhase::Ended, "{backend}");
+        // Refused in the publish's own step, it can never publish: it ended there, so the
+        // answer stays true whoever looks later. Nothing of it is left.
+        let after = engine.dataset(&ds).await.unwrap();
+        assert_eq!(after.checkpoint, before.checkpoint, "{backend}");
         assert!(h.rows(&ds).await.is_empty(), "{backend}");
         assert!(engine.catalog().list_intents(&ds).await.unwrap().is_empty());
+        assert!(
+            engine
+                .objects()
+                .read_header(&ds, "s-x")
+                .await
+                .unwrap()
+                .is_none(),
+            "{backend}"
+        );
+        let aborted = engine.abort_operation(&ds, "op-stale").await.unwrap();
+        assert_eq!(aborted.phase, OperationPhase::Ended, "{backend}");
+        let again = engine.publish_operation(&ds, "op-stale").await.unwrap_err();
+        assert_eq!(
+            again.operation_found(),
+            Some(OperationFound::Ended),
+            "{backend}: {again}"
+        );
+        checks += 7;
     }
+    println!(
+        "a publish refused for good in its step: {checks} checks; ended at once, nothing left"
+    );
 }
 
 #[tokio::test]
@@ -1182,64 +1210,75 @@ async fn a_begun_intent_records_what_it_expected_and_plans_objects_as_written() 
     assert_eq!(checked, Backend::ALL.len());
 }
 
-/// A publish cut off right after its confirm landed leaves the intent confirmed in the
-/// catalog, stamped with the confirm's time (what recovery and an operator read: it can only
-/// roll forward now), and the publish sent again finishes it.
+/// A publish is one atomic step: cut off before it lands, it leaves the operation armed with
+/// nothing published; cut off after it landed (its answer lost), it leaves the operation
+/// published with no intent. Either way the publish sent again answers published, and the
+/// operation published once.
 #[tokio::test]
-async fn a_publish_cut_off_after_its_confirm_leaves_the_intent_confirmed_and_finishes_when_sent_again()
- {
+async fn a_publish_cut_off_before_or_after_its_step_finishes_when_sent_again() {
     use mend::intent::IntentPhase;
     let mut checked = 0;
     for backend in Backend::ALL {
-        let h = Harness::new(backend).await;
-        let ds = h.create_dataset("cut-off").await;
-        let bytes = payload("c", 300);
-        h.engine
-            .begin_operation(&plan(&ds, "op-cut", &[("s-c", &bytes)], 10))
-            .await
-            .unwrap();
-        h.engine
-            .upload_object(&ds, "op-cut", "s-c", body(&bytes, 100))
-            .await
-            .unwrap();
-        h.clock.advance_ms(7_000);
-        let crash = std::sync::Arc::new(mend::faults::CrashAt::new(1, true));
-        let error = h
-            .engine
-            .with_faults(crash.clone())
-            .publish_operation(&ds, "op-cut")
-            .await
-            .unwrap_err();
-        assert_eq!(
-            crash.steps().first(),
-            Some(&mend::faults::DurableStep::ConfirmIntent),
-            "{backend}: {error:?}"
-        );
-        let intents = h.engine.catalog().list_intents(&ds).await.unwrap();
-        assert_eq!(
-            intents
-                .iter()
-                .map(|intent| (intent.phase, intent.updated_at_ms))
-                .collect::<Vec<_>>(),
-            [(IntentPhase::EffectsConfirmed, h.clock_now())],
-            "{backend}"
-        );
-        let published = h.engine.publish_operation(&ds, "op-cut").await.unwrap();
-        assert_eq!(published.phase, OperationPhase::Published, "{backend}");
-        assert!(
+        for landed in [false, true] {
+            let h = Harness::new(backend).await;
+            let ds = h.create_dataset("cut-off").await;
+            let bytes = payload("c", 300);
             h.engine
-                .catalog()
-                .list_intents(&ds)
+                .begin_operation(&plan(&ds, "op-cut", &[("s-c", &bytes)], 10))
                 .await
-                .unwrap()
-                .is_empty()
-        );
-        checked += 1;
+                .unwrap();
+            h.engine
+                .upload_object(&ds, "op-cut", "s-c", body(&bytes, 100))
+                .await
+                .unwrap();
+            let at = h.engine.dataset(&ds).await.unwrap().manifest_version;
+            let crash = std::sync::Arc::new(mend::faults::CrashAt::new(1, landed));
+            let error = h
+                .engine
+                .with_faults(crash.clone())
+                .publish_operation(&ds, "op-cut")
+                .await
+                .unwrap_err();
+            assert_eq!(
+                crash.steps(),
+                [mend::faults::DurableStep::PublishCommit],
+                "{backend}: one step, {error:?}"
+            );
+            let intents = h.engine.catalog().list_intents(&ds).await.unwrap();
+            let manifest = h.engine.dataset(&ds).await.unwrap().manifest_version;
+            if landed {
+                assert!(intents.is_empty(), "{backend}: settled with the publish");
+                assert_eq!(manifest, at + 1, "{backend}");
+            } else {
+                assert_eq!(
+                    intents.iter().map(|i| i.phase).collect::<Vec<_>>(),
+                    [IntentPhase::Armed],
+                    "{backend}: nothing was confirmed"
+                );
+                assert_eq!(manifest, at, "{backend}: nothing was published");
+            }
+            let published = h.engine.publish_operation(&ds, "op-cut").await.unwrap();
+            assert_eq!(published.phase, OperationPhase::Published, "{backend}");
+            assert_eq!(
+                published.publish.as_ref().map(|p| p.manifest_version),
+                Some(at + 1),
+                "{backend}: published once"
+            );
+            assert!(
+                h.engine
+                    .catalog()
+                    .list_intents(&ds)
+                    .await
+                    .unwrap()
+                    .is_empty()
+            );
+            checked += 1;
+        }
     }
     println!(
-        "{checked} backends: a publish cut off after its confirm left it confirmed, and finished it sent again"
+        "{checked} cut-off publishes (before and after their step, on every backend): each finished when sent again, published once"
     );
-    assert_eq!(checked, Backend::ALL.len());
+    assert_eq!(checked, 2 * Backend::ALL.len());
 }
 
 /// Upload URLs are signed only for what the operation can take: at most a stage batch of
@@ -1486,7 +1525,7 @@ async fn a_publish_that_loses_its_intent_to_recovery_answers_what_recovery_made_
                 .await
                 .unwrap();
             let racing = h.engine.with_faults(std::sync::Arc::new(IntentMovedBefore {
-                step: mend::faults::DurableStep::ConfirmIntent,
+                step: mend::faults::DurableStep::PublishCommit,
                 catalog: h.engine.catalog().clone(),
                 dataset_id: ds.clone(),
                 to,
@@ -1525,8 +1564,9 @@ async fn a_publish_that_loses_its_intent_to_recovery_answers_what_recovery_made_
             }
             checked += 1;
         }
-        // An abort racing its publish's confirm, which lands first: the abort's fence fails,
-        // and the abort says the operation was confirmed (it publishes); its publish finishes.
+        // An abort racing the confirm of an older mend's publish (which confirmed in a write
+        // of its own), which lands first: the abort's step is refused, and the abort says the
+        // operation was confirmed (it publishes); its publish finishes.
         let ds = h.create_dataset("raced-abort").await;
         let bytes = payload("late-abort", 100);
         h.engine
@@ -1538,7 +1578,7 @@ async fn a_publish_that_loses_its_intent_to_recovery_answers_what_recovery_made_
             .await
             .unwrap();
         let racing = h.engine.with_faults(std::sync::Arc::new(IntentMovedBefore {
-            step: mend::faults::DurableStep::AbandonIntent,
+            step: mend::faults::DurableStep::EndOperation,
             catalog: h.engine.catalog().clone(),
             dataset_id: ds.clone(),
             to: IntentPhase::EffectsConfirmed,
@@ -1607,10 +1647,35 @@ impl mend::faults::Faults for DiesBefore {
     }
 }
 
-/// mend-sim seed 33: an operation confirmed, then another operation published from the same
-/// checkpoint positions before it did. Its publish can never apply; it used to stay confirmed
-/// for good, its abort answering "being published" and recovery blocking on it. Its publish
-/// (and an abort) now end it.
+/// Confirms an operation's intent (`Armed` to `EffectsConfirmed`) as the publish of an older
+/// mend did, in a write of its own before the publish: its process died between the two. A
+/// publish is one atomic step now; intents such an older mend left are still settled.
+async fn confirm_as_an_older_mend(engine: &mend::Engine, dataset_id: &str, operation_id: &str) {
+    use mend::intent::IntentPhase;
+    let intent = engine
+        .catalog()
+        .list_intents(dataset_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|intent| intent.operation_id == operation_id)
+        .expect("the operation's intent");
+    let confirmed = mend::intent::Intent {
+        phase: IntentPhase::EffectsConfirmed,
+        ..intent
+    };
+    engine
+        .catalog()
+        .update_intent(&confirmed, IntentPhase::Armed)
+        .await
+        .unwrap();
+}
+
+/// mend-sim seed 33: an operation confirmed (by an older mend's publish, which confirmed in a
+/// write of its own), then another operation published from the same checkpoint positions
+/// before it did. Its publish can never apply; it used to stay confirmed for good, its abort
+/// answering "being published" and recovery blocking on it. Its publish (and an abort) now
+/// end it.
 #[tokio::test]
 async fn a_confirmed_operation_overtaken_from_its_own_positions_ends() {
     for backend in Backend::ALL {
@@ -1624,15 +1689,9 @@ async fn a_confirmed_operation_overtaken_from_its_own_positions_ends() {
         // Their deltas need p0 at 10: a first operation puts it there.
         begin_and_upload(engine, &ds, "op-first", "s-first", &payload("f", 10), 10).await;
         engine.publish_operation(&ds, "op-first").await.unwrap();
-        // op-a confirms, and its process dies before the publish.
-        let dying = engine.with_faults(std::sync::Arc::new(DiesBefore(
-            mend::faults::DurableStep::Publish,
-        )));
-        let died = dying.publish_operation(&ds, "op-a").await.unwrap_err();
-        assert!(
-            matches!(died, MendError::Unavailable { .. }),
-            "{backend}: {died:?}"
-        );
+        // op-a's publish by an older mend confirms it, and its process dies before the
+        // publish.
+        confirm_as_an_older_mend(engine, &ds, "op-a").await;
         let shown = engine.show_operation(&ds, "op-a").await.unwrap();
         assert_eq!(shown.phase, OperationPhase::EffectsConfirmed, "{backend}");
         // op-b publishes from the same positions first.
@@ -1702,10 +1761,7 @@ async fn recovery_ends_a_confirmed_operation_whose_delta_was_overtaken() {
         begin_and_upload(engine, &ds, "op-b", "s-b", &payload("b", 100), 20).await;
         begin_and_upload(engine, &ds, "op-first", "s-first", &payload("f", 10), 10).await;
         engine.publish_operation(&ds, "op-first").await.unwrap();
-        let dying = engine.with_faults(std::sync::Arc::new(DiesBefore(
-            mend::faults::DurableStep::Publish,
-        )));
-        dying.publish_operation(&ds, "op-a").await.unwrap_err();
+        confirm_as_an_older_mend(engine, &ds, "op-a").await;
         engine.publish_operation(&ds, "op-b").await.unwrap();
         // While op-a's lease is live, the sweep waits for its writer.
         let report = engine
@@ -2007,8 +2063,9 @@ async fn an_upload_landing_after_its_operation_ended_is_discarded_never_adopted(
 }
 
 /// Simulator seed 7 with `--unkeyed-writers 1`: a begin sent again without an operation id
-/// is a second operation with the same split ids. The first had died after writing its
-/// intent, before staging; the second staged the rows the first planned, wrote its own object
+/// is a second operation with the same split ids. The first (begun by an older mend, which
+/// wrote the intent and staged in two writes) had died after writing its intent, before
+/// staging; the second staged the rows the first planned, wrote its own object
 /// where the first's would go, and died too. Recovery took that object for damage to the
 /// first, blocking every roll-forward sweep on the first until an operator ran exclusive
 /// recovery. The object is the other operation's: roll-forward alone abandons the first
@@ -2016,7 +2073,6 @@ async fn an_upload_landing_after_its_operation_ended_is_discarded_never_adopted(
 #[tokio::test]
 async fn an_operation_whose_split_ids_another_took_over_is_abandoned_not_blocked() {
     use mend::engine::Outcome;
-    use mend::faults::{CrashAt, DurableStep};
     use mend_contract::{RecoveryDecision, RecoveryMode};
     for backend in Backend::ALL {
         let h = Harness::new(backend).await;
@@ -2025,18 +2081,28 @@ async fn an_operation_whose_split_ids_another_took_over_is_abandoned_not_blocked
         let bytes = payload("t", 64);
         let mut first = plan(&ds, "op-first", &[("s-1", &bytes)], 10);
         first.lease_ms = Some(5_000);
-        // Its begin writes the intent and dies before staging its rows (its writer never
-        // learns its name, and begins again as another operation).
-        let crash = std::sync::Arc::new(CrashAt::new(1, true));
-        let died = engine
-            .with_faults(crash.clone())
-            .begin_operation(&first)
+        // An older mend's begin wrote its intent in a write of its own and died before staging
+        // its rows (its writer never learns its name, and begins again as another operation).
+        // A begin is one atomic step now: the state is made by beginning it and taking back
+        // its row and the record of its begin.
+        engine.begin_operation(&first).await.unwrap();
+        let (catalog, now) = (engine.catalog(), h.clock_now());
+        let row = ["s-1".to_string()];
+        catalog
+            .mark_for_deletion(&ds, &row, now, None)
             .await
-            .unwrap_err();
-        assert_eq!(
-            crash.steps(),
-            [DurableStep::WriteIntent],
-            "{backend}: {died}"
+            .unwrap();
+        catalog.delete_splits(&ds, &row, now, None).await.unwrap();
+        catalog
+            .forget_recorded_requests(&ds, now + 1, now)
+            .await
+            .unwrap();
+        assert!(
+            !engine
+                .operation_ledger(&ds, "op-first")
+                .await
+                .unwrap()
+                .begun
         );
         let mut second = plan(&ds, "op-second", &[("s-1", &bytes)], 10);
         second.lease_ms = Some(5_000);

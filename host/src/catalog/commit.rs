@@ -6,7 +6,7 @@
 //!
 //! | step | folds | leaves, if it is the last to land |
 //! |---|---|---|
-//! | `begin_commit` | read the dataset, write the intent (`Armed`), stage its rows create-only | an `Armed` intent and its staged rows |
+//! | `begin_commit` | read the dataset, write the intent (`Armed`), stage its rows create-only (all of them, or nothing) | an `Armed` intent and its staged rows |
 //! | `publish_commit` | confirm, publish (recorded under the operation's key), delete the intent | the published splits, no intent |
 //!
 //! On an object store each is one log version (one put-if-absent); in Postgres one
@@ -20,10 +20,11 @@ use crate::intent::{Intent, IntentPhase, check_written_format};
 use std::sync::Arc;
 
 use crate::model::{
-    Dataset, NewSplit, PublishRequest, PublishResult, StageMode, StagedSplit, TimestampMs,
+    Dataset, NewSplit, PublishRequest, PublishResult, StageMode, StageOutcome, StagedSplit,
+    TimestampMs,
 };
 
-use super::{Catalog, PublishValidator, RequestKey, StagePlanner};
+use super::{Catalog, PublishValidator, RecordedRequest, RequestKey, StagePlanner};
 
 /// Builds a commit's intent from its dataset as the backend reads it in the step that writes
 /// the intent: the intent plans each object's size, which depends on the dataset's uid (the
@@ -40,7 +41,7 @@ pub struct BegunCommit {
     /// The intent as written, `Armed`.
     pub intent: Intent,
     /// The create-only stage's outcome per split, sorted by id, as [`Catalog::stage`] returns
-    /// it: `Inserted` for each row the commit now owns.
+    /// it: `Inserted` for every one (a begin that could not insert them all wrote nothing).
     pub splits: Vec<StagedSplit>,
 }
 
@@ -91,17 +92,79 @@ pub(super) fn same_dataset(intent: &Intent, request: &PublishRequest) -> Result<
     Ok(())
 }
 
-/// [`Catalog::begin_commit`] as separate steps: read the dataset, write the intent, stage.
+/// What a begin looks for and records of its operation, by key (the engine's
+/// `op:<id>:<step>` records, [`crate::catalog::recorded`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OperationRecords<'a> {
+    /// Keys whose record says the operation began or ended before: with any of them recorded,
+    /// the begin is refused ([`OperationFound::Ended`](crate::error::OperationFound::Ended))
+    /// and writes nothing. A begin sent again while its intent is there is `AlreadyExists`
+    /// first.
+    pub refused_by: &'a [&'a str],
+    /// Recorded in the begin's own step (unless its key is recorded already): that the
+    /// operation began, on record once its intent is gone.
+    pub begun: Option<&'a RecordedRequest>,
+}
+
+/// The splits of a create-only stage's outcome that it did not insert: another writer's.
+pub fn taken_splits(splits: &[StagedSplit]) -> Vec<String> {
+    splits
+        .iter()
+        .filter(|split| split.outcome != StageOutcome::Inserted)
+        .map(|split| split.split_id.clone())
+        .collect()
+}
+
+/// The refusal of a begin that could not own every row it plans: nothing was written.
+pub fn refuse_taken(taken: Vec<String>) -> MendError {
+    MendError::failed_precondition(
+        format!(
+            "splits another writer staged or published first: {}; nothing was written",
+            taken.join(", ")
+        ),
+        taken,
+    )
+}
+
+/// The refusal of a begin of an operation that ended already (its record kept under `key`).
+pub fn refuse_ended(operation_id: &str, key: &str) -> MendError {
+    MendError::operation_refused(
+        format!(
+            "operation {operation_id} has ended already (recorded under {key}): it is never begun again; begin a new operation with a new id"
+        ),
+        operation_id,
+        crate::error::OperationFound::Ended,
+    )
+}
+
+/// [`Catalog::begin_commit`] as separate steps: read the dataset, look for the records of
+/// an end, write the intent, stage; a row taken undoes the rows it inserted and the intent.
 pub(super) async fn begin_in_steps<C: Catalog + ?Sized>(
     catalog: &C,
     dataset_id: &str,
     build: &IntentBuilder<'_>,
     requested: &[Arc<NewSplit>],
     planner: &StagePlanner<'_>,
+    records: OperationRecords<'_>,
     now_ms: TimestampMs,
 ) -> Result<BegunCommit> {
     let dataset = catalog.dataset(dataset_id).await?;
     let intent = built_intent(dataset_id, &dataset, build)?;
+    let taken = catalog.list_intents(dataset_id).await?;
+    if taken
+        .iter()
+        .any(|stored| stored.operation_id == intent.operation_id)
+    {
+        return Err(MendError::AlreadyExists {
+            kind: EntityKind::Intent,
+            id: intent.operation_id.clone(),
+        });
+    }
+    for key in records.refused_by {
+        if catalog.recorded_request(dataset_id, key).await?.is_some() {
+            return Err(refuse_ended(&intent.operation_id, key));
+        }
+    }
     catalog.put_intent(&intent).await?;
     let splits = catalog
         .stage(
@@ -113,6 +176,30 @@ pub(super) async fn begin_in_steps<C: Catalog + ?Sized>(
             None,
         )
         .await?;
+    let taken = taken_splits(&splits);
+    if !taken.is_empty() {
+        let own: Vec<String> = splits
+            .iter()
+            .filter(|split| split.outcome == StageOutcome::Inserted)
+            .map(|split| split.split_id.clone())
+            .collect();
+        // Its own rows while still staged: none has an object yet.
+        let marked = catalog
+            .mark_stale_staged(dataset_id, &own, TimestampMs::MAX, now_ms)
+            .await?;
+        if !marked.is_empty() {
+            catalog
+                .delete_splits(dataset_id, &marked, now_ms, None)
+                .await?;
+        }
+        catalog
+            .delete_intent(dataset_id, &intent.operation_id, now_ms)
+            .await?;
+        return Err(refuse_taken(taken));
+    }
+    if let Some(begun) = records.begun {
+        catalog.record_request(dataset_id, begun).await?;
+    }
     Ok(BegunCommit {
         dataset,
         intent,

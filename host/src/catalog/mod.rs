@@ -46,7 +46,9 @@ use crate::model::{
     PublishRequest, PublishResult, SplitPage, SplitState, StageMode, StagedSplit, TimestampMs,
 };
 
-pub use self::commit::{BegunCommit, IntentBuilder, built_intent, refuse_abandoned};
+pub use self::commit::{
+    BegunCommit, IntentBuilder, OperationRecords, built_intent, refuse_abandoned,
+};
 pub use self::object_store::ObjectStoreCatalog;
 pub use self::pending::{PENDING_INDEX, PendingDataset};
 #[cfg(feature = "postgres")]
@@ -802,22 +804,39 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     /// (`intent`, called once per attempt, with the dataset as read in that attempt), writes
     /// the intent, which must be `Armed` and in this host's format, and stages `split_ids`
     /// (distinct, sorted) create-only as [`stage`](Catalog::stage) does with `planner`, all in
-    /// one atomic step. The intent is written whatever the stage's outcomes: a row another
-    /// writer holds is reported `Skipped`, and the caller undoes its own. `AlreadyExists` if
-    /// the operation id is taken, `NotFound` if the dataset does not exist; nothing is
-    /// written in either case.
+    /// one atomic step, and only whole: the intent owns every row it plans from the moment it
+    /// is written.
     ///
-    /// The default runs [`dataset`](Catalog::dataset), [`put_intent`](Catalog::put_intent)
-    /// and [`stage`](Catalog::stage) one after another.
+    /// Refused with nothing written:
+    ///
+    /// - a row the plan does not insert (another writer staged or published it first):
+    ///   `FailedPrecondition` naming those splits, without an operation;
+    /// - the operation id taken by an intent: `AlreadyExists` (a begin sent again);
+    /// - a record kept under one of `records.refused_by` (the records that say the operation
+    ///   began or ended before: a begin sent again after its operation ended must not begin it
+    ///   again), looked up in the same step, so that a step recording one of them either lands
+    ///   first and refuses the begin, or after it and sees its intent:
+    ///   [`MendError::operation_refused`] with [`OperationFound::Ended`](crate::error::OperationFound::Ended)
+    ///   naming the operation (the caller reads the records to tell how it ended);
+    /// - no such dataset: `NotFound`.
+    ///
+    /// `records.begun`, if given, is recorded in the same step.
+    ///
+    /// The default runs [`dataset`](Catalog::dataset), [`list_intents`](Catalog::list_intents),
+    /// [`recorded_request`](Catalog::recorded_request), [`put_intent`](Catalog::put_intent),
+    /// [`stage`](Catalog::stage) and [`record_request`](Catalog::record_request) one after another,
+    /// and undoes its own rows and intent when a row was taken: not atomic, so a crash in
+    /// between leaves an intent that recovery abandons once its lease runs out.
     async fn begin_commit(
         &self,
         dataset_id: &str,
         intent: &IntentBuilder<'_>,
         splits: &[Arc<NewSplit>],
         planner: &StagePlanner<'_>,
+        records: OperationRecords<'_>,
         now_ms: TimestampMs,
     ) -> Result<BegunCommit> {
-        commit::begin_in_steps(self, dataset_id, intent, splits, planner, now_ms).await
+        commit::begin_in_steps(self, dataset_id, intent, splits, planner, records, now_ms).await
     }
 
     /// A commit's last step: publishes `request` as [`publish`](Catalog::publish) does, its

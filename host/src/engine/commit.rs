@@ -67,14 +67,15 @@ use serde::{Deserialize, Serialize};
 
 use super::Engine;
 use super::steps::{expected_state, publish_key};
+use crate::catalog::OperationRecords;
 use crate::error::{EntityKind, MendError, Result};
 use crate::faults::DurableStep;
 use crate::intent::{
     Intent, OperationKind, PlannedEffects, PlannedObject, PlannedPublish, PlannedRow,
 };
 use crate::model::{
-    CheckpointDelta, Dataset, PublishRequest, PublishResult, StageMode, StageOutcome, StageRequest,
-    StageSplit, TimestampMs,
+    CheckpointDelta, Dataset, PublishRequest, PublishResult, StageMode, StageRequest, StageSplit,
+    TimestampMs,
 };
 use crate::objects::format::{HEADER_FORMAT_VERSION, SplitObjectHeader, sha256};
 
@@ -213,25 +214,24 @@ impl Engine {
         let begun = self
             .durably(
                 DurableStep::BeginCommit,
-                self.catalog
-                    .begin_commit(&request.dataset_id, &build, &splits, &*planner, now),
+                self.catalog.begin_commit(
+                    &request.dataset_id,
+                    &build,
+                    &splits,
+                    &*planner,
+                    OperationRecords::default(),
+                    now,
+                ),
             )
-            .await?;
-        let taken: Vec<String> = begun
-            .splits
-            .iter()
-            .filter(|split| split.outcome != StageOutcome::Inserted)
-            .map(|split| split.split_id.clone())
-            .collect();
-        if !taken.is_empty() {
-            let own = begun
-                .splits
-                .iter()
-                .filter(|split| split.outcome == StageOutcome::Inserted)
-                .map(|split| split.split_id.clone())
-                .collect();
-            return Err(self.abandon_commit(&begun.intent, own, taken).await);
-        }
+            .await
+            .map_err(|error| match error {
+                MendError::FailedPrecondition {
+                    ids,
+                    operation: None,
+                    ..
+                } => cannot_own(ids),
+                error => error,
+            })?;
 
         // The objects the intent planned, from the very dataset it was built from.
         let headers = object_headers(request, &begun.dataset.uid, &operation_id);
@@ -394,43 +394,6 @@ impl Engine {
         }
     }
 
-    /// Another writer holds some of the commit's splits: undo this commit's own rows (they
-    /// have no objects yet) and its intent, and report the splits it could not take.
-    async fn abandon_commit(
-        &self,
-        intent: &Intent,
-        own: Vec<String>,
-        taken: Vec<String>,
-    ) -> MendError {
-        let refused = MendError::failed_precondition(
-            format!(
-                "the commit cannot own splits another writer staged first: {}",
-                taken.join(", ")
-            ),
-            taken,
-        );
-        let undo = async {
-            if !own.is_empty() {
-                self.mark_for_deletion(&intent.dataset_id, &own).await?;
-                self.delete_splits(&intent.dataset_id, &own).await?;
-            }
-            self.catalog
-                .delete_intent(&intent.dataset_id, &intent.operation_id, self.now_ms())
-                .await
-        };
-        match undo.await {
-            Ok(()) => refused,
-            // The intent is still there; recovery finishes the undo.
-            Err(error) => MendError::Unavailable {
-                message: format!(
-                    "{refused}; undoing the commit's own rows failed ({error}): operation {} is left for recovery",
-                    intent.operation_id
-                ),
-                source: None,
-            },
-        }
-    }
-
     /// An operation's last step: delete its intent. An intent already gone was settled by a
     /// recovery sweep, which discards the intent of an operation whose effects it finds in
     /// place (stale); that is the very outcome this step wants, so it is not an error.
@@ -463,6 +426,18 @@ impl Engine {
         self.options.faults.after(&step)?;
         Ok(value)
     }
+}
+
+/// A commit that could not own every split it stages: another writer staged or published
+/// `taken` first, and the begin wrote nothing.
+pub(super) fn cannot_own(taken: Vec<String>) -> MendError {
+    MendError::failed_precondition(
+        format!(
+            "the commit cannot own splits another writer staged first: {}; nothing was written",
+            taken.join(", ")
+        ),
+        taken,
+    )
 }
 
 /// The header of each split's object: a function of the request, the dataset's uid and the

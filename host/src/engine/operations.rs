@@ -40,7 +40,9 @@ use super::Engine;
 use super::recovery::IntentReport;
 use super::steps::{delta_overtaken, expected_state, publish_key, step_key};
 use crate::bounds;
-use crate::catalog::RequestKey;
+use crate::catalog::{
+    OperationRecords, PublishObservation, RecordedRequest, RequestKey, Settled, Settlement,
+};
 use crate::deliberate_bugs::{self, Bug};
 use crate::error::{EntityKind, MendError, OperationFound, Result};
 use crate::intent::{
@@ -48,7 +50,7 @@ use crate::intent::{
 };
 use crate::model::{
     CheckpointDelta, ListQuery, PublishRequest, PublishResult, SplitState, StageMode, StageOutcome,
-    StageRequest, StageResult, StageSplit,
+    StageRequest, StageSplit, TimestampMs,
 };
 use crate::objects::format::{self, HEADER_FORMAT_VERSION, SplitObjectHeader};
 use crate::objects::{PutOutcome, ReadBack};
@@ -253,8 +255,8 @@ pub struct OperationView {
 pub struct OperationLedger {
     /// Its intent's phase, while it has an intent.
     pub intent: Option<IntentPhase>,
-    /// Its begin's stage is recorded: it began.
-    pub staged: bool,
+    /// Its begin is recorded (or, begun by an older mend, its stage): it began.
+    pub begun: bool,
     /// Its publish is recorded: it published.
     pub published: bool,
     /// Its end without publishing is recorded.
@@ -305,11 +307,11 @@ impl Engine {
     fn begin_intent(
         &self,
         request: &BeginOperation,
-        checked: CheckedBegin,
+        checked: &CheckedBegin,
         dataset: &crate::model::Dataset,
         operation_id: &str,
+        now: TimestampMs,
     ) -> (Intent, Vec<SplitObjectHeader>) {
-        let now = self.now_ms();
         let lease_ms = request
             .lease_ms
             .map_or(self.options.intent_lease_ms, |ms| ms as i64);
@@ -324,11 +326,11 @@ impl Engine {
         // they will be written (their size counts the header).
         let headers: Vec<SplitObjectHeader> = checked
             .headers
-            .into_iter()
+            .iter()
             .map(|header| SplitObjectHeader {
                 dataset_uid: dataset.uid.clone(),
                 operation_id: Some(operation_id.to_string()),
-                ..header
+                ..header.clone()
             })
             .collect();
         let intent = Intent {
@@ -365,6 +367,12 @@ impl Engine {
         (intent, headers)
     }
 
+    /// The begin: one atomic step ([`Catalog::begin_commit`](crate::catalog::Catalog::begin_commit))
+    /// writes the intent and stages every row create-only, or writes nothing; it records that
+    /// the operation began, and is refused if the operation began or ended before (its
+    /// records are looked for in the same step, so an abort recording the end of an operation
+    /// it found no trace of either refuses this begin or sees its intent). A begin sent again
+    /// while the intent is there resumes it.
     async fn begin_pinned(&self, request: &BeginOperation) -> Result<OperationView> {
         let checked = self.check_begin(request)?;
         let operation_id = match &request.operation_id {
@@ -372,91 +380,113 @@ impl Engine {
             None => crate::ambient::uuid_v4().to_string(),
         };
         tracing::Span::current().record("operation_id", tracing::field::display(&operation_id));
-        let dataset = self.catalog.dataset(&request.dataset_id).await?;
-        let (intent, headers) = self.begin_intent(request, checked, &dataset, &operation_id);
-
         let dataset_id = request.dataset_id.as_str();
-        let intent = match self.find_intent(dataset_id, &operation_id).await? {
-            // A begin sent again: resume it, if it is the same plan.
-            Some(stored) => {
-                if !same_plan(&stored, &intent) {
-                    return Err(MendError::invalid(format!(
-                        "operation {operation_id} of dataset {dataset_id} was begun with another plan; an operation id names one operation: begin a new one with a new id"
-                    )));
-                }
-                if stored.phase == IntentPhase::Abandoned {
-                    return Err(ended(dataset_id, &operation_id));
-                }
-                stored
-            }
-            None => {
-                if let Some(ended) = self.ended_view(dataset_id, &operation_id, &intent).await? {
-                    return Ok(ended);
-                }
-                match self
-                    .durably(
-                        crate::faults::DurableStep::WriteIntent,
-                        self.catalog.put_intent(&intent),
-                    )
-                    .await
-                {
-                    Ok(()) => {}
-                    // Two copies of the begin at once: the other wrote it; resume as above.
-                    Err(MendError::AlreadyExists { .. }) => {
-                        return Box::pin(self.begin_pinned(request)).await;
-                    }
-                    Err(error) => return Err(error),
-                }
-                intent
-            }
+        let super::staging::StagePlanning {
+            splits, planner, ..
+        } = self.stage_planner(&request.stage_request())?;
+        let now = self.now_ms();
+        let build = |dataset: &crate::model::Dataset| {
+            Ok(self
+                .begin_intent(request, &checked, dataset, &operation_id, now)
+                .0)
         };
-        // An abort that found no trace of the operation recorded itself first, then looked for
-        // its intent: looking for that record after writing the intent, one of the two always
-        // sees the other. Whatever else ended the operation (its abort, recovery) recorded its
-        // end too, before deleting its intent. Seen here, the begin undoes itself. Looked for
-        // on a resumed begin as well: an earlier copy of this begin may have written the
-        // intent and died before it looked (mend-sim, seed 588).
-        if self
-            .ended_without_publishing(dataset_id, &operation_id)
-            .await?
-        {
-            self.roll_back_own(&intent).await?;
-            return Err(ended(dataset_id, &operation_id));
-        }
-
-        let stage = request.stage_request();
-        let key = RequestKey::new(step_key(&operation_id, "stage"), &("stage", &stage));
-        let staged: StageResult = self
-            .durably(
-                crate::faults::DurableStep::StageRows,
-                self.stage_keyed(&stage, Some(&key)),
-            )
-            .await?;
-        let taken: Vec<String> = staged
-            .splits
-            .iter()
-            .filter(|split| split.outcome != StageOutcome::Inserted)
-            .map(|split| split.split_id.clone())
-            .collect();
-        if !taken.is_empty() {
-            return Err(self.undo_begin(&intent, taken).await);
-        }
-        // Aborted (or abandoned) while its rows were being staged: the abort removed the rows
-        // it knew of, which may not be these; they are removed here, so nothing of an ended
-        // operation is left staged.
-        let live = self
-            .find_intent(dataset_id, &operation_id)
-            .await?
-            .is_some_and(|now| now.phase != IntentPhase::Abandoned);
-        if !live {
-            // Or published meanwhile, by a copy of this begin whose writer went on.
-            if let Some(published) = self.recorded_publish(dataset_id, &operation_id).await? {
-                return Ok(published_view(dataset_id, &operation_id, published));
+        let keys = [
+            step_key(&operation_id, "begin"),
+            step_key(&operation_id, "publish"),
+            step_key(&operation_id, "abort"),
+        ];
+        let refused_by = [keys[0].as_str(), keys[1].as_str(), keys[2].as_str()];
+        let begin_key = RequestKey::new(keys[0].clone(), &operation_id);
+        let begun_record = RecordedRequest::new(&begin_key, &operation_id, now);
+        let records = OperationRecords {
+            refused_by: &refused_by,
+            begun: Some(&begun_record),
+        };
+        let begun = self.durably(
+            crate::faults::DurableStep::BeginCommit,
+            self.catalog
+                .begin_commit(dataset_id, &build, &splits, &*planner, records, now),
+        );
+        match begun.await {
+            Ok(begun) => {
+                let (_, headers) =
+                    self.begin_intent(request, &checked, &begun.dataset, &operation_id, now);
+                self.uploaded.remember_intent(&begun.intent);
+                Ok(self.view(&begun.intent, None, &headers))
             }
-            self.roll_back_own(&intent).await?;
-            return Err(ended(dataset_id, &operation_id));
+            // A begin sent again while its operation is in flight.
+            Err(MendError::AlreadyExists {
+                kind: EntityKind::Intent,
+                ..
+            }) => {
+                self.resume_begin(request, &checked, &operation_id, now)
+                    .await
+            }
+            Err(error) if error.operation_found() == Some(OperationFound::Ended) => {
+                self.begun_before(request, &checked, &operation_id, now)
+                    .await
+            }
+            Err(MendError::FailedPrecondition {
+                ids,
+                operation: None,
+                ..
+            }) => Err(MendError::failed_precondition(
+                format!(
+                    "operation {operation_id} cannot own splits another writer staged first: {}; nothing was written",
+                    ids.join(", ")
+                ),
+                ids,
+            )),
+            Err(error) => Err(error),
         }
-        Ok(self.view(&intent, None, &headers))
+    }
+
+    /// A begin sent again while the operation's intent is there: the operation as it stands,
+    /// if it is the same plan.
+    async fn resume_begin(
+        &self,
+        request: &BeginOperation,
+        checked: &CheckedBegin,
+        operation_id: &str,
+        now: TimestampMs,
+    ) -> Result<OperationView> {
+        let dataset_id = request.dataset_id.as_str();
+        let Some(stored) = self.find_intent(dataset_id, operation_id).await? else {
+            // Settled since its begin's step found it.
+            return self.begun_before(request, checked, operation_id, now).await;
+        };
+        let dataset = self.catalog.dataset(dataset_id).await?;
+        let (requested, headers) = self.begin_intent(request, checked, &dataset, operation_id, now);
+        if !same_plan(&stored, &requested) {
+            return Err(MendError::invalid(format!(
+                "operation {operation_id} of dataset {dataset_id} was begun with another plan; an operation id names one operation: begin a new one with a new id"
+            )));
+        }
+        if stored.phase == IntentPhase::Abandoned {
+            return Err(ended(dataset_id, operation_id));
+        }
+        Ok(self.view(&stored, None, &headers))
+    }
+
+    /// A begin of an operation that began before and has no intent now: its publish's answer
+    /// if it published, otherwise that it ended.
+    async fn begun_before(
+        &self,
+        request: &BeginOperation,
+        checked: &CheckedBegin,
+        operation_id: &str,
+        now: TimestampMs,
+    ) -> Result<OperationView> {
+        let dataset_id = request.dataset_id.as_str();
+        let Some(published) = self.recorded_publish(dataset_id, operation_id).await? else {
+            return Err(ended(dataset_id, operation_id));
+        };
+        let dataset = self.catalog.dataset(dataset_id).await?;
+        let (intent, _) = self.begin_intent(request, checked, &dataset, operation_id, now);
+        let mut view = self.view(&intent, Some(published), &[]);
+        view.owner = None;
+        view.lease_expires_at_ms = None;
+        Ok(view)
     }
 
     /// Presigned `PUT` URLs for objects of an operation that a writer puts straight into the
@@ -553,53 +583,6 @@ impl Engine {
             });
         }
         Ok(urls)
-    }
-
-    /// A `begin` for an operation whose intent is gone: its answer if it published, or
-    /// `FailedPrecondition` if it was rolled back; `None` if it never began.
-    async fn ended_view(
-        &self,
-        dataset_id: &str,
-        operation_id: &str,
-        intent: &Intent,
-    ) -> Result<Option<OperationView>> {
-        if let Some(published) = self.recorded_publish(dataset_id, operation_id).await? {
-            let mut view = self.view(intent, Some(published), &[]);
-            view.owner = None;
-            view.lease_expires_at_ms = None;
-            return Ok(Some(view));
-        }
-        let staged = self
-            .catalog
-            .recorded_request(dataset_id, &step_key(operation_id, "stage"))
-            .await?;
-        if staged.is_some() {
-            return Err(ended(dataset_id, operation_id));
-        }
-        Ok(None)
-    }
-
-    /// Undoes a begin that could not take every row: only the rows it inserted, then its
-    /// intent. Each step tolerates having been done before (a begin sent again after it).
-    async fn undo_begin(&self, intent: &Intent, taken: Vec<String>) -> MendError {
-        let refused = MendError::failed_precondition(
-            format!(
-                "operation {} cannot own splits another writer staged first: {}; it was rolled back",
-                intent.operation_id,
-                taken.join(", ")
-            ),
-            taken,
-        );
-        // The rows it inserted are exactly those its recorded stage names.
-        match self.roll_back_own(intent).await {
-            Ok(()) => refused,
-            Err(error) => MendError::Unavailable {
-                message: format!(
-                    "{refused}; undoing its own rows failed ({error}): the operation is left for recovery"
-                ),
-                source: None,
-            },
-        }
     }
 
     /// Streams one planned object into the store with its recovery header. The bytes must be
@@ -884,23 +867,26 @@ impl Engine {
         dataset_id: &str,
         operation_id: &str,
     ) -> Result<OperationView> {
-        // Sent again after it landed (by its writer or rolled forward by recovery): the
-        // recorded result, whether or not the intent is still there.
-        if deliberate_bugs::active(Bug::PublishRetryIgnoresRecord) {
-            return self.confirm_and_publish(dataset_id, operation_id).await;
+        // Planted: a retry whose intent is gone is answered "not found", not its record.
+        if deliberate_bugs::active(Bug::PublishRetryIgnoresRecord)
+            && self.uploaded.intent(dataset_id, operation_id).is_none()
+            && self.find_intent(dataset_id, operation_id).await?.is_none()
+        {
+            return Err(MendError::NotFound {
+                kind: EntityKind::Intent,
+                ids: vec![operation_id.to_string()],
+            });
         }
-        if let Some(published) = self.recorded_publish(dataset_id, operation_id).await? {
-            return Ok(published_view(dataset_id, operation_id, published));
-        }
-        match self.confirm_and_publish(dataset_id, operation_id).await {
-            // Refused on what it read: recovery (or another replica) may have published the
-            // operation since the record was looked for, after which its checkpoint delta no
-            // longer applies and its intent is gone. A publish that landed answers published,
-            // whatever else moved since. One that lost to an abort or an abandonment (its
-            // objects gone with the roll-back, say) answers that the operation ended: that is
-            // what became of it, and no upload can help it now (found by reading the losing
-            // 412's body in the server's race test).
-            Err(error @ (MendError::FailedPrecondition { .. } | MendError::NotFound { .. })) => {
+        match self.publish_unrecorded(dataset_id, operation_id).await {
+            // Refused on what it read or met: recovery (or another replica) may have published
+            // the operation meanwhile, after which its intent is gone. A publish that landed
+            // answers published, whatever else moved since. One that lost to an abort or an
+            // abandonment (its objects gone with the roll-back, say) answers that the
+            // operation ended: that is what became of it, and no upload can help it now (found
+            // by reading the losing 412's body in the server's race test).
+            Err(error @ (MendError::FailedPrecondition { .. } | MendError::NotFound { .. }))
+                if error.operation_found() != Some(OperationFound::Ended) =>
+            {
                 if let Some(published) = self.recorded_publish(dataset_id, operation_id).await? {
                     return Ok(published_view(dataset_id, operation_id, published));
                 }
@@ -915,60 +901,33 @@ impl Engine {
         }
     }
 
-    /// The steps of a publish not recorded yet: check the objects and the delta, confirm the
-    /// intent (`Armed` to `EffectsConfirmed`, one conditional write that an abort's fence
-    /// races), publish under the operation's key, delete the intent.
-    async fn confirm_and_publish(
+    /// The publish: every planned object must be in place as planned (read back, unless this
+    /// process put every one of them itself); then one atomic step
+    /// ([`Catalog::publish_commit`](crate::catalog::Catalog::publish_commit)) publishes the
+    /// intent's plan with its checkpoint delta, records the answer under the operation's
+    /// publish key and deletes the intent, only while the intent is there and not fenced. A
+    /// publish sent again after it landed is answered its record by that same step (or, once
+    /// the intent is gone, by [`Engine::publish_operation_pinned`]). The intent is the one this
+    /// process began, if it did: its plan is the stored one, and the step checks the rest.
+    async fn publish_unrecorded(
         &self,
         dataset_id: &str,
         operation_id: &str,
     ) -> Result<OperationView> {
-        let mut intent = self.live_intent(dataset_id, operation_id).await?;
-        // Made sure of here before confirming (read back, or put by this process); an
-        // operation confirmed by an earlier publish that died is looked at again by the
-        // publish itself.
-        let mut objects = super::staging::ObjectCheck::LookForEach;
-        if intent.phase == IntentPhase::Armed {
-            objects = super::staging::ObjectCheck::AlreadyRead;
-            self.check_delta_applies(&intent).await?;
-            self.require_objects_in_place(&intent).await?;
-            let confirmed = Intent {
-                phase: IntentPhase::EffectsConfirmed,
-                updated_at_ms: self.now_ms(),
-                ..intent.clone()
-            };
-            let confirming = self.durably(
-                crate::faults::DurableStep::ConfirmIntent,
-                self.catalog.update_intent(&confirmed, IntentPhase::Armed),
-            );
-            match confirming.await {
-                Ok(()) => intent = confirmed,
-                Err(MendError::NotFound { .. }) => {
-                    return self.after_the_end(dataset_id, operation_id).await;
-                }
-                Err(error @ MendError::FailedPrecondition { .. }) => {
-                    // The intent moved since it was read: recovery abandoned it (its lease ran
-                    // out while this request was on its way: the writer is told it ended, as
-                    // it would be a moment later), or confirmed it to roll it forward (then
-                    // this publish finishes it, under the same key as recovery's).
-                    match self.live_intent(dataset_id, operation_id).await? {
-                        now if now.phase == IntentPhase::EffectsConfirmed => intent = now,
-                        _ => return Err(error),
-                    }
-                }
-                Err(error) => return Err(error),
-            }
-        }
+        let intent = match self.uploaded.intent(dataset_id, operation_id) {
+            Some(intent) => intent,
+            None => self.live_intent(dataset_id, operation_id).await?,
+        };
+        self.require_objects_in_place(&intent).await?;
         let publish = planned_publish(&intent)?;
+        self.check_publish(&publish)?;
         let key = publish_key(operation_id);
-        // Conditional on the intent, in the publish's own atomic step: once an exclusive
-        // recovery has fenced it (to roll it back), this publish lands nothing (found by
-        // mend-model: an unconditional publish raced the roll-back's marks).
+        let validator = self.publish_validator(&publish);
+        let publishing =
+            self.catalog
+                .publish_commit(&intent, &publish, &validator, self.now_ms(), &key);
         let published = match self
-            .durably(
-                crate::faults::DurableStep::Publish,
-                self.publish_settling(&intent, &publish, &key, objects),
-            )
+            .durably(crate::faults::DurableStep::PublishCommit, publishing)
             .await
         {
             Ok(published) => published,
@@ -977,17 +936,18 @@ impl Engine {
                 kind: EntityKind::Intent,
                 ..
             }) => return self.after_the_end(dataset_id, operation_id).await,
-            // Another operation may have published from the same checkpoint positions after
-            // this one's delta was checked and before it confirmed: then it never can.
+            // Fenced first: aborted, or abandoned by recovery once its lease ran out.
+            Err(error) if error.operation_found() == Some(OperationFound::Ended) => {
+                return Err(ended(dataset_id, operation_id));
+            }
+            // Refused on the dataset it met (its checkpoint delta overtaken by another
+            // operation's publish, the publish token moved on, a row no longer staged): it
+            // can never publish, so it ends here, before the answer says so.
             Err(error @ MendError::FailedPrecondition { .. }) => {
-                return Err(match self.end_overtaken(&intent).await? {
-                    Some(ended) => ended,
-                    None => error,
-                });
+                return self.end_refused_publish(&intent, error).await;
             }
             Err(error) => return Err(error),
         };
-        self.finish_intent(dataset_id, operation_id).await?;
         self.uploaded.forget(dataset_id, operation_id);
         tracing::debug!(
             splits = published.published.len(),
@@ -995,6 +955,63 @@ impl Engine {
             "operation published"
         );
         Ok(self.view(&intent, Some(published), &[]))
+    }
+
+    /// Ends an operation whose publish its atomic step refused for good (nothing was
+    /// published), in one conditional step ([`Engine::end_operation`]), so that neither a
+    /// retry nor recovery ever lands it after this answer. If the operation was settled
+    /// first, the answer is what settled it.
+    async fn end_refused_publish(
+        &self,
+        intent: &Intent,
+        refused: MendError,
+    ) -> Result<OperationView> {
+        let (dataset_id, operation_id) = (&intent.dataset_id, &intent.operation_id);
+        match self.end_operation(intent).await {
+            Ok(Some(_)) => {
+                let (message, mut ids) = match refused {
+                    MendError::FailedPrecondition { message, ids, .. } => (message, ids),
+                    other => (other.to_string(), Vec::new()),
+                };
+                if ids.is_empty() {
+                    ids = self.partitions_overtaken(intent).await;
+                }
+                Err(MendError::FailedPrecondition {
+                    message: format!(
+                        "operation {operation_id} cannot publish: {message}; it was rolled back and never publishes: read the dataset and begin a new operation"
+                    ),
+                    ids,
+                    operation: Some(OperationFound::Ended),
+                })
+            }
+            Ok(None) => self.after_the_end(dataset_id, operation_id).await,
+            // Confirmed by an older mend's publish (which confirmed in a write of its own): it
+            // is rolled forward, unless its delta was overtaken, which ends it.
+            Err(MendError::FailedPrecondition { .. }) => {
+                match self.find_intent(dataset_id, operation_id).await? {
+                    Some(now) if now.phase == IntentPhase::EffectsConfirmed => {
+                        Err(self.end_overtaken(&now).await?.unwrap_or(refused))
+                    }
+                    _ => Err(refused),
+                }
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The partitions whose positions no longer let `intent`'s checkpoint delta apply, as the
+    /// catalog reads now (none if it cannot be read): what a refusal the policy worded names.
+    async fn partitions_overtaken(&self, intent: &Intent) -> Vec<String> {
+        let Some(delta) = intent.planned_delta() else {
+            return Vec::new();
+        };
+        let Ok(dataset) = self.catalog.dataset(&intent.dataset_id).await else {
+            return Vec::new();
+        };
+        match crate::catalog::checkpoint_after(&dataset.checkpoint, delta) {
+            Err(MendError::FailedPrecondition { ids, .. }) => ids,
+            _ => Vec::new(),
+        }
     }
 
     /// Refuses a publish while an object of the operation is not in place as planned (read
@@ -1020,29 +1037,6 @@ impl Engine {
             ));
         }
         Ok(())
-    }
-
-    /// Refuses, before the intent is confirmed, a publish whose checkpoint delta no longer
-    /// starts at the current positions: confirmed, the operation could no longer be aborted by
-    /// its writer, and its publish would never apply. (A delta overtaken between this check
-    /// and the publish ends the operation: [`Engine::end_overtaken`].)
-    async fn check_delta_applies(&self, intent: &Intent) -> Result<()> {
-        let Some(delta) = intent.planned_delta() else {
-            return Ok(());
-        };
-        let dataset = self.catalog.dataset(&intent.dataset_id).await?;
-        crate::catalog::checkpoint_after(&dataset.checkpoint, delta).map(|_| ()).map_err(|error| {
-            MendError::failed_precondition(
-                format!(
-                    "operation {} cannot publish: {error}; nothing was confirmed: abort it, read the checkpoint again and begin a new operation",
-                    intent.operation_id
-                ),
-                match error {
-                    MendError::FailedPrecondition { ids, .. } => ids,
-                    _ => Vec::new(),
-                },
-            )
-        })
     }
 
     /// Ends a confirmed operation whose checkpoint delta was overtaken: another operation
@@ -1153,49 +1147,122 @@ impl Engine {
                 None => Err(confirmed_cannot_abort(operation_id)),
             };
         }
-        // Fenced first, by one conditional write (`Armed` to `Abandoned`): from here its
-        // confirm fails, so no publish of it can land while its rows go. The publish it races
-        // confirms by the same kind of write, so exactly one of them wins; the loser answers
-        // what the winner did (an abort sent again finds it fenced already and goes on).
-        let fenced = self.durably(
-            crate::faults::DurableStep::AbandonIntent,
-            self.catalog
-                .abandon_intent(dataset_id, operation_id, None, self.now_ms()),
-        );
-        let fenced = async {
-            if deliberate_bugs::active(Bug::AbortWithoutConditionalWrite) {
-                return Ok(());
-            }
-            fenced.await.map(|_| ())
-        };
-        match fenced.await {
-            Ok(_) => {}
+        if deliberate_bugs::active(Bug::AbortWithoutConditionalWrite) {
+            // Planted: rolled back on what it read, with no conditional write a publish races.
+            self.uploaded.forget(dataset_id, operation_id);
+            self.roll_back_own(&intent).await?;
+            return Ok(ended_view(dataset_id, operation_id));
+        }
+        // One conditional step ends it: fenced, its own rows marked, its end recorded and its
+        // intent deleted, only while the intent is there and not confirmed. The publish it races
+        // is one conditional step on the same intent, so exactly one of them lands; the loser
+        // answers what the winner did.
+        match self.end_operation(&intent).await? {
+            Some(_) => Ok(ended_view(dataset_id, operation_id)),
             // Settled meanwhile: published (by its writer, or rolled forward by recovery), or
             // ended another way.
-            Err(MendError::NotFound { .. }) => {
-                return match self.end_without_intent(dataset_id, operation_id).await? {
-                    Some(answer) => answer,
-                    None => Ok(ended_view(dataset_id, operation_id)),
-                };
-            }
-            // Confirmed meanwhile: it publishes.
-            Err(error @ MendError::FailedPrecondition { .. }) => {
-                return match self.find_intent(dataset_id, operation_id).await? {
-                    Some(now) if now.phase == IntentPhase::EffectsConfirmed => {
-                        Err(confirmed_cannot_abort(operation_id))
-                    }
-                    Some(_) => Err(error),
-                    None => match self.end_without_intent(dataset_id, operation_id).await? {
-                        Some(answer) => answer,
-                        None => Ok(ended_view(dataset_id, operation_id)),
-                    },
-                };
-            }
-            Err(error) => return Err(error),
+            None => match self.end_without_intent(dataset_id, operation_id).await? {
+                Some(answer) => answer,
+                None => Ok(ended_view(dataset_id, operation_id)),
+            },
         }
-        self.uploaded.forget(dataset_id, operation_id);
-        self.roll_back_own(&intent).await?;
-        Ok(ended_view(dataset_id, operation_id))
+    }
+
+    /// Ends an operation that has not published, in one atomic step
+    /// ([`Settlement::Abandon`] through [`Catalog::settle_intents`](crate::catalog::Catalog::settle_intents)):
+    /// its intent, `Armed` (whatever its lease: its owner ends it) or fenced already, is
+    /// deleted, the rows it owns that are still staged are marked, and the record of its end
+    /// is written, so that a begin of it still on its way is refused. Then its marked rows'
+    /// objects (those it wrote) and the rows go. The step decides; what follows it only
+    /// cleans up, and a crash in between leaves marked rows, which garbage collection deletes
+    /// with their objects. `Some(marked rows)` once it ended; `None` if its intent was gone
+    /// (something else settled it first); `FailedPrecondition` (`Confirmed`) if an older
+    /// mend's publish confirmed it meanwhile: it publishes.
+    pub(super) async fn end_operation(&self, intent: &Intent) -> Result<Option<Vec<String>>> {
+        let (dataset_id, operation_id) = (&intent.dataset_id, &intent.operation_id);
+        // All or nothing, a begin owns every row it plans; this process remembers the intents
+        // it began, and reads the record of any other's begin.
+        let own = match self.uploaded.intent(dataset_id, operation_id) {
+            Some(_) => intent
+                .effects
+                .stage
+                .iter()
+                .map(|row| row.split_id.clone())
+                .collect(),
+            None => self.own_rows(intent).await?,
+        };
+        let mut observed = intent.phase;
+        for _ in 0..2 {
+            let settlement = Settlement::Abandon {
+                operation_id: operation_id.clone(),
+                observed,
+                lease_expired_by: TimestampMs::MAX,
+                mark: own.clone(),
+                end: self.end_record(dataset_id, operation_id),
+            };
+            let no_publishes = |_: &PublishRequest, _: &PublishObservation| Ok(());
+            let ending = self.catalog.settle_intents(
+                dataset_id,
+                std::slice::from_ref(&settlement),
+                &no_publishes,
+                self.now_ms(),
+            );
+            let settled = self
+                .durably(crate::faults::DurableStep::EndOperation, ending)
+                .await;
+            match settled.as_deref() {
+                Ok([Settled::Abandoned { marked }]) => {
+                    self.uploaded.forget(dataset_id, operation_id);
+                    let marked = marked.clone();
+                    if let Err(error) = self.remove_marked_own(intent, &marked).await {
+                        tracing::debug!(%error, "removing an ended operation's rows failed; garbage collection removes them");
+                    }
+                    return Ok(Some(marked));
+                }
+                Ok(_) => return Ok(None),
+                Err(MendError::FailedPrecondition { .. }) => {
+                    // Its phase moved since it was read: fenced by another step (then the end
+                    // is taken again from there), or confirmed (it publishes).
+                    match self.find_intent(dataset_id, operation_id).await? {
+                        None => return Ok(None),
+                        Some(now) if now.phase == IntentPhase::EffectsConfirmed => {
+                            return Err(confirmed_cannot_abort(operation_id));
+                        }
+                        Some(now) => observed = now.phase,
+                    }
+                }
+                Err(_) => return settled.map(|_| None),
+            }
+        }
+        Err(MendError::Conflict {
+            message: format!(
+                "operation {operation_id}'s intent changed under two attempts to end it; nothing was written: end it again"
+            ),
+        })
+    }
+
+    /// Deletes the objects of `marked` rows that `intent`'s operation wrote, then the rows.
+    async fn remove_marked_own(&self, intent: &Intent, marked: &[String]) -> Result<()> {
+        if marked.is_empty() {
+            return Ok(());
+        }
+        let (dataset_id, operation_id) = (&intent.dataset_id, &intent.operation_id);
+        for split_id in marked {
+            let ours = self
+                .objects
+                .inspect(dataset_id, split_id)
+                .await?
+                .split()
+                .is_some_and(|(header, _)| {
+                    header.operation_id.as_deref() == Some(operation_id.as_str())
+                });
+            if ours {
+                self.objects.delete(dataset_id, split_id).await?;
+            }
+        }
+        self.catalog
+            .delete_splits(dataset_id, marked, self.now_ms(), None)
+            .await
     }
 
     /// What an abort of an operation whose intent is gone answers, from what it left: a 412
@@ -1209,20 +1276,10 @@ impl Engine {
         if let Some(published) = self.recorded_publish(dataset_id, operation_id).await? {
             return Ok(Some(Err(published_cannot_abort(operation_id, &published))));
         }
-        let (stage, abort) = (
-            step_key(operation_id, "stage"),
-            step_key(operation_id, "abort"),
-        );
-        if self
-            .catalog
-            .recorded_request(dataset_id, &stage)
-            .await?
-            .is_some()
+        if self.began(dataset_id, operation_id).await?
             || self
-                .catalog
-                .recorded_request(dataset_id, &abort)
+                .ended_without_publishing(dataset_id, operation_id)
                 .await?
-                .is_some()
         {
             return Ok(Some(Ok(ended_view(dataset_id, operation_id))));
         }
@@ -1303,31 +1360,11 @@ impl Engine {
         )
     }
 
-    /// Undoes what an operation itself did: the rows its begin inserted (as recorded), while
-    /// still staged, and their objects where it wrote them; then its intent. A row published
+    /// Undoes what an operation itself did: the rows its begin inserted, while still staged, and their objects where it wrote them; then its intent. A row published
     /// meanwhile (recovery rolled the operation forward) keeps its row and object.
     async fn roll_back_own(&self, intent: &Intent) -> Result<()> {
         let (dataset_id, operation_id) = (&intent.dataset_id, &intent.operation_id);
-        let key = RequestKey {
-            key: step_key(operation_id, "stage"),
-            request_digest: String::new(),
-        };
-        let own: Vec<String> = match self.catalog.recorded_request(dataset_id, &key.key).await? {
-            Some(found) => {
-                let key = RequestKey {
-                    request_digest: found.request_digest.clone(),
-                    ..key
-                };
-                let staged: Vec<crate::model::StagedSplit> = found.replay(&key)?;
-                staged
-                    .into_iter()
-                    .filter(|split| split.outcome == StageOutcome::Inserted)
-                    .map(|split| split.split_id)
-                    .collect()
-            }
-            // The begin never staged: no row is the operation's.
-            None => Vec::new(),
-        };
+        let own = self.own_rows(intent).await?;
         if !own.is_empty() {
             let now = self.now_ms();
             self.catalog
@@ -1369,6 +1406,59 @@ impl Engine {
         self.end_and_finish(dataset_id, operation_id).await
     }
 
+    /// Whether an operation's begin is on record: recorded in its own step, or, begun by an
+    /// older mend, its stage recorded.
+    pub(super) async fn began(&self, dataset_id: &str, operation_id: &str) -> Result<bool> {
+        for step in ["begin", "stage"] {
+            let key = step_key(operation_id, step);
+            if self
+                .catalog
+                .recorded_request(dataset_id, &key)
+                .await?
+                .is_some()
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The rows an operation's begin inserted. Begun in one step, all or nothing (its begin
+    /// recorded in that step), every row it plans is its own. Begun by an older mend, which
+    /// staged after writing its intent, the ones its recorded stage inserted; none if its
+    /// begin died before it staged.
+    async fn own_rows(&self, intent: &Intent) -> Result<Vec<String>> {
+        let (dataset_id, operation_id) = (&intent.dataset_id, &intent.operation_id);
+        let begun = step_key(operation_id, "begin");
+        if self
+            .catalog
+            .recorded_request(dataset_id, &begun)
+            .await?
+            .is_some()
+        {
+            return Ok(intent
+                .effects
+                .stage
+                .iter()
+                .map(|row| row.split_id.clone())
+                .collect());
+        }
+        let stage = step_key(operation_id, "stage");
+        let Some(found) = self.catalog.recorded_request(dataset_id, &stage).await? else {
+            return Ok(Vec::new());
+        };
+        let key = RequestKey {
+            key: stage,
+            request_digest: found.request_digest.clone(),
+        };
+        let staged: Vec<crate::model::StagedSplit> = found.replay(&key)?;
+        Ok(staged
+            .into_iter()
+            .filter(|split| split.outcome == StageOutcome::Inserted)
+            .map(|split| split.split_id)
+            .collect())
+    }
+
     /// Records that an operation ended without publishing, then deletes its intent: in that
     /// order, so that a crash between the two leaves the intent (and whoever finds it finishes
     /// the end), never an operation with neither its intent nor the record of its end.
@@ -1405,7 +1495,7 @@ impl Engine {
         };
         Ok(OperationLedger {
             intent,
-            staged: recorded("stage").await?,
+            begun: self.began(dataset_id, operation_id).await?,
             published: recorded("publish").await?,
             ended: recorded("abort").await?,
         })
@@ -1429,12 +1519,7 @@ impl Engine {
             if let Some(published) = self.recorded_publish(dataset_id, operation_id).await? {
                 return Ok(published_view(dataset_id, operation_id, published));
             }
-            if self
-                .catalog
-                .recorded_request(dataset_id, &step_key(operation_id, "stage"))
-                .await?
-                .is_some()
-            {
+            if self.began(dataset_id, operation_id).await? {
                 return Ok(ended_view(dataset_id, operation_id));
             }
             return Err(MendError::NotFound {
@@ -1489,13 +1574,9 @@ impl Engine {
                 OperationFound::Published,
             ));
         }
-        let begun = self
-            .catalog
-            .recorded_request(dataset_id, &step_key(operation_id, "stage"))
-            .await?;
-        // An operation whose begin died after its intent, before it staged, has no record of
-        // its staging; whatever ended it recorded that it ended.
-        if begun.is_some()
+        // An operation begun by an older mend whose begin died after its intent, before it
+        // staged, has no record of its begin; whatever ended it recorded that it ended.
+        if self.began(dataset_id, operation_id).await?
             || self
                 .ended_without_publishing(dataset_id, operation_id)
                 .await?

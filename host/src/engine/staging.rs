@@ -23,15 +23,6 @@ use crate::model::{
 };
 use crate::validate;
 
-/// Whether a publish looks for each split's object before its atomic step (invariant 1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ObjectCheck {
-    LookForEach,
-    /// The caller made sure of every object just before (read its header, or put it itself:
-    /// see `uploaded`) and refused any not in place.
-    AlreadyRead,
-}
-
 impl Engine {
     /// Stages splits in the request's mode. The result names, per distinct id, what actually
     /// happened at write time: in create-only mode `Inserted` is the claim on the row.
@@ -166,13 +157,12 @@ impl Engine {
     /// `key`, and deletes the intent, in one atomic step that holds only while the intent is
     /// there and not fenced ([`Catalog::publish_commit`]): an abort, an abandonment or an
     /// exclusive roll-back that fenced it first wins. Every object is looked for first
-    /// (invariant 1), unless the caller has just read every one of them.
+    /// (invariant 1).
     pub(super) async fn publish_settling(
         &self,
         intent: &crate::intent::Intent,
         request: &PublishRequest,
         key: &RequestKey,
-        objects: ObjectCheck,
     ) -> Result<PublishResult> {
         self.check_publish(request)?;
         if let Some(answer) = self.recorded_answer(&request.dataset_id, Some(key)).await? {
@@ -180,9 +170,7 @@ impl Engine {
                 .await?;
             return Ok(answer);
         }
-        if objects == ObjectCheck::LookForEach {
-            self.check_objects_exist(request).await?;
-        }
+        self.check_objects_exist(request).await?;
         let validator = self.publish_validator(request);
         self.catalog
             .publish_commit(intent, request, &validator, self.now_ms(), key)

@@ -1,5 +1,12 @@
 //! Objects this process uploaded and checked for an operation still in flight, so that the
-//! operation's publish need not read each one back from the store.
+//! operation's publish need not read each one back from the store; and the intent of each
+//! operation this process began, so that its publish need not read it from the catalog.
+//!
+//! An intent's plan never changes under its operation id (a begin sent again with another
+//! plan is refused, and an operation that ended is never begun again), so the plan
+//! remembered is the plan stored. Its phase and lease do change; the publish's own atomic
+//! step checks them in the catalog ([`Catalog::publish_commit`](crate::catalog::Catalog::publish_commit)),
+//! so a remembered intent that is stale costs a refusal, never a wrong publish.
 //!
 //! An upload through mend ([`Engine::upload_object`](super::Engine::upload_object)) hashes
 //! every byte against the plan and writes the object put-if-absent; an object already there
@@ -16,20 +23,42 @@
 //! - it answers only for an operation whose every planned object it holds, each with the
 //!   planned size and checksum, so one object written straight to the store by the client
 //!   makes the publish read them all;
-//! - it is bounded ([`MAX_REMEMBERED_OBJECTS`]): the operations remembered longest ago are
-//!   forgotten first, as are those that publish or abort.
+//! - it is bounded ([`MAX_REMEMBERED_OBJECTS`], an intent counting as one object per row it
+//!   plans): the operations remembered longest ago are forgotten first, as are those that
+//!   publish or abort.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use crate::intent::Intent;
 
-/// At most this many objects are remembered, over all operations (about 100 bytes each).
+/// At most this many objects are remembered, over all operations (about 100 bytes each), an
+/// intent counting as one per row it plans.
 pub const MAX_REMEMBERED_OBJECTS: usize = 100_000;
 
 type OperationKey = (String, String);
 /// An operation's remembered objects: split id to (size, checksum).
 type ObjectsBySplit = BTreeMap<String, (u64, String)>;
+
+/// What is remembered of one operation.
+#[derive(Debug, Default)]
+struct Operation {
+    /// When it was first remembered ([`Remembered::by_age`]).
+    age: u64,
+    objects: ObjectsBySplit,
+    intent: Option<Intent>,
+}
+
+impl Operation {
+    /// What it counts against [`MAX_REMEMBERED_OBJECTS`].
+    fn weight(&self) -> usize {
+        self.objects.len() + self.intent.as_ref().map_or(0, intent_weight)
+    }
+}
+
+fn intent_weight(intent: &Intent) -> usize {
+    intent.effects.stage.len().max(1)
+}
 
 #[derive(Debug, Default)]
 pub(crate) struct UploadedObjects {
@@ -39,13 +68,45 @@ pub(crate) struct UploadedObjects {
 
 #[derive(Debug, Default)]
 struct Remembered {
-    /// Per (dataset, operation): when it was first remembered, and its objects by split id,
-    /// each with its size and checksum.
-    operations: HashMap<OperationKey, (u64, ObjectsBySplit)>,
+    /// Per (dataset, operation): when it was first remembered, its objects by split id, each
+    /// with its size and checksum, and its intent.
+    operations: HashMap<OperationKey, Operation>,
     /// The operations by when they were first remembered, oldest first.
     by_age: BTreeMap<u64, OperationKey>,
     next_age: u64,
+    /// The weight of everything remembered ([`Operation::weight`]).
     objects: usize,
+}
+
+impl Remembered {
+    /// The entry of `key`, made (the youngest) if there is none.
+    fn entry(&mut self, key: OperationKey) -> &mut Operation {
+        if !self.operations.contains_key(&key) {
+            let age = self.next_age;
+            self.next_age += 1;
+            self.by_age.insert(age, key.clone());
+            self.operations.insert(
+                key.clone(),
+                Operation {
+                    age,
+                    ..Operation::default()
+                },
+            );
+        }
+        self.operations.get_mut(&key).expect("inserted above")
+    }
+
+    /// Forgets the operations remembered longest ago until the weight is within the bound.
+    fn evict(&mut self) {
+        while self.objects > MAX_REMEMBERED_OBJECTS {
+            let Some((_, oldest)) = self.by_age.pop_first() else {
+                break;
+            };
+            if let Some(operation) = self.operations.remove(&oldest) {
+                self.objects -= operation.weight();
+            }
+        }
+    }
 }
 
 impl UploadedObjects {
@@ -61,29 +122,34 @@ impl UploadedObjects {
     ) {
         let mut inner = self.inner.lock().expect("no panic while the lock is held");
         let key = (dataset_id.to_string(), operation_id.to_string());
-        if !inner.operations.contains_key(&key) {
-            let age = inner.next_age;
-            inner.next_age += 1;
-            inner.by_age.insert(age, key.clone());
-            inner
-                .operations
-                .insert(key.clone(), (age, ObjectsBySplit::new()));
-        }
-        let (_, objects) = inner.operations.get_mut(&key).expect("inserted above");
-        let added = objects
+        let added = inner
+            .entry(key)
+            .objects
             .insert(split_id.to_string(), (size, checksum.to_string()))
             .is_none();
         if added {
             inner.objects += 1;
         }
-        while inner.objects > MAX_REMEMBERED_OBJECTS {
-            let Some((_, oldest)) = inner.by_age.pop_first() else {
-                break;
-            };
-            if let Some((_, objects)) = inner.operations.remove(&oldest) {
-                inner.objects -= objects.len();
-            }
-        }
+        inner.evict();
+    }
+
+    /// Remembers the intent of an operation this process began.
+    pub(crate) fn remember_intent(&self, intent: &Intent) {
+        let mut inner = self.inner.lock().expect("no panic while the lock is held");
+        let key = (intent.dataset_id.clone(), intent.operation_id.clone());
+        let entry = inner.entry(key);
+        let before = entry.intent.as_ref().map_or(0, intent_weight);
+        entry.intent = Some(intent.clone());
+        inner.objects = inner.objects - before + intent_weight(intent);
+        inner.evict();
+    }
+
+    /// The intent of the operation as this process began it, if it remembers it: its plan is
+    /// the stored one, its phase and lease may be stale.
+    pub(crate) fn intent(&self, dataset_id: &str, operation_id: &str) -> Option<Intent> {
+        let inner = self.inner.lock().expect("no panic while the lock is held");
+        let key = (dataset_id.to_string(), operation_id.to_string());
+        inner.operations.get(&key)?.intent.clone()
     }
 
     /// Whether this process put (or read back) this object of the operation, as planned.
@@ -100,7 +166,7 @@ impl UploadedObjects {
         inner
             .operations
             .get(&key)
-            .and_then(|(_, objects)| objects.get(split_id))
+            .and_then(|operation| operation.objects.get(split_id))
             .is_some_and(|(held_size, held_checksum)| {
                 *held_size == size && held_checksum == checksum
             })
@@ -110,11 +176,12 @@ impl UploadedObjects {
     pub(crate) fn all_in_place(&self, intent: &Intent) -> bool {
         let inner = self.inner.lock().expect("no panic while the lock is held");
         let key = (intent.dataset_id.clone(), intent.operation_id.clone());
-        let Some((_, objects)) = inner.operations.get(&key) else {
+        let Some(operation) = inner.operations.get(&key) else {
             return false;
         };
         intent.effects.objects.iter().all(|planned| {
-            objects
+            operation
+                .objects
                 .get(&planned.split_id)
                 .is_some_and(|(size, checksum)| {
                     *size == planned.size && *checksum == planned.checksum
@@ -126,9 +193,9 @@ impl UploadedObjects {
     pub(crate) fn forget(&self, dataset_id: &str, operation_id: &str) {
         let mut inner = self.inner.lock().expect("no panic while the lock is held");
         let key = (dataset_id.to_string(), operation_id.to_string());
-        if let Some((age, objects)) = inner.operations.remove(&key) {
-            inner.by_age.remove(&age);
-            inner.objects -= objects.len();
+        if let Some(operation) = inner.operations.remove(&key) {
+            inner.by_age.remove(&operation.age);
+            inner.objects -= operation.weight();
         }
     }
 
@@ -187,6 +254,27 @@ mod tests {
         );
         uploaded.forget("ds", "op");
         assert!(!uploaded.all_in_place(&planned));
+        assert_eq!(uploaded.remembered_objects(), 0);
+    }
+
+    #[test]
+    fn an_intent_is_remembered_until_its_operation_is_forgotten() {
+        let uploaded = UploadedObjects::default();
+        let begun = intent("op", &[("a", 10, "sha256:aa")]);
+        assert_eq!(uploaded.intent("ds", "op"), None);
+        uploaded.remember_intent(&begun);
+        uploaded.remember("ds", "op", "a", 10, "sha256:aa");
+        assert_eq!(uploaded.intent("ds", "op"), Some(begun.clone()));
+        assert_eq!(uploaded.intent("other", "op"), None, "another dataset");
+        assert_eq!(
+            uploaded.remembered_objects(),
+            2,
+            "the object and the intent"
+        );
+        uploaded.remember_intent(&begun);
+        assert_eq!(uploaded.remembered_objects(), 2, "remembered once");
+        uploaded.forget("ds", "op");
+        assert_eq!(uploaded.intent("ds", "op"), None);
         assert_eq!(uploaded.remembered_objects(), 0);
     }
 

@@ -13,8 +13,8 @@ use mend::Result;
 use mend::audit::AuditRecord;
 use mend::catalog::{
     BegunCommit, Capabilities, DatasetChange, ExistingRow, IntentBuilder, ManifestProbe, MarkRule,
-    PendingDataset, PublishValidator, RecordedRequest, RequestKey, SettleValidator, Settled,
-    Settlement, StagePlanner,
+    OperationRecords, PendingDataset, PublishValidator, RecordedRequest, RequestKey,
+    SettleValidator, Settled, Settlement, StagePlanner,
 };
 use mend::intent::{Intent, IntentPhase};
 use mend::model::{
@@ -341,10 +341,11 @@ impl Catalog for SteppedCatalog {
         intent: &IntentBuilder<'_>,
         splits: &[Arc<NewSplit>],
         planner: &StagePlanner<'_>,
+        records: OperationRecords<'_>,
         now_ms: TimestampMs,
     ) -> Result<BegunCommit> {
         self.inner
-            .begin_commit(dataset_id, intent, splits, planner, now_ms)
+            .begin_commit(dataset_id, intent, splits, planner, records, now_ms)
             .await
     }
 

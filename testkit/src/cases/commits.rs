@@ -8,7 +8,8 @@
 use std::sync::Arc;
 
 use mend::catalog::{
-    Catalog, ExistingRow, PlannedAction, PlannedStage, PublishObservation, RequestKey, StagePlan,
+    Catalog, ExistingRow, OperationRecords, PlannedAction, PlannedStage, PublishObservation,
+    RecordedRequest, RequestKey, StagePlan,
 };
 use mend::intent::{
     ExpectedState, INTENT_FORMAT_VERSION, Intent, IntentPhase, OperationKind, PlannedEffects,
@@ -18,7 +19,7 @@ use mend::model::{
     CheckpointDelta, Dataset, NewSplit, PartitionDelta, PublishRequest, SplitState, StageMode,
     StageOutcome,
 };
-use mend::{EntityKind, MendError};
+use mend::{EntityKind, MendError, OperationFound};
 
 use super::{publish_request, row, stage};
 use crate::harness::Harness;
@@ -91,10 +92,32 @@ pub(super) async fn begin(
     ids: &[&str],
     now_ms: i64,
 ) -> mend::Result<mend::catalog::BegunCommit> {
+    begin_unless_ended(catalog, dataset_id, operation_id, ids, &[], now_ms).await
+}
+
+/// [`begin`], refused if a record is kept under one of `ended_keys`.
+async fn begin_unless_ended(
+    catalog: &dyn Catalog,
+    dataset_id: &str,
+    operation_id: &str,
+    ids: &[&str],
+    ended_keys: &[&str],
+    now_ms: i64,
+) -> mend::Result<mend::catalog::BegunCommit> {
     let build = |dataset: &Dataset| Ok(intent(dataset, operation_id, ids, now_ms));
     let planner = |existing: &[ExistingRow]| create_only(ids, existing);
     catalog
-        .begin_commit(dataset_id, &build, &new_splits(ids), &planner, now_ms)
+        .begin_commit(
+            dataset_id,
+            &build,
+            &new_splits(ids),
+            &planner,
+            OperationRecords {
+                refused_by: ended_keys,
+                begun: None,
+            },
+            now_ms,
+        )
         .await
 }
 
@@ -123,17 +146,33 @@ pub(super) async fn begin_commit_writes_the_intent_and_stages_at_once(h: &Harnes
     let now = h.clock_now();
     let mut checks = 0;
 
-    // One split is another writer's already.
+    // One split is another writer's already: the begin is refused whole, naming it.
     stage(h, &ds, StageMode::CreateOnly, &["c"]).await;
+    let before = h.write_fingerprint(&ds).await;
+    let taken = begin(catalog.as_ref(), &ds, "op-1", &["a", "b", "c"], now)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&taken, MendError::FailedPrecondition { ids, operation: None, .. } if ids == &["c".to_string()]),
+        "{taken:?}"
+    );
+    assert_eq!(
+        h.write_fingerprint(&ds).await,
+        before,
+        "a begin that could not own every row wrote"
+    );
+    assert!(intents(h, &ds).await.is_empty());
+    checks += 3;
+
     let dataset = catalog.dataset(&ds).await.unwrap();
-    let begun = begin(catalog.as_ref(), &ds, "op-1", &["a", "b", "c"], now)
+    let begun = begin(catalog.as_ref(), &ds, "op-1", &["a", "b"], now)
         .await
         .expect("begin a commit");
     assert_eq!(begun.dataset.uid, dataset.uid);
     assert_eq!(begun.dataset.fencing_epoch, dataset.fencing_epoch);
     assert_eq!(
         begun.intent,
-        intent(&dataset, "op-1", &["a", "b", "c"], now),
+        intent(&dataset, "op-1", &["a", "b"], now),
         "the intent is built from the dataset as read in the step"
     );
     assert_eq!(
@@ -142,11 +181,7 @@ pub(super) async fn begin_commit_writes_the_intent_and_stages_at_once(h: &Harnes
             .iter()
             .map(|s| (s.split_id.as_str(), s.outcome))
             .collect::<Vec<_>>(),
-        [
-            ("a", StageOutcome::Inserted),
-            ("b", StageOutcome::Inserted),
-            ("c", StageOutcome::Skipped(SplitState::Staged)),
-        ]
+        [("a", StageOutcome::Inserted), ("b", StageOutcome::Inserted)]
     );
     assert_eq!(
         intents(h, &ds).await,
@@ -163,6 +198,59 @@ pub(super) async fn begin_commit_writes_the_intent_and_stages_at_once(h: &Harnes
         "staging and an intent are not part of the published view"
     );
     checks += 7;
+
+    // An operation whose end is recorded is never begun again: nothing is written.
+    let ended = RecordedRequest::new(&RequestKey::new("op:op-9:abort", &"op-9"), &"ended", now);
+    catalog.record_request(&ds, &ended).await.unwrap();
+    let before = h.write_fingerprint(&ds).await;
+    let refused = begin_unless_ended(
+        catalog.as_ref(),
+        &ds,
+        "op-9",
+        &["g"],
+        &["op:op-9:publish", "op:op-9:abort"],
+        now,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        refused.operation_found(),
+        Some(OperationFound::Ended),
+        "{refused:?}"
+    );
+    assert_eq!(
+        h.write_fingerprint(&ds).await,
+        before,
+        "an ended begin wrote"
+    );
+    let begun_record =
+        RecordedRequest::new(&RequestKey::new("op:op-10:begin", &"op-10"), &"begun", now);
+    let build = |dataset: &Dataset| Ok(intent(dataset, "op-10", &["g"], now));
+    let planner = |existing: &[ExistingRow]| create_only(&["g"], existing);
+    let other = catalog
+        .begin_commit(
+            &ds,
+            &build,
+            &new_splits(&["g"]),
+            &planner,
+            OperationRecords {
+                refused_by: &["op:op-10:publish", "op:op-10:abort", "op:op-10:begin"],
+                begun: Some(&begun_record),
+            },
+            now,
+        )
+        .await
+        .expect("the records of another operation refuse nothing");
+    assert_eq!(
+        catalog
+            .recorded_request(&ds, "op:op-10:begin")
+            .await
+            .unwrap(),
+        Some(begun_record),
+        "the begin is recorded in its step"
+    );
+    assert_eq!(other.intent.operation_id, "op-10");
+    checks += 4;
 
     // The operation id is taken: nothing is written, not even the rows.
     let before = h.write_fingerprint(&ds).await;
@@ -190,7 +278,14 @@ pub(super) async fn begin_commit_writes_the_intent_and_stages_at_once(h: &Harnes
     };
     let planner = |existing: &[ExistingRow]| create_only(&["e"], existing);
     let refused = catalog
-        .begin_commit(&ds, &build, &new_splits(&["e"]), &planner, now)
+        .begin_commit(
+            &ds,
+            &build,
+            &new_splits(&["e"]),
+            &planner,
+            OperationRecords::default(),
+            now,
+        )
         .await
         .unwrap_err();
     assert!(
@@ -198,7 +293,7 @@ pub(super) async fn begin_commit_writes_the_intent_and_stages_at_once(h: &Harnes
         "{refused:?}"
     );
     assert!(row(h, &ds, "e").await.is_none());
-    assert_eq!(intents(h, &ds).await.len(), 1);
+    assert_eq!(intents(h, &ds).await.len(), 2);
     checks += 3;
 
     let nowhere = begin(catalog.as_ref(), "no-such-dataset", "op-3", &["f"], now)
@@ -216,7 +311,7 @@ pub(super) async fn begin_commit_writes_the_intent_and_stages_at_once(h: &Harnes
     );
     checks += 1;
     println!(
-        "conformance[{}] begin_commit: {checks} checks: intent and create-only stage at once, from the dataset read in the step; a taken id, a foreign intent and a missing dataset write nothing",
+        "conformance[{}] begin_commit: {checks} checks: intent and create-only stage at once and whole, from the dataset read in the step; a row taken, an ended operation, a taken id, a foreign intent and a missing dataset write nothing",
         h.name()
     );
 }

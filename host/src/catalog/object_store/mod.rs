@@ -82,8 +82,8 @@ use self::state::DatasetState;
 use super::write_audit::{self, PendingWrite};
 use super::{
     BegunCommit, Capabilities, Catalog, DatasetChange, IntentBuilder, ManifestProbe, MarkRule,
-    PENDING_INDEX, PendingDataset, PublishValidator, RecentAudit, RecordedRequest, RequestKey,
-    SettleValidator, Settled, Settlement, StagePlanner,
+    OperationRecords, PENDING_INDEX, PendingDataset, PublishValidator, RecentAudit,
+    RecordedRequest, RequestKey, SettleValidator, Settled, Settlement, StagePlanner,
 };
 use crate::audit::AuditRecord;
 use crate::error::{EntityKind, MendError, Result};
@@ -1122,6 +1122,7 @@ impl Catalog for ObjectStoreCatalog {
         intent: &IntentBuilder<'_>,
         splits: &[Arc<NewSplit>],
         planner: &StagePlanner<'_>,
+        records: OperationRecords<'_>,
         now_ms: TimestampMs,
     ) -> Result<BegunCommit> {
         let write = write_audit::pending(dataset_id, "begin-commit", || {
@@ -1133,7 +1134,9 @@ impl Catalog for ObjectStoreCatalog {
             now_ms,
             write.as_ref(),
             answer,
-            |state, now_ms| mutations::begin_commit(state, intent, splits, planner, now_ms),
+            |state, now_ms| {
+                mutations::begin_commit(state, intent, splits, planner, records, now_ms)
+            },
         )
         .await
     }

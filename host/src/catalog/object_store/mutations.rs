@@ -23,7 +23,7 @@ use crate::model::{
 
 use super::log_format::{Action, LogRow, RawJson};
 use super::state::DatasetState;
-use crate::catalog::{RecordedRequest, RequestKey};
+use crate::catalog::{OperationRecords, RecordedRequest, RequestKey};
 
 pub(super) enum Change<T> {
     /// Nothing to write; the answer stands on the state as read.
@@ -600,20 +600,33 @@ pub(super) fn delete_intent(state: &DatasetState, operation_id: &str) -> Result<
 }
 
 /// A commit's first step ([`crate::catalog::Catalog::begin_commit`]): its intent, built from
-/// the dataset as this state holds it, and its rows staged create-only, in one commit. Always a
-/// commit: the intent is written even when every row is another writer's.
+/// the dataset as this state holds it, and its rows staged create-only, in one commit, and
+/// only whole: a row taken, or a record under one of `records.refused_by`, refuses it with
+/// nothing written.
 pub(super) fn begin_commit(
     state: &DatasetState,
     build: &IntentBuilder<'_>,
     requested: &[Arc<NewSplit>],
     planner: &StagePlanner<'_>,
+    records: OperationRecords<'_>,
     now_ms: TimestampMs,
 ) -> Result<Change<BegunCommit>> {
     let intent = crate::catalog::built_intent(&state.dataset.dataset_id, &state.dataset, build)?;
+    // The id taken first (a begin sent again), then the records of an end.
     let mut actions = match put_intent(state, &intent)? {
         Change::Commit { actions, .. } => actions,
         Change::Unchanged(()) => unreachable!("a new intent is always written"),
     };
+    let refused_by = records.refused_by.iter();
+    if let Some(key) = refused_by
+        .clone()
+        .find(|key| state.recorded.contains_key(**key))
+    {
+        return Err(crate::catalog::commit::refuse_ended(
+            &intent.operation_id,
+            key,
+        ));
+    }
     let splits = match stage(state, StageMode::CreateOnly, requested, planner, now_ms)? {
         Change::Commit {
             actions: staged,
@@ -624,6 +637,17 @@ pub(super) fn begin_commit(
         }
         Change::Unchanged(output) => output,
     };
+    let taken = crate::catalog::commit::taken_splits(&splits);
+    if !taken.is_empty() {
+        return Err(crate::catalog::commit::refuse_taken(taken));
+    }
+    if let Some(begun) = records.begun
+        && !state.recorded.contains_key(&begun.key)
+    {
+        actions.push(Action::RecordRequest {
+            record: Box::new(begun.clone()),
+        });
+    }
     Ok(Change::Commit {
         actions,
         output: BegunCommit {

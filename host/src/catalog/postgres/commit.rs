@@ -2,10 +2,11 @@
 //! [`crate::catalog::Catalog::publish_commit`]), each one transaction.
 //!
 //! - **Begin** reads the dataset row without a lock (the intent insert's foreign key takes
-//!   only the `KEY SHARE` lock a publish leaves free), builds the intent from it, inserts it,
-//!   and stages the rows create-only as `stage.rs` does. Unlike a plain create-only stage it
-//!   runs in a transaction, so an attempt that a deadlock aborted wrote nothing and is run
-//!   again from its first read.
+//!   only the `KEY SHARE` lock a publish leaves free), builds the intent from it, looks for
+//!   the records of the operation's end under their keys' locks, inserts the intent, and
+//!   stages the rows create-only as `stage.rs` does, rolled back whole if a row is taken.
+//!   Unlike a plain create-only stage it runs in a transaction, so an attempt that a deadlock
+//!   aborted wrote nothing and is run again from its first read.
 //! - **Publish** takes the key's lock and reads its record (`recorded.rs`); recorded, it
 //!   answers the record and deletes the intent if it is left. Otherwise it locks the dataset's
 //!   row, deletes the intent unless recovery abandoned it (the row lock of that `DELETE`
@@ -17,9 +18,10 @@ use std::sync::Arc;
 
 use sqlx::PgConnection;
 
+use crate::catalog::commit::{refuse_ended, refuse_taken, taken_splits};
 use crate::catalog::{
-    BegunCommit, IntentBuilder, PublishValidator, RecordedRequest, RequestKey, StagePlanner,
-    built_intent, refuse_abandoned,
+    BegunCommit, IntentBuilder, OperationRecords, PublishValidator, RecordedRequest, RequestKey,
+    StagePlanner, built_intent, refuse_abandoned,
 };
 use crate::error::{EntityKind, MendError};
 use crate::intent::Intent;
@@ -34,6 +36,7 @@ pub(super) async fn begin(
     build: &IntentBuilder<'_>,
     requested: &[Arc<NewSplit>],
     planner: &StagePlanner<'_>,
+    records: OperationRecords<'_>,
     now_ms: TimestampMs,
 ) -> Result<BegunCommit, StepError> {
     let row = sqlx::query(sql::DATASET_SELECT)
@@ -54,6 +57,16 @@ pub(super) async fn begin(
         }
         Err(error) => return Err(error.into()),
     }
+    // Under each key's lock, as the step recording it takes it: that step lands either
+    // before this one (and refuses it here) or after it (and sees its intent).
+    for key in records.refused_by {
+        if recorded::lock_and_find(conn, dataset_id, key)
+            .await?
+            .is_some()
+        {
+            return Err(refuse_ended(&intent.operation_id, key).into());
+        }
+    }
     let splits = stage::stage(
         conn,
         dataset_id,
@@ -65,6 +78,14 @@ pub(super) async fn begin(
         None,
     )
     .await?;
+    let taken = taken_splits(&splits);
+    if !taken.is_empty() {
+        // Rolled back whole: the intent and the rows inserted with it.
+        return Err(refuse_taken(taken).into());
+    }
+    if let Some(begun) = records.begun {
+        recorded::keep(conn, dataset_id, begun).await?;
+    }
     Ok(BegunCommit {
         dataset,
         intent,

@@ -56,8 +56,9 @@ use sqlx::{ConnectOptions, Connection, PgConnection, PgPool, Postgres, Transacti
 
 use crate::catalog::write_audit::{self, PendingWrite};
 use crate::catalog::{
-    BegunCommit, Capabilities, Catalog, DatasetChange, IntentBuilder, MarkRule, PublishValidator,
-    RecordedRequest, RequestKey, SettleValidator, Settled, Settlement, StagePlanner,
+    BegunCommit, Capabilities, Catalog, DatasetChange, IntentBuilder, MarkRule, OperationRecords,
+    PublishValidator, RecordedRequest, RequestKey, SettleValidator, Settled, Settlement,
+    StagePlanner,
 };
 use crate::error::{MendError, Result};
 use crate::intent::{Intent, IntentPhase};
@@ -1062,6 +1063,7 @@ impl Catalog for PostgresCatalog {
         intent: &IntentBuilder<'_>,
         splits: &[Arc<NewSplit>],
         planner: &StagePlanner<'_>,
+        records: OperationRecords<'_>,
         now_ms: TimestampMs,
     ) -> Result<BegunCommit> {
         let write = write_audit::pending(dataset_id, "begin-commit", || {
@@ -1075,6 +1077,7 @@ impl Catalog for PostgresCatalog {
                 intent,
                 splits,
                 planner,
+                records,
                 now_ms,
             )
             .await;

@@ -661,14 +661,9 @@ impl Engine {
             // orphan reconcile would adopt, which marking this operation's row would let gc
             // delete.
             let present = match &others {
-                Some(other) if present && !matches => self
-                    .catalog
-                    .recorded_request(
-                        &intent.dataset_id,
-                        &crate::engine::steps::step_key(other, "stage"),
-                    )
-                    .await?
-                    .is_none(),
+                Some(other) if present && !matches => {
+                    !self.began(&intent.dataset_id, other).await?
+                }
                 _ => present,
             };
             objects.push(ObjectObservation {
@@ -709,12 +704,7 @@ impl Engine {
                     let key = crate::engine::steps::publish_key(&intent.operation_id);
                     self.durably(
                         DurableStep::Publish,
-                        self.publish_settling(
-                            intent,
-                            &publish,
-                            &key,
-                            super::staging::ObjectCheck::LookForEach,
-                        ),
+                        self.publish_settling(intent, &publish, &key),
                     )
                     .await?;
                     return Ok(());
