@@ -5,13 +5,12 @@
 use stateright::Property;
 
 use crate::protocol::{Config, Protocol};
-use crate::state::{Operator, Phase, SplitRow, State, WRITERS};
+use crate::state::{Operator, SplitRow, State, WRITERS};
 
 /// Names of the safety properties, for the tests.
-pub const SAFETY: [&str; 7] = [
+pub const SAFETY: [&str; 6] = [
     "no acknowledged commit is lost",
     "an operation answered ended never becomes visible",
-    "an operation promised to publish never ends unpublished",
     "each checkpoint advances exactly once per published delta",
     "never two sweeps of a dataset at once",
     "a fenced publish never lands",
@@ -44,25 +43,15 @@ pub fn all(config: Config) -> Vec<Property<Protocol>> {
         }),
         Property::always(SAFETY[2], |_, state: &State| {
             (0..WRITERS).all(|w| {
-                !state.history.claimed_will_publish[w]
-                    || state.history.publishes[w] > 0
-                    || state.intents[w].is_some_and(|intent| {
-                        intent.phase == Phase::EffectsConfirmed
-                            && state.splits[w] == SplitRow::Staged
-                    })
-            })
-        }),
-        Property::always(SAFETY[3], |_, state: &State| {
-            (0..WRITERS).all(|w| {
                 state.history.publishes[w] <= 1
                     && state.checkpoints[w] == state.history.publishes[w]
             })
         }),
-        Property::always(SAFETY[4], |_, state: &State| state.live_sweeps() <= 1),
-        Property::always(SAFETY[5], |_, state: &State| {
+        Property::always(SAFETY[3], |_, state: &State| state.live_sweeps() <= 1),
+        Property::always(SAFETY[4], |_, state: &State| {
             !state.history.fenced_publish_landed
         }),
-        Property::always(SAFETY[6], |_, state: &State| {
+        Property::always(SAFETY[5], |_, state: &State| {
             (0..WRITERS).all(|w| !state.history.abandoned[w] || state.history.publishes[w] == 0)
         }),
         Property::sometimes(REACHED[0], |_, state: &State| {

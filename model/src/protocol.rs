@@ -78,29 +78,28 @@ impl Config {
 /// A deliberate bug, enabled one at a time by the tests that prove the checker finds each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bug {
-    /// The abort fences whatever phase it finds (no conditional write on `Armed`).
-    AbortWithoutConditionalFence,
-    /// The publish's confirm replaces the intent whatever its phase (no condition on `Armed`).
-    ConfirmWithoutPhaseCheck,
+    /// The abort's end lands on what the abort read, without its condition on the intent:
+    /// one whose publish landed meanwhile (its intent gone) is answered ended.
+    AbortWithoutConditionalEnd,
+    /// The publish's step lands on an intent whatever its phase (no condition on it not being
+    /// `Abandoned`): an operation an abort or recovery fenced publishes.
+    PublishWithoutPhaseCheck,
     /// A replica takes the dataset gate over before the holder's lease ran out.
     TakeoverBeforeLeaseEnd,
     /// Recovery's publish does not check the fencing epoch it carries.
     PublishWithoutEpochCheck,
-    /// Exclusive recovery rolls an operation back on what it observed, without fencing it
-    /// first: the engine before mend-model found that a writer's confirm landing after the
-    /// sweep observed was undone, and the promise an abort then answered was broken.
+    /// Exclusive recovery rolls an operation back on what it read, without fencing it first:
+    /// a writer's publish landing between the roll-back's read and its marks is marked for
+    /// deletion (found by mend-model on the engine before it fenced).
     RollBackWithoutFence,
-    /// The publish answers "published" once its confirm lands, before its publish does: the
-    /// writer acknowledges a commit that is not visible yet, and may never be.
-    PublishAnsweredAtConfirm,
-    /// An abort that finds its operation confirmed answers "ended" rather than that it
-    /// publishes: the publish already under way lands after.
-    AbortAnswersEndedWhenConfirmed,
-    /// An abort's roll-back applies the checkpoint delta it carried (an empty publish with the
+    /// The publish answers "published" once it found every object in place, before its step
+    /// lands: the writer acknowledges a commit that is not visible yet, and may never be.
+    PublishAnsweredBeforeLand,
+    /// An operation's end applies the checkpoint delta it carried (an empty publish with the
     /// delta still attached): the partition moves with nothing published.
     RollBackAppliesDelta,
-    /// Roll-forward recovery never abandons an unconfirmed operation whose lease ran out (it
-    /// reads every lease as live): a writer that stopped leaves its intent for ever.
+    /// Roll-forward recovery never abandons an operation whose lease ran out (it reads every
+    /// lease as live): a writer that stopped leaves its intent for ever.
     SweepNeverAbandons,
 }
 
@@ -120,11 +119,9 @@ pub enum Action {
     Upload(u8),
     Heartbeat(u8),
     PublishStart(u8),
-    PublishConfirm(u8),
     PublishLand(u8),
     AbortStart(u8),
-    AbortFence(u8),
-    AbortUnstage(u8),
+    AbortEnd(u8),
     /// Every writer stops for good (the liveness check only).
     WritersStop,
     MemberHeartbeat(u8),
@@ -196,11 +193,9 @@ impl Protocol {
                 Action::Upload(w),
                 Action::Heartbeat(w),
                 Action::PublishStart(w),
-                Action::PublishConfirm(w),
                 Action::PublishLand(w),
                 Action::AbortStart(w),
-                Action::AbortFence(w),
-                Action::AbortUnstage(w),
+                Action::AbortEnd(w),
             ]);
         }
         all.push(Action::WritersStop);
@@ -225,16 +220,12 @@ impl Protocol {
             Action::Heartbeat(w) => {
                 self.writer_acts(&next, w) && heartbeat(&mut next, self.config, w)
             }
-            Action::PublishStart(w) => self.writer_acts(&next, w) && publish_start(&mut next, w),
-            Action::PublishConfirm(w) => {
-                self.writer_acts(&next, w) && self.publish_confirm(&mut next, w)
+            Action::PublishStart(w) => {
+                self.writer_acts(&next, w) && self.publish_start(&mut next, w)
             }
-            Action::PublishLand(w) => self.writer_acts(&next, w) && publish_land(&mut next, w),
-            Action::AbortStart(w) => self.writer_acts(&next, w) && self.abort_start(&mut next, w),
-            Action::AbortFence(w) => self.writer_acts(&next, w) && self.abort_fence(&mut next, w),
-            Action::AbortUnstage(w) => {
-                self.writer_acts(&next, w) && self.abort_unstage(&mut next, w)
-            }
+            Action::PublishLand(w) => self.writer_acts(&next, w) && self.publish_land(&mut next, w),
+            Action::AbortStart(w) => self.writer_acts(&next, w) && abort_start(&mut next, w),
+            Action::AbortEnd(w) => self.writer_acts(&next, w) && self.abort_end(&mut next, w),
             Action::WritersStop => {
                 let enabled = self.config.writers_stop && !next.writers_stopped;
                 next.writers_stopped = true;
@@ -264,33 +255,22 @@ impl Protocol {
         true
     }
 
-    /// `update_intent(confirmed, Armed)`: the conditional write a publish races an abort's
-    /// fence and recovery's abandonment and roll-back with.
-    fn publish_confirm(&self, state: &mut State, w: u8) -> bool {
+    /// `publish_operation` up to its step: it reads the intent and looks for every object.
+    fn publish_start(&self, state: &mut State, w: u8) -> bool {
         let i = w as usize;
-        let PublishCall::AtConfirm { lease_read } = state.writers[i].publish else {
+        if !sends_new_calls(state, i) || state.writers[i].publish != PublishCall::Idle {
             return false;
-        };
+        }
         match state.intents[i] {
-            Some(intent)
-                if intent.phase == Phase::Armed || self.has(Bug::ConfirmWithoutPhaseCheck) =>
-            {
-                // The engine confirms the intent as it read it before, but a lease never
-                // moves back (`update_intent` keeps the later one): a heartbeat that renewed
-                // it since stands (mend-model found the confirm undoing it).
-                state.intents[i] = Some(IntentRow {
-                    phase: Phase::EffectsConfirmed,
-                    lease_until: intent.lease_until.max(lease_read),
-                    ..intent
-                });
-                if self.has(Bug::PublishAnsweredAtConfirm) {
+            Some(intent) if intent.phase == Phase::Armed => {
+                if !state.objects[i] {
+                    // Refused before anything is written; the writer may go on (upload).
+                    claim(state, w, Call::Publish, Answer::Nothing);
+                } else if self.has(Bug::PublishAnsweredBeforeLand) {
                     claim(state, w, Call::Publish, Answer::Published);
                 } else {
-                    state.writers[i].publish = PublishCall::AtPublish;
+                    state.writers[i].publish = PublishCall::AtLand;
                 }
-            }
-            Some(intent) if intent.phase == Phase::EffectsConfirmed => {
-                state.writers[i].publish = PublishCall::AtPublish;
             }
             // Gone (published, or ended) or fenced: the answer says which.
             _ => answer_after_the_end(state, w, Call::Publish),
@@ -298,28 +278,94 @@ impl Protocol {
         true
     }
 
-    /// `abandon_intent(None)`: the abort's fence, conditional on `Armed`.
-    fn abort_fence(&self, state: &mut State, w: u8) -> bool {
+    /// `publish_operation`'s step (`publish_commit`): published, recorded under the
+    /// operation's key and the intent deleted in one step, only while the intent is there and
+    /// not fenced (answered from the record when recovery published it first). Refused for
+    /// good (its rows or checkpoint moved), it goes on to end the operation; parked there,
+    /// this is that end.
+    fn publish_land(&self, state: &mut State, w: u8) -> bool {
         let i = w as usize;
-        if state.writers[i].abort != AbortCall::AtFence {
-            return false;
+        match state.writers[i].publish {
+            PublishCall::AtLand => {}
+            PublishCall::AtEnd { observed } => {
+                self.end_step(state, w, Call::Publish, observed);
+                return true;
+            }
+            PublishCall::Idle => return false,
+        }
+        if state.recorded_publish[i] {
+            state.intents[i] = None;
+            claim(state, w, Call::Publish, Answer::Published);
+            return true;
         }
         match state.intents[i] {
+            // Settled another way meanwhile (recovery rolled it forward, or ended it): the
+            // answer says how.
+            None => answer_after_the_end(state, w, Call::Publish),
+            // Fenced (an abort, recovery): it never publishes.
             Some(intent)
-                if intent.phase != Phase::EffectsConfirmed
-                    || self.has(Bug::AbortWithoutConditionalFence) =>
+                if intent.phase == Phase::Abandoned && !self.has(Bug::PublishWithoutPhaseCheck) =>
             {
-                state.intents[i] = Some(IntentRow {
-                    phase: Phase::Abandoned,
-                    ..intent
-                });
-                state.history.abandoned[i] = true;
-                state.writers[i].abort = AbortCall::AtUnstage;
+                claim(state, w, Call::Publish, Answer::Ended);
             }
-            Some(_) => claim(state, w, Call::Abort, Answer::WillPublish),
-            None => answer_after_the_end(state, w, Call::Abort),
+            Some(_) if publish_applies(state, i) => {
+                land_publish(state, i);
+                state.intents[i] = None;
+                claim(state, w, Call::Publish, Answer::Published);
+            }
+            // Refused for good, nothing landed: the operation ends next.
+            Some(intent) => {
+                state.writers[i].publish = PublishCall::AtEnd {
+                    observed: intent.phase,
+                };
+            }
         }
         true
+    }
+
+    /// `abort_operation`'s end, once it read the intent.
+    fn abort_end(&self, state: &mut State, w: u8) -> bool {
+        let i = w as usize;
+        let AbortCall::AtEnd { observed } = state.writers[i].abort else {
+            return false;
+        };
+        self.end_step(state, w, Call::Abort, observed);
+        true
+    }
+
+    /// An operation's end (`Engine::end_operation`): one conditional step
+    /// (`settle_intents` with one abandonment, on the phase the call read): the intent
+    /// deleted, its staged row unstaged with its object, its end recorded; the call answers
+    /// ended. The intent gone (its publish landed, or something else ended it): nothing
+    /// written, the answer says what did. Its phase moved since it was read: refused, the
+    /// call reads it again and parks at the end once more.
+    fn end_step(&self, state: &mut State, w: u8, call: Call, observed: Phase) {
+        let i = w as usize;
+        match state.intents[i] {
+            None if self.has(Bug::AbortWithoutConditionalEnd) => {
+                claim(state, w, call, Answer::Ended);
+            }
+            None => answer_after_the_end(state, w, call),
+            Some(intent) if intent.phase != observed => {
+                let observed = intent.phase;
+                match call {
+                    Call::Publish => state.writers[i].publish = PublishCall::AtEnd { observed },
+                    _ => state.writers[i].abort = AbortCall::AtEnd { observed },
+                }
+            }
+            Some(_) => {
+                state.history.abandoned[i] = true;
+                if state.splits[i] == SplitRow::Staged {
+                    state.splits[i] = SplitRow::Absent;
+                    state.objects[i] = false;
+                }
+                if self.has(Bug::RollBackAppliesDelta) {
+                    state.checkpoints[i] += 1;
+                }
+                state.intents[i] = None;
+                claim(state, w, call, Answer::Ended);
+            }
+        }
     }
 
     /// Whether `sweeper` may take the dataset gate now: it is free, or its holder's lease ran
@@ -384,8 +430,16 @@ impl Protocol {
         };
         let batch = match sweep.steps[0] {
             Some(SweepStep::Settle(batch)) => batch,
-            Some(SweepStep::RollBack { writer, observed }) => {
-                self.roll_back(state, writer, observed);
+            Some(SweepStep::RollBack { writer }) => {
+                match self.roll_back_fence(state, writer) {
+                    Some(next) => replace_step(state, sweeper, next),
+                    None => pop_step(state, sweeper),
+                }
+                end_when_done(state, sweeper);
+                return true;
+            }
+            Some(SweepStep::Unstage { writer, staged }) => {
+                self.roll_back_unstage(state, writer, staged);
                 pop_step(state, sweeper);
                 end_when_done(state, sweeper);
                 return true;
@@ -491,75 +545,33 @@ impl Protocol {
         }
     }
 
-    /// `abort_operation` up to its fence: what it finds.
-    fn abort_start(&self, state: &mut State, w: u8) -> bool {
+    /// The exclusive sweep's roll-back of one operation (`execute`, `RollBack`), first write:
+    /// its fence (`abandon_intent(None)`, which an intent fenced already passes too), then it
+    /// reads the operation's rows. If the operation was settled since, there is nothing to
+    /// fence, and nothing is touched: the sweep reports it overtaken. Once fenced, no publish
+    /// of it can land. Returns the step that follows, if any.
+    fn roll_back_fence(&self, state: &mut State, w: u8) -> Option<SweepStep> {
         let i = w as usize;
-        if !sends_new_calls(state, i) || state.writers[i].abort != AbortCall::Idle {
-            return false;
+        let intent = state.intents[i]?;
+        if !self.has(Bug::RollBackWithoutFence) {
+            state.intents[i] = Some(IntentRow {
+                phase: Phase::Abandoned,
+                ..intent
+            });
         }
-        match state.intents[i] {
-            Some(intent) if intent.phase == Phase::EffectsConfirmed => {
-                let answer = if self.has(Bug::AbortAnswersEndedWhenConfirmed) {
-                    Answer::Ended
-                } else {
-                    Answer::WillPublish
-                };
-                claim(state, w, Call::Abort, answer)
-            }
-            Some(_) => state.writers[i].abort = AbortCall::AtFence,
-            None => answer_after_the_end(state, w, Call::Abort),
-        }
-        true
+        state.history.abandoned[i] = true;
+        Some(SweepStep::Unstage {
+            writer: w,
+            staged: state.splits[i] == SplitRow::Staged,
+        })
     }
 
-    /// `abort_operation`'s roll-back of its own rows once fenced: the staged row marked, its
-    /// object deleted, the row deleted, the intent deleted.
-    fn abort_unstage(&self, state: &mut State, w: u8) -> bool {
+    /// The roll-back's second write: the row it read staged marked (whatever its state now:
+    /// the fence keeps a publish from landing in between), its object and row deleted, then
+    /// the intent.
+    fn roll_back_unstage(&self, state: &mut State, w: u8, staged: bool) {
         let i = w as usize;
-        if state.writers[i].abort != AbortCall::AtUnstage {
-            return false;
-        }
-        if matches!(
-            state.splits[i],
-            SplitRow::Staged | SplitRow::MarkedForDeletion
-        ) {
-            state.splits[i] = SplitRow::Absent;
-            state.objects[i] = false;
-        }
-        if self.has(Bug::RollBackAppliesDelta) {
-            state.checkpoints[i] += 1;
-        }
-        state.intents[i] = None;
-        claim(state, w, Call::Abort, Answer::Ended);
-        true
-    }
-
-    /// The exclusive sweep's roll-back of one operation (`execute`, `RollBack`): first its
-    /// fence, one conditional write on the phase the sweep observed (`Armed`:
-    /// `abandon_intent(None)`, which an intent fenced already also passes; `EffectsConfirmed`:
-    /// `update_intent` to `Abandoned` expecting it). If the operation moved since (confirmed,
-    /// settled), the fence fails and nothing is touched: the sweep reports it overtaken. Once
-    /// fenced, no publish of it can land, and its rows go: each not published marked, its
-    /// object deleted, the row deleted; then the intent.
-    fn roll_back(&self, state: &mut State, w: u8, observed: Phase) {
-        let i = w as usize;
-        let Some(intent) = state.intents[i] else {
-            return;
-        };
-        let fenced = match observed {
-            Phase::Armed => intent.phase != Phase::EffectsConfirmed,
-            Phase::EffectsConfirmed => intent.phase == Phase::EffectsConfirmed,
-            // Never decided (a fenced intent is abandoned); the engine writes nothing for it.
-            Phase::Abandoned => true,
-        };
-        if self.has(Bug::RollBackWithoutFence) {
-            // Rolled back on what it observed, whatever happened since.
-        } else if fenced {
-            state.history.abandoned[i] = true;
-        } else {
-            return;
-        }
-        if state.splits[i] != SplitRow::Published {
+        if staged {
             state.splits[i] = SplitRow::Absent;
             state.objects[i] = false;
         }
@@ -608,14 +620,18 @@ fn begin(state: &mut State, config: Config, w: u8) -> bool {
     true
 }
 
-/// `upload_object`: the object put while the intent is live (any lease).
+/// `upload_object`: the object put on the plan the writer's process began with (it reads no
+/// intent first), then, beside its record, a look at the intent: one gone or fenced by then is
+/// answered as ended, and its object is left for reconcile, which discards an ended
+/// operation's objects.
 fn upload(state: &mut State, w: u8) -> bool {
     let i = w as usize;
     if !sends_new_calls(state, i) || state.objects[i] {
         return false;
     }
+    state.objects[i] = true;
     match state.intents[i] {
-        Some(intent) if intent.phase != Phase::Abandoned => state.objects[i] = true,
+        Some(intent) if intent.phase != Phase::Abandoned => {}
         _ => answer_after_the_end(state, w, Call::Other),
     }
     true
@@ -635,77 +651,25 @@ fn heartbeat(state: &mut State, config: Config, w: u8) -> bool {
                 lease_until: intent.lease_until.max(state.now + config.intent_lease),
                 ..intent
             });
-            // Its answer shows the phase renewed: a confirmed operation's says its publish is
-            // under way, a promise that it publishes. The writer goes on (its heartbeats run
-            // beside its calls, and it does not act on their answers).
-            if intent.phase == Phase::EffectsConfirmed {
-                state.history.claimed_will_publish[i] = true;
-            }
         }
         _ => answer_after_the_end(state, w, Call::Other),
     }
     true
 }
 
-/// `publish_operation` up to its confirm: the recorded publish, the intent, the delta, every
-/// object in place.
-fn publish_start(state: &mut State, w: u8) -> bool {
+/// `abort_operation` up to its end: what it finds.
+fn abort_start(state: &mut State, w: u8) -> bool {
     let i = w as usize;
-    if !sends_new_calls(state, i) || state.writers[i].publish != PublishCall::Idle {
+    if !sends_new_calls(state, i) || state.writers[i].abort != AbortCall::Idle {
         return false;
     }
-    if state.recorded_publish[i] {
-        claim(state, w, Call::Publish, Answer::Published);
-        return true;
-    }
     match state.intents[i] {
-        Some(intent) if intent.phase == Phase::Armed => {
-            // Refused before anything is written: objects not in place, or a delta that no
-            // longer applies; the writer may go on (upload, abort).
-            if state.objects[i] && state.checkpoints[i] == 0 {
-                state.writers[i].publish = PublishCall::AtConfirm {
-                    lease_read: intent.lease_until,
-                };
-            } else {
-                claim(state, w, Call::Publish, Answer::Nothing);
+        Some(intent) => {
+            state.writers[i].abort = AbortCall::AtEnd {
+                observed: intent.phase,
             }
         }
-        Some(intent) if intent.phase == Phase::EffectsConfirmed => {
-            state.writers[i].publish = PublishCall::AtPublish;
-        }
-        _ => answer_after_the_end(state, w, Call::Publish),
-    }
-    true
-}
-
-/// `publish_operation`'s publish (`publish_commit`): published, recorded under the
-/// operation's key and the intent deleted in one step, only while the intent is there and not
-/// fenced (answered from the record when recovery published it first).
-fn publish_land(state: &mut State, w: u8) -> bool {
-    let i = w as usize;
-    if state.writers[i].publish != PublishCall::AtPublish {
-        return false;
-    }
-    if state.recorded_publish[i] {
-        state.intents[i] = None;
-        claim(state, w, Call::Publish, Answer::Published);
-        return true;
-    }
-    match state.intents[i] {
-        // Settled another way meanwhile (recovery rolled it forward, or ended it): the answer
-        // says how.
-        None => answer_after_the_end(state, w, Call::Publish),
-        // Fenced (exclusive recovery rolls it back): it never publishes.
-        Some(intent) if intent.phase == Phase::Abandoned => {
-            claim(state, w, Call::Publish, Answer::Ended);
-        }
-        Some(_) if publish_applies(state, i) => {
-            land_publish(state, i);
-            state.intents[i] = None;
-            claim(state, w, Call::Publish, Answer::Published);
-        }
-        // Refused (its rows or checkpoint moved); nothing landed.
-        Some(_) => claim(state, w, Call::Publish, Answer::Nothing),
+        None => answer_after_the_end(state, w, Call::Abort),
     }
     true
 }
@@ -736,9 +700,7 @@ fn decide(state: &State, mode: Mode, bug: Option<Bug>) -> [Option<SweepStep>; 2 
         let writer = i as u8;
         let settled = state.splits[i] == SplitRow::Published && state.checkpoints[i] >= 1;
         let lease_live = intent.lease_until > state.now || bug == Some(Bug::SweepNeverAbandons);
-        let effects_in_place = (intent.phase == Phase::EffectsConfirmed
-            || state.splits[i] != SplitRow::Absent)
-            && state.objects[i];
+        let effects_in_place = state.splits[i] != SplitRow::Absent && state.objects[i];
         let settlement = if intent.phase == Phase::Abandoned {
             Some(Settlement::Abandon {
                 writer,
@@ -754,9 +716,6 @@ fn decide(state: &State, mode: Mode, bug: Option<Bug>) -> [Option<SweepStep>; 2 
                 epoch: state.epoch,
             })
         } else if intent.phase == Phase::Armed && mode == Mode::RollForward {
-            // (A confirmed operation whose checkpoint delta another publish overtook is
-            // abandoned too, in every mode; in the model none is, since each writer's delta
-            // moves its own partition, which only its own publish moves.)
             Some(Settlement::Abandon {
                 writer,
                 observed_at: state.now,
@@ -768,10 +727,7 @@ fn decide(state: &State, mode: Mode, bug: Option<Bug>) -> [Option<SweepStep>; 2 
                 batch = [None; WRITERS];
                 batched = 0;
             }
-            steps.push(SweepStep::RollBack {
-                writer,
-                observed: intent.phase,
-            });
+            steps.push(SweepStep::RollBack { writer });
             None
         } else {
             // Blocked: an operator must decide.
@@ -841,7 +797,6 @@ fn claim(state: &mut State, w: u8, call: Call, answer: Answer) {
     match answer {
         Answer::Nothing => return,
         Answer::Published => state.history.claimed_published[i] = true,
-        Answer::WillPublish => state.history.claimed_will_publish[i] = true,
         Answer::Ended => state.history.claimed_ended[i] = true,
     }
     state.writers[i].finished = true;
@@ -866,6 +821,14 @@ fn set_sweep(state: &mut State, sweeper: Sweeper, sweep: Option<Sweep>) {
                 None => Operator::Done,
             }
         }
+    }
+}
+
+/// Replaces the sweep's next step with `next` (a roll-back's second write after its first).
+fn replace_step(state: &mut State, sweeper: Sweeper, next: SweepStep) {
+    if let Some(mut sweep) = sweep_of(state, sweeper) {
+        sweep.steps[0] = Some(next);
+        set_sweep(state, sweeper, Some(sweep));
     }
 }
 

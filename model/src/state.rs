@@ -16,7 +16,6 @@ pub type Time = u8;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
     Armed,
-    EffectsConfirmed,
     Abandoned,
 }
 
@@ -44,14 +43,13 @@ pub enum SplitRow {
 pub enum PublishCall {
     /// None in flight.
     Idle,
-    /// It read the intent `Armed` (with this lease end) and every object in place; next: the
-    /// confirm, which writes the intent as it read it, but for its lease: a lease never moves
-    /// back, so one a heartbeat renewed since is kept.
-    AtConfirm { lease_read: Time },
-    /// It confirmed (or found it confirmed); next: the publish, which publishes, records the
-    /// result under the operation's key and deletes the intent in one step, only while the
-    /// intent is there and not fenced.
-    AtPublish,
+    /// It read the intent `Armed` and every object in place; next: its one step, which
+    /// publishes, records the result under the operation's key and deletes the intent, only
+    /// while the intent is there and not fenced, and only if the publish applies.
+    AtLand,
+    /// Its step was refused for good (the publish no longer applies): next, the operation's
+    /// end, as an abort's ([`AbortCall::AtEnd`]), on the phase it read.
+    AtEnd { observed: Phase },
 }
 
 /// A writer's `abort_operation` in flight: parked at its next conditional write.
@@ -59,10 +57,11 @@ pub enum PublishCall {
 pub enum AbortCall {
     /// None in flight.
     Idle,
-    /// It found the intent; next: the fence (`Armed` to `Abandoned`).
-    AtFence,
-    /// It fenced it; next: unstaging its own rows.
-    AtUnstage,
+    /// It found the intent in phase `observed`; next: the end, one conditional step on that
+    /// phase (`settle_intents` with one abandonment): the intent deleted, its staged row
+    /// unstaged, its end recorded. A phase that moved since refuses it; the abort reads again
+    /// and parks here on the phase it finds.
+    AtEnd { observed: Phase },
 }
 
 /// Where a writer's client stands. A writer may have a publish and an abort in flight at once
@@ -86,11 +85,6 @@ pub enum Answer {
     Nothing,
     /// Published (a publish's view, or a refusal naming the publish).
     Published,
-    /// Confirmed: it can no longer be aborted and publishes (a promise that it publishes). The
-    /// engine adds "unless another operation publishes from the same checkpoint positions
-    /// first"; in the model none does (each writer moves its own partition), so the promise
-    /// is whole.
-    WillPublish,
     /// Ended without publishing; never becomes visible.
     Ended,
 }
@@ -112,12 +106,20 @@ pub enum Settlement {
 
 /// One step of a sweep after it observed, each one conditional catalog write: a batch
 /// settled (`settle_intents`), or an exclusive sweep's roll-back of one operation, which it
-/// executes alone between batches and which starts with the operation's fence, conditional on
-/// the phase the sweep observed: only a roll-back whose fence landed touches the operation.
+/// executes alone between batches in two writes: the operation's fence (`abandon_intent`),
+/// after which it reads the operation's rows; then the marks of the rows it read staged, with
+/// their objects and the intent deleted. Only a roll-back whose fence landed goes on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SweepStep {
     Settle([Option<Settlement>; WRITERS]),
-    RollBack { writer: u8, observed: Phase },
+    RollBack {
+        writer: u8,
+    },
+    /// The roll-back after its fence: `staged` says whether it read the row staged.
+    Unstage {
+        writer: u8,
+        staged: bool,
+    },
 }
 
 /// A sweep in progress, parked at its next step (the steps before it have run).
@@ -166,7 +168,6 @@ pub enum Operator {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct History {
     pub claimed_published: [bool; WRITERS],
-    pub claimed_will_publish: [bool; WRITERS],
     pub claimed_ended: [bool; WRITERS],
     /// Publishes of each writer's split that landed.
     pub publishes: [u8; WRITERS],

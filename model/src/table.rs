@@ -13,11 +13,9 @@ pub enum ActionKind {
     Upload,
     Heartbeat,
     PublishStart,
-    PublishConfirm,
     PublishLand,
     AbortStart,
-    AbortFence,
-    AbortUnstage,
+    AbortEnd,
     WritersStop,
     MemberHeartbeat,
     SweepStart,
@@ -34,11 +32,9 @@ impl ActionKind {
             Action::Upload(_) => Self::Upload,
             Action::Heartbeat(_) => Self::Heartbeat,
             Action::PublishStart(_) => Self::PublishStart,
-            Action::PublishConfirm(_) => Self::PublishConfirm,
             Action::PublishLand(_) => Self::PublishLand,
             Action::AbortStart(_) => Self::AbortStart,
-            Action::AbortFence(_) => Self::AbortFence,
-            Action::AbortUnstage(_) => Self::AbortUnstage,
+            Action::AbortEnd(_) => Self::AbortEnd,
             Action::WritersStop => Self::WritersStop,
             Action::MemberHeartbeat(_) => Self::MemberHeartbeat,
             Action::SweepStart(_) => Self::SweepStart,
@@ -73,12 +69,12 @@ const fn entry(
 }
 
 /// Every model action, the function implementing it, and its atomic catalog step.
-pub const ACTION_TABLE: [ActionEntry; 16] = [
+pub const ACTION_TABLE: [ActionEntry; 14] = [
     entry(ActionKind::Tick, "ManualClock::advance_ms", "-"),
     entry(
         ActionKind::Begin,
         "Engine::begin_operation",
-        "Catalog::put_intent, then Catalog::stage (create-only)",
+        "Catalog::begin_commit (the intent and every row create-only, or nothing; its begin recorded)",
     ),
     entry(
         ActionKind::Upload,
@@ -92,33 +88,23 @@ pub const ACTION_TABLE: [ActionEntry; 16] = [
     ),
     entry(
         ActionKind::PublishStart,
-        "Engine::publish_operation (reads up to the confirm)",
+        "Engine::publish_operation (reads up to its step)",
         "-",
-    ),
-    entry(
-        ActionKind::PublishConfirm,
-        "Engine::publish_operation (confirm)",
-        "Catalog::update_intent (expecting Armed)",
     ),
     entry(
         ActionKind::PublishLand,
-        "Engine::publish_operation (publish)",
-        "Catalog::publish_commit (publish under op:<id>:publish and delete the intent, only while it is there and not Abandoned)",
+        "Engine::publish_operation (its step, or the end of a publish refused for good)",
+        "Catalog::publish_commit (publish under op:<id>:publish and delete the intent, only while it is there and not Abandoned); refused for good: Catalog::settle_intents (one abandonment, on the phase read)",
     ),
     entry(
         ActionKind::AbortStart,
-        "Engine::abort_operation (reads up to the fence)",
+        "Engine::abort_operation (reads up to its end)",
         "-",
     ),
     entry(
-        ActionKind::AbortFence,
-        "Engine::abort_operation (fence)",
-        "Catalog::abandon_intent (lease_expired_by: None)",
-    ),
-    entry(
-        ActionKind::AbortUnstage,
-        "Engine::abort_operation (roll_back_own)",
-        "Catalog::mark_stale_staged, then delete_splits, delete_intent",
+        ActionKind::AbortEnd,
+        "Engine::abort_operation (end_operation)",
+        "Catalog::settle_intents (one abandonment, on the phase read: the intent deleted, its staged rows marked, its end recorded), then its objects and rows deleted",
     ),
     entry(
         ActionKind::WritersStop,
@@ -147,11 +133,10 @@ pub const ACTION_TABLE: [ActionEntry; 16] = [
     ),
     entry(
         ActionKind::ExclusiveSettle,
-        "Engine::recover(Exclusive) (settle, or fence and roll back one operation)",
-        "Catalog::settle_intents; or the roll-back's fence on the phase observed \
-         (Catalog::abandon_intent (lease_expired_by: None) when Armed, Catalog::update_intent \
-         to Abandoned expecting EffectsConfirmed), then, once fenced, mark_for_deletion, \
-         delete_splits, delete_intent",
+        "Engine::recover(Exclusive) (settle, or one write of a roll-back)",
+        "Catalog::settle_intents; or a roll-back's fence (Catalog::abandon_intent \
+         (lease_expired_by: None)), then, once fenced, its second write: mark_for_deletion of \
+         the rows it read staged, then delete_splits, delete_intent",
     ),
 ];
 

@@ -753,10 +753,11 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     async fn list_audit(&self, dataset_id: &str, limit: Option<usize>) -> Result<Vec<AuditRecord>>;
 
     /// Records a write that no step of this catalog made (an object put or deleted in the
-    /// object storage of splits, which no catalog step can join), in a step of its own right
-    /// after it. The default keeps nothing, like the default of
+    /// object storage of splits, which no catalog step can join), in a write of its own right
+    /// after it: mend's object-store catalog puts it in an object beside the log (no log
+    /// version), Postgres inserts a row. The default keeps nothing, like the default of
     /// [`list_write_audit`](Catalog::list_write_audit). `NotFound` if the dataset does not
-    /// exist.
+    /// exist, where the backend can tell without reading it first.
     async fn record_write(&self, record: &write_audit::WriteRecord) -> Result<()> {
         let _ = record;
         Ok(())

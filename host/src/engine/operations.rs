@@ -4,21 +4,33 @@
 //! [`Engine::commit`](super::Engine::commit) runs every step of a commit in one call. A writer
 //! elsewhere runs the same steps, one request each, and any of them may be the last it sends:
 //!
-//! | step        | what mend does                                                              |
-//! |-------------|-----------------------------------------------------------------------------|
-//! | `begin`     | writes the intent (`Armed`), then stages the rows create-only               |
-//! | `upload`    | streams one object into the store with its recovery header, checked against the planned size and sha256 |
-//! | `heartbeat` | extends the lease, so recovery never takes a live slow writer's work away   |
-//! | `publish`   | checks every object (size, checksum, operation), confirms the intent, publishes with the delta, deletes the intent |
-//! | `abort`     | rolls the operation back at once: its rows and objects go, then its intent  |
-//! | `show`      | the phase, each split's object, and what recovery would decide now          |
+//! | step        | what mend does | its writes |
+//! |-------------|----------------|------------|
+//! | `begin`     | writes the intent (`Armed`) and stages every row create-only, or nothing if another writer holds a row; records the begin | one atomic step ([`Catalog::begin_commit`](crate::catalog::Catalog::begin_commit)) |
+//! | `upload`    | streams one object into the store with its recovery header, checked against the planned size and sha256, then records the write | the object, then its record |
+//! | `heartbeat` | extends the lease, so recovery never takes a live slow writer's work away | one conditional write ([`Catalog::update_intent`](crate::catalog::Catalog::update_intent)) |
+//! | `publish`   | checks every object (size, checksum, operation), then publishes with the delta, records the answer and deletes the intent, while the intent is there and not fenced | one atomic step ([`Catalog::publish_commit`](crate::catalog::Catalog::publish_commit)); refused for good, the end below |
+//! | `abort`     | ends the operation: the intent fenced and deleted, its staged rows marked, its end recorded; then its objects and rows go | one atomic step (`Settlement::Abandon`), then the clean-up |
+//! | `show`      | the phase, each split's object, and what recovery would decide now | none |
+//!
+//! Two steps that race are decided by one conditional write each on the same intent: a
+//! publish and an abort, a publish and recovery's abandonment, an abort and a begin still on
+//! its way (the abort records the end, the begin looks for that record in its own step).
+//! The upload keeps two writes, because the object storage of splits joins no catalog step: a
+//! crash between them leaves an object without its record of the write, which the object's
+//! header names the operation of (recovery and reconcile read it). The abort's clean-up after
+//! its step leaves, if it is cut off, marked rows and their objects, which garbage collection
+//! deletes.
 //!
 //! The operation id is the idempotency key of every step: a step sent again answers what it
 //! answered the first time. `begin` resumes an operation whose intent is there with the same
-//! plan; its stage is recorded under `op:<id>:stage`, so a repeated begin reports the rows it
-//! won again rather than "skipped". `publish` is recorded under `op:<id>:publish` in the
-//! publish's own atomic step ([`crate::catalog::recorded`]), so a publish that landed answers
-//! its result again, never "not staged". An upload of an object already in place as planned
+//! plan, and refuses one that began or ended before (its begin, publish or end recorded
+//! under `op:<id>:begin`, `op:<id>:publish`, `op:<id>:abort`), answering how it ended.
+//! `publish` is recorded under `op:<id>:publish` in the publish's own atomic step
+//! ([`crate::catalog::recorded`]), so a publish that landed answers its result again, never
+//! "not staged". A publish refused in its step for good (its checkpoint delta overtaken, its
+//! publish token moved on) ends the operation before it answers, so that neither a retry nor
+//! recovery ever lands it afterwards. An upload of an object already in place as planned
 //! writes nothing. A writer that dies at any step leaves an intent that recovery settles like
 //! an in-process commit's.
 //!
@@ -411,7 +423,8 @@ impl Engine {
             Ok(begun) => {
                 let (_, headers) =
                     self.begin_intent(request, &checked, &begun.dataset, &operation_id, now);
-                self.uploaded.remember_intent(&begun.intent);
+                self.uploaded
+                    .remember_intent(&begun.intent, &begun.dataset.uid);
                 Ok(self.view(&begun.intent, None, &headers))
             }
             // A begin sent again while its operation is in flight.
@@ -465,6 +478,7 @@ impl Engine {
         if stored.phase == IntentPhase::Abandoned {
             return Err(ended(dataset_id, operation_id));
         }
+        self.uploaded.remember_intent(&stored, &dataset.uid);
         Ok(self.view(&stored, None, &headers))
     }
 
@@ -606,19 +620,49 @@ impl Engine {
     {
         let uploading = async {
             let uploaded = self
-                .upload_object_unrecorded(dataset_id, operation_id, split_id, payload)
+                .put_planned_object(dataset_id, operation_id, split_id, payload)
                 .await?;
             // The object is in the split storage, which no catalog step can join: its record
-            // follows it. It is not visible until the operation's publish, which is recorded
-            // in its own step.
-            self.record_object_write(dataset_id, "upload", [split_id], &uploaded)
-                .await?;
+            // follows it, beside the look at whether the operation is still live. It is not
+            // visible until the operation's publish, which is recorded in its own step.
+            let recording = self.record_object_write(dataset_id, "upload", [split_id], &uploaded);
+            let (live, recorded) = futures::join!(
+                self.ended_while_uploading(dataset_id, operation_id),
+                recording
+            );
+            recorded?;
+            live?;
             Ok(uploaded)
         };
         self.writing("upload", Some(operation_id), uploading).await
     }
 
-    async fn upload_object_unrecorded<S>(
+    /// The operation may have ended while the bytes streamed: its writer is told so. The
+    /// object stays: reconcile discards an object of an operation whose end is recorded (and
+    /// never adopts it). Deleting it here would race a reconcile that staged a row for it
+    /// meanwhile, taking the object of a staged row (invariant 2; mend-sim seed
+    /// 1083818128378677243, an upload stalled 12 s between its put and this look).
+    async fn ended_while_uploading(&self, dataset_id: &str, operation_id: &str) -> Result<()> {
+        let still_live = self
+            .find_intent(dataset_id, operation_id)
+            .await?
+            .is_some_and(|intent| intent.phase != IntentPhase::Abandoned);
+        if !still_live
+            && self
+                .recorded_publish(dataset_id, operation_id)
+                .await?
+                .is_none()
+        {
+            return Err(ended(dataset_id, operation_id));
+        }
+        Ok(())
+    }
+
+    /// Puts one planned object, checked against its plan. The plan is the one this process
+    /// began, if it did (a plan never changes under its operation id), or read: an
+    /// operation that ended meanwhile is found by [`Engine::ended_while_uploading`] after
+    /// the put.
+    async fn put_planned_object<S>(
         &self,
         dataset_id: &str,
         operation_id: &str,
@@ -631,7 +675,14 @@ impl Engine {
         validate::dataset_id(dataset_id)?;
         validate::split_id(operation_id)?;
         validate::split_id(split_id)?;
-        let intent = self.live_intent(dataset_id, operation_id).await?;
+        let (intent, uid) = match self.uploaded.begun(dataset_id, operation_id) {
+            Some(begun) => begun,
+            None => {
+                let intent = self.live_intent(dataset_id, operation_id).await?;
+                let uid = self.catalog.dataset(dataset_id).await?.uid;
+                (intent, uid)
+            }
+        };
         let planned = intent
             .effects
             .objects
@@ -650,7 +701,7 @@ impl Engine {
                 ))
             })?
             .clone();
-        let header = self.planned_header(&intent, &planned).await?;
+        let header = planned_header(&intent, &planned, &uid)?;
         let result = UploadResult {
             split_id: split_id.to_string(),
             object_size: planned.size,
@@ -688,24 +739,6 @@ impl Engine {
         let outcome = self
             .durably(step, self.write_object(&header, payload))
             .await?;
-
-        // The operation may have ended while the bytes streamed: its writer is told so. The
-        // object stays: reconcile discards an object of an operation whose end is recorded
-        // (and never adopts it). Deleting it here would race a reconcile that staged a row for
-        // it meanwhile, taking the object of a staged row (invariant 2; mend-sim seed
-        // 1083818128378677243, an upload stalled 12 s between its put and this look).
-        let still_live = self
-            .find_intent(dataset_id, operation_id)
-            .await?
-            .is_some_and(|intent| intent.phase != IntentPhase::Abandoned);
-        if !still_live
-            && self
-                .recorded_publish(dataset_id, operation_id)
-                .await?
-                .is_none()
-        {
-            return Err(ended(dataset_id, operation_id));
-        }
         // Checked byte for byte as planned, whether written now or found: the publish that
         // follows need not read it back.
         self.uploaded.remember(
@@ -869,7 +902,6 @@ impl Engine {
     ) -> Result<OperationView> {
         // Planted: a retry whose intent is gone is answered "not found", not its record.
         if deliberate_bugs::active(Bug::PublishRetryIgnoresRecord)
-            && self.uploaded.intent(dataset_id, operation_id).is_none()
             && self.find_intent(dataset_id, operation_id).await?.is_none()
         {
             return Err(MendError::NotFound {
@@ -907,17 +939,15 @@ impl Engine {
     /// intent's plan with its checkpoint delta, records the answer under the operation's
     /// publish key and deletes the intent, only while the intent is there and not fenced. A
     /// publish sent again after it landed is answered its record by that same step (or, once
-    /// the intent is gone, by [`Engine::publish_operation_pinned`]). The intent is the one this
-    /// process began, if it did: its plan is the stored one, and the step checks the rest.
+    /// the intent is gone, by [`Engine::publish_operation_pinned`]).
     async fn publish_unrecorded(
         &self,
         dataset_id: &str,
         operation_id: &str,
     ) -> Result<OperationView> {
-        let intent = match self.uploaded.intent(dataset_id, operation_id) {
-            Some(intent) => intent,
-            None => self.live_intent(dataset_id, operation_id).await?,
-        };
+        // Read, never remembered: the answer to a publish of an operation that ended is read
+        // from the catalog, not met at its step.
+        let intent = self.live_intent(dataset_id, operation_id).await?;
         self.require_objects_in_place(&intent).await?;
         let publish = planned_publish(&intent)?;
         self.check_publish(&publish)?;
@@ -1182,7 +1212,7 @@ impl Engine {
         let (dataset_id, operation_id) = (&intent.dataset_id, &intent.operation_id);
         // All or nothing, a begin owns every row it plans; this process remembers the intents
         // it began, and reads the record of any other's begin.
-        let own = match self.uploaded.intent(dataset_id, operation_id) {
+        let own = match self.uploaded.begun(dataset_id, operation_id) {
             Some(_) => intent
                 .effects
                 .stage
@@ -1618,35 +1648,7 @@ impl Engine {
         planned: &PlannedObject,
     ) -> Result<SplitObjectHeader> {
         let dataset = self.catalog.dataset(&intent.dataset_id).await?;
-        let metadata_json = intent
-            .effects
-            .stage
-            .iter()
-            .find(|row| row.split_id == planned.split_id)
-            .map(|row| row.metadata_json.clone())
-            .unwrap_or_default();
-        let mut header = SplitObjectHeader {
-            format_version: HEADER_FORMAT_VERSION,
-            dataset_id: intent.dataset_id.clone(),
-            dataset_uid: dataset.uid,
-            split_id: planned.split_id.clone(),
-            node: intent.owner.clone(),
-            metadata_json,
-            operation_id: Some(intent.operation_id.clone()),
-            payload_size: 0,
-            payload_sha256: planned.checksum.clone(),
-        };
-        let bare = format::encoded_len(&header, 0);
-        header.payload_size = payload_size_for(planned.size, bare);
-        if format::encoded_len(&header, header.payload_size as usize) != planned.size {
-            return Err(MendError::Corrupt {
-                message: format!(
-                    "operation {}: the planned object of split {} does not match its header",
-                    intent.operation_id, planned.split_id
-                ),
-            });
-        }
-        Ok(header)
+        planned_header(intent, planned, &dataset.uid)
     }
 
     /// Whether a planned object is in place as planned: its header (size, checksum, operation)
@@ -1852,6 +1854,44 @@ impl Engine {
 struct CheckedBegin {
     /// Each split's object header, but for the dataset uid and the operation id.
     headers: Vec<SplitObjectHeader>,
+}
+
+/// The header an operation's object carries: a function of the intent and the dataset's
+/// incarnation (`dataset_uid`).
+fn planned_header(
+    intent: &Intent,
+    planned: &PlannedObject,
+    dataset_uid: &str,
+) -> Result<SplitObjectHeader> {
+    let metadata_json = intent
+        .effects
+        .stage
+        .iter()
+        .find(|row| row.split_id == planned.split_id)
+        .map(|row| row.metadata_json.clone())
+        .unwrap_or_default();
+    let mut header = SplitObjectHeader {
+        format_version: HEADER_FORMAT_VERSION,
+        dataset_id: intent.dataset_id.clone(),
+        dataset_uid: dataset_uid.to_string(),
+        split_id: planned.split_id.clone(),
+        node: intent.owner.clone(),
+        metadata_json,
+        operation_id: Some(intent.operation_id.clone()),
+        payload_size: 0,
+        payload_sha256: planned.checksum.clone(),
+    };
+    let bare = format::encoded_len(&header, 0);
+    header.payload_size = payload_size_for(planned.size, bare);
+    if format::encoded_len(&header, header.payload_size as usize) != planned.size {
+        return Err(MendError::Corrupt {
+            message: format!(
+                "operation {}: the planned object of split {} does not match its header",
+                intent.operation_id, planned.split_id
+            ),
+        });
+    }
+    Ok(header)
 }
 
 /// Whether two intents plan the same operation (a begin sent again), whatever their times.

@@ -1,12 +1,14 @@
 //! Objects this process uploaded and checked for an operation still in flight, so that the
 //! operation's publish need not read each one back from the store; and the intent of each
-//! operation this process began, so that its publish need not read it from the catalog.
+//! operation this process began, with its dataset's incarnation, so that its uploads need
+//! not read them to build each object's header, nor its end the record of its begin to know
+//! its own rows.
 //!
 //! An intent's plan never changes under its operation id (a begin sent again with another
 //! plan is refused, and an operation that ended is never begun again), so the plan
-//! remembered is the plan stored. Its phase and lease do change; the publish's own atomic
-//! step checks them in the catalog ([`Catalog::publish_commit`](crate::catalog::Catalog::publish_commit)),
-//! so a remembered intent that is stale costs a refusal, never a wrong publish.
+//! remembered is the plan stored, and a begin that wrote it owns every row it plans. Its
+//! phase and lease do change, and are never read from here: each step reads or checks them
+//! in the catalog.
 //!
 //! An upload through mend ([`Engine::upload_object`](super::Engine::upload_object)) hashes
 //! every byte against the plan and writes the object put-if-absent; an object already there
@@ -46,13 +48,18 @@ struct Operation {
     /// When it was first remembered ([`Remembered::by_age`]).
     age: u64,
     objects: ObjectsBySplit,
-    intent: Option<Intent>,
+    /// The intent as this process began it, and its dataset's uid.
+    intent: Option<(Intent, String)>,
 }
 
 impl Operation {
     /// What it counts against [`MAX_REMEMBERED_OBJECTS`].
     fn weight(&self) -> usize {
-        self.objects.len() + self.intent.as_ref().map_or(0, intent_weight)
+        self.objects.len()
+            + self
+                .intent
+                .as_ref()
+                .map_or(0, |(intent, _)| intent_weight(intent))
     }
 }
 
@@ -133,20 +140,23 @@ impl UploadedObjects {
         inner.evict();
     }
 
-    /// Remembers the intent of an operation this process began.
-    pub(crate) fn remember_intent(&self, intent: &Intent) {
+    /// Remembers the intent of an operation this process began, and its dataset's uid.
+    pub(crate) fn remember_intent(&self, intent: &Intent, dataset_uid: &str) {
         let mut inner = self.inner.lock().expect("no panic while the lock is held");
         let key = (intent.dataset_id.clone(), intent.operation_id.clone());
         let entry = inner.entry(key);
-        let before = entry.intent.as_ref().map_or(0, intent_weight);
-        entry.intent = Some(intent.clone());
+        let before = entry
+            .intent
+            .as_ref()
+            .map_or(0, |(intent, _)| intent_weight(intent));
+        entry.intent = Some((intent.clone(), dataset_uid.to_string()));
         inner.objects = inner.objects - before + intent_weight(intent);
         inner.evict();
     }
 
-    /// The intent of the operation as this process began it, if it remembers it: its plan is
-    /// the stored one, its phase and lease may be stale.
-    pub(crate) fn intent(&self, dataset_id: &str, operation_id: &str) -> Option<Intent> {
+    /// The intent of the operation as this process began it, and its dataset's uid, if it
+    /// remembers them: its plan is the stored one, its phase and lease may be stale.
+    pub(crate) fn begun(&self, dataset_id: &str, operation_id: &str) -> Option<(Intent, String)> {
         let inner = self.inner.lock().expect("no panic while the lock is held");
         let key = (dataset_id.to_string(), operation_id.to_string());
         inner.operations.get(&key)?.intent.clone()
@@ -261,20 +271,27 @@ mod tests {
     fn an_intent_is_remembered_until_its_operation_is_forgotten() {
         let uploaded = UploadedObjects::default();
         let begun = intent("op", &[("a", 10, "sha256:aa")]);
-        assert_eq!(uploaded.intent("ds", "op"), None);
-        uploaded.remember_intent(&begun);
+        assert_eq!(uploaded.begun("ds", "op").map(|(intent, _)| intent), None);
+        uploaded.remember_intent(&begun, "uid");
         uploaded.remember("ds", "op", "a", 10, "sha256:aa");
-        assert_eq!(uploaded.intent("ds", "op"), Some(begun.clone()));
-        assert_eq!(uploaded.intent("other", "op"), None, "another dataset");
+        assert_eq!(
+            uploaded.begun("ds", "op").map(|(intent, _)| intent),
+            Some(begun.clone())
+        );
+        assert_eq!(
+            uploaded.begun("other", "op").map(|(intent, _)| intent),
+            None,
+            "another dataset"
+        );
         assert_eq!(
             uploaded.remembered_objects(),
             2,
             "the object and the intent"
         );
-        uploaded.remember_intent(&begun);
+        uploaded.remember_intent(&begun, "uid");
         assert_eq!(uploaded.remembered_objects(), 2, "remembered once");
         uploaded.forget("ds", "op");
-        assert_eq!(uploaded.intent("ds", "op"), None);
+        assert_eq!(uploaded.begun("ds", "op").map(|(intent, _)| intent), None);
         assert_eq!(uploaded.remembered_objects(), 0);
     }
 

@@ -87,6 +87,8 @@ fn payload(w: usize) -> Vec<u8> {
 enum Claim {
     Nothing,
     Published,
+    /// Confirmed: no step of the protocol confirms, so the model never answers it; an engine
+    /// that did would differ from the model here.
     WillPublish,
     Ended,
 }
@@ -324,18 +326,14 @@ async fn replay_action(replay: &mut Replay, action: Action) -> Dispatch {
                 })
                 .await;
             finish_or_keep(replay, w, call, true).await;
-            "Engine::publish_operation (reads up to the confirm)"
+            "Engine::publish_operation (reads up to its step)"
         }
-        Action::PublishConfirm(w) | Action::PublishLand(w) => {
+        Action::PublishLand(w) => {
             let w = w as usize;
             let call = replay.publishes[w].take().expect("a publish in flight");
             replay.step(publish_actor(w), &call).await;
             finish_or_keep(replay, w, call, true).await;
-            if matches!(action, Action::PublishConfirm(_)) {
-                "Engine::publish_operation (confirm)"
-            } else {
-                "Engine::publish_operation (publish)"
-            }
+            "Engine::publish_operation (its step, or the end of a publish refused for good)"
         }
         Action::AbortStart(w) => {
             let (engine, w) = (replay.writers.clone(), w as usize);
@@ -345,18 +343,14 @@ async fn replay_action(replay: &mut Replay, action: Action) -> Dispatch {
                 })
                 .await;
             finish_or_keep(replay, w, call, false).await;
-            "Engine::abort_operation (reads up to the fence)"
+            "Engine::abort_operation (reads up to its end)"
         }
-        Action::AbortFence(w) | Action::AbortUnstage(w) => {
+        Action::AbortEnd(w) => {
             let w = w as usize;
             let call = replay.aborts[w].take().expect("an abort in flight");
             replay.step(abort_actor(w), &call).await;
             finish_or_keep(replay, w, call, false).await;
-            if matches!(action, Action::AbortFence(_)) {
-                "Engine::abort_operation (fence)"
-            } else {
-                "Engine::abort_operation (roll_back_own)"
-            }
+            "Engine::abort_operation (end_operation)"
         }
         Action::WritersStop => "- (every writer process stops)",
         // Ownership decides which replica's engine sweeps (the model's owner); the fleet's
@@ -404,7 +398,7 @@ async fn replay_action(replay: &mut Replay, action: Action) -> Dispatch {
                 .expect("exclusive recovery in flight");
             replay.step(OPERATOR_ACTOR, &call).await;
             keep_sweep(&mut replay.exclusive, call);
-            "Engine::recover(Exclusive) (settle, or fence and roll back one operation)"
+            "Engine::recover(Exclusive) (settle, or one write of a roll-back)"
         }
     }
 }
@@ -479,7 +473,9 @@ async fn observe(replay: &Replay) -> Observed {
             .map(|intent| {
                 let phase = match intent.phase {
                     IntentPhase::Armed => Phase::Armed,
-                    IntentPhase::EffectsConfirmed => Phase::EffectsConfirmed,
+                    IntentPhase::EffectsConfirmed => {
+                        panic!("w{w}'s intent is confirmed: no step of the protocol confirms")
+                    }
                     IntentPhase::Abandoned => Phase::Abandoned,
                 };
                 (
@@ -564,11 +560,11 @@ fn model_claims(path: &Path, upto: usize, initial: &State) -> [Vec<Claim>; WRITE
 fn answered(before: &State, action: Action, after: &State) -> Option<(usize, Claim)> {
     let (w, ended_call) = match action {
         Action::Upload(w) | Action::Heartbeat(w) => (w as usize, true),
-        Action::PublishStart(w) | Action::PublishConfirm(w) | Action::PublishLand(w) => (
+        Action::PublishStart(w) | Action::PublishLand(w) => (
             w as usize,
             after.writers[w as usize].publish == PublishCall::Idle,
         ),
-        Action::AbortStart(w) | Action::AbortFence(w) | Action::AbortUnstage(w) => (
+        Action::AbortStart(w) | Action::AbortEnd(w) => (
             w as usize,
             after.writers[w as usize].abort == AbortCall::Idle,
         ),
@@ -589,8 +585,6 @@ fn answered(before: &State, action: Action, after: &State) -> Option<(usize, Cla
         .history;
     let claim = if a.claimed_published[w] {
         Claim::Published
-    } else if a.claimed_will_publish[w] {
-        Claim::WillPublish
     } else if a.claimed_ended[w] {
         Claim::Ended
     } else {
@@ -728,17 +722,13 @@ where
     });
 }
 
-/// The counterexample the check found to "an operation promised to publish never ends
-/// unpublished" before the engine's fix, replayed against the engine: exclusive recovery
-/// observes writer 1's operation `Armed` without its object and decides to roll it back, but
-/// first settles writer 0's roll-forward; meanwhile writer 1 uploads and confirms, and an abort
-/// is answered "it can no longer be aborted" (it publishes). The engine then rolled the
-/// operation back on what it had observed before the confirm, and the writer's publish
-/// failed: the promise was false. Now the roll-back first fences the operation on the phase
-/// the sweep observed (`Armed`): that write fails, the sweep reports the operation overtaken
-/// and touches nothing, and the writer's publish lands. Every state equal to the model's.
+/// Exclusive recovery observes writer 1's operation `Armed` without its object and decides to
+/// roll it back, but first settles writer 0's roll-forward; meanwhile writer 1 uploads and its
+/// publish lands. The roll-back's fence, one conditional write on the intent, then finds it
+/// gone: the sweep reports the operation overtaken and touches nothing (the model found the
+/// engine rolling back on what it had observed). Every state equal to the model's.
 #[test]
-fn the_engine_keeps_the_promise_an_exclusive_roll_back_broke() {
+fn an_exclusive_roll_back_overtaken_by_the_writers_publish_touches_nothing() {
     let (initial, path) = path_of(&[
         Action::Begin(0),
         Action::Upload(0),
@@ -746,17 +736,15 @@ fn the_engine_keeps_the_promise_an_exclusive_roll_back_broke() {
         Action::ExclusiveStart,
         Action::Upload(1),
         Action::PublishStart(1),
-        Action::PublishConfirm(1),
-        Action::AbortStart(1),
-        // Writer 0's roll-forward, then writer 1's roll-back, whose fence fails.
-        Action::ExclusiveSettle,
-        Action::ExclusiveSettle,
         Action::PublishLand(1),
+        // Writer 0's roll-forward, then writer 1's roll-back, whose fence finds it published.
+        Action::ExclusiveSettle,
+        Action::ExclusiveSettle,
     ]);
     let (_, state) = path.steps.last().expect("a path of the trace");
-    let promised = &state.history;
-    assert!(promised.claimed_will_publish[1] && promised.claimed_published[1]);
-    assert!(promised.publishes[1] == 1 && !promised.abandoned[1]);
+    let history = &state.history;
+    assert!(history.claimed_published[1]);
+    assert!(history.publishes[1] == 1 && !history.abandoned[1]);
     assert!(state.intents[1].is_none() && state.splits[1] == SplitRow::Published);
     assert_eq!(state.operator, Operator::Done);
     replay_then(&initial, &path, |replay| async move {
@@ -776,24 +764,21 @@ fn the_engine_keeps_the_promise_an_exclusive_roll_back_broke() {
     });
 }
 
-/// A confirm writes the intent as its publish read it, before a heartbeat renewed the lease:
-/// the engine used to move the lease back to what the publish read (found by the model); a
-/// lease now never moves back, and the heartbeat's renewal stands.
+/// An abort and a publish of one operation in flight at once, each parked at its one
+/// conditional step: the publish lands first, and the abort's end, finding the intent gone,
+/// answers that the operation published. The loser says what the winner did.
 #[test]
-fn a_confirm_keeps_the_lease_a_heartbeat_renewed() {
+fn an_abort_that_loses_to_its_publish_answers_published() {
     let (initial, path) = path_of(&[
         Action::Begin(0),
         Action::Upload(0),
         Action::PublishStart(0),
-        Action::Tick,
-        Action::Heartbeat(0),
-        Action::PublishConfirm(0),
+        Action::AbortStart(0),
+        Action::PublishLand(0),
+        Action::AbortEnd(0),
     ]);
     let (_, state) = path.steps.last().expect("a path of the trace");
-    let confirmed = state.intents[0].expect("the intent is there");
-    assert_eq!(
-        (confirmed.phase, confirmed.lease_until),
-        (Phase::EffectsConfirmed, 2)
-    );
+    assert!(state.history.claimed_published[0] && !state.history.claimed_ended[0]);
+    assert_eq!(state.splits[0], SplitRow::Published);
     replay_then(&initial, &path, |_| async {});
 }

@@ -222,8 +222,11 @@ impl Catalog for SteppedCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<MarkResult> {
-        if matches!(rule, MarkRule::StaleStaged { .. }) {
-            self.stepper.gate("mark_stale_staged").await;
+        match rule {
+            MarkRule::StaleStaged { .. } => self.stepper.gate("mark_stale_staged").await,
+            // An exclusive roll-back's second write, after its fence.
+            MarkRule::Named => self.stepper.gate("mark_for_deletion").await,
+            MarkRule::Unclaimed { .. } => {}
         }
         self.inner
             .mark(dataset_id, split_ids, rule, now_ms, key)

@@ -1084,18 +1084,11 @@ impl Catalog for ObjectStoreCatalog {
 
     /// From the catalog-wide index of audit objects; from every dataset's trail where the
     /// index cannot answer (`audit_index.rs`).
+    /// Beside the log, in an object of its own (`writes.rs`): one put, no log version. The
+    /// dataset is not read first: the engine records a write of a dataset it just wrote to.
     async fn record_write(&self, record: &write_audit::WriteRecord) -> Result<()> {
         write_audit::check_format(record.format_version, "a write record")?;
-        let dataset_id = &record.dataset_id;
-        self.mutate(dataset_id, record.recorded_at_ms, |_, _| {
-            Ok(Change::Commit {
-                actions: vec![Action::RecordWrite {
-                    record: Box::new(record.clone()),
-                }],
-                output: (),
-            })
-        })
-        .await
+        self.put_object_write(record).await
     }
 
     async fn list_write_audit(

@@ -14,6 +14,13 @@
 //! down to the first gap, the archives newest first, then what the log holds below the gap.
 //! The archives are listed after the log is read: a commit missing from the log by then was
 //! archived before it was deleted.
+//!
+//! A write no catalog step makes (an object put into the object storage of splits, which no
+//! log version can join) is recorded in an object of its own beside the log,
+//! `catalog/writes/objects/object-TIME-ID.json` ([`ObjectStoreCatalog::put_object_write`]),
+//! not in a log version: the upload's record costs one put, which the writer waits for beside
+//! the upload's look at its intent, and the operation's log versions stay the begin and the
+//! publish. Reading the trail merges these records into the log's by their time.
 
 use futures::StreamExt;
 use object_store::path::Path;
@@ -108,7 +115,57 @@ fn archive_range(path: &Path) -> Option<(u64, u64)> {
     Some((first.parse().ok()?, last.parse().ok()?))
 }
 
+/// The folder of the records of writes no catalog step makes.
+fn object_writes_dir(log: &Log, dataset_id: &str) -> Path {
+    log.writes_dir(dataset_id).child("objects")
+}
+
 impl ObjectStoreCatalog {
+    /// Records `record` (a write in the object storage of splits) in an object of its own,
+    /// named by its time and a random id, so that no two writers' records meet.
+    pub(super) async fn put_object_write(&self, record: &WriteRecord) -> Result<()> {
+        let name = format!(
+            "object-{:020}-{}.json",
+            record.recorded_at_ms.max(0),
+            crate::ambient::uuid_v4().simple()
+        );
+        let path = object_writes_dir(&self.log, &record.dataset_id).child(name);
+        self.log
+            .overwrite(&path, crate::catalog::write_audit::encode(record))
+            .await
+    }
+
+    /// Every record of a write in the object storage of splits, oldest first.
+    async fn object_writes(&self, dataset_id: &str) -> Result<Vec<WriteRecord>> {
+        use futures::TryStreamExt;
+        let dir = object_writes_dir(&self.log, dataset_id);
+        let mut listed: Vec<Path> = self
+            .log
+            .store
+            .list(Some(&dir))
+            .map_ok(|meta| meta.location)
+            .try_collect()
+            .await
+            .map_err(|error| MendError::Unavailable {
+                message: format!("listing {dir}: {error}"),
+                source: None,
+            })?;
+        // Named by time first: the names sort oldest first.
+        listed.sort();
+        let log = &self.log;
+        let reads = futures::stream::iter(listed)
+            .map(|path| async move { (log.read_file(&path).await, path) })
+            .buffered(READS_AT_ONCE);
+        futures::pin_mut!(reads);
+        let mut records = Vec::new();
+        while let Some((read, path)) = reads.next().await {
+            if let Some(bytes) = read? {
+                records.push(crate::catalog::write_audit::decode(&bytes, path.as_ref())?);
+            }
+        }
+        Ok(records)
+    }
+
     /// The dataset's newest `limit` write records (all without one), oldest first.
     ///
     /// Versions are gathered newest first, each version's records whole: the run of log
@@ -157,7 +214,10 @@ impl ObjectStoreCatalog {
             .take(limit)
             .collect();
         newest_first.reverse();
-        Ok(newest_first)
+        let objects = self.object_writes(dataset_id).await?;
+        let merged = merge_by_time(newest_first, objects);
+        let skip = merged.len().saturating_sub(limit);
+        Ok(merged.into_iter().skip(skip).collect())
     }
 
     /// Gathers the archived records of versions not gathered yet, archives newest first,
@@ -210,6 +270,24 @@ impl ObjectStoreCatalog {
         }
         Ok(())
     }
+}
+
+/// `log` (in log order) and `objects` (oldest first) as one sequence, oldest first: each
+/// record of `objects` goes before the first record of `log` that is newer, so the log's own
+/// order is kept.
+fn merge_by_time(log: Vec<WriteRecord>, objects: Vec<WriteRecord>) -> Vec<WriteRecord> {
+    let mut merged = Vec::with_capacity(log.len() + objects.len());
+    let mut objects = objects.into_iter().peekable();
+    for record in log {
+        while let Some(object) =
+            objects.next_if(|object| object.recorded_at_ms < record.recorded_at_ms)
+        {
+            merged.push(object);
+        }
+        merged.push(record);
+    }
+    merged.extend(objects);
+    merged
 }
 
 /// Records gathered by log version, each version once.
