@@ -165,6 +165,7 @@ impl Protocol {
             recorded_publish: [false; WRITERS],
             writers: [Writer {
                 begun: false,
+                uploaded: false,
                 publish: PublishCall::Idle,
                 abort: AbortCall::Idle,
                 finished: false,
@@ -255,11 +256,21 @@ impl Protocol {
         true
     }
 
-    /// `publish_operation` up to its step: it reads the intent and looks for every object.
+    /// `publish_operation` up to its step. A writer whose process put its object goes straight
+    /// to its step, on the plan and the object its process remembers; otherwise it reads the
+    /// intent and looks for the object.
     fn publish_start(&self, state: &mut State, w: u8) -> bool {
         let i = w as usize;
         if !sends_new_calls(state, i) || state.writers[i].publish != PublishCall::Idle {
             return false;
+        }
+        if state.writers[i].uploaded {
+            if self.has(Bug::PublishAnsweredBeforeLand) {
+                claim(state, w, Call::Publish, Answer::Published);
+            } else {
+                state.writers[i].publish = PublishCall::AtLand;
+            }
+            return true;
         }
         match state.intents[i] {
             Some(intent) if intent.phase == Phase::Armed => {
@@ -630,6 +641,7 @@ fn upload(state: &mut State, w: u8) -> bool {
         return false;
     }
     state.objects[i] = true;
+    state.writers[i].uploaded = true;
     match state.intents[i] {
         Some(intent) if intent.phase != Phase::Abandoned => {}
         _ => answer_after_the_end(state, w, Call::Other),

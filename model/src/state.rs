@@ -70,6 +70,9 @@ pub enum AbortCall {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Writer {
     pub begun: bool,
+    /// Its process put its object (and remembers so, with the plan it began): its publish
+    /// goes straight to its step, reading nothing first.
+    pub uploaded: bool,
     pub publish: PublishCall,
     pub abort: AbortCall,
     /// Answered whether its operation published or ended: it sends nothing new (the calls in

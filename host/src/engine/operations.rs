@@ -902,6 +902,7 @@ impl Engine {
     ) -> Result<OperationView> {
         // Planted: a retry whose intent is gone is answered "not found", not its record.
         if deliberate_bugs::active(Bug::PublishRetryIgnoresRecord)
+            && self.uploaded.begun(dataset_id, operation_id).is_none()
             && self.find_intent(dataset_id, operation_id).await?.is_none()
         {
             return Err(MendError::NotFound {
@@ -939,15 +940,19 @@ impl Engine {
     /// intent's plan with its checkpoint delta, records the answer under the operation's
     /// publish key and deletes the intent, only while the intent is there and not fenced. A
     /// publish sent again after it landed is answered its record by that same step (or, once
-    /// the intent is gone, by [`Engine::publish_operation_pinned`]).
+    /// the intent is gone, by [`Engine::publish_operation_pinned`]). The plan is the one this
+    /// process began, if it did (it never changes under its operation id), so a publish after
+    /// this process's own uploads makes one request: its step.
     async fn publish_unrecorded(
         &self,
         dataset_id: &str,
         operation_id: &str,
     ) -> Result<OperationView> {
-        // Read, never remembered: the answer to a publish of an operation that ended is read
-        // from the catalog, not met at its step.
-        let intent = self.live_intent(dataset_id, operation_id).await?;
+        // The plan this process began with, if it did: the step checks the intent's phase.
+        let intent = match self.uploaded.begun(dataset_id, operation_id) {
+            Some((intent, _)) => intent,
+            None => self.live_intent(dataset_id, operation_id).await?,
+        };
         self.require_objects_in_place(&intent).await?;
         let publish = planned_publish(&intent)?;
         self.check_publish(&publish)?;
