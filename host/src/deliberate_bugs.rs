@@ -6,13 +6,12 @@
 /// One deliberate bug.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Bug {
-    /// An abort rolls its operation back without first fencing the intent by a conditional
-    /// write (`Armed` to `Abandoned`): a publish racing it can land, and the abort still
-    /// answers "ended".
+    /// An abort rolls its operation back on what it read, without its one conditional step on
+    /// the intent: a publish racing it can land, and the abort still answers "ended".
     AbortWithoutConditionalWrite,
-    /// The object-store catalog replaces an intent whatever phase it is in: a writer's
-    /// confirmation lands on an intent recovery abandoned, and publishes it.
-    ConfirmIgnoresPhase,
+    /// The object-store catalog's publish step lands on an intent that was fenced (by
+    /// exclusive recovery's roll-back, say): the operation publishes while its rows go.
+    PublishIgnoresFence,
     /// The object-store gates take a gate over while its holder's lease still runs: two
     /// replicas sweep a dataset at once.
     GateTakeoverBeforeExpiry,
@@ -37,10 +36,10 @@ pub enum Bug {
     /// object at the next gc, while readers that still serve a generation showing it are owed
     /// the grace period to read it.
     GcIgnoresDeletionGrace,
-    /// An abort (and recovery's abandonment of one operation) deletes the intent before it
-    /// records the operation's end: a crash between the two leaves no trace of the end, and a
-    /// begin of the operation still on its way begins it again after it was answered ended.
-    EndRecordedAfterIntentDeleted,
+    /// The object-store catalog's begin step does not look for the records of its operation's
+    /// end: a begin still on its way after its operation was aborted (its answer lost, then
+    /// the abort sent) begins it again after it was answered ended.
+    BeginIgnoresEndRecord,
     /// A read-only live handle runs recovery sweeps as a read-write one does: a serving process
     /// meant only to read writes to the catalog, and rolls other writers' work forward.
     ReadOnlyHandleSweeps,
@@ -54,14 +53,14 @@ impl Bug {
     /// Every deliberate bug.
     pub const ALL: [Bug; 11] = [
         Bug::AbortWithoutConditionalWrite,
-        Bug::ConfirmIgnoresPhase,
+        Bug::PublishIgnoresFence,
         Bug::GateTakeoverBeforeExpiry,
         Bug::PublishRetryIgnoresRecord,
         Bug::RefreshAnswersUnchangedWithoutProbing,
         Bug::PolicyRetryIgnoresRecord,
         Bug::MembershipRenewsLapsedLease,
         Bug::GcIgnoresDeletionGrace,
-        Bug::EndRecordedAfterIntentDeleted,
+        Bug::BeginIgnoresEndRecord,
         Bug::HeartbeatLeaseFromLastUpdate,
         Bug::ReadOnlyHandleSweeps,
     ];

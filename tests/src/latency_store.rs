@@ -44,6 +44,9 @@ pub struct RoundTrips {
     pub lists: u64,
     /// Deletes and copies.
     pub deletes: u64,
+    /// GETs that found a log version (a path with a `log` folder) one found before since the
+    /// last take: a version read twice.
+    pub log_rereads: u64,
     /// The longest chain of requests each made after the one before it ended.
     pub sequential: u64,
 }
@@ -92,6 +95,8 @@ pub struct LatencyStore {
     /// The longest chain among the requests that ended since the last take (shared with the
     /// listings in flight, whose streams outlive the call that made them).
     chain: Arc<AtomicU64>,
+    /// The log versions found by a GET since the last take.
+    logs_read: Mutex<std::collections::HashSet<Path>>,
 }
 
 /// Which counter a request goes to.
@@ -112,6 +117,7 @@ impl LatencyStore {
             latency,
             counts: Mutex::new(RoundTrips::default()),
             chain: Arc::new(AtomicU64::new(0)),
+            logs_read: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -122,6 +128,10 @@ impl LatencyStore {
         let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         let mut taken = std::mem::take(&mut *counts);
         taken.sequential = self.chain.swap(0, Ordering::SeqCst);
+        self.logs_read
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         taken
     }
 
@@ -210,6 +220,20 @@ impl ObjectStore for LatencyStore {
         let kind = if options.head { Kind::Head } else { Kind::Get };
         let place = self.begin(kind, Some(location)).await;
         let result = self.inner.get_opts(location, options).await;
+        let is_log = location.parts().any(|part| part.as_ref() == "log");
+        if result.is_ok() && is_log && matches!(kind, Kind::Get) {
+            let first = self
+                .logs_read
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(location.clone());
+            if !first {
+                self.counts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .log_rereads += 1;
+            }
+        }
         self.ended(place);
         result
     }

@@ -158,3 +158,73 @@ async fn a_writer_learns_of_a_lost_race_from_its_put() {
     assert_eq!(rows.len(), 4);
     println!("round trips: a writer that lost a race learned of it from its put: {counts}");
 }
+
+/// A one-split commit over the operation protocol (begin, upload, publish through the engine,
+/// as `mend serve`'s handlers call it), by a writer whose catalog holds the dataset's state:
+/// at most five requests one after another and two log versions in all (the begin's and the
+/// publish's; the upload's record is an object beside the log), and no step reads a log
+/// version twice. `tests/benches/protocol_steps.rs` counts the same on every backend and
+/// times each step against its floor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protocol_commit_waits_for_five_round_trips_and_writes_two_log_versions() {
+    use mend::engine::{BeginOperation, ExternalKind, PlannedSplit};
+    let store = Arc::new(LatencyStore::new(
+        Arc::new(InMemory::new()),
+        Duration::from_millis(2),
+    ));
+    let engine = engine(&store);
+    engine
+        .create_dataset("events", &DatasetConfig::default())
+        .await
+        .unwrap();
+    let payload = Bytes::from_static(b"a payload of one split");
+    let begin = |operation_id: &str, split_id: &str| BeginOperation {
+        dataset_id: "events".into(),
+        operation_id: Some(operation_id.into()),
+        kind: ExternalKind::Commit,
+        node: "writer".into(),
+        lease_ms: None,
+        splits: vec![PlannedSplit {
+            split_id: split_id.into(),
+            metadata_json: "{}".into(),
+            size: payload.len() as u64,
+            sha256: mend::objects::format::sha256(&payload),
+        }],
+        checkpoint_delta: None,
+        replaced_split_ids: Vec::new(),
+        publish_token: None,
+    };
+    let mut steps = Vec::new();
+    for (operation_id, split_id) in [("warm", "s-warm"), ("op", "s-op")] {
+        store.take();
+        engine
+            .begin_operation(&begin(operation_id, split_id))
+            .await
+            .unwrap();
+        steps.push(("begin", store.take()));
+        let body = futures::stream::iter([Ok(payload.clone())]);
+        engine
+            .upload_object("events", operation_id, split_id, body)
+            .await
+            .unwrap();
+        steps.push(("upload", store.take()));
+        let published = engine.publish_operation("events", operation_id).await.unwrap();
+        assert_eq!(published.phase, mend::engine::OperationPhase::Published);
+        steps.push(("publish", store.take()));
+    }
+    // The second operation's: the first warmed the writer (its pending marker, its cache).
+    let counted = &steps[3..];
+    for (step, counts) in counted {
+        println!("round trips: a protocol commit's {step}: {counts}");
+        assert_eq!(counts.log_rereads, 0, "{step} read a log version twice: {counts}");
+    }
+    let sequential: u64 = counted.iter().map(|(_, counts)| counts.sequential).sum();
+    let log_versions: u64 = counted.iter().map(|(_, counts)| counts.log_puts).sum();
+    let requests: u64 = counted.iter().map(|(_, counts)| counts.requests()).sum();
+    assert!(sequential <= 5, "{sequential} round trips: {counted:?}");
+    assert_eq!(log_versions, 2, "{counted:?}");
+    assert_eq!(counted[1].1.object_puts, 1, "the upload puts its object once");
+    println!(
+        "round trips: a protocol commit: {requests} requests, {sequential} one after another, {log_versions} log versions"
+    );
+}

@@ -1498,10 +1498,6 @@ impl Engine {
     /// order, so that a crash between the two leaves the intent (and whoever finds it finishes
     /// the end), never an operation with neither its intent nor the record of its end.
     pub(super) async fn end_and_finish(&self, dataset_id: &str, operation_id: &str) -> Result<()> {
-        if deliberate_bugs::active(Bug::EndRecordedAfterIntentDeleted) {
-            self.finish_intent(dataset_id, operation_id).await?;
-            return self.record_end(dataset_id, operation_id).await;
-        }
         self.record_end(dataset_id, operation_id).await?;
         self.finish_intent(dataset_id, operation_id).await
     }

@@ -512,7 +512,7 @@ pub(super) fn update_intent(
     expected_phase: IntentPhase,
 ) -> Result<Change<()>> {
     let stored = stored_intent(state, &intent.operation_id)?;
-    if stored.phase != expected_phase && !deliberate_bugs::active(Bug::ConfirmIgnoresPhase) {
+    if stored.phase != expected_phase {
         return Err(MendError::failed_precondition(
             format!(
                 "intent {} is {:?}, not {expected_phase:?}",
@@ -617,10 +617,11 @@ pub(super) fn begin_commit(
         Change::Commit { actions, .. } => actions,
         Change::Unchanged(()) => unreachable!("a new intent is always written"),
     };
-    let refused_by = records.refused_by.iter();
-    if let Some(key) = refused_by
-        .clone()
-        .find(|key| state.recorded.contains_key(**key))
+    let planted = deliberate_bugs::active(Bug::BeginIgnoresEndRecord);
+    if let Some(key) = records
+        .refused_by
+        .iter()
+        .find(|key| state.recorded.contains_key(**key) && !planted)
     {
         return Err(crate::catalog::commit::refuse_ended(
             &intent.operation_id,
