@@ -208,7 +208,10 @@ async fn a_protocol_commit_waits_for_five_round_trips_and_writes_two_log_version
             .await
             .unwrap();
         steps.push(("upload", store.take()));
-        let published = engine.publish_operation("events", operation_id).await.unwrap();
+        let published = engine
+            .publish_operation("events", operation_id)
+            .await
+            .unwrap();
         assert_eq!(published.phase, mend::engine::OperationPhase::Published);
         steps.push(("publish", store.take()));
     }
@@ -216,14 +219,20 @@ async fn a_protocol_commit_waits_for_five_round_trips_and_writes_two_log_version
     let counted = &steps[3..];
     for (step, counts) in counted {
         println!("round trips: a protocol commit's {step}: {counts}");
-        assert_eq!(counts.log_rereads, 0, "{step} read a log version twice: {counts}");
+        assert_eq!(
+            counts.log_rereads, 0,
+            "{step} read a log version twice: {counts}"
+        );
     }
     let sequential: u64 = counted.iter().map(|(_, counts)| counts.sequential).sum();
     let log_versions: u64 = counted.iter().map(|(_, counts)| counts.log_puts).sum();
     let requests: u64 = counted.iter().map(|(_, counts)| counts.requests()).sum();
     assert!(sequential <= 5, "{sequential} round trips: {counted:?}");
     assert_eq!(log_versions, 2, "{counted:?}");
-    assert_eq!(counted[1].1.object_puts, 1, "the upload puts its object once");
+    assert_eq!(
+        counted[1].1.object_puts, 1,
+        "the upload puts its object once"
+    );
     println!(
         "round trips: a protocol commit: {requests} requests, {sequential} one after another, {log_versions} log versions"
     );
