@@ -746,12 +746,8 @@ fn the_audit_names_who_decided_and_filters_by_principal() {
         .collect();
     assert_eq!(
         kinds,
-        [
-            ("stage", "stage"),
-            ("begin", "put-intent"),
-            ("begin", "stage")
-        ],
-        "the writer's stage and begin, each step in the order it landed"
+        [("stage", "stage"), ("begin", "begin-commit")],
+        "the writer's stage and begin (one atomic step), each step in the order it landed"
     );
     let staged_by_writer = ok_json(
         dir,

@@ -127,19 +127,15 @@ async fn check(backend: Backend) {
             "stage stage",
             "publish publish",
             "mark mark",
-            "begin put-intent",
-            "begin stage",
+            "begin begin-commit",
             "upload upload",
-            "publish-operation update-intent",
             "publish-operation publish-commit",
-            "begin put-intent",
-            "begin stage",
-            "abort-operation abandon-intent",
-            "abort-operation mark",
+            "begin begin-commit",
+            "abort-operation settle",
             "abort-operation delete-splits",
-            "abort-operation delete-intent",
         ],
-        "every write of the writer, in order, the refused delete not among them"
+        "every write of the writer, in order (each protocol step one atomic write, an abort's \
+         clean-up after it), the refused delete not among them"
     );
     checks += 1;
     assert!(

@@ -394,6 +394,11 @@ impl ObjectStoreCatalog {
         Ok(newer.map(Arc::new).unwrap_or(base))
     }
 
+    /// The newest log version of `dataset_id` this instance knows of, if it holds its state.
+    fn known_version(&self, dataset_id: &str) -> Option<u64> {
+        self.cached(dataset_id).map(|cached| cached.state.version)
+    }
+
     fn cached(&self, dataset_id: &str) -> Option<Cached> {
         let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
         cache.get(dataset_id).cloned()

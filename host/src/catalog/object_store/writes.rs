@@ -17,10 +17,13 @@
 //!
 //! A write no catalog step makes (an object put into the object storage of splits, which no
 //! log version can join) is recorded in an object of its own beside the log,
-//! `catalog/writes/objects/object-TIME-ID.json` ([`ObjectStoreCatalog::put_object_write`]),
+//! `catalog/writes/objects/object-VERSION-TIME-ID.json` ([`ObjectStoreCatalog::put_object_write`]),
 //! not in a log version: the upload's record costs one put, which the writer waits for beside
 //! the upload's look at its intent, and the operation's log versions stay the begin and the
-//! publish. Reading the trail merges these records into the log's by their time.
+//! publish. `VERSION` is the newest log version the writing process knew of: reading the trail
+//! places the record after that version's records and before the next one's, so a writer's
+//! own steps read in the order it took them (its begin, its upload, its publish) whatever the
+//! clocks say.
 
 use futures::StreamExt;
 use object_store::path::Path;
@@ -124,8 +127,9 @@ impl ObjectStoreCatalog {
     /// Records `record` (a write in the object storage of splits) in an object of its own,
     /// named by its time and a random id, so that no two writers' records meet.
     pub(super) async fn put_object_write(&self, record: &WriteRecord) -> Result<()> {
+        let after_version = self.known_version(&record.dataset_id).unwrap_or_default();
         let name = format!(
-            "object-{:020}-{}.json",
+            "object-{after_version:020}-{:020}-{}.json",
             record.recorded_at_ms.max(0),
             crate::ambient::uuid_v4().simple()
         );
@@ -135,8 +139,9 @@ impl ObjectStoreCatalog {
             .await
     }
 
-    /// Every record of a write in the object storage of splits, oldest first.
-    async fn object_writes(&self, dataset_id: &str) -> Result<Vec<WriteRecord>> {
+    /// Every record of a write in the object storage of splits, with the log version it
+    /// follows, oldest first.
+    async fn object_writes(&self, dataset_id: &str) -> Result<Vec<(u64, WriteRecord)>> {
         use futures::TryStreamExt;
         let dir = object_writes_dir(&self.log, dataset_id);
         let mut listed: Vec<Path> = self
@@ -159,8 +164,19 @@ impl ObjectStoreCatalog {
         futures::pin_mut!(reads);
         let mut records = Vec::new();
         while let Some((read, path)) = reads.next().await {
+            let after_version = path
+                .filename()
+                .and_then(|name| {
+                    name.strip_prefix("object-")?
+                        .split('-')
+                        .next()?
+                        .parse()
+                        .ok()
+                })
+                .unwrap_or_default();
             if let Some(bytes) = read? {
-                records.push(crate::catalog::write_audit::decode(&bytes, path.as_ref())?);
+                let record = crate::catalog::write_audit::decode(&bytes, path.as_ref())?;
+                records.push((after_version, record));
             }
         }
         Ok(records)
@@ -206,18 +222,30 @@ impl ObjectStoreCatalog {
         if gathered.records < limit {
             gathered.read_log(log, dataset_id, below_gap, limit).await?;
         }
-        let mut newest_first: Vec<WriteRecord> = gathered
+        // Each record of an object write after the records of the version it follows.
+        let mut placed: Vec<((u64, bool), WriteRecord)> = gathered
             .by_version
-            .into_values()
-            .rev()
-            .flat_map(|records| records.into_iter().rev())
-            .take(limit)
+            .into_iter()
+            .flat_map(|(version, records)| {
+                records
+                    .into_iter()
+                    .map(move |record| ((version, false), record))
+            })
             .collect();
-        newest_first.reverse();
-        let objects = self.object_writes(dataset_id).await?;
-        let merged = merge_by_time(newest_first, objects);
-        let skip = merged.len().saturating_sub(limit);
-        Ok(merged.into_iter().skip(skip).collect())
+        placed.extend(
+            self.object_writes(dataset_id)
+                .await?
+                .into_iter()
+                .map(|(after, record)| ((after, true), record)),
+        );
+        // Stable: each source keeps its own order.
+        placed.sort_by_key(|(place, _)| *place);
+        let skip = placed.len().saturating_sub(limit);
+        Ok(placed
+            .into_iter()
+            .skip(skip)
+            .map(|(_, record)| record)
+            .collect())
     }
 
     /// Gathers the archived records of versions not gathered yet, archives newest first,
@@ -270,24 +298,6 @@ impl ObjectStoreCatalog {
         }
         Ok(())
     }
-}
-
-/// `log` (in log order) and `objects` (oldest first) as one sequence, oldest first: each
-/// record of `objects` goes before the first record of `log` that is newer, so the log's own
-/// order is kept.
-fn merge_by_time(log: Vec<WriteRecord>, objects: Vec<WriteRecord>) -> Vec<WriteRecord> {
-    let mut merged = Vec::with_capacity(log.len() + objects.len());
-    let mut objects = objects.into_iter().peekable();
-    for record in log {
-        while let Some(object) =
-            objects.next_if(|object| object.recorded_at_ms < record.recorded_at_ms)
-        {
-            merged.push(object);
-        }
-        merged.push(record);
-    }
-    merged.extend(objects);
-    merged
 }
 
 /// Records gathered by log version, each version once.
