@@ -137,7 +137,7 @@ async fn open_engine(settings: &Settings, program: &str, json: bool) -> anyhow::
             super::policy::active_policy(&registry, settings).await?
         }
     };
-    let gates = mend::gates::open_gates_as(&settings.catalog, program)
+    let gates = mend::gates::open_gates_as(&settings.catalog, program, settings.gate_lease)
         .await
         .with_context(|| format!("open the gates of catalog {}", settings.catalog))?;
     let engine = Engine::new(catalog, objects, policy, settings.engine_options())

@@ -183,7 +183,9 @@ mod tests {
     async fn a_panic_releases_the_gates_the_command_held() {
         let dir = tempfile::tempdir().unwrap();
         let catalog = dir.path().to_str().unwrap();
-        let gates = open_gates_as(catalog, "mend test").await.unwrap();
+        let gates = open_gates_as(catalog, "mend test", mend::gates::DEFAULT_LEASE_DURATION)
+            .await
+            .unwrap();
         let opened = OnceLock::new();
         let _ = opened.set(Arc::clone(&gates));
         let name = GateName::dataset("d1");
@@ -207,7 +209,13 @@ mod tests {
         );
         assert_eq!(stopped.exit_code(), 101);
 
-        let other: Arc<dyn Gates> = open_gates_as(catalog, "another process").await.unwrap();
+        let other: Arc<dyn Gates> = open_gates_as(
+            catalog,
+            "another process",
+            mend::gates::DEFAULT_LEASE_DURATION,
+        )
+        .await
+        .unwrap();
         other
             .acquire_one(&GateSession::new(), name, Duration::ZERO)
             .await

@@ -392,11 +392,12 @@ fn wait_for_lease_of(catalog: &Path, dataset: &str, pid: u32, child: &mut Child)
 
 /// A gc that takes the dataset gate of `d1`, then blocks reading the dataset's commit log:
 /// its next log file is a FIFO that nobody writes. It holds the gate until it is stopped.
-fn gc_stuck_holding_the_gate(dir: &Path) -> (Child, u64, PathBuf) {
+fn gc_stuck_holding_the_gate(dir: &Path, settings: &[&str]) -> (Child, u64, PathBuf) {
     let fifo = common::next_log_file(&dir.join("mend-data"), "d1");
     let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(made.success(), "mkfifo");
     let mut child = mend_command(dir)
+        .args(settings.iter().flat_map(|setting| ["--set", setting]))
         .args(["gc", "d1"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -439,9 +440,13 @@ fn a_stopped_gc_releases_its_gate_and_a_held_gate_names_its_holder() {
     // Another process (this test) holds the dataset gate: the error names it and its lease.
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let held = runtime.block_on(async {
-        let gates = mend::gates::open_gates_as(catalog.to_str().unwrap(), "cli_output test")
-            .await
-            .unwrap();
+        let gates = mend::gates::open_gates_as(
+            catalog.to_str().unwrap(),
+            "cli_output test",
+            mend::gates::DEFAULT_LEASE_DURATION,
+        )
+        .await
+        .unwrap();
         gates
             .acquire_one(
                 &GateSession::new(),
@@ -474,7 +479,7 @@ fn a_stopped_gc_releases_its_gate_and_a_held_gate_names_its_holder() {
     // A gc stopped by a signal while it holds the gate releases it before exiting: the next
     // gc, which gives up after 300 ms, gets it at once.
     for (signal_name, code) in [("TERM", 143), ("INT", 130)] {
-        let (child, epoch, fifo) = gc_stuck_holding_the_gate(dir);
+        let (child, epoch, fifo) = gc_stuck_holding_the_gate(dir, &[]);
         signal(&child, signal_name);
         let stopped = wait_with_deadline(child, Duration::from_secs(20));
         let message = stderr(&stopped);
@@ -495,8 +500,10 @@ fn a_stopped_gc_releases_its_gate_and_a_held_gate_names_its_holder() {
     }
 
     // A gc killed outright (SIGKILL: nothing runs) leaves its lease to run out; meanwhile
-    // the next gc's error names the dead holder and when its lease ends.
-    let (mut child, _epoch, fifo) = gc_stuck_holding_the_gate(dir);
+    // the next gc's error names the dead holder and when its lease ends. Its lease is
+    // `limits.gate_lease_ms` (renewed every third of it), so the gate is free that long after
+    // the last renewal, plus the store-clock allowance: a patient gc then gets it.
+    let (mut child, _epoch, fifo) = gc_stuck_holding_the_gate(dir, &["limits.gate_lease_ms=5000"]);
     let pid = child.id();
     child.kill().unwrap();
     child.wait().unwrap();
@@ -509,7 +516,22 @@ fn a_stopped_gc_releases_its_gate_and_a_held_gate_names_its_holder() {
         "{message}"
     );
     assert!(message.contains("its lease ends at 20"), "{message}");
-    checked += 3;
+    let patient = mend(
+        dir,
+        &[
+            "--set",
+            "limits.gate_timeout_ms=30000",
+            "gc",
+            "d1",
+            "--json",
+        ],
+    );
+    assert!(
+        patient.status.success(),
+        "the killed gc's 5 s lease did not free the gate within 30 s: {}",
+        stderr(&patient)
+    );
+    checked += 4;
     println!("cli gates on stop: {checked} checks");
 }
 
@@ -540,9 +562,13 @@ fn a_gate_held_on_postgres_names_the_holding_backend() {
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let held = runtime.block_on(async {
-        let gates = mend::gates::open_gates_as(&url, "cli_output test")
-            .await
-            .unwrap();
+        let gates = mend::gates::open_gates_as(
+            &url,
+            "cli_output test",
+            mend::gates::DEFAULT_LEASE_DURATION,
+        )
+        .await
+        .unwrap();
         gates
             .acquire_one(
                 &GateSession::new(),

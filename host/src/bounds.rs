@@ -63,6 +63,9 @@ pub const POLICY_CPU_TIME_MS: Bound = Bound::new("limits.policy_cpu_time_ms", 10
 pub const POLICY_OUTPUT_BYTES: Bound = Bound::new("limits.policy_output_bytes", 1 << 10, 1 << 30);
 /// How long an operation waits for its gates, in ms (0: try once).
 pub const GATE_TIMEOUT_MS: Bound = Bound::new("limits.gate_timeout_ms", 0, DAY_MS);
+/// How long an object-store gate's lease lasts unless renewed, in ms: how long a process that
+/// died holding a gate keeps it from the others. Renewed every third of it, so a second at least.
+pub const GATE_LEASE_MS: Bound = Bound::new("limits.gate_lease_ms", 1_000, DAY_MS);
 /// How long an intent's owner may still be working, in ms. A lease under a second would let
 /// recovery take over from a live writer between two of its steps.
 pub const INTENT_LEASE_MS: Bound = Bound::new("limits.intent_lease_ms", 1_000, 7 * DAY_MS);

@@ -119,6 +119,8 @@ pub struct Settings {
     pub policy_cpu_time: Duration,
     pub policy_output_bytes: usize,
     pub gate_timeout: Duration,
+    /// How long an object-store gate's lease lasts unless renewed.
+    pub gate_lease: Duration,
     pub intent_lease: Duration,
     /// The default of a new dataset's `staged_grace_period_ms`.
     pub staged_grace_period: Duration,
@@ -395,6 +397,7 @@ impl Settings {
             policy_cpu_time: limits.cpu_time_per_call,
             policy_output_bytes: limits.max_output_bytes,
             gate_timeout: engine.gate_timeout,
+            gate_lease: mend::gates::DEFAULT_LEASE_DURATION,
             intent_lease: Duration::from_millis(u64::try_from(engine.intent_lease_ms).unwrap_or(0)),
             staged_grace_period: Duration::from_millis(dataset.staged_grace_period_ms),
             deletion_grace_period: Duration::from_millis(dataset.deletion_grace_period_ms),

@@ -207,6 +207,13 @@ pub static SETTINGS: &[Setting] = &[
     )
     .within(bounds::GATE_TIMEOUT_MS),
     Setting::new(
+        "limits.gate_lease_ms",
+        "MEND_LIMITS_GATE_LEASE_MS",
+        field!(gate_lease),
+        "How long an object-store gate's lease lasts unless renewed, in ms: a process that dies holding a gate keeps it from the others this long.",
+    )
+    .within(bounds::GATE_LEASE_MS),
+    Setting::new(
         "limits.intent_lease_ms",
         "MEND_LIMITS_INTENT_LEASE_MS",
         field!(intent_lease),

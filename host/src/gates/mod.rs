@@ -119,13 +119,19 @@ pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(60);
 /// starve the catalog), leases beside the catalog's datasets for an object-store one, and in-process
 /// gates for `memory://`, which no other process can see anyway.
 pub async fn open_gates(catalog_url: &str) -> Result<Arc<dyn Gates>> {
-    open_gates_as(catalog_url, "mend").await
+    open_gates_as(catalog_url, "mend", DEFAULT_LEASE_DURATION).await
 }
 
 /// [`open_gates`], naming the holder `program` (such as `mend gc`) to whoever finds a gate
 /// of this process held: in object-store leases, and as the Postgres `application_name` of
-/// the gates' connections. [`holder_description`] adds the pid and the host.
-pub async fn open_gates_as(catalog_url: &str, program: &str) -> Result<Arc<dyn Gates>> {
+/// the gates' connections. [`holder_description`] adds the pid and the host. An object-store
+/// gate's lease lasts `lease_duration` unless renewed: a process that dies holding a gate keeps
+/// it from the others that long (Postgres and in-process gates end with their holder).
+pub async fn open_gates_as(
+    catalog_url: &str,
+    program: &str,
+    lease_duration: Duration,
+) -> Result<Arc<dyn Gates>> {
     let holder = holder_description(program);
     if crate::catalog::is_postgres_url(catalog_url) {
         return postgres_gates(catalog_url, &holder).await;
@@ -138,7 +144,7 @@ pub async fn open_gates_as(catalog_url: &str, program: &str) -> Result<Arc<dyn G
         ObjectStoreGates::new(
             store,
             prefix,
-            DEFAULT_LEASE_DURATION,
+            lease_duration,
             Arc::new(crate::clock::SystemClock),
         )
         .with_holder(&holder),
