@@ -52,7 +52,7 @@
 //! abandoned instead if its publish no longer applies, since nothing of it is visible); or the
 //! commit published with its intent gone. A published commit whose intent is left, and a
 //! confirmed intent, are no longer left by a commit, but still by an operation of a writer
-//! in another process (`operations.rs`) and by a backend that runs the folded steps one after
+//! in another process (`operation/`) and by a backend that runs the folded steps one after
 //! another (the trait's defaults); recovery resolves them as before.
 //!
 //! A crash anywhere leaves an intent that [`recovery`](super::recovery) resolves: rolled

@@ -7,7 +7,7 @@
 //!
 //! One module per operation, each owning its whole entry point: `datasets.rs`, `staging.rs`
 //! (stage, publish, mark, delete, list), `commit.rs` (the in-process commit and merge),
-//! `operations.rs` (the same commit a step at a time, for a writer in another process),
+//! `operation/` (the same commit a step at a time, for a writer in another process),
 //! `recovery/` (the sweep and its settling), `reconcile.rs`, `gc.rs`, `config_apply.rs`,
 //! `policy_swap.rs`, `verify.rs`. A mutating call answers a [`Keyed`] request, which carries
 //! the idempotency key (`keyed.rs`); what the operations that write intents share (their
@@ -23,13 +23,12 @@ mod config_apply;
 mod datasets;
 mod gc;
 mod keyed;
-mod operations;
+mod operation;
 mod policy_swap;
 mod reconcile;
 mod recovery;
 mod staging;
 mod steps;
-mod uploaded;
 mod verify;
 
 pub use audit_trail::{AuditCursor, AuditPage, AuditQuery, MAX_AUDIT_SCAN};
@@ -37,7 +36,7 @@ pub use commit::{CommitRequest, CommitResult, CommitSplit, MergeRequest};
 pub use config_apply::ConfigEdit;
 pub use gc::{GcResult, RECORDED_REQUEST_RETENTION_MS};
 pub use keyed::Keyed;
-pub use operations::{
+pub use operation::{
     BeginOperation, ExternalKind, ObjectStatus, ObjectToPut, ObjectUploadUrl, OperationLedger,
     OperationPhase, OperationSplit, OperationView, PlannedSplit, SINGLE_PUT_BYTES, UploadResult,
 };
@@ -141,7 +140,7 @@ pub struct Engine {
     capabilities: Capabilities,
     options: EngineOptions,
     /// What this process uploaded for operations in flight, shared by every clone.
-    uploaded: Arc<uploaded::UploadedObjects>,
+    uploaded: Arc<operation::uploaded::UploadedObjects>,
     /// The gates the operation running on this clone holds ([`Engine::under_gates`]), checked
     /// before each of its durable writes; empty outside gated work.
     holds: Holds,

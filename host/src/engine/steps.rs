@@ -1,6 +1,6 @@
 //! What the operations that write intents share: the keys their steps are recorded under,
 //! what a commit expects of its dataset, and when a checkpoint delta can never apply. The
-//! writer's own steps (`operations.rs`), the in-process commit (`commit.rs`) and recovery
+//! writer's own steps (`operation/`), the in-process commit (`commit.rs`) and recovery
 //! rolling either forward (`recovery/`) all publish an operation under the same key, so a
 //! retry by any of them answers what another did.
 

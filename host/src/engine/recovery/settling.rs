@@ -27,7 +27,8 @@ use std::collections::{HashMap, HashSet};
 
 use mend_contract::{IntentObservation, RecoveryDecision, RecoveryMode};
 
-use super::{IntentReport, Outcome, log_intent, touched_splits};
+use super::observe::touched_splits;
+use super::{IntentReport, Outcome, log_intent};
 use crate::audit::AuditRecord;
 use crate::catalog::settle::MAX_SETTLEMENTS;
 use crate::catalog::{PublishObservation, Settled, Settlement};
