@@ -23,11 +23,13 @@
 //! Create-only staging never locks or updates a row it does not insert.
 //!
 //! Times come from the caller; no statement reads the server's clock. The SQL lives in `sql/`,
-//! the SQLSTATE mapping in `errors.rs`. What to write is decided by the engine and the policy;
+//! the SQLSTATE mapping in `errors.rs`, connecting (the durability check, the migrations) in
+//! `connect.rs`, the retried and keyed transactions in `transaction.rs`. What to write is decided by the engine and the policy;
 //! this module stores it and refuses what it cannot apply as asked.
 
 mod audit;
 mod commit;
+mod connect;
 mod datasets;
 mod errors;
 mod intents;
@@ -41,18 +43,16 @@ mod sql;
 mod stage;
 #[cfg(test)]
 mod tests;
+mod transaction;
 mod writes;
 
-use std::future::Future;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, PgConnection, PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 
 use crate::catalog::write_audit::{self, PendingWrite};
 use crate::catalog::{
@@ -64,10 +64,11 @@ use crate::error::{MendError, Result};
 use crate::intent::{Intent, IntentPhase};
 use crate::model::{
     Dataset, DatasetConfig, ListQuery, MarkResult, NewSplit, PublishRequest, PublishResult,
-    SplitPage, StageMode, StageOutcome, StagedSplit, TimestampMs,
+    SplitPage, StageMode, StagedSplit, TimestampMs,
 };
 
-use self::errors::{Resolution, StepError, commit_error, connect_error, migrate_error};
+use self::errors::{Resolution, StepError};
+use self::transaction::answer_whole;
 
 /// Runs the one-statement write `$step` (an expression using the connection `$conn`) on a
 /// connection of the pool; inside a scope ([`write_audit`]), in a transaction that also
@@ -182,328 +183,7 @@ impl ProbeFirst {
     }
 }
 
-/// Refuses a server that acknowledges commits it can lose in a crash, naming each setting.
-async fn check_durability(pool: &PgPool, target: &str) -> Result<()> {
-    let mut unsafe_settings = Vec::new();
-    for (setting, unsafe_value) in DURABILITY_SETTINGS {
-        // SHOW takes no parameters; the names are this module's own constants.
-        let value: String = sqlx::query_scalar(&format!("SHOW {setting}"))
-            .fetch_one(pool)
-            .await
-            .map_err(|error| connect_error(error, target))?;
-        if value.eq_ignore_ascii_case(unsafe_value) {
-            unsafe_settings.push(format!("{setting}={value}"));
-        }
-    }
-    if unsafe_settings.is_empty() {
-        return Ok(());
-    }
-    Err(MendError::failed_precondition(
-        format!(
-            "postgres://{target} may lose acknowledged commits in a crash ({}), and mend would then lose acknowledged publishes; turn {} on (ALTER SYSTEM SET ... = on, then reload), or, for a throwaway cluster only, accept the risk with postgres.accept_unsafe_durability = true (MEND_POSTGRES_ACCEPT_UNSAFE_DURABILITY=true)",
-            unsafe_settings.join(", "),
-            if unsafe_settings.len() == 1 {
-                "it"
-            } else {
-                "them"
-            }
-        ),
-        Vec::new(),
-    ))
-}
-
 impl PostgresCatalog {
-    /// Connects to the database at `url` (`postgres://user:password@host:port/database`) and
-    /// brings its schema up to date. Several processes may do this at once: the migrations
-    /// run under an advisory lock.
-    ///
-    /// A server that may lose acknowledged commits is refused: see [`Self::connect_with`].
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(url, PostgresOptions::default()).await
-    }
-
-    /// [`Self::connect`], refusing with `FailedPrecondition` (before any write, migrations
-    /// included) a server with `fsync`, `synchronous_commit` or `full_page_writes` off, as
-    /// its connections see them, unless `options` accepts the risk.
-    pub async fn connect_with(url: &str, catalog_options: PostgresOptions) -> Result<Self> {
-        let options = PgConnectOptions::from_str(url)
-            .map_err(|error| MendError::invalid(format!("invalid postgres url: {error}")))?
-            .application_name("mend");
-        let target = format!(
-            "{}:{}/{}",
-            options.get_host(),
-            options.get_port(),
-            options.get_database().unwrap_or_default()
-        );
-        let pool = match PgPoolOptions::new()
-            .max_connections(MAX_CONNECTIONS)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .test_before_acquire(false)
-            .before_acquire(|connection, meta| {
-                Box::pin(async move {
-                    if meta.idle_for >= PING_IDLE_AFTER {
-                        connection.ping().await?;
-                    }
-                    Ok(true)
-                })
-            })
-            .connect_with(options.clone())
-            .await
-        {
-            Ok(pool) => pool,
-            // The pool retries refused connections until its timeout and then reports only the
-            // timeout; one direct attempt tells the operator why.
-            Err(sqlx::Error::PoolTimedOut) => {
-                let reason = match options.connect().await {
-                    Err(reason) => reason,
-                    Ok(connection) => {
-                        let _ = connection.close().await;
-                        sqlx::Error::PoolTimedOut
-                    }
-                };
-                return Err(connect_error(reason, &target));
-            }
-            Err(error) => return Err(connect_error(error, &target)),
-        };
-        if !catalog_options.accept_unsafe_durability {
-            check_durability(&pool, &target).await?;
-        }
-        // The migrations run on a connection of their own that asks the server for warnings
-        // and errors only (`client_min_messages`). sqlx's `CREATE TABLE IF NOT EXISTS
-        // _sqlx_migrations` draws a NOTICE at every start ("relation ... already exists,
-        // skipping"), which sqlx logs at INFO, so it reached stderr at every `mend` command,
-        // whose output is its own. Only this connection is quieted, and only below WARNING:
-        // the pool's connections keep every notice of the catalog's own statements (a filter
-        // on sqlx's notice target would have hidden those too), and a migration's WARNING
-        // is still logged.
-        // (A pool of that one connection: the migrator's future is `Send` only over a pool.)
-        let migrating = PgPoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(
-                options
-                    .clone()
-                    .options([("client_min_messages", "warning")]),
-            )
-            .await
-            .map_err(|error| connect_error(error, &target))?;
-        let migrated = MIGRATOR
-            .run(&migrating)
-            .await
-            .map_err(|error| migrate_error(error, &target));
-        migrating.close().await;
-        migrated?;
-        Ok(Self {
-            pool,
-            description: format!("postgres://{target}"),
-            probe_first: Arc::default(),
-        })
-    }
-
-    /// Runs `step` in a transaction, committed if it succeeds and rolled back if it fails; runs
-    /// it again, in a new transaction, when a concurrent writer got in the way.
-    ///
-    /// `step` gets the transaction and hands it back with its result, so that this one place
-    /// decides between commit and rollback.
-    async fn in_transaction<T, F, Fut>(&self, dataset_id: &str, mut step: F) -> Result<T>
-    where
-        F: FnMut(PgTransaction) -> Fut,
-        Fut: Future<Output = (PgTransaction, Result<T, StepError>)>,
-    {
-        let mut last_reason = String::new();
-        for attempt in 0..MAX_ATTEMPTS {
-            if attempt > 0 {
-                // Deadlock victims that retry at once tend to meet again; a short, growing
-                // pause lets the winner finish first.
-                tokio::time::sleep(Duration::from_millis(u64::from(attempt) * 2)).await;
-            }
-            let outcome = match self.pool.begin().await {
-                Ok(transaction) => {
-                    let (transaction, result) = step(transaction).await;
-                    finish(transaction, result).await
-                }
-                Err(error) => Err(StepError::Database(error)),
-            };
-            match outcome.map_err(|error| error.resolve(dataset_id)) {
-                Ok(value) => return Ok(value),
-                Err(Resolution::Fail(error)) => return Err(error),
-                Err(Resolution::Retry(reason)) => last_reason = reason,
-            }
-        }
-        Err(MendError::Conflict {
-            message: format!(
-                "concurrent writers on dataset {dataset_id} aborted this request \
-                 {MAX_ATTEMPTS} times; last: {last_reason}"
-            ),
-        })
-    }
-
-    /// Stages with `planner`; `standard` says that it is the mode's standard plan, so that a
-    /// create-only stage is one statement (the standard plan inserts every id that has no row
-    /// and skips every row met: the statement's own report is the plan's input), which probes
-    /// first unless the dataset's last such stage inserted every id.
-    #[allow(clippy::too_many_arguments)]
-    async fn stage_planned(
-        &self,
-        dataset_id: &str,
-        mode: StageMode,
-        splits: &[Arc<NewSplit>],
-        planner: &StagePlanner<'_>,
-        now_ms: TimestampMs,
-        key: Option<&RequestKey>,
-        standard: bool,
-    ) -> Result<Vec<StagedSplit>> {
-        let write = write_audit::pending(dataset_id, "stage", || {
-            splits.iter().map(|split| split.split_id.as_str())
-        });
-        // A keyed create-only stage runs in a transaction, for its record. Without a key its
-        // insert is one statement, which inserts the record of the write too
-        // (`sql/split_create_only_*.sql`, `sql/split_insert_staged_recorded.sql`).
-        if mode == StageMode::CreateOnly && key.is_none() {
-            let mut connection = self
-                .pool
-                .acquire()
-                .await
-                .map_err(|error| errors::database_error(error, dataset_id))?;
-            return stage::stage(
-                &mut connection,
-                dataset_id,
-                mode,
-                splits,
-                planner,
-                now_ms,
-                if standard {
-                    self.standard_observation(dataset_id)
-                } else {
-                    stage::Observation::ReadFirst
-                },
-                write.as_ref(),
-            )
-            .await
-            .inspect(|staged| {
-                if standard {
-                    self.probe_first.remember(dataset_id, staged);
-                }
-            })
-            .map_err(|error| match error.resolve(dataset_id) {
-                Resolution::Fail(error) => error,
-                Resolution::Retry(reason) => MendError::Transient { message: reason },
-            });
-        }
-        // An upsert presumes the plan until an attempt finds that the policy plans otherwise;
-        // from then on this request reads first (`stage.rs`).
-        let read_first = AtomicBool::new(false);
-        let read_first = &read_first;
-        let write = write.as_ref();
-        let changed = |staged: &Vec<StagedSplit>| {
-            let wrote = staged
-                .iter()
-                .any(|split| !matches!(split.outcome, StageOutcome::Skipped(_)));
-            wrote.then(|| write_audit::stage_answer(staged))
-        };
-        self.keyed_transaction(
-            dataset_id,
-            key,
-            write,
-            &changed,
-            now_ms,
-            |mut transaction| async move {
-                let observation = if read_first.load(Ordering::Relaxed) {
-                    stage::Observation::ReadFirst
-                } else if standard {
-                    self.standard_observation(dataset_id)
-                } else {
-                    stage::Observation::Presumed
-                };
-                let result = stage::stage(
-                    &mut transaction,
-                    dataset_id,
-                    mode,
-                    splits,
-                    planner,
-                    now_ms,
-                    observation,
-                    None,
-                )
-                .await;
-                if let Err(StepError::PlanDiffers) = &result {
-                    read_first.store(true, Ordering::Relaxed);
-                }
-                (transaction, result)
-            },
-        )
-        .await
-        .inspect(|staged| {
-            if standard && mode == StageMode::CreateOnly {
-                self.probe_first.remember(dataset_id, staged);
-            }
-        })
-    }
-
-    /// How a stage with the standard plan observes on `dataset_id`.
-    fn standard_observation(&self, dataset_id: &str) -> stage::Observation {
-        stage::Observation::Standard {
-            probe_first: self.probe_first.get(dataset_id),
-        }
-    }
-
-    /// Runs `step` in a transaction ([`Self::in_transaction`]); with a `key`, one that first
-    /// locks and reads the record of `key`: a recorded key answers its recorded result and
-    /// `step` does not run; otherwise `step`'s result is recorded in the same transaction as
-    /// its effect, and so is the record of the write (`write`, [`write_audit`]) if `changed`
-    /// says the step changed anything: a step that changes nothing records nothing, as on
-    /// every backend.
-    #[allow(clippy::too_many_arguments)]
-    async fn keyed_transaction<T, F, Fut>(
-        &self,
-        dataset_id: &str,
-        key: Option<&RequestKey>,
-        write: Option<&PendingWrite>,
-        answer: &(dyn Fn(&T) -> Option<serde_json::Value> + Sync),
-        now_ms: TimestampMs,
-        step: F,
-    ) -> Result<T>
-    where
-        T: serde::Serialize + serde::de::DeserializeOwned,
-        F: Fn(PgTransaction) -> Fut,
-        Fut: Future<Output = (PgTransaction, Result<T, StepError>)>,
-    {
-        if key.is_none() && write.is_none() {
-            return self.in_transaction(dataset_id, step).await;
-        }
-        let step = &step;
-        self.in_transaction(dataset_id, move |mut transaction| async move {
-            if let Some(key) = key {
-                match recorded::lock_and_find(&mut transaction, dataset_id, &key.key).await {
-                    Err(error) => return (transaction, Err(error)),
-                    Ok(Some(found)) => {
-                        return (transaction, found.replay(key).map_err(StepError::Failed));
-                    }
-                    Ok(None) => {}
-                }
-            }
-            let (mut transaction, result) = step(transaction).await;
-            let value = match result {
-                Ok(value) => value,
-                Err(error) => return (transaction, Err(error)),
-            };
-            if let Some(key) = key {
-                let record = RecordedRequest::new(key, &value, now_ms);
-                if let Err(error) = recorded::insert(&mut transaction, dataset_id, &record).await {
-                    return (transaction, Err(error));
-                }
-            }
-            let recorded = match write.zip(answer(&value)) {
-                Some((write, answer)) => {
-                    writes::insert(&mut transaction, Some(write), &answer, now_ms).await
-                }
-                None => Ok(()),
-            };
-            (transaction, recorded.map(|()| value))
-        })
-        .await
-    }
-
     /// A keyed or recorded creation: the dataset row, the record of `key` and the record of the
     /// write in one transaction. When the id is taken, the record of `key` in the dataset that
     /// has it answers, if there is one.
@@ -1114,31 +794,5 @@ impl Catalog for PostgresCatalog {
             (transaction, recorded.map(|()| published))
         })
         .await
-    }
-}
-
-/// A step's whole answer as its write record keeps it: for a step that always changes what
-/// it succeeds on.
-fn answer_whole<T: serde::Serialize>(value: &T) -> Option<serde_json::Value> {
-    Some(write_audit::answer_of(value))
-}
-
-/// Commits the transaction if `result` is a success and rolls it back otherwise.
-async fn finish<T>(
-    transaction: PgTransaction,
-    result: Result<T, StepError>,
-) -> Result<T, StepError> {
-    match result {
-        Ok(value) => {
-            transaction.commit().await.map_err(commit_error)?;
-            Ok(value)
-        }
-        Err(error) => {
-            // A rollback that fails leaves nothing behind either: nothing was committed, and
-            // the server aborts the transaction when its connection goes. The step's error is
-            // the one that says what happened.
-            let _ = transaction.rollback().await;
-            Err(error)
-        }
     }
 }

@@ -39,17 +39,19 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sqlx::PgConnection;
 
 use mend_contract::ExistingRow;
 
 use crate::catalog::write_audit::{self, PendingWrite};
-use crate::catalog::{PlannedAction, PlannedStage, StagePlanner};
+use crate::catalog::{PlannedAction, PlannedStage, RequestKey, StagePlanner};
 use crate::error::MendError;
 use crate::model::{NewSplit, SplitState, StageMode, StageOutcome, StagedSplit, TimestampMs};
 
-use super::errors::StepError;
+use super::PostgresCatalog;
+use super::errors::{self, Resolution, StepError};
 use super::queries::{self, RowLock, StageEffect};
 
 /// How an attempt observes the rows it stages.
@@ -366,4 +368,115 @@ fn outcomes(
             StagedSplit { split_id, outcome }
         })
         .collect()
+}
+
+impl PostgresCatalog {
+    /// Stages with `planner`; `standard` says that it is the mode's standard plan, so that a
+    /// create-only stage is one statement (the standard plan inserts every id that has no row
+    /// and skips every row met: the statement's own report is the plan's input), which probes
+    /// first unless the dataset's last such stage inserted every id.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn stage_planned(
+        &self,
+        dataset_id: &str,
+        mode: StageMode,
+        splits: &[Arc<NewSplit>],
+        planner: &StagePlanner<'_>,
+        now_ms: TimestampMs,
+        key: Option<&RequestKey>,
+        standard: bool,
+    ) -> crate::error::Result<Vec<StagedSplit>> {
+        let write = write_audit::pending(dataset_id, "stage", || {
+            splits.iter().map(|split| split.split_id.as_str())
+        });
+        // A keyed create-only stage runs in a transaction, for its record. Without a key its
+        // insert is one statement, which inserts the record of the write too
+        // (`sql/split_create_only_*.sql`, `sql/split_insert_staged_recorded.sql`).
+        if mode == StageMode::CreateOnly && key.is_none() {
+            let mut connection = self
+                .pool
+                .acquire()
+                .await
+                .map_err(|error| errors::database_error(error, dataset_id))?;
+            return stage(
+                &mut connection,
+                dataset_id,
+                mode,
+                splits,
+                planner,
+                now_ms,
+                if standard {
+                    self.standard_observation(dataset_id)
+                } else {
+                    Observation::ReadFirst
+                },
+                write.as_ref(),
+            )
+            .await
+            .inspect(|staged| {
+                if standard {
+                    self.probe_first.remember(dataset_id, staged);
+                }
+            })
+            .map_err(|error| match error.resolve(dataset_id) {
+                Resolution::Fail(error) => error,
+                Resolution::Retry(reason) => MendError::Transient { message: reason },
+            });
+        }
+        // An upsert presumes the plan until an attempt finds that the policy plans otherwise;
+        // from then on this request reads first (`stage.rs`).
+        let read_first = AtomicBool::new(false);
+        let read_first = &read_first;
+        let write = write.as_ref();
+        let changed = |staged: &Vec<StagedSplit>| {
+            let wrote = staged
+                .iter()
+                .any(|split| !matches!(split.outcome, StageOutcome::Skipped(_)));
+            wrote.then(|| write_audit::stage_answer(staged))
+        };
+        self.keyed_transaction(
+            dataset_id,
+            key,
+            write,
+            &changed,
+            now_ms,
+            |mut transaction| async move {
+                let observation = if read_first.load(Ordering::Relaxed) {
+                    Observation::ReadFirst
+                } else if standard {
+                    self.standard_observation(dataset_id)
+                } else {
+                    Observation::Presumed
+                };
+                let result = stage(
+                    &mut transaction,
+                    dataset_id,
+                    mode,
+                    splits,
+                    planner,
+                    now_ms,
+                    observation,
+                    None,
+                )
+                .await;
+                if let Err(StepError::PlanDiffers) = &result {
+                    read_first.store(true, Ordering::Relaxed);
+                }
+                (transaction, result)
+            },
+        )
+        .await
+        .inspect(|staged| {
+            if standard && mode == StageMode::CreateOnly {
+                self.probe_first.remember(dataset_id, staged);
+            }
+        })
+    }
+
+    /// How a stage with the standard plan observes on `dataset_id`.
+    pub(super) fn standard_observation(&self, dataset_id: &str) -> Observation {
+        Observation::Standard {
+            probe_first: self.probe_first.get(dataset_id),
+        }
+    }
 }
