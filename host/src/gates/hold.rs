@@ -151,8 +151,8 @@ impl fmt::Debug for Hold {
     }
 }
 
-/// The [`Hold`]s of several gates held together (of a [`HeldGates`] or an
-/// [`ExclusivePermit`]); empty for work that holds no gate, whose check always passes.
+/// The [`Hold`]s of several gates held together (of a [`HeldGates`](super::HeldGates) or an
+/// [`ExclusivePermit`](super::ExclusivePermit)); empty for work that holds no gate, whose check always passes.
 #[derive(Debug, Clone, Default)]
 pub struct Holds(pub(super) Vec<Hold>);
 

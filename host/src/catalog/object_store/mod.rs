@@ -2,14 +2,14 @@
 //! the `object_store` crate speaks to (a local directory, memory, S3-compatible).
 //!
 //! - **Commits.** A mutation decides on the newest state this instance knows
-//!   (`mutations.rs`) and writes the next version's log file with put-if-absent, with no
+//!   (`mutations.rs`) and writes the next version's log file with put-if-absent (`append.rs`), with no
 //!   look for that version first. Losing the put means another writer committed first: read
 //!   the new versions and decide again, a bounded number of times, then
 //!   [`MendError::Conflict`]. A decision that writes nothing (or refuses) on a state not
 //!   read just now is checked against the log first, so that it never answers for a stale
 //!   view. No file is ever overwritten, so processes sharing a store never lose an update, on
 //!   any store that supports put-if-absent. A mutation that changes nothing writes nothing.
-//! - **Reads.** The instance caches each dataset's state; a read probes only for the version
+//! - **Reads** (`read.rs`). The instance caches each dataset's state; a read probes only for the version
 //!   after the cached one (one GET that finds nothing when nothing changed). Without a cache
 //!   it loads the newest checkpoint and replays the versions after it (`log.rs` and the
 //!   files' format in `log_format.rs`, `state.rs`),
@@ -38,6 +38,7 @@
 //! Opening a catalog from a URL lives in `open.rs`; policy decisions stay with the engine,
 //! which passes them in as planner and validator closures.
 
+mod append;
 mod audit;
 mod audit_index;
 mod background;
@@ -48,6 +49,7 @@ pub(crate) mod log_format;
 mod mutations;
 mod open;
 pub mod pending;
+mod read;
 mod retention;
 mod scan;
 mod settle;
@@ -59,9 +61,8 @@ mod writes;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::future::Future;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ::object_store::ObjectStore;
@@ -72,14 +73,13 @@ use tokio::time::Instant;
 
 use self::audit_index::AuditIndex;
 use self::background::{Checkpointer, Schedule};
-use self::log::{Counters, Log, PutOutcome};
+use self::log::{Log, PutOutcome};
 use self::log_format::{Action, Commit};
-use self::mutations::Change;
 pub(crate) use self::open::open_objects;
 pub use self::open::{lists_in_order, open_store};
 use self::pending::PendingIndex;
 use self::state::DatasetState;
-use super::write_audit::{self, PendingWrite};
+use super::write_audit::{self};
 use super::{
     BegunCommit, Capabilities, Catalog, DatasetChange, IntentBuilder, ManifestProbe, MarkRule,
     OperationRecords, PENDING_INDEX, PendingDataset, PublishValidator, RecentAudit,
@@ -262,323 +262,6 @@ impl ObjectStoreCatalog {
             reloads: read(&counters.reloads),
         }
     }
-
-    /// How long a cached state is committed on and probed without a listing after it was
-    /// confirmed ([`retention`]).
-    fn trust_window(&self) -> Duration {
-        self.options.log_retention / 2
-    }
-
-    fn trusted(&self, cached: &Cached) -> bool {
-        cached.confirmed_at.elapsed() < self.trust_window()
-    }
-
-    /// The newest state of a dataset: the cached one rolled forward, or the newest checkpoint
-    /// (else version 0) rolled forward.
-    async fn load(&self, dataset_id: &str) -> Result<Arc<DatasetState>> {
-        Ok(self.load_confirmed(dataset_id).await?.state)
-    }
-
-    /// [`Self::load`], with when the state was confirmed the newest.
-    async fn load_confirmed(&self, dataset_id: &str) -> Result<Cached> {
-        if dataset_id.is_empty() {
-            return Err(MendError::dataset_not_found(dataset_id));
-        }
-        let Some(cached) = self.cached(dataset_id) else {
-            return self.load_validated(dataset_id, None).await;
-        };
-        if !self.trusted(&cached) {
-            return self.load_validated(dataset_id, Some(cached.state)).await;
-        }
-        let started = Instant::now();
-        let state = self
-            .roll_forward(dataset_id, Arc::clone(&cached.state))
-            .await?;
-        // The probe that found the end must itself have been within the window.
-        if !self.trusted(&cached) {
-            return self.load_validated(dataset_id, Some(state)).await;
-        }
-        self.remember(dataset_id, &state, started);
-        Ok(Cached {
-            state,
-            confirmed_at: started,
-        })
-    }
-
-    /// Loads without trusting that a missing version is the end of the log: after reaching
-    /// it, a listing must show no checkpoint past it (see [`retention`]). A checkpoint past
-    /// it means that writers moved on meanwhile, or that retention cut the log there: a
-    /// second look at the next version tells which (a version below a checkpoint was
-    /// written, so missing it is deleted), and the load follows the writers, or starts again
-    /// from the newest checkpoint.
-    async fn load_validated(
-        &self,
-        dataset_id: &str,
-        mut base: Option<Arc<DatasetState>>,
-    ) -> Result<Cached> {
-        for _ in 0..MAX_LOAD_ROUNDS {
-            let started = Instant::now();
-            let state = match base.take() {
-                Some(state) => state,
-                None => match self.load_base(dataset_id).await? {
-                    Some(state) => Arc::new(state),
-                    None => {
-                        Counters::bump(&self.log.counters.reloads);
-                        continue;
-                    }
-                },
-            };
-            let state = self.roll_forward(dataset_id, state).await?;
-            let newest = self.log.newest_checkpoint_version(dataset_id).await?;
-            if newest.is_none_or(|newest| newest <= state.version) {
-                self.remember(dataset_id, &state, started);
-                return Ok(Cached {
-                    state,
-                    confirmed_at: started,
-                });
-            }
-            let followed = self.roll_forward(dataset_id, Arc::clone(&state)).await?;
-            if followed.version > state.version {
-                base = Some(followed);
-            } else {
-                Counters::bump(&self.log.counters.reloads);
-            }
-        }
-        Err(MendError::Unavailable {
-            message: format!(
-                "dataset {dataset_id}: the log kept moving past new checkpoints while it was \
-                 read ({MAX_LOAD_ROUNDS} rounds); read it again"
-            ),
-            source: None,
-        })
-    }
-
-    /// The state of the newest checkpoint, else of version 0; `None` if the newest listed
-    /// checkpoint was deleted before it could be read.
-    async fn load_base(&self, dataset_id: &str) -> Result<Option<DatasetState>> {
-        let newest = self.log.newest_checkpoint_version(dataset_id).await?;
-        if let Some(version) = newest {
-            return self.log.read_checkpoint(dataset_id, version).await;
-        }
-        match self.log.read_commit(dataset_id, 0).await? {
-            Some(creation) => Ok(Some(DatasetState::from_creation(dataset_id, &creation)?)),
-            None => Err(MendError::dataset_not_found(dataset_id)),
-        }
-    }
-
-    /// `base` with every version after it applied, up to the first missing one. The first
-    /// version after `base` is read alone (a probe that finds nothing costs one GET); while
-    /// versions keep coming, the next ones are read several at a time (2, 4, ... up to 16),
-    /// so that a replay of a hundred versions waits for a few rounds of reads, not a hundred.
-    async fn roll_forward(
-        &self,
-        dataset_id: &str,
-        base: Arc<DatasetState>,
-    ) -> Result<Arc<DatasetState>> {
-        let mut newer: Option<DatasetState> = None;
-        let mut window = 1;
-        'reading: loop {
-            let next_version = newer.as_ref().unwrap_or(&base).version + 1;
-            let reads = (next_version..next_version + window)
-                .map(|version| self.log.read_commit(dataset_id, version));
-            for read in futures::future::join_all(reads).await {
-                let Some(commit) = read? else {
-                    break 'reading;
-                };
-                newer
-                    .get_or_insert_with(|| DatasetState::clone(&base))
-                    .apply(&commit)?;
-            }
-            window = (window * 2).min(MAX_READS_AHEAD);
-        }
-        Ok(newer.map(Arc::new).unwrap_or(base))
-    }
-
-    /// The newest log version of `dataset_id` this instance knows of, if it holds its state.
-    fn known_version(&self, dataset_id: &str) -> Option<u64> {
-        self.cached(dataset_id).map(|cached| cached.state.version)
-    }
-
-    fn cached(&self, dataset_id: &str) -> Option<Cached> {
-        let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        cache.get(dataset_id).cloned()
-    }
-
-    /// Caches `state`, confirmed newest at `confirmed_at`, unless a concurrent task already
-    /// cached a newer one.
-    fn remember(&self, dataset_id: &str, state: &Arc<DatasetState>, confirmed_at: Instant) {
-        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        let fresh = Cached {
-            state: Arc::clone(state),
-            confirmed_at,
-        };
-        match cache.get_mut(dataset_id) {
-            None => {
-                cache.insert(dataset_id.to_string(), fresh);
-            }
-            Some(entry) if entry.state.version < state.version => *entry = fresh,
-            Some(entry) if entry.state.version == state.version => {
-                entry.confirmed_at = entry.confirmed_at.max(confirmed_at);
-            }
-            Some(_) => {}
-        }
-    }
-
-    /// Runs one optimistic mutation: decide on the newest state this instance knows, commit
-    /// the next version, and on a lost race read what won and do all of it again. `decide`
-    /// runs once per attempt, each time on the exact state its commit would follow. A cached
-    /// state is not probed before the put: the put finds out. What `decide` answers without
-    /// a commit (nothing to change, or a refusal) on a cached state stands only if a read
-    /// then finds no newer version; otherwise it decides again on the newer state.
-    ///
-    /// `decide` is given the time of its attempt: `now_ms` plus the time spent since the call,
-    /// read just before the attempt. What a commit records as its moment (a mark, a
-    /// publication, an answer) must not predate its own write by the waits and lost races
-    /// before it: a mark that landed after a stalled put and a retry, stamped with the moment
-    /// the mutation began, would start a deletion grace period that readers never saw begin
-    /// (found by `mend-sim`, seed 8877293620571511055). The time is still read before the put,
-    /// so a deletion decided on it is never decided on a moment later than its write.
-    fn mutate<'a, T: 'a>(
-        &'a self,
-        dataset_id: &'a str,
-        now_ms: TimestampMs,
-        decide: impl FnMut(&DatasetState, TimestampMs) -> Result<Change<T>> + Send + 'a,
-    ) -> impl Future<Output = Result<T>> + 'a {
-        // Not an async fn of its own: its future is the recorded one's, not one around it.
-        let answer = |_: &T| serde_json::Value::Null;
-        self.mutate_recorded(dataset_id, now_ms, None, answer, decide)
-    }
-
-    /// [`Self::mutate`], with the record of the write (`write`, answered by `answer` of the
-    /// output) as one more action of the commit: in the same atomic step as the change
-    /// ([`write_audit`]). A change that writes nothing records nothing.
-    async fn mutate_recorded<T>(
-        &self,
-        dataset_id: &str,
-        now_ms: TimestampMs,
-        write: Option<&PendingWrite>,
-        answer: impl Fn(&T) -> serde_json::Value + Send,
-        mut decide: impl FnMut(&DatasetState, TimestampMs) -> Result<Change<T>> + Send,
-    ) -> Result<T> {
-        let called_at = Instant::now();
-        let attempt_time = || {
-            let waited = i64::try_from(called_at.elapsed().as_millis()).unwrap_or(i64::MAX);
-            now_ms.saturating_add(waited)
-        };
-        // A state read just now, to decide on next.
-        let mut fresh: Option<Cached> = None;
-        // The pending marker was found there during this mutation (see `pending.rs`).
-        let mut marker_existed = false;
-        let mut attempt = 0;
-        while attempt < self.options.max_commit_attempts {
-            let (base, just_read) = match fresh.take() {
-                Some(read) => (read, true),
-                None => match self.cached(dataset_id) {
-                    Some(cached) if self.trusted(&cached) => (cached, false),
-                    _ => (self.load_confirmed(dataset_id).await?, true),
-                },
-            };
-            let state = &base.state;
-            let attempt_ms = attempt_time();
-            let (mut actions, output) = match decide(state, attempt_ms) {
-                Ok(Change::Commit { actions, output }) => (actions, output),
-                answer if !just_read => {
-                    // Nothing to write, or a refusal: it stands if the log has not moved.
-                    let read = self.load_confirmed(dataset_id).await?;
-                    if read.state.version == state.version {
-                        return answer.map(|change| match change {
-                            Change::Unchanged(output) => output,
-                            Change::Commit { .. } => unreachable!("matched above"),
-                        });
-                    }
-                    fresh = Some(read);
-                    continue;
-                }
-                Ok(Change::Unchanged(output)) => return Ok(output),
-                Err(error) => return Err(error),
-            };
-            if let Some(write) = write {
-                let record = write.answered(&answer(&output), attempt_ms);
-                actions.push(Action::RecordWrite {
-                    record: Box::new(record),
-                });
-            }
-            // Rule 1 of the pending index: the marker before any version that adds an intent.
-            if !marker_existed && adds_intent(state, &actions) {
-                marker_existed =
-                    self.pending.ensure(dataset_id).await? == pending::MarkerPut::Existed;
-            }
-            let commit = Commit::new(state.version + 1, attempt_ms, actions);
-            let mut next = DatasetState::clone(state);
-            next.apply(&commit)?;
-            let put_at = Instant::now();
-            match self.log.put_commit(dataset_id, &commit).await? {
-                PutOutcome::Committed => {
-                    self.committed(dataset_id, next, base.confirmed_at, put_at)
-                        .await?;
-                    return Ok(output);
-                }
-                PutOutcome::Lost => {
-                    backoff(attempt).await;
-                    fresh = Some(self.load_confirmed(dataset_id).await?);
-                }
-            }
-            attempt += 1;
-        }
-        Err(MendError::Conflict {
-            message: format!(
-                "dataset {dataset_id} changed under {} consecutive commit attempts",
-                self.options.max_commit_attempts
-            ),
-        })
-    }
-
-    /// Caches the state a commit produced and hands it to the checkpointer. A put that
-    /// landed later than the state it follows may be trusted (`base_confirmed_at`, see
-    /// [`Cached`]) is confirmed by a listing first: a checkpoint at or past its version means
-    /// the version may have been written and pruned before, and the put re-created it behind
-    /// that checkpoint, where no reader looks.
-    async fn committed(
-        &self,
-        dataset_id: &str,
-        state: DatasetState,
-        base_confirmed_at: Instant,
-        put_at: Instant,
-    ) -> Result<()> {
-        if base_confirmed_at.elapsed() >= self.trust_window() {
-            let newest = self.log.newest_checkpoint_version(dataset_id).await?;
-            if newest.is_some_and(|newest| newest >= state.version) {
-                self.forget(dataset_id);
-                return Err(MendError::Unavailable {
-                    message: format!(
-                        "dataset {dataset_id}: the commit of version {} took longer than the \
-                         log retention allows for, and a checkpoint at or past it exists; \
-                         whether it counts is unknown: read the dataset again before retrying",
-                        state.version
-                    ),
-                    source: None,
-                });
-            }
-        }
-        let state = Arc::new(state);
-        self.remember(dataset_id, &state, put_at);
-        self.checkpointer.committed(dataset_id, &state);
-        Ok(())
-    }
-
-    fn forget(&self, dataset_id: &str) {
-        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        cache.remove(dataset_id);
-    }
-}
-
-/// Whether committing `actions` on `state` adds an intent: writes one under an operation id
-/// that `state` does not hold.
-fn adds_intent(state: &DatasetState, actions: &[Action]) -> bool {
-    actions.iter().any(|action| match action {
-        Action::PutIntent { intent } => !state.intents.contains_key(&intent.operation_id),
-        _ => false,
-    })
 }
 
 /// The answer to a keyed creation of a dataset that exists: the recorded creation, if this
@@ -595,14 +278,6 @@ fn already_exists(dataset_id: &str) -> MendError {
         kind: EntityKind::Dataset,
         id: dataset_id.to_string(),
     }
-}
-
-/// Spreads out writers that keep colliding: up to 1, 2, 4 ... 64 ms, with random jitter so
-/// that two writers do not retry in lockstep.
-async fn backoff(attempt: u32) {
-    let ceiling_us = 1_000u64 << attempt.min(6);
-    let jitter_us = crate::ambient::below(ceiling_us);
-    tokio::time::sleep(Duration::from_micros(jitter_us)).await;
 }
 
 impl fmt::Debug for ObjectStoreCatalog {
