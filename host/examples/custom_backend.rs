@@ -6,8 +6,9 @@
 //!
 //! `MeteredCatalog` wraps mend's object-storage catalog (here in memory) and counts, per
 //! dataset, the mutations it served, as an embedder would to export a metric or enforce a
-//! quota. It implements the required methods of [`mend::Catalog`] (the atomic steps) and takes
-//! every provided one at its default (docs/src/embedding.md, "Your own catalog backend", says
+//! quota. It implements the required methods of [`mend::Catalog`] (the atomic steps and the
+//! reads) and takes every provided one at its default; what [`mend::catalog::CatalogExt`] builds
+//! from them (a config change, a named mark) comes with every catalog (docs/src/embedding.md, "Your own catalog backend", says
 //! which and what they cost). `main` runs every case of the kit (`mend-testkit`) against it,
 //! prints a line per case and a summary, and exits with 1 if a case failed. To hold a real
 //! backend to the kit, replace `MeteredCatalog` with it and change `open` and
@@ -196,6 +197,10 @@ impl Catalog for MeteredCatalog {
 
     async fn list_intents(&self, id: &str) -> Result<Vec<Intent>> {
         self.inner.list_intents(id).await
+    }
+
+    async fn intent(&self, id: &str, operation_id: &str) -> Result<Option<Intent>> {
+        self.inner.intent(id, operation_id).await
     }
 
     async fn append_audit(&self, id: &str, records: &[AuditRecord]) -> Result<()> {

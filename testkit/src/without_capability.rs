@@ -158,6 +158,10 @@ impl<C: Catalog> Catalog for WithoutCapability<C> {
     async fn list_intents(&self, id: &str) -> Result<Vec<Intent>> {
         self.inner.list_intents(id).await
     }
+
+    async fn intent(&self, id: &str, operation_id: &str) -> Result<Option<Intent>> {
+        self.inner.intent(id, operation_id).await
+    }
     async fn pending_datasets(&self) -> Result<Vec<PendingDataset>> {
         // Without an index, a backend reads every dataset's intents: the trait's default.
         if self.lacks == mend::catalog::PENDING_INDEX {

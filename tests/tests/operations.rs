@@ -5,6 +5,7 @@
 
 use bytes::Bytes;
 use futures::stream;
+use mend::catalog::CatalogExt;
 use mend::engine::{
     BeginOperation, ExternalKind, ObjectStatus, ObjectToPut, OperationPhase, OperationView,
     PlannedSplit, SINGLE_PUT_BYTES,

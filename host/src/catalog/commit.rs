@@ -15,6 +15,7 @@
 //! always did: an intent without rows or with some (abandoned once its lease runs out), a
 //! confirmed intent (rolled forward), a published commit whose intent is left (stale).
 
+use crate::catalog::CatalogExt;
 use crate::error::{EntityKind, MendError, Result};
 use crate::intent::{Intent, IntentPhase, check_written_format};
 use std::sync::Arc;

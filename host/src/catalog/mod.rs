@@ -22,7 +22,9 @@
 //! and its cost are in [`recent_audit`].
 
 mod commit;
+mod ext;
 pub mod object_store;
+mod open;
 pub mod pending;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -49,7 +51,11 @@ use crate::model::{
 pub use self::commit::{
     BegunCommit, IntentBuilder, OperationRecords, built_intent, refuse_abandoned,
 };
+pub use self::ext::CatalogExt;
 pub use self::object_store::ObjectStoreCatalog;
+#[cfg(not(feature = "postgres"))]
+pub(crate) use self::open::no_postgres_backend;
+pub use self::open::{PostgresOptions, is_postgres_url, open, open_with};
 pub use self::pending::{PENDING_INDEX, PendingDataset};
 #[cfg(feature = "postgres")]
 pub use self::postgres::PostgresCatalog;
@@ -311,9 +317,11 @@ pub type PublishValidator<'a> = dyn Fn(&PublishObservation) -> Result<()> + Send
 /// conformance suite (the `mend-testkit` crate, `testkit/`) holds both, and any backend of an
 /// embedder's own, to the same behaviour.
 ///
-/// The required methods are the atomic steps a backend must provide; every provided method is
-/// built from them, and a backend overrides one only to be faster (one read instead of two, a
-/// batch in one step) or to claim a capability the default does not.
+/// The required methods are the atomic steps and the reads a backend must provide; every
+/// provided method is built from them, and a backend overrides one only to be faster (one read
+/// instead of two, a batch in one step) or to claim a capability the default does not. What no
+/// backend has a reason to override (a config change, a named mark: one step with its
+/// arguments filled in) is on [`CatalogExt`], implemented for every catalog.
 ///
 /// Every mutation is atomic: it happens whole or not at all, and an error says which
 /// ([`MendError::certainly_not_applied`](crate::MendError::certainly_not_applied)). A mutation
@@ -432,45 +440,6 @@ pub trait Catalog: Send + Sync + fmt::Debug {
         key: Option<&RequestKey>,
     ) -> Result<Dataset>;
 
-    /// [`DatasetChange::Config`] through [`update_dataset`](Catalog::update_dataset).
-    async fn update_config(
-        &self,
-        dataset_id: &str,
-        expected_config_version: u64,
-        config: &DatasetConfig,
-        now_ms: TimestampMs,
-        key: Option<&RequestKey>,
-    ) -> Result<Dataset> {
-        let change = DatasetChange::Config {
-            expected_config_version,
-            config,
-        };
-        self.update_dataset(dataset_id, change, now_ms, key).await
-    }
-
-    /// [`DatasetChange::PublishToken`] through [`update_dataset`](Catalog::update_dataset).
-    async fn set_publish_token(
-        &self,
-        dataset_id: &str,
-        publish_token: Option<&str>,
-        now_ms: TimestampMs,
-        key: Option<&RequestKey>,
-    ) -> Result<Dataset> {
-        let change = DatasetChange::PublishToken(publish_token);
-        self.update_dataset(dataset_id, change, now_ms, key).await
-    }
-
-    /// [`DatasetChange::AdvanceFencingEpoch`] through
-    /// [`update_dataset`](Catalog::update_dataset).
-    async fn advance_fencing_epoch(
-        &self,
-        dataset_id: &str,
-        now_ms: TimestampMs,
-    ) -> Result<Dataset> {
-        let change = DatasetChange::AdvanceFencingEpoch;
-        self.update_dataset(dataset_id, change, now_ms, None).await
-    }
-
     /// Stages `splits` (one per distinct id, sorted by id: [`distinct_splits`]) in `mode`:
     /// observes the rows that exist for their ids, asks `planner` for the plan on what it
     /// observed, and applies the plan atomically with conditional writes. Returns the actual
@@ -565,33 +534,6 @@ pub trait Catalog: Send + Sync + fmt::Debug {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<MarkResult>;
-
-    /// [`MarkRule::Named`] through [`mark`](Catalog::mark).
-    async fn mark_for_deletion(
-        &self,
-        dataset_id: &str,
-        split_ids: &[String],
-        now_ms: TimestampMs,
-        key: Option<&RequestKey>,
-    ) -> Result<MarkResult> {
-        self.mark(dataset_id, split_ids, MarkRule::Named, now_ms, key)
-            .await
-    }
-
-    /// [`MarkRule::StaleStaged`] through [`mark`](Catalog::mark): the ids it marked.
-    async fn mark_stale_staged(
-        &self,
-        dataset_id: &str,
-        split_ids: &[String],
-        untouched_before_ms: TimestampMs,
-        now_ms: TimestampMs,
-    ) -> Result<Vec<String>> {
-        let rule = MarkRule::StaleStaged {
-            untouched_before_ms,
-        };
-        let result = self.mark(dataset_id, split_ids, rule, now_ms, None).await?;
-        Ok(result.marked)
-    }
 
     /// Records that garbage collection saw the marks of the rows among `split_ids` that are
     /// marked for deletion and not yet seen, at `seen_at_ms`, read after it read them
@@ -690,6 +632,12 @@ pub trait Catalog: Send + Sync + fmt::Debug {
     /// The dataset's intents, oldest first (by creation time, then operation id). An intent
     /// in a format newer than this host's is refused with `Corrupt`, never guessed at.
     async fn list_intents(&self, dataset_id: &str) -> Result<Vec<Intent>>;
+
+    /// The intent of `operation_id` on the dataset, or `None` when it has none: what
+    /// [`list_intents`](Catalog::list_intents) lists for it, without reading the others (a
+    /// writer's step and `show` read their own intent only). `NotFound` if the dataset does
+    /// not exist; a newer format is refused with `Corrupt`, as there.
+    async fn intent(&self, dataset_id: &str, operation_id: &str) -> Result<Option<Intent>>;
 
     /// The datasets that may have unresolved intents, sorted by id ([`pending`]). Never misses
     /// a dataset whose intent was written by a writer that then crashed (each backend says
@@ -992,84 +940,4 @@ pub(crate) fn checkpoint_after(
         ));
     }
     Ok(next)
-}
-
-/// How a Postgres catalog is opened.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PostgresOptions {
-    /// Open a server whose settings may lose acknowledged commits in a crash (`fsync`,
-    /// `synchronous_commit` or `full_page_writes` off). Only for throwaway clusters: a publish
-    /// mend acknowledged could be gone after the server restarts.
-    pub accept_unsafe_durability: bool,
-}
-
-/// Whether `url` names a Postgres catalog.
-pub fn is_postgres_url(url: &str) -> bool {
-    url.starts_with("postgres://") || url.starts_with("postgresql://")
-}
-
-/// What a `postgres://` URL meets in a build without the `postgres` feature.
-#[cfg(not(feature = "postgres"))]
-pub(crate) fn no_postgres_backend() -> crate::MendError {
-    crate::MendError::invalid(
-        "this build of mend has no Postgres backend: build it with the `postgres` feature",
-    )
-}
-
-/// Opens the catalog at `catalog_url` and the store of split objects.
-///
-/// Split objects live in the catalog's own store for object-storage catalogs unless
-/// `objects_url` names another; a Postgres catalog needs `objects_url`.
-pub async fn open(
-    catalog_url: &str,
-    objects_url: Option<&str>,
-) -> Result<(Arc<dyn Catalog>, crate::objects::SplitObjects)> {
-    open_with(catalog_url, objects_url, PostgresOptions::default()).await
-}
-
-/// [`open`], with how a Postgres catalog is opened.
-pub async fn open_with(
-    catalog_url: &str,
-    objects_url: Option<&str>,
-    postgres: PostgresOptions,
-) -> Result<(Arc<dyn Catalog>, crate::objects::SplitObjects)> {
-    let separate_objects = objects_url
-        .map(self::object_store::open_objects)
-        .transpose()?;
-    if is_postgres_url(catalog_url) {
-        return open_postgres(catalog_url, separate_objects, postgres).await;
-    }
-    let own = self::object_store::open_objects(catalog_url)?;
-    let (store, prefix) = own.store();
-    let options = self::object_store::ObjectStoreCatalogOptions {
-        store_lists_in_order: self::object_store::lists_in_order(catalog_url),
-        ..Default::default()
-    };
-    let catalog = ObjectStoreCatalog::new(store.clone(), prefix.clone(), options);
-    Ok((Arc::new(catalog), separate_objects.unwrap_or(own)))
-}
-
-/// A Postgres catalog, with the split objects it needs elsewhere.
-#[cfg(feature = "postgres")]
-async fn open_postgres(
-    catalog_url: &str,
-    objects: Option<crate::objects::SplitObjects>,
-    options: PostgresOptions,
-) -> Result<(Arc<dyn Catalog>, crate::objects::SplitObjects)> {
-    let objects = objects.ok_or_else(|| {
-        crate::MendError::invalid(
-            "a Postgres catalog keeps rows only: give --objects URL (file://DIR, s3://...) for the split objects",
-        )
-    })?;
-    let catalog = PostgresCatalog::connect_with(catalog_url, options).await?;
-    Ok((Arc::new(catalog), objects))
-}
-
-#[cfg(not(feature = "postgres"))]
-async fn open_postgres(
-    _catalog_url: &str,
-    _objects: Option<crate::objects::SplitObjects>,
-    _options: PostgresOptions,
-) -> Result<(Arc<dyn Catalog>, crate::objects::SplitObjects)> {
-    Err(no_postgres_backend())
 }

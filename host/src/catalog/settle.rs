@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use crate::catalog::CatalogExt;
 use crate::catalog::{Catalog, PublishObservation, RecordedRequest, RequestKey, sorted_distinct};
 use crate::error::{EntityKind, MendError, Result};
 use crate::intent::{Intent, IntentPhase};

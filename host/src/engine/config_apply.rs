@@ -35,6 +35,7 @@
 
 use super::Engine;
 use super::keyed::Keyed;
+use crate::catalog::CatalogExt;
 use crate::catalog::RequestKey;
 use crate::error::{EntityKind, MendError, Result};
 use crate::faults::DurableStep;
@@ -273,10 +274,9 @@ impl Engine {
         let operation_id = keyed_operation_id(idempotency_key);
         let in_flight = self
             .catalog
-            .list_intents(dataset_id)
+            .intent(dataset_id, &operation_id)
             .await?
-            .iter()
-            .any(|intent| intent.operation_id == operation_id);
+            .is_some();
         if in_flight {
             return Err(MendError::RecoveryRequired { operation_id });
         }

@@ -6,6 +6,7 @@ use futures::StreamExt;
 
 use super::Engine;
 use super::keyed::{Keyed, request_key};
+use crate::catalog::CatalogExt;
 use crate::catalog::RequestKey;
 use crate::error::{MendError, Result};
 use crate::model::{Dataset, DatasetConfig};

@@ -14,6 +14,7 @@ use mend_contract::{ExistingRow, PartitionPosition, PublishInput};
 
 use super::Engine;
 use super::keyed::{Keyed, request_key};
+use crate::catalog::CatalogExt;
 use crate::catalog::{self, PublishObservation, RequestKey, StagePlan};
 use crate::error::{MendError, Result};
 use crate::invariants;

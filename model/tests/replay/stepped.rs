@@ -305,6 +305,10 @@ impl Catalog for SteppedCatalog {
         self.inner.list_intents(dataset_id).await
     }
 
+    async fn intent(&self, dataset_id: &str, operation_id: &str) -> Result<Option<Intent>> {
+        self.inner.intent(dataset_id, operation_id).await
+    }
+
     async fn pending_datasets(&self) -> Result<Vec<PendingDataset>> {
         self.inner.pending_datasets().await
     }

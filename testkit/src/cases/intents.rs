@@ -1,5 +1,5 @@
-//! Intents and audit records at the catalog trait itself: an intent created once, advanced only
-//! from the phase it is in, deleted; every planned effect kept as written, and every intent
+//! Intents and audit records at the catalog trait itself: an intent created once, read alone
+//! as listed, advanced only from the phase it is in, deleted; every planned effect kept as written, and every intent
 //! stored in this host's format; abandoning an expired armed intent, racing a heartbeat;
 //! audit records appended in order.
 
@@ -49,6 +49,16 @@ pub(super) async fn intents_are_created_once_advanced_conditionally_and_deleted(
         [first.clone(), second.clone()],
         "oldest first"
     );
+    // The read of one intent answers what the listing lists for it, and nothing for another.
+    assert_eq!(
+        catalog.intent(&ds, "op-b").await.unwrap(),
+        Some(first.clone())
+    );
+    assert_eq!(
+        catalog.intent(&ds, "op-a").await.unwrap(),
+        Some(second.clone())
+    );
+    assert_eq!(catalog.intent(&ds, "op-none").await.unwrap(), None);
     assert_eq!(
         h.engine.dataset(&ds).await.unwrap().manifest_version,
         manifest,
@@ -96,6 +106,11 @@ pub(super) async fn intents_are_created_once_advanced_conditionally_and_deleted(
         catalog.list_intents(&ds).await.unwrap(),
         [confirmed.clone(), second.clone()]
     );
+    assert_eq!(
+        catalog.intent(&ds, "op-b").await.unwrap(),
+        Some(confirmed.clone()),
+        "the read of one intent sees its phase move"
+    );
 
     catalog.delete_intent(&ds, "op-b", 0).await.expect("delete");
     let gone = catalog.delete_intent(&ds, "op-b", 0).await.unwrap_err();
@@ -124,6 +139,18 @@ pub(super) async fn intents_are_created_once_advanced_conditionally_and_deleted(
         "{gone:?}"
     );
     assert_eq!(catalog.list_intents(&ds).await.unwrap(), [second]);
+    assert_eq!(catalog.intent(&ds, "op-b").await.unwrap(), None, "deleted");
+    let one_missing = catalog.intent("no-such-dataset", "op-b").await.unwrap_err();
+    assert!(
+        matches!(
+            one_missing,
+            MendError::NotFound {
+                kind: EntityKind::Dataset,
+                ..
+            }
+        ),
+        "{one_missing:?}"
+    );
     let missing = catalog.list_intents("no-such-dataset").await.unwrap_err();
     assert!(
         matches!(

@@ -7,6 +7,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use mend::catalog::CatalogExt;
 use mend::catalog::ExistingRow;
 use mend::catalog::{
     Catalog, DatasetChange, MarkRule, PlannedAction, PlannedStage, PublishObservation,

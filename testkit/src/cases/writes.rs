@@ -4,6 +4,7 @@
 //! write outside any scope record nothing.
 
 use mend::MendError;
+use mend::catalog::CatalogExt;
 use mend::catalog::write_audit::{self, WriteRecord, WriteScope};
 use mend::intent::IntentPhase;
 

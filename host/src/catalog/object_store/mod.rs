@@ -696,6 +696,15 @@ impl Catalog for ObjectStoreCatalog {
         Ok(intents)
     }
 
+    async fn intent(&self, dataset_id: &str, operation_id: &str) -> Result<Option<Intent>> {
+        Ok(self
+            .load(dataset_id)
+            .await?
+            .intents
+            .get(operation_id)
+            .cloned())
+    }
+
     /// One listing of the pending markers ([`pending`]): every dataset a writer put a marker
     /// for and no `clear_pending` took off since. A writer that crashed after its intent
     /// landed left its marker, except in the one window `pending.rs` describes.

@@ -267,6 +267,22 @@ pub(super) async fn list(pool: &PgPool, dataset_id: &str) -> Result<Vec<Intent>>
     .await
 }
 
+/// The intent of `operation_id`, if the dataset has one; `NotFound` without the dataset.
+pub(super) async fn find(
+    pool: &PgPool,
+    dataset_id: &str,
+    operation_id: &str,
+) -> Result<Option<Intent>> {
+    require_dataset(pool, dataset_id).await?;
+    let found = sqlx::query(sql::INTENT_SELECT)
+        .bind(dataset_id)
+        .bind(operation_id)
+        .fetch_optional(pool)
+        .await
+        .map_err(|error| database_error(error, dataset_id))?;
+    found.map(|row| intent(&row, dataset_id)).transpose()
+}
+
 /// The dataset's intents, read on one connection (a transaction's, which has checked that the
 /// dataset exists), oldest first.
 pub(super) async fn list_on(conn: &mut PgConnection, dataset_id: &str) -> Result<Vec<Intent>> {

@@ -669,6 +669,10 @@ impl Catalog for PostgresCatalog {
         intents::list(&self.pool, dataset_id).await
     }
 
+    async fn intent(&self, dataset_id: &str, operation_id: &str) -> Result<Option<Intent>> {
+        intents::find(&self.pool, dataset_id, operation_id).await
+    }
+
     /// One grouped query over the intents table, which is the index: it holds exactly the
     /// intents not yet settled, so every dataset named has intents as of the query, and every
     /// intent committed before it is counted. A crashed writer's intent stays in the table

@@ -1,6 +1,7 @@
 //! The ending that abort, a publish overtaken and a roll-back share: the intent fenced and deleted
 //! with its end recorded in one conditional step, then the operation's own rows and objects removed.
 
+use crate::catalog::CatalogExt;
 use crate::catalog::{PublishObservation, RequestKey, Settled, Settlement};
 use crate::engine::Engine;
 use crate::engine::steps::{delta_overtaken, step_key};

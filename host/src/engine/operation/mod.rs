@@ -342,12 +342,7 @@ impl Engine {
     }
 
     async fn find_intent(&self, dataset_id: &str, operation_id: &str) -> Result<Option<Intent>> {
-        Ok(self
-            .catalog
-            .list_intents(dataset_id)
-            .await?
-            .into_iter()
-            .find(|intent| intent.operation_id == operation_id))
+        self.catalog.intent(dataset_id, operation_id).await
     }
 
     /// The writer's view of an intent, with a split for each of `headers` (begin and show

@@ -3,6 +3,7 @@
 
 use mend_contract::RecoveryDecision;
 
+use crate::catalog::CatalogExt;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::faults::DurableStep;

@@ -42,6 +42,7 @@ use self::settling::{Batch, Sweep};
 use super::Engine;
 use super::keyed::{Keyed, request_key};
 use crate::audit::{AUDIT_FORMAT_VERSION, AuditRecord, DecisionInput};
+use crate::catalog::CatalogExt;
 use crate::error::Result;
 use crate::faults::DurableStep;
 use crate::gates::{ExclusivePermit, GateName, GateSession};

@@ -2,6 +2,7 @@
 //! writers racing from several instances, puts whose outcome is unclear, and opening by URL.
 
 use super::*;
+use crate::catalog::CatalogExt;
 use crate::catalog::object_store::log::Log;
 use crate::catalog::object_store::state::DatasetState;
 use crate::model::{ListQuery, StageOutcome};

@@ -2,6 +2,7 @@
 //! including which calls write nothing at all.
 
 use super::*;
+use crate::catalog::CatalogExt;
 use crate::error::EntityKind;
 use crate::model::{CheckpointDelta, ListQuery, PartitionDelta, StageOutcome};
 

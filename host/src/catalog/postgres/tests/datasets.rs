@@ -1,6 +1,7 @@
 //! Datasets: create, list, show, config and publish token; and connecting.
 
 use super::*;
+use crate::catalog::CatalogExt;
 
 #[tokio::test]
 async fn datasets_are_created_listed_and_shown() {

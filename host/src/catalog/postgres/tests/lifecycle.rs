@@ -2,6 +2,7 @@
 //! that write nothing.
 
 use super::*;
+use crate::catalog::CatalogExt;
 
 #[tokio::test]
 async fn publish_moves_states_applies_the_checkpoint_and_sees_the_token() {

@@ -1,6 +1,7 @@
 //! Listing splits: every filter, alone and combined, and paging.
 
 use super::*;
+use crate::catalog::CatalogExt;
 
 #[tokio::test]
 async fn list_filters_and_pages() {
