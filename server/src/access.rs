@@ -494,32 +494,9 @@ pub(crate) async fn check(
         shared.metrics.shed(Shed::FailedAuthentications);
         return too_many_failures(wait).into_response();
     }
-    let caller = match shared
-        .credentials
-        .authenticate(request.headers(), request.extensions().get())
-    {
+    let caller = match authenticated_caller(&shared, &request, address, now) {
         Ok(caller) => caller,
-        Err(refusal) => {
-            // A credential presented and not known is a guess; no credential guesses nothing.
-            let guessed = request.headers().contains_key(header::AUTHORIZATION)
-                || request.extensions().get::<ClientCertificate>().is_some();
-            if guessed {
-                shared.metrics.authentication_failed();
-                if let Some(address) = address
-                    && let Some(warning) = shared.guessing.failed(address, now)
-                {
-                    tracing::warn!(
-                        failures = warning.failures,
-                        latest_from = %warning.latest_from,
-                        "failed authentications: credentials that name no principal \
-                         (counted in mend_authentication_failures_total; an address is \
-                         answered 429 past {} at once)",
-                        crate::guessing::BURST
-                    );
-                }
-            }
-            return refusal.into_response();
-        }
+        Err(refusal) => return refusal.into_response(),
     };
     tracing::Span::current().record("principal", tracing::field::display(caller.name()));
     let slot = if caller.name() == ANONYMOUS {
@@ -548,36 +525,16 @@ pub(crate) async fn check(
             .map(|(_, value)| value.to_owned())
     };
     let dataset_id = param("dataset").unwrap_or_default();
-    let decided = match need {
-        Need::Public | Need::AnyPrincipal => Ok(()),
-        Need::SomeDataset(action) => {
-            if caller.0.may(action, None) {
-                Ok(())
-            } else {
-                Err(caller.refusal(format!(
-                    "{} {} needs {action} on some dataset, and principal {} holds no {action} \
-                     grant",
-                    request.method(),
-                    route.as_str(),
-                    caller.name()
-                )))
-            }
-        }
-        Need::Dataset(action) => caller.require(action, &dataset_id),
-        Need::EveryDataset(action) => require_every_dataset(
-            &caller,
-            action,
-            &format!("{} {}", request.method(), route.as_str()),
-        ),
-        Need::Admin => caller.require_admin(&format!("{} {}", request.method(), route.as_str())),
-        Need::OwnOperation => match caller.require(Action::Write, &dataset_id) {
-            Ok(()) => {
-                let operation_id = param("operation").unwrap_or_default();
-                own_operation(&shared, &caller, &dataset_id, &operation_id).await
-            }
-            Err(refusal) => Err(refusal),
-        },
-    };
+    let operation_id = param("operation").unwrap_or_default();
+    let decided = decide(
+        &shared,
+        &caller,
+        need,
+        &format!("{} {}", request.method(), route.as_str()),
+        &dataset_id,
+        &operation_id,
+    )
+    .await;
     if let Err(refusal) = decided {
         return refusal.into_response();
     }
@@ -587,6 +544,72 @@ pub(crate) async fn check(
     };
     request.extensions_mut().insert(caller);
     ANSWERING.scope(answering, next.run(request)).await
+}
+
+/// Whether `caller` may make the request `what` (method and route), which needs `need`, on
+/// `dataset_id` (and, for a writer's own operation, `operation_id`).
+async fn decide(
+    shared: &Shared,
+    caller: &Caller,
+    need: Need,
+    what: &str,
+    dataset_id: &str,
+    operation_id: &str,
+) -> Result<(), ApiError> {
+    match need {
+        Need::Public | Need::AnyPrincipal => Ok(()),
+        Need::SomeDataset(action) => {
+            if caller.0.may(action, None) {
+                Ok(())
+            } else {
+                Err(caller.refusal(format!(
+                    "{what} needs {action} on some dataset, and principal {} holds no {action} \
+                     grant",
+                    caller.name()
+                )))
+            }
+        }
+        Need::Dataset(action) => caller.require(action, dataset_id),
+        Need::EveryDataset(action) => require_every_dataset(caller, action, what),
+        Need::Admin => caller.require_admin(what),
+        Need::OwnOperation => match caller.require(Action::Write, dataset_id) {
+            Ok(()) => own_operation(shared, caller, dataset_id, operation_id).await,
+            Err(refusal) => Err(refusal),
+        },
+    }
+}
+
+/// The caller a request's credentials name; a refusal otherwise, counted as a failed
+/// authentication of `address` when a credential was presented (no credential guesses
+/// nothing).
+fn authenticated_caller(
+    shared: &Shared,
+    request: &Request,
+    address: Option<std::net::IpAddr>,
+    now: std::time::Instant,
+) -> Result<Caller, ApiError> {
+    shared
+        .credentials
+        .authenticate(request.headers(), request.extensions().get())
+        .inspect_err(|_| {
+            let guessed = request.headers().contains_key(header::AUTHORIZATION)
+                || request.extensions().get::<ClientCertificate>().is_some();
+            if guessed {
+                shared.metrics.authentication_failed();
+                if let Some(address) = address
+                    && let Some(warning) = shared.guessing.failed(address, now)
+                {
+                    tracing::warn!(
+                        failures = warning.failures,
+                        latest_from = %warning.latest_from,
+                        "failed authentications: credentials that name no principal \
+                         (counted in mend_authentication_failures_total; an address is \
+                         answered 429 past {} at once)",
+                        crate::guessing::BURST
+                    );
+                }
+            }
+        })
 }
 
 /// Refuses a caller without `action` on every dataset (`action:*`, or admin): what a route

@@ -331,7 +331,8 @@ fn prefix_of(hash: &TokenHash) -> [u8; 8] {
 
 impl Tokens {
     /// Reads a tokens file's text (see the module doc); refused whole at the first line that
-    /// breaks a rule.
+    /// breaks a rule. Over 100 lines: one check per rule of a line, each with its message,
+    /// in the order a reader of the file meets them.
     pub fn parse(text: &str) -> Result<Self, TokensError> {
         if text.len() > MAX_TOKENS_FILE_BYTES {
             return Err(TokensError {

@@ -194,7 +194,8 @@ impl Listening {
 
 /// Binds `listen` and serves until `shutdown` completes; then stops accepting, gives the
 /// requests being answered until the shutdown deadline, lets every admitted write finish and
-/// returns. Fails only to start.
+/// returns. Fails only to start. Over 100 lines: the server's life in order (bind, start,
+/// serve, drain, stop), each step a call; split, the order would be spread over functions.
 pub async fn serve(
     engine: Engine,
     options: ServeOptions,

@@ -260,6 +260,9 @@ impl SettlePlan {
 /// before it; the first refusal refuses the whole batch, with nothing to write. `view` must
 /// hold the dataset and what it read of every split, intent and key the settlements name
 /// ([`check_batch`] passed).
+///
+/// Over 100 lines: one arm per kind of settlement, in the order the batch applies them;
+/// split, each arm would need the whole plan and view handed to it.
 pub(crate) fn plan(
     view: &SettleView,
     settlements: &[Settlement],
@@ -538,6 +541,8 @@ fn bump(dataset: &mut Dataset, now_ms: TimestampMs) {
 /// stopping at the first failure. Each step is atomic; the batch is not: settlements before a
 /// failure stay done. The engine copes (every step is safe to repeat, and it settles one at a
 /// time after a batch fails), but such a backend must not claim [`SETTLE_ATOMIC`].
+///
+/// Over 100 lines: one arm per kind of settlement, each the catalog's steps for it in order.
 pub async fn one_at_a_time<C: Catalog + ?Sized>(
     catalog: &C,
     dataset_id: &str,

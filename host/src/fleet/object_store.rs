@@ -553,7 +553,8 @@ struct Judged {
 }
 
 /// Judges each member by its newest heartbeat in `listed` (objects under `members_dir`;
-/// others are left alone), as `judge` says.
+/// others are left alone), as `judge` says. Over 100 lines: two passes (group the heartbeats
+/// by replica, then judge each replica's newest), the second one case per member state.
 fn judge(listed: &[ObjectMeta], members_dir: &Path, judge: &Judge<'_>) -> Judged {
     let mut by_replica: BTreeMap<String, Vec<(&Path, Listed)>> = BTreeMap::new();
     for object in listed {
