@@ -1,12 +1,16 @@
 //! Staging under contention on Postgres: 8 writers at once, each staging 100 batches of 200
 //! ids in no order, in both modes, against the bare SQL floor of each mode in the same run, in
-//! two shapes, one criterion group each (`common`):
+//! three shapes, one criterion group each (`common`):
 //!
+//! - `contention [seed: pool of 2,000, half staged]`, the main case: the seed's shape (issue
+//!   43): every id drawn from one pool of 2,000, unsorted and with duplicates, the half of the
+//!   pool with even numbers staged before the writers start, so a batch meets existing rows
+//!   from its first statement on;
 //! - `contention [fresh ids]`: half of each batch drawn from 4,000 ids staged before the run,
 //!   half from 40,000 fresh ones, 10 of the 200 repeats of another id of the batch. Writers
 //!   rarely race for one fresh id;
-//! - `contention [pool of 2,000]`, the anchor's shape (quickwit#6714): every id drawn from one
-//!   pool of 2,000 that starts empty, so after the first batches nearly every id exists, and
+//! - `contention [pool of 2,000]`, the anchor's shape (quickwit#6714): the same pool, empty at
+//!   first, so after the first batches nearly every id exists, and
 //!   is a skip (create-only) or a conflict (upsert), and the writers meet on every row.
 //!
 //!     scripts/with-postgres cargo bench -p mend-tests --bench contention
@@ -23,7 +27,8 @@
 //! (100; 5 in test mode).
 //!
 //! It takes several minutes on the 2-core development machine: 10 iterations of each of the
-//! four functions of each shape.
+//! four functions of each shape. `MEND_BENCH_CONTENTION_SHAPES=seed` (or `fresh`, `pool`, a
+//! comma-separated list) runs only those shapes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -56,6 +61,8 @@ enum Shape {
     FreshIds,
     /// Every id drawn from one pool of [`POOL`] ids, none staged before the run.
     SharedPool,
+    /// Every id drawn from one pool of [`POOL`] ids, half of them staged before the run.
+    SeedPool,
 }
 
 impl Shape {
@@ -63,6 +70,7 @@ impl Shape {
         match self {
             Shape::FreshIds => "fresh ids",
             Shape::SharedPool => "pool of 2,000",
+            Shape::SeedPool => "seed: pool of 2,000, half staged",
         }
     }
 
@@ -74,6 +82,22 @@ impl Shape {
                  {REPEATS} repeats per batch"
             ),
             Shape::SharedPool => format!("every id drawn from one pool of {POOL}, empty at first"),
+            Shape::SeedPool => format!(
+                "every id drawn from one pool of {POOL}, its {} even-numbered ids staged before",
+                POOL / 2
+            ),
+        }
+    }
+
+    /// The shape `MEND_BENCH_CONTENTION_SHAPES` names `name`.
+    fn named(name: &str) -> Shape {
+        match name.trim() {
+            "seed" => Shape::SeedPool,
+            "fresh" => Shape::FreshIds,
+            "pool" => Shape::SharedPool,
+            other => panic!(
+                "MEND_BENCH_CONTENTION_SHAPES: no shape {other:?}; the shapes are seed, fresh, pool"
+            ),
         }
     }
 }
@@ -95,7 +119,7 @@ fn workload(shape: Shape, writer: usize, batches: usize) -> Vec<Vec<String>> {
     let mut ids = Draw(0x9e37_79b9_7f4a_7c15 ^ (writer as u64 + 1));
     (0..batches)
         .map(|_| {
-            if let Shape::SharedPool = shape {
+            if let Shape::SharedPool | Shape::SeedPool = shape {
                 return (0..BATCH).map(|_| pool_id(ids.below(POOL))).collect();
             }
             let distinct = BATCH - REPEATS;
@@ -159,19 +183,21 @@ enum Runner {
 /// A new dataset, with the present ids staged if `shape` has them, untimed.
 async fn prepared_dataset(harness: &Harness, shape: Shape) -> String {
     let dataset_id = harness.create_dataset("contention").await;
-    if let Shape::SharedPool = shape {
-        return dataset_id;
-    }
-    for chunk in (0..PRESENT).collect::<Vec<_>>().chunks(1_000) {
+    let present: Vec<String> = match shape {
+        Shape::SharedPool => return dataset_id,
+        Shape::SeedPool => (0..POOL).step_by(2).map(pool_id).collect(),
+        Shape::FreshIds => (0..PRESENT).map(present_id).collect(),
+    };
+    for chunk in present.chunks(1_000) {
         let request = StageRequest {
             dataset_id: dataset_id.clone(),
             mode: StageMode::CreateOnly,
             node: "setup".into(),
             splits: chunk
                 .iter()
-                .map(|&n| StageSplit {
-                    split_id: present_id(n),
-                    metadata_json: metadata(&present_id(n)),
+                .map(|id| StageSplit {
+                    split_id: id.clone(),
+                    metadata_json: metadata(id),
                 })
                 .collect(),
         };
@@ -270,7 +296,11 @@ fn main() {
         })
         .unwrap_or(if common::test_mode() { 5 } else { 100 });
     let mut bench = Bench::from_args();
-    for shape in [Shape::FreshIds, Shape::SharedPool] {
+    let shapes: Vec<Shape> = match std::env::var("MEND_BENCH_CONTENTION_SHAPES") {
+        Ok(names) => names.split(',').map(Shape::named).collect(),
+        Err(_) => vec![Shape::SeedPool, Shape::FreshIds, Shape::SharedPool],
+    };
+    for shape in shapes {
         measure(&mut bench, &runtime, &harness, &pool, shape, batches);
     }
     bench.finish();
