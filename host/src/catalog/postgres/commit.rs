@@ -58,14 +58,17 @@ pub(super) async fn begin(
         Err(error) => return Err(error.into()),
     }
     // Under each key's lock, as the step recording it takes it: that step lands either
-    // before this one (and refuses it here) or after it (and sees its intent).
-    for key in records.refused_by {
-        if recorded::lock_and_find(conn, dataset_id, key)
-            .await?
-            .is_some()
-        {
-            return Err(refuse_ended(&intent.operation_id, key).into());
-        }
+    // before this one (and refuses it here) or after it (and sees its intent). The begin's
+    // own record's key is locked with them, all in two statements.
+    let mut keys: Vec<&str> = records.refused_by.to_vec();
+    keys.extend(records.begun.map(|begun| begun.key.as_str()));
+    let found = recorded::lock_and_find_all(conn, dataset_id, &keys).await?;
+    if let Some(key) = records
+        .refused_by
+        .iter()
+        .find(|key| found.contains_key(**key))
+    {
+        return Err(refuse_ended(&intent.operation_id, key).into());
     }
     let splits = stage::stage(
         conn,
@@ -83,8 +86,11 @@ pub(super) async fn begin(
         // Rolled back whole: the intent and the rows inserted with it.
         return Err(refuse_taken(taken).into());
     }
-    if let Some(begun) = records.begun {
-        recorded::keep(conn, dataset_id, begun).await?;
+    // Its key is locked and had no record above.
+    if let Some(begun) = records.begun
+        && !found.contains_key(&begun.key)
+    {
+        recorded::insert(conn, dataset_id, begun).await?;
     }
     Ok(BegunCommit {
         dataset,

@@ -5,6 +5,8 @@
 //! copies sent at once run one after the other: the second finds the first's record and
 //! answers it. Requests with other keys, or none, are not held up.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, PgPool};
 
@@ -15,6 +17,39 @@ use crate::model::TimestampMs;
 use super::errors::{StepError, database_error};
 use super::rows::column;
 use super::sql;
+
+/// Locks every key of `keys` for the rest of the transaction, in key order (so that two
+/// transactions locking overlapping keys queue instead of deadlocking), then reads their
+/// records: two statements whatever the number of keys (the read is a statement of its own,
+/// so its snapshot sees every record committed before the locks were granted). Empty `keys`
+/// cost nothing.
+pub(super) async fn lock_and_find_all(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    keys: &[&str],
+) -> Result<BTreeMap<String, RecordedRequest>, StepError> {
+    let keys: BTreeSet<&str> = keys.iter().copied().collect();
+    let keys: Vec<&str> = keys.into_iter().collect();
+    let mut found = BTreeMap::new();
+    if keys.is_empty() {
+        return Ok(found);
+    }
+    sqlx::query(sql::RECORDED_LOCK_KEYS)
+        .bind(dataset_id)
+        .bind(&keys)
+        .execute(&mut *conn)
+        .await?;
+    let rows = sqlx::query(sql::RECORDED_SELECT_KEYS)
+        .bind(dataset_id)
+        .bind(&keys)
+        .fetch_all(&mut *conn)
+        .await?;
+    for row in &rows {
+        let record = record(row).map_err(StepError::Failed)?;
+        found.insert(record.key.clone(), record);
+    }
+    Ok(found)
+}
 
 /// Locks `key` for the rest of the transaction, then reads its record.
 pub(super) async fn lock_and_find(

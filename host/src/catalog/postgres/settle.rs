@@ -120,28 +120,13 @@ async fn read(
     dataset_id: &str,
     settlements: &[Settlement],
 ) -> Result<SettleView, StepError> {
-    let keys: BTreeSet<&str> = settlements
+    let keys: Vec<&str> = settlements
         .iter()
         .filter_map(Settlement::record_key)
         .collect();
-    let keys: Vec<&str> = keys.into_iter().collect();
     let mut view = SettleView::default();
-    if !keys.is_empty() {
-        sqlx::query(sql::RECORDED_LOCK_KEYS)
-            .bind(dataset_id)
-            .bind(&keys)
-            .execute(&mut *conn)
-            .await?;
-        let found = sqlx::query(sql::RECORDED_SELECT_KEYS)
-            .bind(dataset_id)
-            .bind(&keys)
-            .fetch_all(&mut *conn)
-            .await?;
-        for row in &found {
-            let record = recorded::record(row)?;
-            view.recorded.insert(record.key.clone(), record);
-        }
-    }
+    view.recorded
+        .extend(recorded::lock_and_find_all(conn, dataset_id, &keys).await?);
     view.dataset = Some(queries::lock_dataset(conn, dataset_id).await?);
 
     let split_ids: BTreeSet<&String> = settlements.iter().flat_map(Settlement::split_ids).collect();
