@@ -148,6 +148,26 @@ impl Engine {
         })
     }
 
+    /// Deletes the object of `split_id` if its header says `operation_id` wrote it; an object
+    /// another operation wrote (or none) is left alone.
+    async fn delete_object_if_written_by(
+        &self,
+        dataset_id: &str,
+        split_id: &str,
+        operation_id: &str,
+    ) -> Result<()> {
+        let ours = self
+            .objects
+            .inspect(dataset_id, split_id)
+            .await?
+            .split()
+            .is_some_and(|(header, _)| header.operation_id.as_deref() == Some(operation_id));
+        if ours {
+            self.objects.delete(dataset_id, split_id).await?;
+        }
+        Ok(())
+    }
+
     /// Deletes the objects of `marked` rows that `intent`'s operation wrote, then the rows.
     pub(super) async fn remove_marked_own(&self, intent: &Intent, marked: &[String]) -> Result<()> {
         if marked.is_empty() {
@@ -155,17 +175,8 @@ impl Engine {
         }
         let (dataset_id, operation_id) = (&intent.dataset_id, &intent.operation_id);
         for split_id in marked {
-            let ours = self
-                .objects
-                .inspect(dataset_id, split_id)
-                .await?
-                .split()
-                .is_some_and(|(header, _)| {
-                    header.operation_id.as_deref() == Some(operation_id.as_str())
-                });
-            if ours {
-                self.objects.delete(dataset_id, split_id).await?;
-            }
+            self.delete_object_if_written_by(dataset_id, split_id, operation_id)
+                .await?;
         }
         self.catalog
             .delete_splits(dataset_id, marked, self.now_ms(), None)
@@ -266,17 +277,8 @@ impl Engine {
                     .any(|row| &row.split_id == id && row.state != SplitState::MarkedForDeletion)
             };
             for split_id in own.iter().filter(|id| !live(id)) {
-                let ours = self
-                    .objects
-                    .inspect(dataset_id, split_id)
-                    .await?
-                    .split()
-                    .is_some_and(|(header, _)| {
-                        header.operation_id.as_deref() == Some(operation_id.as_str())
-                    });
-                if ours {
-                    self.objects.delete(dataset_id, split_id).await?;
-                }
+                self.delete_object_if_written_by(dataset_id, split_id, operation_id)
+                    .await?;
             }
             if !marked.is_empty() {
                 self.catalog

@@ -72,6 +72,21 @@ impl Engine {
             .await
     }
 
+    /// The rows `intent` plans to stage that no other intent of its dataset names: the ones
+    /// undoing it may touch.
+    async fn rows_only_it_stages(&self, intent: &Intent) -> Result<Vec<String>> {
+        let others = self
+            .splits_named_by_intents(&intent.dataset_id, Some(&intent.operation_id))
+            .await?;
+        Ok(intent
+            .effects
+            .stage
+            .iter()
+            .map(|row| row.split_id.clone())
+            .filter(|id| !others.contains(id))
+            .collect())
+    }
+
     /// What abandoning an operation does once it is fenced (phase `Abandoned`): marks its own
     /// rows that are still staged, then deletes the intent. Its objects are left for gc, which
     /// removes them with their marked rows after the deletion grace period. A row another
@@ -80,16 +95,7 @@ impl Engine {
     /// (`mark_stale_staged` with an unbounded cutoff). Safe to repeat from any point: a sweep
     /// that stopped after fencing finishes it the next time.
     pub(in crate::engine) async fn finish_abandoned(&self, intent: &Intent) -> Result<()> {
-        let others = self
-            .splits_named_by_intents(&intent.dataset_id, Some(&intent.operation_id))
-            .await?;
-        let own: Vec<String> = intent
-            .effects
-            .stage
-            .iter()
-            .map(|row| row.split_id.clone())
-            .filter(|id| !others.contains(id))
-            .collect();
+        let own = self.rows_only_it_stages(intent).await?;
         if !own.is_empty() {
             self.durably(
                 DurableStep::MarkRows,
@@ -158,16 +164,7 @@ impl Engine {
     /// row is never touched, nor a row another intent names, nor an object another operation
     /// wrote (a reconcile's orphans go back to being orphans).
     pub(in crate::engine) async fn roll_back_staging(&self, intent: &Intent) -> Result<()> {
-        let others = self
-            .splits_named_by_intents(&intent.dataset_id, Some(&intent.operation_id))
-            .await?;
-        let planned: Vec<String> = intent
-            .effects
-            .stage
-            .iter()
-            .map(|row| row.split_id.clone())
-            .filter(|id| !others.contains(id))
-            .collect();
+        let planned = self.rows_only_it_stages(intent).await?;
         let query = ListQuery {
             split_ids: Some(planned.clone()),
             ..ListQuery::default()
