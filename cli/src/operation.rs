@@ -9,6 +9,7 @@ use std::io::Read;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use bytes::{Bytes, BytesMut};
@@ -27,7 +28,20 @@ const CHUNK_BYTES: usize = 1 << 20;
 /// A payload read as it is sent, at most [`CHUNK_BYTES`] at a time.
 pub type Payload = Pin<Box<dyn Stream<Item = Result<Bytes, MendError>> + Send>>;
 
+/// How long a step's command waits, after its answer, for the clean-up an ended operation
+/// left running (its objects and marked rows deleted); garbage collection deletes what is
+/// left when this runs out.
+const CLEANUP_WAIT: Duration = Duration::from_secs(30);
+
 pub async fn run(engine: &Engine, command: OperationCommand, json: bool) -> anyhow::Result<()> {
+    let result = run_step(engine, command, json).await;
+    // An abort (or a publish that found its operation ended) answers before its clean-up is
+    // done; the process exits after this, which would drop it.
+    let _ = tokio::time::timeout(CLEANUP_WAIT, engine.wait_for_cleanups()).await;
+    result
+}
+
+async fn run_step(engine: &Engine, command: OperationCommand, json: bool) -> anyhow::Result<()> {
     match command {
         OperationCommand::Begin { dataset, plan } => {
             let request = read_plan(&dataset, &plan)?;

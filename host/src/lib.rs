@@ -19,6 +19,7 @@
 
 pub mod ambient;
 pub mod audit;
+mod background;
 pub mod bounds;
 pub mod catalog;
 pub mod clock;

@@ -221,6 +221,7 @@ pub async fn serve(
         idle_timeout: options.limits.idle_timeout,
         shutdown_deadline: options.limits.shutdown_deadline,
     };
+    let shutdown_deadline = options.limits.shutdown_deadline;
     let (stop_supervisors, supervisors_stopped) = watch::channel(false);
     let shared = shared_state(engine, options, supervisors_stopped)?;
 
@@ -290,6 +291,17 @@ pub async fn serve(
     shared.writes.close();
     let _ = stop_supervisors.send(true);
     shared.writes.drained().await;
+    // An abort answers before the clean-up of what its operation left (objects, marked rows)
+    // is done: given until the shutdown deadline, then left to garbage collection.
+    let cleanups = shared.engine.wait_for_cleanups();
+    if tokio::time::timeout(shutdown_deadline, cleanups)
+        .await
+        .is_err()
+    {
+        tracing::info!(
+            "the clean-ups of ended operations did not finish by the shutdown deadline; garbage collection deletes what they leave"
+        );
+    }
     // The last round ends and the replica leaves the fleet.
     let _ = rounds.await;
     for follower in followers {

@@ -78,8 +78,13 @@ where
 
 /// A crash aimed at one write of a request, drawn: `None` for most requests ([`AIM_PCT`]).
 pub(crate) fn aim(rng: &mut SimRng) -> Option<AimedCrash> {
+    aim_at(rng, AIM_PCT)
+}
+
+/// A crash aimed at one write of a request in `pct` percent of requests.
+pub(crate) fn aim_at(rng: &mut SimRng, pct: u64) -> Option<AimedCrash> {
     let crash = rng
-        .chance(AIM_PCT)
+        .chance(pct)
         .then(|| AimedCrash::new(rng.between(1, AIM_MAX_WRITE) as usize, rng.chance(50)));
     crash.filter(|_| crate::faults::allow())
 }

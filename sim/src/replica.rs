@@ -126,6 +126,8 @@ impl Replica {
         let next = (self.start)(process.incarnation + 1);
         let crashed = std::mem::replace(&mut *process, next);
         crashed.crash.crashed.store(true, Ordering::SeqCst);
+        // What it ran in the background after an answer dies with it.
+        crashed.engine.stop_cleanups();
         crashed.crash.waiters.notify_waiters();
         process.incarnation
     }

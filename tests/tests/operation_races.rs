@@ -466,7 +466,9 @@ async fn run_race(backend: Backend, race: Race, pairs: usize, rng: &mut Rng) -> 
         if race == Race::AbortUpload && end == End::Ended {
             // An upload that lands after its abort's roll-back leaves its object (deleting it
             // could take the object of a row a reconcile staged meanwhile): the ended
-            // operation's leftover, which reconcile must discard, never adopt (below).
+            // operation's leftover, which reconcile must discard, never adopt (below). Looked
+            // for once the abort's clean-up, which runs after its answer, is done.
+            h.engine.wait_for_cleanups().await;
             let left = h
                 .engine
                 .objects()

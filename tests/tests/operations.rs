@@ -483,6 +483,7 @@ async fn a_begin_that_loses_a_row_writes_nothing_and_an_abort_rolls_back_at_once
             .await
             .unwrap();
         let aborted = engine.abort_operation(&ds, "op-abort").await.unwrap();
+        engine.wait_for_cleanups().await;
         assert_eq!(aborted.phase, OperationPhase::Ended);
         assert!(!h.rows(&ds).await.iter().any(|r| r.split_id == "s-3"));
         assert!(
@@ -613,6 +614,7 @@ async fn a_publish_whose_delta_no_longer_applies_is_refused_in_its_step_and_ends
             .unwrap();
         let before = engine.dataset(&ds).await.unwrap();
         let error = engine.publish_operation(&ds, "op-stale").await.unwrap_err();
+        engine.wait_for_cleanups().await;
         assert!(
             matches!(&error, MendError::FailedPrecondition { ids, message, operation: Some(OperationFound::Ended) } if ids == &["p0"] && message.contains("rolled back")),
             "{backend}: {error:?}"
@@ -907,6 +909,7 @@ async fn a_publish_reads_back_only_the_objects_this_process_did_not_upload() {
         .await
         .unwrap();
     other.abort_operation(&ds, "op-gone").await.unwrap();
+    other.wait_for_cleanups().await;
     let error = engine.publish_operation(&ds, "op-gone").await.unwrap_err();
     assert!(
         error.operation_found() == Some(OperationFound::Ended),
@@ -1865,6 +1868,7 @@ async fn an_abort_rolls_back_only_its_own_rows() {
             .unwrap();
         begin_and_upload(engine, &ds, "op-new", "s-new", &payload("new", 64), 20).await;
         let aborted = engine.abort_operation(&ds, "op-new").await.unwrap();
+        engine.wait_for_cleanups().await;
         assert_eq!(aborted.phase, OperationPhase::Ended, "{backend}");
         let rows = row_states(&h, &ds).await;
         assert_eq!(
@@ -2002,6 +2006,7 @@ async fn an_upload_landing_after_its_operation_ended_is_discarded_never_adopted(
             .await
             .unwrap();
         let aborted = engine.abort_operation(&ds, "op-late").await.unwrap();
+        engine.wait_for_cleanups().await;
         assert_eq!(aborted.phase, OperationPhase::Ended, "{backend}");
         // The upload lands now, after everything else of its operation is gone; beside it, an
         // orphan of an operation mend knows nothing of, which reconcile adopts.
@@ -2479,6 +2484,7 @@ async fn an_abort_keeps_a_row_published_meanwhile_and_its_object() {
             .await
             .unwrap();
         let aborted = engine.abort_operation(&ds, "op-two").await.unwrap();
+        engine.wait_for_cleanups().await;
         assert_eq!(aborted.phase, OperationPhase::Ended, "{backend}");
         let rows = row_states(&h, &ds).await;
         assert_eq!(

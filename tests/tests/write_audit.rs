@@ -115,6 +115,8 @@ async fn check(backend: Backend) {
         .await
         .unwrap();
     writer.abort_operation(&ds, "op-2").await.unwrap();
+    // Its clean-up (the delete of its marked row) runs after the answer, in its scope.
+    writer.wait_for_cleanups().await;
     // A refused write records nothing: c is staged, not published, so it cannot be deleted.
     let refused = writer.delete_splits(&ds, &["c".into()]).await;
     assert!(refused.is_err(), "{refused:?}");

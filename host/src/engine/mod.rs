@@ -53,6 +53,7 @@ use mend_contract::capability::{
     STAGE_STANDARD_PLANS, STAGE_UPSERT,
 };
 
+use crate::background::BackgroundTasks;
 use crate::catalog::{Capabilities, Catalog};
 use crate::clock::{Clock, SystemClock};
 use crate::error::{MendError, Result};
@@ -141,6 +142,9 @@ pub struct Engine {
     options: EngineOptions,
     /// What this process uploaded for operations in flight, shared by every clone.
     uploaded: Arc<operation::uploaded::UploadedObjects>,
+    /// The clean-ups of ended operations still running after their answer, shared by every
+    /// clone ([`Engine::wait_for_cleanups`]).
+    cleanups: BackgroundTasks,
     /// The gates the operation running on this clone holds ([`Engine::under_gates`]), checked
     /// before each of its durable writes; empty outside gated work.
     holds: Holds,
@@ -167,6 +171,7 @@ impl Engine {
             capabilities,
             options,
             uploaded: Arc::default(),
+            cleanups: BackgroundTasks::default(),
             holds: Holds::default(),
             actor: None,
         })
@@ -179,6 +184,21 @@ impl Engine {
         let mut engine = self.clone();
         engine.actor = Some(Arc::from(principal));
         engine
+    }
+
+    /// Waits until the clean-ups that ended operations left running after their answer are
+    /// done: deleting the objects an aborted operation wrote, then its marked rows. Each is
+    /// best effort (garbage collection deletes what one leaves); a test that checks the
+    /// store after an abort, a bench that counts its requests, or a server shutting down
+    /// waits here first.
+    pub async fn wait_for_cleanups(&self) {
+        self.cleanups.idle().await;
+    }
+
+    /// Stops the clean-ups still running where they are, and starts no more: what they
+    /// leave, garbage collection deletes. A simulation crashes a process's engine so.
+    pub fn stop_cleanups(&self) {
+        self.cleanups.stop();
     }
 
     /// Who this engine acts for, if anyone named it.

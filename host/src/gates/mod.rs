@@ -577,51 +577,6 @@ pub trait Gates: Send + Sync + fmt::Debug {
     }
 }
 
-/// The releases that dropped guards started in the background, counted so that
-/// [`Gates::wait_for_releases`] can wait for them. Clones share the count.
-#[derive(Debug, Clone)]
-pub(crate) struct BackgroundReleases {
-    running: Arc<tokio::sync::watch::Sender<usize>>,
-}
-
-impl BackgroundReleases {
-    pub(crate) fn new() -> Self {
-        Self {
-            running: Arc::new(tokio::sync::watch::Sender::new(0)),
-        }
-    }
-
-    /// Runs `release` on `runtime`, counted until it ends or is dropped (the runtime shut
-    /// down first).
-    pub(crate) fn spawn(
-        &self,
-        runtime: &tokio::runtime::Handle,
-        release: impl Future<Output = ()> + Send + 'static,
-    ) {
-        self.running.send_modify(|running| *running += 1);
-        let counted = Counted(Arc::clone(&self.running));
-        runtime.spawn(async move {
-            release.await;
-            drop(counted);
-        });
-    }
-
-    pub(crate) async fn idle(&self) {
-        let mut running = self.running.subscribe();
-        // The sender lives in `self`, so the channel cannot close while this waits.
-        let _ = running.wait_for(|running| *running == 0).await;
-    }
-}
-
-/// One background release in the count; leaves it when dropped.
-struct Counted(Arc<tokio::sync::watch::Sender<usize>>);
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.0.send_modify(|running| *running -= 1);
-    }
-}
-
 /// `now + timeout`, or a century away for timeouts too long to add (`Duration::MAX`).
 fn deadline_after(timeout: Duration) -> Instant {
     let now = Instant::now();

@@ -67,7 +67,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{BackgroundReleases, GateLock, GateName, Gates, Hold, LockRequest};
+use super::{GateLock, GateName, Gates, Hold, LockRequest};
+use crate::background::BackgroundTasks;
 use crate::clock::{Clock, rfc3339};
 use crate::error::{MendError, Result};
 use crate::model::TimestampMs;
@@ -102,7 +103,7 @@ pub struct ObjectStoreGates {
     /// its own sessions does not wait for the next poll.
     released: Arc<Notify>,
     /// Releases of dropped leases still being written.
-    background: BackgroundReleases,
+    background: BackgroundTasks,
 }
 
 impl ObjectStoreGates {
@@ -125,7 +126,7 @@ impl ObjectStoreGates {
             clock,
             holder: instance_of(&super::holder_description("mend")),
             released: Arc::new(Notify::new()),
-            background: BackgroundReleases::new(),
+            background: BackgroundTasks::default(),
         }
     }
 
@@ -575,7 +576,7 @@ struct ObjectStoreLease {
     keeper: Option<tokio::task::JoinHandle<()>>,
     renew_every: Option<Duration>,
     released_notice: Arc<Notify>,
-    background: BackgroundReleases,
+    background: BackgroundTasks,
     released: bool,
 }
 

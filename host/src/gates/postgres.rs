@@ -49,7 +49,8 @@ use sqlx::pool::PoolConnection;
 use sqlx::{Connection, PgConnection, PgPool, Postgres};
 use tokio::time::Instant;
 
-use super::{BackgroundReleases, GateLock, GateName, Gates, LockRequest};
+use super::{GateLock, GateName, Gates, LockRequest};
+use crate::background::BackgroundTasks;
 use crate::clock::rfc3339;
 use crate::error::{MendError, Result};
 
@@ -65,7 +66,7 @@ const MAX_LOCK_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
 pub struct PostgresGates {
     pool: PgPool,
     /// Unlocks of dropped locks still running.
-    background: BackgroundReleases,
+    background: BackgroundTasks,
 }
 
 impl PostgresGates {
@@ -75,7 +76,7 @@ impl PostgresGates {
     pub fn new(pool: PgPool) -> Self {
         Self {
             pool,
-            background: BackgroundReleases::new(),
+            background: BackgroundTasks::default(),
         }
     }
 
@@ -349,7 +350,7 @@ struct PostgresLock {
     key: i64,
     /// `None` once released.
     connection: Option<PoolConnection<Postgres>>,
-    background: BackgroundReleases,
+    background: BackgroundTasks,
 }
 
 /// Unlocks and returns the connection to the pool, or closes it if the unlock did not work or

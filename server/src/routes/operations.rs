@@ -345,7 +345,8 @@ async fn publish(
     ok(&result?)
 }
 
-/// Aborts the operation: fences it, then removes its rows and objects.
+/// Aborts the operation in one step (fenced, its rows marked, its end recorded); its rows
+/// and objects are removed after the answer.
 ///
 /// 412 once it confirmed; an ended operation answers `ended` again.
 #[utoipa::path(

@@ -10,8 +10,10 @@ use crate::validate;
 use super::{OperationView, ended_view};
 
 impl Engine {
-    /// Rolls an operation back at once: its staged rows are marked, its objects deleted, its
-    /// rows deleted, its intent deleted. An operation that confirmed is past aborting (it
+    /// Rolls an operation back in one conditional step: its intent deleted, its staged rows
+    /// marked (never visible again) and its end recorded. Its objects and marked rows are
+    /// deleted after the answer, in the background ([`Engine::wait_for_cleanups`]; garbage
+    /// collection deletes what that leaves). An operation that confirmed is past aborting (it
     /// publishes), unless its checkpoint delta was overtaken (`Engine::end_overtaken`); one
     /// that already ended answers as ended.
     #[tracing::instrument(
@@ -37,6 +39,19 @@ impl Engine {
     ) -> Result<OperationView> {
         validate::dataset_id(dataset_id)?;
         validate::split_id(operation_id)?;
+        if let Some((begun, _)) = self.uploaded.begun(dataset_id, operation_id)
+            && !deliberate_bugs::active(Bug::AbortWithoutConditionalWrite)
+        {
+            // Begun by this process: its plan never changes under its id, and the step checks
+            // the phase it observes, so the abort is that one step, with no read before it.
+            // Only an intent an older mend confirmed meanwhile takes the reading path below.
+            match self.end_operation(&begun).await {
+                Ok(Some(_)) => return Ok(ended_view(dataset_id, operation_id)),
+                Ok(None) => return self.answer_after_settled(dataset_id, operation_id).await,
+                Err(error) if error.operation_found() == Some(OperationFound::Confirmed) => {}
+                Err(error) => return Err(error),
+            }
+        }
         let intent = match self.find_intent(dataset_id, operation_id).await? {
             Some(intent) => intent,
             None => match self.end_without_intent(dataset_id, operation_id).await? {
@@ -71,12 +86,20 @@ impl Engine {
         // answers what the winner did.
         match self.end_operation(&intent).await? {
             Some(_) => Ok(ended_view(dataset_id, operation_id)),
-            // Settled meanwhile: published (by its writer, or rolled forward by recovery), or
-            // ended another way.
-            None => match self.end_without_intent(dataset_id, operation_id).await? {
-                Some(answer) => answer,
-                None => Ok(ended_view(dataset_id, operation_id)),
-            },
+            None => self.answer_after_settled(dataset_id, operation_id).await,
+        }
+    }
+
+    /// What an abort answers when its step found the intent gone: settled meanwhile,
+    /// published (by its writer, or rolled forward by recovery), or ended another way.
+    async fn answer_after_settled(
+        &self,
+        dataset_id: &str,
+        operation_id: &str,
+    ) -> Result<OperationView> {
+        match self.end_without_intent(dataset_id, operation_id).await? {
+            Some(answer) => answer,
+            None => Ok(ended_view(dataset_id, operation_id)),
         }
     }
 

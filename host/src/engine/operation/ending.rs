@@ -2,6 +2,7 @@
 //! with its end recorded in one conditional step, then the operation's own rows and objects removed.
 
 use crate::catalog::CatalogExt;
+use crate::catalog::write_audit;
 use crate::catalog::{PublishObservation, RequestKey, Settled, Settlement};
 use crate::engine::Engine;
 use crate::engine::steps::{delta_overtaken, step_key};
@@ -77,9 +78,10 @@ impl Engine {
     /// its intent, `Armed` (whatever its lease: its owner ends it) or fenced already, is
     /// deleted, the rows it owns that are still staged are marked, and the record of its end
     /// is written, so that a begin of it still on its way is refused. Then its marked rows'
-    /// objects (those it wrote) and the rows go. The step decides; what follows it only
-    /// cleans up, and a crash in between leaves marked rows, which garbage collection deletes
-    /// with their objects. `Some(marked rows)` once it ended; `None` if its intent was gone
+    /// objects (those it wrote) and the rows go, in the background
+    /// ([`Engine::wait_for_cleanups`]). The step decides; what follows it only cleans up, and
+    /// a crash in between leaves marked rows, which garbage collection deletes with their
+    /// objects. `Some(marked rows)` once it ended; `None` if its intent was gone
     /// (something else settled it first); `FailedPrecondition` (`Confirmed`) if an older
     /// mend's publish confirmed it meanwhile: it publishes.
     pub(in crate::engine) async fn end_operation(
@@ -120,11 +122,8 @@ impl Engine {
             match settled.as_deref() {
                 Ok([Settled::Abandoned { marked }]) => {
                     self.uploaded.forget(dataset_id, operation_id);
-                    let marked = marked.clone();
-                    if let Err(error) = self.remove_marked_own(intent, &marked).await {
-                        tracing::debug!(%error, "removing an ended operation's rows failed; garbage collection removes them");
-                    }
-                    return Ok(Some(marked));
+                    self.clean_up_after(intent, marked.clone());
+                    return Ok(Some(marked.clone()));
                 }
                 Ok(_) => return Ok(None),
                 Err(MendError::FailedPrecondition { .. }) => {
@@ -166,6 +165,36 @@ impl Engine {
             self.objects.delete(dataset_id, split_id).await?;
         }
         Ok(())
+    }
+
+    /// Starts, in the background, the removal of what an ended operation leaves: the objects
+    /// of its `marked` rows that it wrote, then the rows. The step that ended it decided
+    /// everything; its answer does not wait for this clean-up, which is best effort (what it
+    /// leaves, garbage collection deletes) and counted for [`Engine::wait_for_cleanups`]. It
+    /// writes as the request that ended the operation (its audit records name that request),
+    /// holding no gate: it deletes only rows already marked, which nothing but a deletion
+    /// changes, and objects whose header names the operation.
+    fn clean_up_after(&self, intent: &Intent, marked: Vec<String>) {
+        if marked.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let engine = self.holding(Default::default());
+        let intent = intent.clone();
+        let scope = write_audit::current();
+        let cleanup = async move {
+            let removing = engine.remove_marked_own(&intent, &marked);
+            let removed = match scope {
+                Some(scope) => write_audit::within((*scope).clone(), removing).await,
+                None => removing.await,
+            };
+            if let Err(error) = removed {
+                tracing::debug!(%error, "removing an ended operation's rows failed; garbage collection removes them");
+            }
+        };
+        self.cleanups.spawn(&runtime, cleanup);
     }
 
     /// Deletes the objects of `marked` rows that `intent`'s operation wrote, then the rows.

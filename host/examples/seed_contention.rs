@@ -1,0 +1,240 @@
+//! Staging under contention as the anchor's seed measured it, from outside mend's own test
+//! code: an embedder's program that opens a Postgres catalog through the public API and
+//! times `Engine::stage` beside the bare SQL floors on mend's own table.
+//!
+//! ```text
+//! scripts/with-postgres cargo run --release -p mend --features postgres \
+//!     --example seed_contention -- [ROUNDS] [BATCHES]
+//! ```
+//!
+//! The catalog is `$MEND_TEST_DATABASE_URL` (a throwaway server: `scripts/with-postgres` sets
+//! it, with `MEND_POSTGRES_ACCEPT_UNSAFE_DURABILITY=true`); the split objects go to a
+//! temporary directory (staging writes none).
+//!
+//! The seed's shape: 8 writers, each sending `BATCHES` batches (100 by default) of 200 ids
+//! drawn from one pool of 2,000 by a random source seeded with the writer's number,
+//! **unsorted and with duplicates**, the half of the pool with even numbers staged before the
+//! writers start. Each round runs four workloads, each into a new dataset prepared the same
+//! way (untimed): the create-only floor (per batch, one sorted, deduplicated `INSERT ... ON
+//! CONFLICT DO NOTHING`), mend create-only, the upsert floor (`... DO UPDATE ... WHERE state
+//! = 'staged'`), mend upsert. It prints each round's ratios, their medians, and the deadlocks
+//! Postgres counted (`pg_stat_database`) during mend's workloads. Goals (issue 43):
+//! create-only at least 0.8 of its floor, upsert at least 0.6, no deadlock.
+
+use std::time::{Duration, Instant};
+
+use mend::catalog::PostgresOptions;
+use mend::model::{DatasetConfig, StageMode, StageRequest, StageSplit};
+use mend::runtime::PolicyRuntime;
+use mend::{Engine, EngineOptions};
+use sqlx::PgPool;
+
+const WRITERS: usize = 8;
+const BATCH: usize = 200;
+const POOL: usize = 2_000;
+
+/// A small seeded random source (splitmix64): the same draws for the same writer every run.
+struct Draws(u64);
+
+impl Draws {
+    fn below(&mut self, bound: usize) -> usize {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) % bound as u64) as usize
+    }
+}
+
+fn pool_id(n: usize) -> String {
+    format!("split-{n:05}")
+}
+
+fn metadata(split_id: &str) -> String {
+    format!(r#"{{"num_docs":1000,"size_bytes":1048576,"source":"{split_id}"}}"#)
+}
+
+/// Writer `writer`'s batches: ids drawn with replacement, in the order drawn.
+fn batches_of(writer: usize, batches: usize) -> Vec<Vec<String>> {
+    let mut draws = Draws(writer as u64 + 1);
+    (0..batches)
+        .map(|_| (0..BATCH).map(|_| pool_id(draws.below(POOL))).collect())
+        .collect()
+}
+
+#[derive(Clone, Copy)]
+enum Workload {
+    Mend(StageMode),
+    Floor(&'static str),
+}
+
+const FLOOR_CREATE_ONLY: &str = "INSERT INTO splits (dataset_id, split_id, state, node, metadata,
+        time_range_start_ms, time_range_end_ms, created_at_ms, updated_at_ms, published_at_ms)
+    SELECT $1, input.split_id, 'staged', $4, input.metadata::jsonb, NULL, NULL, $5, $5, NULL
+    FROM UNNEST($2::text[], $3::text[]) AS input (split_id, metadata)
+    ORDER BY input.split_id
+    ON CONFLICT (dataset_id, split_id) DO NOTHING";
+
+const FLOOR_UPSERT: &str = "INSERT INTO splits (dataset_id, split_id, state, node, metadata,
+        time_range_start_ms, time_range_end_ms, created_at_ms, updated_at_ms, published_at_ms)
+    SELECT $1, input.split_id, 'staged', $4, input.metadata::jsonb, NULL, NULL, $5, $5, NULL
+    FROM UNNEST($2::text[], $3::text[]) AS input (split_id, metadata)
+    ORDER BY input.split_id
+    ON CONFLICT (dataset_id, split_id) DO UPDATE
+        SET node = EXCLUDED.node, metadata = EXCLUDED.metadata, updated_at_ms = EXCLUDED.updated_at_ms
+        WHERE splits.state = 'staged'";
+
+fn stage_request(dataset_id: &str, mode: StageMode, node: String, ids: &[String]) -> StageRequest {
+    StageRequest {
+        dataset_id: dataset_id.to_string(),
+        mode,
+        node,
+        splits: ids
+            .iter()
+            .map(|id| StageSplit {
+                split_id: id.clone(),
+                metadata_json: metadata(id),
+            })
+            .collect(),
+    }
+}
+
+/// A new dataset with the even half of the pool staged, untimed.
+async fn prepared_dataset(engine: &Engine, name: String) -> Result<String, mend::MendError> {
+    engine
+        .create_dataset(&name, &DatasetConfig::default())
+        .await?;
+    let present: Vec<String> = (0..POOL).step_by(2).map(pool_id).collect();
+    for chunk in present.chunks(1_000) {
+        let request = stage_request(&name, StageMode::CreateOnly, "setup".into(), chunk);
+        engine.stage(&request).await?;
+    }
+    Ok(name)
+}
+
+/// Runs `workload` with all writers at once; the time from the first batch to the last.
+async fn run(
+    engine: &Engine,
+    pool: &PgPool,
+    dataset_id: &str,
+    workload: Workload,
+    batches: usize,
+) -> Result<Duration, Box<dyn std::error::Error>> {
+    let started = Instant::now();
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|writer| {
+            let (engine, pool, dataset_id) = (engine.clone(), pool.clone(), dataset_id.to_string());
+            tokio::spawn(async move {
+                for batch in batches_of(writer, batches) {
+                    match workload {
+                        Workload::Mend(mode) => {
+                            let node = format!("writer-{writer}");
+                            let request = stage_request(&dataset_id, mode, node, &batch);
+                            engine.stage(&request).await.map_err(|e| e.to_string())?;
+                        }
+                        Workload::Floor(statement) => {
+                            let mut ids: Vec<&str> = batch.iter().map(String::as_str).collect();
+                            ids.sort_unstable();
+                            ids.dedup();
+                            let metadata: Vec<String> = ids.iter().map(|id| metadata(id)).collect();
+                            sqlx::query(statement)
+                                .bind(&dataset_id)
+                                .bind(&ids)
+                                .bind(&metadata)
+                                .bind("floor")
+                                .bind(0_i64)
+                                .execute(&pool)
+                                .await
+                                .map_err(|e| e.to_string())?;
+                        }
+                    }
+                }
+                Ok::<(), String>(())
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await??;
+    }
+    Ok(started.elapsed())
+}
+
+async fn deadlocks(pool: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
+        .fetch_one(pool)
+        .await
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let rounds: usize = args.next().map(|n| n.parse()).transpose()?.unwrap_or(3);
+    let batches: usize = args.next().map(|n| n.parse()).transpose()?.unwrap_or(100);
+    if rounds == 0 || batches == 0 {
+        return Err("ROUNDS and BATCHES are at least 1".into());
+    }
+    let url = std::env::var("MEND_TEST_DATABASE_URL")
+        .map_err(|_| "set MEND_TEST_DATABASE_URL (scripts/with-postgres does)")?;
+    let options = PostgresOptions {
+        accept_unsafe_durability: std::env::var("MEND_POSTGRES_ACCEPT_UNSAFE_DURABILITY")
+            .is_ok_and(|value| value == "true"),
+    };
+    let objects = tempfile::tempdir()?;
+    let objects_url = format!("file://{}", objects.path().display());
+    let (catalog, split_objects) =
+        mend::catalog::open_with(&url, Some(&objects_url), options).await?;
+    let engine = Engine::new(
+        catalog,
+        split_objects,
+        PolicyRuntime::default_policy()?,
+        EngineOptions::default(),
+    )?;
+    let pool = PgPool::connect(&url).await?;
+    let run_id = std::process::id();
+
+    println!(
+        "{WRITERS} writers x {batches} batches x {BATCH} ids drawn from a pool of {POOL} (unsorted, with duplicates), half of it staged first; {rounds} rounds"
+    );
+    let workloads = [
+        ("create-only floor", Workload::Floor(FLOOR_CREATE_ONLY)),
+        ("create-only mend", Workload::Mend(StageMode::CreateOnly)),
+        ("upsert floor", Workload::Floor(FLOOR_UPSERT)),
+        ("upsert mend", Workload::Mend(StageMode::Upsert)),
+    ];
+    let (mut create_only, mut upsert, mut mend_deadlocks) = (Vec::new(), Vec::new(), 0);
+    for round in 0..rounds {
+        let mut took = Vec::new();
+        for (index, (name, workload)) in workloads.iter().enumerate() {
+            let dataset = format!("seed-{run_id}-{round}-{index}");
+            let dataset = prepared_dataset(&engine, dataset).await?;
+            let before = deadlocks(&pool).await?;
+            took.push(run(&engine, &pool, &dataset, *workload, batches).await?);
+            let seen = deadlocks(&pool).await? - before;
+            if matches!(workload, Workload::Mend(_)) {
+                mend_deadlocks += seen;
+            }
+            let ids_per_s = (WRITERS * batches * BATCH) as f64 / took[index].as_secs_f64();
+            println!(
+                "  round {round}: {name:<17} {:>8.1} ms, {ids_per_s:>8.0} ids/s, {seen} deadlocks",
+                took[index].as_secs_f64() * 1e3
+            );
+        }
+        create_only.push(took[0].as_secs_f64() / took[1].as_secs_f64());
+        upsert.push(took[2].as_secs_f64() / took[3].as_secs_f64());
+        println!(
+            "  round {round}: mend/floor create-only {:.2}, upsert {:.2}",
+            create_only[round], upsert[round]
+        );
+    }
+    println!(
+        "mend/floor, median of {rounds} rounds: create-only {:.2} (goal >= 0.8), upsert {:.2} (goal >= 0.6); deadlocks during mend's workloads: {mend_deadlocks} (goal 0)",
+        median(create_only),
+        median(upsert)
+    );
+    Ok(())
+}
