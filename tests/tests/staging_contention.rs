@@ -657,8 +657,8 @@ async fn a_batch_costs_its_statements_and_no_more_on_postgres() {
     for round in 0..6 {
         for (what, mode, settled, statements) in [
             ("create-only", StageMode::CreateOnly, false, 1),
-            // BEGIN, the upsert, the record of the write, COMMIT.
-            ("upsert", StageMode::Upsert, false, 4),
+            // BEGIN, the upsert with the record of the write in the same statement, COMMIT.
+            ("upsert", StageMode::Upsert, false, 3),
             ("upsert refused", StageMode::Upsert, true, 4),
         ] {
             let before = sql.counts();

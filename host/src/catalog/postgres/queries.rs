@@ -86,16 +86,21 @@ pub(super) enum StageEffect {
 /// Inserts those of `splits` (sorted by id, distinct) that have no row and overwrites those
 /// whose row is still staged; returns what it did with each, in the order of `splits`. A row
 /// in another state is left as it was, but locked until the transaction ends, and is
-/// `Untouched(None)`: the statement does not say its state.
+/// `Untouched(None)`: the statement does not say its state. With `record` (the write's record
+/// without its answer), the same statement records the write if it writes anything.
 pub(super) async fn stage_upsert(
     conn: &mut PgConnection,
     dataset_id: &str,
     splits: &[Arc<NewSplit>],
     now_ms: TimestampMs,
+    record: Option<&str>,
 ) -> Result<Vec<StageEffect>, StepError> {
     debug_assert!(splits.is_sorted_by(|a, b| a.split_id < b.split_id));
     let columns = SplitColumns::new(splits.iter().map(AsRef::as_ref));
+    let asked = i64::try_from(splits.len()).unwrap_or(i64::MAX);
     let written = split_rows_query(sql::SPLIT_STAGE_UPSERT, dataset_id, &columns, now_ms)
+        .bind(record)
+        .bind(asked)
         .fetch_all(conn)
         .await?;
     let mut effects = vec![StageEffect::Untouched(None); splits.len()];

@@ -22,7 +22,9 @@
 //!   left as it was (locked) and read for its state. The planner is asked on what the
 //!   statement met, and the transaction commits only if the plan is exactly what it did
 //!   (`executed_as_planned`); a plan that rejects the batch rolls it all back, nothing written.
-//!   Overlapping batches wait for each other only from that statement to the commit.
+//!   Overlapping batches wait for each other only from that statement to the commit. The
+//!   record of the write (`write_audit`) is inserted by the same statement
+//!   (`sql/split_stage_upsert.sql`), so the batch is `BEGIN`, one statement, `COMMIT`.
 //!
 //!   When the plan is anything else (another action for an id, another entry's content for a
 //!   repeated id), the attempt fails with [`StepError::PlanDiffers`], its transaction rolls
@@ -86,7 +88,7 @@ pub(super) async fn stage(
     // asks; a read-first stage asks only when its plan was refused, so that NotFound wins.
     let staged = match (mode, observation) {
         (StageMode::Upsert, Observation::Presumed | Observation::Standard { .. }) => {
-            return upsert_presumed(conn, dataset_id, splits, planner, now_ms).await;
+            return upsert_presumed(conn, dataset_id, splits, planner, now_ms, write).await;
         }
         (StageMode::CreateOnly, observation) => {
             let in_statement = match observation {
@@ -122,8 +124,13 @@ async fn upsert_presumed(
     splits: &[Arc<NewSplit>],
     planner: &StagePlanner<'_>,
     now_ms: TimestampMs,
+    write: Option<&PendingWrite>,
 ) -> Result<Vec<StagedSplit>, StepError> {
-    let mut effects = queries::stage_upsert(conn, dataset_id, splits, now_ms).await?;
+    // The record of the write, without its answer: the statement answers it.
+    let record = write
+        .map(|write| write_audit::encode_text(&write.answered(&serde_json::Value::Null, now_ms)));
+    let mut effects =
+        queries::stage_upsert(conn, dataset_id, splits, now_ms, record.as_deref()).await?;
     // The rows in another state than staged, which the statement locked but does not describe:
     // a fresh statement reads them as they stay until the commit.
     let unseen: Vec<String> = splits
@@ -427,12 +434,17 @@ impl PostgresCatalog {
         // from then on this request reads first (`stage.rs`).
         let read_first = AtomicBool::new(false);
         let read_first = &read_first;
+        // Whether the attempt's own statement recorded the write (a presumed upsert's does),
+        // so that the transaction does not record it again.
+        let recorded_in_statement = AtomicBool::new(false);
+        let recorded_in_statement = &recorded_in_statement;
         let write = write.as_ref();
         let changed = |staged: &Vec<StagedSplit>| {
             let wrote = staged
                 .iter()
                 .any(|split| !matches!(split.outcome, StageOutcome::Skipped(_)));
-            wrote.then(|| write_audit::stage_answer(staged))
+            (wrote && !recorded_in_statement.load(Ordering::Relaxed))
+                .then(|| write_audit::stage_answer(staged))
         };
         self.keyed_transaction(
             dataset_id,
@@ -448,6 +460,13 @@ impl PostgresCatalog {
                 } else {
                     Observation::Presumed
                 };
+                let presumed_upsert = mode == StageMode::Upsert
+                    && matches!(
+                        observation,
+                        Observation::Presumed | Observation::Standard { .. }
+                    );
+                let in_statement = write.filter(|_| presumed_upsert);
+                recorded_in_statement.store(in_statement.is_some(), Ordering::Relaxed);
                 let result = stage(
                     &mut transaction,
                     dataset_id,
@@ -456,7 +475,7 @@ impl PostgresCatalog {
                     planner,
                     now_ms,
                     observation,
-                    None,
+                    in_statement,
                 )
                 .await;
                 if let Err(StepError::PlanDiffers) = &result {
