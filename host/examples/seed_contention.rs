@@ -14,11 +14,13 @@
 //! The seed's shape: 8 writers, each sending `BATCHES` batches (100 by default) of 200 ids
 //! drawn from one pool of 2,000 by a random source seeded with the writer's number,
 //! **unsorted and with duplicates**, the half of the pool with even numbers staged before the
-//! writers start. Each round runs four workloads, each into a new dataset prepared the same
+//! writers start. Each round runs six workloads, each into a new dataset prepared the same
 //! way (untimed): the create-only floor (per batch, one sorted, deduplicated `INSERT ... ON
-//! CONFLICT DO NOTHING`), mend create-only, the upsert floor (`... DO UPDATE ... WHERE state
-//! = 'staged'`), mend upsert. It prints each round's ratios, their medians, and the deadlocks
-//! Postgres counted (`pg_stat_database`) during mend's workloads. Goals (issue 43):
+//! CONFLICT DO NOTHING`), the same `RETURNING` the ids it inserted (as mend's answer must
+//! say), mend create-only, the upsert floor (`... DO UPDATE ... WHERE state = 'staged'`), the
+//! same returning which ids it inserted and which it overwrote, mend upsert. It prints each
+//! round's ratios against both floors, their medians, and the deadlocks Postgres counted
+//! (`pg_stat_database`) during mend's workloads. Goals (issue 43):
 //! create-only at least 0.8 of its floor, upsert at least 0.6, no deadlock.
 
 use std::time::{Duration, Instant};
@@ -68,21 +70,41 @@ enum Workload {
     Floor(&'static str),
 }
 
-const FLOOR_CREATE_ONLY: &str = "INSERT INTO splits (dataset_id, split_id, state, node, metadata,
+/// The floors' statements: `$on_conflict` what a conflict does, `$returning` whether the
+/// statement says which ids it wrote (mend must: create-only says which rows it inserted,
+/// upsert which it inserted and which it overwrote).
+macro_rules! floor {
+    ($on_conflict:literal, $returning:literal) => {
+        concat!(
+            "INSERT INTO splits (dataset_id, split_id, state, node, metadata,
         time_range_start_ms, time_range_end_ms, created_at_ms, updated_at_ms, published_at_ms)
     SELECT $1, input.split_id, 'staged', $4, input.metadata::jsonb, NULL, NULL, $5, $5, NULL
     FROM UNNEST($2::text[], $3::text[]) AS input (split_id, metadata)
     ORDER BY input.split_id
-    ON CONFLICT (dataset_id, split_id) DO NOTHING";
+    ",
+            $on_conflict,
+            $returning
+        )
+    };
+}
 
-const FLOOR_UPSERT: &str = "INSERT INTO splits (dataset_id, split_id, state, node, metadata,
-        time_range_start_ms, time_range_end_ms, created_at_ms, updated_at_ms, published_at_ms)
-    SELECT $1, input.split_id, 'staged', $4, input.metadata::jsonb, NULL, NULL, $5, $5, NULL
-    FROM UNNEST($2::text[], $3::text[]) AS input (split_id, metadata)
-    ORDER BY input.split_id
-    ON CONFLICT (dataset_id, split_id) DO UPDATE
+const FLOOR_CREATE_ONLY: &str = floor!("ON CONFLICT (dataset_id, split_id) DO NOTHING", "");
+const FLOOR_CREATE_ONLY_RETURNING: &str = floor!(
+    "ON CONFLICT (dataset_id, split_id) DO NOTHING",
+    " RETURNING split_id"
+);
+const FLOOR_UPSERT: &str = floor!(
+    "ON CONFLICT (dataset_id, split_id) DO UPDATE
         SET node = EXCLUDED.node, metadata = EXCLUDED.metadata, updated_at_ms = EXCLUDED.updated_at_ms
-        WHERE splits.state = 'staged'";
+        WHERE splits.state = 'staged'",
+    ""
+);
+const FLOOR_UPSERT_RETURNING: &str = floor!(
+    "ON CONFLICT (dataset_id, split_id) DO UPDATE
+        SET node = EXCLUDED.node, metadata = EXCLUDED.metadata, updated_at_ms = EXCLUDED.updated_at_ms
+        WHERE splits.state = 'staged'",
+    " RETURNING split_id, (xmax = 0) AS inserted"
+);
 
 fn stage_request(dataset_id: &str, mode: StageMode, node: String, ids: &[String]) -> StageRequest {
     StageRequest {
@@ -143,7 +165,7 @@ async fn run(
                                 .bind(&metadata)
                                 .bind("floor")
                                 .bind(0_i64)
-                                .execute(&pool)
+                                .fetch_all(&pool)
                                 .await
                                 .map_err(|e| e.to_string())?;
                         }
@@ -202,39 +224,53 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let workloads = [
         ("create-only floor", Workload::Floor(FLOOR_CREATE_ONLY)),
+        (
+            "create-only floor returning",
+            Workload::Floor(FLOOR_CREATE_ONLY_RETURNING),
+        ),
         ("create-only mend", Workload::Mend(StageMode::CreateOnly)),
         ("upsert floor", Workload::Floor(FLOOR_UPSERT)),
+        (
+            "upsert floor returning",
+            Workload::Floor(FLOOR_UPSERT_RETURNING),
+        ),
         ("upsert mend", Workload::Mend(StageMode::Upsert)),
     ];
-    let (mut create_only, mut upsert, mut mend_deadlocks) = (Vec::new(), Vec::new(), 0);
+    // mend/floor per round: [create-only, create-only returning, upsert, upsert returning].
+    let mut ratios: [Vec<f64>; 4] = Default::default();
+    let mut mend_deadlocks = 0;
     for round in 0..rounds {
         let mut took = Vec::new();
         for (index, (name, workload)) in workloads.iter().enumerate() {
             let dataset = format!("seed-{run_id}-{round}-{index}");
             let dataset = prepared_dataset(&engine, dataset).await?;
             let before = deadlocks(&pool).await?;
-            took.push(run(&engine, &pool, &dataset, *workload, batches).await?);
+            took.push(
+                run(&engine, &pool, &dataset, *workload, batches)
+                    .await?
+                    .as_secs_f64(),
+            );
             let seen = deadlocks(&pool).await? - before;
             if matches!(workload, Workload::Mend(_)) {
                 mend_deadlocks += seen;
             }
-            let ids_per_s = (WRITERS * batches * BATCH) as f64 / took[index].as_secs_f64();
+            let ids_per_s = (WRITERS * batches * BATCH) as f64 / took[index];
             println!(
-                "  round {round}: {name:<17} {:>8.1} ms, {ids_per_s:>8.0} ids/s, {seen} deadlocks",
-                took[index].as_secs_f64() * 1e3
+                "  round {round}: {name:<27} {:>8.1} ms, {ids_per_s:>8.0} ids/s, {seen} deadlocks",
+                took[index] * 1e3
             );
         }
-        create_only.push(took[0].as_secs_f64() / took[1].as_secs_f64());
-        upsert.push(took[2].as_secs_f64() / took[3].as_secs_f64());
+        for (ratio, (floor, mend)) in ratios.iter_mut().zip([(0, 2), (1, 2), (3, 5), (4, 5)]) {
+            ratio.push(took[floor] / took[mend]);
+        }
         println!(
-            "  round {round}: mend/floor create-only {:.2}, upsert {:.2}",
-            create_only[round], upsert[round]
+            "  round {round}: mend/floor create-only {:.2} (returning {:.2}), upsert {:.2} (returning {:.2})",
+            ratios[0][round], ratios[1][round], ratios[2][round], ratios[3][round]
         );
     }
+    let [create_only, create_only_returning, upsert, upsert_returning] = ratios.map(median);
     println!(
-        "mend/floor, median of {rounds} rounds: create-only {:.2} (goal >= 0.8), upsert {:.2} (goal >= 0.6); deadlocks during mend's workloads: {mend_deadlocks} (goal 0)",
-        median(create_only),
-        median(upsert)
+        "mend/floor, median of {rounds} rounds: create-only {create_only:.2} (against the floor that says which ids it inserted: {create_only_returning:.2}; goal >= 0.8), upsert {upsert:.2} ({upsert_returning:.2}; goal >= 0.6); deadlocks during mend's workloads: {mend_deadlocks} (goal 0)"
     );
     Ok(())
 }

@@ -669,20 +669,18 @@ fn heartbeat(state: &mut State, config: Config, w: u8) -> bool {
     true
 }
 
-/// `abort_operation` up to its end: what it finds.
+/// `abort_operation` up to its end, which it reaches without reading.
 fn abort_start(state: &mut State, w: u8) -> bool {
     let i = w as usize;
     if !sends_new_calls(state, i) || state.writers[i].abort != AbortCall::Idle {
         return false;
     }
-    match state.intents[i] {
-        Some(intent) => {
-            state.writers[i].abort = AbortCall::AtEnd {
-                observed: intent.phase,
-            }
-        }
-        None => answer_after_the_end(state, w, Call::Abort),
-    }
+    // A writer sends calls only once it began, and its process remembers the plan it began
+    // (`Engine::abort_operation`): the abort goes straight to its one conditional step on the
+    // phase it began in, reading nothing first; the step finds what happened since.
+    state.writers[i].abort = AbortCall::AtEnd {
+        observed: Phase::Armed,
+    };
     true
 }
 

@@ -57,7 +57,8 @@ pub enum PublishCall {
 pub enum AbortCall {
     /// None in flight.
     Idle,
-    /// It found the intent in phase `observed`; next: the end, one conditional step on that
+    /// It observed the intent in phase `observed` (armed, as its process began it, or as it
+    /// read it); next: the end, one conditional step on that
     /// phase (`settle_intents` with one abandonment): the intent deleted, its staged row
     /// unstaged, its end recorded. A phase that moved since refuses it; the abort reads again
     /// and parks here on the phase it finds.

@@ -98,7 +98,7 @@ pub const ACTION_TABLE: [ActionEntry; 14] = [
     ),
     entry(
         ActionKind::AbortStart,
-        "Engine::abort_operation (reads up to its end)",
+        "Engine::abort_operation (up to its end, on the plan its process began)",
         "-",
     ),
     entry(

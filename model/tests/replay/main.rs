@@ -343,7 +343,7 @@ async fn replay_action(replay: &mut Replay, action: Action) -> Dispatch {
                 })
                 .await;
             finish_or_keep(replay, w, call, false).await;
-            "Engine::abort_operation (reads up to its end)"
+            "Engine::abort_operation (up to its end, on the plan its process began)"
         }
         Action::AbortEnd(w) => {
             let w = w as usize;
