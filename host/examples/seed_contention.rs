@@ -14,12 +14,14 @@
 //! The seed's shape: 8 writers, each sending `BATCHES` batches (100 by default) of 200 ids
 //! drawn from one pool of 2,000 by a random source seeded with the writer's number,
 //! **unsorted and with duplicates**, the half of the pool with even numbers staged before the
-//! writers start. Each round runs six workloads, each into a new dataset prepared the same
+//! writers start. Each round runs seven workloads, each into a new dataset prepared the same
 //! way (untimed): the create-only floor (per batch, one sorted, deduplicated `INSERT ... ON
 //! CONFLICT DO NOTHING`), the same `RETURNING` the ids it inserted (as mend's answer must
 //! say), mend create-only, the upsert floor (`... DO UPDATE ... WHERE state = 'staged'`), the
-//! same returning which ids it inserted and which it overwrote, mend upsert. It prints each
-//! round's ratios against both floors, their medians, and the deadlocks Postgres counted
+//! same returning which ids it inserted and which it overwrote, mend upsert; and last that
+//! returning upsert floor between `BEGIN` and `COMMIT`, as a transaction holds its rows' locks
+//! to its commit. It prints each round's ratios against both floors, their medians, what the
+//! transaction costs the upsert floor, and the deadlocks Postgres counted
 //! (`pg_stat_database`) during mend's workloads. Goals (issue 43):
 //! create-only at least 0.8 of its floor, upsert at least 0.6, no deadlock.
 
@@ -67,7 +69,11 @@ fn batches_of(writer: usize, batches: usize) -> Vec<Vec<String>> {
 #[derive(Clone, Copy)]
 enum Workload {
     Mend(StageMode),
+    /// A floor's statement on its own (autocommit, as a floor runs it).
     Floor(&'static str),
+    /// A floor's statement between `BEGIN` and `COMMIT`: the shape of a transaction that
+    /// holds its rows' locks from the statement to the commit, one round trip more.
+    FloorInTransaction(&'static str),
 }
 
 /// The floors' statements: `$on_conflict` what a conflict does, `$returning` whether the
@@ -154,20 +160,28 @@ async fn run(
                             let request = stage_request(&dataset_id, mode, node, &batch);
                             engine.stage(&request).await.map_err(|e| e.to_string())?;
                         }
-                        Workload::Floor(statement) => {
+                        Workload::Floor(statement) | Workload::FloorInTransaction(statement) => {
                             let mut ids: Vec<&str> = batch.iter().map(String::as_str).collect();
                             ids.sort_unstable();
                             ids.dedup();
                             let metadata: Vec<String> = ids.iter().map(|id| metadata(id)).collect();
-                            sqlx::query(statement)
+                            let query = sqlx::query(statement)
                                 .bind(&dataset_id)
                                 .bind(&ids)
                                 .bind(&metadata)
                                 .bind("floor")
-                                .bind(0_i64)
-                                .fetch_all(&pool)
-                                .await
-                                .map_err(|e| e.to_string())?;
+                                .bind(0_i64);
+                            if let Workload::FloorInTransaction(_) = workload {
+                                let mut transaction =
+                                    pool.begin().await.map_err(|e| e.to_string())?;
+                                query
+                                    .fetch_all(&mut *transaction)
+                                    .await
+                                    .map_err(|e| e.to_string())?;
+                                transaction.commit().await.map_err(|e| e.to_string())?;
+                            } else {
+                                query.fetch_all(&pool).await.map_err(|e| e.to_string())?;
+                            }
                         }
                     }
                 }
@@ -235,9 +249,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Workload::Floor(FLOOR_UPSERT_RETURNING),
         ),
         ("upsert mend", Workload::Mend(StageMode::Upsert)),
+        (
+            "upsert floor returning, BEGIN..COMMIT",
+            Workload::FloorInTransaction(FLOOR_UPSERT_RETURNING),
+        ),
     ];
-    // mend/floor per round: [create-only, create-only returning, upsert, upsert returning].
-    let mut ratios: [Vec<f64>; 4] = Default::default();
+    // mend/floor per round: [create-only, create-only returning, upsert, upsert returning],
+    // then the upsert floor in a transaction against the same alone.
+    let mut ratios: [Vec<f64>; 5] = Default::default();
     let mut mend_deadlocks = 0;
     for round in 0..rounds {
         let mut took = Vec::new();
@@ -260,17 +279,31 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 took[index] * 1e3
             );
         }
-        for (ratio, (floor, mend)) in ratios.iter_mut().zip([(0, 2), (1, 2), (3, 5), (4, 5)]) {
+        for (ratio, (floor, mend)) in
+            ratios
+                .iter_mut()
+                .zip([(0, 2), (1, 2), (3, 5), (4, 5), (4, 6)])
+        {
             ratio.push(took[floor] / took[mend]);
         }
         println!(
-            "  round {round}: mend/floor create-only {:.2} (returning {:.2}), upsert {:.2} (returning {:.2})",
-            ratios[0][round], ratios[1][round], ratios[2][round], ratios[3][round]
+            "  round {round}: mend/floor create-only {:.2} (returning {:.2}), upsert {:.2} (returning {:.2}); the upsert floor in a transaction / alone {:.2}",
+            ratios[0][round],
+            ratios[1][round],
+            ratios[2][round],
+            ratios[3][round],
+            ratios[4][round]
         );
     }
-    let [create_only, create_only_returning, upsert, upsert_returning] = ratios.map(median);
+    let [
+        create_only,
+        create_only_returning,
+        upsert,
+        upsert_returning,
+        in_transaction,
+    ] = ratios.map(median);
     println!(
-        "mend/floor, median of {rounds} rounds: create-only {create_only:.2} (against the floor that says which ids it inserted: {create_only_returning:.2}; goal >= 0.8), upsert {upsert:.2} ({upsert_returning:.2}; goal >= 0.6); deadlocks during mend's workloads: {mend_deadlocks} (goal 0)"
+        "mend/floor, median of {rounds} rounds: create-only {create_only:.2} (against the floor that says which ids it inserted: {create_only_returning:.2}; goal >= 0.8), upsert {upsert:.2} ({upsert_returning:.2}; goal >= 0.6); deadlocks during mend's workloads: {mend_deadlocks} (goal 0); the upsert floor between BEGIN and COMMIT runs at {in_transaction:.2} of itself alone"
     );
     Ok(())
 }

@@ -62,6 +62,30 @@ pub(crate) fn parse_json_or_compact<T: CompactBody>(
     }
 }
 
+/// Whether the request's `Accept` header names [`COMPACT_BODY`] (with no `q=0`): the route
+/// then answers in the compact encoding where it has one (a stage's answer by index). Any
+/// other `Accept`, another version of the compact type included, is answered JSON, under its
+/// own `Content-Type`: a client that asked for a version this server does not write sees
+/// which one it got.
+pub(crate) fn accepts_compact(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let media_type = parts.next().unwrap_or_default();
+            let refused = parts.any(|parameter| {
+                parameter.split_once('=').is_some_and(|(name, weight)| {
+                    name.trim().eq_ignore_ascii_case("q")
+                        && weight.trim().parse::<f32>().is_ok_and(|q| q == 0.0)
+                })
+            });
+            media_type.eq_ignore_ascii_case(COMPACT_BODY) && !refused
+        })
+}
+
 /// Parses a compact body: every field of `T` in order, and nothing after.
 pub(crate) fn parse_compact<T: CompactBody>(body: &Bytes) -> Result<T, ApiError> {
     let mut input = Reader::new(body);

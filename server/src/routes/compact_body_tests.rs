@@ -8,6 +8,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use mend::compact::Writer;
 use serde_json::{Value, json};
+use tower::ServiceExt;
 
 use crate::body::COMPACT_BODY;
 use crate::testing::{send, shared_with_admin_token};
@@ -163,6 +164,160 @@ async fn a_compact_stage_is_answered_and_written_as_its_json() {
         "compact stage: 4 requests, {outcomes} outcomes and {} rows each as their JSON's",
         written.len()
     );
+}
+
+/// A stage request under `accept`, answered: its status, content type and body's bytes.
+async fn stage_accepting(
+    router: &Router,
+    dataset: &str,
+    accept: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> (StatusCode, String, Vec<u8>) {
+    let request = Request::builder()
+        .method("POST")
+        .uri(format!("/v1/datasets/{dataset}/stage"))
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::ACCEPT, accept)
+        .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
+        .body(Body::from(body))
+        .unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let content_type = response.headers()[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (status, content_type, bytes.to_vec())
+}
+
+/// An answer by index: the mode's byte, the count of entries, one outcome byte each.
+fn by_index(mode: u8, outcomes: &[u8]) -> Vec<u8> {
+    let mut out = Writer::default();
+    out.byte(mode);
+    out.list(outcomes, |out, outcome| out.byte(*outcome));
+    out.into_bytes()
+}
+
+#[tokio::test]
+async fn a_stage_asked_for_a_compact_answer_answers_each_entry_by_index() {
+    let shared = shared_with_admin_token(Some(ADMIN)).await;
+    let router = crate::routes::router(shared.clone());
+    create(&router, "indexed").await;
+    // p published and m marked for deletion, through the routes (each with its object, as a
+    // publish requires), s staged.
+    let (store, _) = shared.engine.objects().store();
+    for id in ["p", "m", "m2"] {
+        store
+            .put(
+                &object_store::path::Path::from(format!("datasets/indexed/splits/{id}")),
+                b"object".to_vec().into(),
+            )
+            .await
+            .unwrap();
+    }
+    let setup = [
+        (
+            "stage",
+            json!({"mode": "create-only", "splits": [{"split_id": "p"}, {"split_id": "m"}, {"split_id": "m2"}, {"split_id": "s"}]}),
+        ),
+        ("publish", json!({"staged_split_ids": ["p", "m"]})),
+        (
+            "publish",
+            json!({"staged_split_ids": ["m2"], "replaced_split_ids": ["m"]}),
+        ),
+    ];
+    for (route, body) in setup {
+        let (status, answer) = call(
+            &router,
+            &format!("/v1/datasets/indexed/{route}"),
+            "application/json",
+            body.to_string().into_bytes(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{route}: {answer}");
+    }
+    let mut checked = 0;
+    // Create-only, in the request's order, the duplicate answered twice: a new id inserted,
+    // s skipped (staged), p skipped (published), m skipped (marked), the new id again. The
+    // request's own encoding does not matter.
+    for (pass, content_type) in [COMPACT_BODY, "application/json"].into_iter().enumerate() {
+        let fresh = format!("new-{pass}");
+        let entries: Vec<(&str, Value)> = [fresh.as_str(), "s", "p", "m", fresh.as_str()]
+            .into_iter()
+            .map(|id| (id, json!({})))
+            .collect();
+        let body = if content_type == COMPACT_BODY {
+            stage_compact("create-only", None, &entries)
+        } else {
+            stage_json("create-only", None, &entries)
+        };
+        let (status, answered_type, answer) =
+            stage_accepting(&router, "indexed", COMPACT_BODY, content_type, body).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+        assert_eq!(answered_type, COMPACT_BODY);
+        assert_eq!(answer, by_index(1, &[0, 2, 3, 4, 0]), "{content_type}");
+        checked += 1;
+    }
+    // An upsert: s overwritten, n inserted.
+    let upsert = stage_compact(
+        "upsert",
+        None,
+        &[("s", json!({"num_docs": 2})), ("n", json!({}))],
+    );
+    let (status, answered_type, answer) = stage_accepting(
+        &router,
+        "indexed",
+        "text/plain, application/vnd.mend.compact.v1;q=0.9",
+        COMPACT_BODY,
+        upsert,
+    )
+    .await;
+    assert_eq!(
+        (status, answered_type.as_str()),
+        (StatusCode::OK, COMPACT_BODY)
+    );
+    assert_eq!(answer, by_index(0, &[1, 0]));
+    checked += 1;
+    // Any other Accept is answered JSON, under its own content type: another version of the
+    // compact type, or the compact type refused with q=0.
+    for accept in [
+        "application/vnd.mend.compact.v2",
+        "application/vnd.mend.compact.v1; q=0",
+        "application/json",
+    ] {
+        let body = stage_compact("create-only", None, &[("n", json!({}))]);
+        let (status, answered_type, answer) =
+            stage_accepting(&router, "indexed", accept, COMPACT_BODY, body).await;
+        assert_eq!(status, StatusCode::OK, "{accept}");
+        assert_eq!(answered_type, "application/json", "{accept}");
+        let answer: Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(
+            answer["splits"],
+            json!([{"split_id": "n", "outcome": "skipped", "existing_state": "staged"}]),
+            "{accept}"
+        );
+        checked += 1;
+    }
+    // A refusal is JSON whatever was asked: an upsert may not touch a published row.
+    let body = stage_compact("upsert", None, &[("p", json!({}))]);
+    let (status, answered_type, answer) =
+        stage_accepting(&router, "indexed", COMPACT_BODY, COMPACT_BODY, body).await;
+    assert_eq!(status, StatusCode::PRECONDITION_FAILED);
+    assert_eq!(answered_type, "application/json");
+    let answer: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(answer["ids"], json!(["p"]), "{answer}");
+    checked += 1;
+    println!("stage answered by index: {checked} requests checked, byte for byte");
+    assert_eq!(checked, 7);
 }
 
 /// A begin both ways: a commit of two splits with a checkpoint delta and a publish token.

@@ -5,11 +5,12 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
-use mend::compact::{Decoded, Reader};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::IntoResponse;
+use mend::compact::{Decoded, Reader, Writer};
 use mend::model::{
-    CheckpointDelta, ListQuery, PublishRequest, SplitState, StageMode, StageRequest, StageSplit,
-    TimeRange,
+    CheckpointDelta, ListQuery, PublishRequest, SplitState, StageMode, StageOutcome, StageRequest,
+    StageResult, StageSplit, TimeRange,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -19,8 +20,10 @@ use utoipa_axum::routes;
 
 use crate::Shared;
 use crate::answers::Deleted;
-use crate::body::{CompactBody, JsonBody, parse, parse_json_or_compact};
-use crate::error::{ApiError, ApiResult, engine_error, ok};
+use crate::body::{
+    COMPACT_BODY, CompactBody, JsonBody, accepts_compact, parse, parse_json_or_compact,
+};
+use crate::error::{ApiError, ApiResult, ErrorCode, engine_error, ok};
 use crate::openapi::{
     BadRequest, DatasetPath, IdempotencyKey, InternalError, ListSplitsQuery, NotFound,
     PayloadTooLarge, PreconditionFailed, RequestTimeout, Unavailable, Unprocessable,
@@ -135,8 +138,9 @@ impl Stage {
 
 /// Stages splits, in upsert or create-only mode (no default).
 ///
-/// Each split is answered `inserted`, `overwritten` or `skipped` (with the existing state); an
-/// upsert that would touch a row not staged is 412 naming the ids, and writes nothing.
+/// Each split is answered `inserted`, `overwritten` or `skipped` (with the existing state), in
+/// JSON or, asked for with `Accept`, by index in the compact encoding; an upsert that would
+/// touch a row not staged is 412 naming the ids, and writes nothing.
 #[utoipa::path(
     post,
     path = "/v1/datasets/{dataset}/stage",
@@ -144,7 +148,7 @@ impl Stage {
     params(DatasetPath, IdempotencyKey),
     request_body(description = "JSON, or the same request as a compact body (`Content-Type: application/vnd.mend.compact.v1`; its layout is in the book's HTTP API page)", content((Stage = "application/json"), ("application/vnd.mend.compact.v1"))),
     responses(
-        (status = 200, description = "what became of each split", body = mend::model::StageResult),
+        (status = 200, description = "what became of each split: JSON, or with `Accept: application/vnd.mend.compact.v1` an answer by index (the mode, then one outcome byte per request entry; its layout is in the book's HTTP API page)", content((mend::model::StageResult = "application/json"), ("application/vnd.mend.compact.v1"))),
         (status = 400, response = BadRequest),
         (status = 404, response = NotFound),
         (status = 408, response = RequestTimeout),
@@ -163,6 +167,7 @@ async fn stage(
     body: Bytes,
 ) -> ApiResult {
     let request = parse_json_or_compact::<Stage>(&headers, &body)?.into_request(dataset_id.clone());
+    let by_index = accepts_compact(&headers);
     let ids: Vec<String> = request.splits.iter().map(|s| s.split_id.clone()).collect();
     let engine = shared.acting_engine();
     let result = keyed_write(
@@ -181,7 +186,54 @@ async fn stage(
         }
         Err(_) => {}
     }
-    ok(&result?.0)
+    let staged = result?.0;
+    if by_index {
+        answer_by_index(&ids, &staged)
+    } else {
+        ok(&staged)
+    }
+}
+
+/// A stage's answer by index, in the compact encoding ([`COMPACT_BODY`]): the mode, then one
+/// outcome byte for each entry of the request, in the request's order (an id sent twice is
+/// answered twice, alike). Neither side writes or reads a split id the client already has:
+/// for a large batch the JSON answer, one object naming each split, cost both sides more
+/// than the rest of the request (the book's Benchmarks page).
+fn answer_by_index(ids: &[String], staged: &StageResult) -> ApiResult {
+    let mut out = Writer::with_capacity(ids.len() + 8);
+    out.byte(match staged.mode {
+        StageMode::Upsert => 0,
+        StageMode::CreateOnly => 1,
+    });
+    out.number(ids.len() as u64);
+    for id in ids {
+        // The engine answers one entry per distinct id, sorted by id.
+        let found = staged
+            .splits
+            .binary_search_by(|split| split.split_id.as_str().cmp(id))
+            .map_err(|_| {
+                // The stage took effect: only its answer could not be written.
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    ErrorCode::Internal,
+                    format!("the stage answered no outcome for split {id:?}, which it was sent"),
+                )
+                .certainly_not_applied(false)
+            })?;
+        out.byte(outcome_byte(staged.splits[found].outcome));
+    }
+    Ok(([(header::CONTENT_TYPE, COMPACT_BODY)], out.into_bytes()).into_response())
+}
+
+/// One outcome's byte in a stage's answer by index (the book's HTTP API page).
+fn outcome_byte(outcome: StageOutcome) -> u8 {
+    match outcome {
+        StageOutcome::Inserted => 0,
+        StageOutcome::Overwritten => 1,
+        StageOutcome::Skipped(SplitState::Staged) => 2,
+        StageOutcome::Skipped(SplitState::Published) => 3,
+        StageOutcome::Skipped(SplitState::MarkedForDeletion) => 4,
+    }
 }
 
 #[derive(Deserialize, ToSchema)]
