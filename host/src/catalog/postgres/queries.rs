@@ -88,12 +88,17 @@ pub(super) enum StageEffect {
 /// in another state is left as it was, but locked until the transaction ends, and is
 /// `Untouched(None)`: the statement does not say its state. With `record` (the write's record
 /// without its answer), the same statement records the write if it writes anything.
+///
+/// `whole`: the statement writes every id or fails with [`is_whole_upsert_refusal`] (or,
+/// meeting no staged row and no missing one, writes nothing), so that it can run with no
+/// transaction around it (`sql/split_stage_upsert.sql`).
 pub(super) async fn stage_upsert(
     conn: &mut PgConnection,
     dataset_id: &str,
     splits: &[Arc<NewSplit>],
     now_ms: TimestampMs,
     record: Option<&str>,
+    whole: bool,
 ) -> Result<Vec<StageEffect>, StepError> {
     debug_assert!(splits.is_sorted_by(|a, b| a.split_id < b.split_id));
     let columns = SplitColumns::new(splits.iter().map(AsRef::as_ref));
@@ -101,6 +106,7 @@ pub(super) async fn stage_upsert(
     let written = split_rows_query(sql::SPLIT_STAGE_UPSERT, dataset_id, &columns, now_ms)
         .bind(record)
         .bind(asked)
+        .bind(whole)
         .fetch_all(conn)
         .await?;
     let mut effects = vec![StageEffect::Untouched(None); splits.len()];
@@ -121,6 +127,18 @@ pub(super) async fn stage_upsert(
         };
     }
     Ok(effects)
+}
+
+/// Whether `error` is a whole upsert's refusal ([`stage_upsert`] with `whole`): it met a row
+/// that is not staged after writing others, and wrote nothing. The statement's own text is in
+/// the error's message whatever language the server's messages are in.
+pub(super) fn is_whole_upsert_refusal(error: &StepError) -> bool {
+    match error {
+        StepError::Database(sqlx::Error::Database(database)) => {
+            database.message().contains("mend: whole upsert refused")
+        }
+        _ => false,
+    }
 }
 
 /// Inserts `splits` as staged rows where no row exists yet; returns the ids it inserted.

@@ -26,6 +26,14 @@
 //!   record of the write (`write_audit`) is inserted by the same statement
 //!   (`sql/split_stage_upsert.sql`), so the batch is `BEGIN`, one statement, `COMMIT`.
 //!
+//!   With the standard plan and no idempotency key, the same statement runs first on its own,
+//!   with no transaction, **whole or nothing**: the standard plan is to insert every missing
+//!   id and overwrite every staged row, or to refuse the batch if any row is in another state,
+//!   so a statement that wrote every id is the stage and its answer, and one that did not
+//!   fails (or wrote nothing) and the stage runs again as above, which answers the refusal.
+//!   Its rows are locked only while the statement runs: no host work and no round trip to
+//!   `COMMIT` while overlapping writers wait. A refused batch costs that one statement more.
+//!
 //!   When the plan is anything else (another action for an id, another entry's content for a
 //!   repeated id), the attempt fails with [`StepError::PlanDiffers`], its transaction rolls
 //!   back (none of it was ever visible), and the next attempt **reads first**: it locks the
@@ -130,7 +138,7 @@ async fn upsert_presumed(
     let record = write
         .map(|write| write_audit::encode_text(&write.answered(&serde_json::Value::Null, now_ms)));
     let mut effects =
-        queries::stage_upsert(conn, dataset_id, splits, now_ms, record.as_deref()).await?;
+        queries::stage_upsert(conn, dataset_id, splits, now_ms, record.as_deref(), false).await?;
     // The rows in another state than staged, which the statement locked but does not describe:
     // a fresh statement reads them as they stay until the commit.
     let unseen: Vec<String> = splits
@@ -430,6 +438,18 @@ impl PostgresCatalog {
                 Resolution::Retry(reason) => MendError::Transient { message: reason },
             });
         }
+        // An unkeyed upsert with the standard plan is one statement with no transaction
+        // around it when it writes every id, which is the plan's whole answer; otherwise it
+        // wrote nothing, and the stage runs again below, in a transaction that answers it.
+        if mode == StageMode::Upsert
+            && key.is_none()
+            && standard
+            && let Some(staged) = self
+                .upsert_whole(dataset_id, splits, now_ms, write.as_ref())
+                .await?
+        {
+            return Ok(staged);
+        }
         // An upsert presumes the plan until an attempt finds that the policy plans otherwise;
         // from then on this request reads first (`stage.rs`).
         let read_first = AtomicBool::new(false);
@@ -490,6 +510,66 @@ impl PostgresCatalog {
                 self.probe_first.remember(dataset_id, staged);
             }
         })
+    }
+
+    /// The standard upsert as one statement on a connection of its own, whole or nothing
+    /// (`sql/split_stage_upsert.sql`): every id inserted or overwritten, its record in the
+    /// same statement; `None` when it wrote nothing because a row it met is not staged, or
+    /// failed in a way a transaction's attempts may get past (the caller stages again in one).
+    /// Its row locks last only while the statement runs: no round trip to `COMMIT`, no host
+    /// work between the write and its commit, which is what overlapping writers wait for.
+    async fn upsert_whole(
+        &self,
+        dataset_id: &str,
+        splits: &[Arc<NewSplit>],
+        now_ms: TimestampMs,
+        write: Option<&PendingWrite>,
+    ) -> crate::error::Result<Option<Vec<StagedSplit>>> {
+        let record = write.map(|write| {
+            write_audit::encode_text(&write.answered(&serde_json::Value::Null, now_ms))
+        });
+        let mut connection = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|error| errors::database_error(error, dataset_id))?;
+        let effects = match queries::stage_upsert(
+            &mut connection,
+            dataset_id,
+            splits,
+            now_ms,
+            record.as_deref(),
+            true,
+        )
+        .await
+        {
+            Ok(effects) => effects,
+            Err(error) if queries::is_whole_upsert_refusal(&error) => return Ok(None),
+            Err(error) => {
+                return match error.resolve(dataset_id) {
+                    Resolution::Fail(error) => Err(error),
+                    // Nothing of the statement happened: its transaction's attempts decide.
+                    Resolution::Retry(_) => Ok(None),
+                };
+            }
+        };
+        let staged = splits
+            .iter()
+            .zip(&effects)
+            .map(|(split, effect)| {
+                let outcome = match effect {
+                    StageEffect::Inserted => StageOutcome::Inserted,
+                    StageEffect::Overwritten => StageOutcome::Overwritten,
+                    // The statement wrote nothing (a whole one writes every id or fails).
+                    StageEffect::Untouched(_) => return None,
+                };
+                Some(StagedSplit {
+                    split_id: split.split_id.clone(),
+                    outcome,
+                })
+            })
+            .collect::<Option<Vec<_>>>();
+        Ok(staged)
     }
 
     /// How a stage with the standard plan observes on `dataset_id`.

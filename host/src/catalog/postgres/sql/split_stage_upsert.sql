@@ -1,6 +1,6 @@
 -- $1 dataset_id, $2 split ids (sorted, distinct), $3 nodes, $4 metadata, $5 time range starts,
 -- $6 time range ends, $7 created and updated at (ms), $8 the write's record (JSON text) or
--- NULL for none, $9 how many splits the stage was asked for.
+-- NULL for none, $9 how many splits the stage was asked for (distinct), $10 whole or nothing.
 --
 -- Upsert staging as one statement that both writes and observes: it inserts every id that has
 -- no row and overwrites every row that is still staged (created_at_ms keeps the time of the
@@ -49,4 +49,17 @@ recorded AS (
         ))::text, 'UTF8')
     WHERE $8::text IS NOT NULL AND EXISTS (SELECT 1 FROM written)
 )
+-- Whole or nothing ($10): the statement is the stage, on a connection of its own with no
+-- transaction around it, only if it writes every id; the standard upsert plan refuses a batch
+-- that meets any row not staged, so a statement that wrote some ids but not all must not
+-- land. It fails then, with the text below in its error, and its inserts, its overwrites and
+-- its record are undone with it (the host runs the stage again in a transaction, which
+-- answers the refusal). A statement that wrote nothing returns no row and has nothing to
+-- undo. The error is a cast of text that is not a number: plain SQL has no RAISE, and the
+-- text holds a count from the statement's own rows, so that no plan folds it as a constant.
 SELECT split_id, inserted FROM written
+WHERE CASE
+    WHEN NOT $10::bool OR (SELECT count(*) FROM written) = $9::int8 THEN true
+    ELSE ('mend: whole upsert refused: it wrote '
+          || (SELECT count(*) FROM written) || ' of ' || $9::int8 || ' splits')::int8 = 0
+END
