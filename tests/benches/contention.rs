@@ -20,6 +20,11 @@
 //! - `upsert`: mend's `Engine::stage` against one sorted, deduplicated
 //!   `INSERT ... ON CONFLICT DO UPDATE ... WHERE state = 'staged' RETURNING` per batch.
 //!
+//! Each floor writes the time of its write, and mend's clock (the harness's manual one) moves
+//! on by 1 ms before each of its batches: `updated_at_ms` is indexed, and a constant time
+//! makes every overwrite after the first an index-free HOT update, twice as fast as any
+//! writer of real times gets (the floor wrote a constant before, and mend's clock stood still).
+//!
 //! One iteration of a function runs the whole workload into a new dataset (created and filled
 //! with its already-staged half untimed, its rows deleted again after it, untimed). The
 //! deadlocks Postgres detected during each function are read from `pg_stat_database` and
@@ -212,12 +217,20 @@ async fn floor_batch(pool: &PgPool, statement: &str, dataset_id: &str, batch: &[
     ids.sort_unstable();
     ids.dedup();
     let metadata: Vec<String> = ids.iter().map(|id| metadata(id)).collect();
+    // The time of the write, as mend writes it: `updated_at_ms` is indexed, so a floor writing
+    // one constant made every overwrite after the first a HOT update, touching no index, which
+    // no writer of real times gets (the upsert floor ran twice as fast for it).
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+        });
     sqlx::query(statement)
         .bind(dataset_id)
         .bind(&ids)
         .bind(&metadata)
         .bind("floor")
-        .bind(0_i64)
+        .bind(now_ms)
         .fetch_all(pool)
         .await
         .expect("floor batch");
@@ -254,6 +267,10 @@ async fn iteration(
                                     })
                                     .collect(),
                             };
+                            // The harness's clock is manual: moved on for every batch, as a
+                            // real one would be, so that mend's writes carry new times as the
+                            // floor's do (a constant time makes overwrites index-free).
+                            harness.clock.advance_ms(1);
                             harness.engine.stage(&request).await.expect("stage");
                         }
                         Runner::Floor(statement) => {
