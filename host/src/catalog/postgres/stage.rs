@@ -134,9 +134,7 @@ async fn upsert_presumed(
     now_ms: TimestampMs,
     write: Option<&PendingWrite>,
 ) -> Result<Vec<StagedSplit>, StepError> {
-    // The record of the write, without its answer: the statement answers it.
-    let record = write
-        .map(|write| write_audit::encode_text(&write.answered(&serde_json::Value::Null, now_ms)));
+    let record = unanswered_record(write, now_ms);
     let mut effects =
         queries::stage_upsert(conn, dataset_id, splits, now_ms, record.as_deref(), false).await?;
     // The rows in another state than staged, which the statement locked but does not describe:
@@ -197,6 +195,12 @@ async fn upsert_presumed(
             },
         })
         .collect())
+}
+
+/// The record of the write without its answer, as the upsert statement takes it: the
+/// statement answers it with what it did (`sql/split_stage_upsert.sql`).
+fn unanswered_record(write: Option<&PendingWrite>, now_ms: TimestampMs) -> Option<String> {
+    write.map(|write| write_audit::encode_text(&write.answered(&serde_json::Value::Null, now_ms)))
 }
 
 /// Whether the statement did exactly what `plan` says, entry by entry (both sorted by id, one
@@ -525,9 +529,7 @@ impl PostgresCatalog {
         now_ms: TimestampMs,
         write: Option<&PendingWrite>,
     ) -> crate::error::Result<Option<Vec<StagedSplit>>> {
-        let record = write.map(|write| {
-            write_audit::encode_text(&write.answered(&serde_json::Value::Null, now_ms))
-        });
+        let record = unanswered_record(write, now_ms);
         let mut connection = self
             .pool
             .acquire()
