@@ -1,10 +1,13 @@
-// The converters every frozen-contract fixture (`abi-1-1`, `abi-1-2`, `abi-1-3`) shares, to and
-// from the default policy's plain types: `include!`d by each, so that each resolves `wit` to
-// the types of its own frozen contract, whose names are the same in 1.1 to 1.3. What differs
-// between the contracts (recovery's phases and decisions, gc, reconcile) stays in each crate.
+// The converters every frozen-contract fixture (`abi-1-1` to `abi-1-4`) shares, to and from
+// the default policy's plain types: `include!`d by each, so that each resolves `wit` to the
+// types of its own frozen contract, whose names are the same in 1.1 to 1.4. What only some
+// contracts share is in `older_stage.rs` (the stage plan by name, 1.1 to 1.3),
+// `older_reconcile.rs` (1.2 on) and `since_1_3.rs` (the phase `abandoned` and gc, 1.3 on); what
+// one contract alone says stays in its crate.
 
 /// The default policy's description, as the fixture `name` of ABI 1.`minor`, without
-/// `stage.standard-plans`, which no contract before 1.4 has.
+/// `stage.standard-plans`, which no contract before 1.4 has (and which a 1.4 fixture leaves
+/// out so that the engine asks it to plan every stage, the 1.4 way).
 fn description_as(name: &str, minor: u32) -> wit::PolicyDescription {
     let description = mend_default_policy::describe();
     wit::PolicyDescription {
@@ -21,34 +24,8 @@ fn description_as(name: &str, minor: u32) -> wit::PolicyDescription {
     }
 }
 
-/// The default stage plan, asked as every contract before 1.4 asks it: the ids as strings,
-/// each decision naming its own.
-fn plan_stage_by_name(input: wit::StagePlanInput) -> Vec<wit::PlannedSplit> {
-    let input = plain::StagePlanInput {
-        dataset_id: input.dataset_id,
-        mode: match input.mode {
-            wit::StageMode::Upsert => plain::StageMode::Upsert,
-            wit::StageMode::CreateOnly => plain::StageMode::CreateOnly,
-        },
-        split_ids: input.split_ids,
-        existing: input.existing.into_iter().map(existing_row).collect(),
-    };
-    mend_default_policy::plan_stage(&input)
-        .into_iter()
-        .map(|planned| wit::PlannedSplit {
-            split_id: planned.split_id,
-            request_index: planned.request_index,
-            action: match planned.action {
-                plain::StageAction::Insert => wit::StageAction::Insert,
-                plain::StageAction::Overwrite => wit::StageAction::Overwrite,
-                plain::StageAction::Skip(state) => wit::StageAction::Skip(wit_state(state)),
-                plain::StageAction::Reject(reason) => wit::StageAction::Reject(reason),
-            },
-        })
-        .collect()
-}
-
-/// The default validation of one publish, as every contract before 1.4 asks it.
+/// The default validation of one publish: how every contract before 1.4 asks it, and what 1.4
+/// asks of each publish of a batch.
 fn validate_one_publish(input: wit::PublishInput) -> Vec<wit::PublishViolation> {
     let input = plain::PublishInput {
         dataset_id: input.dataset_id,
@@ -169,13 +146,5 @@ fn plain_state(state: wit::SplitState) -> plain::SplitState {
         wit::SplitState::Staged => plain::SplitState::Staged,
         wit::SplitState::Published => plain::SplitState::Published,
         wit::SplitState::MarkedForDeletion => plain::SplitState::MarkedForDeletion,
-    }
-}
-
-fn wit_state(state: plain::SplitState) -> wit::SplitState {
-    match state {
-        plain::SplitState::Staged => wit::SplitState::Staged,
-        plain::SplitState::Published => wit::SplitState::Published,
-        plain::SplitState::MarkedForDeletion => wit::SplitState::MarkedForDeletion,
     }
 }

@@ -1,5 +1,5 @@
 // The default reconcile plan, for the frozen-contract fixtures whose contract has
-// `plan-reconcile` (`abi-1-2`, `abi-1-3`; 1.1 has none): `include!`d like `older_contracts.rs`.
+// `plan-reconcile` (`abi-1-2` to `abi-1-4`; 1.1 has none): `include!`d like `older_contracts.rs`.
 
 /// The default policy's reconcile plan, converted to and from the contract's types.
 fn reconcile_by_default(input: wit::ReconcileInput) -> Vec<wit::ReconcileDecision> {

@@ -4,8 +4,8 @@
 //! - `policies/hostile`: unsafe decisions, and runaway ones on request (loop, bomb, huge, panic);
 //! - `policies/newer-semantics`: the default decisions under a semantics revision no host knows;
 //! - `policies/extra-capability`: the default decisions, requiring a capability no host has;
-//! - `policies/abi-1-1`, `abi-1-2`, `abi-1-3`: the default decisions, each built against the
-//!   frozen `mend:policy@1.1.0`, `1.2.0` or `1.3.0` contract, which this host still runs;
+//! - `policies/abi-1-1` to `abi-1-4`: the default decisions, each built against the frozen
+//!   `mend:policy@1.1.0`, `1.2.0`, `1.3.0` or `1.4.0` contract, which this host still runs;
 //! - `policies/forbidden-import`: reads the environment, so it imports WASI;
 //! - `policies/liar`: built against the current contract, claiming ABI 1.1 in `describe()`.
 
@@ -22,6 +22,7 @@ fn main() {
             "mend-policy-abi-1-1",
             "mend-policy-abi-1-2",
             "mend-policy-abi-1-3",
+            "mend-policy-abi-1-4",
         ],
         None,
     );

@@ -111,7 +111,7 @@ fn a_rust_project_builds_passes_its_scenarios_and_fails_them_when_a_decision_cha
     assert_eq!(inspected["name"], "my-policy");
     assert_eq!(
         inspected["imports"],
-        serde_json::json!(["mend:policy/types@1.4.0"])
+        serde_json::json!(["mend:policy/types@1.5.0"])
     );
     let (output, passed) = test_scenarios(&project, &component);
     assert!(

@@ -3,9 +3,10 @@
 //!
 //! One place differs on purpose: a stage plan's input and answers are here in the form its
 //! decisions are written, tested and stored in golden scenarios (ids as strings, rows and
-//! decisions naming their ids), while the WIT carries them packed (ABI 1.4: the request's ids
-//! and the rows' ids each in one buffer, [`PackedSplitIds`], and the decisions by index). The
-//! bindings on each side convert.
+//! decisions naming their ids), while the WIT carries them as integers (ABI 1.5: the request's
+//! entries grouped by id and each group's row, the decisions by index; 1.4 packed the ids in
+//! one buffer, [`PackedSplitIds`], which a host still does for a 1.4 policy). The bindings on
+//! each side convert.
 //!
 //! The host (`host/`) and every Rust policy (the default one in `guest/`, the test policies in
 //! `policies/`) use these same types on their side of the boundary, so a decision made natively
@@ -21,9 +22,11 @@
 
 extern crate alloc;
 
+mod grouped;
 mod packed;
 mod types;
 
+pub use grouped::{GroupedRequest, row_code, row_code_of, row_of_code};
 pub use packed::{BatchTooLarge, MalformedBatch, PackedSplitIds, unpack};
 pub use types::*;
 
@@ -32,9 +35,10 @@ pub use types::*;
 /// config observations of an intent; 1.3 added `plan-gc`, the `abandoned` phase, the
 /// `abandon` decision and the `checkpoint-reached-to` observation; 1.4 made the stage plan's
 /// ids one packed buffer and its answers indices, `validate-publishes` one call for a batch,
-/// and added the `stage.standard-plans` capability.
+/// and added the `stage.standard-plans` capability; 1.5 asks a stage plan on the request's
+/// entries grouped by id, with no id (the host sorts them).
 pub const ABI_MAJOR: u32 = 1;
-pub const ABI_MINOR: u32 = 4;
+pub const ABI_MINOR: u32 = 5;
 
 /// Capability names shared by the host and policies.
 pub mod capability {

@@ -31,34 +31,33 @@ impl Guest for DefaultPolicy {
         }
     }
 
-    /// The ids are read from the packed batches in place, and the decisions name them by
-    /// index: no id is copied either way. A batch the host packed wrongly (an end out of
-    /// order, an id that is not whole UTF-8, another number of states than of rows) traps:
-    /// the host reports it as a failed decision, never as a plan.
+    /// Decided on the groups as they come, with no id to read (ABI 1.5). An input the host
+    /// built wrongly (ends out of order or past the entries, an empty group, another number
+    /// of rows than of groups, a row state that is no case) traps: the host reports it as a
+    /// failed decision, never as a plan.
     fn plan_stage(input: wit::StagePlanInput) -> wit::StagePlan {
-        let ids = mend_contract::unpack(&input.split_ids.bytes, &input.split_ids.ends)
-            .expect("the host packs the split ids whole");
-        let rows = &input.existing;
-        let row_ids = mend_contract::unpack(&rows.split_ids.bytes, &rows.split_ids.ends)
-            .expect("the host packs the rows' ids whole");
-        assert_eq!(row_ids.len(), rows.states.len(), "one state per row");
-        let existing = row_ids
-            .into_iter()
-            .zip(rows.states.iter().map(|state| plain_state(*state)))
-            .collect();
+        assert_eq!(
+            input.ends.len(),
+            input.rows.len(),
+            "one row state per group"
+        );
         let mode = match input.mode {
             wit::StageMode::Upsert => plain::StageMode::Upsert,
             wit::StageMode::CreateOnly => plain::StageMode::CreateOnly,
         };
-        let decided = crate::stage::plan_ids(mode, &ids, existing);
+        let grouped = plain::GroupedRequest {
+            entries: input.entries,
+            ends: input.ends,
+            rows: input.rows,
+        };
         let mut plan = wit::StagePlan {
-            request_indices: Vec::with_capacity(decided.len()),
-            actions: Vec::with_capacity(decided.len()),
+            request_indices: Vec::with_capacity(grouped.ends.len()),
+            actions: Vec::with_capacity(grouped.ends.len()),
             reasons: Vec::new(),
         };
-        for decision in decided {
-            plan.request_indices.push(decision.request_index);
-            plan.actions.push(match decision.action {
+        for (request_index, action) in crate::stage::plan_groups(mode, &grouped) {
+            plan.request_indices.push(request_index);
+            let action = match action {
                 plain::StageAction::Insert => wit::PlannedAction::Insert,
                 plain::StageAction::Overwrite => wit::PlannedAction::Overwrite,
                 plain::StageAction::Skip(plain::SplitState::Staged) => {
@@ -74,7 +73,9 @@ impl Guest for DefaultPolicy {
                     plan.reasons.push(reason);
                     wit::PlannedAction::Reject
                 }
-            });
+            };
+            // The case's index: the contract carries the actions as bytes.
+            plan.actions.push(action as u8);
         }
         plan
     }

@@ -122,7 +122,7 @@ function isNone(option) {
 /// the revision of the decision semantics: the same as the Rust default's, since it decides
 /// the same. Bump the revision with the Rust one, never apart from it.
 const ABI_MAJOR = 1;
-const ABI_MINOR = 4;
+const ABI_MINOR = 5;
 const SEMANTICS_REVISION = 1;
 
 /// The Rust default reports its crate's version (the workspace's); this port reports the same
@@ -159,90 +159,50 @@ export function describe() {
 // would have had one after another: in create-only mode the first entry wins (the later ones
 // would find it and skip), in upsert mode the last one does (each overwrites the one before).
 //
-// The Rust code walks two sorted lists side by side for speed; this is the definition it is
-// property-tested against (`plan_by_maps` in stage.rs): the same plan, by maps.
+// Since ABI 1.5 the host folds the duplicates' order for it: each distinct id arrives as
+// its group of request indices, with its row, as `plan_groups` in stage.rs decides them.
 
-/// One decision per distinct split id, sorted by id, as a `stage-plan` (ABI 1.4): the index of
-/// the entry that supplies each, its action, and the reason of each rejection. The ids arrive
-/// packed (`unpackIds`), the existing rows' ids too, with their states in the same order.
+/// One decision per distinct split id, as a `stage-plan`: the index of the entry that
+/// supplies each, its action, and the reason of each rejection. The request arrives grouped by
+/// id (ABI 1.5: the host sorts it): group `g` is the request indices
+/// `entries[ends[g - 1]..ends[g]]`, in request order, and its row's state is `rows[g]`, so
+/// no id is read or compared here. An input built wrongly (a group empty or past the entries,
+/// another number of rows than of groups) throws, which traps: the host reports a failed
+/// call, never a plan.
 export function planStage(input) {
-  const ids = unpackIds(input.splitIds);
-  const rowIds = unpackIds(input.existing.splitIds);
-  const states = input.existing.states;
-  if (rowIds.length !== states.length) throw new Error('one state per existing row');
-  const existing = new Map();
-  rowIds.forEach((id, index) => existing.set(id, states[index]));
-  const source = new Map();
-  ids.forEach((id, index) => {
-    if (input.mode === 'upsert' || !source.has(id)) source.set(id, index);
-  });
-  const plan = { requestIndices: [], actions: [], reasons: [] };
-  for (const splitId of sortIds([...source.keys()])) {
-    plan.requestIndices.push(source.get(splitId));
-    const state = existing.get(splitId);
-    const action = stageAction(input.mode, state);
-    plan.actions.push(action);
-    if (action === 'reject') plan.reasons.push(rejection(state));
-  }
-  return plan;
-}
-
-/// The ids of a packed `split-id-batch`: id `i` is the UTF-8 text `bytes[ends[i - 1]..ends[i]]`,
-/// the first starting at 0. A batch that is not well formed throws, which traps: the host
-/// reports a failed call, never a plan.
-function unpackIds(batch) {
-  const { bytes, ends } = batch;
-  const ids = new Array(ends.length);
+  const { entries, ends, rows } = input;
+  if (ends.length !== rows.length) throw new Error('one row state per group');
+  const requestIndices = new Uint32Array(ends.length);
+  const actions = new Uint8Array(ends.length);
+  const reasons = [];
   let start = 0;
-  for (let i = 0; i < ends.length; i++) {
-    const end = Number(ends[i]);
-    if (end < start || end > bytes.length) throw new Error(`split id ${i} ends outside its batch`);
-    ids[i] = decodeUtf8(bytes, start, end, i);
+  for (let group = 0; group < ends.length; group++) {
+    const end = Number(ends[group]);
+    if (end <= start || end > entries.length) throw new Error(`group ${group} is empty or past the entries`);
+    requestIndices[group] = input.mode === 'upsert' ? entries[end - 1] : entries[start];
+    if (rows[group] >= ROW_STATES.length) throw new Error(`row state ${rows[group]} is no case of row-state`);
+    const state = ROW_STATES[rows[group]];
+    const action = stageAction(input.mode, state);
+    actions[group] = PLANNED_ACTIONS.indexOf(action);
+    if (action === 'reject') reasons.push(rejection(state));
     start = end;
   }
-  return ids;
+  return { requestIndices: [...requestIndices], actions, reasons };
 }
 
-/// `bytes[start..end]` as text, if it is whole UTF-8 (no overlong forms, no surrogates), as
-/// Rust's `str::from_utf8` accepts it. Neither engine is relied on for a `TextDecoder`.
-function decodeUtf8(bytes, start, end, index) {
-  const malformed = () => new Error(`split id ${index} is not UTF-8`);
-  let text = '';
-  let i = start;
-  while (i < end) {
-    const first = bytes[i];
-    let codePoint;
-    let length;
-    if (first < 0x80) {
-      codePoint = first;
-      length = 1;
-    } else if (first >= 0xc2 && first < 0xe0) {
-      codePoint = first & 0x1f;
-      length = 2;
-    } else if (first >= 0xe0 && first < 0xf0) {
-      codePoint = first & 0x0f;
-      length = 3;
-    } else if (first >= 0xf0 && first < 0xf5) {
-      codePoint = first & 0x07;
-      length = 4;
-    } else {
-      throw malformed();
-    }
-    if (i + length > end) throw malformed();
-    for (let k = 1; k < length; k++) {
-      const next = bytes[i + k];
-      if ((next & 0xc0) !== 0x80) throw malformed();
-      codePoint = (codePoint << 6) | (next & 0x3f);
-    }
-    const overlongOrSurrogate =
-      (length === 3 && (codePoint < 0x800 || (codePoint >= 0xd800 && codePoint < 0xe000))) ||
-      (length === 4 && (codePoint < 0x10000 || codePoint > 0x10ffff));
-    if (overlongOrSurrogate) throw malformed();
-    text += String.fromCodePoint(codePoint);
-    i += length;
-  }
-  return text;
-}
+/// The `row-state` cases by index (ABI 1.5 carries a group's row as a byte), as the states
+/// `stageAction` takes: `undefined` for no row.
+const ROW_STATES = [undefined, 'staged', 'published', 'marked-for-deletion'];
+
+/// The `planned-action` cases, in order: an action crosses as its index (ABI 1.5).
+const PLANNED_ACTIONS = [
+  'insert',
+  'overwrite',
+  'skip-staged',
+  'skip-published',
+  'skip-marked-for-deletion',
+  'reject',
+];
 
 /// The `planned-action` case for a row in `state` (`undefined`: no row).
 function stageAction(mode, state) {

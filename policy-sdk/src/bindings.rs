@@ -1,4 +1,4 @@
-//! The wit-bindgen bindings of this mend's contract, `wit/policy.wit` (`mend:policy@1.4.0`):
+//! The wit-bindgen bindings of this mend's contract, `wit/policy.wit` (`mend:policy@1.5.0`):
 //! the `Guest` trait a policy implements, the contract's types under `mend::policy::types`
 //! (the crate root re-exports them as `wit`), and `export!`, which a policy invokes once to
 //! export its type as the component's world:

@@ -94,8 +94,8 @@
 //! ```
 //!
 //! A policy written from scratch implements the six functions of `Guest` with the types of
-//! `wit`; `describe()` reports the ABI of the contract it is built against (`mend:policy@1.4.0`
-//! is ABI 1.4) and the semantics revision its decisions follow.
+//! `wit`; `describe()` reports the ABI of the contract it is built against (`mend:policy@1.5.0`
+//! is ABI 1.5) and the semantics revision its decisions follow.
 //!
 //! Build it with `cargo build --target wasm32-wasip2 --release` (mend's own components use the
 //! workspace's `guest` profile: optimised, `panic = "abort"`, stripped), and check it against
@@ -109,7 +109,7 @@
 //! # Older contracts
 //!
 //! A policy built against an older `mend:policy` (mend's own `policies/abi-1-1` to
-//! `abi-1-3`, which prove that a host still runs them) depends on this crate with
+//! `abi-1-4`, which prove that a host still runs them) depends on this crate with
 //! `default-features = false`, for the allocator, `memcmp` and the panic handler only, and runs
 //! `wit_bindgen::generate!` on that contract's WIT itself. It must be built by a cargo run of
 //! its own: built in one run with a policy that has the `bindings` feature, cargo unifies the
@@ -140,10 +140,6 @@ pub use bindings::{Guest, export};
 /// to report (`abi_major`, `abi_minor`) without writing the numbers by hand.
 #[cfg(feature = "bindings")]
 pub use mend_contract::{ABI_MAJOR, ABI_MINOR};
-/// Reads the split ids of a stage plan's input (`split-id-batch`, ABI 1.4) in place:
-/// `unpack(&input.split_ids.bytes, &input.split_ids.ends)`.
-#[cfg(feature = "bindings")]
-pub use mend_contract::{MalformedBatch, unpack};
 
 /// A panic stops the decision with a trap. There is nothing to unwind to and nowhere to print
 /// the message: the host reports the trap as a typed error for that one decision and keeps

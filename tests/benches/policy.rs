@@ -8,7 +8,9 @@
 //!   out) in wasm against the same code native, for plans of 1, 100 and 10,000 splits: as
 //!   decisions naming their ids (`plan_stage`, each id copied into a `String`), and as the
 //!   engine asks since ABI 1.4, by request entry (`plan_stage_by_index` against the native
-//!   planner on borrowed ids, `plan_ids`: no id copied on either side);
+//!   planner on borrowed ids, `plan_ids`: no id copied on either side), for the default
+//!   policy (1.5: the host sorts the request and the policy decides on integers) and for the
+//!   frozen 1.4 one (`policies/abi-1-4`: the policy sorts the packed ids itself);
 //! - `load a component`: compiling a new component (each iteration a distinct one, with an
 //!   empty cache), and loading one from the on-disk cache;
 //! - `swap`: preparing a swap (checks and a replay of 1,000 recorded decisions) and publishing
@@ -37,6 +39,9 @@ use mend::runtime::{DEFAULT_POLICY_WASM, LoadOptions, PolicyRuntime};
 use mend_contract::{ExistingRow, RecoveryMode, SplitState, StageMode, StagePlanInput};
 use mend_tests::js_policies::{JsEngine, js_policy};
 use mend_tests::{Backend, Harness};
+
+/// The default decisions built against the frozen 1.4 contract (`policies/abi-1-4`).
+const ABI_1_4_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_ABI_1_4_WASM"));
 
 mod common;
 use common::{Bench, Sampling, micros, millis};
@@ -112,7 +117,7 @@ async fn latencies(swapping: bool, period: Duration) -> (Vec<Duration>, Option<u
     (times, swaps)
 }
 
-fn decision_cost(bench: &mut Bench, policy: &PolicyRuntime) {
+fn decision_cost(bench: &mut Bench, policy: &PolicyRuntime, abi_1_4: &PolicyRuntime) {
     let sizes = [1, 100, 10_000];
     let inputs: Vec<StagePlanInput> = sizes.iter().map(|&splits| plan_input(splits)).collect();
     let mut group = bench.group(
@@ -129,20 +134,24 @@ fn decision_cost(bench: &mut Bench, policy: &PolicyRuntime) {
         group.bench(&format!("native/{splits}"), |b| {
             b.iter(|| mend_default_policy::plan_stage(input))
         });
-        // As the engine asks (ABI 1.4): decisions by request entry, no id copied, against the
-        // same decisions made natively on borrowed ids.
-        group.bench(&format!("wasm by index/{splits}"), |b| {
-            b.iter(|| {
-                policy
-                    .plan_stage_by_index(
-                        &input.dataset_id,
-                        input.mode,
-                        &input.split_ids,
-                        &input.existing,
-                    )
-                    .expect("decides")
-            })
-        });
+        // As the engine asks (ABI 1.4 on): decisions by request entry, no id copied, against
+        // the same decisions made natively on borrowed ids. A 1.5 policy is asked on the
+        // request grouped by id, the host sorting it natively (inside the time measured); the
+        // frozen 1.4 component, asked on the ids packed, shows what that changed.
+        for (name, policy) in [("wasm by index", policy), ("wasm 1.4 by index", abi_1_4)] {
+            group.bench(&format!("{name}/{splits}"), |b| {
+                b.iter(|| {
+                    policy
+                        .plan_stage_by_index(
+                            &input.dataset_id,
+                            input.mode,
+                            &input.split_ids,
+                            &input.existing,
+                        )
+                        .expect("decides")
+                })
+            });
+        }
         group.bench(&format!("native by index/{splits}"), |b| {
             b.iter(|| {
                 let ids: Vec<&str> = input.split_ids.iter().map(String::as_str).collect();
@@ -175,6 +184,12 @@ fn decision_cost(bench: &mut Bench, policy: &PolicyRuntime) {
                         "stage decision by index",
                         splits,
                         "wasm by index",
+                        "native by index",
+                    ),
+                    line(
+                        "1.4 decision by index  ",
+                        splits,
+                        "wasm 1.4 by index",
                         "native by index",
                     ),
                 ]
@@ -458,7 +473,8 @@ fn main() {
         .expect("tokio runtime");
     let mut bench = Bench::from_args();
     let policy = PolicyRuntime::default_policy().expect("default policy");
-    decision_cost(&mut bench, &policy);
+    let abi_1_4 = PolicyRuntime::load(ABI_1_4_WASM, Default::default()).expect("abi-1-4 loads");
+    decision_cost(&mut bench, &policy, &abi_1_4);
     load_cost(&mut bench);
     swap_cost(&mut bench, &runtime);
     language_cost(&mut bench);

@@ -144,7 +144,7 @@ async fn misbehaving_components_are_contained_and_everything_else_keeps_working(
     match &error {
         PolicyError::Incompatible { reason } => assert!(
             reason.contains(
-                "describe() claims ABI 1.1 but the component is built against mend:policy@1.4.0"
+                "describe() claims ABI 1.1 but the component is built against mend:policy@1.5.0"
             ),
             "{reason}"
         ),

@@ -223,15 +223,16 @@ async fn hostile_decisions_are_refused_on_postgres() {
     check_hostile(Backend::Postgres).await;
 }
 
-/// Malformed 1.4 answers from a real sandbox (`policies/hostile`, `malformed-*`): each stage
-/// plan that breaks the contract's shape is refused, as the policy's error or as a plan the
+/// Malformed stage plans (the shape of 1.4, which 1.5 keeps with its actions as bytes) from a
+/// real sandbox (`policies/hostile`, `malformed-*`): each plan that breaks the contract's shape
+/// is refused, as the policy's error or as a plan the
 /// invariants reject, and a batch of verdicts one short refuses the publish. Nothing is
 /// written by a refused plan (the dataset's rows and write fingerprint are as before), and the
 /// refused publish publishes nothing.
 async fn check_malformed(backend: Backend) {
     let hostile = PolicyRuntime::load(HOSTILE_WASM, PolicyLimits::default()).expect("loads");
     let h = Harness::with_policy(backend, hostile).await;
-    let shapes: [(&str, &str); 5] = [
+    let shapes: [(&str, &str); 6] = [
         (
             "malformed-lengths",
             "malformed plan: 4 request indices for 3 actions",
@@ -246,6 +247,10 @@ async fn check_malformed(backend: Backend) {
         ),
         ("malformed-duplicate", "a"),
         ("malformed-missing", "c"),
+        (
+            "malformed-action",
+            "malformed plan: action 6, which is no case of planned-action",
+        ),
     ];
     let mut refused = 0;
     for (label, says) in shapes {
@@ -308,8 +313,12 @@ async fn check_malformed(backend: Backend) {
         rows.splits
     );
     refused += 1;
+    assert_eq!(
+        refused, 7,
+        "six malformed plans and one short batch of verdicts"
+    );
     println!(
-        "malformed 1.4 answers [{backend}]: {refused} of 6 refused; no refused plan wrote anything, no refused publish published"
+        "malformed answers [{backend}]: {refused} of 7 refused; no refused plan wrote anything, no refused publish published"
     );
 }
 

@@ -7,19 +7,22 @@
 //!
 //! - **older 1.2**: ABI 1.2, knowing semantics revision 1, running `mend:policy@1.2.0`
 //!   components only, as a 1.2 host did: anything newer is refused, told to upgrade mend.
-//! - **older 1.3**: ABI 1.3, running `mend:policy@1.3.0` components only, as the host before
-//!   this one did: a 1.4 policy is refused at load, told to upgrade mend, never asked the 1.3
-//!   way, and a 1.1 or 1.2 one is told to rebuild.
-//! - **current 1.4**: [`HostAbi::current`], running 1.4 components and every older 1.x one,
+//! - **older 1.3**: ABI 1.3, running `mend:policy@1.3.0` components only: a 1.4 or 1.5
+//!   policy is refused at load, told to upgrade mend, never asked the 1.3 way, and a 1.1 or
+//!   1.2 one is told to rebuild.
+//! - **older 1.4**: ABI 1.4, running 1.4 components and every older 1.x one, as the host
+//!   before this one did: a 1.5 policy is refused at load, told to upgrade mend, never asked
+//!   the 1.4 way.
+//! - **current 1.5**: [`HostAbi::current`], running 1.5 components and every older 1.x one,
 //!   each asked its own contract's way.
-//! - **newer 1.5**: ABI 1.5, knowing semantics revisions 1 and 2. A real 1.5 host would also
-//!   import a 1.5 contract; it is played with the contracts this binary can run, 1.4 to 1.1.
+//! - **newer 1.6**: ABI 1.6, knowing semantics revisions 1 and 2. A real 1.6 host would also
+//!   import a 1.6 contract; it is played with the contracts this binary can run, 1.5 to 1.1.
 //!   Its ABI minor only matters to `describe()`.
 //!
-//! The policies are the default one (ABI 1.4, semantics 1, with `stage.standard-plans`: the
-//! engine stages without asking it), `policies/abi-1-3`, `abi-1-2` and `abi-1-1` (the default
-//! decisions built against each frozen contract, without that capability: the engine asks
-//! each its own way; what an older contract cannot say is decided as its host did or deferred,
+//! The policies are the default one (ABI 1.5, semantics 1, with `stage.standard-plans`: the
+//! engine stages without asking it), `policies/abi-1-4`, `abi-1-3`, `abi-1-2` and `abi-1-1`
+//! (the default decisions built against each frozen contract, without that capability: the
+//! engine asks each its own way; what an older contract cannot say is decided as its host did or deferred,
 //! see [`as_contract`]), `policies/newer-semantics` (the default decisions as semantics
 //! revision 2) and `policies/extra-capability` (the default decisions, requiring
 //! `stage.merge-on-write`, which no backend provides).
@@ -43,6 +46,7 @@ use mend_contract::{
 const ABI_1_1_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_ABI_1_1_WASM"));
 const ABI_1_2_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_ABI_1_2_WASM"));
 const ABI_1_3_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_ABI_1_3_WASM"));
+const ABI_1_4_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_ABI_1_4_WASM"));
 const NEWER_SEMANTICS_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_NEWER_SEMANTICS_WASM"));
 const EXTRA_CAPABILITY_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_EXTRA_CAPABILITY_WASM"));
 
@@ -51,7 +55,7 @@ struct Host {
     abi: HostAbi,
 }
 
-fn hosts() -> [Host; 4] {
+fn hosts() -> [Host; 5] {
     let running = |versions: &[&str]| -> Vec<String> {
         versions
             .iter()
@@ -78,23 +82,33 @@ fn hosts() -> [Host; 4] {
             },
         },
         Host {
-            name: "current 1.4",
+            name: "older 1.4",
+            abi: HostAbi {
+                abi_major: 1,
+                abi_minor: 4,
+                known_semantics_revisions: vec![1],
+                contract_imports: running(&["1.4.0", "1.3.0", "1.2.0", "1.1.0"]),
+            },
+        },
+        Host {
+            name: "current 1.5",
             abi: HostAbi::current(),
         },
         Host {
-            name: "newer 1.5",
+            name: "newer 1.6",
             abi: HostAbi {
                 abi_major: 1,
-                abi_minor: 5,
+                abi_minor: 6,
                 known_semantics_revisions: vec![1, 2],
-                contract_imports: running(&["1.4.0", "1.3.0", "1.2.0", "1.1.0"]),
+                contract_imports: running(&["1.5.0", "1.4.0", "1.3.0", "1.2.0", "1.1.0"]),
             },
         },
     ]
 }
 
-const POLICIES: [(&str, &[u8]); 6] = [
+const POLICIES: [(&str, &[u8]); 7] = [
     ("default", DEFAULT_POLICY_WASM),
+    ("abi-1-4", ABI_1_4_WASM),
     ("abi-1-3", ABI_1_3_WASM),
     ("abi-1-1", ABI_1_1_WASM),
     ("abi-1-2", ABI_1_2_WASM),
@@ -113,42 +127,61 @@ enum Expected {
     RefusedAtEngineStart(&'static str),
 }
 
+const BUILT_AGAINST_1_5_ON_1_2: &str = "built against mend:policy@1.5.0; this host runs 1.2 \
+     components: upgrade mend to run it, or rebuild the policy against wit/ of this mend";
 const BUILT_AGAINST_1_4_ON_1_2: &str = "built against mend:policy@1.4.0; this host runs 1.2 \
      components: upgrade mend to run it, or rebuild the policy against wit/ of this mend";
 const BUILT_AGAINST_1_3_ON_1_2: &str = "built against mend:policy@1.3.0; this host runs 1.2 \
      components: upgrade mend to run it, or rebuild the policy against wit/ of this mend";
 const BUILT_AGAINST_1_1_ON_1_2: &str = "built against mend:policy@1.1.0; this host runs 1.2 \
      components: rebuild the policy against wit/ of this mend";
-/// The pairing the 1.4 upgrade must refuse: a 1.4 policy on a 1.3 host, told to upgrade mend,
-/// never asked the 1.3 way.
+const BUILT_AGAINST_1_5_ON_1_3: &str = "built against mend:policy@1.5.0; this host runs 1.3 \
+     components: upgrade mend to run it, or rebuild the policy against wit/ of this mend";
 const BUILT_AGAINST_1_4_ON_1_3: &str = "built against mend:policy@1.4.0; this host runs 1.3 \
      components: upgrade mend to run it, or rebuild the policy against wit/ of this mend";
 const BUILT_AGAINST_1_1_ON_1_3: &str = "built against mend:policy@1.1.0; this host runs 1.3 \
      components: rebuild the policy against wit/ of this mend";
 const BUILT_AGAINST_1_2_ON_1_3: &str = "built against mend:policy@1.2.0; this host runs 1.3 \
      components: rebuild the policy against wit/ of this mend";
+/// The pairing the 1.5 upgrade must refuse: a 1.5 policy on a 1.4 host, told to upgrade mend,
+/// never asked the 1.4 way.
+const BUILT_AGAINST_1_5_ON_1_4: &str = "built against mend:policy@1.5.0; this host runs 1.4, \
+     1.3, 1.2 and 1.1 components: upgrade mend to run it, or rebuild the policy against wit/ of \
+     this mend";
 const SEMANTICS_2: &str =
     "semantics revision 2, which this host does not know (it knows [1]): upgrade mend first";
 
 /// Rows: the hosts; columns: [`POLICIES`].
-const EXPECTED: [[Expected; 6]; 4] = [
+const EXPECTED: [[Expected; 7]; 5] = [
     [
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_5_ON_1_2),
         Expected::RefusedAtLoad(BUILT_AGAINST_1_4_ON_1_2),
         Expected::RefusedAtLoad(BUILT_AGAINST_1_3_ON_1_2),
         Expected::RefusedAtLoad(BUILT_AGAINST_1_1_ON_1_2),
         Expected::Decides,
-        Expected::RefusedAtLoad(BUILT_AGAINST_1_4_ON_1_2),
-        Expected::RefusedAtLoad(BUILT_AGAINST_1_4_ON_1_2),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_5_ON_1_2),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_5_ON_1_2),
     ],
     [
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_5_ON_1_3),
         Expected::RefusedAtLoad(BUILT_AGAINST_1_4_ON_1_3),
         Expected::Decides,
         Expected::RefusedAtLoad(BUILT_AGAINST_1_1_ON_1_3),
         Expected::RefusedAtLoad(BUILT_AGAINST_1_2_ON_1_3),
-        Expected::RefusedAtLoad(BUILT_AGAINST_1_4_ON_1_3),
-        Expected::RefusedAtLoad(BUILT_AGAINST_1_4_ON_1_3),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_5_ON_1_3),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_5_ON_1_3),
     ],
     [
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_5_ON_1_4),
+        Expected::Decides,
+        Expected::Decides,
+        Expected::Decides,
+        Expected::Decides,
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_5_ON_1_4),
+        Expected::RefusedAtLoad(BUILT_AGAINST_1_5_ON_1_4),
+    ],
+    [
+        Expected::Decides,
         Expected::Decides,
         Expected::Decides,
         Expected::Decides,
@@ -157,6 +190,7 @@ const EXPECTED: [[Expected; 6]; 4] = [
         Expected::RefusedAtEngineStart("stage.merge-on-write"),
     ],
     [
+        Expected::Decides,
         Expected::Decides,
         Expected::Decides,
         Expected::Decides,
@@ -417,7 +451,7 @@ fn decides_natively(policy: &PolicyRuntime) -> Result<usize, String> {
         )?;
         vectors += 1;
     }
-    // The whole batch at once: one call for a 1.4 policy, one per publish for a 1.3 one.
+    // The whole batch at once: one call for a 1.4 or 1.5 policy, one per publish for a 1.3 one.
     same(
         "validate-publishes",
         policy.validate_publishes(&publishes),
@@ -750,15 +784,17 @@ fn an_older_policy_is_asked_only_what_its_contract_can_say() {
         checked += 1;
     }
 
-    // A 1.3 policy sees the phase and abandons, as natively.
-    let policy = PolicyRuntime::load(ABI_1_3_WASM, Default::default()).expect("loads");
-    assert_eq!(policy.decide_recovery(&input).expect("decides"), native);
-    checked += 3;
+    // A 1.3 or 1.4 policy sees the phase and abandons, as natively.
+    for bytes in [ABI_1_3_WASM, ABI_1_4_WASM] {
+        let policy = PolicyRuntime::load(bytes, Default::default()).expect("loads");
+        assert_eq!(policy.decide_recovery(&input).expect("decides"), native);
+        checked += 3;
+    }
     println!("{checked} decisions of older policies checked against what their contract can say");
 }
 
 /// Older components still pass their scenarios: every suite of `guest/scenarios` against
-/// `abi-1-3` as written, and against `abi-1-2` and `abi-1-1` as far as each contract can say:
+/// `abi-1-4` and `abi-1-3` as written, and against `abi-1-2` and `abi-1-1` as far as each contract can say:
 /// the intents the host withholds from them (covered above) are left out of their recovery
 /// scenarios, a recovery decision is the native one on what the contract observes
 /// ([`as_contract`]), and a reconcile scenario is left out of 1.1's (which has none, refused
@@ -769,6 +805,7 @@ fn older_components_pass_the_default_scenarios_their_contract_can_say() {
     use mend::scenarios::{Call, run};
 
     let older = [
+        ("abi-1-4", ABI_1_4_WASM, 4),
         ("abi-1-3", ABI_1_3_WASM, 3),
         ("abi-1-2", ABI_1_2_WASM, 2),
         ("abi-1-1", ABI_1_1_WASM, 1),
@@ -814,7 +851,7 @@ fn older_components_pass_the_default_scenarios_their_contract_can_say() {
                 mend::scenarios::render(&report)
             );
         }
-        assert!(as_written > 0 && (minor == 3 || projected > 0));
+        assert!(as_written > 0 && (minor >= 3 || projected > 0));
         println!(
             "{name}: {as_written} scenarios passed as written, {projected} recovery scenarios as \
              ABI 1.{minor} says them, {left_out} left out (nothing its contract can say)"

@@ -1,7 +1,8 @@
 //! Standard stage plans (ABI 1.4): a policy declaring `stage.standard-plans` (the default one)
 //! is never asked to plan a stage, and the host's standard plan answers exactly what the same
-//! decisions answer when they are asked for (`policies/abi-1-3`: the default decisions, built
-//! against 1.3, which has no such capability, so the engine asks it). On every backend, a
+//! decisions answer when they are asked for (`policies/abi-1-4` and `abi-1-3`: the default
+//! decisions, built against 1.4 without the capability and against 1.3, which has none, so
+//! the engine asks each, its own contract's way). On every backend, a
 //! batch meeting rows in every state and repeating ids stages the same rows with the same
 //! outcomes, or is refused in the same words, both ways. On Postgres the standard create-only
 //! stage is the bare insert: one statement fewer than asking, since nothing is read first.
@@ -14,6 +15,7 @@ use mend_contract::capability::STAGE_STANDARD_PLANS;
 use mend_tests::{Backend, Harness};
 
 const ABI_1_3_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_ABI_1_3_WASM"));
+const ABI_1_4_WASM: &[u8] = include_bytes!(env!("MEND_POLICY_ABI_1_4_WASM"));
 
 fn request(dataset_id: &str, mode: StageMode, ids: &[&str], writer: u32) -> StageRequest {
     StageRequest {
@@ -93,15 +95,17 @@ async fn stage_everything(h: &Harness) -> (Staged, u64) {
 
 #[tokio::test]
 async fn the_standard_plan_stages_what_asking_stages_without_asking_on_every_backend() {
-    let asked_policy =
-        PolicyRuntime::load(ABI_1_3_WASM, PolicyLimits::default()).expect("abi-1-3 loads");
-    assert!(
-        !asked_policy
-            .description()
-            .required_capabilities
-            .iter()
-            .any(|name| name == STAGE_STANDARD_PLANS)
-    );
+    let asked_policies = [ABI_1_4_WASM, ABI_1_3_WASM].map(|bytes| {
+        let policy = PolicyRuntime::load(bytes, PolicyLimits::default()).expect("loads");
+        assert!(
+            !policy
+                .description()
+                .required_capabilities
+                .iter()
+                .any(|name| name == STAGE_STANDARD_PLANS)
+        );
+        policy
+    });
     let mut compared = 0;
     for backend in Backend::ALL {
         let standard = Harness::new(backend).await;
@@ -115,15 +119,26 @@ async fn the_standard_plan_stages_what_asking_stages_without_asking_on_every_bac
                 .any(|name| name == STAGE_STANDARD_PLANS),
             "the default policy declares the standard plans"
         );
-        let asking = Harness::with_policy(backend, asked_policy.clone()).await;
         let (by_standard, standard_asked) = stage_everything(&standard).await;
-        let (by_asking, asking_asked) = stage_everything(&asking).await;
-        assert_eq!(by_standard, by_asking, "{backend}");
         assert_eq!(
             standard_asked, 0,
             "{backend}: the standard policy was asked to plan"
         );
-        assert_eq!(asking_asked, 3, "{backend}: one plan per stage");
+        let mut asking_asked = 0;
+        for asked_policy in &asked_policies {
+            let asking = Harness::with_policy(backend, asked_policy.clone()).await;
+            let (by_asking, asked) = stage_everything(&asking).await;
+            let minor = asked_policy.description().abi_minor;
+            assert_eq!(
+                by_standard, by_asking,
+                "{backend}, asking a 1.{minor} policy"
+            );
+            assert_eq!(
+                asked, 3,
+                "{backend}: one plan per stage of the 1.{minor} policy"
+            );
+            asking_asked += asked;
+        }
         // The answers themselves: the create-only stage inserted only the new ids, skipped
         // every existing row in its state, and the refused upsert wrote nothing.
         let create_only = by_standard.answers[0].as_ref().expect("create-only stages");
@@ -154,8 +169,8 @@ async fn the_standard_plan_stages_what_asking_stages_without_asking_on_every_bac
             "{backend}: the refused batch wrote x"
         );
         println!(
-            "{backend}: 3 stages, the same {} answers and {} rows both ways; the standard \
-             policy asked {standard_asked} times, the other {asking_asked}",
+            "{backend}: 3 stages, the same {} answers and {} rows all three ways; the standard \
+             policy asked {standard_asked} times, the 1.4 and 1.3 ones {asking_asked}",
             by_standard.answers.len(),
             by_standard.rows.len()
         );

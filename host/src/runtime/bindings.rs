@@ -20,8 +20,10 @@ wasmtime::component::bindgen!({
 
 pub(crate) use mend::policy::types as wit;
 
-/// A stage plan's input as ABI 1.4 carries it: the request's ids packed in one buffer, and
-/// the rows' ids in another, with their states in the same order.
+/// A stage plan's input as ABI 1.5 carries it: the request's entries grouped by id, with each
+/// group's row ([`plain::GroupedRequest`]). The host sorts the request natively, so that the
+/// policy decides on integers and compares no id: in wasm, the sorting and comparing of ids
+/// was most of a decision's time.
 pub(crate) fn with_stage_plan_input<R>(
     dataset_id: &str,
     mode: plain::StageMode,
@@ -29,37 +31,28 @@ pub(crate) fn with_stage_plan_input<R>(
     existing: &[plain::ExistingRow],
     decide: impl FnOnce(&wit::StagePlanInput<'_>) -> R,
 ) -> Result<R, PolicyError> {
-    let too_large = |plain::BatchTooLarge| PolicyError::Incompatible {
-        reason: "a stage request's ids exceed the 4 GiB a packed batch holds".into(),
-    };
-    let packed =
-        plain::PackedSplitIds::pack(split_ids.iter().map(String::as_str)).map_err(too_large)?;
-    let row_ids = plain::PackedSplitIds::pack(existing.iter().map(|row| row.split_id.as_str()))
-        .map_err(too_large)?;
-    let states: Vec<wit::SplitState> = existing
-        .iter()
-        .map(|row| wit_split_state(row.state))
-        .collect();
+    let grouped = plain::GroupedRequest::of(
+        split_ids.iter().map(String::as_str),
+        existing
+            .iter()
+            .map(|row| (row.split_id.as_str(), row.state)),
+    )
+    .map_err(|plain::BatchTooLarge| PolicyError::Incompatible {
+        reason: "a stage request has more entries than a u32 indexes".into(),
+    })?;
     Ok(decide(&wit::StagePlanInput {
         dataset_id,
         mode: wit_stage_mode(mode),
-        split_ids: wit::SplitIdBatch {
-            bytes: &packed.bytes,
-            ends: &packed.ends,
-        },
-        existing: wit::ExistingRows {
-            split_ids: wit::SplitIdBatch {
-                bytes: &row_ids.bytes,
-                ends: &row_ids.ends,
-            },
-            states: &states,
-        },
+        entries: &grouped.entries,
+        ends: &grouped.ends,
+        rows: &grouped.rows,
     }))
 }
 
-/// A stage plan of ABI 1.4 as decisions by index: the lists must be of one length, each
-/// index must be one of the request's `entries`, and there must be one reason per rejection.
-/// Anything else is the policy's error, never a plan.
+/// A stage plan of ABI 1.5 (1.4's converted, [`v1_4::StagePlan::into_codes`]) as decisions by
+/// index: the lists must be of one length, each index must be one of the request's
+/// `entries`, each action a case of `planned-action`, and there must be one reason per
+/// rejection. Anything else is the policy's error, never a plan.
 pub(crate) fn stage_plan(
     plan: wit::StagePlan,
     entries: usize,
@@ -74,11 +67,18 @@ pub(crate) fn stage_plan(
             plan.actions.len()
         )));
     }
-    let rejections = plan
-        .actions
-        .iter()
-        .filter(|action| matches!(action, wit::PlannedAction::Reject))
-        .count();
+    let mut rejections = 0;
+    for &code in &plan.actions {
+        match planned_action(code) {
+            Some(wit::PlannedAction::Reject) => rejections += 1,
+            Some(_) => {}
+            None => {
+                return Err(broken(format!(
+                    "action {code}, which is no case of planned-action"
+                )));
+            }
+        }
+    }
     if rejections != plan.reasons.len() {
         return Err(broken(format!(
             "{} reasons for {rejections} rejections",
@@ -99,9 +99,9 @@ pub(crate) fn stage_plan(
         .request_indices
         .iter()
         .zip(plan.actions)
-        .map(|(&request_index, action)| IndexedDecision {
+        .map(|(&request_index, code)| IndexedDecision {
             request_index,
-            action: match action {
+            action: match planned_action(code).expect("every action checked above") {
                 wit::PlannedAction::Insert => plain::StageAction::Insert,
                 wit::PlannedAction::Overwrite => plain::StageAction::Overwrite,
                 wit::PlannedAction::SkipStaged => {
@@ -123,6 +123,31 @@ pub(crate) fn stage_plan(
         .collect())
 }
 
+/// The `planned-action` case of index `code` (ABI 1.5 carries actions as bytes), if any.
+fn planned_action(code: u8) -> Option<wit::PlannedAction> {
+    const CASES: [wit::PlannedAction; 6] = [
+        wit::PlannedAction::Insert,
+        wit::PlannedAction::Overwrite,
+        wit::PlannedAction::SkipStaged,
+        wit::PlannedAction::SkipPublished,
+        wit::PlannedAction::SkipMarkedForDeletion,
+        wit::PlannedAction::Reject,
+    ];
+    CASES.get(usize::from(code)).copied()
+}
+
+/// The index of a `planned-action` case, as ABI 1.5 carries it.
+fn planned_action_code(action: wit::PlannedAction) -> u8 {
+    match action {
+        wit::PlannedAction::Insert => 0,
+        wit::PlannedAction::Overwrite => 1,
+        wit::PlannedAction::SkipStaged => 2,
+        wit::PlannedAction::SkipPublished => 3,
+        wit::PlannedAction::SkipMarkedForDeletion => 4,
+        wit::PlannedAction::Reject => 5,
+    }
+}
+
 fn wit_stage_mode(mode: plain::StageMode) -> wit::StageMode {
     match mode {
         plain::StageMode::Upsert => wit::StageMode::Upsert,
@@ -130,10 +155,104 @@ fn wit_stage_mode(mode: plain::StageMode) -> wit::StageMode {
     }
 }
 
-/// The stage plan of ABI 1.3, which a 1.4 host still asks a 1.3 policy in: the ids as a list
+/// The stage plan of ABI 1.4, which a 1.5 host still asks a 1.4 policy in: the request's ids
+/// and the rows' ids packed in buffers, the policy sorting and comparing them itself, and the
+/// actions answered as a list of enums. Every other function of 1.4 has the types it has in
+/// 1.5, so only the stage plan's types are declared here, by hand, as 1.4 declared them.
+pub(crate) mod v1_4 {
+    use wasmtime::component::{ComponentType, Lift, Lower};
+
+    use super::{PolicyError, plain, planned_action_code, wit, wit_split_state, wit_stage_mode};
+
+    #[derive(ComponentType, Lower)]
+    #[component(record)]
+    pub(crate) struct SplitIdBatch<'a> {
+        bytes: &'a [u8],
+        ends: &'a [u32],
+    }
+
+    #[derive(ComponentType, Lower)]
+    #[component(record)]
+    pub(crate) struct ExistingRows<'a> {
+        #[component(name = "split-ids")]
+        split_ids: SplitIdBatch<'a>,
+        states: &'a [wit::SplitState],
+    }
+
+    #[derive(ComponentType, Lower)]
+    #[component(record)]
+    pub(crate) struct StagePlanInput<'a> {
+        #[component(name = "dataset-id")]
+        dataset_id: &'a str,
+        mode: wit::StageMode,
+        #[component(name = "split-ids")]
+        split_ids: SplitIdBatch<'a>,
+        existing: ExistingRows<'a>,
+    }
+
+    #[derive(ComponentType, Lift)]
+    #[component(record)]
+    pub(crate) struct StagePlan {
+        #[component(name = "request-indices")]
+        request_indices: Vec<u32>,
+        actions: Vec<wit::PlannedAction>,
+        reasons: Vec<String>,
+    }
+
+    impl StagePlan {
+        /// The plan as 1.5 answers it, each action its case's index, for the checks both
+        /// contracts share ([`super::stage_plan`]).
+        pub(crate) fn into_codes(self) -> wit::StagePlan {
+            wit::StagePlan {
+                request_indices: self.request_indices,
+                actions: self.actions.into_iter().map(planned_action_code).collect(),
+                reasons: self.reasons,
+            }
+        }
+    }
+
+    /// The request's ids packed in one buffer, and the rows' ids in another, with their
+    /// states in the same order.
+    pub(crate) fn with_stage_plan_input<R>(
+        dataset_id: &str,
+        mode: plain::StageMode,
+        split_ids: &[String],
+        existing: &[plain::ExistingRow],
+        decide: impl FnOnce(&StagePlanInput<'_>) -> R,
+    ) -> Result<R, PolicyError> {
+        let too_large = |plain::BatchTooLarge| PolicyError::Incompatible {
+            reason: "a stage request's ids exceed the 4 GiB a packed batch holds".into(),
+        };
+        let packed =
+            plain::PackedSplitIds::pack(split_ids.iter().map(String::as_str)).map_err(too_large)?;
+        let row_ids = plain::PackedSplitIds::pack(existing.iter().map(|row| row.split_id.as_str()))
+            .map_err(too_large)?;
+        let states: Vec<wit::SplitState> = existing
+            .iter()
+            .map(|row| wit_split_state(row.state))
+            .collect();
+        Ok(decide(&StagePlanInput {
+            dataset_id,
+            mode: wit_stage_mode(mode),
+            split_ids: SplitIdBatch {
+                bytes: &packed.bytes,
+                ends: &packed.ends,
+            },
+            existing: ExistingRows {
+                split_ids: SplitIdBatch {
+                    bytes: &row_ids.bytes,
+                    ends: &row_ids.ends,
+                },
+                states: &states,
+            },
+        }))
+    }
+}
+
+/// The stage plan of ABI 1.3, which a 1.5 host still asks a 1.3 policy in: the ids as a list
 /// of strings, the rows and decisions naming theirs. Every other function of 1.3 has the
-/// types it has in 1.4, so only the stage plan's types are declared here, by hand, as 1.3
-/// declared them.
+/// types it has in 1.4 and 1.5, so only the stage plan's types are declared here, by hand, as
+/// 1.3 declared them.
 pub(crate) mod v1_3 {
     use wasmtime::component::{ComponentType, Lift, Lower};
 
@@ -531,21 +650,24 @@ mod tests {
     fn plan(indices: &[u32], actions: &[wit::PlannedAction], reasons: &[&str]) -> wit::StagePlan {
         wit::StagePlan {
             request_indices: indices.to_vec(),
-            actions: actions.to_vec(),
+            actions: actions.iter().copied().map(planned_action_code).collect(),
             reasons: reasons.iter().map(|why| why.to_string()).collect(),
         }
     }
 
-    /// A malformed 1.4 plan is the policy's error, never a plan: each way of breaking it is
+    /// A malformed plan is the policy's error, never a plan: each way of breaking it is
     /// refused, and a well-formed one reads back decision by decision.
     #[test]
     fn a_malformed_stage_plan_is_refused_and_a_sound_one_read() {
         use wit::PlannedAction::{Insert, Reject, SkipPublished};
+        let mut unknown_action = plan(&[0], &[Insert], &[]);
+        unknown_action.actions[0] = 6;
         let refused = [
             plan(&[0, 1], &[Insert], &[]),
             plan(&[0], &[Reject], &[]),
             plan(&[0], &[Insert], &["no rejection to explain"]),
             plan(&[2], &[Insert], &[]),
+            unknown_action,
         ];
         for (case, broken) in refused.into_iter().enumerate() {
             let error = stage_plan(broken, 2).expect_err("a malformed plan is refused");
@@ -553,6 +675,12 @@ mod tests {
                 matches!(&error, PolicyError::Incompatible { reason } if reason.contains("malformed plan")),
                 "case {case}: {error}"
             );
+        }
+        for code in 0..=u8::MAX {
+            match planned_action(code) {
+                Some(action) => assert_eq!(planned_action_code(action), code),
+                None => assert!(code >= 6, "{code} is a case"),
+            }
         }
         let read = stage_plan(plan(&[1, 0], &[Reject, SkipPublished], &["why"]), 2)
             .expect("a sound plan reads");

@@ -25,7 +25,10 @@ use crate::error::PolicyError;
 
 /// The contract's interface of data types, at the version this host's bindings are built from
 /// (`wit/policy.wit`).
-pub const CONTRACT_TYPES_IMPORT: &str = "mend:policy/types@1.4.0";
+pub const CONTRACT_TYPES_IMPORT: &str = "mend:policy/types@1.5.0";
+
+/// The same interface at 1.4: 1.5 changed only how a stage plan is asked (`bindings::v1_4`).
+pub const CONTRACT_1_4_TYPES_IMPORT: &str = "mend:policy/types@1.4.0";
 
 /// The same interface at 1.3: 1.4 changed only how a stage plan and a publish's validation
 /// are asked (`bindings::v1_3`).
@@ -42,6 +45,7 @@ pub const CONTRACT_1_1_TYPES_IMPORT: &str = "mend:policy/types@1.1.0";
 /// The contracts this build of mend can run components of, newest first.
 pub const RUNNABLE_CONTRACT_IMPORTS: &[&str] = &[
     CONTRACT_TYPES_IMPORT,
+    CONTRACT_1_4_TYPES_IMPORT,
     CONTRACT_1_3_TYPES_IMPORT,
     CONTRACT_1_2_TYPES_IMPORT,
     CONTRACT_1_1_TYPES_IMPORT,
@@ -78,7 +82,7 @@ pub struct HostAbi {
     /// The semantics revisions the host can run.
     pub known_semantics_revisions: Vec<u32>,
     /// The contract types interfaces a component may import, one per contract version the
-    /// host runs components of, newest first (`mend:policy/types@1.4.0`, ...): a component
+    /// host runs components of, newest first (`mend:policy/types@1.5.0`, ...): a component
     /// must import exactly one of them.
     pub contract_imports: Vec<String>,
 }
@@ -110,7 +114,7 @@ impl HostAbi {
             .collect()
     }
 
-    /// What components the host runs, as a refusal says it: `1.4, 1.3, 1.2 and 1.1`.
+    /// What components the host runs, as a refusal says it: `1.5, 1.4, 1.3, 1.2 and 1.1`.
     fn runs(&self) -> String {
         let abis: Vec<String> = self.contracts().iter().map(ContractVersion::abi).collect();
         match abis.split_last() {
@@ -139,7 +143,11 @@ pub(crate) struct ContractVersion {
 /// as the host of that contract did, or withholds it with its reason (see each case).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Calls {
-    /// ABI 1.4: packed stage plans, answered by index; publishes validated a batch at a time.
+    /// ABI 1.5: stage plans asked on the request's entries grouped by id (the host sorts
+    /// them), answered by index; publishes validated a batch at a time.
+    V1_5,
+    /// ABI 1.4: asked as 1.5, but a stage plan on the request's ids and the rows' ids packed
+    /// in buffers, which the policy sorts and compares itself.
     V1_4,
     /// ABI 1.3: ids as strings; one `validate-publish` per publish.
     V1_3,
@@ -155,7 +163,7 @@ pub(crate) enum Calls {
 impl Calls {
     /// Whether the contract exports `plan-gc` (1.3 on).
     pub(crate) fn has_plan_gc(self) -> bool {
-        matches!(self, Self::V1_4 | Self::V1_3)
+        matches!(self, Self::V1_5 | Self::V1_4 | Self::V1_3)
     }
 
     /// Whether the contract exports `plan-reconcile` (1.2 on).
@@ -163,14 +171,16 @@ impl Calls {
         !matches!(self, Self::V1_1)
     }
 
-    /// Whether a stage plan is asked with packed ids and answered by index (1.4 on).
-    pub(crate) fn packs_stage_plans(self) -> bool {
-        matches!(self, Self::V1_4)
+    /// Whether publishes are validated a batch at a time, and stage plans answered by index
+    /// (1.4 on).
+    pub(crate) fn validates_publish_batches(self) -> bool {
+        matches!(self, Self::V1_5 | Self::V1_4)
     }
 
     /// The contract, as a refusal names it.
     pub(crate) fn contract(self) -> &'static str {
         match self {
+            Self::V1_5 => "mend:policy@1.5.0",
             Self::V1_4 => "mend:policy@1.4.0",
             Self::V1_3 => "mend:policy@1.3.0",
             Self::V1_2 => "mend:policy@1.2.0",
@@ -183,6 +193,7 @@ impl ContractVersion {
     /// The calls this build asks a component built against this version with, if it can.
     pub(crate) fn calls(&self) -> Option<Calls> {
         match self.number {
+            Some((1, 5, 0)) => Some(Calls::V1_5),
             Some((1, 4, 0)) => Some(Calls::V1_4),
             Some((1, 3, 0)) => Some(Calls::V1_3),
             Some((1, 2, 0)) => Some(Calls::V1_2),
@@ -406,8 +417,8 @@ mod tests {
             contracts[0].number,
             Some((HOST_ABI_MAJOR, HOST_ABI_MINOR, 0))
         );
-        assert_eq!(contracts[0].to_string(), "mend:policy@1.4.0");
-        assert_eq!(contracts[0].calls(), Some(Calls::V1_4));
+        assert_eq!(contracts[0].to_string(), "mend:policy@1.5.0");
+        assert_eq!(contracts[0].calls(), Some(Calls::V1_5));
         // Every older 1.x contract is still run, each asked its own way.
         let older: Vec<(String, Option<Calls>)> = contracts[1..]
             .iter()
@@ -416,6 +427,7 @@ mod tests {
         assert_eq!(
             older,
             [
+                ("mend:policy@1.4.0".to_string(), Some(Calls::V1_4)),
                 ("mend:policy@1.3.0".to_string(), Some(Calls::V1_3)),
                 ("mend:policy@1.2.0".to_string(), Some(Calls::V1_2)),
                 ("mend:policy@1.1.0".to_string(), Some(Calls::V1_1)),
@@ -425,7 +437,7 @@ mod tests {
             let calls = contract.calls().expect("every contract run has its calls");
             assert_eq!(calls.contract(), contract.to_string());
         }
-        assert_eq!(HostAbi::current().runs(), "1.4, 1.3, 1.2 and 1.1");
+        assert_eq!(HostAbi::current().runs(), "1.5, 1.4, 1.3, 1.2 and 1.1");
     }
 
     #[test]
@@ -445,7 +457,7 @@ mod tests {
 
     #[test]
     fn a_mismatched_contract_says_which_way_to_move() {
-        // A host that runs 1.4 and 1.3 only, as one without the older calls would.
+        // A host that runs 1.5 and 1.4 only, as one without the older calls would.
         let host = HostAbi {
             contract_imports: RUNNABLE_CONTRACT_IMPORTS[..2]
                 .iter()
@@ -453,7 +465,7 @@ mod tests {
                 .collect(),
             ..HostAbi::current()
         };
-        for older in ["1.1.0", "1.2.0", "1.0.0"] {
+        for older in ["1.1.0", "1.2.0", "1.3.0", "1.0.0"] {
             let refused = reason(contract_mismatch(
                 &contract_version(&format!("mend:policy/types@{older}")).unwrap(),
                 &host,
@@ -461,49 +473,51 @@ mod tests {
             assert_eq!(
                 refused,
                 format!(
-                    "built against mend:policy@{older}; this host runs 1.4 and 1.3 components: rebuild the policy against wit/ of this mend"
+                    "built against mend:policy@{older}; this host runs 1.5 and 1.4 components: rebuild the policy against wit/ of this mend"
                 )
             );
         }
         let host = HostAbi::current();
         let newer = reason(contract_mismatch(
-            &contract_version("mend:policy/types@1.5.0").unwrap(),
+            &contract_version("mend:policy/types@1.6.0").unwrap(),
             &host,
         ));
-        assert!(newer.contains("mend:policy@1.5.0") && newer.contains("upgrade mend"));
+        assert!(newer.contains("mend:policy@1.6.0") && newer.contains("upgrade mend"));
     }
 
     #[test]
     fn each_description_refusal_names_its_reason() {
         let host = HostAbi::current();
         let built = host.contracts()[0].clone();
-        assert!(check_description(&description(4, 1), &built, &host).is_ok());
-        // A 1.3 component claiming 1.3 runs on this 1.4 host.
-        let built_1_3 = host.contracts()[1].clone();
+        assert!(check_description(&description(5, 1), &built, &host).is_ok());
+        // A 1.4 component claiming 1.4 runs on this 1.5 host, and a 1.3 one claiming 1.3.
+        let built_1_4 = host.contracts()[1].clone();
+        assert!(check_description(&description(4, 1), &built_1_4, &host).is_ok());
+        let built_1_3 = host.contracts()[2].clone();
         assert!(check_description(&description(3, 1), &built_1_3, &host).is_ok());
 
         let liar = reason(check_description(&description(1, 1), &built, &host).unwrap_err());
         assert!(
             liar.contains(
-                "describe() claims ABI 1.1 but the component is built against mend:policy@1.4.0"
+                "describe() claims ABI 1.1 but the component is built against mend:policy@1.5.0"
             ),
             "{liar}"
         );
 
         let older_host = HostAbi {
-            abi_minor: 3,
+            abi_minor: 4,
             ..HostAbi::current()
         };
-        let newer = reason(check_description(&description(4, 1), &built, &older_host).unwrap_err());
-        assert!(newer.contains("newer than this host's 1.3"), "{newer}");
+        let newer = reason(check_description(&description(5, 1), &built, &older_host).unwrap_err());
+        assert!(newer.contains("newer than this host's 1.4"), "{newer}");
 
-        let semantics = reason(check_description(&description(4, 2), &built, &host).unwrap_err());
+        let semantics = reason(check_description(&description(5, 2), &built, &host).unwrap_err());
         assert!(semantics.contains("semantics revision 2"), "{semantics}");
 
         let knowing = HostAbi {
             known_semantics_revisions: vec![1, 2],
             ..HostAbi::current()
         };
-        assert!(check_description(&description(4, 2), &built, &knowing).is_ok());
+        assert!(check_description(&description(5, 2), &built, &knowing).is_ok());
     }
 }

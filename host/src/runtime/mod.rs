@@ -1,7 +1,7 @@
 //! The policy runtime: loads a policy component once and calls it, one sandbox per decision.
 //!
 //! Loading checks, in order, that the bytes compile as a component, that the component is
-//! built against a contract this host runs (1.4, or an older 1.x, which it asks that
+//! built against a contract this host runs (1.5, or an older 1.x, which it asks that
 //! contract's way: `compat::Calls`) and
 //! imports nothing outside [`ALLOWED_IMPORTS`] (the contract's types: a policy gets no WASI at
 //! all), that every export it must have has the type of that contract, and that `describe()`
@@ -59,7 +59,7 @@ pub use compat::{
 pub use sandbox::{CONCURRENT_DECISIONS, PolicyLimits};
 pub use shape::ComponentShape;
 
-use self::bindings::{v1_3, wit};
+use self::bindings::{v1_3, v1_4, wit};
 use self::compat::Calls;
 use self::sandbox::{SandboxState, Sandboxes};
 
@@ -244,9 +244,11 @@ impl PolicyRuntime {
     }
 
     /// One decision per distinct split id of the request, each naming its id by the request
-    /// entry it takes (every index is one of `split_ids`'): as a 1.4 policy answers, with no
-    /// id copied, for the engine's checks ([`crate::invariants::checked_stage_plan_by_index`]).
-    /// A 1.3 policy's decisions name their ids; each must be the id at its index.
+    /// entry it takes (every index is one of `split_ids`'): as a 1.4 or 1.5 policy answers,
+    /// with no id copied, for the engine's checks
+    /// ([`crate::invariants::checked_stage_plan_by_index`]). A 1.5 policy is asked on the
+    /// request's entries grouped by id, which the host sorts natively; a 1.4 one on the ids
+    /// packed. A 1.3 policy's decisions name their ids; each must be the id at its index.
     pub fn plan_stage_by_index(
         &self,
         dataset_id: &str,
@@ -256,14 +258,30 @@ impl PolicyRuntime {
     ) -> Result<Vec<IndexedDecision>, PolicyError> {
         let export = &self.inner.exports.plan_stage;
         match self.inner.calls {
-            Calls::V1_4 => {
-                let plan: wit::StagePlan = bindings::with_stage_plan_input(
-                    dataset_id,
-                    mode,
-                    split_ids,
-                    existing,
-                    |wit_input| self.inner.call_export("plan-stage", export, (wit_input,)),
-                )??;
+            Calls::V1_5 | Calls::V1_4 => {
+                let plan: wit::StagePlan = match self.inner.calls {
+                    Calls::V1_5 => bindings::with_stage_plan_input(
+                        dataset_id,
+                        mode,
+                        split_ids,
+                        existing,
+                        |input| self.inner.call_export("plan-stage", export, (input,)),
+                    )??,
+                    _ => v1_4::with_stage_plan_input(
+                        dataset_id,
+                        mode,
+                        split_ids,
+                        existing,
+                        |input| {
+                            self.inner.call_export::<_, v1_4::StagePlan>(
+                                "plan-stage",
+                                export,
+                                (input,),
+                            )
+                        },
+                    )??
+                    .into_codes(),
+                };
                 let size = 5 * plan.actions.len()
                     + plan.reasons.iter().map(|why| 8 + why.len()).sum::<usize>();
                 sandbox::check_output_size("plan-stage", size, &self.inner.limits)?;
@@ -319,7 +337,7 @@ impl PolicyRuntime {
         const FUNCTION: &str = "validate-publishes";
         let export = &self.inner.exports.validate;
         let answers: Vec<Vec<wit::PublishViolation>> = match self.inner.calls {
-            Calls::V1_4 => bindings::with_publish_inputs(inputs, |wit_inputs| {
+            Calls::V1_5 | Calls::V1_4 => bindings::with_publish_inputs(inputs, |wit_inputs| {
                 self.inner.call_export(FUNCTION, export, (wit_inputs,))
             })?,
             Calls::V1_3 | Calls::V1_2 | Calls::V1_1 => inputs
@@ -515,7 +533,7 @@ impl Exports {
         Ok(Self {
             describe: index("describe")?,
             plan_stage: index("plan-stage")?,
-            validate: index(if calls.packs_stage_plans() {
+            validate: index(if calls.validates_publish_batches() {
                 "validate-publishes"
             } else {
                 "validate-publish"
@@ -538,21 +556,32 @@ impl Exports {
         calls: Calls,
     ) -> wasmtime::Result<()> {
         instance.get_typed_func::<(), (wit::PolicyDescription,)>(&mut *store, &self.describe)?;
-        if calls.packs_stage_plans() {
-            instance.get_typed_func::<(&wit::StagePlanInput<'static>,), (wit::StagePlan,)>(
-                &mut *store,
-                &self.plan_stage,
-            )?;
+        match calls {
+            Calls::V1_5 => {
+                instance.get_typed_func::<(&wit::StagePlanInput<'static>,), (wit::StagePlan,)>(
+                    &mut *store,
+                    &self.plan_stage,
+                )?;
+            }
+            Calls::V1_4 => {
+                instance.get_typed_func::<(&v1_4::StagePlanInput<'static>,), (v1_4::StagePlan,)>(
+                    &mut *store,
+                    &self.plan_stage,
+                )?;
+            }
+            Calls::V1_3 | Calls::V1_2 | Calls::V1_1 => {
+                instance.get_typed_func::<
+                    (&v1_3::StagePlanInput<'static>,),
+                    (Vec<v1_3::PlannedSplit>,),
+                >(&mut *store, &self.plan_stage)?;
+            }
+        }
+        if calls.validates_publish_batches() {
             instance.get_typed_func::<
                 (&[wit::PublishInput<'static>],),
                 (Vec<Vec<wit::PublishViolation>>,),
             >(&mut *store, &self.validate)?;
         } else {
-            instance
-                .get_typed_func::<(&v1_3::StagePlanInput<'static>,), (Vec<v1_3::PlannedSplit>,)>(
-                    &mut *store,
-                    &self.plan_stage,
-                )?;
             instance
                 .get_typed_func::<(&wit::PublishInput<'static>,), (Vec<wit::PublishViolation>,)>(
                     &mut *store,
@@ -560,7 +589,7 @@ impl Exports {
                 )?;
         }
         match calls {
-            Calls::V1_4 | Calls::V1_3 => {
+            Calls::V1_5 | Calls::V1_4 | Calls::V1_3 => {
                 instance
                     .get_typed_func::<(&wit::RecoveryInput<'static>,), (Vec<wit::IntentDecision>,)>(
                         &mut *store,

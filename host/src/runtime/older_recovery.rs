@@ -148,7 +148,7 @@ pub(crate) struct IntentDecision {
 /// Why a policy asked the way of `calls` cannot be shown `intent`, if it cannot.
 pub(crate) fn withheld(calls: Calls, intent: &plain::IntentObservation) -> Option<String> {
     let contract = calls.contract();
-    if matches!(calls, Calls::V1_4 | Calls::V1_3) {
+    if matches!(calls, Calls::V1_5 | Calls::V1_4 | Calls::V1_3) {
         return None;
     }
     if intent.phase == plain::IntentPhase::Abandoned {

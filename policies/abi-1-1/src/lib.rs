@@ -91,5 +91,6 @@ fn intent_observation(intent: wit::IntentObservation) -> plain::IntentObservatio
 }
 
 include!("../../older_contracts.rs");
+include!("../../older_stage.rs");
 
 export!(AbiOneOne);

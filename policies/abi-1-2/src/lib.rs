@@ -93,6 +93,7 @@ fn intent_observation(intent: wit::IntentObservation) -> plain::IntentObservatio
 }
 
 include!("../../older_contracts.rs");
+include!("../../older_stage.rs");
 include!("../../older_reconcile.rs");
 
 export!(AbiOneTwo);

@@ -22,14 +22,16 @@
 //!   reason of one rejected split) what it found of all that on entry. A fresh sandbox per
 //!   decision means it always finds nothing.
 //!
-//! And it answers a malformed 1.4 plan when the dataset id begins with one of these, so that
-//! tests can prove the host refuses each through a real sandbox and writes nothing:
+//! And it answers a malformed plan (the answer of 1.4, which 1.5 keeps) when the dataset id
+//! begins with one of these, so that tests can prove the host refuses each through a real
+//! sandbox and writes nothing:
 //!
 //! - `malformed-lengths`: one more request index than actions;
 //! - `malformed-reasons`: a rejection without its reason;
 //! - `malformed-index`: a request index past the request's entries;
 //! - `malformed-duplicate`: the first id decided twice;
 //! - `malformed-missing`: no decision for the last distinct id;
+//! - `malformed-action`: an action byte that is no case of `planned-action` (ABI 1.5);
 //! - `malformed-verdicts`: `validate-publishes` answers one verdict fewer than it was asked.
 //!
 //! It builds only for wasm32; natively it is empty.
@@ -70,26 +72,31 @@ impl Guest for HostilePolicy {
             "remember" => return remember(),
             _ => {}
         }
-        let split_ids = mend_policy_sdk::unpack(&input.split_ids.bytes, &input.split_ids.ends)
-            .expect("the host packs the split ids whole");
-        let rows = &input.existing.split_ids;
-        let existing =
-            mend_policy_sdk::unpack(&rows.bytes, &rows.ends).expect("the host packs them whole");
-        let mut ids: Vec<(usize, &str)> = split_ids.iter().copied().enumerate().collect();
-        ids.sort_by(|a, b| a.1.cmp(b.1));
-        ids.dedup_by(|a, b| a.1 == b.1);
-        if let Some(plan) = malformed_plan(&input.dataset_id, &ids, split_ids.len()) {
+        // Each distinct id's group, by the index of its first entry, and whether it has a row.
+        let mut start = 0usize;
+        let groups: Vec<(u32, bool)> = input
+            .ends
+            .iter()
+            .zip(&input.rows)
+            .map(|(&end, row)| {
+                let first = input.entries[start];
+                start = end as usize;
+                (first, *row != wit::RowState::Absent as u8)
+            })
+            .collect();
+        let firsts: Vec<u32> = groups.iter().map(|(first, _)| *first).collect();
+        if let Some(plan) = malformed_plan(&input.dataset_id, firsts, input.entries.len()) {
             return plan;
         }
         wit::StagePlan {
-            request_indices: ids.iter().map(|(index, _)| *index as u32).collect(),
-            actions: ids
+            request_indices: groups.iter().map(|(first, _)| *first).collect(),
+            actions: groups
                 .iter()
-                .map(|(_, split_id)| {
-                    if existing.contains(split_id) {
-                        wit::PlannedAction::Overwrite
+                .map(|(_, has_row)| {
+                    if *has_row {
+                        wit::PlannedAction::Overwrite as u8
                     } else {
-                        wit::PlannedAction::Insert
+                        wit::PlannedAction::Insert as u8
                     }
                 })
                 .collect(),
@@ -148,26 +155,29 @@ impl Guest for HostilePolicy {
     }
 }
 
-/// The malformed plan the dataset id asks for, over the request's distinct ids (sorted, each
-/// with the index of its first entry) and its number of entries; `None` for any other id.
-fn malformed_plan(
-    dataset_id: &str,
-    ids: &[(usize, &str)],
-    entries: usize,
-) -> Option<wit::StagePlan> {
+/// The malformed plan the dataset id asks for, over the request's distinct ids (each by the
+/// index of its first entry, in the order of the groups) and its number of entries; `None`
+/// for any other id.
+fn malformed_plan(dataset_id: &str, every: Vec<u32>, entries: usize) -> Option<wit::StagePlan> {
     let inserts = |indices: Vec<u32>| wit::StagePlan {
-        actions: indices.iter().map(|_| wit::PlannedAction::Insert).collect(),
+        actions: indices
+            .iter()
+            .map(|_| wit::PlannedAction::Insert as u8)
+            .collect(),
         request_indices: indices,
         reasons: Vec::new(),
     };
-    let every: Vec<u32> = ids.iter().map(|(index, _)| *index as u32).collect();
     let malformed = if dataset_id.starts_with("malformed-lengths") {
         let mut plan = inserts(every);
         plan.request_indices.push(0);
         plan
+    } else if dataset_id.starts_with("malformed-action") {
+        let mut plan = inserts(every);
+        plan.actions[0] = 6;
+        plan
     } else if dataset_id.starts_with("malformed-reasons") {
         let mut plan = inserts(every);
-        plan.actions[0] = wit::PlannedAction::Reject;
+        plan.actions[0] = wit::PlannedAction::Reject as u8;
         plan
     } else if dataset_id.starts_with("malformed-index") {
         let mut plan = inserts(every);
@@ -225,7 +235,7 @@ fn huge_plan() -> wit::StagePlan {
             reason.push('x');
         }
         plan.request_indices.push(index);
-        plan.actions.push(wit::PlannedAction::Reject);
+        plan.actions.push(wit::PlannedAction::Reject as u8);
         plan.reasons.push(reason);
     }
     plan
@@ -251,7 +261,7 @@ fn remember() -> wit::StagePlan {
     core::arch::wasm32::memory_grow(0, 16);
     wit::StagePlan {
         request_indices: alloc::vec![0],
-        actions: alloc::vec![wit::PlannedAction::Reject],
+        actions: alloc::vec![wit::PlannedAction::Reject as u8],
         reasons: alloc::vec![alloc::format!(
             "decisions seen {seen}, marked {marked}, heap marker found {heap_marker_found}, pages on entry {pages_on_entry}"
         )],

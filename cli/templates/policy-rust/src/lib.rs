@@ -29,10 +29,11 @@ impl Guest for Policy {
         }
     }
 
-    /// Which split ids of a stage request to insert, overwrite, skip or reject. The ids come
-    /// packed in one buffer (`mend_policy_sdk::unpack` reads them) and the plan names each id
-    /// by the index of the request entry it takes. While `describe()` keeps the default's `stage.standard-plans`, the host
-    /// stages without asking: drop that capability if you plan otherwise.
+    /// Which split ids of a stage request to insert, overwrite, skip or reject. The request
+    /// comes grouped by id (the host sorts it): each group's request indices and the state of
+    /// its row, no id to compare, and the plan names each group's decision by the index of the
+    /// request entry it takes. While `describe()` keeps the default's `stage.standard-plans`,
+    /// the host stages without asking: drop that capability if you plan otherwise.
     fn plan_stage(input: wit::StagePlanInput) -> wit::StagePlan {
         DefaultPolicy::plan_stage(input)
     }
