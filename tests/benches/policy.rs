@@ -5,7 +5,8 @@
 //! Measured by criterion (`common`), each a group:
 //!
 //! - `stage decision`: a stage decision (a fresh sandbox: instantiate, copy in, decide, copy
-//!   out) in wasm against the same code native, for plans of 1, 100 and 10,000 splits: as
+//!   out) in wasm against the same code native, for plans of 1, 100 and 10,000 splits (sorted
+//!   ids) and of 10,000 drawn unsorted with repeats from a pool of 10,000 (the seed's shape): as
 //!   decisions naming their ids (`plan_stage`, each id copied into a `String`), and as the
 //!   engine asks since ABI 1.4, by request entry (`plan_stage_by_index` against the native
 //!   planner on borrowed ids, `plan_ids`: no id copied on either side), for the default
@@ -64,6 +65,24 @@ fn plan_input(splits: usize) -> StagePlanInput {
     }
 }
 
+/// `plan_input(splits)` in the seed's shape instead (issue 43): the ids drawn, unsorted and
+/// with repeats, from a pool of `splits` (a fixed linear congruential sequence), the rows
+/// every third id of the pool, in id order as a backend reads them.
+fn unsorted_plan_input(splits: usize) -> StagePlanInput {
+    let mut input = plan_input(splits);
+    let pool = std::mem::take(&mut input.split_ids);
+    let mut draw: u64 = 0x2545_f491_4f6c_dd1d;
+    input.split_ids = (0..splits)
+        .map(|_| {
+            draw = draw
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            pool[(draw >> 33) as usize % pool.len()].clone()
+        })
+        .collect();
+    input
+}
+
 /// A distinct component with the default policy's code: a custom section appended.
 fn rebadged(label: &str) -> Vec<u8> {
     let mut bytes = DEFAULT_POLICY_WASM.to_vec();
@@ -118,16 +137,22 @@ async fn latencies(swapping: bool, period: Duration) -> (Vec<Duration>, Option<u
 }
 
 fn decision_cost(bench: &mut Bench, policy: &PolicyRuntime, abi_1_4: &PolicyRuntime) {
-    let sizes = [1, 100, 10_000];
-    let inputs: Vec<StagePlanInput> = sizes.iter().map(|&splits| plan_input(splits)).collect();
+    // Each case by its label: the number of splits, sorted as most requests are, and 10,000
+    // drawn unsorted with repeats (the seed's shape).
+    let cases: [(&str, StagePlanInput); 4] = [
+        ("1", plan_input(1)),
+        ("100", plan_input(100)),
+        ("10000", plan_input(10_000)),
+        ("10000 unsorted", unsorted_plan_input(10_000)),
+    ];
     let mut group = bench.group(
         "stage decision",
         Sampling::Quick {
             measurement: Duration::from_secs(2),
         },
     );
-    for (splits, input) in sizes.iter().zip(&inputs) {
-        group.throughput(Throughput::Elements(*splits as u64));
+    for (splits, input) in &cases {
+        group.throughput(Throughput::Elements(input.split_ids.len() as u64));
         group.bench(&format!("wasm/{splits}"), |b| {
             b.iter(|| policy.plan_stage(input).expect("decides"))
         });
@@ -165,19 +190,19 @@ fn decision_cost(bench: &mut Bench, policy: &PolicyRuntime, abi_1_4: &PolicyRunt
         });
     }
     group.finish().report(|times| {
-        let line = |what: &str, splits: usize, wasm: &str, native: &str| {
+        let line = |what: &str, splits: &str, wasm: &str, native: &str| {
             let wasm = times[format!("{wasm}/{splits}").as_str()];
             let native = times[format!("{native}/{splits}").as_str()];
             format!(
-                "{what} of {splits:>6} splits: wasm {:>9.1} us, native {:>9.1} us, wasm/native {:>6.1}x",
+                "{what} of {splits:>14} splits: wasm {:>9.1} us, native {:>9.1} us, wasm/native {:>6.1}x",
                 micros(wasm),
                 micros(native),
                 wasm.as_secs_f64() / native.as_secs_f64()
             )
         };
-        sizes
+        cases
             .iter()
-            .flat_map(|&splits| {
+            .flat_map(|(splits, _)| {
                 [
                     line("stage decision         ", splits, "wasm", "native"),
                     line(
