@@ -282,6 +282,31 @@ mod tests {
         plan_groups(input.mode, &grouped).collect()
     }
 
+    /// A generated request: its ids, its rows as (id, index into `SplitState::ALL`) in any
+    /// order and possibly listing an id twice, and its mode.
+    fn generated_input(
+        ids: Vec<String>,
+        rows: Vec<(String, u8)>,
+        create_only: bool,
+    ) -> StagePlanInput {
+        StagePlanInput {
+            dataset_id: "ds".into(),
+            mode: if create_only {
+                StageMode::CreateOnly
+            } else {
+                StageMode::Upsert
+            },
+            split_ids: ids,
+            existing: rows
+                .into_iter()
+                .map(|(id, state)| ExistingRow {
+                    split_id: id,
+                    state: SplitState::ALL[state as usize],
+                })
+                .collect(),
+        }
+    }
+
     proptest::proptest! {
         /// Deciding by groups of indices decides what the plan on ids decides, decision by
         /// decision, in the same order.
@@ -291,16 +316,8 @@ mod tests {
             rows in proptest::collection::vec(("[a-f]{1,2}", 0u8..3), 0..16),
             create_only: bool,
         ) {
-            let mode = if create_only { StageMode::CreateOnly } else { StageMode::Upsert };
-            let input = StagePlanInput {
-                dataset_id: "ds".into(),
-                mode,
-                split_ids: ids,
-                existing: rows
-                    .into_iter()
-                    .map(|(id, state)| ExistingRow { split_id: id, state: SplitState::ALL[state as usize] })
-                    .collect(),
-            };
+            let input = generated_input(ids, rows, create_only);
+            let mode = input.mode;
             let by_ids: Vec<(u32, StageAction)> = plan_stage(&input)
                 .into_iter()
                 .map(|planned| (planned.request_index, planned.action))
@@ -325,16 +342,7 @@ mod tests {
             rows in proptest::collection::vec(("[a-f]{1,2}", 0u8..3), 0..16),
             create_only: bool,
         ) {
-            let mode = if create_only { StageMode::CreateOnly } else { StageMode::Upsert };
-            let input = StagePlanInput {
-                dataset_id: "ds".into(),
-                mode,
-                split_ids: ids,
-                existing: rows
-                    .into_iter()
-                    .map(|(id, state)| ExistingRow { split_id: id, state: SplitState::ALL[state as usize] })
-                    .collect(),
-            };
+            let input = generated_input(ids, rows, create_only);
             proptest::prop_assert_eq!(plan_stage(&input), plan_by_maps(&input));
         }
 
