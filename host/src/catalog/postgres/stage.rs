@@ -412,35 +412,16 @@ impl PostgresCatalog {
         // insert is one statement, which inserts the record of the write too
         // (`sql/split_create_only_*.sql`, `sql/split_insert_staged_recorded.sql`).
         if mode == StageMode::CreateOnly && key.is_none() {
-            let mut connection = self
-                .pool
-                .acquire()
-                .await
-                .map_err(|error| errors::database_error(error, dataset_id))?;
-            return stage(
-                &mut connection,
-                dataset_id,
-                mode,
-                splits,
-                planner,
-                now_ms,
-                if standard {
-                    self.standard_observation(dataset_id)
-                } else {
-                    Observation::ReadFirst
-                },
-                write.as_ref(),
-            )
-            .await
-            .inspect(|staged| {
-                if standard {
-                    self.probe_first.remember(dataset_id, staged);
-                }
-            })
-            .map_err(|error| match error.resolve(dataset_id) {
-                Resolution::Fail(error) => error,
-                Resolution::Retry(reason) => MendError::Transient { message: reason },
-            });
+            return self
+                .create_only_unkeyed(
+                    dataset_id,
+                    splits,
+                    planner,
+                    now_ms,
+                    standard,
+                    write.as_ref(),
+                )
+                .await;
         }
         // An unkeyed upsert with the standard plan is one statement with no transaction
         // around it when it writes every id, which is the plan's whole answer; otherwise it
@@ -477,13 +458,11 @@ impl PostgresCatalog {
             &changed,
             now_ms,
             |mut transaction| async move {
-                let observation = if read_first.load(Ordering::Relaxed) {
-                    Observation::ReadFirst
-                } else if standard {
-                    self.standard_observation(dataset_id)
-                } else {
-                    Observation::Presumed
-                };
+                let observation = self.attempt_observation(
+                    dataset_id,
+                    read_first.load(Ordering::Relaxed),
+                    standard,
+                );
                 let presumed_upsert = mode == StageMode::Upsert
                     && matches!(
                         observation,
@@ -513,6 +492,69 @@ impl PostgresCatalog {
             if standard && mode == StageMode::CreateOnly {
                 self.probe_first.remember(dataset_id, staged);
             }
+        })
+    }
+
+    /// How an attempt of a stage in a transaction observes the rows: reading them first once
+    /// an attempt has found that the policy plans otherwise, as the standard plan observes
+    /// them for a policy that declares it, or presuming the plan.
+    fn attempt_observation(
+        &self,
+        dataset_id: &str,
+        read_first: bool,
+        standard: bool,
+    ) -> Observation {
+        if read_first {
+            Observation::ReadFirst
+        } else if standard {
+            self.standard_observation(dataset_id)
+        } else {
+            Observation::Presumed
+        }
+    }
+
+    /// An unkeyed create-only stage: one statement on a connection of its own, with no
+    /// transaction around it, which records the write itself. With the standard plan it
+    /// probes first unless the dataset's last such stage inserted every id, and remembers
+    /// what this one met.
+    async fn create_only_unkeyed(
+        &self,
+        dataset_id: &str,
+        splits: &[Arc<NewSplit>],
+        planner: &StagePlanner<'_>,
+        now_ms: TimestampMs,
+        standard: bool,
+        write: Option<&PendingWrite>,
+    ) -> crate::error::Result<Vec<StagedSplit>> {
+        let mut connection = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|error| errors::database_error(error, dataset_id))?;
+        let observation = if standard {
+            self.standard_observation(dataset_id)
+        } else {
+            Observation::ReadFirst
+        };
+        stage(
+            &mut connection,
+            dataset_id,
+            StageMode::CreateOnly,
+            splits,
+            planner,
+            now_ms,
+            observation,
+            write,
+        )
+        .await
+        .inspect(|staged| {
+            if standard {
+                self.probe_first.remember(dataset_id, staged);
+            }
+        })
+        .map_err(|error| match error.resolve(dataset_id) {
+            Resolution::Fail(error) => error,
+            Resolution::Retry(reason) => MendError::Transient { message: reason },
         })
     }
 
