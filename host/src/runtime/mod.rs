@@ -258,34 +258,22 @@ impl PolicyRuntime {
     ) -> Result<Vec<IndexedDecision>, PolicyError> {
         let export = &self.inner.exports.plan_stage;
         match self.inner.calls {
-            Calls::V1_5 | Calls::V1_4 => {
-                let plan: wit::StagePlan = match self.inner.calls {
-                    Calls::V1_5 => bindings::with_stage_plan_input(
-                        dataset_id,
-                        mode,
-                        split_ids,
-                        existing,
-                        |input| self.inner.call_export("plan-stage", export, (input,)),
-                    )??,
-                    _ => v1_4::with_stage_plan_input(
-                        dataset_id,
-                        mode,
-                        split_ids,
-                        existing,
-                        |input| {
-                            self.inner.call_export::<_, v1_4::StagePlan>(
-                                "plan-stage",
-                                export,
-                                (input,),
-                            )
-                        },
-                    )??
-                    .into_codes(),
-                };
-                let size = 5 * plan.actions.len()
-                    + plan.reasons.iter().map(|why| 8 + why.len()).sum::<usize>();
-                sandbox::check_output_size("plan-stage", size, &self.inner.limits)?;
-                bindings::stage_plan(plan, split_ids.len())
+            Calls::V1_5 => {
+                let plan: wit::StagePlan = bindings::with_stage_plan_input(
+                    dataset_id,
+                    mode,
+                    split_ids,
+                    existing,
+                    |input| self.inner.call_export("plan-stage", export, (input,)),
+                )??;
+                self.indexed_plan(plan, split_ids.len())
+            }
+            Calls::V1_4 => {
+                let plan: v1_4::StagePlan =
+                    v1_4::with_stage_plan_input(dataset_id, mode, split_ids, existing, |input| {
+                        self.inner.call_export("plan-stage", export, (input,))
+                    })??;
+                self.indexed_plan(plan.into_codes(), split_ids.len())
             }
             // 1.1 to 1.3 ask a stage plan alike.
             Calls::V1_3 | Calls::V1_2 | Calls::V1_1 => {
@@ -313,6 +301,19 @@ impl PolicyRuntime {
                     .collect()
             }
         }
+    }
+
+    /// A 1.4 or 1.5 stage plan, within the output limit, as decisions by index into a request
+    /// of `entries` ([`bindings::stage_plan`] refuses a malformed one).
+    fn indexed_plan(
+        &self,
+        plan: wit::StagePlan,
+        entries: usize,
+    ) -> Result<Vec<IndexedDecision>, PolicyError> {
+        let size =
+            5 * plan.actions.len() + plan.reasons.iter().map(|why| 8 + why.len()).sum::<usize>();
+        sandbox::check_output_size("plan-stage", size, &self.inner.limits)?;
+        bindings::stage_plan(plan, entries)
     }
 
     /// Every reason the publish must not happen; empty allows it.
