@@ -3,7 +3,8 @@
 //!
 //!     cargo bench -p mend-cli --bench serve
 //!
-//! On the embedded default catalog (a local directory), in the criterion group `serve stage`,
+//! On the embedded default catalog (a local directory, on `/dev/shm` where there is one:
+//! [`catalog_directory`] says why), in the criterion group `serve stage`,
 //! each iteration `MEND_BENCH_BATCHES` (default 200) create-only batches of
 //! `MEND_BENCH_SPLITS_PER_BATCH` (default 100, at most 10,000) new splits into a new dataset
 //! (created outside the timed part):
@@ -26,6 +27,16 @@
 //! JSON or compact bodies over HTTP), so the comparison is of what the server adds to the
 //! engine: reading and parsing the request, the admitted write's task, and encoding the answer
 //! (JSON, which the client parses, or the answer by index, which it compares).
+//!
+//! Then, outside criterion, the same comparison **paired** (`MEND_BENCH_PAIRED_ROUNDS`
+//! rounds, 15 by default): every round stages the batches once in process and once by each of
+//! `http-1`, `http-4`, `http-1-compact` and `http-4-compact`, in an order that rotates from
+//! round to round, and each arm's ratio is taken against the in-process time of its own round;
+//! it prints each arm's median ratio and its range. These medians are the row's numbers:
+//! criterion's functions run one after another, seconds apart, and the engine's own speed
+//! drifts between them on a shared 2-core machine (the in-process function alone moved 2x
+//! between runs), where two times measured side by side drift together. Only the paired
+//! rounds (and the memory below): `-- paired-only`, a filter no criterion function matches.
 //!
 //! In the group `serve round trip`, a keep-alive `GET /healthz`: the least any request costs.
 //! In the group `serve list`, each iteration one page of 100 published splits:
@@ -65,6 +76,33 @@ const CLIENTS: usize = 4;
 /// mend's compact encoding, version 1: compact request bodies and the answer by index.
 const COMPACT: &str = "application/vnd.mend.compact.v1";
 
+/// A new directory for a local catalog: on the memory file system `/dev/shm` where there is
+/// one. On this machine's ext4 disk, creating a log version's file spent most of both sides'
+/// time in the kernel's inode allocator (`find_inode_bit`, `recently_deleted`), which moved
+/// 2x with the disk's history between runs: noise on both sides of every ratio, and none of
+/// it the server's.
+fn catalog_directory() -> tempfile::TempDir {
+    let memory = Path::new("/dev/shm");
+    if memory.is_dir() {
+        tempfile::tempdir_in(memory).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    }
+}
+
+/// Rounds of the paired comparison: `MEND_BENCH_PAIRED_ROUNDS`, 15 by default (1 in test
+/// mode), 1 to 1,000.
+fn paired_rounds() -> usize {
+    match std::env::var("MEND_BENCH_PAIRED_ROUNDS") {
+        Err(_) if common::test_mode() => 1,
+        Err(_) => 15,
+        Ok(text) => match text.parse::<usize>() {
+            Ok(rounds) if (1..=1_000).contains(&rounds) => rounds,
+            _ => panic!("MEND_BENCH_PAIRED_ROUNDS must be a number from 1 to 1000, not {text:?}"),
+        },
+    }
+}
+
 /// Splits per stage batch: `MEND_BENCH_SPLITS_PER_BATCH`, 100 by default, 1 to 10,000 (the
 /// engine's largest batch).
 fn splits_per_batch() -> usize {
@@ -88,16 +126,30 @@ fn main() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let mut bench = Bench::from_args();
 
-    let local = tempfile::tempdir().unwrap();
+    let local = catalog_directory();
     let engine = runtime.block_on(open_engine(local.path()));
-    let served = tempfile::tempdir().unwrap();
+    let served = catalog_directory();
     let server = Server::start(served.path());
     // Every iteration stages into a dataset of its own.
     let datasets = AtomicUsize::new(0);
     let next_dataset = || format!("bench-{}", datasets.fetch_add(1, Ordering::Relaxed));
 
     // Seconds per in-process batch, for the round trip's comparison below.
-    let stage_in_process = std::cell::OnceCell::new();
+    let in_process_batch = std::cell::OnceCell::new();
+    // A new dataset, created in process, and the requests of its batches.
+    let new_dataset_in_process = || {
+        let dataset_id = next_dataset();
+        runtime
+            .block_on(
+                engine
+                    .create_dataset(&dataset_id, &DatasetConfig::default())
+                    .into_future(),
+            )
+            .unwrap();
+        (0..batches)
+            .map(|batch| stage_request(&dataset_id, batch))
+            .collect::<Vec<StageRequest>>()
+    };
     let mut group = bench.group(
         "serve stage",
         Sampling::Expensive {
@@ -109,24 +161,7 @@ fn main() {
         b.iter_custom(|iters| {
             let mut took = Duration::ZERO;
             for _ in 0..iters {
-                let dataset_id = next_dataset();
-                runtime
-                    .block_on(
-                        engine
-                            .create_dataset(&dataset_id, &DatasetConfig::default())
-                            .into_future(),
-                    )
-                    .unwrap();
-                let requests: Vec<StageRequest> = (0..batches)
-                    .map(|batch| stage_request(&dataset_id, batch))
-                    .collect();
-                let started = Instant::now();
-                for request in &requests {
-                    runtime
-                        .block_on(engine.stage(request).into_future())
-                        .unwrap();
-                }
-                took += started.elapsed();
+                took += stage_in_process(&runtime, &engine, &new_dataset_in_process());
             }
             took
         })
@@ -157,11 +192,8 @@ fn main() {
                 let mut took = Duration::ZERO;
                 for _ in 0..iters {
                     let (dataset_id, bodies) = new_dataset(&mut client, encoding);
-                    let started = Instant::now();
-                    for body in &bodies {
-                        client.stage(&dataset_id, body);
-                    }
-                    took += started.elapsed();
+                    took +=
+                        stage_over_http(std::slice::from_mut(&mut client), &dataset_id, &bodies);
                 }
                 took
             })
@@ -176,18 +208,7 @@ fn main() {
                 let mut took = Duration::ZERO;
                 for _ in 0..iters {
                     let (dataset_id, bodies) = new_dataset(&mut clients[0], encoding);
-                    let started = Instant::now();
-                    std::thread::scope(|scope| {
-                        for (first, client) in clients.iter_mut().enumerate() {
-                            let (bodies, dataset_id) = (&bodies, &dataset_id);
-                            scope.spawn(move || {
-                                for body in bodies.iter().skip(first).step_by(CLIENTS) {
-                                    client.stage(dataset_id, body);
-                                }
-                            });
-                        }
-                    });
-                    took += started.elapsed();
+                    took += stage_over_http(&mut clients, &dataset_id, &bodies);
                 }
                 took
             })
@@ -218,7 +239,7 @@ fn main() {
     });
     group.finish().report(|times| {
         let in_process = per_second(batches, times["in-process"]);
-        let _ = stage_in_process.set(times["in-process"].as_secs_f64() / batches as f64);
+        let _ = in_process_batch.set(times["in-process"].as_secs_f64() / batches as f64);
         let over_http = per_second(batches, times["http-1"]);
         let concurrent = per_second(batches, times[format!("http-{CLIENTS}").as_str()]);
         let new_connections = per_second(batches, times["http-1-new-connection"]);
@@ -259,6 +280,62 @@ fn main() {
         ]
     });
 
+    // The same arms, paired: every round stages once by each arm, in an order that rotates
+    // from round to round, and each HTTP arm's ratio is taken against the in-process time of
+    // its own round. Criterion's functions above run one after another, seconds apart, and on
+    // a shared 2-core machine the engine's own speed drifts between them (the in-process
+    // function alone moved 2x between runs); a ratio of two times measured side by side
+    // moves far less, so the row's numbers are these medians.
+    let rounds = paired_rounds();
+    let arms = [
+        ("HTTP, 1 client", 1, Encoding::Json),
+        ("HTTP, 4 clients", CLIENTS, Encoding::Json),
+        ("HTTP, 1 client, compact bodies", 1, Encoding::Compact),
+        (
+            "HTTP, 4 clients, compact bodies",
+            CLIENTS,
+            Encoding::Compact,
+        ),
+    ];
+    let mut clients: Vec<Client> = (0..CLIENTS).map(|_| server.client()).collect();
+    let mut ratios: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); arms.len()];
+    let mut in_process_times = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        // Index 0 is in process; arm `i` of `arms` is index `i + 1`.
+        let mut times = [Duration::ZERO; 5];
+        for turn in 0..times.len() {
+            let index = (round + turn) % times.len();
+            times[index] = match index.checked_sub(1).map(|arm| arms[arm]) {
+                None => stage_in_process(&runtime, &engine, &new_dataset_in_process()),
+                Some((_, clients_at_once, encoding)) => {
+                    let (dataset_id, bodies) = new_dataset(&mut clients[0], encoding);
+                    stage_over_http(&mut clients[..clients_at_once], &dataset_id, &bodies)
+                }
+            };
+        }
+        for (arm, ratios) in ratios.iter_mut().enumerate() {
+            ratios.push(times[0].as_secs_f64() / times[arm + 1].as_secs_f64());
+        }
+        in_process_times.push(times[0]);
+    }
+    in_process_times.sort();
+    bench.report(format!(
+        "stage, paired ({rounds} rounds, each staging {batches} batches of {} splits by every arm in \
+         rotating order; http/in-process of the same round, median (least to most)); in process \
+         {:.3} ms a batch (the median round)",
+        splits_per_batch(),
+        in_process_times[rounds / 2].as_secs_f64() * 1e3 / batches as f64
+    ));
+    for ((name, _, _), mut ratios) in arms.into_iter().zip(ratios) {
+        ratios.sort_by(f64::total_cmp);
+        bench.report(format!(
+            "  {name:<32}: http/in-process = {:.2} ({:.2} to {:.2})",
+            ratios[ratios.len() / 2],
+            ratios[0],
+            ratios[ratios.len() - 1]
+        ));
+    }
+
     // What any request costs on a keep-alive connection: the floor under the lines above.
     let mut group = bench.group(
         "serve round trip",
@@ -275,7 +352,7 @@ fn main() {
         vec![format!(
             "a keep-alive round trip of GET /healthz (the least a request costs): {:.1} us, {:.2} of the in-process batch",
             times["healthz"].as_secs_f64() * 1e6,
-            times["healthz"].as_secs_f64() / stage_in_process.get().copied().unwrap_or(f64::NAN)
+            times["healthz"].as_secs_f64() / in_process_batch.get().copied().unwrap_or(f64::NAN)
         )]
     });
 
@@ -369,7 +446,7 @@ fn main() {
     // A fresh server's memory after staging many splits into one dataset, and once the load
     // ends. (The server above holds every dataset the stage group made.)
     drop(server);
-    let fresh = tempfile::tempdir().unwrap();
+    let fresh = catalog_directory();
     let server = Server::start(fresh.path());
     let splits = if common::test_mode() { 1_000 } else { 100_000 };
     let before = server.memory();
@@ -417,6 +494,38 @@ async fn open_engine(dir: &Path) -> Engine {
         EngineOptions::default(),
     )
     .unwrap()
+}
+
+/// Stages `requests` in process, one after another; how long that took.
+fn stage_in_process(
+    runtime: &tokio::runtime::Runtime,
+    engine: &Engine,
+    requests: &[StageRequest],
+) -> Duration {
+    let started = Instant::now();
+    for request in requests {
+        runtime
+            .block_on(engine.stage(request).into_future())
+            .unwrap();
+    }
+    started.elapsed()
+}
+
+/// Stages `bodies` into `dataset_id` over `clients` at once, client `i` sending bodies `i`,
+/// `i + clients.len()`, ...; how long that took.
+fn stage_over_http(clients: &mut [Client], dataset_id: &str, bodies: &[Body]) -> Duration {
+    let step = clients.len();
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for (first, client) in clients.iter_mut().enumerate() {
+            scope.spawn(move || {
+                for body in bodies.iter().skip(first).step_by(step) {
+                    client.stage(dataset_id, body);
+                }
+            });
+        }
+    });
+    started.elapsed()
 }
 
 fn split_id(batch: usize, index: usize) -> String {

@@ -630,7 +630,7 @@ fn a_write_in_the_way_of_a_crashed_operation_gets_503_until_the_supervisor_rolls
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), None);
     crashed_commit_waits_for_the_supervisor(&server, "d1");
-    println!("server recovery_required [local directory]: 4 checks");
+    println!("server recovery_required [local directory]: 6 checks");
 }
 
 #[test]
@@ -648,7 +648,7 @@ fn the_server_and_its_supervisor_work_the_same_on_postgres() {
     assert_eq!(status, 200);
     let (status, _) = server.post(&path, json!({"splits": splits(&["s3"])}));
     assert_eq!(status, 400);
-    println!("server recovery_required [postgres]: 6 checks");
+    println!("server recovery_required [postgres]: 8 checks");
 }
 
 /// A writer in another process crashes after staging s1, before publishing it, with a lease
@@ -701,6 +701,17 @@ fn crashed_commit_waits_for_the_supervisor(server: &Server, dataset_id: &str) {
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"], "recovery_required");
     assert!(body["operation_id"].as_str().is_some());
+    // A stage of s1 is refused the same way, in both modes, by the stage's own check.
+    let operation_id = body["operation_id"].clone();
+    for mode in ["upsert", "create-only"] {
+        let (status, body) = server.post(
+            &format!("/v1/datasets/{dataset_id}/stage"),
+            json!({"mode": mode, "splits": splits(&["s1", "s9"])}),
+        );
+        assert_eq!(status, 503, "{mode}: {body}");
+        assert_eq!(body["error"], "recovery_required", "{mode}: {body}");
+        assert_eq!(body["operation_id"], operation_id, "{mode}: {body}");
+    }
 
     let published = format!("/v1/datasets/{dataset_id}/splits?state=published");
     server.wait_for("the supervisor to roll the commit forward", |s| {

@@ -213,6 +213,25 @@ pub struct Intent {
 }
 
 impl Intent {
+    /// Every split its planned effects name (to stage, publish, replace, mark or delete), in
+    /// that order; an id named twice comes twice.
+    pub fn named_splits(&self) -> impl Iterator<Item = &String> {
+        let effects = &self.effects;
+        let publish = effects.publish.iter().flat_map(|publish| {
+            publish
+                .staged_split_ids
+                .iter()
+                .chain(&publish.replaced_split_ids)
+        });
+        effects
+            .stage
+            .iter()
+            .map(|row| &row.split_id)
+            .chain(publish)
+            .chain(&effects.mark)
+            .chain(&effects.delete)
+    }
+
     /// The checkpoint delta its publish plans, if any.
     pub fn planned_delta(&self) -> Option<&CheckpointDelta> {
         self.effects
@@ -412,6 +431,17 @@ pub fn check_format(format_version: u32) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// The first of `intents` that names a split `requested` holds ([`Intent::named_splits`]): the
+/// unresolved operation in the way of a write of those splits.
+pub fn in_the_way<'a>(
+    intents: impl IntoIterator<Item = &'a Intent>,
+    requested: impl Fn(&str) -> bool,
+) -> Option<&'a Intent> {
+    intents
+        .into_iter()
+        .find(|intent| intent.named_splits().any(|split_id| requested(split_id)))
 }
 
 #[cfg(test)]

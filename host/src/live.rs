@@ -40,27 +40,11 @@ pub async fn operation_in_the_way(
         // The usual case, on every write's path: no set of a large batch's ids to build.
         return Ok(None);
     }
-    let touched: BTreeSet<&String> = split_ids.iter().collect();
-    for intent in intents {
-        let effects = &intent.effects;
-        let in_the_way = effects
-            .stage
-            .iter()
-            .map(|row| &row.split_id)
-            .chain(effects.mark.iter())
-            .chain(effects.delete.iter())
-            .chain(
-                effects
-                    .publish
-                    .iter()
-                    .flat_map(|p| p.staged_split_ids.iter().chain(&p.replaced_split_ids)),
-            )
-            .any(|id| touched.contains(id));
-        if in_the_way {
-            return Ok(Some(intent.operation_id));
-        }
-    }
-    Ok(None)
+    let touched: BTreeSet<&str> = split_ids.iter().map(String::as_str).collect();
+    Ok(
+        crate::intent::in_the_way(&intents, |split_id| touched.contains(split_id))
+            .map(|intent| intent.operation_id.clone()),
+    )
 }
 
 /// One consistent view of a dataset.

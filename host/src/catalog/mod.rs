@@ -63,6 +63,13 @@ pub use self::recent_audit::RecentAudit;
 pub use self::recorded::{RecordedRequest, RequestKey};
 pub use self::settle::{SETTLE_ATOMIC, SettleValidator, Settled, Settlement};
 pub use self::standard_plan::standard_stage_plan;
+/// Whether `split_id` is one of `splits` (sorted by id, as [`distinct_splits`] leaves them).
+pub(crate) fn is_among(splits: &[Arc<NewSplit>], split_id: &str) -> bool {
+    splits
+        .binary_search_by(|split| split.split_id.as_str().cmp(split_id))
+        .is_ok()
+}
+
 /// A row as a [`StagePlanner`] is shown it: a backend of an embedder's own builds these from
 /// the rows it read, so it is named here, not only in the policy crate.
 pub use mend_contract::ExistingRow;
@@ -480,6 +487,45 @@ pub trait Catalog: Send + Sync + fmt::Debug {
         let planner = |existing: &[ExistingRow]| standard_stage_plan(mode, splits, existing);
         self.stage(dataset_id, mode, splits, &planner, now_ms, key)
             .await
+    }
+
+    /// [`Catalog::stage`] with `planner`, or [`Catalog::stage_standard`] without one, refused
+    /// with [`MendError::RecoveryRequired`] naming the operation when an intent of the dataset
+    /// names one of `splits`: what `mend serve` stages with, so that a request never lands on
+    /// the splits of an operation still in doubt while its supervisor settles it. Refused, it
+    /// writes nothing. A request recorded under `key` is answered before anything is checked.
+    ///
+    /// The default reads the intents, then stages: one read more, and an operation beginning
+    /// between the two is ordered after the stage (it meets the staged rows, as any later
+    /// writer does). A backend whose stage reads its intents anyway checks them in the stage's
+    /// own atomic step instead (the object-store catalog, on the state version it writes on).
+    async fn stage_unless_in_the_way(
+        &self,
+        dataset_id: &str,
+        mode: StageMode,
+        splits: &[Arc<NewSplit>],
+        planner: Option<&StagePlanner<'_>>,
+        now_ms: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<Vec<StagedSplit>> {
+        let intents = self.list_intents(dataset_id).await?;
+        if let Some(intent) =
+            crate::intent::in_the_way(&intents, |split_id| is_among(splits, split_id))
+        {
+            return Err(MendError::RecoveryRequired {
+                operation_id: intent.operation_id.clone(),
+            });
+        }
+        match planner {
+            Some(planner) => {
+                self.stage(dataset_id, mode, splits, planner, now_ms, key)
+                    .await
+            }
+            None => {
+                self.stage_standard(dataset_id, mode, splits, now_ms, key)
+                    .await
+            }
+        }
     }
 
     /// Locks the dataset, observes, calls `validate`, then publishes atomically: staged ids

@@ -24,6 +24,15 @@ use crate::model::{
 };
 use crate::validate;
 
+/// What a stage does when an unresolved operation names one of its splits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum InTheWay {
+    /// Stages all the same ([`Engine::stage`]).
+    Stage,
+    /// Refuses ([`Engine::stage_unless_in_the_way`]).
+    Refuse,
+}
+
 impl Engine {
     /// Stages splits in the request's mode. The result names, per distinct id, what actually
     /// happened at write time: in create-only mode `Inserted` is the claim on the row.
@@ -33,7 +42,25 @@ impl Engine {
     pub fn stage<'a>(&'a self, request: &'a StageRequest) -> Keyed<'a, StageResult> {
         Keyed::new(self.write_scope("stage"), move |key| async move {
             let key = request_key(key, &("stage", request))?;
-            self.stage_keyed(request, key.as_ref()).await
+            self.stage_keyed(request, key.as_ref(), InTheWay::Stage)
+                .await
+        })
+    }
+
+    /// [`Engine::stage`], refused with [`MendError::RecoveryRequired`] (naming the operation,
+    /// writing nothing) when an unresolved operation's intent names one of the request's
+    /// splits ([`catalog::Catalog::stage_unless_in_the_way`]): the request waits for recovery
+    /// to settle the operation instead of landing on its splits, which is what `mend serve`
+    /// answers a stage with. A request recorded under its key is answered first, as by
+    /// [`Engine::stage`].
+    pub fn stage_unless_in_the_way<'a>(
+        &'a self,
+        request: &'a StageRequest,
+    ) -> Keyed<'a, StageResult> {
+        Keyed::new(self.write_scope("stage"), move |key| async move {
+            let key = request_key(key, &("stage", request))?;
+            self.stage_keyed(request, key.as_ref(), InTheWay::Refuse)
+                .await
         })
     }
 
@@ -47,6 +74,7 @@ impl Engine {
         &self,
         request: &StageRequest,
         key: Option<&RequestKey>,
+        in_the_way: InTheWay,
     ) -> Result<StageResult> {
         let StagePlanning {
             splits: distinct,
@@ -57,6 +85,13 @@ impl Engine {
         let (dataset_id, mode) = (&request.dataset_id, request.mode);
         let splits: Vec<StagedSplit> = match self.recorded_answer(dataset_id, key).await? {
             Some(answer) => answer,
+            None if in_the_way == InTheWay::Refuse => {
+                let planner: Option<&catalog::StagePlanner<'_>> =
+                    if standard { None } else { Some(&*planner) };
+                self.catalog
+                    .stage_unless_in_the_way(dataset_id, mode, &distinct, planner, now_ms, key)
+                    .await?
+            }
             None if standard => {
                 self.catalog
                     .stage_standard(dataset_id, mode, &distinct, now_ms, key)

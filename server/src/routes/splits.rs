@@ -167,15 +167,23 @@ async fn stage(
     body: Bytes,
 ) -> ApiResult {
     let request = parse_json_or_compact::<Stage>(&headers, &body)?.into_request(dataset_id.clone());
-    let by_index = accepts_compact(&headers);
-    let ids: Vec<String> = request.splits.iter().map(|s| s.split_id.clone()).collect();
+    // The answer by index names no id: it follows the request's own order.
+    let ids: Option<Vec<String>> = accepts_compact(&headers)
+        .then(|| request.splits.iter().map(|s| s.split_id.clone()).collect());
     let engine = shared.acting_engine();
+    // An unresolved operation naming one of the splits is checked by the stage itself, on the
+    // state it writes on (one read, not one before the write and another in it).
     let result = keyed_write(
         &shared,
         &dataset_id,
         key.clone().as_deref(),
-        Some(&ids),
-        async move { engine.stage(&request).idempotency_key(key.as_deref()).await },
+        None,
+        async move {
+            engine
+                .stage_unless_in_the_way(&request)
+                .idempotency_key(key.as_deref())
+                .await
+        },
     )
     .await;
     match &result {
@@ -187,10 +195,9 @@ async fn stage(
         Err(_) => {}
     }
     let staged = result?.0;
-    if by_index {
-        answer_by_index(&ids, &staged)
-    } else {
-        ok(&staged)
+    match ids {
+        Some(ids) => answer_by_index(&ids, &staged),
+        None => ok(&staged),
     }
 }
 

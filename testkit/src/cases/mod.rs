@@ -74,6 +74,10 @@ pub(crate) const ALL: &[Case] = &[
         [STAGE_CREATE_ONLY, STAGE_UPSERT]
     ),
     case!(
+        staging::a_stage_unless_in_the_way_refuses_only_the_splits_an_intent_names,
+        [STAGE_CREATE_ONLY, STAGE_UPSERT]
+    ),
+    case!(
         lifecycle::publish_moves_states_and_checkpoint_at_once,
         [STAGE_CREATE_ONLY, PUBLISH_CHECKPOINT]
     ),

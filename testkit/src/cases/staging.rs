@@ -552,3 +552,138 @@ pub(super) async fn concurrent_create_only_batches_claim_each_id_once(h: &Harnes
         h.name()
     );
 }
+
+/// A stage that refuses unresolved operations in its way ([`mend::Engine::stage_unless_in_the_way`],
+/// what `mend serve` stages with): refused, naming the operation and writing nothing, in both
+/// modes, for a split an intent names to stage, publish, replace, mark or delete; staged as
+/// usual when no intent names its splits (with an intent in the dataset); and under a key,
+/// answered by its record before anything is checked. [`mend::Engine::stage`] itself stages
+/// whatever intents say.
+pub(super) async fn a_stage_unless_in_the_way_refuses_only_the_splits_an_intent_names(
+    h: &Harness<'_>,
+) {
+    use mend::intent::PlannedPublish;
+
+    let ds = h.create_dataset("in-the-way").await;
+    let catalog = h.engine.catalog();
+    let mut in_doubt = super::intents::intent(&ds, "op-x", 1_000);
+    in_doubt.effects.publish = Some(PlannedPublish {
+        staged_split_ids: vec!["op-x-split".into()],
+        replaced_split_ids: vec!["replaced".into()],
+        checkpoint_delta: None,
+        publish_token: None,
+    });
+    in_doubt.effects.mark = vec!["marked".into()];
+    in_doubt.effects.delete = vec!["deleted".into()];
+    catalog.put_intent(&in_doubt).await.expect("put intent");
+    let before = h.write_fingerprint(&ds).await;
+
+    let mut refused = 0;
+    for mode in [StageMode::CreateOnly, StageMode::Upsert] {
+        for named in ["op-x-split", "replaced", "marked", "deleted"] {
+            let splits = [("fresh-1", metadata(1)), (named, metadata(1))];
+            let error = h
+                .engine
+                .stage_unless_in_the_way(&request(&ds, mode, "node-b", &splits))
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(&error, MendError::RecoveryRequired { operation_id } if operation_id == "op-x"),
+                "[{}] {mode:?} of {named}: {error:?}",
+                h.name()
+            );
+            refused += 1;
+        }
+    }
+    assert_eq!(
+        h.write_fingerprint(&ds).await,
+        before,
+        "[{}] a refused stage writes nothing",
+        h.name()
+    );
+
+    // Splits no intent names stage as usual, the intent there or not.
+    let free = [("fresh-1", metadata(1)), ("fresh-2", metadata(1))];
+    let inserted = h
+        .engine
+        .stage_unless_in_the_way(&request(&ds, StageMode::CreateOnly, "node-b", &free))
+        .await
+        .expect("create-only stage of free splits");
+    assert_eq!(
+        outcomes(&inserted),
+        [
+            ("fresh-1".into(), StageOutcome::Inserted),
+            ("fresh-2".into(), StageOutcome::Inserted)
+        ]
+    );
+    let overwritten = h
+        .engine
+        .stage_unless_in_the_way(&request(
+            &ds,
+            StageMode::Upsert,
+            "node-c",
+            &[("fresh-1", metadata(2))],
+        ))
+        .await
+        .expect("upsert of a free split");
+    assert_eq!(
+        outcomes(&overwritten),
+        [("fresh-1".into(), StageOutcome::Overwritten)]
+    );
+
+    // Under a key, a request that landed answers its record even once an operation names its
+    // splits; the same splits unkeyed are refused.
+    let keyed = request(
+        &ds,
+        StageMode::CreateOnly,
+        "node-b",
+        &[("fresh-3", metadata(3))],
+    );
+    let first = h
+        .engine
+        .stage_unless_in_the_way(&keyed)
+        .idempotency_key("stage-3")
+        .await
+        .expect("keyed stage");
+    let mut later = super::intents::intent(&ds, "op-y", 2_000);
+    later.effects.stage[0].split_id = "fresh-3".into();
+    catalog.put_intent(&later).await.expect("put intent");
+    let replayed = h
+        .engine
+        .stage_unless_in_the_way(&keyed)
+        .idempotency_key("stage-3")
+        .await
+        .expect("a retry under its key");
+    assert_eq!(
+        replayed,
+        first,
+        "[{}] the retry answers the record",
+        h.name()
+    );
+    let unkeyed = h.engine.stage_unless_in_the_way(&keyed).await.unwrap_err();
+    assert!(
+        matches!(&unkeyed, MendError::RecoveryRequired { operation_id } if operation_id == "op-y"),
+        "{unkeyed:?}"
+    );
+    refused += 1;
+
+    // The embedder's own stage does not look at intents.
+    let staged = h
+        .engine
+        .stage(&request(
+            &ds,
+            StageMode::CreateOnly,
+            "node-b",
+            &[("op-x-split", metadata(4))],
+        ))
+        .await
+        .expect("an embedder's stage");
+    assert_eq!(
+        outcomes(&staged),
+        [("op-x-split".into(), StageOutcome::Inserted)]
+    );
+    println!(
+        "stage unless in the way [{}]: {refused} stages refused with nothing written, 3 staged beside an intent, 1 answered by its record",
+        h.name()
+    );
+}

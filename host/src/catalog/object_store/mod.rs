@@ -81,9 +81,10 @@ use self::pending::PendingIndex;
 use self::state::DatasetState;
 use super::write_audit::{self};
 use super::{
-    BegunCommit, Capabilities, Catalog, DatasetChange, IntentBuilder, ManifestProbe, MarkRule,
-    OperationRecords, PENDING_INDEX, PendingDataset, PublishValidator, RecentAudit,
+    BegunCommit, Capabilities, Catalog, DatasetChange, ExistingRow, IntentBuilder, ManifestProbe,
+    MarkRule, OperationRecords, PENDING_INDEX, PendingDataset, PublishValidator, RecentAudit,
     RecordedRequest, RequestKey, SettleValidator, Settled, Settlement, StagePlanner,
+    standard_stage_plan,
 };
 use crate::audit::AuditRecord;
 use crate::error::{EntityKind, MendError, Result};
@@ -200,6 +201,50 @@ const MAX_READS_AHEAD: u64 = 16;
 const MAX_LOAD_ROUNDS: u32 = 32;
 
 impl ObjectStoreCatalog {
+    /// [`Catalog::stage`], first refusing, when `refuse_in_the_way`, a stage naming a split an
+    /// intent of the same state version names ([`Catalog::stage_unless_in_the_way`]); a key
+    /// recorded in that version is answered before the check.
+    #[allow(clippy::too_many_arguments)]
+    async fn stage_checking(
+        &self,
+        dataset_id: &str,
+        mode: StageMode,
+        splits: &[Arc<NewSplit>],
+        planner: &StagePlanner<'_>,
+        now_ms: TimestampMs,
+        key: Option<&RequestKey>,
+        refuse_in_the_way: bool,
+    ) -> Result<Vec<StagedSplit>> {
+        let write = write_audit::pending(dataset_id, "stage", || {
+            splits.iter().map(|split| split.split_id.as_str())
+        });
+        let answer = |staged: &Vec<StagedSplit>| write_audit::stage_answer(staged);
+        self.mutate_recorded(
+            dataset_id,
+            now_ms,
+            write.as_ref(),
+            answer,
+            |state, now_ms| {
+                mutations::keyed(state, key, now_ms, |state| {
+                    let in_the_way = refuse_in_the_way
+                        .then(|| {
+                            crate::intent::in_the_way(state.intents.values(), |split_id| {
+                                super::is_among(splits, split_id)
+                            })
+                        })
+                        .flatten();
+                    if let Some(intent) = in_the_way {
+                        return Err(MendError::RecoveryRequired {
+                            operation_id: intent.operation_id.clone(),
+                        });
+                    }
+                    mutations::stage(state, mode, splits, planner, now_ms)
+                })
+            },
+        )
+        .await
+    }
+
     /// A catalog under `prefix` of `store`. The store must support `PutMode::Create`.
     pub fn new(
         store: Arc<dyn ObjectStore>,
@@ -437,22 +482,25 @@ impl Catalog for ObjectStoreCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Vec<StagedSplit>> {
-        let write = write_audit::pending(dataset_id, "stage", || {
-            splits.iter().map(|split| split.split_id.as_str())
-        });
-        let answer = |staged: &Vec<StagedSplit>| write_audit::stage_answer(staged);
-        self.mutate_recorded(
-            dataset_id,
-            now_ms,
-            write.as_ref(),
-            answer,
-            |state, now_ms| {
-                mutations::keyed(state, key, now_ms, |state| {
-                    mutations::stage(state, mode, splits, planner, now_ms)
-                })
-            },
-        )
-        .await
+        self.stage_checking(dataset_id, mode, splits, planner, now_ms, key, false)
+            .await
+    }
+
+    /// Checked on the state version the stage writes on: the intents and the rows it reads
+    /// are those of one log version, and the stage's commit lands only on that version.
+    async fn stage_unless_in_the_way(
+        &self,
+        dataset_id: &str,
+        mode: StageMode,
+        splits: &[Arc<NewSplit>],
+        planner: Option<&StagePlanner<'_>>,
+        now_ms: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<Vec<StagedSplit>> {
+        let standard = |existing: &[ExistingRow]| standard_stage_plan(mode, splits, existing);
+        let planner = planner.unwrap_or(&standard);
+        self.stage_checking(dataset_id, mode, splits, planner, now_ms, key, true)
+            .await
     }
 
     async fn publish(

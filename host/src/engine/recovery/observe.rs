@@ -262,22 +262,7 @@ impl Engine {
 
 /// Every split an intent's effects name.
 pub(super) fn touched_splits(intent: &Intent) -> BTreeSet<String> {
-    let effects = &intent.effects;
-    let publish = effects.publish.iter().flat_map(|publish| {
-        publish
-            .staged_split_ids
-            .iter()
-            .chain(&publish.replaced_split_ids)
-    });
-    effects
-        .stage
-        .iter()
-        .map(|row| &row.split_id)
-        .chain(publish)
-        .chain(&effects.mark)
-        .chain(&effects.delete)
-        .cloned()
-        .collect()
+    intent.named_splits().cloned().collect()
 }
 
 /// What the policy is shown of each intent: its objects, its splits' rows and what the
