@@ -508,7 +508,16 @@ pub trait Catalog: Send + Sync + fmt::Debug {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Vec<StagedSplit>> {
-        let intents = self.list_intents(dataset_id).await?;
+        // A recorded key goes straight to the stage, which answers its record.
+        let recorded = match key {
+            Some(key) => self.recorded_request(dataset_id, &key.key).await?.is_some(),
+            None => false,
+        };
+        let intents = if recorded {
+            Vec::new()
+        } else {
+            self.list_intents(dataset_id).await?
+        };
         if let Some(intent) =
             crate::intent::in_the_way(&intents, |split_id| is_among(splits, split_id))
         {

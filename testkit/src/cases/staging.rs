@@ -557,8 +557,9 @@ pub(super) async fn concurrent_create_only_batches_claim_each_id_once(h: &Harnes
 /// what `mend serve` stages with): refused, naming the operation and writing nothing, in both
 /// modes, for a split an intent names to stage, publish, replace, mark or delete; staged as
 /// usual when no intent names its splits (with an intent in the dataset); and under a key,
-/// answered by its record before anything is checked. [`mend::Engine::stage`] itself stages
-/// whatever intents say.
+/// answered by its record before anything is checked, through the engine and at the catalog
+/// trait itself ([`mend::catalog::Catalog::stage_unless_in_the_way`]).
+/// [`mend::Engine::stage`] itself stages whatever intents say.
 pub(super) async fn a_stage_unless_in_the_way_refuses_only_the_splits_an_intent_names(
     h: &Harness<'_>,
 ) {
@@ -667,6 +668,38 @@ pub(super) async fn a_stage_unless_in_the_way_refuses_only_the_splits_an_intent_
     );
     refused += 1;
 
+    // The same at the catalog trait itself (the engine reads a key's record first; a backend
+    // must not need it to).
+    let split = std::sync::Arc::new(mend::model::NewSplit {
+        split_id: "fresh-4".into(),
+        node: "node-b".into(),
+        metadata_json: "{}".into(),
+        time_range: None,
+    });
+    let splits = [split];
+    let key = mend::catalog::RequestKey::new("catalog-stage-4", &"fresh-4");
+    let stage_at_catalog = |key| {
+        catalog.stage_unless_in_the_way(&ds, StageMode::CreateOnly, &splits, None, 5_000, key)
+    };
+    let first = stage_at_catalog(Some(&key)).await.expect("keyed stage");
+    let mut latest = super::intents::intent(&ds, "op-z", 3_000);
+    latest.effects.stage[0].split_id = "fresh-4".into();
+    catalog.put_intent(&latest).await.expect("put intent");
+    assert_eq!(
+        stage_at_catalog(Some(&key))
+            .await
+            .expect("a retry under its key"),
+        first,
+        "[{}] the catalog answers a recorded key before it looks at intents",
+        h.name()
+    );
+    let unkeyed = stage_at_catalog(None).await.unwrap_err();
+    assert!(
+        matches!(&unkeyed, MendError::RecoveryRequired { operation_id } if operation_id == "op-z"),
+        "{unkeyed:?}"
+    );
+    refused += 1;
+
     // The embedder's own stage does not look at intents.
     let staged = h
         .engine
@@ -683,7 +716,7 @@ pub(super) async fn a_stage_unless_in_the_way_refuses_only_the_splits_an_intent_
         [("op-x-split".into(), StageOutcome::Inserted)]
     );
     println!(
-        "stage unless in the way [{}]: {refused} stages refused with nothing written, 3 staged beside an intent, 1 answered by its record",
+        "stage unless in the way [{}]: {refused} stages refused (the first 8 checked to write nothing), 4 staged beside an intent, 2 answered by their records",
         h.name()
     );
 }
