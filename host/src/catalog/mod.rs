@@ -63,11 +63,24 @@ pub use self::recent_audit::RecentAudit;
 pub use self::recorded::{RecordedRequest, RequestKey};
 pub use self::settle::{SETTLE_ATOMIC, SettleValidator, Settled, Settlement};
 pub use self::standard_plan::standard_stage_plan;
-/// Whether `split_id` is one of `splits` (sorted by id, as [`distinct_splits`] leaves them).
-pub(crate) fn is_among(splits: &[Arc<NewSplit>], split_id: &str) -> bool {
-    splits
-        .binary_search_by(|split| split.split_id.as_str().cmp(split_id))
-        .is_ok()
+/// `RecoveryRequired` naming the first of `intents` that names one of `splits` (sorted by id,
+/// as [`distinct_splits`] leaves them): a stage's refusal of an operation in its way
+/// ([`Catalog::stage_unless_in_the_way`]).
+pub(crate) fn refuse_in_the_way<'a>(
+    intents: impl IntoIterator<Item = &'a Intent>,
+    splits: &[Arc<NewSplit>],
+) -> Result<()> {
+    let requested = |split_id: &str| {
+        splits
+            .binary_search_by(|split| split.split_id.as_str().cmp(split_id))
+            .is_ok()
+    };
+    match crate::intent::in_the_way(intents, requested) {
+        Some(intent) => Err(MendError::RecoveryRequired {
+            operation_id: intent.operation_id.clone(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// A row as a [`StagePlanner`] is shown it: a backend of an embedder's own builds these from
@@ -518,13 +531,7 @@ pub trait Catalog: Send + Sync + fmt::Debug {
         } else {
             self.list_intents(dataset_id).await?
         };
-        if let Some(intent) =
-            crate::intent::in_the_way(&intents, |split_id| is_among(splits, split_id))
-        {
-            return Err(MendError::RecoveryRequired {
-                operation_id: intent.operation_id.clone(),
-            });
-        }
+        refuse_in_the_way(&intents, splits)?;
         match planner {
             Some(planner) => {
                 self.stage(dataset_id, mode, splits, planner, now_ms, key)

@@ -226,17 +226,8 @@ impl ObjectStoreCatalog {
             answer,
             |state, now_ms| {
                 mutations::keyed(state, key, now_ms, |state| {
-                    let in_the_way = refuse_in_the_way
-                        .then(|| {
-                            crate::intent::in_the_way(state.intents.values(), |split_id| {
-                                super::is_among(splits, split_id)
-                            })
-                        })
-                        .flatten();
-                    if let Some(intent) = in_the_way {
-                        return Err(MendError::RecoveryRequired {
-                            operation_id: intent.operation_id.clone(),
-                        });
+                    if refuse_in_the_way {
+                        super::refuse_in_the_way(state.intents.values(), splits)?;
                     }
                     mutations::stage(state, mode, splits, planner, now_ms)
                 })
