@@ -86,6 +86,17 @@ pub enum RequestError {
         #[source]
         source: reqwest::Error,
     },
+    /// The server closed each of two fresh connections before the request went out on it:
+    /// nothing was sent. Over TLS 1.3 this is also how a server refuses a client certificate
+    /// (its alert comes after the client's side of the handshake is done).
+    #[error(
+        "mend request: {origin} closed the connection before the request went out, twice: nothing was sent"
+    )]
+    NotSent {
+        origin: String,
+        #[source]
+        source: reqwest::Error,
+    },
     /// The request went, at least in part, and no whole answer came back (reset, timed out):
     /// the outcome is unknown.
     #[error("mend request: no whole answer from {origin}: the outcome is unknown")]
@@ -209,7 +220,7 @@ impl RequestError {
                 }
                 _ => 1,
             },
-            Self::NotConnected { .. } | Self::NoAnswer { .. } => 5,
+            Self::NotConnected { .. } | Self::NotSent { .. } | Self::NoAnswer { .. } => 5,
             Self::ServerNotTrusted { .. }
             | Self::HandshakeRefused { .. }
             | Self::Tls { .. }
@@ -232,6 +243,9 @@ impl RequestError {
             },
             Self::NotConnected { .. } => {
                 "is `mend serve` listening at --server (or MEND_SERVER)? nothing was sent: retry once it is"
+            }
+            Self::NotSent { .. } => {
+                "nothing was sent: retry; with --cert, check that the server's client CA signed it (over TLS 1.3 a refused certificate closes the connection this way)"
             }
             Self::NoAnswer { .. } => UNKNOWN_OUTCOME,
             Self::ServerNotTrusted { .. } => {
@@ -450,10 +464,29 @@ impl CheckedRequest {
         if let Some((bytes, content_type)) = self.body {
             request = request.header(CONTENT_TYPE, content_type).body(bytes);
         }
-        let mut answer = request
-            .send()
-            .await
+        let request = request
+            .build()
             .map_err(|error| RequestError::failed(&origin, error))?;
+        // The body is bytes in memory, so the request can be sent again.
+        let again = request.try_clone().expect("a body of bytes clones");
+        let mut answer = match client.execute(request).await {
+            // A fresh connection the server closed before the request went out on it, for no
+            // reason the connection kept (over TLS 1.3, the alert refusing a client
+            // certificate comes after the client's side of the handshake, and can close the
+            // connection before the request is sent, its cause dropped): nothing was sent, so
+            // sending once more, on a new connection, is safe for any method.
+            Err(error) if never_sent(&error) => match client.execute(again).await {
+                Err(error) if never_sent(&error) => {
+                    return Err(RequestError::NotSent {
+                        origin,
+                        source: error,
+                    });
+                }
+                sent => sent,
+            },
+            sent => sent,
+        }
+        .map_err(|error| RequestError::failed(&origin, error))?;
         let status = answer.status();
         let too_large = RequestError::AnswerTooLarge { status };
         if answer
@@ -679,6 +712,23 @@ fn read_bounded(reader: impl Read, limit: u64, what: &str) -> Result<Vec<u8>, Ba
         return Err(BadInput(format!("{what} is over {limit} bytes")));
     }
     Ok(bytes)
+}
+
+/// Whether `error` says the request was never written to the connection, for no reason TLS
+/// gave: hyper cancels a request it has not begun to send when the connection closes first
+/// (with the connection's error as the cause when it kept one: a TLS alert is a refusal).
+fn never_sent(error: &reqwest::Error) -> bool {
+    if rustls_error(error).is_some() {
+        return false;
+    }
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = cause {
+        if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
+            return hyper.is_canceled();
+        }
+        cause = error.source();
+    }
+    false
 }
 
 /// The rustls error behind a failed exchange, if TLS is what failed.
