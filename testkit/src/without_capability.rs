@@ -79,6 +79,20 @@ impl<C: Catalog> Catalog for WithoutCapability<C> {
     ) -> Result<Vec<StagedSplit>> {
         self.inner.stage(id, mode, splits, planner, now, key).await
     }
+    // The inner catalog's check is atomic with its stage; the default's is not.
+    async fn stage_unless_in_the_way(
+        &self,
+        id: &str,
+        mode: StageMode,
+        splits: &[Arc<NewSplit>],
+        planner: Option<&StagePlanner<'_>>,
+        now: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<Vec<StagedSplit>> {
+        self.inner
+            .stage_unless_in_the_way(id, mode, splits, planner, now, key)
+            .await
+    }
     async fn publish(
         &self,
         request: &PublishRequest,

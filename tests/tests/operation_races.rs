@@ -723,3 +723,197 @@ async fn racing_steps_answer_the_truth_on_postgres() {
 async fn racing_steps_answer_the_truth_on_s3() {
     every_race_on(Backend::S3).await;
 }
+
+/// How a stage that refuses operations in its way and a begin naming the same split went, on
+/// one backend.
+#[derive(Debug, Default)]
+struct StageBeginTally {
+    pairs: usize,
+    /// The begin landed first: it holds the row, and the stage was refused naming it.
+    begin_won: usize,
+    /// The stage landed first: it holds the row, and the begin was refused naming the row.
+    stage_won: usize,
+    false_answers: Vec<String>,
+}
+
+/// A stage sent as `mend serve` sends it ([`Engine::stage_unless_in_the_way`], create-only or
+/// upsert in turn) and a begin staging the same new split, on two engines at once: exactly
+/// one of them takes the row, and the other says so. The begin first: the stage is refused
+/// with `RecoveryRequired` naming the operation and the row is the begin's. The stage first:
+/// the begin is refused with `FailedPrecondition` naming the split, leaving no intent, and
+/// the row is the stage's. Anything else (both taking it, a stage answering "existing" or
+/// overwriting the operation's row, a row neither answer accounts for) is a false answer.
+async fn stage_and_begin_race_on(backend: Backend, pairs: usize, rng: &mut Rng) -> StageBeginTally {
+    use mend::model::{StageMode, StageOutcome, StageRequest, StageSplit};
+
+    let h = Harness::new(backend).await;
+    let store: Arc<dyn ObjectStore> = h.store.clone().expect("every backend counts its store");
+    let replica = Arc::new(h.another_process(store).await);
+    let writer = Arc::new(h.engine.clone());
+    let dataset_id = h.create_dataset("stage-begin").await;
+    let mut tally = StageBeginTally::default();
+    let mut slowest_ms = 0;
+    for pair in 0..pairs {
+        let mode = if pair % 2 == 0 {
+            StageMode::CreateOnly
+        } else {
+            StageMode::Upsert
+        };
+        let operation_id = format!("op-sb-{pair}");
+        let split_id = format!("sb-{pair}");
+        let payload = payload(&operation_id);
+        let begin = BeginOperation {
+            dataset_id: dataset_id.clone(),
+            operation_id: Some(operation_id.clone()),
+            kind: ExternalKind::Commit,
+            node: "writer".into(),
+            lease_ms: Some(60_000),
+            splits: vec![PlannedSplit {
+                split_id: split_id.clone(),
+                metadata_json: "{}".into(),
+                size: payload.len() as u64,
+                sha256: sha256(&payload),
+            }],
+            checkpoint_delta: None,
+            replaced_split_ids: Vec::new(),
+            publish_token: None,
+        };
+        let stage = StageRequest {
+            dataset_id: dataset_id.clone(),
+            mode,
+            node: "stager".into(),
+            splits: vec![StageSplit {
+                split_id: split_id.clone(),
+                metadata_json: "{}".into(),
+            }],
+        };
+        let (begin_delay, stage_delay) =
+            (Delay::draw(rng, slowest_ms), Delay::draw(rng, slowest_ms));
+        let begun = {
+            let engine = writer.clone();
+            tokio::spawn(async move {
+                begin_delay.wait().await;
+                let started = std::time::Instant::now();
+                (engine.begin_operation(&begin).await, started.elapsed())
+            })
+        };
+        let staged = {
+            let engine = replica.clone();
+            tokio::spawn(async move {
+                stage_delay.wait().await;
+                let started = std::time::Instant::now();
+                (
+                    engine.stage_unless_in_the_way(&stage).await,
+                    started.elapsed(),
+                )
+            })
+        };
+        let ((begun, begin_took), (staged, stage_took)) =
+            (begun.await.unwrap(), staged.await.unwrap());
+        slowest_ms = slowest_ms.max(begin_took.max(stage_took).as_millis() as u64);
+        tally.pairs += 1;
+        let row = h
+            .rows(&dataset_id)
+            .await
+            .into_iter()
+            .find(|row| row.split_id == split_id);
+        // Each side stages under a node of its own.
+        let holder = row.as_ref().map(|row| row.node.as_str());
+        let intent_left = writer
+            .catalog()
+            .list_intents(&dataset_id)
+            .await
+            .unwrap()
+            .iter()
+            .any(|intent| intent.operation_id == operation_id);
+        let stage_inserted = staged.as_ref().is_ok_and(|result| {
+            result.splits.len() == 1 && result.splits[0].outcome == StageOutcome::Inserted
+        });
+        match (&begun, &staged) {
+            (
+                Ok(_),
+                Err(MendError::RecoveryRequired {
+                    operation_id: named,
+                }),
+            ) if *named == operation_id && holder == Some("writer") && intent_left => {
+                tally.begin_won += 1;
+            }
+            (Err(MendError::FailedPrecondition { ids, .. }), Ok(_))
+                if stage_inserted
+                    && *ids == [split_id.clone()]
+                    && holder == Some("stager")
+                    && !intent_left =>
+            {
+                tally.stage_won += 1;
+            }
+            _ => tally.false_answers.push(format!(
+                "pair {pair} ({mode:?}): begin {:?}; stage {:?}; the row holds {holder:?}, \
+                 the intent {}",
+                begun.as_ref().map(|view| view.phase),
+                staged,
+                if intent_left { "is there" } else { "is not" }
+            )),
+        }
+        if begun.is_ok() {
+            // The row's operation ends, so the dataset's intents stay few.
+            writer
+                .abort_operation(&dataset_id, &operation_id)
+                .await
+                .unwrap_or_else(|error| panic!("abort {operation_id} after the pair: {error}"));
+        }
+    }
+    tally
+}
+
+async fn stage_and_begin_on(backend: Backend) {
+    let seed = race_seed();
+    let pairs = race_pairs(backend);
+    let tally = stage_and_begin_race_on(backend, pairs, &mut Rng(seed)).await;
+    println!(
+        "a stage unless in the way and a begin of one split on {backend} (MEND_RACE_SEED={seed}): \
+         {} pairs: begin first {}, stage first {}, {} false answers",
+        tally.pairs,
+        tally.begin_won,
+        tally.stage_won,
+        tally.false_answers.len()
+    );
+    assert_eq!(tally.pairs, pairs, "every pair ran");
+    assert!(
+        tally.false_answers.is_empty(),
+        "{backend} (MEND_RACE_SEED={seed}):\n- {}",
+        tally
+            .false_answers
+            .iter()
+            .take(10)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n- ")
+    );
+    assert!(
+        tally.begin_won > 0 && tally.stage_won > 0,
+        "{backend} (MEND_RACE_SEED={seed}): one side never won (begin {}, stage {}): the race \
+         was not exercised",
+        tally.begin_won,
+        tally.stage_won
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_and_a_begin_of_one_split_answer_the_truth_on_memory() {
+    stage_and_begin_on(Backend::Memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_and_a_begin_of_one_split_answer_the_truth_on_a_local_directory() {
+    stage_and_begin_on(Backend::LocalDirectory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_and_a_begin_of_one_split_answer_the_truth_on_postgres() {
+    stage_and_begin_on(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_and_a_begin_of_one_split_answer_the_truth_on_s3() {
+    stage_and_begin_on(Backend::S3).await;
+}

@@ -348,7 +348,7 @@ impl Catalog for PostgresCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Vec<StagedSplit>> {
-        self.stage_planned(dataset_id, mode, splits, planner, now_ms, key, false)
+        self.stage_planned(dataset_id, mode, splits, planner, now_ms, key, false, false)
             .await
     }
 
@@ -366,8 +366,41 @@ impl Catalog for PostgresCatalog {
         let planner = |existing: &[crate::catalog::ExistingRow]| {
             crate::catalog::standard_stage_plan(mode, splits, existing)
         };
-        self.stage_planned(dataset_id, mode, splits, &planner, now_ms, key, true)
+        self.stage_planned(dataset_id, mode, splits, &planner, now_ms, key, true, false)
             .await
+    }
+
+    /// The stage and the check in one transaction, the intents read after the stage's
+    /// statement (`stage.rs`): a begin of the same split is ordered with the stage by their
+    /// rows, so the default's window (intents read, then a begin, then the stage meeting its
+    /// rows) is closed. One transaction more than an unkeyed stage alone.
+    async fn stage_unless_in_the_way(
+        &self,
+        dataset_id: &str,
+        mode: StageMode,
+        splits: &[Arc<NewSplit>],
+        planner: Option<&StagePlanner<'_>>,
+        now_ms: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<Vec<StagedSplit>> {
+        let standard = |existing: &[crate::catalog::ExistingRow]| {
+            crate::catalog::standard_stage_plan(mode, splits, existing)
+        };
+        let (planner, is_standard): (&StagePlanner<'_>, bool) = match planner {
+            Some(planner) => (planner, false),
+            None => (&standard, true),
+        };
+        self.stage_planned(
+            dataset_id,
+            mode,
+            splits,
+            planner,
+            now_ms,
+            key,
+            is_standard,
+            true,
+        )
+        .await
     }
 
     async fn publish(

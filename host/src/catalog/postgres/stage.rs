@@ -394,6 +394,14 @@ impl PostgresCatalog {
     /// create-only stage is one statement (the standard plan inserts every id that has no row
     /// and skips every row met: the statement's own report is the plan's input), which probes
     /// first unless the dataset's last such stage inserted every id.
+    ///
+    /// With `unless_in_the_way`, the stage runs in a transaction whatever its mode and key,
+    /// and its intents are read after its statement, in it: an intent naming one of `splits`
+    /// rolls the stage back and refuses it with `RecoveryRequired`. Read after the statement,
+    /// under read committed, the intents include those of every begin whose rows the
+    /// statement met (it waited for that begin to commit), and a begin whose rows come later
+    /// meets this stage's rows and is refused: the stage and a begin of the same split are
+    /// ordered by their rows, and each answers what the other did.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn stage_planned(
         &self,
@@ -404,6 +412,7 @@ impl PostgresCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
         standard: bool,
+        unless_in_the_way: bool,
     ) -> crate::error::Result<Vec<StagedSplit>> {
         let write = write_audit::pending(dataset_id, "stage", || {
             splits.iter().map(|split| split.split_id.as_str())
@@ -411,7 +420,7 @@ impl PostgresCatalog {
         // A keyed create-only stage runs in a transaction, for its record. Without a key its
         // insert is one statement, which inserts the record of the write too
         // (`sql/split_create_only_*.sql`, `sql/split_insert_staged_recorded.sql`).
-        if mode == StageMode::CreateOnly && key.is_none() {
+        if mode == StageMode::CreateOnly && key.is_none() && !unless_in_the_way {
             return self
                 .create_only_unkeyed(
                     dataset_id,
@@ -429,6 +438,7 @@ impl PostgresCatalog {
         if mode == StageMode::Upsert
             && key.is_none()
             && standard
+            && !unless_in_the_way
             && let Some(staged) = self
                 .upsert_whole(dataset_id, splits, now_ms, write.as_ref())
                 .await?
@@ -484,6 +494,17 @@ impl PostgresCatalog {
                 if let Err(StepError::PlanDiffers) = &result {
                     read_first.store(true, Ordering::Relaxed);
                 }
+                let result = match result {
+                    Ok(staged) if unless_in_the_way => {
+                        match super::intents::list_on(&mut transaction, dataset_id).await {
+                            Ok(intents) => crate::catalog::refuse_in_the_way(&intents, splits)
+                                .map(|()| staged)
+                                .map_err(StepError::from),
+                            Err(error) => Err(error.into()),
+                        }
+                    }
+                    other => other,
+                };
                 (transaction, result)
             },
         )
