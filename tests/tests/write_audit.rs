@@ -8,10 +8,15 @@ use bytes::Bytes;
 use futures::stream;
 use mend::MendError;
 use mend::audit::AuditEntry;
+use mend::clock::Clock;
 use mend::engine::{AuditQuery, BeginOperation, ExternalKind, PlannedSplit};
+use mend::model::TimestampMs;
 use mend::model::{PublishRequest, StageMode, StageRequest, StageSplit};
 use mend::objects::format::sha256;
+use mend::{Engine, EngineOptions};
 use mend_tests::{Backend, Harness};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 fn stage_request(dataset_id: &str, split_ids: &[&str]) -> StageRequest {
     StageRequest {
@@ -34,7 +39,8 @@ fn begin(dataset_id: &str, operation_id: &str, split_id: &str, bytes: &[u8]) -> 
         operation_id: Some(operation_id.into()),
         kind: ExternalKind::Commit,
         node: "indexer-7".into(),
-        lease_ms: Some(60_000),
+        // Longer than the ticks of this test's clock add up to (below).
+        lease_ms: Some(3_600_000),
         splits: vec![PlannedSplit {
             split_id: split_id.into(),
             metadata_json: "{}".into(),
@@ -77,11 +83,37 @@ fn steps(entries: &[AuditEntry]) -> Vec<String> {
         .collect()
 }
 
+/// A clock a second later at each reading. The trail lists writes by their times, and the
+/// object-store catalog stamps a write with its call's time plus the time the mutation waited
+/// (so that a mark sent again after a stall does not predate its own write): with the
+/// harness's manual clock standing still, an early step that waited a few ms under load was
+/// stamped after every later one, which waited less, and listed last (seen in 1 of 300 runs
+/// beside three busy loops). A real clock moves on between steps; so does this one, by more
+/// than any wait.
+#[derive(Debug)]
+struct TickingClock(AtomicI64);
+
+impl Clock for TickingClock {
+    fn now_ms(&self) -> TimestampMs {
+        self.0.fetch_add(1_000, Ordering::SeqCst)
+    }
+}
+
 async fn check(backend: Backend) {
     let h = Harness::new(backend).await;
     let ds = h.create_dataset("trail").await;
-    let writer = h.engine.acting_as("writer");
-    let operator = h.engine.acting_as("operator");
+    let engine = Engine::new(
+        h.engine.catalog().clone(),
+        h.engine.objects().clone(),
+        h.engine.policy(),
+        EngineOptions {
+            clock: Arc::new(TickingClock(AtomicI64::new(h.clock.now_ms()))),
+            ..EngineOptions::default()
+        },
+    )
+    .expect("engine starts");
+    let writer = engine.acting_as("writer");
+    let operator = engine.acting_as("operator");
     let mut checks = 0;
 
     writer
