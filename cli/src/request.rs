@@ -469,24 +469,22 @@ impl CheckedRequest {
             .map_err(|error| RequestError::failed(&origin, error))?;
         // The body is bytes in memory, so the request can be sent again.
         let again = request.try_clone().expect("a body of bytes clones");
-        let mut answer = match client.execute(request).await {
-            // A fresh connection the server closed before the request went out on it, for no
-            // reason the connection kept (over TLS 1.3, the alert refusing a client
-            // certificate comes after the client's side of the handshake, and can close the
-            // connection before the request is sent, its cause dropped): nothing was sent, so
-            // sending once more, on a new connection, is safe for any method.
-            Err(error) if never_sent(&error) => match client.execute(again).await {
-                Err(error) if never_sent(&error) => {
-                    return Err(RequestError::NotSent {
-                        origin,
-                        source: error,
-                    });
-                }
-                sent => sent,
-            },
-            sent => sent,
+        let mut sent = client.execute(request).await;
+        // A fresh connection the server closed before the request went out on it, for no
+        // reason the connection kept (over TLS 1.3, the alert refusing a client certificate
+        // comes after the client's side of the handshake, and can close the connection before
+        // the request is sent, its cause dropped): nothing was sent, so sending once more, on
+        // a new connection, is safe for any method.
+        if matches!(&sent, Err(error) if never_sent(error)) {
+            sent = client.execute(again).await;
+            if let Err(error) = &sent
+                && never_sent(error)
+            {
+                let source = sent.expect_err("matched just above");
+                return Err(RequestError::NotSent { origin, source });
+            }
         }
-        .map_err(|error| RequestError::failed(&origin, error))?;
+        let mut answer = sent.map_err(|error| RequestError::failed(&origin, error))?;
         let status = answer.status();
         let too_large = RequestError::AnswerTooLarge { status };
         if answer
@@ -718,37 +716,31 @@ fn read_bounded(reader: impl Read, limit: u64, what: &str) -> Result<Vec<u8>, Ba
 /// gave: hyper cancels a request it has not begun to send when the connection closes first
 /// (with the connection's error as the cause when it kept one: a TLS alert is a refusal).
 fn never_sent(error: &reqwest::Error) -> bool {
-    if rustls_error(error).is_some() {
-        return false;
-    }
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(error) = cause {
-        if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
-            return hyper.is_canceled();
-        }
-        cause = error.source();
-    }
-    false
+    rustls_error(error).is_none()
+        && causes(error)
+            .find_map(|cause| cause.downcast_ref::<hyper::Error>())
+            .is_some_and(hyper::Error::is_canceled)
 }
 
 /// The rustls error behind a failed exchange, if TLS is what failed.
 fn rustls_error(error: &reqwest::Error) -> Option<&rustls::Error> {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(error) = cause {
-        if let Some(tls) = error.downcast_ref::<rustls::Error>() {
-            return Some(tls);
-        }
-        cause = match error
+    causes(error).find_map(|cause| cause.downcast_ref::<rustls::Error>())
+}
+
+/// `error` and its causes, outermost first, looking inside each `io::Error`: one does not
+/// name the error it wraps as its source (it names that error's source), and the TLS
+/// connector wraps rustls's in two of them.
+fn causes(error: &reqwest::Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+    let first: &(dyn std::error::Error + 'static) = error;
+    std::iter::successors(Some(first), |error| {
+        match error
             .downcast_ref::<std::io::Error>()
             .and_then(|io| io.get_ref())
         {
-            // An `io::Error` does not name the error it wraps as its source (it names that
-            // error's source), and the TLS connector wraps rustls's in two of them.
-            Some(wrapped) => Some(wrapped),
+            Some(wrapped) => Some(wrapped as &(dyn std::error::Error + 'static)),
             None => error.source(),
-        };
-    }
-    None
+        }
+    })
 }
 
 #[cfg(test)]

@@ -48,6 +48,17 @@ use crate::model::{
     PublishRequest, PublishResult, SplitPage, SplitState, StageMode, StagedSplit, TimestampMs,
 };
 
+/// What a stage does when an unresolved operation's intent names one of its splits: the
+/// engine's choice between [`Catalog::stage`] and [`Catalog::stage_unless_in_the_way`], and
+/// each backend's between its two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InTheWay {
+    /// Stages all the same (`Engine::stage`).
+    Stage,
+    /// Refuses with `RecoveryRequired`, writing nothing (`Engine::stage_unless_in_the_way`).
+    Refuse,
+}
+
 pub use self::commit::{
     BegunCommit, IntentBuilder, OperationRecords, built_intent, refuse_abandoned,
 };

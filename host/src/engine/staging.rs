@@ -15,6 +15,7 @@ use mend_contract::{ExistingRow, PartitionPosition, PublishInput};
 use super::Engine;
 use super::keyed::{Keyed, request_key};
 use crate::catalog::CatalogExt;
+use crate::catalog::InTheWay;
 use crate::catalog::{self, PublishObservation, RequestKey, StagePlan};
 use crate::error::{MendError, Result};
 use crate::invariants;
@@ -23,15 +24,6 @@ use crate::model::{
     StageMode, StageRequest, StageResult, StagedSplit,
 };
 use crate::validate;
-
-/// What a stage does when an unresolved operation names one of its splits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum InTheWay {
-    /// Stages all the same ([`Engine::stage`]).
-    Stage,
-    /// Refuses ([`Engine::stage_unless_in_the_way`]).
-    Refuse,
-}
 
 impl Engine {
     /// Stages splits in the request's mode. The result names, per distinct id, what actually

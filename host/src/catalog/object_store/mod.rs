@@ -81,9 +81,9 @@ use self::pending::PendingIndex;
 use self::state::DatasetState;
 use super::write_audit::{self};
 use super::{
-    BegunCommit, Capabilities, Catalog, DatasetChange, ExistingRow, IntentBuilder, ManifestProbe,
-    MarkRule, OperationRecords, PENDING_INDEX, PendingDataset, PublishValidator, RecentAudit,
-    RecordedRequest, RequestKey, SettleValidator, Settled, Settlement, StagePlanner,
+    BegunCommit, Capabilities, Catalog, DatasetChange, ExistingRow, InTheWay, IntentBuilder,
+    ManifestProbe, MarkRule, OperationRecords, PENDING_INDEX, PendingDataset, PublishValidator,
+    RecentAudit, RecordedRequest, RequestKey, SettleValidator, Settled, Settlement, StagePlanner,
     standard_stage_plan,
 };
 use crate::audit::AuditRecord;
@@ -201,7 +201,7 @@ const MAX_READS_AHEAD: u64 = 16;
 const MAX_LOAD_ROUNDS: u32 = 32;
 
 impl ObjectStoreCatalog {
-    /// [`Catalog::stage`], first refusing, when `refuse_in_the_way`, a stage naming a split an
+    /// [`Catalog::stage`], first refusing, with [`InTheWay::Refuse`], a stage naming a split an
     /// intent of the same state version names ([`Catalog::stage_unless_in_the_way`]); a key
     /// recorded in that version is answered before the check.
     #[allow(clippy::too_many_arguments)]
@@ -213,7 +213,7 @@ impl ObjectStoreCatalog {
         planner: &StagePlanner<'_>,
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
-        refuse_in_the_way: bool,
+        in_the_way: InTheWay,
     ) -> Result<Vec<StagedSplit>> {
         let write = write_audit::pending(dataset_id, "stage", || {
             splits.iter().map(|split| split.split_id.as_str())
@@ -226,7 +226,7 @@ impl ObjectStoreCatalog {
             answer,
             |state, now_ms| {
                 mutations::keyed(state, key, now_ms, |state| {
-                    if refuse_in_the_way {
+                    if in_the_way == InTheWay::Refuse {
                         super::refuse_in_the_way(state.intents.values(), splits)?;
                     }
                     mutations::stage(state, mode, splits, planner, now_ms)
@@ -473,8 +473,16 @@ impl Catalog for ObjectStoreCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Vec<StagedSplit>> {
-        self.stage_checking(dataset_id, mode, splits, planner, now_ms, key, false)
-            .await
+        self.stage_checking(
+            dataset_id,
+            mode,
+            splits,
+            planner,
+            now_ms,
+            key,
+            InTheWay::Stage,
+        )
+        .await
     }
 
     /// Checked on the state version the stage writes on: the intents and the rows it reads
@@ -490,8 +498,16 @@ impl Catalog for ObjectStoreCatalog {
     ) -> Result<Vec<StagedSplit>> {
         let standard = |existing: &[ExistingRow]| standard_stage_plan(mode, splits, existing);
         let planner = planner.unwrap_or(&standard);
-        self.stage_checking(dataset_id, mode, splits, planner, now_ms, key, true)
-            .await
+        self.stage_checking(
+            dataset_id,
+            mode,
+            splits,
+            planner,
+            now_ms,
+            key,
+            InTheWay::Refuse,
+        )
+        .await
     }
 
     async fn publish(

@@ -56,9 +56,9 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 
 use crate::catalog::write_audit::{self, PendingWrite};
 use crate::catalog::{
-    BegunCommit, Capabilities, Catalog, DatasetChange, IntentBuilder, MarkRule, OperationRecords,
-    PublishValidator, RecordedRequest, RequestKey, SettleValidator, Settled, Settlement,
-    StagePlanner,
+    BegunCommit, Capabilities, Catalog, DatasetChange, InTheWay, IntentBuilder, MarkRule,
+    OperationRecords, PublishValidator, RecordedRequest, RequestKey, SettleValidator, Settled,
+    Settlement, StagePlanner,
 };
 use crate::error::{MendError, Result};
 use crate::intent::{Intent, IntentPhase};
@@ -348,8 +348,17 @@ impl Catalog for PostgresCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<Vec<StagedSplit>> {
-        self.stage_planned(dataset_id, mode, splits, planner, now_ms, key, false, false)
-            .await
+        self.stage_planned(
+            dataset_id,
+            mode,
+            splits,
+            planner,
+            now_ms,
+            key,
+            false,
+            InTheWay::Stage,
+        )
+        .await
     }
 
     /// The standard plan needs no read before the write: a create-only stage is one
@@ -366,8 +375,17 @@ impl Catalog for PostgresCatalog {
         let planner = |existing: &[crate::catalog::ExistingRow]| {
             crate::catalog::standard_stage_plan(mode, splits, existing)
         };
-        self.stage_planned(dataset_id, mode, splits, &planner, now_ms, key, true, false)
-            .await
+        self.stage_planned(
+            dataset_id,
+            mode,
+            splits,
+            &planner,
+            now_ms,
+            key,
+            true,
+            InTheWay::Stage,
+        )
+        .await
     }
 
     /// The stage and the check in one transaction, the intents read after the stage's
@@ -398,7 +416,7 @@ impl Catalog for PostgresCatalog {
             now_ms,
             key,
             is_standard,
-            true,
+            InTheWay::Refuse,
         )
         .await
     }

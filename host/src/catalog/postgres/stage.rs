@@ -56,7 +56,7 @@ use sqlx::PgConnection;
 use mend_contract::ExistingRow;
 
 use crate::catalog::write_audit::{self, PendingWrite};
-use crate::catalog::{PlannedAction, PlannedStage, RequestKey, StagePlanner};
+use crate::catalog::{InTheWay, PlannedAction, PlannedStage, RequestKey, StagePlanner};
 use crate::error::MendError;
 use crate::model::{NewSplit, SplitState, StageMode, StageOutcome, StagedSplit, TimestampMs};
 
@@ -395,7 +395,7 @@ impl PostgresCatalog {
     /// and skips every row met: the statement's own report is the plan's input), which probes
     /// first unless the dataset's last such stage inserted every id.
     ///
-    /// With `unless_in_the_way`, the stage runs in a transaction whatever its mode and key,
+    /// With [`InTheWay::Refuse`], the stage runs in a transaction whatever its mode and key,
     /// and its intents are read after its statement, in it: an intent naming one of `splits`
     /// rolls the stage back and refuses it with `RecoveryRequired`. Read after the statement,
     /// under read committed, the intents include those of every begin whose rows the
@@ -412,15 +412,16 @@ impl PostgresCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
         standard: bool,
-        unless_in_the_way: bool,
+        in_the_way: InTheWay,
     ) -> crate::error::Result<Vec<StagedSplit>> {
+        let refuse = in_the_way == InTheWay::Refuse;
         let write = write_audit::pending(dataset_id, "stage", || {
             splits.iter().map(|split| split.split_id.as_str())
         });
         // A keyed create-only stage runs in a transaction, for its record. Without a key its
         // insert is one statement, which inserts the record of the write too
         // (`sql/split_create_only_*.sql`, `sql/split_insert_staged_recorded.sql`).
-        if mode == StageMode::CreateOnly && key.is_none() && !unless_in_the_way {
+        if mode == StageMode::CreateOnly && key.is_none() && !refuse {
             return self
                 .create_only_unkeyed(
                     dataset_id,
@@ -438,7 +439,7 @@ impl PostgresCatalog {
         if mode == StageMode::Upsert
             && key.is_none()
             && standard
-            && !unless_in_the_way
+            && !refuse
             && let Some(staged) = self
                 .upsert_whole(dataset_id, splits, now_ms, write.as_ref())
                 .await?
@@ -495,7 +496,7 @@ impl PostgresCatalog {
                     read_first.store(true, Ordering::Relaxed);
                 }
                 let result = match result {
-                    Ok(staged) if unless_in_the_way => {
+                    Ok(staged) if refuse => {
                         match super::intents::list_on(&mut transaction, dataset_id).await {
                             Ok(intents) => crate::catalog::refuse_in_the_way(&intents, splits)
                                 .map(|()| staged)
