@@ -7,8 +7,9 @@
 //! `MeteredCatalog` wraps mend's object-storage catalog (here in memory) and counts, per
 //! dataset, the mutations it served, as an embedder would to export a metric or enforce a
 //! quota. It implements the required methods of [`mend::Catalog`] (the atomic steps and the
-//! reads) and takes every provided one at its default but `stage_unless_in_the_way`, whose
-//! check a wrapper leaves to the catalog it wraps (the default's is not atomic); what [`mend::catalog::CatalogExt`] builds
+//! reads) and takes every provided one at its default but `stage_unless_in_the_way` and
+//! `publish_unless_in_the_way`, whose check a wrapper leaves to the catalog it wraps (the
+//! defaults' are not atomic); what [`mend::catalog::CatalogExt`] builds
 //! from them (a config change, a named mark) comes with every catalog (docs/src/embedding.md, "Your own catalog backend", says
 //! which and what they cost). `main` runs every case of the kit (`mend-testkit`) against it,
 //! prints a line per case and a summary, and exits with 1 if a case failed. To hold a real
@@ -105,9 +106,9 @@ impl Catalog for MeteredCatalog {
         self.count(id, self.inner.stage(id, mode, splits, plan, now, key).await)
     }
 
-    // The one provided method taken from the inner catalog instead of its default: the
-    // default reads the intents and then stages, two steps a concurrent begin can land
-    // between, where the inner catalog checks them in its stage's own atomic step.
+    // The two provided methods taken from the inner catalog instead of their defaults: the
+    // default reads the intents and then stages (or publishes), two steps a concurrent begin
+    // can land between, where the inner catalog checks them in its write's own atomic step.
     async fn stage_unless_in_the_way(
         &self,
         id: &str,
@@ -132,6 +133,20 @@ impl Catalog for MeteredCatalog {
         key: Option<&RequestKey>,
     ) -> Result<PublishResult> {
         let result = self.inner.publish(request, validate, now, key).await;
+        self.count(&request.dataset_id, result)
+    }
+
+    async fn publish_unless_in_the_way(
+        &self,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<PublishResult> {
+        let result = self
+            .inner
+            .publish_unless_in_the_way(request, validate, now, key)
+            .await;
         self.count(&request.dataset_id, result)
     }
 

@@ -102,6 +102,17 @@ impl<C: Catalog> Catalog for WithoutCapability<C> {
     ) -> Result<PublishResult> {
         self.inner.publish(request, validate, now, key).await
     }
+    async fn publish_unless_in_the_way(
+        &self,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<PublishResult> {
+        self.inner
+            .publish_unless_in_the_way(request, validate, now, key)
+            .await
+    }
     async fn record_request(&self, id: &str, record: &RecordedRequest) -> Result<RecordedRequest> {
         self.inner.record_request(id, record).await
     }

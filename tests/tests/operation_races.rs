@@ -724,34 +724,62 @@ async fn racing_steps_answer_the_truth_on_s3() {
     every_race_on(Backend::S3).await;
 }
 
-/// How a stage that refuses operations in its way and a begin naming the same split went, on
+/// The write that races a begin staging the same new split: each as `mend serve` sends it,
+/// refused when an unresolved operation names one of its splits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Racer {
+    /// [`Engine::stage_unless_in_the_way`], create-only and upsert in turn.
+    Stage,
+    /// [`Engine::publish_unless_in_the_way`] of the split, its object written before.
+    Publish,
+    /// [`Engine::mark_unless_in_the_way`] of the split.
+    Mark,
+}
+
+impl fmt::Display for Racer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Racer::Stage => "stage",
+            Racer::Publish => "publish",
+            Racer::Mark => "mark",
+        })
+    }
+}
+
+/// How a write that refuses operations in its way and a begin naming the same split went, on
 /// one backend.
 #[derive(Debug, Default)]
-struct StageBeginTally {
+struct WriteBeginTally {
     pairs: usize,
-    /// The begin landed first: it holds the row, and the stage was refused naming it.
+    /// The begin landed first: it holds the row, and the write was refused naming it.
     begin_won: usize,
-    /// The stage landed first: it holds the row, and the begin was refused naming the row.
-    stage_won: usize,
+    /// The write landed first, and the other side's answer says so.
+    write_won: usize,
     false_answers: Vec<String>,
 }
 
-/// A stage sent as `mend serve` sends it ([`Engine::stage_unless_in_the_way`], create-only or
-/// upsert in turn) and a begin staging the same new split, on two engines at once: exactly
-/// one of them takes the row, and the other says so. The begin first: the stage is refused
-/// with `RecoveryRequired` naming the operation and the row is the begin's. The stage first:
-/// the begin is refused with `FailedPrecondition` naming the split, leaving no intent, and
-/// the row is the stage's. Anything else (both taking it, a stage answering "existing" or
-/// overwriting the operation's row, a row neither answer accounts for) is a false answer.
-async fn stage_and_begin_race_on(backend: Backend, pairs: usize, rng: &mut Rng) -> StageBeginTally {
-    use mend::model::{StageMode, StageOutcome, StageRequest, StageSplit};
+/// A write sent as `mend serve` sends it (`racer`) and a begin staging the same new split, on
+/// two engines at once, held to one of the two serial orders. The begin first: the write is
+/// refused with `RecoveryRequired` naming the operation, and the row is the begin's, staged,
+/// its intent there. The write first: a stage inserts the row and the begin is refused with
+/// `FailedPrecondition` naming the split, leaving no intent; a publish or a mark finds no row
+/// (`NotFound`) and the begin takes it. Anything else (both taking the row, a stage answering
+/// "existing" or overwriting the operation's row, a publish or a mark of the operation's row
+/// while its intent names it) is a false answer.
+async fn write_and_begin_race_on(
+    backend: Backend,
+    racer: Racer,
+    pairs: usize,
+    rng: &mut Rng,
+) -> WriteBeginTally {
+    use mend::model::{PublishRequest, StageMode, StageOutcome, StageRequest, StageSplit};
 
     let h = Harness::new(backend).await;
     let store: Arc<dyn ObjectStore> = h.store.clone().expect("every backend counts its store");
     let replica = Arc::new(h.another_process(store).await);
     let writer = Arc::new(h.engine.clone());
-    let dataset_id = h.create_dataset("stage-begin").await;
-    let mut tally = StageBeginTally::default();
+    let dataset_id = h.create_dataset(&format!("{racer}-begin")).await;
+    let mut tally = WriteBeginTally::default();
     let mut slowest_ms = 0;
     for pair in 0..pairs {
         let mode = if pair % 2 == 0 {
@@ -759,8 +787,12 @@ async fn stage_and_begin_race_on(backend: Backend, pairs: usize, rng: &mut Rng) 
         } else {
             StageMode::Upsert
         };
-        let operation_id = format!("op-sb-{pair}");
-        let split_id = format!("sb-{pair}");
+        let operation_id = format!("op-{racer}-{pair}");
+        let split_id = format!("{racer}-{pair}");
+        if racer == Racer::Publish {
+            // A publish looks for the split's object before its atomic step.
+            h.put_objects(&dataset_id, [&split_id]).await;
+        }
         let payload = payload(&operation_id);
         let begin = BeginOperation {
             dataset_id: dataset_id.clone(),
@@ -778,16 +810,7 @@ async fn stage_and_begin_race_on(backend: Backend, pairs: usize, rng: &mut Rng) 
             replaced_split_ids: Vec::new(),
             publish_token: None,
         };
-        let stage = StageRequest {
-            dataset_id: dataset_id.clone(),
-            mode,
-            node: "stager".into(),
-            splits: vec![StageSplit {
-                split_id: split_id.clone(),
-                metadata_json: "{}".into(),
-            }],
-        };
-        let (begin_delay, stage_delay) =
+        let (begin_delay, write_delay) =
             (Delay::draw(rng, slowest_ms), Delay::draw(rng, slowest_ms));
         let begun = {
             let engine = writer.clone();
@@ -797,20 +820,48 @@ async fn stage_and_begin_race_on(backend: Backend, pairs: usize, rng: &mut Rng) 
                 (engine.begin_operation(&begin).await, started.elapsed())
             })
         };
-        let staged = {
+        // What the write answered: `Ok(true)` for a stage that inserted the row, `Ok(false)`
+        // for any other write that landed.
+        let written = {
             let engine = replica.clone();
+            let (dataset_id, split_id) = (dataset_id.clone(), split_id.clone());
             tokio::spawn(async move {
-                stage_delay.wait().await;
+                write_delay.wait().await;
                 let started = std::time::Instant::now();
-                (
-                    engine.stage_unless_in_the_way(&stage).await,
-                    started.elapsed(),
-                )
+                let answer = match racer {
+                    Racer::Stage => {
+                        let stage = StageRequest {
+                            dataset_id,
+                            mode,
+                            node: "stager".into(),
+                            splits: vec![StageSplit {
+                                split_id,
+                                metadata_json: "{}".into(),
+                            }],
+                        };
+                        engine.stage_unless_in_the_way(&stage).await.map(|result| {
+                            result.splits.len() == 1
+                                && result.splits[0].outcome == StageOutcome::Inserted
+                        })
+                    }
+                    Racer::Publish => {
+                        let publish = PublishRequest::staged(dataset_id, vec![split_id]);
+                        engine
+                            .publish_unless_in_the_way(&publish)
+                            .await
+                            .map(|_| false)
+                    }
+                    Racer::Mark => engine
+                        .mark_unless_in_the_way(&dataset_id, &[split_id])
+                        .await
+                        .map(|_| false),
+                };
+                (answer, started.elapsed())
             })
         };
-        let ((begun, begin_took), (staged, stage_took)) =
-            (begun.await.unwrap(), staged.await.unwrap());
-        slowest_ms = slowest_ms.max(begin_took.max(stage_took).as_millis() as u64);
+        let ((begun, begin_took), (written, write_took)) =
+            (begun.await.unwrap(), written.await.unwrap());
+        slowest_ms = slowest_ms.max(begin_took.max(write_took).as_millis() as u64);
         tally.pairs += 1;
         let row = h
             .rows(&dataset_id)
@@ -819,6 +870,7 @@ async fn stage_and_begin_race_on(backend: Backend, pairs: usize, rng: &mut Rng) 
             .find(|row| row.split_id == split_id);
         // Each side stages under a node of its own.
         let holder = row.as_ref().map(|row| row.node.as_str());
+        let state = row.as_ref().map(|row| row.state);
         let intent_left = writer
             .catalog()
             .list_intents(&dataset_id)
@@ -826,31 +878,32 @@ async fn stage_and_begin_race_on(backend: Backend, pairs: usize, rng: &mut Rng) 
             .unwrap()
             .iter()
             .any(|intent| intent.operation_id == operation_id);
-        let stage_inserted = staged.as_ref().is_ok_and(|result| {
-            result.splits.len() == 1 && result.splits[0].outcome == StageOutcome::Inserted
-        });
-        match (&begun, &staged) {
+        let begins_row = holder == Some("writer") && state == Some(SplitState::Staged);
+        match (racer, &begun, &written) {
             (
+                _,
                 Ok(_),
                 Err(MendError::RecoveryRequired {
                     operation_id: named,
                 }),
-            ) if *named == operation_id && holder == Some("writer") && intent_left => {
+            ) if *named == operation_id && begins_row && intent_left => {
                 tally.begin_won += 1;
             }
-            (Err(MendError::FailedPrecondition { ids, .. }), Ok(_))
-                if stage_inserted
-                    && *ids == [split_id.clone()]
-                    && holder == Some("stager")
-                    && !intent_left =>
+            (Racer::Stage, Err(MendError::FailedPrecondition { ids, .. }), Ok(true))
+                if *ids == [split_id.clone()] && holder == Some("stager") && !intent_left =>
             {
-                tally.stage_won += 1;
+                tally.write_won += 1;
+            }
+            (Racer::Publish | Racer::Mark, Ok(_), Err(MendError::NotFound { .. }))
+                if begins_row && intent_left =>
+            {
+                tally.write_won += 1;
             }
             _ => tally.false_answers.push(format!(
-                "pair {pair} ({mode:?}): begin {:?}; stage {:?}; the row holds {holder:?}, \
-                 the intent {}",
+                "pair {pair} ({mode:?}): begin {:?}; {racer} {:?}; the row holds {holder:?} \
+                 ({state:?}), the intent {}",
                 begun.as_ref().map(|view| view.phase),
-                staged,
+                written,
                 if intent_left { "is there" } else { "is not" }
             )),
         }
@@ -865,22 +918,22 @@ async fn stage_and_begin_race_on(backend: Backend, pairs: usize, rng: &mut Rng) 
     tally
 }
 
-async fn stage_and_begin_on(backend: Backend) {
+async fn write_and_begin_on(backend: Backend, racer: Racer) {
     let seed = race_seed();
     let pairs = race_pairs(backend);
-    let tally = stage_and_begin_race_on(backend, pairs, &mut Rng(seed)).await;
+    let tally = write_and_begin_race_on(backend, racer, pairs, &mut Rng(seed)).await;
     println!(
-        "a stage unless in the way and a begin of one split on {backend} (MEND_RACE_SEED={seed}): \
-         {} pairs: begin first {}, stage first {}, {} false answers",
+        "a {racer} unless in the way and a begin of one split on {backend} \
+         (MEND_RACE_SEED={seed}): {} pairs: begin first {}, {racer} first {}, {} false answers",
         tally.pairs,
         tally.begin_won,
-        tally.stage_won,
+        tally.write_won,
         tally.false_answers.len()
     );
     assert_eq!(tally.pairs, pairs, "every pair ran");
     assert!(
         tally.false_answers.is_empty(),
-        "{backend} (MEND_RACE_SEED={seed}):\n- {}",
+        "{racer} on {backend} (MEND_RACE_SEED={seed}):\n- {}",
         tally
             .false_answers
             .iter()
@@ -890,30 +943,37 @@ async fn stage_and_begin_on(backend: Backend) {
             .join("\n- ")
     );
     assert!(
-        tally.begin_won > 0 && tally.stage_won > 0,
-        "{backend} (MEND_RACE_SEED={seed}): one side never won (begin {}, stage {}): the race \
-         was not exercised",
+        tally.begin_won > 0 && tally.write_won > 0,
+        "{racer} on {backend} (MEND_RACE_SEED={seed}): one side never won (begin {}, {racer} \
+         {}): the race was not exercised",
         tally.begin_won,
-        tally.stage_won
+        tally.write_won
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stage_and_a_begin_of_one_split_answer_the_truth_on_memory() {
-    stage_and_begin_on(Backend::Memory).await;
+/// Each write `mend serve` refuses when an operation is in its way, raced in turn.
+async fn writes_and_begins_on(backend: Backend) {
+    for racer in [Racer::Stage, Racer::Publish, Racer::Mark] {
+        write_and_begin_on(backend, racer).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stage_and_a_begin_of_one_split_answer_the_truth_on_a_local_directory() {
-    stage_and_begin_on(Backend::LocalDirectory).await;
+async fn a_write_and_a_begin_of_one_split_answer_the_truth_on_memory() {
+    writes_and_begins_on(Backend::Memory).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stage_and_a_begin_of_one_split_answer_the_truth_on_postgres() {
-    stage_and_begin_on(Backend::Postgres).await;
+async fn a_write_and_a_begin_of_one_split_answer_the_truth_on_a_local_directory() {
+    writes_and_begins_on(Backend::LocalDirectory).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stage_and_a_begin_of_one_split_answer_the_truth_on_s3() {
-    stage_and_begin_on(Backend::S3).await;
+async fn a_write_and_a_begin_of_one_split_answer_the_truth_on_postgres() {
+    writes_and_begins_on(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_and_a_begin_of_one_split_answer_the_truth_on_s3() {
+    writes_and_begins_on(Backend::S3).await;
 }

@@ -48,14 +48,16 @@ use crate::model::{
     PublishRequest, PublishResult, SplitPage, SplitState, StageMode, StagedSplit, TimestampMs,
 };
 
-/// What a stage does when an unresolved operation's intent names one of its splits: the
-/// engine's choice between [`Catalog::stage`] and [`Catalog::stage_unless_in_the_way`], and
-/// each backend's between its two.
+/// What a stage or a publish does when an unresolved operation's intent names one of its
+/// splits: the engine's choice between [`Catalog::stage`] and
+/// [`Catalog::stage_unless_in_the_way`] (or the two publishes), and each backend's between its
+/// two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum InTheWay {
-    /// Stages all the same (`Engine::stage`).
-    Stage,
-    /// Refuses with `RecoveryRequired`, writing nothing (`Engine::stage_unless_in_the_way`).
+    /// Writes all the same (`Engine::stage`, `Engine::publish`).
+    Write,
+    /// Refuses with `RecoveryRequired`, writing nothing (`Engine::stage_unless_in_the_way`,
+    /// `Engine::publish_unless_in_the_way`).
     Refuse,
 }
 
@@ -92,6 +94,36 @@ pub(crate) fn refuse_in_the_way<'a>(
         }),
         None => Ok(()),
     }
+}
+
+/// `RecoveryRequired` naming the first of `intents` that names one of `split_ids`: a
+/// publish's or a named mark's refusal of an operation in its way
+/// ([`Catalog::publish_unless_in_the_way`], [`MarkRule::NamedUnlessInTheWay`]).
+pub(crate) fn refuse_naming<'a, 'b>(
+    intents: impl IntoIterator<Item = &'a Intent>,
+    split_ids: impl IntoIterator<Item = &'b String>,
+) -> Result<()> {
+    let mut intents = intents.into_iter().peekable();
+    if intents.peek().is_none() {
+        // The usual case, on every write's path: no set of a large batch's ids to build.
+        return Ok(());
+    }
+    let requested: std::collections::BTreeSet<&str> =
+        split_ids.into_iter().map(String::as_str).collect();
+    match crate::intent::in_the_way(intents, |split_id| requested.contains(split_id)) {
+        Some(intent) => Err(MendError::RecoveryRequired {
+            operation_id: intent.operation_id.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The ids a publish writes: those it publishes, then those it replaces.
+pub(crate) fn publish_ids(request: &PublishRequest) -> impl Iterator<Item = &String> {
+    request
+        .staged_split_ids
+        .iter()
+        .chain(&request.replaced_split_ids)
 }
 
 /// A row as a [`StagePlanner`] is shown it: a backend of an embedder's own builds these from
@@ -326,6 +358,14 @@ pub enum MarkRule {
         /// Only splits last written before this time are marked.
         untouched_before_ms: TimestampMs,
     },
+    /// The splits [`Named`](MarkRule::Named) picks, refused with `RecoveryRequired` naming the
+    /// operation, nothing written, when an intent names one of them
+    /// ([`Intent::named_splits`](crate::intent::Intent::named_splits)), checked in the same
+    /// atomic step as the mark. How `mend serve` marks: a mark never lands on the rows of an
+    /// operation still in doubt, even one that began after the request was admitted (a check
+    /// of the intents before the mark missed a begin landing between the two, and marked the
+    /// rows the begin had just staged: `operation_races`).
+    NamedUnlessInTheWay,
 }
 
 /// What a backend observed for a publish, under the dataset's lock.
@@ -571,6 +611,37 @@ pub trait Catalog: Send + Sync + fmt::Debug {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<PublishResult>;
+
+    /// [`Catalog::publish`], refused with [`MendError::RecoveryRequired`] naming the operation
+    /// when an intent of the dataset names one of the request's staged or replaced splits:
+    /// what `mend serve` publishes with, so that a request never lands on the rows of an
+    /// operation still in doubt. Refused, it writes nothing. A request recorded under `key` is
+    /// answered before anything is checked.
+    ///
+    /// The default reads the intents, then publishes: two steps, and a begin landing between
+    /// them is not seen, so the publish may publish the rows the begin just staged while its
+    /// intent names them. It is right only for a catalog no operation begins on concurrently.
+    /// Both of mend's backends override it with one atomic step, as they do
+    /// [`Catalog::stage_unless_in_the_way`]; a wrapper forwards it to the catalog it wraps.
+    async fn publish_unless_in_the_way(
+        &self,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now_ms: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<PublishResult> {
+        let dataset_id = request.dataset_id.as_str();
+        // A recorded key goes straight to the publish, which answers its record.
+        let recorded = match key {
+            Some(key) => self.recorded_request(dataset_id, &key.key).await?.is_some(),
+            None => false,
+        };
+        if !recorded {
+            let intents = self.list_intents(dataset_id).await?;
+            refuse_naming(&intents, publish_ids(request))?;
+        }
+        self.publish(request, validate, now_ms, key).await
+    }
 
     /// Records `record` under its key unless a record is kept under that key already
     /// (put-if-absent, atomic by itself), and returns the record kept: `record`, or the one

@@ -14,9 +14,8 @@ use mend_contract::{ExistingRow, PartitionPosition, PublishInput};
 
 use super::Engine;
 use super::keyed::{Keyed, request_key};
-use crate::catalog::CatalogExt;
 use crate::catalog::InTheWay;
-use crate::catalog::{self, PublishObservation, RequestKey, StagePlan};
+use crate::catalog::{self, MarkRule, PublishObservation, RequestKey, StagePlan};
 use crate::error::{MendError, Result};
 use crate::invariants;
 use crate::model::{
@@ -34,7 +33,7 @@ impl Engine {
     pub fn stage<'a>(&'a self, request: &'a StageRequest) -> Keyed<'a, StageResult> {
         Keyed::new(self.write_scope("stage"), move |key| async move {
             let key = request_key(key, &("stage", request))?;
-            self.stage_keyed(request, key.as_ref(), InTheWay::Stage)
+            self.stage_keyed(request, key.as_ref(), InTheWay::Write)
                 .await
         })
     }
@@ -153,7 +152,24 @@ impl Engine {
     pub fn publish<'a>(&'a self, request: &'a PublishRequest) -> Keyed<'a, PublishResult> {
         Keyed::new(self.write_scope("publish"), move |key| async move {
             let key = request_key(key, &("publish", request))?;
-            self.publish_keyed(request, key.as_ref()).await
+            self.publish_keyed(request, key.as_ref(), InTheWay::Write)
+                .await
+        })
+    }
+
+    /// [`Engine::publish`], refused with [`MendError::RecoveryRequired`] (naming the
+    /// operation, writing nothing) when an unresolved operation's intent names one of the
+    /// request's staged or replaced splits, checked in the publish's own atomic step
+    /// ([`catalog::Catalog::publish_unless_in_the_way`]): what `mend serve` answers a publish
+    /// with. A request recorded under its key is answered first, as by [`Engine::publish`].
+    pub fn publish_unless_in_the_way<'a>(
+        &'a self,
+        request: &'a PublishRequest,
+    ) -> Keyed<'a, PublishResult> {
+        Keyed::new(self.write_scope("publish"), move |key| async move {
+            let key = request_key(key, &("publish", request))?;
+            self.publish_keyed(request, key.as_ref(), InTheWay::Refuse)
+                .await
         })
     }
 
@@ -169,6 +185,7 @@ impl Engine {
         &self,
         request: &PublishRequest,
         key: Option<&RequestKey>,
+        in_the_way: InTheWay,
     ) -> Result<PublishResult> {
         self.check_publish(request)?;
         if let Some(answer) = self.recorded_answer(&request.dataset_id, key).await? {
@@ -176,9 +193,15 @@ impl Engine {
         }
         self.check_objects_exist(request).await?;
         let validator = self.publish_validator(request);
-        self.catalog
-            .publish(request, &validator, self.now_ms(), key)
-            .await
+        let now_ms = self.now_ms();
+        match in_the_way {
+            InTheWay::Write => self.catalog.publish(request, &validator, now_ms, key).await,
+            InTheWay::Refuse => {
+                self.catalog
+                    .publish_unless_in_the_way(request, &validator, now_ms, key)
+                    .await
+            }
+        }
     }
 
     /// Publishes the publish an operation's intent plans, recorded under the operation's
@@ -283,7 +306,24 @@ impl Engine {
     ) -> Keyed<'a, MarkResult> {
         Keyed::new(self.write_scope("mark"), move |key| async move {
             let key = request_key(key, &("mark", dataset_id, split_ids))?;
-            self.mark_for_deletion_keyed(dataset_id, split_ids, key.as_ref())
+            self.mark_keyed(dataset_id, split_ids, MarkRule::Named, key.as_ref())
+                .await
+        })
+    }
+
+    /// [`Engine::mark_for_deletion`], refused with [`MendError::RecoveryRequired`] (naming
+    /// the operation, writing nothing) when an unresolved operation's intent names one of
+    /// `split_ids`, checked in the mark's own atomic step
+    /// ([`MarkRule::NamedUnlessInTheWay`]): what `mend serve` answers a mark with.
+    pub fn mark_unless_in_the_way<'a>(
+        &'a self,
+        dataset_id: &'a str,
+        split_ids: &'a [String],
+    ) -> Keyed<'a, MarkResult> {
+        Keyed::new(self.write_scope("mark"), move |key| async move {
+            let key = request_key(key, &("mark", dataset_id, split_ids))?;
+            let rule = MarkRule::NamedUnlessInTheWay;
+            self.mark_keyed(dataset_id, split_ids, rule, key.as_ref())
                 .await
         })
     }
@@ -294,15 +334,16 @@ impl Engine {
         err(level = "debug"),
         fields(dataset_id = %dataset_id)
     )]
-    async fn mark_for_deletion_keyed(
+    async fn mark_keyed(
         &self,
         dataset_id: &str,
         split_ids: &[String],
+        rule: MarkRule,
         key: Option<&RequestKey>,
     ) -> Result<MarkResult> {
         validate::split_id_list(dataset_id, split_ids, self.options.max_stage_batch)?;
         self.catalog
-            .mark_for_deletion(dataset_id, split_ids, self.now_ms(), key)
+            .mark(dataset_id, split_ids, rule, self.now_ms(), key)
             .await
     }
 

@@ -226,7 +226,7 @@ impl Catalog for SteppedCatalog {
             MarkRule::StaleStaged { .. } => self.stepper.gate("mark_stale_staged").await,
             // An exclusive roll-back's second write, after its fence.
             MarkRule::Named => self.stepper.gate("mark_for_deletion").await,
-            MarkRule::Unclaimed { .. } => {}
+            MarkRule::Unclaimed { .. } | MarkRule::NamedUnlessInTheWay => {}
         }
         self.inner
             .mark(dataset_id, split_ids, rule, now_ms, key)

@@ -820,3 +820,144 @@ pub(super) async fn split_states_name_each_row_by_id(h: &Harness<'_>) {
         "{missing:?}"
     );
 }
+
+/// A publish and a mark that refuse unresolved operations in their way
+/// ([`mend::Engine::publish_unless_in_the_way`], [`mend::Engine::mark_unless_in_the_way`]:
+/// what `mend serve` publishes and marks with): refused, naming the operation and writing
+/// nothing, for a split an intent names to stage or to replace, whether the request names it
+/// to publish, to replace or to mark; written as usual when no intent names its splits; and
+/// under a key, answered by the record of a request that landed before an operation began on
+/// its splits. [`mend::Engine::publish`] and [`mend::Engine::mark_for_deletion`] write whatever
+/// intents say.
+pub(super) async fn a_publish_or_mark_unless_in_the_way_refuses_only_the_splits_an_intent_names(
+    h: &Harness<'_>,
+) {
+    use mend::intent::PlannedPublish;
+
+    let ds = h.create_dataset("publish-in-the-way").await;
+    stage(
+        h,
+        &ds,
+        StageMode::CreateOnly,
+        &["op-x-split", "free", "free-2"],
+    )
+    .await;
+    stage(h, &ds, StageMode::CreateOnly, &["replaced", "keyed"]).await;
+    publish(h, &ds, &["replaced"], &[]).await;
+    let catalog = h.engine.catalog();
+    let mut in_doubt = super::intents::intent(&ds, "op-x", 1_000);
+    in_doubt.effects.publish = Some(PlannedPublish {
+        staged_split_ids: vec!["op-x-split".into()],
+        replaced_split_ids: vec!["replaced".into()],
+        checkpoint_delta: None,
+        publish_token: None,
+    });
+    catalog.put_intent(&in_doubt).await.expect("put intent");
+    let before = h.write_fingerprint(&ds).await;
+
+    let is_op_x = |error: &MendError| matches!(error, MendError::RecoveryRequired { operation_id } if operation_id == "op-x");
+    let mut refused = 0;
+    let publishes = [
+        publish_request(&ds, &["free", "op-x-split"], &[]),
+        publish_request(&ds, &["free"], &["replaced"]),
+    ];
+    for request in &publishes {
+        let error = h
+            .engine
+            .publish_unless_in_the_way(request)
+            .await
+            .unwrap_err();
+        assert!(is_op_x(&error), "[{}] {request:?}: {error:?}", h.name());
+        refused += 1;
+    }
+    for named in ["op-x-split", "replaced"] {
+        let error = h
+            .engine
+            .mark_unless_in_the_way(&ds, &strings(&["free", named]))
+            .await
+            .unwrap_err();
+        assert!(is_op_x(&error), "[{}] mark of {named}: {error:?}", h.name());
+        refused += 1;
+    }
+    assert_eq!(
+        h.write_fingerprint(&ds).await,
+        before,
+        "[{}] a refused publish or mark writes nothing",
+        h.name()
+    );
+
+    // Splits no intent names are written as usual, the intent there or not.
+    let published = h
+        .engine
+        .publish_unless_in_the_way(&publish_request(&ds, &["free"], &[]))
+        .await
+        .expect("publish of a free split");
+    assert_eq!(published.published, ["free"]);
+    let marked = h
+        .engine
+        .mark_unless_in_the_way(&ds, &strings(&["free-2"]))
+        .await
+        .expect("mark of a free split");
+    assert_eq!(marked.marked, ["free-2"]);
+
+    // Under a key, a request that landed answers its record even once an operation names its
+    // splits; the same request unkeyed is refused.
+    let keyed = publish_request(&ds, &["keyed"], &[]);
+    let first = h
+        .engine
+        .publish_unless_in_the_way(&keyed)
+        .idempotency_key("publish-keyed")
+        .await
+        .expect("keyed publish");
+    let first_mark = h
+        .engine
+        .mark_unless_in_the_way(&ds, &strings(&["keyed"]))
+        .idempotency_key("mark-keyed")
+        .await
+        .expect("keyed mark");
+    let mut later = super::intents::intent(&ds, "op-y", 2_000);
+    later.effects.stage[0].split_id = "keyed".into();
+    catalog.put_intent(&later).await.expect("put intent");
+    let replayed = h
+        .engine
+        .publish_unless_in_the_way(&keyed)
+        .idempotency_key("publish-keyed")
+        .await
+        .expect("a retry of the publish under its key");
+    assert_eq!(
+        replayed,
+        first,
+        "[{}] the retry answers the record",
+        h.name()
+    );
+    let replayed_mark = h
+        .engine
+        .mark_unless_in_the_way(&ds, &strings(&["keyed"]))
+        .idempotency_key("mark-keyed")
+        .await
+        .expect("a retry of the mark under its key");
+    assert_eq!(
+        replayed_mark,
+        first_mark,
+        "[{}] the retry answers the record",
+        h.name()
+    );
+    let unkeyed = h
+        .engine
+        .mark_unless_in_the_way(&ds, &strings(&["keyed"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&unkeyed, MendError::RecoveryRequired { operation_id } if operation_id == "op-y"),
+        "[{}] {unkeyed:?}",
+        h.name()
+    );
+    refused += 1;
+
+    // The engine's own publish and mark write whatever intents say.
+    h.engine
+        .mark_for_deletion(&ds, &strings(&["replaced"]))
+        .await
+        .expect("a mark that does not look at intents");
+    assert_eq!(refused, 5, "[{}] every refusal was checked", h.name());
+}

@@ -94,6 +94,10 @@ pub(crate) const ALL: &[Case] = &[
         [STAGE_CREATE_ONLY, PUBLISH_CHECKPOINT, PUBLISH_FENCING_EPOCH]
     ),
     case!(
+        lifecycle::a_publish_or_mark_unless_in_the_way_refuses_only_the_splits_an_intent_names,
+        [STAGE_CREATE_ONLY]
+    ),
+    case!(
         lifecycle::mark_is_idempotent_and_names_unknown_ids,
         [STAGE_CREATE_ONLY]
     ),

@@ -236,6 +236,38 @@ impl ObjectStoreCatalog {
         .await
     }
 
+    /// The publish, refused with `RecoveryRequired` when `in_the_way` says so and an intent
+    /// of the same state version names one of its splits
+    /// ([`Catalog::publish_unless_in_the_way`]); a key recorded in that version is answered
+    /// before the check.
+    async fn publish_checking(
+        &self,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now_ms: TimestampMs,
+        key: Option<&RequestKey>,
+        in_the_way: InTheWay,
+    ) -> Result<PublishResult> {
+        let dataset_id = &request.dataset_id;
+        let write =
+            write_audit::pending(dataset_id, "publish", || write_audit::publish_ids(request));
+        self.mutate_recorded(
+            dataset_id,
+            now_ms,
+            write.as_ref(),
+            write_audit::answer_of,
+            |state, now_ms| {
+                mutations::keyed(state, key, now_ms, |state| {
+                    if in_the_way == InTheWay::Refuse {
+                        super::refuse_naming(state.intents.values(), super::publish_ids(request))?;
+                    }
+                    mutations::publish(state, request, validate, now_ms)
+                })
+            },
+        )
+        .await
+    }
+
     /// A catalog under `prefix` of `store`. The store must support `PutMode::Create`.
     pub fn new(
         store: Arc<dyn ObjectStore>,
@@ -480,7 +512,7 @@ impl Catalog for ObjectStoreCatalog {
             planner,
             now_ms,
             key,
-            InTheWay::Stage,
+            InTheWay::Write,
         )
         .await
     }
@@ -517,21 +549,19 @@ impl Catalog for ObjectStoreCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<PublishResult> {
-        let dataset_id = &request.dataset_id;
-        let write =
-            write_audit::pending(dataset_id, "publish", || write_audit::publish_ids(request));
-        self.mutate_recorded(
-            dataset_id,
-            now_ms,
-            write.as_ref(),
-            write_audit::answer_of,
-            |state, now_ms| {
-                mutations::keyed(state, key, now_ms, |state| {
-                    mutations::publish(state, request, validate, now_ms)
-                })
-            },
-        )
-        .await
+        self.publish_checking(request, validate, now_ms, key, InTheWay::Write)
+            .await
+    }
+
+    async fn publish_unless_in_the_way(
+        &self,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now_ms: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<PublishResult> {
+        self.publish_checking(request, validate, now_ms, key, InTheWay::Refuse)
+            .await
     }
 
     async fn record_request(
@@ -583,6 +613,10 @@ impl Catalog for ObjectStoreCatalog {
             |state, now_ms| {
                 mutations::keyed(state, key, now_ms, |state| match rule {
                     MarkRule::Named => mutations::mark_for_deletion(state, split_ids, now_ms),
+                    MarkRule::NamedUnlessInTheWay => {
+                        super::refuse_naming(state.intents.values(), split_ids)?;
+                        mutations::mark_for_deletion(state, split_ids, now_ms)
+                    }
                     MarkRule::StaleStaged {
                         untouched_before_ms,
                     } => {

@@ -228,6 +228,18 @@ impl PostgresCatalog {
     }
 }
 
+/// `RecoveryRequired` when an intent of the dataset names one of `split_ids`, read in the
+/// write's transaction after its statements locked those rows
+/// ([`Catalog::publish_unless_in_the_way`], [`MarkRule::NamedUnlessInTheWay`]).
+async fn refused_in_the_way<'b>(
+    conn: &mut PgConnection,
+    dataset_id: &str,
+    split_ids: impl IntoIterator<Item = &'b String>,
+) -> std::result::Result<(), StepError> {
+    let intents = intents::list_on(conn, dataset_id).await?;
+    crate::catalog::refuse_naming(&intents, split_ids).map_err(StepError::from)
+}
+
 #[async_trait]
 impl Catalog for PostgresCatalog {
     fn capabilities(&self) -> Capabilities {
@@ -356,7 +368,7 @@ impl Catalog for PostgresCatalog {
             now_ms,
             key,
             false,
-            InTheWay::Stage,
+            InTheWay::Write,
         )
         .await
     }
@@ -383,7 +395,7 @@ impl Catalog for PostgresCatalog {
             now_ms,
             key,
             true,
-            InTheWay::Stage,
+            InTheWay::Write,
         )
         .await
     }
@@ -439,6 +451,44 @@ impl Catalog for PostgresCatalog {
             now_ms,
             |mut transaction| async move {
                 let result = lifecycle::publish(&mut transaction, request, validate, now_ms).await;
+                (transaction, result)
+            },
+        )
+        .await
+    }
+
+    /// The publish and a read of the intents after it, in one transaction: the publish locks
+    /// the rows it reads, so a begin that staged any of them committed before that read
+    /// (its intent is in the read after it), and a begin staging them later meets the locked
+    /// rows and is refused. An intent in the way rolls the publish back.
+    async fn publish_unless_in_the_way(
+        &self,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now_ms: TimestampMs,
+        key: Option<&RequestKey>,
+    ) -> Result<PublishResult> {
+        let write = write_audit::pending(&request.dataset_id, "publish", || {
+            write_audit::publish_ids(request)
+        });
+        self.keyed_transaction(
+            &request.dataset_id,
+            key,
+            write.as_ref(),
+            &answer_whole,
+            now_ms,
+            |mut transaction| async move {
+                let result =
+                    match lifecycle::publish(&mut transaction, request, validate, now_ms).await {
+                        Ok(published) => refused_in_the_way(
+                            &mut transaction,
+                            &request.dataset_id,
+                            crate::catalog::publish_ids(request),
+                        )
+                        .await
+                        .map(|()| published),
+                        Err(error) => Err(error),
+                    };
                 (transaction, result)
             },
         )
@@ -504,6 +554,24 @@ impl Catalog for PostgresCatalog {
                             now_ms,
                         )
                         .await
+                    }
+                    // The intents are read after the rows are locked, as for the publish.
+                    MarkRule::NamedUnlessInTheWay => {
+                        match lifecycle::mark_for_deletion(
+                            &mut transaction,
+                            dataset_id,
+                            split_ids,
+                            now_ms,
+                        )
+                        .await
+                        {
+                            Ok(marked) => {
+                                refused_in_the_way(&mut transaction, dataset_id, split_ids)
+                                    .await
+                                    .map(|()| marked)
+                            }
+                            Err(error) => Err(error),
+                        }
                     }
                     MarkRule::StaleStaged {
                         untouched_before_ms,
