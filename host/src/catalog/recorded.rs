@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{MendError, Result};
 use crate::model::TimestampMs;
-use crate::objects::format::sha256;
+use crate::objects::format::sha256_of_json;
 
 /// An idempotency key and the digest of the request it names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,10 +33,9 @@ pub struct RequestKey {
 impl RequestKey {
     /// The key `key` for `request`, digested from its JSON form.
     pub fn new(key: impl Into<String>, request: &impl Serialize) -> Self {
-        let canonical = serde_json::to_vec(request).expect("requests are plain data");
         Self {
             key: key.into(),
-            request_digest: sha256(&canonical),
+            request_digest: sha256_of_json(request),
         }
     }
 }

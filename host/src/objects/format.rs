@@ -52,9 +52,37 @@ pub struct SplitObjectHeader {
 
 /// `sha256:<hex>` of `bytes`.
 pub fn sha256(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
-    format!("sha256:{hex}")
+    sha256_text(Sha256::digest(bytes).as_slice())
+}
+
+/// [`sha256`] of `value`'s JSON as `serde_json::to_vec` writes it, hashed as it is written
+/// rather than gathered first (a recovery sweep digests every observation it records).
+pub fn sha256_of_json<T: Serialize + ?Sized>(value: &T) -> String {
+    struct Hashing(Sha256);
+    impl std::io::Write for Hashing {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.update(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut hashing = Hashing(Sha256::new());
+    serde_json::to_writer(&mut hashing, value).expect("mend digests only plain data");
+    sha256_text(hashing.0.finalize().as_slice())
+}
+
+/// `sha256:` and the digest in lowercase hex.
+fn sha256_text(digest: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity("sha256:".len() + 2 * digest.len());
+    text.push_str("sha256:");
+    for byte in digest {
+        text.push(char::from(HEX[usize::from(byte >> 4)]));
+        text.push(char::from(HEX[usize::from(byte & 0x0f)]));
+    }
+    text
 }
 
 /// The whole object: prefix, header, payload.
@@ -145,6 +173,23 @@ fn not_ours(why: &str) -> MendError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digests_are_sha256_in_lowercase_hex_and_json_is_digested_as_written() {
+        assert_eq!(
+            sha256(b"abc"),
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(
+            sha256(b""),
+            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        let value = serde_json::json!({"split_ids": ["a", "b\u{0}"], "n": 7, "deep": {"x": [1.5]}});
+        assert_eq!(
+            sha256_of_json(&value),
+            sha256(&serde_json::to_vec(&value).unwrap())
+        );
+    }
 
     fn header(payload: &[u8]) -> SplitObjectHeader {
         SplitObjectHeader {

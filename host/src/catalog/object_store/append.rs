@@ -165,7 +165,7 @@ impl ObjectStoreCatalog {
 /// that `state` does not hold.
 pub(super) fn adds_intent(state: &DatasetState, actions: &[Action]) -> bool {
     actions.iter().any(|action| match action {
-        Action::PutIntent { intent } => !state.intents.contains_key(&intent.operation_id),
+        Action::PutIntent { intent } => !state.intents.contains_key(intent.operation_id.as_str()),
         _ => false,
     })
 }

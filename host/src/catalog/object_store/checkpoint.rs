@@ -37,6 +37,7 @@
 //! format 2 checkpoint with "upgrade mend" rather than misreading it.
 
 use std::fmt;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use imbl::OrdMap;
@@ -294,11 +295,11 @@ struct CompactIn {
 }
 
 /// The values of a map, as a JSON array.
-struct Values<'a, V>(&'a OrdMap<String, V>);
+struct Values<'a, V>(&'a OrdMap<Arc<str>, Arc<V>>);
 
-impl<V: Serialize + Clone> Serialize for Values<'_, V> {
+impl<V: Serialize> Serialize for Values<'_, V> {
     fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.values())
+        serializer.collect_seq(self.0.values().map(Arc::as_ref))
     }
 }
 

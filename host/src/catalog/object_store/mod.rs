@@ -227,7 +227,7 @@ impl ObjectStoreCatalog {
             |state, now_ms| {
                 mutations::keyed(state, key, now_ms, |state| {
                     if in_the_way == InTheWay::Refuse {
-                        super::refuse_in_the_way(state.intents.values(), splits)?;
+                        super::refuse_in_the_way(state.intents.values().map(Arc::as_ref), splits)?;
                     }
                     mutations::stage(state, mode, splits, planner, now_ms)
                 })
@@ -259,7 +259,10 @@ impl ObjectStoreCatalog {
             |state, now_ms| {
                 mutations::keyed(state, key, now_ms, |state| {
                     if in_the_way == InTheWay::Refuse {
-                        super::refuse_naming(state.intents.values(), super::publish_ids(request))?;
+                        super::refuse_naming(
+                            state.intents.values().map(Arc::as_ref),
+                            super::publish_ids(request),
+                        )?;
                     }
                     mutations::publish(state, request, validate, now_ms)
                 })
@@ -335,7 +338,7 @@ impl ObjectStoreCatalog {
 /// The answer to a keyed creation of a dataset that exists: the recorded creation, if this
 /// very request (its key) created it; `AlreadyExists` otherwise.
 fn created_before(state: &DatasetState, dataset_id: &str, key: &RequestKey) -> Result<Dataset> {
-    match state.recorded.get(&key.key) {
+    match state.recorded.get(key.key.as_str()) {
         Some(found) => found.replay(key),
         None => Err(already_exists(dataset_id)),
     }
@@ -580,7 +583,12 @@ impl Catalog for ObjectStoreCatalog {
         dataset_id: &str,
         key: &str,
     ) -> Result<Option<RecordedRequest>> {
-        Ok(self.load(dataset_id).await?.recorded.get(key).cloned())
+        Ok(self
+            .load(dataset_id)
+            .await?
+            .recorded
+            .get(key)
+            .map(|record| RecordedRequest::clone(record)))
     }
 
     async fn forget_recorded_requests(
@@ -614,7 +622,7 @@ impl Catalog for ObjectStoreCatalog {
                 mutations::keyed(state, key, now_ms, |state| match rule {
                     MarkRule::Named => mutations::mark_for_deletion(state, split_ids, now_ms),
                     MarkRule::NamedUnlessInTheWay => {
-                        super::refuse_naming(state.intents.values(), split_ids)?;
+                        super::refuse_naming(state.intents.values().map(Arc::as_ref), split_ids)?;
                         mutations::mark_for_deletion(state, split_ids, now_ms)
                     }
                     MarkRule::StaleStaged {
@@ -778,7 +786,11 @@ impl Catalog for ObjectStoreCatalog {
 
     async fn list_intents(&self, dataset_id: &str) -> Result<Vec<Intent>> {
         let state = self.load(dataset_id).await?;
-        let mut intents: Vec<Intent> = state.intents.values().cloned().collect();
+        let mut intents: Vec<Intent> = state
+            .intents
+            .values()
+            .map(|intent| Intent::clone(intent))
+            .collect();
         intents.sort_by(|a, b| {
             (a.created_at_ms, &a.operation_id).cmp(&(b.created_at_ms, &b.operation_id))
         });
@@ -791,7 +803,7 @@ impl Catalog for ObjectStoreCatalog {
             .await?
             .intents
             .get(operation_id)
-            .cloned())
+            .map(|intent| Intent::clone(intent)))
     }
 
     /// One listing of the pending markers ([`pending`]): every dataset a writer put a marker

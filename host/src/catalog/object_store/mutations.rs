@@ -66,7 +66,7 @@ pub(super) fn recorded<T: serde::Serialize + serde::de::DeserializeOwned>(
     now_ms: TimestampMs,
     change: impl FnOnce(&DatasetState) -> Result<Change<T>>,
 ) -> Result<Change<T>> {
-    if let Some(found) = state.recorded.get(&key.key) {
+    if let Some(found) = state.recorded.get(key.key.as_str()) {
         return found.replay(key).map(Change::Unchanged);
     }
     let (mut actions, output) = match change(state)? {
@@ -84,8 +84,8 @@ pub(super) fn record_request(
     state: &DatasetState,
     record: &RecordedRequest,
 ) -> Result<Change<RecordedRequest>> {
-    if let Some(found) = state.recorded.get(&record.key) {
-        return Ok(Change::Unchanged(found.clone()));
+    if let Some(found) = state.recorded.get(record.key.as_str()) {
+        return Ok(Change::Unchanged(RecordedRequest::clone(found)));
     }
     Ok(Change::Commit {
         actions: vec![Action::RecordRequest {
@@ -381,7 +381,7 @@ pub(super) fn mark_unclaimed_stale(
     let claimed: BTreeSet<&str> = state
         .intents
         .values()
-        .flat_map(crate::intent::claimed_split_ids)
+        .flat_map(|intent| crate::intent::claimed_split_ids(intent))
         .collect();
     let unclaimed: Vec<String> = split_ids
         .iter()
@@ -488,7 +488,7 @@ pub(super) fn advance_fencing_epoch(
 /// Records a new intent, in this host's format ([`crate::intent::check_written_format`]);
 /// intents are not part of the published view, so the dataset record does not change.
 pub(super) fn put_intent(state: &DatasetState, intent: &Intent) -> Result<Change<()>> {
-    if state.intents.contains_key(&intent.operation_id) {
+    if state.intents.contains_key(intent.operation_id.as_str()) {
         return Err(MendError::AlreadyExists {
             kind: EntityKind::Intent,
             id: intent.operation_id.clone(),
@@ -643,7 +643,7 @@ pub(super) fn begin_commit(
         return Err(crate::catalog::commit::refuse_taken(taken));
     }
     if let Some(begun) = records.begun
-        && !state.recorded.contains_key(&begun.key)
+        && !state.recorded.contains_key(begun.key.as_str())
     {
         actions.push(Action::RecordRequest {
             record: Box::new(begun.clone()),
@@ -673,7 +673,7 @@ pub(super) fn publish_commit(
     let delete_intent = Action::DeleteIntent {
         operation_id: operation_id.to_string(),
     };
-    if let Some(found) = state.recorded.get(&key.key) {
+    if let Some(found) = state.recorded.get(key.key.as_str()) {
         let output = found.replay(key)?;
         if !state.intents.contains_key(operation_id) {
             return Ok(Change::Unchanged(output));
@@ -699,6 +699,7 @@ fn stored_intent<'a>(state: &'a DatasetState, operation_id: &str) -> Result<&'a 
     state
         .intents
         .get(operation_id)
+        .map(Arc::as_ref)
         .ok_or_else(|| MendError::NotFound {
             kind: EntityKind::Intent,
             ids: vec![operation_id.to_string()],

@@ -7,6 +7,9 @@
 
 use std::collections::HashMap;
 
+use crate::catalog::RecordedRequest;
+use crate::intent::Intent;
+
 use super::ObjectStoreCatalog;
 use super::log_format::{Action, LogRow};
 use super::mutations::Change;
@@ -62,14 +65,16 @@ fn view(state: &DatasetState, settlements: &[Settlement]) -> Result<SettleView> 
         if let Some(intent) = state.intents.get(operation_id) {
             let seen = SeenIntent {
                 phase: intent.phase,
-                intent: matches!(settlement, Settlement::Abandon { .. }).then(|| intent.clone()),
+                intent: matches!(settlement, Settlement::Abandon { .. })
+                    .then(|| Intent::clone(intent)),
             };
             view.intents.insert(operation_id.to_string(), seen);
         }
         if let Some(key) = settlement.record_key()
             && let Some(found) = state.recorded.get(key)
         {
-            view.recorded.insert(key.to_string(), found.clone());
+            view.recorded
+                .insert(key.to_string(), RecordedRequest::clone(found));
         }
     }
     Ok(view)

@@ -33,8 +33,10 @@ use crate::model::{SplitRow, SplitState, TimeRange, TimestampMs};
 pub(crate) struct Splits {
     base: Option<Arc<BaseRows>>,
     /// Rows written since the base (all rows, without a base): `Some` the row, `None` a row of
-    /// the base deleted. A persistent map: a state cloned for a commit shares it.
-    changes: OrdMap<String, Option<StoredSplit>>,
+    /// the base deleted. A persistent map: a state cloned for a commit shares it, and a commit
+    /// copies the entries beside the ones it changes, so a row is behind an `Arc` (see
+    /// [`DatasetState::intents`](super::state::DatasetState::intents)).
+    changes: OrdMap<Arc<str>, Option<Arc<StoredSplit>>>,
     len: usize,
 }
 
@@ -146,7 +148,7 @@ impl Splits {
     /// The row of `split_id`, if there is one; `Corrupt` if its checkpoint row does not parse.
     pub fn get(&self, split_id: &str) -> Result<Option<Cow<'_, StoredSplit>>> {
         match self.changes.get(split_id) {
-            Some(change) => Ok(change.as_ref().map(Cow::Borrowed)),
+            Some(change) => Ok(change.as_deref().map(Cow::Borrowed)),
             None => match &self.base {
                 Some(base) => match base.find(split_id) {
                     Some(index) => Ok(Some(Cow::Owned(base.row(index)?))),
@@ -162,7 +164,8 @@ impl Splits {
         if !self.contains(&split_id) {
             self.len += 1;
         }
-        self.changes.insert(split_id, Some(split));
+        self.changes
+            .insert(Arc::from(split_id), Some(Arc::new(split)));
     }
 
     /// Removes the row of `split_id`; `false` if there was none.
@@ -176,7 +179,7 @@ impl Splits {
             .as_ref()
             .is_some_and(|base| base.find(split_id).is_some());
         if in_base {
-            self.changes.insert(split_id.to_string(), None);
+            self.changes.insert(Arc::from(split_id), None);
         } else {
             self.changes.remove(split_id);
         }
@@ -211,7 +214,7 @@ impl Splits {
         let changes: Changes<'_> = Box::new(
             self.changes
                 .range::<_, str>((lower, Bound::Unbounded))
-                .map(|(id, change)| (id.as_str(), change.as_ref())),
+                .map(|(id, change)| (&**id, change.as_deref())),
         );
         Merged {
             next_base: base.map_or(0, |base| base.first_after(lower)),

@@ -228,6 +228,48 @@ impl PostgresCatalog {
     }
 }
 
+impl PostgresCatalog {
+    /// The publish, in one transaction; with `InTheWay::Refuse`, with a read of the intents
+    /// after it in the same transaction ([`Catalog::publish_unless_in_the_way`]): the publish
+    /// locks the rows it reads, so a begin that staged any of them committed before that read
+    /// (its intent is in the read after it), and a begin staging them later meets the locked
+    /// rows and is refused. An intent in the way rolls the publish back.
+    async fn publish_checking(
+        &self,
+        request: &PublishRequest,
+        validate: &PublishValidator<'_>,
+        now_ms: TimestampMs,
+        key: Option<&RequestKey>,
+        in_the_way: InTheWay,
+    ) -> Result<PublishResult> {
+        let write = write_audit::pending(&request.dataset_id, "publish", || {
+            write_audit::publish_ids(request)
+        });
+        self.keyed_transaction(
+            &request.dataset_id,
+            key,
+            write.as_ref(),
+            &answer_whole,
+            now_ms,
+            |mut transaction| async move {
+                let result = lifecycle::publish(&mut transaction, request, validate, now_ms).await;
+                let result = match result {
+                    Ok(published) if in_the_way == InTheWay::Refuse => refused_in_the_way(
+                        &mut transaction,
+                        &request.dataset_id,
+                        crate::catalog::publish_ids(request),
+                    )
+                    .await
+                    .map(|()| published),
+                    other => other,
+                };
+                (transaction, result)
+            },
+        )
+        .await
+    }
+}
+
 /// `RecoveryRequired` when an intent of the dataset names one of `split_ids`, read in the
 /// write's transaction after its statements locked those rows
 /// ([`Catalog::publish_unless_in_the_way`], [`MarkRule::NamedUnlessInTheWay`]).
@@ -440,27 +482,10 @@ impl Catalog for PostgresCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<PublishResult> {
-        let write = write_audit::pending(&request.dataset_id, "publish", || {
-            write_audit::publish_ids(request)
-        });
-        self.keyed_transaction(
-            &request.dataset_id,
-            key,
-            write.as_ref(),
-            &answer_whole,
-            now_ms,
-            |mut transaction| async move {
-                let result = lifecycle::publish(&mut transaction, request, validate, now_ms).await;
-                (transaction, result)
-            },
-        )
-        .await
+        self.publish_checking(request, validate, now_ms, key, InTheWay::Write)
+            .await
     }
 
-    /// The publish and a read of the intents after it, in one transaction: the publish locks
-    /// the rows it reads, so a begin that staged any of them committed before that read
-    /// (its intent is in the read after it), and a begin staging them later meets the locked
-    /// rows and is refused. An intent in the way rolls the publish back.
     async fn publish_unless_in_the_way(
         &self,
         request: &PublishRequest,
@@ -468,31 +493,8 @@ impl Catalog for PostgresCatalog {
         now_ms: TimestampMs,
         key: Option<&RequestKey>,
     ) -> Result<PublishResult> {
-        let write = write_audit::pending(&request.dataset_id, "publish", || {
-            write_audit::publish_ids(request)
-        });
-        self.keyed_transaction(
-            &request.dataset_id,
-            key,
-            write.as_ref(),
-            &answer_whole,
-            now_ms,
-            |mut transaction| async move {
-                let result =
-                    match lifecycle::publish(&mut transaction, request, validate, now_ms).await {
-                        Ok(published) => refused_in_the_way(
-                            &mut transaction,
-                            &request.dataset_id,
-                            crate::catalog::publish_ids(request),
-                        )
-                        .await
-                        .map(|()| published),
-                        Err(error) => Err(error),
-                    };
-                (transaction, result)
-            },
-        )
-        .await
+        self.publish_checking(request, validate, now_ms, key, InTheWay::Refuse)
+            .await
     }
 
     async fn record_request(

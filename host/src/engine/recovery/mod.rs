@@ -48,7 +48,7 @@ use crate::faults::DurableStep;
 use crate::gates::{ExclusivePermit, GateName, GateSession};
 use crate::intent::OperationKind;
 use crate::model::TimestampMs;
-use crate::objects::format::sha256;
+use crate::objects::format::sha256_of_json;
 use crate::validate;
 
 /// What an intent needs, as a probe reports it.
@@ -414,7 +414,6 @@ impl Engine {
     /// says it now.
     fn audit_record(&self, sweep: &Sweep<'_>, report: &IntentReport, index: usize) -> AuditRecord {
         let observation = &sweep.observations[index];
-        let canonical = serde_json::to_vec(observation).expect("observations always serialise");
         AuditRecord {
             format_version: AUDIT_FORMAT_VERSION,
             principal: self.actor().map(str::to_owned),
@@ -424,7 +423,7 @@ impl Engine {
             mode: mode_name(sweep.mode).to_string(),
             policy_digest: self.policy().digest().to_string(),
             semantics_revision: self.policy().description().semantics_revision,
-            inputs_hash: sha256(&canonical),
+            inputs_hash: sha256_of_json(observation),
             decision: serde_json::to_value(&report.decision).expect("decisions always serialise"),
             outcome: serde_json::to_value(&report.outcome).expect("outcomes always serialise"),
             inputs: Some(DecisionInput::DecideRecovery {

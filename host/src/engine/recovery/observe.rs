@@ -380,7 +380,6 @@ pub(super) fn observation(
     }
 }
 
-/// Why the host refuses a decision, if it does.
 /// Whether a sweep reads back the payloads of `intent`'s objects: an unconfirmed commit's or
 /// merge's, once its owner's lease has run out (or in exclusive mode, which may act on a live
 /// owner's work). Only then may a policy publish it, so only then is the proof worth its cost;
