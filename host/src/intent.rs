@@ -23,7 +23,7 @@
 
 pub mod compact;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -442,6 +442,18 @@ pub fn in_the_way<'a>(
     intents
         .into_iter()
         .find(|intent| intent.named_splits().any(|split_id| requested(split_id)))
+}
+
+/// [`in_the_way`] of a write of `split_ids`. Without intents (the usual case, on every
+/// write's path) it builds no set of a large batch's ids.
+pub fn naming_any<'a, 'b>(
+    intents: impl IntoIterator<Item = &'a Intent>,
+    split_ids: impl IntoIterator<Item = &'b String>,
+) -> Option<&'a Intent> {
+    let mut intents = intents.into_iter().peekable();
+    intents.peek()?;
+    let requested: BTreeSet<&str> = split_ids.into_iter().map(String::as_str).collect();
+    in_the_way(intents, |split_id| requested.contains(split_id))
 }
 
 #[cfg(test)]

@@ -17,7 +17,6 @@
 //! changed, and returns `RecoveryRequired` for an unresolved operation in its way rather than
 //! resolving it inline.
 
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -36,15 +35,7 @@ pub async fn operation_in_the_way(
     split_ids: &[String],
 ) -> Result<Option<String>> {
     let intents = engine.catalog().list_intents(dataset_id).await?;
-    if intents.is_empty() {
-        // The usual case, on every write's path: no set of a large batch's ids to build.
-        return Ok(None);
-    }
-    let touched: BTreeSet<&str> = split_ids.iter().map(String::as_str).collect();
-    Ok(
-        crate::intent::in_the_way(&intents, |split_id| touched.contains(split_id))
-            .map(|intent| intent.operation_id.clone()),
-    )
+    Ok(crate::intent::naming_any(&intents, split_ids).map(|intent| intent.operation_id.clone()))
 }
 
 /// One consistent view of a dataset.

@@ -88,12 +88,7 @@ pub(crate) fn refuse_in_the_way<'a>(
             .binary_search_by(|split| split.split_id.as_str().cmp(split_id))
             .is_ok()
     };
-    match crate::intent::in_the_way(intents, requested) {
-        Some(intent) => Err(MendError::RecoveryRequired {
-            operation_id: intent.operation_id.clone(),
-        }),
-        None => Ok(()),
-    }
+    refuse(crate::intent::in_the_way(intents, requested))
 }
 
 /// `RecoveryRequired` naming the first of `intents` that names one of `split_ids`: a
@@ -103,14 +98,12 @@ pub(crate) fn refuse_naming<'a, 'b>(
     intents: impl IntoIterator<Item = &'a Intent>,
     split_ids: impl IntoIterator<Item = &'b String>,
 ) -> Result<()> {
-    let mut intents = intents.into_iter().peekable();
-    if intents.peek().is_none() {
-        // The usual case, on every write's path: no set of a large batch's ids to build.
-        return Ok(());
-    }
-    let requested: std::collections::BTreeSet<&str> =
-        split_ids.into_iter().map(String::as_str).collect();
-    match crate::intent::in_the_way(intents, |split_id| requested.contains(split_id)) {
+    refuse(crate::intent::naming_any(intents, split_ids))
+}
+
+/// `RecoveryRequired` naming the operation of the intent in the way, if there is one.
+fn refuse(in_the_way: Option<&Intent>) -> Result<()> {
+    match in_the_way {
         Some(intent) => Err(MendError::RecoveryRequired {
             operation_id: intent.operation_id.clone(),
         }),
